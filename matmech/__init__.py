@@ -1,0 +1,1 @@
+"""matmech: the Matrix Mechanism for linear query workloads under differential privacy."""
