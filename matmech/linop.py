@@ -1,0 +1,501 @@
+"""Implicit matrices: one small operator contract and structure-aware combinators.
+
+Every workload W and strategy A in matmech is a :class:`LinOp`: it knows its ``shape``,
+applies itself to vectors and blocks (``A @ x``, ``A.T @ y``), and returns its ``gram``
+(AᵀA) and ``col_norms`` using its structure wherever it has one, so that a workload with
+millions of rows is never materialised. ``dense()`` builds the explicit matrix for small
+operators only (it refuses beyond ``max_entries``).
+
+The contract follows the operator classes of HDMM/ektelo (McKenna et al., VLDB 2018) and
+``scipy.sparse.linalg.LinearOperator``: any LinOp can be passed to
+``scipy.sparse.linalg.aslinearoperator``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from functools import reduce
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "LinOp",
+    "Dense",
+    "Sparse",
+    "Identity",
+    "Ones",
+    "Kron",
+    "VStack",
+    "RowSubset",
+    "Scaled",
+    "as_linop",
+    "check_size",
+    "DEFAULT_MAX_ENTRIES",
+]
+
+#: Largest number of entries ``dense()`` builds by default (8·10⁷ doubles = 640 MB).
+DEFAULT_MAX_ENTRIES = 80_000_000
+
+
+def check_size(n, name="n"):
+    """Return ``n`` as an int if it is a positive integer, else raise naming the value."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {n!r} of type {type(n).__name__}")
+    if n <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {n}")
+    return int(n)
+
+
+def _finite(array, what):
+    if not np.all(np.isfinite(array)):
+        bad = np.argwhere(~np.isfinite(np.asarray(array)))[0]
+        raise ValueError(f"{what} must be finite; found {np.asarray(array)[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+
+
+class LinOp:
+    """An m×n matrix known through its action.
+
+    Subclasses implement ``_matmat`` (n×k → m×k) and ``_rmatmat`` (m×k → n×k); they
+    override ``gram``, ``col_norms``, ``_dense`` and ``rows`` where their structure gives
+    something cheaper than the generic fallbacks below.
+    """
+
+    shape: tuple[int, int]
+    dtype = np.dtype(np.float64)
+
+    # -- application -------------------------------------------------------------------
+    def _apply(self, x, fn, inner, outer, side):
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim not in (1, 2) or x.shape[0] != inner:
+            raise ValueError(
+                f"shape mismatch: {type(self).__name__} of shape {self.shape} "
+                f"cannot apply {side} an array of shape {x.shape} (expected first dimension {inner})"
+            )
+        out = fn(x.reshape(inner, -1))
+        return out.reshape(outer) if x.ndim == 1 else out
+
+    def matvec(self, x):
+        """A @ x for a vector (or block) x."""
+        return self._apply(x, self._matmat, self.shape[1], self.shape[0], "to")
+
+    def rmatvec(self, y):
+        """Aᵀ @ y."""
+        return self._apply(y, self._rmatmat, self.shape[0], self.shape[1], "transposed to")
+
+    matmat = matvec
+    rmatmat = rmatvec
+
+    def __matmul__(self, other):
+        if isinstance(other, LinOp):
+            return _Product(self, other)
+        return self.matvec(other)
+
+    def __rmatmul__(self, other):
+        # y @ A == (Aᵀ yᵀ)ᵀ
+        other = np.asarray(other, dtype=np.float64)
+        return self.rmatvec(other.T).T
+
+    def __mul__(self, c):
+        if not isinstance(c, numbers.Real):
+            return NotImplemented
+        return Scaled(self, c)
+
+    __rmul__ = __mul__
+
+    @property
+    def T(self):
+        return _Transpose(self)
+
+    # -- structure -------------------------------------------------------------------
+    def gram(self):
+        """AᵀA as a LinOp (structured where the operator has structure)."""
+        return _Product(self.T, self)
+
+    def col_norms(self, p=1):
+        """Vector of the column p-norms (p = 1 or 2); generic path builds column blocks."""
+        _check_p(p)
+        n = self.shape[1]
+        out = np.empty(n)
+        step = max(1, min(n, 2_000_000 // max(1, self.shape[0])))
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            block = np.zeros((n, stop - start))
+            block[np.arange(start, stop), np.arange(stop - start)] = 1.0
+            cols = self.matmat(block)
+            out[start:stop] = np.abs(cols).sum(0) if p == 1 else np.sqrt((cols**2).sum(0))
+        return out
+
+    def sensitivity(self, p=1):
+        """Largest column p-norm: the L_p sensitivity under add/remove neighbours."""
+        return float(self.col_norms(p).max())
+
+    def rows(self, start, stop):
+        """Dense block of rows ``start:stop`` (the generic path applies Aᵀ to unit vectors)."""
+        m = self.shape[0]
+        if not (0 <= start <= stop <= m):
+            raise ValueError(f"row range {start}:{stop} is outside 0:{m}")
+        eye = np.zeros((m, stop - start))
+        eye[np.arange(start, stop), np.arange(stop - start)] = 1.0
+        return self.rmatmat(eye).T
+
+    def dense(self, *, max_entries=DEFAULT_MAX_ENTRIES):
+        """The explicit matrix; refuses when it would have more than ``max_entries`` entries."""
+        m, n = self.shape
+        if m * n > max_entries:
+            raise ValueError(
+                f"refusing to build a dense {m}×{n} matrix ({m * n:,} entries > max_entries={max_entries:,}); "
+                "use the operator's structured methods (gram, col_norms, @) instead"
+            )
+        return self._dense()
+
+    def _dense(self):
+        return self.matmat(np.eye(self.shape[1]))
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.shape[0]}×{self.shape[1]}>"
+
+
+def _check_p(p):
+    if p not in (1, 2):
+        raise ValueError(f"p must be 1 or 2, got {p!r}")
+
+
+def as_linop(obj):
+    """Coerce a LinOp, numpy array or scipy sparse matrix to a LinOp."""
+    if isinstance(obj, LinOp):
+        return obj
+    if sp.issparse(obj):
+        return Sparse(obj)
+    if isinstance(obj, np.ndarray) or isinstance(obj, (list, tuple)):
+        return Dense(obj)
+    raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")
+
+
+class Dense(LinOp):
+    """An explicit 2-D array."""
+
+    def __init__(self, matrix):
+        a = np.asarray(matrix, dtype=np.float64)
+        if a.ndim != 2 or 0 in a.shape:
+            raise ValueError(f"a matrix must be 2-D and non-empty, got shape {a.shape}")
+        _finite(a, "matrix entries")
+        self.matrix = a
+        self.shape = a.shape
+
+    def _matmat(self, x):
+        return self.matrix @ x
+
+    def _rmatmat(self, y):
+        return self.matrix.T @ y
+
+    def gram(self):
+        return Dense(self.matrix.T @ self.matrix)
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        return np.abs(self.matrix).sum(0) if p == 1 else np.sqrt((self.matrix**2).sum(0))
+
+    def rows(self, start, stop):
+        return self.matrix[start:stop]
+
+    def _dense(self):
+        return self.matrix.copy()
+
+
+class Sparse(LinOp):
+    """A scipy sparse matrix (kept in CSR form)."""
+
+    def __init__(self, matrix):
+        a = sp.csr_matrix(matrix, dtype=np.float64)
+        if 0 in a.shape:
+            raise ValueError(f"a matrix must be non-empty, got shape {a.shape}")
+        _finite(a.data, "matrix entries")
+        self.matrix = a
+        self.shape = a.shape
+
+    def _matmat(self, x):
+        return np.asarray(self.matrix @ x)
+
+    def _rmatmat(self, y):
+        return np.asarray(self.matrix.T @ y)
+
+    def gram(self):
+        return Sparse(self.matrix.T @ self.matrix)
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        a = abs(self.matrix) if p == 1 else self.matrix.multiply(self.matrix)
+        out = np.asarray(a.sum(0)).ravel()
+        return out if p == 1 else np.sqrt(out)
+
+    def rows(self, start, stop):
+        return self.matrix[start:stop].toarray()
+
+    def _dense(self):
+        return self.matrix.toarray()
+
+
+class Identity(LinOp):
+    """The n×n identity."""
+
+    def __init__(self, n):
+        n = check_size(n)
+        self.shape = (n, n)
+
+    def _matmat(self, x):
+        return x.copy()
+
+    _rmatmat = _matmat
+
+    def gram(self):
+        return self
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        return np.ones(self.shape[1])
+
+    def rows(self, start, stop):
+        return np.eye(self.shape[1])[start:stop]
+
+    def _dense(self):
+        return np.eye(self.shape[0])
+
+
+class Ones(LinOp):
+    """The m×n matrix of ones (m = 1: the total query)."""
+
+    def __init__(self, m, n):
+        self.shape = (check_size(m, "m"), check_size(n, "n"))
+
+    def _matmat(self, x):
+        return np.repeat(x.sum(0, keepdims=True), self.shape[0], axis=0)
+
+    def _rmatmat(self, y):
+        return np.repeat(y.sum(0, keepdims=True), self.shape[1], axis=0)
+
+    def gram(self):
+        m, n = self.shape
+        return Scaled(Ones(n, n), m)
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        m = self.shape[0]
+        return np.full(self.shape[1], float(m) if p == 1 else np.sqrt(m))
+
+    def rows(self, start, stop):
+        return np.ones((stop - start, self.shape[1]))
+
+    def _dense(self):
+        return np.ones(self.shape)
+
+
+class Scaled(LinOp):
+    """c · A."""
+
+    def __init__(self, base, c):
+        if not isinstance(c, numbers.Real) or not np.isfinite(c):
+            raise ValueError(f"a scale factor must be a finite real number, got {c!r}")
+        self.base, self.c = as_linop(base), float(c)
+        self.shape = self.base.shape
+
+    def _matmat(self, x):
+        return self.c * self.base.matmat(x)
+
+    def _rmatmat(self, y):
+        return self.c * self.base.rmatmat(y)
+
+    def gram(self):
+        return Scaled(self.base.gram(), self.c**2)
+
+    def col_norms(self, p=1):
+        return abs(self.c) * self.base.col_norms(p)
+
+    def rows(self, start, stop):
+        return self.c * self.base.rows(start, stop)
+
+    def _dense(self):
+        return self.c * self.base._dense()
+
+
+class _Transpose(LinOp):
+    def __init__(self, base):
+        self.base = base
+        self.shape = base.shape[::-1]
+
+    def _matmat(self, x):
+        return self.base.rmatmat(x)
+
+    def _rmatmat(self, y):
+        return self.base.matmat(y)
+
+    @property
+    def T(self):
+        return self.base
+
+    def _dense(self):
+        return self.base._dense().T
+
+
+class _Product(LinOp):
+    def __init__(self, left, right):
+        if left.shape[1] != right.shape[0]:
+            raise ValueError(f"shape mismatch: cannot multiply {left.shape} by {right.shape}")
+        self.left, self.right = left, right
+        self.shape = (left.shape[0], right.shape[1])
+
+    def _matmat(self, x):
+        return self.left.matmat(self.right.matmat(x))
+
+    def _rmatmat(self, y):
+        return self.right.rmatmat(self.left.rmatmat(y))
+
+
+def _kron_apply(factors, x, transpose):
+    """Apply ⊗ factors (or their transposes) to the columns of x, one mode at a time."""
+    k = x.shape[1]
+    dims_in = [f.shape[0] if transpose else f.shape[1] for f in factors]
+    t = x.T.reshape([k, *dims_in])
+    for axis, f in enumerate(factors, start=1):
+        t = np.moveaxis(t, axis, -1)
+        lead = t.shape[:-1]
+        flat = t.reshape(-1, t.shape[-1]).T
+        flat = f.rmatmat(flat) if transpose else f.matmat(flat)
+        t = np.moveaxis(flat.T.reshape(*lead, flat.shape[0]), -1, axis)
+    return t.reshape(k, -1).T
+
+
+class Kron(LinOp):
+    """Kronecker product A₁ ⊗ … ⊗ A_d (row-major cell order: the last factor varies fastest).
+
+    Gram, column norms, sensitivity and pseudo-inverses factor: (⊗Aᵢ)ᵀ(⊗Aᵢ) = ⊗AᵢᵀAᵢ and
+    the column norms of a Kronecker product are the Kronecker product of column norms.
+    """
+
+    def __init__(self, *factors):
+        if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
+            factors = tuple(factors[0])
+        if not factors:
+            raise ValueError("Kron needs at least one factor")
+        self.factors = tuple(as_linop(f) for f in factors)
+        self.shape = (
+            int(np.prod([f.shape[0] for f in self.factors])),
+            int(np.prod([f.shape[1] for f in self.factors])),
+        )
+
+    def _matmat(self, x):
+        return _kron_apply(self.factors, x, transpose=False)
+
+    def _rmatmat(self, y):
+        return _kron_apply(self.factors, y, transpose=True)
+
+    def gram(self):
+        return Kron(*[f.gram() for f in self.factors])
+
+    def col_norms(self, p=1):
+        return reduce(np.kron, [f.col_norms(p) for f in self.factors])
+
+    def sensitivity(self, p=1):
+        return float(np.prod([f.sensitivity(p) for f in self.factors]))
+
+    def _dense(self):
+        return reduce(np.kron, [f._dense() for f in self.factors])
+
+
+class VStack(LinOp):
+    """Weighted vertical stack [w₁A₁; …; w_kA_k]; its gram is Σ wᵢ² AᵢᵀAᵢ."""
+
+    def __init__(self, blocks, weights=None):
+        blocks = tuple(as_linop(b) for b in blocks)
+        if not blocks:
+            raise ValueError("VStack needs at least one block")
+        n = blocks[0].shape[1]
+        for b in blocks:
+            if b.shape[1] != n:
+                raise ValueError(
+                    f"shape mismatch: cannot stack blocks with {n} and {b.shape[1]} columns "
+                    f"(shapes {blocks[0].shape} and {b.shape})"
+                )
+        if weights is None:
+            weights = np.ones(len(blocks))
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (len(blocks),):
+            raise ValueError(f"expected {len(blocks)} weights, got {weights.shape}")
+        if not np.all(np.isfinite(weights)) or np.any(weights <= 0):
+            raise ValueError(f"weights must be positive and finite, got {weights.tolist()}")
+        self.blocks, self.weights = blocks, weights
+        self.offsets = np.concatenate([[0], np.cumsum([b.shape[0] for b in blocks])])
+        self.shape = (int(self.offsets[-1]), n)
+
+    def _matmat(self, x):
+        return np.vstack([w * b.matmat(x) for w, b in zip(self.weights, self.blocks)])
+
+    def _rmatmat(self, y):
+        o = self.offsets
+        return sum(w * b.rmatmat(y[o[i] : o[i + 1]]) for i, (w, b) in enumerate(zip(self.weights, self.blocks)))
+
+    def gram(self):
+        return _Sum([Scaled(b.gram(), w**2) for w, b in zip(self.weights, self.blocks)])
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        if p == 1:
+            return sum(w * b.col_norms(1) for w, b in zip(self.weights, self.blocks))
+        return np.sqrt(sum((w * b.col_norms(2)) ** 2 for w, b in zip(self.weights, self.blocks)))
+
+    def rows(self, start, stop):
+        out, o = [], self.offsets
+        for i, (w, b) in enumerate(zip(self.weights, self.blocks)):
+            lo, hi = max(start, o[i]), min(stop, o[i + 1])
+            if lo < hi:
+                out.append(w * b.rows(lo - o[i], hi - o[i]))
+        return np.vstack(out) if out else np.zeros((0, self.shape[1]))
+
+    def _dense(self):
+        return np.vstack([w * b._dense() for w, b in zip(self.weights, self.blocks)])
+
+
+class _Sum(LinOp):
+    """Σ Aᵢ of equally shaped operators (used for grams of stacks)."""
+
+    def __init__(self, terms):
+        self.terms = tuple(terms)
+        self.shape = self.terms[0].shape
+
+    def _matmat(self, x):
+        return sum(t.matmat(x) for t in self.terms)
+
+    def _rmatmat(self, y):
+        return sum(t.rmatmat(y) for t in self.terms)
+
+    def _dense(self):
+        return sum(t._dense() for t in self.terms)
+
+
+class RowSubset(LinOp):
+    """The rows ``index`` of A (in the given order)."""
+
+    def __init__(self, base, index):
+        self.base = as_linop(base)
+        idx = np.asarray(index)
+        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise TypeError(f"row indices must be a 1-D integer array, got dtype {idx.dtype} and shape {idx.shape}")
+        m = self.base.shape[0]
+        if idx.size == 0:
+            raise ValueError("a row subset must keep at least one row")
+        if idx.min() < 0 or idx.max() >= m:
+            bad = idx[(idx < 0) | (idx >= m)][0]
+            raise ValueError(f"row index {bad} is out of range for an operator with {m} rows")
+        self.index = idx.astype(np.int64)
+        self.shape = (idx.size, self.base.shape[1])
+
+    def _matmat(self, x):
+        return self.base.matmat(x)[self.index]
+
+    def _rmatmat(self, y):
+        full = np.zeros((self.base.shape[0], y.shape[1]))
+        np.add.at(full, self.index, y)
+        return self.base.rmatmat(full)
+
+    def rows(self, start, stop):
+        return np.vstack([self.base.rows(i, i + 1) for i in self.index[start:stop]]) if stop > start else np.zeros((0, self.shape[1]))

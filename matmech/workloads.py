@@ -1,0 +1,131 @@
+"""Workload builders: linear query sets as implicit matrices (never materialised).
+
+Cells of a multi-attribute domain are ordered row-major (the last attribute varies
+fastest), matching :class:`matmech.linop.Kron`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from .intervals import AllRange, Intervals, Prefix
+from .linop import Dense, Kron, LinOp, Sparse, VStack, as_linop, check_size
+
+__all__ = [
+    "identity",
+    "total",
+    "prefix",
+    "all_range",
+    "ranges",
+    "marginals",
+    "kron",
+    "stack",
+    "from_matrix",
+    "check_domain",
+]
+
+
+def identity(n):
+    """The n point queries x₀, …, x_{n−1}."""
+    n = check_size(n)
+    cells = np.arange(n)
+    return Intervals(n, cells, cells)
+
+
+def total(n):
+    """The single query Σ x."""
+    n = check_size(n)
+    return Intervals(n, np.array([0]), np.array([n - 1]))
+
+
+def prefix(n):
+    """The n prefix sums x₀ + … + x_k."""
+    return Prefix(n)
+
+
+def all_range(n):
+    """All n(n+1)/2 range queries [lo, hi]."""
+    return AllRange(n)
+
+
+def ranges(n, intervals):
+    """Range queries from inclusive 0-based ``(lo, hi)`` pairs."""
+    n = check_size(n)
+    pairs = np.asarray(intervals)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
+        raise ValueError(f"intervals must be a non-empty sequence of (lo, hi) pairs, got an array of shape {pairs.shape}")
+    if not np.issubdtype(pairs.dtype, np.integer):
+        if not (np.issubdtype(pairs.dtype, np.floating) and np.all(np.isfinite(pairs)) and np.all(pairs == np.round(pairs))):
+            raise TypeError(f"interval bounds must be integers, got dtype {pairs.dtype}")
+        pairs = pairs.astype(np.int64)
+    return Intervals(n, pairs[:, 0], pairs[:, 1])
+
+
+def check_domain(domain):
+    """Validate a multi-attribute domain: a non-empty tuple of positive attribute sizes."""
+    if isinstance(domain, numbers.Integral) and not isinstance(domain, bool):
+        domain = (domain,)
+    if not isinstance(domain, (tuple, list)) or not domain:
+        raise TypeError(f"domain must be a non-empty tuple of attribute sizes, got {domain!r}")
+    return tuple(check_size(d, f"domain[{i}]") for i, d in enumerate(domain))
+
+
+def marginals(domain, k=None, *, attrs=None):
+    """Marginal queries over a multi-attribute ``domain``.
+
+    Either all ``k``-way marginals, or the marginals on the attribute subsets ``attrs``
+    (e.g. ``[(0, 1), (2,)]``). A marginal on S is ⊗ᵢ (I if i ∈ S else 1ᵀ).
+    """
+    domain = check_domain(domain)
+    d = len(domain)
+    if (k is None) == (attrs is None):
+        raise ValueError("give exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k <= d:
+            raise ValueError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}")
+        subsets = list(itertools.combinations(range(d), int(k)))
+    else:
+        subsets = []
+        for s in attrs:
+            s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
+            for a in s:
+                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= a < d:
+                    raise ValueError(f"attribute {a!r} in {s} is not an index in [0, {d - 1}] of the domain {domain}")
+            if len(set(s)) != len(s):
+                raise ValueError(f"attribute subset {s} repeats an attribute")
+            subsets.append(tuple(sorted(s)))
+        if not subsets:
+            raise ValueError("attrs must name at least one attribute subset")
+    blocks = [Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(domain)]) for s in subsets]
+    out = VStack(blocks)
+    out.subsets = tuple(subsets)
+    out.domain = domain
+    return out
+
+
+def kron(*workloads):
+    """Kronecker product of per-attribute workloads (e.g. 2-D ranges = kron(all_range, all_range))."""
+    return Kron(*workloads)
+
+
+def stack(*workloads, weights=None):
+    """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ)."""
+    if len(workloads) == 1 and isinstance(workloads[0], (list, tuple)):
+        workloads = tuple(workloads[0])
+    return VStack(workloads, weights=weights)
+
+
+def from_matrix(matrix):
+    """A workload from an explicit numpy array or scipy sparse matrix."""
+    if isinstance(matrix, LinOp):
+        return matrix
+    if sp.issparse(matrix):
+        return Sparse(matrix)
+    a = np.asarray(matrix)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise TypeError(f"a workload matrix must be numeric, got dtype {a.dtype}")
+    return as_linop(Dense(a))
