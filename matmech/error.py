@@ -20,7 +20,7 @@ import numpy as np
 
 from .calibration import noise_variance
 from .intervals import Intervals, _prefix_apply
-from .linop import Identity, Kron, LinOp, Scaled, VStack, as_linop
+from .linop import Identity, Kron, Scaled, Sum, VStack, as_linop
 from .spectral import BlockSpectral
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "NEIGHBORS",
     "MAX_DENSE_N",
     "MAX_VARIANCE_ROWS",
+    "marginal_spectrum",
 ]
 
 #: The neighbouring relations and their sensitivity factor on the histogram.
@@ -81,7 +82,12 @@ def _unit_variance(A, eps, delta, neighbors):
 
 
 def _pinv_gram(A):
-    """(M, N): M = (AᵀA)⁺ as a structured LinOp, N the null-space projector (None if full rank)."""
+    """(M, N): M = (AᵀA)⁺ as a structured LinOp, N the null-space projector (None if full rank).
+
+    A strategy with its own structure provides ``A.gram_pinv()`` returning the same pair.
+    """
+    if hasattr(A, "gram_pinv"):
+        return A.gram_pinv()
     if isinstance(A, Kron):
         parts = [_pinv_gram(f) for f in A.factors]
         return Kron(*[m for m, _ in parts]), ("kron", [nul for _, nul in parts])
@@ -137,6 +143,8 @@ def _trace(W, M):
         return W.c**2 * _trace(W.base, M)
     if isinstance(M, Scaled):
         return M.c * _trace(W, M.base)
+    if isinstance(M, Sum):
+        return sum(_trace(W, t) for t in M.terms)
     if _kron_match(W, M):
         return float(np.prod([_trace(w, m) for w, m in zip(W.factors, M.factors)]))
     if isinstance(M, Identity):
@@ -164,6 +172,8 @@ def _diag(W, M):
         return W.c**2 * _diag(W.base, M)
     if isinstance(M, Scaled):
         return M.c * _diag(W, M.base)
+    if isinstance(M, Sum):
+        return sum(_diag(W, t) for t in M.terms)
     if _kron_match(W, M):
         return reduce(np.kron, [_diag(w, m) for w, m in zip(W.factors, M.factors)])
     if isinstance(W, Kron) and isinstance(M, Identity):
@@ -277,8 +287,49 @@ def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
     return unit * _diag(W, _covariance(W, A))
 
 
+def _marginal_terms(W):
+    """For a weighted union of marginals, [(weight², attribute subset)] and the domain; else None."""
+    blocks = W.blocks if isinstance(W, VStack) else [W]
+    weights = W.weights if isinstance(W, VStack) else [1.0]
+    terms, domain = [], None
+    for w, b in zip(weights, blocks):
+        if not isinstance(b, Kron) or not all(isinstance(f, Intervals) for f in b.factors):
+            return None
+        dom = tuple(f.n for f in b.factors)
+        if domain not in (None, dom):
+            return None
+        domain, subset = dom, []
+        for i, f in enumerate(b.factors):
+            lo, hi = f.bounds()
+            if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
+                subset.append(i)
+            elif not (f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1):
+                return None
+        terms.append((float(w) ** 2, frozenset(subset)))
+    return terms, domain
+
+
+def marginal_spectrum(terms, domain):
+    """Eigenvalues of G = Σ_S w_S² ⊗ᵢ (I if i ∈ S else 11ᵀ) with their multiplicities.
+
+    In the basis that is constant or mean-zero per attribute, the eigenvector class T
+    (mean-zero on the attributes in T) has λ_T = Σ_{S ⊇ T} w_S² Πᵢ∉S dᵢ and multiplicity
+    Πᵢ∈T (dᵢ − 1).
+    """
+    k = len(domain)
+    out = []
+    for mask in range(1 << k):
+        t = frozenset(i for i in range(k) if mask >> i & 1)
+        lam = sum(w2 * math.prod(d for i, d in enumerate(domain) if i not in s) for w2, s in terms if t <= s)
+        out.append((t, lam, math.prod(domain[i] - 1 for i in t)))
+    return out
+
+
 def _singular_value_sum(W):
     """Σ σᵢ(W) (the nuclear norm), factor by factor for Kronecker products."""
+    marg = _marginal_terms(W) if isinstance(W, (VStack, Kron)) else None
+    if marg is not None and not isinstance(W, Kron):
+        return float(sum(mult * math.sqrt(lam) for _, lam, mult in marginal_spectrum(*marg)))
     if isinstance(W, Kron):
         return float(np.prod([_singular_value_sum(f) for f in W.factors]))
     if isinstance(W, Scaled):

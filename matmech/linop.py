@@ -29,6 +29,7 @@ __all__ = [
     "VStack",
     "RowSubset",
     "Scaled",
+    "Sum",
     "as_linop",
     "check_size",
     "DEFAULT_MAX_ENTRIES",
@@ -435,7 +436,7 @@ class VStack(LinOp):
         return sum(w * b.rmatmat(y[o[i] : o[i + 1]]) for i, (w, b) in enumerate(zip(self.weights, self.blocks)))
 
     def gram(self):
-        return _Sum([Scaled(b.gram(), w**2) for w, b in zip(self.weights, self.blocks)])
+        return Sum([Scaled(b.gram(), w**2) for w, b in zip(self.weights, self.blocks)])
 
     def col_norms(self, p=1):
         _check_p(p)
@@ -455,11 +456,16 @@ class VStack(LinOp):
         return np.vstack([w * b._dense() for w, b in zip(self.weights, self.blocks)])
 
 
-class _Sum(LinOp):
-    """Σ Aᵢ of equally shaped operators (used for grams of stacks)."""
+class Sum(LinOp):
+    """Σ Aᵢ of equally shaped operators (grams of stacks, structured covariances)."""
 
     def __init__(self, terms):
-        self.terms = tuple(terms)
+        self.terms = tuple(as_linop(t) for t in terms)
+        if not self.terms:
+            raise ValueError("Sum needs at least one term")
+        for t in self.terms:
+            if t.shape != self.terms[0].shape:
+                raise ValueError(f"shape mismatch: cannot add operators of shapes {self.terms[0].shape} and {t.shape}")
         self.shape = self.terms[0].shape
 
     def _matmat(self, x):
