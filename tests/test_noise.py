@@ -1,0 +1,445 @@
+"""Tests for matmech.noise: exact discrete samplers against exact pmfs (chi-square)."""
+
+import ast
+import math
+import pathlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from matmech import noise
+from matmech.noise import (
+    RandomSource,
+    check_rng,
+    discrete_gaussian,
+    discrete_gaussian_variance,
+    discrete_laplace,
+    discrete_laplace_variance,
+    gaussian,
+    grid_for,
+    laplace,
+    snap,
+    snap_sensitivity,
+    uniform,
+)
+
+N = 100_000
+
+
+# ---------------------------------------------------------------- exact pmfs (second method)
+
+
+def laplace_pmf(scale, ks):
+    """P[k] = (1-p)/(1+p) p^|k|, p = exp(-1/scale), computed independently of the sampler."""
+    p = math.exp(-1.0 / float(scale))
+    return (1 - p) / (1 + p) * np.power(p, np.abs(ks).astype(float))
+
+
+def gaussian_pmf(sigma, ks):
+    s2 = float(sigma) ** 2
+    kmax = int(40 * float(sigma)) + 10
+    z = np.exp(-np.arange(-kmax, kmax + 1, dtype=float) ** 2 / (2 * s2)).sum()
+    return np.exp(-ks.astype(float) ** 2 / (2 * s2)) / z
+
+
+def chisquare_pvalue(samples, pmf, span, bins=60):
+    """Chi-square p-value of integer samples against pmf on [-span, span] (tails pooled),
+    consecutive integers grouped into bins of roughly equal expected count."""
+    ks = np.arange(-span, span + 1)
+    probs = pmf(ks)
+    tail = max(0.0, (1.0 - probs.sum()) / 2)
+    cdf = tail + np.cumsum(probs)  # P[X <= k]
+    n = samples.size
+    for target in (max(20.0 / n, 1.0 / bins), 20.0 / n):
+        edges, last = [], 0.0
+        for k, c in zip(ks, cdf):
+            if c - last >= target and 1.0 - c >= target:
+                edges.append(k)
+                last = c
+        if len(edges) >= 2:
+            break
+    edges = np.array(edges)
+    expected = np.diff(np.concatenate([[0.0], cdf[np.searchsorted(ks, edges)], [1.0]])) * n
+    observed = np.bincount(np.searchsorted(edges, samples, side="left"), minlength=edges.size + 1)
+    return stats.chisquare(observed, expected).pvalue
+
+
+# ---------------------------------------------------------------- goodness of fit
+
+
+LAPLACE_SCALES = [1, 0.7, 3.25, 10, Fraction(10, 3), 1000, 2**16]
+
+
+@pytest.mark.parametrize("scale", LAPLACE_SCALES, ids=str)
+def test_discrete_laplace_matches_exact_pmf(scale):
+    x = discrete_laplace(scale, N, rng=np.random.default_rng(11))
+    assert x.dtype == np.int64 and x.shape == (N,)
+    span = int(20 * float(scale)) + 5
+    assert chisquare_pvalue(x, lambda k: laplace_pmf(scale, k), span) > 1e-4
+
+
+GAUSS_SIGMAS = [0.3, 0.5, 0.7, 1, 3.25, 10, 1000, 2**16]
+
+
+@pytest.mark.parametrize("sigma", GAUSS_SIGMAS, ids=str)
+def test_discrete_gaussian_matches_exact_pmf(sigma):
+    x = discrete_gaussian(sigma, N, rng=np.random.default_rng(12))
+    assert x.dtype == np.int64 and x.shape == (N,)
+    span = int(8 * float(sigma)) + 5
+    assert chisquare_pvalue(x, lambda k: gaussian_pmf(sigma, k), span) > 1e-4
+
+
+def test_chisquare_detects_a_wrong_scale():
+    # the goodness-of-fit test has power: 5% off in scale is rejected decisively
+    x = discrete_laplace(10, N, rng=np.random.default_rng(13))
+    assert chisquare_pvalue(x, lambda k: laplace_pmf(10.5, k), 205) < 1e-6
+    g = discrete_gaussian(10, N, rng=np.random.default_rng(13))
+    assert chisquare_pvalue(g, lambda k: gaussian_pmf(10.5, k), 85) < 1e-6
+
+
+def test_gaussian_and_laplace_are_distinguishable():
+    g = discrete_gaussian(3.25, N, rng=np.random.default_rng(14))
+    sd_matched_laplace = 3.25 / math.sqrt(2)
+    assert chisquare_pvalue(g, lambda k: laplace_pmf(sd_matched_laplace, k), 60) < 1e-6
+
+
+def test_secure_source_loose_moments():
+    x = discrete_laplace(10, 200_000)  # rng=None: os.urandom
+    var = discrete_laplace_variance(10)
+    assert abs(x.mean()) < 5 * math.sqrt(var / x.size)
+    assert abs(x.var() / var - 1) < 0.05
+    g = discrete_gaussian(10, 200_000)
+    assert abs(g.mean()) < 5 * math.sqrt(100 / g.size)
+    assert abs(g.var() / 100 - 1) < 0.05
+
+
+# ---------------------------------------------------------------- variances
+
+
+@pytest.mark.parametrize("scale", [0.3, 1, 3.25, 10, 250])
+def test_discrete_laplace_variance_closed_form_vs_series(scale):
+    k = np.arange(-60 * 250, 60 * 250 + 1)
+    series = float(np.sum(k.astype(float) ** 2 * laplace_pmf(scale, k)))
+    assert discrete_laplace_variance(scale) == pytest.approx(series, rel=1e-9)
+
+
+@pytest.mark.parametrize("sigma", [1.0, 1.5, 2.5, 4.0, 7.9])
+def test_discrete_gaussian_variance_direct_vs_dual_series(sigma):
+    direct = discrete_gaussian_variance(sigma)  # direct sum below sigma = 8
+    dual = noise._dual_gaussian_variance(sigma**2)
+    assert direct == pytest.approx(dual, rel=1e-12)
+
+
+def test_discrete_gaussian_variance_values():
+    # small sigma: variance well below sigma^2; large sigma: sigma^2 to float precision
+    k = np.arange(-50, 51)
+    p = noise._gauss_params(0.4)  # sigma^2 = 0.16 rounded up to a multiple of 2**-25
+    assert abs(Fraction(p.a, p.b) - Fraction(0.4) ** 2) <= Fraction(1, 2**25)
+    pmf = gaussian_pmf(math.sqrt(p.a / p.b), k)
+    assert discrete_gaussian_variance(0.4) == pytest.approx(float(np.sum(k**2 * pmf)), rel=1e-12)
+    assert discrete_gaussian_variance(0.4) == pytest.approx(
+        float(np.sum(k**2 * gaussian_pmf(0.4, k))), rel=1e-5)
+    assert discrete_gaussian_variance(0.4) < 0.4**2 * 0.9
+    assert discrete_gaussian_variance(1000) == pytest.approx(1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [0.7, 10, 1000])
+def test_empirical_variance_matches_formulas(scale):
+    x = discrete_laplace(scale, 200_000, rng=np.random.default_rng(21))
+    assert x.var() == pytest.approx(discrete_laplace_variance(scale), rel=0.03)
+    g = discrete_gaussian(scale, 200_000, rng=np.random.default_rng(22))
+    assert g.var() == pytest.approx(discrete_gaussian_variance(scale), rel=0.02)
+
+
+# ---------------------------------------------------------------- exact building blocks
+
+
+def _freq_ok(hits, n, p):
+    return abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n) + 1e-12
+
+
+@pytest.mark.parametrize(
+    "den", [1, 3, 10, 2**16, 2**40 + 1, 2**62 + 1], ids=lambda d: f"den={d}"
+)
+def test_bernoulli_exp_unit_exact_frequencies(den):
+    # gamma in [0, 1]; den = 2**62 + 1 exercises the split Bernoulli(num/den)*Bernoulli(1/k)
+    src = check_rng(np.random.default_rng(31))
+    n = 40_000
+    for num in {0, den // 3, den // 2, den}:
+        hits = noise._bern_exp_unit(np.full(n, num, dtype=np.int64), den, src).sum()
+        assert _freq_ok(hits, n, math.exp(-num / den)), (num, den, hits)
+
+
+def test_bernoulli_exp_gamma_above_one():
+    src = check_rng(np.random.default_rng(32))
+    n = 60_000
+    for num, den in [(5, 2), (7, 3), (1, 1), (3, 1), (10**6 + 7, 10**6)]:
+        hits = noise._bern_exp(np.full(n, num, dtype=np.int64), den, src).sum()
+        assert _freq_ok(hits, n, math.exp(-num / den)), (num, den)
+
+
+def test_bernoulli_exp_mixed_numerators_in_one_call():
+    src = check_rng(np.random.default_rng(33))
+    num = np.repeat(np.array([0, 1, 4, 9, 25], dtype=np.int64), 30_000)
+    out = noise._bern_exp(num, 4, src)
+    for v in [0, 1, 4, 9, 25]:
+        sel = out[num == v]
+        assert _freq_ok(sel.sum(), sel.size, math.exp(-v / 4)), v
+
+
+def test_bernoulli_exp_minus_one_and_continuation():
+    src = check_rng(np.random.default_rng(34))
+    assert _freq_ok(noise._bern_exp_minus_one(100_000, src).sum(), 100_000, math.exp(-1))
+    # Alg. 1 with gamma = 1 continued from step 3: P[K odd | K >= 3] = 2/e
+    hits = noise._bern_exp_from(np.ones(20_000, dtype=np.int64), 1, 3, src).sum()
+    assert _freq_ok(hits, 20_000, 2 * math.exp(-1))
+
+
+def test_bernoulli_exp_scalar_big_integers():
+    src = check_rng(np.random.default_rng(35))
+    den = 3 * 10**40
+    num = 10 * 10**40 + 12345  # gamma ~ 3.33, far beyond int64
+    n = 20_000
+    hits = sum(noise._bern_exp_scalar(num, den, src) for _ in range(n))
+    assert _freq_ok(hits, n, math.exp(-num / den))
+
+
+def test_gaussian_acceptance_overflow_fallback():
+    p = noise._gauss_params(10)
+    src = check_rng(np.random.default_rng(36))
+    ay = np.array([p.Q, p.y_safe + 1, 2**62], dtype=np.int64)  # gamma = 0, huge, huger
+    assert noise._gauss_accept(ay, p, src).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("d", [3, 7, 10, 1000, 2**32 - 1, 3 * 2**30, 2**20, 3 * 2**40, 3 * 2**61])
+def test_integers_uniform(d):
+    # 3*2**30 rejects 25% of 32-bit words and 3*2**61 12.5% of 64-bit words: the redraw paths
+    src = check_rng(np.random.default_rng(37))
+    x = src.integers(d, 60_000)
+    assert x.dtype == np.int64 and x.min() >= 0 and x.max() < d
+    bins = min(d, 30)
+    counts = np.bincount((x.astype(object) * bins // d).astype(np.int64), minlength=bins)
+    expected = np.array([((i + 1) * d + bins - 1) // bins - (i * d + bins - 1) // bins
+                         for i in range(bins)], dtype=float) / d * x.size
+    assert stats.chisquare(counts, expected).pvalue > 1e-4
+    if d % 8 == 0:  # low bits uniform too
+        assert stats.chisquare(np.bincount(x % 8, minlength=8)).pvalue > 1e-4
+
+
+def test_randbelow_big_range():
+    src = check_rng(np.random.default_rng(38))
+    d = 3 * 2**100
+    xs = [src.randbelow(d) for _ in range(6000)]
+    assert all(0 <= x < d for x in xs)
+    counts = np.bincount([x * 3 // d for x in xs], minlength=3)
+    assert stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_bits_fair():
+    src = check_rng(np.random.default_rng(39))
+    b = src.bits(100_001)
+    assert b.dtype == bool and b.size == 100_001
+    assert _freq_ok(b.sum(), b.size, 0.5)
+
+
+# ---------------------------------------------------------------- parameters and rounding
+
+
+def test_scale_rounding_is_upward_and_tiny():
+    f = noise._laplace_fraction(0.7)
+    assert f >= Fraction(0.7) and f.numerator <= 2**32
+    assert (f - Fraction(0.7)) / Fraction(0.7) < Fraction(1, 2**31)
+    assert noise._laplace_fraction(10) == 10 and noise._laplace_fraction(3.25) == Fraction(13, 4)
+    for sigma in [0.7, 3.7, 1000.3, 2**16 + 0.25, 2**24 - 0.5]:
+        p = noise._gauss_params(sigma)
+        exact = Fraction(sigma) ** 2
+        assert Fraction(p.a, p.b) >= exact
+        assert (Fraction(p.a, p.b) - exact) / exact < Fraction(1, 2**23)
+
+
+def test_large_scales_need_a_grid():
+    with pytest.raises(ValueError, match=r"2\*\*48"):
+        discrete_laplace(2.0**49, 3, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"2\*\*24"):
+        discrete_gaussian(2.0**25, 3, rng=np.random.default_rng(0))
+    x = laplace(1e20, 1000, grid=grid_for(1e20), rng=np.random.default_rng(0))
+    assert 0.5e20 < np.abs(x).mean() < 2e20
+    with pytest.raises(ValueError, match="grid"):
+        gaussian(1e20, 3, grid=1.0, rng=np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- grid helpers
+
+
+def test_laplace_and_gaussian_on_grid():
+    grid = 2.0**-4
+    x = laplace(3.0, 50_000, grid=grid, rng=np.random.default_rng(41))
+    assert x.dtype == np.float64
+    assert np.array_equal(x / grid, np.round(x / grid))
+    # same stream as the integer sampler at scale/grid
+    k = discrete_laplace(48, 50_000, rng=np.random.default_rng(41))
+    assert np.array_equal(x, k * grid)
+    g = gaussian(3.0, 50_000, grid=grid, rng=np.random.default_rng(42))
+    assert np.array_equal(g, discrete_gaussian(48, 50_000, rng=np.random.default_rng(42)) * grid)
+    assert g.var() == pytest.approx(9.0, rel=0.03)
+
+
+def test_grid_for():
+    assert grid_for(1.0) == 2.0**-16
+    assert grid_for(3.0) == 2.0**-15
+    assert grid_for(2**16) == 1.0
+    assert grid_for(65535.99) == 0.5
+    for s in [1e-3, 0.1, 7.3, 1e6, 1e30]:
+        g = grid_for(s)
+        assert math.frexp(g)[0] == 0.5
+        assert g <= s * 2**-16 < 2 * g
+
+
+def test_snap_and_sensitivity_rule():
+    assert snap([0.3, 1.26, -0.74, 0.25], 0.5).tolist() == [0.5, 1.5, -0.5, 0.0]
+    with pytest.raises(ValueError, match="finite"):
+        snap([1.0, np.nan], 0.5)
+    with pytest.raises(ValueError, match="power of two"):
+        snap([1.0], 0.3)
+    # brute-force the documented rule: c coordinates differ by total L1 <= delta
+    rng = np.random.default_rng(43)
+    grid, c, delta = 0.25, 3, 1.0
+    worst_l1 = worst_l2 = 0.0
+    for _ in range(2000):
+        x = rng.uniform(-10, 10, size=8)
+        d = np.zeros(8)
+        d[:c] = rng.dirichlet(np.ones(c)) * delta * rng.choice([-1, 1], size=c)
+        diff = snap(x + d, grid) - snap(x, grid)
+        worst_l1 = max(worst_l1, np.abs(diff).sum())
+        worst_l2 = max(worst_l2, np.linalg.norm(diff) - np.linalg.norm(d))
+    assert worst_l1 <= snap_sensitivity(delta, grid, coords=c, norm="l1")
+    assert worst_l1 > delta  # snapping really can increase the sensitivity
+    assert worst_l2 <= snap_sensitivity(0.0, grid, coords=c, norm="l2")
+    assert snap_sensitivity(1.0, 0.25, coords=4, norm="l2") == 1.5
+    with pytest.raises(ValueError, match="norm"):
+        snap_sensitivity(1.0, 0.25, norm="linf")
+
+
+def test_uniform_open_interval():
+    u = uniform(200_000, rng=np.random.default_rng(44))
+    assert u.dtype == np.float64 and u.min() > 0 and u.max() < 1
+    assert np.array_equal(u * 2**53, np.round(u * 2**53))
+    assert stats.kstest(u, "uniform").pvalue > 1e-4
+    s = uniform((3, 4))
+    assert s.shape == (3, 4) and np.all((s > 0) & (s < 1))
+
+
+# ---------------------------------------------------------------- rng handling
+
+
+def test_same_seed_same_samples():
+    for f, arg in [(discrete_laplace, 3.25), (discrete_gaussian, 0.7)]:
+        a = f(arg, 1000, rng=np.random.default_rng(5))
+        b = f(arg, 1000, rng=np.random.default_rng(5))
+        c = f(arg, 1000, rng=np.random.default_rng(6))
+        assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert np.array_equal(uniform(10, rng=np.random.default_rng(5)),
+                          uniform(10, rng=np.random.default_rng(5)))
+
+
+def test_check_rng():
+    secure = check_rng(None)
+    assert isinstance(secure, RandomSource) and secure.secure
+    assert check_rng(secure) is secure
+    seeded = check_rng(np.random.default_rng(1))
+    assert not seeded.secure
+    # a checked source can be passed on and keeps its stream
+    src = check_rng(np.random.default_rng(9))
+    a = np.concatenate([discrete_laplace(5, 10, rng=src), discrete_laplace(5, 10, rng=src)])
+    src2 = check_rng(np.random.default_rng(9))
+    b = np.concatenate([discrete_laplace(5, 10, rng=src2), discrete_laplace(5, 10, rng=src2)])
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [42, "seed", np.random.RandomState(0), 1.5])
+def test_bad_rng_raises_type_error_naming_type(bad):
+    with pytest.raises(TypeError, match=type(bad).__name__):
+        discrete_laplace(1.0, 3, rng=bad)
+    with pytest.raises(TypeError, match=type(bad).__name__):
+        uniform(3, rng=bad)
+
+
+@pytest.mark.parametrize("func", [discrete_laplace, discrete_gaussian])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), -float("inf")])
+def test_bad_scale_raises_value_error_with_value(func, bad):
+    with pytest.raises(ValueError, match="positive finite") as err:
+        func(bad, 3, rng=np.random.default_rng(0))
+    assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["1", True, None, [1.0]])
+def test_bad_scale_type(bad):
+    with pytest.raises(TypeError, match="real number"):
+        discrete_laplace(bad, 3, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("grid", [3, 0.3, 0.0, -0.5, float("nan"), float("inf")])
+def test_grid_must_be_power_of_two(grid):
+    with pytest.raises(ValueError, match="power of two") as err:
+        laplace(1.0, 3, grid=grid, rng=np.random.default_rng(0))
+    assert repr(grid) in str(err.value)
+    with pytest.raises(ValueError, match="power of two"):
+        gaussian(1.0, 3, grid=grid, rng=np.random.default_rng(0))
+
+
+def test_bad_size():
+    with pytest.raises(ValueError, match="-1"):
+        discrete_laplace(1.0, -1)
+    with pytest.raises(TypeError, match="size"):
+        discrete_laplace(1.0, 2.5)
+    assert discrete_laplace(1.0, 0).shape == (0,)
+    assert discrete_gaussian(1.0, (2, 3), rng=np.random.default_rng(0)).shape == (2, 3)
+
+
+# ---------------------------------------------------------------- no insecure sampling in the library
+
+
+FORBIDDEN_METHODS = {"laplace", "normal"}
+
+
+def _insecure_calls(tree):
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        seeded = bool(node.args or node.keywords)
+        if isinstance(f, ast.Attribute):
+            global_numpy = ast.unparse(f.value) in {"np.random", "numpy.random"} and f.attr not in {
+                "default_rng", "Generator", "SeedSequence", "PCG64"
+            }  # np.random.rand, np.random.seed, ...: the hidden global generator
+            if (f.attr in FORBIDDEN_METHODS or global_numpy
+                    or (f.attr == "default_rng" and seeded)):
+                bad.append((node.lineno, ast.unparse(node)))
+        elif isinstance(f, ast.Name) and f.id == "default_rng" and seeded:
+            bad.append((node.lineno, ast.unparse(node)))
+    return bad
+
+
+def test_library_has_no_insecure_or_seeded_sampling():
+    root = pathlib.Path(noise.__file__).parent
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        hits = _insecure_calls(ast.parse(path.read_text(), filename=str(path)))
+        if hits:
+            found[path.name] = hits
+    assert not found, f"insecure or seeded sampling in library code: {found}"
+
+
+def test_insecure_call_detector_finds_offences():
+    src = (
+        "import numpy as np\n"
+        "a = np.random.laplace(0, 1)\n"
+        "b = rng.normal(size=3)\n"
+        "c = np.random.default_rng(0)\n"
+        "d = np.random.rand(3)\n"
+        "e = np.random.default_rng()\n"
+    )
+    assert [line for line, _ in _insecure_calls(ast.parse(src))] == [2, 3, 4, 5]
