@@ -1,0 +1,221 @@
+"""Privacy budget accounting: exact sequential composition, advanced composition.
+
+Sequential composition (Dwork & Roth 2014, Thm. 3.16): running (εᵢ, δᵢ)-DP mechanisms on
+the same data is (Σεᵢ, Σδᵢ)-DP. :class:`PrivacyBudget` keeps these sums exactly: each
+amount is the ``Fraction`` of the float's shortest decimal repr, so spending 0.1 and 0.2
+of a 0.3 budget is allowed, and anything more is refused, with no float drift.
+
+Advanced composition (Dwork, Rothblum, Vadhan, FOCS 2010, Thm. 3.3): k adaptively chosen
+(ε, δ)-DP mechanisms are together (ε′, kδ + δ′)-DP for
+ε′ = ε·sqrt(2k·ln(1/δ′)) + k·ε·(e^ε − 1).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import NamedTuple
+
+__all__ = [
+    "PrivacyBudget",
+    "BudgetExceededError",
+    "LedgerEntry",
+    "ApproxDP",
+    "advanced_composition",
+    "per_step_eps",
+]
+
+
+class BudgetExceededError(ValueError):
+    """A spend would exceed the privacy budget; nothing was recorded."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded spend: what it was for and its (ε, δ)."""
+
+    what: str
+    eps: float
+    delta: float
+
+
+class ApproxDP(NamedTuple):
+    """An (ε, δ)-DP guarantee."""
+
+    eps: float
+    delta: float
+
+
+# ------------------------------------------------------------------------- validation
+
+
+def _real(x, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}: {x!r}")
+    return float(x)
+
+
+def _check_eps(eps, *, positive: bool) -> float:
+    e = _real(eps, "eps")
+    if not math.isfinite(e) or e < 0 or (positive and e == 0):
+        kind = "positive" if positive else "non-negative"
+        raise ValueError(f"eps must be a {kind} finite number, got {eps!r}")
+    return e
+
+
+def _check_delta(delta, name: str = "delta") -> float:
+    d = _real(delta, name)
+    if not 0 <= d < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
+    return d
+
+
+def _exact(x) -> Fraction:
+    """The exact value a caller meant: a Fraction or integer as is, a float via its
+    shortest decimal repr (so 0.1 means 1/10)."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, numbers.Integral):
+        return Fraction(int(x))
+    return Fraction(repr(float(x)))
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an integer >= 1, got {type(k).__name__}: {k!r}")
+    if k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def _check_slack(delta_slack) -> float:
+    d = _real(delta_slack, "delta_slack")
+    if not 0 < d < 1:
+        raise ValueError(f"delta_slack must be in (0, 1), got {delta_slack!r}")
+    return d
+
+
+# ------------------------------------------------------------------------- the budget
+
+
+class PrivacyBudget:
+    """A total (ε, δ) spent by sequential composition, with an exact ledger.
+
+    Call :meth:`spend` BEFORE drawing noise: it either records the spend or raises
+    :class:`BudgetExceededError` and changes nothing. Thread-safe.
+    """
+
+    def __init__(self, eps, delta=0.0):
+        _check_eps(eps, positive=True)
+        _check_delta(delta)
+        self._total = (_exact(eps), _exact(delta))
+        self._spent = (Fraction(0), Fraction(0))
+        self._ledger: list[LedgerEntry] = []
+        self._lock = threading.Lock()
+
+    def _validate(self, eps, delta) -> tuple[Fraction, Fraction]:
+        _check_eps(eps, positive=False)
+        _check_delta(delta)
+        return _exact(eps), _exact(delta)
+
+    def _fits(self, e: Fraction, d: Fraction) -> bool:
+        return self._spent[0] + e <= self._total[0] and self._spent[1] + d <= self._total[1]
+
+    def can_spend(self, eps, delta=0.0) -> bool:
+        """Whether (eps, delta) fits in what is left (records nothing)."""
+        e, d = self._validate(eps, delta)
+        with self._lock:
+            return self._fits(e, d)
+
+    def spend(self, eps, delta=0.0, *, what: str = "") -> LedgerEntry:
+        """Record a spend of (eps, delta) for ``what``; raise BudgetExceededError, leaving
+        the budget unchanged, if it does not fit."""
+        if not isinstance(what, str):
+            raise TypeError(f"what must be a str, got {type(what).__name__}: {what!r}")
+        e, d = self._validate(eps, delta)
+        with self._lock:
+            if not self._fits(e, d):
+                rem = self._remaining()
+                label = f" for {what!r}" if what else ""
+                raise BudgetExceededError(
+                    f"cannot spend (eps={float(eps)!r}, delta={float(delta)!r}){label}: "
+                    f"only (eps={rem[0]!r}, delta={rem[1]!r}) remains of "
+                    f"(eps={float(self._total[0])!r}, delta={float(self._total[1])!r})"
+                )
+            self._spent = (self._spent[0] + e, self._spent[1] + d)
+            entry = LedgerEntry(what, float(eps), float(delta))
+            self._ledger.append(entry)
+            return entry
+
+    def _remaining(self) -> tuple[float, float]:
+        return (float(self._total[0] - self._spent[0]), float(self._total[1] - self._spent[1]))
+
+    @property
+    def total(self) -> tuple[float, float]:
+        """(eps, delta) of the whole budget."""
+        return (float(self._total[0]), float(self._total[1]))
+
+    @property
+    def spent(self) -> tuple[float, float]:
+        """(eps, delta) spent so far (exact sums, rounded once to float)."""
+        with self._lock:
+            return (float(self._spent[0]), float(self._spent[1]))
+
+    @property
+    def remaining(self) -> tuple[float, float]:
+        """(eps, delta) still available."""
+        with self._lock:
+            return self._remaining()
+
+    @property
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """Every recorded spend, in order."""
+        with self._lock:
+            return tuple(self._ledger)
+
+    def __repr__(self) -> str:
+        s, t = self.spent, self.total
+        return (f"PrivacyBudget(spent=(eps={s[0]!r}, delta={s[1]!r}) of "
+                f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self._ledger)} spends)")
+
+
+# ------------------------------------------------------------------------- advanced composition
+
+
+def advanced_composition(eps, delta, k, *, delta_slack) -> ApproxDP:
+    """(ε′, kδ + δ′) for k-fold adaptive composition of (ε, δ)-DP mechanisms
+    (Dwork, Rothblum, Vadhan 2010, Thm. 3.3): ε′ = ε·sqrt(2k ln(1/δ′)) + kε(e^ε − 1),
+    with δ′ = ``delta_slack``."""
+    e = _check_eps(eps, positive=False)
+    d = _check_delta(delta)
+    k = _check_k(k)
+    slack = _check_slack(delta_slack)
+    eps_total = e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * math.expm1(e)
+    return ApproxDP(eps_total, k * d + slack)
+
+
+def per_step_eps(eps_total, k, *, delta_slack) -> float:
+    """The largest per-step ε whose k-fold advanced composition (with δ′ = ``delta_slack``)
+    has total ε′ <= ``eps_total`` (bisection to float precision). For small k basic
+    composition, ``eps_total / k``, can be larger: compare both."""
+    target = _check_eps(eps_total, positive=True)
+    k = _check_k(k)
+    slack = _check_slack(delta_slack)
+
+    def total(e):
+        return e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * math.expm1(e)
+
+    lo, hi = 0.0, target
+    while total(hi) <= target:  # possible when 2k ln(1/δ′) < 1
+        lo, hi = hi, 2.0 * hi
+    while True:
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            return lo
+        if total(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
