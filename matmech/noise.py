@@ -25,7 +25,12 @@ Randomness: every sampler takes ``rng``. ``None`` (the default) reads the operat
 system's CSPRNG (``os.urandom``) and is the only secure choice; a fresh source is made per
 call, so forked processes never share buffered bytes. A ``numpy.random.Generator`` gives
 reproducible experiments and is NOT cryptographically secure. A source returned by
-:func:`check_rng` may be passed on and is used as is.
+:func:`check_rng` may be passed on and is used as is; it is thread-safe and discards its
+buffered bytes after a fork.
+
+Not covered: the running time of rejection sampling depends on the noise drawn (CKS
+discuss such timing channels); batching many samples per call blurs but does not
+remove it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import functools
 import math
 import numbers
 import os
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -80,12 +86,14 @@ class RandomSource:
     words come from the operating system's CSPRNG.
     """
 
-    __slots__ = ("_buf", "_pos")
+    __slots__ = ("_buf", "_pos", "_pid", "_lock")
     secure = False
 
     def __init__(self) -> None:
         self._buf = np.empty(0, dtype=np.uint64)
         self._pos = 0
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     def _generate(self, n: int) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -95,11 +103,13 @@ class RandomSource:
         """``n`` independent uniform 64-bit words (a read-only uint64 array)."""
         if n >= _CHUNK_WORDS:
             return self._generate(n)
-        if self._pos + n > self._buf.size:
-            self._buf = self._generate(_CHUNK_WORDS)
-            self._pos = 0
-        out = self._buf[self._pos:self._pos + n]
-        self._pos += n
+        with self._lock:  # two threads must never be handed the same buffered words
+            pid = os.getpid()
+            if self._pos + n > self._buf.size or pid != self._pid:  # nor two forked processes
+                self._buf = self._generate(_CHUNK_WORDS)
+                self._pos, self._pid = 0, pid
+            out = self._buf[self._pos:self._pos + n]
+            self._pos += n
         return out
 
     def words32(self, n: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 import ast
 import math
+import os
 import pathlib
 from fractions import Fraction
 
@@ -358,6 +359,24 @@ def test_check_rng():
     assert np.array_equal(a, b)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_processes_do_not_share_buffered_randomness():
+    src = check_rng(None)
+    src.words64(1)  # fills the 64 KiB buffer
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report the next words, then leave without running pytest teardown
+        try:
+            os.write(w, src.words64(4).tobytes())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = os.read(r, 32)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(child) == 32 and child != src.words64(4).tobytes()
+
+
 @pytest.mark.parametrize("bad", [42, "seed", np.random.RandomState(0), 1.5])
 def test_bad_rng_raises_type_error_naming_type(bad):
     with pytest.raises(TypeError, match=type(bad).__name__):
@@ -404,13 +423,27 @@ def test_bad_size():
 FORBIDDEN_METHODS = {"laplace", "normal"}
 
 
+def _fixed_seed(node):
+    """A seed written into the code: a literal (42, -1, (1, 2)) or a CONSTANT name.
+    Seeds derived from the caller's Generator (rng.integers(...)) are allowed."""
+    if isinstance(node, ast.Constant):
+        return node.value is not None
+    if isinstance(node, ast.UnaryOp):
+        return _fixed_seed(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_fixed_seed(e) for e in node.elts)
+    if isinstance(node, ast.Name):
+        return node.id.isupper()
+    return False
+
+
 def _insecure_calls(tree):
     bad = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
-        seeded = bool(node.args or node.keywords)
+        seeded = any(_fixed_seed(a) for a in [*node.args, *(k.value for k in node.keywords)])
         if isinstance(f, ast.Attribute):
             global_numpy = ast.unparse(f.value) in {"np.random", "numpy.random"} and f.attr not in {
                 "default_rng", "Generator", "SeedSequence", "PCG64"
@@ -441,5 +474,7 @@ def test_insecure_call_detector_finds_offences():
         "c = np.random.default_rng(0)\n"
         "d = np.random.rand(3)\n"
         "e = np.random.default_rng()\n"
+        "f = default_rng(seed=SEED)\n"
+        "g = np.random.default_rng(int(rng.integers(2**63)))\n"
     )
-    assert [line for line, _ in _insecure_calls(ast.parse(src))] == [2, 3, 4, 5]
+    assert [line for line, _ in _insecure_calls(ast.parse(src))] == [2, 3, 4, 5, 7]
