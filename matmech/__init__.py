@@ -1,1 +1,31 @@
-"""matmech: the Matrix Mechanism for linear query workloads under differential privacy."""
+"""matmech: the Matrix Mechanism for linear query workloads under differential privacy.
+
+Workloads and strategies are implicit matrices (:mod:`matmech.workloads`,
+:mod:`matmech.strategies`); everything in :mod:`matmech.error` and :mod:`matmech.compare`
+is data-independent linear algebra. Conventions: add/remove neighbours by default;
+delta = 0 is pure eps-DP (Laplace noise, L1 sensitivity); delta > 0 the Gaussian
+mechanism (L2 sensitivity). Error figures are variances in squared counts, RMSE in counts.
+"""
+
+from . import strategies, workloads
+from .compare import compare
+from .error import expected_error, lower_bound, per_query_variance, sensitivity
+from .linop import LinOp, as_linop
+from .specs import Spec, SpecError, load_spec
+
+__all__ = [
+    "workloads",
+    "strategies",
+    "LinOp",
+    "as_linop",
+    "sensitivity",
+    "expected_error",
+    "per_query_variance",
+    "lower_bound",
+    "compare",
+    "Spec",
+    "SpecError",
+    "load_spec",
+]
+
+__version__ = "0.1.0"

@@ -268,6 +268,14 @@ def expected_error(W, A, eps=1.0, delta=0.0, measure="total", *, neighbors="add_
     _check_measure(measure)
     W, A = _check_pair(W, A)
     unit = _unit_variance(A, eps, delta, neighbors)
+    if A is W and isinstance(W, Intervals):
+        # A = W (Li et al. 2010's extreme strategy): trace(G G⁺) = rank W; a square
+        # invertible W answers every query with exactly the unit variance.
+        if measure != "max":
+            total = unit * W.rank()
+            return total if measure == "total" else math.sqrt(total / W.shape[0])
+        if W.shape[0] == W.shape[1] == W.rank():
+            return unit
     M = _covariance(W, A)
     if measure == "max":
         return unit * _max(W, M)
@@ -334,6 +342,8 @@ def _singular_value_sum(W):
         return float(np.prod([_singular_value_sum(f) for f in W.factors]))
     if isinstance(W, Scaled):
         return abs(W.c) * _singular_value_sum(W.base)
+    if hasattr(W, "gram_eigenvalues"):
+        return float(np.sqrt(W.gram_eigenvalues()).sum())
     n = W.shape[1]
     if n > MAX_DENSE_N:
         raise ValueError(f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}")

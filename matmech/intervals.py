@@ -12,6 +12,8 @@ G_ij = n − max(i,j) + 1 (prefix), 1-based, and O(n) gram-vector products.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 from .linop import LinOp, _check_p, check_size
 
@@ -110,6 +112,12 @@ class Intervals(LinOp):
             np.add.at(lap, (b, a), -1.0)
         return lap
 
+    def rank(self):
+        """rank W = (n + 1) − #components of the graph with an edge (lo, hi+1) per row."""
+        lo, hi = self.bounds()
+        graph = sp.coo_matrix((np.ones(lo.size), (lo, hi + 1)), shape=(self.n + 1, self.n + 1))
+        return self.n + 1 - connected_components(graph, directed=False)[0]
+
     def block_overlaps(self, s, start=0, stop=None):
         """Per row, Σ_B |row ∩ B|² over the aligned blocks B of size s (s divides n)."""
         lo, hi = self.bounds(start, stop)
@@ -178,6 +186,14 @@ class AllRange(Intervals):
     def prefix_quadratic_sum(self, c):
         return float((self.n + 1) * np.trace(c) - c.sum())
 
+    def rank(self):
+        return self.n
+
+    def gram_eigenvalues(self):
+        """G = (n+1)·T⁻¹ with T the Dirichlet second-difference matrix: λ_k = (n+1)/(4 sin²(kπ/(2(n+1))))."""
+        k = np.arange(1, self.n + 1)
+        return (self.n + 1) / (4 * np.sin(k * np.pi / (2 * (self.n + 1))) ** 2)
+
 
 class Prefix(Intervals):
     """The n prefix queries [0, k]."""
@@ -210,6 +226,14 @@ class Prefix(Intervals):
 
     def prefix_quadratic_sum(self, c):
         return float(np.trace(c) - c[0, 0])
+
+    def rank(self):
+        return self.n
+
+    def gram_eigenvalues(self):
+        """Eigenvalues of the prefix gram: λ_k = 1/(4 sin²((2k−1)π/(2(2n+1))))."""
+        k = np.arange(1, self.n + 1)
+        return 1 / (4 * np.sin((2 * k - 1) * np.pi / (2 * (2 * self.n + 1))) ** 2)
 
 
 class IntervalGram(LinOp):

@@ -64,6 +64,7 @@ class LinOp:
 
     shape: tuple[int, int]
     dtype = np.dtype(np.float64)
+    __array_ufunc__ = None  # let ``ndarray @ LinOp`` reach __rmatmul__
 
     # -- application -------------------------------------------------------------------
     def _apply(self, x, fn, inner, outer, side):

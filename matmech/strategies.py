@@ -55,10 +55,10 @@ def _regular_tree(n, b, root):
         s *= b
     if root or n == 1:
         levels.append(n)
-    lo, hi, parent, first = [], [], [], {}
+    lo, hi, parent, first, rows = [], [], [], {}, 0
     for depth, s in enumerate(reversed(levels)):
         starts = np.arange(0, n, s)
-        first[depth] = len(lo)
+        first[depth], rows = rows, rows + starts.size
         lo.append(starts)
         hi.append(np.minimum(starts + s, n) - 1)
         if depth == 0:

@@ -1,0 +1,140 @@
+"""Compare strategies for a workload analytically (no data is touched).
+
+Each row holds the L_p sensitivity, the expected total squared error, the per-query RMSE,
+the largest per-query variance and the ratio of the total error to the SVD lower bound,
+all from the closed forms of :mod:`matmech.error`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+from . import strategies as S
+from .error import MAX_VARIANCE_ROWS, expected_error, lower_bound, sensitivity
+from .intervals import Intervals
+from .linop import Kron, LinOp, VStack
+
+__all__ = ["Row", "domain_of", "fixed_candidates", "evaluate", "compare", "format_table"]
+
+#: Branchings tried for hierarchical strategies.
+BRANCHINGS = (2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One strategy's analytic figures (variances in squared counts, RMSE in counts)."""
+
+    name: str
+    sensitivity: float
+    total: float
+    rmse: float
+    max_variance: float | None
+    ratio_to_bound: float | None
+    seconds: float
+    strategy: LinOp | None = None
+
+    def as_dict(self):
+        d = asdict(self)
+        d.pop("strategy")
+        return d
+
+
+def domain_of(W):
+    """Attribute sizes of W's domain, read from its Kronecker structure (else one attribute)."""
+    if isinstance(W, Kron):
+        return tuple(f.shape[1] for f in W.factors)
+    if isinstance(W, VStack):
+        doms = {domain_of(b) for b in W.blocks}
+        if len(doms) == 1:
+            return doms.pop()
+    return (W.shape[1],)
+
+
+def _per_attribute(domain, make):
+    return make(domain[0]) if len(domain) == 1 else S.kron(*[make(d) for d in domain])
+
+
+def fixed_candidates(W, *, branchings=BRANCHINGS):
+    """[(name, strategy)]: identity, hierarchical b (with/without root), Haar, W itself.
+
+    On a multi-attribute domain each candidate is the Kronecker product of the 1-D
+    strategy on every attribute.
+    """
+    domain = domain_of(W)
+    out = [("identity", _per_attribute(domain, S.identity))]
+    for b in branchings:
+        out.append((f"hierarchical b={b}", _per_attribute(domain, lambda d: S.hierarchical(d, b))))
+        out.append((f"hierarchical b={b}, no root", _per_attribute(domain, lambda d: S.hierarchical(d, b, root=False))))
+    out.append(("haar", _per_attribute(domain, S.haar)))
+    out.append(("workload", W))
+    return out
+
+
+def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove"):
+    """The analytic figures of strategy A on W as a :class:`Row`."""
+    t0 = time.perf_counter()
+    total = expected_error(W, A, eps, delta, neighbors=neighbors)
+    try:
+        worst = expected_error(W, A, eps, delta, measure="max", neighbors=neighbors)
+    except ValueError:
+        worst = None  # more rows than MAX_VARIANCE_ROWS and no structure to take the max through
+    sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
+    return Row(
+        name=name,
+        sensitivity=sens,
+        total=total,
+        rmse=math.sqrt(total / W.shape[0]),
+        max_variance=worst,
+        ratio_to_bound=total / bound if bound else None,
+        seconds=time.perf_counter() - t0,
+        strategy=A,
+    )
+
+
+def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
+    """Rows for every candidate strategy, best (lowest total error) first, and the skipped ones.
+
+    Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
+    cannot answer W or are too large for an exact figure.
+    """
+    candidates = fixed_candidates(W) if candidates is None else candidates
+    try:
+        bound = lower_bound(W, eps, delta, neighbors=neighbors)
+    except ValueError:
+        bound = None
+    rows, skipped = [], []
+    for name, A in candidates:
+        if name == "workload" and isinstance(W, Intervals) and W.shape[0] > MAX_VARIANCE_ROWS:
+            skipped.append((name, f"{W.shape[0]:,} rows"))
+            continue
+        try:
+            rows.append(evaluate(W, A, eps, delta, name=name, bound=bound, neighbors=neighbors))
+        except ValueError as exc:
+            skipped.append((name, str(exc)))
+    rows.sort(key=lambda r: r.total)
+    return rows, skipped
+
+
+def format_table(rows, *, bound_rmse=None):
+    """A plain-text table of comparison rows."""
+    head = ("strategy", "sensitivity", "total error", "RMSE/query", "max variance", "error/bound")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            (
+                r.name,
+                f"{r.sensitivity:.4g}",
+                f"{r.total:.4e}",
+                f"{r.rmse:.3f}",
+                "-" if r.max_variance is None else f"{r.max_variance:.4g}",
+                "-" if r.ratio_to_bound is None else f"{r.ratio_to_bound:.3f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    fmt = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+    out = [fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])]
+    if bound_rmse is not None:
+        out.append(f"SVD lower bound (Li & Miklau 2013): RMSE/query >= {bound_rmse:.3f}")
+    return "\n".join(out)

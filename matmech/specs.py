@@ -1,0 +1,160 @@
+"""Workload spec files (TOML): a declarative description of a domain and its queries.
+
+A spec names the domain (attribute sizes, cells row-major) and lists query parts; the
+workload is the weighted union of the parts. See ``workloads/README.md`` for the format.
+Every error names the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+
+from . import workloads as wl
+from .intervals import Intervals
+from .linop import LinOp
+from .strategies import hierarchical
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Spec", "SpecError", "load_spec", "parse_spec"]
+
+
+class SpecError(ValueError):
+    """A workload spec that cannot be read; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed workload spec."""
+
+    name: str
+    description: str
+    domain: tuple
+    attributes: tuple
+    workload: LinOp
+    labels: tuple | None
+    source: str
+
+
+ONE_D = {"identity": wl.identity, "total": wl.total, "prefix": wl.prefix, "all_range": wl.all_range}
+#: Interval parts with at most this many rows get "[lo, hi]" labels.
+MAX_LABELS = 1_000_000
+KINDS = (*ONE_D, "ranges", "product", "marginals", "tree")
+
+
+def _fail(source, key, expected, got):
+    raise SpecError(f"{source}: {key}: expected {expected}, got {got!r}")
+
+
+def _int_list(source, key, value):
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(source, key, "a non-empty list of integers", value)
+    return value
+
+
+def _one_d(source, key, part, n):
+    """A 1-D workload over n cells from a kind name or a table."""
+    if isinstance(part, str):
+        part = {"kind": part}
+    if not isinstance(part, dict):
+        _fail(source, key, "a kind name or a table", part)
+    kind = part.get("kind")
+    if kind in ONE_D:
+        return ONE_D[kind](n), None
+    if kind == "ranges":
+        pairs = part.get("intervals")
+        if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            _fail(source, f"{key}.intervals", "a non-empty list of [lo, hi] pairs (inclusive, 0-based)", pairs)
+        try:
+            w = wl.ranges(n, pairs)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{source}: {key}.intervals: {exc}") from None
+        labels = part.get("labels")
+        if labels is not None and (not isinstance(labels, list) or len(labels) != len(pairs)):
+            _fail(source, f"{key}.labels", f"a list of {len(pairs)} names, one per interval", labels)
+        return w, tuple(labels) if labels else tuple(f"[{a}, {b}]" for a, b in pairs)
+    if kind == "tree":
+        edges = part.get("edges")
+        if not isinstance(edges, list) or not edges or not all(isinstance(e, list) and len(e) == 2 for e in edges):
+            _fail(source, f"{key}.edges", "a non-empty list of [parent, child] pairs", edges)
+        try:
+            tree = hierarchical(nx.DiGraph([tuple(e) for e in edges]))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{source}: {key}.edges: {exc}") from None
+        if tree.n != n:
+            _fail(source, f"{key}.edges", f"a tree with {n} leaves (the domain size)", f"a tree with {tree.n} leaves")
+        return tree, tuple(str(v) for v in tree.labels)
+    _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
+
+
+def parse_spec(data, *, source="<spec>"):
+    """Build a :class:`Spec` from a parsed TOML mapping."""
+    if not isinstance(data, dict):
+        _fail(source, "(top level)", "a table", data)
+    name = data.get("name", Path(source).stem)
+    description = data.get("description", "")
+    domain = data.get("domain")
+    if isinstance(domain, int) and not isinstance(domain, bool):
+        domain = [domain]
+    domain = _int_list(source, "domain", domain)
+    if any(d <= 0 for d in domain):
+        _fail(source, "domain", "positive attribute sizes", domain)
+    attributes = data.get("attributes", [f"a{i}" for i in range(len(domain))])
+    if not isinstance(attributes, list) or len(attributes) != len(domain):
+        _fail(source, "attributes", f"a list of {len(domain)} names, one per domain attribute", attributes)
+    parts = data.get("queries")
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+        _fail(source, "queries", "a non-empty array of tables ([[queries]])", parts)
+    blocks, weights, labels = [], [], []
+    for i, part in enumerate(parts):
+        key = f"queries[{i}]"
+        kind = part.get("kind")
+        weight = part.get("weight", 1.0)
+        if not isinstance(weight, numbers.Real) or isinstance(weight, bool) or not weight > 0:
+            _fail(source, f"{key}.weight", "a positive number", weight)
+        if kind == "marginals":
+            try:
+                w = wl.marginals(tuple(domain), part.get("k"), attrs=part.get("attrs"))
+            except (TypeError, ValueError) as exc:
+                raise SpecError(f"{source}: {key}: {exc}") from None
+            lab = None
+        elif kind == "product":
+            factors = part.get("factors")
+            if not isinstance(factors, list) or len(factors) != len(domain):
+                _fail(source, f"{key}.factors", f"a list of {len(domain)} per-attribute workloads", factors)
+            built = [_one_d(source, f"{key}.factors[{j}]", f, d) for j, (f, d) in enumerate(zip(factors, domain))]
+            w, lab = wl.kron(*[b for b, _ in built]), None
+        elif kind in KINDS:
+            if len(domain) != 1:
+                _fail(source, f"{key}.kind", f"'product' or 'marginals' for a {len(domain)}-attribute domain", kind)
+            w, lab = _one_d(source, key, part, domain[0])
+        else:
+            _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
+        if lab is None and isinstance(w, Intervals) and w.shape[0] <= MAX_LABELS:
+            lab = tuple(f"[{a}, {b}]" for a, b in zip(*w.bounds()))
+        blocks.append(w)
+        weights.append(float(weight))
+        labels.append(lab)
+    workload = blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
+    all_labels = tuple(x for lab in labels for x in lab) if all(lab is not None for lab in labels) else None
+    return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source)
+
+
+def load_spec(path):
+    """Read a workload spec file (TOML)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such spec file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return parse_spec(data, source=str(path))
