@@ -7,12 +7,11 @@ all from the closed forms of :mod:`matmech.error`.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
 from . import strategies as S
-from .error import MAX_VARIANCE_ROWS, expected_error, lower_bound, sensitivity
+from .error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
 from .intervals import Intervals
 from .linop import Kron, LinOp, VStack
 
@@ -56,11 +55,22 @@ def _per_attribute(domain, make):
     return make(domain[0]) if len(domain) == 1 else S.kron(*[make(d) for d in domain])
 
 
+def _signature(A):
+    """A structural key: equal keys mean equal matrices (used to drop repeated candidates)."""
+    if isinstance(A, Kron):
+        return tuple(_signature(f) for f in A.factors)
+    if isinstance(A, Intervals):
+        lo, hi = A.bounds()
+        return (A.n, lo.tobytes(), hi.tobytes())
+    return (type(A).__name__, A.shape)
+
+
 def fixed_candidates(W, *, branchings=BRANCHINGS):
     """[(name, strategy)]: identity, hierarchical b (with/without root), Haar, W itself.
 
     On a multi-attribute domain each candidate is the Kronecker product of the 1-D
-    strategy on every attribute.
+    strategy on every attribute. Hierarchies that coincide with an earlier candidate
+    (b at least the attribute size) are left out.
     """
     domain = domain_of(W)
     out = [("identity", _per_attribute(domain, S.identity))]
@@ -68,24 +78,27 @@ def fixed_candidates(W, *, branchings=BRANCHINGS):
         out.append((f"hierarchical b={b}", _per_attribute(domain, lambda d: S.hierarchical(d, b))))
         out.append((f"hierarchical b={b}, no root", _per_attribute(domain, lambda d: S.hierarchical(d, b, root=False))))
     out.append(("haar", _per_attribute(domain, S.haar)))
-    out.append(("workload", W))
-    return out
+    leaves_only = _per_attribute(domain, lambda d: S.hierarchical(d, max(d, 2), root=False))  # = identity
+    seen, unique = {_signature(leaves_only)}, []
+    for name, A in out:
+        key = _signature(A) if name.startswith("hierarchical") else name
+        if key not in seen:
+            seen.add(key)
+            unique.append((name, A))
+    return [*unique, ("workload", W)]
 
 
 def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove"):
     """The analytic figures of strategy A on W as a :class:`Row`."""
     t0 = time.perf_counter()
-    total = expected_error(W, A, eps, delta, neighbors=neighbors)
-    try:
-        worst = expected_error(W, A, eps, delta, measure="max", neighbors=neighbors)
-    except ValueError:
-        worst = None  # more rows than MAX_VARIANCE_ROWS and no structure to take the max through
+    fig = error_figures(W, A, eps, delta, neighbors=neighbors)
+    total, worst = fig["total"], fig["max"]
     sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
     return Row(
         name=name,
         sensitivity=sens,
         total=total,
-        rmse=math.sqrt(total / W.shape[0]),
+        rmse=fig["rmse"],
         max_variance=worst,
         ratio_to_bound=total / bound if bound else None,
         seconds=time.perf_counter() - t0,

@@ -26,6 +26,7 @@ from .spectral import BlockSpectral
 __all__ = [
     "sensitivity",
     "expected_error",
+    "error_figures",
     "per_query_variance",
     "lower_bound",
     "check_privacy_params",
@@ -266,21 +267,38 @@ def expected_error(W, A, eps=1.0, delta=0.0, measure="total", *, neighbors="add_
     mechanism with L2 sensitivity. Raises ValueError if W is not supported by A.
     """
     _check_measure(measure)
+    return error_figures(W, A, eps, delta, measures=(measure,), neighbors=neighbors)[measure]
+
+
+def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add_remove"):
+    """{measure: value} for several measures from one pseudo-inverse of AᵀA.
+
+    ``"max"`` is None when W has too many rows and no structure to take the max through.
+    """
+    for m in measures:
+        _check_measure(m)
     W, A = _check_pair(W, A)
     unit = _unit_variance(A, eps, delta, neighbors)
+    out, M = {}, None
     if A is W and isinstance(W, Intervals):
         # A = W (Li et al. 2010's extreme strategy): trace(G G⁺) = rank W; a square
         # invertible W answers every query with exactly the unit variance.
-        if measure != "max":
-            total = unit * W.rank()
-            return total if measure == "total" else math.sqrt(total / W.shape[0])
+        total = unit * W.rank()
         if W.shape[0] == W.shape[1] == W.rank():
-            return unit
-    M = _covariance(W, A)
-    if measure == "max":
-        return unit * _max(W, M)
-    total = unit * _trace(W, M)
-    return total if measure == "total" else math.sqrt(total / W.shape[0])
+            out["max"] = unit
+    else:
+        M = _covariance(W, A)
+        total = unit * _trace(W, M)
+    out["total"], out["rmse"] = total, math.sqrt(total / W.shape[0])
+    if "max" in measures and "max" not in out:
+        M = _covariance(W, A) if M is None else M
+        try:
+            out["max"] = unit * _max(W, M)
+        except ValueError:
+            if measures == ("max",):
+                raise
+            out["max"] = None
+    return {m: out[m] for m in measures}
 
 
 def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
