@@ -63,6 +63,23 @@ def _cmd_compare(args):
     return 0
 
 
+def _cmd_plot(args):
+    from .plot import plot_rows, require_matplotlib
+
+    require_matplotlib()
+    spec = load_spec(args.spec)
+    eps, delta = check_privacy_params(args.eps, args.delta)
+    rows, _ = compare(spec.workload, eps, delta, neighbors=args.neighbors)
+    try:
+        bound = lower_bound(spec.workload, eps, delta, measure="rmse", neighbors=args.neighbors)
+    except ValueError:
+        bound = None
+    fig = plot_rows(spec.workload, rows, eps=eps, delta=delta, bound_rmse=bound, title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="matmech", description="The Matrix Mechanism for linear queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +87,11 @@ def build_parser():
     p.add_argument("spec", help="a workload spec file (TOML), e.g. workloads/all_range_1024.toml")
     _privacy_args(p)
     p.set_defaults(func=_cmd_compare)
+    p = sub.add_parser("plot", help="plot per-query error of the strategies for a workload spec (needs matplotlib)")
+    p.add_argument("spec", help="a workload spec file (TOML)")
+    p.add_argument("--out", required=True, help="the image file to write, e.g. error.png")
+    _privacy_args(p)
+    p.set_defaults(func=_cmd_plot)
     return parser
 
 
@@ -78,7 +100,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"matmech: error: {msg}", file=sys.stderr)
         return 2

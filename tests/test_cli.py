@@ -41,3 +41,12 @@ def test_cli_errors_are_one_line(root, tmp_path):
         out = run(*args)
         assert out.returncode == 2
         assert out.stderr.count("\n") == 1 and text in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plot_writes_png(root, tmp_path):
+    out_file = tmp_path / "err.png"
+    out = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(out_file))
+    assert out.returncode == 0, out.stderr
+    assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_file.stat().st_size > 10_000
+    bad = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(tmp_path / "no/such/dir/x.png"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
