@@ -8,6 +8,8 @@ mechanism (L2 sensitivity). Error figures are variances in squared counts, RMSE 
 """
 
 from . import strategies, workloads
+from .budget import BudgetExceededError, PrivacyBudget, advanced_composition
+from .calibration import gaussian_sigma
 from .compare import compare
 from .error import expected_error, lower_bound, per_query_variance, sensitivity
 from .linop import LinOp, as_linop
@@ -23,6 +25,10 @@ __all__ = [
     "per_query_variance",
     "lower_bound",
     "compare",
+    "PrivacyBudget",
+    "BudgetExceededError",
+    "advanced_composition",
+    "gaussian_sigma",
     "Spec",
     "SpecError",
     "load_spec",
