@@ -1,0 +1,204 @@
+"""From records to the histogram x that every measurement reads.
+
+A domain is a tuple of attribute sizes; a record with attribute codes (c₁, …, c_d) falls
+in cell ``((c₁·n₂ + c₂)·n₃ + …)·n_d + c_d``: row-major, the last attribute varying
+fastest, the cell order of :class:`matmech.linop.Kron` and of
+:func:`matmech.workloads.marginals`.
+
+An attribute is given either as a number of categories ``n`` (values must be the integer
+codes 0 … n−1) or as increasing bin ``edges`` e₀ < … < e_n (value v falls in bin i when
+e_i ≤ v < e_{i+1}; the last bin is closed, as in ``numpy.histogram``). Nothing is clipped or
+dropped: a value outside the domain, a NaN or a non-numeric entry raises an error that says
+what was found and in which row and column.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["histogram", "cell_index"]
+
+
+def _is_pandas(obj, kind):
+    mod = type(obj).__module__
+    return mod.startswith("pandas") and type(obj).__name__ == kind
+
+
+def _where(pos, labels, column):
+    """'row 7 (index 'b') of column 'age'' — the position always, the label when it differs."""
+    text = f"row {pos}"
+    if labels is not None:
+        label = labels[pos]
+        if not (isinstance(label, numbers.Integral) and int(label) == pos):
+            text += f" (index {label!r})"
+    if column is not None:
+        text += f" of column {column!r}"
+    return text
+
+
+def _numeric(values, labels, column):
+    """A 1-D float64 copy of ``values``; TypeError naming the first non-numeric entry."""
+    arr = np.asarray(values)
+    if arr.dtype == bool:
+        return arr.astype(np.float64)
+    if np.issubdtype(arr.dtype, np.number) and not np.issubdtype(arr.dtype, np.complexfloating):
+        return arr.astype(np.float64)
+    # object, string or complex data: find the first entry that is not a real number
+    obj = arr.astype(object)
+    for i, v in enumerate(obj):
+        if v is None:
+            raise ValueError(f"missing value (None) in {_where(i, labels, column)}; drop or impute it first")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(
+                f"non-numeric value {v!r} of type {type(v).__name__} in {_where(i, labels, column)}; "
+                "encode categories as integer codes (e.g. pandas .cat.codes) first"
+            )
+    return obj.astype(np.float64)
+
+
+def _check_spec(spec, attr):
+    """('codes', n) for an integer number of categories, ('edges', e) for bin edges."""
+    if isinstance(spec, bool):
+        raise TypeError(f"attribute {attr}: expected a number of categories or bin edges, got {spec!r}")
+    if isinstance(spec, numbers.Integral):
+        if spec <= 0:
+            raise ValueError(f"attribute {attr}: the number of categories must be positive, got {spec}")
+        return "codes", int(spec)
+    edges = np.asarray(spec)
+    if edges.ndim != 1 or edges.size < 2 or not np.issubdtype(edges.dtype, np.number):
+        raise TypeError(
+            f"attribute {attr}: expected a number of categories (int) or at least two numeric bin edges, got {spec!r}"
+        )
+    edges = edges.astype(np.float64)
+    if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"attribute {attr}: bin edges must be finite and strictly increasing, got {edges.tolist()}")
+    return "edges", edges
+
+
+def _codes(values, spec, labels, column):
+    """Integer codes in [0, size) for one attribute, or an error naming the first bad row."""
+    if _is_pandas(values, "Series") and str(values.dtype) == "category" and spec[0] == "codes":
+        codes = np.asarray(values.cat.codes, dtype=np.int64)
+        if codes.size and codes.min() < 0:
+            i = int(np.flatnonzero(codes < 0)[0])
+            raise ValueError(f"missing value (NaN) in {_where(i, labels, column)}")
+        if codes.size and codes.max() >= spec[1]:
+            i = int(np.argmax(codes))
+            raise ValueError(
+                f"category {values.iloc[i]!r} (code {codes[i]}) in {_where(i, labels, column)} is outside the domain "
+                f"of {spec[1]} categories"
+            )
+        return codes
+    v = _numeric(values, labels, column)
+    nan = np.isnan(v)
+    if nan.any():
+        raise ValueError(f"missing value (NaN) in {_where(int(np.flatnonzero(nan)[0]), labels, column)}")
+    inf = np.isinf(v)
+    if inf.any():
+        i = int(np.flatnonzero(inf)[0])
+        raise ValueError(f"infinite value {v[i]} in {_where(i, labels, column)}")
+    kind, arg = spec
+    if kind == "codes":
+        frac = v != np.floor(v)
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise ValueError(
+                f"non-integer value {float(v[i])!r} in {_where(i, labels, column)}: with {arg} categories the values "
+                f"must be the integer codes 0..{arg - 1} (pass bin edges to bin real values)"
+            )
+        out = (v < 0) | (v >= arg)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise ValueError(f"value {v[i]:g} in {_where(i, labels, column)} is outside the domain 0..{arg - 1}")
+        return v.astype(np.int64)
+    edges = arg
+    out = (v < edges[0]) | (v > edges[-1])
+    if out.any():
+        i = int(np.flatnonzero(out)[0])
+        raise ValueError(
+            f"value {v[i]:g} in {_where(i, labels, column)} is outside the bin edges [{edges[0]:g}, {edges[-1]:g}]"
+        )
+    return np.minimum(np.searchsorted(edges, v, side="right") - 1, edges.size - 2).astype(np.int64)
+
+
+def _spec_size(spec):
+    return spec[1] if spec[0] == "codes" else spec[1].size - 1
+
+
+def _columns(data, specs):
+    """[(values, labels, name)] for each attribute of 2-D ``data``, in the order of ``specs``."""
+    if _is_pandas(data, "DataFrame"):
+        labels = list(data.index)
+        if isinstance(specs, Mapping):
+            missing = [c for c in specs if c not in data.columns]
+            if missing:
+                raise ValueError(f"column(s) {missing} not in the data frame (columns: {list(data.columns)})")
+            return [(data[c], labels, c) for c in specs], list(specs.values())
+        if len(specs) != data.shape[1]:
+            raise ValueError(
+                f"the domain has {len(specs)} attributes but the data frame has {data.shape[1]} columns "
+                f"{list(data.columns)}; select the columns or pass a mapping {{column: size}}"
+            )
+        return [(data[c], labels, c) for c in data.columns], list(specs)
+    if isinstance(specs, Mapping):
+        raise TypeError("a mapping {column: bins} domain needs a pandas DataFrame")
+    if isinstance(data, (list, tuple)):
+        cols = [(c, list(c.index) if _is_pandas(c, "Series") else None, getattr(c, "name", None) or j) for j, c in enumerate(data)]
+        lengths = {len(c[0]) for c in cols}
+        if len(lengths) > 1:
+            raise ValueError(f"the columns have different lengths {[len(c[0]) for c in cols]}")
+    else:
+        arr = np.asarray(data)
+        if arr.ndim != 2:
+            raise ValueError(f"multi-dimensional data must be 2-D (records × attributes), got shape {arr.shape}")
+        cols = [(arr[:, j], None, j) for j in range(arr.shape[1])]
+    if len(cols) != len(specs):
+        raise ValueError(f"the domain has {len(specs)} attributes but the data has {len(cols)} columns")
+    return cols, list(specs)
+
+
+def cell_index(data, bins):
+    """Row-major cell index of every record (see :func:`histogram` for the arguments)."""
+    one_d = _is_pandas(data, "Series") or (
+        not _is_pandas(data, "DataFrame") and not isinstance(data, (list, tuple)) and np.ndim(data) == 1
+    ) or (isinstance(data, (list, tuple)) and not any(np.ndim(c) >= 1 for c in data))
+    if one_d:
+        if isinstance(bins, tuple) and len(bins) == 1:  # a one-attribute domain
+            bins = bins[0]
+        labels = list(data.index) if _is_pandas(data, "Series") else None
+        name = getattr(data, "name", None) if _is_pandas(data, "Series") else None
+        spec = _check_spec(bins, 0 if name is None else repr(name))
+        return _codes(data, spec, labels, name), (_spec_size(spec),)
+    if isinstance(bins, (numbers.Integral, np.ndarray)) and not isinstance(bins, bool):
+        bins = (bins,)
+    if not isinstance(bins, (tuple, list, Mapping)) or not bins:
+        raise TypeError(f"multi-dimensional data needs a domain: a sequence or mapping of per-attribute bins, got {bins!r}")
+    cols, raw = _columns(data, bins)
+    specs = [_check_spec(s, name) for s, (_, _, name) in zip(raw, cols)]
+    sizes = tuple(_spec_size(s) for s in specs)
+    index = np.zeros(len(cols[0][0]), dtype=np.int64)
+    for (values, labels, name), spec, size in zip(cols, specs, sizes):
+        index = index * size + _codes(values, spec, labels, name)
+    return index, sizes
+
+
+def histogram(data, bins):
+    """Counts of records per cell: the vector x of the Matrix Mechanism (int64).
+
+    ``histogram(values, bins)``: ``values`` a 1-D numpy array, list or pandas Series;
+    ``bins`` the number of categories n (values are codes 0..n−1) or an array of bin edges.
+    ``histogram(columns, domain)``: ``columns`` a 2-D array (records × attributes), a list of
+    1-D columns or a pandas DataFrame; ``domain`` one entry per attribute (an int or edges),
+    or for a DataFrame a mapping ``{column: bins}`` that also selects and orders the columns.
+    Cells are row-major, the last attribute fastest (the order of :class:`~matmech.linop.Kron`).
+    Values outside the domain, NaN/None, infinities and non-numeric entries raise
+    ValueError/TypeError naming the value, row and column.
+    """
+    index, sizes = cell_index(data, bins)
+    total = int(np.prod(sizes, dtype=object))
+    if total > 2**31:
+        raise ValueError(f"the domain {sizes} has {total:,} cells; too many for a dense histogram")
+    return np.bincount(index, minlength=total).astype(np.int64)

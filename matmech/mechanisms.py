@@ -1,0 +1,425 @@
+"""Secure measurement y = A x + noise: the only step (with row selection) that reads x.
+
+The Matrix Mechanism (Li et al., PODS 2010) measures a strategy A on the histogram x with
+noise calibrated to A's sensitivity. Floating-point Laplace leaks x through its low bits
+(Mironov, CCS 2012), so every sample here is exact (:mod:`matmech.noise`, Canonne, Kamath,
+Steinke 2020):
+
+* **integer-valued A** (identity, interval trees, Haar ±1, 0/1 workloads): A x is an
+  integer vector and the noise is the discrete Laplace with scale Δ₁/ε (δ = 0) or the
+  discrete Gaussian with σ from :func:`matmech.calibration.gaussian_sigma` and Δ₂ (δ > 0),
+  on the integers. Shifting x by one record moves A x by a column of A, so the usual
+  Laplace/Gaussian argument holds exactly on the lattice ℤᵖ.
+* **real-valued A** (optimised strategies): A's entries are rounded to a power-of-two grid
+  g, giving A_g with A_g x ∈ gℤᵖ exactly in float64 for integer x; the sensitivity is that
+  of A_g itself, the noise lives on gℤ, and A_g is recorded as the measured strategy so that
+  inference and error bars use what was actually measured. g keeps about 20 bits of A's
+  largest column norm (fewer only when the sampler's range limits force a coarser grid).
+
+The privacy budget is charged after every input check and before any random draw: a
+refused spend (or a bad input) draws nothing.
+
+Randomness: ``rng=None`` (default) uses the operating system's CSPRNG. A
+``numpy.random.Generator`` makes experiments reproducible and is NOT secure: never use it
+for a real release.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import noise
+from .budget import PrivacyBudget
+from .calibration import gaussian_sigma, laplace_scale
+from .error import NEIGHBORS, check_privacy_params
+from .intervals import Intervals
+from .linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+
+__all__ = [
+    "Measurement",
+    "measure",
+    "plan_measurement",
+    "check_counts",
+    "integer_valued",
+    "RoundedDense",
+    "RoundedSparse",
+    "MAX_DENSE_ROUNDING",
+]
+
+#: Largest number of entries of a real-valued strategy without a structured rounding that
+#: is materialised to round it to the grid.
+MAX_DENSE_ROUNDING = 50_000_000
+
+_PRECISION_BITS = 20        # bits of the largest column norm kept when rounding A to a grid
+_MAX_COUNT_BITS = 32        # the grid keeps A_g x exact for up to 2**32 records
+_LAPLACE_LIMIT_BITS = 46    # scale/grid stays below 2**46 (the sampler allows 2**48)
+_GAUSS_LIMIT_BITS = 22      # sigma/grid stays below 2**22 (the sampler allows 2**24)
+_SENS_MARGIN = 1.0 + 1e-9   # covers float summation/sqrt in a non-integer sensitivity
+
+
+@dataclass(frozen=True, eq=False)
+class Measurement:
+    """A noisy measurement y = A x + z of the histogram x (Li et al., PODS 2010).
+
+    ``strategy`` is the matrix actually measured (for real-valued strategies, the rounded
+    A_g). ``noise`` is ``"discrete_laplace"`` (δ = 0) or ``"discrete_gaussian"`` (δ > 0),
+    ``scale`` its parameter in the units of y (Laplace scale b, or σ), ``std`` the exact
+    standard deviation of each noise entry, ``grid`` the lattice spacing of y (1.0 for
+    integer strategies), ``sensitivity`` the L1 (Laplace) or L2 (Gaussian) sensitivity
+    of the measured strategy under ``neighbors``. ``secure`` is False when a seeded
+    Generator supplied the randomness.
+    """
+
+    strategy: LinOp
+    y: np.ndarray
+    eps: float
+    delta: float
+    noise: str
+    scale: float
+    std: float
+    grid: float
+    sensitivity: float
+    neighbors: str = "add_remove"
+    secure: bool = True
+    rounded: bool = False
+    note: str = field(default="", repr=False)
+
+    @property
+    def variance(self):
+        """Noise variance of every entry of y (exact for the discrete distribution)."""
+        return self.std**2
+
+    @property
+    def row_std(self):
+        """Per-row noise standard deviations (all equal within one measurement)."""
+        return np.full(self.y.shape[0], self.std)
+
+    def __repr__(self):
+        p, n = self.strategy.shape
+        return (
+            f"Measurement({p}×{n} {type(self.strategy).__name__}, {self.noise} scale={self.scale:.6g}, "
+            f"std={self.std:.6g}, eps={self.eps:g}, delta={self.delta:g}, grid={self.grid:g}, secure={self.secure})"
+        )
+
+
+# -- input checks ------------------------------------------------------------------------
+
+
+def check_counts(x, n=None, *, name="x"):
+    """Return x as an int64 vector of non-negative integer counts, or raise naming the entry.
+
+    Accepts integer, boolean and integral float arrays (and pandas Series); rejects NaN,
+    infinities, negative or fractional entries and, when ``n`` is given, a wrong length.
+    """
+    if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray):
+        x = x.to_numpy()
+    arr = np.asarray(x)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must be a numeric vector of counts, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must be real counts, got complex dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(f"{name} has {arr.shape[0]} cells but the strategy/workload has {n} columns")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty")
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}[{i}] = {arr[i].item()} is not finite; counts must be finite non-negative integers")
+        frac = arr != np.floor(arr)
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise ValueError(
+                f"{name}[{i}] = {arr[i].item()!r} is not an integer; the mechanism needs counts (build x with matmech.histogram)"
+            )
+        if np.abs(arr).max() >= 2.0**62:
+            i = int(np.argmax(np.abs(arr)))
+            raise ValueError(f"{name}[{i}] = {arr[i].item()!r} is too large for a count")
+    neg = arr < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise ValueError(f"{name}[{i}] = {arr[i].item()} is negative; counts must be non-negative")
+    return arr.astype(np.int64)
+
+
+def _check_privacy(eps, delta):
+    for name, v in (("eps", eps), ("delta", delta)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(v).__name__}: {v!r}")
+    return check_privacy_params(eps, delta)
+
+
+def _check_neighbors(neighbors):
+    if neighbors not in NEIGHBORS:
+        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
+    return neighbors
+
+
+def _check_budget(budget):
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"budget must be a matmech.PrivacyBudget or None, got {type(budget).__name__}")
+    return budget
+
+
+# -- integer-valued strategies and the grid rounding of real-valued ones ------------------
+
+
+def _is_int(c):
+    return float(c) == math.floor(float(c))
+
+
+def integer_valued(A):
+    """True when every entry of A is an integer (so A x is exact on the integer lattice)."""
+    if isinstance(A, (Identity, Ones, Intervals)):
+        return True
+    if isinstance(A, (Dense, Sparse)):
+        data = A.matrix.data if isinstance(A, Sparse) else A.matrix
+        return bool(np.all(data == np.rint(data)))
+    if isinstance(A, Scaled):
+        return _is_int(A.c) and integer_valued(A.base)
+    if isinstance(A, Kron):
+        return all(integer_valued(f) for f in A.factors)
+    if isinstance(A, VStack):
+        return all(_is_int(w) for w in A.weights) and all(integer_valued(b) for b in A.blocks)
+    if isinstance(A, Sum):
+        return all(integer_valued(t) for t in A.terms)
+    if isinstance(A, RowSubset):
+        return integer_valued(A.base)
+    return False
+
+
+def _pow2_at_least(v):
+    """The smallest power of two >= v (v > 0)."""
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
+
+
+class _GramPinv:
+    """(AᵀA)⁺ for :mod:`matmech.error` through Woodbury or Cholesky (matmech.inference),
+    falling back to the eigen-decomposition of matmech.error when those do not apply."""
+
+    def gram_pinv(self):
+        from .error import _pinv_gram
+        from .inference import gram_inverse
+
+        out = gram_inverse(self)
+        if out is not None:
+            return out
+        plain = Dense(self.matrix) if isinstance(self, Dense) else Sparse(self.matrix)
+        return _pinv_gram(plain)
+
+
+class RoundedDense(_GramPinv, Dense):
+    """A real-valued strategy rounded to a power-of-two grid (dense storage)."""
+
+
+class RoundedSparse(_GramPinv, Sparse):
+    """A real-valued strategy rounded to a power-of-two grid (CSR storage)."""
+
+
+def _rint(m, g):
+    return g * np.rint(m / g)
+
+
+def _rounded_matrix(A, g):
+    """A's entries rounded to multiples of g, as an ndarray or CSR matrix."""
+    if isinstance(A, Dense):
+        return _rint(A.matrix, g)
+    if isinstance(A, Sparse):
+        m = A.matrix.copy()
+        m.data = _rint(m.data, g)
+        m.eliminate_zeros()
+        return m
+    if isinstance(A, Identity):
+        return sp.identity(A.shape[0], format="csr")  # integer: exact on any grid g <= 1
+    if isinstance(A, Scaled) and isinstance(A.base, (Dense, Sparse, Identity)):
+        base = A.base.matrix if isinstance(A.base, (Dense, Sparse)) else sp.identity(A.shape[0], format="csr")
+        return _rounded_matrix(as_linop(A.c * base), g)
+    if isinstance(A, VStack):
+        parts = [_rounded_matrix(Scaled(b, w) if w != 1.0 else b, g) for w, b in zip(A.weights, A.blocks)]
+        return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
+    m, n = A.shape
+    if m * n > MAX_DENSE_ROUNDING:
+        raise ValueError(
+            f"cannot round the real-valued {type(A).__name__} strategy of shape {A.shape} to a grid without "
+            f"materialising it ({m * n:,} entries > {MAX_DENSE_ROUNDING:,}); give it as a Dense, Sparse, "
+            "Scaled, VStack or Kron of such operators"
+        )
+    return _rint(A.dense(max_entries=MAX_DENSE_ROUNDING), g)
+
+
+def _round_to_grid(A, g):
+    """A LinOp with every entry of A rounded to the nearest multiple of the power of two g."""
+    if integer_valued(A) and g <= 1.0:
+        return A
+    if isinstance(A, Scaled) and integer_valued(A.base):
+        return Scaled(A.base, float(_rint(A.c, g)))  # keeps the base's structure (trees, Haar)
+    m = _rounded_matrix(A, g)
+    if sp.issparse(m) and m.nnz <= 0.3 * m.shape[0] * m.shape[1]:
+        return RoundedSparse(m)
+    return RoundedDense(m.toarray() if sp.issparse(m) else m)
+
+
+def _grid_for_strategy(sens1, scale0, gaussian):
+    """Data-independent grid: ~20 bits of Δ₁, capacity for 2**32 records, sampler limits."""
+    limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
+    g = max(sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit)
+    return _pow2_at_least(g)
+
+
+def _quantise(A, p, eps, delta, neighbors):
+    """(A_g, g, rounded): the strategy that will actually be measured and its lattice."""
+    if integer_valued(A):
+        return A, 1.0, False
+    factor = NEIGHBORS[neighbors]
+    sens1 = factor * A.sensitivity(1)
+    if not sens1 > 0:
+        raise ValueError("the strategy has sensitivity 0 (all entries zero); it measures nothing")
+    sens_p = sens1 if p == 1 else factor * A.sensitivity(2)
+    scale0 = laplace_scale(eps, sens_p) if p == 1 else gaussian_sigma(eps, delta, sens_p)
+    g = _grid_for_strategy(sens1, scale0, p == 2)
+    if isinstance(A, Kron):
+        real = [i for i, f in enumerate(A.factors) if not integer_valued(f)]
+        # split the grid over the real factors: g_i ≈ Δ₁,i · (g/Δ₁)^(1/k), a power of two each
+        rel = (g / sens1) ** (1.0 / len(real))
+        factors = list(A.factors)
+        for i in real:
+            gi = _pow2_at_least(factors[i].sensitivity(1) * rel)
+            factors[i] = _round_to_grid(factors[i], gi)
+        grid = math.prod(_pow2_at_least(A.factors[i].sensitivity(1) * rel) for i in real)
+        return Kron(*factors), grid, True
+    return _round_to_grid(A, g), g, True
+
+
+# -- the plan (data-independent) and its execution ----------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    """Everything about a measurement that does not read x: what release checks before spending."""
+
+    strategy: LinOp
+    eps: float
+    delta: float
+    noise: str
+    scale: float
+    std: float
+    grid: float
+    sensitivity: float
+    sens1: float
+    neighbors: str
+    rounded: bool
+
+
+def _exact_sensitivity(A, p, neighbors, exact_integer):
+    s = NEIGHBORS[neighbors] * A.sensitivity(p)
+    if not math.isfinite(s) or s <= 0:
+        raise ValueError(f"the measured strategy has L{p} sensitivity {s}; it must be positive and finite")
+    # integer-valued strategies have integer L1 sensitivities, summed exactly; anything
+    # else (an L2 norm, grid sums, Kronecker products) gets a 1e-9 relative safety margin
+    return s if exact_integer and p == 1 else s * _SENS_MARGIN
+
+
+def _laplace_scale_up(eps, sens):
+    """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly."""
+    b = laplace_scale(eps, sens)
+    while Fraction(b) * Fraction(eps) < Fraction(sens):
+        b = math.nextafter(b, math.inf)
+    return b
+
+
+def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove"):
+    """The data-independent part of :func:`measure`: measured strategy, grid and noise.
+
+    Raises for bad privacy parameters or noise the exact samplers cannot produce, without
+    touching any data or budget.
+    """
+    A = as_linop(A)
+    eps, delta = _check_privacy(eps, delta)
+    _check_neighbors(neighbors)
+    p = 1 if delta == 0 else 2
+    A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors)
+    exact = not rounded
+    sens = _exact_sensitivity(A_m, p, neighbors, exact)
+    sens1 = sens if p == 1 else NEIGHBORS[neighbors] * A_m.sensitivity(1) * _SENS_MARGIN
+    if p == 1:
+        kind, scale = "discrete_laplace", _laplace_scale_up(eps, sens)
+        ratio, limit = scale / grid, 2.0**48
+        std = math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid if ratio <= limit else math.inf
+    else:
+        kind, scale = "discrete_gaussian", gaussian_sigma(eps, delta, sens)
+        ratio, limit = scale / grid, 2.0**24
+        std = math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid if ratio <= limit else math.inf
+    if ratio > limit:
+        raise ValueError(
+            f"the noise scale {scale:.6g} is {ratio:.3g} times the lattice spacing {grid:g}, beyond the exact "
+            f"sampler's limit {limit:.3g}; eps={eps!r} is too small for this strategy"
+        )
+    return _Plan(A_m, eps, delta, kind, float(scale), float(std), float(grid), float(sens), float(sens1),
+                 neighbors, rounded)
+
+
+def _check_magnitude(x, plan):
+    """A_g x must stay exact in float64: |A_g x| / g <= Σx · Δ₁/g < 2**52."""
+    total = int(x.sum())
+    if total * (plan.sens1 / plan.grid) >= 2.0**52:
+        raise ValueError(
+            f"the data has {total:,} records: too many for exact arithmetic with this strategy "
+            f"(Δ₁/grid = {plan.sens1 / plan.grid:.3g}; need Σx·Δ₁/grid < 2**52)"
+        )
+
+
+def _execute(plan, x, *, budget=None, rng=None, what="measure"):
+    """Charge the budget, then draw the noise: y = A_g x + z (x already checked)."""
+    _check_magnitude(x, plan)
+    src = noise.check_rng(rng)  # wraps, draws nothing
+    if budget is not None:
+        budget.spend(plan.eps, plan.delta, what=what)
+    ax = plan.strategy.matvec(x.astype(np.float64))
+    p = ax.shape[0]
+    if plan.grid == 1.0:
+        if plan.noise == "discrete_laplace":
+            z = noise.discrete_laplace(plan.scale, p, rng=src)
+        else:
+            z = noise.discrete_gaussian(plan.scale, p, rng=src)
+        y = ax + z.astype(np.float64)
+    else:
+        if plan.noise == "discrete_laplace":
+            z = noise.laplace(plan.scale, p, grid=plan.grid, rng=src)
+        else:
+            z = noise.gaussian(plan.scale, p, grid=plan.grid, rng=src)
+        y = ax + z
+    y.setflags(write=False)
+    return Measurement(
+        strategy=plan.strategy, y=y, eps=plan.eps, delta=plan.delta, noise=plan.noise, scale=plan.scale,
+        std=plan.std, grid=plan.grid, sensitivity=plan.sensitivity, neighbors=plan.neighbors,
+        secure=bool(src.secure), rounded=plan.rounded,
+        note="strategy rounded to the grid before measuring" if plan.rounded else "",
+    )
+
+
+def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove"):
+    """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
+
+    ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete
+    Laplace with scale Δ₁(A)/ε; δ > 0: discrete Gaussian calibrated by zCDP (CKS 2020) to
+    Δ₂(A). Real-valued A is first rounded to a power-of-two grid (see the module notes).
+    ``neighbors``: ``"add_remove"`` (default) or ``"substitute"`` (sensitivity doubled).
+    ``budget``: a :class:`~matmech.budget.PrivacyBudget` charged (ε, δ) after all checks and
+    before any noise. ``rng``: None for the OS CSPRNG (secure); a numpy Generator for
+    reproducible experiments only (NOT secure).
+    """
+    A = as_linop(A)
+    _check_budget(budget)
+    x = check_counts(x, A.shape[1])
+    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
+    return _execute(plan, x, budget=budget, rng=rng, what=f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}")

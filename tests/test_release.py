@@ -1,0 +1,214 @@
+"""Tests for matmech.release: Monte Carlo agreement with the analytic error, budget, bad input.
+
+Monte Carlo design. For a fixed histogram x, workload W and strategy A, every release's
+error vector is e = K z with K = W A_g⁺ (A_g the measured matrix) and z the iid discrete
+noise (variance s², fourth moment μ₄). Its total squared error S = zᵀQz, Q = KᵀK, has
+
+    E[S] = s² tr Q,        Var[S] = 2 s⁴ tr Q² + (μ₄ − 3 s⁴) Σᵢ Qᵢᵢ²,
+
+computed here from dense matrices and the noise pmf, independently of matmech.error. Over
+R seeded runs the mean of S must lie within z·sqrt(Var[S]/R) of release's
+``expected_error``, z = 4 (two-sided p ≈ 6e-5 per case under the CLT, so a false alarm in
+any of the ~10 cases has probability < 1e-3). Unbiasedness: each query's mean error must lie
+within z_m·std/√R, z_m the Bonferroni quantile for the m queries at the same level.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.special import ndtri
+
+from matmech import strategies as S
+from matmech import workloads as Wk
+from matmech.budget import BudgetExceededError, PrivacyBudget
+from matmech.error import expected_error as continuous_expected_error
+from matmech.linop import Dense, Kron, RowSubset
+from matmech.release import Release, choose_strategy, release, release_table
+
+N = 32
+RUNS = 800
+Z = 4.0
+X = np.random.default_rng(2024).integers(0, 20, N)
+W = Wk.all_range(N)
+TRUTH = W @ X
+
+
+def dense_strategy():
+    """An optimised strategy when matmech.optimize exists, else a fixed random real one."""
+    try:
+        from matmech.optimize import optimize
+    except ImportError:
+        optimize = None
+    if optimize is not None:
+        return optimize(W, 1.0, 0.0).strategy
+    r = np.random.default_rng(11)
+    return Dense(np.vstack([np.eye(N) * 0.8, r.random((8, N)) * 0.5]))
+
+
+def noise_moments(meas):
+    """(variance, fourth moment) of one noise entry, from the pmf (not from matmech.noise)."""
+    g = meas.grid
+    if meas.noise == "discrete_laplace":
+        p = math.exp(-g / meas.scale)  # P[k] ∝ p^|k| on the lattice gℤ
+        var = 2 * p / (1 - p) ** 2
+        mu4 = 2 * p * (1 + 11 * p + 11 * p * p + p**3) / ((1 + p) * (1 - p) ** 4)
+        return var * g * g, mu4 * g**4
+    sigma = meas.scale / g
+    if sigma > 1000:  # Poisson summation: moments equal the continuous ones to ~e^(-2π²σ²)
+        return meas.scale**2, 3 * meas.scale**4
+    k = np.arange(-int(40 * sigma) - 5, int(40 * sigma) + 6, dtype=float)
+    w = np.exp(-k * k / (2 * sigma * sigma))
+    w /= w.sum()
+    return (w * k**2).sum() * g * g, (w * k**4).sum() * g**4
+
+
+CASES = [
+    ("identity", lambda: S.identity(N), 1.0, 0.0),
+    ("identity", lambda: S.identity(N), 1.0, 1e-6),
+    ("hierarchical", lambda: S.hierarchical(N, 2), 1.0, 0.0),
+    ("hierarchical", lambda: S.hierarchical(N, 4), 1.0, 1e-6),
+    ("haar", lambda: S.haar(N), 1.0, 0.0),
+    ("haar", lambda: S.haar(N), 1.0, 1e-6),
+    ("dense", dense_strategy, 1.0, 0.0),
+    ("dense", dense_strategy, 1.0, 1e-6),
+    ("identity eps=2", lambda: S.identity(N), 2.0, 0.0),  # discrete variance 0.36 vs Laplace 0.5
+]
+
+
+@pytest.mark.parametrize("name, make, eps, delta", CASES, ids=[f"{c[0]}-{c[3]}" for c in CASES])
+def test_monte_carlo_matches_expected_error(name, make, eps, delta):
+    A = make()
+    rng = np.random.default_rng([7, int(eps * 10), int(delta > 0), len(name)])
+    totals, mean_err = np.empty(RUNS), np.zeros(W.shape[0])
+    for r in range(RUNS):
+        rel = release(X, W, eps, delta, strategy=A, rng=rng)
+        e = rel.answers - TRUTH
+        totals[r] = e @ e
+        mean_err += e / RUNS
+    meas = rel.measurement
+    # the analytic figures, recomputed densely from the measured matrix and the pmf
+    K = W.dense() @ np.linalg.pinv(meas.strategy.dense())
+    Q = K.T @ K
+    s2, mu4 = noise_moments(meas)
+    assert meas.std**2 == pytest.approx(s2, rel=1e-9)
+    np.testing.assert_allclose(rel.std**2, s2 * np.einsum("ij,ij->i", K, K), rtol=1e-7)
+    assert rel.expected_error == pytest.approx(s2 * np.trace(Q), rel=1e-7)
+    var_s = 2 * s2**2 * np.sum(Q * Q) + (mu4 - 3 * s2**2) * np.sum(np.diag(Q) ** 2)
+    tol = Z * math.sqrt(var_s / RUNS)
+    print(f"{name} delta={delta}: mean S {totals.mean():.1f}, expected {rel.expected_error:.1f}, tol {tol:.1f} ({tol / rel.expected_error:.1%})")
+    assert abs(totals.mean() - rel.expected_error) <= tol, (totals.mean(), rel.expected_error, tol)
+    # unbiased: every query's mean error within its Bonferroni-corrected interval
+    z_m = float(ndtri(1 - math.erfc(Z / math.sqrt(2)) / 2 / W.shape[0]))
+    assert np.all(np.abs(mean_err) <= z_m * rel.std / math.sqrt(RUNS))
+    if name == "identity eps=2":
+        # the test has the power to tell the discrete noise from continuous Laplace
+        assert abs(totals.mean() - continuous_expected_error(W, A, eps, delta)) > tol
+
+
+# -- budget ------------------------------------------------------------------------------------
+
+
+def test_tenths_of_a_budget_through_release():
+    budget = PrivacyBudget(0.3)
+    a = release(X, W, 0.1, strategy="identity", budget=budget, rng=np.random.default_rng(1))
+    b = release(X, W, 0.2, strategy="identity", budget=budget, rng=np.random.default_rng(2))
+    assert a.spent == (0.1, 0.0) and b.budget_remaining == (0.0, 0.0)
+    rng = np.random.default_rng(3)
+    before = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError, match="remains"):
+        release(X, W, 0.05, strategy="identity", budget=budget, rng=rng)
+    assert rng.bit_generator.state == before and budget.spent == (0.3, 0.0)
+
+
+def test_overspend_refused_and_nothing_drawn():
+    budget = PrivacyBudget(1.0, 1e-6)
+    rng = np.random.default_rng(4)
+    before = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):
+        release(X, W, 0.5, 1e-5, strategy="hierarchical", budget=budget, rng=rng)
+    assert rng.bit_generator.state == before and budget.spent == (0.0, 0.0) and not budget.ledger
+
+
+BAD = [
+    (dict(x=np.r_[X[:-1], -1]), ValueError, r"x\[31\] = -1 is negative"),
+    (dict(x=np.r_[X[:-1], 0.5]), ValueError, r"x\[31\] = 0.5 is not an integer"),
+    (dict(x=np.r_[X[:-1], np.nan]), ValueError, "not finite"),
+    (dict(x=np.r_[X[:-1], np.inf]), ValueError, "not finite"),
+    (dict(x=X[:-1]), ValueError, "the workload has 32 columns but x has 31 cells"),
+    (dict(eps=0.0), ValueError, "eps must be a positive"),
+    (dict(eps=-1.0), ValueError, "eps must be a positive"),
+    (dict(delta=1.5), ValueError, "delta must be in"),
+    (dict(strategy=Wk.total(N)), ValueError, "not in the strategy's row space"),
+    (dict(strategy=RowSubset(S.identity(N), np.arange(N - 1))), ValueError, "not in the strategy's row space"),
+    (dict(strategy=S.identity(N + 1)), ValueError, "strategy has 33 columns"),
+    (dict(strategy="wavelets"), ValueError, "strategy must be"),
+    (dict(W=[(0, 40)]), ValueError, "interval 0 = \\(0, 40\\) is invalid"),
+    (dict(W=[(0.5, 3)]), TypeError, "integers"),
+    (dict(neighbors="both"), ValueError, "neighbors"),
+    (dict(budget=0.5), TypeError, "budget must be"),
+    (dict(rng="seed"), TypeError, "rng must be"),
+]
+
+
+@pytest.mark.parametrize("kwargs, exc, pattern", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_raises_and_spends_nothing(kwargs, exc, pattern):
+    budget = PrivacyBudget(10.0, 0.1)
+    rng = np.random.default_rng(5)
+    before = rng.bit_generator.state
+    args = dict(x=X, W=W, eps=1.0, delta=0.0, strategy="identity", budget=budget, rng=rng)
+    args.update(kwargs)
+    with pytest.raises(exc, match=pattern):
+        release(args.pop("x"), args.pop("W"), args.pop("eps"), args.pop("delta"), **args)
+    assert budget.spent == (0.0, 0.0) and rng.bit_generator.state == before
+
+
+# -- shapes of W, output helpers ------------------------------------------------------------------
+
+
+def test_intervals_list_table_and_json():
+    rel = release(X, [(0, 3), (4, 31), (7, 7)], 1.0, strategy="hierarchical", rng=np.random.default_rng(6))
+    assert isinstance(rel, Release) and rel.answers.shape == (3,) and rel.std.shape == (3,)
+    rows = release_table(rel)
+    assert [r["query"] for r in rows] == ["[0, 3]", "[4, 31]", "[7, 7]"]
+    for r in rows:
+        assert r["lower"] == pytest.approx(r["answer"] - 1.959963984540054 * r["std"])
+        assert r["upper"] == pytest.approx(r["answer"] + 1.959963984540054 * r["std"])
+    assert [r["query"] for r in release_table(rel, ["a", "b", "c"])] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="2 labels for 3 queries"):
+        release_table(rel, ["a", "b"])
+    data = json.loads(rel.to_json())
+    assert data["eps"] == 1.0 and data["delta"] == 0.0 and len(data["queries"]) == 3
+    assert data["noise"]["distribution"] == "discrete_laplace" and data["noise"]["secure_randomness"] is False
+    assert data["strategy"]["name"] == "hierarchical b=16"
+    lo, hi = rel.interval(0.5)
+    assert np.all(lo < rel.answers) and np.all(rel.answers < hi)
+    with pytest.raises(AttributeError):
+        rel.eps = 3.0
+    with pytest.raises(ValueError):
+        rel.answers[0] = 0.0
+
+
+def test_auto_choice_is_data_independent_and_explained():
+    A, name, note = choose_strategy(W, 1.0)
+    A2, name2, _ = choose_strategy(W, 1.0)
+    assert name == name2 and A.shape == A2.shape
+    rel = release(X, W, 1.0, rng=np.random.default_rng(8))
+    assert rel.strategy_note and rel.expected_error > 0
+    if "not available" in note:
+        assert rel.expected_error <= release(X, W, 1.0, strategy="identity", rng=np.random.default_rng(8)).expected_error
+
+
+def test_multi_attribute_workload():
+    x = np.random.default_rng(9).integers(0, 30, 4 * 8)
+    Wm = Wk.marginals((4, 8), 1)
+    for strategy in ("hierarchical", "identity", "haar", Kron(S.hierarchical(4, 2), S.haar(8))):
+        rel = release(x, Wm, 2.0, strategy=strategy, rng=np.random.default_rng(10))
+        assert rel.answers.shape == (12,)
+        assert np.all(np.abs(rel.answers - Wm @ x) < 12 * rel.std)
+
+
+def test_secure_default_release():
+    rel = release(X, [(0, 31)], 1.0, strategy="identity")
+    assert rel.measurement.secure is True
