@@ -289,14 +289,15 @@ def _quantise(A, p, eps, delta, neighbors):
     g = _grid_for_strategy(sens1, scale0, p == 2)
     if isinstance(A, Kron):
         real = [i for i, f in enumerate(A.factors) if not integer_valued(f)]
-        # split the grid over the real factors: g_i ≈ Δ₁,i · (g/Δ₁)^(1/k), a power of two each
-        rel = (g / sens1) ** (1.0 / len(real))
+        # split g over the real factors: g_i = Δ₁,i·(g/Δ)^(1/k) rounded up to a power of two,
+        # Δ the product of the real factors' Δ₁,i, so that the lattice Π g_i >= g
+        sens_real = [A.factors[i].sensitivity(1) for i in real]
+        rel = (g / math.prod(sens_real)) ** (1.0 / len(real))
+        grids = [_pow2_at_least(s * rel) for s in sens_real]
         factors = list(A.factors)
-        for i in real:
-            gi = _pow2_at_least(factors[i].sensitivity(1) * rel)
+        for i, gi in zip(real, grids):
             factors[i] = _round_to_grid(factors[i], gi)
-        grid = math.prod(_pow2_at_least(A.factors[i].sensitivity(1) * rel) for i in real)
-        return Kron(*factors), grid, True
+        return Kron(*factors), math.prod(grids), True
     return _round_to_grid(A, g), g, True
 
 

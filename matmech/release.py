@@ -27,16 +27,27 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 
 from . import strategies as S
 from .calibration import noise_variance
 from .compare import domain_of, fixed_candidates
 from .error import MAX_VARIANCE_ROWS, expected_error, per_query_variance, sensitivity
-from .inference import least_squares
+from .inference import least_squares, split_diagonal
 from .intervals import Intervals
 from .linop import Kron, LinOp, as_linop
-from .mechanisms import Measurement, _check_budget, _check_neighbors, _check_privacy, _execute, check_counts, plan_measurement
+from .mechanisms import (
+    Measurement,
+    RoundedDense,
+    RoundedSparse,
+    _check_budget,
+    _check_neighbors,
+    _check_privacy,
+    _execute,
+    check_counts,
+    plan_measurement,
+)
 from .workloads import ranges
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95"]
@@ -169,20 +180,29 @@ def _per_attribute(W, make):
 
 def _optimiser_choice(W, eps, delta, neighbors):
     """advise(...).best or optimize(...).strategy when those modules exist, else None."""
-    try:
-        from .advise import advise
-    except ImportError:
-        advise = None
+    advise = _optional("advise")
     if advise is not None:
         best = advise(W, eps, delta).best
         A = best if isinstance(best, LinOp) else getattr(best, "strategy", None)
         if isinstance(A, LinOp):
             return A, f"chosen by matmech.advise ({getattr(best, 'name', type(A).__name__)})"
-    try:
-        from .optimize import optimize
-    except ImportError:
+    optimize = _optional("optimize")
+    if optimize is None:
         return None
     return optimize(W, eps, delta).strategy, "optimised by matmech.optimize"
+
+
+def _optional(name):
+    """matmech.<name>.<name> if that module exists (it is written separately), else None."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f".{name}", __package__)
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.{name}":
+            raise  # the module exists but something it imports is missing
+        return None
+    return getattr(module, name)
 
 
 def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
@@ -195,6 +215,8 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     (identity, hierarchical b ∈ {2,…,32}, Haar) with the least expected error.
     """
     W = as_linop(W)
+    if isinstance(strategy, np.ndarray) or sp.issparse(strategy):
+        strategy = as_linop(strategy)
     if isinstance(strategy, LinOp):
         return strategy, type(strategy).__name__, "given by the caller"
     if not isinstance(strategy, str) or strategy not in STRATEGY_NAMES:
@@ -206,10 +228,9 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     if strategy == "haar":
         return _per_attribute(W, S.haar), "haar", "given by name"
     if strategy == "optimize":
-        try:
-            from .optimize import optimize
-        except ImportError:
-            raise ValueError("strategy='optimize' needs matmech.optimize, which is not available") from None
+        optimize = _optional("optimize")
+        if optimize is None:
+            raise ValueError("strategy='optimize' needs matmech.optimize, which is not available")
         return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
     choice = _optimiser_choice(W, eps, delta, neighbors)
     if choice is not None:
@@ -249,13 +270,42 @@ def _as_workload(W, n):
     return W
 
 
+def _interval_variances_split(W, split):
+    """diag(W (D + RᵀR)⁻¹ Wᵀ) for interval rows without the n×n inverse.
+
+    With M = D⁻¹ − D⁻¹Rᵀ C⁻¹ R D⁻¹ (Woodbury, C = I + RD⁻¹Rᵀ = LLᵀ) and a row w = 1[lo, hi]:
+    w D⁻¹ wᵀ = Σ_{lo..hi} 1/d, and the low-rank part is ‖L⁻¹ R D⁻¹ wᵀ‖² = ‖Z_{hi+1} − Z_lo‖²
+    with Z = P̃ D⁻¹ Rᵀ L⁻ᵀ (prefix sums, (n+1)×r). O(n r² + m r).
+    """
+    d, R = split
+    dinv = 1.0 / d
+    C = (R * dinv) @ R.T
+    C[np.diag_indices_from(C)] += 1.0
+    L = sla.cholesky(C, lower=True, check_finite=False)
+    U = (R * dinv).T  # n×r
+    Z = np.zeros((W.n + 1, R.shape[0]))
+    np.cumsum(sla.solve_triangular(L, U.T, lower=True, check_finite=False).T, axis=0, out=Z[1:])
+    cd = np.concatenate([[0.0], np.cumsum(dinv)])
+    out = np.empty(W.shape[0])
+    for start in range(0, W.shape[0], 65536):
+        lo, hi = W.bounds(start, min(W.shape[0], start + 65536))
+        diff = Z[hi + 1] - Z[lo]
+        out[start : start + lo.size] = cd[hi + 1] - cd[lo] - np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
 def _answer_variances(W, plan):
     """Per-answer variances for the measured strategy and the discrete noise actually used.
 
     per_query_variance uses the continuous noise variance of :func:`noise_variance`; the
     factor diag(W (AᵀA)⁺ Wᵀ) is rescaled to the exact discrete variance plan.std².
+    Interval workloads on diagonal-plus-rows strategies (p-Identity) use the Woodbury form.
     """
     A = plan.strategy
+    if isinstance(W, Intervals) and isinstance(A, (RoundedDense, RoundedSparse)):
+        split = split_diagonal(A)
+        if split is not None:
+            return _interval_variances_split(W, split) * plan.std**2
     p = 1 if plan.delta == 0 else 2
     nominal = noise_variance(plan.eps, plan.delta, sensitivity=sensitivity(A, p, plan.neighbors))
     var = per_query_variance(W, A, plan.eps, plan.delta, neighbors=plan.neighbors)

@@ -212,3 +212,21 @@ def test_multi_attribute_workload():
 def test_secure_default_release():
     rel = release(X, [(0, 31)], 1.0, strategy="identity")
     assert rel.measurement.secure is True
+
+
+def test_woodbury_interval_variances_match_the_general_path():
+    from matmech.calibration import noise_variance
+    from matmech.error import per_query_variance, sensitivity
+    from matmech.mechanisms import plan_measurement
+    from matmech.release import _answer_variances
+
+    r = np.random.default_rng(12)
+    theta = r.random((6, N))
+    A = Dense(np.vstack([np.eye(N), theta]) / (1 + theta.sum(0)))
+    plan = plan_measurement(A, 1.0)
+    fast = _answer_variances(W, plan)
+    Ag = plan.strategy
+    general = per_query_variance(W, Ag, 1.0) * plan.std**2 / noise_variance(1.0, sensitivity=sensitivity(Ag, 1))
+    np.testing.assert_allclose(fast, general, rtol=1e-8)
+    K = W.dense() @ np.linalg.inv(Ag.dense().T @ Ag.dense())
+    np.testing.assert_allclose(fast, plan.std**2 * np.einsum("ij,ij->i", K, W.dense()), rtol=1e-8)
