@@ -1,0 +1,642 @@
+"""Behaviour, calibration, accuracy and input validation of matmech.svt.
+
+Privacy itself is tested statistically in test_privacy_audit.py.  Formulas
+and numbers come from Lyu, Su, Li (VLDB 2017) [LSL17], Dwork-Roth [DR14] as
+quoted there and in the Cummings notes, and the Machanavajjhala SVT slides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from matmech import noise, svt
+from privacy_audit import clopper_pearson_lower
+
+
+def gen(seed=0):
+    return np.random.default_rng(seed)
+
+
+def lap_sf(x, b):
+    """P[L >= x] for L ~ Laplace(b) (continuous)."""
+    return 0.5 * math.exp(-x / b) if x >= 0 else 1.0 - 0.5 * math.exp(x / b)
+
+
+def p_above(t, b_query, b_threshold):
+    """P[nu - rho >= t], nu ~ Lap(b_query), rho ~ Lap(b_threshold): one query's chance to be reported."""
+
+    def f(z):
+        return math.exp(-abs(z) / b_threshold) / (2 * b_threshold) * lap_sf(t + z, b_query)
+
+    lim = 60 * b_threshold
+    return integrate.quad(f, -lim, lim, points=[0.0, -t], limit=200)[0]
+
+
+# --------------------------------------------------------------------------
+# Calibration ([LSL17] Alg. 7, Eq. (12), Sec. 4.3; Alg. 2)
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("c", [1, 2, 25, 300])
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_optimal_ratio_is_eq_12(c, monotonic):
+    expected = (c if monotonic else 2 * c) ** (2 / 3)
+    assert math.isclose(svt.optimal_ratio(c, monotonic=monotonic), expected)
+    b = svt.svt_budget(c=c, eps=0.7, monotonic=monotonic)
+    assert math.isclose(b.eps_queries / b.eps_threshold, expected, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("ratio", [1.0, 3.0, 0.25, "optimal"])
+@pytest.mark.parametrize("eps_answer", [0.0, 0.3])
+def test_budget_split_sums_to_eps(ratio, eps_answer):
+    b = svt.svt_budget(c=5, eps=1.3, ratio=ratio, eps_answer=eps_answer)
+    assert math.isclose(b.eps_threshold + b.eps_queries + b.eps_answer, 1.3, rel_tol=1e-15)
+    assert b.eps == 1.3 and b.eps_answer == eps_answer
+    if ratio != "optimal":
+        assert math.isclose(b.eps_queries / b.eps_threshold, ratio, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_noise_scales_follow_alg7(monotonic):
+    c, eps, d = 4, 0.9, 2.5
+    b = svt.svt_budget(c=c, eps=eps, sensitivity=d, monotonic=monotonic, ratio=2.0,
+                       eps_answer=0.2, integer_values=True)
+    e1, e2 = 0.7 / 3, 0.7 * 2 / 3
+    assert b.sensitivity == d
+    # Scales are rounded UP to whole grid steps: at most 2**-16 relative.
+    tol = dict(rel_tol=2.0**-15)
+    assert math.isclose(b.threshold_scale, d / e1, **tol) and b.threshold_scale >= d / e1
+    k = 1 if monotonic else 2
+    assert math.isclose(b.query_scale, k * c * d / e2, **tol) and b.query_scale >= k * c * d / e2
+    assert math.isclose(b.answer_scale, c * d / 0.2, **tol) and b.answer_scale >= c * d / 0.2
+    for s in (b.threshold_scale, b.query_scale, b.answer_scale):
+        assert (s / b.grid).is_integer()
+
+
+def test_grid_is_a_small_power_of_two_and_float_values_pay_one_grid_step():
+    b_int = svt.svt_budget(c=3, eps=1.0, integer_values=True)
+    b_flt = svt.svt_budget(c=3, eps=1.0, integer_values=False)
+    g = b_int.grid
+    assert g <= 1.0 and math.frexp(g)[0] == 0.5
+    assert g <= b_int.threshold_scale * 2.0**-16
+    assert b_int.sensitivity == 1.0 and b_flt.sensitivity == 1.0 + g
+    assert b_flt.query_scale > b_int.query_scale
+    # The result reports the calibration actually used.
+    r_int = svt.sparse_vector(np.zeros(5, dtype=np.int64), 1.0, c=3, eps=1.0, rng=gen())
+    r_flt = svt.sparse_vector(np.zeros(5), 1.0, c=3, eps=1.0, rng=gen())
+    assert r_int.budget == b_int and r_flt.budget == b_flt
+
+
+def test_above_threshold_uses_the_book_split():
+    eps = 0.8
+    b = svt.above_threshold([1, 2], 0, eps=eps, rng=gen()).budget
+    assert b.c == 1 and b.eps_threshold == b.eps_queries == eps / 2
+    assert math.isclose(b.threshold_scale, 2 / eps, rel_tol=2.0**-15)  # Lap(2/eps)
+    assert math.isclose(b.query_scale, 4 / eps, rel_tol=2.0**-15)      # Lap(4/eps)
+    bm = svt.above_threshold([1, 2], 0, eps=eps, monotonic=True, rng=gen()).budget
+    assert math.isclose(bm.query_scale, 2 / eps, rel_tol=2.0**-15)
+
+
+def test_dpbook_budget_is_alg2():
+    c, eps, d = 3, 1.0, 2.0
+    b = svt.sparse_vector_dpbook([1, 2, 3], 0, c=c, eps=eps, sensitivity=d, rng=gen()).budget
+    assert b.eps_threshold == b.eps_queries == eps / 2
+    assert math.isclose(b.threshold_scale, c * d / (eps / 2), rel_tol=2.0**-15)  # Lap(c D / eps1)
+    assert math.isclose(b.query_scale, 2 * c * d / (eps / 2), rel_tol=2.0**-15)  # Lap(2c D / eps1)
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_query_noise_scale_seen_in_behaviour(monotonic):
+    """The fraction of reported zeros at threshold T matches P[nu - rho >= T] for
+    the documented scales (Lap(2cD/eps2), or Lap(cD/eps2) when monotonic)."""
+    n, runs, eps = 2000, 20, 1.0
+    b = svt.svt_budget(c=n, eps=eps, monotonic=monotonic, ratio=1.0, integer_values=True)
+    t = 4000.0  # = c D / eps2: one query-noise scale above for monotonic, half of one otherwise
+    rng = gen(42)
+    hits = sum(
+        len(svt.sparse_vector(np.zeros(n, dtype=np.int64), t, c=n, eps=eps, monotonic=monotonic,
+                              ratio=1.0, rng=rng).positions)
+        for _ in range(runs)
+    )
+    p_hat = hits / (n * runs)
+    p = p_above(t, b.query_scale, b.threshold_scale)
+    wrong = p_above(t, b.query_scale * (2 if monotonic else 0.5), b.threshold_scale)
+    se = math.sqrt(p * (1 - p) / (n * runs))
+    assert abs(p_hat - p) < 5 * se, (p_hat, p)
+    assert abs(p_hat - wrong) > 20 * se  # the other calibration is clearly excluded
+
+
+# --------------------------------------------------------------------------
+# Behaviour
+# --------------------------------------------------------------------------
+def test_stops_after_c_positives():
+    r = svt.sparse_vector([10**6] * 10, 0, c=3, eps=1.0, rng=gen())
+    assert r.positions == (0, 1, 2) and r.stopped and r.n_processed == 3
+    assert r.answers is None and r.eps == 1.0
+
+
+def test_nothing_above_processes_everything():
+    r = svt.sparse_vector(np.zeros(100), 10**6, c=3, eps=1.0, rng=gen())
+    assert r.positions == () and not r.stopped and r.n_processed == 100
+
+
+def test_positions_are_in_stream_order():
+    v = np.full(12, -1e6)
+    v[[9, 2, 5]] = 1e6
+    r = svt.sparse_vector(v, 0.0, c=5, eps=1.0, rng=gen())
+    assert r.positions == (2, 5, 9) and not r.stopped
+
+
+def test_one_threshold_per_query():
+    t = np.where(np.arange(20) % 4 == 0, -1e6, 1e6)
+    r = svt.sparse_vector(np.zeros(20), t, c=4, eps=1.0, rng=gen())
+    assert r.positions == (0, 4, 8, 12) and r.stopped and r.n_processed == 13
+
+
+def test_empty_input():
+    r = svt.sparse_vector([], 0.0, c=2, eps=1.0, rng=gen())
+    assert r.positions == () and r.n_processed == 0 and not r.stopped
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        lambda v, t, c, r: svt.sparse_vector(v, t, c=c, eps=1.0, rng=r),
+        lambda v, t, c, r: svt.sparse_vector_dpbook(v, t, c=c, eps=1.0, rng=r),
+        lambda v, t, c, r: svt.sparse_vector_retraversal(v, t, c=c, eps=1.0, boost=1.0, rng=r),
+    ],
+    ids=["sparse_vector", "dpbook", "retraversal"],
+)
+def test_chunk_boundaries(mechanism, dtype):
+    """Positives straddling the internal chunk boundaries (4096, 20480, 86016, ...)."""
+    n = 300_000
+    big = [4095, 4096, 20479, 20480, 86015, 86016, n - 1]
+    v = np.zeros(n, dtype=dtype)
+    v[big] = 10**9
+    t = np.full(n, 1e6)
+    t[::7] = 1.2e6
+    r = mechanism(v, t, len(big), gen(1))
+    assert r.positions == tuple(big) and r.stopped and r.n_processed == n
+    r = mechanism(v, 1e6, 3, gen(1))
+    assert r.positions == tuple(big[:3]) and r.n_processed == big[2] + 1
+
+
+def test_long_input_uses_parallel_noise_and_stays_reproducible():
+    n = (1 << 22) + 5  # at the threshold where two threads draw the query noise
+    v = np.zeros(n, dtype=np.int64)
+    big = [0, 1 << 20, (1 << 21) + 3, n - 1]
+    v[big] = 10**9
+    a = svt.sparse_vector(v, 10**6, c=4, eps=1.0, rng=gen(9))
+    b = svt.sparse_vector(v, 10**6, c=4, eps=1.0, rng=gen(9))
+    assert a.positions == tuple(big) and a.n_processed == n and a == b
+    s = svt.sparse_vector(v, 10**6, c=2, eps=1.0)  # secure default, stops early
+    assert s.positions == tuple(big[:2]) and s.n_processed == big[1] + 1
+
+
+def test_numeric_answers_with_eps_answer():
+    v = np.array([0, 500, 0, 800, 0, 0, 900])
+    r = svt.sparse_vector(v, 100, c=2, eps=1.0, eps_answer=0.5, rng=gen(3))
+    assert r.positions == (1, 3) and r.stopped
+    assert len(r.answers) == 2
+    scale = r.budget.answer_scale  # c D / eps3 = 4
+    assert math.isclose(scale, 4.0, rel_tol=2.0**-15)
+    for a, pos in zip(r.answers, r.positions):
+        assert abs(a - v[pos]) < 40 * scale
+        assert (a / r.budget.grid).is_integer()
+    assert svt.sparse_vector(v, 100, c=2, eps=1.0, rng=gen(3)).answers is None
+
+
+def test_numeric_answers_are_unbiased():
+    answers = [svt.sparse_vector([1000], 0, c=1, eps=1.0, eps_answer=0.5, rng=gen(s)).answers[0]
+               for s in range(400)]
+    # Lap(2) noise: sd 2*sqrt(2); mean within 5 standard errors of 1000.
+    assert abs(np.mean(answers) - 1000) < 5 * 2 * math.sqrt(2) / math.sqrt(400)
+
+
+def test_result_is_frozen():
+    r = svt.sparse_vector([1, 2], 0, c=1, eps=1.0, rng=gen())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.positions = (5,)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: svt.sparse_vector(np.arange(50) % 7, 4.0, c=3, eps=0.5, eps_answer=0.1, rng=r),
+        lambda r: svt.above_threshold(np.arange(50) % 7, 4.0, eps=0.5, rng=r),
+        lambda r: svt.sparse_vector_dpbook(np.arange(50) % 7, 4.0, c=3, eps=0.5, rng=r),
+        lambda r: svt.sparse_vector_retraversal(np.arange(50) % 7, 4.0, c=3, eps=0.5, boost=2.0, rng=r),
+        lambda r: svt.exponential_top_c(np.arange(50) % 7, 3, 0.5, rng=r),
+    ],
+    ids=["sparse_vector", "above_threshold", "dpbook", "retraversal", "exponential_top_c"],
+)
+def test_deterministic_under_a_seeded_generator(call):
+    assert call(gen(123)) == call(gen(123))
+    assert len({call(gen(s)).positions for s in range(12)}) > 1  # and actually random
+    assert isinstance(call(None).positions, tuple)  # secure default runs too
+
+
+def test_default_rng_is_the_os_csprng(monkeypatch):
+    calls = []
+    real = noise.check_rng
+
+    def spy(rng=None):
+        src = real(rng)
+        calls.append(src)
+        return src
+
+    monkeypatch.setattr(noise, "check_rng", spy)
+    svt.sparse_vector([1, 2, 3], 0, c=1, eps=1.0)
+    svt.exponential_top_c([1, 2, 3], 1, 1.0)
+    assert calls and all(s.secure for s in calls)
+
+
+# --------------------------------------------------------------------------
+# Retraversal, DPBook, EM
+# --------------------------------------------------------------------------
+def test_retraversal_finds_c_by_going_around_again():
+    r = svt.sparse_vector_retraversal(np.zeros(5, dtype=np.int64), 0, c=4, eps=1.0, boost=1.0, rng=gen(2))
+    assert len(r.positions) == 4 and len(set(r.positions)) == 4 and r.stopped
+    assert r.n_processed > 5  # needed more than one pass at a threshold raised by 1 std
+
+
+def test_retraversal_boost_is_in_query_noise_standard_deviations():
+    # Values 30 std above T: found in one pass with boost 0; never (in one pass) with boost 60.
+    b = svt.svt_budget(c=2, eps=1.0, integer_values=True)
+    std = math.sqrt(2) * b.query_scale
+    v = np.array([-10**6, int(30 * std), -10**6, int(30 * std)])
+    r0 = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=0.0, max_passes=1, rng=gen())
+    assert r0.positions == (1, 3)
+    r60 = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=60.0, max_passes=1, rng=gen())
+    assert r60.positions == () and not r60.stopped and r60.n_processed == 4
+    r60m = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=60.0, max_passes=3, rng=gen())
+    assert r60m.n_processed == 12
+
+
+def test_dpbook_stops_at_c_and_keeps_order():
+    v = np.full(30, -1e6)
+    v[[3, 11, 17, 25]] = 1e6
+    r = svt.sparse_vector_dpbook(v, 0.0, c=3, eps=1.0, rng=gen())
+    assert r.positions == (3, 11, 17) and r.stopped and r.n_processed == 18
+
+
+def test_dpbook_is_noisier_than_alg7():
+    """[LSL17] Sec. 6: DPBook's threshold noise scales with c, so it misses more."""
+    rng = gen(5)
+    v = np.r_[np.full(10, 60), np.zeros(90)].astype(np.int64)
+    miss = {"S": 0, "DPBook": 0}
+    for _ in range(60):
+        perm = rng.permutation(100)
+        s = set(perm[list(svt.sparse_vector(v[perm], 30, c=10, eps=2.0, monotonic=True, rng=rng).positions)])
+        d = set(perm[list(svt.sparse_vector_dpbook(v[perm], 30, c=10, eps=2.0, rng=rng).positions)])
+        miss["S"] += len(set(range(10)) - s)
+        miss["DPBook"] += len(set(range(10)) - d)
+    assert miss["S"] < miss["DPBook"]
+
+
+def test_exponential_top_c_clear_cut_and_order():
+    v = [0, 10**6, 5 * 10**5, 2 * 10**6, 3]
+    r = svt.exponential_top_c(v, 3, 1.0, rng=gen())
+    assert r.positions == (3, 1, 2) and r.c == 3 and r.n_candidates == 5 and r.eps == 1.0
+    assert sorted(svt.exponential_top_c(v, 5, 1.0, rng=gen()).positions) == list(range(5))
+
+
+def test_exponential_score_scale():
+    r = svt.exponential_top_c([1, 2, 3], 2, 0.6, sensitivity=3.0, rng=gen())
+    assert math.isclose(r.score_scale, 0.6 / (2 * 2 * 3.0))  # eps / (2 c D)
+    rm = svt.exponential_top_c([1, 2, 3], 2, 0.6, sensitivity=3.0, monotonic=True, rng=gen())
+    assert math.isclose(rm.score_scale, 0.6 / (2 * 3.0))  # eps / (c D)
+
+
+def test_gumbel_top_c_equals_sequential_em_without_replacement():
+    """P[(i, j)] = w_i / W * w_j / (W - w_i), w = exp(eps q / (2 c D)) ([LSL17] Sec. 5)."""
+    v = np.array([4.0, 2.0, 0.0])
+    eps, c, n = 2.0, 2, 20000
+    w = np.exp(eps * v / (2 * c))
+    pairs = [(i, j) for i in range(3) for j in range(3) if i != j]
+    expected = np.array([w[i] / w.sum() * w[j] / (w.sum() - w[i]) for i, j in pairs])
+    rng = gen(8)
+    src = noise.check_rng(rng)
+    counts = dict.fromkeys(pairs, 0)
+    for _ in range(n):
+        counts[svt.exponential_top_c(v, c, eps, rng=src).positions] += 1
+    observed = np.array([counts[p] for p in pairs])
+    assert stats.chisquare(observed, expected * n).pvalue > 1e-4
+
+
+# --------------------------------------------------------------------------
+# Accuracy helpers vs Monte Carlo
+# --------------------------------------------------------------------------
+def test_above_threshold_alpha_is_dr14_thm_3_24():
+    assert math.isclose(svt.above_threshold_alpha(0.1, k=100, eps=0.5),
+                        8 * (math.log(100) + math.log(20)) / 0.5)
+    assert math.isclose(svt.above_threshold_alpha(0.1, k=100, eps=0.5, sensitivity=3),
+                        3 * 8 * (math.log(100) + math.log(20)) / 0.5)
+
+
+def test_sparse_alpha_is_the_slides_formula():
+    # Slides: tau' = tau + Lap(2/eps), q' = q + Lap(2c/eps): alpha = 4c (ln k + ln(2/beta)) / eps.
+    a = svt.sparse_alpha(0.05, k=1000, c=7, eps=0.3, monotonic=True, ratio=1.0)
+    assert math.isclose(a, 4 * 7 * (math.log(1000) + math.log(2 / 0.05)) / 0.3)
+    # Alg. 7's general query noise Lap(2cD/eps2) doubles it; c = 1 gives DR14's 8(...)/eps.
+    a2 = svt.sparse_alpha(0.05, k=1000, c=7, eps=0.3, monotonic=False, ratio=1.0)
+    assert math.isclose(a2, 2 * a)
+    assert math.isclose(svt.sparse_alpha(0.1, k=50, c=1, eps=1.0, monotonic=False, ratio=1.0),
+                        svt.above_threshold_alpha(0.1, k=50, eps=1.0))
+
+
+def _union_bound_failure(alpha, b_threshold, b_query, k, n, rng):
+    """MC of P[|rho| >= alpha/2 or max_i |nu_i| >= alpha/2] with the exact grid noise."""
+    g = noise.grid_for(b_threshold)
+    rho = noise.laplace(b_threshold, n, grid=g, rng=rng)
+    nu = noise.laplace(b_query, (n, k), grid=g, rng=rng)
+    return np.mean((np.abs(rho) >= alpha / 2) | (np.abs(nu).max(axis=1) >= alpha / 2))
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.2])
+def test_accuracy_union_bounds_are_tight_by_monte_carlo(beta):
+    """The helpers' alpha makes the slides' failure event have probability ~beta (at most beta)."""
+    k, eps, n = 50, 1.0, 40000
+    a = svt.above_threshold_alpha(beta, k=k, eps=eps)
+    p = _union_bound_failure(a, 2 / eps, 4 / eps, k, n, gen(1))
+    se = math.sqrt(beta / n)
+    assert p <= beta + 4 * se and p > beta / 2 - 4 * se  # DR14's split spends ~beta/2
+    c = 3
+    s = svt.sparse_alpha(beta, k=k, c=c, eps=eps)  # defaults: those of sparse_vector
+    b = svt.svt_budget(c=c, eps=eps)
+    p = _union_bound_failure(s, b.threshold_scale, b.query_scale, k, n, gen(2))
+    assert p <= beta + 4 * se and p > beta / 2 - 4 * se
+
+
+def _failure_rate(run, expected, trials):
+    fails = sum(run(s) != expected for s in range(trials))
+    return fails, clopper_pearson_lower(fails, trials, 0.001)
+
+
+def test_above_threshold_meets_its_accuracy_guarantee():
+    """[DR14] Thm. 3.24: all but the last query < T - alpha, last > T + alpha -> halt exactly at k."""
+    k, eps, beta, trials = 20, 1.0, 0.2, 1500
+    a = svt.above_threshold_alpha(beta, k=k, eps=eps)
+    v = np.r_[np.full(k - 1, -a - 1e-3), a + 1e-3]
+    fails, lower = _failure_rate(
+        lambda s: svt.above_threshold(v, 0.0, eps=eps, rng=gen(s)).positions, (k - 1,), trials)
+    assert lower <= beta, fails
+
+
+@pytest.mark.parametrize("monotonic", [True, False])
+def test_sparse_vector_meets_the_slides_accuracy_guarantee(monotonic):
+    """c queries above T + alpha, the rest below T - alpha: exactly those are reported."""
+    k, c, eps, beta, trials = 30, 3, 1.0, 0.2, 1000
+    a = svt.sparse_alpha(beta, k=k, c=c, eps=eps, monotonic=monotonic, ratio=1.0)
+    v = np.full(k, -a - 1e-3)
+    big = (5, 17, 29)
+    v[list(big)] = a + 1e-3
+    fails, lower = _failure_rate(
+        lambda s: svt.sparse_vector(v, 0.0, c=c, eps=eps, monotonic=monotonic, ratio=1.0,
+                                    rng=gen(s)).positions, big, trials)
+    assert lower <= beta, fails
+
+
+def test_exponential_alpha_is_exact_by_monte_carlo():
+    """[LSL17] Sec. 5: with k-1 answers at T - alpha and one at T + alpha, EM picks the
+    right one with probability exactly 1 - beta."""
+    k, eps, beta, n = 10, 1.0, 0.2, 20000
+    a = svt.exponential_alpha(beta, k=k, eps=eps)
+    assert math.isclose(a, (math.log(k - 1) + math.log((1 - beta) / beta)) / eps)
+    v = np.full(k, -a)
+    v[4] = a
+    src = noise.check_rng(gen(4))
+    hits = sum(svt.exponential_top_c(v, 1, eps, rng=src).positions == (4,) for _ in range(n))
+    se = math.sqrt(beta * (1 - beta) / n)
+    assert abs(hits / n - (1 - beta)) < 4.5 * se
+
+
+# --------------------------------------------------------------------------
+# Interactive form
+# --------------------------------------------------------------------------
+def test_sparse_vector_object_answers_a_stream_and_refuses_after_c():
+    sv = svt.SparseVector(0.0, c=2, eps=1.0, eps_answer=0.2, rng=gen())
+    assert sv.test(-10**6) is False
+    assert sv.test(10**6) is True
+    assert sv.test(-10**6, threshold=-2 * 10**6) is True  # per-query threshold
+    assert sv.exhausted and sv.remaining == 0
+    assert sv.positions == (1, 2) and sv.n_processed == 3
+    assert len(sv.answers) == 2 and abs(sv.answers[0] - 10**6) < 1000
+    with pytest.raises(svt.SparseVectorExhausted, match="c=2"):
+        sv.test(0)
+    assert isinstance(svt.SparseVectorExhausted("x"), RuntimeError)
+    r = sv.result()
+    assert r.positions == (1, 2) and r.stopped and r.n_processed == 3 and r.eps == 1.0
+    assert "SparseVector(c=2" in repr(sv)
+
+
+def test_sparse_vector_object_matches_the_function_on_clear_inputs():
+    v = [-1e6, 1e6, -1e6, 1e6, 1e6]
+    sv = svt.SparseVector(0.0, c=2, eps=1.0, rng=gen())
+    for x in v:
+        if sv.exhausted:
+            break
+        sv.test(x)
+    assert sv.positions == svt.sparse_vector(v, 0.0, c=2, eps=1.0, rng=gen()).positions == (1, 3)
+    assert svt.SparseVector(0.0, c=1, eps=1.0, rng=gen()).answers is None
+
+
+def test_sparse_vector_object_rejects_bad_values_without_drawing():
+    rng = gen()
+    sv = svt.SparseVector(0.0, c=1, eps=1.0, rng=rng)
+    state = rng.bit_generator.state
+    for bad, exc in [(float("nan"), ValueError), (float("inf"), ValueError), ("3", TypeError), (None, TypeError)]:
+        with pytest.raises(exc, match="value"):
+            sv.test(bad)
+    with pytest.raises(ValueError, match="threshold"):
+        sv.test(1.0, threshold=float("nan"))
+    assert sv.n_processed == 0 and rng.bit_generator.state == state
+
+
+# --------------------------------------------------------------------------
+# Validation: errors name the argument, and nothing random is drawn first
+# --------------------------------------------------------------------------
+GOOD = dict(values=[1.0, 2.0, 3.0], threshold=1.5, c=1, eps=1.0)
+
+SV_BAD = [
+    (dict(c=0), ValueError, "c "),
+    (dict(c=-3), ValueError, "c "),
+    (dict(c=1.5), TypeError, "integer"),
+    (dict(c=True), TypeError, "integer"),
+    (dict(c="2"), TypeError, "integer"),
+    (dict(eps=0.0), ValueError, "eps must be > 0"),
+    (dict(eps=-1.0), ValueError, "eps"),
+    (dict(eps=float("nan")), ValueError, "eps must be finite"),
+    (dict(eps=float("inf")), ValueError, "eps must be finite"),
+    (dict(eps="1"), TypeError, "eps"),
+    (dict(eps_answer=1.0), ValueError, "eps_answer"),
+    (dict(eps_answer=2.0), ValueError, "eps_answer"),
+    (dict(eps_answer=-0.1), ValueError, "eps_answer"),
+    (dict(eps_answer=float("nan")), ValueError, "eps_answer"),
+    (dict(sensitivity=-1.0), ValueError, "sensitivity"),
+    (dict(sensitivity=0.0), ValueError, "sensitivity"),
+    (dict(sensitivity=float("inf")), ValueError, "sensitivity"),
+    (dict(values=[1.0, float("nan")]), ValueError, "values must be finite"),
+    (dict(values=[1.0, float("inf")]), ValueError, "values must be finite"),
+    (dict(values=[[1.0, 2.0]]), ValueError, "1-D"),
+    (dict(values=["a", "b"]), TypeError, "values"),
+    (dict(threshold=float("nan")), ValueError, "threshold must be finite"),
+    (dict(threshold=[1.0, float("inf"), 2.0]), ValueError, "index 1"),
+    (dict(threshold=[1.0, 2.0]), ValueError, "length 2 but values has length 3"),
+    (dict(threshold=[[1.0, 2.0, 3.0]]), ValueError, "threshold"),
+    (dict(ratio="best"), ValueError, "ratio"),
+    (dict(ratio=0.0), ValueError, "ratio"),
+    (dict(ratio=-2.0), ValueError, "ratio"),
+    (dict(ratio=float("nan")), ValueError, "ratio"),
+    (dict(values=[1e300, 0.0]), ValueError, "too large"),
+    (dict(eps=1e-300), ValueError, "too large"),
+    (dict(rng="seed"), TypeError, "rng"),
+    (dict(rng=42), TypeError, "rng"),
+    (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
+]
+
+
+def _call_with(fn, bad, drop=()):
+    kw = {**GOOD, **bad}
+    for k in drop:
+        kw.pop(k, None)
+    rng = kw.pop("rng", None)
+    values, threshold = kw.pop("values"), kw.pop("threshold")
+    return lambda r: fn(values, threshold, rng=r if rng is None else rng, **kw)
+
+
+@pytest.mark.parametrize("bad, exc, match", SV_BAD, ids=[str(b) for b, _, _ in SV_BAD])
+def test_sparse_vector_rejects_bad_input_before_drawing(bad, exc, match):
+    rng = gen()
+    state = rng.bit_generator.state
+    with pytest.raises(exc, match=match):
+        _call_with(svt.sparse_vector, bad)(rng)
+    assert rng.bit_generator.state == state
+
+
+OTHERS = {
+    "above_threshold": (svt.above_threshold, ("c", "eps_answer", "ratio")),
+    "dpbook": (svt.sparse_vector_dpbook, ("eps_answer", "ratio")),
+    "retraversal": (lambda v, t, **kw: svt.sparse_vector_retraversal(v, t, boost=1.0, **kw), ("eps_answer",)),
+}
+
+
+OTHER_BAD = [
+    (name, bad, exc, match)
+    for name, (_, unsupported) in OTHERS.items()
+    for bad, exc, match in SV_BAD
+    if not any(k in unsupported for k in bad)
+]
+
+
+@pytest.mark.parametrize("name, bad, exc, match", OTHER_BAD, ids=[f"{n}-{b}" for n, b, _, _ in OTHER_BAD])
+def test_other_svts_reject_bad_input_before_drawing(name, bad, exc, match):
+    fn, unsupported = OTHERS[name]
+    rng = gen()
+    state = rng.bit_generator.state
+    with pytest.raises(exc, match=match):
+        _call_with(fn, bad, drop=unsupported)(rng)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (dict(boost=float("nan")), ValueError, "boost"),
+        (dict(boost="1"), TypeError, "boost"),
+        (dict(max_passes=0), ValueError, "max_passes"),
+        (dict(max_passes=2.5), TypeError, "max_passes"),
+    ],
+)
+def test_retraversal_specific_validation(kw, exc, match):
+    rng = gen()
+    state = rng.bit_generator.state
+    args = dict(c=1, eps=1.0, boost=1.0, rng=rng)
+    args.update(kw)
+    with pytest.raises(exc, match=match):
+        svt.sparse_vector_retraversal([1, 2], 0.0, **args)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize(
+    "args, kw, exc, match",
+    [
+        (([1, 2, 3], 4, 1.0), {}, ValueError, "at most the number of candidates"),
+        (([1, 2, 3], 0, 1.0), {}, ValueError, "c "),
+        (([1, 2, 3], 1, 0.0), {}, ValueError, "eps"),
+        (([1, float("nan")], 1, 1.0), {}, ValueError, "values must be finite"),
+        (([1, 2], 1, 1.0), dict(sensitivity=-2), ValueError, "sensitivity"),
+        (([1, 2], 1, 1.0), dict(rng=7), TypeError, "rng"),
+    ],
+)
+def test_exponential_top_c_validation(args, kw, exc, match):
+    rng = gen()
+    state = rng.bit_generator.state
+    kw = {"rng": rng, **kw}
+    with pytest.raises(exc, match=match):
+        svt.exponential_top_c(*args, **kw)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (dict(c=0), ValueError, "c "),
+        (dict(eps=-1.0), ValueError, "eps"),
+        (dict(eps_answer=1.0), ValueError, "eps_answer"),
+        (dict(sensitivity=-1.0), ValueError, "sensitivity"),
+        (dict(threshold=[1.0, 2.0]), ValueError, "scalar"),
+        (dict(threshold=float("nan")), ValueError, "threshold"),
+        (dict(rng="x"), TypeError, "rng"),
+    ],
+)
+def test_sparse_vector_object_validation(kw, exc, match):
+    rng = gen()
+    state = rng.bit_generator.state
+    args = dict(threshold=0.0, c=1, eps=1.0, rng=rng)
+    args.update(kw)
+    with pytest.raises(exc, match=match):
+        svt.SparseVector(args.pop("threshold"), **args)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize(
+    "fn, kw",
+    [
+        (svt.above_threshold_alpha, dict(k=10, eps=1.0)),
+        (svt.sparse_alpha, dict(k=10, c=2, eps=1.0)),
+        (svt.exponential_alpha, dict(k=10, eps=1.0)),
+    ],
+)
+def test_accuracy_helpers_validate(fn, kw):
+    for beta in (0.0, 1.0, 1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="beta"):
+            fn(beta, **kw)
+    with pytest.raises(ValueError, match="k "):
+        fn(0.1, **{**kw, "k": 0})
+    with pytest.raises(ValueError, match="eps"):
+        fn(0.1, **{**kw, "eps": 0.0})
+    with pytest.raises(ValueError, match="k must be >= 2"):
+        svt.exponential_alpha(0.1, k=1, eps=1.0)
+
+
+def test_public_names():
+    assert set(svt.__all__) >= {
+        "sparse_vector", "SparseVector", "above_threshold", "sparse_vector_dpbook",
+        "sparse_vector_retraversal", "exponential_top_c", "SVTResult", "TopCResult",
+        "above_threshold_alpha", "sparse_alpha", "exponential_alpha",
+    }
+    for name in svt.__all__:
+        assert getattr(svt, name).__doc__
+
+
+def test_retraversal_rejects_a_boost_too_large_for_the_grid():
+    rng = gen()
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="boost"):
+        svt.sparse_vector_retraversal([1, 2], 0.0, c=1, eps=1.0, boost=1e30, rng=rng)
+    assert rng.bit_generator.state == state
