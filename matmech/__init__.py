@@ -14,6 +14,17 @@ from .compare import compare
 from .error import expected_error, lower_bound, per_query_variance, sensitivity
 from .linop import LinOp, as_linop
 from .specs import Spec, SpecError, load_spec
+from .svt import (
+    SparseVector,
+    SparseVectorExhausted,
+    SVTResult,
+    TopCResult,
+    above_threshold,
+    exponential_top_c,
+    sparse_vector,
+    sparse_vector_dpbook,
+    sparse_vector_retraversal,
+)
 
 __all__ = [
     "workloads",
@@ -32,6 +43,15 @@ __all__ = [
     "Spec",
     "SpecError",
     "load_spec",
+    "sparse_vector",
+    "SparseVector",
+    "SparseVectorExhausted",
+    "above_threshold",
+    "sparse_vector_dpbook",
+    "sparse_vector_retraversal",
+    "exponential_top_c",
+    "SVTResult",
+    "TopCResult",
 ]
 
 __version__ = "0.1.0"
