@@ -1,0 +1,158 @@
+"""Private row selection: which workload rows are worth answering (a sparse-vector front-end).
+
+``select_rows`` computes the true answers W x (structured, never a dense W), then either
+runs the sparse vector technique (Lyu, Su, Li, VLDB 2017, Alg. 7: the first c rows whose
+noisy answer clears the noisy threshold) or the exponential mechanism c times without
+replacement (their recommendation when the whole workload is known in advance). Like
+measurement, it reads the private x and charges the budget before any noise is drawn.
+
+Sensitivity of one row under add/remove is max_j |W_ij| (one cell changes by 1); under
+substitution the row changes by w_b − w_a ≤ max_j W_ij − min(0, min_j W_ij). Monotonic noise
+(Lyu et al. §4.3) is valid only for non-negative rows under add/remove: adding a record
+then moves every answer up or leaves it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .budget import PrivacyBudget
+from .error import NEIGHBORS, check_privacy_params
+from .intervals import Intervals
+from .linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
+from .mechanisms import check_counts
+from .svt import exponential_top_c, sparse_vector, svt_budget
+
+__all__ = ["Selection", "select_rows", "take_rows", "entry_range", "METHODS"]
+
+METHODS = ("svt", "em")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM)."""
+
+    rows: np.ndarray
+    method: str
+    eps: float
+    c: int
+    threshold: object
+    sensitivity: float
+    monotonic: bool
+    stopped: bool
+    n_candidates: int
+
+
+def entry_range(W):
+    """(min, max) over the entries of W and 0, through the structure where there is one."""
+    if isinstance(W, (Intervals, Identity, Ones)):
+        return 0.0, 1.0
+    if isinstance(W, Scaled):
+        lo, hi = entry_range(W.base)
+        return (W.c * lo, W.c * hi) if W.c >= 0 else (W.c * hi, W.c * lo)
+    if isinstance(W, RowSubset):
+        return entry_range(W.base)
+    if isinstance(W, VStack):
+        parts = [entry_range(Scaled(b, w)) for w, b in zip(W.weights, W.blocks)]
+        return min(p[0] for p in parts), max(p[1] for p in parts)
+    if isinstance(W, Kron):
+        lo, hi = 1.0, 1.0
+        for f in W.factors:
+            a, b = entry_range(f)
+            products = (lo * a, lo * b, hi * a, hi * b)
+            lo, hi = min(products), max(products)
+        return min(lo, 0.0), max(hi, 0.0)
+    if isinstance(W, (Dense, Sparse)):
+        data = W.matrix.data if isinstance(W, Sparse) else W.matrix
+        return min(0.0, float(data.min())), max(0.0, float(data.max()))
+    lo, hi = 0.0, 0.0
+    for start in range(0, W.shape[0], max(1, 4_000_000 // W.shape[1])):
+        r = W.rows(start, min(W.shape[0], start + max(1, 4_000_000 // W.shape[1])))
+        lo, hi = min(lo, float(r.min())), max(hi, float(r.max()))
+    return lo, hi
+
+
+def take_rows(W, rows):
+    """The sub-workload of the given rows, keeping interval structure where W has it."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if isinstance(W, Intervals):
+        lo, hi = W.bounds()
+        return Intervals(W.n, lo[rows], hi[rows])
+    return RowSubset(W, rows)
+
+
+def _check_c(c):
+    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
+        raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
+    return int(c)
+
+
+def select_rows(
+    W,
+    x,
+    *,
+    c,
+    eps,
+    threshold=None,
+    method="svt",
+    monotonic="auto",
+    ratio="optimal",
+    neighbors="add_remove",
+    budget=None,
+    rng=None,
+):
+    """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
+
+    ``method="svt"``: the first c rows (in row order) whose answer clears ``threshold`` (a
+    scalar or one value per row; data-independent) by Lyu et al. Alg. 7 with ε₁:ε₂ from
+    ``ratio``. ``method="em"``: the c rows with the largest answers by the exponential
+    mechanism (no threshold). ``monotonic="auto"`` uses monotonic noise exactly when it
+    is valid; ``True`` where it is not valid raises.
+    """
+    W = as_linop(W)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    c = _check_c(c)
+    if neighbors not in NEIGHBORS:
+        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"budget must be a PrivacyBudget or None, got {type(budget).__name__}")
+    x = check_counts(x, W.shape[1])
+    lo, hi = entry_range(W)
+    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+    valid_monotonic = lo >= 0 and neighbors == "add_remove"
+    if monotonic == "auto":
+        monotonic = valid_monotonic
+    elif monotonic is True and not valid_monotonic:
+        raise ValueError(
+            "monotonic=True needs non-negative counting rows and add/remove neighbours "
+            f"(rows have entries in [{lo:g}, {hi:g}], neighbors={neighbors!r}); use monotonic=False"
+        )
+    elif monotonic is not False:
+        raise TypeError(f"monotonic must be True, False or 'auto', got {monotonic!r}")
+    if method == "svt":
+        if threshold is None or isinstance(threshold, str):
+            raise ValueError(f"method='svt' needs a numeric threshold (scalar or one per row), got {threshold!r}")
+        thr = np.asarray(threshold, dtype=np.float64)
+        if thr.ndim not in (0, 1) or (thr.ndim == 1 and thr.size != W.shape[0]):
+            raise ValueError(f"threshold must be a scalar or have one value per row ({W.shape[0]}), got shape {thr.shape}")
+    if c > W.shape[0]:
+        raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
+    if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
+        svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
+    else:
+        check_privacy_params(eps, 0.0)
+    values = W.matvec(x.astype(np.float64))
+    if budget is not None:  # every check has passed: charge before any noise is drawn
+        budget.spend(eps, 0.0, what=f"select up to {c} of {W.shape[0]} rows ({method})")
+    if method == "svt":
+        res = sparse_vector(values, thr, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, rng=rng)
+        rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
+    else:
+        res = exponential_top_c(values, c, eps, sensitivity=sens, monotonic=monotonic, rng=rng)
+        rows, stopped = np.asarray(res.positions, dtype=np.int64), True
+    rows.setflags(write=False)
+    return Selection(rows, method, float(eps), c, threshold, float(sens), bool(monotonic), bool(stopped), W.shape[0])
