@@ -122,9 +122,13 @@ def part_tree(repeats):
     }
 
 
-def p_identity(n, p, seed):
+def p_identity_theta(n, p, seed):
     r = np.random.default_rng(seed)
-    theta = r.random((p, n)) * (r.random((p, n)) < 0.25)
+    return r.random((p, n)) * (r.random((p, n)) < 0.25)
+
+
+def p_identity(n, p, seed):
+    theta = p_identity_theta(n, p, seed)
     return Dense(np.vstack([np.eye(n), theta]) / (1 + theta.sum(0)))
 
 
@@ -146,6 +150,13 @@ def part_optimized(repeats):
         cases.append(("matmech.optimize (all ranges, pure eps)", lambda: res.strategy, 0.0, opt_seconds))
     else:
         cases.append(("random p-Identity [I; Θ]D, p=256 (optimize not available)", lambda: p_identity(n, 256, 5), 0.0, None))
+        try:  # the optimiser's strategy class, if it is already in the tree
+            from matmech.opt_pure import PIdentity
+        except ImportError:
+            PIdentity = None
+        if PIdentity is not None:
+            th = p_identity_theta(n, 256, 5)
+            cases.append(("matmech.opt_pure.PIdentity with random Θ, p=256", lambda: PIdentity(th), 0.0, None))
         sq = Dense(np.eye(n) + np.random.default_rng(6).random((n, n)) / n)
         cases.append(("random square dense n×n (optimize not available)", lambda: sq, 1e-6, None))
     out = []

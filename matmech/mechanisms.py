@@ -254,7 +254,10 @@ def _rounded_matrix(A, g):
             f"materialising it ({m * n:,} entries > {MAX_DENSE_ROUNDING:,}); give it as a Dense, Sparse, "
             "Scaled, VStack or Kron of such operators"
         )
-    return _rint(A.dense(max_entries=MAX_DENSE_ROUNDING), g)
+    # any other operator (e.g. a p-Identity [I; Θ]D): round it block of rows by block of rows
+    step = max(1, 4_000_000 // n)
+    blocks = [sp.csr_matrix(_rint(A.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]
+    return sp.vstack(blocks, format="csr")
 
 
 def _round_to_grid(A, g):

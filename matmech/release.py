@@ -287,8 +287,8 @@ def _interval_variances_split(W, split):
     np.cumsum(sla.solve_triangular(L, U.T, lower=True, check_finite=False).T, axis=0, out=Z[1:])
     cd = np.concatenate([[0.0], np.cumsum(dinv)])
     out = np.empty(W.shape[0])
-    for start in range(0, W.shape[0], 65536):
-        lo, hi = W.bounds(start, min(W.shape[0], start + 65536))
+    for start in range(0, W.shape[0], 16384):
+        lo, hi = W.bounds(start, min(W.shape[0], start + 16384))
         diff = Z[hi + 1] - Z[lo]
         out[start : start + lo.size] = cd[hi + 1] - cd[lo] - np.einsum("ij,ij->i", diff, diff)
     return out

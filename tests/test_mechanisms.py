@@ -74,6 +74,7 @@ def test_reproducible_with_a_generator():
         lambda r: VStack([S.identity(8), Dense(r.random((3, 8)))], weights=[0.7, 1.3]),
         lambda r: Kron(Dense(r.random((3, 2))), S.hierarchical(4, 2)),
         lambda r: Scaled(S.hierarchical(8, 2), 0.3),
+        lambda r: Dense(r.random((12, 8))) @ Identity(8),  # a generic operator: rounded row block by row block
     ],
 )
 def test_real_strategy_is_rounded_to_a_grid(make, delta):
