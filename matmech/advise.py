@@ -1,0 +1,410 @@
+"""Rank candidate strategies for a workload: the fixed classics and the optimisers.
+
+Every figure is analytic (:func:`matmech.error.error_figures`); nothing touches data.
+Candidates: the identity, the hierarchical strategy (branching chosen by exact error, with
+and without the root), the Haar wavelet, the workload itself, and :func:`matmech.optimize`.
+On a multi-attribute (Kronecker) domain each fixed candidate is a Kronecker product of
+per-attribute strategies, the hierarchical branching and the best fixed 1-D strategy being
+chosen attribute by attribute. A candidate that cannot answer the workload, or is too big to
+evaluate, is skipped with the reason recorded, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from . import strategies as S
+from .error import check_privacy_params, error_figures, lower_bound, sensitivity
+from .linop import Kron, LinOp, Scaled, VStack, as_linop
+from .opt_marginals import MarginalStrategy, kron_blocks, marginal_workload
+from .optimize import optimize
+
+__all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
+
+#: Candidate families, in the order they are evaluated.
+CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
+#: Branchings tried for hierarchical strategies (those with b ≥ n are the identity).
+BRANCHINGS = tuple(range(2, 65))
+#: Above this many cells per attribute only branchings giving block-spectral trees are tried.
+DENSE_TREE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked (or skipped) strategy; errors in squared counts, RMSE in counts."""
+
+    name: str
+    params: MappingProxyType
+    sensitivity: float | None
+    error: float | None
+    rmse: float | None
+    max_variance: float | None
+    ratio: float | None
+    seconds: float
+    strategy: LinOp | None = field(default=None, repr=False, compare=False)
+    skipped: str | None = None
+
+    def as_dict(self):
+        out = {
+            "name": self.name,
+            "params": _jsonable(dict(self.params)),
+            "sensitivity": self.sensitivity,
+            "total_error": self.error,
+            "rmse": self.rmse,
+            "max_variance": self.max_variance,
+            "ratio_to_lower_bound": self.ratio,
+            "seconds": self.seconds,
+        }
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+        return out
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Ranked candidates (best first), the skipped ones with reasons, and the context."""
+
+    rows: tuple
+    skipped: tuple
+    eps: float
+    delta: float
+    lower_bound: float | None
+    queries: int
+    cells: int
+
+    @property
+    def best(self):
+        """The strategy (a LinOp) with the lowest total error."""
+        return self.rows[0].strategy
+
+    @property
+    def best_row(self):
+        return self.rows[0]
+
+    def to_dict(self):
+        return {
+            "eps": self.eps,
+            "delta": self.delta,
+            "noise": "laplace (L1)" if self.delta == 0 else "gaussian (L2)",
+            "queries": self.queries,
+            "cells": self.cells,
+            "lower_bound": self.lower_bound,
+            "lower_bound_rmse": None if self.lower_bound is None else math.sqrt(self.lower_bound / self.queries),
+            "best": self.rows[0].name if self.rows else None,
+            "ranked": [r.as_dict() for r in self.rows],
+            "skipped": [{"name": r.name, "reason": r.skipped} for r in self.skipped],
+        }
+
+    def to_json(self, indent=2):
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def table(self):
+        """A plain-text table, best first, with the lower bound and the skipped candidates."""
+        head = ("#", "strategy", "parameters", "sensitivity", "total error", "RMSE/query", "max variance", "error/bound", "seconds")
+        lines = [head]
+        for i, r in enumerate(self.rows, 1):
+            lines.append(
+                (
+                    str(i),
+                    r.name,
+                    _short_params(r.params),
+                    f"{r.sensitivity:.4g}",
+                    f"{r.error:.4e}",
+                    f"{r.rmse:.4f}",
+                    "-" if r.max_variance is None else f"{r.max_variance:.4g}",
+                    "-" if r.ratio is None else f"{r.ratio:.3f}",
+                    f"{r.seconds:.2f}",
+                )
+            )
+        widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+
+        def fmt(row):
+            return "  ".join(c.ljust(w) if i in (1, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+        model = f"eps={self.eps:g}, " + ("pure eps-DP (Laplace, L1 sensitivity)" if self.delta == 0 else f"delta={self.delta:g} (Gaussian, L2 sensitivity)")
+        out = [f"{self.queries:,} queries over {self.cells:,} cells; {model}", fmt(lines[0]), "  ".join("-" * w for w in widths)]
+        out += [fmt(row) for row in lines[1:]]
+        if self.lower_bound is not None:
+            out.append(f"SVD lower bound (Li & Miklau 2013): total {self.lower_bound:.4e}, RMSE/query {math.sqrt(self.lower_bound / self.queries):.4f}")
+        for r in self.skipped:
+            out.append(f"skipped {r.name}: {r.skipped}")
+        return "\n".join(out)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def _short_params(params):
+    items = []
+    for k, v in params.items():
+        if k in ("starts", "history", "theta", "factors_detail"):
+            continue
+        if isinstance(v, float):
+            v = f"{v:.3g}"
+        elif isinstance(v, (list, tuple)) and len(str(v)) > 40:
+            v = str(v)[:37] + "..."
+        items.append(f"{k}={v}")
+    return ", ".join(items)
+
+
+# -- candidate construction ---------------------------------------------------------------------
+
+
+def _attributes(W):
+    """Per-attribute effective 1-D workloads [(n_i, workload_i)] for a Kronecker/union W, else None."""
+    blocks = kron_blocks(W)
+    if blocks is None:
+        return None
+    d = len(blocks[0][1])
+    out = []
+    for i in range(d):
+        parts, weights = [], []
+        for w2, fs in blocks:
+            parts.append(fs[i])
+            weights.append(math.sqrt(w2))
+        eff = parts[0] if len(parts) == 1 else VStack(parts, weights=weights)
+        out.append((fs[i].shape[1], eff))
+    return out
+
+
+def _branchings(n):
+    out = []
+    for b in BRANCHINGS:
+        if b >= n:
+            break
+        if n > DENSE_TREE_LIMIT:
+            tree = S.hierarchical(n, b, False)
+            if tree.sizes is None:
+                continue
+        out.append(b)
+    return out
+
+
+def _unit_error(W, A, delta):
+    """sens² · trace term in the units of :func:`error_figures` (ε = 1)."""
+    return error_figures(W, A, 1.0, delta, measures=("total",))["total"]
+
+
+def _best_hierarchy(W, n, delta, root):
+    """(b, strategy, error) of the hierarchical strategy with the lowest exact error."""
+    best = None
+    for b in _branchings(n):
+        A = S.hierarchical(n, b, root)
+        try:
+            e = _unit_error(W, A, delta)
+        except ValueError:
+            continue
+        if best is None or e < best[2]:
+            best = (b, A, e)
+    return best
+
+
+def _fixed_1d(n, W, delta):
+    """[(name, params, strategy)] of the fixed 1-D candidates for the 1-D workload W."""
+    out = [("identity", {}, S.identity(n))]
+    for root in (True, False):
+        best = _best_hierarchy(W, n, delta, root)
+        if best is not None:
+            name = "hierarchical" if root else "hierarchical, no root"
+            out.append((name, {"branching": best[0], "root": root}, best[1]))
+    if n > 1:
+        out.append(("haar", {}, S.haar(n)))
+    return out
+
+
+def _fixed_candidates(W, delta):
+    attrs = _attributes(W)
+    if attrs is None or len(attrs) == 1:
+        n = W.shape[1]
+        eff = attrs[0][1] if attrs else W
+        return _fixed_1d(n, eff, delta)
+    per = [_fixed_1d(n, eff, delta) for n, eff in attrs]
+    out = []
+    names = [name for name, _, _ in per[0]]
+    for name in names:
+        chosen = [next(((p, a) for nm, p, a in cands if nm == name), None) for cands in per]
+        if any(c is None for c in chosen):
+            continue
+        params = {"per_attribute": [c[0] for c in chosen]} if any(c[0] for c in chosen) else {}
+        out.append((name, params, Kron(*[c[1] for c in chosen])))
+    # the best fixed 1-D strategy attribute by attribute (by its own 1-D error)
+    picks = []
+    for (n, eff), cands in zip(attrs, per):
+        scored = []
+        for name, params, A in cands:
+            try:
+                scored.append((_unit_error(eff, A, delta), name, params, A))
+            except ValueError:
+                continue
+        picks.append(min(scored, key=lambda r: r[0]))
+    out.append(("best fixed per attribute", {"per_attribute": [dict(name=p[1], **p[2]) for p in picks]}, Kron(*[p[3] for p in picks])))
+    return out
+
+
+def _workload_candidate(W):
+    """W itself; a union of marginals as the equal :class:`MarginalStrategy` (same rows, with a
+    structured pseudo-inverse)."""
+    marg = marginal_workload(W)
+    if marg is not None:
+        terms, domain = marg
+        theta = np.zeros(1 << len(domain))
+        for w2, subset in terms:
+            theta[sum(1 << i for i in subset)] += math.sqrt(w2)
+        if np.all(np.bincount([sum(1 << i for i in s) for _, s in terms], minlength=theta.size) <= 1):
+            return MarginalStrategy(domain, theta)
+    return W.base if isinstance(W, Scaled) else W
+
+
+# -- the advisor ---------------------------------------------------------------------------------
+
+
+def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None):
+    """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
+
+    ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
+    :data:`CANDIDATES`. ``time_budget`` (seconds) caps the whole call: the optimiser gets
+    what is left after the fixed candidates, and candidates not reached are skipped with
+    that reason (a time-limited run is not reproducible bit for bit; without a budget the
+    result depends only on ``rng``). ``progress``: a callable(fraction, message) or None.
+    Returns an :class:`Advice`; ``advice.best`` is the winning strategy.
+    """
+    eps, delta = check_privacy_params(eps, delta)
+    W = as_linop(W)
+    if candidates == "all":
+        wanted = CANDIDATES
+    elif candidates == "fixed":
+        wanted = tuple(c for c in CANDIDATES if c != "optimized")
+    else:
+        if isinstance(candidates, str):
+            raise ValueError(f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, got {candidates!r}")
+        wanted = tuple(candidates)
+        unknown = [c for c in wanted if c not in CANDIDATES]
+        if unknown or not wanted:
+            raise ValueError(f"unknown candidate names {unknown}; choose from {CANDIDATES}")
+    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0):
+        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable(fraction, message) or None, got {progress!r}")
+    t_start = time.perf_counter()
+
+    def left():
+        return None if time_budget is None else time_budget - (time.perf_counter() - t_start)
+
+    def report(fraction, message):
+        if progress is not None:
+            progress(min(max(fraction, 0.0), 1.0), message)
+
+    try:
+        bound = lower_bound(W, eps, delta)
+    except ValueError:
+        bound = None
+    p = 1 if delta == 0 else 2
+    rows, skipped = [], []
+
+    def add(name, params, build):
+        t0 = time.perf_counter()
+        remaining = left()
+        if remaining is not None and remaining <= 0:
+            skipped.append(_skip(name, params, "time budget exhausted"))
+            return
+        try:
+            A = build() if callable(build) else build
+            fig = error_figures(W, A, eps, delta)
+            sens = sensitivity(A, p)
+        except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
+            skipped.append(_skip(name, params, str(exc), time.perf_counter() - t0))
+            return
+        total = fig["total"]
+        rows.append(
+            Candidate(
+                name,
+                MappingProxyType(dict(params)),
+                sens,
+                total,
+                fig["rmse"],
+                fig["max"],
+                None if not bound else total / bound,
+                time.perf_counter() - t0,
+                A,
+            )
+        )
+
+    fixed_wanted = [c for c in wanted if c in ("identity", "hierarchical", "haar")]
+    n_steps = len(wanted) + 1
+    if fixed_wanted:
+        report(0.0, "fixed candidates")
+        try:
+            fixed = _fixed_candidates(W, delta)
+        except (ValueError, MemoryError) as exc:
+            fixed = []
+            skipped.append(_skip("fixed candidates", {}, str(exc)))
+        for name, params, A in fixed:
+            family = "hierarchical" if name.startswith("hierarchical") else name
+            if family in fixed_wanted or (name == "best fixed per attribute" and len(fixed_wanted) == 3):
+                add(name, params, A)
+    if "workload" in wanted:
+        report(len(fixed_wanted) / n_steps, "workload as strategy")
+        add("workload", {}, lambda: _workload_candidate(W))
+    if "optimized" in wanted:
+        report((n_steps - 2) / n_steps, "optimising")
+        remaining = left()
+        if remaining is not None and remaining <= 0:
+            skipped.append(_skip("optimized", {}, "time budget exhausted"))
+        else:
+            t0 = time.perf_counter()
+            try:
+                res = optimize(
+                    W,
+                    eps,
+                    delta,
+                    "auto",
+                    rng=rng,
+                    restarts=2 if rng is not None else 1,
+                    time_limit=remaining,
+                    bound=False,
+                    progress=(lambda f, m: report((n_steps - 2 + f) / n_steps, m)) if progress is not None else False,
+                )
+            except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
+                skipped.append(_skip("optimized", {}, str(exc), time.perf_counter() - t0))
+            else:
+                params = {"method": res.method}
+                if res.gap is not None:
+                    params["gap"] = res.gap
+                for key in ("p", "init", "iterations", "rounds"):
+                    if key in res.params:
+                        params[key] = res.params[key]
+                seconds = time.perf_counter() - t0
+                add(f"optimized ({res.method})", params, res.strategy)
+                rows[-1] = _with_seconds(rows[-1], seconds) if rows and rows[-1].strategy is res.strategy else rows[-1]
+    report(1.0, "done")
+    rows.sort(key=lambda r: r.error)
+    if not rows:
+        raise ValueError("no candidate strategy can answer this workload: " + "; ".join(f"{r.name}: {r.skipped}" for r in skipped))
+    return Advice(tuple(rows), tuple(skipped), eps, delta, bound, W.shape[0], W.shape[1])
+
+
+def _skip(name, params, reason, seconds=0.0):
+    return Candidate(name, MappingProxyType(dict(params)), None, None, None, None, None, seconds, None, reason)
+
+
+def _with_seconds(row, seconds):
+    return Candidate(row.name, row.params, row.sensitivity, row.error, row.rmse, row.max_variance, row.ratio, seconds, row.strategy)

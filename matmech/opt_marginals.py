@@ -1,0 +1,360 @@
+"""Strategies for multi-attribute workloads: marginal lattices and Kronecker products.
+
+Marginals (McKenna et al., VLDB 2018, §6.3 "OPT_M"; Xiao et al., NeurIPS 2023). Let a
+strategy measure the marginal on every attribute subset S with weight θ_S. Its gram
+Σ_S θ_S² ⊗ᵢ(I if i ∈ S else 11ᵀ) is diagonal in the basis that is constant or mean-zero
+per attribute: on the class T (mean-zero exactly on the attributes in T, multiplicity
+Πᵢ∈T(dᵢ−1)) it has the eigenvalue λ_T = Σ_{S ⊇ T} θ_S² Πᵢ∉S dᵢ
+(:func:`matmech.error.marginal_spectrum`). A marginal workload has eigenvalues μ_T of the
+same form, so the error is Σ_T m_T μ_T / λ_T times the squared sensitivity:
+
+* pure ε: sens₁ = Σ_S θ_S (every marginal has column L1 norm 1) — minimised over θ ≥ 0
+  by L-BFGS-B;
+* (ε, δ): sens₂² = Σ_S θ_S² — here the optimum over all strategies is in closed form:
+  any strategy can be averaged over the per-attribute permutations without losing, which
+  makes its gram Σ_T λ_T P_T; minimising Σ m_T μ_T/λ_T at Σ m_T λ_T = N gives
+  λ_T ∝ √μ_T, the SVD bound (Σ σ)²/N of Li & Miklau (ICDT 2013) is attained, and the
+  strategy is the residual basis of ResidualPlanner (Xiao et al. 2023).
+
+Kronecker workloads W = W₁ ⊗ … ⊗ W_d: a Kronecker strategy's error factors,
+Πᵢ sens(Aᵢ)² trace(Gᵢ (AᵢᵀAᵢ)⁻¹), so each factor is optimised alone (HDMM "OPT⊗"). A
+union Σⱼ wⱼ² ⊗ᵢ Gᵢⱼ is handled by block coordinate descent: with the other factors fixed,
+factor i sees the 1-D gram Σⱼ cⱼ Gᵢⱼ (HDMM §6.2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, minimize
+
+from .error import _marginal_terms
+from .linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop
+
+__all__ = [
+    "MarginalStrategy",
+    "ResidualStrategy",
+    "MarginalFit",
+    "marginal_workload",
+    "optimize_marginals_pure",
+    "optimize_marginals_l2",
+    "marginal_objective",
+    "kron_blocks",
+]
+
+#: Largest number of attributes for the lattice optimiser (2^k subsets).
+MAX_ATTRIBUTES = 16
+#: At most this many "workload plus one larger marginal" starting points.
+MAX_EXTRA_STARTS = 32
+#: Rounds of greedy "replace by a larger marginal" moves after the starts.
+MAX_GREEDY_ROUNDS = 4
+
+
+def marginal_workload(W):
+    """(terms, domain) if W is a weighted union of marginals, else None.
+
+    ``terms`` is a list of (weight², frozenset of attributes).
+    """
+    if not isinstance(W, (VStack, Kron)):
+        return None
+    if isinstance(W, VStack) and not all(isinstance(b, Kron) for b in W.blocks):
+        return None
+    return _marginal_terms(W)
+
+
+def _masks(domain):
+    k = len(domain)
+    full = (1 << k) - 1
+    # Πᵢ∉S dᵢ for every mask S
+    out_prod = np.array([math.prod(d for i, d in enumerate(domain) if not (mask >> i) & 1) for mask in range(full + 1)], dtype=np.float64)
+    mult = np.array([math.prod(d - 1 for i, d in enumerate(domain) if (mask >> i) & 1) for mask in range(full + 1)], dtype=np.float64)
+    return out_prod, mult
+
+
+def _superset_sum(c, k):
+    """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets), O(k 2^k)."""
+    lam = c.copy()
+    idx = np.arange(lam.size)
+    for i in range(k):
+        bit = 1 << i
+        lo = idx[(idx & bit) == 0]
+        lam[lo] += lam[lo | bit]
+    return lam
+
+
+def _subset_sum(c, k):
+    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets)."""
+    out = c.copy()
+    idx = np.arange(out.size)
+    for i in range(k):
+        bit = 1 << i
+        hi = idx[(idx & bit) != 0]
+        out[hi] += out[hi ^ bit]
+    return out
+
+
+def _workload_spectrum(terms, domain):
+    k = len(domain)
+    out_prod, mult = _masks(domain)
+    c = np.zeros(1 << k)
+    for w2, s in terms:
+        c[sum(1 << i for i in s)] += w2 * out_prod[sum(1 << i for i in s)]
+    return _superset_sum(c, k), mult, out_prod
+
+
+def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
+    """(sens_p(θ)², Σ_T m_T μ_T/λ_T(θ)) product and its gradient in θ (pure: p=1, L2: p=2).
+
+    Classes with μ_T = 0 are ignored; a class with μ_T > 0 and λ_T = 0 gives +inf.
+    """
+    th = np.asarray(theta, dtype=np.float64)
+    lam = _superset_sum(th * th * out_prod, k)
+    need = (mu > 0) & (mult > 0)
+    if np.any(lam[need] <= 0):
+        return (math.inf, np.zeros_like(th)) if gradient else math.inf
+    ratio = np.zeros_like(lam)
+    ratio[need] = mult[need] * mu[need] / lam[need]
+    err = float(ratio.sum())
+    sens2 = float(th.sum()) ** 2 if p == 1 else float((th * th).sum())
+    f = sens2 * err
+    if not gradient:
+        return f
+    # ∂err/∂θ_S = −2 θ_S Πᵢ∉S dᵢ Σ_{T ⊆ S} m_T μ_T / λ_T²
+    q = np.zeros_like(lam)
+    q[need] = ratio[need] / lam[need]
+    derr = -2.0 * th * out_prod * _subset_sum(q, k)
+    dsens = 2.0 * th.sum() * np.ones_like(th) if p == 1 else 2.0 * th
+    return f, dsens * err + sens2 * derr
+
+
+def _factor(d, in_subset):
+    return Identity(d) if in_subset else Ones(1, d)
+
+
+def _class_projector_factors(domain, mask):
+    """⊗ᵢ (I − J/dᵢ if i ∈ T else J/dᵢ): the projector onto the class T."""
+    out = []
+    for i, d in enumerate(domain):
+        j = np.full((d, d), 1.0 / d)
+        out.append(Dense(np.eye(d) - j) if (mask >> i) & 1 else Dense(j))
+    return out
+
+
+def _spectral_pinv(domain, lam, mult, tol=1e-12):
+    """(Σ_T λ_T⁻¹ P_T as a Sum of Krons, the null projector Σ_{λ_T=0} P_T or None)."""
+    top = float(lam.max()) if lam.size else 0.0
+    pos, null = [], []
+    for mask in range(lam.size):
+        if mult[mask] == 0:
+            continue  # an attribute of size 1 is never mean-zero: the class is empty
+        if lam[mask] > tol * top:
+            pos.append(Scaled(Kron(*_class_projector_factors(domain, mask)), 1.0 / lam[mask]))
+        else:
+            null.append(Kron(*_class_projector_factors(domain, mask)))
+    return Sum(pos), (Sum(null) if null else None)
+
+
+class MarginalStrategy(VStack):
+    """Weighted union of marginals: the rows θ_S ⊗ᵢ(I if i ∈ S else 1ᵀ) for θ_S > 0.
+
+    Sensitivity Σθ_S (L1) or √Σθ_S² (L2); ``gram_pinv()`` is the spectral form
+    Σ_T λ_T⁻¹ P_T, a Sum of Krons of dᵢ×dᵢ factors, so the error of a 10⁵-cell marginal
+    workload costs a few thousand small matrix products.
+    """
+
+    def __init__(self, domain, weights):
+        self.domain = tuple(int(d) for d in domain)
+        k = len(self.domain)
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+            raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
+        self.theta = w
+        masks = np.flatnonzero(w > 0)
+        self.subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
+        blocks = [Kron(*[_factor(d, (m >> i) & 1) for i, d in enumerate(self.domain)]) for m in masks]
+        super().__init__(blocks, weights=w[masks])
+
+    def eigenvalues(self):
+        out_prod, _ = _masks(self.domain)
+        return _superset_sum(self.theta**2 * out_prod, len(self.domain))
+
+    def gram_pinv(self):
+        _, mult = _masks(self.domain)
+        return _spectral_pinv(self.domain, self.eigenvalues(), mult)
+
+
+class ResidualStrategy(VStack):
+    """Σ_T √λ_T · ⊗ᵢ Bᵢ^T with Bᵢ an orthonormal basis of the mean-zero vectors (i ∈ T) or
+    1ᵀ/√dᵢ (i ∉ T): gram exactly Σ_T λ_T P_T (ResidualPlanner's residual basis)."""
+
+    def __init__(self, domain, lam):
+        self.domain = tuple(int(d) for d in domain)
+        lam = np.asarray(lam, dtype=np.float64)
+        _, mult = _masks(self.domain)
+        self.lam = np.where(mult > 0, lam, 0.0)
+        bases = {}
+        for d in set(self.domain):
+            # rows 1..d−1 of an orthonormal basis whose first row is 1ᵀ/√d
+            q, _ = np.linalg.qr(np.column_stack([np.ones(d), np.eye(d)[:, : d - 1]]))
+            q = q * np.sign(q[0, 0])
+            bases[d] = (Dense(q[:, :1].T), Dense(q[:, 1:].T) if d > 1 else None)
+        masks = np.flatnonzero(self.lam > 0)
+        if masks.size == 0:
+            raise ValueError("a residual strategy needs at least one positive eigenvalue")
+        blocks = [Kron(*[bases[d][1] if (m >> i) & 1 else bases[d][0] for i, d in enumerate(self.domain)]) for m in masks]
+        super().__init__(blocks, weights=np.sqrt(self.lam[masks]))
+
+    def eigenvalues(self):
+        return self.lam
+
+    def gram_pinv(self):
+        _, mult = _masks(self.domain)
+        return _spectral_pinv(self.domain, self.lam, mult)
+
+
+@dataclass(frozen=True)
+class MarginalFit:
+    """Outcome of a marginal-lattice optimisation (value = sens² · trace(G (AᵀA)⁺))."""
+
+    strategy: LinOp
+    value: float
+    theta: np.ndarray
+    starts: tuple
+    gap: float | None
+
+
+def _check_marginals(W):
+    marg = marginal_workload(W)
+    if marg is None:
+        raise ValueError("the workload is not a weighted union of marginals (Kron products of identity/total factors)")
+    terms, domain = marg
+    if len(domain) > MAX_ATTRIBUTES:
+        raise ValueError(f"the marginal lattice has 2^{len(domain)} subsets; at most {MAX_ATTRIBUTES} attributes are supported")
+    return terms, domain
+
+
+def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
+    """HDMM's OPT_M: min (Σθ_S)² Σ_T m_T μ_T/λ_T(θ) over θ ≥ 0 on every attribute subset. Starts: the workload's own marginals (so the result is never worse
+    than measuring them), equal weights on the closure, and ``restarts``−1 random θ from
+    ``rng`` (none when ``rng`` is None)."""
+    terms, domain = _check_marginals(W)
+    k = len(domain)
+    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    wanted = [sum(1 << i for i in s) for _, s in terms]
+    # every subset is a variable: under L1 a larger marginal can serve several workload
+    # marginals at the sensitivity cost of one (e.g. 4-way marginals for 3-way queries)
+    closure = np.ones(1 << k, dtype=bool)
+    starts = []
+    own = np.zeros(1 << k)
+    for (w2, _), mask in zip(terms, wanted):
+        own[mask] += math.sqrt(w2)
+    starts.append(("workload marginals", own))
+    starts.append(("uniform on the lattice", closure.astype(np.float64)))
+    # θ enters λ squared, so a zero weight never becomes positive by first-order moves; give
+    # the larger marginals a chance explicitly: all ℓ-way marginals for every ℓ above the
+    # workload's order, and the workload plus one marginal of the next order
+    sizes = np.array([bin(mask).count("1") for mask in range(1 << k)])
+    order = max(len(s) for _, s in terms)
+    for level in range(order + 1, k + 1):
+        starts.append((f"all {level}-way marginals", (sizes == level).astype(np.float64)))
+    extra = [mask for mask in range(1 << k) if sizes[mask] == order + 1][:MAX_EXTRA_STARTS]
+    for mask in extra:
+        # the larger marginal replaces the workload marginals it contains
+        th = own.copy()
+        inside = [w for w in wanted if w & mask == w]
+        th[inside] = 0.0
+        th[mask] = own[inside].sum()
+        name = "workload marginals, " + "".join(str(i) for i in range(k) if (mask >> i) & 1) + " replacing its sub-marginals"
+        starts.append((name, th))
+    if rng is not None:
+        for r in range(max(0, restarts - 1)):
+            starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k) * closure))
+    idx = np.flatnonzero(closure)
+
+    def fun(x):
+        th = np.zeros(1 << k)
+        th[idx] = x
+        f, g = marginal_objective(th, mu, mult, out_prod, k, p=1)
+        return f, g[idx]
+
+    def run(name, th0):
+        f0 = marginal_objective(th0, mu, mult, out_prod, k, p=1, gradient=False)
+        x0 = th0[idx] / max(th0.sum(), 1e-300)
+        res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf), options={"maxiter": maxiter, "ftol": 1e-14, "gtol": 1e-12})
+        th = np.zeros(1 << k)
+        th[idx] = res.x if res.fun <= f0 else x0
+        f = min(float(res.fun), f0)
+        records.append((name, f0, f))
+        return th, f
+
+    best, records = None, []
+    for name, th0 in starts:
+        th, f = run(name, th0)
+        if best is None or f < best[1]:
+            best = (th, f)
+    # greedy rounds: let one more unused larger marginal replace the positive-weight
+    # marginals it contains, keep the re-optimised result when it is better
+    for _ in range(MAX_GREEDY_ROUNDS):
+        th_best, f_best = best
+        improved = False
+        for mask in [m for m in range(1 << k) if sizes[m] == order + 1 and th_best[m] == 0][:MAX_EXTRA_STARTS]:
+            inside = [t for t in range(1 << k) if t != mask and t & mask == t and th_best[t] > 0]
+            if not inside:
+                continue
+            th0 = th_best.copy()
+            th0[mask] = th0[inside].sum()
+            th0[inside] = 0.0
+            th, f = run("greedy: " + "".join(str(i) for i in range(k) if (mask >> i) & 1), th0)
+            if f < best[1] * (1 - 1e-9):
+                best, improved = (th, f), True
+        if not improved:
+            break
+    th, f = best
+    th = th / th.sum()
+    th[th < 1e-12] = 0.0
+    strategy = MarginalStrategy(domain, th)
+    return MarginalFit(strategy, f, th, tuple(records), None)
+
+
+def optimize_marginals_l2(W):
+    """The L2-optimal strategy for a marginal workload, in closed form: λ_T ∝ √μ_T, scaled to
+    max column norm 1. Its error equals the SVD lower bound, so the gap is 0."""
+    terms, domain = _check_marginals(W)
+    mu, mult, _ = _workload_spectrum(terms, domain)
+    n_cells = math.prod(domain)
+    need = (mu > 0) & (mult > 0)
+    root = np.where(need, np.sqrt(np.clip(mu, 0, None)), 0.0)
+    total = float((mult * root).sum())
+    lam = root * n_cells / total  # diag of the gram = Σ_T m_T λ_T / N = 1
+    value = total**2 / n_cells
+    strategy = ResidualStrategy(domain, lam)
+    return MarginalFit(strategy, value, lam, (("closed form", value, value),), 0.0)
+
+
+# -- Kronecker products and their unions ----------------------------------------------------------
+
+
+def kron_blocks(W):
+    """[(weight², [factor workloads])] if W is a Kron or a weighted union of Krons over the
+    same attribute sizes (single-attribute unions count as one factor), else None."""
+    W = as_linop(W)
+    if isinstance(W, Kron):
+        return [(1.0, list(W.factors))]
+    if isinstance(W, Scaled) and isinstance(W.base, Kron):
+        return [(W.c**2, list(W.base.factors))]
+    if isinstance(W, VStack):
+        out, dims = [], None
+        for w, b in zip(W.weights, W.blocks):
+            sub = kron_blocks(b)
+            if sub is None:
+                return None
+            for w2, fs in sub:
+                d = tuple(f.shape[1] for f in fs)
+                if dims not in (None, d):
+                    return None
+                dims = d
+                out.append((float(w) ** 2 * w2, fs))
+        return out
+    return None

@@ -1,0 +1,300 @@
+"""Strategy optimisation: one entry point, :func:`optimize`, and its frozen result.
+
+Methods (see the modules for the maths and the papers):
+
+* ``"sdp"`` — the exact L2 program with cvxpy (:func:`matmech.opt_l2.sdp_l2`), n ≤ 64;
+* ``"l2"`` — the certified L2 optimum by the accelerated dual fixed point of Denisov et
+  al. (NeurIPS 2022) (:func:`matmech.opt_l2.dual_l2`), n ≤ 4096;
+* ``"pidentity"`` — pure ε: HDMM's p-Identity family [I; Θ]·D from the best hierarchy
+  (:func:`matmech.opt_pure.fit_pidentity`), n ≤ 8192;
+* ``"kron"`` — Kronecker workloads factor by factor, unions of Kronecker products by block
+  coordinate descent over the factors (HDMM's OPT⊗);
+* ``"marginals"`` — unions of marginals: the weighted marginal lattice (pure ε, HDMM's
+  OPT_M) or the closed-form residual basis (L2, optimal);
+* ``"auto"`` — marginals, then Kronecker, then the 1-D method for the privacy model.
+
+Pure ε (δ = 0) and the L2 methods never stand in for each other: the L2 optimum pays a
+large L1 sensitivity, and the p-Identity family ignores L2 structure.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from . import opt_l2, opt_marginals, opt_pure
+from .calibration import noise_variance
+from .error import check_privacy_params, expected_error, lower_bound
+from .linop import Identity, Kron, LinOp, as_linop, check_size
+
+__all__ = ["optimize", "OptimizeResult", "METHODS"]
+
+METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals")
+_L2_METHODS = ("sdp", "l2")
+#: Rounds of block coordinate descent over the factors of a union of Kronecker products.
+KRON_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """An optimised strategy and its analytic figures (errors in squared counts, RMSE in counts).
+
+    ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries),
+    ``lower_bound`` the SVD bound of Li & Miklau (None where it cannot be computed),
+    ``gap`` the relative duality gap (value − certified bound)/value for the L2 methods
+    (None where the method has no certificate), ``seconds`` the optimisation time (the
+    error and bound evaluations after it are not included), ``params`` method details.
+    """
+
+    strategy: LinOp
+    error: float
+    rmse: float
+    lower_bound: float | None
+    method: str
+    seconds: float
+    gap: float | None
+    eps: float
+    delta: float
+    params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def ratio(self):
+        """error / lower_bound (≥ 1), or None without a bound."""
+        return None if not self.lower_bound else self.error / self.lower_bound
+
+    def summary(self):
+        gap = "-" if self.gap is None else f"{self.gap:.2e}"
+        bound = "-" if self.lower_bound is None else f"{self.ratio:.3f}"
+        return f"{self.method}: total {self.error:.6g}, RMSE/query {self.rmse:.4f}, error/bound {bound}, gap {gap}, {self.seconds:.2f} s"
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+def _progress_hook(progress):
+    """A callable(fraction, message) from progress = False / True / a callable."""
+    if progress is False or progress is None:
+        return None
+    if progress is True:
+
+        def show(fraction, message):
+            print(f"\r[{fraction:6.1%}] {message[:70]:<70}", end="" if fraction < 1 else "\n", file=sys.stderr, flush=True)
+
+        return show
+    if callable(progress):
+        return progress
+    raise TypeError(f"progress must be True, False or a callable(fraction, message), got {progress!r}")
+
+
+# -- method choice ------------------------------------------------------------------------------
+
+
+def _choose(W, delta):
+    if opt_marginals.marginal_workload(W) is not None:
+        return "marginals"
+    blocks = opt_marginals.kron_blocks(W)
+    multi = blocks is not None and len(blocks[0][1]) > 1
+    if delta > 0:
+        if multi and len(blocks) == 1:
+            return "kron"  # exactly optimal factor by factor
+        if W.shape[1] <= opt_l2.MAX_L2_N:
+            return "l2"
+        return "kron" if multi else "l2"
+    if multi:
+        return "kron"
+    return "pidentity"
+
+
+def _check_method(method, delta, W):
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method in _L2_METHODS and delta == 0:
+        raise ValueError(
+            f"method={method!r} optimises the L2 (Gaussian, delta > 0) error; under pure eps (delta=0) "
+            "the L2 optimum is worse than the identity. Use method='pidentity' (or 'auto')"
+        )
+    if method == "pidentity" and delta > 0:
+        raise ValueError("method='pidentity' optimises the pure-eps (L1) error; for delta > 0 use method='l2' (or 'auto')")
+    if method == "marginals" and opt_marginals.marginal_workload(W) is None:
+        raise ValueError("method='marginals' needs a union of marginals (workloads.marginals); this workload is not one")
+    if method == "kron" and opt_marginals.kron_blocks(W) is None:
+        raise ValueError("method='kron' needs a Kronecker workload or a union of Kronecker products over the same attributes")
+
+
+# -- 1-D solvers --------------------------------------------------------------------------------
+
+
+def _fit_1d(gram_op, delta, *, restarts, rng, maxiter, time_limit, callback):
+    """(strategy, value = sens² · trace(G (AᵀA)⁻¹), params) for one gram."""
+    if delta > 0:
+        fit = opt_l2.dual_l2(gram_op.dense(), maxiter=maxiter or 500, time_limit=time_limit, callback=callback)
+        return fit.strategy, fit.value, {"dual": fit.dual, "gap": max(fit.gap, 0.0), "iterations": fit.iterations}
+    fit = opt_pure.fit_pidentity(gram_op, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=callback)
+    ident = float(gram_op.diag.sum())  # Θ = 0: the identity, also in the family
+    if ident <= fit.value:
+        return Identity(gram_op.n), ident, {"init": "identity", "p": 0}
+    params = {"p": int(fit.theta.shape[0]), "init": fit.init, "evaluations": fit.evaluations, "starts": fit.starts}
+    return opt_pure.PIdentity(fit.theta), fit.value, params
+
+
+def _trace_with(gram_dense, strategy):
+    """sens² · trace(G (AᵀA)⁺) of a 1-D strategy with sens = 1 (our optimisers' outputs)."""
+    m, _ = strategy.gram_pinv() if hasattr(strategy, "gram_pinv") else (Identity(strategy.shape[1]), None)
+    md = m.dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) if not isinstance(m, Identity) else None
+    return float(np.trace(gram_dense)) if md is None else float((gram_dense * md).sum())
+
+
+def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report):
+    blocks = opt_marginals.kron_blocks(W)
+    d = len(blocks[0][1])
+    if len(blocks) == 1:
+        factors, values, params, gaps = [], [], [], []
+        for i, f in enumerate(blocks[0][1]):
+            report(i / d, f"factor {i + 1}/{d} (n={f.shape[1]})")
+            op = opt_pure.GramOperator.from_workload(f)
+            a, v, p = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None)
+            factors.append(a)
+            values.append(v)
+            params.append(p)
+        out = {"factors": tuple(params), "rounds": 1}
+        if delta > 0:
+            # the Kronecker product of factor optima is optimal (its dual point factors too):
+            # the product of certified factor bounds bounds the product problem
+            prim, dual = math.prod(values), math.prod(p["dual"] for p in params)
+            out["gap"] = max(0.0, (prim - dual) / prim)
+        return Kron(*factors), out
+    # a union Σⱼ wⱼ² ⊗ᵢ Gᵢⱼ: block coordinate descent (HDMM §6.2)
+    grams = [[f.gram().dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) for f in fs] for _, fs in blocks]
+    w2 = np.array([w for w, _ in blocks])
+    costs = np.array([[float(np.trace(g)) for g in row] for row in grams])  # start: identity factors
+    factors = [Identity(grams[0][i].shape[0]) for i in range(d)]
+    best, history = (math.inf, None), []
+    steps, step = KRON_ROUNDS * d, 0
+    for rnd in range(KRON_ROUNDS):
+        for i in range(d):
+            report(step / steps, f"round {rnd + 1}, factor {i + 1}/{d}")
+            step += 1
+            others = np.prod(np.delete(costs, i, axis=1), axis=1) * w2
+            g_eff = sum(c * row[i] for c, row in zip(others, grams))
+            op = opt_pure.GramOperator.from_gram(g_eff)
+            a, _, _ = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None)
+            factors[i] = a
+            costs[:, i] = [_trace_with(row[i], a) for row in grams]
+            total = float((w2 * np.prod(costs, axis=1)).sum())
+            history.append(total)
+            if total < best[0]:
+                best = (total, list(factors))
+    return Kron(*best[1]), {"rounds": KRON_ROUNDS, "history": tuple(history)}
+
+
+# -- the entry point -----------------------------------------------------------------------------
+
+
+def optimize(
+    W,
+    eps=1.0,
+    delta=0.0,
+    method="auto",
+    *,
+    restarts=1,
+    rng=None,
+    progress=False,
+    maxiter=None,
+    time_limit=None,
+    bound=True,
+):
+    """Optimise a strategy for workload W under ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
+
+    ``restarts``: starting points per optimisation (the best result is kept); the
+    deterministic starts (best hierarchies, workload marginals, …) come first, random ones
+    only from ``rng`` (a ``numpy.random.Generator``; ``rng=None`` means deterministic starts
+    only, so the result is reproducible either way). ``progress``: True prints to stderr,
+    a callable(fraction, message) receives updates. ``maxiter`` / ``time_limit`` cap each
+    1-D optimisation. ``bound=False`` skips the SVD lower bound (an n×n eigenproblem).
+    Raises ValueError for an unknown method, a method that does not fit the workload or
+    privacy model, or a domain too large for it.
+    """
+    eps, delta = check_privacy_params(eps, delta)
+    W = as_linop(W)
+    restarts = check_size(restarts, "restarts")
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+    if maxiter is not None:
+        maxiter = check_size(maxiter, "maxiter")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    _check_method(method, delta, W)
+    chosen = _choose(W, delta) if method == "auto" else method
+    hook = _progress_hook(progress)
+
+    def report(fraction, message):
+        if hook is not None:
+            hook(min(max(float(fraction), 0.0), 1.0), f"{chosen}: {message}")
+
+    n = W.shape[1]
+    t0 = time.perf_counter()
+    gap, params = None, {}
+    if chosen == "marginals":
+        report(0.0, "marginal lattice")
+        fit = opt_marginals.optimize_marginals_pure(W, restarts=restarts, rng=rng) if delta == 0 else opt_marginals.optimize_marginals_l2(W)
+        strategy, gap = fit.strategy, fit.gap
+        params = {"theta": {tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}}
+    elif chosen == "kron":
+        strategy, params = _kron(W, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report)
+        gap = params.pop("gap", None)
+    elif chosen == "sdp":
+        if n > opt_l2.MAX_SDP_N:
+            raise ValueError(
+                f"method='sdp' is limited to n <= {opt_l2.MAX_SDP_N} cells, got n={n}; "
+                "use method='l2' (the scalable dual iteration, certified by its duality gap)"
+            )
+        report(0.0, f"cvxpy SDP, n={n}")
+        fit = opt_l2.sdp_l2(W.gram())
+        strategy, gap, params = fit.strategy, max(fit.gap, 0.0), {"trace": fit.value, "dual_trace": fit.dual}
+    elif chosen == "l2":
+        if n > opt_l2.MAX_L2_N:
+            raise ValueError(f"method='l2' is limited to n <= {opt_l2.MAX_L2_N} cells, got n={n}; use a Kronecker workload (method='kron')")
+        cap = maxiter or 500
+
+        def cb(it, g):
+            report(it / cap, f"dual iteration {it}, gap {g:.2e}")
+
+        fit = opt_l2.dual_l2(W.gram(), maxiter=cap, time_limit=time_limit, callback=cb)
+        strategy, gap = fit.strategy, max(fit.gap, 0.0)
+        params = {"trace": fit.value, "dual_trace": fit.dual, "iterations": fit.iterations}
+    else:  # pidentity
+        if n > opt_pure.MAX_PIDENTITY_N:
+            raise ValueError(
+                f"method='pidentity' is limited to n <= {opt_pure.MAX_PIDENTITY_N} cells, got n={n}; "
+                "for a multi-attribute domain use method='kron' or 'marginals'"
+            )
+        op = opt_pure.GramOperator.from_workload(W)
+        cap = (maxiter or 300) * restarts
+        count = [0]
+
+        def cb(f):
+            count[0] += 1
+            if count[0] % 10 == 0:
+                report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
+
+        strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb)
+    seconds = time.perf_counter() - t0
+    report(1.0, f"done in {seconds:.2f} s")
+    err = expected_error(W, strategy, eps, delta)
+    lb = None
+    if bound:
+        try:
+            lb = lower_bound(W, eps, delta)
+        except ValueError:
+            lb = None
+    if gap is not None:
+        unit = noise_variance(eps, delta, sensitivity=1.0) if delta > 0 else None
+        if unit is not None and "dual_trace" in params:
+            params["dual_bound"] = unit * params["dual_trace"]
+    params = MappingProxyType(dict(params))
+    return OptimizeResult(strategy, err, math.sqrt(err / W.shape[0]), lb, chosen, seconds, gap, eps, delta, params)
