@@ -46,7 +46,14 @@ MEASURES = ("total", "rmse", "max")
 
 
 def check_privacy_params(eps, delta):
-    """Validate ε > 0 finite and δ in [0, 1); return them as floats."""
+    """Validate ε > 0 finite and δ in [0, 1); return them as floats.
+
+    Strings and booleans are refused (TypeError) rather than converted: ``"1"`` or ``True``
+    as a privacy parameter is a caller's mistake, not a number to guess at.
+    """
+    for name, v in (("eps", eps), ("delta", delta)):
+        if isinstance(v, (str, bytes, bool, np.bool_)):
+            raise TypeError(f"{name} must be a real number, got {type(v).__name__}: {v!r}")
     try:
         e, d = float(eps), float(delta)
     except (TypeError, ValueError):
