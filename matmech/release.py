@@ -13,7 +13,13 @@
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
 Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing. Error bars are the exact
+is charged, so a failure spends nothing and draws nothing.
+
+With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
+vector technique or the exponential mechanism; Lyu, Su, Li, VLDB 2017). It reads x too, so
+it is charged its own ε (taken out of the total) before its noise; only the selected rows
+are then measured and answered. Which rows were selected is itself a DP output, so choosing
+the strategy for them afterwards is post-processing. Error bars are the exact
 Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010) for the matrix
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
 are the normal approximation answer ± 1.96·std (coverage can be slightly below 95% for an
@@ -24,12 +30,17 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
 
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
+from . import noise
 from . import strategies as S
 from .calibration import noise_variance
 from .compare import domain_of, fixed_candidates
@@ -42,73 +53,137 @@ from .mechanisms import (
     RoundedDense,
     RoundedSparse,
     _check_budget,
+    _check_magnitude,
     _check_neighbors,
     _check_privacy,
     _execute,
     check_counts,
     plan_measurement,
 )
+from .selection import METHODS as SELECT_METHODS
+from .selection import Selection, select_rows, take_rows
 from .workloads import ranges
 
-__all__ = ["Release", "release", "release_table", "choose_strategy", "Z95"]
+__all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
 STRATEGY_NAMES = ("auto", "identity", "hierarchical", "haar", "optimize")
+#: Keys of release's ``select`` dict (the rest of select_rows' options come from release).
+SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio")
+#: threshold="auto" answers a row when its std is at most this fraction of its count.
+DEFAULT_TARGET_REL_ERROR = 0.1
 
 
 @dataclass(frozen=True, eq=False)
 class Release:
     """Noisy answers to a workload with their analytic error bars.
 
-    ``answers`` = W x̂; ``std`` the standard deviation of each answer; ``expected_error``
-    their total variance Σ std² (squared counts); ``strategy`` the matrix actually
-    measured, chosen as ``strategy_name`` (``strategy_note`` says how); ``eps``/``delta``
-    what this release spent; ``budget_remaining`` what is left of the budget passed (or None).
+    ``answers`` = W x̂ for the answered rows; ``std`` the standard deviation of each answer;
+    ``expected_error`` their total variance Σ std² (squared counts); ``strategy`` the
+    matrix actually measured, chosen as ``strategy_name`` (``strategy_note`` says how);
+    ``eps``/``delta`` what this release spent in total; ``budget_remaining`` what is left of
+    the budget passed (or None).
+
+    Without selection every row of ``workload`` is answered, in order, and ``selected`` is
+    None. With selection (``release(..., select=...)``) ``answers``/``std`` cover only the
+    selected rows: ``selected`` holds their row indices in W (ascending), ``answered`` is
+    the boolean mask over W's rows, ``selection`` the :class:`~matmech.selection.Selection`
+    record and ``eps_select`` its share of ``eps``. The other rows have no answer at all —
+    never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
+    examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
+    with a fill value the caller must choose. When nothing is selected nothing is measured:
+    ``answers`` is empty, ``measurement``/``strategy`` are None and only ``eps_select`` is spent.
     """
 
     answers: np.ndarray
     std: np.ndarray
     expected_error: float
     workload: LinOp = field(repr=False)
-    strategy: LinOp = field(repr=False)
+    strategy: LinOp | None = field(repr=False)
     strategy_name: str
     strategy_note: str
     eps: float
     delta: float
     neighbors: str
     budget_remaining: tuple | None
-    measurement: Measurement = field(repr=False)
-    estimate: np.ndarray = field(repr=False)
+    measurement: Measurement | None = field(repr=False)
+    estimate: np.ndarray | None = field(repr=False)
+    selected: np.ndarray | None = None
+    selection: Selection | None = field(default=None, repr=False)
+    eps_select: float = 0.0
+    select_options: Mapping | None = field(default=None, repr=False)
 
     @property
     def spent(self):
-        """(ε, δ) spent by this release."""
+        """(ε, δ) spent by this release (selection included)."""
         return (self.eps, self.delta)
 
+    @property
+    def answered(self):
+        """Boolean mask over the rows of the workload: True where there is an answer."""
+        mask = np.zeros(self.workload.shape[0], dtype=bool)
+        mask[slice(None) if self.selected is None else self.selected] = True
+        return mask
+
+    def full(self, *, fill):
+        """Answers as a vector over all rows of the workload, ``fill`` where there is none.
+
+        ``fill`` has no default on purpose: choose 0, NaN or a sentinel knowingly.
+        """
+        out = np.full(self.workload.shape[0], fill, dtype=np.float64)
+        out[slice(None) if self.selected is None else self.selected] = self.answers
+        return out
+
     def interval(self, level=0.95):
-        """(lower, upper) normal-approximation intervals answer ∓ z·std."""
+        """(lower, upper) normal-approximation intervals answer ∓ z·std (answered rows)."""
         z = _z(level)
         return self.answers - z * self.std, self.answers + z * self.std
 
+    def _selection_dict(self):
+        sel, opts = self.selection, dict(self.select_options)
+        out = {
+            "method": sel.method,
+            "eps": self.eps_select,
+            "eps_measure": None if self.measurement is None else self.measurement.eps,
+            "c": sel.c,
+            "threshold": opts["threshold"] if sel.method == "svt" else None,
+            "selected": int(self.selected.size),
+            "candidates": sel.n_candidates,
+            "stopped_at_c": sel.stopped,
+            "monotonic": sel.monotonic,
+            "row_sensitivity": sel.sensitivity,
+        }
+        if opts["threshold"] == "auto":
+            out["target_rel_error"] = opts["target_rel_error"]
+            out["threshold_rule"] = "row i is tested against std_i / target_rel_error"
+        return out
+
     def to_dict(self, *, labels=None, include_estimate=False):
-        """A JSON-ready dict: the privacy spent, strategy, noise, and one row per query."""
+        """A JSON-ready dict: the privacy spent, strategy, noise, selection, one row per query."""
         m = self.measurement
+        n_ans = self.answers.size
         out = {
             "eps": self.eps,
             "delta": self.delta,
             "neighbors": self.neighbors,
             "budget_remaining": None if self.budget_remaining is None else list(self.budget_remaining),
             "expected_error": self.expected_error,
-            "rmse": math.sqrt(self.expected_error / self.answers.size),
-            "strategy": {
+            "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
+            "answered": n_ans,
+            "queries_total": self.workload.shape[0],
+            "strategy": None
+            if m is None
+            else {
                 "name": self.strategy_name,
                 "note": self.strategy_note,
                 "type": type(self.strategy).__name__,
                 "shape": list(self.strategy.shape),
                 "rounded_to_grid": m.rounded,
             },
-            "noise": {
+            "noise": None
+            if m is None
+            else {
                 "distribution": m.noise,
                 "scale": m.scale,
                 "std": m.std,
@@ -116,9 +191,10 @@ class Release:
                 "sensitivity": m.sensitivity,
                 "secure_randomness": m.secure,
             },
+            "selection": None if self.selection is None else self._selection_dict(),
             "queries": release_table(self, labels),
         }
-        if include_estimate:
+        if include_estimate and self.estimate is not None:
             out["estimate"] = self.estimate.tolist()
         return out
 
@@ -128,9 +204,11 @@ class Release:
 
     def __repr__(self):
         m = self.answers.size
+        rmse = f"{math.sqrt(self.expected_error / m):.4g}" if m else "-"
+        sel = "" if self.selected is None else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
         return (
-            f"Release({m} answers, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
-            f"rmse={math.sqrt(self.expected_error / m):.4g})"
+            f"Release({m} answers{sel}, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
+            f"rmse={rmse})"
         )
 
 
@@ -151,23 +229,48 @@ def _default_labels(W):
     return [f"q{i}" for i in range(W.shape[0])]
 
 
-def release_table(release, labels=None, *, level=0.95):
-    """One dict per query: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
+def _unanswered_notes(release):
+    """Why each row of W has no answer: SVT examines rows in order and stops at the c-th hit."""
+    sel = release.selection
+    m = release.workload.shape[0]
+    if sel.method == "em":
+        return np.full(m, "not among the top c", dtype=object)
+    notes = np.full(m, "below threshold", dtype=object)
+    if sel.stopped and sel.rows.size:
+        notes[int(sel.rows.max()) + 1 :] = "not examined (c rows already found)"
+    return notes
 
-    ``labels`` defaults to ``"[lo, hi]"`` for interval workloads and ``"q<i>"`` otherwise;
-    the interval is answer ∓ z·std at ``level`` (normal approximation; default 95%).
+
+def release_table(release, labels=None, *, level=0.95):
+    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
+
+    ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
+    workloads and ``"q<i>"`` otherwise; the interval is answer ∓ z·std at ``level`` (normal
+    approximation; default 95%). For a release with selection every row of the workload is
+    listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
+    threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
+    unanswered rows have ``None`` for answer, std and interval.
     """
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
-    m = release.answers.size
+    m = release.workload.shape[0]
     labels = _default_labels(release.workload) if labels is None else list(labels)
     if len(labels) != m:
         raise ValueError(f"got {len(labels)} labels for {m} queries")
     lower, upper = release.interval(level)
-    return [
-        {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
-        for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
+    if release.selected is None:
+        return [
+            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
+            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
+        ]
+    notes = _unanswered_notes(release)
+    rows = [
+        {"query": str(q), "selected": False, "status": note, "answer": None, "std": None, "lower": None, "upper": None}
+        for q, note in zip(labels, notes)
     ]
+    for i, a, s, lo, hi in zip(release.selected.tolist(), release.answers, release.std, lower, upper):
+        rows[i].update(selected=True, status="answered", answer=float(a), std=float(s), lower=float(lo), upper=float(hi))
+    return rows
 
 
 # -- choosing the strategy (data-independent) ---------------------------------------------
@@ -235,6 +338,12 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     choice = _optimiser_choice(W, eps, delta, neighbors)
     if choice is not None:
         return choice[0], "auto", choice[1]
+    A, name, note = _fixed_choice(W, eps, delta, neighbors)
+    return A, name, note + " (matmech.optimize not available)"
+
+
+def _fixed_choice(W, eps, delta, neighbors):
+    """(A, name, note): the fixed candidate (identity, hierarchical, Haar) of least error."""
     best = None
     for name, A in fixed_candidates(W):
         if name == "workload":
@@ -247,7 +356,7 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
             best = (err, name, A)
     if best is None:
         raise ValueError("none of the fixed strategies (identity, hierarchical, Haar) can answer this workload")
-    return best[2], best[1], "least expected error among identity/hierarchical/Haar (matmech.optimize not available)"
+    return best[2], best[1], "least expected error among identity/hierarchical/Haar"
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -312,18 +421,25 @@ def _answer_variances(W, plan):
     return var * (plan.std**2 / nominal)
 
 
-def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
-    """Measure A on x and answer the rows of W (x, W already validated). All checks run
-    before :func:`_execute` charges the budget; a future row selection passes a RowSubset."""
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
-    var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
-    meas = _execute(plan, x, budget=budget, rng=rng, what=f"release {W.shape[0]} queries ({name})")
+def _measure_and_answer(x, W, plan, var, *, budget, rng, what):
+    """Charge the budget, measure, reconstruct and answer the rows of W (all checked before)."""
+    meas = _execute(plan, x, budget=budget, rng=rng, what=what)
     xhat = least_squares(meas)
     answers = W.matvec(xhat)
-    for arr in (answers, xhat):
-        arr.setflags(write=False)
     std = np.sqrt(var)
-    std.setflags(write=False)
+    for arr in (answers, xhat, std):
+        arr.setflags(write=False)
+    return meas, xhat, answers, std
+
+
+def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
+    """Measure A on x and answer every row of W (x, W already validated). All checks run
+    before :func:`_execute` charges the budget."""
+    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
+    var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
+    meas, xhat, answers, std = _measure_and_answer(
+        x, W, plan, var, budget=budget, rng=rng, what=f"release {W.shape[0]} queries ({name})"
+    )
     return Release(
         answers=answers,
         std=std,
@@ -341,14 +457,208 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
     )
 
 
-def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove"):
+# -- release with a private row selection in front ----------------------------------------
+
+
+def _positive_real(v, what):
+    if isinstance(v, (bool, str, bytes)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{what} must be a real number, got {type(v).__name__}: {v!r}")
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{what} must be a positive finite number, got {v!r}")
+    return float(v)
+
+
+def _check_select(select, eps):
+    """The validated ``select`` options (defaults filled in); raises before anything is spent."""
+    if not isinstance(select, Mapping):
+        raise TypeError(
+            "select must be a dict of select_rows options, e.g. dict(method='svt', threshold=2000, c=50, eps=0.3), "
+            f"got {type(select).__name__}: {select!r}"
+        )
+    unknown = sorted(str(k) for k in select if k not in SELECT_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
+            "(neighbors, budget and rng are release's own arguments)"
+        )
+    for key in ("eps", "c"):
+        if key not in select:
+            raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
+    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal")
+    opts.update(select)
+    if opts["method"] not in SELECT_METHODS:
+        raise ValueError(f"select method must be one of {SELECT_METHODS}, got {opts['method']!r}")
+    opts["eps"] = _positive_real(opts["eps"], "select eps")
+    if opts["eps"] >= eps:
+        raise ValueError(
+            f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
+            "the selection's eps comes out of the total and the rest measures the selected rows"
+        )
+    thr = opts["threshold"]
+    is_auto = isinstance(thr, str) and thr == "auto"
+    if opts["method"] == "svt":
+        if thr is None or (isinstance(thr, str) and not is_auto):
+            raise ValueError(f"select method='svt' needs a threshold: a number, one number per row, or 'auto'; got {thr!r}")
+    elif thr is not None:
+        raise ValueError(f"select method='em' picks the c largest rows and takes no threshold; got threshold={thr!r}")
+    if is_auto:
+        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
+        opts["target_rel_error"] = _positive_real(t, "select target_rel_error")
+    elif opts["target_rel_error"] is not None:
+        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
+    return opts
+
+
+def _rest_of(total, part):
+    """total − part, rounded down so that the budget's exact sum part + rest never exceeds total.
+
+    The budget reads a float by its shortest repr (0.1 means 1/10); so does this.
+    """
+    exact = Fraction(repr(float(total))) - Fraction(repr(float(part)))
+    rest = float(exact)
+    while Fraction(repr(rest)) > exact:
+        rest = math.nextafter(rest, 0.0)
+    return rest
+
+
+def _shown_options(opts):
+    """The select options for the record: a per-row threshold array is summarised."""
+    out = dict(opts)
+    thr = out["threshold"]
+    if thr is not None and not isinstance(thr, str):
+        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
+    return MappingProxyType(out)
+
+
+#: Records above which strategy="auto"/"optimize" with selection is refused up front: the
+#: strategy is only known after selection, and a grid-rounded strategy keeps A_g x exact for
+#: fewer than 2**32 records (matmech.mechanisms), so the check must not wait until then.
+_MAX_RECORDS_LATE_STRATEGY = 2**31
+
+
+def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select):
+    """release(..., select=...): select rows privately, then measure and answer only those.
+
+    Order: validate everything (options, rng, total budget, the strategy against W where it
+    is known in advance) → select_rows charges eps_select and draws its noise → the strategy
+    for the selected rows → measurement charges the rest and draws its noise. Nothing after
+    the selection can fail on input: with strategy 'auto'/'optimize' a failure to choose for
+    the selected rows falls back to the best fixed strategy (which always answers them).
+    """
+    opts = _check_select(select, eps)
+    eps_sel = opts["eps"]
+    eps_m = _rest_of(eps, eps_sel)
+    noise.check_rng(rng)  # a bad rng must fail before the selection spends anything
+    late = isinstance(strategy, str) and strategy in ("auto", "optimize")
+    auto_thr = isinstance(opts["threshold"], str)
+    A = plan = var_full = None
+    name = note = ""
+    if not late or auto_thr:
+        # the strategy for the whole workload, from W, ε, δ only: it must answer every row
+        # (then it answers any selection), and gives each row's std for threshold="auto"
+        A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
+        A = as_linop(A)
+        if A.shape[1] != x.shape[0]:
+            raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {x.shape[0]} cells")
+        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
+        if auto_thr:
+            var_full = _answer_variances(W, plan)
+        else:
+            expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
+        if not late:
+            _check_magnitude(x, plan)
+    if late:
+        if int(x.sum()) >= _MAX_RECORDS_LATE_STRATEGY:
+            raise ValueError(
+                f"the data has {int(x.sum()):,} records; with selection, strategy={strategy!r} supports fewer "
+                f"than {_MAX_RECORDS_LATE_STRATEGY:,} (give a fixed strategy such as 'hierarchical')"
+            )
+        plan_measurement(_per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors)  # the fallback works
+    if budget is not None and not budget.can_spend(eps, delta):
+        budget.spend(eps, delta, what="release with selection")  # refused: raises, saying what is left
+    threshold = opts["threshold"]
+    if auto_thr:
+        # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
+        threshold = np.sqrt(var_full) / opts["target_rel_error"]
+    sel = select_rows(
+        W, x, c=opts["c"], eps=eps_sel, threshold=threshold, method=opts["method"], monotonic=opts["monotonic"],
+        ratio=opts["ratio"], neighbors=neighbors, budget=budget, rng=rng,
+    )
+    rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
+    rows.setflags(write=False)
+    record = dict(selected=rows, selection=sel, eps_select=eps_sel, select_options=_shown_options(opts))
+    if rows.size == 0:
+        empty = np.zeros(0)
+        empty.setflags(write=False)
+        return Release(
+            answers=empty, std=empty, expected_error=0.0, workload=W, strategy=None, strategy_name="none",
+            strategy_note="no row was selected, so nothing was measured", eps=eps_sel, delta=0.0,
+            neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
+            measurement=None, estimate=None, **record,
+        )
+    sub = take_rows(W, rows)
+    if not late:
+        var = var_full[rows] if var_full is not None else _answer_variances(sub, plan)
+        note += "; measured for the selected rows"
+    else:
+        try:
+            A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
+            A = as_linop(A)
+            plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
+            _check_magnitude(x, plan)
+            var = _answer_variances(sub, plan)
+            note += "; chosen for the selected rows"
+        except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
+            # the selection is spent: answer with the best fixed strategy rather than fail
+            A, name, note = _fixed_choice(sub, eps_m, delta, neighbors)
+            note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
+            plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
+            var = _answer_variances(sub, plan)
+    meas, xhat, answers, std = _measure_and_answer(
+        x, sub, plan, var, budget=budget, rng=rng, what=f"release {rows.size} selected of {W.shape[0]} queries ({name})"
+    )
+    return Release(
+        answers=answers,
+        std=std,
+        expected_error=float(var.sum()),
+        workload=W,
+        strategy=meas.strategy,
+        strategy_name=name,
+        strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
+        eps=eps,
+        delta=delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=meas,
+        estimate=xhat,
+        **record,
+    )
+
+
+def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None):
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`).
     ``W``: a workload LinOp, or a list of inclusive 0-based (lo, hi) intervals over the
     cells of x. ``strategy``: see :func:`choose_strategy`. ``budget``: a PrivacyBudget
-    charged (ε, δ) after every check and before any noise. ``rng``: None for the OS CSPRNG
+    charged after every check and before any noise. ``rng``: None for the OS CSPRNG
     (secure); a numpy Generator for reproducible experiments only (NOT secure).
+
+    ``select``: None (answer every row) or a dict of :func:`matmech.select_rows` options
+    choosing the rows worth answering first: ``eps`` (required; comes out of the total
+    ``eps``, which must be larger), ``c`` (required; at most c rows), ``method`` ("svt",
+    default, or "em"), ``threshold`` (svt: a number, one number per row, or ``"auto"``),
+    ``target_rel_error`` (with ``"auto"``, default 0.1), ``monotonic`` ("auto", True,
+    False), ``ratio``. ``threshold="auto"`` tests row i against std_i / target_rel_error,
+    std_i being the analytic std of its answer under the strategy for the whole workload
+    at the measurement's ε (ε − select ε) and δ: a row is answered when its relative error
+    std_i / count_i would be at most the target. (For a named or given strategy std_i is
+    exactly the std the answer gets; with "auto"/"optimize" the strategy is re-chosen for
+    the selected rows, which lowers their total error.) The selection is pure ε-DP; the
+    measurement spends ε − select ε and δ; the budget is charged for each before its noise.
+    Monotonic SVT noise is used only where valid (non-negative rows, add/remove neighbours);
+    ``monotonic=True`` otherwise raises.
+
     Raises ValueError/TypeError, spending nothing, on bad input or a strategy that cannot
     answer W.
     """
@@ -357,6 +667,8 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     _check_budget(budget)
     x = check_counts(x)
     W = _as_workload(W, x.shape[0])
+    if select is not None:
+        return _release_selected(x, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors, select=select)
     A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
     A = as_linop(A)
     if A.shape[1] != x.shape[0]:
