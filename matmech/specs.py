@@ -7,6 +7,7 @@ Every error names the file, the key and what was expected.
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import sys
 from dataclasses import dataclass
@@ -50,27 +51,54 @@ MAX_LABELS = 1_000_000
 KINDS = (*ONE_D, "ranges", "product", "marginals", "tree")
 
 
+#: Stands for a key that is absent from the table (TOML has no null).
+MISSING = object()
+TOP_KEYS = ("name", "description", "domain", "attributes", "queries")
+#: Keys a query part (or a product factor, without ``weight``) may have, by kind.
+KIND_KEYS = {
+    "ranges": ("intervals", "labels"),
+    "tree": ("edges",),
+    "product": ("factors",),
+    "marginals": ("k", "attrs"),
+}
+
+
 def _fail(source, key, expected, got):
+    if got is MISSING:
+        raise SpecError(f"{source}: {key}: expected {expected}, but the key is missing")
     raise SpecError(f"{source}: {key}: expected {expected}, got {got!r}")
 
 
+def _check_keys(source, where, table, allowed):
+    """Reject keys the format does not have (usually typos), naming the closest allowed one."""
+    for k in table:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            key = f"{where}.{k}" if where else str(k)
+            raise SpecError(f"{source}: {key}: unknown key{hint}; expected one of {list(allowed)}")
+
+
 def _int_list(source, key, value):
-    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if value is MISSING or not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         _fail(source, key, "a non-empty list of integers", value)
     return value
 
 
-def _one_d(source, key, part, n):
-    """A 1-D workload over n cells from a kind name or a table."""
+def _one_d(source, key, part, n, *, factor=False):
+    """A 1-D workload over n cells from a kind name or a table (``factor``: inside a product,
+    where a part has no weight of its own)."""
     if isinstance(part, str):
         part = {"kind": part}
     if not isinstance(part, dict):
         _fail(source, key, "a kind name or a table", part)
-    kind = part.get("kind")
+    kind = part.get("kind", MISSING)
+    if kind in ONE_D or kind in ("ranges", "tree"):
+        _check_keys(source, key, part, ("kind", *(() if factor else ("weight",)), *KIND_KEYS.get(kind, ())))
     if kind in ONE_D:
         return ONE_D[kind](n), None
     if kind == "ranges":
-        pairs = part.get("intervals")
+        pairs = part.get("intervals", MISSING)
         if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
             _fail(source, f"{key}.intervals", "a non-empty list of [lo, hi] pairs (inclusive, 0-based)", pairs)
         try:
@@ -82,7 +110,7 @@ def _one_d(source, key, part, n):
             _fail(source, f"{key}.labels", f"a list of {len(pairs)} names, one per interval", labels)
         return w, tuple(labels) if labels else tuple(f"[{a}, {b}]" for a, b in pairs)
     if kind == "tree":
-        edges = part.get("edges")
+        edges = part.get("edges", MISSING)
         if not isinstance(edges, list) or not edges or not all(isinstance(e, list) and len(e) == 2 for e in edges):
             _fail(source, f"{key}.edges", "a non-empty list of [parent, child] pairs", edges)
         try:
@@ -92,45 +120,56 @@ def _one_d(source, key, part, n):
         if tree.n != n:
             _fail(source, f"{key}.edges", f"a tree with {n} leaves (the domain size)", f"a tree with {tree.n} leaves")
         return tree, tuple(str(v) for v in tree.labels)
-    _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
+    allowed = [k for k in KINDS if k not in ("product", "marginals")]
+    _fail(source, f"{key}.kind", f"one of {allowed} for one attribute", kind)
 
 
 def parse_spec(data, *, source="<spec>"):
     """Build a :class:`Spec` from a parsed TOML mapping."""
     if not isinstance(data, dict):
         _fail(source, "(top level)", "a table", data)
+    _check_keys(source, "", data, TOP_KEYS)
     name = data.get("name", Path(source).stem)
     description = data.get("description", "")
-    domain = data.get("domain")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            _fail(source, key, "a string", value)
+    domain = data.get("domain", MISSING)
     if isinstance(domain, int) and not isinstance(domain, bool):
         domain = [domain]
     domain = _int_list(source, "domain", domain)
     if any(d <= 0 for d in domain):
         _fail(source, "domain", "positive attribute sizes", domain)
     attributes = data.get("attributes", [f"a{i}" for i in range(len(domain))])
-    if not isinstance(attributes, list) or len(attributes) != len(domain):
-        _fail(source, "attributes", f"a list of {len(domain)} names, one per domain attribute", attributes)
-    parts = data.get("queries")
+    if not isinstance(attributes, list) or len(attributes) != len(domain) or not all(isinstance(a, str) for a in attributes):
+        _fail(source, "attributes", f"a list of {len(domain)} names (strings), one per domain attribute", attributes)
+    parts = data.get("queries", MISSING)
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         _fail(source, "queries", "a non-empty array of tables ([[queries]])", parts)
     blocks, weights, labels = [], [], []
     for i, part in enumerate(parts):
         key = f"queries[{i}]"
-        kind = part.get("kind")
+        kind = part.get("kind", MISSING)
+        if kind in ("product", "marginals"):
+            _check_keys(source, key, part, ("kind", "weight", *KIND_KEYS[kind]))
         weight = part.get("weight", 1.0)
         if not isinstance(weight, numbers.Real) or isinstance(weight, bool) or not weight > 0:
             _fail(source, f"{key}.weight", "a positive number", weight)
         if kind == "marginals":
+            if ("k" in part) == ("attrs" in part):
+                _fail(source, key, "exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)",
+                      {k: part[k] for k in ("k", "attrs") if k in part} or MISSING)
+            which = "k" if "k" in part else "attrs"
             try:
                 w = wl.marginals(tuple(domain), part.get("k"), attrs=part.get("attrs"))
             except (TypeError, ValueError) as exc:
-                raise SpecError(f"{source}: {key}: {exc}") from None
+                raise SpecError(f"{source}: {key}.{which}: {exc}") from None
             lab = None
         elif kind == "product":
-            factors = part.get("factors")
+            factors = part.get("factors", MISSING)
             if not isinstance(factors, list) or len(factors) != len(domain):
                 _fail(source, f"{key}.factors", f"a list of {len(domain)} per-attribute workloads", factors)
-            built = [_one_d(source, f"{key}.factors[{j}]", f, d) for j, (f, d) in enumerate(zip(factors, domain))]
+            built = [_one_d(source, f"{key}.factors[{j}]", f, d, factor=True) for j, (f, d) in enumerate(zip(factors, domain))]
             w, lab = wl.kron(*[b for b, _ in built]), None
         elif kind in KINDS:
             if len(domain) != 1:
