@@ -1,80 +1,303 @@
-"""Pictures of analytic error (matplotlib is an optional extra: ``pip install matmech[plot]``).
+"""Pictures of error (matplotlib is an optional extra: ``pip install 'matmech[plot]'``).
 
-Left: per-query RMSE of every strategy as bars, with the SVD lower bound as a line. Right:
-the distribution of per-query standard deviations (sorted, as quantiles) for the best
-strategies and identity, so a user sees whether a strategy wins everywhere or on average.
+* :func:`plot_rows` (``matmech plot SPEC --out FILE.png``): per-query RMSE of every
+  strategy as bars with the SVD lower bound, and the distribution of per-query standard
+  deviations (sorted, as quantiles) for the best strategies and identity, so a user sees
+  whether a strategy wins everywhere or only on average.
+* :func:`plot_release`: the released answers with their 95% intervals, one bar per query
+  (for ``Release.plot()`` in a notebook).
+* :func:`plot_advice`: the RMSE per query of every candidate strategy of an
+  :class:`~matmech.advise.Advice`, with the lower bound (for ``Advice.plot()``).
+
+The notebook functions draw on the given ``ax`` or on a new pyplot figure, with whatever
+backend is active, and return the Axes; save with ``ax.figure.savefig(path)``. The command
+line uses :func:`require_matplotlib`, which selects the non-interactive Agg backend.
+Every figure here is analytic or already released: nothing reads private data.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .error import MAX_VARIANCE_ROWS, per_query_variance
+from .error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
+from .intervals import Intervals
+from .linop import Kron
 
-__all__ = ["plot_rows", "require_matplotlib"]
+__all__ = ["plot_rows", "plot_release", "plot_advice", "require_matplotlib", "MAX_BARS"]
 
 #: Per-query standard deviations drawn per curve (quantiles of the full vector).
 CURVE_POINTS = 400
+#: Most queries drawn by :func:`plot_release` unless ``top`` asks for more.
+MAX_BARS = 40
+#: Points kept in total when the quantiles of a Kronecker workload come from its factors.
+KRON_POINTS = 4_000_000
+
+_INSTALL = "plotting needs matplotlib: pip install 'matmech[plot]'"
 
 
 def require_matplotlib():
-    """Import pyplot with a non-interactive backend, or explain how to install it."""
+    """Import pyplot with the non-interactive Agg backend (for writing files), or explain
+    how to install it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'matmech[plot]'") from None
+        raise ImportError(_INSTALL) from None
     return plt
 
 
-def _quantile_curve(W, A, eps, delta, neighbors):
-    if W.shape[0] > MAX_VARIANCE_ROWS:
+def _pyplot():
+    """pyplot with the active backend (inline in a notebook), or the install hint."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError(_INSTALL) from None
+    return plt
+
+
+def _log_ticks(axis):
+    """Plain numbers on a log axis; minor ticks labelled only when the axis spans few decades."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+
+
+def _fmt(v):
+    """A short number for an annotation: 3 significant digits, no exponent below 10⁶."""
+    a = abs(v)
+    if a >= 1e6 or (0 < a < 1e-3):
+        return f"{v:.3g}"
+    if a >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+# -- the command line: strategies compared on a workload -----------------------------------
+
+
+def _kron_quantiles(W, A, eps, delta, neighbors, q):
+    """Quantiles of the per-query std of a Kronecker workload on a Kronecker strategy.
+
+    The variance of row (i₁, …, i_d) is total · Πₖ vₖ[iₖ] / Σ vₖ, with vₖ the per-query
+    variances of factor k: diag(W (AᵀA)⁺ Wᵀ) factorises and its sum is the total error.
+    Each factor is reduced to evenly spaced order statistics (equal weights) so that the
+    product set has at most KRON_POINTS values; deterministic, no sampling.
+    """
+    if not (isinstance(W, Kron) and isinstance(A, Kron) and len(W.factors) == len(A.factors)):
         return None
-    std = np.sqrt(per_query_variance(W, A, eps, delta, neighbors=neighbors))
-    q = np.linspace(0, 1, min(CURVE_POINTS, std.size))
-    return q, np.quantile(std, q)
+    if any(w.shape[1] != a.shape[1] or w.shape[0] > MAX_VARIANCE_ROWS for w, a in zip(W.factors, A.factors)):
+        return None
+    keep = max(2, int(KRON_POINTS ** (1.0 / len(W.factors))))
+    share = np.ones(1)  # the share of the total error of each (kept) row tuple
+    for w, a in zip(W.factors, A.factors):
+        v = np.sort(per_query_variance(w, a, 1.0, 0.0))
+        v = v / v.sum()
+        if v.size > keep:  # order statistics at evenly spaced ranks: the same distribution, fewer points
+            v = v[np.linspace(0, v.size - 1, keep).round().astype(np.int64)]
+        share = np.multiply.outer(share, v).ravel()
+    total = expected_error(W, A, eps, delta, neighbors=neighbors)
+    return np.quantile(np.sqrt(total * share), q)
+
+
+def _quantile_curve(W, A, eps, delta, neighbors):
+    """(percentiles, std quantiles, exact?) or None when the workload is too large."""
+    if W.shape[0] <= MAX_VARIANCE_ROWS:
+        std = np.sqrt(per_query_variance(W, A, eps, delta, neighbors=neighbors))
+        q = np.linspace(0, 1, min(CURVE_POINTS, std.size))
+        return q, np.quantile(std, q), True
+    q = np.linspace(0, 1, CURVE_POINTS)
+    try:
+        curve = _kron_quantiles(W, A, eps, delta, neighbors, q)
+    except (ValueError, MemoryError):
+        curve = None
+    return None if curve is None else (q, curve, False)
 
 
 def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, neighbors="add_remove", ax=None):
-    """Draw comparison rows (from :func:`matmech.compare.compare` or an Advice); return the figure."""
-    plt = require_matplotlib()
+    """Draw comparison rows (from :func:`matmech.compare.compare` or an Advice); return the figure.
+
+    ``ax``: a pair of Axes (bars, distribution) to draw on, or None for a new figure.
+    """
     if ax is None:
+        plt = require_matplotlib()
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.35 * len(rows) + 2.5), gridspec_kw={"width_ratios": [1, 1.2]})
     else:
         left, right = ax
         fig = left.figure
-    names = [r.name for r in rows][::-1]
-    rmse = [r.rmse for r in rows][::-1]
-    colors = ["tab:green" if i == len(rows) - 1 else "tab:blue" for i in range(len(rows))]
-    left.barh(names, rmse, color=colors)
-    if bound_rmse is not None:
-        left.axvline(bound_rmse, color="k", ls="--", lw=1, label=f"SVD lower bound {bound_rmse:.3g}")
-        left.legend(loc="lower right")
-    left.set_xscale("log")
-    left.set_xlabel("per-query RMSE (counts), log scale")
+    _rmse_bars(left, rows, bound_rmse)
     left.set_title("expected error per strategy (best at the top, green)")
     shown = [r for r in rows if r.strategy is not None][:curves]
-    ident = [r for r in rows if r.name == "identity" and r not in shown]
+    ident = [r for r in rows if r.name == "identity" and r not in shown and r.strategy is not None]
+    drawn, approx = 0, False
     for r in shown + ident:
         curve = _quantile_curve(W, r.strategy, eps, delta, neighbors)
         if curve is not None:
             right.plot(100 * curve[0], curve[1], label=r.name, lw=2 if r is rows[0] else 1.2)
+            drawn += 1
+            approx |= not curve[2]
     if bound_rmse is not None:
         right.axhline(bound_rmse, color="k", ls="--", lw=1, label="lower bound (RMSE)")
     right.set_xlabel("queries, sorted by their standard deviation (percentile)")
     right.set_ylabel("standard deviation of the answer (counts)")
-    right.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    right.yaxis.set_major_formatter(plain)
-    right.yaxis.set_minor_formatter(plain)
-    left.xaxis.set_major_formatter(plain)
-    left.xaxis.set_minor_formatter(plain)
-    right.set_title("distribution of per-query error")
-    right.legend(fontsize=8)
+    if drawn:
+        right.set_yscale("log")
+        _log_ticks(right.yaxis)
+        right.set_title("distribution of per-query error" + (" (quantiles from the Kronecker factors)" if approx else ""))
+        right.legend(fontsize=8)
+    else:
+        right.set_title("distribution of per-query error")
+        right.text(0.5, 0.5, f"not drawn: {W.shape[0]:,} queries\n(more than {MAX_VARIANCE_ROWS:,} variances, no Kronecker structure)",
+                   ha="center", va="center", transform=right.transAxes, fontsize=10, color="0.3")
+        right.set_xticks([])
+        right.set_yticks([])
     fig.suptitle(title or f"W: {W.shape[0]:,} queries over {W.shape[1]:,} cells, eps = {eps:g}, delta = {delta:g}")
     fig.tight_layout()
     return fig
+
+
+def _bar_label(row):
+    """The row's name, with the parameters that tell candidates of one family apart."""
+    params = getattr(row, "params", None) or {}
+    extra = [f"{'b' if k == 'branching' else k}={params[k]}" for k in ("branching", "p") if k in params]
+    if not extra:
+        return row.name
+    if row.name.endswith(")"):  # "optimized (pidentity)" -> "optimized (pidentity, p=4)"
+        return f"{row.name[:-1]}, {', '.join(extra)})"
+    return f"{row.name} ({', '.join(extra)})"
+
+
+def _rmse_bars(ax, rows, bound_rmse):
+    """Horizontal RMSE bars, best (first row) at the top in green, values annotated."""
+    names = [_bar_label(r) for r in rows][::-1]
+    rmse = np.array([r.rmse for r in rows][::-1], dtype=float)
+    colors = ["tab:green" if i == len(rows) - 1 else "tab:blue" for i in range(len(rows))]
+    ax.barh(np.arange(len(rows)), rmse, color=colors, tick_label=names)  # numeric y: repeated names stay apart
+    lo = min(rmse.min(), bound_rmse if bound_rmse else rmse.min())
+    hi = rmse.max()
+    log = lo > 0 and hi / lo > 20
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.5, hi * 4)
+        _log_ticks(ax.xaxis)
+    else:
+        ax.set_xlim(0, hi * 1.2)
+    for y, v in enumerate(rmse):
+        ax.text(v * 1.05 if log else v + 0.01 * hi, y, _fmt(v), va="center", fontsize=8)
+    if bound_rmse is not None:
+        ax.axvline(bound_rmse, color="k", ls="--", lw=1, label=f"SVD lower bound {bound_rmse:.3g}")
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_xlabel("per-query RMSE (counts)" + (", log scale" if log else ""))
+
+
+# -- notebooks: Release.plot() and Advice.plot() ----------------------------------------------
+
+
+def _release_rows(release, top):
+    """(indices into release.answers, the matching workload rows, a note for the title).
+
+    With a selection (``release(..., select=...)``) the answers cover only the selected
+    rows, whose indices in W are ``release.selected``.
+    """
+    answers = np.asarray(release.answers, dtype=float)
+    idx = np.flatnonzero(np.isfinite(answers))
+    selected = getattr(release, "selected", None)
+    wrows = idx if selected is None else np.asarray(selected, dtype=np.int64)[idx]
+    note = ""
+    if selected is not None:
+        how = getattr(getattr(release, "selection", None), "method", None)
+        note = f"{idx.size} of {release.workload.shape[0]} rows answered" + (f" (selected by {how})" if how else "")
+    limit = MAX_BARS
+    if top is not None:
+        if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+            raise ValueError(f"top must be a positive integer (how many of the largest answers to draw), got {top!r}")
+        limit = int(top)
+    if idx.size > limit:
+        keep = np.argsort(-answers[idx], kind="stable")[:limit]
+        more = "" if top is not None else " (pass top= for more)"
+        note = "; ".join(filter(None, [note, f"the {limit} largest of {idx.size} answers{more}"]))
+        return idx[keep], wrows[keep], note
+    return idx, wrows, note
+
+
+def _row_labels(W, wrows, labels):
+    if labels is not None:
+        labels = list(labels)
+        if len(labels) != W.shape[0]:
+            raise ValueError(f"got {len(labels)} labels for a workload of {W.shape[0]} queries")
+        return [str(labels[i]) for i in wrows]
+    if isinstance(W, Intervals):
+        lo, hi = W.bounds()
+        return [f"[{lo[i]}, {hi[i]}]" for i in wrows]
+    return [f"q{i}" for i in wrows]
+
+
+def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
+    """Bars of the released answers with their ``level`` intervals (answer ± z·std); → Axes.
+
+    One horizontal bar per query, labelled (``labels``: one name per workload row, e.g.
+    ``spec.labels``; default ``[lo, hi]`` for interval workloads, else ``q<i>``), with the
+    interval as an error bar and written out as "answer ± z·std". ``top``: draw only the
+    ``top`` largest answers; by default all queries up to :data:`MAX_BARS`, else the
+    largest :data:`MAX_BARS`. Rows a selection did not answer are left out.
+    """
+    from scipy.special import ndtri
+
+    from .release import Release
+
+    if not isinstance(release, Release):
+        raise TypeError(f"expected a Release, got {type(release).__name__}")
+    lower, upper = release.interval(level)  # validates level
+    z = float(ndtri(0.5 + level / 2))
+    idx, wrows, note = _release_rows(release, top)
+    names = _row_labels(release.workload, wrows, labels)
+    answers = np.asarray(release.answers, dtype=float)[idx]
+    half = (np.asarray(upper, dtype=float)[idx] - np.asarray(lower, dtype=float)[idx]) / 2
+    if ax is None:
+        plt = _pyplot()
+        _, ax = plt.subplots(figsize=(8, 0.27 * max(len(idx), 3) + 1.5))
+    y = np.arange(len(idx))
+    ax.barh(y, answers, color="tab:blue", alpha=0.75)
+    ax.errorbar(answers, y, xerr=half, fmt="none", ecolor="k", elinewidth=1.2, capsize=3)
+    ax.set_yticks(y, names)
+    ax.set_ylim(max(len(idx), 1) - 0.5, -0.5)  # first query at the top, no empty margin
+    span = max(float(np.max(np.abs(answers) + half)) if len(idx) else 1.0, 1e-12)
+    for yi, a, h in zip(y, answers, half):
+        ax.text(max(a, 0) + h + 0.01 * span, yi, f"{_fmt(a)} ± {_fmt(h)}", va="center", fontsize=8)
+    if not len(idx):
+        ax.text(0.5, 0.5, "no row was answered", ha="center", va="center", transform=ax.transAxes, color="0.3")
+    left = min(0.0, float(np.min(answers - half)) if len(idx) else 0.0)
+    ax.set_xlim(left * 1.1, span * 1.3)
+    ax.axvline(0, color="0.5", lw=0.8)
+    ax.set_xlabel(f"released answer (counts); error bars: {100 * level:g}% interval, ± {z:.2f}·std")
+    rmse = math.sqrt(release.expected_error / release.answers.size) if release.answers.size else float("nan")
+    title = f"{release.answers.size} answers, eps = {release.eps:g}, delta = {release.delta:g}, strategy {release.strategy_name}"
+    title += f", RMSE {_fmt(rmse)}" if release.answers.size else ""
+    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=10)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_advice(advice, *, ax=None):
+    """Bars of the per-query RMSE of every candidate strategy, best first (green), with the
+    SVD lower bound as a dashed line; → Axes. Skipped candidates are named in the title."""
+    from .advise import Advice
+
+    if not isinstance(advice, Advice):
+        raise TypeError(f"expected an Advice, got {type(advice).__name__}")
+    if ax is None:
+        plt = _pyplot()
+        _, ax = plt.subplots(figsize=(8, 0.4 * len(advice.rows) + 1.8))
+    bound = None if advice.lower_bound is None else math.sqrt(advice.lower_bound / advice.queries)
+    _rmse_bars(ax, advice.rows, bound)
+    model = "pure eps-DP" if advice.delta == 0 else f"delta = {advice.delta:g}"
+    title = f"{advice.queries:,} queries over {advice.cells:,} cells, eps = {advice.eps:g}, {model}"
+    if advice.skipped:
+        title += "\nskipped: " + ", ".join(r.name for r in advice.skipped)
+    ax.set_title(title, fontsize=10)
+    ax.figure.tight_layout()
+    return ax

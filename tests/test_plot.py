@@ -1,0 +1,169 @@
+"""matmech.plot: Release and Advice pictures, the command-line comparison figure, and the
+message when matplotlib is missing. Figures are written to PNG with the Agg backend."""
+
+import sys
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
+
+import matmech as mm  # noqa: E402
+from matmech import plot as P  # noqa: E402
+from matmech import strategies as S  # noqa: E402
+from matmech import workloads as W  # noqa: E402
+from matmech.compare import compare  # noqa: E402
+from matmech.error import per_query_variance  # noqa: E402
+
+BANDS = [(0, 3), (4, 7), (8, 15), (0, 15)]
+LABELS = ["0-3", "4-7", "8-15", "all"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def counts():
+    rng = np.random.default_rng(7)
+    return mm.histogram(rng.integers(0, 16, 400), 16)
+
+
+@pytest.fixture(scope="module")
+def small_release(counts):
+    return mm.release(counts, W.ranges(16, BANDS), 1.0, strategy="identity", rng=np.random.default_rng(0))
+
+
+@pytest.fixture(scope="module")
+def advice():
+    return mm.advise(W.prefix(16), 1.0, candidates="fixed")
+
+
+def _saved(fig, path):
+    fig.savefig(path, dpi=60)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    return data
+
+
+def test_plot_release_one_bar_and_error_bar_per_query(small_release, tmp_path):
+    ax = P.plot_release(small_release, labels=LABELS)
+    assert len(ax.patches) == len(BANDS)
+    assert [t.get_text() for t in ax.get_yticklabels()] == LABELS
+    widths = sorted(p.get_width() for p in ax.patches)
+    np.testing.assert_allclose(widths, np.sort(small_release.answers))
+    # one error-bar segment per query, spanning the 95% interval
+    segs = [c for c in ax.collections if isinstance(c, LineCollection)][0].get_segments()
+    lower, upper = small_release.interval(0.95)
+    ends = sorted((s[0][0], s[1][0]) for s in segs)
+    np.testing.assert_allclose(ends, sorted(zip(lower, upper)))
+    assert "eps = 1" in ax.get_title()
+    _saved(ax.figure, tmp_path / "release.png")
+
+
+def test_plot_release_default_labels_level_and_given_axes(small_release):
+    fig, ax = plt.subplots()
+    out = P.plot_release(small_release, ax=ax, level=0.9)
+    assert out is ax
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"[{a}, {b}]" for a, b in BANDS]
+    segs = [c for c in ax.collections if isinstance(c, LineCollection)][0].get_segments()
+    lower, upper = small_release.interval(0.9)
+    np.testing.assert_allclose(sorted(s[1][0] for s in segs), np.sort(upper))
+    assert "90% interval" in ax.get_xlabel()
+
+
+def test_plot_release_top_and_cap(counts, tmp_path):
+    r = mm.release(counts, W.all_range(16), 1.0, strategy="hierarchical", rng=np.random.default_rng(1))
+    ax = P.plot_release(r, top=5)
+    assert len(ax.patches) == 5
+    np.testing.assert_allclose(sorted(p.get_width() for p in ax.patches), np.sort(r.answers)[-5:])
+    assert "the 5 largest of 136" in ax.get_title()
+    ax = P.plot_release(r)  # 136 queries: capped
+    assert len(ax.patches) == P.MAX_BARS
+    _saved(ax.figure, tmp_path / "top.png")
+
+
+def test_plot_release_after_selection(tmp_path):
+    x = np.array([5, 80, 3, 120, 0, 2, 95, 1, 4, 60, 0, 7, 3, 2, 150, 1])
+    names = [f"cell {i}" for i in range(16)]
+    r = mm.release(x, W.identity(16), 1.0, strategy="identity", rng=np.random.default_rng(2),
+                   select=dict(method="svt", threshold=40, c=8, eps=0.5))
+    assert r.selected is not None and 0 < r.selected.size < 16
+    ax = P.plot_release(r, labels=names)
+    assert len(ax.patches) == r.selected.size
+    assert [t.get_text() for t in ax.get_yticklabels()] == [names[i] for i in r.selected]
+    assert f"{r.selected.size} of 16 rows answered (selected by svt)" in ax.get_title()
+    _saved(ax.figure, tmp_path / "selected.png")
+    none = mm.release(x, W.identity(16), 1.0, strategy="identity", rng=np.random.default_rng(2),
+                      select=dict(method="svt", threshold=10_000, c=2, eps=0.5))
+    ax = P.plot_release(none)
+    assert len(ax.patches) == 0 and any("no row was answered" in t.get_text() for t in ax.texts)
+
+
+def test_plot_release_rejects_bad_input(small_release):
+    with pytest.raises(TypeError, match="expected a Release"):
+        P.plot_release({"answers": [1]})
+    with pytest.raises(ValueError, match="top must be a positive integer"):
+        P.plot_release(small_release, top=0)
+    with pytest.raises(ValueError, match="got 2 labels for a workload of 4"):
+        P.plot_release(small_release, labels=["a", "b"])
+
+
+def test_plot_advice_bars_and_lower_bound(advice, tmp_path):
+    ax = P.plot_advice(advice)
+    assert len(ax.patches) == len(advice.rows)
+    best = max(ax.patches, key=lambda p: p.get_y())  # bars are drawn bottom-up: best on top
+    assert best.get_width() == pytest.approx(advice.rows[0].rmse)
+    bound = np.sqrt(advice.lower_bound / advice.queries)
+    vlines = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert len(vlines) == 1 and vlines[0].get_xdata()[0] == pytest.approx(bound)
+    assert all(p.get_width() >= bound * (1 - 1e-9) for p in ax.patches)
+    _saved(ax.figure, tmp_path / "advice.png")
+    with pytest.raises(TypeError, match="expected an Advice"):
+        P.plot_advice(object())
+
+
+def test_notebook_methods_when_present(small_release, advice):
+    """Release.plot / Advice.plot are thin wrappers added by their owners."""
+    if hasattr(type(small_release), "plot"):
+        assert len(small_release.plot().patches) == len(BANDS)
+    if hasattr(type(advice), "plot"):
+        assert len(advice.plot().patches) == len(advice.rows)
+
+
+def test_missing_matplotlib_names_the_extra(small_release, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install 'matmech\[plot\]'"):
+        P.plot_release(small_release)
+    with pytest.raises(ImportError, match=r"pip install 'matmech\[plot\]'"):
+        P.require_matplotlib()
+
+
+def test_kron_quantiles_match_exact():
+    w = W.kron(W.all_range(12), W.prefix(6))
+    a = S.kron(S.hierarchical(12, 4), S.identity(6))
+    q = np.linspace(0, 1, 21)
+    exact = np.quantile(np.sqrt(per_query_variance(w, a, 0.7)), q)
+    np.testing.assert_allclose(P._kron_quantiles(w, a, 0.7, 0.0, "add_remove", q), exact, rtol=1e-10)
+    assert P._kron_quantiles(W.all_range(12), S.identity(12), 1.0, 0.0, "add_remove", q) is None
+
+
+def test_plot_rows_large_workloads(monkeypatch, tmp_path):
+    w = W.kron(W.all_range(8), W.all_range(8))
+    rows, _ = compare(w, 1.0)
+    monkeypatch.setattr(P, "MAX_VARIANCE_ROWS", 100)  # pretend 1,296 queries are too many to list
+    fig = P.plot_rows(w, rows, eps=1.0, bound_rmse=mm.lower_bound(w, measure="rmse"))
+    left, right = fig.axes[:2]
+    assert len(left.patches) == len(rows)
+    assert "Kronecker factors" in right.get_title() and len(right.get_lines()) >= 2
+    _saved(fig, tmp_path / "kron.png")
+    u = W.stack(W.all_range(8), W.total(8))  # no Kronecker structure: a note instead of curves
+    rows, _ = compare(u, 1.0)
+    monkeypatch.setattr(P, "MAX_VARIANCE_ROWS", 10)
+    fig = P.plot_rows(u, rows, eps=1.0)
+    assert any("not drawn" in t.get_text() for t in fig.axes[1].texts)
