@@ -274,7 +274,7 @@ def optimize(
                 "for a multi-attribute domain use method='kron' or 'marginals'"
             )
         op = opt_pure.GramOperator.from_workload(W)
-        cap = (maxiter or 300) * restarts
+        cap = (maxiter or opt_pure.default_maxiter(n)) * restarts
         count = [0]
 
         def cb(f):
