@@ -1,8 +1,9 @@
 """Rank candidate strategies for a workload: the fixed classics and the optimisers.
 
-Every figure is analytic (:func:`matmech.error.error_figures`); nothing touches data.
+Every figure is analytic (:func:`matmech.compare.evaluate`); nothing touches data.
 Candidates: the identity, the hierarchical strategy (branching chosen by exact error, with
-and without the root), the Haar wavelet, the workload itself, and :func:`matmech.optimize`.
+and without the root), the Haar wavelet (all from :func:`matmech.compare.fixed_family`, the
+list ``matmech compare`` shows), the workload itself, and :func:`matmech.optimize`.
 On a multi-attribute (Kronecker) domain each fixed candidate is a Kronecker product of
 per-attribute strategies, the hierarchical branching and the best fixed 1-D strategy being
 chosen attribute by attribute. A candidate that cannot answer the workload, or is too big to
@@ -20,9 +21,11 @@ from types import MappingProxyType
 import numpy as np
 
 from . import strategies as S
-from .error import check_privacy_params, error_figures, lower_bound, sensitivity
+from .compare import distinct, evaluate, fixed_family
+from .error import NEIGHBORS, check_privacy_params, error_figures, lower_bound
 from .linop import Kron, LinOp, Scaled, VStack, as_linop
 from .opt_marginals import MarginalStrategy, kron_blocks, marginal_workload
+from .opt_pure import blas_threads
 from .optimize import optimize
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
@@ -31,8 +34,12 @@ __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
 #: Branchings tried for hierarchical strategies (those with b ≥ n are the identity).
 BRANCHINGS = tuple(range(2, 65))
-#: Above this many cells per attribute only branchings giving block-spectral trees are tried.
-DENSE_TREE_LIMIT = 1024
+#: Above this many cells per attribute only branchings giving block-spectral trees (nested
+#: aligned blocks, error in closed form) are tried: an irregular tree's exact error needs a
+#: dense pseudo-inverse (0.02 s at n = 256, 0.7 s at n = 1024, per branching).
+DENSE_TREE_LIMIT = 128
+#: Branchings tried when no branching gives a block-spectral tree (n with no suitable factors).
+FALLBACK_BRANCHINGS = (2, 16)
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class Advice:
     lower_bound: float | None
     queries: int
     cells: int
+    neighbors: str = "add_remove"
 
     @property
     def best(self):
@@ -91,6 +99,7 @@ class Advice:
         return {
             "eps": self.eps,
             "delta": self.delta,
+            "neighbors": self.neighbors,
             "noise": "laplace (L1)" if self.delta == 0 else "gaussian (L2)",
             "queries": self.queries,
             "cells": self.cells,
@@ -187,16 +196,14 @@ def _attributes(W):
 
 
 def _branchings(n):
-    out = []
-    for b in BRANCHINGS:
-        if b >= n:
-            break
-        if n > DENSE_TREE_LIMIT:
-            tree = S.hierarchical(n, b, False)
-            if tree.sizes is None:
-                continue
-        out.append(b)
-    return out
+    """Branchings (below n) whose hierarchies are scored exactly: all of :data:`BRANCHINGS` up
+    to :data:`DENSE_TREE_LIMIT` cells, above it those with block-spectral trees, or
+    :data:`FALLBACK_BRANCHINGS` when there is none."""
+    small = [b for b in BRANCHINGS if b < n]
+    if n <= DENSE_TREE_LIMIT:
+        return small
+    regular = [b for b in small if S.hierarchical(n, b, False).sizes is not None]
+    return regular or [b for b in FALLBACK_BRANCHINGS if b < n]
 
 
 def _unit_error(W, A, delta):
@@ -204,30 +211,26 @@ def _unit_error(W, A, delta):
     return error_figures(W, A, 1.0, delta, measures=("total",))["total"]
 
 
-def _best_hierarchy(W, n, delta, root):
-    """(b, strategy, error) of the hierarchical strategy with the lowest exact error."""
-    best = None
-    for b in _branchings(n):
-        A = S.hierarchical(n, b, root)
-        try:
-            e = _unit_error(W, A, delta)
-        except ValueError:
-            continue
-        if best is None or e < best[2]:
-            best = (b, A, e)
-    return best
-
-
 def _fixed_1d(n, W, delta):
-    """[(name, params, strategy)] of the fixed 1-D candidates for the 1-D workload W."""
-    out = [("identity", {}, S.identity(n))]
+    """[(name, params, strategy)] for the 1-D workload W on n cells: the identity, the
+    hierarchy with the lowest exact error with and without its root, and Haar."""
+    family = distinct(fixed_family(n, _branchings(n)), (n,))
+    out = [family[0]]  # the identity
     for root in (True, False):
-        best = _best_hierarchy(W, n, delta, root)
+        best = None
+        for name, params, A in family:
+            if not name.startswith("hierarchical") or params["root"] != root:
+                continue
+            try:
+                e = _unit_error(W, A, delta)
+            except ValueError:
+                continue
+            if best is None or e < best[0]:
+                best = (e, params, A)
         if best is not None:
-            name = "hierarchical" if root else "hierarchical, no root"
-            out.append((name, {"branching": best[0], "root": root}, best[1]))
+            out.append(("hierarchical" if root else "hierarchical, no root", best[1], best[2]))
     if n > 1:
-        out.append(("haar", {}, S.haar(n)))
+        out.append(family[-1])  # Haar
     return out
 
 
@@ -277,7 +280,7 @@ def _workload_candidate(W):
 # -- the advisor ---------------------------------------------------------------------------------
 
 
-def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None):
+def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None, neighbors="add_remove"):
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
@@ -285,6 +288,8 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
     what is left after the fixed candidates, and candidates not reached are skipped with
     that reason (a time-limited run is not reproducible bit for bit; without a budget the
     result depends only on ``rng``). ``progress``: a callable(fraction, message) or None.
+    ``neighbors``: "add_remove" (default) or "substitute" (doubles every sensitivity, so
+    the ranking is the same and every error four times larger).
     Returns an :class:`Advice`; ``advice.best`` is the winning strategy.
     """
     eps, delta = check_privacy_params(eps, delta)
@@ -300,10 +305,12 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
         unknown = [c for c in wanted if c not in CANDIDATES]
         if unknown or not wanted:
             raise ValueError(f"unknown candidate names {unknown}; choose from {CANDIDATES}")
-    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0):
+    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(fraction, message) or None, got {progress!r}")
+    if neighbors not in NEIGHBORS:
+        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
     t_start = time.perf_counter()
 
     def left():
@@ -314,13 +321,12 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
             progress(min(max(fraction, 0.0), 1.0), message)
 
     try:
-        bound = lower_bound(W, eps, delta)
+        bound = lower_bound(W, eps, delta, neighbors=neighbors)
     except ValueError:
         bound = None
-    p = 1 if delta == 0 else 2
     rows, skipped = [], []
 
-    def add(name, params, build):
+    def add(name, params, build, seconds=None):
         t0 = time.perf_counter()
         remaining = left()
         if remaining is not None and remaining <= 0:
@@ -328,39 +334,29 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
             return
         try:
             A = build() if callable(build) else build
-            fig = error_figures(W, A, eps, delta)
-            sens = sensitivity(A, p)
+            row = evaluate(W, A, eps, delta, name=name, bound=bound, neighbors=neighbors)
         except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
             skipped.append(_skip(name, params, str(exc), time.perf_counter() - t0))
             return
-        total = fig["total"]
-        rows.append(
-            Candidate(
-                name,
-                MappingProxyType(dict(params)),
-                sens,
-                total,
-                fig["rmse"],
-                fig["max"],
-                None if not bound else total / bound,
-                time.perf_counter() - t0,
-                A,
-            )
-        )
+        spent = time.perf_counter() - t0 if seconds is None else seconds
+        rows.append(Candidate(name, MappingProxyType(dict(params)), row.sensitivity, row.total, row.rmse, row.max_variance, row.ratio_to_bound, spent, A))
 
     fixed_wanted = [c for c in wanted if c in ("identity", "hierarchical", "haar")]
     n_steps = len(wanted) + 1
     if fixed_wanted:
         report(0.0, "fixed candidates")
-        try:
-            fixed = _fixed_candidates(W, delta)
-        except (ValueError, MemoryError) as exc:
-            fixed = []
-            skipped.append(_skip("fixed candidates", {}, str(exc)))
-        for name, params, A in fixed:
-            family = "hierarchical" if name.startswith("hierarchical") else name
-            if family in fixed_wanted or (name == "best fixed per attribute" and len(fixed_wanted) == 3):
-                add(name, params, A)
+        # many small dense solves: one BLAS thread (OpenBLAS threads spinning against other
+        # processes made this 10× slower on a busy two-core machine)
+        with blas_threads(1):
+            try:
+                fixed = _fixed_candidates(W, delta)
+            except (ValueError, MemoryError) as exc:
+                fixed = []
+                skipped.append(_skip("fixed candidates", {}, str(exc)))
+            for name, params, A in fixed:
+                family = "hierarchical" if name.startswith("hierarchical") else name
+                if family in fixed_wanted or (name == "best fixed per attribute" and len(fixed_wanted) == 3):
+                    add(name, params, A)
     if "workload" in wanted:
         report(len(fixed_wanted) / n_steps, "workload as strategy")
         add("workload", {}, lambda: _workload_candidate(W))
@@ -392,19 +388,14 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
                 for key in ("p", "init", "iterations", "rounds"):
                     if key in res.params:
                         params[key] = res.params[key]
-                seconds = time.perf_counter() - t0
-                add(f"optimized ({res.method})", params, res.strategy)
-                rows[-1] = _with_seconds(rows[-1], seconds) if rows and rows[-1].strategy is res.strategy else rows[-1]
+                # the optimiser's own time; the error evaluation is not charged to the budget
+                add(f"optimized ({res.method})", params, res.strategy, seconds=time.perf_counter() - t0)
     report(1.0, "done")
     rows.sort(key=lambda r: r.error)
     if not rows:
         raise ValueError("no candidate strategy can answer this workload: " + "; ".join(f"{r.name}: {r.skipped}" for r in skipped))
-    return Advice(tuple(rows), tuple(skipped), eps, delta, bound, W.shape[0], W.shape[1])
+    return Advice(tuple(rows), tuple(skipped), eps, delta, bound, W.shape[0], W.shape[1], neighbors)
 
 
 def _skip(name, params, reason, seconds=0.0):
     return Candidate(name, MappingProxyType(dict(params)), None, None, None, None, None, seconds, None, reason)
-
-
-def _with_seconds(row, seconds):
-    return Candidate(row.name, row.params, row.sensitivity, row.error, row.rmse, row.max_variance, row.ratio, seconds, row.strategy)

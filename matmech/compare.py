@@ -3,6 +3,12 @@
 Each row holds the L_p sensitivity, the expected total squared error, the per-query RMSE,
 the largest per-query variance and the ratio of the total error to the SVD lower bound,
 all from the closed forms of :mod:`matmech.error`.
+
+This module owns the fixed strategies: :func:`fixed_family` is the one list of 1-D
+classics (identity, hierarchies, Haar), :func:`fixed_candidates` their per-attribute
+products for ``matmech compare``, and :func:`evaluate` the figures of one strategy.
+:mod:`matmech.advise` picks from the same family (the branching by exact error) and
+scores with the same :func:`evaluate`.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from .error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
 from .intervals import Intervals
 from .linop import Kron, LinOp, VStack
 
-__all__ = ["Row", "domain_of", "fixed_candidates", "evaluate", "compare", "format_table"]
+__all__ = ["Row", "domain_of", "fixed_family", "distinct", "fixed_candidates", "evaluate", "compare", "format_table"]
 
 #: Branchings tried for hierarchical strategies.
 BRANCHINGS = (2, 4, 8, 16, 32)
@@ -51,8 +57,19 @@ def domain_of(W):
     return (W.shape[1],)
 
 
-def _per_attribute(domain, make):
-    return make(domain[0]) if len(domain) == 1 else S.kron(*[make(d) for d in domain])
+def fixed_family(n, branchings=BRANCHINGS):
+    """[(name, params, strategy)] of the fixed 1-D strategies on n cells, in a fixed order:
+    the identity, the b-ary hierarchy with and without its root for every b in
+    ``branchings`` (``params`` = {"branching": b, "root": bool}; for b ≥ n these are the
+    leaves with or without a total), and the Haar wavelet. Names and order do not depend
+    on n, so the families of several attributes line up."""
+    out = [("identity", {}, S.identity(n))]
+    for b in branchings:
+        for root in (True, False):
+            name = f"hierarchical b={b}" + ("" if root else ", no root")
+            out.append((name, {"branching": b, "root": root}, S.hierarchical(n, b, root=root)))
+    out.append(("haar", {}, S.haar(n)))
+    return out
 
 
 def _signature(A):
@@ -65,27 +82,33 @@ def _signature(A):
     return (type(A).__name__, A.shape)
 
 
+def distinct(candidates, domain):
+    """The candidates (tuples whose last item is the strategy) without the hierarchies equal
+    to an earlier candidate or to the identity (the leaves alone) on ``domain``."""
+    leaves = [S.hierarchical(d, max(d, 2), root=False) for d in domain]
+    seen, out = {_signature(leaves[0] if len(domain) == 1 else Kron(*leaves))}, []
+    for cand in candidates:
+        name, A = cand[0], cand[-1]
+        key = _signature(A) if name.startswith("hierarchical") else name
+        if key not in seen:
+            seen.add(key)
+            out.append(cand)
+    return out
+
+
 def fixed_candidates(W, *, branchings=BRANCHINGS):
     """[(name, strategy)]: identity, hierarchical b (with/without root), Haar, W itself.
 
     On a multi-attribute domain each candidate is the Kronecker product of the 1-D
-    strategy on every attribute. Hierarchies that coincide with an earlier candidate
-    (b at least the attribute size) are left out.
+    strategy of the same name (:func:`fixed_family`) on every attribute. Hierarchies that
+    coincide with an earlier candidate (b at least the attribute size) are left out.
     """
     domain = domain_of(W)
-    out = [("identity", _per_attribute(domain, S.identity))]
-    for b in branchings:
-        out.append((f"hierarchical b={b}", _per_attribute(domain, lambda d: S.hierarchical(d, b))))
-        out.append((f"hierarchical b={b}, no root", _per_attribute(domain, lambda d: S.hierarchical(d, b, root=False))))
-    out.append(("haar", _per_attribute(domain, S.haar)))
-    leaves_only = _per_attribute(domain, lambda d: S.hierarchical(d, max(d, 2), root=False))  # = identity
-    seen, unique = {_signature(leaves_only)}, []
-    for name, A in out:
-        key = _signature(A) if name.startswith("hierarchical") else name
-        if key not in seen:
-            seen.add(key)
-            unique.append((name, A))
-    return [*unique, ("workload", W)]
+    families = [fixed_family(d, branchings) for d in domain]
+    out = []
+    for k, (name, _, A) in enumerate(families[0]):
+        out.append((name, A if len(domain) == 1 else S.kron(*[f[k][2] for f in families])))
+    return [*distinct(out, domain), ("workload", W)]
 
 
 def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove"):
