@@ -11,6 +11,9 @@ R seeded runs the mean of S must lie within z·sqrt(Var[S]/R) of release's
 ``expected_error``, z = 4 (two-sided p ≈ 6e-5 per case under the CLT, so a false alarm in
 any of the ~10 cases has probability < 1e-3). Unbiasedness: each query's mean error must lie
 within z_m·std/√R, z_m the Bonferroni quantile for the m queries at the same level.
+Strategies: identity, hierarchical, Haar (all ranges over 32 cells) and matmech.optimize's
+output for all ranges over 64 cells (p-Identity for pure ε, the L2 optimum for δ > 0), each
+under pure ε and (ε, δ); the seeds are fixed, so the outcome is deterministic.
 """
 
 import json
@@ -20,6 +23,7 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
+import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
 from matmech.budget import BudgetExceededError, PrivacyBudget
@@ -28,23 +32,25 @@ from matmech.linop import Dense, Kron, RowSubset
 from matmech.release import Release, choose_strategy, release, release_table
 
 N = 32
-RUNS = 800
+RUNS = 500
 Z = 4.0
 X = np.random.default_rng(2024).integers(0, 20, N)
 W = Wk.all_range(N)
 TRUTH = W @ X
 
 
-def dense_strategy():
-    """An optimised strategy when matmech.optimize exists, else a fixed random real one."""
-    try:
-        from matmech.optimize import optimize
-    except ImportError:
-        optimize = None
-    if optimize is not None:
-        return optimize(W, 1.0, 0.0).strategy
-    r = np.random.default_rng(11)
-    return Dense(np.vstack([np.eye(N) * 0.8, r.random((8, N)) * 0.5]))
+N_OPT = 64  # all ranges over 64 cells: the first size where the pure-eps optimum beats the identity
+
+
+def optimised_strategy(delta):
+    """matmech.optimize's strategy for all ranges over N_OPT cells: p-Identity (pure eps) or
+    the certified L2 optimum (delta > 0); real-valued, so release rounds it to a grid."""
+    from matmech.opt_l2 import L2Strategy
+    from matmech.opt_pure import PIdentity
+
+    A = mm.optimize(Wk.all_range(N_OPT), 1.0, delta).strategy
+    assert isinstance(A, L2Strategy if delta > 0 else PIdentity), type(A)  # not the identity fallback
+    return A
 
 
 def noise_moments(meas):
@@ -65,26 +71,29 @@ def noise_moments(meas):
 
 
 CASES = [
-    ("identity", lambda: S.identity(N), 1.0, 0.0),
-    ("identity", lambda: S.identity(N), 1.0, 1e-6),
-    ("hierarchical", lambda: S.hierarchical(N, 2), 1.0, 0.0),
-    ("hierarchical", lambda: S.hierarchical(N, 4), 1.0, 1e-6),
-    ("haar", lambda: S.haar(N), 1.0, 0.0),
-    ("haar", lambda: S.haar(N), 1.0, 1e-6),
-    ("dense", dense_strategy, 1.0, 0.0),
-    ("dense", dense_strategy, 1.0, 1e-6),
-    ("identity eps=2", lambda: S.identity(N), 2.0, 0.0),  # discrete variance 0.36 vs Laplace 0.5
+    ("identity", N, lambda: S.identity(N), 1.0, 0.0),
+    ("identity", N, lambda: S.identity(N), 1.0, 1e-6),
+    ("hierarchical", N, lambda: S.hierarchical(N, 2), 1.0, 0.0),
+    ("hierarchical", N, lambda: S.hierarchical(N, 4), 1.0, 1e-6),
+    ("haar", N, lambda: S.haar(N), 1.0, 0.0),
+    ("haar", N, lambda: S.haar(N), 1.0, 1e-6),
+    ("optimised", N_OPT, lambda: optimised_strategy(0.0), 1.0, 0.0),
+    ("optimised", N_OPT, lambda: optimised_strategy(1e-6), 1.0, 1e-6),
+    ("identity eps=2", N, lambda: S.identity(N), 2.0, 0.0),  # discrete variance 0.36 vs Laplace 0.5
 ]
 
 
-@pytest.mark.parametrize("name, make, eps, delta", CASES, ids=[f"{c[0]}-{c[3]}" for c in CASES])
-def test_monte_carlo_matches_expected_error(name, make, eps, delta):
+@pytest.mark.parametrize("name, n, make, eps, delta", CASES, ids=[f"{c[0]}-{c[4]}" for c in CASES])
+def test_monte_carlo_matches_expected_error(name, n, make, eps, delta):
     A = make()
     rng = np.random.default_rng([7, int(eps * 10), int(delta > 0), len(name)])
+    W = Wk.all_range(n)
+    x = X if n == N else np.random.default_rng(2025).integers(0, 20, n)
+    truth = W @ x
     totals, mean_err = np.empty(RUNS), np.zeros(W.shape[0])
     for r in range(RUNS):
-        rel = release(X, W, eps, delta, strategy=A, rng=rng)
-        e = rel.answers - TRUTH
+        rel = release(x, W, eps, delta, strategy=A, rng=rng)
+        e = rel.answers - truth
         totals[r] = e @ e
         mean_err += e / RUNS
     meas = rel.measurement
@@ -230,3 +239,14 @@ def test_woodbury_interval_variances_match_the_general_path():
     np.testing.assert_allclose(fast, general, rtol=1e-8)
     K = W.dense() @ np.linalg.inv(Ag.dense().T @ Ag.dense())
     np.testing.assert_allclose(fast, plan.std**2 * np.einsum("ij,ij->i", K, W.dense()), rtol=1e-8)
+
+
+@pytest.mark.parametrize("eps, delta", [("1", 0.0), (1.0, "0"), (True, 0.0), (1.0, False), (b"1", 0.0), (np.bool_(True), 0.0)])
+def test_privacy_parameters_are_never_converted_from_strings_or_bools(eps, delta):
+    from matmech.error import check_privacy_params
+
+    with pytest.raises(TypeError, match="must be a real number"):
+        check_privacy_params(eps, delta)
+    with pytest.raises(TypeError, match="must be a real number"):
+        mm.expected_error(W, S.identity(N), eps, delta)
+    assert check_privacy_params(np.float32(0.5), 0) == (0.5, 0.0)
