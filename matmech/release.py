@@ -140,6 +140,12 @@ class Release:
         z = _z(level)
         return self.answers - z * self.std, self.answers + z * self.std
 
+    def plot(self, **kwargs):
+        """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
+        from .plot import plot_release
+
+        return plot_release(self, **kwargs)
+
     def _selection_dict(self):
         sel, opts = self.selection, dict(self.select_options)
         out = {

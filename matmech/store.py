@@ -300,14 +300,14 @@ def load_strategy(path):
     source = str(path)
     if not path.is_file():
         raise FileNotFoundError(f"{source}: no such strategy file")
+    not_ours = f"{source}: not a matmech strategy file (an .npz written by save_strategy)"
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{not_ours}: it is not an .npz (zip) archive")
     try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array, not an .npz archive")
-        with npz:
+        with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise ValueError(f"{source}: not a matmech strategy file (.npz written by save_strategy): {exc}") from None
+        raise ValueError(f"{not_ours}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     meta = arrays.pop(_KEY, None)
     if meta is None or meta.shape != () or meta.dtype.kind != "U":
         raise ValueError(f"{source}: not a matmech strategy file: no {_KEY!r} description inside")

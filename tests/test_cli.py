@@ -1,8 +1,16 @@
 """Every CLI command runs as a subprocess, including its error paths."""
 
+import csv
+import io
 import json
 import subprocess
 import sys
+
+import numpy as np
+import pytest
+
+from matmech.cli import _Progress, main
+from matmech.store import load_strategy
 
 
 def run(*args, cwd=None):
@@ -50,3 +58,202 @@ def test_plot_writes_png(root, tmp_path):
     assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_file.stat().st_size > 10_000
     bad = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(tmp_path / "no/such/dir/x.png"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+
+
+# -- advise and release ------------------------------------------------------------------------
+
+BANDS_SPEC = """
+name = "bands"
+domain = [32]
+attributes = ["age"]
+[[queries]]
+kind = "ranges"
+intervals = [[0, 7], [8, 15], [16, 23], [24, 31], [0, 31]]
+labels = ["0-7", "8-15", "16-23", "24-31", "all"]
+"""
+GRID_SPEC = """
+domain = [8, 4]
+attributes = ["age", "city"]
+[[queries]]
+kind = "marginals"
+attrs = [[0], [1], []]
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A 1-D and a 2-D spec, and a data file whose ages are heavy in 0-15 and light above."""
+    r = np.random.default_rng(0)
+    age = np.concatenate([r.integers(0, 16, 3000), r.integers(16, 32, 40)])
+    city = r.integers(0, 4, age.size)
+    data = tmp_path / "people.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "age", "city", "age8"])
+        for i, (a, c) in enumerate(zip(age, city)):
+            w.writerow([i, a, c, a // 4])
+    (tmp_path / "bands.toml").write_text(BANDS_SPEC)
+    (tmp_path / "grid.toml").write_text(GRID_SPEC)
+    truth = np.array([np.sum((age >= lo) & (age <= hi)) for lo, hi in [(0, 7), (8, 15), (16, 23), (24, 31), (0, 31)]])
+    return tmp_path, data, truth, (age // 4, city)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_advise_prints_table_and_saves_the_best_strategy(files):
+    d, _, _, _ = files
+    out = run("advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "best.npz"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("bands: 5 queries over 32 cells") and "RMSE/query" in out.stdout
+    assert "SVD lower bound" in out.stdout and "saved the best strategy" in out.stdout
+    assert out.stderr == ""  # no progress bar when stderr is not a terminal
+    assert load_strategy(d / "best.npz").shape[1] == 32
+    js = run("advise", str(d / "bands.toml"), "--eps", "0.5", "--delta", "1e-6", "--json")
+    assert js.returncode == 0, js.stderr
+    data = json.loads(js.stdout)
+    assert data["spec"] == "bands" and data["delta"] == 1e-6 and data["saved_strategy"] is None
+    totals = [r["total_error"] for r in data["ranked"]]
+    assert totals == sorted(totals) and data["noise"] == "gaussian (L2)"
+
+
+def test_progress_bar_draws_after_its_delay_and_ends_its_line():
+    s = io.StringIO()
+    bar = _Progress(True, delay=0.0, stream=s)
+    bar(0.5, "optimising")
+    bar(1.0, "done")
+    bar.close()
+    text = s.getvalue()
+    assert text.count("\r") == 2 and "[###############...............]  50% optimising" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    bar = _Progress(True, delay=60.0, stream=quiet)
+    bar(0.5, "x")
+    bar.close()
+    assert quiet.getvalue() == ""
+
+
+def test_release_writes_one_row_per_query(files):
+    d, data, truth, _ = files
+    out_csv = d / "answers.csv"
+    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
+              "--strategy", "hierarchical", "--out", str(out_csv))
+    assert out.returncode == 0, out.stderr
+    assert "3,040 records" in out.stdout and "5 queries answered" in out.stdout and "OS randomness" in out.stdout
+    rows = read_csv(out_csv)
+    assert list(rows[0]) == ["query", "answer", "std", "lower95", "upper95"]
+    assert [r["query"] for r in rows] == ["0-7", "8-15", "16-23", "24-31", "all"]
+    for r, t in zip(rows, truth):
+        a, s = float(r["answer"]), float(r["std"])
+        assert abs(a - t) < 10 * s
+        assert float(r["lower95"]) == pytest.approx(a - 1.959963984540054 * s)
+        assert float(r["upper95"]) == pytest.approx(a + 1.959963984540054 * s)
+
+
+def test_release_with_a_saved_strategy_and_json(files):
+    d, data, truth, _ = files
+    assert run("advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "s.npz")).returncode == 0
+    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
+              "--strategy", str(d / "s.npz"), "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["strategy_file"] == str(d / "s.npz") and res["records"] == 3040 and res["out"] is None
+    assert res["noise"]["secure_randomness"] is True and res["selection"] is None
+    assert [q["query"] for q in res["queries"]] == ["0-7", "8-15", "16-23", "24-31", "all"]
+    assert all(abs(q["answer"] - t) < 10 * q["std"] for q, t in zip(res["queries"], truth))
+
+
+def test_release_with_svt_selection(files):
+    d, data, truth, _ = files
+    out_csv = d / "selected.csv"
+    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--strategy", "identity",
+              "--select", "svt", "--threshold", "600", "--c", "5", "--select-eps", "0.5", "--out", str(out_csv))
+    assert out.returncode == 0, out.stderr
+    assert "3 of 5 queries answered" in out.stdout and "selection: svt, eps 0.5" in out.stdout
+    rows = read_csv(out_csv)
+    assert list(rows[0]) == ["query", "answer", "std", "lower95", "upper95", "selected", "status"]
+    picked = [r["query"] for r in rows if r["selected"] == "true"]
+    assert picked == ["0-7", "8-15", "all"]  # ~1500, ~1500, 3040 records; the others ~20
+    for r in rows:
+        if r["selected"] == "false":
+            assert r["answer"] == r["std"] == r["lower95"] == "" and r["status"] == "below threshold"
+        else:
+            assert r["status"] == "answered" and float(r["std"]) > 0
+    js = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--json",
+             "--select", "em", "--c", "2", "--select-eps", "0.4")
+    assert js.returncode == 0, js.stderr
+    sel = json.loads(js.stdout)["selection"]
+    assert sel["method"] == "em" and sel["selected"] == 2 and sel["eps"] == 0.4
+
+
+def test_release_two_columns_for_a_two_attribute_spec(files):
+    d, data, _, (age8, city) = files
+    out_csv = d / "grid.csv"
+    out = run("release", str(d / "grid.toml"), "--data", str(data), "--column", "age8", "--column", "city",
+              "--eps", "2", "--strategy", "identity", "--out", str(out_csv))
+    assert out.returncode == 0, out.stderr
+    rows = read_csv(out_csv)
+    assert [r["query"] for r in rows] == [f"age={i}" for i in range(8)] + [f"city={j}" for j in range(4)] + ["total"]
+    truth = list(np.bincount(age8, minlength=8)) + list(np.bincount(city, minlength=4)) + [age8.size]
+    assert all(abs(float(r["answer"]) - t) < 10 * float(r["std"]) for r, t in zip(rows, truth))
+
+
+def test_release_and_advise_errors_as_subprocesses(files):
+    d, data, _, _ = files
+    bad_spec = d / "bad.toml"
+    bad_spec.write_text('domain = [4]\n[[queries]]\nkind = "cube"\n')
+    wide = d / "wide.csv"
+    wide.write_text("age\n3\n40\n")
+    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--out", str(d / "o.csv")]
+    for args, text in [
+        (["advise", str(d / "missing.toml")], "no such spec file"),
+        (["advise", str(bad_spec)], "queries[0].kind"),
+        (["advise", str(d / "bands.toml"), "--eps", "0"], "eps must be a positive finite number, got 0"),
+        (["release", str(bad_spec), "--data", str(data), "--column", "age", "--out", "o.csv"], "queries[0].kind"),
+        ([*base[:3], str(d / "nope.csv"), *base[4:]], "nope.csv: no such data file"),
+        ([*base, "--eps", "-1"], "eps must be a positive finite number, got -1"),
+        ([*base[:5], "height", *base[6:]], "no column 'height'; the header has ['id', 'age', 'city', 'age8']"),
+        ([*base[:3], str(wide), *base[4:]], "line 3, column 'age': value 40 is outside the spec's domain"),
+    ]:
+        out = run(*args)
+        assert out.returncode == 2, (args, out.stdout)
+        assert out.stderr.count("\n") == 1 and text in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (d / "o.csv").exists()
+
+
+def _main_error(capsys, *args):
+    code = main(list(args))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("matmech: error: "), err
+    return err
+
+
+def test_more_error_paths_in_process(files, capsys):
+    d, data, _, _ = files
+    for name, text in [("text.csv", "age\n3\nabc\n"), ("frac.csv", "age\n2.5\n"), ("empty.csv", ""), ("header.csv", "age\n")]:
+        (d / name).write_text(text)
+    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--out", str(d / "o.csv")]
+    for args, text in [
+        ([*base[:3], str(d / "text.csv"), *base[4:]], "line 3, column 'age': 'abc' is not a number"),
+        ([*base[:3], str(d / "frac.csv"), *base[4:]], "value 2.5 is outside the spec's domain (expected an integer code 0..31)"),
+        ([*base[:3], str(d / "empty.csv"), *base[4:]], "the data file is empty"),
+        ([*base[:3], str(d / "header.csv"), *base[4:]], "no data rows"),
+        ([*base, "--column", "city"], "give one --column per attribute"),
+        ([*base, "--delta", "1"], "delta must be in [0, 1)"),
+        ([*base, "--strategy", "wavelets"], "'wavelets' is neither"),
+        ([*base, "--strategy", str(data)], "not a matmech strategy file"),
+        ([*base, "--threshold", "5"], "--threshold: only used with --select"),
+        ([*base, "--select", "svt", "--c", "2"], "--select needs --select-eps"),
+        ([*base, "--select", "svt", "--c", "2", "--select-eps", "1"], "must be less than release's total eps = 1.0"),
+        ([*base, "--select", "svt", "--c", "2", "--select-eps", "0.2"], "needs a threshold"),
+        ([*base, "--select", "svt", "--c", "2", "--select-eps", "0.2", "--threshold", "lots"], "--threshold must be a number or 'auto'"),
+        ([*base, "--select", "svt", "--c", "9", "--select-eps", "0.2", "--threshold", "9"], "c = 9 is more than the 5 rows"),
+        ([*base, "--select", "em", "--c", "2", "--select-eps", "0.2", "--threshold", "9"], "takes no threshold"),
+        ([*base[:-1], str(d / "no/dir/o.csv")], "does not exist"),
+        (base[:-2], "give --out FILE.csv"),
+        (["advise", str(d / "bands.toml"), "--save-strategy", str(d / "no/dir/s.npz")], "does not exist"),
+        (["advise", str(d / "bands.toml"), "--time-budget", "-3"], "--time-budget must be a positive number"),
+    ]:
+        assert text in _main_error(capsys, *args), args
+    assert not (d / "o.csv").exists()
