@@ -291,7 +291,7 @@ def _optimiser_choice(W, eps, delta, neighbors):
     """advise(...).best or optimize(...).strategy when those modules exist, else None."""
     advise = _optional("advise")
     if advise is not None:
-        best = advise(W, eps, delta).best
+        best = advise(W, eps, delta, neighbors=neighbors).best
         A = best if isinstance(best, LinOp) else getattr(best, "strategy", None)
         if isinstance(A, LinOp):
             return A, f"chosen by matmech.advise ({getattr(best, 'name', type(A).__name__)})"

@@ -261,3 +261,16 @@ def test_tenths_add_up_exactly():
         rest = _rest_of(total, part)
         assert Fraction(repr(part)) + Fraction(repr(rest)) <= Fraction(repr(total))
         assert rest == pytest.approx(total - part, rel=1e-15)
+
+
+def test_plot_of_a_selected_release():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rel = mm.release(X, W, 1.0, strategy="identity", rng=np.random.default_rng(15), select=SELECT)
+    ax = rel.plot()
+    assert len(ax.patches) == len(HEAVY)  # one bar per answered row, none for the others
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
