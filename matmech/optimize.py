@@ -4,7 +4,8 @@ Methods (see the modules for the maths and the papers):
 
 * ``"sdp"`` — the exact L2 program with cvxpy (:func:`matmech.opt_l2.sdp_l2`), n ≤ 64;
 * ``"l2"`` — the certified L2 optimum by the accelerated dual fixed point of Denisov et
-  al. (NeurIPS 2022) (:func:`matmech.opt_l2.dual_l2`), n ≤ 4096;
+  al. (NeurIPS 2022) (:func:`matmech.opt_l2.dual_l2`), n ≤ 4096, each step O(n²) for all
+  ranges and prefixes (tridiagonal G⁻¹);
 * ``"pidentity"`` — pure ε: HDMM's p-Identity family [I; Θ]·D from the best hierarchy
   (:func:`matmech.opt_pure.fit_pidentity`), n ≤ 8192;
 * ``"kron"`` — Kronecker workloads factor by factor, unions of Kronecker products by block
@@ -132,7 +133,8 @@ def _check_method(method, delta, W):
 def _fit_1d(gram_op, delta, *, restarts, rng, maxiter, time_limit, callback):
     """(strategy, value = sens² · trace(G (AᵀA)⁻¹), params) for one gram."""
     if delta > 0:
-        fit = opt_l2.dual_l2(gram_op.dense(), maxiter=maxiter or 500, time_limit=time_limit, callback=callback)
+        inverse = opt_l2.tridiagonal_inverse(gram_op)
+        fit = opt_l2.dual_l2(gram_op.dense(), maxiter=maxiter or 500, time_limit=time_limit, callback=callback, inverse=inverse)
         return fit.strategy, fit.value, {"dual": fit.dual, "gap": max(fit.gap, 0.0), "iterations": fit.iterations}
     fit = opt_pure.fit_pidentity(gram_op, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=callback)
     ident = float(gram_op.diag.sum())  # Θ = 0: the identity, also in the family
@@ -264,7 +266,9 @@ def optimize(
         def cb(it, g):
             report(it / cap, f"dual iteration {it}, gap {g:.2e}")
 
-        fit = opt_l2.dual_l2(W.gram(), maxiter=cap, time_limit=time_limit, callback=cb)
+        inverse = opt_l2.tridiagonal_inverse(W)  # all ranges / prefixes: O(n²) per step
+        gram = W.gram() if inverse is None else opt_pure.GramOperator.from_workload(W).dense()
+        fit = opt_l2.dual_l2(gram, maxiter=cap, time_limit=time_limit, callback=cb, inverse=inverse)
         strategy, gap = fit.strategy, max(fit.gap, 0.0)
         params = {"trace": fit.value, "dual_trace": fit.dual, "iterations": fit.iterations}
     else:  # pidentity

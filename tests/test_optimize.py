@@ -11,7 +11,7 @@ from matmech import workloads as wl
 from matmech.error import expected_error, lower_bound
 from matmech.intervals import AllRange, Prefix
 from matmech.linop import Dense, Kron, Scaled, VStack
-from matmech.opt_l2 import L2Strategy, dual_l2, dual_value, sdp_l2
+from matmech.opt_l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
 from matmech.opt_marginals import (
     MarginalStrategy,
     ResidualStrategy,
@@ -21,7 +21,18 @@ from matmech.opt_marginals import (
     optimize_marginals_l2,
     optimize_marginals_pure,
 )
-from matmech.opt_pure import GramOperator, PIdentity, check_gram, fit_pidentity, objective, projected_lbfgs, tree_theta, weighted_tree_value
+from matmech.opt_pure import (
+    GramOperator,
+    PIdentity,
+    check_gram,
+    default_maxiter,
+    fit_pidentity,
+    hat_theta,
+    objective,
+    projected_lbfgs,
+    tree_theta,
+    weighted_tree_value,
+)
 from matmech.optimize import METHODS, OptimizeResult, optimize
 
 DELTA = 1e-6
@@ -112,6 +123,34 @@ def test_dual_iteration_measures_unqueried_cells_with_identity_rows():
     assert res.error == pytest.approx(expected_error(W, res.strategy, 1.0, DELTA), rel=1e-9)
 
 
+@pytest.mark.parametrize("W", [AllRange(24), Prefix(24), Scaled(Prefix(20), 3.0), VStack([AllRange(16)], weights=[0.5])], ids=["all_range", "prefix", "scaled", "stacked"])
+def test_tridiagonal_inverse_of_interval_grams(W):
+    d, e = tridiagonal_inverse(W)
+    t = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+    np.testing.assert_allclose(t @ W.gram().dense(), np.eye(W.shape[1]), atol=1e-10)
+    assert tridiagonal_inverse(wl.total(8)) is None and tridiagonal_inverse(wl.identity(8)) is None
+
+
+@pytest.mark.parametrize("W", [AllRange(20), Prefix(24)], ids=["all_range", "prefix"])
+def test_tridiagonal_dual_iteration_matches_dense_and_sdp(W):
+    gram = W.gram().dense()
+    fast = dual_l2(gram, tol=1e-10, inverse=tridiagonal_inverse(W))
+    assert fast.value == pytest.approx(dual_l2(gram, tol=1e-10).value, rel=1e-9)
+    assert fast.value == pytest.approx(sdp_l2(gram).value, rel=1e-6)
+    assert fast.gap <= 1e-9
+    m, _ = fast.strategy.gram_pinv()
+    assert float((gram * m.dense()).sum()) == pytest.approx(fast.value, rel=1e-8)
+
+
+def test_tridiagonal_inverse_is_checked_against_the_gram():
+    gram = Prefix(10).gram().dense()
+    d, e = tridiagonal_inverse(AllRange(10))
+    with pytest.raises(ValueError, match="not the inverse of the gram"):
+        dual_l2(gram, inverse=(d, e))
+    with pytest.raises(ValueError, match="off-diagonal of length 9"):
+        dual_l2(gram, inverse=(d, e[:-1]))
+
+
 # -- pure eps: p-Identity ---------------------------------------------------------------------
 
 
@@ -182,6 +221,43 @@ def test_tree_start_is_the_hierarchical_strategy():
             assert 2 * objective(theta, gram, gradient=False) == pytest.approx(exact, rel=1e-10)
         sizes = [4, 16, 64]
         assert 2 * weighted_tree_value(gram, sizes, [1, 1, 1]) == pytest.approx(expected_error(W, S.hierarchical(64, 4, True)), rel=1e-10)
+
+
+def test_hat_start_sits_on_the_hierarchy_and_spreads_evenly_otherwise():
+    hats, depth = hat_theta(256, 16)
+    boxes, box_depth = tree_theta(256, 16, True)
+    np.testing.assert_array_equal(depth, box_depth)
+    # same nodes: each hat peaks inside its block, over twice the block's width
+    cells = np.arange(256) + 0.5
+    for h, b in zip(hats, boxes):
+        lo, hi = np.flatnonzero(b)[[0, -1]]
+        centre, size = (lo + hi + 1) / 2, hi - lo + 1
+        np.testing.assert_array_equal(np.flatnonzero(h), np.flatnonzero(np.abs(cells - centre) < size))
+        assert h.max() == pytest.approx(1 - 0.5 / size)
+    # interior cells of a level are covered with total weight 1
+    np.testing.assert_allclose(hats[depth == 1].sum(0)[16:-16], 1.0)
+    uneven, d = hat_theta(1000, 16)
+    assert np.bincount(d).tolist() == [1, 4, 62]  # round(1000/16) evenly spread hats, no tiny blocks
+    np.testing.assert_allclose(uneven[d == 2].sum(0)[16:-16], 1.0)
+    assert hat_theta(3, 16)[0].shape == (1, 3) and hat_theta(3, 16, root=False)[0].shape == (0, 3)
+
+
+def test_pure_optimum_beats_hdmm_at_n_256():
+    # HDMM (McKenna et al. 2018) OPT_0 on this machine class: 8.07 (all ranges), 7.35 (prefix)
+    for W, hdmm in ((wl.all_range(256), 8.07), (wl.prefix(256), 7.35)):
+        res = optimize(W, bound=False)
+        assert res.rmse < hdmm - 0.005
+        assert res.params["init"].startswith("hats b=16")
+
+
+@pytest.mark.parametrize("n", [200, 600])
+def test_pure_optimum_on_sizes_that_are_not_powers_of_the_branching(n):
+    W = wl.all_range(n)
+    res = optimize(W, bound=False)
+    assert res.params["init"].startswith("hats b=16")
+    best_tree = min(expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False))
+    assert res.error < 0.85 * best_tree
+    assert default_maxiter(n) == (200 if n <= 512 else 40)
 
 
 def test_projected_lbfgs_solves_a_bound_constrained_quadratic():
