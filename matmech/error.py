@@ -53,7 +53,7 @@ def check_privacy_params(eps, delta):
     """
     for name, v in (("eps", eps), ("delta", delta)):
         if isinstance(v, (str, bytes, bool, np.bool_)):
-            raise TypeError(f"{name} must be a real number, got {type(v).__name__}: {v!r}")
+            raise TypeError(f"eps and delta must be real numbers, got {name}={v!r} ({type(v).__name__})")
     try:
         e, d = float(eps), float(delta)
     except (TypeError, ValueError):
