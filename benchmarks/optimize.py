@@ -168,6 +168,15 @@ def rows_l2():
     return rows
 
 
+def _runs(seconds):
+    return "1 run" if len(seconds) == 1 else f"{len(seconds)} runs"
+
+
+def _speedup(theirs, ours):
+    ratio = theirs / ours
+    return f"{ratio:.0f}×" if ratio >= 10 else f"{ratio:.1f}×"
+
+
 def _params(params):
     return ", ".join(f"{k}={v}" for k, v in params.items() if k in ("branching", "root"))
 
@@ -196,7 +205,7 @@ def markdown(data):
         lines.append(
             f"| {r['workload']} | {r['n']} | {x['identity']:.3f} | {x['hierarchical']:.3f} (b={bh.get('branching')}{'' if bh.get('root') else ', no root'}) | "
             f"{x['haar']:.3f} | **{x['optimized']:.3f}** | {x['lower_bound']:.3f} | {h['best_fixed']:.2f} | {h['opt']:.2f} | "
-            f"{o['seconds_median']:.2f} ({len(o['seconds_runs'])} runs) | {h['seconds']:g} | {h['seconds'] / o['seconds_median']:.0f}× |"
+            f"{o['seconds_median']:.2f} ({_runs(o['seconds_runs'])}) | {h['seconds']:g} | {_speedup(h['seconds'], o['seconds_median'])} |"
         )
     lines += [
         "",

@@ -591,7 +591,7 @@ def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None
             j = order[0]
             np.multiply(Y[j], metric, out=xn)
             q *= metric
-            q *= dot(S[j], Y[j]) / dot(Y[j], xn)
+            q *= 1.0 / (rho[j] * dot(Y[j], xn))  # sᵀy / yᵀ diag(metric) y
         else:
             q *= metric
             q /= max(float(np.sqrt(dot(q, q))), 1e-300)
@@ -626,6 +626,8 @@ def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None
         if sy > 1e-12 * dot(Y[j], Y[j]):
             rho[j] = 1.0 / sy
             head, stored = (head + 1) % memory, min(stored + 1, memory)
+        else:  # pair rejected; its slot held the oldest pair when the memory was full
+            stored = min(stored, memory - 1)
         x, xn = xn, x
         f = float(fn)
         g[...] = gn

@@ -155,11 +155,15 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report):
     blocks = opt_marginals.kron_blocks(W)
     d = len(blocks[0][1])
     if len(blocks) == 1:
-        factors, values, params, gaps = [], [], [], []
+        factors, values, params, done = [], [], [], {}
         for i, f in enumerate(blocks[0][1]):
             report(i / d, f"factor {i + 1}/{d} (n={f.shape[1]})")
             op = opt_pure.GramOperator.from_workload(f)
-            a, v, p = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None)
+            # equal factors (e.g. all ranges on both axes) are optimised once
+            key = (op.kind, op.n, op.scale) if op.kind != "dense" else (op.kind, op.n, op.dense().tobytes())
+            if key not in done:
+                done[key] = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None)
+            a, v, p = done[key]
             factors.append(a)
             values.append(v)
             params.append(p)
