@@ -24,6 +24,7 @@ from matmech.opt_marginals import (
 from matmech.opt_pure import (
     GramOperator,
     PIdentity,
+    blas_threads,
     check_gram,
     default_maxiter,
     fit_pidentity,
@@ -255,7 +256,8 @@ def test_pure_optimum_on_sizes_that_are_not_powers_of_the_branching(n):
     W = wl.all_range(n)
     res = optimize(W, bound=False)
     assert res.params["init"].startswith("hats b=16")
-    best_tree = min(expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False))
+    with blas_threads(1):  # irregular trees: dense pseudo-inverses, fast on one thread
+        best_tree = min(expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False))
     assert res.error < 0.9 * best_tree
     assert default_maxiter(n) == (200 if n <= 512 else 40)
 
