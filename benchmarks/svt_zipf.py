@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -168,7 +169,7 @@ def time_sparse_vector(n: int = 10_000_000, repeats: int = 5) -> dict:
         svt.exponential_top_c(ints, 10, 1.0)
         t.append(time.perf_counter() - t0)
     timings["exponential_top_c, int64 values, rng=None"] = {"median_s": statistics.median(t), "all_s": t}
-    return {"n": n, "repeats": repeats, "timings": timings}
+    return {"n": n, "repeats": repeats, "timings": timings, "load": list(os.getloadavg())}
 
 
 def markdown(res: dict, timing: dict, trials: int) -> str:
@@ -211,12 +212,79 @@ def markdown(res: dict, timing: dict, trials: int) -> str:
     ]
     if short:
         lines += ["", "SVT-ReTr runs that ended at max_passes with fewer than c items: " + "; ".join(short) + "."]
+    lines += ordering(res, trials)
     lines += ["", f"## sparse_vector on {timing['n']:,} values (median of {timing['repeats']})", ""]
     lines += ["| case | median seconds |", "|---|---|"]
     for label, t in timing["timings"].items():
         lines.append(f"| {label} | {t['median_s']:.3f} |")
-    lines += ["", f"Machine: {platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}."]
+    load = f"; load average {timing['load'][0]:.2f} (1-min) when timed" if timing.get("load") else ""
+    lines += ["", f"Machine: {platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}{load}."]
     return "\n".join(lines) + "\n"
+
+
+SVT_S = ("SVT-S-1:1", "SVT-S-1:3", "SVT-S-1:c", "SVT-S-1:c^(2/3)")
+
+
+def ordering(res: dict, trials: int) -> list:
+    """The paper's ordering claims checked against the table, per c (computed, not hand-written).
+
+    A method "ties" the best (or worst) when its mean SER is within 2 standard errors
+    of the difference, sqrt(se_a^2 + se_b^2), se = std / sqrt(trials).
+    """
+    def se(m, name):
+        return m[name]["SER_std"] / trials ** 0.5
+
+    def close(m, a, b):
+        return abs(m[a]["SER_mean"] - m[b]["SER_mean"]) <= 2 * (se(m, a) ** 2 + se(m, b) ** 2) ** 0.5
+
+    rows, dp_worst, dp_tie, em_best, em_tie, cc_best, cc_tie = [], [], [], [], [], [], []
+    for c in CS:
+        m = res["per_c"][c]["methods"]
+        ser = {n: v["SER_mean"] for n, v in m.items()}
+        worst, best = max(ser, key=ser.get), min(ser, key=ser.get)
+        best_s = min(SVT_S, key=ser.get)
+        (dp_worst if worst == "SVT-DPBook" else dp_tie if close(m, "SVT-DPBook", worst) else []).append(c)
+        (em_best if best == "EM" else em_tie if close(m, "EM", best) else []).append(c)
+        (cc_best if best_s == "SVT-S-1:c^(2/3)" else cc_tie if close(m, "SVT-S-1:c^(2/3)", best_s) else []).append(c)
+        rows.append(
+            f"| {c} | {worst} {ser[worst]:.3f} | {ser['SVT-DPBook']:.3f} | {best_s} {ser[best_s]:.3f} | "
+            f"{ser['SVT-S-1:c^(2/3)']:.3f} | {best} {ser[best]:.3f} | {ser['EM']:.3f} |"
+        )
+    fmt = lambda cs: ", ".join(str(c) for c in cs) or "none"  # noqa: E731
+    dp_other = [c for c in CS if c not in dp_worst + dp_tie]
+    em_other = [c for c in CS if c not in em_best + em_tie]
+    c_over = [c for c in CS if c not in cc_best + cc_tie]
+    std = {c: {n: v["SER_std"] for n, v in res["per_c"][c]["methods"].items()} for c in CS}
+    n_std = sum(std[c]["SVT-S-1:c"] > std[c]["SVT-S-1:c^(2/3)"] for c in CS)
+    low_sat = min((res["per_c"][c]["methods"][n]["SER_mean"] for c in dp_tie for n in ("SVT-DPBook",) + SVT_S),
+                  default=float("nan"))
+    return [
+        "",
+        "## Ordering (computed from the SER table)",
+        "",
+        "| c | worst | DPBook | best SVT-S allocation | 1:c^(2/3) | best overall | EM |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "\"Tie\" below means within 2 standard errors (std/sqrt(trials), combined) of the other mean.",
+        "",
+        f"- SVT-DPBook is the worst method at c = {fmt(dp_worst)}"
+        + (f"; tied with the worst at c = {fmt(dp_tie)}, where the interactive SVTs are all near "
+           f"saturation (lowest interactive SER there {low_sat:.3f}); the paper notes the same regime "
+           "(\"all methods are very inaccurate (such as when c >= 100 for the Zipf dataset)\")" if dp_tie else "")
+        + (f"; neither at c = {fmt(dp_other)}" if dp_other else "") + ".",
+        f"- EM has the lowest SER at c = {fmt(em_best)}"
+        + (f"; tied with the best (SVT-ReTr with a raised threshold) at c = {fmt(em_tie)}" if em_tie else "")
+        + (f"; behind the best at c = {fmt(em_other)}" if em_other else "")
+        + ". The paper: \"even with the best threshold increment, SVT-ReTr performs no better than EM\".",
+        f"- Among the SVT-S allocations, 1:c^(2/3) is best at c = {fmt(cc_best)}"
+        + (f" and tied with the best at c = {fmt(cc_tie)}" if cc_tie else "")
+        + f"; 1:c is better at c = {fmt(c_over)}. The paper says the same: \"Which of 1:c and "
+        "1:c^{2/3} is better is less clear. In general, the former is better for larger c values, where "
+        "the error is higher, and the latter is better for smaller c values\", and recommends 1:c^{2/3} "
+        "because 1:c has a much larger standard deviation "
+        f"(here its SER std is larger at {n_std} of {len(CS)} c values).",
+    ]
 
 
 def plot(res: dict, path: Path) -> None:
@@ -254,10 +322,14 @@ def main(argv=None) -> None:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the Zipf trials")
     ap.add_argument("--no-timing", action="store_true")
-    ap.add_argument("--replot", action="store_true", help="only redraw the PNG from the saved JSON")
+    ap.add_argument("--replot", action="store_true", help="only rewrite the markdown and PNG from the saved JSON")
     args = ap.parse_args(argv)
     if args.replot:
-        plot(json.loads((RESULTS / "svt_zipf.json").read_text())["zipf"], RESULTS / "svt_zipf.png")
+        saved = json.loads((RESULTS / "svt_zipf.json").read_text())
+        res = saved["zipf"]
+        res["per_c"] = {int(c): v for c, v in res["per_c"].items()}
+        (RESULTS / "svt_zipf.md").write_text(markdown(res, saved["timing"], saved["config"]["trials"]))
+        plot(res, RESULTS / "svt_zipf.png")
         return
     t0 = time.perf_counter()
     res = run_zipf(args.trials, args.jobs)

@@ -94,3 +94,20 @@ def test_entry_range_and_take_rows_against_dense():
         sub = take_rows(w, rows)
         np.testing.assert_array_equal(sub.dense(), d[rows])
     assert isinstance(take_rows(W.all_range(6), [3, 1]), Intervals)
+
+
+def test_integer_workloads_reach_svt_as_exact_integers(monkeypatch):
+    import matmech.selection as S
+
+    seen = {}
+    real = S.sparse_vector
+
+    def spy(values, *args, **kw):
+        seen["dtype"] = values.dtype
+        return real(values, *args, **kw)
+
+    monkeypatch.setattr(S, "sparse_vector", spy)
+    select_rows(W.all_range(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0))
+    assert seen["dtype"] == np.int64  # no grid rounding, sensitivity stays exactly 1
+    select_rows(0.5 * W.prefix(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0))
+    assert seen["dtype"] == np.float64

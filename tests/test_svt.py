@@ -640,3 +640,183 @@ def test_retraversal_rejects_a_boost_too_large_for_the_grid():
     with pytest.raises(ValueError, match="boost"):
         svt.sparse_vector_retraversal([1, 2], 0.0, c=1, eps=1.0, boost=1e30, rng=rng)
     assert rng.bit_generator.state == state
+
+
+# --------------------------------------------------------------------------
+# The API of issue 5 §1, module layout and the reference numbers
+# --------------------------------------------------------------------------
+def test_signatures_match_the_issue():
+    import inspect
+
+    sig = inspect.signature(svt.sparse_vector)
+    assert [(p.name, p.kind.name, p.default) for p in sig.parameters.values()] == [
+        ("values", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("threshold", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("c", "KEYWORD_ONLY", inspect.Parameter.empty),
+        ("eps", "KEYWORD_ONLY", inspect.Parameter.empty),
+        ("sensitivity", "KEYWORD_ONLY", 1.0),
+        ("monotonic", "KEYWORD_ONLY", False),
+        ("ratio", "KEYWORD_ONLY", "optimal"),
+        ("eps_answer", "KEYWORD_ONLY", 0.0),
+        ("rng", "KEYWORD_ONLY", None),
+    ]
+    sig = inspect.signature(svt.exponential_top_c)
+    assert [(p.name, p.kind.name, p.default) for p in sig.parameters.values()] == [
+        ("values", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("c", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("eps", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("sensitivity", "KEYWORD_ONLY", 1.0),
+        ("monotonic", "KEYWORD_ONLY", False),
+        ("rng", "KEYWORD_ONLY", None),
+    ]
+
+
+def test_public_namespace_re_exports_the_concept_modules():
+    import importlib
+
+    for mod_name in ("svt_checks", "svt_calibration", "svt_noise", "svt_core", "svt_interactive",
+                     "svt_variants", "topc", "svt_accuracy"):
+        mod = importlib.import_module(f"matmech.{mod_name}")
+        assert mod.__doc__ and isinstance(mod.__all__, list), mod_name
+        for name in mod.__all__:
+            assert hasattr(mod, name), (mod_name, name)
+            if name in svt.__all__:
+                assert getattr(svt, name) is getattr(mod, name)
+    # Everything public in matmech.svt comes from one of them (no second copy).
+    assert svt.sparse_vector.__module__ == "matmech.svt_core"
+    assert svt.SparseVector.__module__ == "matmech.svt_interactive"
+    assert svt.exponential_top_c.__module__ == "matmech.topc"
+
+
+def test_accuracy_helpers_reproduce_the_reference_numbers():
+    # Cummings notes Thm. 8 / [DR14] Thm. 3.24: 8 (ln 100 + ln 40) / 1 = 66.3524 (by hand).
+    assert svt.above_threshold_alpha(0.05, k=100, eps=1.0) == pytest.approx(66.35239712, rel=1e-9)
+    # Slides: alpha = 4c (log n + log 2/beta)/eps; c=5, n=1000, beta=0.1, eps=0.5: 40 * 9.903488 = 396.1395.
+    a = svt.sparse_alpha(0.1, k=1000, c=5, eps=0.5, monotonic=True, ratio=1.0)
+    assert a == pytest.approx(396.1395021, rel=1e-9)
+    # ... which is where the slides' two tail bounds each reach beta/2:
+    assert math.exp(-0.5 * a / 4) <= 0.1 / 2
+    assert 1000 * math.exp(-0.5 * a / (4 * 5)) == pytest.approx(0.1 / 2, rel=1e-12)
+    # [LSL17] Sec. 5: alpha_EM = (ln 99 + ln 19)/eps = 7.5396, "less than 1/8 of alpha_SVT".
+    assert svt.exponential_alpha(0.05, k=100, eps=1.0) == pytest.approx(7.53955883, rel=1e-9)
+    for k in (2, 10, 10**3, 10**6):
+        for beta in (0.001, 0.05, 0.5, 0.9):
+            ratio = svt.exponential_alpha(beta, k=k, eps=0.3) / svt.above_threshold_alpha(beta, k=k, eps=0.3)
+            assert ratio < 1 / 8, (k, beta)
+
+
+# --------------------------------------------------------------------------
+# Calibration is exact: scales never below nominal, shares never above eps
+# --------------------------------------------------------------------------
+def test_scales_are_at_least_nominal_and_shares_sum_to_at_most_eps_exactly():
+    from fractions import Fraction as F
+
+    rng = gen(17)
+    for _ in range(300):
+        c = int(rng.integers(1, 400))
+        eps = float(rng.choice([0.1, 0.3, 0.7, 1.0, 3.0])) * float(rng.uniform(0.5, 2))
+        e3 = float(rng.choice([0.0, 0.2 * eps]))
+        mono = bool(rng.integers(2))
+        ratio = rng.choice(["optimal", 1.0, 3.0, float(c)])
+        ratio = ratio if ratio == "optimal" else float(ratio)
+        d = float(rng.choice([1.0, 2.0, 0.3]))
+        b = svt.svt_budget(c=c, eps=eps, sensitivity=d, monotonic=mono, ratio=ratio, eps_answer=e3,
+                           integer_values=bool(rng.integers(2)))
+        assert F(b.eps_threshold) + F(b.eps_queries) + F(b.eps_answer) <= F(eps)
+        assert F(b.threshold_scale) * F(b.eps_threshold) >= F(b.sensitivity)
+        assert F(b.query_scale) * F(b.eps_queries) >= (1 if mono else 2) * c * F(b.sensitivity)
+        if e3:
+            assert F(b.answer_scale) * F(b.eps_answer) >= c * F(b.sensitivity)
+
+
+def test_budget_is_cached_and_shared():
+    assert svt.svt_budget(c=7, eps=0.4) is svt.svt_budget(c=7, eps=0.4)
+
+
+# --------------------------------------------------------------------------
+# Noise streams: spawned children, no seed integers, secure stays secure
+# --------------------------------------------------------------------------
+def test_worker_sources_spawn_children_without_drawing_from_the_parent():
+    from matmech import svt_noise
+
+    g = gen(5)
+    state = g.bit_generator.state
+    w = svt_noise.worker_sources(g, svt_noise.PARALLEL_MIN)
+    assert g.bit_generator.state == state  # nothing drawn, no seed integers made
+    assert len(w) == 2 and not any(s.secure for s in w)
+    a, b = (s.words64(4).tolist() for s in w)
+    assert a != b
+    w2 = svt_noise.worker_sources(gen(5), svt_noise.PARALLEL_MIN)
+    assert [s.words64(4).tolist() for s in w2] == [a, b]  # reproducible from the same seed
+    # Secure in, secure out; small inputs and other sources stay single-threaded.
+    assert all(s.secure for s in svt_noise.worker_sources(None, svt_noise.PARALLEL_MIN))
+    assert all(s.secure for s in svt_noise.worker_sources(noise.check_rng(None), svt_noise.PARALLEL_MIN))
+    assert svt_noise.worker_sources(g, svt_noise.PARALLEL_MIN - 1) is None
+    assert svt_noise.worker_sources(noise.check_rng(gen()), svt_noise.PARALLEL_MIN) is None
+    # A Generator over a legacy-seeded bit generator cannot spawn: one thread, no made-up seeds.
+    legacy = np.random.Generator(np.random.RandomState(1)._bit_generator)
+    assert svt_noise.worker_sources(legacy, svt_noise.PARALLEL_MIN) is None
+
+
+def test_library_code_makes_no_seeds():
+    """Issue 5 task: children come from Generator.spawn, not default_rng(int(seed))."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(svt.__file__).parent
+    for path in sorted(root.glob("svt*.py")) + [root / "topc.py"]:
+        calls = [ast.unparse(node.func) for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call)]
+        made = [f for f in calls if f.split(".")[-1] in {"default_rng", "SeedSequence", "seed", "RandomState"}]
+        assert not made, (path.name, made)
+
+
+def test_noise_buffer_hands_out_iid_draws_across_blocks():
+    from matmech import svt_noise
+
+    buf = svt_noise.NoiseBuffer(3.0, 1.0, noise.check_rng(gen(3)), first=2, largest=8)
+    assert buf.take(0).size == 0
+    parts = [buf.take(k) for k in (1, 3, 5, 8, 13, 1)] + [np.array([buf.one()])]
+    draws = np.concatenate(parts)
+    assert draws.dtype == np.int64 and draws.size == 32
+    many = svt_noise.NoiseBuffer(3.0, 1.0, noise.check_rng(gen(4))).take(40000)
+    assert abs(many.var() - noise.discrete_laplace_variance(3)) < 0.05 * noise.discrete_laplace_variance(3)
+
+
+# --------------------------------------------------------------------------
+# DPBook and retraversal edge cases
+# --------------------------------------------------------------------------
+def test_dpbook_with_c_far_above_the_number_of_candidates_is_cheap():
+    r = svt.sparse_vector_dpbook(np.full(5, 10**9, dtype=np.int64), 0, c=10**7, eps=1.0, rng=gen())
+    assert r.positions == (0, 1, 2, 3, 4) and not r.stopped and r.n_processed == 5
+
+
+def test_retraversal_counts_passes_over_long_and_short_remainders():
+    # 4100 candidates (> one scan chunk) that never clear a threshold 60 std up: 3 passes.
+    v = np.zeros(4100, dtype=np.int64)
+    r = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=60.0, max_passes=3, rng=gen())
+    assert r.positions == () and r.n_processed == 3 * 4100
+    # Short remainders share buffered noise; every candidate is picked once.
+    r = svt.sparse_vector_retraversal(np.zeros(7, dtype=np.int64), 0, c=7, eps=1.0, boost=1.0, rng=gen(6))
+    assert sorted(r.positions) == list(range(7)) and r.stopped and r.n_processed >= 7
+    # The large-pass path hands over to the short-pass path as candidates are selected.
+    v = np.zeros(5000, dtype=np.int64)
+    v[:1000] = 10**9
+    r = svt.sparse_vector_retraversal(v, 0, c=1003, eps=1.0, boost=1.0, rng=gen(7))
+    assert len(set(r.positions)) == 1003 and set(range(1000)) <= set(r.positions) and r.stopped
+
+
+def test_exponential_top_c_on_many_candidates_uses_two_sources_reproducibly():
+    from matmech import svt_noise
+
+    n = svt_noise.PARALLEL_MIN + 7  # five blocks, two threads
+    v = np.zeros(n, dtype=np.int64)
+    planted = [n - 1, 3 * svt_noise.CHUNK_MAX, svt_noise.CHUNK_MAX - 1, 0]  # decreasing values
+    v[planted] = [4 * 10**6, 3 * 10**6, 2 * 10**6, 10**6]
+    a = svt.exponential_top_c(v, 4, 1.0, rng=gen(11))
+    assert a.positions == tuple(planted) and a == svt.exponential_top_c(v, 4, 1.0, rng=gen(11))
+    assert svt.exponential_top_c(v, 2, 1.0).positions == tuple(planted[:2])  # secure default
+    # Away from the planted values the selection is random, and differs between seeds.
+    rest = svt.exponential_top_c(np.zeros(n, dtype=np.int64), 3, 1.0, rng=gen(12)).positions
+    assert len(set(rest)) == 3 and rest != svt.exponential_top_c(np.zeros(n, dtype=np.int64), 3, 1.0,
+                                                                 rng=gen(13)).positions

@@ -1,0 +1,98 @@
+"""Accuracy of the selection mechanisms: alpha for a given failure probability beta.
+
+Sources (in ``shared/references``):
+
+* [DR14] Dwork, Roth 2014, Thm. 3.24, quoted in [LSL17] Sec. 5 and in
+  R. Cummings' lecture notes (Thm. 8): AboveThreshold is (alpha, beta)-accurate
+  for alpha = 8 (ln k + ln(2/beta)) / eps.
+* [M18] A. Machanavajjhala, CompSci 590.03 slides "Sparse Vector Technique:
+  Accuracy": alpha = 4c (ln k + ln(2/beta)) / eps, from
+  P(|tau - tau'| > alpha/2) = beta/2 and P(max_i |v_i| > alpha/2) <= beta/2.
+* [LSL17] Lyu, Su, Li, VLDB 2017, Sec. 5: alpha_EM = (ln(k-1) + ln((1-beta)/beta)) / eps,
+  "less than 1/8 of alpha_SVT".
+"""
+
+from __future__ import annotations
+
+import math
+
+from .svt_checks import Ratio, check_beta, check_c, check_int, check_ratio, check_real, check_sensitivity
+from .svt_calibration import split_eps
+
+__all__ = ["above_threshold_alpha", "sparse_alpha", "exponential_alpha"]
+
+
+def _check_k(k) -> int:
+    return check_int("k", k, what="the number of queries")
+
+
+def above_threshold_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:
+    """alpha = 8 D (ln k + ln(2/beta)) / eps for :func:`~matmech.svt.above_threshold`.
+
+    [DR14] Thm. 3.24, as quoted in [LSL17] Sec. 5 and Cummings' lecture
+    notes (Thm. 8), scaled by the sensitivity D: for k queries of which only
+    the last may be >= T - alpha, with probability >= 1 - beta AboveThreshold
+    does not halt before the k-th query, every reported query has
+    q >= T - alpha and every rejected one q <= T + alpha.
+    """
+    beta = check_beta(beta)
+    k = _check_k(k)
+    eps = check_real("eps", eps)
+    d = check_sensitivity(sensitivity)
+    return 8.0 * d * (math.log(k) + math.log(2.0 / beta)) / eps
+
+
+def sparse_alpha(
+    beta: float,
+    *,
+    k: int,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+) -> float:
+    """alpha for a given beta for :func:`~matmech.svt.sparse_vector` over k queries.
+
+    [M18]: if max_i |nu_i| + |rho| <= alpha then every positive has
+    q_i >= T - alpha, every negative q_i < T + alpha, and queries below
+    T - alpha are all negative (so with at most c queries >= T - alpha the run
+    does not abort early).  Bounding P(|rho| > alpha/2) = beta/2 and
+    P(max |nu_i| > alpha/2) <= k e^{-alpha/(2 b2)} = beta/2 gives
+    alpha = 2 max(b1 ln(2/beta), b2 ln(2k/beta)) with b1, b2 the threshold and
+    query noise scales of :func:`~matmech.svt.sparse_vector` with the same
+    ``c``, ``eps``, ``monotonic`` and ``ratio`` (defaults match it).  With the
+    slides' noise (``monotonic=True, ratio=1``: b1 = 2D/eps, b2 = 2cD/eps) this
+    is exactly their alpha = 4cD (ln k + ln(2/beta)) / eps;
+    ``monotonic=False, ratio=1`` doubles b2, hence 8cD(...)/eps, which for
+    c = 1 is [DR14] Thm. 3.24.  Computed for continuous Laplace noise at the
+    nominal scales; the grid (scales rounded up by <= 2**-16, discrete tails)
+    moves beta by a relative amount of order 2**-15.
+    """
+    beta = check_beta(beta)
+    k = _check_k(k)
+    c = check_c(c)
+    eps = check_real("eps", eps)
+    d = check_sensitivity(sensitivity)
+    ratio = check_ratio(ratio)
+    e1, e2 = split_eps(eps, ratio, c, monotonic)
+    b1 = d / e1
+    b2 = (1.0 if monotonic else 2.0) * c * d / e2
+    return 2.0 * max(b1 * math.log(2.0 / beta), b2 * (math.log(k) + math.log(2.0 / beta)))
+
+
+def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:
+    """alpha_EM = D (ln(k-1) + ln((1-beta)/beta)) / eps, [LSL17] Sec. 5.
+
+    For :func:`~matmech.svt.exponential_top_c` with c = 1 (non-monotonic
+    scores): given k-1 candidates <= T - alpha and one >= T + alpha, the top
+    one is selected with probability >= 1 - beta (with equality at the
+    boundary).  Requires k >= 2.
+    """
+    beta = check_beta(beta)
+    k = _check_k(k)
+    if k < 2:
+        raise ValueError(f"k must be >= 2 for a selection to be wrong, got {k!r}")
+    eps = check_real("eps", eps)
+    d = check_sensitivity(sensitivity)
+    return d * (math.log(k - 1) + math.log((1.0 - beta) / beta)) / eps

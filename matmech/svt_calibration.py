@@ -1,0 +1,184 @@
+"""How a sparse vector run spends its budget: the eps split, noise scales and grid.
+
+Data independent.  [LSL17] = Lyu, Su, Li, *Understanding the Sparse Vector
+Technique for Differential Privacy*, VLDB 2017 (in ``shared/references``).
+
+* Alg. 7: threshold noise Lap(D/eps1), query noise Lap(2cD/eps2) (Lap(cD/eps2)
+  for monotonic queries, Sec. 4.3, Thm. 4.9), numeric answers Lap(cD/eps3).
+* Eq. (12): eps1:eps2 = 1:(2c)^(2/3) minimises Var(Lap(D/eps1) - Lap(2cD/eps2));
+  1:c^(2/3) for monotonic queries.
+
+All noise of one run lives on one power-of-two grid ``g <= 1`` (discrete
+Laplace on g*Z, see :mod:`matmech.noise`).  Scales are rounded UP to whole grid
+steps with exact rational arithmetic, so every scale is at least its nominal
+value.  Values that are not integers are snapped to the grid, which adds ``g``
+to the sensitivity (:func:`matmech.noise.snap_sensitivity`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+from . import noise
+from .calibration import laplace_scale
+from .svt_checks import Ratio, check_c, check_eps, check_ratio, check_sensitivity
+
+__all__ = [
+    "SVTBudget",
+    "optimal_ratio",
+    "split_eps",
+    "svt_budget",
+    "make_budget",
+    "MAX_SCALE_UNITS",
+]
+
+# matmech.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
+MAX_SCALE_UNITS = float(2**47)
+
+
+@dataclass(frozen=True)
+class SVTBudget:
+    """How an SVT run spends its budget (data independent; [LSL17] Alg. 7).
+
+    ``eps_threshold`` (eps1) buys the threshold noise ``Lap(threshold_scale)``,
+    ``eps_queries`` (eps2) the per-query noise ``Lap(query_scale)``,
+    ``eps_answer`` (eps3) the numeric answers ``Lap(answer_scale)``
+    (``answer_scale`` is None when eps3 = 0).  ``sensitivity`` is the
+    sensitivity the scales were calibrated with: the nominal one, plus the
+    grid step ``grid`` when values had to be rounded onto the grid.
+    """
+
+    eps: float
+    eps_threshold: float
+    eps_queries: float
+    eps_answer: float
+    c: int
+    monotonic: bool
+    sensitivity: float
+    threshold_scale: float
+    query_scale: float
+    answer_scale: Optional[float]
+    grid: float
+
+
+def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
+    """r in eps1:eps2 = 1:r minimising Var(Lap(D/eps1) - Lap(k c D/eps2)).
+
+    [LSL17] Eq. (12): r = (2c)^(2/3); Sec. 4.3 for monotonic queries: r = c^(2/3).
+    """
+    c = check_c(c)
+    return float((c if monotonic else 2 * c) ** (2.0 / 3.0))
+
+
+def _below(total: float, part: float) -> float:
+    """total - part, nudged down so that (result + part) <= total holds exactly."""
+    rest = total - part
+    while Fraction(rest) + Fraction(part) > Fraction(total):
+        rest = math.nextafter(rest, 0.0)
+    return rest
+
+
+def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[float, float]:
+    """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
+    r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
+    e1 = eps12 / (1.0 + r)
+    return e1, _below(eps12, e1)
+
+
+def _grid_for(*scales: float) -> float:
+    """One power-of-two grid for all noises of a run, never coarser than 1.
+
+    ``g <= 1`` keeps integer counts exactly on the grid (no extra sensitivity).
+    """
+    return min([1.0] + [noise.grid_for(s) for s in scales])
+
+
+def _scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -> float:
+    """mult * sensitivity / eps_part rounded UP to a whole number of grid steps, exactly.
+
+    More noise than the calibration asks for (relative change <= 2**-16 with
+    the default grid), so privacy is unaffected; the sampler gets an integer
+    scale in grid units, which is exact and fast.
+    """
+    units = Fraction(mult) * Fraction(sensitivity) / (Fraction(eps_part) * Fraction(g))
+    return math.ceil(units) * g
+
+
+@functools.lru_cache(maxsize=512)
+def make_budget(
+    *,
+    c: int,
+    eps: float,
+    eps_answer: float,
+    e1: float,
+    e2: float,
+    sensitivity: float,
+    monotonic: bool,
+    exact_on_grid: bool,
+    threshold_mult: float,
+    query_mult: float,
+) -> SVTBudget:
+    """Budget with threshold scale threshold_mult*D/e1 and query scale query_mult*D/e2.
+
+    Arguments must already be valid.  Raises ValueError when a scale is too
+    large for exact sampling.  Cached: runs with the same parameters share one
+    (immutable) record.
+    """
+    nominal = [laplace_scale(e1, threshold_mult * sensitivity), laplace_scale(e2, query_mult * sensitivity)]
+    if eps_answer > 0:
+        nominal.append(laplace_scale(eps_answer, c * sensitivity))
+    g = _grid_for(*nominal)
+    if max(nominal) / g > MAX_SCALE_UNITS:
+        raise ValueError(
+            f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
+            f"(eps={eps!r}, sensitivity={sensitivity!r}, split eps1={e1:.3g}, eps2={e2:.3g}); "
+            f"use a larger eps or rescale the values"
+        )
+    sens = sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
+    return SVTBudget(
+        eps=eps,
+        eps_threshold=e1,
+        eps_queries=e2,
+        eps_answer=eps_answer,
+        c=c,
+        monotonic=bool(monotonic),
+        sensitivity=sens,
+        threshold_scale=_scale_on_grid(threshold_mult, sens, e1, g),
+        query_scale=_scale_on_grid(query_mult, sens, e2, g),
+        answer_scale=_scale_on_grid(c, sens, eps_answer, g) if eps_answer > 0 else None,
+        grid=g,
+    )
+
+
+def svt_budget(
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    eps_answer: float = 0.0,
+    integer_values: bool = False,
+) -> SVTBudget:
+    """Calibration of :func:`~matmech.svt.sparse_vector` ([LSL17] Alg. 7) without touching data.
+
+    eps1 + eps2 = eps - eps_answer split as 1:ratio; threshold noise
+    Lap(D/eps1), query noise Lap(2cD/eps2) (Lap(cD/eps2) if ``monotonic``,
+    Thm. 4.9), answers Lap(cD/eps3).  ``integer_values`` says whether the
+    values will arrive with an integer dtype (then no grid rounding, and D is
+    not increased by the grid step).
+    """
+    c = check_c(c)
+    eps, eps_answer = check_eps(eps, eps_answer)
+    sensitivity = check_sensitivity(sensitivity)
+    ratio = check_ratio(ratio)
+    e1, e2 = split_eps(_below(eps, eps_answer), ratio, c, monotonic)
+    return make_budget(
+        c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
+        monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
+        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c,
+    )

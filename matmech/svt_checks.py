@@ -1,0 +1,122 @@
+"""Argument checks shared by the sparse vector and top-c mechanisms.
+
+Every check runs before any randomness is drawn or any budget is spent, and a
+failure names the argument, the value received and what was expected.  Private
+data never appears in a message: for ``values`` only the kind of defect is
+reported, not where it is.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Union
+
+import numpy as np
+
+__all__ = [
+    "Ratio",
+    "check_real",
+    "check_int",
+    "check_c",
+    "check_eps",
+    "check_ratio",
+    "check_sensitivity",
+    "check_values",
+    "check_threshold",
+    "check_beta",
+]
+
+Ratio = Union[str, float]
+
+
+def check_real(name: str, x, *, positive: bool = True, allow_zero: bool = False) -> float:
+    """``x`` as a finite float; ``positive`` demands x > 0 (x >= 0 with ``allow_zero``)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {x!r} ({type(x).__name__})")
+    v = float(x)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    if positive and (v < 0 or (v == 0 and not allow_zero)):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound}, got {x!r}")
+    return v
+
+
+def check_int(name: str, x, *, what: str, minimum: int = 1) -> int:
+    """``x`` as a Python int >= ``minimum``; bools and non-integers are refused."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} ({what}) must be an integer >= {minimum}, got {x!r}")
+    if int(x) < minimum:
+        raise ValueError(f"{name} ({what}) must be >= {minimum}, got {x!r}")
+    return int(x)
+
+
+def check_c(c) -> int:
+    return check_int("c", c, what="the number of positives to report")
+
+
+def check_eps(eps, eps_answer=0.0) -> tuple[float, float]:
+    """(eps, eps_answer) with eps > 0 and 0 <= eps_answer < eps."""
+    e = check_real("eps", eps)
+    e3 = check_real("eps_answer", eps_answer, allow_zero=True)
+    if e3 >= e:
+        raise ValueError(
+            f"eps_answer must be smaller than the total eps (eps1 + eps2 need a share), "
+            f"got eps_answer={eps_answer!r} with eps={eps!r}"
+        )
+    return e, e3
+
+
+def check_ratio(ratio) -> Ratio:
+    """``"optimal"`` or r > 0 in eps1:eps2 = 1:r."""
+    if isinstance(ratio, str):
+        if ratio != "optimal":
+            raise ValueError(f'ratio must be "optimal" or a number r > 0 (eps1:eps2 = 1:r), got {ratio!r}')
+        return ratio
+    return check_real("ratio", ratio)
+
+
+def check_sensitivity(sensitivity) -> float:
+    return check_real("sensitivity", sensitivity)
+
+
+def check_values(values, name: str = "values") -> np.ndarray:
+    """A 1-D array of finite reals (integer dtypes are kept as they are)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got an array of shape {arr.shape}")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        # Do not echo private values or their positions in the message.
+        raise ValueError(f"{name} must be finite: NaN or inf found")
+    return arr
+
+
+def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
+    """A finite scalar, or (when ``n`` is given) one finite threshold per value."""
+    t = np.asarray(threshold)
+    if t.dtype.kind not in "biuf":
+        raise TypeError(f"threshold must be a real number or a sequence of them, got dtype {t.dtype}")
+    if t.ndim > 1 or (t.ndim == 1 and n is None):
+        raise ValueError(f"threshold must be a scalar here, got shape {t.shape}")
+    if t.ndim == 1 and t.shape[0] != n:
+        raise ValueError(
+            f"threshold has length {t.shape[0]} but values has length {n}; "
+            f"pass a scalar or one threshold per value"
+        )
+    bad = np.flatnonzero(~np.isfinite(np.atleast_1d(t).astype(np.float64)))
+    if bad.size:
+        i = int(bad[0])
+        where = "" if t.ndim == 0 else f" at index {i}"
+        raise ValueError(f"threshold must be finite, got {np.atleast_1d(t)[i]!r}{where}")
+    return t
+
+
+def check_beta(beta) -> float:
+    """A failure probability in the open interval (0, 1)."""
+    b = check_real("beta", beta)
+    if not 0.0 < b < 1.0:
+        raise ValueError(f"beta must be in (0, 1), got {beta!r}")
+    return b

@@ -1,0 +1,183 @@
+"""Standard SVT, [LSL17] Alg. 7 ("SVT-S"), and AboveThreshold (its c = 1 case).
+
+[LSL17] = Lyu, Su, Li, *Understanding the Sparse Vector Technique for
+Differential Privacy*, VLDB 2017; [DR14] = Dwork, Roth, *The Algorithmic
+Foundations of Differential Privacy*, 2014 (both quoted in ``shared/references``).
+
+One noisy threshold T_i + rho, rho ~ Lap(D/eps1), for the whole run; each
+value q_i gets fresh nu_i ~ Lap(2cD/eps2) (Lap(cD/eps2) for monotonic
+queries); i is reported when q_i + nu_i >= T_i + rho (Alg. 7 lines 1-6), and
+the run stops after the c-th report.  (eps1 + eps2 + eps3)-DP by Thm. 4.7.
+The comparison is exact, in grid units (:mod:`matmech.svt_noise`).
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from . import noise
+from .svt_calibration import SVTBudget, svt_budget
+from .svt_checks import Ratio, check_threshold, check_values
+from .svt_noise import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
+
+__all__ = [
+    "SVTResult",
+    "sparse_vector",
+    "above_threshold",
+    "prepare",
+    "scan",
+    "noisy_answers",
+]
+
+
+@dataclass(frozen=True)
+class SVTResult:
+    """Output of an SVT run.
+
+    positions
+        Indices (into the input, in the order they were found) judged above
+        the threshold.  This and ``answers`` are the only data-dependent fields
+        released by the mechanism.  ``stopped`` and ``n_processed`` are
+        functions of ``positions`` (and public inputs).
+    answers
+        Noisy numeric answers for ``positions`` (eps3 > 0), else None.
+    eps
+        Total privacy cost of the run (eps1 + eps2 + eps3).
+    stopped
+        True when the run hit the cutoff ``c`` and aborted.
+    n_processed
+        Number of comparisons made (including repeated ones in retraversal).
+    budget
+        The data-independent calibration, see :class:`~matmech.svt.SVTBudget`.
+    """
+
+    positions: tuple[int, ...]
+    answers: Optional[tuple[float, ...]]
+    eps: float
+    stopped: bool
+    n_processed: int
+    budget: SVTBudget
+
+
+def prepare(values, threshold) -> tuple[np.ndarray, np.ndarray]:
+    """Checked values (1-D, finite) and thresholds (scalar or one per value)."""
+    arr = check_values(values)
+    return arr, check_threshold(threshold, arr.shape[0])
+
+
+def scan(values, index, t_units, rho, need, budget, src, rng):
+    """The first ``need`` indices i (in the order of ``index``, or 0..n-1) with
+    V_i + nu_i >= T_i + rho, drawing nu chunk by chunk ([LSL17] Alg. 7 lines 4-6).
+
+    ``t_units`` holds one threshold (in grid units) or one per value.  Returns
+    (hits, n_processed): the hit indices (into ``values``) and how many
+    candidates were compared (all of them, or up to and including the last hit).
+    """
+    n = values.shape[0] if index is None else index.shape[0]
+    g = budget.grid
+    bounds = list(chunk_bounds(n))
+    q_units = int(round(budget.query_scale / g))
+    t_scalar = t_units.shape[0] == 1  # one threshold for all (exact also when n == 1)
+    hits: list[int] = []
+    with closing(noise_chunks(q_units, bounds, src, worker_sources(rng, n))) as chunks:
+        for (pos, end), nu in zip(bounds, chunks):
+            idx = None if index is None else index[pos:end]
+            margin = to_units(values[pos:end] if idx is None else values[idx], g) + nu
+            if t_scalar:
+                margin -= t_units[0]
+            else:
+                margin -= t_units[pos:end] if idx is None else t_units[idx]
+            found = np.flatnonzero(margin >= rho)[: need - len(hits)]
+            if found.size:
+                hits.extend((found + pos if idx is None else idx[found]).tolist())
+                if len(hits) == need:
+                    return hits, pos + int(found[-1]) + 1
+    return hits, n
+
+
+def noisy_answers(arr, positions, budget, src) -> Optional[tuple[float, ...]]:
+    """q_i + Lap(cD/eps3) for the reported positions ([LSL17] Alg. 7 line 8), or None."""
+    if budget.answer_scale is None:
+        return None
+    if not positions:
+        return ()
+    pos = np.asarray(positions, dtype=np.int64)
+    a = to_units(arr[pos], budget.grid) + draw(budget.answer_scale, pos.size, budget.grid, src)
+    return tuple(float(x) * budget.grid for x in a)
+
+
+def sparse_vector(
+    values,
+    threshold,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    eps_answer: float = 0.0,
+    rng=None,
+) -> SVTResult:
+    """Standard SVT, [LSL17] Alg. 7 ("SVT-S"); (eps1+eps2+eps3)-DP by Thm. 4.7.
+
+    ``values[i]`` is q_i(D) (each with sensitivity <= ``sensitivity``),
+    ``threshold`` a scalar T or one T_i per value.  One threshold noise
+    rho ~ Lap(D/eps1) for the whole run; each value gets fresh
+    nu_i ~ Lap(2cD/eps2) (Lap(cD/eps2) if ``monotonic``: all queries move in
+    the same direction between neighbours, Thm. 4.9); i is reported when
+    q_i + nu_i >= T_i + rho; the run stops after the c-th report.
+
+    eps is the total: eps3 = ``eps_answer`` pays for numeric answers
+    q_i + Lap(cD/eps3) of the reported positions (Alg. 7 line 8), and
+    eps1:eps2 = 1:r splits the rest with r = ``ratio``; "optimal" is
+    [LSL17] Eq. (12): r = (2c)^(2/3), or c^(2/3) for monotonic queries.
+
+    ``rng=None`` (the default) draws from the OS CSPRNG; a
+    ``numpy.random.Generator`` gives reproducible runs that are NOT secure.
+    Runs in O(n) numpy work, drawing noise in chunks and stopping at the c-th
+    positive.  Raises before drawing any randomness if an argument is invalid.
+    """
+    arr, t = prepare(values, threshold)
+    budget = svt_budget(
+        c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+        eps_answer=eps_answer, integer_values=arr.dtype.kind in "biu",
+    )
+    range_checks(arr, t, budget.grid)
+    src = noise.check_rng(rng)
+    g = budget.grid
+    t_units = threshold_units(t, g)
+    rho = int(draw(budget.threshold_scale, 1, g, src)[0])
+    hits, processed = scan(arr, None, t_units, rho, budget.c, budget, src, rng)
+    positions = tuple(int(i) for i in hits)
+    return SVTResult(
+        positions=positions,
+        answers=noisy_answers(arr, positions, budget, src),
+        eps=budget.eps,
+        stopped=len(positions) >= budget.c,
+        n_processed=int(processed),
+        budget=budget,
+    )
+
+
+def above_threshold(
+    values,
+    threshold,
+    *,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    rng=None,
+) -> SVTResult:
+    """AboveThreshold ([DR14] Alg. 1; [LSL17] Alg. 1 with c = 1): eps-DP.
+
+    Reports the first index whose noisy value clears the noisy threshold and
+    stops.  The budget is split as in the book, eps1 = eps2 = eps/2
+    (rho ~ Lap(2D/eps), nu ~ Lap(4D/eps); Lap(2D/eps) if ``monotonic``), so
+    that :func:`~matmech.svt.above_threshold_alpha` ([DR14] Thm. 3.24) applies verbatim.
+    """
+    return sparse_vector(values, threshold, c=1, eps=eps, sensitivity=sensitivity,
+                         monotonic=monotonic, ratio=1.0, rng=rng)

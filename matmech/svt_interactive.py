@@ -1,0 +1,151 @@
+"""Interactive SVT: [LSL17] Alg. 7 answering a stream of queries one at a time.
+
+[LSL17] = Lyu, Su, Li, VLDB 2017 (in ``shared/references``).  The noisy
+threshold is drawn once, at construction; every :meth:`SparseVector.test`
+draws fresh query noise; after the c-th positive the object refuses further
+queries.  Queries may be chosen adaptively (Alg. 7 is private for adaptively
+chosen streams, Thm. 4.7).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import noise
+from .svt_calibration import SVTBudget, svt_budget
+from .svt_checks import Ratio, check_real, check_threshold
+from .svt_core import SVTResult
+from .svt_noise import NoiseBuffer, draw, range_check, to_units
+
+__all__ = ["SparseVector", "SparseVectorExhausted"]
+
+
+class SparseVectorExhausted(RuntimeError):
+    """Raised when a :class:`SparseVector` is asked a query after its c-th positive."""
+
+
+class SparseVector:
+    """Interactive SVT ([LSL17] Alg. 7): answer a stream of queries one at a time.
+
+    >>> sv = SparseVector(100, c=2, eps=1.0, rng=np.random.default_rng(0))  # doctest: +SKIP
+    >>> sv.test(3)      # q_1(D) = 3  -> almost surely False      # doctest: +SKIP
+
+    The threshold noise is drawn at construction; each :meth:`test` uses
+    fresh query noise (drawn a few at a time ahead of use, which changes
+    nothing: the draws are independent of everything).  After the c-th
+    positive the object refuses further queries (:class:`SparseVectorExhausted`).
+    Queries may be chosen adaptively.  ``threshold`` may be overridden per query.
+
+    Values arrive one at a time with unknown types, so the calibration always
+    assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt_calibration`).
+    """
+
+    def __init__(
+        self,
+        threshold,
+        *,
+        c: int,
+        eps: float,
+        sensitivity: float = 1.0,
+        monotonic: bool = False,
+        ratio: Ratio = "optimal",
+        eps_answer: float = 0.0,
+        rng=None,
+    ) -> None:
+        t = check_threshold(threshold, None)
+        self._budget = svt_budget(
+            c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+            eps_answer=eps_answer, integer_values=False,
+        )
+        g = self._budget.grid
+        range_check(abs(float(t)), g, "threshold")
+        self._threshold = float(t)
+        self._src = noise.check_rng(rng)
+        self._rho = int(draw(self._budget.threshold_scale, 1, g, self._src)[0])
+        self._nu = NoiseBuffer(self._budget.query_scale, g, self._src)
+        self._positions: list[int] = []
+        self._answers: list[float] = []
+        self._n = 0
+
+    # -- state ------------------------------------------------------------
+    @property
+    def budget(self) -> SVTBudget:
+        """The data-independent calibration of this run."""
+        return self._budget
+
+    @property
+    def eps(self) -> float:
+        """Privacy cost of the whole interaction (paid once, whatever is asked)."""
+        return self._budget.eps
+
+    @property
+    def c(self) -> int:
+        """The most positives this object will report."""
+        return self._budget.c
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """0-based indices (in the stream) of the queries answered True."""
+        return tuple(self._positions)
+
+    @property
+    def answers(self) -> Optional[tuple[float, ...]]:
+        """Noisy numeric answers of the positives (eps_answer > 0), else None."""
+        return tuple(self._answers) if self._budget.answer_scale is not None else None
+
+    @property
+    def n_processed(self) -> int:
+        """How many queries were tested."""
+        return self._n
+
+    @property
+    def remaining(self) -> int:
+        """How many more positives may be reported."""
+        return self._budget.c - len(self._positions)
+
+    @property
+    def exhausted(self) -> bool:
+        """True after the c-th positive: no further query can be answered."""
+        return self.remaining == 0
+
+    def result(self) -> SVTResult:
+        """The interaction so far as an :class:`~matmech.svt.SVTResult`."""
+        return SVTResult(
+            positions=self.positions, answers=self.answers, eps=self.eps,
+            stopped=self.exhausted, n_processed=self._n, budget=self._budget,
+        )
+
+    # -- the mechanism ----------------------------------------------------
+    def test(self, value, *, threshold=None) -> bool:
+        """Is q_i(D) = ``value`` above the threshold (noisily)?  Alg. 7 lines 5-13."""
+        if self.exhausted:
+            raise SparseVectorExhausted(
+                f"SparseVector already reported its c={self._budget.c} positives after "
+                f"{self._n} queries; no further queries can be answered with this budget"
+            )
+        v = check_real("value", value, positive=False)
+        g = self._budget.grid
+        range_check(abs(v), g, "value")
+        if threshold is None:
+            t = self._threshold
+        else:
+            t = float(check_threshold(threshold, None))
+            range_check(abs(t), g, "threshold")
+        vu = int(to_units(np.array([v]), g)[0])
+        tu = int(to_units(np.array([t]), g)[0])
+        nu = self._nu.one()
+        index = self._n
+        self._n += 1
+        if vu + nu - tu >= self._rho:
+            self._positions.append(index)
+            if self._budget.answer_scale is not None:
+                a = vu + int(draw(self._budget.answer_scale, 1, g, self._src)[0])
+                self._answers.append(float(a) * g)
+            return True
+        return False
+
+    def __repr__(self) -> str:
+        return (f"SparseVector(c={self._budget.c}, eps={self._budget.eps}, "
+                f"n_processed={self._n}, positives={len(self._positions)})")

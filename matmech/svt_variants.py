@@ -1,0 +1,211 @@
+"""Two other correct SVTs: the textbook "Sparse" and SVT with retraversal.
+
+* :func:`sparse_vector_dpbook`: Dwork-Roth 2014 Alg. 2 ("Sparse"; [LSL17]
+  Alg. 2), kept for comparison; strictly less accurate than Alg. 7 at the same
+  eps because its threshold noise scales with c ([LSL17] Sec. 3.2, Sec. 6).
+* :func:`sparse_vector_retraversal`: "SVT-ReTr" ([LSL17] Sec. 5): Alg. 7 with
+  the threshold raised by a multiple of the query-noise standard deviation,
+  going over the unselected candidates again until c are found.
+
+[LSL17] = Lyu, Su, Li, VLDB 2017 (in ``shared/references``).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import closing
+
+import numpy as np
+
+from . import noise
+from .svt_calibration import make_budget, svt_budget
+from .svt_checks import Ratio, check_c, check_eps, check_int, check_real, check_sensitivity
+from .svt_core import SVTResult, prepare, scan
+from .svt_noise import (
+    CHUNK_FIRST,
+    NoiseBuffer,
+    chunk_bounds,
+    draw,
+    noise_chunks,
+    range_check,
+    range_checks,
+    threshold_units,
+    to_units,
+    worker_sources,
+)
+
+__all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
+
+
+def sparse_vector_dpbook(
+    values,
+    threshold,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    rng=None,
+) -> SVTResult:
+    """SVT as in Dwork-Roth 2014 ("Sparse", [LSL17] Alg. 2): eps-DP.
+
+    eps1 = eps2 = eps/2; threshold noise rho ~ Lap(cD/eps1), query noise
+    nu_i ~ Lap(2cD/eps1), and after every positive the threshold is re-noised
+    with Lap(cD/eps2) (Alg. 2 line 7).  It is c runs of AboveThreshold at eps/c
+    each.  Kept for comparison: Alg. 7 (:func:`~matmech.svt.sparse_vector`) is
+    more accurate at the same eps because its threshold noise does not scale
+    with c ([LSL17] Sec. 3.2).  In the returned budget, ``threshold_scale`` is
+    the scale of both the initial and the re-drawn threshold noise (equal
+    since eps1 = eps2).
+    """
+    arr, t = prepare(values, threshold)
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    e1 = eps / 2.0
+    e2 = eps - e1  # exact: e1 is eps with the exponent lowered by one
+    budget = make_budget(
+        c=c, eps=eps, eps_answer=0.0, e1=e1, e2=e2, sensitivity=sensitivity,
+        monotonic=False, exact_on_grid=arr.dtype.kind in "biu",
+        threshold_mult=float(c), query_mult=2.0 * c,  # e1 == e2, so 2cD/e2 == 2cD/e1
+    )
+    range_checks(arr, t, budget.grid)
+    src = noise.check_rng(rng)
+
+    g = budget.grid
+    t_units = threshold_units(t, g)
+    t_scalar = t_units.shape[0] == 1
+    n = arr.shape[0]
+    # The initial threshold noise and every re-draw have the same scale
+    # (cD/eps1 = cD/eps2): draw all that can be used (at most one per positive
+    # except the last, plus the first) in one call.  Unused draws are never seen.
+    rhos = draw(budget.threshold_scale, min(c, n + 1), g, src)
+    hits: list[int] = []
+    processed = n
+    bounds = list(chunk_bounds(n))
+    q_units = int(round(budget.query_scale / g))
+    with closing(noise_chunks(q_units, bounds, src, worker_sources(rng, n))) as chunks:
+        for (pos, end), nu in zip(bounds, chunks):
+            margin = to_units(arr[pos:end], g) + nu
+            margin -= t_units[0] if t_scalar else t_units[pos:end]
+            start = 0
+            while len(hits) < c:
+                # The query noise already drawn for later candidates is
+                # independent of the threshold noise: still valid after a reset.
+                found = np.flatnonzero(margin[start:] >= rhos[len(hits)])
+                if found.size == 0:
+                    break
+                j = start + int(found[0])
+                hits.append(pos + j)
+                if len(hits) == c:
+                    processed = pos + j + 1
+                    break
+                start = j + 1
+            if len(hits) == c:
+                break
+    return SVTResult(
+        positions=tuple(hits), answers=None, eps=eps, stopped=len(hits) >= c,
+        n_processed=int(processed), budget=budget,
+    )
+
+
+def sparse_vector_retraversal(
+    values,
+    threshold,
+    *,
+    c: int,
+    eps: float,
+    boost: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    max_passes: int = 1000,
+    rng=None,
+) -> SVTResult:
+    """SVT with retraversal, "SVT-ReTr" ([LSL17] Sec. 5 and Sec. 6): eps-DP.
+
+    Non-interactive use of Alg. 7: the threshold is raised by ``boost``
+    standard deviations of the query noise, i.e. T_i + boost * sqrt(2) *
+    query_scale ("kD" in [LSL17] Sec. 6, which evaluates boost = 1..5 and
+    finds no universally best value; 5 worked well for Zipf data).  When the
+    candidates run out before c positives, the candidates not yet selected are
+    traversed again (fresh query noise, the *same* noisy threshold) until c
+    are selected or ``max_passes`` passes have been made.  Privacy is that of
+    Alg. 7 on the (adaptively chosen) concatenated stream: eps, whatever the
+    number of passes.  Positions are in selection order.
+
+    ``boost`` may be 0 (plain Alg. 7 with retraversal) or negative.
+    ``n_processed`` counts every comparison over all passes.
+    """
+    arr, t = prepare(values, threshold)
+    boost = check_real("boost", boost, positive=False)
+    max_passes = check_int("max_passes", max_passes, what="the most passes over the candidates")
+    budget = svt_budget(
+        c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+        integer_values=arr.dtype.kind in "biu",
+    )
+    range_checks(arr, t, budget.grid)
+    shift = boost * math.sqrt(2.0) * budget.query_scale  # boost standard deviations of nu
+    tt = np.atleast_1d(t).astype(np.float64)
+    if tt.size:
+        range_check(max(abs(float(tt.min()) + shift), abs(float(tt.max()) + shift)), budget.grid,
+                    "threshold + boost * noise std")
+    src = noise.check_rng(rng)
+
+    g = budget.grid
+    t_units = threshold_units(t, g) + int(round(shift / g))
+    n = arr.shape[0]
+    rho = int(draw(budget.threshold_scale, 1, g, src)[0])
+    hits, total = scan(arr, None, t_units, rho, budget.c, budget, src, rng)
+    passes = 1
+    if len(hits) < budget.c and passes < max_passes and len(hits) < n:
+        more, processed = _retraverse(arr, t_units, rho, hits, budget, src, rng, max_passes - passes)
+        hits.extend(more)
+        total += processed
+    positions = tuple(int(i) for i in hits)
+    return SVTResult(
+        positions=positions, answers=None, eps=budget.eps, stopped=len(positions) >= budget.c,
+        n_processed=int(total), budget=budget,
+    )
+
+
+def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
+    """Further passes over the unselected candidates, in index order, with fresh
+    query noise and the same noisy threshold ([LSL17] Sec. 5).
+
+    Returns (new hits in selection order, comparisons made).  Passes over many
+    candidates scan in chunks; passes over a few take their noise from a
+    :class:`~matmech.svt_noise.NoiseBuffer`, so that many short passes share
+    a few sampler calls.
+    """
+    n = arr.shape[0]
+    g = budget.grid
+    need = budget.c - len(hits)
+    remaining = np.setdiff1d(np.arange(n, dtype=np.int64), np.asarray(hits, dtype=np.int64),
+                             assume_unique=True)
+    found: list[int] = []
+    total = 0
+    base = None  # units of value - threshold for the remaining candidates (small passes)
+    buf = None
+    while passes_left > 0 and need > 0 and remaining.size:
+        if remaining.size > CHUNK_FIRST:
+            more, processed = scan(arr, remaining, t_units, rho, need, budget, src, rng)
+            more = np.asarray(more, dtype=np.int64)
+            keep = ~np.isin(remaining, more, assume_unique=True)
+        else:
+            if base is None:
+                t_rem = t_units if t_units.shape[0] == 1 else t_units[remaining]
+                base = to_units(arr[remaining], g) - t_rem
+                buf = NoiseBuffer(budget.query_scale, g, src, first=min(4 * remaining.size, CHUNK_FIRST))
+            nu = buf.take(remaining.size)
+            sel = np.flatnonzero(base + nu >= rho)[:need]
+            more = remaining[sel]
+            processed = int(sel[-1]) + 1 if sel.size == need else remaining.size
+            keep = np.ones(remaining.size, dtype=bool)
+            keep[sel] = False
+            base = base[keep]
+        found.extend(int(i) for i in more)
+        need -= len(more)
+        total += processed
+        remaining = remaining[keep]
+        passes_left -= 1
+    return found, total
