@@ -95,6 +95,12 @@ class Advice:
     def best_row(self):
         return self.rows[0]
 
+    def plot(self, **kwargs):
+        """Per-query RMSE bars of the candidates with the lower bound (needs matplotlib); see :func:`matmech.plot.plot_advice`."""
+        from .plot import plot_advice
+
+        return plot_advice(self, **kwargs)
+
     def to_dict(self):
         return {
             "eps": self.eps,

@@ -128,12 +128,10 @@ def test_plot_advice_bars_and_lower_bound(advice, tmp_path):
         P.plot_advice(object())
 
 
-def test_notebook_methods_when_present(small_release, advice):
-    """Release.plot / Advice.plot are thin wrappers added by their owners."""
-    if hasattr(type(small_release), "plot"):
-        assert len(small_release.plot().patches) == len(BANDS)
-    if hasattr(type(advice), "plot"):
-        assert len(advice.plot().patches) == len(advice.rows)
+def test_notebook_methods(small_release, advice):
+    """Release.plot / Advice.plot are the notebook spellings of plot_release / plot_advice."""
+    assert len(small_release.plot().patches) == len(BANDS)
+    assert len(advice.plot().patches) == len(advice.rows)
 
 
 def test_missing_matplotlib_names_the_extra(small_release, monkeypatch):
