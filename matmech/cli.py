@@ -227,7 +227,7 @@ def _check_writable(path, flag):
 
 
 def _strategy_arg(value):
-    from .release import STRATEGY_NAMES
+    from .choice import STRATEGY_NAMES
     from .store import load_strategy
 
     if value in STRATEGY_NAMES:

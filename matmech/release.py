@@ -43,11 +43,11 @@ import scipy.sparse as sp
 from . import noise
 from . import strategies as S
 from .calibration import noise_variance
-from .compare import domain_of, fixed_candidates
 from .error import MAX_VARIANCE_ROWS, expected_error, per_query_variance, sensitivity
 from .inference import least_squares, split_diagonal
 from .intervals import Intervals
-from .linop import Kron, LinOp, as_linop
+from .choice import choose_strategy, fixed_choice, per_attribute
+from .linop import LinOp, as_linop
 from .mechanisms import (
     Measurement,
     RoundedDense,
@@ -68,7 +68,6 @@ __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SEL
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
-STRATEGY_NAMES = ("auto", "identity", "hierarchical", "haar", "optimize")
 #: Keys of release's ``select`` dict (the rest of select_rows' options come from release).
 SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio")
 #: threshold="auto" answers a row when its std is at most this fraction of its count.
@@ -279,92 +278,6 @@ def release_table(release, labels=None, *, level=0.95):
     return rows
 
 
-# -- choosing the strategy (data-independent) ---------------------------------------------
-
-
-def _per_attribute(W, make):
-    dom = domain_of(W)
-    return make(dom[0]) if len(dom) == 1 else S.kron(*[make(d) for d in dom])
-
-
-def _optimiser_choice(W, eps, delta, neighbors):
-    """advise(...).best or optimize(...).strategy when those modules exist, else None."""
-    advise = _optional("advise")
-    if advise is not None:
-        best = advise(W, eps, delta, neighbors=neighbors).best
-        A = best if isinstance(best, LinOp) else getattr(best, "strategy", None)
-        if isinstance(A, LinOp):
-            return A, f"chosen by matmech.advise ({getattr(best, 'name', type(A).__name__)})"
-    optimize = _optional("optimize")
-    if optimize is None:
-        return None
-    return optimize(W, eps, delta).strategy, "optimised by matmech.optimize"
-
-
-def _optional(name):
-    """matmech.<name>.<name> if that module exists (it is written separately), else None."""
-    import importlib
-
-    try:
-        module = importlib.import_module(f".{name}", __package__)
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}.{name}":
-            raise  # the module exists but something it imports is missing
-        return None
-    return getattr(module, name)
-
-
-def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
-    """(A, name, note): the strategy to measure for W; reads no data.
-
-    ``strategy``: a LinOp (used as is), ``"identity"``, ``"hierarchical"`` (b = 16, the
-    branching Qardaji, Yang, Li, VLDB 2013 recommend with least squares; per attribute on a
-    product domain), ``"haar"``, ``"optimize"`` (needs matmech.optimize), or ``"auto"``:
-    matmech.advise / matmech.optimize when available, otherwise the fixed candidate
-    (identity, hierarchical b ∈ {2,…,32}, Haar) with the least expected error.
-    """
-    W = as_linop(W)
-    if isinstance(strategy, np.ndarray) or sp.issparse(strategy):
-        strategy = as_linop(strategy)
-    if isinstance(strategy, LinOp):
-        return strategy, type(strategy).__name__, "given by the caller"
-    if not isinstance(strategy, str) or strategy not in STRATEGY_NAMES:
-        raise ValueError(f"strategy must be a LinOp or one of {STRATEGY_NAMES}, got {strategy!r}")
-    if strategy == "identity":
-        return _per_attribute(W, S.identity), "identity", "given by name"
-    if strategy == "hierarchical":
-        return _per_attribute(W, lambda d: S.hierarchical(d, 16)), "hierarchical b=16", "given by name"
-    if strategy == "haar":
-        return _per_attribute(W, S.haar), "haar", "given by name"
-    if strategy == "optimize":
-        optimize = _optional("optimize")
-        if optimize is None:
-            raise ValueError("strategy='optimize' needs matmech.optimize, which is not available")
-        return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
-    choice = _optimiser_choice(W, eps, delta, neighbors)
-    if choice is not None:
-        return choice[0], "auto", choice[1]
-    A, name, note = _fixed_choice(W, eps, delta, neighbors)
-    return A, name, note + " (matmech.optimize not available)"
-
-
-def _fixed_choice(W, eps, delta, neighbors):
-    """(A, name, note): the fixed candidate (identity, hierarchical, Haar) of least error."""
-    best = None
-    for name, A in fixed_candidates(W):
-        if name == "workload":
-            continue
-        try:
-            err = expected_error(W, A, eps, delta, neighbors=neighbors)
-        except ValueError:
-            continue  # cannot answer W, or no structured inverse at this size
-        if best is None or err < best[0]:
-            best = (err, name, A)
-    if best is None:
-        raise ValueError("none of the fixed strategies (identity, hierarchical, Haar) can answer this workload")
-    return best[2], best[1], "least expected error among identity/hierarchical/Haar"
-
-
 # -- the release ------------------------------------------------------------------------------
 
 
@@ -427,25 +340,16 @@ def _answer_variances(W, plan):
     return var * (plan.std**2 / nominal)
 
 
-def _measure_and_answer(x, W, plan, var, *, budget, rng, what):
-    """Charge the budget, measure, reconstruct and answer the rows of W (all checked before)."""
+def _measured_release(x, answered, W, plan, var, *, budget, rng, what, name, note, neighbors, eps=None, delta=None, **record):
+    """Charge the budget, measure ``plan`` on x, reconstruct, answer the rows ``answered`` (W or
+    its selected rows; all checked before) and wrap it in a :class:`Release` of W;
+    ``eps``/``delta`` default to the measurement's."""
     meas = _execute(plan, x, budget=budget, rng=rng, what=what)
     xhat = least_squares(meas)
-    answers = W.matvec(xhat)
+    answers = answered.matvec(xhat)
     std = np.sqrt(var)
     for arr in (answers, xhat, std):
         arr.setflags(write=False)
-    return meas, xhat, answers, std
-
-
-def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
-    """Measure A on x and answer every row of W (x, W already validated). All checks run
-    before :func:`_execute` charges the budget."""
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
-    var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
-    meas, xhat, answers, std = _measure_and_answer(
-        x, W, plan, var, budget=budget, rng=rng, what=f"release {W.shape[0]} queries ({name})"
-    )
     return Release(
         answers=answers,
         std=std,
@@ -454,12 +358,24 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
         strategy=meas.strategy,
         strategy_name=name,
         strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
-        eps=meas.eps,
-        delta=meas.delta,
+        eps=meas.eps if eps is None else eps,
+        delta=meas.delta if delta is None else delta,
         neighbors=neighbors,
         budget_remaining=None if budget is None else budget.remaining,
         measurement=meas,
         estimate=xhat,
+        **record,
+    )
+
+
+def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
+    """Measure A on x and answer every row of W (x, W already validated). All checks run
+    before :func:`_execute` charges the budget."""
+    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
+    var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
+    return _measured_release(
+        x, W, W, plan, var, budget=budget, rng=rng, what=f"release {W.shape[0]} queries ({name})",
+        name=name, note=note, neighbors=neighbors,
     )
 
 
@@ -579,7 +495,7 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
                 f"the data has {int(x.sum()):,} records; with selection, strategy={strategy!r} supports fewer "
                 f"than {_MAX_RECORDS_LATE_STRATEGY:,} (give a fixed strategy such as 'hierarchical')"
             )
-        plan_measurement(_per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors)  # the fallback works
+        plan_measurement(per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors)  # the fallback works
     if budget is not None and not budget.can_spend(eps, delta):
         budget.spend(eps, delta, what="release with selection")  # refused: raises, saying what is left
     threshold = opts["threshold"]
@@ -616,28 +532,14 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
             note += "; chosen for the selected rows"
         except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
             # the selection is spent: answer with the best fixed strategy rather than fail
-            A, name, note = _fixed_choice(sub, eps_m, delta, neighbors)
+            A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
             note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
             plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
             var = _answer_variances(sub, plan)
-    meas, xhat, answers, std = _measure_and_answer(
-        x, sub, plan, var, budget=budget, rng=rng, what=f"release {rows.size} selected of {W.shape[0]} queries ({name})"
-    )
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=meas.strategy,
-        strategy_name=name,
-        strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
-        eps=eps,
-        delta=delta,
-        neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=meas,
-        estimate=xhat,
-        **record,
+    return _measured_release(
+        x, sub, W, plan, var, budget=budget, rng=rng,
+        what=f"release {rows.size} selected of {W.shape[0]} queries ({name})",
+        name=name, note=note, neighbors=neighbors, eps=eps, delta=delta, **record,
     )
 
 

@@ -16,6 +16,7 @@ from matmech.release import DEFAULT_TARGET_REL_ERROR, _answer_variances, release
 from matmech.mechanisms import plan_measurement
 
 release_module = sys.modules["matmech.release"]  # `matmech.release` is the function
+choice_module = sys.modules["matmech.choice"]
 
 N = 256
 BANDS = [(lo, lo + 7) for lo in range(0, N, 8)]  # 32 bands of 8 cells
@@ -152,7 +153,7 @@ def test_late_strategy_failure_falls_back_to_a_fixed_one(monkeypatch):
     def broken(W, eps, delta, neighbors):
         raise ValueError("optimiser exploded")
 
-    monkeypatch.setattr(release_module, "_optimiser_choice", broken)
+    monkeypatch.setattr(choice_module, "_optimiser_choice", broken)
     budget = PrivacyBudget(1.0)
     rel = mm.release(X, W, 1.0, budget=budget, rng=np.random.default_rng(9), select=SELECT)
     assert "optimiser exploded" in rel.strategy_note and rel.selected.tolist() == HEAVY

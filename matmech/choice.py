@@ -1,0 +1,77 @@
+"""Choose the strategy to measure for a workload from W, ε, δ alone (no data is read).
+
+Named fixed strategies (per attribute on a product domain), a caller's LinOp, the
+optimiser (:func:`matmech.optimize`), or ``"auto"``: the best row of :func:`matmech.advise`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import strategies as S
+from .advise import advise
+from .compare import domain_of, fixed_candidates
+from .error import expected_error
+from .linop import LinOp, as_linop
+from .optimize import optimize
+
+__all__ = ["choose_strategy", "fixed_choice", "per_attribute", "STRATEGY_NAMES"]
+
+STRATEGY_NAMES = ("auto", "identity", "hierarchical", "haar", "optimize")
+
+
+def per_attribute(W, make):
+    """make(n) for a 1-D workload; the Kronecker product of make(n_i) over a product domain."""
+    dom = domain_of(W)
+    return make(dom[0]) if len(dom) == 1 else S.kron(*[make(d) for d in dom])
+
+
+def _optimiser_choice(W, eps, delta, neighbors):
+    """(A, note): the best strategy of :func:`matmech.advise`."""
+    best = advise(W, eps, delta, neighbors=neighbors).best_row
+    return best.strategy, f"chosen by matmech.advise ({best.name})"
+
+
+def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
+    """(A, name, note): the strategy to measure for W; reads no data.
+
+    ``strategy``: a LinOp (used as is), ``"identity"``, ``"hierarchical"`` (b = 16, the
+    branching Qardaji, Yang, Li, VLDB 2013 recommend with least squares; per attribute on a
+    product domain), ``"haar"``, ``"optimize"`` (matmech.optimize), or ``"auto"``:
+    the best strategy of matmech.advise.
+    """
+    W = as_linop(W)
+    if isinstance(strategy, np.ndarray) or sp.issparse(strategy):
+        strategy = as_linop(strategy)
+    if isinstance(strategy, LinOp):
+        return strategy, type(strategy).__name__, "given by the caller"
+    if not isinstance(strategy, str) or strategy not in STRATEGY_NAMES:
+        raise ValueError(f"strategy must be a LinOp or one of {STRATEGY_NAMES}, got {strategy!r}")
+    if strategy == "identity":
+        return per_attribute(W, S.identity), "identity", "given by name"
+    if strategy == "hierarchical":
+        return per_attribute(W, lambda d: S.hierarchical(d, 16)), "hierarchical b=16", "given by name"
+    if strategy == "haar":
+        return per_attribute(W, S.haar), "haar", "given by name"
+    if strategy == "optimize":
+        return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
+    A, note = _optimiser_choice(W, eps, delta, neighbors)
+    return A, "auto", note
+
+
+def fixed_choice(W, eps, delta, neighbors):
+    """(A, name, note): the fixed candidate (identity, hierarchical, Haar) of least error."""
+    best = None
+    for name, A in fixed_candidates(W):
+        if name == "workload":
+            continue
+        try:
+            err = expected_error(W, A, eps, delta, neighbors=neighbors)
+        except ValueError:
+            continue  # cannot answer W, or no structured inverse at this size
+        if best is None or err < best[0]:
+            best = (err, name, A)
+    if best is None:
+        raise ValueError("none of the fixed strategies (identity, hierarchical, Haar) can answer this workload")
+    return best[2], best[1], "least expected error among identity/hierarchical/Haar"
