@@ -25,7 +25,7 @@ from .compare import distinct, evaluate, fixed_family
 from .error import NEIGHBORS, check_privacy_params, error_figures, lower_bound
 from .linop import Kron, LinOp, Scaled, VStack, as_linop
 from .opt_marginals import MarginalStrategy, kron_blocks, marginal_workload
-from .opt_pure import blas_threads
+from .blas import blas_threads
 from .optimize import optimize
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]

@@ -258,7 +258,6 @@ def _tree_plan(T):
     if depth is None:
         return None
     lo, hi = T.bounds()
-    size = (hi - lo + 1).astype(np.int64)
     child = parent >= 0
     has_child = np.bincount(parent[child], minlength=N) > 0
     leaves = np.flatnonzero(~has_child)

@@ -12,14 +12,12 @@ evaluated with the Woodbury identity (I + ΘᵀΘ)⁻¹ = I − Θᵀ(I_p + ΘΘ
 (plus p products with G, which are O(pn) for all-range and prefix grams through their
 closed forms). A hierarchical strategy without its leaves' weights is a point of this
 family (Θ = the rows of the internal nodes), so starting from the best hierarchy means the
-optimum is never worse than it. L-BFGS-B (Byrd, Lu, Nocedal, Zhu 1995) with the analytic
+optimum is never worse than it. Projected L-BFGS (:mod:`matmech.lbfgs`) with the analytic
 gradient of :func:`objective` does the rest.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import time
 from dataclasses import dataclass
 
@@ -27,7 +25,9 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.optimize import Bounds, minimize
 
+from .blas import blas_threads
 from .intervals import AllRange, Prefix
+from .lbfgs import projected_lbfgs
 from .linop import LinOp, Scaled, VStack, as_linop, check_size
 from .spectral import BlockSpectral
 from .strategies import hierarchical
@@ -42,74 +42,11 @@ __all__ = [
     "block_energy",
     "fit_pidentity",
     "default_maxiter",
-    "blas_threads",
-    "projected_lbfgs",
     "MAX_PIDENTITY_N",
 ]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
 MAX_PIDENTITY_N = 8192
-
-
-# -- BLAS threads ------------------------------------------------------------------------------
-
-_BLAS_HANDLES = None
-
-
-def _blas_handles():
-    """(get, set) pairs for every OpenBLAS loaded in this process (Linux; empty elsewhere)."""
-    global _BLAS_HANDLES
-    if _BLAS_HANDLES is not None:
-        return _BLAS_HANDLES
-    handles, paths = [], set()
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                path = line.split()[-1]
-                if "openblas" in path.lower() and (path.endswith(".so") or ".so." in path):
-                    paths.add(path)
-    except OSError:
-        paths = set()
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for suffix in ("", "64_"):
-            for prefix in ("scipy_openblas", "openblas"):
-                get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                if get is not None and put is not None:
-                    handles.append((get, put))
-                    break
-            else:
-                continue
-            break
-    _BLAS_HANDLES = handles
-    return handles
-
-
-@contextlib.contextmanager
-def blas_threads(k):
-    """Run the block with at most ``k`` OpenBLAS threads, restoring the previous counts.
-
-    The p-Identity iteration is a sequence of small GEMMs (p×p by p×n) for which thread
-    start-up costs more than it saves, badly so on a shared machine. A no-op where the
-    BLAS is not an OpenBLAS found in this process.
-    """
-    saved = []
-    for get, put in _blas_handles():
-        try:
-            old = int(get())
-            put(int(k))
-            saved.append((put, old))
-        except (OSError, ValueError):  # pragma: no cover - a foreign BLAS build
-            continue
-    try:
-        yield
-    finally:
-        for put, old in saved:
-            put(old)
 
 
 # -- the gram of the workload ------------------------------------------------------------------
@@ -552,93 +489,6 @@ def _tree_starts(gram, branchings, max_rows):
         else:
             keep = w[depth] > 1e-9 * max(float(w.max()), 1e-300)
             yield value, f"hierarchical b={b} (fitted level weights)", (box * w[depth][:, None])[keep]
-
-
-WINDOW = 10
-
-
-def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None, callback=None):
-    """Minimise f over x ≥ 0 by projected L-BFGS; ``fun(x)`` returns (f, ∇f) (∇f may be reused).
-
-    The two-loop recursion (Nocedal & Wright, Alg. 7.4) acts on the free variables
-    (x > 0 or ∂f/∂x < 0); the step is projected onto x ≥ 0 and backtracked until the
-    Armijo condition holds along the projected path (Bertsekas 1982). All vectors live in
-    preallocated buffers: at p·n ≈ 10⁵ variables scipy's L-BFGS-B spends more per
-    iteration (≈1.5 ms) than the p-Identity objective itself. Stops when the last 10
-    iterations lowered f by less than 10·``ftol``·|f|, after ``maxiter`` iterations, or at ``deadline``
-    (a ``time.perf_counter()`` value). Returns (x, f, iterations, evaluations).
-    """
-    axpy, dot = sla.blas.daxpy, np.dot
-    x = np.maximum(np.asarray(x0, dtype=np.float64), 0.0)
-    size = x.size
-    f, g = fun(x)
-    g = np.array(g, dtype=np.float64)
-    S, Y = np.zeros((memory, size)), np.zeros((memory, size))
-    rho, alpha = np.zeros(memory), np.zeros(memory)
-    q, xn, step, metric = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
-    stored, head, evaluations, it, trail = 0, 0, 1, 0, [f]
-    for it in range(1, maxiter + 1):
-        free = (x > 0) | (g < 0)
-        np.multiply(g, free, out=q)
-        order = [(head - 1 - k) % memory for k in range(stored)]
-        for j in order:
-            alpha[j] = rho[j] * dot(S[j], q)
-            q = axpy(Y[j], q, a=-alpha[j])
-        # initial inverse Hessian γ·diag(x + x̄): a multiplicative metric for x ≥ 0 (large
-        # entries move more), which helps with rows of very different scale
-        np.add(x, x.mean() + 1e-300, out=metric)
-        if stored:
-            j = order[0]
-            np.multiply(Y[j], metric, out=xn)
-            q *= metric
-            q *= 1.0 / (rho[j] * dot(Y[j], xn))  # sᵀy / yᵀ diag(metric) y
-        else:
-            q *= metric
-            q /= max(float(np.sqrt(dot(q, q))), 1e-300)
-        for j in reversed(order):
-            beta = rho[j] * dot(Y[j], q)
-            q = axpy(S[j], q, a=alpha[j] - beta)
-        q *= free
-        slope = -dot(q, g)
-        if not slope < 0:  # curvature pairs gone stale: restart from steepest descent
-            stored = 0
-            np.multiply(g, free, out=q)
-            q *= metric
-            q /= max(float(np.sqrt(dot(q, q))), 1e-300)
-        t, accepted = 1.0, False
-        for _ in range(40):
-            np.multiply(q, -t, out=xn)
-            xn += x
-            np.maximum(xn, 0.0, out=xn)
-            np.subtract(xn, x, out=step)
-            fn, gn = fun(xn)
-            evaluations += 1
-            if np.isfinite(fn) and fn <= f + 1e-4 * dot(g, step):
-                accepted = True
-                break
-            t *= 0.5
-        if not accepted:
-            break
-        j = head
-        S[j] = step
-        np.subtract(gn, g, out=Y[j])
-        sy = dot(step, Y[j])
-        if sy > 1e-12 * dot(Y[j], Y[j]):
-            rho[j] = 1.0 / sy
-            head, stored = (head + 1) % memory, min(stored + 1, memory)
-        else:  # pair rejected; its slot held the oldest pair when the memory was full
-            stored = min(stored, memory - 1)
-        x, xn = xn, x
-        f = float(fn)
-        g[...] = gn
-        trail.append(f)
-        if callback is not None:
-            callback(f)
-        if len(trail) > WINDOW and trail[-WINDOW - 1] - f <= ftol * WINDOW * max(abs(f), 1e-300):
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-    return x, f, it, evaluations
 
 
 def _lbfgs(gram, th0, maxiter, ftol, deadline, callback):

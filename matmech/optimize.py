@@ -29,6 +29,7 @@ from types import MappingProxyType
 import numpy as np
 
 from . import opt_l2, opt_marginals, opt_pure
+from .blas import blas_threads
 from .calibration import noise_variance
 from .error import check_privacy_params, expected_error, lower_bound
 from .linop import Identity, Kron, LinOp, as_linop, check_size
@@ -246,7 +247,7 @@ def optimize(
     # L-BFGS-B calls BLAS level 1), where OpenBLAS threads spinning against other processes
     # cost 5-10× on a busy two-core machine (marginals 0.43 s -> 0.055 s, dense eigh 3.6 s
     # -> 0.5 s at n = 1024); on an idle machine a second thread saves at most ~25%
-    with opt_pure.blas_threads(1):
+    with blas_threads(1):
         return _run(W, eps, delta, chosen, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report, bound=bound)
 
 

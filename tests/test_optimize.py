@@ -24,16 +24,16 @@ from matmech.opt_marginals import (
 from matmech.opt_pure import (
     GramOperator,
     PIdentity,
-    blas_threads,
     check_gram,
     default_maxiter,
     fit_pidentity,
     hat_theta,
     objective,
-    projected_lbfgs,
     tree_theta,
     weighted_tree_value,
 )
+from matmech.blas import blas_threads
+from matmech.lbfgs import projected_lbfgs
 from matmech.optimize import METHODS, OptimizeResult, optimize
 
 DELTA = 1e-6
