@@ -192,7 +192,7 @@ def _read_columns(path, columns):
                 try:
                     v = float(cell)
                 except ValueError:
-                    raise ValueError(f"{path}: line {line}, column {c!r}: {cell!r} is not a number") from None
+                    raise ValueError(f"{path}: line {line}, column {c!r}: the entry is not a number") from None
                 values[k].append(v)
     if not values[0]:
         raise ValueError(f"{path}: no data rows after the header")
@@ -207,8 +207,8 @@ def _codes(path, columns, arrays, domain):
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"{path}: line {i + 2}, column {c!r}: value {a[i]:g} is outside the spec's domain "
-                f"(expected an integer code 0..{n - 1}); {bad.size} such value(s) in the column"
+                f"{path}: line {i + 2}, column {c!r}: the value is outside the spec's domain "
+                f"(expected an integer code 0..{n - 1})"
             )
         out.append(a.astype(np.int64))
     return out
@@ -281,13 +281,14 @@ def _cmd_release(args):
     arrays = _read_columns(args.data, args.column)
     codes = _codes(args.data, args.column, arrays, spec.domain)
     x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
-    rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select)
+    rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
+                  max_records=args.max_records)
     labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
     rows = release_table(rel, labels)
     if args.out is not None:
         _write_answers(args.out, rows, selection=select is not None)
     if args.json:
-        out = {"spec": spec.name, "source": spec.source, "data": args.data, "records": int(x.sum()), "out": args.out}
+        out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
         out.update(rel.to_dict(labels=labels))
         print(json.dumps(out, indent=2))
@@ -295,7 +296,8 @@ def _cmd_release(args):
     m = spec.workload.shape[0]
     answered = f"{rel.answers.size} of {m:,} queries answered" if rel.selected is not None else f"{m:,} queries answered"
     rmse = f", RMSE/query {math.sqrt(rel.expected_error / rel.answers.size):.4g}" if rel.answers.size else ""
-    print(f"{spec.name}: {int(x.sum()):,} records from {args.data}; {answered}; eps = {rel.eps:g}, delta = {rel.delta:g}")
+    print(f"{spec.name}: {answered} from {args.data} (the record count is private and not shown); "
+          f"eps = {rel.eps:g}, delta = {rel.delta:g}")
     if rel.measurement is not None:
         how = f"from {args.strategy}, {type(strategy).__name__}" if not isinstance(strategy, str) else f"{rel.strategy_name}: {rel.strategy_note}"
         print(f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}")
@@ -375,6 +377,8 @@ def build_parser():
     p.add_argument("--c", type=int, metavar="C", help="the most rows to select")
     p.add_argument("--select-eps", type=float, metavar="E", help="the part of --eps spent on selection (the rest measures)")
     p.add_argument("--target-rel-error", type=float, metavar="R", help="with --threshold auto: answer a row if std <= R x count (default 0.1)")
+    p.add_argument("--max-records", type=int, metavar="N",
+                   help="declared bound on the number of records (default 2**32); more is refused before anything is spent")
     p.set_defaults(func=_cmd_release)
     return parser
 

@@ -53,7 +53,7 @@ def _numeric(values, labels, column):
             raise ValueError(f"missing value (None) in {_where(i, labels, column)}; drop or impute it first")
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(
-                f"non-numeric value {v!r} of type {type(v).__name__} in {_where(i, labels, column)}; "
+                f"non-numeric value of type {type(v).__name__} in {_where(i, labels, column)}; "
                 "encode categories as integer codes (e.g. pandas .cat.codes) first"
             )
     return obj.astype(np.float64)
@@ -88,8 +88,7 @@ def _codes(values, spec, labels, column):
         if codes.size and codes.max() >= spec[1]:
             i = int(np.argmax(codes))
             raise ValueError(
-                f"category {values.iloc[i]!r} (code {codes[i]}) in {_where(i, labels, column)} is outside the domain "
-                f"of {spec[1]} categories"
+                f"a category in {_where(i, labels, column)} is outside the domain of {spec[1]} categories"
             )
         return codes
     v = _numeric(values, labels, column)
@@ -99,27 +98,27 @@ def _codes(values, spec, labels, column):
     inf = np.isinf(v)
     if inf.any():
         i = int(np.flatnonzero(inf)[0])
-        raise ValueError(f"infinite value {v[i]} in {_where(i, labels, column)}")
+        raise ValueError(f"infinite value in {_where(i, labels, column)}")
     kind, arg = spec
     if kind == "codes":
         frac = v != np.floor(v)
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
             raise ValueError(
-                f"non-integer value {float(v[i])!r} in {_where(i, labels, column)}: with {arg} categories the values "
+                f"non-integer value in {_where(i, labels, column)}: with {arg} categories the values "
                 f"must be the integer codes 0..{arg - 1} (pass bin edges to bin real values)"
             )
         out = (v < 0) | (v >= arg)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            raise ValueError(f"value {v[i]:g} in {_where(i, labels, column)} is outside the domain 0..{arg - 1}")
+            raise ValueError(f"a value in {_where(i, labels, column)} is outside the domain 0..{arg - 1}")
         return v.astype(np.int64)
     edges = arg
     out = (v < edges[0]) | (v > edges[-1])
     if out.any():
         i = int(np.flatnonzero(out)[0])
         raise ValueError(
-            f"value {v[i]:g} in {_where(i, labels, column)} is outside the bin edges [{edges[0]:g}, {edges[-1]:g}]"
+            f"a value in {_where(i, labels, column)} is outside the bin edges [{edges[0]:g}, {edges[-1]:g}]"
         )
     return np.minimum(np.searchsorted(edges, v, side="right") - 1, edges.size - 2).astype(np.int64)
 

@@ -16,8 +16,11 @@ Steinke 2020):
   inference and error bars use what was actually measured. g keeps about 20 bits of A's
   largest column norm (fewer only when the sampler's range limits force a coarser grid).
 
-The privacy budget is charged after every input check and before any random draw: a
-refused spend (or a bad input) draws nothing.
+Order of every measurement: data-independent checks and the plan → an exhausted budget is
+refused (the same error whatever x is) → checks on x, whose messages never carry a value of
+x → the budget is charged → the noise is drawn. A refused spend or a bad input draws nothing.
+Exactness of A_g x needs a bound on the number of records: it is the caller's declared
+``max_records`` (default :data:`MAX_RECORDS`), never the actual total.
 
 Randomness: ``rng=None`` (default) uses the operating system's CSPRNG. A
 ``numpy.random.Generator`` makes experiments reproducible and is NOT secure: never use it
@@ -50,14 +53,24 @@ __all__ = [
     "RoundedDense",
     "RoundedSparse",
     "MAX_DENSE_ROUNDING",
+    "MAX_RECORDS",
+    "MeasurementPlan",
+    "check_max_records",
+    "check_records",
+    "check_affordable",
+    "execute",
 ]
 
 #: Largest number of entries of a real-valued strategy without a structured rounding that
 #: is materialised to round it to the grid.
 MAX_DENSE_ROUNDING = 50_000_000
 
+#: The declared bound on the number of records (Σx) when the caller gives none: the grid of
+#: every measurement keeps A_g x exact in float64 for any histogram with at most this total.
+MAX_RECORDS = 2**32
+
 _PRECISION_BITS = 20        # bits of the largest column norm kept when rounding A to a grid
-_MAX_COUNT_BITS = 32        # the grid keeps A_g x exact for up to 2**32 records
+_EXACT_BITS = 52            # |A_g x| / grid stays at most 2**52: exact in float64
 _LAPLACE_LIMIT_BITS = 46    # scale/grid stays below 2**46 (the sampler allows 2**48)
 _GAUSS_LIMIT_BITS = 22      # sigma/grid stays below 2**22 (the sampler allows 2**24)
 _SENS_MARGIN = 1.0 + 1e-9   # covers float summation/sqrt in a non-integer sensitivity
@@ -116,6 +129,7 @@ def check_counts(x, n=None, *, name="x"):
 
     Accepts integer, boolean and integral float arrays (and pandas Series); rejects NaN,
     infinities, negative or fractional entries and, when ``n`` is given, a wrong length.
+    A message names the position of a bad entry, never its value (x is private).
     """
     if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray):
         x = x.to_numpy()
@@ -134,20 +148,21 @@ def check_counts(x, n=None, *, name="x"):
         bad = ~np.isfinite(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}[{i}] = {arr[i].item()} is not finite; counts must be finite non-negative integers")
+            raise ValueError(f"{name}[{i}] is not finite; counts must be finite non-negative integers")
         frac = arr != np.floor(arr)
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
             raise ValueError(
-                f"{name}[{i}] = {arr[i].item()!r} is not an integer; the mechanism needs counts (build x with matmech.histogram)"
+                f"{name}[{i}] is not an integer; the mechanism needs counts (build x with matmech.histogram)"
             )
         if np.abs(arr).max() >= 2.0**62:
-            i = int(np.argmax(np.abs(arr)))
-            raise ValueError(f"{name}[{i}] = {arr[i].item()!r} is too large for a count")
+            raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**62:
+        raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
     neg = arr < 0
     if neg.any():
         i = int(np.flatnonzero(neg)[0])
-        raise ValueError(f"{name}[{i}] = {arr[i].item()} is negative; counts must be non-negative")
+        raise ValueError(f"{name}[{i}] is negative; counts must be non-negative")
     return arr.astype(np.int64)
 
 
@@ -272,14 +287,15 @@ def _round_to_grid(A, g):
     return RoundedDense(m.toarray() if sp.issparse(m) else m)
 
 
-def _grid_for_strategy(sens1, scale0, gaussian):
-    """Data-independent grid: ~20 bits of Δ₁, capacity for 2**32 records, sampler limits."""
+def _grid_for_strategy(sens1, scale0, gaussian, max_records):
+    """Data-independent grid: ~20 bits of Δ₁, the sampler's limits, and exactness of A_g x
+    in float64 for every histogram of at most ``max_records`` records (Σx·Δ₁/g <= 2**52)."""
     limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
-    g = max(sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit)
+    g = max(sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS)
     return _pow2_at_least(g)
 
 
-def _quantise(A, p, eps, delta, neighbors):
+def _quantise(A, p, eps, delta, neighbors, max_records):
     """(A_g, g, rounded): the strategy that will actually be measured and its lattice."""
     if integer_valued(A):
         return A, 1.0, False
@@ -289,7 +305,7 @@ def _quantise(A, p, eps, delta, neighbors):
         raise ValueError("the strategy has sensitivity 0 (all entries zero); it measures nothing")
     sens_p = sens1 if p == 1 else factor * A.sensitivity(2)
     scale0 = laplace_scale(eps, sens_p) if p == 1 else gaussian_sigma(eps, delta, sens_p)
-    g = _grid_for_strategy(sens1, scale0, p == 2)
+    g = _grid_for_strategy(sens1, scale0, p == 2, max_records)
     if isinstance(A, Kron):
         real = [i for i, f in enumerate(A.factors) if not integer_valued(f)]
         # split g over the real factors: g_i = Δ₁,i·(g/Δ)^(1/k) rounded up to a power of two,
@@ -305,11 +321,23 @@ def _quantise(A, p, eps, delta, neighbors):
 
 
 # -- the plan (data-independent) and its execution ----------------------------------------
+#
+# The privacy boundary rule (README, "Privacy"): code that reads x lets out only noisy
+# outputs. Every check on x runs before any spend and says only what kind of defect it
+# found, never a count, a total or a value; exactness needs a bound on Σx, and that bound is
+# the one the caller declares (``max_records``), so nothing depends on the actual total;
+# the budget is charged once, before the first noise draw, and nothing after it branches on x.
 
 
 @dataclass(frozen=True, eq=False)
-class _Plan:
-    """Everything about a measurement that does not read x: what release checks before spending."""
+class MeasurementPlan:
+    """Everything about a measurement that does not read x (:func:`plan_measurement`).
+
+    ``strategy`` is the matrix that will be measured (grid-rounded A_g for real-valued A),
+    ``grid`` its lattice, ``noise``/``scale``/``std`` the exact noise, ``sensitivity`` the
+    L1 (Laplace) or L2 (Gaussian) sensitivity used, ``sens1`` the L1 one, ``max_records``
+    the declared bound on Σx for which A_g x is exact.
+    """
 
     strategy: LinOp
     eps: float
@@ -322,6 +350,40 @@ class _Plan:
     sens1: float
     neighbors: str
     rounded: bool
+    max_records: int = MAX_RECORDS
+
+
+def check_max_records(max_records):
+    """The declared bound on the number of records: None → :data:`MAX_RECORDS`."""
+    if max_records is None:
+        return MAX_RECORDS
+    if isinstance(max_records, (bool, np.bool_)) or not isinstance(max_records, numbers.Integral):
+        raise TypeError(f"max_records must be a positive integer (a declared bound on the number of records), "
+                        f"got {type(max_records).__name__}: {max_records!r}")
+    if not 1 <= int(max_records) <= 2**50:
+        raise ValueError(f"max_records must be an integer in [1, 2**50], got {max_records!r}")
+    return int(max_records)
+
+
+def _exact_total(x):
+    """Σx as an exact Python int for int64 counts in [0, 2**62) (no overflow for any length)."""
+    hi, lo = np.divmod(x, np.int64(1 << 31))  # both < 2**31: their sums fit in int64 below 2**32 cells
+    return (int(hi.sum(dtype=np.int64)) << 31) + int(lo.sum(dtype=np.int64))
+
+
+def check_records(x, max_records):
+    """Refuse counts x whose total exceeds the declared ``max_records``, before any spend.
+
+    The message is the same for every such x: it says that the bound was exceeded, never by
+    how much or what the total is.
+    """
+    if x.size >= 2**32:
+        raise ValueError(f"x has {x.size:,} cells; at most 2**32 are supported")
+    if _exact_total(x) > max_records:
+        raise ValueError(
+            f"x holds more records than the declared max_records={max_records:,} (default {MAX_RECORDS:,}); "
+            "declare the true bound on the number of records with max_records= (the count itself is never shown)"
+        )
 
 
 def _exact_sensitivity(A, p, neighbors, exact_integer):
@@ -341,20 +403,28 @@ def _laplace_scale_up(eps, sens):
     return b
 
 
-def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove"):
-    """The data-independent part of :func:`measure`: measured strategy, grid and noise.
+def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=None):
+    """The data-independent part of :func:`measure` → :class:`MeasurementPlan`.
 
-    Raises for bad privacy parameters or noise the exact samplers cannot produce, without
-    touching any data or budget.
+    Raises for bad privacy parameters, noise the exact samplers cannot produce, or a
+    ``max_records`` for which A x cannot be exact, without touching any data or budget.
     """
     A = as_linop(A)
     eps, delta = _check_privacy(eps, delta)
     _check_neighbors(neighbors)
+    max_records = check_max_records(max_records)
     p = 1 if delta == 0 else 2
-    A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors)
+    A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors, max_records)
     exact = not rounded
     sens = _exact_sensitivity(A_m, p, neighbors, exact)
     sens1 = sens if p == 1 else NEIGHBORS[neighbors] * A_m.sensitivity(1) * _SENS_MARGIN
+    # |A_g x| / grid <= Σx·Δ₁/grid must be an exact float64 integer (below 2**53); the grid
+    # aims at 2**52, leaving a factor 2 for the sensitivity margin and float rounding
+    if max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
+        raise ValueError(
+            f"max_records={max_records:,} is too many for exact arithmetic with this strategy "
+            f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
+        )
     if p == 1:
         kind, scale = "discrete_laplace", _laplace_scale_up(eps, sens)
         ratio, limit = scale / grid, 2.0**48
@@ -368,26 +438,17 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove"):
             f"the noise scale {scale:.6g} is {ratio:.3g} times the lattice spacing {grid:g}, beyond the exact "
             f"sampler's limit {limit:.3g}; eps={eps!r} is too small for this strategy"
         )
-    return _Plan(A_m, eps, delta, kind, float(scale), float(std), float(grid), float(sens), float(sens1),
-                 neighbors, rounded)
+    return MeasurementPlan(A_m, eps, delta, kind, float(scale), float(std), float(grid), float(sens), float(sens1),
+                           neighbors, rounded, max_records)
 
 
-def _check_magnitude(x, plan):
-    """A_g x must stay exact in float64: |A_g x| / g <= Σx · Δ₁/g < 2**52."""
-    total = int(x.sum())
-    if total * (plan.sens1 / plan.grid) >= 2.0**52:
-        raise ValueError(
-            f"the data has {total:,} records: too many for exact arithmetic with this strategy "
-            f"(Δ₁/grid = {plan.sens1 / plan.grid:.3g}; need Σx·Δ₁/grid < 2**52)"
-        )
+def execute(plan, x, *, rng=None):
+    """Draw the noise of ``plan`` and return y = A_g x + z as a :class:`Measurement`.
 
-
-def _execute(plan, x, *, budget=None, rng=None, what="measure"):
-    """Charge the budget, then draw the noise: y = A_g x + z (x already checked)."""
-    _check_magnitude(x, plan)
-    src = noise.check_rng(rng)  # wraps, draws nothing
-    if budget is not None:
-        budget.spend(plan.eps, plan.delta, what=what)
+    Reads x; the caller has checked x (:func:`check_counts`, :func:`check_records`) and
+    charged the budget. Nothing here branches on x.
+    """
+    src = noise.check_rng(rng)
     ax = plan.strategy.matvec(x.astype(np.float64))
     p = ax.shape[0]
     if plan.grid == 1.0:
@@ -411,19 +472,34 @@ def _execute(plan, x, *, budget=None, rng=None, what="measure"):
     )
 
 
-def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove"):
+def check_affordable(budget, eps, delta, *, what):
+    """Raise BudgetExceededError now if (eps, delta) does not fit: run before any check on
+    x, so that a caller with an exhausted budget sees the same error whatever x is."""
+    if budget is not None and not budget.can_spend(eps, delta):
+        budget.spend(eps, delta, what=what)  # refused: raises, saying what is left
+
+
+def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove", max_records=None):
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
     ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete
     Laplace with scale Δ₁(A)/ε; δ > 0: discrete Gaussian calibrated by zCDP (CKS 2020) to
     Δ₂(A). Real-valued A is first rounded to a power-of-two grid (see the module notes).
     ``neighbors``: ``"add_remove"`` (default) or ``"substitute"`` (sensitivity doubled).
+    ``max_records``: the declared bound on Σx (default :data:`MAX_RECORDS`); x above it is
+    refused before anything is spent, with a message that does not contain the total.
     ``budget``: a :class:`~matmech.budget.PrivacyBudget` charged (ε, δ) after all checks and
     before any noise. ``rng``: None for the OS CSPRNG (secure); a numpy Generator for
     reproducible experiments only (NOT secure).
     """
     A = as_linop(A)
     _check_budget(budget)
+    plan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
+    noise.check_rng(rng)
+    what = f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}"
+    check_affordable(budget, plan.eps, plan.delta, what=what)
     x = check_counts(x, A.shape[1])
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
-    return _execute(plan, x, budget=budget, rng=rng, what=f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}")
+    check_records(x, plan.max_records)
+    if budget is not None:
+        budget.spend(plan.eps, plan.delta, what=what)
+    return execute(plan, x, rng=rng)

@@ -53,15 +53,17 @@ from .mechanisms import (
     RoundedDense,
     RoundedSparse,
     _check_budget,
-    _check_magnitude,
     _check_neighbors,
     _check_privacy,
-    _execute,
+    check_affordable,
     check_counts,
+    check_max_records,
+    check_records,
+    execute,
     plan_measurement,
 )
 from .selection import METHODS as SELECT_METHODS
-from .selection import Selection, select_rows, take_rows
+from .selection import Selection, _selection_options, plan_selection, run_selection, take_rows
 from .workloads import ranges
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
@@ -340,11 +342,19 @@ def _answer_variances(W, plan):
     return var * (plan.std**2 / nominal)
 
 
-def _measured_release(x, answered, W, plan, var, *, budget, rng, what, name, note, neighbors, eps=None, delta=None, **record):
-    """Charge the budget, measure ``plan`` on x, reconstruct, answer the rows ``answered`` (W or
-    its selected rows; all checked before) and wrap it in a :class:`Release` of W;
-    ``eps``/``delta`` default to the measurement's."""
-    meas = _execute(plan, x, budget=budget, rng=rng, what=what)
+def _spend_then_measure(x, plan, *, budget, eps, delta, what, rng):
+    """The privacy boundary of a release: check x (messages never carry its values), charge
+    the whole (ε, δ) in one atomic spend, then draw the noise. Nothing here branches on x."""
+    check_records(x, plan.max_records)
+    if budget is not None:
+        budget.spend(eps, delta, what=what)
+    return execute(plan, x, rng=rng)
+
+
+def _record(meas, answered, W, var, *, budget, name, note, neighbors, eps=None, delta=None, **record):
+    """Reconstruct from ``meas`` (post-processing), answer the rows ``answered`` (W or its
+    selected rows) and wrap it in a :class:`Release` of W; ``eps``/``delta`` default to the
+    measurement's."""
     xhat = least_squares(meas)
     answers = answered.matvec(xhat)
     std = np.sqrt(var)
@@ -368,15 +378,16 @@ def _measured_release(x, answered, W, plan, var, *, budget, rng, what, name, not
     )
 
 
-def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note):
-    """Measure A on x and answer every row of W (x, W already validated). All checks run
-    before :func:`_execute` charges the budget."""
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors)
+def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, max_records):
+    """Measure A on x and answer every row of W. Every data-independent check (the plan,
+    whether A answers W, the budget) runs before x is read."""
+    plan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
     var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
-    return _measured_release(
-        x, W, W, plan, var, budget=budget, rng=rng, what=f"release {W.shape[0]} queries ({name})",
-        name=name, note=note, neighbors=neighbors,
-    )
+    what = f"release {W.shape[0]} queries ({name})"
+    check_affordable(budget, plan.eps, plan.delta, what=what)
+    x = check_counts(x, W.shape[1])
+    meas = _spend_then_measure(x, plan, budget=budget, eps=plan.eps, delta=plan.delta, what=what, rng=rng)
+    return _record(meas, W, W, var, budget=budget, name=name, note=note, neighbors=neighbors)
 
 
 # -- release with a private row selection in front ----------------------------------------
@@ -452,60 +463,69 @@ def _shown_options(opts):
     return MappingProxyType(out)
 
 
-#: Records above which strategy="auto"/"optimize" with selection is refused up front: the
-#: strategy is only known after selection, and a grid-rounded strategy keeps A_g x exact for
-#: fewer than 2**32 records (matmech.mechanisms), so the check must not wait until then.
-_MAX_RECORDS_LATE_STRATEGY = 2**31
+def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
+    """Strategy, plan and variances for the selected rows (strategy 'auto'/'optimize').
+
+    Runs after the selection: it sees only the selected rows (a DP output) and W, never x,
+    so falling back to the best fixed strategy when the choice fails is post-processing.
+    """
+    try:
+        A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
+        plan = plan_measurement(as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records)
+        return plan, _answer_variances(sub, plan), name, note + "; chosen for the selected rows"
+    except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
+        A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
+        note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
+        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
+        return plan, _answer_variances(sub, plan), name, note
 
 
-def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select):
+def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select, max_records):
     """release(..., select=...): select rows privately, then measure and answer only those.
 
-    Order: validate everything (options, rng, total budget, the strategy against W where it
-    is known in advance) → select_rows charges eps_select and draws its noise → the strategy
-    for the selected rows → measurement charges the rest and draws its noise. Nothing after
-    the selection can fail on input: with strategy 'auto'/'optimize' a failure to choose for
-    the selected rows falls back to the best fixed strategy (which always answers them).
+    Order: every data-independent check (options, rng, thresholds, the strategy against W
+    where it is known in advance, the budget) → x is checked → the whole (ε, δ) is charged
+    in one atomic spend → the selection draws its noise → the strategy for the selected rows
+    (from the selection and W only) → the measurement draws its noise. Nothing after the
+    spend reads x except the two noisy mechanisms, and nothing branches on x.
     """
     opts = _check_select(select, eps)
     eps_sel = opts["eps"]
     eps_m = _rest_of(eps, eps_sel)
-    noise.check_rng(rng)  # a bad rng must fail before the selection spends anything
+    noise.check_rng(rng)  # a bad rng must fail before anything is spent
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
     auto_thr = isinstance(opts["threshold"], str)
-    A = plan = var_full = None
+    plan = var_full = None
     name = note = ""
     if not late or auto_thr:
         # the strategy for the whole workload, from W, ε, δ only: it must answer every row
         # (then it answers any selection), and gives each row's std for threshold="auto"
         A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
         A = as_linop(A)
-        if A.shape[1] != x.shape[0]:
-            raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {x.shape[0]} cells")
-        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
+        if A.shape[1] != W.shape[1]:
+            raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells")
+        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
         if auto_thr:
             var_full = _answer_variances(W, plan)
         else:
             expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
-        if not late:
-            _check_magnitude(x, plan)
-    if late:
-        if int(x.sum()) >= _MAX_RECORDS_LATE_STRATEGY:
-            raise ValueError(
-                f"the data has {int(x.sum()):,} records; with selection, strategy={strategy!r} supports fewer "
-                f"than {_MAX_RECORDS_LATE_STRATEGY:,} (give a fixed strategy such as 'hierarchical')"
-            )
-        plan_measurement(per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors)  # the fallback works
-    if budget is not None and not budget.can_spend(eps, delta):
-        budget.spend(eps, delta, what="release with selection")  # refused: raises, saying what is left
+    if late:  # the fallback for the selected rows must work whatever is selected
+        plan_measurement(per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records)
     threshold = opts["threshold"]
     if auto_thr:
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
-    sel = select_rows(
-        W, x, c=opts["c"], eps=eps_sel, threshold=threshold, method=opts["method"], monotonic=opts["monotonic"],
-        ratio=opts["ratio"], neighbors=neighbors, budget=budget, rng=rng,
-    )
+    sel_opts = dict(c=opts["c"], eps=eps_sel, threshold=threshold, method=opts["method"],
+                    monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors)
+    _selection_options(W, **sel_opts)
+    what = f"release with selection ({opts['method']}, up to {opts['c']} of {W.shape[0]} queries)"
+    check_affordable(budget, eps, delta, what=what)
+    # -- reads x from here on ---------------------------------------------------------------
+    sel_plan = plan_selection(W, x, max_records=max_records, **sel_opts)  # checks x and the declared bound
+    x = check_counts(x, W.shape[1])
+    if budget is not None:
+        budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
+    sel = run_selection(sel_plan, rng=rng)
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
     record = dict(selected=rows, selection=sel, eps_select=eps_sel, select_options=_shown_options(opts))
@@ -514,36 +534,33 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
         empty.setflags(write=False)
         return Release(
             answers=empty, std=empty, expected_error=0.0, workload=W, strategy=None, strategy_name="none",
-            strategy_note="no row was selected, so nothing was measured", eps=eps_sel, delta=0.0,
+            strategy_note="no row was selected, so nothing was measured (the measurement's share was reserved "
+            "with the selection and is spent)", eps=eps, delta=delta,
             neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
             measurement=None, estimate=None, **record,
         )
     sub = take_rows(W, rows)
-    if not late:
+    if late:
+        plan, var, name, note = _late_plan(sub, eps_m, delta, strategy=strategy, neighbors=neighbors,
+                                           max_records=max_records)
+    else:
         var = var_full[rows] if var_full is not None else _answer_variances(sub, plan)
         note += "; measured for the selected rows"
-    else:
-        try:
-            A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
-            A = as_linop(A)
-            plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
-            _check_magnitude(x, plan)
-            var = _answer_variances(sub, plan)
-            note += "; chosen for the selected rows"
-        except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
-            # the selection is spent: answer with the best fixed strategy rather than fail
-            A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
-            note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
-            plan = plan_measurement(A, eps_m, delta, neighbors=neighbors)
-            var = _answer_variances(sub, plan)
-    return _measured_release(
-        x, sub, W, plan, var, budget=budget, rng=rng,
-        what=f"release {rows.size} selected of {W.shape[0]} queries ({name})",
-        name=name, note=note, neighbors=neighbors, eps=eps, delta=delta, **record,
-    )
+    meas = execute(plan, x, rng=rng)
+    return _record(meas, sub, W, var, budget=budget, name=name, note=note, neighbors=neighbors,
+                   eps=eps, delta=delta, **record)
 
 
-def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None):
+def _cells(x):
+    """The number of cells of the histogram x (its declared domain size); reads no count."""
+    arr = x.to_numpy() if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
+    if arr.ndim != 1:
+        raise ValueError(f"x must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
+    return arr.shape[0]
+
+
+def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None,
+            max_records=None):
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`).
@@ -567,18 +584,29 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     Monotonic SVT noise is used only where valid (non-negative rows, add/remove neighbours);
     ``monotonic=True`` otherwise raises.
 
+    ``max_records``: the declared bound on the number of records Σx (default
+    :data:`matmech.mechanisms.MAX_RECORDS` = 2**32). It sets the grid that keeps A x exact;
+    x with more records is refused before anything is spent, with a message that never
+    contains the total. With ``select``, the whole (ε, δ) is charged in one atomic spend
+    before the selection's first noise draw (a concurrent spender can never leave a
+    selection paid for and its measurement refused).
+
     Raises ValueError/TypeError, spending nothing, on bad input or a strategy that cannot
-    answer W.
+    answer W; an exhausted budget raises BudgetExceededError before x is read.
     """
     eps, delta = _check_privacy(eps, delta)
     _check_neighbors(neighbors)
     _check_budget(budget)
-    x = check_counts(x)
-    W = _as_workload(W, x.shape[0])
+    max_records = check_max_records(max_records)
+    noise.check_rng(rng)
+    n = _cells(x)
+    W = _as_workload(W, n)
     if select is not None:
-        return _release_selected(x, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors, select=select)
+        return _release_selected(x, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
+                                 select=select, max_records=max_records)
     A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
     A = as_linop(A)
-    if A.shape[1] != x.shape[0]:
-        raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {x.shape[0]} cells")
-    return _release_rows(x, W, A, eps, delta, budget=budget, rng=rng, neighbors=neighbors, name=name, note=note)
+    if A.shape[1] != n:
+        raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells")
+    return _release_rows(x, W, A, eps, delta, budget=budget, rng=rng, neighbors=neighbors, name=name, note=note,
+                         max_records=max_records)

@@ -15,7 +15,7 @@ then moves every answer up or leaves it.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,10 +23,12 @@ from .budget import PrivacyBudget
 from .error import NEIGHBORS, check_privacy_params
 from .intervals import Intervals
 from .linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
-from .mechanisms import check_counts, integer_valued
+from . import noise
+from .mechanisms import check_affordable, check_counts, check_max_records, check_records, integer_valued
 from .svt import exponential_top_c, sparse_vector, svt_budget
+from .svt_checks import check_threshold
 
-__all__ = ["Selection", "select_rows", "take_rows", "entry_range", "METHODS"]
+__all__ = ["Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "take_rows", "entry_range", "METHODS"]
 
 METHODS = ("svt", "em")
 
@@ -90,6 +92,102 @@ def _check_c(c):
     return int(c)
 
 
+@dataclass(frozen=True, eq=False)
+class SelectionPlan:
+    """A checked selection, ready to run: the true row answers and the calibration.
+
+    Made by :func:`plan_selection` (which reads x but draws and spends nothing); run by
+    :func:`run_selection` after the budget is charged.
+    """
+
+    values: np.ndarray = field(repr=False)
+    threshold: object
+    thr: np.ndarray | None = field(repr=False)
+    method: str
+    c: int
+    eps: float
+    sensitivity: float
+    monotonic: bool
+    ratio: object
+    n_rows: int
+
+
+def _selection_options(W, *, c, eps, threshold, method, monotonic, ratio, neighbors):
+    """Every data-independent check of a selection: (c, sens, monotonic, thr)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    c = _check_c(c)
+    if neighbors not in NEIGHBORS:
+        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
+    lo, hi = entry_range(W)
+    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+    if not sens > 0:
+        raise ValueError("the workload's rows are all zero (row sensitivity 0): there is nothing to select")
+    valid_monotonic = lo >= 0 and neighbors == "add_remove"
+    if isinstance(monotonic, str) and monotonic == "auto":
+        monotonic = valid_monotonic
+    elif monotonic is True and not valid_monotonic:
+        raise ValueError(
+            "monotonic=True needs non-negative counting rows and add/remove neighbours "
+            f"(rows have entries in [{lo:g}, {hi:g}], neighbors={neighbors!r}); use monotonic=False"
+        )
+    elif monotonic is not True and monotonic is not False:
+        raise TypeError(f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}")
+    thr = None
+    if method == "svt":
+        if threshold is None or isinstance(threshold, str):
+            raise ValueError(f"method='svt' needs a numeric threshold (scalar or one per row), got {threshold!r}")
+        if isinstance(threshold, (bool, np.bool_)):
+            raise TypeError(f"threshold must be a real number or one per row, got {threshold!r}")
+        thr = check_threshold(threshold, W.shape[0]).astype(np.float64)
+    elif threshold is not None:
+        raise ValueError(f"method='em' picks the c largest rows and takes no threshold; got threshold={threshold!r}")
+    if c > W.shape[0]:
+        raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
+    if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
+        svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
+    else:
+        check_privacy_params(eps, 0.0)
+    return c, float(sens), bool(monotonic), thr
+
+
+def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="auto", ratio="optimal",
+                   neighbors="add_remove", max_records=None):
+    """Check a selection and compute the true answers W x → :class:`SelectionPlan`.
+
+    Reads x but draws nothing and spends nothing; every refusal happens here, and no message
+    carries a value computed from x. Whether the answers are exact integers (then they need
+    no snapping to the SVT grid) follows from W and the declared ``max_records``, not from x.
+    """
+    W = as_linop(W)
+    c, sens, monotonic, thr = _selection_options(
+        W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors)
+    max_records = check_max_records(max_records)
+    x = check_counts(x, W.shape[1])
+    check_records(x, max_records)
+    values = W.matvec(x.astype(np.float64))
+    if integer_valued(W) and max_records * sens < 2.0**53:
+        # Integer rows times at most max_records records: the float sums are exact integers.
+        # As int64 they are on every SVT grid (no snapping, no grid step in the sensitivity).
+        values = np.rint(values).astype(np.int64)
+    return SelectionPlan(values, threshold, thr, method, c, float(eps), sens, monotonic, ratio, W.shape[0])
+
+
+def run_selection(plan, *, rng=None):
+    """Run a checked selection (the budget already charged) → :class:`Selection`."""
+    if plan.method == "svt":
+        res = sparse_vector(plan.values, plan.thr, c=plan.c, eps=plan.eps, sensitivity=plan.sensitivity,
+                            monotonic=plan.monotonic, ratio=plan.ratio, rng=rng)
+        rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
+    else:
+        res = exponential_top_c(plan.values, plan.c, plan.eps, sensitivity=plan.sensitivity,
+                                monotonic=plan.monotonic, rng=rng)
+        rows, stopped = np.asarray(res.positions, dtype=np.int64), True
+    rows.setflags(write=False)
+    return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
+                     bool(stopped), plan.n_rows)
+
+
 def select_rows(
     W,
     x,
@@ -103,6 +201,7 @@ def select_rows(
     neighbors="add_remove",
     budget=None,
     rng=None,
+    max_records=None,
 ):
     """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
 
@@ -110,53 +209,19 @@ def select_rows(
     scalar or one value per row; data-independent) by Lyu et al. Alg. 7 with ε₁:ε₂ from
     ``ratio``. ``method="em"``: the c rows with the largest answers by the exponential
     mechanism (no threshold). ``monotonic="auto"`` uses monotonic noise exactly when it
-    is valid; ``True`` where it is not valid raises.
+    is valid; ``True`` where it is not valid raises. ``max_records``: the declared bound
+    on Σx (see :func:`matmech.measure`). Every check runs before ``budget`` is charged.
     """
     W = as_linop(W)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    c = _check_c(c)
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
     if budget is not None and not isinstance(budget, PrivacyBudget):
         raise TypeError(f"budget must be a PrivacyBudget or None, got {type(budget).__name__}")
-    x = check_counts(x, W.shape[1])
-    lo, hi = entry_range(W)
-    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
-    valid_monotonic = lo >= 0 and neighbors == "add_remove"
-    if monotonic == "auto":
-        monotonic = valid_monotonic
-    elif monotonic is True and not valid_monotonic:
-        raise ValueError(
-            "monotonic=True needs non-negative counting rows and add/remove neighbours "
-            f"(rows have entries in [{lo:g}, {hi:g}], neighbors={neighbors!r}); use monotonic=False"
-        )
-    elif monotonic is not False:
-        raise TypeError(f"monotonic must be True, False or 'auto', got {monotonic!r}")
-    if method == "svt":
-        if threshold is None or isinstance(threshold, str):
-            raise ValueError(f"method='svt' needs a numeric threshold (scalar or one per row), got {threshold!r}")
-        thr = np.asarray(threshold, dtype=np.float64)
-        if thr.ndim not in (0, 1) or (thr.ndim == 1 and thr.size != W.shape[0]):
-            raise ValueError(f"threshold must be a scalar or have one value per row ({W.shape[0]}), got shape {thr.shape}")
-    if c > W.shape[0]:
-        raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
-    if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
-        svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
-    else:
-        check_privacy_params(eps, 0.0)
-    values = W.matvec(x.astype(np.float64))
-    if integer_valued(W) and values.size and float(np.abs(values).max()) < 2.0**53:
-        # Integer rows times counts: the float sums are exact integers. As int64 they are
-        # on every SVT grid, so no snapping (and no grid step added to the sensitivity).
-        values = np.rint(values).astype(np.int64)
+    noise.check_rng(rng)
+    what = f"select up to {c} of {W.shape[0]} rows ({method})"
+    _selection_options(W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio,
+                       neighbors=neighbors)
+    check_affordable(budget, eps, 0.0, what=what)
+    plan = plan_selection(W, x, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic,
+                          ratio=ratio, neighbors=neighbors, max_records=max_records)
     if budget is not None:  # every check has passed: charge before any noise is drawn
-        budget.spend(eps, 0.0, what=f"select up to {c} of {W.shape[0]} rows ({method})")
-    if method == "svt":
-        res = sparse_vector(values, thr, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, rng=rng)
-        rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
-    else:
-        res = exponential_top_c(values, c, eps, sensitivity=sens, monotonic=monotonic, rng=rng)
-        rows, stopped = np.asarray(res.positions, dtype=np.int64), True
-    rows.setflags(write=False)
-    return Selection(rows, method, float(eps), c, threshold, float(sens), bool(monotonic), bool(stopped), W.shape[0])
+        budget.spend(eps, 0.0, what=what)
+    return run_selection(plan, rng=rng)

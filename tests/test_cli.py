@@ -140,7 +140,7 @@ def test_release_writes_one_row_per_query(files):
     out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
               "--strategy", "hierarchical", "--out", str(out_csv))
     assert out.returncode == 0, out.stderr
-    assert "3,040 records" in out.stdout and "5 queries answered" in out.stdout and "OS randomness" in out.stdout
+    assert "records" not in out.stdout.replace("record count is private", "") and "5 queries answered" in out.stdout and "OS randomness" in out.stdout
     rows = read_csv(out_csv)
     assert list(rows[0]) == ["query", "answer", "std", "lower95", "upper95"]
     assert [r["query"] for r in rows] == ["0-7", "8-15", "16-23", "24-31", "all"]
@@ -158,7 +158,7 @@ def test_release_with_a_saved_strategy_and_json(files):
               "--strategy", str(d / "s.npz"), "--json")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
-    assert res["strategy_file"] == str(d / "s.npz") and res["records"] == 3040 and res["out"] is None
+    assert res["strategy_file"] == str(d / "s.npz") and "records" not in res and res["out"] is None
     assert res["noise"]["secure_randomness"] is True and res["selection"] is None
     assert [q["query"] for q in res["queries"]] == ["0-7", "8-15", "16-23", "24-31", "all"]
     assert all(abs(q["answer"] - t) < 10 * q["std"] for q, t in zip(res["queries"], truth))
@@ -214,7 +214,7 @@ def test_release_and_advise_errors_as_subprocesses(files):
         ([*base[:3], str(d / "nope.csv"), *base[4:]], "nope.csv: no such data file"),
         ([*base, "--eps", "-1"], "eps must be a positive finite number, got -1"),
         ([*base[:5], "height", *base[6:]], "no column 'height'; the header has ['id', 'age', 'city', 'age8']"),
-        ([*base[:3], str(wide), *base[4:]], "line 3, column 'age': value 40 is outside the spec's domain"),
+        ([*base[:3], str(wide), *base[4:]], "line 3, column 'age': the value is outside the spec's domain"),
     ]:
         out = run(*args)
         assert out.returncode == 2, (args, out.stdout)
@@ -235,8 +235,8 @@ def test_more_error_paths_in_process(files, capsys):
         (d / name).write_text(text)
     base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--out", str(d / "o.csv")]
     for args, text in [
-        ([*base[:3], str(d / "text.csv"), *base[4:]], "line 3, column 'age': 'abc' is not a number"),
-        ([*base[:3], str(d / "frac.csv"), *base[4:]], "value 2.5 is outside the spec's domain (expected an integer code 0..31)"),
+        ([*base[:3], str(d / "text.csv"), *base[4:]], "line 3, column 'age': the entry is not a number"),
+        ([*base[:3], str(d / "frac.csv"), *base[4:]], "the value is outside the spec's domain (expected an integer code 0..31)"),
         ([*base[:3], str(d / "empty.csv"), *base[4:]], "the data file is empty"),
         ([*base[:3], str(d / "header.csv"), *base[4:]], "no data rows"),
         ([*base, "--column", "city"], "give one --column per attribute"),

@@ -65,29 +65,29 @@ def test_categorical_series_uses_codes():
 @pytest.mark.parametrize(
     "values, bins, exc, pattern",
     [
-        (np.array([0, 1, 5]), 5, ValueError, r"value 5 in row 2 is outside the domain 0\.\.4"),
-        (np.array([0, -1]), 5, ValueError, r"value -1 in row 1"),
+        (np.array([0, 1, 5]), 5, ValueError, r"a value in row 2 is outside the domain 0\.\.4"),
+        (np.array([0, -1]), 5, ValueError, r"a value in row 1 is outside"),
         (np.array([0.0, np.nan]), 5, ValueError, r"NaN.*row 1"),
-        (np.array([0.0, np.inf]), 5, ValueError, r"infinite value inf in row 1"),
-        (np.array([0.0, 1.5]), 5, ValueError, r"non-integer value 1\.5 in row 1"),
-        (np.array(["0", "x"], dtype=object), 5, TypeError, r"non-numeric value '0'.*row 0"),
+        (np.array([0.0, np.inf]), 5, ValueError, r"infinite value in row 1"),
+        (np.array([0.0, 1.5]), 5, ValueError, r"non-integer value in row 1"),
+        (np.array(["0", "x"], dtype=object), 5, TypeError, r"non-numeric value of type str.*row 0"),
         ([0, None], 5, ValueError, r"None.*row 1"),
-        (np.array([1.0, 11.0]), [0, 5, 10], ValueError, r"value 11 in row 1 is outside the bin edges \[0, 10\]"),
+        (np.array([1.0, 11.0]), [0, 5, 10], ValueError, r"a value in row 1 is outside the bin edges \[0, 10\]"),
         (np.array([1, 2]), 0, ValueError, "positive"),
         (np.array([1, 2]), [3, 1], ValueError, "strictly increasing"),
         (np.array([1, 2]), "abc", TypeError, "categories"),
     ],
 )
-def test_bad_values_name_value_and_row(values, bins, exc, pattern):
+def test_bad_values_name_the_row_never_the_value(values, bins, exc, pattern):
     with pytest.raises(exc, match=pattern):
         histogram(values, bins)
 
 
 def test_errors_name_pandas_row_label_and_column():
     df = pd.DataFrame({"age": [1, 2, 99], "zip": ["a", "b", "c"]}, index=["p", "q", "r"])
-    with pytest.raises(ValueError, match=r"value 99 in row 2 \(index 'r'\) of column 'age'"):
+    with pytest.raises(ValueError, match=r"a value in row 2 \(index 'r'\) of column 'age'"):
         histogram(df[["age"]], (10,))
-    with pytest.raises(TypeError, match=r"non-numeric value 'a'.*row 0 \(index 'p'\) of column 'zip'"):
+    with pytest.raises(TypeError, match=r"non-numeric value of type str.*row 0 \(index 'p'\) of column 'zip'"):
         histogram(df, {"age": 100, "zip": 10})
     with pytest.raises(ValueError, match=r"column\(s\) \['nope'\]"):
         histogram(df, {"nope": 3})

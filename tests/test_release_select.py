@@ -45,12 +45,11 @@ def test_end_to_end_selects_the_big_rows_and_spends_the_total(delta):
     assert rel.selected.tolist() == HEAVY  # far above / far below a threshold of 2000
     assert rel.answers.shape == rel.std.shape == (len(HEAVY),)
     assert np.all(np.abs(rel.answers - TRUTH[HEAVY]) < 8 * rel.std)
-    # the budget: selection first (pure eps), then the measurement with the rest and delta
+    # the budget: selection (pure eps) and measurement (the rest and delta) in one atomic spend
     assert budget.spent == pytest.approx((1.0, delta)) and budget.remaining == pytest.approx((0.0, 0.0))
-    (sel, meas) = budget.ledger
-    assert sel.eps == 0.3 and sel.delta == 0.0 and "select" in sel.what
-    assert meas.eps == pytest.approx(0.7) and meas.delta == delta
-    assert rel.spent == (1.0, delta) and rel.eps_select == 0.3 and rel.measurement.eps == meas.eps
+    (entry,) = budget.ledger
+    assert entry.eps == 1.0 and entry.delta == delta and "selection" in entry.what
+    assert rel.spent == (1.0, delta) and rel.eps_select == 0.3 and rel.measurement.eps == pytest.approx(0.7)
     assert rel.selection.method == "svt" and rel.selection.monotonic  # counting rows, add/remove
     # the answers never contain NaN; unanswered rows are explicit
     assert np.all(np.isfinite(rel.answers))
@@ -103,7 +102,8 @@ def test_nothing_selected_measures_nothing():
     budget = PrivacyBudget(1.0)
     rel = mm.release(X, W, 1.0, strategy="identity", budget=budget, rng=np.random.default_rng(5), select={**SELECT, "threshold": 1e7})
     assert rel.selected.size == 0 and rel.answers.size == 0 and rel.measurement is None and rel.strategy is None
-    assert budget.spent == (0.3, 0.0) and rel.spent == (0.3, 0.0) and len(budget.ledger) == 1
+    # the measurement's share was reserved with the selection (one atomic spend) and stays spent
+    assert budget.spent == (1.0, 0.0) and rel.spent == (1.0, 0.0) and len(budget.ledger) == 1
     assert rel.expected_error == 0.0 and not rel.answered.any()
     data = json.loads(rel.to_json())
     assert data["rmse"] is None and data["noise"] is None and {q["status"] for q in data["queries"]} == {"below threshold"}
@@ -112,13 +112,13 @@ def test_nothing_selected_measures_nothing():
 def test_threshold_auto_is_std_over_target(monkeypatch):
     """threshold='auto' tests row i against std_i / target, std_i under the strategy and eps − select eps."""
     seen = {}
-    real = release_module.select_rows
+    real = release_module.plan_selection
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(release_module, "select_rows", spy)
+    monkeypatch.setattr(release_module, "plan_selection", spy)
     for target, delta in ((None, 0.0), (0.01, 1e-6), (0.005, 0.0)):
         opts = dict(threshold="auto", c=8, eps=0.25)
         if target is not None:
@@ -128,7 +128,7 @@ def test_threshold_auto_is_std_over_target(monkeypatch):
         std = np.sqrt(_answer_variances(W, plan_measurement(A, 0.75, delta)))
         t = DEFAULT_TARGET_REL_ERROR if target is None else target
         np.testing.assert_allclose(seen["threshold"], std / t, rtol=1e-12)
-        assert seen["eps"] == 0.25 and seen["budget"] is None
+        assert seen["eps"] == 0.25 and "budget" not in seen
         if target is not None:
             # thresholds ~1000 and ~2000 counts: the heavy bands and only they meet the target
             assert set(rel.selected.tolist()) == set(HEAVY)
@@ -214,7 +214,7 @@ BAD = [
     (dict(select={**SELECT, "target_rel_error": 0.1}), ValueError, "only used with threshold='auto'"),
     (dict(select={**SELECT, "threshold": "auto", "target_rel_error": 0}), ValueError, "target_rel_error must be a positive"),
     (dict(select={**SELECT, "threshold": "auto", "target_rel_error": "10%"}), TypeError, "target_rel_error must be a real"),
-    (dict(select={**SELECT, "threshold": [1, 2, 3]}), ValueError, "one value per row"),
+    (dict(select={**SELECT, "threshold": [1, 2, 3]}), ValueError, "one threshold per value"),
     (dict(select={**SELECT, "c": 0}), ValueError, "c must be a positive integer"),
     (dict(select={**SELECT, "c": 2.5}), ValueError, "c must be a positive integer"),
     (dict(select={**SELECT, "c": 33}), ValueError, "c = 33 is more than the 32 rows"),
