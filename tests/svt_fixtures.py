@@ -19,7 +19,7 @@ variants that release them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -92,6 +92,41 @@ def alg5(values, threshold, *, eps, rng, sensitivity=1.0):
     """One run of Alg. 5 in the paper's output format: True (top) / False (bottom) per query."""
     b = alg5_batch(values, threshold, eps=eps, n=1, rng=rng, sensitivity=sensitivity)
     return [bool(f == ABOVE) for f in b.flags[0]]
+
+
+# --------------------------------------------------------------------------
+# The columns of [LSL17]'s Fig. 2 table, for the exact audit (tests/privacy_exact.py)
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Variant:
+    """One SVT variant of [LSL17] Fig. 1-2: noise scales in units of D as functions of (eps, c).
+
+    ``query_scale`` None means no query noise (Alg. 5); ``cutoff`` False means
+    the run never stops (Alg. 5, 6); ``releases`` means a top outputs
+    q_i + nu_i instead of "top" (Alg. 3).  ``private`` is the paper's verdict
+    at the claimed eps (Fig. 2, "Privacy Property").
+    """
+
+    alg: int
+    threshold_scale: Callable[[float, int], float]
+    query_scale: Optional[Callable[[float, int], float]]
+    cutoff: bool
+    releases: bool
+    private: bool
+
+
+VARIANTS = {
+    # Alg. 1: rho ~ Lap(D/eps1), nu ~ Lap(2cD/eps2), eps1 = eps2 = eps/2; eps-DP.
+    1: Variant(1, lambda e, c: 1 / (e / 2), lambda e, c: 2 * c / (e / 2), True, False, True),
+    # Alg. 3 (Roth 2011): nu ~ Lap(cD/eps2) and releases q_i + nu_i; infinity-DP (Thm. 9.11).
+    3: Variant(3, lambda e, c: 1 / (e / 2), lambda e, c: c / (e / 2), True, True, False),
+    # Alg. 4 (Lee-Clifton 2014): eps1 = eps/4, nu ~ Lap(D/eps2) not scaling with c; ((1+6c)/4)eps-DP.
+    4: Variant(4, lambda e, c: 1 / (e / 4), lambda e, c: 1 / (e - e / 4), True, False, False),
+    # Alg. 5 (Stoddard et al. 2014): no query noise, no cutoff; infinity-DP (Thm. 3.5).
+    5: Variant(5, lambda e, c: 1 / (e / 2), None, False, False, False),
+    # Alg. 6 (Chen et al. 2015): nu ~ Lap(D/eps2), no cutoff; infinity-DP (Thm. 9.13).
+    6: Variant(6, lambda e, c: 1 / (e / 2), lambda e, c: 1 / (e / 2), False, False, False),
+}
 
 
 # --------------------------------------------------------------------------

@@ -7,8 +7,9 @@ Clopper-Pearson test that must NOT prove a loss above the claimed eps.  The
 paper's non-private Alg. 5 and Alg. 3 (tests/svt_fixtures.py) must be
 rejected, and the auditor's power is checked on mechanisms of known epsilon.
 
-Everything is seeded (deterministic); the whole file takes about a minute of CPU
-(under 2 minutes wall on a shared 2-core machine).
+This is the second, sampling-based method; the exact audit with its
+mutation test is tests/test_privacy_exact.py.  Everything is seeded
+(deterministic); the whole file takes about 30 s of CPU.
 """
 
 from __future__ import annotations
