@@ -25,7 +25,7 @@ from typing import Optional
 
 from . import noise
 from .calibration import laplace_scale
-from .svt_checks import Ratio, check_c, check_eps, check_ratio, check_sensitivity
+from .svt_checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 
 __all__ = [
     "SVTBudget",
@@ -176,6 +176,7 @@ def svt_budget(
     eps, eps_answer = check_eps(eps, eps_answer)
     sensitivity = check_sensitivity(sensitivity)
     ratio = check_ratio(ratio)
+    monotonic = check_flag("monotonic", monotonic)
     e1, e2 = split_eps(_below(eps, eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,

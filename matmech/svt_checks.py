@@ -25,6 +25,7 @@ __all__ = [
     "check_values",
     "check_threshold",
     "check_beta",
+    "check_flag",
 ]
 
 Ratio = Union[str, float]
@@ -112,6 +113,13 @@ def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
         where = "" if t.ndim == 0 else f" at index {i}"
         raise ValueError(f"threshold must be finite, got {np.atleast_1d(t)[i]!r}{where}")
     return t
+
+
+def check_flag(name: str, value) -> bool:
+    """A real boolean: ``"False"`` or ``1`` must not switch on a noise-halving option."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r}")
+    return bool(value)
 
 
 def check_beta(beta) -> float:

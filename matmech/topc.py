@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import noise
-from .svt_checks import check_c, check_eps, check_sensitivity, check_values
+from .svt_checks import check_c, check_eps, check_flag, check_sensitivity, check_values
 from .svt_noise import CHUNK_MAX, worker_sources
 
 __all__ = ["TopCResult", "exponential_top_c"]
@@ -67,6 +67,7 @@ def exponential_top_c(
     c = check_c(c)
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
     n = arr.shape[0]
     if c > n:
         raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
