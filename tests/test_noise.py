@@ -1,6 +1,7 @@
 """Tests for matmech.noise: exact discrete samplers against exact pmfs (chi-square)."""
 
 import ast
+import decimal
 import math
 import os
 import pathlib
@@ -70,7 +71,7 @@ def chisquare_pvalue(samples, pmf, span, bins=60):
 # ---------------------------------------------------------------- goodness of fit
 
 
-LAPLACE_SCALES = [1, 0.7, 3.25, 10, Fraction(10, 3), 1000, 2**16]
+LAPLACE_SCALES = [1, 0.7, 0.3, 3.25, 10, Fraction(10, 3), Fraction(22, 7), 1000, 2**16]
 
 
 @pytest.mark.parametrize("scale", LAPLACE_SCALES, ids=str)
@@ -161,50 +162,46 @@ def _freq_ok(hits, n, p):
     return abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n) + 1e-12
 
 
-@pytest.mark.parametrize(
-    "den", [1, 3, 10, 2**16, 2**40 + 1, 2**62 + 1], ids=lambda d: f"den={d}"
-)
-def test_bernoulli_exp_unit_exact_frequencies(den):
-    # gamma in [0, 1]; den = 2**62 + 1 exercises the split Bernoulli(num/den)*Bernoulli(1/k)
-    src = check_rng(np.random.default_rng(31))
-    n = 40_000
-    for num in {0, den // 3, den // 2, den}:
-        hits = noise._bern_exp_unit(np.full(n, num, dtype=np.int64), den, src).sum()
-        assert _freq_ok(hits, n, math.exp(-num / den)), (num, den, hits)
+@pytest.mark.parametrize("a, b", [(1, 1), (7, 10), (1, 2**48), (3, 1), (10**6 + 7, 10**6),
+                                  (100 * 256, 1), (5 << 56, 3), (2**62, 1)])
+def test_exp_neg_encloses_exp(a, b):
+    # an independent decimal computation at 300 digits
+    ctx = decimal.Context(prec=300)
+    exact = ctx.exp(ctx.divide(-decimal.Decimal(a), decimal.Decimal(b)))
+    for prec in (64, 128, 300):
+        lo, hi = noise._exp_neg(a, b, prec)
+        scaled = ctx.multiply(exact, ctx.power(decimal.Decimal(2), prec))
+        assert lo <= scaled <= hi and hi - lo <= 4, (prec, lo, hi)
 
 
-def test_bernoulli_exp_gamma_above_one():
+def test_floor_bits_are_consistent_across_precisions():
+    keys = [("exp", 7, 10), ("cdf", 256, 10, 3), ("cdf", 1, 2**40, 200),
+            ("neg", 1, 1), ("nonpos", 100, 1), ("cdf", 100, 1, 255)]
+    for key in keys:
+        f128, f500 = noise._floor_bits(key, 128), noise._floor_bits(key, 500)
+        assert f500 >> 372 == f128 and 0 <= f128 < 2**128
+        lo, hi = noise._enclose(key, 600)
+        assert lo >> 100 <= f500 <= hi >> 100
+
+
+@pytest.mark.parametrize("a, b", [(1, 1), (5, 2), (1, 3), (10**40 + 12345, 3 * 10**39)])
+def test_bernoulli_exp_frequencies(a, b):
+    # exp(-a/b) with a/b far beyond int64 in the last case (the Gaussian's huge-|y| fallback)
     src = check_rng(np.random.default_rng(32))
-    n = 60_000
-    for num, den in [(5, 2), (7, 3), (1, 1), (3, 1), (10**6 + 7, 10**6)]:
-        hits = noise._bern_exp(np.full(n, num, dtype=np.int64), den, src).sum()
-        assert _freq_ok(hits, n, math.exp(-num / den)), (num, den)
-
-
-def test_bernoulli_exp_mixed_numerators_in_one_call():
-    src = check_rng(np.random.default_rng(33))
-    num = np.repeat(np.array([0, 1, 4, 9, 25], dtype=np.int64), 30_000)
-    out = noise._bern_exp(num, 4, src)
-    for v in [0, 1, 4, 9, 25]:
-        sel = out[num == v]
-        assert _freq_ok(sel.sum(), sel.size, math.exp(-v / 4)), v
-
-
-def test_bernoulli_exp_minus_one_and_continuation():
-    src = check_rng(np.random.default_rng(34))
-    assert _freq_ok(noise._bern_exp_minus_one(100_000, src).sum(), 100_000, math.exp(-1))
-    # Alg. 1 with gamma = 1 continued from step 3: P[K odd | K >= 3] = 2/e
-    hits = noise._bern_exp_from(np.ones(20_000, dtype=np.int64), 1, 3, src).sum()
-    assert _freq_ok(hits, 20_000, 2 * math.exp(-1))
-
-
-def test_bernoulli_exp_scalar_big_integers():
-    src = check_rng(np.random.default_rng(35))
-    den = 3 * 10**40
-    num = 10 * 10**40 + 12345  # gamma ~ 3.33, far beyond int64
     n = 20_000
-    hits = sum(noise._bern_exp_scalar(num, den, src) for _ in range(n))
-    assert _freq_ok(hits, n, math.exp(-num / den))
+    hits = sum(noise._bernoulli(("exp", a, b), src) for _ in range(n))
+    assert _freq_ok(hits, n, math.exp(-a / b))
+
+
+def test_resolve_continues_a_tied_comparison_exactly():
+    # given a 128-bit tie with v, P[v <= U] = 1 - frac(v * 2**128): check the continuation
+    src = check_rng(np.random.default_rng(33))
+    for key in [("exp", 7, 10), ("cdf", 256, 10, 3)]:
+        prefix = noise._floor_bits(key, 128)
+        frac = (noise._floor_bits(key, 192) - (prefix << 64)) / 2**64
+        n = 20_000
+        hits = sum(noise._resolve([key], prefix, 128, src) for _ in range(n))
+        assert _freq_ok(hits, n, 1 - frac)
 
 
 def test_gaussian_acceptance_overflow_fallback():
@@ -212,6 +209,144 @@ def test_gaussian_acceptance_overflow_fallback():
     src = check_rng(np.random.default_rng(36))
     ay = np.array([p.Q, p.y_safe + 1, 2**62], dtype=np.int64)  # gamma = 0, huge, huger
     assert noise._gauss_accept(ay, p, src).tolist() == [True, False, False]
+
+
+def test_gaussian_acceptance_frequencies():
+    p = noise._gauss_params(3.25)  # sigma^2 = 169/16: gamma(y) = (|y| - 3)^2 * 16 / 338
+    src = check_rng(np.random.default_rng(37))
+    n = 40_000
+    for y in [0, 3, 5, 12, 40]:
+        hits = noise._gauss_accept(np.full(n, y, dtype=np.int64), p, src).sum()
+        assert _freq_ok(hits, n, math.exp(-((y * p.P - p.Q) ** 2) * p.R / p.S)), y
+
+
+# ---------------------------------------------------------------- fixed work per draw
+
+
+class CountingSource(RandomSource):
+    """A seeded source that counts the words handed out and can script some of them."""
+
+    __slots__ = ("inner", "taken", "script")
+
+    def __init__(self, seed, script=()):
+        super().__init__()
+        self.inner = check_rng(np.random.default_rng(seed))
+        self.taken = 0
+        self.script = list(script)  # arrays handed out, in order, before random words
+
+    def words64(self, n):
+        self.taken += n
+        if self.script:
+            w = np.asarray(self.script.pop(0), dtype=np.uint64)
+            if w.size != n:
+                raise RuntimeError(f"scripted {w.size} words, asked for {n}")
+            return w
+        return self.inner.words64(n)
+
+
+def _laplace_words(scale):
+    f = noise._laplace_fraction(scale)
+    return noise._laplace_table(f.numerator, f.denominator).digits + 3
+
+
+@pytest.mark.parametrize("scale", [0.7, 1, 10, 2**16, 2**40])
+def test_discrete_laplace_words_per_draw_do_not_depend_on_value(scale):
+    src = CountingSource(51)
+    counts, values = [], []
+    for _ in range(3000):
+        before = src.taken
+        values.append(int(discrete_laplace(scale, 1, rng=src)[0]))
+        counts.append(src.taken - before)
+    assert set(counts) == {_laplace_words(scale)}
+    big = max(abs(v) for v in values)
+    assert big > 4 * scale  # the draws did reach the tail: same words as for the centre
+    # bulk draws: the words depend on the size only
+    before = src.taken
+    discrete_laplace(scale, 5000, rng=src)
+    assert src.taken - before == 5000 * _laplace_words(scale)
+
+
+@pytest.mark.parametrize("sigma", [0.7, 3.25, 1000])
+def test_discrete_gaussian_words_depend_on_rounds_only(sigma):
+    # each rejection round costs the same words whatever the proposal; the number of
+    # rounds is independent of the accepted value (CKS Alg. 3 is a rejection sampler)
+    p = noise._gauss_params(sigma)
+    g = noise._gauss_table(p.S)
+    per_round = _laplace_words(Fraction(p.lap_t, p.lap_s)) + g.positions + g.high + 1
+    src = CountingSource(52)
+    one_round, more = [], []
+    for _ in range(6000):
+        before = src.taken
+        v = int(discrete_gaussian(sigma, 1, rng=src)[0])
+        used = src.taken - before
+        assert used % per_round == 0
+        (one_round if used == per_round else more).append(abs(v))
+    assert len(more) > 200
+    # |value| given one round vs several rounds: same distribution
+    assert stats.ks_2samp(one_round, more).pvalue > 1e-4
+
+
+M64 = 2**64 - 1
+MID = 2**63
+
+
+def _script(high_words, spare):
+    """Fixed-path words of one draw: one high word per uniform, then the spare word."""
+    return np.array([*high_words, spare], dtype=np.uint64)
+
+
+def test_fallback_resolves_ties_and_the_tail_exactly():
+    tab = noise._laplace_table(10, 1)
+    D = tab.digits
+    # 1) U of digit 0 ties with F_0(3) on 128 bits (high word + spare); sign "positive"
+    v3 = tab.vals[0][3]
+    words = _script([v3 >> 64] + [MID] * (D - 1) + [M64, M64], v3 & M64)
+    results = []
+    for seed in range(400):
+        src = CountingSource(seed, [words])
+        results.append(int(discrete_laplace(10, 1, rng=src)[0]))
+        assert src.taken > D + 3  # extra words were read to settle the tie
+    assert set(results) <= {3, 4}  # digit 2 or 3, |Z| = 1 + digit
+    # the continuation is exact: P[digit = 3] = 1 - frac(F_0(3) 2**128)
+    frac = (noise._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
+    assert _freq_ok(results.count(4), len(results), 1 - frac)
+    # 2) the tail uniform below q**(256**D) (> 2**-128 at scale 18/5, D = 1): |Z| > 256
+    tail = noise._laplace_table(18, 5)
+    assert tail.digits == 1 and 0 < tail.ovf < 2**64
+    src = CountingSource(7, [_script([MID, M64, 0], 0)])
+    assert int(discrete_laplace(Fraction(18, 5), 1, rng=src)[0]) > 256
+    # 3) a sign tie: U equal to the first 128 bits of P[Z < 0] = q/(1+q)
+    g0 = tab.sign[0]
+    signs = set()
+    for seed in range(50):
+        src = CountingSource(seed, [_script([MID] * D + [g0 >> 64, MID], g0 & M64)])
+        signs.add(int(np.sign(discrete_laplace(10, 1, rng=src)[0])))
+    assert signs == {-1, 0}
+    # 4) two uniforms whose high words both meet a threshold: one takes the spare word,
+    # the other fresh words, on the exact path
+    for seed in range(50):
+        src = CountingSource(seed, [_script([v3 >> 64] + [MID] * (D - 1) + [g0 >> 64, MID], 0)])
+        v = int(discrete_laplace(10, 1, rng=src)[0])
+        assert v in {-3, -4, 0} and src.taken > D + 3
+
+
+def test_gaussian_fallback_on_an_acceptance_tie():
+    p = noise._gauss_params(3.25)
+    g = noise._gauss_table(p.S)
+    y = 12
+    num = (y * p.P - p.Q) ** 2 * p.R
+    v = g.vals[0][num & 255]
+    # tie on digit 0; the other factors' uniforms are 2**-64: they accept
+    words = _script([v >> 64] + [1] * (g.positions + g.high - 1), v & M64)
+    hits = 0
+    for seed in range(200):
+        src = CountingSource(seed, [words])
+        out = noise._gauss_accept(np.array([y], dtype=np.int64), p, src)
+        assert out.dtype == bool and out.shape == (1,) and src.taken > words.size
+        hits += bool(out[0])
+    # given the tie, accepted iff the continuation of U is below exp(-gamma)'s next bits
+    frac = (noise._floor_bits(("exp", num & 255, p.S), 192) - (v << 64)) / 2**64
+    assert _freq_ok(hits, 200, frac)
 
 
 @pytest.mark.parametrize("d", [3, 7, 10, 1000, 2**32 - 1, 3 * 2**30, 2**20, 3 * 2**40, 3 * 2**61])

@@ -259,9 +259,12 @@ def test_default_rng_is_the_os_csprng(monkeypatch):
 # Retraversal, DPBook, EM
 # --------------------------------------------------------------------------
 def test_retraversal_finds_c_by_going_around_again():
-    r = svt.sparse_vector_retraversal(np.zeros(5, dtype=np.int64), 0, c=4, eps=1.0, boost=1.0, rng=gen(2))
-    assert len(r.positions) == 4 and len(set(r.positions)) == 4 and r.stopped
-    assert r.n_processed > 5  # needed more than one pass at a threshold raised by 1 std
+    runs = [svt.sparse_vector_retraversal(np.zeros(5, dtype=np.int64), 0, c=4, eps=1.0, boost=1.0, rng=gen(s))
+            for s in range(20)]
+    for r in runs:
+        assert len(r.positions) == 4 and len(set(r.positions)) == 4 and r.stopped
+    # at a threshold raised by 1 std, 4 of 5 zeros rarely clear in one pass (~3% of runs)
+    assert sum(r.n_processed > 5 for r in runs) >= 15
 
 
 def test_retraversal_boost_is_in_query_noise_standard_deviations():
