@@ -1,4 +1,4 @@
-"""Throughput of the exact noise samplers (matmech.noise).
+"""Throughput of the exact noise samplers (matmech.privacy.noise).
 
 Prints samples/second (median of 5 runs of 10**6 samples) for the discrete Laplace and
 Gaussian, from the secure OS source and from a seeded numpy Generator, and saves the table
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from matmech import noise
+from matmech.privacy import noise
 
 SAMPLES = 10**6
 RUNS = 5

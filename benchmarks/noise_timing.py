@@ -4,7 +4,7 @@ For single draws (size 1, the way SVT draws its threshold noise rho) this record
 of every draw with ``time.perf_counter_ns`` and reports the MEDIAN time per |value| bucket
 (|v| < 1 scale, 1-2, 2-3, 3-4, 4-5, > 5 scales), for
 
-* ``new``: the current :mod:`matmech.noise` (fixed work per draw / per rejection round);
+* ``new``: the current :mod:`matmech.privacy.noise` (fixed work per draw / per rejection round);
 * ``old``: the previous variable-time implementation (CKS 2020 Alg. 1-3 as loops), kept
   verbatim below for this comparison only (matmech no longer contains it).
 
@@ -30,13 +30,14 @@ import time
 
 import numpy as np
 
-from matmech import noise, svt_noise
+from matmech.privacy import noise
+from matmech.svt import grid as svt_noise
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 BUCKETS = ["<1", "1-2", "2-3", "3-4", "4-5", ">5"]
 
 # --------------------------------------------------------------------------------------
-# The old variable-time samplers (matmech.noise before issue 10 finding 4), verbatim
+# The old variable-time samplers (matmech.privacy.noise before issue 10 finding 4), verbatim
 # --------------------------------------------------------------------------------------
 _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1

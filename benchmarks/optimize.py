@@ -37,10 +37,10 @@ import scipy
 import matmech
 from matmech import strategies as S
 from matmech import workloads as wl
-from matmech.advise import advise
+from matmech.advisor.advise import advise
 from matmech.error import expected_error, lower_bound
-from matmech.opt_marginals import MarginalStrategy
-from matmech.optimize import optimize
+from matmech.optimizers.marginals import MarginalStrategy
+from matmech.optimizers.dispatch import optimize
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = 1.0

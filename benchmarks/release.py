@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from matmech import strategies as S  # noqa: E402
 from matmech.inference import least_squares  # noqa: E402
-from matmech.intervals import Intervals  # noqa: E402
-from matmech.linop import Dense  # noqa: E402
-from matmech.mechanisms import _execute, check_counts, plan_measurement  # noqa: E402
+from matmech.linalg.intervals import Intervals  # noqa: E402
+from matmech.linalg.linop import Dense  # noqa: E402
+from matmech.privacy.measure import _execute, check_counts, plan_measurement  # noqa: E402
 from matmech.release import _answer_variances, release  # noqa: E402
 
 
@@ -138,7 +138,7 @@ def part_optimized(repeats):
     W = random_ranges(n, m, 4)
     cases = []
     try:
-        from matmech.optimize import optimize
+        from matmech.optimizers.dispatch import optimize
     except ImportError:
         optimize = None
     if optimize is not None:
@@ -151,12 +151,12 @@ def part_optimized(repeats):
     else:
         cases.append(("random p-Identity [I; Θ]D, p=256 (optimize not available)", lambda: p_identity(n, 256, 5), 0.0, None))
         try:  # the optimiser's strategy class, if it is already in the tree
-            from matmech.opt_pure import PIdentity
+            from matmech.optimizers.pure import PIdentity
         except ImportError:
             PIdentity = None
         if PIdentity is not None:
             th = p_identity_theta(n, 256, 5)
-            cases.append(("matmech.opt_pure.PIdentity with random Θ, p=256", lambda: PIdentity(th), 0.0, None))
+            cases.append(("matmech.optimizers.pure.PIdentity with random Θ, p=256", lambda: PIdentity(th), 0.0, None))
         sq = Dense(np.eye(n) + np.random.default_rng(6).random((n, n)) / n)
         cases.append(("random square dense n×n (optimize not available)", lambda: sq, 1e-6, None))
     out = []

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from matmech import workloads as W  # noqa: E402
-from matmech.selection import select_rows  # noqa: E402
+from matmech.svt.select import select_rows  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SEED = 20240507
@@ -150,7 +150,7 @@ def markdown(res: dict, info: dict, repeats: int) -> str:
         "get exact discrete Laplace noise (the worst case); \"em\": Gumbel-max top-c, always reads every row.",
         "",
         ("Over the 2 s target: " + "; ".join(over) + ". What remains is the exact sampler "
-         "(matmech.noise.discrete_laplace, about 0.3 us per draw per core from the OS CSPRNG; two threads "
+         "(matmech.privacy.noise.discrete_laplace, about 0.3 us per draw per core from the OS CSPRNG; two threads "
          "draw the scan's noise) plus computing W x.") if over else "Every case meets the 2 s target.",
         "",
         f"Machine: {info['cpu_model']}, {info['cores']} cores (shared), Python {info['python']}, "

@@ -32,7 +32,7 @@ import numpy as np
 import matmech as mm
 from matmech import svt
 from matmech import workloads as W
-from matmech.linop import Dense
+from matmech.linalg.linop import Dense
 
 SEED = 2024
 N_CELLS = 4096       # incomes in $1,000, top-coded at 4,095 (public)

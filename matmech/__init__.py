@@ -18,22 +18,23 @@ of their modules, so ``matmech.release`` is the function; import module-level na
 ``from matmech.release import ...``.
 """
 
-from . import strategies, workloads
-from .advise import Advice, advise
-from .budget import BudgetExceededError, PrivacyBudget, advanced_composition
-from .calibration import gaussian_sigma
-from .compare import compare
-from .data import histogram
-from .error import expected_error, lower_bound, per_query_variance, sensitivity
-from .inference import least_squares
-from .linop import LinOp, as_linop
-from .mechanisms import Measurement, measure
-from .optimize import OptimizeResult, optimize
-from .release import Release, release, release_table
-from .selection import Selection, select_rows
-from .specs import Spec, SpecError, load_spec
-from .store import load_strategy, save_strategy
-from .svt import (
+from matmech import strategies
+from matmech import workloads
+from matmech.advisor.advise import Advice, advise
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget, advanced_composition
+from matmech.privacy.calibration import gaussian_sigma
+from matmech.advisor.compare import compare
+from matmech.io.data import histogram
+from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
+from matmech.inference import least_squares
+from matmech.linalg.linop import LinOp, as_linop
+from matmech.privacy.measure import Measurement, measure
+from matmech.optimizers.dispatch import OptimizeResult, optimize
+from matmech.release import Release, release, release_table
+from matmech.svt.select import Selection, select_rows
+from matmech.io.specs import Spec, SpecError, load_spec
+from matmech.io.store import load_strategy, save_strategy
+from matmech.svt import (
     SparseVector,
     SparseVectorExhausted,
     SVTResult,

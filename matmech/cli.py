@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from .compare import compare, format_table
-from .error import check_privacy_params, lower_bound
-from .specs import load_spec
+from matmech.advisor.compare import compare, format_table
+from matmech.error import check_privacy_params, lower_bound
+from matmech.io.specs import load_spec
 
 __all__ = ["main"]
 
@@ -73,7 +73,7 @@ def _cmd_compare(args):
 
 
 def _cmd_plot(args):
-    from .plot import plot_rows, require_matplotlib
+    from matmech.plot import plot_rows, require_matplotlib
 
     require_matplotlib()
     spec = load_spec(args.spec)
@@ -136,8 +136,8 @@ def _progress(args):
 
 
 def _cmd_advise(args):
-    from .advise import advise
-    from .store import save_strategy
+    from matmech.advisor.advise import advise
+    from matmech.io.store import save_strategy
 
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
@@ -227,8 +227,8 @@ def _check_writable(path, flag):
 
 
 def _strategy_arg(value):
-    from .choice import STRATEGY_NAMES
-    from .store import load_strategy
+    from matmech.advisor.choice import STRATEGY_NAMES
+    from matmech.io.store import load_strategy
 
     if value in STRATEGY_NAMES:
         return value
@@ -262,8 +262,8 @@ def _select_arg(args):
 
 
 def _cmd_release(args):
-    from .data import histogram
-    from .release import release, release_table
+    from matmech.io.data import histogram
+    from matmech.release import release, release_table
 
     if args.out is None and not args.json:
         raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")

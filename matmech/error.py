@@ -3,7 +3,7 @@
 With strategy A, noise of per-unit variance P and least-squares reconstruction, the answer
 to query w has variance P·w(AᵀA)⁺wᵀ and the total squared error is
 P·trace(WᵀW (AᵀA)⁺). For pure ε-DP (Laplace, scale Δ₁/ε) P = 2Δ₁²/ε²; for (ε, δ) the
-Gaussian σ² of :func:`matmech.calibration.gaussian_sigma` with Δ₂. Every figure here is a
+Gaussian σ² of :func:`matmech.privacy.calibration.gaussian_sigma` with Δ₂. Every figure here is a
 variance in squared counts, except ``measure="rmse"`` which is in counts.
 
 The pseudo-inverse is kept structured (block-spectral for identity, uniform hierarchies and
@@ -18,10 +18,10 @@ from functools import reduce
 
 import numpy as np
 
-from .calibration import noise_variance
-from .intervals import Intervals, _prefix_apply
-from .linop import Identity, Kron, Scaled, Sum, VStack, as_linop
-from .spectral import BlockSpectral
+from matmech.privacy.calibration import noise_variance
+from matmech.linalg.intervals import Intervals, _prefix_apply
+from matmech.linalg.linop import Identity, Kron, Scaled, Sum, VStack, as_linop
+from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
     "sensitivity",

@@ -42,9 +42,9 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.sparse.linalg import aslinearoperator, lsmr
 
-from .intervals import Intervals
-from .linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
-from .strategies import Haar, Tree
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
+from matmech.strategies import Haar, Tree
 
 __all__ = ["least_squares", "solve", "split_diagonal", "gram_inverse", "tree_plan", "DENSE_SOLVE_N", "LSMR_TOL"]
 
@@ -63,7 +63,7 @@ def least_squares(*measurements, nonneg=False, tol=LSMR_TOL, maxiter=None):
     privacy but makes x̂ biased, so the analytic variances no longer describe it.
     ``tol``/``maxiter`` only affect the LSMR path (n > DENSE_SOLVE_N without structure).
     """
-    from .mechanisms import Measurement  # mechanisms imports this module lazily too
+    from matmech.privacy.measure import Measurement  # mechanisms imports this module lazily too
 
     if len(measurements) == 1 and isinstance(measurements[0], (list, tuple)):
         measurements = tuple(measurements[0])

@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
-from .error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
-from .intervals import Intervals
-from .linop import Kron
+from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Kron
 
 __all__ = ["plot_rows", "plot_release", "plot_advice", "require_matplotlib", "MAX_BARS"]
 
@@ -247,7 +247,7 @@ def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
     """
     from scipy.special import ndtri
 
-    from .release import Release
+    from matmech.release import Release
 
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
@@ -285,7 +285,7 @@ def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
 def plot_advice(advice, *, ax=None):
     """Bars of the per-query RMSE of every candidate strategy, best first (green), with the
     SVD lower bound as a dashed line; → Axes. Skipped candidates are named in the title."""
-    from .advise import Advice
+    from matmech.advisor.advise import Advice
 
     if not isinstance(advice, Advice):
         raise TypeError(f"expected an Advice, got {type(advice).__name__}")

@@ -40,15 +40,15 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from . import noise
-from . import strategies as S
-from .calibration import noise_variance
-from .error import MAX_VARIANCE_ROWS, expected_error, per_query_variance, sensitivity
-from .inference import least_squares, split_diagonal
-from .intervals import Intervals
-from .choice import choose_strategy, fixed_choice, per_attribute
-from .linop import LinOp, as_linop
-from .mechanisms import (
+from matmech.privacy import noise
+from matmech import strategies as S
+from matmech.privacy.calibration import noise_variance
+from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance, sensitivity
+from matmech.inference import least_squares, split_diagonal
+from matmech.linalg.intervals import Intervals
+from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
+from matmech.linalg.linop import LinOp, as_linop
+from matmech.privacy.measure import (
     Measurement,
     RoundedDense,
     RoundedSparse,
@@ -62,9 +62,9 @@ from .mechanisms import (
     execute,
     plan_measurement,
 )
-from .selection import METHODS as SELECT_METHODS
-from .selection import Selection, _selection_options, plan_selection, run_selection, take_rows
-from .workloads import ranges
+from matmech.svt.select import METHODS as SELECT_METHODS
+from matmech.svt.select import Selection, _selection_options, plan_selection, run_selection, take_rows
+from matmech.workloads import ranges
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
@@ -89,7 +89,7 @@ class Release:
     Without selection every row of ``workload`` is answered, in order, and ``selected`` is
     None. With selection (``release(..., select=...)``) ``answers``/``std`` cover only the
     selected rows: ``selected`` holds their row indices in W (ascending), ``answered`` is
-    the boolean mask over W's rows, ``selection`` the :class:`~matmech.selection.Selection`
+    the boolean mask over W's rows, ``selection`` the :class:`~matmech.svt.select.Selection`
     record and ``eps_select`` its share of ``eps``. The other rows have no answer at all —
     never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
     examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
@@ -143,7 +143,7 @@ class Release:
 
     def plot(self, **kwargs):
         """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
-        from .plot import plot_release
+        from matmech.plot import plot_release
 
         return plot_release(self, **kwargs)
 
@@ -585,7 +585,7 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     ``monotonic=True`` otherwise raises.
 
     ``max_records``: the declared bound on the number of records Σx (default
-    :data:`matmech.mechanisms.MAX_RECORDS` = 2**32). It sets the grid that keeps A x exact;
+    :data:`matmech.privacy.measure.MAX_RECORDS` = 2**32). It sets the grid that keeps A x exact;
     x with more records is refused before anything is spent, with a message that never
     contains the total. With ``select``, the whole (ε, δ) is charged in one atomic spend
     before the selection's first noise draw (a concurrent spender can never leave a

@@ -12,9 +12,9 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from .intervals import IntervalGram, Intervals
-from .linop import Identity, Kron, Sparse, check_size
-from .spectral import BlockSpectral
+from matmech.linalg.intervals import IntervalGram, Intervals
+from matmech.linalg.linop import Identity, Kron, Sparse, check_size
+from matmech.linalg.spectral import BlockSpectral
 
 __all__ = ["identity", "hierarchical", "haar", "kron", "Tree", "Haar"]
 

@@ -1,7 +1,7 @@
 """Workload builders: linear query sets as implicit matrices (never materialised).
 
 Cells of a multi-attribute domain are ordered row-major (the last attribute varies
-fastest), matching :class:`matmech.linop.Kron`.
+fastest), matching :class:`matmech.linalg.linop.Kron`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from .intervals import AllRange, Intervals, Prefix
-from .linop import Dense, Kron, LinOp, Sparse, VStack, as_linop, check_size
+from matmech.linalg.intervals import AllRange, Intervals, Prefix
+from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop, check_size
 
 __all__ = [
     "identity",

@@ -3,7 +3,7 @@
 For pure eps-DP it suffices to compare, for every output o and both orders,
 P[M(D) = o] and P[M(D') = o] on neighbouring D, D'.  The SVT family draws all
 its noise from the discrete Laplace distribution on the run's grid g*Z
-(:mod:`matmech.svt_noise`; Canonne, Kamath, Steinke 2020, Alg. 2), so every
+(:mod:`matmech.svt.grid`; Canonne, Kamath, Steinke 2020, Alg. 2), so every
 output probability is a sum over the integer threshold noise rho (in grid
 units) of products of discrete-Laplace tail probabilities.  With
 nu ~ DLap(t), a = e^{-1/t}, P[nu = k] = tanh(1/(2t)) a^|k| and
@@ -683,11 +683,11 @@ def em_case(name, *, c, eps=1.0, monotonic=False, n=4) -> Case:
 
 
 def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Case:
-    """``matmech.selection.select_rows`` on a small 0/1 workload, x and x +- one record.
+    """``matmech.svt.select.select_rows`` on a small 0/1 workload, x and x +- one record.
 
     A spy on the function it calls records the calibration actually used.
     """
-    from matmech import selection
+    from matmech.svt import select as selection
 
     W = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 1], [1, 1, 1]], dtype=np.float64)
     base = [1, 0, 2]

@@ -10,13 +10,13 @@ import pytest
 
 from matmech import strategies as S
 from matmech import workloads as wl
-from matmech.advise import CANDIDATES, Advice, advise
-from matmech.compare import compare, fixed_candidates, fixed_family
+from matmech.advisor.advise import CANDIDATES, Advice, advise
+from matmech.advisor.compare import compare, fixed_candidates, fixed_family
 from matmech.error import expected_error
 
 DELTA = 1e-6
 # the module (matmech.advise is also the name of the function at top level)
-advise_module = importlib.import_module("matmech.advise")
+advise_module = importlib.import_module("matmech.advisor.advise")
 
 WORKLOADS = {
     "all_range": wl.all_range(64),

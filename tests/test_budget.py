@@ -1,4 +1,4 @@
-"""Tests for matmech.budget: exact sequential composition and advanced composition."""
+"""Tests for matmech.privacy.budget: exact sequential composition and advanced composition."""
 
 import dataclasses
 import math
@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from matmech.budget import (
+from matmech.privacy.budget import (
     ApproxDP,
     BudgetExceededError,
     LedgerEntry,

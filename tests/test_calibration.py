@@ -1,4 +1,4 @@
-"""Tests for matmech.calibration: conversions checked against independent computations."""
+"""Tests for matmech.privacy.calibration: conversions checked against independent computations."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from matmech.calibration import (
+from matmech.privacy.calibration import (
     analytic_gaussian_sigma,
     approx_dp_delta,
     gaussian_sigma,

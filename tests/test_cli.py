@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from matmech.cli import _Progress, main
-from matmech.store import load_strategy
+from matmech.io.store import load_strategy
 
 
 def run(*args, cwd=None):

@@ -1,12 +1,12 @@
-"""Tests for matmech.data.histogram: 1-D and multi-dimensional counts, clear errors."""
+"""Tests for matmech.io.data.histogram: 1-D and multi-dimensional counts, clear errors."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from matmech import workloads as Wk
-from matmech.data import cell_index, histogram
-from matmech.linop import Kron
+from matmech.io.data import cell_index, histogram
+from matmech.linalg.linop import Kron
 
 
 def test_codes_1d_numpy_list_series():

@@ -7,7 +7,7 @@ import pytest
 
 from matmech import strategies as S
 from matmech import workloads as W
-from matmech.calibration import gaussian_sigma
+from matmech.privacy.calibration import gaussian_sigma
 from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
 
 

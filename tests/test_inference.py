@@ -7,8 +7,8 @@ import pytest
 from matmech import inference
 from matmech import strategies as S
 from matmech.inference import least_squares, solve, tree_plan
-from matmech.linop import Dense, Identity, Kron, RowSubset, Scaled, VStack
-from matmech.mechanisms import Measurement, measure
+from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, VStack
+from matmech.privacy.measure import Measurement, measure
 from matmech.strategies import Tree
 
 

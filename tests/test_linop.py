@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from scipy.sparse.linalg import aslinearoperator
 
 from matmech import workloads as wl
-from matmech.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
 from matmech.strategies import haar, hierarchical
 
 SETTINGS = settings(max_examples=30, deadline=None)

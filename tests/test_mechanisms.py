@@ -1,4 +1,4 @@
-"""Tests for matmech.mechanisms.measure: exact lattices, calibration, budget before noise."""
+"""Tests for matmech.privacy.measure.measure: exact lattices, calibration, budget before noise."""
 
 import ast
 import dataclasses
@@ -9,12 +9,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from matmech import noise
+from matmech.privacy import noise
 from matmech import strategies as S
-from matmech.budget import BudgetExceededError, PrivacyBudget
-from matmech.calibration import gaussian_sigma
-from matmech.linop import Dense, Identity, Kron, Scaled, Sparse, VStack
-from matmech.mechanisms import Measurement, check_counts, integer_valued, measure, plan_measurement
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
+from matmech.privacy.calibration import gaussian_sigma
+from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, VStack
+from matmech.privacy.measure import Measurement, check_counts, integer_valued, measure, plan_measurement
 
 X = np.array([3, 0, 7, 1, 0, 0, 2, 9])
 
@@ -179,14 +179,14 @@ def test_check_counts_accepts_integral_floats_and_bools():
 
 # -- no floating-point noise anywhere on the release path -----------------------------------
 
-MODULES = ["data.py", "mechanisms.py", "inference.py", "release.py"]
+MODULES = ["io/data.py", "privacy/measure.py", "inference.py", "release.py", "svt/select.py"]
 FLOAT_SAMPLERS = {"laplace", "normal", "standard_normal", "exponential", "standard_exponential", "gumbel",
                   "logistic", "random", "uniform", "rand", "randn", "random_sample", "gamma", "standard_cauchy"}
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_no_floating_point_noise_from_numpy(module):
-    """Only matmech.noise's exact samplers may be called; numpy.random is never used."""
+    """Only matmech.privacy.noise's exact samplers may be called; numpy.random is never used."""
     path = pathlib.Path(__file__).resolve().parents[1] / "matmech" / module
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
@@ -198,5 +198,5 @@ def test_no_floating_point_noise_from_numpy(module):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FLOAT_SAMPLERS:
             owner = node.func.value
             assert isinstance(owner, ast.Name) and owner.id == "noise", (
-                f"{module}:{node.lineno} calls .{node.func.attr}() on something other than matmech.noise"
+                f"{module}:{node.lineno} calls .{node.func.attr}() on something other than matmech.privacy.noise"
             )

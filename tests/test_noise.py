@@ -1,4 +1,4 @@
-"""Tests for matmech.noise: exact discrete samplers against exact pmfs (chi-square)."""
+"""Tests for matmech.privacy.noise: exact discrete samplers against exact pmfs (chi-square)."""
 
 import ast
 import decimal
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from matmech import noise
-from matmech.noise import (
+from matmech.privacy import noise
+from matmech.privacy.noise import (
     RandomSource,
     check_rng,
     discrete_gaussian,
@@ -584,7 +584,7 @@ def _insecure_calls(tree):
                 "default_rng", "Generator", "SeedSequence", "PCG64"
             }  # np.random.rand, np.random.seed, ...: the hidden global generator
             receiver = ast.unparse(f.value)
-            ours = receiver == "noise" or receiver.endswith(".noise")  # matmech.noise.laplace
+            ours = receiver == "noise" or receiver.endswith(".noise")  # matmech.privacy.noise.laplace
             if ((f.attr in FORBIDDEN_METHODS and not ours) or global_numpy
                     or (f.attr == "default_rng" and seeded)):
                 bad.append((node.lineno, ast.unparse(node)))
@@ -613,7 +613,7 @@ def test_insecure_call_detector_finds_offences():
         "e = np.random.default_rng()\n"
         "f = default_rng(seed=SEED)\n"
         "g = np.random.default_rng(int(rng.integers(2**63)))\n"
-        "h = noise.laplace(1.0, 3, grid=0.5, rng=src) + matmech.noise.gaussian(1, 3, grid=1)\n"
+        "h = noise.laplace(1.0, 3, grid=0.5, rng=src) + matmech.privacy.noise.gaussian(1, 3, grid=1)\n"
         "i = self.rng.laplace(0.0, 1.0)\n"
     )
     assert [line for line, _ in _insecure_calls(ast.parse(src))] == [2, 3, 4, 5, 7, 10]

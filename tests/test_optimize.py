@@ -9,10 +9,10 @@ import pytest
 from matmech import strategies as S
 from matmech import workloads as wl
 from matmech.error import expected_error, lower_bound
-from matmech.intervals import AllRange, Prefix
-from matmech.linop import Dense, Kron, Scaled, VStack
-from matmech.opt_l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
-from matmech.opt_marginals import (
+from matmech.linalg.intervals import AllRange, Prefix
+from matmech.linalg.linop import Dense, Kron, Scaled, VStack
+from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
+from matmech.optimizers.marginals import (
     MarginalStrategy,
     ResidualStrategy,
     _masks,
@@ -21,7 +21,7 @@ from matmech.opt_marginals import (
     optimize_marginals_l2,
     optimize_marginals_pure,
 )
-from matmech.opt_pure import (
+from matmech.optimizers.pure import (
     GramOperator,
     PIdentity,
     check_gram,
@@ -32,9 +32,9 @@ from matmech.opt_pure import (
     tree_theta,
     weighted_tree_value,
 )
-from matmech.blas import blas_threads
-from matmech.lbfgs import projected_lbfgs
-from matmech.optimize import METHODS, OptimizeResult, optimize
+from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.lbfgs import projected_lbfgs
+from matmech.optimizers.dispatch import METHODS, OptimizeResult, optimize
 
 DELTA = 1e-6
 
@@ -372,7 +372,7 @@ def test_marginal_l2_optimum_attains_the_svd_bound():
 @pytest.mark.parametrize("p", [1, 2])
 def test_marginal_objective_gradient(p):
     W = wl.marginals((3, 4, 5), 2)
-    from matmech.opt_marginals import marginal_workload
+    from matmech.optimizers.marginals import marginal_workload
 
     terms, domain = marginal_workload(W)
     mu, mult, out_prod = _workload_spectrum(terms, domain)

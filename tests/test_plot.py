@@ -15,7 +15,7 @@ import matmech as mm  # noqa: E402
 from matmech import plot as P  # noqa: E402
 from matmech import strategies as S  # noqa: E402
 from matmech import workloads as W  # noqa: E402
-from matmech.compare import compare  # noqa: E402
+from matmech.advisor.compare import compare  # noqa: E402
 from matmech.error import per_query_variance  # noqa: E402
 
 BANDS = [(0, 3), (4, 7), (8, 15), (0, 15)]

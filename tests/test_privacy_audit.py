@@ -21,7 +21,8 @@ import pytest
 from scipy import stats
 
 import svt_fixtures as fx
-from matmech import noise, svt
+from matmech import svt
+from matmech.privacy import noise
 from privacy_audit import (
     audit,
     audit_outputs,

@@ -18,10 +18,10 @@ import pytest
 import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
-from matmech.budget import BudgetExceededError, PrivacyBudget
-from matmech.linop import Dense
-from matmech.mechanisms import MAX_RECORDS
-from matmech.selection import select_rows
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
+from matmech.linalg.linop import Dense
+from matmech.privacy.measure import MAX_RECORDS
+from matmech.svt.select import select_rows
 from matmech.svt import exponential_top_c, sparse_vector
 
 

@@ -23,7 +23,9 @@ from scipy import stats
 
 import privacy_exact as pe
 import svt_fixtures as fx
-from matmech import noise, svt, svt_core
+from matmech import svt
+from matmech.privacy import noise
+from matmech.svt import core as svt_core
 
 TOL = 1e-9
 CASES = pe.shipped_cases()

@@ -26,9 +26,9 @@ from scipy.special import ndtri
 import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
-from matmech.budget import BudgetExceededError, PrivacyBudget
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.error import expected_error as continuous_expected_error
-from matmech.linop import Dense, Kron, RowSubset
+from matmech.linalg.linop import Dense, Kron, RowSubset
 from matmech.release import Release, choose_strategy, release, release_table
 
 N = 32
@@ -45,8 +45,8 @@ N_OPT = 64  # all ranges over 64 cells: the first size where the pure-eps optimu
 def optimised_strategy(delta):
     """matmech.optimize's strategy for all ranges over N_OPT cells: p-Identity (pure eps) or
     the certified L2 optimum (delta > 0); real-valued, so release rounds it to a grid."""
-    from matmech.opt_l2 import L2Strategy
-    from matmech.opt_pure import PIdentity
+    from matmech.optimizers.l2 import L2Strategy
+    from matmech.optimizers.pure import PIdentity
 
     A = mm.optimize(Wk.all_range(N_OPT), 1.0, delta).strategy
     assert isinstance(A, L2Strategy if delta > 0 else PIdentity), type(A)  # not the identity fallback
@@ -54,7 +54,7 @@ def optimised_strategy(delta):
 
 
 def noise_moments(meas):
-    """(variance, fourth moment) of one noise entry, from the pmf (not from matmech.noise)."""
+    """(variance, fourth moment) of one noise entry, from the pmf (not from matmech.privacy.noise)."""
     g = meas.grid
     if meas.noise == "discrete_laplace":
         p = math.exp(-g / meas.scale)  # P[k] ∝ p^|k| on the lattice gℤ
@@ -224,9 +224,9 @@ def test_secure_default_release():
 
 
 def test_woodbury_interval_variances_match_the_general_path():
-    from matmech.calibration import noise_variance
+    from matmech.privacy.calibration import noise_variance
     from matmech.error import per_query_variance, sensitivity
-    from matmech.mechanisms import plan_measurement
+    from matmech.privacy.measure import plan_measurement
     from matmech.release import _answer_variances
 
     r = np.random.default_rng(12)

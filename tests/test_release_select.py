@@ -10,13 +10,13 @@ import pytest
 import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
-from matmech.budget import BudgetExceededError, PrivacyBudget
-from matmech.linop import Dense, RowSubset
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
+from matmech.linalg.linop import Dense, RowSubset
 from matmech.release import DEFAULT_TARGET_REL_ERROR, _answer_variances, release_table
-from matmech.mechanisms import plan_measurement
+from matmech.privacy.measure import plan_measurement
 
 release_module = sys.modules["matmech.release"]  # `matmech.release` is the function
-choice_module = sys.modules["matmech.choice"]
+choice_module = sys.modules["matmech.advisor.choice"]
 
 N = 256
 BANDS = [(lo, lo + 7) for lo in range(0, N, 8)]  # 32 bands of 8 cells

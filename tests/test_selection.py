@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from matmech import workloads as W
-from matmech.budget import BudgetExceededError, PrivacyBudget
-from matmech.intervals import Intervals
-from matmech.linop import Dense
-from matmech.selection import entry_range, select_rows, take_rows
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Dense
+from matmech.svt.select import entry_range, select_rows, take_rows
 
 
 def counts(n=64, seed=0):
@@ -97,7 +97,7 @@ def test_entry_range_and_take_rows_against_dense():
 
 
 def test_integer_workloads_reach_svt_as_exact_integers(monkeypatch):
-    import matmech.selection as S
+    import matmech.svt.select as S
 
     seen = {}
     real = S.sparse_vector

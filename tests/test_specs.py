@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from matmech import workloads as W
-from matmech.specs import SpecError, load_spec, parse_spec
+from matmech.io.specs import SpecError, load_spec, parse_spec
 
 
 def test_shipped_specs_load(spec_files):

@@ -9,12 +9,12 @@ import scipy.sparse as sp
 import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
-from matmech.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack
-from matmech.mechanisms import plan_measurement
-from matmech.opt_l2 import L2Strategy
-from matmech.opt_marginals import MarginalStrategy, ResidualStrategy
-from matmech.opt_pure import PIdentity
-from matmech.store import load_strategy, save_strategy
+from matmech.linalg.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack
+from matmech.privacy.measure import plan_measurement
+from matmech.optimizers.l2 import L2Strategy
+from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
+from matmech.optimizers.pure import PIdentity
+from matmech.io.store import load_strategy, save_strategy
 
 
 def _geo_tree():

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from matmech import noise, svt
+from matmech import svt
+from matmech.privacy import noise
 from privacy_audit import clopper_pearson_lower
 
 
@@ -677,18 +678,17 @@ def test_signatures_match_the_issue():
 def test_public_namespace_re_exports_the_concept_modules():
     import importlib
 
-    for mod_name in ("svt_checks", "svt_calibration", "svt_noise", "svt_core", "svt_interactive",
-                     "svt_variants", "topc", "svt_accuracy"):
-        mod = importlib.import_module(f"matmech.{mod_name}")
+    for mod_name in ("checks", "calibration", "grid", "core", "interactive", "variants", "topc", "accuracy"):
+        mod = importlib.import_module(f"matmech.svt.{mod_name}")
         assert mod.__doc__ and isinstance(mod.__all__, list), mod_name
         for name in mod.__all__:
             assert hasattr(mod, name), (mod_name, name)
             if name in svt.__all__:
                 assert getattr(svt, name) is getattr(mod, name)
     # Everything public in matmech.svt comes from one of them (no second copy).
-    assert svt.sparse_vector.__module__ == "matmech.svt_core"
-    assert svt.SparseVector.__module__ == "matmech.svt_interactive"
-    assert svt.exponential_top_c.__module__ == "matmech.topc"
+    assert svt.sparse_vector.__module__ == "matmech.svt.core"
+    assert svt.SparseVector.__module__ == "matmech.svt.interactive"
+    assert svt.exponential_top_c.__module__ == "matmech.svt.topc"
 
 
 def test_accuracy_helpers_reproduce_the_reference_numbers():
@@ -740,7 +740,7 @@ def test_budget_is_cached_and_shared():
 # Noise streams: spawned children, no seed integers, secure stays secure
 # --------------------------------------------------------------------------
 def test_worker_sources_spawn_children_without_drawing_from_the_parent():
-    from matmech import svt_noise
+    from matmech.svt import grid as svt_noise
 
     g = gen(5)
     state = g.bit_generator.state
@@ -775,7 +775,7 @@ def test_library_code_makes_no_seeds():
 
 
 def test_noise_buffer_hands_out_iid_draws_across_blocks():
-    from matmech import svt_noise
+    from matmech.svt import grid as svt_noise
 
     buf = svt_noise.NoiseBuffer(3.0, 1.0, noise.check_rng(gen(3)), first=2, largest=8)
     assert buf.take(0).size == 0
@@ -810,7 +810,7 @@ def test_retraversal_counts_passes_over_long_and_short_remainders():
 
 
 def test_exponential_top_c_on_many_candidates_uses_two_sources_reproducibly():
-    from matmech import svt_noise
+    from matmech.svt import grid as svt_noise
 
     n = svt_noise.PARALLEL_MIN + 7  # five blocks, two threads
     v = np.zeros(n, dtype=np.int64)

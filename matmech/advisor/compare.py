@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from . import strategies as S
-from .error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
-from .intervals import Intervals
-from .linop import Kron, LinOp, VStack
+from matmech import strategies as S
+from matmech.error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Kron, LinOp, VStack
 
 __all__ = ["Row", "domain_of", "fixed_family", "distinct", "fixed_candidates", "evaluate", "compare", "format_table"]
 

@@ -20,13 +20,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import strategies as S
-from .compare import distinct, evaluate, fixed_family
-from .error import NEIGHBORS, check_privacy_params, error_figures, lower_bound
-from .linop import Kron, LinOp, Scaled, VStack, as_linop
-from .opt_marginals import MarginalStrategy, kron_blocks, marginal_workload
-from .blas import blas_threads
-from .optimize import optimize
+from matmech import strategies as S
+from matmech.advisor.compare import distinct, evaluate, fixed_family
+from matmech.error import NEIGHBORS, check_privacy_params, error_figures, lower_bound
+from matmech.linalg.linop import Kron, LinOp, Scaled, VStack, as_linop
+from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
+from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.dispatch import optimize
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
 
@@ -97,7 +97,7 @@ class Advice:
 
     def plot(self, **kwargs):
         """Per-query RMSE bars of the candidates with the lower bound (needs matplotlib); see :func:`matmech.plot.plot_advice`."""
-        from .plot import plot_advice
+        from matmech.plot import plot_advice
 
         return plot_advice(self, **kwargs)
 

@@ -17,11 +17,11 @@ from contextlib import closing
 
 import numpy as np
 
-from . import noise
-from .svt_calibration import make_budget, svt_budget
-from .svt_checks import Ratio, check_c, check_eps, check_int, check_real, check_sensitivity
-from .svt_core import SVTResult, prepare, scan
-from .svt_noise import (
+from matmech.privacy import noise
+from matmech.svt.calibration import make_budget, svt_budget
+from matmech.svt.checks import Ratio, check_c, check_eps, check_int, check_real, check_sensitivity
+from matmech.svt.core import SVTResult, prepare, scan
+from matmech.svt.grid import (
     CHUNK_FIRST,
     NoiseBuffer,
     chunk_bounds,
@@ -174,7 +174,7 @@ def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
 
     Returns (new hits in selection order, comparisons made).  Passes over many
     candidates scan in chunks; passes over a few take their noise from a
-    :class:`~matmech.svt_noise.NoiseBuffer`, so that many short passes share
+    :class:`~matmech.svt.grid.NoiseBuffer`, so that many short passes share
     a few sampler calls.
     """
     n = arr.shape[0]

@@ -8,7 +8,7 @@ One noisy threshold T_i + rho, rho ~ Lap(D/eps1), for the whole run; each
 value q_i gets fresh nu_i ~ Lap(2cD/eps2) (Lap(cD/eps2) for monotonic
 queries); i is reported when q_i + nu_i >= T_i + rho (Alg. 7 lines 1-6), and
 the run stops after the c-th report.  (eps1 + eps2 + eps3)-DP by Thm. 4.7.
-The comparison is exact, in grid units (:mod:`matmech.svt_noise`).
+The comparison is exact, in grid units (:mod:`matmech.svt.grid`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Optional
 
 import numpy as np
 
-from . import noise
-from .svt_calibration import SVTBudget, svt_budget
-from .svt_checks import Ratio, check_threshold, check_values
-from .svt_noise import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
+from matmech.privacy import noise
+from matmech.svt.calibration import SVTBudget, svt_budget
+from matmech.svt.checks import Ratio, check_threshold, check_values
+from matmech.svt.grid import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
 
 __all__ = [
     "SVTResult",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .linop import LinOp, check_size
+from matmech.linalg.linop import LinOp, check_size
 
 __all__ = ["BlockSpectral"]
 

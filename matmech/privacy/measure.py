@@ -2,12 +2,12 @@
 
 The Matrix Mechanism (Li et al., PODS 2010) measures a strategy A on the histogram x with
 noise calibrated to A's sensitivity. Floating-point Laplace leaks x through its low bits
-(Mironov, CCS 2012), so every sample here is exact (:mod:`matmech.noise`, Canonne, Kamath,
+(Mironov, CCS 2012), so every sample here is exact (:mod:`matmech.privacy.noise`, Canonne, Kamath,
 Steinke 2020):
 
 * **integer-valued A** (identity, interval trees, Haar ±1, 0/1 workloads): A x is an
   integer vector and the noise is the discrete Laplace with scale Δ₁/ε (δ = 0) or the
-  discrete Gaussian with σ from :func:`matmech.calibration.gaussian_sigma` and Δ₂ (δ > 0),
+  discrete Gaussian with σ from :func:`matmech.privacy.calibration.gaussian_sigma` and Δ₂ (δ > 0),
   on the integers. Shifting x by one record moves A x by a column of A, so the usual
   Laplace/Gaussian argument holds exactly on the lattice ℤᵖ.
 * **real-valued A** (optimised strategies): A's entries are rounded to a power-of-two grid
@@ -37,12 +37,12 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from . import noise
-from .budget import PrivacyBudget
-from .calibration import gaussian_sigma, laplace_scale
-from .error import NEIGHBORS, check_privacy_params
-from .intervals import Intervals
-from .linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+from matmech.privacy import noise
+from matmech.privacy.budget import PrivacyBudget
+from matmech.privacy.calibration import gaussian_sigma, laplace_scale
+from matmech.error import NEIGHBORS, check_privacy_params
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
 
 __all__ = [
     "Measurement",
@@ -223,8 +223,8 @@ class _GramPinv:
     falling back to the eigen-decomposition of matmech.error when those do not apply."""
 
     def gram_pinv(self):
-        from .error import _pinv_gram
-        from .inference import gram_inverse
+        from matmech.error import _pinv_gram
+        from matmech.inference import gram_inverse
 
         out = gram_inverse(self)
         if out is not None:
@@ -488,7 +488,7 @@ def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remov
     ``neighbors``: ``"add_remove"`` (default) or ``"substitute"`` (sensitivity doubled).
     ``max_records``: the declared bound on Σx (default :data:`MAX_RECORDS`); x above it is
     refused before anything is spent, with a message that does not contain the total.
-    ``budget``: a :class:`~matmech.budget.PrivacyBudget` charged (ε, δ) after all checks and
+    ``budget``: a :class:`~matmech.privacy.budget.PrivacyBudget` charged (ε, δ) after all checks and
     before any noise. ``rng``: None for the OS CSPRNG (secure); a numpy Generator for
     reproducible experiments only (NOT secure).
     """

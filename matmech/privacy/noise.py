@@ -37,7 +37,7 @@ grows with the value drawn, are replaced by a fixed amount of work per sample wi
 output distribution:
 
 * :func:`discrete_laplace` (hence :func:`laplace`, and all SVT noise, which goes through
-  :func:`matmech.svt_noise.draw` / ``noise_chunks`` / ``NoiseBuffer``): |Z| - 1 is
+  :func:`matmech.svt.grid.draw` / ``noise_chunks`` / ``NoiseBuffer``): |Z| - 1 is
   geometric and its base-256 digits are independent truncated geometrics; each digit, the
   sign/zero outcome and the "beyond the last digit" event are drawn by inverting an exact
   CDF table with one uniform: D + 3 random words per sample (D = 1 for scale <= 3.6, 3 for

@@ -2,7 +2,7 @@
 
 A domain is a tuple of attribute sizes; a record with attribute codes (c₁, …, c_d) falls
 in cell ``((c₁·n₂ + c₂)·n₃ + …)·n_d + c_d``: row-major, the last attribute varying
-fastest, the cell order of :class:`matmech.linop.Kron` and of
+fastest, the cell order of :class:`matmech.linalg.linop.Kron` and of
 :func:`matmech.workloads.marginals`.
 
 An attribute is given either as a number of categories ``n`` (values must be the integer
@@ -192,7 +192,7 @@ def histogram(data, bins):
     ``histogram(columns, domain)``: ``columns`` a 2-D array (records × attributes), a list of
     1-D columns or a pandas DataFrame; ``domain`` one entry per attribute (an int or edges),
     or for a DataFrame a mapping ``{column: bins}`` that also selects and orders the columns.
-    Cells are row-major, the last attribute fastest (the order of :class:`~matmech.linop.Kron`).
+    Cells are row-major, the last attribute fastest (the order of :class:`~matmech.linalg.linop.Kron`).
     Values outside the domain, NaN/None, infinities and non-numeric entries raise
     ValueError/TypeError naming the value, row and column.
     """

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .intervals import AllRange, Intervals, Prefix
-from .linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack
+from matmech.linalg.intervals import AllRange, Intervals, Prefix
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack
 
 __all__ = ["save_strategy", "load_strategy", "TYPES", "FORMAT", "VERSION"]
 
@@ -34,11 +34,11 @@ _KEY = "__matmech_strategy__"
 
 def _classes():
     """Name → class of every storable operator (imported here: the optimisers are heavier)."""
-    from . import strategies as S
-    from .mechanisms import RoundedDense, RoundedSparse
-    from .opt_l2 import L2Strategy
-    from .opt_marginals import MarginalStrategy, ResidualStrategy
-    from .opt_pure import PIdentity
+    from matmech import strategies as S
+    from matmech.privacy.measure import RoundedDense, RoundedSparse
+    from matmech.optimizers.l2 import L2Strategy
+    from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
+    from matmech.optimizers.pure import PIdentity
 
     return {
         c.__name__: c
@@ -79,11 +79,11 @@ class _Writer:
 
     def node(self, A):
         """The description of A (exact type match: a subclass may carry state we do not know)."""
-        from . import strategies as S
-        from .mechanisms import RoundedDense, RoundedSparse
-        from .opt_l2 import L2Strategy
-        from .opt_marginals import MarginalStrategy, ResidualStrategy
-        from .opt_pure import PIdentity
+        from matmech import strategies as S
+        from matmech.privacy.measure import RoundedDense, RoundedSparse
+        from matmech.optimizers.l2 import L2Strategy
+        from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
+        from matmech.optimizers.pure import PIdentity
 
         t = type(A)
         name = t.__name__
@@ -225,7 +225,7 @@ class _Reader:
         return sp.csr_matrix((parts["data"], parts["indices"], parts["indptr"]), shape=tuple(self.ints(m, "shape")))
 
     def node(self, node):
-        from . import strategies as S
+        from matmech import strategies as S
 
         if not isinstance(node, dict) or not isinstance(node.get("type"), str):
             self.fail("an entry is not a table with a 'type'")

@@ -9,10 +9,10 @@ Technique for Differential Privacy*, VLDB 2017 (in ``shared/references``).
   1:c^(2/3) for monotonic queries.
 
 All noise of one run lives on one power-of-two grid ``g <= 1`` (discrete
-Laplace on g*Z, see :mod:`matmech.noise`).  Scales are rounded UP to whole grid
+Laplace on g*Z, see :mod:`matmech.privacy.noise`).  Scales are rounded UP to whole grid
 steps with exact rational arithmetic, so every scale is at least its nominal
 value.  Values that are not integers are snapped to the grid, which adds ``g``
-to the sensitivity (:func:`matmech.noise.snap_sensitivity`).
+to the sensitivity (:func:`matmech.privacy.noise.snap_sensitivity`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from . import noise
-from .calibration import laplace_scale
-from .svt_checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
+from matmech.privacy import noise
+from matmech.privacy.calibration import laplace_scale
+from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 
 __all__ = [
     "SVTBudget",
@@ -36,7 +36,7 @@ __all__ = [
     "MAX_SCALE_UNITS",
 ]
 
-# matmech.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
+# matmech.privacy.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
 MAX_SCALE_UNITS = float(2**47)
 
 

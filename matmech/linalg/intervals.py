@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .linop import LinOp, _check_p, check_size
+from matmech.linalg.linop import LinOp, _check_p, check_size
 
 __all__ = ["Intervals", "AllRange", "Prefix", "IntervalGram"]
 

@@ -12,7 +12,7 @@ evaluated with the Woodbury identity (I + ΘᵀΘ)⁻¹ = I − Θᵀ(I_p + ΘΘ
 (plus p products with G, which are O(pn) for all-range and prefix grams through their
 closed forms). A hierarchical strategy without its leaves' weights is a point of this
 family (Θ = the rows of the internal nodes), so starting from the best hierarchy means the
-optimum is never worse than it. Projected L-BFGS (:mod:`matmech.lbfgs`) with the analytic
+optimum is never worse than it. Projected L-BFGS (:mod:`matmech.optimizers.lbfgs`) with the analytic
 gradient of :func:`objective` does the rest.
 """
 
@@ -25,12 +25,12 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.optimize import Bounds, minimize
 
-from .blas import blas_threads
-from .intervals import AllRange, Prefix
-from .lbfgs import projected_lbfgs
-from .linop import LinOp, Scaled, VStack, as_linop, check_size
-from .spectral import BlockSpectral
-from .strategies import hierarchical
+from matmech.optimizers.blas import blas_threads
+from matmech.linalg.intervals import AllRange, Prefix
+from matmech.optimizers.lbfgs import projected_lbfgs
+from matmech.linalg.linop import LinOp, Scaled, VStack, as_linop, check_size
+from matmech.linalg.spectral import BlockSpectral
+from matmech.strategies import hierarchical
 
 __all__ = [
     "PIdentity",
@@ -70,7 +70,7 @@ class GramOperator:
     """G = WᵀW applied to the rows of a p×n block (Z ↦ Z G), with its diagonal.
 
     All-range and prefix grams are applied in O(pn) through their closed forms
-    (G = P̃ᵀ L P̃, :mod:`matmech.intervals`); anything else is made dense once.
+    (G = P̃ᵀ L P̃, :mod:`matmech.linalg.intervals`); anything else is made dense once.
     """
 
     def __init__(self, kind, n, diag, dense=None, scale=1.0):
@@ -409,7 +409,7 @@ def block_energy(gram, s):
 def weighted_tree_value(gram, sizes, weights, energies=None):
     """sens₁² · trace(G (AᵀA)⁻¹) of the hierarchy with leaves of weight 1 and the levels of
     block sizes ``sizes`` (each dividing the next and n) weighted by ``weights``, in closed
-    form: AᵀA = I + Σ_ℓ w_ℓ² s_ℓ E_{s_ℓ} is block-spectral (:mod:`matmech.spectral`).
+    form: AᵀA = I + Σ_ℓ w_ℓ² s_ℓ E_{s_ℓ} is block-spectral (:mod:`matmech.linalg.spectral`).
     ``energies``: an optional dict caching :func:`block_energy` by block size."""
     w = np.asarray(weights, dtype=np.float64)
     sizes = [1, *sizes]

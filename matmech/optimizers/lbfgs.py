@@ -1,6 +1,6 @@
 """Projected L-BFGS for smooth objectives over the non-negative orthant (x ≥ 0).
 
-Used by the p-Identity optimiser (:mod:`matmech.opt_pure`), whose variables are Θ ≥ 0.
+Used by the p-Identity optimiser (:mod:`matmech.optimizers.pure`), whose variables are Θ ≥ 0.
 """
 
 from __future__ import annotations

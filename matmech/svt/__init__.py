@@ -6,14 +6,14 @@ candidates are large, paying privacy only for the ones reported.  This module
 is the public namespace; the code lives in one module per concept:
 
 ==========================  ================================================
-:mod:`matmech.svt_core`     [LSL17] Alg. 7 :func:`sparse_vector`, :func:`above_threshold`
-:mod:`matmech.svt_interactive`  :class:`SparseVector` (one ``.test(value)`` at a time)
-:mod:`matmech.svt_variants`     :func:`sparse_vector_dpbook` (Alg. 2), :func:`sparse_vector_retraversal`
-:mod:`matmech.topc`         :func:`exponential_top_c` (EM, c rounds without replacement)
-:mod:`matmech.svt_accuracy` alpha for beta: AboveThreshold, Sparse, EM
-:mod:`matmech.svt_calibration`  eps split (Eq. 12), noise scales, grid: :func:`svt_budget`
-:mod:`matmech.svt_noise`    exact grid arithmetic, chunked / two-thread noise
-:mod:`matmech.svt_checks`   argument checks (run before any randomness)
+:mod:`matmech.svt.core`     [LSL17] Alg. 7 :func:`sparse_vector`, :func:`above_threshold`
+:mod:`matmech.svt.interactive`  :class:`SparseVector` (one ``.test(value)`` at a time)
+:mod:`matmech.svt.variants`     :func:`sparse_vector_dpbook` (Alg. 2), :func:`sparse_vector_retraversal`
+:mod:`matmech.svt.topc`         :func:`exponential_top_c` (EM, c rounds without replacement)
+:mod:`matmech.svt.accuracy` alpha for beta: AboveThreshold, Sparse, EM
+:mod:`matmech.svt.calibration`  eps split (Eq. 12), noise scales, grid: :func:`svt_budget`
+:mod:`matmech.svt.grid`    exact grid arithmetic, chunked / two-thread noise
+:mod:`matmech.svt.checks`   argument checks (run before any randomness)
 ==========================  ================================================
 
 References (all in ``shared/references``):
@@ -42,7 +42,7 @@ catches them.
 
 Noise and exactness
 -------------------
-All randomness comes from :mod:`matmech.noise` (``rng=None`` means the OS
+All randomness comes from :mod:`matmech.privacy.noise` (``rng=None`` means the OS
 CSPRNG; pass a ``numpy.random.Generator`` only for reproducible, *not secure*,
 runs).  Every comparison ``q_i + nu_i >= T_i + rho`` is done exactly, in int64
 units of one power-of-two grid ``g`` shared by values, thresholds and noise
@@ -57,12 +57,12 @@ of ``g``.
 
 from __future__ import annotations
 
-from .svt_accuracy import above_threshold_alpha, exponential_alpha, sparse_alpha
-from .svt_calibration import SVTBudget, optimal_ratio, svt_budget
-from .svt_core import SVTResult, above_threshold, sparse_vector
-from .svt_interactive import SparseVector, SparseVectorExhausted
-from .svt_variants import sparse_vector_dpbook, sparse_vector_retraversal
-from .topc import TopCResult, exponential_top_c
+from matmech.svt.accuracy import above_threshold_alpha, exponential_alpha, sparse_alpha
+from matmech.svt.calibration import SVTBudget, optimal_ratio, svt_budget
+from matmech.svt.core import SVTResult, above_threshold, sparse_vector
+from matmech.svt.interactive import SparseVector, SparseVectorExhausted
+from matmech.svt.variants import sparse_vector_dpbook, sparse_vector_retraversal
+from matmech.svt.topc import TopCResult, exponential_top_c
 
 __all__ = [
     "SVTBudget",

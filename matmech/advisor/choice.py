@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from . import strategies as S
-from .advise import advise
-from .compare import domain_of, fixed_candidates
-from .error import expected_error
-from .linop import LinOp, as_linop
-from .optimize import optimize
+from matmech import strategies as S
+from matmech.advisor.advise import advise
+from matmech.advisor.compare import domain_of, fixed_candidates
+from matmech.error import expected_error
+from matmech.linalg.linop import LinOp, as_linop
+from matmech.optimizers.dispatch import optimize
 
 __all__ = ["choose_strategy", "fixed_choice", "per_attribute", "STRATEGY_NAMES"]
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .budget import PrivacyBudget
-from .error import NEIGHBORS, check_privacy_params
-from .intervals import Intervals
-from .linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
-from . import noise
-from .mechanisms import check_affordable, check_counts, check_max_records, check_records, integer_valued
-from .svt import exponential_top_c, sparse_vector, svt_budget
-from .svt_checks import check_threshold
+from matmech.privacy.budget import PrivacyBudget
+from matmech.error import NEIGHBORS, check_privacy_params
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
+from matmech.privacy import noise
+from matmech.privacy.measure import check_affordable, check_counts, check_max_records, check_records, integer_valued
+from matmech.svt import exponential_top_c, sparse_vector, svt_budget
+from matmech.svt.checks import check_threshold
 
 __all__ = ["Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "take_rows", "entry_range", "METHODS"]
 

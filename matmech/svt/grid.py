@@ -4,7 +4,7 @@ Every comparison ``q_i + nu_i >= T_i + rho`` of an SVT run is made exactly, in
 int64 multiples ("units") of the run's power-of-two grid ``g``: values and
 (public) thresholds are converted to units, and the noise is discrete Laplace
 in units (Laplace on g*Z; Canonne, Kamath, Steinke 2020, Alg. 2, via
-:func:`matmech.noise.discrete_laplace`).
+:func:`matmech.privacy.noise.discrete_laplace`).
 
 Long scans draw query noise in growing chunks so that a run stopping at its
 c-th positive wastes little; from :data:`PARALLEL_MIN` candidates on, two
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import noise
+from matmech.privacy import noise
 
 __all__ = [
     "CHUNK_FIRST",
@@ -74,7 +74,7 @@ def to_units(arr: np.ndarray, g: float) -> np.ndarray:
     """Values -> int64 multiples of the grid ``g`` (a power of two <= 1).
 
     Integer dtypes are already on the grid; anything else is snapped
-    (:func:`matmech.noise.snap`, which costs ``g`` of extra sensitivity).
+    (:func:`matmech.privacy.noise.snap`, which costs ``g`` of extra sensitivity).
     """
     if arr.dtype.kind in "biu":
         return arr.astype(np.int64) * np.int64(round(1.0 / g))
@@ -90,7 +90,7 @@ def threshold_units(t: np.ndarray, g: float) -> np.ndarray:
 def draw(scale: float, size: int, g: float, src) -> np.ndarray:
     """Laplace(scale) on the grid g*Z, in grid units: discrete Laplace(scale/g).
 
-    Every scale is a whole number of grid steps (see :mod:`matmech.svt_calibration`).
+    Every scale is a whole number of grid steps (see :mod:`matmech.svt.calibration`).
     """
     return np.asarray(noise.discrete_laplace(int(round(scale / g)), size, rng=src), dtype=np.int64)
 

@@ -2,12 +2,12 @@
 
 Methods (see the modules for the maths and the papers):
 
-* ``"sdp"`` — the exact L2 program with cvxpy (:func:`matmech.opt_l2.sdp_l2`), n ≤ 64;
+* ``"sdp"`` — the exact L2 program with cvxpy (:func:`matmech.optimizers.l2.sdp_l2`), n ≤ 64;
 * ``"l2"`` — the certified L2 optimum by the accelerated dual fixed point of Denisov et
-  al. (NeurIPS 2022) (:func:`matmech.opt_l2.dual_l2`), n ≤ 4096, each step O(n²) for all
+  al. (NeurIPS 2022) (:func:`matmech.optimizers.l2.dual_l2`), n ≤ 4096, each step O(n²) for all
   ranges and prefixes (tridiagonal G⁻¹);
 * ``"pidentity"`` — pure ε: HDMM's p-Identity family [I; Θ]·D from the best hierarchy
-  (:func:`matmech.opt_pure.fit_pidentity`), n ≤ 8192;
+  (:func:`matmech.optimizers.pure.fit_pidentity`), n ≤ 8192;
 * ``"kron"`` — Kronecker workloads factor by factor, unions of Kronecker products by block
   coordinate descent over the factors (HDMM's OPT⊗);
 * ``"marginals"`` — unions of marginals: the weighted marginal lattice (pure ε, HDMM's
@@ -28,11 +28,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import opt_l2, opt_marginals, opt_pure
-from .blas import blas_threads
-from .calibration import noise_variance
-from .error import check_privacy_params, expected_error, lower_bound
-from .linop import Identity, Kron, LinOp, as_linop, check_size
+from matmech.optimizers import l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
+from matmech.optimizers.blas import blas_threads
+from matmech.privacy.calibration import noise_variance
+from matmech.error import check_privacy_params, expected_error, lower_bound
+from matmech.linalg.linop import Identity, Kron, LinOp, as_linop, check_size
 
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, minimize
 
-from .error import _marginal_terms
-from .linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop
+from matmech.error import _marginal_terms
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop
 
 __all__ = [
     "MarginalStrategy",

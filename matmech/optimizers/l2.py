@@ -39,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from .intervals import AllRange, Prefix
-from .linop import Dense, as_linop
-from .opt_pure import GramOperator, _unwrap, check_gram
+from matmech.linalg.intervals import AllRange, Prefix
+from matmech.linalg.linop import Dense, as_linop
+from matmech.optimizers.pure import GramOperator, _unwrap, check_gram
 
 __all__ = ["L2Fit", "L2Strategy", "dual_l2", "sdp_l2", "dual_value", "tridiagonal_inverse", "MAX_SDP_N", "MAX_L2_N"]
 

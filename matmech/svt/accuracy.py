@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-from .svt_checks import Ratio, check_beta, check_c, check_int, check_ratio, check_real, check_sensitivity
-from .svt_calibration import split_eps
+from matmech.svt.checks import Ratio, check_beta, check_c, check_int, check_ratio, check_real, check_sensitivity
+from matmech.svt.calibration import split_eps
 
 __all__ = ["above_threshold_alpha", "sparse_alpha", "exponential_alpha"]
 

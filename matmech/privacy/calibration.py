@@ -1,7 +1,7 @@
 """Noise calibration: how much Laplace or Gaussian noise a privacy target needs.
 
 * Pure ε-DP: Laplace scale Δ₁/ε (Dwork, McSherry, Nissim, Smith 2006).
-* (ε, δ)-DP with δ > 0: we sample the *discrete* Gaussian (:mod:`matmech.noise`), whose
+* (ε, δ)-DP with δ > 0: we sample the *discrete* Gaussian (:mod:`matmech.privacy.noise`), whose
   privacy is stated in zero-concentrated DP: with L2 sensitivity Δ₂ and parameter σ it is
   ρ-zCDP for ρ = Δ₂²/(2σ²) (Canonne, Kamath, Steinke, NeurIPS 2020, hereafter CKS).
   ρ-zCDP is converted to (ε, δ)-DP with the tight conversion of CKS Cor. 13:

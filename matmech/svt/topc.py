@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import noise
-from .svt_checks import check_c, check_eps, check_flag, check_sensitivity, check_values
-from .svt_noise import CHUNK_MAX, worker_sources
+from matmech.privacy import noise
+from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
+from matmech.svt.grid import CHUNK_MAX, worker_sources
 
 __all__ = ["TopCResult", "exponential_top_c"]
 

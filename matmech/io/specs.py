@@ -15,10 +15,10 @@ from pathlib import Path
 
 import networkx as nx
 
-from . import workloads as wl
-from .intervals import Intervals
-from .linop import LinOp
-from .strategies import hierarchical
+from matmech import workloads as wl
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import LinOp
+from matmech.strategies import hierarchical
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -13,11 +13,11 @@ from typing import Optional
 
 import numpy as np
 
-from . import noise
-from .svt_calibration import SVTBudget, svt_budget
-from .svt_checks import Ratio, check_real, check_threshold
-from .svt_core import SVTResult
-from .svt_noise import NoiseBuffer, draw, range_check, to_units
+from matmech.privacy import noise
+from matmech.svt.calibration import SVTBudget, svt_budget
+from matmech.svt.checks import Ratio, check_real, check_threshold
+from matmech.svt.core import SVTResult
+from matmech.svt.grid import NoiseBuffer, draw, range_check, to_units
 
 __all__ = ["SparseVector", "SparseVectorExhausted"]
 
@@ -39,7 +39,7 @@ class SparseVector:
     Queries may be chosen adaptively.  ``threshold`` may be overridden per query.
 
     Values arrive one at a time with unknown types, so the calibration always
-    assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt_calibration`).
+    assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt.calibration`).
     """
 
     def __init__(

@@ -1,0 +1,7 @@
+"""Choosing a strategy: the fixed candidate family and its scores
+(:mod:`~matmech.advisor.compare`), the ranked advice over every family
+(:mod:`~matmech.advisor.advise`) and the release's strategy choice
+(:mod:`~matmech.advisor.choice`). Data-independent.
+"""
+
+__all__: list[str] = []

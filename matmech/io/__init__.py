@@ -1,0 +1,5 @@
+"""Input and output: workload specs (:mod:`~matmech.io.specs`), stored strategies
+(:mod:`~matmech.io.store`) and histograms from records (:mod:`~matmech.io.data`).
+"""
+
+__all__: list[str] = []
