@@ -17,17 +17,20 @@ import math
 from functools import reduce
 
 import numpy as np
+import scipy.linalg as sla
 
 from matmech.privacy.calibration import noise_variance
 from matmech.linalg.intervals import Intervals, _prefix_apply
 from matmech.linalg.linop import Identity, Kron, Scaled, Sum, VStack, as_linop
 from matmech.linalg.spectral import BlockSpectral
+from matmech.linalg.structured import MAX_DENSE_N, pinv_gram, split_diagonal, woodbury_factor
 
 __all__ = [
     "sensitivity",
     "expected_error",
     "error_figures",
     "per_query_variance",
+    "measured_variances",
     "lower_bound",
     "check_privacy_params",
     "NEIGHBORS",
@@ -38,8 +41,6 @@ __all__ = [
 
 #: The neighbouring relations and their sensitivity factor on the histogram.
 NEIGHBORS = {"add_remove": 1.0, "substitute": 2.0}
-#: Largest domain for which a general (unstructured) strategy gram is inverted densely.
-MAX_DENSE_N = 8192
 #: Largest number of per-query variances returned as a vector.
 MAX_VARIANCE_ROWS = 50_000_000
 MEASURES = ("total", "rmse", "max")
@@ -84,41 +85,6 @@ def _unit_variance(A, eps, delta, neighbors):
     eps, delta = check_privacy_params(eps, delta)
     sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
     return noise_variance(eps, delta, sensitivity=sens)
-
-
-# -- structured pseudo-inverse of AᵀA --------------------------------------------------------
-
-
-def _pinv_gram(A):
-    """(M, N): M = (AᵀA)⁺ as a structured LinOp, N the null-space projector (None if full rank).
-
-    A strategy with its own structure provides ``A.gram_pinv()`` returning the same pair.
-    """
-    if hasattr(A, "gram_pinv"):
-        return A.gram_pinv()
-    if isinstance(A, Kron):
-        parts = [_pinv_gram(f) for f in A.factors]
-        return Kron(*[m for m, _ in parts]), ("kron", [nul for _, nul in parts])
-    if isinstance(A, Scaled):
-        m, nul = _pinv_gram(A.base)
-        return Scaled(m, 1.0 / A.c**2), nul
-    g = A.gram()
-    if isinstance(g, Identity):
-        return g, None
-    if isinstance(g, BlockSpectral):
-        return g.pinv(), g.null_projector()
-    n = A.shape[1]
-    if n > MAX_DENSE_N:
-        raise ValueError(
-            f"this strategy has no structured inverse and n={n} cells exceeds the dense limit {MAX_DENSE_N}; "
-            "use a structured strategy (identity, hierarchical with a branching whose blocks divide n, "
-            "Haar with n a power of two, or a Kronecker product of small factors)"
-        )
-    lam, vec = np.linalg.eigh(g.dense(max_entries=MAX_DENSE_N**2))
-    keep = lam > 1e-10 * max(lam.max(), 1e-300)
-    m = (vec[:, keep] / lam[keep]) @ vec[:, keep].T
-    nul = vec[:, ~keep] @ vec[:, ~keep].T if (~keep).any() else None
-    return as_linop(m), (as_linop(nul) if nul is not None else None)
 
 
 def _as_dense(M):
@@ -249,7 +215,7 @@ def _check_pair(W, A):
 
 
 def _covariance(W, A):
-    M, nul = _pinv_gram(A)
+    M, nul = pinv_gram(A)
     r = _rowspace_residual(W, A, nul)
     if r > 1e-8:
         raise ValueError(
@@ -318,6 +284,41 @@ def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
         )
     unit = _unit_variance(A, eps, delta, neighbors)
     return unit * _diag(W, _covariance(W, A))
+
+
+def measured_variances(W, A, variance):
+    """diag(W (AᵀA)⁺ Wᵀ)·``variance``: the per-answer variances when every row of A was
+    measured with noise of that (exact) variance (Li et al., PODS 2010).
+
+    Interval workloads on diagonal-plus-rows strategies (p-Identity) use the Woodbury form of
+    :func:`_interval_diag_split`, O(n r² + m r), instead of the n×n inverse.
+    """
+    W, A = _check_pair(W, A)
+    if isinstance(W, Intervals):
+        split = split_diagonal(A)
+        if split is not None:
+            return _interval_diag_split(W, split) * variance
+    return per_query_variance(W, A, 1.0, 0.0) * (variance / _unit_variance(A, 1.0, 0.0, "add_remove"))
+
+
+def _interval_diag_split(W, split):
+    """diag(W (D + RᵀR)⁻¹ Wᵀ) for interval rows without the n×n inverse.
+
+    With (D + RᵀR)⁻¹ = D⁻¹ − D⁻¹Rᵀ C⁻¹ R D⁻¹ (C = I + RD⁻¹Rᵀ = LLᵀ) and a row w = 1[lo, hi]:
+    w D⁻¹ wᵀ = Σ_{lo..hi} 1/d, and the low-rank part is ‖L⁻¹ R D⁻¹ wᵀ‖² = ‖Z_{hi+1} − Z_lo‖²
+    with Z = P̃ D⁻¹ Rᵀ L⁻ᵀ (prefix sums, (n+1)×r). O(n r² + m r).
+    """
+    d, R = split
+    dinv, RD, (L, _) = woodbury_factor(d, R)
+    Z = np.zeros((W.n + 1, R.shape[0]))
+    np.cumsum(sla.solve_triangular(L, RD, lower=True, check_finite=False).T, axis=0, out=Z[1:])
+    cd = np.concatenate([[0.0], np.cumsum(dinv)])
+    out = np.empty(W.shape[0])
+    for start in range(0, W.shape[0], 16384):
+        lo, hi = W.bounds(start, min(W.shape[0], start + 16384))
+        diff = Z[hi + 1] - Z[lo]
+        out[start : start + lo.size] = cd[hi + 1] - cd[lo] - np.einsum("ij,ij->i", diff, diff)
+    return out
 
 
 def _marginal_terms(W):

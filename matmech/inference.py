@@ -44,9 +44,11 @@ from scipy.sparse.linalg import aslinearoperator, lsmr
 
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
+from matmech.linalg.structured import split_diagonal, woodbury_solve
+from matmech.privacy.measure import Measurement
 from matmech.strategies import Haar, Tree
 
-__all__ = ["least_squares", "solve", "split_diagonal", "gram_inverse", "tree_plan", "DENSE_SOLVE_N", "LSMR_TOL"]
+__all__ = ["least_squares", "solve", "tree_plan", "DENSE_SOLVE_N", "LSMR_TOL"]
 
 #: Largest number of cells for which the generic path factorises the normal equations densely.
 DENSE_SOLVE_N = 4096
@@ -63,8 +65,6 @@ def least_squares(*measurements, nonneg=False, tol=LSMR_TOL, maxiter=None):
     privacy but makes x̂ biased, so the analytic variances no longer describe it.
     ``tol``/``maxiter`` only affect the LSMR path (n > DENSE_SOLVE_N without structure).
     """
-    from matmech.privacy.measure import Measurement  # mechanisms imports this module lazily too
-
     if len(measurements) == 1 and isinstance(measurements[0], (list, tuple)):
         measurements = tuple(measurements[0])
     if not measurements:
@@ -372,111 +372,12 @@ def _generic(As, Ys, stds, tol, maxiter):
     b = np.vstack([wi * Yi for wi, Yi in zip(w, Ys)])
     split = split_diagonal(B)
     if split is not None:
-        out = _woodbury_solve(*split, B.rmatvec(b))
+        out = woodbury_solve(*split, B.rmatvec(b))
         if out is not None:
             return out
     if n <= DENSE_SOLVE_N:
         return _dense_normal(B, b)
     return _lsmr(B, b, tol, maxiter)
-
-
-# -- single-entry rows plus a few dense rows: Woodbury ------------------------------------------
-
-
-def _as_csr_or_array(A):
-    """A as a dense array or CSR matrix when that is cheap and exact, else None."""
-    if isinstance(A, Dense):
-        return A.matrix
-    if isinstance(A, Sparse):
-        return A.matrix
-    if isinstance(A, Identity):
-        return sp.identity(A.shape[0], format="csr")
-    if isinstance(A, Scaled):
-        base = _as_csr_or_array(A.base)
-        return None if base is None else A.c * base
-    if isinstance(A, VStack):
-        parts = [_as_csr_or_array(b) for b in A.blocks]
-        if any(p is None for p in parts):
-            return None
-        return sp.vstack([w * sp.csr_matrix(p) for w, p in zip(A.weights, parts)], format="csr")
-    return None
-
-
-def split_diagonal(A, max_rows=None):
-    """(d, R) with AᵀA = diag(d) + RᵀR when A's single-entry rows give a positive diagonal d
-    and at most ``max_rows`` (default n/4) rows remain (R dense, r×n); else None."""
-    m = _as_csr_or_array(A)
-    if m is None:
-        return None
-    n = A.shape[1]
-    max_rows = n // 4 if max_rows is None else max_rows
-    if sp.issparse(m):
-        m = sp.csr_matrix(m)
-        m.eliminate_zeros()
-        nnz = np.diff(m.indptr)
-        single = np.flatnonzero(nnz == 1)
-        rest = np.flatnonzero(nnz > 1)
-        if rest.size > max_rows:
-            return None
-        d = np.bincount(m.indices[m.indptr[single]], weights=m.data[m.indptr[single]] ** 2, minlength=n)
-        R = m[rest].toarray()
-    else:
-        nz = m != 0
-        nnz = nz.sum(1)
-        single = np.flatnonzero(nnz == 1)
-        rest = np.flatnonzero(nnz > 1)
-        if rest.size > max_rows:
-            return None
-        cols = nz[single].argmax(1)
-        d = np.bincount(cols, weights=m[single, cols] ** 2, minlength=n)
-        R = m[rest]
-    if d.min() <= 0 or d.max() > 1e12 * d.min():
-        return None
-    return d, np.ascontiguousarray(R, dtype=np.float64)
-
-
-def _woodbury_factor(d, R):
-    dinv = 1.0 / d
-    RD = R * dinv  # R D⁻¹
-    C = RD @ R.T
-    C[np.diag_indices_from(C)] += 1.0
-    return dinv, RD, sla.cho_factor(C, lower=True, check_finite=False)
-
-
-def _woodbury_solve(d, R, V):
-    """(diag(d) + RᵀR)⁻¹V, or None if the residual check fails."""
-    dinv, RD, cf = _woodbury_factor(d, R)
-    u = dinv[:, None] * V
-    x = u - RD.T @ sla.cho_solve(cf, R @ u, check_finite=False)
-    res = d[:, None] * x + R.T @ (R @ x) - V
-    if np.linalg.norm(res) > 1e-8 * max(np.linalg.norm(V), 1e-300):
-        return None
-    return x
-
-
-def gram_inverse(A):
-    """(M, None) with M = (AᵀA)⁻¹ as a dense LinOp, through Woodbury or Cholesky; None
-    when AᵀA is singular or not small enough (callers then use matmech.error's eigen path)."""
-    n = A.shape[1]
-    split = split_diagonal(A)
-    if split is not None:
-        d, R = split
-        dinv, RD, cf = _woodbury_factor(d, R)
-        M = -RD.T @ sla.cho_solve(cf, RD, check_finite=False)
-        M[np.diag_indices_from(M)] += dinv
-        return Dense(0.5 * (M + M.T)), None
-    if n > DENSE_SOLVE_N * 2:
-        return None
-    gram = A.gram().dense(max_entries=(2 * DENSE_SOLVE_N) ** 2)
-    try:
-        L = sla.cholesky(0.5 * (gram + gram.T), lower=True, check_finite=False)
-    except sla.LinAlgError:
-        return None
-    dg = np.diag(L) ** 2
-    if dg.min() <= 1e-10 * dg.max():
-        return None
-    Linv = sla.solve_triangular(L, np.eye(n), lower=True, check_finite=False)
-    return Dense(Linv.T @ Linv), None
 
 
 def _dense_normal(B, b):

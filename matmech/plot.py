@@ -247,10 +247,7 @@ def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
     """
     from scipy.special import ndtri
 
-    from matmech.release import Release
-
-    if not isinstance(release, Release):
-        raise TypeError(f"expected a Release, got {type(release).__name__}")
+    _require(release, "Release", ("answers", "std", "workload", "interval", "selected", "expected_error"))
     lower, upper = release.interval(level)  # validates level
     z = float(ndtri(0.5 + level / 2))
     idx, wrows, note = _release_rows(release, top)
@@ -282,13 +279,16 @@ def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
     return ax
 
 
+def _require(obj, kind, attributes):
+    """Plots take the records by their fields (this layer sits below release and advice)."""
+    if type(obj).__name__ != kind or not all(hasattr(obj, a) for a in attributes):
+        raise TypeError(f"expected {'an' if kind[0] in 'AEIOU' else 'a'} {kind}, got {type(obj).__name__}")
+
+
 def plot_advice(advice, *, ax=None):
     """Bars of the per-query RMSE of every candidate strategy, best first (green), with the
     SVD lower bound as a dashed line; → Axes. Skipped candidates are named in the title."""
-    from matmech.advisor.advise import Advice
-
-    if not isinstance(advice, Advice):
-        raise TypeError(f"expected an Advice, got {type(advice).__name__}")
+    _require(advice, "Advice", ("rows", "skipped", "lower_bound", "queries", "cells", "delta"))
     if ax is None:
         plt = _pyplot()
         _, ax = plt.subplots(figsize=(8, 0.4 * len(advice.rows) + 1.8))

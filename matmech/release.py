@@ -37,14 +37,12 @@ from fractions import Fraction
 from types import MappingProxyType
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
 
 from matmech.privacy import noise
 from matmech import strategies as S
-from matmech.privacy.calibration import noise_variance
-from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance, sensitivity
-from matmech.inference import least_squares, split_diagonal
+from matmech.error import MAX_VARIANCE_ROWS, expected_error, measured_variances
+from matmech.inference import least_squares
 from matmech.linalg.intervals import Intervals
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.linalg.linop import LinOp, as_linop
@@ -300,46 +298,9 @@ def _as_workload(W, n):
     return W
 
 
-def _interval_variances_split(W, split):
-    """diag(W (D + RᵀR)⁻¹ Wᵀ) for interval rows without the n×n inverse.
-
-    With M = D⁻¹ − D⁻¹Rᵀ C⁻¹ R D⁻¹ (Woodbury, C = I + RD⁻¹Rᵀ = LLᵀ) and a row w = 1[lo, hi]:
-    w D⁻¹ wᵀ = Σ_{lo..hi} 1/d, and the low-rank part is ‖L⁻¹ R D⁻¹ wᵀ‖² = ‖Z_{hi+1} − Z_lo‖²
-    with Z = P̃ D⁻¹ Rᵀ L⁻ᵀ (prefix sums, (n+1)×r). O(n r² + m r).
-    """
-    d, R = split
-    dinv = 1.0 / d
-    C = (R * dinv) @ R.T
-    C[np.diag_indices_from(C)] += 1.0
-    L = sla.cholesky(C, lower=True, check_finite=False)
-    U = (R * dinv).T  # n×r
-    Z = np.zeros((W.n + 1, R.shape[0]))
-    np.cumsum(sla.solve_triangular(L, U.T, lower=True, check_finite=False).T, axis=0, out=Z[1:])
-    cd = np.concatenate([[0.0], np.cumsum(dinv)])
-    out = np.empty(W.shape[0])
-    for start in range(0, W.shape[0], 16384):
-        lo, hi = W.bounds(start, min(W.shape[0], start + 16384))
-        diff = Z[hi + 1] - Z[lo]
-        out[start : start + lo.size] = cd[hi + 1] - cd[lo] - np.einsum("ij,ij->i", diff, diff)
-    return out
-
-
 def _answer_variances(W, plan):
-    """Per-answer variances for the measured strategy and the discrete noise actually used.
-
-    per_query_variance uses the continuous noise variance of :func:`noise_variance`; the
-    factor diag(W (AᵀA)⁺ Wᵀ) is rescaled to the exact discrete variance plan.std².
-    Interval workloads on diagonal-plus-rows strategies (p-Identity) use the Woodbury form.
-    """
-    A = plan.strategy
-    if isinstance(W, Intervals) and isinstance(A, (RoundedDense, RoundedSparse)):
-        split = split_diagonal(A)
-        if split is not None:
-            return _interval_variances_split(W, split) * plan.std**2
-    p = 1 if plan.delta == 0 else 2
-    nominal = noise_variance(plan.eps, plan.delta, sensitivity=sensitivity(A, p, plan.neighbors))
-    var = per_query_variance(W, A, plan.eps, plan.delta, neighbors=plan.neighbors)
-    return var * (plan.std**2 / nominal)
+    """Per-answer variances for the measured strategy and the discrete noise actually used."""
+    return measured_variances(W, plan.strategy, plan.std**2)
 
 
 def _spend_then_measure(x, plan, *, budget, eps, delta, what, rng):

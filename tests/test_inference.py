@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from matmech import inference
+from matmech.linalg import structured
 from matmech import strategies as S
 from matmech.inference import least_squares, solve, tree_plan
 from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, VStack
@@ -183,18 +184,18 @@ def p_identity(n, p, seed):
 )
 def test_diagonal_plus_rows_uses_woodbury(make, monkeypatch):
     A = make()
-    assert inference.split_diagonal(A) is not None
+    assert structured.split_diagonal(A) is not None
     y = np.random.default_rng(4).normal(size=(A.shape[0], 2))
     monkeypatch.setattr(inference, "_dense_normal", lambda *a: pytest.fail("dense path used"))
     np.testing.assert_allclose(solve(A, y), np.linalg.pinv(A.dense()) @ y, atol=1e-9)
-    M, null = inference.gram_inverse(A)
+    M, null = structured.gram_inverse(A)
     assert null is None
     np.testing.assert_allclose(M.dense(), np.linalg.inv(A.dense().T @ A.dense()), rtol=1e-8, atol=1e-10)
 
 
 def test_split_diagonal_declines_when_not_applicable():
-    assert inference.split_diagonal(Dense(np.random.default_rng(5).random((20, 20)))) is None  # no single-entry rows
-    assert inference.split_diagonal(Dense(np.vstack([np.eye(4)[:3], np.ones((1, 4))]))) is None  # a zero diagonal
+    assert structured.split_diagonal(Dense(np.random.default_rng(5).random((20, 20)))) is None  # no single-entry rows
+    assert structured.split_diagonal(Dense(np.vstack([np.eye(4)[:3], np.ones((1, 4))]))) is None  # a zero diagonal
 
 
 def test_square_dense_uses_lu_and_singular_falls_back(monkeypatch):
@@ -208,6 +209,6 @@ def test_square_dense_uses_lu_and_singular_falls_back(monkeypatch):
 
 def test_gram_inverse_cholesky_and_singular():
     A = Dense(np.random.default_rng(7).random((50, 30)))
-    M, _ = inference.gram_inverse(A)
+    M, _ = structured.gram_inverse(A)
     np.testing.assert_allclose(M.dense(), np.linalg.inv(A.matrix.T @ A.matrix), rtol=1e-7)
-    assert inference.gram_inverse(Dense(np.ones((5, 3)))) is None
+    assert structured.gram_inverse(Dense(np.ones((5, 3)))) is None

@@ -35,7 +35,7 @@ _KEY = "__matmech_strategy__"
 def _classes():
     """Name → class of every storable operator (imported here: the optimisers are heavier)."""
     from matmech import strategies as S
-    from matmech.privacy.measure import RoundedDense, RoundedSparse
+    from matmech.linalg.structured import RoundedDense, RoundedSparse
     from matmech.optimizers.l2 import L2Strategy
     from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
     from matmech.optimizers.pure import PIdentity
@@ -80,7 +80,7 @@ class _Writer:
     def node(self, A):
         """The description of A (exact type match: a subclass may carry state we do not know)."""
         from matmech import strategies as S
-        from matmech.privacy.measure import RoundedDense, RoundedSparse
+        from matmech.linalg.structured import RoundedDense, RoundedSparse
         from matmech.optimizers.l2 import L2Strategy
         from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
         from matmech.optimizers.pure import PIdentity

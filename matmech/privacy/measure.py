@@ -43,6 +43,7 @@ from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.error import NEIGHBORS, check_privacy_params
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+from matmech.linalg.structured import RoundedDense, RoundedSparse
 
 __all__ = [
     "Measurement",
@@ -50,8 +51,6 @@ __all__ = [
     "plan_measurement",
     "check_counts",
     "integer_valued",
-    "RoundedDense",
-    "RoundedSparse",
     "MAX_DENSE_ROUNDING",
     "MAX_RECORDS",
     "MeasurementPlan",
@@ -216,29 +215,6 @@ def _pow2_at_least(v):
     """The smallest power of two >= v (v > 0)."""
     m, e = math.frexp(v)
     return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
-
-
-class _GramPinv:
-    """(AᵀA)⁺ for :mod:`matmech.error` through Woodbury or Cholesky (matmech.inference),
-    falling back to the eigen-decomposition of matmech.error when those do not apply."""
-
-    def gram_pinv(self):
-        from matmech.error import _pinv_gram
-        from matmech.inference import gram_inverse
-
-        out = gram_inverse(self)
-        if out is not None:
-            return out
-        plain = Dense(self.matrix) if isinstance(self, Dense) else Sparse(self.matrix)
-        return _pinv_gram(plain)
-
-
-class RoundedDense(_GramPinv, Dense):
-    """A real-valued strategy rounded to a power-of-two grid (dense storage)."""
-
-
-class RoundedSparse(_GramPinv, Sparse):
-    """A real-valued strategy rounded to a power-of-two grid (CSR storage)."""
 
 
 def _rint(m, g):
