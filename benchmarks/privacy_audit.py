@@ -2,7 +2,7 @@
 
 Every shipped selection mechanism x {as shipped, every noise scale halved}:
 the exact max privacy loss over the adversarial neighbouring pairs of
-tests/privacy_exact.py, and the verdict at the claimed eps (pass iff
+tests/svt/privacy_exact.py, and the verdict at the claimed eps (pass iff
 loss <= eps + 1e-9).  Also the paper's Alg. 1, 3, 4, 5, 6 fixtures
 (Lyu, Su, Li, VLDB 2017, Fig. 1-2).  Prints the table and writes
 benchmarks/results/privacy_audit.md.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "svt"))
 
 import privacy_exact as pe  # noqa: E402
 import svt_fixtures as fx  # noqa: E402
@@ -53,7 +53,7 @@ def main() -> str:
         "# Exact privacy audit: mutation table",
         "",
         "Max privacy loss max_o |log P[M(D)=o] - log P[M(D')=o]| over the adversarial neighbouring",
-        "pairs of `tests/privacy_exact.py` (every pair around 0^4 with moves in {-1,0,1}, or {0,1} for",
+        "pairs of `tests/svt/privacy_exact.py` (every pair around 0^4 with moves in {-1,0,1}, or {0,1} for",
         "monotonic; StatDP's pairs; Lyu et al.'s counterexample blocks; thresholds -4..4), computed",
         "exactly from the discrete noise the code samples (scales read from the shipped calibration).",
         "Verdict: pass iff loss <= eps + 1e-9.  \"noise halved\" = every noise scale x 0.5 (EM: Gumbel",

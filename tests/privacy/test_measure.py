@@ -187,7 +187,7 @@ FLOAT_SAMPLERS = {"laplace", "normal", "standard_normal", "exponential", "standa
 @pytest.mark.parametrize("module", MODULES)
 def test_no_floating_point_noise_from_numpy(module):
     """Only matmech.privacy.noise's exact samplers may be called; numpy.random is never used."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "matmech" / module
+    path = pathlib.Path(__file__).resolve().parents[2] / "matmech" / module
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "random":
