@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 from matmech.advisor.compare import compare, format_table
-from matmech.error import check_privacy_params, lower_bound
+from matmech.error import lower_bound
+from matmech.privacy.params import check_privacy_params
 from matmech.io.specs import load_spec
 
 __all__ = ["main"]

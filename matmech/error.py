@@ -20,6 +20,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from matmech.privacy.calibration import noise_variance
+from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor
 from matmech.linalg.intervals import Intervals, _prefix_apply
 from matmech.linalg.linop import Identity, Kron, Scaled, Sum, VStack, as_linop
 from matmech.linalg.spectral import BlockSpectral
@@ -32,44 +33,14 @@ __all__ = [
     "per_query_variance",
     "measured_variances",
     "lower_bound",
-    "check_privacy_params",
-    "NEIGHBORS",
     "MAX_DENSE_N",
     "MAX_VARIANCE_ROWS",
     "marginal_spectrum",
 ]
 
-#: The neighbouring relations and their sensitivity factor on the histogram.
-NEIGHBORS = {"add_remove": 1.0, "substitute": 2.0}
 #: Largest number of per-query variances returned as a vector.
 MAX_VARIANCE_ROWS = 50_000_000
 MEASURES = ("total", "rmse", "max")
-
-
-def check_privacy_params(eps, delta):
-    """Validate ε > 0 finite and δ in [0, 1); return them as floats.
-
-    Strings and booleans are refused (TypeError) rather than converted: ``"1"`` or ``True``
-    as a privacy parameter is a caller's mistake, not a number to guess at.
-    """
-    for name, v in (("eps", eps), ("delta", delta)):
-        if isinstance(v, (str, bytes, bool, np.bool_)):
-            raise TypeError(f"eps and delta must be real numbers, got {name}={v!r} ({type(v).__name__})")
-    try:
-        e, d = float(eps), float(delta)
-    except (TypeError, ValueError):
-        raise TypeError(f"eps and delta must be real numbers, got eps={eps!r}, delta={delta!r}") from None
-    if not math.isfinite(e) or e <= 0:
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
-    if not math.isfinite(d) or not 0 <= d < 1:
-        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    return e, d
-
-
-def _neighbor_factor(neighbors):
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
-    return NEIGHBORS[neighbors]
 
 
 def sensitivity(A, p=1, neighbors="add_remove"):

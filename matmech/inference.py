@@ -39,7 +39,6 @@ import weakref
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
 from scipy.sparse.linalg import aslinearoperator, lsmr
 
 from matmech.linalg.intervals import Intervals

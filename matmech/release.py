@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 
 import numpy as np
@@ -46,13 +44,10 @@ from matmech.inference import least_squares
 from matmech.linalg.intervals import Intervals
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.linalg.linop import LinOp, as_linop
+from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real, rest_of
 from matmech.privacy.measure import (
     Measurement,
-    RoundedDense,
-    RoundedSparse,
     _check_budget,
-    _check_neighbors,
-    _check_privacy,
     check_affordable,
     check_counts,
     check_max_records,
@@ -354,14 +349,6 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, ma
 # -- release with a private row selection in front ----------------------------------------
 
 
-def _positive_real(v, what):
-    if isinstance(v, (bool, str, bytes)) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{what} must be a real number, got {type(v).__name__}: {v!r}")
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{what} must be a positive finite number, got {v!r}")
-    return float(v)
-
-
 def _check_select(select, eps):
     """The validated ``select`` options (defaults filled in); raises before anything is spent."""
     if not isinstance(select, Mapping):
@@ -382,7 +369,7 @@ def _check_select(select, eps):
     opts.update(select)
     if opts["method"] not in SELECT_METHODS:
         raise ValueError(f"select method must be one of {SELECT_METHODS}, got {opts['method']!r}")
-    opts["eps"] = _positive_real(opts["eps"], "select eps")
+    opts["eps"] = positive_real(opts["eps"], "select eps")
     if opts["eps"] >= eps:
         raise ValueError(
             f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
@@ -397,22 +384,10 @@ def _check_select(select, eps):
         raise ValueError(f"select method='em' picks the c largest rows and takes no threshold; got threshold={thr!r}")
     if is_auto:
         t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
-        opts["target_rel_error"] = _positive_real(t, "select target_rel_error")
+        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
     elif opts["target_rel_error"] is not None:
         raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
     return opts
-
-
-def _rest_of(total, part):
-    """total − part, rounded down so that the budget's exact sum part + rest never exceeds total.
-
-    The budget reads a float by its shortest repr (0.1 means 1/10); so does this.
-    """
-    exact = Fraction(repr(float(total))) - Fraction(repr(float(part)))
-    rest = float(exact)
-    while Fraction(repr(rest)) > exact:
-        rest = math.nextafter(rest, 0.0)
-    return rest
 
 
 def _shown_options(opts):
@@ -452,7 +427,7 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
     """
     opts = _check_select(select, eps)
     eps_sel = opts["eps"]
-    eps_m = _rest_of(eps, eps_sel)
+    eps_m = rest_of(eps, eps_sel)
     noise.check_rng(rng)  # a bad rng must fail before anything is spent
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
     auto_thr = isinstance(opts["threshold"], str)
@@ -555,8 +530,8 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     Raises ValueError/TypeError, spending nothing, on bad input or a strategy that cannot
     answer W; an exhausted budget raises BudgetExceededError before x is read.
     """
-    eps, delta = _check_privacy(eps, delta)
-    _check_neighbors(neighbors)
+    eps, delta = check_privacy_params(eps, delta)
+    check_neighbors(neighbors)
     _check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)

@@ -243,7 +243,7 @@ def test_woodbury_interval_variances_match_the_general_path():
 
 @pytest.mark.parametrize("eps, delta", [("1", 0.0), (1.0, "0"), (True, 0.0), (1.0, False), (b"1", 0.0), (np.bool_(True), 0.0)])
 def test_privacy_parameters_are_never_converted_from_strings_or_bools(eps, delta):
-    from matmech.error import check_privacy_params
+    from matmech.privacy.params import check_privacy_params
 
     name = "eps" if isinstance(eps, (str, bytes, bool, np.bool_)) else "delta"
     with pytest.raises(TypeError, match=f"must be real numbers, got {name}="):

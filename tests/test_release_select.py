@@ -254,13 +254,14 @@ def test_tenths_add_up_exactly():
     budget = PrivacyBudget(0.3)
     rel = mm.release(X, W, 0.3, strategy="identity", budget=budget, rng=np.random.default_rng(14), select={**SELECT, "eps": 0.1})
     assert budget.remaining[0] >= 0 and rel.measurement.eps == pytest.approx(0.2)
-    from matmech.release import _rest_of
-
     from fractions import Fraction
 
-    for total, part in ((0.3, 0.1), (1.0, 0.7), (0.7, 0.3), (1e-3, 3e-4), (2.0, 1 / 3)):
-        rest = _rest_of(total, part)
-        assert Fraction(repr(part)) + Fraction(repr(rest)) <= Fraction(repr(total))
+    from matmech.privacy.params import rest_of
+
+    for total, part in ((0.3, 0.1), (1.0, 0.7), (0.7, 0.3), (1e-3, 3e-4), (2.0, 1 / 3), (1.0, 0.1), (0.3, 0.2)):
+        rest = rest_of(total, part)
+        assert Fraction(repr(part)) + Fraction(repr(rest)) <= Fraction(repr(total))  # the budget's reading
+        assert Fraction(part) + Fraction(rest) <= Fraction(total)  # the binary values the noise uses
         assert rest == pytest.approx(total - part, rel=1e-15)
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from matmech import strategies as S
 from matmech.advisor.compare import distinct, evaluate, fixed_family
-from matmech.error import NEIGHBORS, check_privacy_params, error_figures, lower_bound
+from matmech.error import error_figures, lower_bound
+from matmech.privacy.params import NEIGHBORS, check_privacy_params
 from matmech.linalg.linop import Kron, LinOp, Scaled, VStack, as_linop
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 from matmech.optimizers.blas import blas_threads

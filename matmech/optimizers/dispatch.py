@@ -31,7 +31,8 @@ import numpy as np
 from matmech.optimizers import l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
 from matmech.optimizers.blas import blas_threads
 from matmech.privacy.calibration import noise_variance
-from matmech.error import check_privacy_params, expected_error, lower_bound
+from matmech.error import expected_error, lower_bound
+from matmech.privacy.params import check_privacy_params
 from matmech.linalg.linop import Identity, Kron, LinOp, as_linop, check_size
 
 __all__ = ["optimize", "OptimizeResult", "METHODS"]

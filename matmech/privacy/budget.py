@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
+from matmech.privacy.params import check_delta, check_eps, exact, real
+
 __all__ = [
     "PrivacyBudget",
     "BudgetExceededError",
@@ -52,37 +54,6 @@ class ApproxDP(NamedTuple):
 # ------------------------------------------------------------------------- validation
 
 
-def _real(x, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__}: {x!r}")
-    return float(x)
-
-
-def _check_eps(eps, *, positive: bool) -> float:
-    e = _real(eps, "eps")
-    if not math.isfinite(e) or e < 0 or (positive and e == 0):
-        kind = "positive" if positive else "non-negative"
-        raise ValueError(f"eps must be a {kind} finite number, got {eps!r}")
-    return e
-
-
-def _check_delta(delta, name: str = "delta") -> float:
-    d = _real(delta, name)
-    if not 0 <= d < 1:
-        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
-    return d
-
-
-def _exact(x) -> Fraction:
-    """The exact value a caller meant: a Fraction or integer as is, a float via its
-    shortest decimal repr (so 0.1 means 1/10)."""
-    if isinstance(x, Fraction):
-        return x
-    if isinstance(x, numbers.Integral):
-        return Fraction(int(x))
-    return Fraction(repr(float(x)))
-
-
 def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"k must be an integer >= 1, got {type(k).__name__}: {k!r}")
@@ -92,7 +63,7 @@ def _check_k(k) -> int:
 
 
 def _check_slack(delta_slack) -> float:
-    d = _real(delta_slack, "delta_slack")
+    d = real(delta_slack, "delta_slack")
     if not 0 < d < 1:
         raise ValueError(f"delta_slack must be in (0, 1), got {delta_slack!r}")
     return d
@@ -109,17 +80,17 @@ class PrivacyBudget:
     """
 
     def __init__(self, eps, delta=0.0):
-        _check_eps(eps, positive=True)
-        _check_delta(delta)
-        self._total = (_exact(eps), _exact(delta))
+        check_eps(eps)
+        check_delta(delta)
+        self._total = (exact(eps), exact(delta))
         self._spent = (Fraction(0), Fraction(0))
         self._ledger: list[LedgerEntry] = []
         self._lock = threading.Lock()
 
     def _validate(self, eps, delta) -> tuple[Fraction, Fraction]:
-        _check_eps(eps, positive=False)
-        _check_delta(delta)
-        return _exact(eps), _exact(delta)
+        check_eps(eps, allow_zero=True)
+        check_delta(delta)
+        return exact(eps), exact(delta)
 
     def _fits(self, e: Fraction, d: Fraction) -> bool:
         return self._spent[0] + e <= self._total[0] and self._spent[1] + d <= self._total[1]
@@ -189,8 +160,8 @@ def advanced_composition(eps, delta, k, *, delta_slack) -> ApproxDP:
     """(ε′, kδ + δ′) for k-fold adaptive composition of (ε, δ)-DP mechanisms
     (Dwork, Rothblum, Vadhan 2010, Thm. 3.3): ε′ = ε·sqrt(2k ln(1/δ′)) + kε(e^ε − 1),
     with δ′ = ``delta_slack``."""
-    e = _check_eps(eps, positive=False)
-    d = _check_delta(delta)
+    e = check_eps(eps, allow_zero=True)
+    d = check_delta(delta)
     k = _check_k(k)
     slack = _check_slack(delta_slack)
     eps_total = e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * math.expm1(e)
@@ -201,7 +172,7 @@ def per_step_eps(eps_total, k, *, delta_slack) -> float:
     """The largest per-step ε whose k-fold advanced composition (with δ′ = ``delta_slack``)
     has total ε′ <= ``eps_total`` (bisection to float precision). For small k basic
     composition, ``eps_total / k``, can be larger: compare both."""
-    target = _check_eps(eps_total, positive=True)
+    target = check_eps(eps_total, name="eps_total")
     k = _check_k(k)
     slack = _check_slack(delta_slack)
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 from scipy import optimize, special
+
+from matmech.privacy.params import check_delta, check_eps, real
 
 __all__ = [
     "laplace_scale",
@@ -37,38 +38,15 @@ _SAFETY = 1.0 + 1e-12  # relative margin for float rounding in the safe directio
 # ------------------------------------------------------------------------- validation
 
 
-def _real(x, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__}: {x!r}")
-    return float(x)
-
-
-def _check_eps(eps, *, allow_zero: bool = False) -> float:
-    e = _real(eps, "eps")
-    if not math.isfinite(e) or e < 0 or (e == 0 and not allow_zero):
-        what = "a non-negative" if allow_zero else "a positive"
-        raise ValueError(f"eps must be {what} finite number, got {eps!r}")
-    return e
-
-
-def _check_delta(delta, *, positive: bool = False) -> float:
-    d = _real(delta, "delta")
-    if positive and not 0 < d < 1:
-        raise ValueError(f"delta must be in (0, 1) for Gaussian noise, got {delta!r}")
-    if not 0 <= d < 1:
-        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    return d
-
-
 def _check_sensitivity(sensitivity) -> float:
-    s = _real(sensitivity, "sensitivity")
+    s = real(sensitivity, "sensitivity")
     if not math.isfinite(s) or s < 0:
         raise ValueError(f"sensitivity must be a non-negative finite number, got {sensitivity!r}")
     return s
 
 
 def _check_rho(rho) -> float:
-    r = _real(rho, "rho")
+    r = real(rho, "rho")
     if not math.isfinite(r) or r < 0:
         raise ValueError(f"rho must be a non-negative finite number, got {rho!r}")
     return r
@@ -105,7 +83,7 @@ def approx_dp_delta(rho, eps) -> float:
     """δ such that ρ-zCDP implies (ε, δ)-DP, by the tight conversion of CKS Cor. 13:
     δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1) · (1−1/α)^α, capped at 1."""
     r = _check_rho(rho)
-    e = _check_eps(eps, allow_zero=True)
+    e = check_eps(eps, allow_zero=True)
     if r == 0:
         return 0.0
     return min(1.0, math.exp(_minimise_over_alpha(lambda a: _log_delta(a, r, e))))
@@ -115,7 +93,7 @@ def zcdp_to_approx_dp(rho, delta) -> float:
     """ε such that ρ-zCDP implies (ε, δ)-DP (CKS Cor. 13, solved for ε):
     ε = inf_{α>1} αρ + (ln(1/δ) + (α−1) ln(1−1/α) − ln α)/(α−1)."""
     r = _check_rho(rho)
-    d = _check_delta(delta, positive=True)
+    d = check_delta(delta, positive=True)
     if r == 0:
         return 0.0
     log_inv_delta = -math.log(d)
@@ -158,8 +136,8 @@ def gaussian_sigma(eps, delta, sensitivity) -> float:
     2020), and ρ-zCDP gives (ε, δ)-DP by CKS Cor. 13; we return the smallest σ (up to a
     1e-12 relative safety margin) whose ρ converts to δ' <= δ at ε.
     """
-    e = _check_eps(eps)
-    d = _check_delta(delta, positive=True)
+    e = check_eps(eps)
+    d = check_delta(delta, positive=True)
     s = _check_sensitivity(sensitivity)
     if s == 0:
         return 0.0
@@ -200,8 +178,8 @@ def analytic_gaussian_sigma(eps, delta, sensitivity) -> float:
     This is the figure for *continuous* Gaussian noise, for comparison only: the library
     samples the discrete Gaussian and calibrates it with :func:`gaussian_sigma`.
     """
-    e = _check_eps(eps)
-    d = _check_delta(delta, positive=True)
+    e = check_eps(eps)
+    d = check_delta(delta, positive=True)
     s = _check_sensitivity(sensitivity)
     if s == 0:
         return 0.0
@@ -213,7 +191,7 @@ def analytic_gaussian_sigma(eps, delta, sensitivity) -> float:
 
 def laplace_scale(eps, sensitivity) -> float:
     """Laplace scale b = Δ₁/ε for ε-DP with L1 sensitivity Δ₁."""
-    e = _check_eps(eps)
+    e = check_eps(eps)
     s = _check_sensitivity(sensitivity)
     return s / e
 
@@ -226,8 +204,8 @@ def noise_variance(eps, delta=0.0, *, sensitivity) -> float:
     (``sensitivity`` is L2). The continuous figures are used; the discrete samplers on a
     fine grid differ by at most grid²/6 per measurement.
     """
-    e = _check_eps(eps)
-    d = _check_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     s = _check_sensitivity(sensitivity)
     if d == 0:
         return 2.0 * (s / e) ** 2

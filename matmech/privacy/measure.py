@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
-from matmech.error import NEIGHBORS, check_privacy_params
+from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
@@ -163,19 +163,6 @@ def check_counts(x, n=None, *, name="x"):
         i = int(np.flatnonzero(neg)[0])
         raise ValueError(f"{name}[{i}] is negative; counts must be non-negative")
     return arr.astype(np.int64)
-
-
-def _check_privacy(eps, delta):
-    for name, v in (("eps", eps), ("delta", delta)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{name} must be a real number, got {type(v).__name__}: {v!r}")
-    return check_privacy_params(eps, delta)
-
-
-def _check_neighbors(neighbors):
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
-    return neighbors
 
 
 def _check_budget(budget):
@@ -386,8 +373,8 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     ``max_records`` for which A x cannot be exact, without touching any data or budget.
     """
     A = as_linop(A)
-    eps, delta = _check_privacy(eps, delta)
-    _check_neighbors(neighbors)
+    eps, delta = check_privacy_params(eps, delta)
+    check_neighbors(neighbors)
     max_records = check_max_records(max_records)
     p = 1 if delta == 0 else 2
     A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors, max_records)

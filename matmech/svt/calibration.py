@@ -25,6 +25,7 @@ from typing import Optional
 
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
+from matmech.privacy.params import rest_of
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 
 __all__ = [
@@ -74,19 +75,11 @@ def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
     return float((c if monotonic else 2 * c) ** (2.0 / 3.0))
 
 
-def _below(total: float, part: float) -> float:
-    """total - part, nudged down so that (result + part) <= total holds exactly."""
-    rest = total - part
-    while Fraction(rest) + Fraction(part) > Fraction(total):
-        rest = math.nextafter(rest, 0.0)
-    return rest
-
-
 def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[float, float]:
     """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e1 = eps12 / (1.0 + r)
-    return e1, _below(eps12, e1)
+    return e1, rest_of(eps12, e1)
 
 
 def _grid_for(*scales: float) -> float:
@@ -177,7 +170,7 @@ def svt_budget(
     sensitivity = check_sensitivity(sensitivity)
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
-    e1, e2 = split_eps(_below(eps, eps_answer), ratio, c, monotonic)
+    e1, e2 = split_eps(rest_of(eps, eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from matmech.privacy.budget import PrivacyBudget
-from matmech.error import NEIGHBORS, check_privacy_params
+from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
 from matmech.privacy import noise
@@ -117,8 +117,7 @@ def _selection_options(W, *, c, eps, threshold, method, monotonic, ratio, neighb
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     c = _check_c(c)
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
+    check_neighbors(neighbors)
     lo, hi = entry_range(W)
     sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
     if not sens > 0:
