@@ -416,26 +416,30 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
         return plan, _answer_variances(sub, plan), name, note
 
 
-def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select, max_records):
-    """release(..., select=...): select rows privately, then measure and answer only those.
+@dataclass(frozen=True, eq=False)
+class _SelectedPlan:
+    """Everything a release with selection decides before it reads x."""
 
-    Order: every data-independent check (options, rng, thresholds, the strategy against W
-    where it is known in advance, the budget) → x is checked → the whole (ε, δ) is charged
-    in one atomic spend → the selection draws its noise → the strategy for the selected rows
-    (from the selection and W only) → the measurement draws its noise. Nothing after the
-    spend reads x except the two noisy mechanisms, and nothing branches on x.
-    """
+    opts: Mapping
+    eps_measure: float
+    select: Mapping  # the checked keyword arguments of plan_selection
+    late: bool  # the strategy is chosen for the selected rows ('auto' / 'optimize')
+    plan: object  # the measurement plan for the whole workload (None when late)
+    var_full: np.ndarray | None  # each row's variance under that plan (threshold='auto')
+    name: str
+    note: str
+
+
+def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
+    """The data-independent part of a release with selection: options, thresholds and, where
+    the strategy is known in advance, its plan (it must answer every row of W)."""
     opts = _check_select(select, eps)
-    eps_sel = opts["eps"]
-    eps_m = rest_of(eps, eps_sel)
-    noise.check_rng(rng)  # a bad rng must fail before anything is spent
+    eps_m = rest_of(eps, opts["eps"])
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
     auto_thr = isinstance(opts["threshold"], str)
     plan = var_full = None
     name = note = ""
     if not late or auto_thr:
-        # the strategy for the whole workload, from W, ε, δ only: it must answer every row
-        # (then it answers any selection), and gives each row's std for threshold="auto"
         A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
         A = as_linop(A)
         if A.shape[1] != W.shape[1]:
@@ -451,37 +455,56 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
     if auto_thr:
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
-    sel_opts = dict(c=opts["c"], eps=eps_sel, threshold=threshold, method=opts["method"],
-                    monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors)
-    _selection_options(W, **sel_opts)
-    what = f"release with selection ({opts['method']}, up to {opts['c']} of {W.shape[0]} queries)"
+    sel = dict(c=opts["c"], eps=opts["eps"], threshold=threshold, method=opts["method"],
+               monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors)
+    _selection_options(W, **sel)
+    return _SelectedPlan(MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note)
+
+
+def _nothing_selected(W, eps, delta, *, budget, neighbors, record):
+    empty = np.zeros(0)
+    empty.setflags(write=False)
+    return Release(
+        answers=empty, std=empty, expected_error=0.0, workload=W, strategy=None, strategy_name="none",
+        strategy_note="no row was selected, so nothing was measured (the measurement's share was reserved "
+        "with the selection and is spent)", eps=eps, delta=delta,
+        neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
+        measurement=None, estimate=None, **record,
+    )
+
+
+def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select, max_records):
+    """release(..., select=...): select rows privately, then measure and answer only those.
+
+    Order: every data-independent check (:func:`_plan_selected`, the rng, the budget) → x is
+    checked → the whole (ε, δ) is charged in one atomic spend → the selection draws its noise
+    → the strategy for the selected rows (from the selection and W only) → the measurement
+    draws its noise. Nothing after the spend reads x except the two noisy mechanisms, and
+    nothing branches on x.
+    """
+    plan_sel = _plan_selected(W, eps, delta, strategy=strategy, neighbors=neighbors, select=select,
+                         max_records=max_records)
+    noise.check_rng(rng)
+    what = f"release with selection ({plan_sel.opts['method']}, up to {plan_sel.opts['c']} of {W.shape[0]} queries)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads x from here on ---------------------------------------------------------------
-    sel_plan = plan_selection(W, x, max_records=max_records, **sel_opts)  # checks x and the declared bound
+    sel_plan = plan_selection(W, x, max_records=max_records, **plan_sel.select)  # checks x and the declared bound
     x = check_counts(x, W.shape[1])
     if budget is not None:
         budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
     sel = run_selection(sel_plan, rng=rng)
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
-    record = dict(selected=rows, selection=sel, eps_select=eps_sel, select_options=_shown_options(opts))
+    record = dict(selected=rows, selection=sel, eps_select=plan_sel.opts["eps"], select_options=_shown_options(plan_sel.opts))
     if rows.size == 0:
-        empty = np.zeros(0)
-        empty.setflags(write=False)
-        return Release(
-            answers=empty, std=empty, expected_error=0.0, workload=W, strategy=None, strategy_name="none",
-            strategy_note="no row was selected, so nothing was measured (the measurement's share was reserved "
-            "with the selection and is spent)", eps=eps, delta=delta,
-            neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
-            measurement=None, estimate=None, **record,
-        )
+        return _nothing_selected(W, eps, delta, budget=budget, neighbors=neighbors, record=record)
     sub = take_rows(W, rows)
-    if late:
-        plan, var, name, note = _late_plan(sub, eps_m, delta, strategy=strategy, neighbors=neighbors,
+    if plan_sel.late:
+        plan, var, name, note = _late_plan(sub, plan_sel.eps_measure, delta, strategy=strategy, neighbors=neighbors,
                                            max_records=max_records)
     else:
-        var = var_full[rows] if var_full is not None else _answer_variances(sub, plan)
-        note += "; measured for the selected rows"
+        plan, name, note = plan_sel.plan, plan_sel.name, plan_sel.note + "; measured for the selected rows"
+        var = plan_sel.var_full[rows] if plan_sel.var_full is not None else _answer_variances(sub, plan)
     meas = execute(plan, x, rng=rng)
     return _record(meas, sub, W, var, budget=budget, name=name, note=note, neighbors=neighbors,
                    eps=eps, delta=delta, **record)
