@@ -35,7 +35,7 @@ from matmech import strategies as S  # noqa: E402
 from matmech.inference import least_squares  # noqa: E402
 from matmech.linalg.intervals import Intervals  # noqa: E402
 from matmech.linalg.linop import Dense  # noqa: E402
-from matmech.privacy.measure import _execute, check_counts, plan_measurement  # noqa: E402
+from matmech.privacy.measure import check_counts, execute, plan_measurement  # noqa: E402
 from matmech.release import _answer_variances, release  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def staged(x, W, make_strategy, eps, delta):
     t1 = time.perf_counter()
     plan = plan_measurement(A, eps, delta)
     t2 = time.perf_counter()
-    meas = _execute(plan, x)  # secure: OS CSPRNG
+    meas = execute(plan, x)  # secure: OS CSPRNG
     t3 = time.perf_counter()
     xhat = least_squares(meas)
     t4 = time.perf_counter()

@@ -66,9 +66,7 @@ def _cmd_compare(args):
         return 0
     m, n = spec.workload.shape
     print(f"{spec.name}: {m:,} queries over {n:,} cells; eps = {eps:g}, delta = {delta:g}, {args.neighbors} neighbours")
-    print(format_table(rows, bound_rmse=bound))
-    for name, why in skipped:
-        print(f"skipped {name}: {why}")
+    print(format_table(rows, bound_rmse=bound, skipped=skipped))
     print(CONVENTIONS)
     return 0
 

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from matmech import strategies as S
 from matmech.advisor.advise import advise
-from matmech.advisor.compare import domain_of, fixed_candidates
+from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidates
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.dispatch import optimize
@@ -36,10 +36,10 @@ def _optimiser_choice(W, eps, delta, neighbors):
 def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
     """(A, name, note): the strategy to measure for W; reads no data.
 
-    ``strategy``: a LinOp (used as is), ``"identity"``, ``"hierarchical"`` (b = 16, the
-    branching Qardaji, Yang, Li, VLDB 2013 recommend with least squares; per attribute on a
-    product domain), ``"haar"``, ``"optimize"`` (matmech.optimize), or ``"auto"``:
-    the best strategy of matmech.advise.
+    ``strategy``: a LinOp (used as is), ``"identity"``, ``"hierarchical"`` (branching
+    :data:`~matmech.advisor.compare.DEFAULT_BRANCHING`, per attribute on a product domain),
+    ``"haar"``, ``"optimize"`` (matmech.optimize), or ``"auto"``: the best strategy of
+    matmech.advise.
     """
     W = as_linop(W)
     if isinstance(strategy, np.ndarray) or sp.issparse(strategy):
@@ -51,7 +51,7 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     if strategy == "identity":
         return per_attribute(W, S.identity), "identity", "given by name"
     if strategy == "hierarchical":
-        return per_attribute(W, lambda d: S.hierarchical(d, 16)), "hierarchical b=16", "given by name"
+        return per_attribute(W, lambda d: S.hierarchical(d, DEFAULT_BRANCHING)), f"hierarchical b={DEFAULT_BRANCHING}", "given by name"
     if strategy == "haar":
         return per_attribute(W, S.haar), "haar", "given by name"
     if strategy == "optimize":
@@ -61,11 +61,10 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
 
 
 def fixed_choice(W, eps, delta, neighbors):
-    """(A, name, note): the fixed candidate (identity, hierarchical, Haar) of least error."""
+    """(A, name, note): the member of the listed fixed family (identity, hierarchical,
+    Haar: :func:`~matmech.advisor.compare.fixed_candidates`) of least error."""
     best = None
-    for name, A in fixed_candidates(W):
-        if name == "workload":
-            continue
+    for name, A in fixed_candidates(W, workload=False):
         try:
             err = expected_error(W, A, eps, delta, neighbors=neighbors)
         except ValueError:

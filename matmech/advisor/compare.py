@@ -1,49 +1,83 @@
 """Compare strategies for a workload analytically (no data is touched).
 
-Each row holds the L_p sensitivity, the expected total squared error, the per-query RMSE,
-the largest per-query variance and the ratio of the total error to the SVD lower bound,
-all from the closed forms of :mod:`matmech.error`.
+This module owns three things the advisor shares:
 
-This module owns the fixed strategies: :func:`fixed_family` is the one list of 1-D
-classics (identity, hierarchies, Haar), :func:`fixed_candidates` their per-attribute
-products for ``matmech compare``, and :func:`evaluate` the figures of one strategy.
-:mod:`matmech.advise` picks from the same family (the branching by exact error) and
-scores with the same :func:`evaluate`.
+* the fixed candidate family (identity, b-ary hierarchies, Haar): :func:`fixed_family`,
+  its branchings (:func:`family_branchings`, one place for which b and why) and the
+  per-attribute products :func:`fixed_candidates` that ``matmech compare`` lists;
+* the ranking record :class:`Candidate` (also importable as ``Row``) and :func:`evaluate`,
+  which fills it from the closed forms of :mod:`matmech.error`;
+* the one table printer :func:`format_table` (``matmech compare`` and ``Advice.table()``).
+
+:mod:`matmech.advisor.advise` searches the same family exhaustively (the branching by exact
+error) and :func:`matmech.advisor.choice.fixed_choice` ranks the listed members.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
 
 from matmech import strategies as S
 from matmech.error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron, LinOp, VStack
 
-__all__ = ["Row", "domain_of", "fixed_family", "distinct", "fixed_candidates", "evaluate", "compare", "format_table"]
+__all__ = [
+    "Candidate",
+    "Row",
+    "LISTED_BRANCHINGS",
+    "SEARCHED_BRANCHINGS",
+    "DEFAULT_BRANCHING",
+    "DENSE_TREE_LIMIT",
+    "FALLBACK_BRANCHINGS",
+    "family_branchings",
+    "domain_of",
+    "fixed_family",
+    "distinct",
+    "fixed_candidates",
+    "evaluate",
+    "compare",
+    "format_table",
+]
 
-#: Branchings tried for hierarchical strategies.
-BRANCHINGS = (2, 4, 8, 16, 32)
+# -- the fixed candidate family ---------------------------------------------------------------
+
+#: Branchings listed by ``matmech compare`` and ranked by ``fixed_choice``: the powers of
+#: two up to 32, one per tree height that matters for domains of up to ~10⁶ cells.
+LISTED_BRANCHINGS = (2, 4, 8, 16, 32)
+#: Branchings :func:`matmech.advise` searches (by exact error): every b up to twice the
+#: largest listed one, so the search is a superset of the list.
+SEARCHED_BRANCHINGS = tuple(range(2, 2 * LISTED_BRANCHINGS[-1] + 1))
+#: The branching of ``strategy="hierarchical"``: b = 16, recommended with least squares by
+#: Qardaji, Yang, Li (VLDB 2013).
+DEFAULT_BRANCHING = 16
+#: Above this many cells per attribute the search keeps only branchings giving block-spectral
+#: trees (nested aligned blocks, error in closed form): an irregular tree's exact error needs a
+#: dense pseudo-inverse (0.02 s at n = 256, 0.7 s at n = 1024, per branching).
+DENSE_TREE_LIMIT = 128
+#: Searched when no branching gives a block-spectral tree (n with no suitable factors).
+FALLBACK_BRANCHINGS = (2, DEFAULT_BRANCHING)
 
 
-@dataclass(frozen=True)
-class Row:
-    """One strategy's analytic figures (variances in squared counts, RMSE in counts)."""
+def family_branchings(n=None, *, search=False):
+    """The hierarchy branchings of the fixed family on n cells.
 
-    name: str
-    sensitivity: float
-    total: float
-    rmse: float
-    max_variance: float | None
-    ratio_to_bound: float | None
-    seconds: float
-    strategy: LinOp | None = None
-
-    def as_dict(self):
-        d = asdict(self)
-        d.pop("strategy")
-        return d
+    ``search=False``: :data:`LISTED_BRANCHINGS` (n is ignored; names line up across
+    attributes). ``search=True``: the :data:`SEARCHED_BRANCHINGS` below n; above
+    :data:`DENSE_TREE_LIMIT` cells only those with block-spectral trees, else
+    :data:`FALLBACK_BRANCHINGS`.
+    """
+    if not search:
+        return LISTED_BRANCHINGS
+    small = [b for b in SEARCHED_BRANCHINGS if b < n]
+    if n <= DENSE_TREE_LIMIT:
+        return tuple(small)
+    regular = [b for b in small if S.hierarchical(n, b, False).sizes is not None]
+    return tuple(regular or [b for b in FALLBACK_BRANCHINGS if b < n])
 
 
 def domain_of(W):
@@ -57,7 +91,7 @@ def domain_of(W):
     return (W.shape[1],)
 
 
-def fixed_family(n, branchings=BRANCHINGS):
+def fixed_family(n, branchings=LISTED_BRANCHINGS):
     """[(name, params, strategy)] of the fixed 1-D strategies on n cells, in a fixed order:
     the identity, the b-ary hierarchy with and without its root for every b in
     ``branchings`` (``params`` = {"branching": b, "root": bool}; for b ≥ n these are the
@@ -96,8 +130,9 @@ def distinct(candidates, domain):
     return out
 
 
-def fixed_candidates(W, *, branchings=BRANCHINGS):
-    """[(name, strategy)]: identity, hierarchical b (with/without root), Haar, W itself.
+def fixed_candidates(W, *, branchings=LISTED_BRANCHINGS, workload=True):
+    """[(name, strategy)]: identity, hierarchical b (with/without root), Haar, and W itself
+    unless ``workload=False``.
 
     On a multi-attribute domain each candidate is the Kronecker product of the 1-D
     strategy of the same name (:func:`fixed_family`) on every attribute. Hierarchies that
@@ -108,21 +143,101 @@ def fixed_candidates(W, *, branchings=BRANCHINGS):
     out = []
     for k, (name, _, A) in enumerate(families[0]):
         out.append((name, A if len(domain) == 1 else S.kron(*[f[k][2] for f in families])))
-    return [*distinct(out, domain), ("workload", W)]
+    return [*distinct(out, domain), *([("workload", W)] if workload else [])]
 
 
-def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove"):
-    """The analytic figures of strategy A on W as a :class:`Row`."""
+# -- the ranking record ------------------------------------------------------------------------
+
+
+def _frozen(params):
+    return params if isinstance(params, MappingProxyType) else MappingProxyType(dict(params or {}))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One ranked (or skipped) strategy; errors in squared counts, RMSE in counts.
+
+    ``total`` is the expected total squared error (alias ``error``), ``ratio_to_bound`` its
+    ratio to the SVD lower bound (alias ``ratio``); a skipped candidate has ``skipped`` (the
+    reason) and no figures.
+    """
+
+    name: str
+    sensitivity: float | None = None
+    total: float | None = None
+    rmse: float | None = None
+    max_variance: float | None = None
+    ratio_to_bound: float | None = None
+    seconds: float = 0.0
+    strategy: LinOp | None = field(default=None, repr=False, compare=False)
+    params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    skipped: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", _frozen(self.params))
+
+    @property
+    def error(self):
+        """Expected total squared error (same as ``total``)."""
+        return self.total
+
+    @property
+    def ratio(self):
+        """Total error over the SVD lower bound (same as ``ratio_to_bound``)."""
+        return self.ratio_to_bound
+
+    def as_dict(self):
+        """The figures as JSON-ready values (no strategy; ``skipped`` only when set)."""
+        out = {
+            "name": self.name,
+            "params": _jsonable(dict(self.params)),
+            "sensitivity": self.sensitivity,
+            "total": self.total,
+            "rmse": self.rmse,
+            "max_variance": self.max_variance,
+            "ratio_to_bound": self.ratio_to_bound,
+            "seconds": self.seconds,
+        }
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+        return out
+
+
+#: The name :func:`compare` used for its rows.
+Row = Candidate
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+# -- scoring -------------------------------------------------------------------------------------
+
+
+def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove", params=None):
+    """The analytic figures of strategy A on W as a :class:`Candidate`."""
     t0 = time.perf_counter()
     fig = error_figures(W, A, eps, delta, neighbors=neighbors)
-    total, worst = fig["total"], fig["max"]
-    sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
-    return Row(
+    total = fig["total"]
+    return Candidate(
         name=name,
-        sensitivity=sens,
+        params=params,
+        sensitivity=sensitivity(A, 1 if delta == 0 else 2, neighbors),
         total=total,
         rmse=fig["rmse"],
-        max_variance=worst,
+        max_variance=fig["max"],
         ratio_to_bound=total / bound if bound else None,
         seconds=time.perf_counter() - t0,
         strategy=A,
@@ -153,24 +268,57 @@ def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
     return rows, skipped
 
 
-def format_table(rows, *, bound_rmse=None):
-    """A plain-text table of comparison rows."""
-    head = ("strategy", "sensitivity", "total error", "RMSE/query", "max variance", "error/bound")
-    lines = [head]
-    for r in rows:
-        lines.append(
-            (
-                r.name,
-                f"{r.sensitivity:.4g}",
-                f"{r.total:.4e}",
-                f"{r.rmse:.3f}",
-                "-" if r.max_variance is None else f"{r.max_variance:.4g}",
-                "-" if r.ratio_to_bound is None else f"{r.ratio_to_bound:.3f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    fmt = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+# -- the table printer -----------------------------------------------------------------------------
+
+
+def _short_params(params):
+    items = []
+    for k, v in params.items():
+        if k in ("starts", "history", "theta", "factors_detail"):
+            continue
+        if isinstance(v, float):
+            v = f"{v:.3g}"
+        elif isinstance(v, (list, tuple)) and len(str(v)) > 40:
+            v = str(v)[:37] + "..."
+        items.append(f"{k}={v}")
+    return ", ".join(items)
+
+
+def _opt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+#: (heading, cell(rank, row), left-aligned, shown only with detail=True)
+_COLUMNS = (
+    ("#", lambda i, r: str(i), False, True),
+    ("strategy", lambda i, r: r.name, True, False),
+    ("parameters", lambda i, r: _short_params(r.params), True, True),
+    ("sensitivity", lambda i, r: f"{r.sensitivity:.4g}", False, False),
+    ("total error", lambda i, r: f"{r.total:.4e}", False, False),
+    ("RMSE/query", lambda i, r: f"{r.rmse:.4f}", False, False),
+    ("max variance", lambda i, r: _opt(r.max_variance, ".4g"), False, False),
+    ("error/bound", lambda i, r: _opt(r.ratio_to_bound, ".3f"), False, False),
+    ("seconds", lambda i, r: f"{r.seconds:.2f}", False, True),
+)
+
+
+def format_table(rows, *, bound_rmse=None, bound_total=None, skipped=(), detail=False):
+    """A plain-text table of ranked rows (best first), then the SVD lower bound and one
+    ``skipped NAME: REASON`` line per ``(name, reason)`` in ``skipped``.
+
+    ``detail``: also the rank, parameters and seconds columns (``Advice.table()``).
+    """
+    cols = [c for c in _COLUMNS if detail or not c[3]]
+    lines = [tuple(c[0] for c in cols)]
+    lines += [tuple(c[1](i, r) for c in cols) for i, r in enumerate(rows, 1)]
+    widths = [max(len(line[k]) for line in lines) for k in range(len(cols))]
+
+    def fmt(line):
+        return "  ".join(s.ljust(w) if c[2] else s.rjust(w) for s, w, c in zip(line, widths, cols))
+
     out = [fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])]
-    if bound_rmse is not None:
-        out.append(f"SVD lower bound (Li & Miklau 2013): RMSE/query >= {bound_rmse:.3f}")
+    if bound_rmse is not None or bound_total is not None:
+        parts = ([] if bound_total is None else [f"total {bound_total:.4e}"]) + ([] if bound_rmse is None else [f"RMSE/query {bound_rmse:.4f}"])
+        out.append("SVD lower bound (Li & Miklau 2013): " + ", ".join(parts))
+    out += [f"skipped {name}: {why}" for name, why in skipped]
     return "\n".join(out)

@@ -11,7 +11,16 @@ import pytest
 from matmech import strategies as S
 from matmech import workloads as wl
 from matmech.advisor.advise import CANDIDATES, Advice, advise
-from matmech.advisor.compare import compare, fixed_candidates, fixed_family
+from matmech.advisor.compare import (
+    LISTED_BRANCHINGS,
+    Row,
+    SEARCHED_BRANCHINGS,
+    compare,
+    family_branchings,
+    fixed_candidates,
+    fixed_family,
+    format_table,
+)
 from matmech.error import expected_error
 
 DELTA = 1e-6
@@ -83,6 +92,36 @@ def test_compare_and_advise_share_the_fixed_family():
     assert "hierarchical b=16" in names and "hierarchical b=16, no root" in names
     listed = [name for name, _ in fixed_candidates(wl.prefix(64))]
     assert set(listed) <= set(names) | {"workload"}
+
+
+def test_one_family_listed_and_searched():
+    # up to DENSE_TREE_LIMIT cells advise searches every listed branching (and more);
+    # fixed_choice ranks exactly what compare lists
+    assert set(LISTED_BRANCHINGS) <= set(family_branchings(64, search=True))
+    assert set(family_branchings(40, search=True)) == set(range(2, 40))
+    assert family_branchings(5000) == LISTED_BRANCHINGS
+    assert set(family_branchings(1024, search=True)) <= set(SEARCHED_BRANCHINGS)
+    from matmech.advisor.choice import fixed_choice
+
+    W = wl.prefix(64)
+    _, name, _ = fixed_choice(W, 1.0, 0.0, "add_remove")
+    rows, _ = compare(W, candidates=fixed_candidates(W, workload=False))
+    assert name == rows[0].name
+    assert "workload" not in [n for n, _ in fixed_candidates(W, workload=False)]
+
+
+def test_one_record_and_one_printer(advice):
+    a = advice[("prefix", 0.0)]
+    rows, _ = compare(WORKLOADS["prefix"])
+    assert Row is advise_module.Candidate and type(rows[0]) is type(a.rows[0])
+    r = a.rows[0]
+    assert (r.error, r.ratio) == (r.total, r.ratio_to_bound)
+    with pytest.raises(AttributeError):
+        r.total = 0.0
+    plain = format_table(rows, bound_rmse=1.0, skipped=[("x", "why")]).splitlines()
+    assert plain[0].startswith("strategy") and plain[-1] == "skipped x: why" and "SVD lower bound" in plain[-2]
+    detail = a.table().splitlines()[1]
+    assert detail.split()[:3] == ["#", "strategy", "parameters"] and detail.split()[-1] == "seconds"
 
 
 def test_json_round_trip(advice):
