@@ -22,7 +22,7 @@ import scipy.linalg as sla
 from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor
 from matmech.linalg.intervals import Intervals, _prefix_apply
-from matmech.linalg.linop import Identity, Kron, Scaled, Sum, VStack, as_linop
+from matmech.linalg.linop import Identity, Kron, Scaled, VStack, as_linop
 from matmech.linalg.spectral import BlockSpectral
 from matmech.linalg.structured import MAX_DENSE_N, pinv_gram, split_diagonal, woodbury_factor
 
@@ -81,15 +81,13 @@ def _prefix_cov(M, n):
 
 
 def _trace(W, M):
-    """trace(W M Wᵀ)."""
-    if isinstance(W, VStack):
-        return sum(w**2 * _trace(b, M) for w, b in zip(W.weights, W.blocks))
-    if isinstance(W, Scaled):
-        return W.c**2 * _trace(W.base, M)
-    if isinstance(M, Scaled):
-        return M.c * _trace(W, M.base)
-    if isinstance(M, Sum):
-        return sum(_trace(W, t) for t in M.terms)
+    """trace(W M Wᵀ): split over W's row blocks and M's terms, then the pairwise fast paths."""
+    blocks = W.row_blocks()
+    if blocks is not None:
+        return sum(w**2 * _trace(b, M) for w, b in blocks)
+    terms = M.linear_terms()
+    if terms is not None:
+        return sum(c * _trace(W, t) for c, t in terms)
     if _kron_match(W, M):
         return float(np.prod([_trace(w, m) for w, m in zip(W.factors, M.factors)]))
     if isinstance(M, Identity):
@@ -111,14 +109,12 @@ def _row_chunks(W, size=None):
 
 def _diag(W, M):
     """diag(W M Wᵀ) as a vector of length m."""
-    if isinstance(W, VStack):
-        return np.concatenate([w**2 * _diag(b, M) for w, b in zip(W.weights, W.blocks)])
-    if isinstance(W, Scaled):
-        return W.c**2 * _diag(W.base, M)
-    if isinstance(M, Scaled):
-        return M.c * _diag(W, M.base)
-    if isinstance(M, Sum):
-        return sum(_diag(W, t) for t in M.terms)
+    blocks = W.row_blocks()
+    if blocks is not None:
+        return np.concatenate([w**2 * _diag(b, M) for w, b in blocks])
+    terms = M.linear_terms()
+    if terms is not None:
+        return sum(c * _diag(W, t) for c, t in terms)
     if _kron_match(W, M):
         return reduce(np.kron, [_diag(w, m) for w, m in zip(W.factors, M.factors)])
     if isinstance(W, Kron) and isinstance(M, Identity):
@@ -140,12 +136,13 @@ def _diag(W, M):
 
 def _max(W, M):
     """max diag(W M Wᵀ), through the structure where the vector would be too long."""
-    if isinstance(W, VStack):
-        return max(w**2 * _max(b, M) for w, b in zip(W.weights, W.blocks))
-    if isinstance(W, Scaled):
-        return W.c**2 * _max(W.base, M)
-    if isinstance(M, Scaled):
-        return M.c * _max(W, M.base)
+    blocks = W.row_blocks()
+    if blocks is not None:
+        return max(w**2 * _max(b, M) for w, b in blocks)
+    terms = M.linear_terms()
+    if terms is not None and len(terms) == 1:  # a scaling (c ≥ 0 for a covariance)
+        c, t = terms[0]
+        return c * _max(W, t)
     if _kron_match(W, M):
         return float(np.prod([_max(w, m) for w, m in zip(W.factors, M.factors)]))
     if isinstance(W, Kron) and isinstance(M, Identity):
@@ -339,8 +336,9 @@ def _singular_value_sum(W):
         return float(np.prod([_singular_value_sum(f) for f in W.factors]))
     if isinstance(W, Scaled):
         return abs(W.c) * _singular_value_sum(W.base)
-    if hasattr(W, "gram_eigenvalues"):
-        return float(np.sqrt(W.gram_eigenvalues()).sum())
+    lam = W.gram_eigenvalues()
+    if lam is not None:
+        return float(np.sqrt(lam).sum())
     n = W.shape[1]
     if n > MAX_DENSE_N:
         raise ValueError(f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}")

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.intervals import IntervalGram, Intervals
-from matmech.linalg.linop import Identity, Kron, Sparse, check_size
+from matmech.linalg.linop import Identity, Kron, Sparse, check_size, register
 from matmech.linalg.spectral import BlockSpectral
 
 __all__ = ["identity", "hierarchical", "haar", "kron", "Tree", "Haar"]
@@ -24,27 +24,80 @@ def identity(n):
     return Identity(n)
 
 
+@register("Tree")
 class Tree(Intervals):
     """Interval sums of the nodes of a tree over the cells (Hay et al., VLDB 2010).
 
     Rows are nodes in breadth-first order (root first); ``parent[r]`` is the row of the
     parent node (−1 for the top). Every leaf is one cell, so the strategy has full column
-    rank. ``sizes`` (when not None) are the uniform block sizes of a regular b-ary tree.
+    rank. ``sizes`` (when not None) are the uniform block sizes of a regular b-ary tree,
+    ``branching`` its b (None for a tree given as a graph).
     """
 
     kind = "tree"
 
-    def __init__(self, n, lo, hi, parent, *, labels=None, sizes=None):
+    def __init__(self, n, lo, hi, parent, *, labels=None, sizes=None, branching=None):
         super().__init__(n, lo, hi)
         self.parent = np.asarray(parent, dtype=np.int64)
         self.labels = labels
         self.sizes = sizes
+        self.branching = None if branching is None else int(branching)
+
+    def to_dict(self, out):
+        lo, hi = self.bounds()
+        d = {
+            "n": int(self.n),
+            "lo": out.array(lo),
+            "hi": out.array(hi),
+            "parent": out.array(self.parent),
+            "sizes": None if self.sizes is None else [int(s) for s in self.sizes],
+            "labels": _json_labels(self.labels),
+        }
+        if self.branching is not None:
+            d["branching"] = self.branching
+        return d
+
+    @classmethod
+    def from_dict(cls, node, src):
+        sizes = node.get("sizes")
+        if sizes is not None:
+            sizes = tuple(src.ints(node, "sizes"))
+        labels = node.get("labels")
+        if labels is not None and not isinstance(labels, list):
+            src.fail("Tree.labels must be a list")
+        return cls(
+            src.field(node, "n", int),
+            src.array(node, "lo", "int", 1),
+            src.array(node, "hi", "int", 1),
+            src.array(node, "parent", "int", 1),
+            labels=labels,
+            sizes=sizes,
+            branching=src.field(node, "branching", int) if "branching" in node else None,
+        )
+
 
     def gram(self):
         if self.sizes is None:
             return IntervalGram(self)
         # a complete level of blocks of size s adds s·E_s to AᵀA
         return BlockSpectral(self.n, self.sizes, np.cumsum(self.sizes, dtype=np.float64))
+
+
+def _json_labels(labels):
+    """Tree node labels as JSON (strings and numbers kept, anything else by its str)."""
+    if labels is None:
+        return None
+    out = []
+    for v in labels:
+        if isinstance(v, (str, bool)) or v is None:
+            out.append(v)
+        elif isinstance(v, numbers.Integral):
+            out.append(int(v))
+        elif isinstance(v, numbers.Real):
+            out.append(float(v))
+        else:
+            out.append(str(v))
+    return out
 
 
 def _regular_tree(n, b, root):
@@ -115,11 +168,10 @@ def hierarchical(n, branching=2, root=True):
     if not isinstance(root, (bool, np.bool_)):
         raise TypeError(f"root must be True or False, got {root!r}")
     lo, hi, parent, sizes = _regular_tree(n, int(branching), bool(root))
-    out = Tree(n, lo, hi, parent, sizes=sizes)
-    out.branching = int(branching)
-    return out
+    return Tree(n, lo, hi, parent, sizes=sizes, branching=int(branching))
 
 
+@register("Haar")
 class Haar(Sparse):
     """Unnormalised Haar wavelet matrix (±1 entries, rows root first; the slides' Y₄).
 
@@ -154,6 +206,13 @@ class Haar(Sparse):
         sizes = [1 << k for k in range(int(math.log2(self.n)) + 1)]
         # detail rows with support 2s span E_s − E_2s with eigenvalue 2s; the total row spans E_n with n
         return BlockSpectral(self.n, sizes, [*sizes[1:], self.n])
+
+    def to_dict(self, out):
+        return {"n": int(self.n)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int))
 
 
 def haar(n):

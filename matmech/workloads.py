@@ -101,10 +101,7 @@ def marginals(domain, k=None, *, attrs=None):
         if not subsets:
             raise ValueError("attrs must name at least one attribute subset")
     blocks = [Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(domain)]) for s in subsets]
-    out = VStack(blocks)
-    out.subsets = tuple(subsets)
-    out.domain = domain
-    return out
+    return VStack(blocks, domain=domain, subsets=subsets)
 
 
 def kron(*workloads):

@@ -3,7 +3,8 @@
 The file holds one JSON string, ``__matmech_strategy__``, describing the operator tree
 (type names, sizes, scalar parameters) and plain numeric arrays named ``a0``, ``a1``, …
 that the description refers to. Nothing is pickled: loading uses ``allow_pickle=False``
-and rebuilds only the types listed in :data:`TYPES`, so a file from elsewhere can at worst
+and rebuilds only the registered types (:data:`TYPES`, each class's own
+``to_dict``/``from_dict``, :func:`matmech.linalg.linop.register`), so a file from elsewhere can at worst
 fail to load with a ValueError, never run code.
 
 Round trips are exact: arrays are stored bit for bit, and the operators rebuilt from their
@@ -15,15 +16,14 @@ from __future__ import annotations
 
 import io
 import json
-import numbers
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from matmech.linalg.intervals import AllRange, Intervals, Prefix
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack
+import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
+from matmech.linalg.linop import REGISTRY, LinOp
 
 __all__ = ["save_strategy", "load_strategy", "TYPES", "FORMAT", "VERSION"]
 
@@ -32,22 +32,16 @@ VERSION = 1
 _KEY = "__matmech_strategy__"
 
 
-def _classes():
-    """Name → class of every storable operator (imported here: the optimisers are heavier)."""
-    from matmech import strategies as S
-    from matmech.linalg.structured import RoundedDense, RoundedSparse
-    from matmech.optimizers.l2 import L2Strategy
-    from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
-    from matmech.optimizers.pure import PIdentity
+def _registry():
+    """Type name → class of every storable operator (:func:`matmech.linalg.linop.register`);
+    the modules defining them are imported here, the optimisers being heavier."""
+    import matmech.linalg.structured  # noqa: F401  (RoundedDense, RoundedSparse)
+    import matmech.optimizers.l2  # noqa: F401  (L2Strategy)
+    import matmech.optimizers.marginals  # noqa: F401  (MarginalStrategy, ResidualStrategy)
+    import matmech.optimizers.pure  # noqa: F401  (PIdentity)
+    import matmech.strategies  # noqa: F401  (Tree, Haar)
 
-    return {
-        c.__name__: c
-        for c in (
-            Identity, Ones, Dense, Sparse, Scaled, Kron, VStack, Sum, RowSubset,
-            Intervals, AllRange, Prefix, S.Tree, S.Haar,
-            RoundedDense, RoundedSparse, L2Strategy, PIdentity, MarginalStrategy, ResidualStrategy,
-        )
-    }
+    return REGISTRY
 
 
 #: The operator types a strategy file may contain.
@@ -78,86 +72,12 @@ class _Writer:
         return {"data": self.array(m.data), "indices": self.array(m.indices), "indptr": self.array(m.indptr), "shape": list(m.shape)}
 
     def node(self, A):
-        """The description of A (exact type match: a subclass may carry state we do not know)."""
-        from matmech import strategies as S
-        from matmech.linalg.structured import RoundedDense, RoundedSparse
-        from matmech.optimizers.l2 import L2Strategy
-        from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
-        from matmech.optimizers.pure import PIdentity
-
-        t = type(A)
-        name = t.__name__
-        if t is Identity:
-            return {"type": name, "n": int(A.shape[0])}
-        if t is Ones:
-            return {"type": name, "shape": [int(s) for s in A.shape]}
-        if t in (Dense, RoundedDense):
-            return {"type": name, "matrix": self.array(A.matrix)}
-        if t is L2Strategy:
-            pinv = getattr(A, "_pinv", None)
-            return {"type": name, "matrix": self.array(A.matrix), "pinv": None if pinv is None else self.array(pinv)}
-        if t in (Sparse, RoundedSparse, S.Haar):
-            if t is S.Haar:
-                return {"type": name, "n": int(A.n)}
-            return {"type": name, "matrix": self.sparse(A.matrix)}
-        if t is Scaled:
-            return {"type": name, "c": float(A.c), "base": self.node(A.base)}
-        if t is Kron:
-            return {"type": name, "factors": [self.node(f) for f in A.factors]}
-        if t is Sum:
-            return {"type": name, "terms": [self.node(f) for f in A.terms]}
-        if t is VStack:
-            out = {"type": name, "weights": self.array(A.weights), "blocks": [self.node(b) for b in A.blocks]}
-            # workloads.marginals tags its stack with the domain and subsets (used by the optimisers)
-            if hasattr(A, "domain") and hasattr(A, "subsets"):
-                out["domain"] = [int(d) for d in A.domain]
-                out["subsets"] = [[int(i) for i in s] for s in A.subsets]
-            return out
-        if t is RowSubset:
-            return {"type": name, "index": self.array(A.index), "base": self.node(A.base)}
-        if t in (AllRange, Prefix):
-            return {"type": name, "n": int(A.n)}
-        if t is Intervals:
-            lo, hi = A.bounds()
-            return {"type": name, "n": int(A.n), "lo": self.array(lo), "hi": self.array(hi)}
-        if t is S.Tree:
-            lo, hi = A.bounds()
-            out = {
-                "type": name,
-                "n": int(A.n),
-                "lo": self.array(lo),
-                "hi": self.array(hi),
-                "parent": self.array(A.parent),
-                "sizes": None if A.sizes is None else [int(s) for s in A.sizes],
-                "labels": _labels(A.labels),
-            }
-            if hasattr(A, "branching"):
-                out["branching"] = int(A.branching)
-            return out
-        if t is PIdentity:
-            return {"type": name, "theta": self.array(A.theta)}
-        if t is MarginalStrategy:
-            return {"type": name, "domain": list(A.domain), "theta": self.array(A.theta)}
-        if t is ResidualStrategy:
-            return {"type": name, "domain": list(A.domain), "lam": self.array(A.lam)}
-        raise TypeError(f"cannot save a strategy of type {name}; storable types are {', '.join(TYPES)}")
-
-
-def _labels(labels):
-    """Tree node labels as JSON (strings and numbers kept, anything else by its str)."""
-    if labels is None:
-        return None
-    out = []
-    for v in labels:
-        if isinstance(v, (str, bool)) or v is None:
-            out.append(v)
-        elif isinstance(v, numbers.Integral):
-            out.append(int(v))
-        elif isinstance(v, numbers.Real):
-            out.append(float(v))
-        else:
-            out.append(str(v))
-    return out
+        """The description of A: its registered type name and ``A.to_dict`` (exact type
+        match: a subclass may carry state its parent's hook does not know)."""
+        name = type(A).store_name
+        if name is None or _registry().get(name) is not type(A):
+            raise TypeError(f"cannot save a strategy of type {type(A).__name__}; storable types are {', '.join(TYPES)}")
+        return {"type": name, **A.to_dict(self)}
 
 
 def save_strategy(path, A):
@@ -225,69 +145,13 @@ class _Reader:
         return sp.csr_matrix((parts["data"], parts["indices"], parts["indptr"]), shape=tuple(self.ints(m, "shape")))
 
     def node(self, node):
-        from matmech import strategies as S
-
         if not isinstance(node, dict) or not isinstance(node.get("type"), str):
             self.fail("an entry is not a table with a 'type'")
         name = node["type"]
-        classes = _classes()
-        if name not in classes:
+        registry = _registry()
+        if name not in registry:
             self.fail(f"unknown operator type {name!r} (known: {', '.join(TYPES)})")
-        cls = classes[name]
-        if name == "Identity":
-            return Identity(self.field(node, "n", int))
-        if name == "Ones":
-            return Ones(*self.ints(node, "shape"))
-        if name in ("Dense", "RoundedDense"):
-            return cls(self.array(node, "matrix", "float", 2))
-        if name == "L2Strategy":
-            pinv = None if node.get("pinv") is None else self.array(node, "pinv", "float", 2)
-            return cls(self.array(node, "matrix", "float", 2), pinv)
-        if name in ("Sparse", "RoundedSparse"):
-            return cls(self.sparse(node))
-        if name == "Haar":
-            return S.Haar(self.field(node, "n", int))
-        if name == "Scaled":
-            return Scaled(self.node(self.field(node, "base", dict)), self.field(node, "c", (int, float)))
-        if name == "Kron":
-            return Kron(*self.children(node, "factors"))
-        if name == "Sum":
-            return Sum(self.children(node, "terms"))
-        if name == "VStack":
-            out = VStack(self.children(node, "blocks"), weights=self.array(node, "weights", "float", 1))
-            if "domain" in node:
-                out.domain = tuple(self.ints(node, "domain"))
-                out.subsets = tuple(tuple(s) for s in self.field(node, "subsets", list))
-            return out
-        if name == "RowSubset":
-            return RowSubset(self.node(self.field(node, "base", dict)), self.array(node, "index", "int", 1))
-        if name in ("AllRange", "Prefix"):
-            return cls(self.field(node, "n", int))
-        if name == "Intervals":
-            return Intervals(self.field(node, "n", int), self.array(node, "lo", "int", 1), self.array(node, "hi", "int", 1))
-        if name == "Tree":
-            sizes = node.get("sizes")
-            if sizes is not None:
-                sizes = tuple(self.ints(node, "sizes"))
-            labels = node.get("labels")
-            if labels is not None and not isinstance(labels, list):
-                self.fail("Tree.labels must be a list")
-            out = S.Tree(
-                self.field(node, "n", int),
-                self.array(node, "lo", "int", 1),
-                self.array(node, "hi", "int", 1),
-                self.array(node, "parent", "int", 1),
-                labels=labels,
-                sizes=sizes,
-            )
-            if "branching" in node:
-                out.branching = self.field(node, "branching", int)
-            return out
-        if name == "PIdentity":
-            return cls(self.array(node, "theta", "float", 2))
-        if name == "MarginalStrategy":
-            return cls(tuple(self.ints(node, "domain")), self.array(node, "theta", "float", 1))
-        return cls(tuple(self.ints(node, "domain")), self.array(node, "lam", "float", 1))  # ResidualStrategy
+        return registry[name].from_dict(node, self)
 
 
 def load_strategy(path):

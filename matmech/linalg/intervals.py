@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from matmech.linalg.linop import LinOp, _check_p, check_size
+from matmech.linalg.linop import LinOp, _check_p, check_size, register
 
 __all__ = ["Intervals", "AllRange", "Prefix", "IntervalGram"]
 
@@ -32,6 +32,7 @@ def _prefix_rapply(u):
     return np.cumsum(u[:0:-1], axis=0)[::-1]
 
 
+@register("Intervals")
 class Intervals(LinOp):
     """Rows are indicators of inclusive 0-based intervals [lo, hi] over n cells."""
 
@@ -92,6 +93,24 @@ class Intervals(LinOp):
         j = np.arange(self.n)
         return ((j >= lo[:, None]) & (j <= hi[:, None])).astype(np.float64)
 
+    def take_rows(self, rows):
+        lo, hi = self.bounds()
+        return Intervals(self.n, lo[rows], hi[rows])
+
+    def integer_valued(self):
+        return True
+
+    def entry_range(self):
+        return 0.0, 1.0
+
+    def to_dict(self, out):
+        lo, hi = self.bounds()
+        return {"n": int(self.n), "lo": out.array(lo), "hi": out.array(hi)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int), src.array(node, "lo", "int", 1), src.array(node, "hi", "int", 1))
+
     # -- quadratic forms used by error analysis -----------------------------------------
     def laplacian_apply(self, v):
         """L v for the interval multigraph on nodes 0..n (L = EᵀE)."""
@@ -149,6 +168,7 @@ def _ramp_sums(n, s):
     return s * (s + 1) / 2 + s * tail, s * (s + 1) * (2 * s + 1) / 6 + s * s * tail
 
 
+@register("AllRange")
 class AllRange(Intervals):
     """All n(n+1)/2 ranges, ordered by lo then hi; rows are generated on demand."""
 
@@ -189,12 +209,20 @@ class AllRange(Intervals):
     def rank(self):
         return self.n
 
+    def to_dict(self, out):
+        return {"n": int(self.n)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int))
+
     def gram_eigenvalues(self):
         """G = (n+1)·T⁻¹ with T the Dirichlet second-difference matrix: λ_k = (n+1)/(4 sin²(kπ/(2(n+1))))."""
         k = np.arange(1, self.n + 1)
         return (self.n + 1) / (4 * np.sin(k * np.pi / (2 * (self.n + 1))) ** 2)
 
 
+@register("Prefix")
 class Prefix(Intervals):
     """The n prefix queries [0, k]."""
 
@@ -229,6 +257,13 @@ class Prefix(Intervals):
 
     def rank(self):
         return self.n
+
+    def to_dict(self, out):
+        return {"n": int(self.n)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int))
 
     def gram_eigenvalues(self):
         """Eigenvalues of the prefix gram: λ_k = 1/(4 sin²((2k−1)π/(2(2n+1))))."""

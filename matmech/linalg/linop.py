@@ -13,6 +13,7 @@ The contract follows the operator classes of HDMM/ektelo (McKenna et al., VLDB 2
 
 from __future__ import annotations
 
+import math
 import numbers
 from functools import reduce
 
@@ -32,11 +33,44 @@ __all__ = [
     "Sum",
     "as_linop",
     "check_size",
+    "register",
+    "REGISTRY",
     "DEFAULT_MAX_ENTRIES",
+    "MAX_DENSE_ROUNDING",
 ]
 
 #: Largest number of entries ``dense()`` builds by default (8·10⁷ doubles = 640 MB).
 DEFAULT_MAX_ENTRIES = 80_000_000
+
+#: Largest number of entries of an operator without a structured rounding that
+#: :meth:`LinOp.rounded_matrix` materialises (row block by row block) to round it to a grid.
+MAX_DENSE_ROUNDING = 50_000_000
+
+#: Type name → operator class, for every class a strategy file may hold (:mod:`matmech.io.store`).
+REGISTRY: dict[str, type] = {}
+
+
+def register(name):
+    """Class decorator: store and load the class under the type ``name`` (its own
+    ``to_dict``/``from_dict``). Only that exact class is storable; a subclass may carry
+    state the hooks do not know and must register itself."""
+
+    def deco(cls):
+        if name in REGISTRY and REGISTRY[name] is not cls:
+            raise ValueError(f"operator type name {name!r} is already registered for {REGISTRY[name].__name__}")
+        cls.store_name = name
+        REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def _is_int(c):
+    return float(c) == math.floor(float(c))
+
+
+def _rint(m, g):
+    return g * np.rint(m / g)
 
 
 def check_size(n, name="n"):
@@ -60,7 +94,16 @@ class LinOp:
     Subclasses implement ``_matmat`` (n×k → m×k) and ``_rmatmat`` (m×k → n×k); they
     override ``gram``, ``col_norms``, ``_dense`` and ``rows`` where their structure gives
     something cheaper than the generic fallbacks below.
+
+    Structure hooks (the defaults mean "no such structure"; the analysis modules call
+    these instead of testing types): :meth:`gram_pinv`, :meth:`gram_eigenvalues`,
+    :meth:`integer_valued`, :meth:`entry_range`, :meth:`explicit_matrix`,
+    :meth:`rounded_matrix`, :meth:`row_blocks`, :meth:`linear_terms`; and
+    :meth:`to_dict`/:meth:`from_dict` with :func:`register` for strategy files.
     """
+
+    #: The type name of a strategy file (set by :func:`register`; None: not storable).
+    store_name = None
 
     shape: tuple[int, int]
     dtype = np.dtype(np.float64)
@@ -154,6 +197,79 @@ class LinOp:
     def _dense(self):
         return self.matmat(np.eye(self.shape[1]))
 
+    # -- structure hooks -------------------------------------------------------------------
+    def gram_pinv(self):
+        """(M, N) with M = (AᵀA)⁺ as a structured LinOp and N the null-space projector (None
+        when A has full column rank), or None when A knows no structured inverse (then
+        :func:`matmech.linalg.structured.pinv_gram` uses the gram's closed form or a dense
+        eigendecomposition)."""
+        return None
+
+    def gram_eigenvalues(self):
+        """The n eigenvalues of AᵀA in closed form, or None when there is none."""
+        return None
+
+    def integer_valued(self):
+        """True when every entry is an integer, so A x is exact on the integer lattice
+        (:mod:`matmech.privacy.measure`); False when not, or not known cheaply."""
+        return False
+
+    def entry_range(self):
+        """(min, max) over the entries of A and 0 (row sensitivities of private selection,
+        :mod:`matmech.svt.select`); the default scans blocks of rows."""
+        lo, hi = 0.0, 0.0
+        step = max(1, 4_000_000 // self.shape[1])
+        for start in range(0, self.shape[0], step):
+            r = self.rows(start, min(self.shape[0], start + step))
+            lo, hi = min(lo, float(r.min())), max(hi, float(r.max()))
+        return lo, hi
+
+    def explicit_matrix(self):
+        """A as an ndarray or CSR matrix when that is cheap and exact, else None."""
+        return None
+
+    def rounded_matrix(self, g):
+        """A's entries rounded to the nearest multiples of g, as an ndarray or CSR matrix
+        (the grid of exact measurement, :mod:`matmech.privacy.measure`). The default rounds
+        blocks of rows and refuses beyond :data:`MAX_DENSE_ROUNDING` entries."""
+        m, n = self.shape
+        if m * n > MAX_DENSE_ROUNDING:
+            raise ValueError(
+                f"cannot round the real-valued {type(self).__name__} strategy of shape {self.shape} to a grid without "
+                f"materialising it ({m * n:,} entries > {MAX_DENSE_ROUNDING:,}); give it as a Dense, Sparse, "
+                "Scaled, VStack or Kron of such operators"
+            )
+        step = max(1, 4_000_000 // n)
+        blocks = [sp.csr_matrix(_rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]
+        return sp.vstack(blocks, format="csr")
+
+    def take_rows(self, rows):
+        """The operator made of the rows ``rows`` (in that order); the default is a
+        :class:`RowSubset`, structured families keep their structure."""
+        return RowSubset(self, rows)
+
+    def row_blocks(self):
+        """[(wᵢ, Bᵢ)] with A = [w₁B₁; …; w_kB_k] when A is a weighted stack (or a scaling,
+        k = 1), else None: row-wise quadratic forms (error analysis) split over the blocks."""
+        return None
+
+    def linear_terms(self):
+        """[(cᵢ, Tᵢ)] with A = Σ cᵢ Tᵢ when A is a scaling or a sum, else None: forms linear
+        in A (traces, diagonals) split over the terms."""
+        return None
+
+    # -- strategy files (:mod:`matmech.io.store`) --------------------------------------------
+    def to_dict(self, out):
+        """The JSON description of this operator without its ``"type"``; ``out`` stores arrays
+        (``out.array(a)``, ``out.sparse(m)`` return references) and children (``out.node(B)``)."""
+        raise TypeError(f"cannot save an operator of type {type(self).__name__}")
+
+    @classmethod
+    def from_dict(cls, node, src):
+        """Rebuild the operator from its description ``node``; ``src`` checks and reads fields
+        (``src.field``, ``src.ints``, ``src.array``, ``src.sparse``, ``src.node``, ``src.children``)."""
+        raise TypeError(f"cannot load an operator of type {cls.__name__}")
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.shape[0]}×{self.shape[1]}>"
 
@@ -174,6 +290,7 @@ def as_linop(obj):
     raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")
 
 
+@register("Dense")
 class Dense(LinOp):
     """An explicit 2-D array."""
 
@@ -204,7 +321,27 @@ class Dense(LinOp):
     def _dense(self):
         return self.matrix.copy()
 
+    def integer_valued(self):
+        return bool(np.all(self.matrix == np.rint(self.matrix)))
 
+    def entry_range(self):
+        return min(0.0, float(self.matrix.min())), max(0.0, float(self.matrix.max()))
+
+    def explicit_matrix(self):
+        return self.matrix
+
+    def rounded_matrix(self, g):
+        return _rint(self.matrix, g)
+
+    def to_dict(self, out):
+        return {"matrix": out.array(self.matrix)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.array(node, "matrix", "float", 2))
+
+
+@register("Sparse")
 class Sparse(LinOp):
     """A scipy sparse matrix (kept in CSR form)."""
 
@@ -237,7 +374,32 @@ class Sparse(LinOp):
     def _dense(self):
         return self.matrix.toarray()
 
+    def integer_valued(self):
+        data = self.matrix.data
+        return bool(np.all(data == np.rint(data)))
 
+    def entry_range(self):
+        data = self.matrix.data
+        return min(0.0, float(data.min())), max(0.0, float(data.max()))
+
+    def explicit_matrix(self):
+        return self.matrix
+
+    def rounded_matrix(self, g):
+        m = self.matrix.copy()
+        m.data = _rint(m.data, g)
+        m.eliminate_zeros()
+        return m
+
+    def to_dict(self, out):
+        return {"matrix": out.sparse(self.matrix)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.sparse(node))
+
+
+@register("Identity")
 class Identity(LinOp):
     """The n×n identity."""
 
@@ -263,7 +425,33 @@ class Identity(LinOp):
     def _dense(self):
         return np.eye(self.shape[0])
 
+    def gram_pinv(self):
+        return self, None  # IᵀI = I is its own inverse
 
+    def gram_eigenvalues(self):
+        return np.ones(self.shape[0])
+
+    def integer_valued(self):
+        return True
+
+    def entry_range(self):
+        return 0.0, 1.0
+
+    def explicit_matrix(self):
+        return sp.identity(self.shape[0], format="csr")
+
+    def rounded_matrix(self, g):
+        return sp.identity(self.shape[0], format="csr")  # integer: exact on any grid g <= 1
+
+    def to_dict(self, out):
+        return {"n": int(self.shape[0])}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int))
+
+
+@register("Ones")
 class Ones(LinOp):
     """The m×n matrix of ones (m = 1: the total query)."""
 
@@ -291,7 +479,21 @@ class Ones(LinOp):
     def _dense(self):
         return np.ones(self.shape)
 
+    def integer_valued(self):
+        return True
 
+    def entry_range(self):
+        return 0.0, 1.0
+
+    def to_dict(self, out):
+        return {"shape": [int(s) for s in self.shape]}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(*src.ints(node, "shape"))
+
+
+@register("Scaled")
 class Scaled(LinOp):
     """c · A."""
 
@@ -318,6 +520,40 @@ class Scaled(LinOp):
 
     def _dense(self):
         return self.c * self.base._dense()
+
+    def gram_eigenvalues(self):
+        lam = self.base.gram_eigenvalues()
+        return None if lam is None else self.c**2 * lam
+
+    def integer_valued(self):
+        return _is_int(self.c) and self.base.integer_valued()
+
+    def entry_range(self):
+        lo, hi = self.base.entry_range()
+        return (self.c * lo, self.c * hi) if self.c >= 0 else (self.c * hi, self.c * lo)
+
+    def explicit_matrix(self):
+        base = self.base.explicit_matrix()
+        return None if base is None else self.c * base
+
+    def rounded_matrix(self, g):
+        base = self.base.explicit_matrix()
+        if base is None:
+            return super().rounded_matrix(g)
+        return as_linop(self.c * base).rounded_matrix(g)
+
+    def row_blocks(self):
+        return [(self.c, self.base)]
+
+    def linear_terms(self):
+        return [(self.c, self.base)]
+
+    def to_dict(self, out):
+        return {"c": float(self.c), "base": out.node(self.base)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.node(src.field(node, "base", dict)), src.field(node, "c", (int, float)))
 
 
 class _Transpose(LinOp):
@@ -367,6 +603,7 @@ def _kron_apply(factors, x, transpose):
     return t.reshape(k, -1).T
 
 
+@register("Kron")
 class Kron(LinOp):
     """Kronecker product A₁ ⊗ … ⊗ A_d (row-major cell order: the last factor varies fastest).
 
@@ -403,11 +640,39 @@ class Kron(LinOp):
     def _dense(self):
         return reduce(np.kron, [f._dense() for f in self.factors])
 
+    def gram_eigenvalues(self):
+        lams = [f.gram_eigenvalues() for f in self.factors]
+        return None if any(lam is None for lam in lams) else reduce(np.kron, lams)
 
+    def integer_valued(self):
+        return all(f.integer_valued() for f in self.factors)
+
+    def entry_range(self):
+        lo, hi = 1.0, 1.0
+        for f in self.factors:
+            a, b = f.entry_range()
+            products = (lo * a, lo * b, hi * a, hi * b)
+            lo, hi = min(products), max(products)
+        return min(lo, 0.0), max(hi, 0.0)
+
+    def to_dict(self, out):
+        return {"factors": [out.node(f) for f in self.factors]}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(*src.children(node, "factors"))
+
+
+@register("VStack")
 class VStack(LinOp):
-    """Weighted vertical stack [w₁A₁; …; w_kA_k]; its gram is Σ wᵢ² AᵢᵀAᵢ."""
+    """Weighted vertical stack [w₁A₁; …; w_kA_k]; its gram is Σ wᵢ² AᵢᵀAᵢ.
 
-    def __init__(self, blocks, weights=None):
+    A union of marginals (:func:`matmech.workloads.marginals`) records its attribute sizes
+    ``domain`` and one attribute subset per block in ``subsets`` (labels for the answers
+    and the optimisers; None for other stacks).
+    """
+
+    def __init__(self, blocks, weights=None, *, domain=None, subsets=None):
         blocks = tuple(as_linop(b) for b in blocks)
         if not blocks:
             raise ValueError("VStack needs at least one block")
@@ -425,6 +690,14 @@ class VStack(LinOp):
             raise ValueError(f"expected {len(blocks)} weights, got {weights.shape}")
         if not np.all(np.isfinite(weights)) or np.any(weights <= 0):
             raise ValueError(f"weights must be positive and finite, got {weights.tolist()}")
+        if (domain is None) != (subsets is None):
+            raise ValueError("give both domain and subsets (a union of marginals) or neither")
+        if subsets is not None:
+            domain = tuple(int(d) for d in domain)
+            subsets = tuple(tuple(int(i) for i in s) for s in subsets)
+            if len(subsets) != len(blocks):
+                raise ValueError(f"expected one attribute subset per block ({len(blocks)}), got {len(subsets)}")
+        self.domain, self.subsets = domain, subsets
         self.blocks, self.weights = blocks, weights
         self.offsets = np.concatenate([[0], np.cumsum([b.shape[0] for b in blocks])])
         self.shape = (int(self.offsets[-1]), n)
@@ -456,7 +729,45 @@ class VStack(LinOp):
     def _dense(self):
         return np.vstack([w * b._dense() for w, b in zip(self.weights, self.blocks)])
 
+    def integer_valued(self):
+        return all(_is_int(w) for w in self.weights) and all(b.integer_valued() for b in self.blocks)
 
+    def entry_range(self):
+        parts = [Scaled(b, w).entry_range() for w, b in zip(self.weights, self.blocks)]
+        return min(p[0] for p in parts), max(p[1] for p in parts)
+
+    def explicit_matrix(self):
+        parts = [b.explicit_matrix() for b in self.blocks]
+        if any(p is None for p in parts):
+            return None
+        return sp.vstack([w * sp.csr_matrix(p) for w, p in zip(self.weights, parts)], format="csr")
+
+    def rounded_matrix(self, g):
+        parts = [(Scaled(b, w) if w != 1.0 else b).rounded_matrix(g) for w, b in zip(self.weights, self.blocks)]
+        return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
+
+    def row_blocks(self):
+        return list(zip(self.weights, self.blocks))
+
+    def to_dict(self, out):
+        d = {"weights": out.array(self.weights), "blocks": [out.node(b) for b in self.blocks]}
+        if self.subsets is not None:
+            d["domain"] = [int(x) for x in self.domain]
+            d["subsets"] = [[int(i) for i in s] for s in self.subsets]
+        return d
+
+    @classmethod
+    def from_dict(cls, node, src):
+        blocks, weights = src.children(node, "blocks"), src.array(node, "weights", "float", 1)
+        if "domain" not in node:
+            return cls(blocks, weights=weights)
+        subsets = src.field(node, "subsets", list)
+        if not all(isinstance(s, list) and all(type(i) is int for i in s) for s in subsets):
+            src.fail("VStack.subsets must be a list of lists of integers")
+        return cls(blocks, weights=weights, domain=src.ints(node, "domain"), subsets=subsets)
+
+
+@register("Sum")
 class Sum(LinOp):
     """Σ Aᵢ of equally shaped operators (grams of stacks, structured covariances)."""
 
@@ -478,7 +789,21 @@ class Sum(LinOp):
     def _dense(self):
         return sum(t._dense() for t in self.terms)
 
+    def integer_valued(self):
+        return all(t.integer_valued() for t in self.terms)
 
+    def linear_terms(self):
+        return [(1.0, t) for t in self.terms]
+
+    def to_dict(self, out):
+        return {"terms": [out.node(t) for t in self.terms]}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.children(node, "terms"))
+
+
+@register("RowSubset")
 class RowSubset(LinOp):
     """The rows ``index`` of A (in the given order)."""
 
@@ -506,3 +831,16 @@ class RowSubset(LinOp):
 
     def rows(self, start, stop):
         return np.vstack([self.base.rows(i, i + 1) for i in self.index[start:stop]]) if stop > start else np.zeros((0, self.shape[1]))
+
+    def integer_valued(self):
+        return self.base.integer_valued()
+
+    def entry_range(self):
+        return self.base.entry_range()
+
+    def to_dict(self, out):
+        return {"index": out.array(self.index), "base": out.node(self.base)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.node(src.field(node, "base", dict)), src.array(node, "index", "int", 1))

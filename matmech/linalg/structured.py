@@ -2,8 +2,8 @@
 where the structure allows, used by the error analysis and by least squares alike.
 
 * :func:`pinv_gram`: (M, N) with M = (AᵀA)⁺ as a LinOp and N the null-space projector;
-  an operator that knows its own inverse declares ``gram_pinv()``; Kronecker products and
-  scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
+  an operator that knows its own inverse returns it from ``gram_pinv()``; Kronecker
+  products and scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
   closed form; anything else by a dense eigen-decomposition up to :data:`MAX_DENSE_N`.
 * :func:`split_diagonal` / :func:`woodbury_factor`: strategies made of single-entry rows
   plus r ≤ n/4 other rows, as HDMM's p-Identity [I; Θ]D (McKenna et al., VLDB 2018):
@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, VStack, as_linop
+from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, as_linop, register
 from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
@@ -43,14 +43,17 @@ CHOLESKY_N = 8192
 def pinv_gram(A):
     """(M, N): M = (AᵀA)⁺ as a structured LinOp, N the null-space projector (None if full rank).
 
-    A strategy with its own structure provides ``A.gram_pinv()`` returning the same pair.
+    A strategy with its own structure returns the same pair from ``A.gram_pinv()``
+    (:meth:`~matmech.linalg.linop.LinOp.gram_pinv`); otherwise a gram that is the identity
+    or block-spectral inverts in closed form, anything else densely.
     """
-    if hasattr(A, "gram_pinv"):
-        return A.gram_pinv()
-    if isinstance(A, Kron):
+    out = A.gram_pinv()
+    if out is not None:
+        return out
+    if isinstance(A, Kron):  # ⊗(AᵢᵀAᵢ)⁺, null part ("kron", [Nᵢ]) so that callers can factor it
         parts = [pinv_gram(f) for f in A.factors]
         return Kron(*[m for m, _ in parts]), ("kron", [nul for _, nul in parts])
-    if isinstance(A, Scaled):
+    if isinstance(A, Scaled):  # (cA)ᵀ(cA) = c²AᵀA
         m, nul = pinv_gram(A.base)
         return Scaled(m, 1.0 / A.c**2), nul
     g = A.gram()
@@ -72,29 +75,10 @@ def pinv_gram(A):
     return as_linop(m), (as_linop(nul) if nul is not None else None)
 
 
-def _as_csr_or_array(A):
-    """A as a dense array or CSR matrix when that is cheap and exact, else None."""
-    if isinstance(A, Dense):
-        return A.matrix
-    if isinstance(A, Sparse):
-        return A.matrix
-    if isinstance(A, Identity):
-        return sp.identity(A.shape[0], format="csr")
-    if isinstance(A, Scaled):
-        base = _as_csr_or_array(A.base)
-        return None if base is None else A.c * base
-    if isinstance(A, VStack):
-        parts = [_as_csr_or_array(b) for b in A.blocks]
-        if any(p is None for p in parts):
-            return None
-        return sp.vstack([w * sp.csr_matrix(p) for w, p in zip(A.weights, parts)], format="csr")
-    return None
-
-
 def split_diagonal(A, max_rows=None):
     """(d, R) with AᵀA = diag(d) + RᵀR when A's single-entry rows give a positive diagonal d
     and at most ``max_rows`` (default n/4) rows remain (R dense, r×n); else None."""
-    m = _as_csr_or_array(A)
+    m = A.explicit_matrix()
     if m is None:
         return None
     n = A.shape[1]
@@ -177,13 +161,14 @@ class _GramPinv:
         out = gram_inverse(self)
         if out is not None:
             return out
-        plain = Dense(self.matrix) if isinstance(self, Dense) else Sparse(self.matrix)
-        return pinv_gram(plain)
+        return pinv_gram(as_linop(self.matrix))  # the plain Dense/Sparse: eigen path
 
 
+@register("RoundedDense")
 class RoundedDense(_GramPinv, Dense):
     """A real-valued strategy rounded to a power-of-two grid (dense storage)."""
 
 
+@register("RoundedSparse")
 class RoundedSparse(_GramPinv, Sparse):
     """A real-valued strategy rounded to a power-of-two grid (CSR storage)."""

@@ -28,7 +28,9 @@ from types import MappingProxyType
 
 import numpy as np
 
+from matmech.linalg.structured import pinv_gram
 from matmech.optimizers import l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
+from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.blas import blas_threads
 from matmech.privacy.calibration import noise_variance
 from matmech.error import expected_error, lower_bound
@@ -148,7 +150,7 @@ def _fit_1d(gram_op, delta, *, restarts, rng, maxiter, time_limit, callback):
 
 def _trace_with(gram_dense, strategy):
     """sens² · trace(G (AᵀA)⁺) of a 1-D strategy with sens = 1 (our optimisers' outputs)."""
-    m, _ = strategy.gram_pinv() if hasattr(strategy, "gram_pinv") else (Identity(strategy.shape[1]), None)
+    m, _ = pinv_gram(strategy)
     md = m.dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) if not isinstance(m, Identity) else None
     return float(np.trace(gram_dense)) if md is None else float((gram_dense * md).sum())
 
@@ -160,7 +162,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report):
         factors, values, params, done = [], [], [], {}
         for i, f in enumerate(blocks[0][1]):
             report(i / d, f"factor {i + 1}/{d} (n={f.shape[1]})")
-            op = opt_pure.GramOperator.from_workload(f)
+            op = GramOperator.from_workload(f)
             # equal factors (e.g. all ranges on both axes) are optimised once
             key = (op.kind, op.n, op.scale) if op.kind != "dense" else (op.kind, op.n, op.dense().tobytes())
             if key not in done:
@@ -189,7 +191,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report):
             step += 1
             others = np.prod(np.delete(costs, i, axis=1), axis=1) * w2
             g_eff = sum(c * row[i] for c, row in zip(others, grams))
-            op = opt_pure.GramOperator.from_gram(g_eff)
+            op = GramOperator.from_gram(g_eff)
             a, _, _ = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None)
             factors[i] = a
             costs[:, i] = [_trace_with(row[i], a) for row in grams]
@@ -282,7 +284,7 @@ def _run(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, b
             report(it / cap, f"dual iteration {it}, gap {g:.2e}")
 
         inverse = opt_l2.tridiagonal_inverse(W)  # all ranges / prefixes: O(n²) per step
-        gram = W.gram() if inverse is None else opt_pure.GramOperator.from_workload(W).dense()
+        gram = W.gram() if inverse is None else GramOperator.from_workload(W).dense()
         fit = opt_l2.dual_l2(gram, maxiter=cap, time_limit=time_limit, callback=cb, inverse=inverse)
         strategy, gap = fit.strategy, max(fit.gap, 0.0)
         params = {"trace": fit.value, "dual_trace": fit.dual, "iterations": fit.iterations}
@@ -292,7 +294,7 @@ def _run(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, b
                 f"method='pidentity' is limited to n <= {opt_pure.MAX_PIDENTITY_N} cells, got n={n}; "
                 "for a multi-attribute domain use method='kron' or 'marginals'"
             )
-        op = opt_pure.GramOperator.from_workload(W)
+        op = GramOperator.from_workload(W)
         cap = (maxiter or opt_pure.default_maxiter(n)) * restarts
         count = [0]
 

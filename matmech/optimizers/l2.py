@@ -41,7 +41,8 @@ import scipy.linalg as sla
 
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, as_linop
-from matmech.optimizers.pure import GramOperator, _unwrap, check_gram
+from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
+from matmech.linalg.linop import register
 
 __all__ = ["L2Fit", "L2Strategy", "dual_l2", "sdp_l2", "dual_value", "tridiagonal_inverse", "MAX_SDP_N", "MAX_L2_N"]
 
@@ -51,6 +52,7 @@ MAX_SDP_N = 64
 MAX_L2_N = 4096
 
 
+@register("L2Strategy")
 class L2Strategy(Dense):
     """A dense strategy A with AᵀA = X/c known through an eigendecomposition.
 
@@ -71,6 +73,14 @@ class L2Strategy(Dense):
         m = (vec[:, keep] / lam[keep]) @ vec[:, keep].T
         nul = vec[:, ~keep] @ vec[:, ~keep].T if (~keep).any() else None
         return Dense(m), (Dense(nul) if nul is not None else None)
+
+    def to_dict(self, out):
+        return {"matrix": out.array(self.matrix), "pinv": None if self._pinv is None else out.array(self._pinv)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        pinv = None if node.get("pinv") is None else src.array(node, "pinv", "float", 2)
+        return cls(src.array(node, "matrix", "float", 2), pinv)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from matmech.error import _marginal_terms
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop, register
 
 __all__ = [
     "MarginalStrategy",
@@ -156,6 +156,7 @@ def _spectral_pinv(domain, lam, mult, tol=1e-12):
     return Sum(pos), (Sum(null) if null else None)
 
 
+@register("MarginalStrategy")
 class MarginalStrategy(VStack):
     """Weighted union of marginals: the rows θ_S ⊗ᵢ(I if i ∈ S else 1ᵀ) for θ_S > 0.
 
@@ -165,16 +166,16 @@ class MarginalStrategy(VStack):
     """
 
     def __init__(self, domain, weights):
-        self.domain = tuple(int(d) for d in domain)
-        k = len(self.domain)
+        domain = tuple(int(d) for d in domain)
+        k = len(domain)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
             raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
         self.theta = w
         masks = np.flatnonzero(w > 0)
-        self.subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
-        blocks = [Kron(*[_factor(d, (m >> i) & 1) for i, d in enumerate(self.domain)]) for m in masks]
-        super().__init__(blocks, weights=w[masks])
+        subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
+        blocks = [Kron(*[_factor(d, (m >> i) & 1) for i, d in enumerate(domain)]) for m in masks]
+        super().__init__(blocks, weights=w[masks], domain=domain, subsets=subsets)
 
     def eigenvalues(self):
         out_prod, _ = _masks(self.domain)
@@ -184,18 +185,26 @@ class MarginalStrategy(VStack):
         _, mult = _masks(self.domain)
         return _spectral_pinv(self.domain, self.eigenvalues(), mult)
 
+    def to_dict(self, out):
+        return {"domain": list(self.domain), "theta": out.array(self.theta)}
 
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(tuple(src.ints(node, "domain")), src.array(node, "theta", "float", 1))
+
+
+@register("ResidualStrategy")
 class ResidualStrategy(VStack):
     """Σ_T √λ_T · ⊗ᵢ Bᵢ^T with Bᵢ an orthonormal basis of the mean-zero vectors (i ∈ T) or
     1ᵀ/√dᵢ (i ∉ T): gram exactly Σ_T λ_T P_T (ResidualPlanner's residual basis)."""
 
     def __init__(self, domain, lam):
-        self.domain = tuple(int(d) for d in domain)
+        domain = tuple(int(d) for d in domain)
         lam = np.asarray(lam, dtype=np.float64)
-        _, mult = _masks(self.domain)
+        _, mult = _masks(domain)
         self.lam = np.where(mult > 0, lam, 0.0)
         bases = {}
-        for d in set(self.domain):
+        for d in set(domain):
             # rows 1..d−1 of an orthonormal basis whose first row is 1ᵀ/√d
             q, _ = np.linalg.qr(np.column_stack([np.ones(d), np.eye(d)[:, : d - 1]]))
             q = q * np.sign(q[0, 0])
@@ -203,8 +212,9 @@ class ResidualStrategy(VStack):
         masks = np.flatnonzero(self.lam > 0)
         if masks.size == 0:
             raise ValueError("a residual strategy needs at least one positive eigenvalue")
-        blocks = [Kron(*[bases[d][1] if (m >> i) & 1 else bases[d][0] for i, d in enumerate(self.domain)]) for m in masks]
+        blocks = [Kron(*[bases[d][1] if (m >> i) & 1 else bases[d][0] for i, d in enumerate(domain)]) for m in masks]
         super().__init__(blocks, weights=np.sqrt(self.lam[masks]))
+        self.domain = domain  # attribute sizes; no subsets: the blocks are eigenspaces, not marginals
 
     def eigenvalues(self):
         return self.lam
@@ -212,6 +222,13 @@ class ResidualStrategy(VStack):
     def gram_pinv(self):
         _, mult = _masks(self.domain)
         return _spectral_pinv(self.domain, self.lam, mult)
+
+    def to_dict(self, out):
+        return {"domain": list(self.domain), "lam": out.array(self.lam)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(tuple(src.ints(node, "domain")), src.array(node, "lam", "float", 1))
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
-from matmech.linalg.intervals import Intervals
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 
 __all__ = [
@@ -59,10 +58,6 @@ __all__ = [
     "check_affordable",
     "execute",
 ]
-
-#: Largest number of entries of a real-valued strategy without a structured rounding that
-#: is materialised to round it to the grid.
-MAX_DENSE_ROUNDING = 50_000_000
 
 #: The declared bound on the number of records (Σx) when the caller gives none: the grid of
 #: every measurement keeps A_g x exact in float64 for any histogram with at most this total.
@@ -106,11 +101,6 @@ class Measurement:
     def variance(self):
         """Noise variance of every entry of y (exact for the discrete distribution)."""
         return self.std**2
-
-    @property
-    def row_std(self):
-        """Per-row noise standard deviations (all equal within one measurement)."""
-        return np.full(self.y.shape[0], self.std)
 
     def __repr__(self):
         p, n = self.strategy.shape
@@ -174,28 +164,10 @@ def _check_budget(budget):
 # -- integer-valued strategies and the grid rounding of real-valued ones ------------------
 
 
-def _is_int(c):
-    return float(c) == math.floor(float(c))
-
-
 def integer_valued(A):
-    """True when every entry of A is an integer (so A x is exact on the integer lattice)."""
-    if isinstance(A, (Identity, Ones, Intervals)):
-        return True
-    if isinstance(A, (Dense, Sparse)):
-        data = A.matrix.data if isinstance(A, Sparse) else A.matrix
-        return bool(np.all(data == np.rint(data)))
-    if isinstance(A, Scaled):
-        return _is_int(A.c) and integer_valued(A.base)
-    if isinstance(A, Kron):
-        return all(integer_valued(f) for f in A.factors)
-    if isinstance(A, VStack):
-        return all(_is_int(w) for w in A.weights) and all(integer_valued(b) for b in A.blocks)
-    if isinstance(A, Sum):
-        return all(integer_valued(t) for t in A.terms)
-    if isinstance(A, RowSubset):
-        return integer_valued(A.base)
-    return False
+    """True when every entry of A is an integer (so A x is exact on the integer lattice):
+    :meth:`~matmech.linalg.linop.LinOp.integer_valued`."""
+    return isinstance(A, LinOp) and A.integer_valued()
 
 
 def _pow2_at_least(v):
@@ -204,47 +176,13 @@ def _pow2_at_least(v):
     return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
 
 
-def _rint(m, g):
-    return g * np.rint(m / g)
-
-
-def _rounded_matrix(A, g):
-    """A's entries rounded to multiples of g, as an ndarray or CSR matrix."""
-    if isinstance(A, Dense):
-        return _rint(A.matrix, g)
-    if isinstance(A, Sparse):
-        m = A.matrix.copy()
-        m.data = _rint(m.data, g)
-        m.eliminate_zeros()
-        return m
-    if isinstance(A, Identity):
-        return sp.identity(A.shape[0], format="csr")  # integer: exact on any grid g <= 1
-    if isinstance(A, Scaled) and isinstance(A.base, (Dense, Sparse, Identity)):
-        base = A.base.matrix if isinstance(A.base, (Dense, Sparse)) else sp.identity(A.shape[0], format="csr")
-        return _rounded_matrix(as_linop(A.c * base), g)
-    if isinstance(A, VStack):
-        parts = [_rounded_matrix(Scaled(b, w) if w != 1.0 else b, g) for w, b in zip(A.weights, A.blocks)]
-        return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
-    m, n = A.shape
-    if m * n > MAX_DENSE_ROUNDING:
-        raise ValueError(
-            f"cannot round the real-valued {type(A).__name__} strategy of shape {A.shape} to a grid without "
-            f"materialising it ({m * n:,} entries > {MAX_DENSE_ROUNDING:,}); give it as a Dense, Sparse, "
-            "Scaled, VStack or Kron of such operators"
-        )
-    # any other operator (e.g. a p-Identity [I; Θ]D): round it block of rows by block of rows
-    step = max(1, 4_000_000 // n)
-    blocks = [sp.csr_matrix(_rint(A.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]
-    return sp.vstack(blocks, format="csr")
-
-
 def _round_to_grid(A, g):
     """A LinOp with every entry of A rounded to the nearest multiple of the power of two g."""
-    if integer_valued(A) and g <= 1.0:
+    if A.integer_valued() and g <= 1.0:
         return A
-    if isinstance(A, Scaled) and integer_valued(A.base):
+    if isinstance(A, Scaled) and A.base.integer_valued():
         return Scaled(A.base, float(_rint(A.c, g)))  # keeps the base's structure (trees, Haar)
-    m = _rounded_matrix(A, g)
+    m = A.rounded_matrix(g)  # structured where A has a structured rounding, else by row blocks
     if sp.issparse(m) and m.nnz <= 0.3 * m.shape[0] * m.shape[1]:
         return RoundedSparse(m)
     return RoundedDense(m.toarray() if sp.issparse(m) else m)
@@ -260,7 +198,7 @@ def _grid_for_strategy(sens1, scale0, gaussian, max_records):
 
 def _quantise(A, p, eps, delta, neighbors, max_records):
     """(A_g, g, rounded): the strategy that will actually be measured and its lattice."""
-    if integer_valued(A):
+    if A.integer_valued():
         return A, 1.0, False
     factor = NEIGHBORS[neighbors]
     sens1 = factor * A.sensitivity(1)
@@ -270,7 +208,7 @@ def _quantise(A, p, eps, delta, neighbors, max_records):
     scale0 = laplace_scale(eps, sens_p) if p == 1 else gaussian_sigma(eps, delta, sens_p)
     g = _grid_for_strategy(sens1, scale0, p == 2, max_records)
     if isinstance(A, Kron):
-        real = [i for i, f in enumerate(A.factors) if not integer_valued(f)]
+        real = [i for i, f in enumerate(A.factors) if not f.integer_valued()]
         # split g over the real factors: g_i = Δ₁,i·(g/Δ)^(1/k) rounded up to a power of two,
         # Δ the product of the real factors' Δ₁,i, so that the lattice Π g_i >= g
         sens_real = [A.factors[i].sensitivity(1) for i in real]

@@ -21,8 +21,7 @@ import numpy as np
 
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.linalg.intervals import Intervals
-from matmech.linalg.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack, as_linop
+from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.measure import check_affordable, check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
@@ -49,41 +48,15 @@ class Selection:
 
 
 def entry_range(W):
-    """(min, max) over the entries of W and 0, through the structure where there is one."""
-    if isinstance(W, (Intervals, Identity, Ones)):
-        return 0.0, 1.0
-    if isinstance(W, Scaled):
-        lo, hi = entry_range(W.base)
-        return (W.c * lo, W.c * hi) if W.c >= 0 else (W.c * hi, W.c * lo)
-    if isinstance(W, RowSubset):
-        return entry_range(W.base)
-    if isinstance(W, VStack):
-        parts = [entry_range(Scaled(b, w)) for w, b in zip(W.weights, W.blocks)]
-        return min(p[0] for p in parts), max(p[1] for p in parts)
-    if isinstance(W, Kron):
-        lo, hi = 1.0, 1.0
-        for f in W.factors:
-            a, b = entry_range(f)
-            products = (lo * a, lo * b, hi * a, hi * b)
-            lo, hi = min(products), max(products)
-        return min(lo, 0.0), max(hi, 0.0)
-    if isinstance(W, (Dense, Sparse)):
-        data = W.matrix.data if isinstance(W, Sparse) else W.matrix
-        return min(0.0, float(data.min())), max(0.0, float(data.max()))
-    lo, hi = 0.0, 0.0
-    for start in range(0, W.shape[0], max(1, 4_000_000 // W.shape[1])):
-        r = W.rows(start, min(W.shape[0], start + max(1, 4_000_000 // W.shape[1])))
-        lo, hi = min(lo, float(r.min())), max(hi, float(r.max()))
-    return lo, hi
+    """(min, max) over the entries of W and 0, through the structure where there is one
+    (:meth:`~matmech.linalg.linop.LinOp.entry_range`)."""
+    return as_linop(W).entry_range()
 
 
 def take_rows(W, rows):
-    """The sub-workload of the given rows, keeping interval structure where W has it."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if isinstance(W, Intervals):
-        lo, hi = W.bounds()
-        return Intervals(W.n, lo[rows], hi[rows])
-    return RowSubset(W, rows)
+    """The sub-workload of the given rows, keeping interval structure where W has it
+    (:meth:`~matmech.linalg.linop.LinOp.take_rows`)."""
+    return as_linop(W).take_rows(np.asarray(rows, dtype=np.int64))
 
 
 def _check_c(c):

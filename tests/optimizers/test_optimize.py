@@ -21,10 +21,9 @@ from matmech.optimizers.marginals import (
     optimize_marginals_l2,
     optimize_marginals_pure,
 )
+from matmech.optimizers.gram import GramOperator, check_gram
 from matmech.optimizers.pure import (
-    GramOperator,
     PIdentity,
-    check_gram,
     default_maxiter,
     fit_pidentity,
     hat_theta,

@@ -1,0 +1,116 @@
+"""The workload gram G = WᵀW as every strategy optimiser consumes it.
+
+:class:`GramOperator` applies G to the rows of a p×n block in O(pn) for all ranges and
+prefixes through their closed forms (G = P̃ᵀ L P̃, :mod:`matmech.linalg.intervals`) and
+densely otherwise; :func:`check_gram` validates an explicit gram (finite, symmetric, PSD).
+Used by the p-Identity (:mod:`matmech.optimizers.pure`) and L2
+(:mod:`matmech.optimizers.l2`) optimisers and their dispatch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+
+from matmech.linalg.intervals import AllRange, Prefix
+from matmech.linalg.linop import LinOp, as_linop
+
+__all__ = ["GramOperator", "check_gram", "MAX_GRAM_N"]
+
+#: Largest n for which :func:`check_gram` makes a LinOp gram dense (the optimisers' limit).
+MAX_GRAM_N = 8192
+
+
+def _unwrap(W):
+    """(base workload, scale²) through single-block stacks and scalings."""
+    c2 = 1.0
+    while True:
+        blocks = W.row_blocks()
+        if blocks is None or len(blocks) != 1:
+            return W, c2
+        w, W = blocks[0]
+        c2 *= float(w) ** 2
+
+
+class GramOperator:
+    """G = WᵀW applied to the rows of a p×n block (Z ↦ Z G), with its diagonal.
+
+    All-range and prefix grams are applied in O(pn) through their closed forms
+    (G = P̃ᵀ L P̃, :mod:`matmech.linalg.intervals`); anything else is made dense once.
+    """
+
+    def __init__(self, kind, n, diag, dense=None, scale=1.0):
+        self.kind, self.n, self.diag, self._dense, self.scale = kind, n, diag, dense, scale
+
+    @classmethod
+    def from_workload(cls, W):
+        W = as_linop(W)
+        base, c2 = _unwrap(W)
+        n = W.shape[1]
+        if isinstance(base, AllRange):
+            j = np.arange(1, n + 1, dtype=np.float64)
+            return cls("all_range", n, c2 * j * (n - j + 1), scale=c2)
+        if isinstance(base, Prefix):
+            return cls("prefix", n, c2 * np.arange(n, 0, -1, dtype=np.float64), scale=c2)
+        return cls.from_gram(W.gram())
+
+    @classmethod
+    def from_gram(cls, G):
+        """From an explicit gram (ndarray or LinOp), checked to be finite, symmetric and PSD."""
+        g = check_gram(G)
+        return cls("dense", g.shape[0], np.diag(g).copy(), dense=g)
+
+    def dense(self):
+        if self._dense is not None:
+            return self._dense
+        n = self.n
+        i = np.arange(1, n + 1, dtype=np.float64)
+        mx = np.maximum.outer(i, i)
+        g = np.minimum.outer(i, i) * (n - mx + 1) if self.kind == "all_range" else n - mx + 1
+        return self.scale * g
+
+    def rows(self, Z, out=None, work=None):
+        """Z G for a p×n block Z (``out``, ``work``: optional p×n buffers, reused)."""
+        if self.kind == "dense":
+            return np.matmul(Z, self._dense, out=out)
+        n = self.n
+        out = np.empty_like(Z) if out is None else out
+        work = np.empty_like(Z) if work is None else work
+        # u_k = z_0 + … + z_{k−1} for the prefix nodes k = 1..n (u_0 = 0); G z = P̃ᵀ L u
+        # with (P̃ᵀ v)_j = Σ_{k>j} v_k, so only v_1..v_n matter.
+        np.cumsum(Z, axis=1, out=work)
+        if self.kind == "all_range":
+            # complete-graph Laplacian L = (n+1)I − 11ᵀ: v_k = (n+1)u_k − Σ_k' u_k'
+            total = work.sum(1, keepdims=True)
+            work *= n + 1
+            work -= total
+        # star Laplacian (prefix) rooted at node 0 with u_0 = 0: v_k = u_k
+        np.cumsum(work, axis=1, out=out)
+        np.subtract(out[:, -1:], out, out=out)
+        out += work
+        if self.scale != 1.0:
+            out *= self.scale
+        return out
+
+
+def check_gram(G, name="gram"):
+    """Return G as a dense symmetric float array, or raise if it is not a finite PSD matrix."""
+    if isinstance(G, LinOp):
+        G = G.dense(max_entries=MAX_GRAM_N**2)
+    g = np.asarray(G, dtype=np.float64)
+    if g.ndim != 2 or g.shape[0] != g.shape[1] or g.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty square matrix, got shape {g.shape}")
+    if not np.all(np.isfinite(g)):
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(g))[0])
+        raise ValueError(f"{name} must be finite; found {g[bad]} at index {bad}")
+    scale = max(float(np.abs(g).max()), 1e-300)
+    asym = float(np.abs(g - g.T).max())
+    if asym > 1e-10 * scale:
+        raise ValueError(f"{name} must be symmetric; max |G − Gᵀ| = {asym:.3g}")
+    g = (g + g.T) / 2
+    lam_min = float(sla.eigvalsh(g, subset_by_index=[0, 0])[0]) if g.shape[0] > 1 else float(g[0, 0])
+    if lam_min < -1e-8 * scale * g.shape[0]:
+        raise ValueError(f"{name} must be positive semidefinite (a WᵀW); its smallest eigenvalue is {lam_min:.3g}")
+    if not np.any(g):
+        raise ValueError(f"{name} is zero: the workload has no non-zero query")
+    return g
