@@ -168,8 +168,22 @@ def _ramp_sums(n, s):
     return s * (s + 1) / 2 + s * tail, s * (s + 1) * (2 * s + 1) / 6 + s * s * tail
 
 
+class _AllOfAKind(Intervals):
+    """Every interval of one kind over n cells: described by n alone, full column rank."""
+
+    def rank(self):
+        return self.n
+
+    def to_dict(self, out):
+        return {"n": int(self.n)}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(src.field(node, "n", int))
+
+
 @register("AllRange")
-class AllRange(Intervals):
+class AllRange(_AllOfAKind):
     """All n(n+1)/2 ranges, ordered by lo then hi; rows are generated on demand."""
 
     kind = "all_range"
@@ -206,16 +220,6 @@ class AllRange(Intervals):
     def prefix_quadratic_sum(self, c):
         return float((self.n + 1) * np.trace(c) - c.sum())
 
-    def rank(self):
-        return self.n
-
-    def to_dict(self, out):
-        return {"n": int(self.n)}
-
-    @classmethod
-    def from_dict(cls, node, src):
-        return cls(src.field(node, "n", int))
-
     def gram_eigenvalues(self):
         """G = (n+1)·T⁻¹ with T the Dirichlet second-difference matrix: λ_k = (n+1)/(4 sin²(kπ/(2(n+1))))."""
         k = np.arange(1, self.n + 1)
@@ -223,7 +227,7 @@ class AllRange(Intervals):
 
 
 @register("Prefix")
-class Prefix(Intervals):
+class Prefix(_AllOfAKind):
     """The n prefix queries [0, k]."""
 
     kind = "prefix"
@@ -254,16 +258,6 @@ class Prefix(Intervals):
 
     def prefix_quadratic_sum(self, c):
         return float(np.trace(c) - c[0, 0])
-
-    def rank(self):
-        return self.n
-
-    def to_dict(self, out):
-        return {"n": int(self.n)}
-
-    @classmethod
-    def from_dict(cls, node, src):
-        return cls(src.field(node, "n", int))
 
     def gram_eigenvalues(self):
         """Eigenvalues of the prefix gram: λ_k = 1/(4 sin²((2k−1)π/(2(2n+1))))."""

@@ -58,13 +58,14 @@ of ``g``.
 from __future__ import annotations
 
 from matmech.svt.accuracy import above_threshold_alpha, exponential_alpha, sparse_alpha
-from matmech.svt.calibration import SVTBudget, optimal_ratio, svt_budget
+from matmech.svt.calibration import SVTBudget, SVTCalibration, optimal_ratio, svt_budget
 from matmech.svt.core import SVTResult, above_threshold, sparse_vector
 from matmech.svt.interactive import SparseVector, SparseVectorExhausted
 from matmech.svt.variants import sparse_vector_dpbook, sparse_vector_retraversal
 from matmech.svt.topc import TopCResult, exponential_top_c
 
 __all__ = [
+    "SVTCalibration",
     "SVTBudget",
     "SVTResult",
     "TopCResult",

@@ -29,6 +29,7 @@ from matmech.privacy.params import rest_of
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 
 __all__ = [
+    "SVTCalibration",
     "SVTBudget",
     "optimal_ratio",
     "split_eps",
@@ -42,7 +43,7 @@ MAX_SCALE_UNITS = float(2**47)
 
 
 @dataclass(frozen=True)
-class SVTBudget:
+class SVTCalibration:
     """How an SVT run spends its budget (data independent; [LSL17] Alg. 7).
 
     ``eps_threshold`` (eps1) buys the threshold noise ``Lap(threshold_scale)``,
@@ -64,6 +65,10 @@ class SVTBudget:
     query_scale: float
     answer_scale: Optional[float]
     grid: float
+
+
+#: The former name (it is a calibration, not a budget: see :class:`matmech.PrivacyBudget`).
+SVTBudget = SVTCalibration
 
 
 def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
@@ -114,7 +119,7 @@ def make_budget(
     exact_on_grid: bool,
     threshold_mult: float,
     query_mult: float,
-) -> SVTBudget:
+) -> SVTCalibration:
     """Budget with threshold scale threshold_mult*D/e1 and query scale query_mult*D/e2.
 
     Arguments must already be valid.  Raises ValueError when a scale is too
@@ -132,7 +137,7 @@ def make_budget(
             f"use a larger eps or rescale the values"
         )
     sens = sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
-    return SVTBudget(
+    return SVTCalibration(
         eps=eps,
         eps_threshold=e1,
         eps_queries=e2,
@@ -156,7 +161,7 @@ def svt_budget(
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
     integer_values: bool = False,
-) -> SVTBudget:
+) -> SVTCalibration:
     """Calibration of :func:`~matmech.svt.sparse_vector` ([LSL17] Alg. 7) without touching data.
 
     eps1 + eps2 = eps - eps_answer split as 1:ratio; threshold noise

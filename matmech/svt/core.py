@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.svt.calibration import SVTBudget, svt_budget
+from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
 
@@ -52,7 +52,7 @@ class SVTResult:
     n_processed
         Number of comparisons made (including repeated ones in retraversal).
     budget
-        The data-independent calibration, see :class:`~matmech.svt.SVTBudget`.
+        The data-independent calibration, see :class:`~matmech.svt.SVTCalibration`.
     """
 
     positions: tuple[int, ...]
@@ -60,7 +60,7 @@ class SVTResult:
     eps: float
     stopped: bool
     n_processed: int
-    budget: SVTBudget
+    budget: SVTCalibration
 
 
 def prepare(values, threshold) -> tuple[np.ndarray, np.ndarray]:

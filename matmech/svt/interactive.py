@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.svt.calibration import SVTBudget, svt_budget
+from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_real, check_threshold
 from matmech.svt.core import SVTResult
 from matmech.svt.grid import NoiseBuffer, draw, range_check, to_units
@@ -71,7 +71,7 @@ class SparseVector:
 
     # -- state ------------------------------------------------------------
     @property
-    def budget(self) -> SVTBudget:
+    def budget(self) -> SVTCalibration:
         """The data-independent calibration of this run."""
         return self._budget
 

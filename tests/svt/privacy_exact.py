@@ -101,7 +101,7 @@ class Scales:
 
     @classmethod
     def of(cls, budget, factor: float = 1.0) -> "Scales":
-        """From a shipped :class:`matmech.svt.SVTBudget`; ``factor`` multiplies every scale."""
+        """From a shipped :class:`matmech.svt.SVTCalibration`; ``factor`` multiplies every scale."""
         g = budget.grid
         return cls(
             threshold=budget.threshold_scale / g * factor,
