@@ -195,6 +195,51 @@ def _strategy(sig, q, v, x, support, n):
     return L2Strategy(a, pinv)
 
 
+def _dual_problem(gram, inverse):
+    """(n, support, scale, g, state): the checked gram restricted to the cells some query
+    touches and scaled to a unit diagonal maximum, and the eigen-state function of a step
+    (dense, or O(n²) from a tridiagonal G⁻¹)."""
+    if inverse is None:
+        g_full = check_gram(gram)
+    else:
+        g_full = np.asarray(gram.dense() if hasattr(gram, "dense") else gram, dtype=np.float64)
+        if g_full.ndim != 2 or g_full.shape[0] != g_full.shape[1] or not np.all(np.isfinite(g_full)):
+            raise ValueError(f"gram must be a finite square matrix, got shape {g_full.shape}")
+        t_diag, t_off = _check_tridiagonal(g_full, inverse)
+    n = g_full.shape[0]
+    if n > MAX_L2_N:
+        raise ValueError(f"the dense L2 dual iteration handles n <= {MAX_L2_N} cells, got n={n}")
+    support = np.diag(g_full) > 0
+    g = g_full[np.ix_(support, support)] if not support.all() else g_full
+    scale = float(np.diag(g).max())
+    g = g / scale  # the optimum scales linearly with G; keep v of order one
+    if inverse is not None:  # G⁻¹ invertible: every cell is in the support
+        t_diag, t_off = t_diag * scale, t_off * scale
+        return n, support, scale, g, lambda v: _eig_state_tridiagonal(t_diag, t_off, v)
+    return n, support, scale, g, lambda v: _eig_state(g, v)
+
+
+class _Anderson:
+    """Anderson mixing of depth ``memory`` for the fixed point w ← w + r(w) (type II, by
+    least squares on the last differences of iterates and residuals)."""
+
+    def __init__(self, memory):
+        self.memory, self.ws, self.rs = memory, [], []
+
+    def step(self, w, r):
+        self.ws.append(w.copy())
+        self.rs.append(r)
+        if len(self.ws) > self.memory + 1:
+            self.ws.pop(0)
+            self.rs.pop(0)
+        if len(self.ws) == 1:
+            return w + r
+        dw = np.diff(np.array(self.ws), axis=0).T
+        dr = np.diff(np.array(self.rs), axis=0).T
+        coef = np.linalg.lstsq(dr, r, rcond=None)[0]
+        return w + r - (dw + dr) @ coef
+
+
 def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=None, inverse=None):
     """Certified L2-optimal strategy for the gram G = WᵀW by the accelerated dual fixed point.
 
@@ -207,37 +252,13 @@ def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=
     off-diagonal) of G⁻¹ when it is tridiagonal (:func:`tridiagonal_inverse`; checked
     against G), which makes every step O(n²) flops.
     """
-    if inverse is None:
-        g_full = check_gram(gram)
-    else:
-        g_full = np.asarray(gram.dense() if hasattr(gram, "dense") else gram, dtype=np.float64)
-        if g_full.ndim != 2 or g_full.shape[0] != g_full.shape[1] or not np.all(np.isfinite(g_full)):
-            raise ValueError(f"gram must be a finite square matrix, got shape {g_full.shape}")
-        t_diag, t_off = _check_tridiagonal(g_full, inverse)
-    n = g_full.shape[0]
-    if n > MAX_L2_N:
-        raise ValueError(f"the dense L2 dual iteration handles n <= {MAX_L2_N} cells, got n={n}")
     if not (isinstance(tol, (int, float)) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
+    n, support, scale, g, state = _dual_problem(gram, inverse)
     t0 = time.perf_counter()
-    support = np.diag(g_full) > 0
-    g = g_full[np.ix_(support, support)] if not support.all() else g_full
-    scale = float(np.diag(g).max())
-    g = g / scale  # the optimum scales linearly with G; keep v of order one
-    if inverse is not None:  # G⁻¹ invertible: every cell is in the support
-        t_diag, t_off = t_diag * scale, t_off * scale
-
-        def state(v):
-            return _eig_state_tridiagonal(t_diag, t_off, v)
-
-    else:
-
-        def state(v):
-            return _eig_state(g, v)
-
     w = 0.5 * np.log(np.diag(g))
     best_primal, best_dual, best_state, it = math.inf, -math.inf, None, 0
-    hist_w, hist_r = [], []
+    mixer = _Anderson(memory)
     plain_mode, stall = False, 0
     for it in range(1, maxiter + 1):
         v = np.exp(w)
@@ -259,25 +280,10 @@ def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=
             break
         stall = 0 if improved else stall + 1
         if stall >= 5 and not plain_mode:
-            plain_mode, hist_w, hist_r = True, [], []
-            w = np.log(best_state[2])
-            x = best_state[3]
+            plain_mode = True
+            w, x = np.log(best_state[2]), best_state[3]
         r = np.log(x) * (1.0 if plain_mode else 2.0)
-        if plain_mode:
-            w = w + r
-            continue
-        hist_w.append(w.copy())
-        hist_r.append(r)
-        if len(hist_w) > memory + 1:
-            hist_w.pop(0)
-            hist_r.pop(0)
-        if len(hist_w) > 1:
-            dw = np.diff(np.array(hist_w), axis=0).T
-            dr = np.diff(np.array(hist_r), axis=0).T
-            coef = np.linalg.lstsq(dr, r, rcond=None)[0]
-            w = w + r - (dw + dr) @ coef
-        else:
-            w = w + r
+        w = w + r if plain_mode else mixer.step(w, r)
     sig, q, v, x = best_state
     strategy = _strategy(sig, q, v, x, support, n)
     value, dual = best_primal * scale, best_dual * scale
