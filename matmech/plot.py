@@ -1,4 +1,4 @@
-"""Pictures of error (matplotlib is an optional extra: ``pip install 'matmech[plot]'``).
+"""Pictures of error (matplotlib is an optional extra: ``pip install 'matmech-dp[plot]'``).
 
 * :func:`plot_rows` (``matmech plot SPEC --out FILE.png``): per-query RMSE of every
   strategy as bars with the SVD lower bound, and the distribution of per-query standard
@@ -34,7 +34,7 @@ MAX_BARS = 40
 #: Points kept in total when the quantiles of a Kronecker workload come from its factors.
 KRON_POINTS = 4_000_000
 
-_INSTALL = "plotting needs matplotlib: pip install 'matmech[plot]'"
+_INSTALL = "plotting needs matplotlib: pip install 'matmech-dp[plot]'"
 
 
 def require_matplotlib():
