@@ -41,7 +41,8 @@ def _privacy_args(p):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
-def _cmd_compare(args):
+def _scored(args):
+    """(spec, eps, delta, rows, skipped, bound): the spec's fixed candidates and SVD bound."""
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     rows, skipped = compare(spec.workload, eps, delta, neighbors=args.neighbors)
@@ -49,6 +50,11 @@ def _cmd_compare(args):
         bound = lower_bound(spec.workload, eps, delta, measure="rmse", neighbors=args.neighbors)
     except ValueError:
         bound = None
+    return spec, eps, delta, rows, skipped, bound
+
+
+def _cmd_compare(args):
+    spec, eps, delta, rows, skipped, bound = _scored(args)
     if args.json:
         out = {
             "spec": spec.name,
@@ -75,13 +81,7 @@ def _cmd_plot(args):
     from matmech.plot import plot_rows, require_matplotlib
 
     require_matplotlib()
-    spec = load_spec(args.spec)
-    eps, delta = check_privacy_params(args.eps, args.delta)
-    rows, _ = compare(spec.workload, eps, delta, neighbors=args.neighbors)
-    try:
-        bound = lower_bound(spec.workload, eps, delta, measure="rmse", neighbors=args.neighbors)
-    except ValueError:
-        bound = None
+    spec, eps, delta, rows, _, bound = _scored(args)
     fig = plot_rows(spec.workload, rows, eps=eps, delta=delta, bound_rmse=bound, title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

@@ -9,6 +9,14 @@ variance in squared counts, except ``measure="rmse"`` which is in counts.
 The pseudo-inverse is kept structured (block-spectral for identity, uniform hierarchies and
 Haar; Kronecker for products), and traces/diagonals against interval workloads use their
 closed forms, so that n = 65536 cells costs O(n·levels) rather than dense n×n algebra.
+
+Unions of marginals on marginal-lattice strategies (MarginalStrategy, ResidualStrategy or a
+union of marginals used as its own strategy) take trace, per-query variances and their max
+from the lattice eigenvalues, trace(W_S M W_Sᵀ) = Πᵢ∉S dᵢ Σ_{T ⊆ S} m_T/λ_T (the form the
+marginal optimiser and advise score with); Kronecker strategies against stacks of Kronecker
+products factor term by term, Σⱼ wⱼ² Πᵢ trace(Gᵢⱼ Mᵢ); sensitivities of stacks of Kronecker
+products come from the factors (:func:`matmech.linalg.linop.factored_sensitivity`). None of
+these builds a domain-length vector.
 """
 
 from __future__ import annotations
@@ -24,7 +32,16 @@ from matmech.privacy.params import check_privacy_params, neighbor_factor as _nei
 from matmech.linalg.intervals import Intervals, _prefix_apply
 from matmech.linalg.linop import Identity, Kron, Scaled, VStack, as_linop
 from matmech.linalg.spectral import BlockSpectral
-from matmech.linalg.structured import MAX_DENSE_N, pinv_gram, split_diagonal, woodbury_factor
+from matmech.linalg.structured import (
+    MAX_DENSE_N,
+    MAX_LATTICE_ATTRIBUTES,
+    _marginal_terms,
+    _subset_sum,
+    _workload_spectrum,
+    pinv_gram,
+    split_diagonal,
+    woodbury_factor,
+)
 
 __all__ = [
     "sensitivity",
@@ -194,6 +211,64 @@ def _covariance(W, A):
     return M
 
 
+# -- marginal workloads on marginal-lattice strategies: the spectrum advise scores with ---------------
+
+def _lattice_eigenvalues(A, domain):
+    """λ_T of AᵀA on the classes of :func:`marginal_spectrum` when A is a marginal-lattice
+    strategy over ``domain`` (a :class:`~matmech.optimizers.marginals.MarginalStrategy`,
+    ResidualStrategy or a plain weighted union of marginals), else None."""
+    if getattr(A, "domain", None) is not None and hasattr(A, "eigenvalues") and tuple(A.domain) == tuple(domain):
+        return np.asarray(A.eigenvalues(), dtype=np.float64)
+    if isinstance(A, (VStack, Kron)):
+        marg = _marginal_terms(A)
+        if marg is not None and marg[1] == tuple(domain):
+            return _workload_spectrum(*marg)[0]
+    return None
+
+
+def _lattice_pair(W, A):
+    """For a union of marginals W on a marginal-lattice strategy A: per W block (weight²,
+    rows, trace of the block's W M Wᵀ) with M = (AᵀA)⁺, from the eigenvalues λ_T (the
+    structure :class:`~matmech.optimizers.marginals.MarginalStrategy` is scored with); None
+    when the pair has no such structure. Raises when W is not in A's row space."""
+    if not isinstance(W, (VStack, Kron)) or not isinstance(A, (VStack, Kron)):
+        return None
+    marg = _marginal_terms(W)
+    if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
+        return None
+    terms, domain = marg
+    lam = _lattice_eigenvalues(A, domain)
+    if lam is None:
+        return None
+    k = len(domain)
+    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    need = (mu > 0) & (mult > 0)
+    zero = lam <= 1e-12 * max(float(lam.max()), 1e-300)
+    null = need & zero
+    if null.any():
+        r = float((mult * mu)[null].sum() / (mult * mu)[need].sum())
+        raise ValueError(
+            f"the workload's rows are not in the strategy's row space (relative residual {r:.3g}): "
+            "some queries cannot be answered from these measurements; add rows to the strategy "
+            "(e.g. stack it with identity) or choose another"
+        )
+    q = np.zeros_like(lam)
+    ok = (mult > 0) & ~zero  # classes with λ_T = 0 are outside every W subset here
+    q[ok] = mult[ok] / lam[ok]
+    per_subset = _subset_sum(q, k)  # Σ_{T ⊆ S} m_T / λ_T
+    out = []
+    for w2, s in terms:
+        mask = sum(1 << i for i in s)
+        rows = math.prod(domain[i] for i in s)
+        out.append((w2, rows, float(out_prod[mask] * per_subset[mask])))
+    return out
+
+
+def _lattice_diag(blocks):
+    """diag(W M Wᵀ): constant within each marginal (M commutes with relabelling each attribute's values)."""
+    return np.concatenate([np.full(rows, w2 * tr / rows) for w2, rows, tr in blocks])
+
+
 def _check_measure(measure):
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
@@ -227,6 +302,9 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
         total = unit * W.rank()
         if W.shape[0] == W.shape[1] == W.rank():
             out["max"] = unit
+    elif (lattice := _lattice_pair(W, A)) is not None:
+        total = unit * sum(w2 * tr for w2, _, tr in lattice)
+        out["max"] = unit * max(w2 * tr / rows for w2, rows, tr in lattice)
     else:
         M = _covariance(W, A)
         total = unit * _trace(W, M)
@@ -251,6 +329,9 @@ def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
             "use expected_error(..., measure='max') or measure='total'"
         )
     unit = _unit_variance(A, eps, delta, neighbors)
+    lattice = _lattice_pair(W, A)
+    if lattice is not None:
+        return unit * _lattice_diag(lattice)
     return unit * _diag(W, _covariance(W, A))
 
 
@@ -289,28 +370,6 @@ def _interval_diag_split(W, split):
     return out
 
 
-def _marginal_terms(W):
-    """For a weighted union of marginals, [(weight², attribute subset)] and the domain; else None."""
-    blocks = W.blocks if isinstance(W, VStack) else [W]
-    weights = W.weights if isinstance(W, VStack) else [1.0]
-    terms, domain = [], None
-    for w, b in zip(weights, blocks):
-        if not isinstance(b, Kron) or not all(isinstance(f, Intervals) for f in b.factors):
-            return None
-        dom = tuple(f.n for f in b.factors)
-        if domain not in (None, dom):
-            return None
-        domain, subset = dom, []
-        for i, f in enumerate(b.factors):
-            lo, hi = f.bounds()
-            if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
-                subset.append(i)
-            elif not (f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1):
-                return None
-        terms.append((float(w) ** 2, frozenset(subset)))
-    return terms, domain
-
-
 def marginal_spectrum(terms, domain):
     """Eigenvalues of G = Σ_S w_S² ⊗ᵢ (I if i ∈ S else 11ᵀ) with their multiplicities.
 
@@ -331,7 +390,8 @@ def _singular_value_sum(W):
     """Σ σᵢ(W) (the nuclear norm), factor by factor for Kronecker products."""
     marg = _marginal_terms(W) if isinstance(W, (VStack, Kron)) else None
     if marg is not None and not isinstance(W, Kron):
-        return float(sum(mult * math.sqrt(lam) for _, lam, mult in marginal_spectrum(*marg)))
+        mu, mult, _ = _workload_spectrum(*marg)  # vectorised marginal_spectrum
+        return float((mult * np.sqrt(np.clip(mu, 0, None))).sum())
     if isinstance(W, Kron):
         return float(np.prod([_singular_value_sum(f) for f in W.factors]))
     if isinstance(W, Scaled):

@@ -136,9 +136,9 @@ def test_notebook_methods(small_release, advice):
 
 def test_missing_matplotlib_names_the_extra(small_release, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
-    with pytest.raises(ImportError, match=r"pip install 'matmech\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'matmech-dp\[plot\]'"):
         P.plot_release(small_release)
-    with pytest.raises(ImportError, match=r"pip install 'matmech\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'matmech-dp\[plot\]'"):
         P.require_matplotlib()
 
 

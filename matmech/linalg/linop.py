@@ -37,6 +37,12 @@ __all__ = [
     "REGISTRY",
     "DEFAULT_MAX_ENTRIES",
     "MAX_DENSE_ROUNDING",
+    "FACTORED_SENSITIVITY_N",
+    "SENSITIVITY_NODE_CAP",
+    "SensitivityResult",
+    "kron_terms",
+    "factored_col_norms",
+    "factored_sensitivity",
 ]
 
 #: Largest number of entries ``dense()`` builds by default (8·10⁷ doubles = 640 MB).
@@ -45,6 +51,17 @@ DEFAULT_MAX_ENTRIES = 80_000_000
 #: Largest number of entries of an operator without a structured rounding that
 #: :meth:`LinOp.rounded_matrix` materialises (row block by row block) to round it to a grid.
 MAX_DENSE_ROUNDING = 50_000_000
+
+#: Domains above this many cells take the sensitivity of Kronecker products and stacks of
+#: them from the factors (:func:`factored_sensitivity`); up to it the column-norm vector is built.
+FACTORED_SENSITIVITY_N = 1 << 22
+
+#: Largest number of branch-and-bound nodes :func:`factored_sensitivity` visits before it
+#: returns the certified upper bound Σⱼ wⱼ Πᵢ max colnorm(Aᵢⱼ) instead of the exact maximum.
+SENSITIVITY_NODE_CAP = 200_000
+
+#: ... and at most about this many multiply-adds (nodes × cells × terms) in that search.
+SENSITIVITY_WORK_CAP = 200_000_000
 
 #: Type name → operator class, for every class a strategy file may hold (:mod:`matmech.io.store`).
 REGISTRY: dict[str, type] = {}
@@ -172,8 +189,18 @@ class LinOp:
         return out
 
     def sensitivity(self, p=1):
-        """Largest column p-norm: the L_p sensitivity under add/remove neighbours."""
-        return float(self.col_norms(p).max())
+        """Largest column p-norm: the L_p sensitivity under add/remove neighbours.
+
+        Kronecker products, scalings and weighted stacks of them over more than
+        :data:`FACTORED_SENSITIVITY_N` cells take it from their factors
+        (:func:`factored_sensitivity`); in the rare case the exact search exceeds its node cap
+        that is a certified upper bound, which :meth:`sensitivity_details` reports.
+        """
+        return float(self.sensitivity_details(p).value)
+
+    def sensitivity_details(self, p=1):
+        """:class:`SensitivityResult` (value, exact, method) of :meth:`sensitivity`."""
+        return SensitivityResult(float(self.col_norms(p).max()), True, "dense")
 
     def rows(self, start, stop):
         """Dense block of rows ``start:stop`` (the generic path applies Aᵀ to unit vectors)."""
@@ -515,6 +542,10 @@ class Scaled(LinOp):
     def col_norms(self, p=1):
         return abs(self.c) * self.base.col_norms(p)
 
+    def sensitivity_details(self, p=1):
+        r = self.base.sensitivity_details(p)
+        return SensitivityResult(abs(self.c) * r.value, r.exact, r.method)
+
     def rows(self, start, stop):
         return self.c * self.base.rows(start, stop)
 
@@ -632,10 +663,16 @@ class Kron(LinOp):
         return Kron(*[f.gram() for f in self.factors])
 
     def col_norms(self, p=1):
+        if self.shape[1] > DEFAULT_MAX_ENTRIES:
+            raise ValueError(
+                f"refusing to build the {self.shape[1]:,} column norms of a Kronecker product; "
+                "use sensitivity() or factored_col_norms() (factor by factor)"
+            )
         return reduce(np.kron, [f.col_norms(p) for f in self.factors])
 
-    def sensitivity(self, p=1):
-        return float(np.prod([f.sensitivity(p) for f in self.factors]))
+    def sensitivity_details(self, p=1):
+        # the max of a Kronecker product of non-negative vectors is the product of the maxima
+        return SensitivityResult(float(np.prod([f.sensitivity(p) for f in self.factors])), True, "kron")
 
     def _dense(self):
         return reduce(np.kron, [f._dense() for f in self.factors])
@@ -717,6 +754,14 @@ class VStack(LinOp):
         if p == 1:
             return sum(w * b.col_norms(1) for w, b in zip(self.weights, self.blocks))
         return np.sqrt(sum((w * b.col_norms(2)) ** 2 for w, b in zip(self.weights, self.blocks)))
+
+    def sensitivity_details(self, p=1):
+        _check_p(p)
+        if self.shape[1] > FACTORED_SENSITIVITY_N:
+            terms = kron_terms(self)
+            if terms is not None:
+                return factored_sensitivity(terms, p)
+        return super().sensitivity_details(p)
 
     def rows(self, start, stop):
         out, o = [], self.offsets
@@ -844,3 +889,130 @@ class RowSubset(LinOp):
     @classmethod
     def from_dict(cls, node, src):
         return cls(src.node(src.field(node, "base", dict)), src.array(node, "index", "int", 1))
+
+
+# -- sensitivity of Kronecker products and stacks of them, from the factors -------------------------
+
+
+class SensitivityResult(tuple):
+    """(value, exact, method) of a sensitivity: ``exact`` is False when ``value`` is only the
+    certified upper bound Σⱼ wⱼ Πᵢ max colnorm(Aᵢⱼ) (the exact search hit its node cap);
+    ``method`` names how it was found ("dense", "kron", "constant", "single term",
+    "branch and bound", "upper bound")."""
+
+    __slots__ = ()
+
+    def __new__(cls, value, exact, method):
+        return super().__new__(cls, (float(value), bool(exact), str(method)))
+
+    value = property(lambda self: self[0])
+    exact = property(lambda self: self[1])
+    method = property(lambda self: self[2])
+
+
+def kron_terms(A):
+    """[(wⱼ, [Aᵢⱼ])] with A = [w₁ ⊗ᵢAᵢ₁; …] (a Kron, a scaling or a weighted, possibly nested,
+    stack of them, every term over the same attribute sizes), else None. The weights are
+    non-negative (a negative scaling changes no column norm)."""
+    if isinstance(A, Kron):
+        return [(1.0, list(A.factors))]
+    if isinstance(A, Scaled):
+        sub = kron_terms(A.base)
+        return None if sub is None else [(abs(A.c) * w, fs) for w, fs in sub]
+    if isinstance(A, VStack):
+        out, dims = [], None
+        for w, b in zip(A.weights, A.blocks):
+            sub = kron_terms(b)
+            if sub is None:
+                return None
+            for v, fs in sub:
+                d = tuple(f.shape[1] for f in fs)
+                if dims not in (None, d):
+                    return None
+                dims = d
+                out.append((float(w) * v, fs))
+        return out
+    return None
+
+
+def factored_col_norms(terms, p=1):
+    """The column p-norms of the stack ``terms`` (:func:`kron_terms`), built from the factors:
+    Σⱼ wⱼ ⊗ᵢ colnorm₁(Aᵢⱼ) for p = 1, sqrt(Σⱼ wⱼ² ⊗ᵢ colnorm₂(Aᵢⱼ)²) for p = 2. This is a
+    domain-length vector (for tests and small domains); :func:`factored_sensitivity` is not."""
+    _check_p(p)
+    total = 0.0
+    for w, fs in terms:
+        v = reduce(np.kron, [f.col_norms(p) ** p for f in fs])
+        total = total + w**p * v
+    return total if p == 1 else np.sqrt(total)
+
+
+def _max_sum_of_products(weights, vecs, node_cap):
+    """max over x of Σⱼ wⱼ Πᵢ vecs[i][j, xᵢ] (all entries ≥ 0): (value, exact, method).
+
+    Attributes on which every term is constant are folded into the weights; one term left is
+    the product of maxima; otherwise depth-first branch and bound over the attributes, each
+    partial assignment bounded by the product of the remaining per-term maxima.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    rest = []
+    for V in vecs:
+        if np.all(V == V[:, :1]):
+            w = w * V[:, 0]
+        else:
+            rest.append(np.unique(V, axis=1))  # equal cells (columns) need one branch
+    live = w > 0
+    if not live.any():
+        return 0.0, True, "constant"
+    w = w[live]
+    rest = [V[live] for V in rest]
+    if not rest:
+        return float(w.sum()), True, "constant"
+    if w.size == 1:
+        return float(w[0] * np.prod([V[0].max() for V in rest])), True, "single term"
+    rest.sort(key=lambda V: -V.shape[1])  # wide attributes first: their bounds prune most
+    k = len(rest)
+    suffix = np.ones((k + 1, w.size))
+    for i in range(k - 1, -1, -1):
+        suffix[i] = suffix[i + 1] * rest[i].max(1)
+    root = float(w @ suffix[0])
+    # each node costs (cells × terms) flops: bound the work as well as the node count
+    node_cap = min(node_cap, max(1000, SENSITIVITY_WORK_CAP // (w.size * max(V.shape[1] for V in rest))))
+    best, nodes, stack = -np.inf, 0, [(root, 0, w)]
+    while stack:
+        bound, i, pre = stack.pop()
+        if bound <= best * (1 + 1e-12):
+            continue
+        nodes += 1
+        if nodes > node_cap:
+            return root, False, "upper bound"
+        cand = rest[i].T * pre  # (cells of attribute i, terms)
+        if i + 1 == k:
+            best = max(best, float(cand.sum(1).max()))
+            continue
+        bounds = cand @ suffix[i + 1]
+        for v in np.argsort(bounds, kind="stable"):  # the largest bound is popped first
+            if bounds[v] > best * (1 + 1e-12):
+                stack.append((float(bounds[v]), i + 1, cand[v]))
+    return best, True, "branch and bound"
+
+
+def factored_sensitivity(terms, p=1, *, node_cap=None):
+    """Largest column p-norm of the stack ``terms`` (:func:`kron_terms`) without a
+    domain-length vector, as a :class:`SensitivityResult`.
+
+    The column norms are Σⱼ wⱼ ⊗ᵢ cᵢⱼ (p = 1, cᵢⱼ the factor column norms) or the square
+    root of Σⱼ wⱼ² ⊗ᵢ cᵢⱼ² (p = 2). Their maximum is exact when every factor's column norms
+    are constant (identity, total, marginal factors) or there is one term (the product of
+    the factor maxima); otherwise an exact branch and bound over the attributes. Past
+    ``node_cap`` nodes (default :data:`SENSITIVITY_NODE_CAP`) it returns the certified upper
+    bound Σⱼ wⱼ Πᵢ max cᵢⱼ with ``exact=False`` (the cap shrinks so that the search does at most
+    about :data:`SENSITIVITY_WORK_CAP` multiply-adds).
+    """
+    _check_p(p)
+    cap = SENSITIVITY_NODE_CAP if node_cap is None else int(node_cap)
+    k = len(terms[0][1])
+    weights = np.array([float(w) ** p for w, _ in terms])
+    vecs = [np.array([np.asarray(fs[i].col_norms(p), dtype=np.float64) ** p for _, fs in terms]) for i in range(k)]
+    value, exact, method = _max_sum_of_products(weights, vecs, cap)
+    return SensitivityResult(value if p == 1 else math.sqrt(value), exact, method)

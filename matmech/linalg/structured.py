@@ -4,7 +4,12 @@ where the structure allows, used by the error analysis and by least squares alik
 * :func:`pinv_gram`: (M, N) with M = (AᵀA)⁺ as a LinOp and N the null-space projector;
   an operator that knows its own inverse returns it from ``gram_pinv()``; Kronecker
   products and scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
-  closed form; anything else by a dense eigen-decomposition up to :data:`MAX_DENSE_N`.
+  closed form; a plain union of marginals beyond :data:`MAX_DENSE_N` cells by its lattice
+  spectrum (as :class:`~matmech.optimizers.marginals.MarginalStrategy`); anything else by a
+  dense eigen-decomposition up to :data:`MAX_DENSE_N`.
+* The marginal lattice: ``_marginal_terms`` (a weighted union of marginals as (weight²,
+  subset) terms), ``_workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
+  transforms and ``_spectral_pinv``, shared by the error analysis and the marginal optimiser.
 * :func:`split_diagonal` / :func:`woodbury_factor`: strategies made of single-entry rows
   plus r ≤ n/4 other rows, as HDMM's p-Identity [I; Θ]D (McKenna et al., VLDB 2018):
   (D + RᵀR)⁻¹ = D⁻¹ − D⁻¹Rᵀ(I + RD⁻¹Rᵀ)⁻¹RD⁻¹ (Woodbury), O(n r²).
@@ -19,7 +24,8 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, as_linop, register
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, Sum, VStack, as_linop, register
 from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
@@ -62,6 +68,10 @@ def pinv_gram(A):
     if isinstance(g, BlockSpectral):
         return g.pinv(), g.null_projector()
     n = A.shape[1]
+    if n > MAX_DENSE_N and isinstance(A, VStack):
+        lattice = _marginal_union_pinv(A)
+        if lattice is not None:
+            return lattice
     if n > MAX_DENSE_N:
         raise ValueError(
             f"this strategy has no structured inverse and n={n} cells exceeds the dense limit {MAX_DENSE_N}; "
@@ -73,6 +83,107 @@ def pinv_gram(A):
     m = (vec[:, keep] / lam[keep]) @ vec[:, keep].T
     nul = vec[:, ~keep] @ vec[:, ~keep].T if (~keep).any() else None
     return as_linop(m), (as_linop(nul) if nul is not None else None)
+
+
+def _marginal_union_pinv(A):
+    """A plain weighted union of marginals inverts like the equal MarginalStrategy: the
+    spectral form Σ_T λ_T⁻¹ P_T (:mod:`matmech.optimizers.marginals`), or None."""
+    marg = _marginal_terms(A)
+    if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
+        return None
+    lam = _workload_spectrum(*marg)[0]
+    return _spectral_pinv(marg[1], lam, _masks(marg[1])[1])
+
+
+# -- the marginal lattice (McKenna et al. 2018 §6.3; :mod:`matmech.optimizers.marginals`) ---------------
+
+#: Largest number of attributes whose 2^k lattice classes the structured paths enumerate.
+MAX_LATTICE_ATTRIBUTES = 20
+
+
+def _marginal_terms(W):
+    """For a weighted union of marginals, [(weight², attribute subset)] and the domain; else None."""
+    blocks = W.blocks if isinstance(W, VStack) else [W]
+    weights = W.weights if isinstance(W, VStack) else [1.0]
+    terms, domain = [], None
+    for w, b in zip(weights, blocks):
+        if not isinstance(b, Kron) or not all(isinstance(f, Intervals) for f in b.factors):
+            return None
+        dom = tuple(f.n for f in b.factors)
+        if domain not in (None, dom):
+            return None
+        domain, subset = dom, []
+        for i, f in enumerate(b.factors):
+            lo, hi = f.bounds()
+            if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
+                subset.append(i)
+            elif not (f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1):
+                return None
+        terms.append((float(w) ** 2, frozenset(subset)))
+    return terms, domain
+
+
+def _masks(domain):
+    # Πᵢ∉S dᵢ and Πᵢ∈S (dᵢ − 1) for every mask S, built bit by bit (bit i is the high half)
+    out_prod, mult = np.ones(1), np.ones(1)
+    for d in domain:
+        out_prod = np.concatenate([out_prod * float(d), out_prod])
+        mult = np.concatenate([mult, mult * float(d - 1)])
+    return out_prod, mult
+
+
+def _superset_sum(c, k):
+    """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets), O(k 2^k)."""
+    lam = c.copy()
+    idx = np.arange(lam.size)
+    for i in range(k):
+        bit = 1 << i
+        lo = idx[(idx & bit) == 0]
+        lam[lo] += lam[lo | bit]
+    return lam
+
+
+def _subset_sum(c, k):
+    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets)."""
+    out = c.copy()
+    idx = np.arange(out.size)
+    for i in range(k):
+        bit = 1 << i
+        hi = idx[(idx & bit) != 0]
+        out[hi] += out[hi ^ bit]
+    return out
+
+
+def _workload_spectrum(terms, domain):
+    k = len(domain)
+    out_prod, mult = _masks(domain)
+    c = np.zeros(1 << k)
+    for w2, s in terms:
+        c[sum(1 << i for i in s)] += w2 * out_prod[sum(1 << i for i in s)]
+    return _superset_sum(c, k), mult, out_prod
+
+
+def _class_projector_factors(domain, mask):
+    """⊗ᵢ (I − J/dᵢ if i ∈ T else J/dᵢ): the projector onto the class T."""
+    out = []
+    for i, d in enumerate(domain):
+        j = np.full((d, d), 1.0 / d)
+        out.append(Dense(np.eye(d) - j) if (mask >> i) & 1 else Dense(j))
+    return out
+
+
+def _spectral_pinv(domain, lam, mult, tol=1e-12):
+    """(Σ_T λ_T⁻¹ P_T as a Sum of Krons, the null projector Σ_{λ_T=0} P_T or None)."""
+    top = float(lam.max()) if lam.size else 0.0
+    pos, null = [], []
+    for mask in range(lam.size):
+        if mult[mask] == 0:
+            continue  # an attribute of size 1 is never mean-zero: the class is empty
+        if lam[mask] > tol * top:
+            pos.append(Scaled(Kron(*_class_projector_factors(domain, mask)), 1.0 / lam[mask]))
+        else:
+            null.append(Kron(*_class_projector_factors(domain, mask)))
+    return Sum(pos), (Sum(null) if null else None)
 
 
 def split_diagonal(A, max_rows=None):

@@ -31,7 +31,14 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from matmech.error import _marginal_terms
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, Sum, VStack, as_linop, register
+from matmech.linalg.structured import (  # the lattice spectrum, shared with the error analysis
+    _masks,
+    _spectral_pinv,
+    _subset_sum,
+    _superset_sum,
+    _workload_spectrum,
+)
+from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, VStack, as_linop, register
 
 __all__ = [
     "MarginalStrategy",
@@ -64,46 +71,6 @@ def marginal_workload(W):
     return _marginal_terms(W)
 
 
-def _masks(domain):
-    k = len(domain)
-    full = (1 << k) - 1
-    # Πᵢ∉S dᵢ for every mask S
-    out_prod = np.array([math.prod(d for i, d in enumerate(domain) if not (mask >> i) & 1) for mask in range(full + 1)], dtype=np.float64)
-    mult = np.array([math.prod(d - 1 for i, d in enumerate(domain) if (mask >> i) & 1) for mask in range(full + 1)], dtype=np.float64)
-    return out_prod, mult
-
-
-def _superset_sum(c, k):
-    """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets), O(k 2^k)."""
-    lam = c.copy()
-    idx = np.arange(lam.size)
-    for i in range(k):
-        bit = 1 << i
-        lo = idx[(idx & bit) == 0]
-        lam[lo] += lam[lo | bit]
-    return lam
-
-
-def _subset_sum(c, k):
-    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets)."""
-    out = c.copy()
-    idx = np.arange(out.size)
-    for i in range(k):
-        bit = 1 << i
-        hi = idx[(idx & bit) != 0]
-        out[hi] += out[hi ^ bit]
-    return out
-
-
-def _workload_spectrum(terms, domain):
-    k = len(domain)
-    out_prod, mult = _masks(domain)
-    c = np.zeros(1 << k)
-    for w2, s in terms:
-        c[sum(1 << i for i in s)] += w2 * out_prod[sum(1 << i for i in s)]
-    return _superset_sum(c, k), mult, out_prod
-
-
 def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
     """(sens_p(θ)², Σ_T m_T μ_T/λ_T(θ)) product and its gradient in θ (pure: p=1, L2: p=2).
 
@@ -131,29 +98,6 @@ def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
 
 def _factor(d, in_subset):
     return Identity(d) if in_subset else Ones(1, d)
-
-
-def _class_projector_factors(domain, mask):
-    """⊗ᵢ (I − J/dᵢ if i ∈ T else J/dᵢ): the projector onto the class T."""
-    out = []
-    for i, d in enumerate(domain):
-        j = np.full((d, d), 1.0 / d)
-        out.append(Dense(np.eye(d) - j) if (mask >> i) & 1 else Dense(j))
-    return out
-
-
-def _spectral_pinv(domain, lam, mult, tol=1e-12):
-    """(Σ_T λ_T⁻¹ P_T as a Sum of Krons, the null projector Σ_{λ_T=0} P_T or None)."""
-    top = float(lam.max()) if lam.size else 0.0
-    pos, null = [], []
-    for mask in range(lam.size):
-        if mult[mask] == 0:
-            continue  # an attribute of size 1 is never mean-zero: the class is empty
-        if lam[mask] > tol * top:
-            pos.append(Scaled(Kron(*_class_projector_factors(domain, mask)), 1.0 / lam[mask]))
-        else:
-            null.append(Kron(*_class_projector_factors(domain, mask)))
-    return Sum(pos), (Sum(null) if null else None)
 
 
 @register("MarginalStrategy")
