@@ -6,8 +6,8 @@ Methods (see the modules for the maths and the papers):
 * ``"l2"`` — the certified L2 optimum by the accelerated dual fixed point of Denisov et
   al. (NeurIPS 2022) (:func:`matmech.optimizers.l2.dual_l2`), n ≤ 4096, each step O(n²) for all
   ranges and prefixes (tridiagonal G⁻¹);
-* ``"pidentity"`` — pure ε: HDMM's p-Identity family [I; Θ]·D from the best hierarchy
-  (:func:`matmech.optimizers.pure.fit_pidentity`), n ≤ 8192;
+* ``"pidentity"`` — pure ε: HDMM's p-Identity family [I; Θ]·D from the best hierarchy and
+  (n ≤ 2048) HDMM's own OPT₀ start (:func:`matmech.optimizers.pure.fit_pidentity`), n ≤ 8192;
 * ``"kron"`` — Kronecker workloads factor by factor, unions of Kronecker products by block
   coordinate descent over the factors (HDMM's OPT⊗);
 * ``"marginals"`` — unions of marginals: the weighted marginal lattice (pure ε, HDMM's
@@ -223,7 +223,10 @@ def optimize(
     ``restarts``: starting points per optimisation (the best result is kept); the
     deterministic starts (best hierarchies, workload marginals, …) come first, random ones
     only from ``rng`` (a ``numpy.random.Generator``; ``rng=None`` means deterministic starts
-    only, so the result is reproducible either way). ``progress``: True prints to stderr,
+    only, so the result is reproducible either way). Pure ε on one attribute also starts from
+    HDMM's OPT₀ point (p = n/16 rows, Θ ~ U[0, 1) drawn first from ``rng``, or a fixed
+    equidistributed fill without one: :func:`matmech.optimizers.pure.hdmm_theta`) for
+    n ≤ 2048, in addition to the ``restarts``. ``progress``: True prints to stderr,
     a callable(fraction, message) receives updates. ``maxiter`` / ``time_limit`` cap each
     1-D optimisation. ``bound=False`` skips the SVD lower bound (an n×n eigenproblem).
     Raises ValueError for an unknown method, a method that does not fit the workload or
@@ -295,7 +298,10 @@ def _run(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, b
                 "for a multi-attribute domain use method='kron' or 'marginals'"
             )
         op = GramOperator.from_workload(W)
-        cap = (maxiter or opt_pure.default_maxiter(n)) * restarts
+        # every start (restarts, plus HDMM's OPT₀ start up to HDMM_START_MAX_N cells) and
+        # the polish of the best
+        starts = restarts + (n <= opt_pure.HDMM_START_MAX_N)
+        cap = (maxiter or opt_pure.default_maxiter(n)) * starts + opt_pure.default_polish(n)
         count = [0]
 
         def cb(f):

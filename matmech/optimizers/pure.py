@@ -12,7 +12,9 @@ evaluated with the Woodbury identity (I + ΘᵀΘ)⁻¹ = I − Θᵀ(I_p + ΘΘ
 (plus p products with G, which are O(pn) for all-range and prefix grams through their
 closed forms). A hierarchical strategy without its leaves' weights is a point of this
 family (Θ = the rows of the internal nodes), so starting from the best hierarchy means the
-optimum is never worse than it. Projected L-BFGS (:mod:`matmech.optimizers.lbfgs`) with the analytic
+optimum is never worse than it; HDMM's own OPT₀ start (p = n/16 rows, Θ ~ U[0, 1):
+:func:`hdmm_theta`) is a start too (n ≤ 2048), so the result is never worse than HDMM's
+start optimised with the same budget. Projected L-BFGS (:mod:`matmech.optimizers.lbfgs`) with the analytic
 gradient of :func:`objective` does the rest.
 """
 
@@ -42,7 +44,10 @@ __all__ = [
     "block_energy",
     "fit_pidentity",
     "default_maxiter",
+    "default_polish",
+    "hdmm_theta",
     "MAX_PIDENTITY_N",
+    "HDMM_START_MAX_N",
 ]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
@@ -266,6 +271,26 @@ def hat_theta(n, branching, root=True, weights=None):
     return th, depth
 
 
+#: Additive-recurrence step of :func:`hdmm_theta` without an rng: (√5 − 1)/2, the golden
+#: ratio's fractional part (the Weyl sequence frac(½ + kα) is equidistributed on [0, 1)).
+_WEYL_STEP = (np.sqrt(5.0) - 1.0) / 2.0
+
+
+def hdmm_theta(n, p=None, rng=None):
+    """HDMM's own OPT₀ starting point (McKenna et al. 2018, §5.1): p = max(1, n // 16) rows
+    (or ``p``), Θ uniform on [0, 1). With an ``rng`` (a ``numpy.random.Generator``) Θ is
+    ``rng.random((p, n))`` (one draw of p·n numbers, HDMM's ``np.random.rand`` under the
+    caller's generator); without one it is the deterministic equidistributed fill
+    Θ_ij = frac(½ + (i·n + j + 1)·α), α = (√5 − 1)/2, so that ``rng=None`` keeps meaning
+    "deterministic starts only" (no seed, no global generator)."""
+    n = check_size(n)
+    p = max(1, n // 16) if p is None else check_size(p, "p")
+    if rng is not None:
+        return rng.random((p, n))
+    k = np.arange(1, p * n + 1, dtype=np.float64)
+    return np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p, n)
+
+
 def _depths(tree, rows):
     depth = np.zeros(tree.shape[0], dtype=int)
     for r in range(tree.shape[0]):
@@ -428,6 +453,44 @@ def default_maxiter(n):
     return 200 if n <= 512 else 40 if n <= 2048 else 80
 
 
+#: Largest n for which HDMM's own start (:func:`hdmm_theta`) is among the default starts. Up
+#: to 2048 cells it costs at most about as much as the tree start (≤ ~1 s); above it, at
+#: the default budget of 80 iterations, it costs 12 s (n = 4096) to 70 s (n = 8192) on one
+#: core and ends far above the hat start (a random Θ needs hundreds of iterations).
+HDMM_START_MAX_N = 2048
+
+
+def default_polish(n):
+    """Extra iterations for the best start after all starts ran: 400 up to 512 cells, 160 up
+    to 1024, else 0.
+
+    At n = 512, all ranges, HDMM's start (the winner) reaches RMSE 9.5845 after the 200
+    iterations of :func:`default_maxiter`, then 9.5793 / 9.5785 / 9.5754 after 200 / 400 /
+    800 more (HDMM's OPT₀: 9.580); 400 cost about 0.6 s there (≤ 2 ms an iteration). At
+    n = 1024, prefix, the hat start goes 9.545 → 9.528 with 160 more (+0.9 s; OPT₀ from
+    HDMM's start after 3000 iterations: 9.533). At 2048 (prefix 10.984 → 10.771 after 400
+    more, ≈ 9 s) the default leaves it to ``polish``. The stopping rule (10·ftol over 10
+    iterations) ends many polishes before the cap.
+    """
+    return 400 if n <= 512 else 160 if n <= 1024 else 0
+
+
+#: Largest Σ_j s_j² G_jj / f accepted for a result: f is computed as that sum minus
+#: ⟨Y, B⟩ (see :func:`objective`), so its rounding error is about 1e-16 times the ratio
+#: times the condition of I + ΘΘᵀ; optimised strategies have ratios of 5-200 (n ≤ 1024).
+#: Random starts (e.g. Θ ~ U[0, 1)) occasionally run away (Θ → 10⁷) into a region where
+#: the cancellation makes f fall without bound, even below 0; such results are refused.
+MAX_CANCELLATION = 1e6
+
+
+def _reliable(th, f, gram):
+    """Whether the value f of Θ is accurate (finite, positive, little cancellation)."""
+    if not np.isfinite(f) or f <= 0:
+        return False
+    s = 1.0 + th.sum(0)
+    return float(np.dot(s * s, gram.diag)) <= MAX_CANCELLATION * f
+
+
 def fit_pidentity(
     gram,
     *,
@@ -440,17 +503,24 @@ def fit_pidentity(
     ftol=1e-8,
     time_limit=None,
     callback=None,
+    hdmm_start=None,
+    polish=None,
 ):
     """Minimise trace(G (AᵀA)⁻¹) over p-Identity strategies A = [I; Θ]D (sens₁ = 1).
 
     ``restarts`` starting points: the hierarchies of ``branchings`` (in that order, those
     with b < n and at most ``max_rows`` internal nodes, default n/8) with level weights
     fitted in closed form; with an ``rng`` only the first hierarchy and then random
-    Θ ~ U(0, 4/p), p = ``p`` rows (default n/16). Each start runs projected L-BFGS for
-    ``maxiter`` iterations (default :func:`default_maxiter`), until 10 iterations gain less
-    than 10·``ftol`` relative, or until ``time_limit`` seconds have passed (then the result
-    depends on the machine). Returns the best; never worse than the first hierarchy.
-    ``gram`` is a :class:`GramOperator`.
+    Θ ~ U(0, 4/p), p = ``p`` rows (default n/16). In addition, HDMM's own OPT₀ start
+    (:func:`hdmm_theta`: p = n/16 rows, Θ ~ U[0, 1), the first draw from ``rng``, or its
+    deterministic fill when ``rng`` is None) when ``hdmm_start`` is true (default: for
+    n ≤ :data:`HDMM_START_MAX_N`), so the result is never worse than HDMM's start
+    optimised with the same budget. Each start runs projected L-BFGS for ``maxiter``
+    iterations (default :func:`default_maxiter`), until 10 iterations gain less than
+    10·``ftol`` relative, or until ``time_limit`` seconds have passed (then the result
+    depends on the machine); the best then continues for ``polish`` more iterations
+    (default :func:`default_polish`). Returns the best; never worse than the first
+    hierarchy. ``gram`` is a :class:`GramOperator`.
     """
     n = gram.n
     if n > MAX_PIDENTITY_N:
@@ -461,11 +531,18 @@ def fit_pidentity(
     p_rand = max(1, n // 16) if p is None else check_size(p, "p")
     max_rows = max(n // 8, 16) if max_rows is None else int(max_rows)
     maxiter = default_maxiter(n) if maxiter is None else check_size(maxiter, "maxiter")
+    polish = default_polish(n) if polish is None else int(polish)
+    if polish < 0:
+        raise ValueError(f"polish must be >= 0, got {polish}")
+    hdmm_start = n <= HDMM_START_MAX_N if hdmm_start is None else bool(hdmm_start)
     if n == 1:
         f = float(gram.diag[0])
         return PIdentityFit(np.zeros((1, 1)), f, "identity", (("identity", 1, f, f, 0),), 1)
 
     with blas_threads(1):
+        # HDMM's start is the first draw from rng (before any random restart), so it is the
+        # same Θ as hdmm_theta(n, rng=<a generator in the same state>)
+        hdmm = hdmm_theta(n, rng=rng) if hdmm_start else None
         trees = _tree_starts(gram, branchings, max_rows)
         starts = []
         for _, name, th in trees:
@@ -474,6 +551,8 @@ def fit_pidentity(
                 break
         if not starts:  # no hierarchy fits: a flat start
             starts.append(("flat", np.full((p_rand, n), 1.0 / p_rand)))
+        if hdmm is not None:
+            starts.append((f"hdmm p={hdmm.shape[0]} U[0,1)", hdmm))
         if rng is not None:
             for r in range(restarts - 1):
                 starts.append((f"random p={p_rand} #{r + 1}", rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand)))
@@ -483,10 +562,19 @@ def fit_pidentity(
             th, f, nit, ne = _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
             evals += ne + 1
             records.append((name, th.shape[0], f0, f, nit))
+            if not _reliable(th, f, gram):  # a runaway Θ whose value is rounding noise
+                th, f = th0, f0
             if best is None or f < best[0]:
                 best = (f, name, th)
             if deadline is not None and time.perf_counter() > deadline:
                 break
+        if polish and (deadline is None or time.perf_counter() < deadline):
+            f0, name, th0 = best
+            th, f, nit, ne = _lbfgs(gram, th0, polish, ftol, deadline, callback)
+            evals += ne
+            records.append((f"{name} (polish)", th.shape[0], f0, f, nit))
+            if f < f0 and _reliable(th, f, gram):
+                best = (f, name, th)
     f, name, th = best
     keep = th.max(1) > 0
     if keep.any() and not keep.all():

@@ -24,9 +24,11 @@ from matmech.optimizers.marginals import (
 from matmech.optimizers.gram import GramOperator, check_gram
 from matmech.optimizers.pure import (
     PIdentity,
+    _reliable,
     default_maxiter,
     fit_pidentity,
     hat_theta,
+    hdmm_theta,
     objective,
     tree_theta,
     weighted_tree_value,
@@ -247,14 +249,63 @@ def test_pure_optimum_beats_hdmm_at_n_256():
     for W, hdmm in ((wl.all_range(256), 8.07), (wl.prefix(256), 7.35)):
         res = optimize(W, bound=False)
         assert res.rmse < hdmm - 0.005
-        assert res.params["init"].startswith("hats b=16")
+        assert res.params["init"].startswith(("hats b=16", "hdmm p=16"))
+
+
+def test_hdmm_start_is_uniform_and_drawn_first_from_the_rng():
+    th = hdmm_theta(100, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(th, np.random.default_rng(3).random((6, 100)))
+    assert hdmm_theta(8).shape == (1, 8) and hdmm_theta(64, p=5).shape == (5, 64)
+    # without an rng: a fixed equidistributed fill of [0, 1), no global generator involved
+    a, b = hdmm_theta(256), hdmm_theta(256)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (16, 256) and a.min() >= 0 and a.max() < 1
+    assert np.histogram(a, bins=10, range=(0, 1))[0].min() > 0.09 * a.size
+    # the optimiser takes HDMM's start as the first draw of the caller's generator
+    fit = fit_pidentity(GramOperator.from_workload(wl.prefix(64)), rng=np.random.default_rng(3), polish=0)
+    start = next(r for r in fit.starts if r[0].startswith("hdmm"))
+    gram = GramOperator.from_workload(wl.prefix(64))
+    assert start[2] == pytest.approx(objective(hdmm_theta(64, rng=np.random.default_rng(3)), gram, gradient=False), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 2])
+@pytest.mark.parametrize("make", [wl.all_range, wl.prefix], ids=["all_range", "prefix"])
+def test_optimizer_never_loses_to_hdmm_opt0_start(make, seed):
+    # issue 12: the optimiser's result is at most HDMM's OPT_0 (p = n/16, Θ ~ U[0, 1))
+    # optimised alone with the same budget and the same draw
+    n = 128
+    W = make(n)
+    gram = GramOperator.from_workload(W)
+    rng = lambda: None if seed is None else np.random.default_rng(seed)  # noqa: E731
+    th0 = hdmm_theta(n, rng=rng())
+
+    def fun(x):
+        f, g = objective(x.reshape(th0.shape), gram)
+        return f, g.ravel()
+
+    with blas_threads(1):
+        _, ref, _, _ = projected_lbfgs(fun, th0.ravel(), maxiter=default_maxiter(n), ftol=1e-8)
+        fit = fit_pidentity(gram, rng=rng())
+    assert fit.value <= ref * (1 + 1e-9)
+    res = optimize(W, rng=rng(), bound=False)
+    assert res.rmse <= math.sqrt(2 * ref / W.shape[0]) * (1 + 1e-9)
+
+
+def test_runaway_results_are_refused():
+    gram = GramOperator.from_workload(wl.prefix(16))
+    th = np.full((1, 16), 0.5)
+    assert _reliable(th, objective(th, gram, gradient=False), gram)
+    assert not _reliable(th, -1.0, gram) and not _reliable(th, float("nan"), gram)
+    assert not _reliable(np.full((1, 16), 1e6), 1.0, gram)  # f = 1 would be pure rounding here
 
 
 @pytest.mark.parametrize("n", [200, 600])
 def test_pure_optimum_on_sizes_that_are_not_powers_of_the_branching(n):
     W = wl.all_range(n)
     res = optimize(W, bound=False)
-    assert res.params["init"].startswith("hats b=16")
+    # the hat start (or HDMM's random one, which wins at n = 600) beats every hierarchy
+    assert res.params["init"].startswith(("hats b=16", "hdmm p="))
+    assert res.params["starts"][0][0].startswith("hats b=16")
     with blas_threads(1):  # irregular trees: dense pseudo-inverses, fast on one thread
         best_tree = min(expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False))
     assert res.error < 0.9 * best_tree
@@ -419,7 +470,9 @@ def test_restarts_are_deterministic_under_a_seeded_rng():
     runs = [optimize(W, restarts=3, rng=np.random.default_rng(42), maxiter=60) for _ in range(2)]
     np.testing.assert_array_equal(runs[0].strategy.theta, runs[1].strategy.theta)
     assert runs[0].error == runs[1].error
-    assert len(runs[0].params["starts"]) == 3
+    names = [r[0] for r in runs[0].params["starts"]]
+    assert sum(name.startswith("random") for name in names) == 2  # restarts - 1
+    assert sum(name.startswith("hdmm") for name in names) == 1  # HDMM's OPT_0 start
     # a different seed explores different random starts
     other = optimize(W, restarts=3, rng=np.random.default_rng(43), maxiter=60)
     assert other.params["starts"][1][2] != runs[0].params["starts"][1][2]
