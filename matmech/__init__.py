@@ -23,6 +23,7 @@ from matmech import workloads
 from matmech.advisor.advise import Advice, advise
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget, advanced_composition
 from matmech.privacy.calibration import gaussian_sigma
+from matmech.privacy.ledger import Ledger
 from matmech.advisor.compare import compare
 from matmech.io.data import histogram
 from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
@@ -72,6 +73,7 @@ __all__ = [
     "save_strategy",
     "load_strategy",
     "PrivacyBudget",
+    "Ledger",
     "BudgetExceededError",
     "advanced_composition",
     "gaussian_sigma",

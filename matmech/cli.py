@@ -1,4 +1,4 @@
-"""The ``matmech`` command line: ``compare``, ``plot``, ``advise`` and ``release``.
+"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release`` and ``budget``.
 
 Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
 a one-line message on stderr and exit status 2, never a traceback.
@@ -6,7 +6,8 @@ a one-line message on stderr and exit status 2, never a traceback.
 ``release`` is the only command that reads data. Its noise always comes from the operating
 system's CSPRNG (there is deliberately no seed option), and its data file is a CSV with a
 header whose ``--column`` columns hold, per record, the integer code 0 … n−1 of each spec
-attribute (one ``--column`` per attribute, in the spec's order).
+attribute (one ``--column`` per attribute, in the spec's order). ``release --ledger FILE``
+charges a persistent privacy ledger (``matmech budget init FILE --eps E``) before any noise.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ CONVENTIONS = (
 )
 
 
-def _privacy_args(p):
-    p.add_argument("--eps", type=float, default=1.0, help="privacy parameter epsilon (> 0, default 1)")
+def _privacy_args(p, *, eps_required=False):
+    if eps_required:  # a release spends privacy: never on a silent default
+        p.add_argument("--eps", type=float, required=True, help="privacy parameter epsilon (> 0) this release spends")
+    else:
+        p.add_argument("--eps", type=float, default=1.0, help="privacy parameter epsilon (> 0, default 1)")
     p.add_argument("--delta", type=float, default=0.0, help="delta in [0, 1); 0 means pure eps-DP (default)")
     p.add_argument("--neighbors", choices=["add_remove", "substitute"], default="add_remove")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
@@ -277,11 +281,14 @@ def _cmd_release(args):
     select = _select_arg(args)
     if args.out is not None:
         _check_writable(args.out, "--out")  # never draw noise for answers that cannot be saved
+    ledger = _open_ledger(args, eps, delta)
     arrays = _read_columns(args.data, args.column)
     codes = _codes(args.data, args.column, arrays, spec.domain)
     x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
+    if ledger is not None:
+        ledger.tag(spec=_fingerprint(args.spec), data=_fingerprint(args.data))
     rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
-                  max_records=args.max_records)
+                  max_records=args.max_records, budget=ledger)
     labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
     rows = release_table(rel, labels)
     if args.out is not None:
@@ -289,6 +296,7 @@ def _cmd_release(args):
     if args.json:
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
+        out["ledger"] = args.ledger
         out.update(rel.to_dict(labels=labels))
         print(json.dumps(out, indent=2))
         return 0
@@ -302,8 +310,79 @@ def _cmd_release(args):
         print(f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}")
     if select is not None:
         print(f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})")
+    if ledger is not None:
+        rem = rel.budget_remaining
+        print(f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}")
     if args.out is not None:
         print(f"wrote {len(rows):,} rows to {args.out}")
+    return 0
+
+
+def _open_ledger(args, eps, delta):
+    """The --ledger, opened and checked before the data is read (a refused spend reads nothing)."""
+    if args.ledger is None:
+        return None
+    from matmech.privacy.ledger import Ledger
+
+    ledger = Ledger.open(args.ledger)
+    if not ledger.can_spend(eps, delta):  # release checks again, atomically, when it spends
+        ledger.spend(eps, delta, what=f"release of {args.spec}")  # raises BudgetExceededError, saying what is left
+    return ledger
+
+
+def _fingerprint(path):
+    """"sha256:<hex>" of a file's bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+# -- budget ------------------------------------------------------------------------------------
+
+
+def _cmd_budget_init(args):
+    from matmech.privacy.ledger import Ledger
+
+    eps, delta = check_privacy_params(args.eps, args.delta)
+    ledger = Ledger.create(args.file, eps, delta)
+    t = ledger.total
+    print(f"created ledger {args.file}: total eps = {t[0]:g}, delta = {t[1]:g}")
+    return 0
+
+
+def _cmd_budget_status(args):
+    from matmech.privacy.ledger import Ledger
+
+    st = Ledger.open(args.file).status()
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    t, s, r = st["total"], st["spent"], st["remaining"]
+    print(f"ledger {args.file} (created {st['created']}): {st['spends']} spend(s)")
+    print(f"  total      eps = {t['eps']:<12g} delta = {t['delta']:g}")
+    print(f"  spent      eps = {s['eps']:<12g} delta = {s['delta']:g}")
+    print(f"  remaining  eps = {r['eps']:<12g} delta = {r['delta']:g}")
+    return 0
+
+
+def _cmd_budget_history(args):
+    from matmech.privacy.ledger import Ledger
+
+    ledger = Ledger.open(args.file)
+    rows = ledger.history()
+    if args.json:
+        print(json.dumps({"ledger": args.file, "spends": rows}, indent=2))
+        return 0
+    if not rows:
+        print(f"ledger {args.file}: no spends yet")
+        return 0
+    print(f"{'#':>4}  {'time (UTC)':<32} {'eps':>10} {'delta':>10}  what")
+    for i, r in enumerate(rows, start=1):
+        print(f"{i:>4}  {r['time']:<32} {r['eps']:>10g} {r['delta']:>10g}  {r['what']}")
     return 0
 
 
@@ -360,7 +439,7 @@ def build_parser():
     p.set_defaults(func=_cmd_advise)
     p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV data file")
     p.add_argument("spec", help="a workload spec file (TOML)")
-    _privacy_args(p)
+    _privacy_args(p, eps_required=True)
     p.add_argument("--data", required=True, metavar="FILE.csv", help="records, one per line, with a header")
     p.add_argument(
         "--column", required=True, action="append", metavar="COL",
@@ -378,7 +457,23 @@ def build_parser():
     p.add_argument("--target-rel-error", type=float, metavar="R", help="with --threshold auto: answer a row if std <= R x count (default 0.1)")
     p.add_argument("--max-records", type=int, metavar="N",
                    help="declared bound on the number of records (default 2**32); more is refused before anything is spent")
+    p.add_argument("--ledger", metavar="FILE", help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise")
     p.set_defaults(func=_cmd_release)
+    p = sub.add_parser("budget", help="a persistent privacy ledger: init, status, history")
+    bsub = p.add_subparsers(dest="budget_command", required=True)
+    q = bsub.add_parser("init", help="create a ledger file with a total (eps, delta)")
+    q.add_argument("file", help="the ledger file to create (refused if it exists)")
+    q.add_argument("--eps", type=float, required=True, help="the total epsilon (> 0)")
+    q.add_argument("--delta", type=float, default=0.0, help="the total delta in [0, 1) (default 0)")
+    q.set_defaults(func=_cmd_budget_init)
+    q = bsub.add_parser("status", help="total, spent and remaining (eps, delta)")
+    q.add_argument("file", help="a ledger file")
+    q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
+    q.set_defaults(func=_cmd_budget_status)
+    q = bsub.add_parser("history", help="every spend: time, eps, delta, what (and spec/data fingerprints in --json)")
+    q.add_argument("file", help="a ledger file")
+    q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
+    q.set_defaults(func=_cmd_budget_history)
     return parser
 
 

@@ -16,7 +16,8 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: (without cycles), never of a higher one.
 LAYERS = [
     ["linalg"],
-    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.noise", "privacy.budget"],
+    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.noise", "privacy.budget",
+     "privacy.ledger"],
     ["error"],
     ["optimizers"],
     ["advisor", "plot"],

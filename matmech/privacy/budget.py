@@ -3,7 +3,9 @@
 Sequential composition (Dwork & Roth 2014, Thm. 3.16): running (εᵢ, δᵢ)-DP mechanisms on
 the same data is (Σεᵢ, Σδᵢ)-DP. :class:`PrivacyBudget` keeps these sums exactly: each
 amount is the ``Fraction`` of the float's shortest decimal repr, so spending 0.1 and 0.2
-of a 0.3 budget is allowed, and anything more is refused, with no float drift.
+of a 0.3 budget is allowed, and anything more is refused, with no float drift. The same
+interface is kept on disk by :class:`matmech.privacy.ledger.Ledger` (a subclass), so a budget
+can outlive the process that spends it.
 
 Advanced composition (Dwork, Rothblum, Vadhan, FOCS 2010, Thm. 3.3): k adaptively chosen
 (ε, δ)-DP mechanisms are together (ε′, kδ + δ′)-DP for
@@ -37,11 +39,16 @@ class BudgetExceededError(ValueError):
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One recorded spend: what it was for and its (ε, δ)."""
+    """One recorded spend: what it was for and its (ε, δ). A persistent
+    :class:`~matmech.privacy.ledger.Ledger` also records the UTC ``time`` and optional
+    ``spec`` / ``data`` fingerprints (None for an in-memory :class:`PrivacyBudget`)."""
 
     what: str
     eps: float
     delta: float
+    time: str | None = None
+    spec: str | None = None
+    data: str | None = None
 
 
 class ApproxDP(NamedTuple):
@@ -77,6 +84,13 @@ class PrivacyBudget:
 
     Call :meth:`spend` BEFORE drawing noise: it either records the spend or raises
     :class:`BudgetExceededError` and changes nothing. Thread-safe.
+
+    This class is also the interface every budget keeps (release, measure and select accept
+    any instance): :meth:`spend`, :meth:`can_spend`, :attr:`total`, :attr:`spent`,
+    :attr:`remaining` and :attr:`ledger`. A subclass that stores spends elsewhere (the
+    persistent :class:`~matmech.privacy.ledger.Ledger`) sets ``_total`` and overrides the
+    three storage hooks :meth:`_spent_exact`, :meth:`_charge` and :meth:`_entries`; the
+    validation, the exact comparison and the refusal message stay here.
     """
 
     def __init__(self, eps, delta=0.0):
@@ -87,42 +101,62 @@ class PrivacyBudget:
         self._ledger: list[LedgerEntry] = []
         self._lock = threading.Lock()
 
+    # -- storage hooks (in memory here) -------------------------------------------------------
+
+    def _spent_exact(self) -> tuple[Fraction, Fraction]:
+        """The exact (ε, δ) spent so far."""
+        with self._lock:
+            return self._spent
+
+    def _charge(self, e: Fraction, d: Fraction, entry: LedgerEntry) -> LedgerEntry:
+        """Atomically: refuse (raise :meth:`_refusal`) if (e, d) does not fit, else record it."""
+        with self._lock:
+            if not self._fits(self._spent, e, d):
+                raise self._refusal(e, d, entry.what, self._spent)
+            self._spent = (self._spent[0] + e, self._spent[1] + d)
+            self._ledger.append(entry)
+            return entry
+
+    def _entries(self) -> tuple[LedgerEntry, ...]:
+        with self._lock:
+            return tuple(self._ledger)
+
+    # -- shared logic --------------------------------------------------------------------------
+
     def _validate(self, eps, delta) -> tuple[Fraction, Fraction]:
         check_eps(eps, allow_zero=True)
         check_delta(delta)
         return exact(eps), exact(delta)
 
-    def _fits(self, e: Fraction, d: Fraction) -> bool:
-        return self._spent[0] + e <= self._total[0] and self._spent[1] + d <= self._total[1]
+    @staticmethod
+    def _check_what(what) -> str:
+        if not isinstance(what, str):
+            raise TypeError(f"what must be a str, got {type(what).__name__}: {what!r}")
+        return what
+
+    def _fits(self, spent, e: Fraction, d: Fraction) -> bool:
+        return spent[0] + e <= self._total[0] and spent[1] + d <= self._total[1]
+
+    def _refusal(self, e: Fraction, d: Fraction, what: str, spent) -> BudgetExceededError:
+        rem = (float(self._total[0] - spent[0]), float(self._total[1] - spent[1]))
+        label = f" for {what!r}" if what else ""
+        return BudgetExceededError(
+            f"cannot spend (eps={float(e)!r}, delta={float(d)!r}){label}: "
+            f"only (eps={rem[0]!r}, delta={rem[1]!r}) remains of "
+            f"(eps={float(self._total[0])!r}, delta={float(self._total[1])!r})"
+        )
 
     def can_spend(self, eps, delta=0.0) -> bool:
         """Whether (eps, delta) fits in what is left (records nothing)."""
         e, d = self._validate(eps, delta)
-        with self._lock:
-            return self._fits(e, d)
+        return self._fits(self._spent_exact(), e, d)
 
     def spend(self, eps, delta=0.0, *, what: str = "") -> LedgerEntry:
         """Record a spend of (eps, delta) for ``what``; raise BudgetExceededError, leaving
         the budget unchanged, if it does not fit."""
-        if not isinstance(what, str):
-            raise TypeError(f"what must be a str, got {type(what).__name__}: {what!r}")
+        self._check_what(what)
         e, d = self._validate(eps, delta)
-        with self._lock:
-            if not self._fits(e, d):
-                rem = self._remaining()
-                label = f" for {what!r}" if what else ""
-                raise BudgetExceededError(
-                    f"cannot spend (eps={float(eps)!r}, delta={float(delta)!r}){label}: "
-                    f"only (eps={rem[0]!r}, delta={rem[1]!r}) remains of "
-                    f"(eps={float(self._total[0])!r}, delta={float(self._total[1])!r})"
-                )
-            self._spent = (self._spent[0] + e, self._spent[1] + d)
-            entry = LedgerEntry(what, float(eps), float(delta))
-            self._ledger.append(entry)
-            return entry
-
-    def _remaining(self) -> tuple[float, float]:
-        return (float(self._total[0] - self._spent[0]), float(self._total[1] - self._spent[1]))
+        return self._charge(e, d, LedgerEntry(what, float(e), float(d)))
 
     @property
     def total(self) -> tuple[float, float]:
@@ -132,25 +166,24 @@ class PrivacyBudget:
     @property
     def spent(self) -> tuple[float, float]:
         """(eps, delta) spent so far (exact sums, rounded once to float)."""
-        with self._lock:
-            return (float(self._spent[0]), float(self._spent[1]))
+        s = self._spent_exact()
+        return (float(s[0]), float(s[1]))
 
     @property
     def remaining(self) -> tuple[float, float]:
         """(eps, delta) still available."""
-        with self._lock:
-            return self._remaining()
+        s = self._spent_exact()
+        return (float(self._total[0] - s[0]), float(self._total[1] - s[1]))
 
     @property
     def ledger(self) -> tuple[LedgerEntry, ...]:
         """Every recorded spend, in order."""
-        with self._lock:
-            return tuple(self._ledger)
+        return self._entries()
 
     def __repr__(self) -> str:
         s, t = self.spent, self.total
-        return (f"PrivacyBudget(spent=(eps={s[0]!r}, delta={s[1]!r}) of "
-                f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self._ledger)} spends)")
+        return (f"{type(self).__name__}(spent=(eps={s[0]!r}, delta={s[1]!r}) of "
+                f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self.ledger)} spends)")
 
 
 # ------------------------------------------------------------------------- advanced composition

@@ -216,3 +216,21 @@ def test_advanced_composition_bad_inputs():
     with pytest.raises(ValueError, match="eps"):
         per_step_eps(0.0, 3, delta_slack=1e-6)
     assert math.isfinite(per_step_eps(1e-300, 3, delta_slack=1e-6))
+
+
+def test_subclass_storage_hooks_keep_the_interface():
+    """PrivacyBudget's public methods go through _spent_exact/_charge/_entries (the Ledger's hooks)."""
+    calls = []
+
+    class Logged(PrivacyBudget):
+        def _charge(self, e, d, entry):
+            calls.append((e, d, entry.what))
+            return super()._charge(e, d, entry)
+
+    b = Logged(0.3)
+    entry = b.spend(0.1, what="a")
+    assert entry == LedgerEntry("a", 0.1, 0.0) and entry.time is None and entry.spec is None
+    with pytest.raises(BudgetExceededError, match="for 'b'"):
+        b.spend(0.25, what="b")
+    assert calls == [(Fraction(1, 10), 0, "a"), (Fraction(1, 4), 0, "b")]
+    assert b.ledger == (entry,) and b.remaining == (0.2, 0.0) and repr(b).startswith("Logged(")
