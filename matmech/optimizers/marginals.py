@@ -45,6 +45,7 @@ __all__ = [
     "ResidualStrategy",
     "MarginalFit",
     "marginal_workload",
+    "expand_marginals",
     "optimize_marginals_pure",
     "optimize_marginals_l2",
     "marginal_objective",
@@ -57,6 +58,14 @@ MAX_ATTRIBUTES = 16
 MAX_EXTRA_STARTS = 32
 #: Rounds of greedy "replace by a larger marginal" moves after the starts.
 MAX_GREEDY_ROUNDS = 4
+#: Deterministic equidistributed starts θ ∈ [0, 1)^(2^k) (a Weyl sequence, no generator, so
+#: reproducible) besides the structured ones: the lattice objective is non-convex and, on
+#: HDMM's Kron[IT, …, IT] workloads, the structured starts stop at 5.00 (cps_W1) where
+#: uniform random starts reach 4.77-4.84.
+FIXED_RANDOM_STARTS = 16
+_WEYL_STEP = (math.sqrt(5.0) - 1.0) / 2.0
+#: Largest number of marginals a product of [identity; total]-type factors is expanded into.
+MAX_EXPANDED_TERMS = 1 << 14
 
 
 def marginal_workload(W):
@@ -69,6 +78,71 @@ def marginal_workload(W):
     if isinstance(W, VStack) and not all(isinstance(b, Kron) for b in W.blocks):
         return None
     return _marginal_terms(W)
+
+
+def _factor_options(f):
+    """[(weight², in_subset)] if the 1-D workload f is an identity, a total, or a weighted
+    stack of them (e.g. [I; T]), else None: the rows of f as marginals on one attribute."""
+    from matmech.linalg.intervals import Intervals
+
+    if isinstance(f, Scaled):
+        sub = _factor_options(f.base)
+        return None if sub is None else [(f.c**2 * w2, s) for w2, s in sub]
+    if isinstance(f, VStack):
+        out = []
+        for w, b in zip(f.weights, f.blocks):
+            sub = _factor_options(b)
+            if sub is None:
+                return None
+            out += [(float(w) ** 2 * w2, s) for w2, s in sub]
+        return out
+    if isinstance(f, Intervals):
+        lo, hi = f.bounds()
+        if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
+            return [(1.0, True)]
+        if f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1:
+            return [(1.0, False)]
+    return None
+
+
+def expand_marginals(W, *, max_terms=MAX_EXPANDED_TERMS):
+    """A union of marginals with the same gram as W (so the same error for every strategy),
+    or None. W itself when it is one; otherwise a weighted union of Kronecker products whose
+    factors are identities, totals or stacks of them (HDMM's Kron[IT, …, IT] workloads):
+    each product expands into the marginals on the attribute subsets it covers, equal
+    subsets merged (their weights² add). None beyond ``max_terms`` expanded products."""
+    W = as_linop(W)
+    if marginal_workload(W) is not None:
+        return W
+    blocks = kron_blocks(W)
+    if blocks is None:
+        return None
+    domain = tuple(f.shape[1] for f in blocks[0][1])
+    acc, count = {}, 0
+    for w2, fs in blocks:
+        opts = [_factor_options(f) for f in fs]
+        if any(o is None for o in opts):
+            return None
+        count += math.prod(len(o) for o in opts)
+        if count > max_terms:
+            return None
+        terms = {(): w2}
+        for o in opts:
+            nxt = {}
+            for key, v in terms.items():
+                for w, inside in o:
+                    k2 = key + (inside,)
+                    nxt[k2] = nxt.get(k2, 0.0) + v * w
+            terms = nxt
+        for key, v in terms.items():
+            s = tuple(i for i, inside in enumerate(key) if inside)
+            acc[s] = acc.get(s, 0.0) + v
+    from matmech import workloads as wl
+
+    subsets = sorted(acc, key=lambda s: (len(s), s))
+    out = wl.marginals(domain, attrs=subsets)
+    weights = np.sqrt([acc[s] for s in subsets])
+    return VStack(out.blocks, weights=weights, domain=out.domain, subsets=out.subsets)
 
 
 def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
@@ -198,8 +272,9 @@ def _check_marginals(W):
 
 def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
     """HDMM's OPT_M: min (Σθ_S)² Σ_T m_T μ_T/λ_T(θ) over θ ≥ 0 on every attribute subset. Starts: the workload's own marginals (so the result is never worse
-    than measuring them), equal weights on the closure, and ``restarts``−1 random θ from
-    ``rng`` (none when ``rng`` is None)."""
+    than measuring them), equal weights on the closure, all ℓ-way marginals above the
+    workload's order, :data:`FIXED_RANDOM_STARTS` equidistributed θ (a deterministic Weyl
+    fill, the same on every call), and ``restarts``−1 random θ from ``rng`` (none when ``rng`` is None)."""
     terms, domain = _check_marginals(W)
     k = len(domain)
     mu, mult, out_prod = _workload_spectrum(terms, domain)
@@ -229,6 +304,9 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
         th[mask] = own[inside].sum()
         name = "workload marginals, " + "".join(str(i) for i in range(k) if (mask >> i) & 1) + " replacing its sub-marginals"
         starts.append((name, th))
+    for r in range(FIXED_RANDOM_STARTS):
+        j = np.arange(r * (1 << k) + 1, (r + 1) * (1 << k) + 1, dtype=np.float64)
+        starts.append((f"fixed random {r + 1}", np.mod(0.5 + j * _WEYL_STEP, 1.0) * closure))
     if rng is not None:
         for r in range(max(0, restarts - 1)):
             starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k) * closure))

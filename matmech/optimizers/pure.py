@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import scipy.linalg as sla
 from scipy.optimize import Bounds, minimize
@@ -505,6 +507,7 @@ def fit_pidentity(
     callback=None,
     hdmm_start=None,
     polish=None,
+    fill_starts=0,
 ):
     """Minimise trace(G (AᵀA)⁻¹) over p-Identity strategies A = [I; Θ]D (sens₁ = 1).
 
@@ -520,7 +523,9 @@ def fit_pidentity(
     10·``ftol`` relative, or until ``time_limit`` seconds have passed (then the result
     depends on the machine); the best then continues for ``polish`` more iterations
     (default :func:`default_polish`). Returns the best; never worse than the first
-    hierarchy. ``gram`` is a :class:`GramOperator`.
+    hierarchy. ``gram`` is a :class:`GramOperator`. ``fill_starts``: that many more starts
+    shaped like the random ones but deterministic (Θ = (4/p)·frac(½ + kα), the Weyl fill of
+    :func:`hdmm_theta` continued past HDMM's start), with or without an ``rng``.
     """
     n = gram.n
     if n > MAX_PIDENTITY_N:
@@ -556,10 +561,19 @@ def fit_pidentity(
         if rng is not None:
             for r in range(restarts - 1):
                 starts.append((f"random p={p_rand} #{r + 1}", rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand)))
+        for r in range(int(fill_starts)):
+            k = np.arange((r + 1) * p_rand * n + 1, (r + 2) * p_rand * n + 1, dtype=np.float64)
+            starts.append((f"fill p={p_rand} #{r + 1}", np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand)))
         best, records, evals = None, [], 0
         for name, th0 in starts:
             f0 = objective(th0, gram, gradient=False)
-            th, f, nit, ne = _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
+            try:
+                th, f, nit, ne = _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
+            except np.linalg.LinAlgError:
+                if not name.startswith("fill"):
+                    raise
+                records.append((name, th0.shape[0], f0, math.inf, 0))  # a fill start that broke down: skipped
+                continue
             evals += ne + 1
             records.append((name, th.shape[0], f0, f, nit))
             if not _reliable(th, f, gram):  # a runaway Θ whose value is rounding noise

@@ -568,3 +568,105 @@ def test_bad_keyword_values():
     with pytest.raises(ValueError, match="non-negative"):
         PIdentity(-np.ones((2, 3)))
     assert isinstance(L2Strategy(np.eye(2)), Dense)
+
+
+# -- issue 12: HDMM's journal workloads (benchmarks/highdim.py) ---------------------------------
+
+
+def _it(n, w=1.0):
+    return wl.stack(wl.identity(n), wl.total(n), weights=[1.0, w])
+
+
+def test_products_of_identity_total_factors_expand_to_marginals_with_the_same_gram():
+    from matmech.optimizers.marginals import expand_marginals, marginal_workload
+
+    W = wl.stack(wl.kron(_it(3, 2.0), wl.identity(4), wl.total(2)), wl.kron(wl.total(3), _it(4), _it(2)), weights=[1.0, 3.0])
+    E = expand_marginals(W)
+    assert marginal_workload(E) is not None
+    assert set(E.subsets) == {(), (1,), (2,), (0, 1), (1, 2)}
+    np.testing.assert_allclose(E.gram().dense(), W.gram().dense(), atol=1e-12)
+    assert expand_marginals(wl.kron(wl.prefix(3), wl.identity(2))) is None
+    assert expand_marginals(W, max_terms=4) is None
+    marg = wl.marginals((3, 3), 1)
+    assert expand_marginals(marg) is marg
+
+
+def test_auto_tries_marginals_on_kron_of_identity_total_and_keeps_the_best():
+    # HDMM's cps_W1 shape Kron[IT, ..., IT]: the marginal lattice beats the Kronecker fit
+    W = wl.kron(_it(50), _it(20), _it(7), _it(2))
+    res = optimize(W)
+    assert res.method == "marginals" and set(res.params["tried"]) == {"marginals", "kron"}
+    assert res.error < res.params["tried"]["kron"]["error"]
+    assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
+    assert res.seconds == pytest.approx(sum(t["seconds"] for t in res.params["tried"].values()))
+    assert optimize(W, method="marginals").error == pytest.approx(res.error, rel=1e-12)
+    # (eps, delta): both families are certified optimal; the lattice's closed form comes first
+    res2 = optimize(W, delta=DELTA)
+    assert res2.method == "marginals" and res2.error == pytest.approx(res2.lower_bound, rel=1e-9)
+
+
+def test_marginal_lattice_has_fixed_random_starts_and_is_reproducible():
+    W = wl.marginals((4, 3, 5, 2), 2)
+    a, b = optimize_marginals_pure(W), optimize_marginals_pure(W)
+    assert sum(name.startswith("fixed random") for name, _, _ in a.starts) == 16
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert a.value <= min(f for _, _, f in a.starts) * (1 + 1e-12)
+
+
+def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
+    from matmech.optimizers import marginals as opt_marginals
+
+    def boom(*args, **kwargs):
+        raise MemoryError("lattice too large")
+
+    monkeypatch.setattr(opt_marginals, "optimize_marginals_pure", boom)
+    W = wl.marginals((3, 4, 2), 2)
+    res = optimize(W)
+    assert res.method == "kron" and "MemoryError" in res.params["failed"]["marginals"]
+    assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
+    with pytest.raises(MemoryError):  # an explicit method is not caught
+        optimize(W, method="marginals")
+    monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1)
+    with pytest.raises(ValueError, match="every applicable family failed"):
+        optimize(W)
+
+
+def test_kron_union_memory_is_refused_up_front(monkeypatch):
+    from matmech.optimizers.dispatch import check_kron_memory
+    from matmech.optimizers.marginals import kron_blocks
+
+    W = wl.stack(wl.kron(wl.prefix(12), wl.identity(8)), wl.kron(wl.total(12), wl.all_range(8)))
+    assert check_kron_memory(kron_blocks(W)) == 8 * 2 * (144 + 64)
+    monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1000)
+    with pytest.raises(ValueError, match="GiB of dense factor grams"):
+        optimize(W, method="kron")
+    with pytest.raises(ValueError, match="attribute sizes"):
+        check_kron_memory([(1.0, [wl.identity(2), wl.identity(10**5)]), (1.0, [wl.total(2), wl.total(10**5)])])
+
+
+def test_pure_kron_union_uses_deterministic_fill_starts_and_is_reproducible():
+    W = wl.stack(wl.kron(wl.prefix(12), wl.identity(8)), wl.kron(wl.total(12), wl.all_range(8)))
+    a, b = optimize(W, method="kron"), optimize(W, method="kron")
+    assert a.error == b.error
+    fit = fit_pidentity(GramOperator.from_workload(wl.prefix(64)), fill_starts=2, polish=0)
+    assert [r[0] for r in fit.starts if r[0].startswith("fill")] == ["fill p=4 #1", "fill p=4 #2"]
+    again = fit_pidentity(GramOperator.from_workload(wl.prefix(64)), fill_starts=2, polish=0)
+    np.testing.assert_array_equal(fit.theta, again.theta)
+    for A in (Kron(S.identity(12), S.identity(8)), Kron(S.hierarchical(12, 4), S.hierarchical(8, 2))):
+        assert a.error <= expected_error(W, A)
+
+
+_HDMM = __import__("pathlib").Path("/work/shared/benchmarks/hdmm-journal/cps_W1.npz")
+
+
+@pytest.mark.skipif(not _HDMM.exists(), reason="HDMM journal workloads not available")
+def test_hdmm_cps_w1_beats_hdmm():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("highdim", __import__("pathlib").Path(__file__).parents[2] / "benchmarks" / "highdim.py")
+    highdim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(highdim)
+    W, meta = highdim.load("cps_W1")
+    assert highdim.rebuild_check(W, meta)[2] < 1e-12
+    res = optimize(W, bound=False)
+    assert res.method == "marginals" and res.rmse < 4.839  # HDMM's best template (issue 12)
