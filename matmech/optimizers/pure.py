@@ -493,6 +493,30 @@ def _reliable(th, f, gram):
     return float(np.dot(s * s, gram.diag)) <= MAX_CANCELLATION * f
 
 
+def _starts(gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fill_starts):
+    """The named starting points of :func:`fit_pidentity`, in the order they are run."""
+    n = gram.n
+    # HDMM's start is the first draw from rng (before any random restart), so it is the
+    # same Θ as hdmm_theta(n, rng=<a generator in the same state>)
+    hdmm = hdmm_theta(n, rng=rng) if hdmm_start else None
+    starts = []
+    for _, name, th in _tree_starts(gram, branchings, max_rows):
+        starts.append((name, th))
+        if len(starts) >= (1 if rng is not None else restarts):
+            break
+    if not starts:  # no hierarchy fits: a flat start
+        starts.append(("flat", np.full((p_rand, n), 1.0 / p_rand)))
+    if hdmm is not None:
+        starts.append((f"hdmm p={hdmm.shape[0]} U[0,1)", hdmm))
+    if rng is not None:
+        for r in range(restarts - 1):
+            starts.append((f"random p={p_rand} #{r + 1}", rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand)))
+    for r in range(int(fill_starts)):
+        k = np.arange((r + 1) * p_rand * n + 1, (r + 2) * p_rand * n + 1, dtype=np.float64)
+        starts.append((f"fill p={p_rand} #{r + 1}", np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand)))
+    return starts
+
+
 def fit_pidentity(
     gram,
     *,
@@ -545,25 +569,8 @@ def fit_pidentity(
         return PIdentityFit(np.zeros((1, 1)), f, "identity", (("identity", 1, f, f, 0),), 1)
 
     with blas_threads(1):
-        # HDMM's start is the first draw from rng (before any random restart), so it is the
-        # same Θ as hdmm_theta(n, rng=<a generator in the same state>)
-        hdmm = hdmm_theta(n, rng=rng) if hdmm_start else None
-        trees = _tree_starts(gram, branchings, max_rows)
-        starts = []
-        for _, name, th in trees:
-            starts.append((name, th))
-            if len(starts) >= (1 if rng is not None else restarts):
-                break
-        if not starts:  # no hierarchy fits: a flat start
-            starts.append(("flat", np.full((p_rand, n), 1.0 / p_rand)))
-        if hdmm is not None:
-            starts.append((f"hdmm p={hdmm.shape[0]} U[0,1)", hdmm))
-        if rng is not None:
-            for r in range(restarts - 1):
-                starts.append((f"random p={p_rand} #{r + 1}", rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand)))
-        for r in range(int(fill_starts)):
-            k = np.arange((r + 1) * p_rand * n + 1, (r + 2) * p_rand * n + 1, dtype=np.float64)
-            starts.append((f"fill p={p_rand} #{r + 1}", np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand)))
+        starts = _starts(gram, rng=rng, restarts=restarts, branchings=branchings, max_rows=max_rows,
+                         p_rand=p_rand, hdmm_start=hdmm_start, fill_starts=fill_starts)
         best, records, evals = None, [], 0
         for name, th0 in starts:
             f0 = objective(th0, gram, gradient=False)
