@@ -15,7 +15,7 @@ union of marginals used as its own strategy) take trace, per-query variances and
 from the lattice eigenvalues, trace(W_S M W_Sᵀ) = Πᵢ∉S dᵢ Σ_{T ⊆ S} m_T/λ_T (the form the
 marginal optimiser and advise score with); Kronecker strategies against stacks of Kronecker
 products factor term by term, Σⱼ wⱼ² Πᵢ trace(Gᵢⱼ Mᵢ); sensitivities of stacks of Kronecker
-products come from the factors (:func:`matmech.linalg.linop.factored_sensitivity`). None of
+products come from the factors (:func:`matmech.linalg.normmax.factored_sensitivity`). None of
 these builds a domain-length vector.
 """
 

@@ -20,10 +20,9 @@ from matmech.linalg.linop import (
     Ones,
     Scaled,
     VStack,
-    factored_col_norms,
-    factored_sensitivity,
     kron_terms,
 )
+from matmech.linalg.normmax import factored_col_norms, factored_sensitivity
 from matmech.optimizers.marginals import MarginalStrategy
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
