@@ -44,11 +44,10 @@ from matmech.inference import least_squares
 from matmech.linalg.intervals import Intervals
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.linalg.linop import LinOp, as_linop
+from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real, rest_of
 from matmech.privacy.measure import (
     Measurement,
-    _check_budget,
-    check_affordable,
     check_counts,
     check_max_records,
     check_records,
@@ -56,7 +55,7 @@ from matmech.privacy.measure import (
     plan_measurement,
 )
 from matmech.svt.select import METHODS as SELECT_METHODS
-from matmech.svt.select import Selection, _selection_options, plan_selection, run_selection, take_rows
+from matmech.svt.select import Selection, check_selection, plan_selection, run_selection, take_rows
 from matmech.workloads import ranges
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
@@ -457,7 +456,7 @@ def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
     sel = dict(c=opts["c"], eps=opts["eps"], threshold=threshold, method=opts["method"],
                monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors)
-    _selection_options(W, **sel)
+    check_selection(W, **sel)
     return _SelectedPlan(MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note)
 
 
@@ -555,7 +554,7 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     """
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
-    _check_budget(budget)
+    check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
     n = _cells(x)

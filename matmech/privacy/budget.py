@@ -30,6 +30,8 @@ __all__ = [
     "ApproxDP",
     "advanced_composition",
     "per_step_eps",
+    "check_budget",
+    "check_affordable",
 ]
 
 
@@ -223,3 +225,18 @@ def per_step_eps(eps_total, k, *, delta_slack) -> float:
             lo = mid
         else:
             hi = mid
+
+
+def check_budget(budget):
+    """``budget`` if it is None or a :class:`PrivacyBudget` (a Ledger included), else TypeError."""
+    if budget is not None and not isinstance(budget, PrivacyBudget):
+        raise TypeError(f"budget must be a matmech.PrivacyBudget or None, got {type(budget).__name__}")
+    return budget
+
+
+def check_affordable(budget, eps, delta, *, what):
+    """Raise BudgetExceededError now if (eps, delta) does not fit: run before any check on
+    private data, so that a caller with an exhausted budget sees the same error whatever
+    the data is. The spend itself comes later, after every check, before the first noise."""
+    if budget is not None and not budget.can_spend(eps, delta):
+        budget.spend(eps, delta, what=what)  # refused: raises, saying what is left

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.privacy import noise
-from matmech.privacy.budget import PrivacyBudget
+from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
@@ -55,7 +55,6 @@ __all__ = [
     "MeasurementPlan",
     "check_max_records",
     "check_records",
-    "check_affordable",
     "execute",
 ]
 
@@ -153,12 +152,6 @@ def check_counts(x, n=None, *, name="x"):
         i = int(np.flatnonzero(neg)[0])
         raise ValueError(f"{name}[{i}] is negative; counts must be non-negative")
     return arr.astype(np.int64)
-
-
-def _check_budget(budget):
-    if budget is not None and not isinstance(budget, PrivacyBudget):
-        raise TypeError(f"budget must be a matmech.PrivacyBudget or None, got {type(budget).__name__}")
-    return budget
 
 
 # -- integer-valued strategies and the grid rounding of real-valued ones ------------------
@@ -373,13 +366,6 @@ def execute(plan, x, *, rng=None):
     )
 
 
-def check_affordable(budget, eps, delta, *, what):
-    """Raise BudgetExceededError now if (eps, delta) does not fit: run before any check on
-    x, so that a caller with an exhausted budget sees the same error whatever x is."""
-    if budget is not None and not budget.can_spend(eps, delta):
-        budget.spend(eps, delta, what=what)  # refused: raises, saying what is left
-
-
 def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove", max_records=None):
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
@@ -394,7 +380,7 @@ def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remov
     reproducible experiments only (NOT secure).
     """
     A = as_linop(A)
-    _check_budget(budget)
+    check_budget(budget)
     plan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
     noise.check_rng(rng)
     what = f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}"

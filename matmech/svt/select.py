@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
-from matmech.privacy.measure import check_affordable, check_counts, check_max_records, check_records, integer_valued
+from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
 from matmech.svt.checks import check_threshold
 
-__all__ = ["Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "take_rows", "entry_range", "METHODS"]
+__all__ = ["Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS"]
 
 METHODS = ("svt", "em")
 
@@ -85,8 +85,9 @@ class SelectionPlan:
     n_rows: int
 
 
-def _selection_options(W, *, c, eps, threshold, method, monotonic, ratio, neighbors):
-    """Every data-independent check of a selection: (c, sens, monotonic, thr)."""
+def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors):
+    """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
+    raises before anything is read or spent."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     c = _check_c(c)
@@ -132,7 +133,7 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     no snapping to the SVT grid) follows from W and the declared ``max_records``, not from x.
     """
     W = as_linop(W)
-    c, sens, monotonic, thr = _selection_options(
+    c, sens, monotonic, thr = check_selection(
         W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors)
     max_records = check_max_records(max_records)
     x = check_counts(x, W.shape[1])
@@ -185,11 +186,10 @@ def select_rows(
     on Σx (see :func:`matmech.measure`). Every check runs before ``budget`` is charged.
     """
     W = as_linop(W)
-    if budget is not None and not isinstance(budget, PrivacyBudget):
-        raise TypeError(f"budget must be a PrivacyBudget or None, got {type(budget).__name__}")
+    check_budget(budget)
     noise.check_rng(rng)
     what = f"select up to {c} of {W.shape[0]} rows ({method})"
-    _selection_options(W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio,
+    check_selection(W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio,
                        neighbors=neighbors)
     check_affordable(budget, eps, 0.0, what=what)
     plan = plan_selection(W, x, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic,
