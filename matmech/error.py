@@ -323,16 +323,21 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
 def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
     """Vector of the m per-query variances P·diag(W (AᵀA)⁺ Wᵀ) (squared counts)."""
     W, A = _check_pair(W, A)
+    unit = _unit_variance(A, eps, delta, neighbors)
+    return unit * _query_diag(W, A)
+
+
+def _query_diag(W, A):
+    """diag(W (AᵀA)⁺ Wᵀ) for checked W, A: lattice spectrum, structured covariance."""
     if W.shape[0] > MAX_VARIANCE_ROWS:
         raise ValueError(
             f"the workload has {W.shape[0]:,} queries, more than {MAX_VARIANCE_ROWS:,} variances to return; "
             "use expected_error(..., measure='max') or measure='total'"
         )
-    unit = _unit_variance(A, eps, delta, neighbors)
     lattice = _lattice_pair(W, A)
     if lattice is not None:
-        return unit * _lattice_diag(lattice)
-    return unit * _diag(W, _covariance(W, A))
+        return _lattice_diag(lattice)
+    return _diag(W, _covariance(W, A))
 
 
 def measured_variances(W, A, variance):
@@ -347,7 +352,7 @@ def measured_variances(W, A, variance):
         split = split_diagonal(A)
         if split is not None:
             return _interval_diag_split(W, split) * variance
-    return per_query_variance(W, A, 1.0, 0.0) * (variance / _unit_variance(A, 1.0, 0.0, "add_remove"))
+    return _query_diag(W, A) * variance
 
 
 def _interval_diag_split(W, split):
