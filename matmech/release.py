@@ -297,15 +297,6 @@ def _answer_variances(W, plan):
     return measured_variances(W, plan.strategy, plan.std**2)
 
 
-def _spend_then_measure(x, plan, *, budget, eps, delta, what, rng):
-    """The privacy boundary of a release: check x (messages never carry its values), charge
-    the whole (ε, δ) in one atomic spend, then draw the noise. Nothing here branches on x."""
-    check_records(x, plan.max_records)
-    if budget is not None:
-        budget.spend(eps, delta, what=what)
-    return execute(plan, x, rng=rng)
-
-
 def _record(meas, answered, W, var, *, budget, name, note, neighbors, eps=None, delta=None, **record):
     """Reconstruct from ``meas`` (post-processing), answer the rows ``answered`` (W or its
     selected rows) and wrap it in a :class:`Release` of W; ``eps``/``delta`` default to the
@@ -341,7 +332,10 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, ma
     what = f"release {W.shape[0]} queries ({name})"
     check_affordable(budget, plan.eps, plan.delta, what=what)
     x = check_counts(x, W.shape[1])
-    meas = _spend_then_measure(x, plan, budget=budget, eps=plan.eps, delta=plan.delta, what=what, rng=rng)
+    check_records(x, plan.max_records)  # the declared bound; the message never carries the total
+    if budget is not None:
+        budget.spend(plan.eps, plan.delta, what=what)  # the one atomic spend, before any noise
+    meas = execute(plan, x, rng=rng)
     return _record(meas, W, W, var, budget=budget, name=name, note=note, neighbors=neighbors)
 
 
