@@ -286,7 +286,7 @@ def _cmd_release(args):
     codes = _codes(args.data, args.column, arrays, spec.domain)
     x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
     if ledger is not None:
-        ledger.tag(spec=_fingerprint(args.spec), data=_fingerprint(args.data))
+        ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
     rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
                   max_records=args.max_records, budget=ledger)
     labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
@@ -328,17 +328,6 @@ def _open_ledger(args, eps, delta):
     if not ledger.can_spend(eps, delta):  # release checks again, atomically, when it spends
         ledger.spend(eps, delta, what=f"release of {args.spec}")  # raises BudgetExceededError, saying what is left
     return ledger
-
-
-def _fingerprint(path):
-    """"sha256:<hex>" of a file's bytes."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 # -- budget ------------------------------------------------------------------------------------

@@ -293,7 +293,7 @@ def test_budget_ledger_init_release_status_history(files, capsys):
     assert main(["budget", "history", led, "--json"]) == 0
     hist = json.loads(capsys.readouterr().out)["spends"]
     assert [h["eps_exact"] for h in hist] == ["3/5", "3/10"] and hist[1]["delta_exact"] == "1/1000000"
-    assert all(h["spec"].startswith("sha256:") and h["data"].startswith("sha256:") for h in hist)
+    assert all(h["spec"].startswith("hmac-sha256:") and h["data"].startswith("hmac-sha256:") for h in hist)
     assert main(["budget", "history", led]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "release 5 queries (identity)" in lines[1]

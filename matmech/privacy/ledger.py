@@ -20,10 +20,13 @@ How a spend stays safe:
   not (the next opener rolls the hot journal back); a spend is never lost once
   :meth:`~Ledger.spend` returned and never counted twice.
 
-Fingerprints: :meth:`Ledger.tag` sets ``spec`` / ``data`` strings (e.g. SHA-256 digests of
-the files, as ``matmech release --ledger`` records) stored with each later spend, so the
-history shows which data each spend read. A digest of a data file identifies that file;
-keep the ledger with the data, not with the published answers.
+Fingerprints: :meth:`Ledger.tag` sets ``spec`` / ``data`` strings stored with each later
+spend, so the history shows which files each spend read. :meth:`Ledger.fingerprint` makes
+them: an HMAC-SHA256 of the file's bytes keyed by a random secret created with the ledger
+(``matmech release --ledger`` records one for the spec and one for the data file). A plain
+digest of a data file would let anyone who sees the history test a guess of the whole
+dataset; the keyed one can only be matched by someone holding the ledger file itself. Keep
+the ledger with the data, not with the published answers.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import hashlib
+import hmac
 import os
+import secrets
 import sqlite3
 import threading
 from fractions import Fraction
@@ -116,6 +122,7 @@ class Ledger(PrivacyBudget):
                     ("total_eps", _frac_text(exact(eps))),
                     ("total_delta", _frac_text(exact(delta))),
                     ("created", _utc_now()),
+                    ("fingerprint_key", secrets.token_hex(32)),
                 ])
                 con.execute("COMMIT")
             finally:
@@ -248,6 +255,21 @@ class Ledger(PrivacyBudget):
 
         return {"ledger": str(self._path), "created": self._created, "total": pair(self._total),
                 "spent": pair(spent), "remaining": pair(rem), "spends": n}
+
+    def fingerprint(self, path) -> str:
+        """``"hmac-sha256:<hex>"`` of the bytes of the file at ``path``, keyed by this ledger's
+        secret (created with the ledger; added on first use to a ledger made without one)."""
+        with self._connect() as con:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('fingerprint_key', ?)",
+                        (secrets.token_hex(32),))
+            key = con.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()[0]
+            con.execute("COMMIT")
+        mac = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
+        with open(os.fspath(path), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                mac.update(block)
+        return "hmac-sha256:" + mac.hexdigest()
 
     def tag(self, *, spec: str | None = None, data: str | None = None) -> "Ledger":
         """Record these fingerprints with every later spend (None clears one). Returns self."""

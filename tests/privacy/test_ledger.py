@@ -241,3 +241,18 @@ def test_eight_processes_cannot_overspend(tmp_path):
     assert sorted(codes) == [0, 0, 0, 3, 3, 3, 3, 3]
     e, d, n = raw_sum(path)
     assert n == 3 and e == Fraction(9, 10) <= 1 and Ledger.open(path).spent == (0.9, 0.0)
+
+
+def test_fingerprints_are_keyed_per_ledger(tmp_path):
+    import hashlib
+
+    data = tmp_path / "people.csv"
+    data.write_bytes(b"age\n31\n47\n")
+    a = Ledger.create(tmp_path / "a.db", 1.0)
+    b = Ledger.create(tmp_path / "b.db", 1.0)
+    fa = a.fingerprint(data)
+    assert fa.startswith("hmac-sha256:") and fa == Ledger.open(tmp_path / "a.db").fingerprint(data)
+    assert fa != b.fingerprint(data)  # another ledger's key: not linkable across ledgers
+    assert hashlib.sha256(data.read_bytes()).hexdigest() not in fa  # not the plain digest anyone can recompute
+    data.write_bytes(b"age\n31\n48\n")
+    assert a.fingerprint(data) != fa
