@@ -17,6 +17,7 @@ KEY_OUTPUT = {
     "clipping_bound.py": "RESULT: clipping bound b =",
     "age_ranges_release.py": "RESULT: 9 age bands released",
     "svt_vs_em_zipf.py": "RESULT: mean SER over c: EM",
+    "many_attributes_release.py": "RESULT: all 1- and 2-way marginals",
 }
 
 

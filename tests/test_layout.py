@@ -24,13 +24,13 @@ LAYERS = [
     ["privacy.measure"],
     ["svt", "inference"],
     ["io"],
-    ["release"],
+    ["release", "factored"],
     ["cli"],
 ]
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
-READS_DATA = ["privacy.measure", "svt", "io.data", "release", "cli"]
+READS_DATA = ["privacy.measure", "svt", "io.data", "release", "factored", "cli"]
 DATA_INDEPENDENT = ["linalg", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
                     "optimizers", "advisor", "plot"]
 

@@ -1,0 +1,89 @@
+"""Any marginal of the lattice from the noisy residuals, in closed form (post-processing).
+
+The residuals are orthogonal and each is measured exactly once (one full orthonormal basis of
+its subspace), so the least-squares estimate of every marginal is unique and explicit
+(Xiao et al., NeurIPS 2023, §4):
+
+    M̂_S = Σ_{T⊆S} (⊗_{i∈T} Qᵢᵀ ⊗ ⊗_{i∈S∖T} 1/nᵢ) ŷ_T ,
+
+and, the noises being independent, the variance of each cell is
+Σ_{T⊆S} [(⊗_{i∈T} Qᵢ∘Qᵢ)ᵀ v_T] / Π_{i∈S∖T} nᵢ², v_T the exact per-coordinate variances of
+residual T (:mod:`matmech.factored.measure`). Per residual the lifted vector over T's cells
+is computed once and shared by every marginal that contains T.
+
+``nonneg_consistent`` is optional post-processing: it clips negative cells and rescales
+every marginal to the noisy total; the result is private but biased, and the analytic
+variances no longer describe it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from matmech.factored.measure import ResidualMeasurement
+from matmech.linalg.residual import apply_axes, contrast_operators, exact_cell_variances
+
+__all__ = ["MarginalReconstructor", "nonneg_consistent"]
+
+
+def _lift(coords, domain, T):
+    return apply_axes(coords, [contrast_operators(domain[i])[1] for i in T])
+
+
+class MarginalReconstructor:
+    """Marginals and their exact per-cell variances from a :class:`ResidualMeasurement`.
+
+    ``marginal(S)`` → (estimate, variance), arrays of shape (nᵢ, i ∈ S). The lifted residuals
+    are cached (memory: one float per cell of every residual's marginal, twice).
+    """
+
+    def __init__(self, measurement):
+        if not isinstance(measurement, ResidualMeasurement):
+            raise TypeError(f"expected a ResidualMeasurement, got {type(measurement).__name__}")
+        self.measurement = measurement
+        self.lattice = measurement.plan.plan.lattice
+        self._res = set(self.lattice.residuals)
+        self._est, self._var = {}, {}
+
+    def _parts(self, T):
+        if T not in self._est:
+            d = self.lattice.domain
+            self._est[T] = _lift(self.measurement.coords[T], d, T)
+            self._var[T] = exact_cell_variances(d, T, self.measurement.row_variances[T])
+        return self._est[T], self._var[T]
+
+    def marginal(self, S):
+        S = tuple(sorted(int(a) for a in S))
+        d = self.lattice.domain
+        shape = tuple(d[i] for i in S)
+        est, var = np.zeros(shape), np.zeros(shape)
+        for k in range(len(S) + 1):
+            for mask in itertools.combinations(range(len(S)), k):
+                T = tuple(S[j] for j in mask)
+                if not all(d[i] > 1 for i in T):
+                    continue
+                if T not in self._res:
+                    raise ValueError(f"residual {T} of the marginal on {S} was not measured")
+                e, v = self._parts(T)
+                view = tuple(d[i] if i in T else 1 for i in S)
+                rest = math.prod(d[i] for i in S if i not in T)
+                est += e.reshape(view) / rest
+                var += v.reshape(view) / rest**2
+        return est, var
+
+
+def nonneg_consistent(marginals, total=None):
+    """Post-processing: clip each marginal at 0 and rescale it to ``total`` (default: the
+    mean of the marginals' own sums, floored at 0). Returns new arrays; biased (the analytic
+    error bars do not apply to them)."""
+    sums = [float(np.sum(m)) for m in marginals.values()]
+    t = max(0.0, float(np.mean(sums))) if total is None else max(0.0, float(total))
+    out = {}
+    for s, m in marginals.items():
+        c = np.clip(np.asarray(m, dtype=np.float64), 0.0, None)
+        tot = c.sum()
+        out[s] = c * (t / tot) if tot > 0 else np.full(c.shape, t / c.size)
+    return out

@@ -1,0 +1,203 @@
+"""Release on tables with many attributes without the full histogram (issue 14).
+
+::
+
+    W (union of Kronecker products)   data (records, an engine, or marginal tables)
+      │ terms, support U, path (no data)        │
+      ▼                                         │
+    residual path (W marginals, δ > 0):   plan_residuals → σ per residual (Xiao et al. 2023)
+    Kronecker path (cells of U manageable): W_U, A_U restricted to U, plan_measurement(A_U)
+      │  every check, the plan, the variances, check_affordable — before any data is read
+      ▼                                         ▼
+    marginal tables (each once) ──► checks on them ──► budget.spend ──► noise
+      ▼
+    residual: closed-form marginals;  Kronecker: least squares on x_U  (post-processing)
+      ▼
+    answers of W's terms, exact per-answer std → matmech.release.Release
+
+Kronecker path: every term of W and of the strategy A is a total outside U, so A x = A_U x_U
+with x_U the marginal of x on U; the plan, the grid, the noise draws, the least squares and
+the variances σ²·diag(W_U (A_UᵀA_U)⁺ W_Uᵀ) are those of :func:`matmech.release` on x (the
+same numbers: the sensitivity of A_U ⊗ 1ᵀ is that of A_U). Residual path: the Gaussian
+optimum for marginals (it reaches the SVD bound), measured exactly
+(:mod:`matmech.factored.measure`) and reconstructed in closed form
+(:mod:`matmech.factored.reconstruct`); pure ε marginals take the Kronecker path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from matmech.advisor.choice import choose_strategy
+from matmech.error import measured_variances
+from matmech.factored.measure import DEFAULT_SCALE_BITS, measure_residuals, plan_residual_measurement
+from matmech.factored.reconstruct import MarginalReconstructor
+from matmech.factored.tables import marginal_tables
+from matmech.factored.terms import as_terms, restrict
+from matmech.inference import least_squares
+from matmech.linalg.linop import LinOp, as_linop
+from matmech.optimizers.residual import plan_residuals
+from matmech.privacy import noise
+from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.measure import check_counts, check_max_records, check_records, execute, plan_measurement
+from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.release import Release
+
+__all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS", "MAX_MEMORY"]
+
+#: Largest marginal (cells of the support U) the Kronecker path solves on.
+MAX_KRON_CELLS = 1 << 22
+#: Memory the residual path may plan to use (bytes): tables, lifted residuals, answers.
+MAX_MEMORY = 8 << 30
+
+
+def _cells(domain, U):
+    return math.prod(domain[i] for i in U)
+
+
+def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
+    """("residual" | "kron", W's terms, strategy terms or None, U): which path a release
+    takes; data-independent. Raises naming why neither applies."""
+    wt = as_terms(W, name="W")
+    if isinstance(strategy, LinOp):
+        at = as_terms(strategy, name="strategy")
+        if at.domain != wt.domain:
+            raise ValueError(f"the strategy's attribute sizes {at.domain} differ from the workload's {wt.domain}")
+        U = tuple(sorted(set(wt.support) | set(at.support))) or (0,)
+        if _cells(wt.domain, U) > max_cells:
+            raise ValueError(f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
+                             f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}")
+        return "kron", wt, at, U
+    if not isinstance(strategy, str):
+        raise TypeError(f"strategy must be 'auto', 'residual', a strategy name or a LinOp, got {type(strategy).__name__}")
+    marg = wt.marginals()
+    U = wt.support or (0,)
+    if strategy == "residual" or (strategy == "auto" and marg is not None and delta > 0):
+        if marg is None:
+            raise ValueError("strategy='residual' needs W to be a union of marginals (identity and total factors)")
+        if delta == 0:
+            raise ValueError("strategy='residual' is Gaussian: it needs delta > 0")
+        return "residual", wt, None, U
+    if _cells(wt.domain, U) > max_cells:
+        what = "pure eps marginals" if marg is not None else "this workload"
+        raise ValueError(f"{what}: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more than "
+                         f"the Kronecker path's {max_cells:,}; with delta > 0 a union of marginals takes the residual path")
+    return "kron", wt, None, U
+
+
+def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neighbors, max_records):
+    W_U = restrict(wt, U)
+    if at is not None:
+        A_U, name, note = restrict(at, U), "given", "strategy given by the caller"
+    else:
+        A, name, note = choose_strategy(W_U, eps, delta, strategy=strategy, neighbors=neighbors)
+        A_U = as_linop(A)
+    note += f"; solved on the marginal of attributes {list(U)} ({_cells(wt.domain, U):,} cells)"
+    plan = plan_measurement(A_U, eps, delta, neighbors=neighbors, max_records=max_records)
+    var = measured_variances(W_U, plan.strategy, plan.std**2)  # raises if A cannot answer W
+    what = f"release {W_U.shape[0]} queries ({name}, factored)"
+    check_affordable(budget, plan.eps, plan.delta, what=what)
+    # -- reads data from here on -------------------------------------------------------------
+    x = check_counts(marginal_tables(data, wt.domain, [U])[U].reshape(-1), W_U.shape[1])
+    check_records(x, plan.max_records)
+    if budget is not None:
+        budget.spend(plan.eps, plan.delta, what=what)
+    meas = execute(plan, x, rng=rng)
+    xhat = least_squares(meas)
+    answers, std = W_U.matvec(xhat), np.sqrt(var)
+    for a in (answers, std, xhat):
+        a.setflags(write=False)
+    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=meas.strategy,
+                   strategy_name=name, strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
+                   eps=meas.eps, delta=meas.delta, neighbors=neighbors,
+                   budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat)
+
+
+def _residual_plan(wt, objective):
+    subsets, rw = wt.marginals()
+    merged = {}
+    for s, w in zip(subsets, rw):
+        merged[s] = merged.get(s, 0.0) + w * w  # a row weight w scales the variance by w²
+    return plan_residuals(wt.domain, list(merged), weights=list(merged.values()), objective=objective), subsets, rw
+
+
+def _memory(plan, rows):
+    d = plan.lattice.domain
+    res_cells = sum(_cells(d, t) for t in plan.lattice.residuals)
+    return 8 * 3 * res_cells + 8 * 2 * rows
+
+
+def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_records, objective, max_memory,
+                      scale_bits):
+    plan, subsets, rw = _residual_plan(wt, objective)
+    rows = wt.rows
+    need = _memory(plan, rows)
+    if need > max_memory:
+        raise ValueError(f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
+                         f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals")
+    mplan = plan_residual_measurement(plan, eps, delta, neighbors=neighbors, max_records=max_records,
+                                      scale_bits=scale_bits)
+    what = f"release {rows} marginal queries (residual, factored)"
+    check_affordable(budget, eps, delta, what=what)
+    # -- reads data from here on -------------------------------------------------------------
+    tables = marginal_tables(data, wt.domain, plan.lattice.residuals)
+    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), mplan.max_records)
+    if budget is not None:
+        budget.spend(eps, delta, what=what)
+    meas = measure_residuals(mplan, tables, rng=rng)
+    del tables
+    rec = MarginalReconstructor(meas)
+    answers, var = np.empty(rows), np.empty(rows)
+    at = 0
+    for s, w in zip(subsets, rw):
+        est, v = rec.marginal(s)
+        k = est.size
+        answers[at : at + k] = w * est.reshape(-1)
+        var[at : at + k] = w * w * v.reshape(-1)
+        at += k
+    std = np.sqrt(var)
+    for a in (answers, std):
+        a.setflags(write=False)
+    note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
+            f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
+            f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
+    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
+                   strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
+                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None)
+
+
+def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
+                     max_records=None, objective="sum", max_cells=MAX_KRON_CELLS, max_memory=MAX_MEMORY,
+                     scale_bits=DEFAULT_SCALE_BITS):
+    """Answer W (a union of Kronecker products over many attributes) from marginal tables of
+    ``data`` under (ε, δ)-DP → :class:`matmech.release.Release`, never building the histogram.
+
+    ``data``: records as a 2-D integer code array (records × attributes), an object with
+    ``marginal_counts(subsets)``, or a mapping subset → table (:mod:`matmech.factored.tables`).
+    ``W``: a Kron or a weighted stack of Krons (e.g. ``matmech.workloads.marginals``); the
+    answers follow its rows. ``strategy``: ``"auto"`` (residual path for marginals with
+    δ > 0, else the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on
+    its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
+    over the same attributes (Kronecker path). ``scale_bits``: significant bits of the
+    residual path's per-row σ (:mod:`matmech.factored.measure`; None keeps them exact, at
+    the cost of one sampler table per distinct σ). ``objective``: the residual plan's ``"sum"``
+    (total variance, the SVD bound) or ``"max"`` (largest per-cell variance). ``budget``,
+    ``rng``, ``neighbors``, ``max_records``: as :func:`matmech.release`; the budget is charged
+    once after every check and before the first noise draw. ``strategy_name`` of the record
+    is ``"residual"`` (``measurement``/``estimate``/``strategy`` are then None: no matrix
+    over the domain exists) or that of the Kronecker path (``estimate`` is the marginal on U).
+    """
+    eps, delta = check_privacy_params(eps, delta)
+    check_neighbors(neighbors)
+    check_budget(budget)
+    max_records = check_max_records(max_records)
+    noise.check_rng(rng)
+    path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
+    if path == "kron":
+        return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
+                             neighbors=neighbors, max_records=max_records)
+    return _release_residual(data, W, wt, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
+                             max_records=max_records, objective=objective, max_memory=max_memory,
+                             scale_bits=scale_bits)

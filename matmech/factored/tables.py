@@ -1,0 +1,137 @@
+"""Marginal tables of records on attribute subsets, each computed once.
+
+The factored release (issue 14) needs only the marginals of the data on attribute subsets.
+A table on S is an int64 array of shape (nᵢ for i ∈ S), row-major, cell (c_i)_{i∈S} counting
+the records whose codes on S are (c_i). Sources:
+
+* a 2-D integer array of codes (records × attributes), counted with ``numpy.bincount`` on
+  the raveled indices of the attributes of S;
+* an object with ``marginal_counts(subsets) -> {subset: array}`` (a data engine);
+* a mapping ``{subset: array}`` of precomputed tables (e.g. from
+  ``matmech.io.engines.marginal_counts``).
+
+Only the maximal subsets are counted from the source; every smaller one is summed out of the
+smallest counted superset (exact in integers). Every check names the subset, shape or dtype
+that is wrong, never a count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["marginal_tables", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
+
+#: Largest marginal table (cells) built from records.
+MAX_TABLE_CELLS = 1 << 28
+
+
+def maximal_subsets(subsets):
+    """The subsets not contained in another one of ``subsets`` (sorted tuples, in order)."""
+    uniq = sorted({tuple(sorted(s)) for s in subsets}, key=lambda s: (-len(s), s))
+    out = []
+    for s in uniq:
+        ss = set(s)
+        if not any(ss <= set(m) for m in out):
+            out.append(s)
+    return out
+
+
+def check_codes(codes, domain):
+    """``codes`` as a 2-D integer array (records × attributes) within the domain, or raise
+    naming the attribute whose codes are out of range (never a count, a value or a row)."""
+    if hasattr(codes, "to_numpy") and not isinstance(codes, np.ndarray):
+        codes = codes.to_numpy()
+    arr = np.asarray(codes)
+    if arr.ndim != 2:
+        raise ValueError(f"records must be a 2-D array of codes (records × attributes), got {arr.ndim} dimensions")
+    if arr.shape[1] != len(domain):
+        raise ValueError(f"records have {arr.shape[1]} attributes but the domain has {len(domain)}")
+    if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
+        raise TypeError(f"record codes must be integers, got dtype {arr.dtype}")
+    if arr.shape[0]:
+        lo, hi = arr.min(axis=0), arr.max(axis=0)
+        for i, n in enumerate(domain):
+            if lo[i] < 0 or hi[i] >= n:
+                raise ValueError(f"attribute {i} holds a code outside [0, {n - 1}]")
+    return arr
+
+
+def _from_codes(codes, domain, s):
+    shape = tuple(domain[i] for i in s)
+    cells = math.prod(shape)
+    if cells > MAX_TABLE_CELLS:
+        raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
+    if not s:
+        return np.array(codes.shape[0], dtype=np.int64)
+    idx = np.zeros(codes.shape[0], dtype=np.int64)
+    for i in s:  # raveled row-major index, built in place
+        idx *= domain[i]
+        idx += codes[:, i]
+    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+
+
+def _check_table(t, domain, s):
+    arr = np.asarray(t)
+    shape = tuple(domain[i] for i in s)
+    if arr.size == math.prod(shape) and arr.shape != shape:
+        arr = arr.reshape(shape)
+    if arr.shape != shape:
+        raise ValueError(f"the table for attributes {s} has shape {arr.shape}, expected {shape}")
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"the table for attributes {s} must hold integer counts, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+            raise ValueError(f"the table for attributes {s} holds a non-integer or non-finite entry")
+    if np.any(arr < 0):
+        raise ValueError(f"the table for attributes {s} holds a negative entry")
+    return arr.astype(np.int64)
+
+
+def _sum_out(table, sup, s):
+    axes = tuple(k for k, i in enumerate(sup) if i not in s)
+    return table.sum(axis=axes) if axes else table
+
+
+def marginal_tables(data, domain, subsets):
+    """{subset: int64 table} for every subset in ``subsets`` (sorted attribute tuples).
+
+    ``data``: records (2-D integer codes), an object with ``marginal_counts(subsets)``, or a
+    mapping subset → table. The maximal subsets come from ``data``; each other subset is
+    summed out of the smallest maximal superset. Raises before any table is built when the
+    input is malformed.
+    """
+    subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
+    top = maximal_subsets(subsets)
+    if isinstance(data, Mapping):
+        given = {tuple(sorted(int(a) for a in k)): v for k, v in data.items()}
+        base = {}
+        for s in top:
+            if s in given:
+                base[s] = _check_table(given[s], domain, s)
+                continue
+            sup = [k for k in given if set(s) <= set(k)]
+            if not sup:
+                raise ValueError(f"no table given for attributes {s} nor for a superset of them")
+            k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
+            base[s] = _sum_out(_check_table(given[k], domain, k), k, s)
+    elif hasattr(data, "marginal_counts") and callable(data.marginal_counts):
+        got = data.marginal_counts(top)
+        if not isinstance(got, Mapping):
+            raise TypeError(f"marginal_counts must return a dict subset → table, got {type(got).__name__}")
+        return marginal_tables(dict(got), domain, subsets)
+    else:
+        codes = np.asfortranarray(check_codes(data, domain))  # contiguous columns
+        base = {s: _from_codes(codes, domain, s) for s in top}
+    out = {}
+    for s in subsets:
+        if s in out:
+            continue
+        if s in base:
+            out[s] = base[s]
+            continue
+        k = min((m for m in top if set(s) <= set(m)), key=lambda m: math.prod(domain[i] for i in m))
+        out[s] = _sum_out(base[k], k, s)
+    return out
