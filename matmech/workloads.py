@@ -2,6 +2,11 @@
 
 Cells of a multi-attribute domain are ordered row-major (the last attribute varies
 fastest), matching :class:`matmech.linalg.linop.Kron`.
+
+Every builder validates its arguments through :mod:`matmech.validate` before building
+anything: a domain this machine cannot hold (one float64 per cell, and row counts within
+an int64 index) is refused with the estimate in the message, a ragged matrix names its
+ragged row.
 """
 
 from __future__ import annotations
@@ -13,7 +18,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
-from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop, check_size
+from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
+from matmech.validate import MAX_INDEX, SizeError, factors, matrix as _matrix, operator, size, vector
+
+
+def check_size(n, name="n"):
+    """A positive integer domain size this machine can hold (a float64 per cell)."""
+    return size(n, name, what=f"a domain of {name}={n!r} cells (one float64 per cell)")
 
 __all__ = [
     "identity",
@@ -31,7 +42,7 @@ __all__ = [
 
 def identity(n):
     """The n point queries x₀, …, x_{n−1}."""
-    n = check_size(n)
+    n = size(n, "n", bytes_per=24, what=f"identity({n!r}) (its interval bounds and one float64 per cell)")
     cells = np.arange(n)
     return Intervals(n, cells, cells)
 
@@ -44,18 +55,24 @@ def total(n):
 
 def prefix(n):
     """The n prefix sums x₀ + … + x_k."""
-    return Prefix(n)
+    return Prefix(check_size(n))
 
 
 def all_range(n):
-    """All n(n+1)/2 range queries [lo, hi]."""
+    """All n(n+1)/2 range queries [lo, hi] (n up to ~3·10⁹, so that the row count fits an
+    int64 index; memory is checked for one float64 per cell)."""
+    n = check_size(n)
+    if n * (n + 1) // 2 > MAX_INDEX:
+        raise SizeError(f"all_range(n) has n(n+1)/2 rows, more than 2**62 (an int64 index) for n={n}")
     return AllRange(n)
 
 
 def ranges(n, intervals):
     """Range queries from inclusive 0-based ``(lo, hi)`` pairs."""
     n = check_size(n)
-    pairs = np.asarray(intervals)
+    if isinstance(intervals, (str, bytes)) or not hasattr(intervals, "__len__"):
+        raise TypeError(f"intervals must be a sequence of (lo, hi) pairs, got {type(intervals).__name__}: {intervals!r}")
+    pairs = _matrix(intervals, "intervals") if len(intervals) else np.zeros((0, 2))
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
         raise ValueError(f"intervals must be a non-empty sequence of (lo, hi) pairs, got an array of shape {pairs.shape}")
     if not np.issubdtype(pairs.dtype, np.integer):
@@ -71,7 +88,11 @@ def check_domain(domain):
         domain = (domain,)
     if not isinstance(domain, (tuple, list)) or not domain:
         raise TypeError(f"domain must be a non-empty tuple of attribute sizes, got {domain!r}")
-    return tuple(check_size(d, f"domain[{i}]") for i, d in enumerate(domain))
+    sizes = tuple(check_size(d, f"domain[{i}]") for i, d in enumerate(domain))
+    cells = int(np.prod(sizes, dtype=object))
+    if cells > MAX_INDEX:
+        raise SizeError(f"the domain {sizes} has {cells:.4g} cells, more than 2**62 (an int64 index)")
+    return sizes
 
 
 def marginals(domain, k=None, *, attrs=None):
@@ -106,13 +127,24 @@ def marginals(domain, k=None, *, attrs=None):
 
 def kron(*workloads):
     """Kronecker product of per-attribute workloads (e.g. 2-D ranges = kron(all_range, all_range))."""
-    return Kron(*workloads)
+    return operator(Kron(*_operators(workloads, "kron")), "the Kronecker product", per_col=0)
+
+
+def _operators(ops, what):
+    ops = factors(ops, what)
+    rows = 1
+    for op in ops:
+        rows *= int(op.shape[0])
+    if rows > MAX_INDEX:
+        raise SizeError(f"{what} would have {rows:.4g} rows, more than 2**62 (an int64 index)")
+    return ops
 
 
 def stack(*workloads, weights=None):
     """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ)."""
-    if len(workloads) == 1 and isinstance(workloads[0], (list, tuple)):
-        workloads = tuple(workloads[0])
+    workloads = _operators(workloads, "stack")
+    if weights is not None:
+        weights = vector(weights, "weights", length=len(workloads))
     return VStack(workloads, weights=weights)
 
 
@@ -121,8 +153,8 @@ def from_matrix(matrix):
     if isinstance(matrix, LinOp):
         return matrix
     if sp.issparse(matrix):
+        if 0 in matrix.shape or not np.all(np.isfinite(matrix.data)):
+            raise ValueError(f"a workload matrix must have rows and columns and finite entries, got shape {matrix.shape}")
         return Sparse(matrix)
-    a = np.asarray(matrix)
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise TypeError(f"a workload matrix must be numeric, got dtype {a.dtype}")
+    a = _matrix(matrix, "the workload matrix")
     return as_linop(Dense(a))

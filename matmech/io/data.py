@@ -10,6 +10,11 @@ codes 0 … n−1) or as increasing bin ``edges`` e₀ < … < e_n (value v fall
 e_i ≤ v < e_{i+1}; the last bin is closed, as in ``numpy.histogram``). Nothing is clipped or
 dropped: a value outside the domain, a NaN or a non-numeric entry raises an error that says
 what was found and in which row and column.
+
+A declared :class:`~matmech.io.domain.Domain` (raw values: integer ranges, bins, string
+categories, with clip / other / drop / error policies) may be passed instead of sizes: the
+counting is then :func:`matmech.io.engines.histogram` (DataFrames, Arrow tables, CSV /
+Parquet paths and Spark DataFrames are counted inside an engine).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import numbers
 from collections.abc import Mapping
 
 import numpy as np
+
+from matmech.validate import memory, size, vector
 
 __all__ = ["histogram", "cell_index"]
 
@@ -64,11 +71,12 @@ def _check_spec(spec, attr):
     if isinstance(spec, bool):
         raise TypeError(f"attribute {attr}: expected a number of categories or bin edges, got {spec!r}")
     if isinstance(spec, numbers.Integral):
-        if spec <= 0:
-            raise ValueError(f"attribute {attr}: the number of categories must be positive, got {spec}")
-        return "codes", int(spec)
-    edges = np.asarray(spec)
-    if edges.ndim != 1 or edges.size < 2 or not np.issubdtype(edges.dtype, np.number):
+        return "codes", size(spec, f"attribute {attr}: the number of categories")
+    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__"):
+        raise TypeError(f"attribute {attr}: expected a number of categories (int) or at least two numeric bin edges, "
+                        f"got {type(spec).__name__}")
+    edges = vector(spec, f"attribute {attr} bin edges", finite=False)
+    if edges.ndim != 1 or edges.size < 2:
         raise TypeError(
             f"attribute {attr}: expected a number of categories (int) or at least two numeric bin edges, got {spec!r}"
         )
@@ -195,9 +203,19 @@ def histogram(data, bins):
     Cells are row-major, the last attribute fastest (the order of :class:`~matmech.linalg.linop.Kron`).
     Values outside the domain, NaN/None, infinities and non-numeric entries raise
     ValueError/TypeError naming the value, row and column.
+    ``histogram(source, domain)`` with a declared :class:`~matmech.io.domain.Domain`: raw
+    values mapped by the declaration and its policies (see :func:`matmech.io.engines.histogram`;
+    its errors name the column, never a value).
     """
+    from matmech.io.domain import Domain
+
+    if isinstance(bins, Domain):
+        from matmech.io.engines import histogram as engine_histogram
+
+        return engine_histogram(data, bins)
     index, sizes = cell_index(data, bins)
     total = int(np.prod(sizes, dtype=object))
     if total > 2**31:
         raise ValueError(f"the domain {sizes} has {total:,} cells; too many for a dense histogram")
+    memory(total * 8, f"a histogram of {total:,} cells")
     return np.bincount(index, minlength=total).astype(np.int64)

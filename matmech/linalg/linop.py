@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p, factored_sensitivity
+from matmech import validate
 
 __all__ = [
     "LinOp",
@@ -82,12 +83,13 @@ def _rint(m, g):
 
 
 def check_size(n, name="n"):
-    """Return ``n`` as an int if it is a positive integer, else raise naming the value."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {n!r} of type {type(n).__name__}")
-    if n <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {n}")
-    return int(n)
+    """Return ``n`` as an int if it is a positive integer of at most 2**62
+    (:data:`matmech.validate.MAX_INDEX`), else raise naming the value: TypeError for a
+    non-integer (bool, float such as 8.0, str), ValueError (:class:`~matmech.validate.SizeError`
+    above 2**62). No memory estimate here: an operator is implicit, and a factor of a
+    Kronecker product (a product domain) may index far more cells than fit in memory; what
+    materialises a vector checks its own memory (:func:`matmech.validate.memory`)."""
+    return validate.size(n, name, bytes_per=0, limit=None)
 
 
 def _finite(array, what):
@@ -299,7 +301,8 @@ def as_linop(obj):
     if sp.issparse(obj):
         return Sparse(obj)
     if isinstance(obj, np.ndarray) or isinstance(obj, (list, tuple)):
-        return Dense(obj)
+        # a nested list: ragged rows and non-numbers named (validate.matrix); finiteness: Dense
+        return Dense(validate.matrix(obj, "matrix", finite=False))
     raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")
 
 
@@ -634,10 +637,9 @@ class Kron(LinOp):
         if not factors:
             raise ValueError("Kron needs at least one factor")
         self.factors = tuple(as_linop(f) for f in factors)
-        self.shape = (
-            int(np.prod([f.shape[0] for f in self.factors])),
-            int(np.prod([f.shape[1] for f in self.factors])),
-        )
+        # exact Python-int products (np.prod wraps around in int64), within an int64 index
+        self.shape = tuple(check_size(math.prod(int(f.shape[i]) for f in self.factors), f"Kron {what}")
+                           for i, what in enumerate(("rows", "columns")))
 
     def _matmat(self, x):
         return _kron_apply(self.factors, x, transpose=False)
@@ -722,8 +724,9 @@ class VStack(LinOp):
                 raise ValueError(f"expected one attribute subset per block ({len(blocks)}), got {len(subsets)}")
         self.domain, self.subsets = domain, subsets
         self.blocks, self.weights = blocks, weights
+        m = check_size(sum(int(b.shape[0]) for b in blocks), "VStack rows")  # exact, within an int64 index
         self.offsets = np.concatenate([[0], np.cumsum([b.shape[0] for b in blocks])])
-        self.shape = (int(self.offsets[-1]), n)
+        self.shape = (m, n)
 
     def _matmat(self, x):
         return np.vstack([w * b.matmat(x) for w, b in zip(self.weights, self.blocks)])

@@ -15,13 +15,13 @@ Advanced composition (Dwork, Rothblum, Vadhan, FOCS 2010, Thm. 3.3): k adaptivel
 from __future__ import annotations
 
 import math
-import numbers
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
 from matmech.privacy.params import check_delta, check_eps, exact, real
+from matmech.validate import integer
 
 __all__ = [
     "PrivacyBudget",
@@ -64,11 +64,7 @@ class ApproxDP(NamedTuple):
 
 
 def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be an integer >= 1, got {type(k).__name__}: {k!r}")
-    if k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    return int(k)
+    return integer(k, "k", min=1, max=2**53)
 
 
 def _check_slack(delta_slack) -> float:
@@ -126,8 +122,10 @@ class PrivacyBudget:
     # -- shared logic --------------------------------------------------------------------------
 
     def _validate(self, eps, delta) -> tuple[Fraction, Fraction]:
-        check_eps(eps, allow_zero=True)
-        check_delta(delta)
+        e = check_eps(eps, allow_zero=True)
+        d = check_delta(delta)
+        if e == 0 and d == 0:
+            raise ValueError(f"a spend must cost something: eps={eps!r} and delta={delta!r} are both 0")
         return exact(eps), exact(delta)
 
     @staticmethod
@@ -149,7 +147,8 @@ class PrivacyBudget:
         )
 
     def can_spend(self, eps, delta=0.0) -> bool:
-        """Whether (eps, delta) fits in what is left (records nothing)."""
+        """Whether (eps, delta) fits in what is left (records nothing). The amounts are
+        validated as :meth:`spend` validates them: (0, 0), NaN or a negative ε is refused."""
         e, d = self._validate(eps, delta)
         return self._fits(self._spent_exact(), e, d)
 
@@ -199,8 +198,17 @@ def advanced_composition(eps, delta, k, *, delta_slack) -> ApproxDP:
     d = check_delta(delta)
     k = _check_k(k)
     slack = _check_slack(delta_slack)
-    eps_total = e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * math.expm1(e)
-    return ApproxDP(eps_total, k * d + slack)
+    eps_total = _advanced_total(e, k, slack)
+    if not math.isfinite(eps_total):
+        raise ValueError(f"advanced composition of k={k} steps of eps={eps!r} overflows a float (e^eps); use eps <= 700")
+    return ApproxDP(eps_total, min(1.0, k * d + slack))
+
+
+def _advanced_total(e: float, k: int, slack: float) -> float:
+    """ε·sqrt(2k ln(1/δ′)) + kε(e^ε − 1), inf where it overflows."""
+    if e > 700:
+        return math.inf
+    return e * math.sqrt(2.0 * k * -math.log(slack)) + k * e * math.expm1(e)
 
 
 def per_step_eps(eps_total, k, *, delta_slack) -> float:
@@ -212,14 +220,17 @@ def per_step_eps(eps_total, k, *, delta_slack) -> float:
     slack = _check_slack(delta_slack)
 
     def total(e):
-        return e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * math.expm1(e)
+        return _advanced_total(e, k, slack)
 
     lo, hi = 0.0, target
-    while total(hi) <= target:  # possible when 2k ln(1/δ′) < 1
+    while total(hi) <= target:  # possible when 2k ln(1/δ′) < 1 (ends: total is inf past 700)
         lo, hi = hi, 2.0 * hi
     while True:
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
+            if lo == 0:
+                raise ValueError(f"no positive per-step eps composes to eps_total={eps_total!r} over k={k} steps "
+                                 f"with delta_slack={delta_slack!r} (it would be below the smallest float)")
             return lo
         if total(mid) <= target:
             lo = mid

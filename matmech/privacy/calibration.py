@@ -19,9 +19,8 @@ import functools
 import math
 
 import numpy as np
-from scipy import optimize, special
 
-from matmech.privacy.params import check_delta, check_eps, real
+from matmech.privacy.params import check_delta, check_eps, check_noise_delta, check_noise_eps, real
 
 __all__ = [
     "laplace_scale",
@@ -34,6 +33,11 @@ __all__ = [
 
 _SAFETY = 1.0 + 1e-12  # relative margin for float rounding in the safe direction
 
+#: A noise scale (Laplace b or Gaussian σ) must lie in this range so that its variance
+#: (b², σ²) and the lattice of the exact samplers are ordinary floats.
+SCALE_RANGE = (1e-150, 1e150)
+_MAX_WIDEN = 400  # steps of 2 in log space: brackets spanning e^±800
+
 
 # ------------------------------------------------------------------------- validation
 
@@ -42,7 +46,17 @@ def _check_sensitivity(sensitivity) -> float:
     s = real(sensitivity, "sensitivity")
     if not math.isfinite(s) or s < 0:
         raise ValueError(f"sensitivity must be a non-negative finite number, got {sensitivity!r}")
-    return s
+    return s + 0.0  # -0.0 becomes 0.0
+
+
+def _usable_scale(scale: float, what: str) -> float:
+    """``scale`` if it is 0 or within :data:`SCALE_RANGE`, else a ValueError naming it."""
+    if scale != 0 and not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+        raise ValueError(
+            f"{what} = {scale!r} is outside [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}]: its variance "
+            f"would not be a usable float; rescale the workload or the sensitivity"
+        )
+    return scale
 
 
 def _check_rho(rho) -> float:
@@ -64,6 +78,7 @@ def _minimise_over_alpha(f):
     i = int(np.argmin(vals))
     best = float(vals[i])
     lo, hi = u[max(i - 1, 0)], u[min(i + 1, u.size - 1)]
+    from scipy import optimize
     res = optimize.minimize_scalar(
         lambda t: float(f(1.0 + np.exp(np.array([t])))[0]),
         bounds=(lo, hi), method="bounded", options={"xatol": 1e-12},
@@ -81,12 +96,17 @@ def _log_delta(alpha, rho, eps):
 
 def approx_dp_delta(rho, eps) -> float:
     """δ such that ρ-zCDP implies (ε, δ)-DP, by the tight conversion of CKS Cor. 13:
-    δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1) · (1−1/α)^α, capped at 1."""
+    δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1) · (1−1/α)^α, capped at 1 and, for ρ > 0, at
+    least 5e-324 (never rounded down to 0). ε is 0 or in [1e-4, 100]."""
     r = _check_rho(rho)
     e = check_eps(eps, allow_zero=True)
+    if e > 0:
+        e = check_noise_eps(e)
     if r == 0:
         return 0.0
-    return min(1.0, math.exp(_minimise_over_alpha(lambda a: _log_delta(a, r, e))))
+    # a δ below the smallest float is reported as that float: rounding up keeps it a valid bound
+    log_d = _minimise_over_alpha(lambda a: _log_delta(a, r, e))
+    return 1.0 if log_d >= 0 else max(math.exp(log_d), 5e-324)
 
 
 def zcdp_to_approx_dp(rho, delta) -> float:
@@ -96,7 +116,7 @@ def zcdp_to_approx_dp(rho, delta) -> float:
     d = check_delta(delta, positive=True)
     if r == 0:
         return 0.0
-    log_inv_delta = -math.log(d)
+    log_inv_delta = -math.log(d)  # finite for every positive float, subnormals included
 
     def eps_of(a):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -119,10 +139,17 @@ def _rho_for(eps: float, delta: float) -> float:
     # ε ≈ ρ + 2 sqrt(ρ ln(1/δ)) suggests where to start; widen until the root is bracketed
     start = math.log(eps * eps / (4.0 * (math.log(1.0 / delta) + eps)))
     lo, hi = start - 1.0, start + 1.0
-    while g(lo) > 0:
+    for _ in range(_MAX_WIDEN):  # a bounded search: never loops (ε, δ are range-checked)
+        if g(lo) <= 0:
+            break
         lo -= 2.0
-    while g(hi) <= 0:
+    for _ in range(_MAX_WIDEN):
+        if g(hi) > 0:
+            break
         hi += 2.0
+    if not (g(lo) <= 0 < g(hi)):
+        raise ValueError(f"no zCDP rho converts to delta={delta!r} at eps={eps!r} (CKS Cor. 13); use eps in [1e-4, 100]")
+    from scipy import optimize
     root = optimize.brentq(g, lo, hi, xtol=1e-13, rtol=1e-13)
     while g(root) > 0:  # keep the feasible side of the root
         root -= 1e-12 * max(1.0, abs(root))
@@ -135,18 +162,24 @@ def gaussian_sigma(eps, delta, sensitivity) -> float:
     Through zCDP: the (multivariate) discrete Gaussian is ρ-zCDP with ρ = Δ₂²/(2σ²) (CKS
     2020), and ρ-zCDP gives (ε, δ)-DP by CKS Cor. 13; we return the smallest σ (up to a
     1e-12 relative safety margin) whose ρ converts to δ' <= δ at ε.
+
+    Valid range: ε in [1e-4, 100] and δ in [1e-100, 1) (:mod:`matmech.privacy.params`);
+    outside it the conversion has no finite bracket (for ε ≳ 1.3e154 it used to loop) and
+    a ValueError names the value.
     """
-    e = check_eps(eps)
+    e = check_noise_eps(eps)
     d = check_delta(delta, positive=True)
+    d = check_noise_delta(d)
     s = _check_sensitivity(sensitivity)
     if s == 0:
         return 0.0
-    return s / math.sqrt(2.0 * _rho_for(e, d)) * _SAFETY
+    return _usable_scale(s / math.sqrt(2.0 * _rho_for(e, d)) * _SAFETY, f"sigma for sensitivity {s!r}")
 
 
 def _balle_wang_log_delta(sigma: float, eps: float) -> float:
     """log δ of the continuous Gaussian with sensitivity 1 (Balle & Wang 2018, Thm. 8):
     δ = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)."""
+    from scipy import special
     lx = special.log_ndtr(0.5 / sigma - eps * sigma)
     ly = special.log_ndtr(-0.5 / sigma - eps * sigma)
     inner = -math.expm1(eps + ly - lx)
@@ -161,10 +194,17 @@ def _analytic_sigma_unit(eps: float, delta: float) -> float:
         return _balle_wang_log_delta(math.exp(log_sigma), eps) - target  # decreasing in σ
 
     lo, hi = -1.0, 1.0
-    while g(lo) < 0:
+    for _ in range(_MAX_WIDEN):
+        if g(lo) >= 0:
+            break
         lo -= 2.0
-    while g(hi) > 0:
+    for _ in range(_MAX_WIDEN):
+        if g(hi) <= 0:
+            break
         hi += 2.0
+    if not (g(lo) >= 0 >= g(hi)):
+        raise ValueError(f"no sigma attains delta={delta!r} at eps={eps!r} (Balle-Wang Thm. 8); use eps in [1e-4, 100]")
+    from scipy import optimize
     root = optimize.brentq(g, lo, hi, xtol=1e-14, rtol=1e-14)
     while g(root) > 0:
         root += 1e-13 * max(1.0, abs(root))
@@ -178,22 +218,24 @@ def analytic_gaussian_sigma(eps, delta, sensitivity) -> float:
     This is the figure for *continuous* Gaussian noise, for comparison only: the library
     samples the discrete Gaussian and calibrates it with :func:`gaussian_sigma`.
     """
-    e = check_eps(eps)
+    e = check_noise_eps(eps)
     d = check_delta(delta, positive=True)
+    d = check_noise_delta(d)
     s = _check_sensitivity(sensitivity)
     if s == 0:
         return 0.0
-    return s * _analytic_sigma_unit(e, d) * _SAFETY
+    return _usable_scale(s * _analytic_sigma_unit(e, d) * _SAFETY, f"sigma for sensitivity {s!r}")
 
 
 # ------------------------------------------------------------------------- Laplace
 
 
 def laplace_scale(eps, sensitivity) -> float:
-    """Laplace scale b = Δ₁/ε for ε-DP with L1 sensitivity Δ₁."""
-    e = check_eps(eps)
+    """Laplace scale b = Δ₁/ε for ε-DP with L1 sensitivity Δ₁ (ε in [1e-4, 100]; a scale
+    that would underflow or overflow is a ValueError, never 0.0 or inf)."""
+    e = check_noise_eps(eps)
     s = _check_sensitivity(sensitivity)
-    return s / e
+    return _usable_scale(s / e, f"the Laplace scale sensitivity/eps = {s!r}/{e!r}")
 
 
 def noise_variance(eps, delta=0.0, *, sensitivity) -> float:
@@ -204,9 +246,9 @@ def noise_variance(eps, delta=0.0, *, sensitivity) -> float:
     (``sensitivity`` is L2). The continuous figures are used; the discrete samplers on a
     fine grid differ by at most grid²/6 per measurement.
     """
-    e = check_eps(eps)
-    d = check_delta(delta)
+    e = check_noise_eps(eps)
+    d = check_noise_delta(delta)
     s = _check_sensitivity(sensitivity)
     if d == 0:
-        return 2.0 * (s / e) ** 2
+        return 2.0 * laplace_scale(e, s) ** 2
     return gaussian_sigma(e, d, s) ** 2

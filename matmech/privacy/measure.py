@@ -43,6 +43,7 @@ from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
+from matmech.validate import linear, operator, rectangular
 
 __all__ = [
     "Measurement",
@@ -121,7 +122,7 @@ def check_counts(x, n=None, *, name="x"):
     """
     if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray):
         x = x.to_numpy()
-    arr = np.asarray(x)
+    arr = np.asarray(rectangular(x, name))  # a ragged list: ValueError naming its row, not numpy's
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must be a numeric vector of counts, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.complexfloating):
@@ -303,7 +304,8 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     Raises for bad privacy parameters, noise the exact samplers cannot produce, or a
     ``max_records`` for which A x cannot be exact, without touching any data or budget.
     """
-    A = as_linop(A)
+    A = as_linop(linear(A, "the strategy A"))
+    operator(A, "the strategy", per_row=32, per_col=32, what=f"measuring a strategy of {A.shape[0]:,} rows x {A.shape[1]:,} cells (y, noise: 32 bytes a row)")
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)

@@ -2,8 +2,22 @@
 
 Every public entry point validates its privacy parameters here, so one rule holds
 everywhere: a parameter is a real number (``bool``, ``str`` and ``bytes`` are refused with
-TypeError, never converted), ε is positive and finite, δ is in [0, 1), and the neighbouring
-relation is one of :data:`NEIGHBORS`.
+TypeError, never converted; the generic checks live in :mod:`matmech.validate`), ε is
+positive and finite, δ is in [0, 1), and the neighbouring relation is one of
+:data:`NEIGHBORS`.
+
+Noise needs more than that: a mechanism (release, measure, selection) and every error
+figure (error, advise, compare, optimize) accept ε in [:data:`EPS_MIN`, :data:`EPS_MAX`] =
+[1e-4, 100] and δ = 0 or δ in [:data:`DELTA_MIN`, 1) = [1e-100, 1)
+(:func:`check_privacy_params`). Outside that range the noise is not a usable float: the
+exact samplers put noise of scale Δ/ε on a lattice no coarser than Δ, and above ε ≈ 700 the
+variance of that discrete noise, about 2e^(−ε), underflows to 0 (least squares then divides
+by it); Laplace Δ/ε underflows to 0 for ε ≈ 1e300, and the zCDP conversion of
+Canonne-Kamath-Steinke 2020, Cor. 13, has no finite bracket for ε ≳ 1.3e154. 100 leaves a
+wide margin below 700 and is far beyond any meaningful guarantee (e^100 ≈ 2.7e43); below
+ε = 1e-4 the noise scale exceeds 10⁴·Δ, the exact samplers refuse most strategies and the
+measurement of an optimised L2 strategy loses rank on its rounding lattice. Accounting alone
+(:class:`~matmech.privacy.budget.PrivacyBudget`) accepts any positive finite ε.
 
 Exact arithmetic convention: a float parameter means the number its shortest repr shows
 (0.1 is 1/10) for accounting (:func:`exact`, as the budget reads it), and the binary value it
@@ -17,15 +31,20 @@ import math
 import numbers
 from fractions import Fraction
 
-import numpy as np
+from matmech.validate import positive_real, real
 
 __all__ = [
     "NEIGHBORS",
+    "EPS_MIN",
+    "EPS_MAX",
+    "DELTA_MIN",
     "real",
     "positive_real",
     "check_eps",
     "check_delta",
     "check_privacy_params",
+    "check_noise_eps",
+    "check_noise_delta",
     "check_neighbors",
     "neighbor_factor",
     "exact",
@@ -36,20 +55,11 @@ __all__ = [
 #: record changes one cell by 1; substituting one record changes two cells by 1.
 NEIGHBORS = {"add_remove": 1.0, "substitute": 2.0}
 
-
-def real(x, name: str) -> float:
-    """``x`` as a float; TypeError for anything that is not a real number (bool included)."""
-    if isinstance(x, (bool, np.bool_, str, bytes)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__}: {x!r}")
-    return float(x)
-
-
-def positive_real(x, name: str) -> float:
-    """A positive finite real number, or a ValueError/TypeError naming ``name``."""
-    v = real(x, name)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
-    return v
+#: The ε a mechanism or an error figure accepts (see the module docstring).
+EPS_MIN = 1e-4
+EPS_MAX = 100.0
+#: The smallest positive δ a mechanism or an error figure accepts (δ = 0 is pure ε-DP).
+DELTA_MIN = 1e-100
 
 
 def check_eps(eps, *, name: str = "eps", allow_zero: bool = False) -> float:
@@ -71,12 +81,32 @@ def check_delta(delta, *, name: str = "delta", positive: bool = False) -> float:
     return d
 
 
+def check_noise_eps(eps, *, name: str = "eps") -> float:
+    """ε for noise: a positive number in [EPS_MIN, EPS_MAX] = [1e-4, 100]."""
+    e = check_eps(eps, name=name)
+    if not EPS_MIN <= e <= EPS_MAX:
+        raise ValueError(
+            f"{name}={eps!r} is too {'small' if e < EPS_MIN else 'large'}: {name} must be in [{EPS_MIN:g}, {EPS_MAX:g}] "
+            f"for a mechanism or an error figure (outside it the noise is not a usable float)"
+        )
+    return e
+
+
+def check_noise_delta(delta, *, name: str = "delta") -> float:
+    """δ for noise: 0 (pure ε-DP) or in [DELTA_MIN, 1) = [1e-100, 1)."""
+    d = check_delta(delta, name=name)
+    if 0 < d < DELTA_MIN:
+        raise ValueError(f"{name} must be 0 or in [{DELTA_MIN:g}, 1) for a mechanism or an error figure, got {delta!r}")
+    return d
+
+
 def check_privacy_params(eps, delta):
-    """(ε, δ) as floats: ε > 0 finite, δ in [0, 1); strings and booleans are refused."""
+    """(ε, δ) as floats for a mechanism or an error figure: ε in [1e-4, 100], δ = 0 or in
+    [1e-100, 1); strings, booleans and NaN are refused, naming the value."""
     for name, v in (("eps", eps), ("delta", delta)):
-        if isinstance(v, (str, bytes, bool, np.bool_)) or not isinstance(v, numbers.Real):
+        if isinstance(v, (str, bytes, bool)) or type(v).__name__ == "bool_" or not isinstance(v, numbers.Real):
             raise TypeError(f"eps and delta must be real numbers, got {name}={v!r} ({type(v).__name__})")
-    return check_eps(eps), check_delta(delta)
+    return check_noise_eps(eps), check_noise_delta(delta)
 
 
 def check_neighbors(neighbors) -> str:

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 import math
 
-from matmech.svt.checks import Ratio, check_beta, check_c, check_int, check_ratio, check_real, check_sensitivity
+from matmech.svt.checks import (
+    Ratio,
+    check_beta,
+    check_c,
+    check_flag,
+    check_int,
+    check_ratio,
+    check_real,
+    check_sensitivity,
+)
 from matmech.svt.calibration import split_eps
 
 __all__ = ["above_threshold_alpha", "sparse_alpha", "exponential_alpha"]
@@ -24,6 +33,21 @@ __all__ = ["above_threshold_alpha", "sparse_alpha", "exponential_alpha"]
 
 def _check_k(k) -> int:
     return check_int("k", k, what="the number of queries")
+
+
+def _log_inv(beta: float, num: float = 2.0) -> float:
+    """ln(num / beta) without forming num / beta, which overflows for a subnormal beta
+    (ln(2 / 5e-324) = 745.1 is finite)."""
+    return math.log(num) - math.log(beta)
+
+
+def _finite_alpha(alpha: float, eps: float, sensitivity: float) -> float:
+    """``alpha`` if it is a finite float; otherwise the (finite, but huge) alpha does not fit
+    in a float: refuse, naming eps and the sensitivity that caused it."""
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha overflows a float for eps={eps!r} with sensitivity={sensitivity!r} "
+                         f"(it grows as sensitivity / eps); use a larger eps")
+    return alpha
 
 
 def above_threshold_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:
@@ -39,7 +63,7 @@ def above_threshold_alpha(beta: float, *, k: int, eps: float, sensitivity: float
     k = _check_k(k)
     eps = check_real("eps", eps)
     d = check_sensitivity(sensitivity)
-    return 8.0 * d * (math.log(k) + math.log(2.0 / beta)) / eps
+    return _finite_alpha(8.0 * d * (math.log(k) + _log_inv(beta)) / eps, eps, d)
 
 
 def sparse_alpha(
@@ -75,10 +99,14 @@ def sparse_alpha(
     eps = check_real("eps", eps)
     d = check_sensitivity(sensitivity)
     ratio = check_ratio(ratio)
+    monotonic = check_flag("monotonic", monotonic)
     e1, e2 = split_eps(eps, ratio, c, monotonic)
-    b1 = d / e1
+    if not (e1 > 0 and e2 > 0):  # eps so small that a share of it underflows to 0
+        raise ValueError(f"eps={eps!r} is too small to split into threshold and query shares "
+                         f"(eps1={e1!r}, eps2={e2!r}); use a larger eps")
+    b1 = d / e1  # Python floats: an overflow is inf (refused below), never an exception
     b2 = (1.0 if monotonic else 2.0) * c * d / e2
-    return 2.0 * max(b1 * math.log(2.0 / beta), b2 * (math.log(k) + math.log(2.0 / beta)))
+    return _finite_alpha(2.0 * max(b1 * _log_inv(beta), b2 * (math.log(k) + _log_inv(beta))), eps, d)
 
 
 def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:
@@ -95,4 +123,4 @@ def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1
         raise ValueError(f"k must be >= 2 for a selection to be wrong, got {k!r}")
     eps = check_real("eps", eps)
     d = check_sensitivity(sensitivity)
-    return d * (math.log(k - 1) + math.log((1.0 - beta) / beta)) / eps
+    return _finite_alpha(d * (math.log(k - 1) + math.log1p(-beta) - math.log(beta)) / eps, eps, d)

@@ -3,7 +3,10 @@
 Every check runs before any randomness is drawn or any budget is spent, and a
 failure names the argument, the value received and what was expected.  Private
 data never appears in a message: for ``values`` only the kind of defect is
-reported, not where it is.
+reported, not where it is.  Numbers and sizes go through :mod:`matmech.validate`
+(the one rule at the public boundary: an int too large for a float, such as
+10**400, is a ValueError naming it, never an OverflowError; a ragged nested list
+is a ValueError naming its first ragged row).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import numbers
 from typing import Optional, Union
 
 import numpy as np
+
+from matmech.validate import MAX_INDEX, integer, real, rectangular
 
 __all__ = [
     "Ratio",
@@ -33,9 +38,7 @@ Ratio = Union[str, float]
 
 def check_real(name: str, x, *, positive: bool = True, allow_zero: bool = False) -> float:
     """``x`` as a finite float; ``positive`` demands x > 0 (x >= 0 with ``allow_zero``)."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {x!r} ({type(x).__name__})")
-    v = float(x)
+    v = real(x, name)
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {x!r}")
     if positive and (v < 0 or (v == 0 and not allow_zero)):
@@ -45,12 +48,10 @@ def check_real(name: str, x, *, positive: bool = True, allow_zero: bool = False)
 
 
 def check_int(name: str, x, *, what: str, minimum: int = 1) -> int:
-    """``x`` as a Python int >= ``minimum``; bools and non-integers are refused."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} ({what}) must be an integer >= {minimum}, got {x!r}")
-    if int(x) < minimum:
-        raise ValueError(f"{name} ({what}) must be >= {minimum}, got {x!r}")
-    return int(x)
+    """``x`` as a Python int in [``minimum``, 2**62]; bools and non-integers are refused
+    (2**62 = :data:`matmech.validate.MAX_INDEX`: no count of queries or positives is larger,
+    and every derived figure stays a finite float)."""
+    return integer(x, f"{name} ({what})", min=minimum, max=MAX_INDEX)
 
 
 def check_c(c) -> int:
@@ -84,7 +85,13 @@ def check_sensitivity(sensitivity) -> float:
 
 def check_values(values, name: str = "values") -> np.ndarray:
     """A 1-D array of finite reals (integer dtypes are kept as they are)."""
-    arr = np.asarray(values)
+    if isinstance(values, (str, bytes)) or values is None:
+        raise TypeError(f"{name} must be a 1-D sequence of numbers, got {type(values).__name__}")
+    rectangular(values, name)  # a ragged nested list: ValueError naming the row (lengths only, no values)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got one numpy cannot read as an array") from None
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sequence of numbers, got an array of shape {arr.shape}")
     if arr.dtype.kind not in "biuf":
@@ -97,7 +104,18 @@ def check_values(values, name: str = "values") -> np.ndarray:
 
 def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
     """A finite scalar, or (when ``n`` is given) one finite threshold per value."""
-    t = np.asarray(threshold)
+    if isinstance(threshold, (str, bytes, bool, np.bool_)) or threshold is None:
+        raise TypeError(f"threshold must be a real number or a sequence of them, got {type(threshold).__name__}: "
+                        f"{threshold!r}")
+    if isinstance(threshold, numbers.Integral) and not isinstance(threshold, np.generic) \
+            and not -(2**63) <= threshold < 2**63:
+        threshold = real(threshold, "threshold")  # beyond int64: a float, or ValueError past 1.8e308
+    rectangular(threshold, "threshold")
+    try:
+        t = np.asarray(threshold)
+    except (ValueError, OverflowError):
+        raise ValueError("threshold must be a real number or a 1-D sequence of them, got one numpy cannot read "
+                         "as an array") from None
     if t.dtype.kind not in "biuf":
         raise TypeError(f"threshold must be a real number or a sequence of them, got dtype {t.dtype}")
     if t.ndim > 1 or (t.ndim == 1 and n is None):

@@ -69,6 +69,8 @@ def exponential_top_c(
     sensitivity = check_sensitivity(sensitivity)
     monotonic = check_flag("monotonic", monotonic)
     n = arr.shape[0]
+    if n == 0:
+        raise ValueError("values must hold at least one candidate, got an empty sequence")
     if c > n:
         raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
     scale = eps / ((1.0 if monotonic else 2.0) * c * sensitivity)

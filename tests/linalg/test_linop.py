@@ -151,3 +151,36 @@ def test_dense_size_guard_and_shape_errors():
     with pytest.raises(ValueError, match="p must be 1 or 2"):
         wl.prefix(3).col_norms(3)
     assert isinstance(as_linop(np.eye(2)), LinOp)
+
+
+def test_sizes_follow_the_validation_layer_up_to_an_int64_index():
+    """check_size = matmech.validate.size without a memory estimate: positive ints up to
+    2**62 (a Kronecker factor or product domain may be far larger than memory), refusing
+    bools, floats such as 8.0 and sizes beyond 2**62 naming the value."""
+    from matmech.linalg.linop import check_size
+    from matmech.validate import SizeError
+
+    assert check_size(np.int64(8)) == 8 and type(check_size(np.int64(8))) is int
+    assert Identity(2**62).shape == (2**62, 2**62) and Ones(1, 2**62).shape == (1, 2**62)
+    for bad, err in [(True, TypeError), (8.0, TypeError), ("8", TypeError), (0, ValueError), (-3, ValueError)]:
+        with pytest.raises(err, match=f"n must be a positive integer, got .*{bad!s}"):
+            Identity(bad)
+    with pytest.raises(SizeError, match="n must be at most 2\\*\\*62 .*got 9223372036854775808"):
+        Identity(2**63)
+    # products and stacks: exact Python-int sizes (np.prod would wrap around to a negative int64)
+    assert Kron([Identity(2**31), Identity(2**31)]).shape == (2**62, 2**62)
+    with pytest.raises(SizeError, match="Kron rows must be at most 2\\*\\*62 .*got 9223372036854775808"):
+        Kron([Identity(2**31), Identity(2**32)])
+    with pytest.raises(SizeError, match="VStack rows must be at most 2\\*\\*62"):
+        VStack([Identity(2**61)] * 3)
+
+
+def test_as_linop_names_ragged_rows_and_non_numbers():
+    with pytest.raises(ValueError, match="matrix is ragged: row 1 has 1 entries, row 0 has 2"):
+        as_linop([[1.0, 2.0], [1.0]])
+    with pytest.raises(ValueError, match=r"matrix must be a 2-D array with at least one row .* shape \(0,\)"):
+        as_linop([])
+    with pytest.raises(TypeError, match="matrix must be numeric"):
+        as_linop([["1", "2"]])
+    a = as_linop([[1, 2], [3, 4]])
+    assert a.matrix.dtype == np.float64 and np.array_equal(a.dense(), [[1.0, 2.0], [3.0, 4.0]])

@@ -353,6 +353,63 @@ def test_sparse_alpha_is_the_slides_formula():
                         svt.above_threshold_alpha(0.1, k=50, eps=1.0))
 
 
+def test_alpha_at_a_subnormal_beta_is_the_finite_closed_form():
+    """beta = 5e-324: 2/beta overflows to inf, but ln(2/beta) = ln 2 - ln beta = 745.13 is
+    finite; checked against the same logarithm computed exactly with Fraction/Decimal."""
+    from decimal import Decimal, getcontext
+    from fractions import Fraction
+
+    getcontext().prec = 40
+    beta = 5e-324
+    ln_inv = float((Decimal(2) / Decimal(Fraction(beta).numerator) * Decimal(Fraction(beta).denominator)).ln())
+    assert math.isclose(svt.above_threshold_alpha(beta, k=10, eps=1.0), 8 * (math.log(10) + ln_inv), rel_tol=1e-12)
+    assert math.isclose(svt.sparse_alpha(beta, k=10, c=7, eps=0.3, monotonic=True, ratio=1.0),
+                        4 * 7 * (math.log(10) + ln_inv) / 0.3, rel_tol=1e-12)
+    ln_odds = float((Decimal(1) - Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln()) \
+        - float((Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln())
+    assert math.isclose(svt.exponential_alpha(beta, k=10, eps=1.0), math.log(9) + ln_odds, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("fn, kw", [(svt.above_threshold_alpha, {}), (svt.sparse_alpha, {"c": 2}),
+                                    (svt.exponential_alpha, {})])
+def test_alpha_refuses_an_eps_whose_alpha_overflows(fn, kw):
+    """eps = 5e-324 makes alpha (finite in the reals) too large for a float: a ValueError
+    naming eps, never inf or ZeroDivisionError; an eps no float can hold names it too."""
+    with pytest.raises(ValueError, match="eps=5e-324"):
+        fn(0.05, k=10, eps=5e-324, **kw)
+    with pytest.raises(ValueError, match="eps must be a real number a float can hold"):
+        fn(0.05, k=10, eps=10**400, **kw)
+    assert math.isfinite(fn(0.05, k=10, eps=1e-300, **kw))  # huge, but a float
+
+
+def test_checks_refuse_huge_ints_and_ragged_lists_naming_them():
+    """10**400 (no float holds it) is a ValueError naming the argument, not OverflowError;
+    a ragged nested list names its row, never numpy's 'inhomogeneous shape'."""
+    for kw, name in [(dict(c=10**400), "c"), (dict(eps=10**400), "eps"), (dict(sensitivity=10**400), "sensitivity")]:
+        with pytest.raises(ValueError, match=name):
+            svt.svt_budget(**{"c": 1, "eps": 1.0, **kw})
+    with pytest.raises(ValueError, match=r"c \(the number of positives to report\) must be an integer >= 1 and <= "):
+        svt.optimal_ratio(2**63)
+    with pytest.raises(ValueError, match="values is ragged: row 1 has 1 entries, row 0 has 2"):
+        svt.sparse_vector([[1.0, 2.0], [1.0]], 0.0, c=1, eps=1.0)
+    with pytest.raises(ValueError, match="threshold is ragged: row 1"):
+        svt.sparse_vector([1.0, 2.0], [[1.0, 2.0], [1.0]], c=1, eps=1.0)
+    with pytest.raises(ValueError, match="threshold must be a real number a float can hold"):
+        svt.sparse_vector([1.0, 2.0], 10**400, c=1, eps=1.0)
+    with pytest.raises(TypeError, match="threshold must be a real number"):
+        svt.sparse_vector([1.0, 2.0], True, c=1, eps=1.0)
+    sv = svt.SparseVector(10.0, c=1, eps=1.0, rng=gen(0))
+    with pytest.raises(ValueError, match="value must be a real number a float can hold"):
+        sv.test(10**400)
+    with pytest.raises(ValueError, match="boost"):
+        svt.sparse_vector_retraversal([1.0], 0.0, c=1, eps=1.0, boost=10**400)
+    with pytest.raises(ValueError, match="values must hold at least one candidate"):
+        svt.exponential_top_c([], 1, 1.0)
+    # an int threshold beyond int64 but within a float is a float threshold (then range-checked)
+    with pytest.raises(ValueError, match="threshold"):
+        svt.sparse_vector([1.0, 2.0], 2**70, c=1, eps=1.0)
+
+
 def _union_bound_failure(alpha, b_threshold, b_query, k, n, rng):
     """MC of P[|rho| >= alpha/2 or max_i |nu_i| >= alpha/2] with the exact grid noise."""
     g = noise.grid_for(b_threshold)
@@ -497,7 +554,7 @@ SV_BAD = [
     (dict(ratio=-2.0), ValueError, "ratio"),
     (dict(ratio=float("nan")), ValueError, "ratio"),
     (dict(values=[1e300, 0.0]), ValueError, "too large"),
-    (dict(eps=1e-300), ValueError, "too large"),
+    (dict(eps=1e-300), ValueError, "too (large|small)"),
     (dict(rng="seed"), TypeError, "rng"),
     (dict(rng=42), TypeError, "rng"),
     (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
