@@ -7,7 +7,9 @@ Gaussian σ² of :func:`matmech.privacy.calibration.gaussian_sigma` with Δ₂. 
 variance in squared counts, except ``measure="rmse"`` which is in counts.
 
 The pseudo-inverse is kept structured (block-spectral for identity, uniform hierarchies and
-Haar; Kronecker for products), and traces/diagonals against interval workloads use their
+Haar on 2^k cells; the nested-partition covariance of
+:class:`~matmech.linalg.spectral.NestedCovariance` for hierarchies and Haar on any n;
+Kronecker for products), and traces/diagonals against interval workloads use their
 closed forms, so that n = 65536 cells costs O(n·levels) rather than dense n×n algebra.
 
 Unions of marginals on marginal-lattice strategies (MarginalStrategy, ResidualStrategy or a
@@ -31,7 +33,7 @@ from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor
 from matmech.linalg.intervals import Intervals, _prefix_apply
 from matmech.linalg.linop import Identity, Kron, Scaled, VStack, as_linop
-from matmech.linalg.spectral import BlockSpectral
+from matmech.linalg.spectral import BlockSpectral, NestedCovariance
 from matmech.linalg.structured import (
     MAX_DENSE_N,
     MAX_LATTICE_ATTRIBUTES,
@@ -42,6 +44,7 @@ from matmech.linalg.structured import (
     split_diagonal,
     woodbury_factor,
 )
+from matmech.validate import linear
 
 __all__ = [
     "sensitivity",
@@ -57,6 +60,10 @@ __all__ = [
 
 #: Largest number of per-query variances returned as a vector.
 MAX_VARIANCE_ROWS = 50_000_000
+#: Above this many cells, the largest per-query variance of a rank-deficient interval workload
+#: used as its own strategy (a dense n×n pseudo-inverse) is left out of :func:`error_figures`
+#: (None) unless ``measure="max"`` is asked for alone.
+MAX_SELF_MAX_N = 512
 MEASURES = ("total", "rmse", "max")
 
 
@@ -66,7 +73,7 @@ def sensitivity(A, p=1, neighbors="add_remove"):
     Under add/remove neighbours one record changes one cell of x by 1; under substitution
     two cells change (the slides' "histogram sensitivity 2"), which at most doubles it.
     """
-    return _neighbor_factor(neighbors) * as_linop(A).sensitivity(p)
+    return _neighbor_factor(neighbors) * as_linop(linear(A, "A")).sensitivity(p)
 
 
 def _unit_variance(A, eps, delta, neighbors):
@@ -112,7 +119,11 @@ def _trace(W, M):
     if isinstance(W, Intervals):
         if isinstance(M, BlockSpectral):
             return M.trace_against(W.block_energy)
+        if isinstance(M, NestedCovariance):
+            return M.interval_trace(W)
         return W.prefix_quadratic_sum(_prefix_cov(M, W.n))
+    if isinstance(M, NestedCovariance) and isinstance(W, Identity):
+        return float(M.diagonal().sum())
     g = W.gram().dense(max_entries=MAX_DENSE_N**2)
     return float((g * _as_dense(M)).sum())
 
@@ -142,6 +153,8 @@ def _diag(W, M):
             return (hi - lo + 1).astype(np.float64)
         if isinstance(M, BlockSpectral):
             return sum(c * W.block_overlaps(s) / s for c, s in zip(M.level_weights(), M.sizes))
+        if isinstance(M, NestedCovariance):
+            return M.interval_diagonal(W)
         return W.prefix_quadratic(_prefix_cov(M, W.n))
     md = None if isinstance(M, Identity) else _as_dense(M)
     out = np.empty(W.shape[0])
@@ -190,7 +203,7 @@ def _rowspace_residual(W, A, nul):
 
 
 def _check_pair(W, A):
-    W, A = as_linop(W), as_linop(A)
+    W, A = as_linop(linear(W, "W")), as_linop(linear(A, "A"))  # named refusals (matmech.validate)
     if W.shape[1] != A.shape[1]:
         raise ValueError(
             f"shape mismatch: the workload has {W.shape[1]} columns (cells) but the strategy has {A.shape[1]} "
@@ -297,14 +310,19 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
     unit = _unit_variance(A, eps, delta, neighbors)
     out, M = {}, None
     if A is W and isinstance(W, Intervals):
-        # A = W (Li et al. 2010's extreme strategy): trace(G G⁺) = rank W; a square
-        # invertible W answers every query with exactly the unit variance.
-        total = unit * W.rank()
-        if W.shape[0] == W.shape[1] == W.rank():
+        # A = W (Li et al. 2010's extreme strategy): trace(G G⁺) = rank W; with linearly
+        # independent rows W W⁺ = I, so every query has exactly the unit variance.
+        rank = W.rank()
+        total = unit * rank
+        if W.shape[0] == rank:
             out["max"] = unit
+        elif measures != ("max",) and W.shape[1] > MAX_SELF_MAX_N:
+            out["max"] = None  # the leverage scores need a dense n×n inverse: only when asked alone
     elif (lattice := _lattice_pair(W, A)) is not None:
         total = unit * sum(w2 * tr for w2, _, tr in lattice)
         out["max"] = unit * max(w2 * tr / rows for w2, rows, tr in lattice)
+    elif (tr := getattr(A, "factored_trace", lambda W: None)(W)) is not None:
+        total = unit * tr  # e.g. GeneralMarginalStrategy: exact, from its factors
     else:
         M = _covariance(W, A)
         total = unit * _trace(W, M)
@@ -420,7 +438,7 @@ def lower_bound(W, eps=1.0, delta=0.0, measure="total", *, neighbors="add_remove
     be below the average); ``"rmse"`` sqrt(total/m).
     """
     _check_measure(measure)
-    W = as_linop(W)
+    W = as_linop(linear(W, "W"))
     eps, delta = check_privacy_params(eps, delta)
     unit = noise_variance(eps, delta, sensitivity=_neighbor_factor(neighbors))
     total = unit * _singular_value_sum(W) ** 2 / W.shape[1]

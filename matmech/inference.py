@@ -14,8 +14,8 @@ reduces to x̂ = A⁺ ȳ, for which structure gives fast exact paths:
   children's subtree estimates by inverse variance, a top-down pass splits the parent's
   final estimate among the children in proportion to their subtree variances). Works for
   any tree, balanced or not;
-* Haar with n a power of two: A is square with A Aᵀ diagonal, so x̂ = A⁻¹ y, computed by
-  splitting block sums top-down in O(n) (Xiao, Wang, Gehrke, ICDE 2010);
+* Haar (any n): A is square and invertible, so x̂ = A⁻¹ y, computed by splitting block
+  sums top-down in O(n) (Xiao, Wang, Gehrke, ICDE 2010);
 * Kronecker products: x̂ = (⊗ Aᵢ⁺) y, one attribute at a time, each with its own path;
 * a strategy made of single-entry rows (a positive diagonal of AᵀA) plus r ≤ n/4 other
   rows, as HDMM's p-Identity strategies [I; Θ]D (McKenna et al., VLDB 2018): the
@@ -39,7 +39,6 @@ import weakref
 
 import numpy as np
 import scipy.linalg as sla
-from scipy.sparse.linalg import aslinearoperator, lsmr
 
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
@@ -108,8 +107,8 @@ def _same(A, B):
         return True
     if type(A) is not type(B) or A.shape != B.shape:
         return False
-    if isinstance(A, Identity):
-        return True
+    if isinstance(A, (Identity, Haar)):
+        return True  # same type and shape: the same matrix
     if isinstance(A, Intervals) and type(A) is type(B):
         la, ha = A.bounds()
         lb, hb = B.bounds()
@@ -172,8 +171,8 @@ def _pinv_apply(A, Y, tol=LSMR_TOL, maxiter=None):
         plan = tree_plan(A)
         if plan is not None:
             return _tree_solve(plan, Y)
-    if isinstance(A, Haar) and A.power_of_two:
-        return _haar_solve(A.n, Y)
+    if isinstance(A, Haar):
+        return _haar_solve(A, Y)
     if isinstance(A, Kron):
         return _kron_solve(A, Y, tol, maxiter)
     if isinstance(A, Dense) and A.shape[0] == A.shape[1]:
@@ -330,18 +329,22 @@ def _tree_solve(plan, Y, node_var=None):
 # -- Haar: split block sums top-down --------------------------------------------------------------
 
 
-def _haar_solve(n, Y):
-    """A⁻¹Y for the unnormalised Haar matrix of a power-of-two n (rows: total, then details
-    with supports n, n/2, …, 2, each +1 on its left half and −1 on its right half)."""
+def _haar_solve(A, Y):
+    """A⁻¹Y for the Haar matrix (:class:`matmech.strategies.Haar`, any n): the total, then per
+    dyadic level the block sums split top-down, left = (sum + detail)/2, right = (sum − detail)/2;
+    a block without a right half passes its sum to its left half. O(n) after the levels."""
+    n, k = A.n, Y.shape[1]
     sums = Y[0:1]
-    r, s = 1, n
-    while s > 1:
-        k = n // s
-        d = Y[r : r + k]
-        nxt = np.empty((2 * k, Y.shape[1]))
-        nxt[0::2] = (sums + d) / 2.0
-        nxt[1::2] = (sums - d) / 2.0
-        sums, r, s = nxt, r + k, s // 2
+    r = 1
+    for s, kept in A.levels:
+        blocks = -(-n // (s // 2))  # blocks of size s/2 below
+        nxt = np.empty((blocks, k))
+        d = Y[r : r + kept]
+        nxt[0 : 2 * kept : 2] = (sums[:kept] + d) / 2.0
+        nxt[1 : 2 * kept : 2] = (sums[:kept] - d) / 2.0
+        if 2 * kept < blocks:  # the last block at this level has no right half
+            nxt[2 * kept :] = sums[kept:]
+        sums, r = nxt, r + kept
     return sums
 
 
@@ -396,6 +399,8 @@ def _dense_normal(B, b):
 
 
 def _lsmr(B, b, tol, maxiter):
+    from scipy.sparse.linalg import aslinearoperator, lsmr  # imported when needed (import time)
+
     op = aslinearoperator(B)
     out = np.empty((B.shape[1], b.shape[1]))
     for j in range(b.shape[1]):

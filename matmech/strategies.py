@@ -1,6 +1,8 @@
 """Measurement strategies: identity, hierarchical interval trees, Haar wavelet, Kronecker.
 
-Any workload can also be used as a strategy as it is.
+Trees (Hay et al., VLDB 2010) and Haar (Xiao, Wang, Gehrke, ICDE 2010) are defined for every
+n, with error figures in O(n·levels) (:mod:`matmech.linalg.spectral`). Any workload can also
+be used as a strategy as it is.
 """
 
 from __future__ import annotations
@@ -8,20 +10,23 @@ from __future__ import annotations
 import math
 import numbers
 
-import networkx as nx
+import sys
 import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.intervals import IntervalGram, Intervals
-from matmech.linalg.linop import Identity, Kron, Sparse, check_size, register
-from matmech.linalg.spectral import BlockSpectral
+from matmech.linalg.linop import Identity, Kron, LinOp, check_size, register
+from matmech.linalg.normmax import check_p as _check_p
+from matmech.linalg.spectral import BlockSpectral, NestedCovariance
+from matmech.validate import memory as check_memory
+from matmech.validate import factors as _factors, operator as _operator, size as _size
 
 __all__ = ["identity", "hierarchical", "haar", "kron", "Tree", "Haar"]
 
 
 def identity(n):
     """Measure every cell once (A = I)."""
-    return Identity(n)
+    return Identity(_size(n, "n", what=f"identity({n!r}) (one float64 per cell)"))
 
 
 @register("Tree")
@@ -76,6 +81,15 @@ class Tree(Intervals):
         )
 
 
+    def gram_pinv(self):
+        if self.sizes is not None:
+            return None  # block-spectral gram: closed form (:func:`matmech.linalg.structured.pinv_gram`)
+        if getattr(self, "_pinv", None) is None:  # cached: the tree does not change
+            lo, hi = self.bounds()
+            cov = NestedCovariance.from_tree(self.n, lo, hi, self.parent)
+            self._pinv = False if cov is None else (cov, None)
+        return self._pinv or None
+
     def gram(self):
         if self.sizes is None:
             return IntervalGram(self)
@@ -125,7 +139,15 @@ def _regular_tree(n, b, root):
     return lo, hi, np.concatenate(parent), sizes
 
 
+def _networkx_graph(obj):
+    """Whether obj is a networkx graph (networkx is imported only by callers that use it)."""
+    nx = sys.modules.get("networkx")
+    return nx is not None and isinstance(obj, nx.Graph)
+
+
 def _tree_from_graph(tree):
+    import networkx as nx
+
     if not isinstance(tree, nx.DiGraph):
         raise TypeError(f"a tree strategy needs a networkx DiGraph arborescence, got {type(tree).__name__}")
     if tree.number_of_nodes() == 0 or not nx.is_arborescence(tree):
@@ -152,53 +174,97 @@ def hierarchical(n, branching=2, root=True):
     """Hierarchical interval strategy H_b (Hay et al. VLDB 2010; Qardaji et al. VLDB 2013).
 
     ``hierarchical(n, b)``: every aligned block of bˡ cells for bˡ < n (leaves included),
-    plus the whole domain when ``root``. When the largest block size divides n the gram is
-    block-spectral and all error figures are O(n·levels). ``hierarchical(tree)``: one row
-    per node of a networkx arborescence whose leaves, in depth-first order, are the cells
-    (unbalanced trees such as geographies); ``root=False`` drops the root row.
+    plus the whole domain when ``root``; blocks at the end are cut at n, so every n works.
+    Error figures cost O(n·levels) for every n (block-spectral when the blocks nest,
+    :class:`~matmech.linalg.spectral.NestedCovariance` otherwise), least squares O(nodes).
+    ``hierarchical(tree)``: one row per node of a networkx arborescence whose leaves, in
+    depth-first order, are the cells (unbalanced trees such as geographies; the same
+    O(nodes · depth) error figures); ``root=False`` drops the root row. The rows' memory is
+    estimated first and a tree that cannot fit is refused with the estimate.
     """
-    if isinstance(n, nx.Graph):
+    if _networkx_graph(n):
         size, lo, hi, parent, labels = _tree_from_graph(n)
         if not root and lo.size > 1 and hi[0] - lo[0] + 1 == size:
             lo, hi, parent, labels = lo[1:], hi[1:], np.where(parent[1:] <= 0, -1, parent[1:] - 1), labels[1:]
         return Tree(size, lo, hi, parent, labels=labels)
-    n = check_size(n)
+    n = _size(n, "n")  # an int64-indexable size whose x fits in memory (matmech.validate)
     if isinstance(branching, bool) or not isinstance(branching, numbers.Integral) or branching < 2:
         raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
     if not isinstance(root, (bool, np.bool_)):
         raise TypeError(f"root must be True or False, got {root!r}")
+    nodes, s = 1, 1
+    while s < n:
+        nodes += -(-n // s)
+        s *= int(branching)
+    check_memory(8 * 6 * nodes, f"the hierarchical strategy on n={n:,} cells with branching {int(branching)} ({nodes:,} rows)")
     lo, hi, parent, sizes = _regular_tree(n, int(branching), bool(root))
     return Tree(n, lo, hi, parent, sizes=sizes, branching=int(branching))
 
 
 @register("Haar")
-class Haar(Sparse):
+class Haar(LinOp):
     """Unnormalised Haar wavelet matrix (±1 entries, rows root first; the slides' Y₄).
 
-    For n not a power of two it is the Haar matrix of N = 2^⌈log₂ n⌉ restricted to the
-    first n columns, with rows that become zero dropped: still of full column rank, with
-    L1 sensitivity 1 + log₂ N (Xiao, Wang, Gehrke, ICDE 2010).
+    Rows: the total, then for every dyadic block size s = N, N/2, …, 2 (N = 2^⌈log₂ n⌉) and
+    every block [js, (j+1)s) ∩ [0, n) whose right half is not empty, +1 on its left half and
+    −1 on the rest (Xiao, Wang, Gehrke, ICDE 2010). For n a power of two this is the
+    classical square Haar matrix; for other n the blocks are cut at n and a block without a
+    right half adds no row, so the matrix is still square and invertible (n rows), with L1
+    sensitivity 1 + log₂ N. Implicit: products cost O(n log n) through prefix sums, and the
+    error analysis and least squares take O(n log n) for every n
+    (:class:`~matmech.linalg.spectral.NestedCovariance`).
     """
 
     def __init__(self, n):
         n = check_size(n)
-        big = 1 << max(0, math.ceil(math.log2(n)))
-        rows, cols, vals, r, s = [], [], [], 1, big
-        rows.append(np.zeros(n, dtype=np.int64))
-        cols.append(np.arange(n))
-        vals.append(np.ones(n))
-        while s > 1:
-            for start in range(0, n, s):
-                half = start + s // 2
-                c = np.arange(start, min(start + s, n))
-                rows.append(np.full(c.size, r))
-                cols.append(c)
-                vals.append(np.where(c < half, 1.0, -1.0))
-                r += 1
-            s //= 2
-        mat = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n))
-        super().__init__(mat)
+        big = 1 << max(0, (n - 1).bit_length())
         self.n, self.power_of_two = n, big == n
+        self.levels = []  # (block size s, number of blocks with a row), largest s first
+        rows, s = 1, big
+        while s > 1:
+            k = -(-(n - s // 2) // s)  # blocks j with js + s/2 < n: a prefix of the level
+            self.levels.append((s, k))
+            rows += k
+            s //= 2
+        self.shape = (rows, n)
+
+    def _offsets(self):
+        off = 1
+        for s, k in self.levels:
+            yield off, s, k
+            off += k
+
+    def _matmat(self, x):
+        c = np.zeros((self.n + 1, x.shape[1]))
+        np.cumsum(x, axis=0, out=c[1:])
+        out = np.empty((self.shape[0], x.shape[1]))
+        out[0] = c[-1]
+        for off, s, k in self._offsets():
+            st = np.arange(k) * s
+            out[off : off + k] = 2.0 * c[st + s // 2] - c[st] - c[np.minimum(st + s, self.n)]
+        return out
+
+    def _rmatmat(self, y):
+        d = np.zeros((self.n + 1, y.shape[1]))
+        d[0] += y[0]
+        d[self.n] -= y[0]
+        for off, s, k in self._offsets():
+            st, block = np.arange(k) * s, y[off : off + k]
+            d[st] += block  # within a level the starts, middles and ends are distinct
+            d[st + s // 2] -= 2.0 * block
+            d[np.minimum(st + s, self.n)] += block
+        return np.cumsum(d[:-1], axis=0)
+
+    def col_norms(self, p=1):
+        _check_p(p)
+        d = np.zeros(self.n + 1)
+        d[0] += 1.0
+        for s, k in self.levels:
+            st = np.arange(k) * s
+            d[st] += 1.0
+            d[np.minimum(st + s, self.n)] -= 1.0
+        counts = np.cumsum(d[:-1])
+        return counts if p == 1 else np.sqrt(counts)
 
     def gram(self):
         if not self.power_of_two:
@@ -206,6 +272,40 @@ class Haar(Sparse):
         sizes = [1 << k for k in range(int(math.log2(self.n)) + 1)]
         # detail rows with support 2s span E_s − E_2s with eigenvalue 2s; the total row spans E_n with n
         return BlockSpectral(self.n, sizes, [*sizes[1:], self.n])
+
+    def gram_pinv(self):
+        if self.power_of_two:
+            return None  # the block-spectral gram inverts in closed form
+        return NestedCovariance.haar(self.n), None
+
+    def _csr(self):
+        n = self.n
+        rows, cols, vals = [np.zeros(n, dtype=np.int64)], [np.arange(n)], [np.ones(n)]
+        for off, s, k in self._offsets():
+            j = np.arange(min(n, k * s))
+            rows.append(off + j // s)
+            cols.append(j)
+            vals.append(np.where(j % s < s // 2, 1.0, -1.0))
+        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=self.shape)
+
+    def explicit_matrix(self):
+        nnz = self.n * (1 + len(self.levels))
+        return self._csr() if nnz <= MAX_EXPLICIT_NNZ else None
+
+    def rows(self, start, stop):
+        if not (0 <= start <= stop <= self.shape[0]):
+            raise ValueError(f"row range {start}:{stop} is outside 0:{self.shape[0]}")
+        m = self.explicit_matrix()
+        return m[start:stop].toarray() if m is not None else super().rows(start, stop)
+
+    def _dense(self):
+        return self._csr().toarray()
+
+    def integer_valued(self):
+        return True
+
+    def entry_range(self):
+        return (-1.0 if self.n > 1 else 0.0), 1.0
 
     def to_dict(self, out):
         return {"n": int(self.n)}
@@ -215,11 +315,15 @@ class Haar(Sparse):
         return cls(src.field(node, "n", int))
 
 
+#: Largest number of non-zeros of an implicit strategy (Haar) built as an explicit CSR matrix.
+MAX_EXPLICIT_NNZ = 20_000_000
+
+
 def haar(n):
     """The unnormalised Haar wavelet strategy (Privelet)."""
-    return Haar(n)
+    return Haar(_size(n, "n", bytes_per=32, what=f"haar({n!r}) (a few float64 vectors of n entries)"))
 
 
 def kron(*strategies):
     """Kronecker product of per-attribute strategies."""
-    return Kron(*strategies)
+    return _operator(Kron(*_factors(strategies, "kron")), "the Kronecker strategy", per_col=0)

@@ -145,7 +145,7 @@ def test_rows_outside_row_space_raise():
         (dict(delta=-0.1), ValueError, "-0.1"),
         (dict(measure="mean"), ValueError, "measure must be one of"),
         (dict(neighbors="swap"), ValueError, "neighbors must be one of"),
-        (dict(eps="x"), TypeError, "real numbers"),
+        (dict(eps="x"), TypeError, "real number"),
     ],
 )
 def test_bad_parameters(kwargs, exc, text):

@@ -30,11 +30,18 @@ from matmech.linalg.linop import Kron, Scaled, VStack, as_linop
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import optimize
+from matmech.validate import linear
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
 
 #: Candidate families, in the order they are evaluated.
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
+#: Seconds :func:`advise` spends by default (``time_budget="default"``).
+DEFAULT_TIME_BUDGET = 30.0
+#: With the default budget, the pure-ε optimiser of a 1-D workload runs up to this many cells
+#: (at 8192 one start alone took 50-80 s on a busy two-core machine and lost to the best
+#: hierarchy); above it the exact hierarchy search is the answer.
+DEFAULT_PIDENTITY_N = 4096
 #: The fixed families among :data:`CANDIDATES`.
 FIXED = ("identity", "hierarchical", "haar")
 #: ``Advice.to_dict()`` names of the record's fields that it renames.
@@ -247,12 +254,13 @@ class _Scorer:
     bound: float | None
     neighbors: str
 
-    def score(self, name, params, build, budget, *, seconds=None):
+    def score(self, name, params, build, budget, *, seconds=None, always=False):
         """A ranked :class:`Candidate` (``build``: a strategy or a callable making one), or a
-        skipped one when the budget is spent or the strategy fails; ``seconds`` overrides the
-        time charged."""
+        skipped one when the budget is spent (unless ``always``: the fixed candidates, so that
+        advice always has an answer) or the strategy fails; ``seconds`` overrides the time
+        charged."""
         t0 = time.perf_counter()
-        if budget.exhausted():
+        if budget.exhausted() and not always:
             return _skip(name, params, "time budget exhausted")
         try:
             A = build() if callable(build) else build
@@ -277,7 +285,7 @@ def _score_fixed(scorer, fixed_wanted, budget):
             fixed = _fixed_candidates(scorer.W, scorer.delta)
         except (ValueError, MemoryError) as exc:
             return [_skip("fixed candidates", {}, str(exc))]
-        return [scorer.score(name, params, A, budget) for name, params, A in fixed if _is_wanted(name, fixed_wanted)]
+        return [scorer.score(name, params, A, budget, always=True) for name, params, A in fixed if _is_wanted(name, fixed_wanted)]
 
 
 def _optimizer_params(res):
@@ -286,6 +294,15 @@ def _optimizer_params(res):
         params["gap"] = res.gap
     params.update({key: res.params[key] for key in ("p", "init", "iterations", "rounds") if key in res.params})
     return params
+
+
+#: A candidate within this relative distance of the SVD lower bound attains it (the bound
+#: holds for every strategy, so the optimiser cannot improve on it).
+BOUND_ATTAINED = 1e-9
+
+
+def _attains_bound(results, bound):
+    return bool(bound) and any(r.skipped is None and r.total <= bound * (1 + BOUND_ATTAINED) for r in results)
 
 
 def _score_optimized(scorer, budget, rng, *, at, step):
@@ -350,21 +367,27 @@ def _rank(results, scorer):
     return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors)
 
 
-def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None, neighbors="add_remove"):
+def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rng=None, progress=None, neighbors="add_remove"):
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
     :data:`CANDIDATES`. ``time_budget`` (seconds) caps the whole call: the optimiser gets
     what is left after the fixed candidates, and candidates not reached are skipped with
-    that reason (a time-limited run is not reproducible bit for bit; without a budget the
-    result depends only on ``rng``). ``progress``: a callable(fraction, message) or None.
+    that reason (a time-limited run is not reproducible bit for bit; with ``None``, no
+    budget, the result depends only on ``rng``). The default, ``"default"``, is
+    :data:`DEFAULT_TIME_BUDGET` seconds, which binds only for the p-Identity optimiser at
+    thousands of cells (it runs its starts until the deadline and keeps the best).
+    ``progress``: a callable(fraction, message) or None.
     ``neighbors``: "add_remove" (default) or "substitute" (doubles every sensitivity, so
     the ranking is the same and every error four times larger).
     Returns an :class:`Advice`; ``advice.best`` is the winning strategy.
     """
     eps, delta = check_privacy_params(eps, delta)
-    W = as_linop(W)
+    W = as_linop(linear(W, "W"))
     wanted = _wanted(candidates)
+    default_budget = isinstance(time_budget, str) and time_budget == "default"
+    if default_budget:
+        time_budget = DEFAULT_TIME_BUDGET
     _check_options(time_budget, progress, neighbors)
     budget = _Budget(time_budget, time.perf_counter(), progress)
     try:
@@ -379,6 +402,12 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
         budget.report(len(fixed_wanted) / n_steps, "workload as strategy")
         results.append(scorer.score("workload", {}, lambda: _workload_candidate(W), budget))
     if "optimized" in wanted:
-        results.append(_score_optimized(scorer, budget, rng, at=(n_steps - 2) / n_steps, step=1 / n_steps))
+        if _attains_bound(results, scorer.bound):  # nothing can do better: skip the (slow) optimiser
+            results.append(_skip("optimized", {}, "a candidate already attains the SVD lower bound"))
+        elif default_budget and delta == 0 and len(_attributes(W) or [W]) == 1 and W.shape[1] > DEFAULT_PIDENTITY_N:
+            results.append(_skip("optimized", {}, f"the pure-eps optimiser on {W.shape[1]:,} > {DEFAULT_PIDENTITY_N:,} "
+                                 "cells takes minutes; pass time_budget=None (or a number) to run it"))
+        else:
+            results.append(_score_optimized(scorer, budget, rng, at=(n_steps - 2) / n_steps, step=1 / n_steps))
     budget.report(1.0, "done")
     return _rank(results, scorer)

@@ -15,6 +15,7 @@ from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidat
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.dispatch import optimize
+from matmech.validate import linear
 
 __all__ = ["choose_strategy", "fixed_choice", "per_attribute", "STRATEGY_NAMES"]
 
@@ -41,9 +42,9 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     ``"haar"``, ``"optimize"`` (matmech.optimize), or ``"auto"``: the best strategy of
     matmech.advise.
     """
-    W = as_linop(W)
-    if isinstance(strategy, np.ndarray) or sp.issparse(strategy):
-        strategy = as_linop(strategy)
+    W = as_linop(linear(W, "W"))
+    if isinstance(strategy, (np.ndarray, list, tuple)) or sp.issparse(strategy):
+        strategy = as_linop(linear(strategy, "strategy"))
     if isinstance(strategy, LinOp):
         return strategy, type(strategy).__name__, "given by the caller"
     if not isinstance(strategy, str) or strategy not in STRATEGY_NAMES:

@@ -25,6 +25,8 @@ from matmech import strategies as S
 from matmech.error import MAX_VARIANCE_ROWS, error_figures, lower_bound, sensitivity
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron, LinOp, VStack
+from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.validate import linear, named_operators
 
 __all__ = [
     "Candidate",
@@ -55,11 +57,19 @@ SEARCHED_BRANCHINGS = tuple(range(2, 2 * LISTED_BRANCHINGS[-1] + 1))
 #: The branching of ``strategy="hierarchical"``: b = 16, recommended with least squares by
 #: Qardaji, Yang, Li (VLDB 2013).
 DEFAULT_BRANCHING = 16
-#: Above this many cells per attribute the search keeps only branchings giving block-spectral
-#: trees (nested aligned blocks, error in closed form): an irregular tree's exact error needs a
-#: dense pseudo-inverse (0.02 s at n = 256, 0.7 s at n = 1024, per branching).
-DENSE_TREE_LIMIT = 128
-#: Searched when no branching gives a block-spectral tree (n with no suitable factors).
+#: Up to this many cells per attribute every branching of :data:`SEARCHED_BRANCHINGS` is
+#: scored; above it those with block-spectral trees (nested aligned blocks, error in closed
+#: form, cheapest) and the :data:`CORE_BRANCHINGS`. Any tree's exact error costs
+#: O(n · levels) (:class:`~matmech.linalg.spectral.NestedCovariance`), about 10 ms at
+#: n = 10⁴ and 0.5 s at n = 10⁶ per branching on a busy two-core machine.
+DENSE_TREE_LIMIT = 20_000
+#: Branchings always searched above :data:`DENSE_TREE_LIMIT` cells (fewer above
+#: :data:`LARGE_TREE_LIMIT`, where each costs ~n·levels).
+CORE_BRANCHINGS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: Above this many cells only :data:`LARGE_BRANCHINGS` and the block-spectral ones are searched.
+LARGE_TREE_LIMIT = 200_000
+LARGE_BRANCHINGS = (4, 8, 16, 32)
+#: Kept for callers of the previous API: the branchings of a domain without a better choice.
 FALLBACK_BRANCHINGS = (2, DEFAULT_BRANCHING)
 
 
@@ -68,16 +78,25 @@ def family_branchings(n=None, *, search=False):
 
     ``search=False``: :data:`LISTED_BRANCHINGS` (n is ignored; names line up across
     attributes). ``search=True``: the :data:`SEARCHED_BRANCHINGS` below n; above
-    :data:`DENSE_TREE_LIMIT` cells only those with block-spectral trees, else
-    :data:`FALLBACK_BRANCHINGS`.
+    :data:`DENSE_TREE_LIMIT` cells only the block-spectral ones and :data:`CORE_BRANCHINGS`
+    (above :data:`LARGE_TREE_LIMIT`: :data:`LARGE_BRANCHINGS`).
     """
     if not search:
         return LISTED_BRANCHINGS
     small = [b for b in SEARCHED_BRANCHINGS if b < n]
     if n <= DENSE_TREE_LIMIT:
         return tuple(small)
-    regular = [b for b in small if S.hierarchical(n, b, False).sizes is not None]
-    return tuple(regular or [b for b in FALLBACK_BRANCHINGS if b < n])
+    core = CORE_BRANCHINGS if n <= LARGE_TREE_LIMIT else LARGE_BRANCHINGS
+    regular = [b for b in small if b in core or _nested(n, b)]
+    return tuple(regular)
+
+
+def _nested(n, b):
+    """Whether the b-ary hierarchy on n cells has nested aligned blocks (b^L divides n)."""
+    s = 1
+    while s * b < n:
+        s *= b
+    return n % s == 0
 
 
 def domain_of(W):
@@ -226,10 +245,19 @@ def _jsonable(x):
 # -- scoring -------------------------------------------------------------------------------------
 
 
+#: Above this many workload rows :func:`evaluate` leaves the largest per-query variance out
+#: (None): it is computed row by row (10 s for the 3.4·10⁷ ranges of n = 8192).
+MAX_RANKED_MAX_ROWS = 4_000_000
+
+
 def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove", params=None):
-    """The analytic figures of strategy A on W as a :class:`Candidate`."""
+    """The analytic figures of strategy A on W as a :class:`Candidate` (``max_variance``
+    None above :data:`MAX_RANKED_MAX_ROWS` rows)."""
     t0 = time.perf_counter()
-    fig = error_figures(W, A, eps, delta, neighbors=neighbors)
+    # the largest per-query variance goes row by row: left out (None) for very many rows
+    measures = ("total", "rmse", "max") if W.shape[0] <= MAX_RANKED_MAX_ROWS else ("total", "rmse")
+    fig = error_figures(W, A, eps, delta, measures=measures, neighbors=neighbors)
+    fig.setdefault("max", None)
     total = fig["total"]
     return Candidate(
         name=name,
@@ -250,7 +278,8 @@ def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
     cannot answer W or are too large for an exact figure.
     """
-    candidates = fixed_candidates(W) if candidates is None else candidates
+    eps, delta, _, W = *check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
+    candidates = fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")
     try:
         bound = lower_bound(W, eps, delta, neighbors=neighbors)
     except ValueError:

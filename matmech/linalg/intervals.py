@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from matmech.linalg.linop import LinOp, _check_p, check_size, register
 
@@ -133,6 +132,8 @@ class Intervals(LinOp):
 
     def rank(self):
         """rank W = (n + 1) − #components of the graph with an edge (lo, hi+1) per row."""
+        from scipy.sparse.csgraph import connected_components  # imported when needed (import time)
+
         lo, hi = self.bounds()
         graph = sp.coo_matrix((np.ones(lo.size), (lo, hi + 1)), shape=(self.n + 1, self.n + 1))
         return self.n + 1 - connected_components(graph, directed=False)[0]

@@ -4,7 +4,8 @@ where the structure allows, used by the error analysis and by least squares alik
 * :func:`pinv_gram`: (M, N) with M = (AᵀA)⁺ as a LinOp and N the null-space projector;
   an operator that knows its own inverse returns it from ``gram_pinv()``; Kronecker
   products and scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
-  closed form; a plain union of marginals beyond :data:`MAX_DENSE_N` cells by its lattice
+  closed form (trees and Haar on any n through their own ``gram_pinv``,
+  :class:`~matmech.linalg.spectral.NestedCovariance`); a plain union of marginals beyond :data:`MAX_DENSE_N` cells by its lattice
   spectrum (as :class:`~matmech.optimizers.marginals.MarginalStrategy`); anything else by a
   dense eigen-decomposition up to :data:`MAX_DENSE_N`.
 * The marginal lattice: ``_marginal_terms`` (a weighted union of marginals as (weight²,
@@ -75,8 +76,7 @@ def pinv_gram(A):
     if n > MAX_DENSE_N:
         raise ValueError(
             f"this strategy has no structured inverse and n={n} cells exceeds the dense limit {MAX_DENSE_N}; "
-            "use a structured strategy (identity, hierarchical with a branching whose blocks divide n, "
-            "Haar with n a power of two, or a Kronecker product of small factors)"
+            "use a structured strategy (identity, hierarchical, Haar, or a Kronecker product of small factors)"
         )
     lam, vec = np.linalg.eigh(g.dense(max_entries=MAX_DENSE_N**2))
     keep = lam > 1e-10 * max(lam.max(), 1e-300)
