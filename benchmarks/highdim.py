@@ -80,6 +80,12 @@ BEFORE_PURE = {
     "adult_W1": "MemoryError",
     "adult_W2": "MemoryError",
 }
+#: the previous run of this benchmark (2026-11-23 20:43 UTC, before the generalised marginal and
+#: union-of-Kronecker families), pure ε = 1 per-query RMSE
+PREVIOUS_PURE = {
+    "cps_W1": 4.800, "cps_W2": 40.61, "census_W1": 7.363, "census_W2": 10.31, "adultsmall_W1": 5.035,
+    "adultsmall_W2": 8.764, "loans_W1": 95.74, "loans_W2": 2134, "adult_W1": 225.9, "adult_W2": 1123,
+}
 #: issue 12: (ε, δ) = (1, 1e-6), HDMM's unit (RMSE / σ of the unit-L2 Gaussian)
 HDMM_L2 = {"census_W1": 3.387}
 
@@ -108,8 +114,7 @@ def _factor(kind, n, z, key):
 
 def load(name):
     """(W, meta): the workload stack_j(weight_j · kron_i(factor_ij)) and its metadata."""
-    from matmech import workloads as wl
-    from matmech.linalg.linop import Kron
+    from matmech.linalg.linop import Kron, VStack
 
     with np.load(DATA / f"{name}.npz", allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
@@ -121,7 +126,7 @@ def load(name):
     if len(blocks) == 1 and weights[0] == 1.0:
         W = blocks[0]
     else:
-        W = wl.stack(blocks, weights=weights)
+        W = VStack(blocks, weights=weights)
     if W.shape != (meta["m"], meta["n"]):
         raise ValueError(f"{name}: rebuilt shape {W.shape} != ({meta['m']}, {meta['n']})")
     return W, meta
@@ -169,6 +174,8 @@ def child(name, delta):
         tried = res.params.get("tried")
         if tried:
             out["tried"] = {k: {"rmse": math.sqrt(v["error"] / W.shape[0]), "seconds": v["seconds"]} for k, v in dict(tried).items()}
+        if res.params.get("error_kind"):
+            out["error_kind"] = res.params["error_kind"]
         fails = res.params.get("failed")
         if fails:
             out["failed_families"] = {k: str(v) for k, v in dict(fails).items()}
@@ -206,6 +213,14 @@ def _f(x, fmt="{:.3f}"):
     return "-" if x is None else (fmt.format(x) if isinstance(x, (int, float)) else str(x))
 
 
+def _tried(r):
+    parts = [f"{k} {v['rmse']:.4g} ({v['seconds']:.1f})" for k, v in (r.get("tried") or {}).items()]
+    parts += [f"{k} failed" for k in (r.get("failed_families") or {})]
+    if r.get("error_kind", "").startswith("upper"):
+        parts.append("chosen error is an upper bound")
+    return "; ".join(parts) or "-"
+
+
 def markdown(rows, meta):
     lines = [
         "# matmech vs HDMM on HDMM's journal workloads (issue 12)",
@@ -219,8 +234,8 @@ def markdown(rows, meta):
         "",
         "## Pure ε = 1",
         "",
-        "| workload | m | n | method | RMSE | HDMM | before | Δ vs HDMM | bound | seconds | wall | HDMM s | peak RSS MB | rebuild | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | m | n | method | RMSE | HDMM | before | previous run | Δ vs HDMM | bound | seconds | wall | HDMM s | peak RSS MB | rebuild | families tried (RMSE, s) | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["delta"] != 0:
@@ -230,9 +245,9 @@ def markdown(rows, meta):
         diff = None if (hdmm is None or rm is None) else f"{100 * (rm / hdmm - 1):+.1f}%"
         lines.append(
             f"| {r['workload']} | {r.get('m', '-')} | {_f(r.get('n'), '{:.3g}')} | {r.get('method', '-')} | {_f(rm, '{:.4g}')} | "
-            f"{_f(hdmm, '{:.4g}')} | {_f(BEFORE_PURE.get(r['workload']), '{:.4g}')} | {diff or '-'} | {_f(r.get('rmse_bound'), '{:.4g}')} | "
+            f"{_f(hdmm, '{:.4g}')} | {_f(BEFORE_PURE.get(r['workload']), '{:.4g}')} | {_f(PREVIOUS_PURE.get(r['workload']), '{:.4g}')} | {diff or '-'} | {_f(r.get('rmse_bound'), '{:.4g}')} | "
             f"{_f(r.get('seconds'), '{:.2f}')} | {_f(r.get('wall'), '{:.1f}')} | {hs or '-'} | {_f(r.get('peak_rss_mb'), '{:.0f}')} | "
-            f"{_f(r.get('rebuild_rel_diff'), '{:.0e}')} | {r['status']}{(': ' + r['message']) if r.get('message') else ''} |"
+            f"{_f(r.get('rebuild_rel_diff'), '{:.0e}')} | {_tried(r)} | {r['status']}{(': ' + r['message']) if r.get('message') else ''} |"
         )
     lines += [
         "",
@@ -273,6 +288,7 @@ def main(argv=None):
         if bad:
             ap.error(f"unknown workload(s) {bad}; choose from {NAMES}")
     deltas = (0.0,) if args.quick else (0.0, DELTA)
+    load_start = os.getloadavg()
     rows = []
     for name in names:
         for delta in deltas:
@@ -285,11 +301,14 @@ def main(argv=None):
             )
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, 1-min load {load_start[0]:.2f} at the start (other agents share the machine)",
+        "load_start": load_start,
         "cap": args.cap,
         "eps": EPS,
         "delta_l2": DELTA,
     }
+    meta["load_end"] = os.getloadavg()
+    meta["machine"] += f", load {meta['load_end'][0]:.2f} at the end"
     out = args.out or (None if (args.quick or args.only) else RESULTS)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def _registry():
     the modules defining them are imported here, the optimisers being heavier."""
     import matmech.linalg.structured  # noqa: F401  (RoundedDense, RoundedSparse)
     import matmech.optimizers.l2  # noqa: F401  (L2Strategy)
-    import matmech.optimizers.marginals  # noqa: F401  (MarginalStrategy, ResidualStrategy)
+    import matmech.optimizers.marginals  # noqa: F401  (MarginalStrategy, ResidualStrategy, GeneralMarginalStrategy)
     import matmech.optimizers.pure  # noqa: F401  (PIdentity)
     import matmech.strategies  # noqa: F401  (Tree, Haar)
 
@@ -49,6 +49,7 @@ TYPES = (
     "Identity", "Ones", "Dense", "Sparse", "Scaled", "Kron", "VStack", "Sum", "RowSubset",
     "Intervals", "AllRange", "Prefix", "Tree", "Haar",
     "RoundedDense", "RoundedSparse", "L2Strategy", "PIdentity", "MarginalStrategy", "ResidualStrategy",
+    "GeneralMarginalStrategy",
 )
 
 

@@ -12,10 +12,21 @@ Methods (see the modules for the maths and the papers):
   coordinate descent over the factors (HDMM's OPT⊗);
 * ``"marginals"`` — unions of marginals: the weighted marginal lattice (pure ε, HDMM's
   OPT_M) or the closed-form residual basis (L2, optimal);
+* ``"gmarginals"`` — pure ε, generalised marginals for any union of Kronecker products:
+  weighted attribute subsets measured through per-attribute factor strategies (p-Identity on
+  attributes queried by prefixes, ranges or custom predicates), lattice weights and factors
+  optimised jointly, scored exactly from the factors
+  (:func:`matmech.optimizers.marginals.optimize_general_marginals`);
+* ``"kronstack"`` — pure ε, a union of Kronecker products with one term per group of
+  workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
+  small domains and HDMM's upper bound (each group answered by its own term) otherwise,
+  ``params["error_kind"]`` says which;
 * ``"auto"`` — every family that fits the workload (marginals, including products of
-  [identity; total] factors expanded into marginals; Kronecker; the 1-D method for the
-  privacy model), the lowest error kept; a family that fails (too large, out of memory) is
-  recorded in ``params["failed"]`` and the next one tried.
+  [identity; total] factors expanded into marginals; generalised marginals; Kronecker;
+  unions of Kronecker products; the 1-D method for the privacy model), the lowest error
+  kept (an upper bound counts as its value: the true error is at most that); a family that
+  fails (too large, out of memory) is recorded in ``params["failed"]`` and the next one
+  tried, so ``auto`` fails only when every family fails.
 
 Pure ε (δ = 0) and the L2 methods never stand in for each other: the L2 optimum pays a
 large L1 sensitivity, and the p-Identity family ignores L2 structure.
@@ -32,17 +43,19 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.linalg.structured import pinv_gram
-from matmech.optimizers import l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
+from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.blas import blas_threads
 from matmech.privacy.calibration import noise_variance
 from matmech.error import expected_error, lower_bound
 from matmech.privacy.params import check_privacy_params
-from matmech.linalg.linop import Identity, Kron, LinOp, as_linop, check_size
+from matmech.linalg.linop import Identity, Kron, LinOp, VStack, as_linop, check_size
+from matmech import validate
 
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 
-METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals")
+METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack")
+_PURE_METHODS = ("pidentity", "gmarginals", "kronstack")
 _L2_METHODS = ("sdp", "l2")
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
@@ -130,7 +143,10 @@ def _candidates(W, delta):
             out.append("kron")
         return out or ["l2"]
     if multi:
+        out.append("gmarginals")
         out.append("kron")
+        if len(blocks) > 1 or any(isinstance(f, VStack) for f in blocks[0][1]):
+            out.append("kronstack")  # one term without stacked factors: kronstack is kron
     return out or ["pidentity"]
 
 
@@ -146,12 +162,12 @@ def _check_method(method, delta, W):
             f"method={method!r} optimises the L2 (Gaussian, delta > 0) error; under pure eps (delta=0) "
             "the L2 optimum is worse than the identity. Use method='pidentity' (or 'auto')"
         )
-    if method == "pidentity" and delta > 0:
-        raise ValueError("method='pidentity' optimises the pure-eps (L1) error; for delta > 0 use method='l2' (or 'auto')")
+    if method in _PURE_METHODS and delta > 0:
+        raise ValueError(f"method={method!r} optimises the pure-eps (L1) error; for delta > 0 use method='l2', 'kron', 'marginals' (or 'auto')")
     if method == "marginals" and opt_marginals.expand_marginals(W) is None:
         raise ValueError("method='marginals' needs a union of marginals (workloads.marginals); this workload is not one")
-    if method == "kron" and opt_marginals.kron_blocks(W) is None:
-        raise ValueError("method='kron' needs a Kronecker workload or a union of Kronecker products over the same attributes")
+    if method in ("kron", "gmarginals", "kronstack") and opt_marginals.kron_blocks(W) is None:
+        raise ValueError(f"method={method!r} needs a Kronecker workload or a union of Kronecker products over the same attributes")
 
 
 # -- 1-D solvers --------------------------------------------------------------------------------
@@ -272,7 +288,7 @@ def optimize(
     privacy model, or a domain too large for it.
     """
     eps, delta = check_privacy_params(eps, delta)
-    W = as_linop(W)
+    W = as_linop(validate.linear(W, "W"))
     restarts = check_size(restarts, "restarts")
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
@@ -303,7 +319,7 @@ def optimize(
             current[0] = family
             try:
                 fit = _fit(W, eps, delta, family, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report)
-            except (ValueError, MemoryError, np.linalg.LinAlgError, OverflowError, RuntimeError) as ex:
+            except (ValueError, TypeError, MemoryError, np.linalg.LinAlgError, OverflowError, RuntimeError) as ex:
                 failed[family] = f"{type(ex).__name__}: {ex}"
                 continue
             tried[family] = MappingProxyType({"error": fit[3], "seconds": fit[4], "gap": fit[1]})
@@ -337,6 +353,26 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report):
         fit = opt_marginals.optimize_marginals_pure(Wm, restarts=restarts, rng=rng) if delta == 0 else opt_marginals.optimize_marginals_l2(Wm)
         strategy, gap = fit.strategy, fit.gap
         params["theta"] = {tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
+    elif chosen == "gmarginals":
+        report(0.0, "generalised marginal lattice")
+        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng)
+        strategy = fit.strategy
+        k = len(strategy.domain_sizes)
+        params["theta"] = {tuple(i for i in range(k) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
+        params["factors"] = tuple(type(f).__name__ for f in strategy.factors)
+        params["error_kind"] = "exact (factored)"
+        seconds = time.perf_counter() - t0
+        report(1.0, f"done in {seconds:.2f} s")
+        unit = noise_variance(eps, delta, sensitivity=1.0)
+        return strategy, None, params, unit * opt_marginals.general_marginal_error(W, strategy), seconds
+    elif chosen == "kronstack":
+        report(0.0, "union of Kronecker products")
+        fit = opt_kronstack.optimize_kron_stack(W)
+        strategy = fit.strategy
+        params = {"terms": fit.terms, "weights": fit.weights, "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)"}
+        seconds = time.perf_counter() - t0
+        report(1.0, f"done in {seconds:.2f} s")
+        return strategy, None, params, noise_variance(eps, delta, sensitivity=1.0) * fit.value, seconds
     elif chosen == "kron":
         strategy, params = _kron(W, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report)
         gap = params.pop("gap", None)
@@ -363,24 +399,24 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report):
         strategy, gap = fit.strategy, max(fit.gap, 0.0)
         params = {"trace": fit.value, "dual_trace": fit.dual, "iterations": fit.iterations}
     else:  # pidentity
-        if n > opt_pure.MAX_PIDENTITY_N:
-            raise ValueError(
-                f"method='pidentity' is limited to n <= {opt_pure.MAX_PIDENTITY_N} cells, got n={n}; "
-                "for a multi-attribute domain use method='kron' or 'marginals'"
-            )
-        op = GramOperator.from_workload(W)
-        # every start (restarts, plus HDMM's OPT₀ start up to HDMM_START_MAX_N cells) and
-        # the polish of the best
-        starts = restarts + (n <= opt_pure.HDMM_START_MAX_N)
-        cap = (maxiter or opt_pure.default_maxiter(n)) * starts + opt_pure.default_polish(n)
-        count = [0]
+        if n > opt_pure.MAX_PIDENTITY_N:  # p-Identity's dense n×n work does not fit: the best exact hierarchy
+            report(0.0, f"best hierarchy, n={n}")
+            strategy, _, hp = opt_pure.best_hierarchy(W)
+            params = {"init": "best hierarchy (exact error, any n)", **hp}
+        else:
+            op = GramOperator.from_workload(W)
+            # every start (restarts, plus HDMM's OPT₀ start up to HDMM_START_MAX_N cells) and
+            # the polish of the best
+            starts = restarts + (n <= opt_pure.HDMM_START_MAX_N)
+            cap = (maxiter or opt_pure.default_maxiter(n)) * starts + opt_pure.default_polish(n)
+            count = [0]
 
-        def cb(f):
-            count[0] += 1
-            if count[0] % 10 == 0:
-                report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
+            def cb(f):
+                count[0] += 1
+                if count[0] % 10 == 0:
+                    report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
 
-        strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb)
+            strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb)
     seconds = time.perf_counter() - t0
     report(1.0, f"done in {seconds:.2f} s")
     err = expected_error(W_err, strategy, eps, delta)

@@ -25,8 +25,8 @@ def _geo_tree():
     return S.hierarchical(g)
 
 
-def _optimised(W, delta):
-    return mm.optimize(W, 1.0, delta).strategy
+def _optimised(W, delta, method="auto"):
+    return mm.optimize(W, 1.0, delta, method=method).strategy
 
 
 R = np.random.default_rng(3)
@@ -50,7 +50,9 @@ CASES = {
     "optimised l2": (Wk.all_range(32), lambda: _optimised(Wk.all_range(32), 1e-6)),
     "marginal lattice": (Wk.marginals((3, 4, 2), 2), lambda: _optimised(Wk.marginals((3, 4, 2), 2), 0.0)),
     "residual basis": (Wk.marginals((3, 4, 2), 2), lambda: _optimised(Wk.marginals((3, 4, 2), 2), 1e-6)),
-    "kron optimised": (Wk.kron(Wk.all_range(8), Wk.prefix(6)), lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0)),
+    "kron optimised": (Wk.kron(Wk.all_range(8), Wk.prefix(6)), lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "kron")),
+    "general marginals": (Wk.kron(Wk.all_range(8), Wk.prefix(6)),
+                          lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "gmarginals")),
     "rounded to the grid": (Wk.all_range(16), lambda: plan_measurement(PIdentity(R.random((2, 16))), 1.0).strategy),
 }
 
@@ -78,6 +80,7 @@ def test_the_optimised_cases_are_the_types_we_claim():
     assert isinstance(CASES["marginal lattice"][1](), MarginalStrategy)
     assert isinstance(CASES["residual basis"][1](), ResidualStrategy)
     assert isinstance(CASES["kron optimised"][1](), Kron)
+    assert type(CASES["general marginals"][1]()).__name__ == "GeneralMarginalStrategy"
 
 
 def test_structure_survives(tmp_path):

@@ -472,7 +472,8 @@ def test_restarts_are_deterministic_under_a_seeded_rng():
     assert runs[0].error == runs[1].error
     names = [r[0] for r in runs[0].params["starts"]]
     assert sum(name.startswith("random") for name in names) == 2  # restarts - 1
-    assert sum(name.startswith("hdmm") for name in names) == 1  # HDMM's OPT_0 start
+    assert sum(name.startswith("hdmm p=") for name in names) == 1  # HDMM's OPT_0 start
+    assert sum(name.startswith("hdmm-like quadratic fill") for name in names) == 1  # its deterministic cousin
     # a different seed explores different random starts
     other = optimize(W, restarts=3, rng=np.random.default_rng(43), maxiter=60)
     assert other.params["starts"][1][2] != runs[0].params["starts"][1][2]
@@ -541,8 +542,11 @@ def test_workloads_too_large_for_the_method():
         optimize(wl.prefix(100), delta=DELTA, method="sdp")
     with pytest.raises(ValueError, match="n <= 4096"):
         optimize(wl.prefix(5000), delta=DELTA, method="l2")
-    with pytest.raises(ValueError, match="n <= 8192"):
-        optimize(wl.prefix(9000), method="pidentity")
+    # beyond p-Identity's dense limit the pure-eps answer is the best exact hierarchy
+    res = optimize(wl.prefix(9000), method="pidentity")
+    assert res.params["init"].startswith("best hierarchy")
+    best_fixed = min(expected_error(wl.prefix(9000), S.hierarchical(9000, b, r)) for b in (2, 4, 8, 16, 32) for r in (True, False))
+    assert res.error <= best_fixed * (1 + 1e-12)
 
 
 def test_methods_that_do_not_fit_the_privacy_model_or_workload():
@@ -595,7 +599,7 @@ def test_auto_tries_marginals_on_kron_of_identity_total_and_keeps_the_best():
     # HDMM's cps_W1 shape Kron[IT, ..., IT]: the marginal lattice beats the Kronecker fit
     W = wl.kron(_it(50), _it(20), _it(7), _it(2))
     res = optimize(W)
-    assert res.method == "marginals" and set(res.params["tried"]) == {"marginals", "kron"}
+    assert res.method == "marginals" and set(res.params["tried"]) == {"marginals", "gmarginals", "kron", "kronstack"}
     assert res.error < res.params["tried"]["kron"]["error"]
     assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
     assert res.seconds == pytest.approx(sum(t["seconds"] for t in res.params["tried"].values()))
@@ -622,11 +626,17 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
     monkeypatch.setattr(opt_marginals, "optimize_marginals_pure", boom)
     W = wl.marginals((3, 4, 2), 2)
     res = optimize(W)
-    assert res.method == "kron" and "MemoryError" in res.params["failed"]["marginals"]
+    assert "MemoryError" in res.params["failed"]["marginals"] and "marginals" not in res.params["tried"]
+    assert res.method == min(res.params["tried"], key=lambda k: res.params["tried"][k]["error"])
     assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
     with pytest.raises(MemoryError):  # an explicit method is not caught
         optimize(W, method="marginals")
+    # every family failing but one: that one is the result
+    monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
     monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1)
+    res = optimize(W)
+    assert res.method == "kronstack" and set(res.params["failed"]) == {"marginals", "gmarginals", "kron"}
+    monkeypatch.setattr("matmech.optimizers.kronstack.optimize_kron_stack", boom)
     with pytest.raises(ValueError, match="every applicable family failed"):
         optimize(W)
 
@@ -670,3 +680,46 @@ def test_hdmm_cps_w1_beats_hdmm():
     assert highdim.rebuild_check(W, meta)[2] < 1e-12
     res = optimize(W, bound=False)
     assert res.method == "marginals" and res.rmse < 4.839  # HDMM's best template (issue 12)
+
+
+# -- generalised marginals and unions of Kronecker products in optimize / auto --------------------
+
+
+def _prefix_products():
+    return VStack([Kron(wl.prefix(8), wl.identity(3), wl.total(4)), Kron(wl.prefix(8), wl.total(3), wl.prefix(4)),
+                   Kron(wl.total(8), wl.identity(3), wl.identity(4))])
+
+
+def test_auto_keeps_the_lowest_exact_error_over_all_families():
+    W = _prefix_products()
+    res = optimize(W, eps=1.0)
+    tried = dict(res.params["tried"])
+    assert {"gmarginals", "kron", "kronstack"} <= set(tried)
+    assert res.error == pytest.approx(min(v["error"] for v in tried.values()))
+    a, w = res.strategy.dense(), W.dense()
+    dense = 2.0 * np.abs(a).sum(0).max() ** 2 * float(np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T))
+    assert res.error == pytest.approx(dense, rel=1e-7)
+    g = optimize(W, eps=1.0, method="gmarginals")
+    assert g.error == pytest.approx(expected_error(W, g.strategy, 1.0), rel=1e-8)
+    assert g.params["error_kind"] == "exact (factored)"
+
+
+def test_auto_survives_a_failing_family(monkeypatch):
+    from matmech.optimizers import marginals as opt_marginals
+
+    def boom(*args, **kwargs):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
+    res = optimize(_prefix_products(), eps=1.0)
+    assert "gmarginals" in res.params["failed"] and "simulated" in res.params["failed"]["gmarginals"]
+    assert res.method in ("kron", "kronstack")
+
+
+def test_new_families_check_their_inputs():
+    W = _prefix_products()
+    for method in ("gmarginals", "kronstack"):
+        with pytest.raises(ValueError, match="pure-eps"):
+            optimize(W, eps=1.0, delta=1e-6, method=method)
+        with pytest.raises(ValueError, match="Kronecker"):
+            optimize(wl.from_matrix(np.ones((2, 6))), eps=1.0, method=method)

@@ -1,0 +1,167 @@
+"""Unions of Kronecker products as strategies (HDMM's OPT₊; McKenna et al., VLDB 2018, §6.2).
+
+A workload W = [v₁ ⊗ᵢWᵢ₁; …; v_K ⊗ᵢWᵢ_K] (stacked 1-D factors such as [I; T] expanded into
+their terms first) is answered by a strategy A = [w₁ ⊗ᵢQᵢ₁; …; w_J ⊗ᵢQᵢ_J]: one Kronecker
+term per group of workload terms, each factor Qᵢⱼ the identity, the total 1ᵀ or HDMM's
+p-Identity [I; Θ]D (:func:`matmech.optimizers.pure.fit_pidentity`), all of column L1 norm 1,
+so sens₁(A) = Σⱼ wⱼ (with w ≥ 0 summing to 1: sensitivity 1).
+
+The error of W under A has no closed form over a large domain (the gram of A is a sum of
+Kronecker products). As HDMM does, each group is scored as if answered from its own term
+only, which can only over-state the least-squares error (dropping measurements never
+helps): with cⱼ = Σ_{k ∈ group j} v_k² Πᵢ trace(Gᵢₖ (QᵢⱼᵀQᵢⱼ)⁺) the bound is Σⱼ cⱼ/wⱼ²,
+minimised at wⱼ ∝ cⱼ^{1/3} to (Σⱼ cⱼ^{1/3})³ (HDMM's budget split). Workload terms whose
+fitted strategy terms coincide share one term (cⱼ add, which lowers the bound). On domains
+of at most :data:`EXACT_N` cells the error is also computed exactly (dense gram) and that
+figure is reported; :attr:`KronStackFit.exact` says which.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from matmech.linalg.linop import Identity, Kron, LinOp, Ones, Scaled, VStack, as_linop
+from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.marginals import _identity_like, _total_like, kron_blocks
+from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
+
+__all__ = ["KronStackFit", "expand_terms", "optimize_kron_stack", "EXACT_N", "MAX_TERMS"]
+
+#: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
+EXACT_N = 2048
+#: Largest number of workload terms after expanding stacked factors.
+MAX_TERMS = 1 << 14
+
+
+@dataclass(frozen=True)
+class KronStackFit:
+    """A union-of-Kronecker strategy: ``value`` = sens₁² · trace(G_W (AᵀA)⁺) when ``exact``,
+    else HDMM's upper bound (each group answered by its own term); ``bound`` is that upper
+    bound, ``terms`` the number of strategy terms, ``weights`` their weights (Σ = 1)."""
+
+    strategy: LinOp
+    value: float
+    exact: bool
+    bound: float
+    terms: int
+    weights: tuple
+
+
+def _parts(f):
+    """[(weight², 1-D block)] of a 1-D factor: the blocks of a weighted stack, else f."""
+    if isinstance(f, Scaled):
+        return [(f.c**2 * w2, b) for w2, b in _parts(f.base)]
+    if isinstance(f, VStack):
+        out = []
+        for w, b in zip(f.weights, f.blocks):
+            out += [(float(w) ** 2 * w2, bb) for w2, bb in _parts(b)]
+        return out
+    return [(1.0, f)]
+
+
+def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
+    """[(v², [factors])]: the Kronecker terms of W, with every stacked 1-D factor (e.g. [I; T])
+    expanded into its blocks when ``expand`` (the gram is unchanged: ⊗ distributes over the
+    stack's Σ)."""
+    blocks = kron_blocks(W)
+    if blocks is None:
+        raise ValueError("a union of Kronecker products strategy needs a Kronecker workload or a union of them over the same attributes")
+    out = []
+    for w2, fs in blocks:
+        combos = [(w2, [])]
+        for f in fs:
+            parts = _parts(f) if expand else [(1.0, f)]
+            combos = [(c * v, lst + [b]) for c, lst in combos for v, b in parts]
+            if len(out) + len(combos) > max_terms:
+                raise ValueError(f"expanding the workload's stacked factors gives more than {max_terms} Kronecker terms")
+        out += combos
+    return out
+
+
+class _FactorFits:
+    """1-D strategy factors and their traces, fitted once per distinct workload gram."""
+
+    def __init__(self):
+        self.fits = {}
+
+    def __call__(self, f):
+        """(strategy factor, key, trace(G (QᵀQ)⁺) with sens(Q) = 1) for the 1-D workload f."""
+        n = f.shape[1]
+        if _total_like(f):
+            g = f.gram().dense(max_entries=max(n * n, 1))
+            return Ones(1, n), ("T", n), float(g[0, 0])  # G = m·11ᵀ, (11ᵀ)⁺ = 11ᵀ/n²
+        if _identity_like(f):
+            return Identity(n), ("I", n), float(n)
+        if n > MAX_PIDENTITY_N:
+            raise ValueError(f"a union of Kronecker products strategy needs attribute sizes <= {MAX_PIDENTITY_N} for factor workloads other than identity or total, got {n}")
+        op = GramOperator.from_workload(f)
+        g = op.dense()
+        key = ("P", n, g.tobytes())
+        if key not in self.fits:
+            fit = fit_pidentity(op)
+            ident = float(np.trace(g))
+            self.fits[key] = (Identity(n), float(ident)) if ident <= fit.value else (PIdentity(fit.theta), float(fit.value))
+        q, v = self.fits[key]
+        return q, ("P", n, id(q)), v
+
+
+def optimize_kron_stack(W, *, single=None):
+    """HDMM's OPT₊ for a union of Kronecker products W (pure ε): one strategy term per
+    distinct fitted factor signature, weights by the cube-root rule (see the module).
+
+    ``single``: an optional (strategy, value) of a single Kronecker strategy (e.g. from
+    ``method="kron"``) returned instead when its value is lower than the union's, so the
+    result is never worse than it. Returns a :class:`KronStackFit`.
+    """
+    fits = _FactorFits()
+    best = None
+    # the workload's own terms, and (when different) its stacked factors expanded: HDMM's
+    # grouping keeps [I; T] factors whole, the expansion gives each part its own budget
+    for terms in (expand_terms(W, expand=False), expand_terms(W)):
+        if best is not None and len(terms) == best[3]:
+            continue
+        cand = _union(terms, fits)
+        if best is None or cand[1] < best[1]:
+            best = cand + (len(terms),)
+    strategy, bound, weights, _ = best
+    value, exact = bound, len(weights) == 1  # one term answers everything: the bound is exact
+    W = as_linop(W)
+    if not exact and W.shape[1] <= EXACT_N:
+        value, exact = exact_error(W, strategy), True
+    if single is not None and single[1] < value:
+        return KronStackFit(single[0], float(single[1]), True, bound, 1, (1.0,))
+    return KronStackFit(strategy, float(value), exact, bound, len(weights), tuple(float(w) for w in weights))
+
+
+def _union(terms, fits):
+    """(strategy, upper bound, weights) of one term per distinct fitted factor signature."""
+    groups = {}
+    for v2, fs in terms:
+        parts = [fits(f) for f in fs]
+        key = tuple(p[1] for p in parts)
+        c = v2 * math.prod(p[2] for p in parts)
+        if key in groups:
+            groups[key][1] += c
+        else:
+            groups[key] = [[p[0] for p in parts], c]
+    cs = np.array([c for _, c in groups.values()])
+    roots = np.cbrt(cs)
+    weights = roots / roots.sum()
+    keep = weights > 0
+    blocks = [Kron(*fs) for (fs, _), k in zip(groups.values(), keep) if k]
+    strategy = blocks[0] if len(blocks) == 1 else VStack(blocks, weights=weights[keep])
+    return strategy, float(roots.sum()) ** 3, weights[keep]
+
+
+def exact_error(W, A):
+    """sens₁(A)² · trace(WᵀW (AᵀA)⁺) densely (n ≤ :data:`EXACT_N`)."""
+    n = A.shape[1]
+    if n > EXACT_N:
+        raise ValueError(f"the exact error of a union of Kronecker products is dense: n={n} exceeds {EXACT_N}")
+    a = A.dense(max_entries=max(A.shape[0], 1) * n)
+    g = as_linop(W).gram().dense(max_entries=n * n)
+    sens = float(np.abs(a).sum(0).max())
+    return sens**2 * float((g * np.linalg.pinv(a.T @ a, hermitian=True)).sum())
