@@ -4,10 +4,14 @@ Every failure the user can cause (missing file, bad spec, bad ε, a bad data fil
 a one-line message on stderr and exit status 2, never a traceback.
 
 ``release`` is the only command that reads data. Its noise always comes from the operating
-system's CSPRNG (there is deliberately no seed option), and its data file is a CSV with a
-header whose ``--column`` columns hold, per record, the integer code 0 … n−1 of each spec
-attribute (one ``--column`` per attribute, in the spec's order). ``release --ledger FILE``
-charges a persistent privacy ledger (``matmech budget init FILE --eps E``) before any noise.
+system's CSPRNG (there is deliberately no seed option). Its data file is a CSV (read with a
+real parser: a UTF-8 BOM, ``--encoding``, ``--delimiter``) or a Parquet file. A spec that
+declares its domain (``[[attributes]]``: ranges, bins, categories and their policies) is
+applied to the raw columns inside an engine (DuckDB); a spec with bare sizes reads one
+``--column`` per attribute holding integer codes 0 … n−1. Every output path is checked and
+opened before anything is spent. ``release --ledger FILE`` charges a persistent privacy
+ledger (``matmech budget init FILE --eps E``) before any noise. ``--round`` and
+``--nonnegative`` are post-processing of the published answers (no privacy cost).
 """
 
 from __future__ import annotations
@@ -82,13 +86,30 @@ def _cmd_compare(args):
 
 
 def _cmd_plot(args):
-    from matmech.plot import plot_rows, require_matplotlib
+    """The strategies of ``matmech advise`` (the optimiser included: the best bar is advise's
+    choice) drawn to the exact file reported (``--out DIR`` → DIR/<spec>-error.png; a name
+    without an image suffix gets .png); the path is checked before the ranking runs."""
+    from pathlib import Path
+
+    from matmech.advisor.advise import advise
+    from matmech.plot import figure_path, plot_rows, require_matplotlib
 
     require_matplotlib()
-    spec, eps, delta, rows, _, bound = _scored(args)
-    fig = plot_rows(spec.workload, rows, eps=eps, delta=delta, bound_rmse=bound, title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    spec = load_spec(args.spec)
+    eps, delta = check_privacy_params(args.eps, args.delta)
+    path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
+    _check_writable(path, "--out", inputs={"spec": args.spec})
+    progress = _progress(args)
+    advice = advise(spec.workload, eps, delta, neighbors=args.neighbors, time_budget="default" if args.time_budget is None else args.time_budget, progress=progress)
+    progress.close()
+    fig = plot_rows(spec.workload, advice.rows, eps=eps, delta=delta, bound_rmse=advice.lower_bound_rmse,
+                    title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
+    fig.savefig(path, format=fmt, dpi=110)
+    if args.json:
+        print(json.dumps({"wrote": str(path), "format": fmt, "spec": spec.name, "source": spec.source,
+                          **advice.to_dict()}, indent=2))
+    else:
+        print(f"wrote {path} (best: {advice.rows[0].name}, as matmech advise ranks it)")
     return 0
 
 
@@ -149,7 +170,7 @@ def _cmd_advise(args):
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
         raise ValueError(f"--time-budget must be a positive number of seconds, got {args.time_budget!r}")
     bar = _progress(args)
-    advice = advise(spec.workload, eps, delta, time_budget=args.time_budget, progress=bar, neighbors=args.neighbors)
+    advice = advise(spec.workload, eps, delta, time_budget="default" if args.time_budget is None else args.time_budget, progress=bar, neighbors=args.neighbors)
     bar.close()
     saved = None
     if args.save_strategy:
@@ -169,34 +190,38 @@ def _cmd_advise(args):
 # -- release -----------------------------------------------------------------------------------
 
 
-def _read_columns(path, columns):
-    """The named CSV columns as float arrays; errors name the file, line and column."""
+def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
+    """The named CSV columns as float arrays; errors name the file, line and column.
+
+    A real CSV parser: a UTF-8 byte-order mark is skipped, ``encoding`` is honoured (a
+    decoding error names the file and the encoding, never the bytes), and the delimiter
+    is sniffed from the header line unless given.
+    """
+    from matmech.io.engines import csv_header
+
+    header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
+    enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
-        handle = open(path, newline="", encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such data file") from None
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if not header:
-            raise ValueError(f"{path}: the data file is empty (expected a header line naming the columns)")
-        header = [h.strip() for h in header]
-        index = []
-        for c in columns:
-            if c not in header:
-                raise ValueError(f"{path}: no column {c!r}; the header has {header}")
-            index.append(header.index(c))
-        values = [[] for _ in columns]
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            for k, (c, i) in enumerate(zip(columns, index)):
-                cell = row[i].strip() if i < len(row) else ""
-                try:
-                    v = float(cell)
-                except ValueError:
-                    raise ValueError(f"{path}: line {line}, column {c!r}: the entry is not a number") from None
-                values[k].append(v)
+        with open(path, newline="", encoding=enc) as handle:
+            handle.readline()  # the header, read above
+            index = []
+            for c in columns:
+                if c not in header:
+                    raise ValueError(f"{path}: no column {c!r}; the header has {header}")
+                index.append(header.index(c))
+            values = [[] for _ in columns]
+            for line, row in enumerate(csv.reader(handle, delimiter=delimiter), start=2):
+                if not row:
+                    continue
+                for k, (c, i) in enumerate(zip(columns, index)):
+                    cell = row[i].strip() if i < len(row) else ""
+                    try:
+                        v = float(cell)
+                    except ValueError:
+                        raise ValueError(f"{path}: line {line}, column {c!r}: the entry is not a number") from None
+                    values[k].append(v)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not valid {encoding} text; give the file's encoding with --encoding (e.g. latin-1)") from None
     if not values[0]:
         raise ValueError(f"{path}: no data rows after the header")
     return [np.asarray(v) for v in values]
@@ -217,16 +242,40 @@ def _codes(path, columns, arrays, domain):
     return out
 
 
-def _check_writable(path, flag):
-    """Fail before any work (and before a release spends privacy) if ``path`` cannot be written."""
+def _check_writable(path, flag, *, inputs=(), open_it=False):
+    """Fail before any work (and before a release spends privacy) if ``path`` cannot be written.
+
+    Refused: a missing parent directory, a directory, an unwritable file or directory, and a
+    path that is one of the ``inputs`` ({flag: path} of files the command reads: overwriting
+    the data or the ledger would destroy it). ``open_it``: also create the temporary file the
+    output is written to (renamed onto ``path`` by :func:`_write_answers`), so a release never
+    spends for answers it cannot save; returns ``(handle, path)``.
+    """
     import os
+    import tempfile
     from pathlib import Path
 
-    parent = Path(path).resolve().parent
+    target = Path(path)
+    parent = target.resolve().parent
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (Path(path).exists() and not os.access(path, os.W_OK)):
+    if target.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; give a file name")
+    for other_flag, other in dict(inputs).items():
+        if other is not None and Path(other).exists() and target.exists() and os.path.samefile(other, target):
+            raise ValueError(f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it")
+        if other is not None and target.resolve() == Path(other).resolve():
+            raise ValueError(f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: not writable")
+    if not open_it:
+        return None
+    try:
+        handle = tempfile.NamedTemporaryFile("w", newline="", encoding="utf-8", dir=parent, prefix=f".{target.name}.",
+                                             suffix=".tmp", delete=False)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot be written ({exc.strerror})") from None
+    return handle, str(path)
 
 
 def _strategy_arg(value):
@@ -245,12 +294,16 @@ def _select_arg(args):
     given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error") if getattr(args, k) is not None]
     if args.select is None:
         if given:
-            raise ValueError(f"{', '.join(given)}: only used with --select svt|em")
+            raise ValueError(f"{', '.join(given)}: only used with --select svt|em|topc-gap|svt-gap|adaptive-svt")
         return None
     select = {"method": args.select}
-    if args.select_eps is None or args.c is None:
-        raise ValueError("--select needs --select-eps (its share of --eps) and --c (the most rows to answer)")
-    select["eps"], select["c"] = args.select_eps, args.c
+    gap = args.select in ("topc-gap", "svt-gap", "adaptive-svt")  # free-gap methods: the split can be advised
+    if (args.select_eps is None and not gap) or args.c is None:
+        raise ValueError("--select needs --select-eps (its share of --eps) and --c (the most rows to answer)"
+                         + ("" if not gap else "; with a gap method --select-eps may be left out (advised split)"))
+    select["c"] = args.c
+    if args.select_eps is not None:
+        select["eps"] = args.select_eps
     if args.threshold is not None:
         if args.threshold == "auto":
             select["threshold"] = "auto"
@@ -272,32 +325,69 @@ def _cmd_release(args):
         raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
-    if len(args.column) != len(spec.domain):
+    schema = spec.schema
+    if schema is not None and args.column:
+        raise ValueError(f"the spec declares its attributes and their columns {list(schema.columns)}; drop --column "
+                         "(or set column = \"...\" in the spec's [[attributes]])")
+    if schema is None and len(args.column or ()) != len(spec.domain):
         raise ValueError(
-            f"the spec has {len(spec.domain)} attribute(s) {list(spec.attributes)} with domain {list(spec.domain)}; "
-            f"give one --column per attribute, in that order (got {len(args.column)})"
+            f"the spec has {len(spec.domain)} attribute(s) {list(spec.attributes)} with domain {list(spec.domain)} and "
+            f"declares no values ([[attributes]]); give one --column per attribute holding integer codes, in that order "
+            f"(got {len(args.column or ())})"
         )
+    if args.round is not None and not (0 <= args.round <= 15):
+        raise ValueError(f"--round takes a number of decimals in 0..15, got {args.round}")
+    from matmech.io.engines import source_kind
+
+    try:
+        kind = source_kind(args.data)  # a .csv/.tsv/.txt or .parquet path, before anything else
+    except ValueError:
+        if schema is not None:
+            raise
+        kind = "csv"  # integer codes: any file name is read as CSV, as before
     strategy = _strategy_arg(args.strategy)
     select = _select_arg(args)
-    if args.out is not None:
-        _check_writable(args.out, "--out")  # never draw noise for answers that cannot be saved
-    ledger = _open_ledger(args, eps, delta)
-    arrays = _read_columns(args.data, args.column)
-    codes = _codes(args.data, args.column, arrays, spec.domain)
-    x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
-    if ledger is not None:
-        ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
-    rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
-                  max_records=args.max_records, budget=ledger)
-    labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
-    rows = release_table(rel, labels)
-    if args.out is not None:
-        _write_answers(args.out, rows, selection=select is not None)
+    pending = None
+    if args.out is not None:  # never draw noise for answers that cannot be saved
+        inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
+        if not isinstance(strategy, str):
+            inputs["--strategy"] = args.strategy
+        pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
+    try:
+        ledger = _open_ledger(args, eps, delta)
+        if schema is None and kind == "csv":
+            arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
+            codes = _codes(args.data, args.column, arrays, spec.domain)
+            x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
+        else:
+            from matmech.io.domain import Domain, integer_range
+            from matmech.io.engines import histogram as engine_histogram
+
+            if schema is None:  # bare sizes: the columns hold integer codes 0..n-1
+                schema = Domain(tuple(integer_range(c, 0, n - 1) for c, n in zip(args.column, spec.domain)))
+            x = engine_histogram(args.data, schema, encoding=args.encoding, delimiter=args.delimiter)
+        if ledger is not None:
+            ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
+        rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
+                      max_records=args.max_records, budget=ledger)
+        labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
+        rows = _postprocess(release_table(rel, labels), decimals=args.round, nonnegative=args.nonnegative)
+        if pending is not None:
+            _write_answers(pending, rows, selection=select is not None)
+            pending = None
+    finally:
+        if pending is not None:  # nothing was written: remove the temporary file
+            import os
+
+            pending[0].close()
+            os.unlink(pending[0].name)
     if args.json:
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
         out["ledger"] = args.ledger
         out.update(rel.to_dict(labels=labels))
+        out["queries"] = rows
+        out["postprocessing"] = {"round": args.round, "nonnegative": args.nonnegative}
         print(json.dumps(out, indent=2))
         return 0
     m = spec.workload.shape[0]
@@ -316,6 +406,28 @@ def _cmd_release(args):
     if args.out is not None:
         print(f"wrote {len(rows):,} rows to {args.out}")
     return 0
+
+
+def _postprocess(rows, *, decimals, nonnegative):
+    """Documented post-processing of published answers (free under DP, but biased): clip the
+    answer and its interval at 0 (``nonnegative``), then round them to ``decimals``. The
+    std column stays that of the unprocessed estimate."""
+    if decimals is None and not nonnegative:
+        return rows
+    out = []
+    for r in rows:
+        r = dict(r)
+        for k in ("answer", "lower", "upper"):
+            v = r.get(k)
+            if v is None:
+                continue
+            if nonnegative:
+                v = max(v, 0.0)
+            if decimals is not None:
+                v = round(v, decimals)
+            r[k] = v
+        out.append(r)
+    return out
 
 
 def _open_ledger(args, eps, delta):
@@ -376,13 +488,17 @@ def _cmd_budget_history(args):
 
 
 def _marginal_labels(spec):
-    """"age=3, city=1"-style labels for a spec that is exactly a union of marginals, else None."""
+    """Labels for a spec that is exactly a union of marginals, else None: from the declared
+    domain (``sex=F, state=CA``) when the spec has one, else ``age=3, city=1`` codes."""
     import itertools
 
     W = spec.workload
     subsets = getattr(W, "subsets", None)
     if subsets is None or tuple(getattr(W, "domain", ())) != tuple(spec.domain):
         return None
+    if spec.schema is not None:
+        out = [label for s in subsets for label in spec.schema.marginal_labels(s)]
+        return out if len(out) == W.shape[0] else None
     out = []
     for subset in subsets:
         if not subset:
@@ -394,9 +510,16 @@ def _marginal_labels(spec):
 
 
 def _write_answers(path, rows, *, selection):
-    """One CSV row per query: query, answer, std, the 95% interval (and selected/status)."""
+    """One CSV row per query: query, answer, std, the 95% interval (and selected/status).
+
+    ``path``: a file name, or the ``(handle, path)`` pair from ``_check_writable(...,
+    open_it=True)``: the rows go to that temporary file, which is then renamed onto path.
+    """
+    import os
+
     fields = ["query", "answer", "std", "lower95", "upper95"] + (["selected", "status"] if selection else [])
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    handle, final = (open(path, "w", newline="", encoding="utf-8"), None) if isinstance(path, (str, os.PathLike)) else path
+    with handle as f:
         w = csv.writer(f)
         w.writerow(fields)
         for r in rows:
@@ -405,6 +528,11 @@ def _write_answers(path, rows, *, selection):
             if selection:
                 line += ["true" if r["selected"] else "false", r["status"]]
             w.writerow(line)
+    if final is not None:  # the temporary file was created 0600: give it the usual permissions
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(handle.name, 0o666 & ~mask)
+        os.replace(handle.name, final)
 
 
 def build_parser():
@@ -414,10 +542,14 @@ def build_parser():
     p.add_argument("spec", help="a workload spec file (TOML), e.g. workloads/all_range_1024.toml")
     _privacy_args(p)
     p.set_defaults(func=_cmd_compare)
-    p = sub.add_parser("plot", help="plot per-query error of the strategies for a workload spec (needs matplotlib)")
+    p = sub.add_parser("plot", help="plot per-query error of the advised strategies (optimiser included) for a workload spec (needs matplotlib)")
     p.add_argument("spec", help="a workload spec file (TOML)")
-    p.add_argument("--out", required=True, help="the image file to write, e.g. error.png")
+    p.add_argument("--out", required=True,
+                   help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
+                        "or a name without suffix (.png is added); the exact path is printed")
     _privacy_args(p)
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking (the optimiser gets what is left)")
+    _progress_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser("advise", help="rank strategies, optimised ones included, for a workload spec")
     p.add_argument("spec", help="a workload spec file (TOML)")
@@ -426,20 +558,29 @@ def build_parser():
     p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking (the optimiser gets what is left)")
     _progress_arg(p)
     p.set_defaults(func=_cmd_advise)
-    p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV data file")
-    p.add_argument("spec", help="a workload spec file (TOML)")
+    p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV or Parquet data file")
+    p.add_argument("spec", help="a workload spec file (TOML); its [[attributes]] declare the raw columns' domains")
     _privacy_args(p, eps_required=True)
-    p.add_argument("--data", required=True, metavar="FILE.csv", help="records, one per line, with a header")
+    p.add_argument("--data", required=True, metavar="FILE.csv|FILE.parquet", help="records, one per row (CSV with a header, or Parquet)")
     p.add_argument(
-        "--column", required=True, action="append", metavar="COL",
-        help="the column holding each record's code 0..n-1 for a spec attribute; repeat once per attribute, in order",
+        "--column", action="append", metavar="COL",
+        help="only for a spec without [[attributes]]: the column holding each record's code 0..n-1 for a spec "
+             "attribute; repeat once per attribute, in order",
     )
+    p.add_argument("--encoding", default="utf-8", help="the CSV file's text encoding (default utf-8; a BOM is skipped; e.g. latin-1)")
+    p.add_argument("--delimiter", metavar="CHAR", help="the CSV delimiter (default: detected)")
     p.add_argument("--out", metavar="OUT.csv", help="write one row per query: query, answer, std, lower95, upper95")
+    p.add_argument("--round", type=int, metavar="DECIMALS",
+                   help="post-processing: round answers and intervals to DECIMALS (0 for whole counts); no privacy cost")
+    p.add_argument("--nonnegative", action="store_true",
+                   help="post-processing: clip answers and intervals at 0 (counts cannot be negative); no privacy cost")
     p.add_argument(
         "--strategy", default="auto", metavar="NAME|FILE.npz",
         help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
     )
-    p.add_argument("--select", choices=["svt", "em"], help="answer only rows chosen privately first (sparse vector / exponential mechanism)")
+    p.add_argument("--select", choices=["svt", "em", "topc-gap", "svt-gap", "adaptive-svt"],
+                   help="answer only rows chosen privately first (sparse vector / exponential mechanism / free-gap: "
+                        "topc-gap, svt-gap, adaptive-svt)")
     p.add_argument("--threshold", metavar="T|auto", help="svt: answer rows whose count clears T; 'auto' from --target-rel-error")
     p.add_argument("--c", type=int, metavar="C", help="the most rows to select")
     p.add_argument("--select-eps", type=float, metavar="E", help="the part of --eps spent on selection (the rest measures)")

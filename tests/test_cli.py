@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -349,3 +350,127 @@ def test_release_requires_eps_and_ledger_spends_as_a_subprocess(files):
     assert out.returncode == 2 and "cannot spend" in out.stderr and out.stderr.count("\n") == 1 and not out.stdout
     st = json.loads(run("budget", "status", led, "--json").stdout)
     assert st["spends"] == 1 and st["remaining"]["eps_exact"] == "0/1"
+
+
+# -- raw tables: declared domains, CSV / Parquet, outputs checked before any spend ---------------
+
+PEOPLE = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
+@pytest.fixture
+def people(tmp_path):
+    """The shipped people table (CSV and a Parquet copy), its specs and a ledger with eps = 2."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "people.parquet"
+    pq.write_table(pacsv.read_csv(PEOPLE / "people.csv"), parquet)
+    led = str(tmp_path / "budget.db")
+    assert main(["budget", "init", led, "--eps", "2"]) == 0
+    return tmp_path, PEOPLE / "people.csv", parquet, led
+
+
+def test_release_people_csv_with_declared_domains_labels_and_postprocessing(people, capsys):
+    d, csv_path, _, led = people
+    capsys.readouterr()
+    out = d / "tables.csv"
+    args = ["release", str(PEOPLE / "people.toml"), "--data", str(csv_path), "--eps", "0.5", "--strategy", "identity",
+            "--ledger", led, "--out", str(out), "--round", "0", "--nonnegative"]
+    assert main(args) == 0
+    assert "charged eps = 0.5" in capsys.readouterr().out
+    rows = read_csv(out)
+    labels = [r["query"] for r in rows]
+    assert labels[:2] == ["age 0-19", "age 20-39"] and "sex=F, state=CA" in labels and "sex=other/unknown, state=other" in labels
+    assert "income [20k, 30k)" in labels and labels[-1] == "total" and len(rows) == 5 + 3 * 11 + 5 + 1
+    for r in rows:  # post-processing: whole, non-negative answers and intervals; std untouched
+        for k in ("answer", "lower95", "upper95"):
+            assert float(r[k]) >= 0 and float(r[k]) == round(float(r[k]))
+        assert float(r["std"]) > 0 and float(r["std"]) != round(float(r["std"]))
+    assert (out.stat().st_mode & 0o777) == 0o666 & ~_umask()
+    assert sorted(p.name for p in d.iterdir()) == ["budget.db", "people.parquet", "tables.csv"]  # no temporary file left
+
+
+def _umask():
+    import os
+
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_release_people_parquet_age_bands_json(people, capsys):
+    d, _, parquet, led = people
+    capsys.readouterr()
+    assert main(["release", str(PEOPLE / "age_bands.toml"), "--data", str(parquet), "--eps", "0.25", "--json",
+                 "--strategy", "identity"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    labels = [q["query"] for q in out["queries"]]
+    assert labels == ["age 0-17", "age 18-24", "age 25-34", "age 35-44", "age 45-54", "age 55-64", "age 65-74", "age 75-99", "total"]
+    assert out["postprocessing"] == {"round": None, "nonnegative": False}
+
+
+def test_bare_size_spec_reads_codes_from_parquet(files, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d, _, truth, (age8, city) = files
+    path = tmp_path / "codes.parquet"
+    pq.write_table(pa.table({"age8": age8, "city": city}), path)
+    assert main(["release", str(d / "grid.toml"), "--data", str(path), "--column", "age8", "--column", "city",
+                 "--eps", "1", "--json", "--strategy", "identity"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queries"][-1]["query"] == "total" and len(out["queries"]) == 8 + 4 + 1
+
+
+def test_csv_with_bom_semicolons_and_latin1(files, tmp_path, capsys):
+    d, _, _, (age8, _) = files
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffage;name\n".encode("utf-8") + "".join(f"{a};Zoë\n" for a in age8 * 4).encode("utf-8"))
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("age,name\n".encode() + "".join(f"{a},Zoë\n" for a in age8 * 4).encode("latin-1"))
+    base = ["release", str(d / "bands.toml"), "--column", "age", "--eps", "1", "--json", "--strategy", "identity"]
+    assert main([*base, "--data", str(bom)]) == 0
+    capsys.readouterr()
+    assert main([*base, "--data", str(latin), "--encoding", "latin-1"]) == 0
+    capsys.readouterr()
+    err = _main_error(capsys, *base, "--data", str(latin))
+    assert "latin.csv: not valid utf-8 text" in err and "--encoding" in err
+
+
+def test_every_release_error_path_spends_nothing(people, capsys):
+    d, csv_path, parquet, led = people
+    spec = str(PEOPLE / "people.toml")
+    strict = d / "strict.toml"
+    strict.write_text('[[attributes]]\nname = "age"\nrange = [0, 99]\npolicy = "error"\nmissing = "drop"\n'
+                      '[[queries]]\nkind = "total"\n')
+    nocol = d / "nocol.toml"
+    nocol.write_text('[[attributes]]\nname = "height"\nrange = [0, 9]\n[[queries]]\nkind = "total"\n')
+    latin = d / "latin.csv"
+    latin.write_bytes("age,sex,income,state\n1,F,2.0,CA\n".encode() + "3,F,Zoë,CA\n".encode("latin-1"))
+    (d / "outdir").mkdir()
+    (d / "afile").write_text("x")
+    base = ["release", spec, "--data", str(csv_path), "--eps", "0.5", "--ledger", led, "--strategy", "identity"]
+    before = _spends(led)
+    for args, text in [
+        ([*base, "--out", str(d / "outdir")], "is a directory"),
+        ([*base, "--out", str(csv_path)], "is the same file as --data"),
+        ([*base, "--out", led], "is the same file as --ledger"),
+        ([*base, "--out", spec], "is the same file as spec"),
+        ([*base, "--out", str(d / "afile" / "o.csv")], "does not exist"),
+        ([*base, "--out", str(d / "o.csv"), "--column", "age"], "drop --column"),
+        ([*base, "--out", str(d / "o.csv"), "--round", "-1"], "--round takes a number of decimals"),
+        (["release", str(strict), *base[2:], "--out", str(d / "o.csv")], "column 'age' (attribute 'age') has values outside"),
+        (["release", str(nocol), *base[2:], "--out", str(d / "o.csv")], "no column(s) ['height']"),
+        (["release", spec, "--data", str(latin), *base[4:], "--out", str(d / "o.csv")], "not valid utf-8 text"),
+        (["release", spec, "--data", str(d / "people.xlsx"), *base[4:], "--out", str(d / "o.csv")], "expected a .csv"),
+        (["release", spec, "--data", str(d / "nope.parquet"), *base[4:], "--out", str(d / "o.csv")], "no such data file"),
+        ([*base[:5], "3", *base[6:], "--out", str(d / "o.csv")], "cannot spend"),
+    ]:
+        err = _main_error(capsys, *args)
+        assert text in err, (args, err)
+        assert _spends(led) == before, args
+        assert not (d / "o.csv").exists() and not [p for p in d.iterdir() if p.name.endswith(".tmp")], args
+    assert csv_path.stat().st_size > 40_000 and (d / "afile").read_text() == "x"
+    # the policy error names the column only: no value of the table is in the message
+    err = _main_error(capsys, "release", str(strict), *base[2:], "--json")
+    assert not any(ch.isdigit() for ch in err.split("has values")[1])

@@ -1,8 +1,12 @@
 """Workload spec files (TOML): a declarative description of a domain and its queries.
 
 A spec names the domain (attribute sizes, cells row-major) and lists query parts; the
-workload is the weighted union of the parts. See ``workloads/README.md`` for the format.
-Every error names the file, the key and what was expected.
+workload is the weighted union of the parts. The domain is either bare sizes (``domain =
+[100]``, the data then holds integer codes) or declared per attribute in ``[[attributes]]``
+tables (integer ranges, numeric bins, categories, and what becomes of missing and
+out-of-domain values: :mod:`matmech.io.domain`), from which the labels come. See
+``workloads/README.md`` for the format. Every error names the file, the key and what was
+expected.
 """
 
 from __future__ import annotations
@@ -13,9 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import networkx as nx
-
 from matmech import workloads as wl
+from matmech.io.domain import Domain, categories, integer_range, numeric_bins
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
@@ -43,6 +46,9 @@ class Spec:
     workload: LinOp
     labels: tuple | None
     source: str
+    #: The declared :class:`~matmech.io.domain.Domain` (``[[attributes]]`` tables), or None
+    #: for a spec with bare sizes (its data are integer codes).
+    schema: Domain | None = None
 
 
 ONE_D = {"identity": wl.identity, "total": wl.total, "prefix": wl.prefix, "all_range": wl.all_range}
@@ -85,7 +91,64 @@ def _int_list(source, key, value):
     return value
 
 
-def _one_d(source, key, part, n, *, factor=False):
+#: Keys of an ``[[attributes]]`` table.
+ATTRIBUTE_KEYS = ("name", "column", "range", "width", "lo", "hi", "edges", "bins", "categories", "other", "policy",
+                  "missing", "labels")
+
+
+def _attribute(source, key, table):
+    """One ``[[attributes]]`` table → :class:`~matmech.io.domain.Attribute`."""
+    if not isinstance(table, dict):
+        _fail(source, key, "a table with name and one of range, edges, lo/hi/width, bins or categories", table)
+    _check_keys(source, key, table, ATTRIBUTE_KEYS)
+    name = table.get("name", MISSING)
+    if not isinstance(name, str) or not name:
+        _fail(source, f"{key}.name", "a non-empty string", name)
+    common = {k: table[k] for k in ("column", "policy", "missing", "other", "labels") if k in table}
+    kinds = [k for k in ("range", "categories", "edges", "bins") if k in table]
+    if not kinds and "width" in table:
+        kinds = ["width"]
+    if len(kinds) != 1:
+        _fail(source, key, "exactly one of range = [lo, hi] (integers, optional width), edges, lo/hi/width, bins or "
+                           "categories", {k: table[k] for k in kinds} or MISSING)
+    kind = kinds[0]
+    try:
+        if kind == "range":
+            r = table["range"]
+            if not isinstance(r, list) or len(r) != 2:
+                _fail(source, f"{key}.range", "[lo, hi], two integers (inclusive)", r)
+            if "lo" in table or "hi" in table:
+                _fail(source, key, "range = [lo, hi] without lo/hi keys", {k: table[k] for k in ("lo", "hi") if k in table})
+            return integer_range(name, r[0], r[1], width=table.get("width", 1), **common)
+        if kind == "categories":
+            extra = [k for k in ("width", "lo", "hi") if k in table]
+            if extra:
+                _fail(source, f"{key}.{extra[0]}", "no numeric bounds with categories", table[extra[0]])
+            return categories(name, table["categories"], **common)
+        return numeric_bins(name, edges=table.get("edges"), lo=table.get("lo"), hi=table.get("hi"), width=table.get("width"),
+                            bins=table.get("bins"), **common)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{source}: {key}: {exc}") from None
+
+
+def _schema(source, items):
+    if not isinstance(items, list) or not items or not all(isinstance(t, dict) for t in items):
+        _fail(source, "attributes", "a non-empty array of [[attributes]] tables or a list of names", items)
+    attrs = [_attribute(source, f"attributes[{i}]", t) for i, t in enumerate(items)]
+    try:
+        return Domain(tuple(attrs))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{source}: attributes: {exc}") from None
+
+
+def _interval_labeller(schema):
+    """Labels of inclusive cell intervals: from a declared one-attribute domain, else "[lo, hi]"."""
+    if schema is not None and len(schema) == 1:
+        return schema.interval_label
+    return lambda a, b: f"[{a}, {b}]"
+
+
+def _one_d(source, key, part, n, *, factor=False, label=None):
     """A 1-D workload over n cells from a kind name or a table (``factor``: inside a product,
     where a part has no weight of its own)."""
     if isinstance(part, str):
@@ -108,12 +171,15 @@ def _one_d(source, key, part, n, *, factor=False):
         labels = part.get("labels")
         if labels is not None and (not isinstance(labels, list) or len(labels) != len(pairs)):
             _fail(source, f"{key}.labels", f"a list of {len(pairs)} names, one per interval", labels)
-        return w, tuple(labels) if labels else tuple(f"[{a}, {b}]" for a, b in pairs)
+        label = label or _interval_labeller(None)
+        return w, tuple(labels) if labels else tuple(label(a, b) for a, b in pairs)
     if kind == "tree":
         edges = part.get("edges", MISSING)
         if not isinstance(edges, list) or not edges or not all(isinstance(e, list) and len(e) == 2 for e in edges):
             _fail(source, f"{key}.edges", "a non-empty list of [parent, child] pairs", edges)
         try:
+            import networkx as nx
+
             tree = hierarchical(nx.DiGraph([tuple(e) for e in edges]))
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{source}: {key}.edges: {exc}") from None
@@ -135,14 +201,25 @@ def parse_spec(data, *, source="<spec>"):
         if not isinstance(value, str):
             _fail(source, key, "a string", value)
     domain = data.get("domain", MISSING)
+    schema = None
+    if isinstance(data.get("attributes"), list) and any(isinstance(t, dict) for t in data["attributes"]):
+        schema = _schema(source, data["attributes"])  # declared domains: the sizes follow from them
+        if domain is MISSING:
+            domain = list(schema.sizes)
     if isinstance(domain, int) and not isinstance(domain, bool):
         domain = [domain]
     domain = _int_list(source, "domain", domain)
     if any(d <= 0 for d in domain):
         _fail(source, "domain", "positive attribute sizes", domain)
-    attributes = data.get("attributes", [f"a{i}" for i in range(len(domain))])
+    if schema is not None:
+        if tuple(domain) != schema.sizes:
+            _fail(source, "domain", f"the sizes {list(schema.sizes)} of the declared [[attributes]] (or no domain key)", domain)
+        attributes = list(schema.names)
+    else:
+        attributes = data.get("attributes", [f"a{i}" for i in range(len(domain))])
     if not isinstance(attributes, list) or len(attributes) != len(domain) or not all(isinstance(a, str) for a in attributes):
         _fail(source, "attributes", f"a list of {len(domain)} names (strings), one per domain attribute", attributes)
+    label = _interval_labeller(schema)
     parts = data.get("queries", MISSING)
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         _fail(source, "queries", "a non-empty array of tables ([[queries]])", parts)
@@ -165,6 +242,8 @@ def parse_spec(data, *, source="<spec>"):
             except (TypeError, ValueError) as exc:
                 raise SpecError(f"{source}: {key}.{which}: {exc}") from None
             lab = None
+            if schema is not None and w.shape[0] <= MAX_LABELS:
+                lab = tuple(x for s in w.subsets for x in schema.marginal_labels(s))
         elif kind == "product":
             factors = part.get("factors", MISSING)
             if not isinstance(factors, list) or len(factors) != len(domain):
@@ -174,17 +253,17 @@ def parse_spec(data, *, source="<spec>"):
         elif kind in KINDS:
             if len(domain) != 1:
                 _fail(source, f"{key}.kind", f"'product' or 'marginals' for a {len(domain)}-attribute domain", kind)
-            w, lab = _one_d(source, key, part, domain[0])
+            w, lab = _one_d(source, key, part, domain[0], label=label)
         else:
             _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
         if lab is None and isinstance(w, Intervals) and w.shape[0] <= MAX_LABELS:
-            lab = tuple(f"[{a}, {b}]" for a, b in zip(*w.bounds()))
+            lab = tuple(label(int(a), int(b)) for a, b in zip(*w.bounds()))
         blocks.append(w)
         weights.append(float(weight))
         labels.append(lab)
     workload = blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
     all_labels = tuple(x for lab in labels for x in lab) if all(lab is not None for lab in labels) else None
-    return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source)
+    return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source, schema)
 
 
 def load_spec(path):
