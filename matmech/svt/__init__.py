@@ -14,6 +14,8 @@ is the public namespace; the code lives in one module per concept:
 :mod:`matmech.svt.calibration`  eps split (Eq. 12), noise scales, grid: :func:`svt_budget`
 :mod:`matmech.svt.grid`    exact grid arithmetic, chunked / two-thread noise
 :mod:`matmech.svt.checks`   argument checks (run before any randomness)
+:mod:`matmech.svt.gap`      [DWZK19] free gap: :func:`noisy_top_c_gap`, :func:`sparse_vector_gap`, :func:`adaptive_sparse_vector`
+:mod:`matmech.svt.combine`  GLS of the gaps with the measured answers, :func:`advise_split`
 ==========================  ================================================
 
 References (all in ``shared/references``):
@@ -24,6 +26,10 @@ References (all in ``shared/references``):
 * **[DR14]** C. Dwork, A. Roth, *The Algorithmic Foundations of Differential
   Privacy*: AboveThreshold (Alg. 1) and Sparse (Alg. 2), accuracy Thm. 3.24
   (quoted in [LSL17] Sec. 5 and in R. Cummings' lecture notes, Thm. 8).
+* **[DWZK19]** Z. Ding, Y. Wang, D. Zhang, D. Kifer, *Free Gap Information from the
+  Differentially Private Sparse Vector and Noisy Max Mechanisms*, PVLDB 13(3), 2019:
+  Noisy Top-K with Gap, Sparse Vector with Gap, Adaptive SVT, and the combination of
+  the gaps with later measurements.
 * **[M18]** A. Machanavajjhala, CompSci 590.03 *The Sparse Vector Technique*
   slides, "Sparse Vector Technique: Accuracy".
 
@@ -63,6 +69,9 @@ from matmech.svt.core import SVTResult, above_threshold, sparse_vector
 from matmech.svt.interactive import SparseVector, SparseVectorExhausted
 from matmech.svt.variants import sparse_vector_dpbook, sparse_vector_retraversal
 from matmech.svt.topc import TopCResult, exponential_top_c
+from matmech.svt.calibration import GapCalibration, gap_calibration
+from matmech.svt.gap import GapResult, adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
+from matmech.svt.combine import GapMeasurement, advise_split, combine_gaps, gap_measurement
 
 __all__ = [
     "SVTCalibration",
@@ -81,4 +90,14 @@ __all__ = [
     "above_threshold_alpha",
     "sparse_alpha",
     "exponential_alpha",
+    "GapCalibration",
+    "gap_calibration",
+    "GapResult",
+    "noisy_top_c_gap",
+    "sparse_vector_gap",
+    "adaptive_sparse_vector",
+    "GapMeasurement",
+    "gap_measurement",
+    "combine_gaps",
+    "advise_split",
 ]

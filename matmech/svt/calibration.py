@@ -36,6 +36,9 @@ __all__ = [
     "svt_budget",
     "make_budget",
     "MAX_SCALE_UNITS",
+    "GapCalibration",
+    "GAP_METHODS",
+    "gap_calibration",
 ]
 
 # matmech.privacy.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
@@ -181,3 +184,140 @@ def svt_budget(
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
         threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c,
     )
+
+
+# --------------------------------------------------------------------------
+# The free-gap mechanisms (Ding, Wang, Zhang, Kifer, PVLDB 13(3) 2019)
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GapCalibration:
+    """How a free-gap selection spends its budget (data independent; :mod:`matmech.svt.gap`).
+
+    ``method``: ``"topc-gap"`` (Noisy Top-K with Gap: every score gets Lap(query_scale),
+    2cD/eps, cD/eps for monotonic scores), ``"svt-gap"`` (Sparse Vector with Gap) or
+    ``"adaptive-svt"`` (Adaptive Sparse Vector with Gap).  For the two SVTs:
+    ``eps_threshold`` (eps0) buys the threshold noise Lap(``threshold_scale`` = D/eps0);
+    a positive from the middle branch costs ``eps_middle`` (eps1 = (eps - eps0)/c, noise
+    Lap(``query_scale`` = 2D/eps1, D/eps1 monotonic)), one from the top branch (adaptive
+    only) ``eps_top`` = eps1/2 with noise Lap(``top_scale`` = 2 * query_scale) and margin
+    ``sigma``.  ``units`` is the query budget eps - eps0 in whole multiples of eps_top (a run
+    stops when fewer than two are left, i.e. when a middle positive would not fit).  All
+    scales are whole multiples of the one power-of-two ``grid``; ``sensitivity`` includes
+    the grid step when values must be snapped to it.
+    """
+
+    method: str
+    eps: float
+    c: int
+    monotonic: bool
+    sensitivity: float
+    grid: float
+    query_scale: float
+    threshold_scale: Optional[float] = None
+    top_scale: Optional[float] = None
+    sigma: Optional[float] = None
+    eps_threshold: float = 0.0
+    eps_middle: float = 0.0
+    eps_top: float = 0.0
+    units: int = 0
+
+    def gap_variance(self, branch: str = "middle") -> float:
+        """Exact variance of the discrete noise in one released noisy value of ``branch``
+        ("middle", "top", or "threshold"): the variance of DLap(scale/grid) times grid**2."""
+        scale = {"middle": self.query_scale, "top": self.top_scale, "threshold": self.threshold_scale}[branch]
+        if scale is None:
+            raise ValueError(f"{self.method} has no {branch!r} noise")
+        return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
+
+
+GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
+
+
+def _floor_div(total: float, c: int) -> float:
+    """The largest float e with c * e <= total exactly."""
+    f = Fraction(total) / c
+    e = float(f)
+    while Fraction(e) * c > Fraction(total):
+        e = math.nextafter(e, 0.0)
+    return e
+
+
+def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:
+    return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
+
+
+@functools.lru_cache(maxsize=256)
+def gap_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    sigma: object = "auto",
+    integer_values: bool = False,
+    n_candidates: int = 0,
+) -> GapCalibration:
+    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
+
+    ``topc-gap``: Lap(2cD/eps) on every score, Lap(cD/eps) if ``monotonic`` (Ding et al.
+    2019, Noisy Top-K with Gap).  ``svt-gap`` / ``adaptive-svt``: eps0:(eps - eps0) = 1:r
+    with r = ``ratio`` ("optimal" = [LSL17] Eq. (12), (2c)^(2/3) or c^(2/3) monotonic);
+    eps1 = (eps - eps0)/c, rounded down so that eps0 + c*eps1 <= eps exactly; query noise
+    Lap(2D/eps1) (D/eps1 monotonic).  ``adaptive-svt`` adds the top branch Lap(2 * that)
+    costing eps1/2, taken when the noisy margin is at least ``sigma`` (value units;
+    "auto" = top_scale * max(2*sqrt(2), ln(n_candidates)): at least two standard deviations
+    of the top-branch noise, and large enough that a row AT the threshold takes the top
+    branch with probability <= 1/(2n), so the n candidates give at most about one false
+    top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
+    """
+    if method not in GAP_METHODS:
+        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
+    k = 1.0 if monotonic else 2.0
+    if method == "topc-gap":
+        if sigma != "auto" or ratio != "optimal":
+            raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
+        nominal = laplace_scale(eps, k * c * sensitivity)
+        g = _grid_for(nominal)
+        if nominal / g > MAX_SCALE_UNITS:
+            raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
+                             f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
+        sens = _gap_sens(sensitivity, g, integer_values)
+        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, eps, g))
+    ratio = check_ratio(ratio)
+    r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
+    e0 = eps / (1.0 + r)
+    e1 = _floor_div(rest_of(eps, e0), c)
+    e_top = e1 / 2.0  # exact: a power-of-two division
+    nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
+    if method == "adaptive-svt":
+        nominal.append(laplace_scale(e_top, k * sensitivity))
+    g = _grid_for(*nominal)
+    if max(nominal) / g > MAX_SCALE_UNITS:
+        raise ValueError(f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
+                         f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values")
+    sens = _gap_sens(sensitivity, g, integer_values)
+    q_scale = _scale_on_grid(k, sens, e1, g)
+    top = sig = None
+    if method == "adaptive-svt":
+        top = 2.0 * q_scale  # = the scale for eps1/2, still a whole number of grid steps
+        if isinstance(sigma, str):
+            if sigma != "auto":
+                raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
+            sig = max(2.0 * math.sqrt(2.0), math.log(max(int(n_candidates), 1))) * top
+        else:
+            from matmech.svt.checks import check_real
+
+            sig = check_real("sigma", sigma)
+        sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
+    elif sigma != "auto":
+        raise ValueError(f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}")
+    units = int((Fraction(eps) - Fraction(e0)) / Fraction(e_top))
+    return GapCalibration(method, eps, c, bool(monotonic), sens, g, q_scale,
+                          threshold_scale=_scale_on_grid(1.0, sens, e0, g), top_scale=top, sigma=sig,
+                          eps_threshold=e0, eps_middle=e1, eps_top=e_top, units=units)

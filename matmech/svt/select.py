@@ -20,16 +20,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
+from matmech.svt.calibration import gap_calibration
 from matmech.svt.checks import check_threshold
+from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 
-__all__ = ["Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS"]
+__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS"]
 
-METHODS = ("svt", "em")
+METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
+#: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
+GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
+#: The methods that test rows against a threshold.
+THRESHOLD_METHODS = ("svt", "svt-gap", "adaptive-svt")
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Selection:
     monotonic: bool
     stopped: bool
     n_candidates: int
+    gap: object = field(default=None, repr=False)  # the GapResult of a free-gap method (public)
 
 
 def entry_range(W):
@@ -107,18 +115,24 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
     elif monotonic is not True and monotonic is not False:
         raise TypeError(f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}")
     thr = None
-    if method == "svt":
+    if method in THRESHOLD_METHODS:
         if threshold is None or isinstance(threshold, str):
-            raise ValueError(f"method='svt' needs a numeric threshold (scalar or one per row), got {threshold!r}")
+            raise ValueError(f"method={method!r} needs a numeric threshold (scalar or one per row), got {threshold!r}")
         if isinstance(threshold, (bool, np.bool_)):
             raise TypeError(f"threshold must be a real number or one per row, got {threshold!r}")
         thr = check_threshold(threshold, W.shape[0]).astype(np.float64)
     elif threshold is not None:
-        raise ValueError(f"method='em' picks the c largest rows and takes no threshold; got threshold={threshold!r}")
+        raise ValueError(f"method={method!r} picks the c largest rows and takes no threshold; got threshold={threshold!r}")
     if c > W.shape[0]:
         raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
+    if method == "topc-gap" and c >= W.shape[0]:
+        raise ValueError(f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}")
     if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
         svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
+    elif method == "topc-gap":
+        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic)
+    elif method in GAP_METHODS:
+        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     else:
         check_privacy_params(eps, 0.0)
     return c, float(sens), bool(monotonic), thr
@@ -132,7 +146,7 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     carries a value computed from x. Whether the answers are exact integers (then they need
     no snapping to the SVT grid) follows from W and the declared ``max_records``, not from x.
     """
-    W = as_linop(W)
+    W = as_linop(validate.linear(W, "W"))
     c, sens, monotonic, thr = check_selection(
         W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors)
     max_records = check_max_records(max_records)
@@ -148,6 +162,17 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
 
 def run_selection(plan, *, rng=None):
     """Run a checked selection (the budget already charged) → :class:`Selection`."""
+    if plan.method in GAP_METHODS:
+        kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng)
+        if plan.method == "topc-gap":
+            res = noisy_top_c_gap(plan.values, plan.c, **kw)
+        else:
+            fn = sparse_vector_gap if plan.method == "svt-gap" else adaptive_sparse_vector
+            res = fn(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, **kw)
+        rows = np.asarray(res.positions, dtype=np.int64)
+        rows.setflags(write=False)
+        return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
+                         bool(res.stopped), plan.n_rows, res)
     if plan.method == "svt":
         res = sparse_vector(plan.values, plan.thr, c=plan.c, eps=plan.eps, sensitivity=plan.sensitivity,
                             monotonic=plan.monotonic, ratio=plan.ratio, rng=rng)
@@ -185,7 +210,7 @@ def select_rows(
     is valid; ``True`` where it is not valid raises. ``max_records``: the declared bound
     on Σx (see :func:`matmech.measure`). Every check runs before ``budget`` is charged.
     """
-    W = as_linop(W)
+    W = as_linop(validate.linear(W, "W"))
     check_budget(budget)
     noise.check_rng(rng)
     what = f"select up to {c} of {W.shape[0]} rows ({method})"

@@ -69,6 +69,10 @@ __all__ = [
     "statdp_pairs",
     "exhaustive_pairs",
     "monotonic_pairs",
+    "integrate_mixed",
+    "gap_svt_pmf",
+    "topc_gap_pmf",
+    "gap_cases",
 ]
 
 INF = math.inf
@@ -813,3 +817,243 @@ def variant_model(v, *, c: int = 1, eps: float = 1.0, factor: float = 1.0) -> Mo
     if not v.releases:
         pairs += exhaustive_pairs(4) + statdp_pairs(5)
     return Model(eps, pmf, keyed(pairs, thresholds=(-2, 0, 2)), None)
+
+
+# --------------------------------------------------------------------------
+# The free-gap mechanisms (Ding, Wang, Zhang, Kifer, PVLDB 2019; matmech.svt.gap)
+# --------------------------------------------------------------------------
+# Outputs carry noisy gaps, so probabilities are point masses at chosen gap values
+# (in grid units).  Factors may mix two noise scales t and 2t (adaptive SVT), so a
+# piece is (c0, c1, k): c0 + c1 * e^{-k rho / B}, B the largest scale in units.
+def _piece_tail(shift: int, t: float, m: int) -> Factor:
+    """P[nu >= rho + shift], nu ~ DLap(t), t = B/m."""
+    a = math.exp(-1.0 / t)
+    return Factor(1 - shift, (1.0, -math.exp(-(1 - shift) / t) / (1 + a), -m), (0.0, math.exp(-shift / t) / (1 + a), m))
+
+
+def _piece_fail(shift: int, t: float, m: int) -> Factor:
+    """P[nu < rho + shift] = 1 - :func:`_piece_tail`."""
+    f = _piece_tail(shift, t, m)
+    return Factor(f.b, (1.0 - f.lo[0], -f.lo[1], f.lo[2]), (1.0 - f.hi[0], -f.hi[1], f.hi[2]))
+
+
+def _piece_point(shift: int, t: float, m: int) -> Factor:
+    """P[nu = rho + shift] = tanh(1/2t) e^{-|rho + shift|/t}."""
+    h = math.tanh(0.5 / t)
+    return Factor(-shift, (0.0, h * math.exp(shift / t), -m), (0.0, h * math.exp(-shift / t), m))
+
+
+def integrate_mixed(factors: Sequence[Factor], t1: float, base: float) -> float:
+    """sum over rho of DLap(t1)(rho) * prod(factors)(rho), factors in (c0, c1, k) pieces (exact)."""
+    breaks = sorted({f.b for f in factors} | {0})
+    segments = [(-INF, breaks[0] - 1)] + [(breaks[i], breaks[i + 1] - 1) for i in range(len(breaks) - 1)]
+    segments.append((breaks[-1], INF))
+    total = 0.0
+    for lo, hi in segments:
+        r = hi if lo == -INF else lo
+        poly = {0: 1.0}
+        for f in factors:
+            c0, c1, k = f.hi if r >= f.b else f.lo
+            new: dict = {}
+            for j, cj in poly.items():
+                if c0:
+                    new[j] = new.get(j, 0.0) + cj * c0
+                if c1:
+                    new[j + k] = new.get(j + k, 0.0) + cj * c1
+            poly = new
+            if not poly:
+                break
+        s = -1.0 / t1 if r >= 0 else 1.0 / t1
+        for j, cj in poly.items():
+            if cj:
+                total += cj * _geom(s - j / base, lo, hi)
+    return math.tanh(0.5 / t1) * total
+
+
+def _gap_svt_outputs(n: int, limit: int, adaptive: bool):
+    """(positions, branches, processed) of a gap SVT: a positive costs 1 (top) or 2 (middle)
+    units and the run stops at the positive that takes the units used above ``limit``."""
+    def rec(i, pos, br, used):
+        if i == n:
+            yield pos, br, n
+            return
+        yield from rec(i + 1, pos, br, used)
+        for b in (("top", "middle") if adaptive else ("middle",)):
+            u = used + (1 if b == "top" else 2)
+            if u > limit:
+                yield pos + (i,), br + (b,), i + 1
+            else:
+                yield from rec(i + 1, pos + (i,), br + (b,), u)
+
+    yield from rec(0, (), (), 0)
+
+
+@dataclass(frozen=True)
+class GapScales:
+    """Scales of a gap mechanism in grid units (from a shipped GapCalibration)."""
+
+    threshold: Optional[float]
+    query: float
+    top: Optional[float]
+    sigma: int
+    limit: int
+    grid: float
+
+    @classmethod
+    def of(cls, cal, factor: float = 1.0) -> "GapScales":
+        g = cal.grid
+        return cls(None if cal.threshold_scale is None else cal.threshold_scale / g * factor,
+                   cal.query_scale / g * factor, None if cal.top_scale is None else cal.top_scale / g * factor,
+                   0 if cal.sigma is None else int(round(cal.sigma / g)), cal.units - 2, g)
+
+
+def gap_svt_pmf(d: Sequence[int], sc: GapScales, gap_values=None) -> dict:
+    """Sparse Vector with Gap / Adaptive SVT: (positions, branches, gaps) -> P.
+
+    ``d[i]`` = T_i - q_i in units.  Middle positive i with gap a: nu_i = a + d_i + rho
+    (point mass) and, adaptive, the top branch failed: xi_i < sigma + d_i + rho; top positive:
+    xi_i = a + d_i + rho with a >= sigma; negative: both fail.  ``gap_values`` None integrates
+    the gaps out (then gaps are None and the pmf sums to 1); else a dict branch -> gap values.
+    """
+    adaptive = sc.top is not None
+    base = sc.top if adaptive else sc.query
+    mq = int(round(base / sc.query))
+    out = {}
+    for pos, br, m in _gap_svt_outputs(len(d), sc.limit, adaptive):
+        hit = dict(zip(pos, br))
+        common = []
+        for i in range(m):
+            if i not in hit:
+                common.append(_piece_fail(d[i], sc.query, mq))
+                if adaptive:
+                    common.append(_piece_fail(d[i] + sc.sigma, sc.top, 1))
+        if gap_values is None:
+            fs = list(common)
+            for i, b in hit.items():
+                if b == "top":
+                    fs.append(_piece_tail(d[i] + sc.sigma, sc.top, 1))
+                else:
+                    fs.append(_piece_tail(d[i], sc.query, mq))
+                    if adaptive:
+                        fs.append(_piece_fail(d[i] + sc.sigma, sc.top, 1))
+            out[(pos, br, None)] = integrate_mixed(fs, sc.threshold, base)
+            continue
+        for gaps in product(*[gap_values[b] for b in br]):
+            fs = list(common)
+            for (i, b), a in zip(hit.items(), gaps):
+                if b == "top":
+                    fs.append(_piece_point(a + d[i], sc.top, 1))
+                else:
+                    fs.append(_piece_point(a + d[i], sc.query, mq))
+                    if adaptive:
+                        fs.append(_piece_fail(d[i] + sc.sigma, sc.top, 1))
+            out[(pos, br, gaps)] = integrate_mixed(fs, sc.threshold, base)
+    return out
+
+
+def topc_gap_pmf(q: Sequence[int], c: int, t: float, gap_values: Sequence[int]) -> dict:
+    """Noisy Top-c with Gap (ties to the lower index): (ordered positions, gaps) -> P.
+
+    rho = eta_{j_1}; the selected noisy scores are v_t = q_{j_1} + rho - (g_1 + ... + g_{t-1})
+    (point masses); the runner-up s is the lowest unselected index with noisy score
+    m = v_c - g_c: unselected i < s score below m, i > s at most m, and each gap 0 needs the
+    lower index first.  Each of the c gaps ranges over ``gap_values``.
+    """
+    from itertools import permutations
+
+    n = len(q)
+    out = {}
+    for J in permutations(range(n), c):
+        rest = [i for i in range(n) if i not in J]
+        for gaps in product(gap_values, repeat=c):
+            if any(gaps[k] == 0 and J[k] > J[k + 1] for k in range(c - 1)):
+                out[(J, gaps)] = 0.0
+                continue
+            S = np.cumsum((0,) + tuple(gaps)).tolist()
+            point = [_piece_point(q[J[0]] - q[J[k]] - S[k], t, 1) for k in range(1, c)]
+            base_m = q[J[0]] - S[c]  # runner-up score m = rho + base_m
+            total = 0.0
+            for s in rest:
+                if gaps[-1] == 0 and J[-1] > s:
+                    continue
+                fs = list(point) + [_piece_point(base_m - q[s], t, 1)]
+                for i in rest:
+                    if i < s:  # eta_i <= m - q_i - 1, i.e. not >= rho + (base_m - q_i)
+                        fs.append(_piece_fail(base_m - q[i], t, 1))
+                    elif i > s:  # eta_i <= m - q_i
+                        fs.append(_piece_fail(base_m - q[i] + 1, t, 1))
+                total += integrate_mixed(fs, t, t)
+            out[(J, gaps)] = total
+    return out
+
+
+def gap_case(name, *, method, c, eps=1.0, monotonic=False, n=None) -> Case:
+    """A shipped free-gap mechanism (matmech.svt.gap) with its exact model."""
+    from matmech.svt import gap as gapmod
+
+    def run(key, rng):
+        t, q = key
+        arr = np.asarray(q, dtype=np.int64)
+        if method == "topc-gap":
+            return gapmod.noisy_top_c_gap(arr, c, eps, monotonic=monotonic, rng=rng)
+        fn = gapmod.sparse_vector_gap if method == "svt-gap" else gapmod.adaptive_sparse_vector
+        return fn(arr, t, c=c, eps=eps, monotonic=monotonic, rng=rng)
+
+    def build(factor):
+        cal = _first_run(lambda r: run((0, (0, 0, 0)), r)).calibration
+        sc = GapScales.of(cal, factor)
+        g = cal.grid
+        u = int(round(1 / g))
+        if method == "topc-gap":
+            gv = (0, 1, u, 3 * u, 12 * u, 40 * u)
+
+            def pmf(key):
+                return topc_gap_pmf(units(key[1], g), c, sc.query, gv)
+
+            m = n or 3
+            base = monotonic_pairs(m) if monotonic else exhaustive_pairs(m)
+            pairs = keyed(base + [([0] * m, [1] + [0] * (m - 1)), ([1, 0, 0], [0, 1, 0])], thresholds=(None,))
+
+            def sample(key, rng):
+                res = run(key, rng)
+                return res.positions
+            return Model(eps, pmf, pairs, sample)
+        gvals = {"middle": (0, u, 4 * u, sc.sigma + u, 60 * u),
+                 "top": (sc.sigma, sc.sigma + 4 * u, sc.sigma + 60 * u)}
+
+        def pmf(key):
+            tu = units([key[0]], g)[0]
+            return gap_svt_pmf([tu - x for x in units(key[1], g)], sc, gvals)
+
+        def sample_pmf(key):
+            tu = units([key[0]], g)[0]
+            return {k[:2]: p for k, p in gap_svt_pmf([tu - x for x in units(key[1], g)], sc, None).items()}
+
+        def sample(key, rng):
+            res = run(key, rng)
+            return (res.positions, res.branches)
+
+        m = n or 3
+        base = monotonic_pairs(m) if monotonic else exhaustive_pairs(m)
+        # [LSL17] Thm. 4.7 blocks (bottoms up, tops down), one bottom per block
+        blocks = [lyu_blocks(c, 1, monotonic)] + ([lyu_blocks(c, 2, monotonic)] if c == 1 else [])
+        pairs = keyed(base, thresholds=(-2, 0, 2)) + keyed(blocks, thresholds=(-4, -2, 0, 2))
+        return Model(eps, pmf, pairs, sample, None, sample_pmf)
+
+    key = (None, (2, 0, 1)) if method == "topc-gap" else (0, (-1, 1, 2))
+    return Case(name, build, key)
+
+
+def gap_cases() -> list:
+    """Every shipped free-gap configuration audited."""
+    return [
+        gap_case("topc_gap c=1", method="topc-gap", c=1),
+        gap_case("topc_gap c=2", method="topc-gap", c=2, n=4),
+        gap_case("topc_gap monotonic c=2", method="topc-gap", c=2, monotonic=True),
+        gap_case("svt_gap c=1", method="svt-gap", c=1),
+        gap_case("svt_gap c=2", method="svt-gap", c=2),
+        gap_case("svt_gap monotonic c=2", method="svt-gap", c=2, monotonic=True),
+        gap_case("adaptive_svt c=1", method="adaptive-svt", c=1),
+        gap_case("adaptive_svt c=2", method="adaptive-svt", c=2),
+        gap_case("adaptive_svt monotonic c=2", method="adaptive-svt", c=2, monotonic=True),
+    ]

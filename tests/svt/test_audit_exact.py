@@ -215,3 +215,89 @@ def test_alg1_fixture_passes_and_its_mutant_is_rejected():
     for c in (1, 2):
         assert pe.audit_model(pe.variant_model(v, c=c)).value <= 1.0 + TOL
         assert pe.audit_model(pe.variant_model(v, c=c, factor=0.5)).value > 1.1
+
+
+# --------------------------------------------------------------------------
+# The free-gap mechanisms (issue 16; Ding, Wang, Zhang, Kifer, PVLDB 2019)
+# --------------------------------------------------------------------------
+GAP_CASES = pe.gap_cases()
+GAP_IDS = [c.name for c in GAP_CASES]
+
+
+@pytest.fixture(scope="module")
+def gap_models():
+    return {c.name: (c.build(1.0), c.build(0.5)) for c in GAP_CASES}
+
+
+@pytest.mark.parametrize("case", GAP_CASES, ids=GAP_IDS)
+def test_gap_mechanism_exact_loss_at_most_eps(case, gap_models):
+    """Loss over (positions, branches, gaps) at gap values 0 .. 60 value units, every pair."""
+    model = gap_models[case.name][0]
+    loss = pe.audit_model(model)
+    assert loss.value <= model.eps + TOL, f"{case.name}: {loss}"
+    assert loss.value > 0.55 * model.eps, f"{case.name}: {loss}"
+
+
+@pytest.mark.parametrize("case", GAP_CASES, ids=GAP_IDS)
+def test_gap_mechanism_noise_halved_is_rejected(case, gap_models):
+    mutant = gap_models[case.name][1]
+    loss = pe.audit_model(mutant)
+    assert loss.value > mutant.eps + 0.1, f"{case.name} with noise halved: {loss}"
+
+
+def test_gap_svt_model_sums_to_one_and_integrates_its_point_masses():
+    """The gap-integrated model sums to 1, and summing the point masses over every gap value
+    (a fine run of gaps, for a coarse-grid configuration) reproduces it."""
+    sc = pe.GapScales(threshold=3.0, query=4.0, top=8.0, sigma=5, limit=0, grid=1.0)  # one positive at most
+    d = [-1, 2, 0]
+    full = pe.gap_svt_pmf(d, sc, None)
+    assert math.isclose(sum(full.values()), 1.0, abs_tol=1e-12)
+    pts = pe.gap_svt_pmf(d, sc, {"middle": tuple(range(0, 600)), "top": tuple(range(5, 600))})
+    for (pos, br, _), p in full.items():
+        s = sum(v for k, v in pts.items() if k[:2] == (pos, br))
+        assert math.isclose(s, p, rel_tol=1e-9, abs_tol=1e-14), (pos, br)
+
+
+def test_topc_gap_model_sums_to_one():
+    """All (order, gaps) masses of Noisy Top-2 with gap on a coarse grid sum to 1 (ties included)."""
+    t = 2.0
+    total = sum(pe.topc_gap_pmf([0, 1, 3], 2, t, tuple(range(0, 60))).values())
+    assert math.isclose(total, 1.0, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["svt_gap c=2", "adaptive_svt c=2", "adaptive_svt monotonic c=2"])
+def test_shipped_gap_svt_runs_match_the_exact_model(name, gap_models):
+    """Seeded runs: (positions, branches) frequencies against the model with the gaps integrated out."""
+    case = next(c for c in GAP_CASES if c.name == name)
+    correct, mutant = gap_models[name]
+    counts = _check_sampling(correct, case.sample_key, seed=sum(map(ord, name)), runs=2000)
+    assert _chi2_pvalue(counts, mutant.sample_pmf(case.sample_key), 2000) < 1e-6, name
+
+
+def test_topc_gap_runs_match_the_model_and_gap_moments():
+    """Seeded Noisy Top-1 runs: P[selected] from the exact model, and the gap's mean and
+    variance for well separated scores (q_0 - q_1 plus two Laplace draws)."""
+    from matmech.svt.gap import noisy_top_c_gap
+
+    rng = noise.check_rng(np.random.default_rng(5))
+    q = np.array([2, 0, 1], dtype=np.int64)
+    cal = noisy_top_c_gap(q, 1, 1.0, rng=rng).calibration
+    t = cal.query_scale / cal.grid
+    u = int(round(1 / cal.grid))
+    # P[j_1 = i]: sum the exact point masses over all gaps (coarsened: the pmf is summed in blocks)
+    runs = 3000
+    hits = np.bincount([noisy_top_c_gap(q, 1, 1.0, rng=rng).positions[0] for _ in range(runs)], minlength=3)
+    big = np.array([60 * u, 0, 30 * u], dtype=np.int64)
+    gaps = np.array([noisy_top_c_gap(big // u, 1, 1.0, rng=rng).gaps[0] for _ in range(runs)])
+    var = 2 * cal.gap_variance("middle")
+    assert abs(gaps.mean() - 30.0) < 5 * math.sqrt(var / runs)
+    assert abs(gaps.var() / var - 1) < 0.15
+    # P[j_1 = 0] = P[eta_0 + 2 >= eta_1, eta_0 + 2 >= eta_2 + 1]: one integral over eta_0
+    # (continuous Laplace; the grid changes it by ~2**-16)
+    from scipy import integrate as si
+
+    b = cal.query_scale
+    f = lambda e: math.exp(-abs(e) / b) / (2 * b)  # noqa: E731
+    F = lambda e: 1 - 0.5 * math.exp(-e / b) if e >= 0 else 0.5 * math.exp(e / b)  # noqa: E731
+    p0 = si.quad(lambda e: f(e) * F(e + 2) * F(e + 1), -60 * b, 60 * b, points=[-2, -1, 0], limit=200)[0]
+    assert abs(hits[0] - runs * p0) <= 5 * math.sqrt(runs * p0 * (1 - p0)) + 1, (hits, p0)

@@ -1,0 +1,194 @@
+"""Combine the free gaps with the Matrix-Mechanism answers of the selected rows (post-processing).
+
+[DWZK19] Ding, Wang, Zhang, Kifer, PVLDB 13(3) 2019, Sec. "Using the free gap": the gaps
+of a selection are noisy *linear* measurements of the selected queries, and the best
+linear unbiased combination of them with an independent measurement of the same queries
+is generalised least squares (they give it for Laplace measurements of each query; here
+the second measurement is the Matrix Mechanism's W_S x_hat with its full covariance).
+
+Gap measurement of the k selected rows, in one form for all three mechanisms::
+
+    z = q_S + e,   Cov(e) = diag(d) + s * 1 1^T
+
+* Noisy Top-c with Gap: z_t = -(g_1 + ... + g_{t-1}) is the noisy score of j_t minus the
+  (unreleased) noisy score of j_1; d_t = Var(eta), s = inf (an unknown common offset).
+* SVT with gap / adaptive SVT: z_i = gap_i + T_i = q_i + nu_i - rho; d_i = Var(nu_i) of the
+  branch that fired, s = Var(rho).
+
+Its precision (Sherman-Morrison; the s = inf limit projects out the offset) is
+G = D^-1 - D^-1 1 1^T D^-1 / (1/s + 1^T D^-1 1).  With the measurement y ~ (q_S, Sigma),
+independent of the selection noise, the GLS estimate and its exact covariance are
+
+    q_hat = (Sigma^-1 + G)^-1 (Sigma^-1 y + G z),    Cov(q_hat) = (Sigma^-1 + G)^-1.
+
+Caveat (winner's curse): the variances are those of the noise draws; *conditioned on being
+selected* a gap is biased upwards when the row was close to the threshold / the runner-up.
+For rows selected by a clear margin the effect is negligible (tests/svt/test_gap.py checks
+the Monte Carlo MSE against the analytic variance there).
+
+:func:`advise_split` recommends the selection share of eps from these formulas.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from matmech import validate
+from matmech.linalg.linop import as_linop
+from matmech.linalg.structured import pinv_gram
+from matmech.privacy.params import check_noise_eps
+from matmech.svt.checks import check_c, check_threshold
+
+__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "answer_covariance", "advise_split",
+           "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID"]
+
+#: answer_covariance refuses n * k above this (two n x k float64 blocks).
+MAX_COVARIANCE_ENTRIES = 1 << 24
+#: The selection shares advise_split searches.
+SPLIT_GRID = tuple(round(0.05 * i, 2) for i in range(2, 17))
+
+
+@dataclass(frozen=True)
+class GapMeasurement:
+    """z = q_S + e over the selected ``positions`` (selection order), Cov(e) = diag(var) + common_var 1 1ᵀ
+    (``common_var`` inf: an unknown common offset)."""
+
+    positions: np.ndarray
+    z: np.ndarray
+    var: np.ndarray
+    common_var: float
+
+    def precision(self) -> np.ndarray:
+        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1)."""
+        w = 1.0 / self.var
+        denom = (0.0 if math.isinf(self.common_var) else 1.0 / self.common_var) + w.sum()
+        return np.diag(w) - np.outer(w, w) / denom
+
+
+def gap_measurement(result, threshold=None) -> GapMeasurement:
+    """The linear measurement a :class:`~matmech.svt.gap.GapResult` makes of its selected values.
+
+    ``threshold``: the public threshold(s) of an SVT run (scalar or one per candidate).
+    """
+    cal = result.calibration
+    pos = np.asarray(result.positions, dtype=np.int64)
+    gaps = np.asarray(result.gaps, dtype=np.float64)
+    if cal.method == "topc-gap":
+        z = -np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if pos.size else np.zeros(0)
+        var = np.full(pos.size, cal.gap_variance("middle"))
+        return GapMeasurement(pos, z, var, math.inf)
+    if threshold is None:
+        raise ValueError(f"{cal.method} gaps are relative to the threshold: pass threshold=")
+    validate.rectangular(threshold, "threshold")
+    t = check_threshold(threshold, None if np.ndim(threshold) == 0 else len(threshold)).astype(np.float64)
+    if t.ndim and pos.size and t.shape[0] <= int(pos.max()):
+        raise ValueError(f"threshold must be a scalar or one threshold per candidate; it has {t.shape[0]} entries "
+                         f"but position {int(pos.max())} was selected")
+    tv = t[pos] if t.ndim else np.full(pos.size, float(t))
+    var = np.array([cal.gap_variance(b) for b in result.branches], dtype=np.float64)
+    return GapMeasurement(pos, gaps + tv, var, cal.gap_variance("threshold"))
+
+
+def combine_gaps(y, cov, gap: GapMeasurement, order=None):
+    """GLS of the measured answers ``y`` (covariance ``cov``) with the gap measurement → (estimate, covariance).
+
+    ``order[k]`` is the index into ``y`` of the k-th gap position (default: the same order).
+    Closed form (module docstring); ``cov`` must be positive definite.
+    """
+    if not isinstance(gap, GapMeasurement):
+        raise TypeError(f"gap must be a GapMeasurement (from gap_measurement), got {type(gap).__name__}")
+    y = validate.vector(y, "y")
+    k = y.shape[0]
+    if k == 0:
+        raise ValueError("y must hold at least one measured answer, got an empty sequence")
+    cov = validate.matrix(cov, "cov").astype(np.float64)
+    if cov.shape != (k, k):
+        raise ValueError(f"cov must be {k}x{k} for the {k} answers in y, got shape {cov.shape}")
+    if order is None:
+        idx = np.arange(k)
+    else:
+        idx = np.asarray(validate.sequence(order, "order") if not isinstance(order, np.ndarray) else order)
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise TypeError(f"order must be a 1-D sequence of integer indices into y, got {order!r:.80}")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= k or np.unique(idx).size != idx.size):
+            raise ValueError(f"order must name distinct answers of y (indices in [0, {k - 1}]), got {order!r:.80}")
+    if idx.shape[0] != gap.z.shape[0]:
+        what = "y holds" if order is None else "order names"
+        raise ValueError(f"{gap.z.shape[0]} gap measurements but {what} {idx.shape[0]} answers: "
+                         f"pass y for the selected rows, or order= mapping each gap position to its answer")
+    G = np.zeros((k, k))
+    G[np.ix_(idx, idx)] = gap.precision()
+    Gz = np.zeros(k)
+    Gz[idx] = gap.precision() @ gap.z
+    try:
+        c = sla.cho_factor(cov, lower=True)
+    except np.linalg.LinAlgError:
+        raise ValueError("cov must be a symmetric positive definite covariance (its Cholesky factorisation failed)") from None
+    P = sla.cho_solve(c, np.eye(k)) + G
+    P = (P + P.T) / 2
+    cp = sla.cho_factor(P, lower=True)
+    est = sla.cho_solve(cp, sla.cho_solve(c, y) + Gz)
+    out = sla.cho_solve(cp, np.eye(k))
+    return est, (out + out.T) / 2
+
+
+def answer_covariance(sub, strategy, variance):
+    """Cov(W_S x̂) = variance · W_S (AᵀA)⁺ W_Sᵀ for the measured ``strategy`` (k × k).
+
+    Refuses (ValueError) when n·k exceeds :data:`MAX_COVARIANCE_ENTRIES`."""
+    sub, A = as_linop(sub), as_linop(strategy)
+    k, n = sub.shape
+    if n * k > MAX_COVARIANCE_ENTRIES:
+        raise ValueError(f"the covariance of {k} answers over {n} cells needs {n * k:,} entries per block "
+                         f"(limit {MAX_COVARIANCE_ENTRIES:,})")
+    M, _ = pinv_gram(A)
+    U = sub.rmatvec(np.eye(k))
+    return variance * sub.matvec(as_linop(M).matvec(U))
+
+
+def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=False, floor=0.1):
+    """The selection share f of ``eps`` minimising the expected variance of the selected answers.
+
+    ``row_variance(eps_m)``: the mean Matrix-Mechanism variance v of one answer measured with
+    eps_m (e.g. from :func:`matmech.error.per_query_variance`).  With k = c positives and
+    the measured answers taken as uncorrelated with variance v, the GLS precision
+    I/v + G has the eigenvalue 1/v + 1/V on the k - 1 contrasts and 1/v + 1/(V + k s) on
+    the common direction (s = inf for Top-c: the gaps say nothing about the level), so the
+    mean per-answer variance is (1/k)[1/(1/v + 1/(V + k s)) + (k - 1)/(1/v + 1/V)], with V, s
+    the gap and threshold noise variances at eps_s = f·eps.  f is searched over
+    :data:`SPLIT_GRID` from ``floor`` (the selection needs some budget to select well; its
+    accuracy is not part of this objective).  Returns (f, {f: mean variance}).  Data independent.
+    """
+    from matmech.svt.calibration import GAP_METHODS, gap_calibration
+
+    if not callable(row_variance):
+        raise TypeError(f"row_variance must be a function of eps (the variance of one answer), "
+                        f"got {type(row_variance).__name__}: {row_variance!r}")
+    validate.choice(method, "method", GAP_METHODS)
+    eps = check_noise_eps(eps)
+    k = c = check_c(c)
+    floor = validate.real(floor, "floor")
+    if not 0 <= floor <= SPLIT_GRID[-1]:
+        raise ValueError(f"floor must be in [0, {SPLIT_GRID[-1]}] (the largest selection share searched), got {floor!r}")
+    out = {}
+    for f in SPLIT_GRID:
+        if f < floor:
+            continue
+        e_s, e_m = f * eps, (1 - f) * eps
+        cal = gap_calibration(method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic)
+        vm = row_variance(e_m)
+        if isinstance(vm, (bool, np.bool_)) or not isinstance(vm, (numbers.Real, np.ndarray)) \
+                or np.ndim(vm) != 0 or not (math.isfinite(float(vm)) and float(vm) > 0):
+            raise ValueError(f"row_variance({e_m!r}) must return a positive finite variance, got {vm!r}")
+        vm = float(vm)
+        vg = cal.gap_variance("middle")
+        level = 1.0 / vm if method == "topc-gap" else 1.0 / vm + 1.0 / (vg + k * cal.gap_variance("threshold"))
+        out[f] = (1.0 / level + (k - 1) / (1.0 / vm + 1.0 / vg)) / k
+    best = min(out, key=out.get)
+    return best, out

@@ -1,0 +1,179 @@
+"""Selection with the free gap: Noisy Top-c with Gap, Sparse Vector with Gap, Adaptive SVT.
+
+[DWZK19] = Z. Ding, Y. Wang, D. Zhang, D. Kifer, *Free Gap Information from the
+Differentially Private Sparse Vector and Noisy Max Mechanisms*, PVLDB 13(3), 2019
+(journal version VLDB Journal 2022).  Their privacy proofs use *randomness alignment*: for
+neighbours D, D' a map of the noise vectors that turns every run on D into a run on D' with
+the SAME output and costs at most eps in density.  The released gaps are unchanged by the
+alignment, which is why they come for free.
+
+* :func:`noisy_top_c_gap` - [DWZK19] "Noisy Top-K with Gap": every score gets
+  eta_i ~ Lap(2cD/eps) (Lap(cD/eps) for monotonic scores); output the c best indices
+  j_1..j_c by noisy score and the gaps g_t = (q_j_t + eta_j_t) - (q_j_{t+1} + eta_j_{t+1}),
+  j_{c+1} being the (unreleased) runner-up.  eps-DP: the alignment keeps the noise of
+  every unselected score and shifts each selected one by q_j - q'_j + delta, delta the
+  change of the best unselected noisy score (|.| <= 2D, or D for monotonic scores), so
+  all gaps and the order are kept at a cost of at most eps.
+* :func:`sparse_vector_gap` - [DWZK19] "Sparse Vector with Gap": [LSL17] Alg. 7 whose
+  positives also return their noisy gap q_i + nu_i - (T_i + rho) >= 0.  Same scales as
+  Alg. 7; eps-DP (alignment rho' = rho + D, nu'_i = nu_i + D + q_i - q'_i on positives).
+* :func:`adaptive_sparse_vector` - [DWZK19] "Adaptive Sparse Vector with Gap": each query
+  first tries a cheap *top branch* (noise Lap(4D/eps1), positive when the noisy margin is
+  at least sigma, cost eps1/2), then the *middle branch* (noise Lap(2D/eps1), margin >= 0,
+  cost eps1); the run stops when a middle positive would no longer fit in eps.  Clear
+  winners cost half, so more rows are found for the same eps.  eps-DP: the alignment
+  shifts the noise of the branch that fired and leaves the noise of a branch that failed
+  unchanged, so the branch taken is preserved too - we release it (it says which
+  variance the gap has).
+
+Exactness and randomness are as in :mod:`matmech.svt.core`: values, thresholds, sigma and
+noise live on one power-of-two grid (int64 units), noise is discrete Laplace from
+:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = OS CSPRNG).  The proofs
+carry over to the grid because every alignment shift is a whole number of grid steps.  In
+Noisy Top-c ties between noisy scores are broken towards the lower index (the exact
+audit in ``tests/svt`` covers the tie outputs).  These functions take no budget: callers
+(:func:`matmech.svt.select.select_rows`, :func:`matmech.release`) charge it first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from matmech.privacy import noise
+from matmech.svt.calibration import GapCalibration, gap_calibration
+from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
+from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
+
+__all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
+
+
+@dataclass(frozen=True)
+class GapResult:
+    """Output of a free-gap selection.
+
+    ``positions``: the selected indices (Noisy Top-c: best first; SVT: in the order found).
+    ``gaps``: one per position, in value units - Top-c: noisy score minus the next noisy
+    score (the last one minus the unreleased runner-up); SVT: noisy value minus the noisy
+    threshold (>= 0, >= sigma on the top branch).  ``branches``: "rank" (Top-c), "middle"
+    or "top" (SVT).  ``eps``: the budget the run was calibrated for (the privacy cost);
+    ``eps_used``: what the positives actually used of it (adaptive SVT may stop early).
+    ``stopped``/``n_processed`` are functions of the output.  ``calibration`` is public.
+    """
+
+    positions: tuple[int, ...]
+    gaps: tuple[float, ...]
+    branches: tuple[str, ...]
+    eps: float
+    eps_used: float
+    stopped: bool
+    n_processed: int
+    calibration: GapCalibration
+
+
+def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
+                    rng=None) -> GapResult:
+    """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
+
+    eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
+    the same direction between neighbours), exactly on the grid; needs c < len(values)
+    (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+    """
+    arr = check_values(values)
+    c = check_c(c)
+    n = arr.shape[0]
+    if n < 2:
+        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
+    if c >= n:
+        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+    cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
+                          integer_values=arr.dtype.kind in "biu")
+    g = cal.grid
+    if n:
+        range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
+    src = noise.check_rng(rng)
+    noisy = to_units(arr, g) + draw(cal.query_scale, n, g, src)
+    # The c+1 best by (noisy score descending, index ascending): a fixed tie rule.
+    kth = -np.partition(-noisy, c)[c]
+    cand = np.flatnonzero(noisy >= kth)
+    order = cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
+    gaps = noisy[order[:-1]] - noisy[order[1:]]
+    return GapResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in gaps), ("rank",) * c,
+                     cal.eps, cal.eps, True, n, cal)
+
+
+def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, ratio, sigma, rng) -> GapResult:
+    arr = check_values(values)
+    t = check_threshold(threshold, arr.shape[0])
+    cal = gap_calibration(method, c=check_c(c), eps=eps, sensitivity=sensitivity, monotonic=monotonic,
+                          ratio=ratio, sigma=sigma, integer_values=arr.dtype.kind in "biu",
+                          n_candidates=arr.shape[0] if method == "adaptive-svt" else 0)
+    g = cal.grid
+    range_checks(arr, t, g)
+    src = noise.check_rng(rng)
+    t_units = threshold_units(t, g)
+    rho = int(draw(cal.threshold_scale, 1, g, src)[0])
+    adaptive = cal.top_scale is not None
+    sigma_u = int(round(cal.sigma / g)) if adaptive else 0
+    limit = cal.units - 2  # stop once the units used exceed this: a middle positive would not fit
+    used = 0
+    pos_out, gap_out, br_out = [], [], []
+    n = arr.shape[0]
+    processed, stopped = n, False
+    for a, b in chunk_bounds(n):
+        base = to_units(arr[a:b], g) - (t_units[0] if t_units.shape[0] == 1 else t_units[a:b]) - rho
+        mid = base + draw(cal.query_scale, b - a, g, src)
+        if adaptive:
+            top_m = base + draw(cal.top_scale, b - a, g, src)
+            top = top_m >= sigma_u
+            hit = top | (mid >= 0)
+            margin = np.where(top, top_m, mid)
+            cost = np.where(top, 1, 2)
+        else:
+            top = np.zeros(b - a, dtype=bool)
+            hit, margin, cost = mid >= 0, mid, np.full(b - a, 2)
+        idx = np.flatnonzero(hit)
+        if not idx.size:
+            continue
+        cum = used + np.cumsum(cost[idx])
+        over = np.flatnonzero(cum > limit)
+        if over.size:
+            idx = idx[: over[0] + 1]
+            stopped, processed = True, a + int(idx[-1]) + 1
+        used = int(cum[idx.size - 1])
+        pos_out.extend((idx + a).tolist())
+        gap_out.extend((margin[idx].astype(np.float64) * g).tolist())
+        br_out.extend("top" if x else "middle" for x in top[idx].tolist())
+        if stopped:
+            break
+    eps_used = cal.eps_threshold + used * cal.eps_top
+    return GapResult(tuple(int(i) for i in pos_out), tuple(gap_out), tuple(br_out), cal.eps,
+                     min(eps_used, cal.eps), stopped, processed, cal)
+
+
+def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
+                      ratio: Ratio = "optimal", rng=None) -> GapResult:
+    """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
+
+    rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
+    eps1 = (eps - eps0)/c, eps0:(eps - eps0) = 1:``ratio`` ("optimal": [LSL17] Eq. (12));
+    i is a positive when the gap q_i + nu_i - (T_i + rho) >= 0; stops at the c-th.
+    """
+    return _svt_gap_run("svt-gap", values, threshold, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
+                        ratio=ratio, sigma="auto", rng=rng)
+
+
+def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0,
+                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng=None) -> GapResult:
+    """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
+
+    As :func:`sparse_vector_gap`, but each value first tries the top branch (noise
+    Lap(4D/eps1), Lap(2D/eps1) monotonic; positive when the gap is >= ``sigma``, cost
+    eps1/2), then the middle branch (Lap(2D/eps1), gap >= 0, cost eps1).  The run stops
+    when what is left of eps - eps0 is less than eps1.  ``sigma="auto"``: top-branch scale
+    times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.calibration.gap_calibration`;
+    our default, [DWZK19] leave sigma to the user).
+    """
+    return _svt_gap_run("adaptive-svt", values, threshold, c=c, eps=eps, sensitivity=sensitivity,
+                        monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng)
