@@ -28,10 +28,9 @@ answer that rests on very few Laplace draws).
 
 from __future__ import annotations
 
-import json
-import math
+import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -41,246 +40,65 @@ from matmech.privacy import noise
 from matmech import strategies as S
 from matmech.error import MAX_VARIANCE_ROWS, expected_error, measured_variances
 from matmech.inference import least_squares
-from matmech.linalg.intervals import Intervals
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real, rest_of
 from matmech.privacy.measure import (
-    Measurement,
     check_counts,
     check_max_records,
     check_records,
     execute,
     plan_measurement,
 )
+from matmech.svt.combine import advise_split, answer_covariance, combine_gaps, gap_measurement
+from matmech.svt.select import GAP_METHODS as SELECT_GAP_METHODS
 from matmech.svt.select import METHODS as SELECT_METHODS
-from matmech.svt.select import Selection, check_selection, plan_selection, run_selection, take_rows
+from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
+from matmech.svt.select import check_selection, entry_range, plan_selection, run_selection, take_rows
 from matmech.workloads import ranges
+from matmech.validate import rectangular
+from matmech.record import Z95, Release, release_table
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
-#: Two-sided 95% normal quantile.
-Z95 = 1.959963984540054
 #: Keys of release's ``select`` dict (the rest of select_rows' options come from release).
 SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio")
+#: release(select=dict(method=...)): "svt", "em", and the free-gap methods "topc-gap", "svt-gap", "adaptive-svt".
 #: threshold="auto" answers a row when its std is at most this fraction of its count.
 DEFAULT_TARGET_REL_ERROR = 0.1
-
-
-@dataclass(frozen=True, eq=False)
-class Release:
-    """Noisy answers to a workload with their analytic error bars.
-
-    ``answers`` = W x̂ for the answered rows; ``std`` the standard deviation of each answer;
-    ``expected_error`` their total variance Σ std² (squared counts); ``strategy`` the
-    matrix actually measured, chosen as ``strategy_name`` (``strategy_note`` says how);
-    ``eps``/``delta`` what this release spent in total; ``budget_remaining`` what is left of
-    the budget passed (or None).
-
-    Without selection every row of ``workload`` is answered, in order, and ``selected`` is
-    None. With selection (``release(..., select=...)``) ``answers``/``std`` cover only the
-    selected rows: ``selected`` holds their row indices in W (ascending), ``answered`` is
-    the boolean mask over W's rows, ``selection`` the :class:`~matmech.svt.select.Selection`
-    record and ``eps_select`` its share of ``eps``. The other rows have no answer at all —
-    never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
-    examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
-    with a fill value the caller must choose. When nothing is selected nothing is measured:
-    ``answers`` is empty, ``measurement``/``strategy`` are None and only ``eps_select`` is spent.
-    """
-
-    answers: np.ndarray
-    std: np.ndarray
-    expected_error: float
-    workload: LinOp = field(repr=False)
-    strategy: LinOp | None = field(repr=False)
-    strategy_name: str
-    strategy_note: str
-    eps: float
-    delta: float
-    neighbors: str
-    budget_remaining: tuple | None
-    measurement: Measurement | None = field(repr=False)
-    estimate: np.ndarray | None = field(repr=False)
-    selected: np.ndarray | None = None
-    selection: Selection | None = field(default=None, repr=False)
-    eps_select: float = 0.0
-    select_options: Mapping | None = field(default=None, repr=False)
-
-    @property
-    def spent(self):
-        """(ε, δ) spent by this release (selection included)."""
-        return (self.eps, self.delta)
-
-    @property
-    def answered(self):
-        """Boolean mask over the rows of the workload: True where there is an answer."""
-        mask = np.zeros(self.workload.shape[0], dtype=bool)
-        mask[slice(None) if self.selected is None else self.selected] = True
-        return mask
-
-    def full(self, *, fill):
-        """Answers as a vector over all rows of the workload, ``fill`` where there is none.
-
-        ``fill`` has no default on purpose: choose 0, NaN or a sentinel knowingly.
-        """
-        out = np.full(self.workload.shape[0], fill, dtype=np.float64)
-        out[slice(None) if self.selected is None else self.selected] = self.answers
-        return out
-
-    def interval(self, level=0.95):
-        """(lower, upper) normal-approximation intervals answer ∓ z·std (answered rows)."""
-        z = _z(level)
-        return self.answers - z * self.std, self.answers + z * self.std
-
-    def plot(self, **kwargs):
-        """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
-        from matmech.plot import plot_release
-
-        return plot_release(self, **kwargs)
-
-    def _selection_dict(self):
-        sel, opts = self.selection, dict(self.select_options)
-        out = {
-            "method": sel.method,
-            "eps": self.eps_select,
-            "eps_measure": None if self.measurement is None else self.measurement.eps,
-            "c": sel.c,
-            "threshold": opts["threshold"] if sel.method == "svt" else None,
-            "selected": int(self.selected.size),
-            "candidates": sel.n_candidates,
-            "stopped_at_c": sel.stopped,
-            "monotonic": sel.monotonic,
-            "row_sensitivity": sel.sensitivity,
-        }
-        if opts["threshold"] == "auto":
-            out["target_rel_error"] = opts["target_rel_error"]
-            out["threshold_rule"] = "row i is tested against std_i / target_rel_error"
-        return out
-
-    def to_dict(self, *, labels=None, include_estimate=False):
-        """A JSON-ready dict: the privacy spent, strategy, noise, selection, one row per query."""
-        m = self.measurement
-        n_ans = self.answers.size
-        out = {
-            "eps": self.eps,
-            "delta": self.delta,
-            "neighbors": self.neighbors,
-            "budget_remaining": None if self.budget_remaining is None else list(self.budget_remaining),
-            "expected_error": self.expected_error,
-            "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
-            "answered": n_ans,
-            "queries_total": self.workload.shape[0],
-            "strategy": None
-            if m is None
-            else {
-                "name": self.strategy_name,
-                "note": self.strategy_note,
-                "type": type(self.strategy).__name__,
-                "shape": list(self.strategy.shape),
-                "rounded_to_grid": m.rounded,
-            },
-            "noise": None
-            if m is None
-            else {
-                "distribution": m.noise,
-                "scale": m.scale,
-                "std": m.std,
-                "grid": m.grid,
-                "sensitivity": m.sensitivity,
-                "secure_randomness": m.secure,
-            },
-            "selection": None if self.selection is None else self._selection_dict(),
-            "queries": release_table(self, labels),
-        }
-        if include_estimate and self.estimate is not None:
-            out["estimate"] = self.estimate.tolist()
-        return out
-
-    def to_json(self, *, labels=None, include_estimate=False, **json_kwargs):
-        """:meth:`to_dict` as a JSON string (keyword arguments go to ``json.dumps``)."""
-        return json.dumps(self.to_dict(labels=labels, include_estimate=include_estimate), **json_kwargs)
-
-    def __repr__(self):
-        m = self.answers.size
-        rmse = f"{math.sqrt(self.expected_error / m):.4g}" if m else "-"
-        sel = "" if self.selected is None else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
-        return (
-            f"Release({m} answers{sel}, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
-            f"rmse={rmse})"
-        )
-
-
-def _z(level):
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    if level == 0.95:
-        return Z95
-    from scipy.special import ndtri
-
-    return float(ndtri(0.5 + level / 2))
-
-
-def _default_labels(W):
-    if isinstance(W, Intervals):
-        lo, hi = W.bounds()
-        return [f"[{a}, {b}]" for a, b in zip(lo.tolist(), hi.tolist())]
-    return [f"q{i}" for i in range(W.shape[0])]
-
-
-def _unanswered_notes(release):
-    """Why each row of W has no answer: SVT examines rows in order and stops at the c-th hit."""
-    sel = release.selection
-    m = release.workload.shape[0]
-    if sel.method == "em":
-        return np.full(m, "not among the top c", dtype=object)
-    notes = np.full(m, "below threshold", dtype=object)
-    if sel.stopped and sel.rows.size:
-        notes[int(sel.rows.max()) + 1 :] = "not examined (c rows already found)"
-    return notes
-
-
-def release_table(release, labels=None, *, level=0.95):
-    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
-
-    ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
-    workloads and ``"q<i>"`` otherwise; the interval is answer ∓ z·std at ``level`` (normal
-    approximation; default 95%). For a release with selection every row of the workload is
-    listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
-    threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
-    unanswered rows have ``None`` for answer, std and interval.
-    """
-    if not isinstance(release, Release):
-        raise TypeError(f"expected a Release, got {type(release).__name__}")
-    m = release.workload.shape[0]
-    labels = _default_labels(release.workload) if labels is None else list(labels)
-    if len(labels) != m:
-        raise ValueError(f"got {len(labels)} labels for {m} queries")
-    lower, upper = release.interval(level)
-    if release.selected is None:
-        return [
-            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
-            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
-        ]
-    notes = _unanswered_notes(release)
-    rows = [
-        {"query": str(q), "selected": False, "status": note, "answer": None, "std": None, "lower": None, "upper": None}
-        for q, note in zip(labels, notes)
-    ]
-    for i, a, s, lo, hi in zip(release.selected.tolist(), release.answers, release.std, lower, upper):
-        rows[i].update(selected=True, status="answered", answer=float(a), std=float(s), lower=float(lo), upper=float(hi))
-    return rows
 
 
 # -- the release ------------------------------------------------------------------------------
 
 
-def _as_workload(W, n):
+def _declared_cells(domain, n):
+    """The declared number of cells (an int or a :class:`matmech.io.domain.Domain`); x must match it."""
+    if domain is None:
+        return None
+    if isinstance(domain, numbers.Integral) and not isinstance(domain, (bool, np.bool_)):
+        cells = int(domain)
+    elif isinstance(getattr(domain, "n", None), numbers.Integral) and hasattr(domain, "sizes"):
+        cells = int(domain.n)
+    else:
+        raise TypeError(f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}")
+    if cells <= 0:
+        raise ValueError(f"domain must have at least one cell, got {cells}")
+    if cells != n:
+        raise ValueError(f"x has {n} cells but the declared domain has {cells}: x must be the histogram over the "
+                         "domain (matmech.histogram), not raw values")
+    return cells
+
+
+def _as_workload(W, n, domain=None):
     if isinstance(W, LinOp):
         pass
     elif sp.issparse(W):
         W = as_linop(W)
     else:
+        if domain is None:
+            raise ValueError("W is a list of intervals but no domain was declared: pass domain=<number of cells> or a "
+                             "Domain (the domain is never taken from len(x): x might be raw values, not counts)")
         try:
             W = ranges(n, W)
         except (TypeError, ValueError) as exc:
@@ -355,26 +173,37 @@ def _check_select(select, eps):
             f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
             "(neighbors, budget and rng are release's own arguments)"
         )
-    for key in ("eps", "c"):
+    gap_method = select.get("method") in SELECT_GAP_METHODS
+    for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
     opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal")
     opts.update(select)
     if opts["method"] not in SELECT_METHODS:
         raise ValueError(f"select method must be one of {SELECT_METHODS}, got {opts['method']!r}")
+    if "eps" not in select:  # a gap method: the split is advised in _plan_selected (data independent)
+        opts["eps"] = None
+        return _check_threshold_opts(opts)
     opts["eps"] = positive_real(opts["eps"], "select eps")
     if opts["eps"] >= eps:
         raise ValueError(
             f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
             "the selection's eps comes out of the total and the rest measures the selected rows"
         )
+    return _check_threshold_opts(opts)
+
+
+def _check_threshold_opts(opts):
+    """The threshold / target_rel_error part of :func:`_check_select`."""
     thr = opts["threshold"]
     is_auto = isinstance(thr, str) and thr == "auto"
-    if opts["method"] == "svt":
+    if opts["method"] in SELECT_THRESHOLD_METHODS:
         if thr is None or (isinstance(thr, str) and not is_auto):
-            raise ValueError(f"select method='svt' needs a threshold: a number, one number per row, or 'auto'; got {thr!r}")
+            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
+                             f"or 'auto'; got {thr!r}")
     elif thr is not None:
-        raise ValueError(f"select method='em' picks the c largest rows and takes no threshold; got threshold={thr!r}")
+        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
+                         f"got threshold={thr!r}")
     if is_auto:
         t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
         opts["target_rel_error"] = positive_real(t, "select target_rel_error")
@@ -423,10 +252,38 @@ class _SelectedPlan:
     note: str
 
 
+def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
+    """The selection's share of ``eps`` for a gap method when the user gives none
+    (:func:`matmech.svt.combine.advise_split`): data independent (W, the strategy, ε, δ, c).
+
+    The strategy is the one chosen for the whole workload at the full ε (the share does
+    not change which strategy is best, only its noise scale)."""
+    from matmech.error import per_query_variance
+
+    A, _, _ = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
+    A = as_linop(A)
+    lo, hi = entry_range(W)
+    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+    mono = opts["monotonic"]
+    mono = (lo >= 0 and neighbors == "add_remove") if isinstance(mono, str) else bool(mono)
+    unit = per_query_variance(W, A, 1.0, 0.0, neighbors=neighbors).mean()  # Laplace: ∝ 1/ε²
+
+    def row_variance(e_m):
+        if delta > 0:
+            return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
+        return float(unit / e_m**2)
+
+    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono)
+    return f * eps
+
+
 def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
     """The data-independent part of a release with selection: options, thresholds and, where
     the strategy is known in advance, its plan (it must answer every row of W)."""
     opts = _check_select(select, eps)
+    if opts["eps"] is None:
+        opts["eps"] = _advised_select_eps(W, eps, delta, opts, strategy=strategy, neighbors=neighbors)
+        opts["_advised"] = True
     eps_m = rest_of(eps, opts["eps"])
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
     auto_thr = isinstance(opts["threshold"], str)
@@ -499,32 +356,92 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
         plan, name, note = plan_sel.plan, plan_sel.name, plan_sel.note + "; measured for the selected rows"
         var = plan_sel.var_full[rows] if plan_sel.var_full is not None else _answer_variances(sub, plan)
     meas = execute(plan, x, rng=rng)
-    return _record(meas, sub, W, var, budget=budget, name=name, note=note, neighbors=neighbors,
-                   eps=eps, delta=delta, **record)
+    out = _record(meas, sub, W, var, budget=budget, name=name, note=note, neighbors=neighbors,
+                  eps=eps, delta=delta, **record)
+    return out if sel.gap is None else _with_gaps(out, sub, rows, sel, plan_sel)
+
+
+def _with_gaps(out, sub, rows, sel, plan_sel):
+    """Post-processing: GLS of the measured answers with the selection's free gaps
+    (:func:`matmech.svt.combine.combine_gaps`); exact per-answer variances. Uses only DP
+    outputs (the gaps, the measurement) and public inputs; if the k×k covariance is too
+    large to form, the measured answers are kept and the note says so."""
+    import dataclasses
+
+    try:
+        cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
+        gm = gap_measurement(sel.gap, threshold=plan_sel.select["threshold"])
+        order = np.searchsorted(rows, gm.positions)
+        est, cov_c = combine_gaps(out.answers, cov, gm, order=order)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return dataclasses.replace(out, strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})")
+    var = np.clip(np.diag(cov_c), 0.0, None)
+    std = np.sqrt(var)
+    for arr in (est, std):
+        arr.setflags(write=False)
+    opts = dict(out.select_options)
+    opts["_combined"] = True
+    return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
+                               strategy_note=out.strategy_note + "; combined with the selection's free gaps (GLS)",
+                               select_options=MappingProxyType(opts))
+
+
+class _EngineSource:
+    """Records (a DataFrame, an Arrow table, a CSV/Parquet path, ...) read through the data
+    engine with the declared Domain: marginal tables computed where the data lives."""
+
+    def __init__(self, source, domain):
+        self.source, self.domain = source, domain
+
+    def marginal_counts(self, subsets):
+        from matmech.io.engines import marginal_counts
+
+        return marginal_counts(self.source, self.domain, subsets)
+
+
+def _factored_data(x, domain):
+    """The data of a factored release (records, marginal tables or a data source), or None
+    when x is a histogram over the declared domain (decided from types and shapes only)."""
+    if isinstance(x, Mapping) or hasattr(x, "marginal_counts"):
+        return x
+    if isinstance(x, np.ndarray):
+        return x if x.ndim == 2 else None
+    if domain is not None and hasattr(domain, "sizes") and not isinstance(x, (list, tuple)):
+        return _EngineSource(x, domain)  # a table or file: the engine applies the domain
+    return None
 
 
 def _cells(x):
     """The number of cells of the histogram x (its declared domain size); reads no count."""
-    arr = x.to_numpy() if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
+    arr = x.to_numpy() if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray) else np.asarray(rectangular(x, "x"))
     if arr.ndim != 1:
         raise ValueError(f"x must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
     return arr.shape[0]
 
 
 def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None,
-            max_records=None):
+            max_records=None, domain=None):
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
-    ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`).
+    ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`) — or,
+    for tables with many attributes, the records themselves (a records × attributes code
+    array), a mapping attribute subset → marginal table, or a data source (DataFrame, Arrow
+    table, CSV/Parquet path) with ``domain`` a :class:`matmech.io.domain.Domain`: these take
+    the factored path (:func:`matmech.factored.release.release_factored`), which builds only
+    marginal tables, never the histogram. ``domain``: the declared domain (a number of cells
+    or a Domain); a histogram x must have exactly its cells, and is required when W is a
+    list of intervals (the domain is never taken from len(x)).
     ``W``: a workload LinOp, or a list of inclusive 0-based (lo, hi) intervals over the
-    cells of x. ``strategy``: see :func:`choose_strategy`. ``budget``: a PrivacyBudget
+    declared domain. ``strategy``: see :func:`choose_strategy`. ``budget``: a PrivacyBudget
     charged after every check and before any noise. ``rng``: None for the OS CSPRNG
     (secure); a numpy Generator for reproducible experiments only (NOT secure).
 
     ``select``: None (answer every row) or a dict of :func:`matmech.select_rows` options
     choosing the rows worth answering first: ``eps`` (required; comes out of the total
     ``eps``, which must be larger), ``c`` (required; at most c rows), ``method`` ("svt",
-    default, or "em"), ``threshold`` (svt: a number, one number per row, or ``"auto"``),
+    default, "em", or the free-gap methods "topc-gap", "svt-gap", "adaptive-svt", whose gaps
+    are combined with the measured answers; with these ``eps`` may be left out and is then
+    advised), ``threshold`` (svt: a number, one number per row, or ``"auto"``),
     ``target_rel_error`` (with ``"auto"``, default 0.1), ``monotonic`` ("auto", True,
     False), ``ratio``. ``threshold="auto"`` tests row i against std_i / target_rel_error,
     std_i being the analytic std of its answer under the strategy for the whole workload
@@ -551,8 +468,18 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
+    data = _factored_data(x, domain)
+    if data is not None:
+        if select is not None:
+            raise ValueError("select= needs the histogram x; records, marginal tables and data sources take the "
+                             "factored path (matmech.factored), which has no selection yet")
+        from matmech.factored.release import release_factored
+
+        return release_factored(data, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
+                                max_records=max_records)
     n = _cells(x)
-    W = _as_workload(W, n)
+    _declared_cells(domain, n)
+    W = _as_workload(W, n, domain)
     if select is not None:
         return _release_selected(x, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
                                  select=select, max_records=max_records)

@@ -153,8 +153,9 @@ BAD = [
     (dict(strategy=RowSubset(S.identity(N), np.arange(N - 1))), ValueError, "not in the strategy's row space"),
     (dict(strategy=S.identity(N + 1)), ValueError, "strategy has 33 columns"),
     (dict(strategy="wavelets"), ValueError, "strategy must be"),
-    (dict(W=[(0, 40)]), ValueError, "interval 0 = \\(0, 40\\) is invalid"),
-    (dict(W=[(0.5, 3)]), TypeError, "integers"),
+    (dict(W=[(0, 40)], domain=32), ValueError, "interval 0 = \\(0, 40\\) is invalid"),
+    (dict(W=[(0, 4)]), ValueError, "no domain was declared"),
+    (dict(W=[(0.5, 3)], domain=32), TypeError, "integers"),
     (dict(neighbors="both"), ValueError, "neighbors"),
     (dict(budget=0.5), TypeError, "budget must be"),
     (dict(rng="seed"), TypeError, "rng must be"),
@@ -177,7 +178,7 @@ def test_bad_input_raises_and_spends_nothing(kwargs, exc, pattern):
 
 
 def test_intervals_list_table_and_json():
-    rel = release(X, [(0, 3), (4, 31), (7, 7)], 1.0, strategy="hierarchical", rng=np.random.default_rng(6))
+    rel = release(X, [(0, 3), (4, 31), (7, 7)], 1.0, strategy="hierarchical", rng=np.random.default_rng(6), domain=32)
     assert isinstance(rel, Release) and rel.answers.shape == (3,) and rel.std.shape == (3,)
     rows = release_table(rel)
     assert [r["query"] for r in rows] == ["[0, 3]", "[4, 31]", "[7, 7]"]
@@ -219,7 +220,7 @@ def test_multi_attribute_workload():
 
 
 def test_secure_default_release():
-    rel = release(X, [(0, 31)], 1.0, strategy="identity")
+    rel = release(X, [(0, 31)], 1.0, strategy="identity", domain=32)
     assert rel.measurement.secure is True
 
 
@@ -251,3 +252,57 @@ def test_privacy_parameters_are_never_converted_from_strings_or_bools(eps, delta
     with pytest.raises(TypeError, match="must be real numbers"):
         mm.expected_error(W, S.identity(N), eps, delta)
     assert check_privacy_params(np.float32(0.5), 0) == (0.5, 0.0)
+
+
+def test_interval_list_needs_a_declared_domain_and_x_must_match_it():
+    """Raw values passed as x are not counts: an interval list without a domain is refused,
+    and a declared domain that x does not match is refused, before anything is spent."""
+    ages = np.random.default_rng(1).integers(18, 90, size=300)  # raw ages, not a histogram
+    budget = mm.PrivacyBudget(1.0)
+    with pytest.raises(ValueError, match="no domain was declared"):
+        release(ages, [(0, 17), (18, 64)], 1.0, budget=budget)
+    with pytest.raises(ValueError, match="declared domain has 100"):
+        release(ages, [(0, 17), (18, 64)], 1.0, budget=budget, domain=100)
+    with pytest.raises(TypeError, match="domain must be"):
+        release(np.zeros(100, dtype=int), [(0, 17)], 1.0, budget=budget, domain="100")
+    assert budget.spent == (0.0, 0.0)
+    r = release(np.zeros(100, dtype=int), [(0, 17), (18, 64)], 1.0, budget=budget, domain=100, rng=np.random.default_rng(2))
+    assert r.answers.shape == (2,)
+
+
+def test_records_and_tables_take_the_factored_path():
+    """The same records as codes, as marginal tables, and as their histogram give the same
+    release with the same rng (the factored path restricts to the workload's support)."""
+    from matmech.factored.tables import marginal_tables
+
+    rng = np.random.default_rng(5)
+    codes = np.column_stack([rng.integers(0, 3, 200), rng.integers(0, 4, 200), rng.integers(0, 2, 200)])
+    Wm = Wk.marginals((3, 4, 2), 2)
+    x = mm.histogram(codes, (3, 4, 2))
+    a = release(codes, Wm, 1.0, strategy="identity", rng=np.random.default_rng(9))
+    tables = marginal_tables(codes, (3, 4, 2), [(0, 1, 2)])
+    b = release(tables, Wm, 1.0, strategy="identity", rng=np.random.default_rng(9))
+    c = release(x, Wm, 1.0, strategy="identity", rng=np.random.default_rng(9))
+    np.testing.assert_allclose(a.answers, c.answers, atol=1e-9)
+    np.testing.assert_allclose(b.answers, c.answers, atol=1e-9)
+    np.testing.assert_allclose(a.std, c.std, rtol=1e-12)
+    with pytest.raises(ValueError, match="factored path"):
+        release(codes, Wm, 1.0, select=dict(eps=0.5, c=2, threshold=10))
+
+
+def test_a_data_source_with_a_declared_domain_is_counted_by_the_engine():
+    """A DataFrame of raw records plus a Domain: the engine counts the marginal tables and
+    the release equals the one on the histogram of the same records."""
+    import pandas as pd
+
+    from matmech.io.domain import Domain, categories, integer_range
+
+    dom = Domain((integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
+                  categories("sex", ["F", "M"], other="other", policy="other", missing="other")))
+    df = pd.DataFrame({"age": [3, 15, 27, 40, None, 12], "sex": ["F", "M", "M", "F", "F", "U"]})
+    Wm = Wk.marginals(dom.sizes, 1)
+    a = release(df, Wm, 1.0, domain=dom, strategy="identity", rng=np.random.default_rng(4))
+    x = mm.histogram(df, dom)
+    b = release(x, Wm, 1.0, domain=dom, strategy="identity", rng=np.random.default_rng(4))
+    np.testing.assert_allclose(a.answers, b.answers, atol=1e-9)
+    np.testing.assert_allclose(a.std, b.std, rtol=1e-12)

@@ -21,8 +21,18 @@ Each τ_j is rounded up to ``scale_bits`` significant bits (default 9: the varia
 sampler table each — serve all rows; rows sharing a τ are drawn in one call, τ ascending,
 rows in residual-then-row order. Nothing depends on the data. The data-side
 order (checks → budget → noise) is the release's (:mod:`matmech.factored.release`).
-Only (ε, δ) with δ > 0: the residual path is the Gaussian optimum (pure ε marginals go
-through the Kronecker path).
+
+Pure ε (:func:`plan_residual_laplace`, :func:`measure_residuals_laplace`): the marginal table
+on each planned subset T (:func:`matmech.optimizers.residual.plan_residuals_laplace`) gets
+per-cell discrete Laplace noise (Canonne, Kamath, Steinke 2020; exact sampler of
+:mod:`matmech.privacy.noise`) of scale b_T >= factor·Δ₁/(ε θ_T), Δ₁ = Σ_T θ_T the L1
+sensitivity of the stack [θ_T M_T] (:func:`matmech.linalg.residual.table_sensitivity1`, from
+the factors: every identity or total column has L1 norm 1). A neighbour moves one cell of
+each table by 1 (two cells for substitution), so the privacy loss is at most
+factor·Σ_T 1/b_T <= ε, checked in exact rationals after each b_T is rounded up to
+``scale_bits`` significant bits. Each residual T' is then the inverse-variance mean of
+Q_{T'}(table T summed to T') over the tables T ⊇ T' (exact discrete variances, weights fixed
+before any data is read): post-processing, the generalised least squares of the stack.
 """
 
 from __future__ import annotations
@@ -32,15 +42,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.linalg.residual import apply_axes, contrast_operators, haar_contrasts
-from matmech.optimizers.residual import ResidualPlan
+from fractions import Fraction
+
+from matmech.linalg.residual import apply_axes, contrast_operators, haar_contrasts, table_sensitivity1
+from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 
 __all__ = ["ResidualMeasurementPlan", "ResidualMeasurement", "plan_residual_measurement", "measure_residuals",
-           "bucket_up", "MAX_SIGMA", "DEFAULT_SCALE_BITS"]
+           "bucket_up", "MAX_SIGMA", "DEFAULT_SCALE_BITS", "LaplaceMeasurementPlan", "plan_residual_laplace",
+           "measure_residuals_laplace", "combine_tables", "MAX_LAPLACE_SCALE"]
 
 _SENS_MARGIN = 1.0 + 1e-9   # as privacy.measure: float sums in a non-integer sensitivity
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
@@ -50,6 +63,8 @@ DEFAULT_SCALE_BITS = 9
 _EXACT = 2.0**53             # |H_T x| below this: BLAS in float64 is exact
 #: The discrete Gaussian sampler's largest σ on the integers.
 MAX_SIGMA = 2.0**24
+#: The discrete Laplace sampler's largest scale on the integers.
+MAX_LAPLACE_SCALE = 2.0**48
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,9 +91,10 @@ class ResidualMeasurementPlan:
 
 @dataclass(frozen=True, eq=False)
 class ResidualMeasurement:
-    """The noisy residuals: ``coords[T]`` (orthonormal coordinates y/λ, shape (nᵢ−1, i ∈ T))
-    and ``row_variances[T]`` (their exact noise variances); ``secure`` is False when a
-    seeded Generator supplied the randomness."""
+    """The noisy residuals: ``coords[T]`` (orthonormal coordinates, shape (nᵢ−1, i ∈ T))
+    and ``row_variances[T]`` (their exact noise variances); ``plan`` is the
+    :class:`ResidualMeasurementPlan` (Gaussian) or :class:`LaplaceMeasurementPlan` (pure ε)
+    that produced them; ``secure`` is False when a seeded Generator supplied the randomness."""
 
     plan: ResidualMeasurementPlan
     coords: dict
@@ -199,3 +215,106 @@ def measure_residuals(mplan, tables, *, rng=None):
         coords[T], rowvar[T] = c, v
         at += size
     return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure))
+
+
+@dataclass(frozen=True, eq=False)
+class LaplaceMeasurementPlan:
+    """The data-independent pure-ε measurement: table ``plan.tables[j]`` gets discrete
+    Laplace noise of scale ``scales[j]`` (exact per-cell variance ``table_variances[j]``);
+    pair k (table ``pair_table[k]`` ⊇ residual ``pair_residual[k]``, ``pair_rest[k]`` cells
+    summed into one) enters that residual with weight ``pair_weight[k]``; ``row_variance[j]``
+    is residual j's per-coordinate variance; ``sensitivity`` the L1 Δ₁ (× neighbours factor)."""
+
+    plan: LaplaceResidualPlan
+    eps: float
+    neighbors: str
+    scales: np.ndarray
+    table_variances: np.ndarray
+    pair_table: np.ndarray
+    pair_residual: np.ndarray
+    pair_rest: np.ndarray
+    pair_weight: np.ndarray
+    row_variance: np.ndarray
+    sensitivity: float
+    max_records: int
+    delta: float = 0.0
+
+
+def plan_residual_laplace(plan, eps, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS):
+    """Scales, exact variances and combination weights of the pure-ε table measurement;
+    raises (before any data or budget) when the scales leave the exact sampler's range."""
+    if not isinstance(plan, LaplaceResidualPlan):
+        raise TypeError(f"plan must be a LaplaceResidualPlan, got {type(plan).__name__}")
+    eps, delta = check_privacy_params(eps, 0.0)
+    check_neighbors(neighbors)
+    max_records = check_max_records(max_records)
+    if scale_bits is not None and (isinstance(scale_bits, bool) or not isinstance(scale_bits, int)
+                                   or not 2 <= scale_bits <= 40):
+        raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
+    lat, theta = plan.lattice, np.asarray(plan.theta, dtype=np.float64)
+    factor = NEIGHBORS[neighbors]
+    sens = factor * table_sensitivity1(lat.domain, plan.tables, theta)
+    scales = bucket_up(sens * _SENS_MARGIN / (eps * theta), scale_bits)
+    if not np.all(np.isfinite(scales)) or scales.max() > MAX_LAPLACE_SCALE:
+        raise ValueError(f"a table needs a discrete Laplace scale of {float(scales.max()):.4g}, beyond the exact "
+                         f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan")
+    uniq, counts = np.unique(scales, return_counts=True)
+    loss = factor * sum((Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
+                        Fraction(0))
+    if loss > Fraction(eps):  # cannot happen with the margin; a guard on the float arithmetic
+        raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
+    var_of = {b: noise.discrete_laplace_variance(b) for b in uniq.tolist()}
+    tvar = np.array([var_of[b] for b in scales.tolist()])
+    ps, pt, rest = table_pairs(lat, plan.tables)
+    prec = 1.0 / (rest * tvar[ps])
+    tot = np.bincount(pt, weights=prec, minlength=len(lat.residuals))
+    out = LaplaceMeasurementPlan(plan, eps, neighbors, scales, tvar, ps, pt, rest, prec / tot[pt], 1.0 / tot,
+                                 float(sens), max_records)
+    for a in (scales, tvar, out.pair_weight, out.row_variance):
+        a.setflags(write=False)
+    return out
+
+
+def measure_residuals_laplace(mplan, tables, *, rng=None):
+    """Draw the discrete Laplace noise of ``mplan`` on the marginal ``tables`` ({T: int64
+    table} for T in ``mplan.plan.tables``) and combine the residuals →
+    :class:`ResidualMeasurement`. Reads data; the caller has checked the tables and charged
+    the budget. Tables sharing a scale are drawn in one sampler call, scales ascending,
+    tables in plan order. Nothing here branches on the data."""
+    src = noise.check_rng(rng)
+    plan = mplan.plan
+    lat, names = plan.lattice, plan.tables
+    d = lat.domain
+    sizes = [math.prod(d[i] for i in t) for t in names]
+    noisy = {}
+    for b in np.unique(mplan.scales).tolist():
+        idx = np.flatnonzero(mplan.scales == b)
+        z = noise.discrete_laplace(b, int(sum(sizes[j] for j in idx)), rng=src)
+        at = 0
+        for j in idx.tolist():
+            t = names[j]
+            noisy[t] = np.asarray(tables[t], dtype=np.int64) + z[at : at + sizes[j]].reshape(np.shape(tables[t]))
+            at += sizes[j]
+    return combine_tables(mplan, noisy, secure=bool(src.secure))
+
+
+def combine_tables(mplan, noisy, *, secure=False):
+    """Post-processing of the noisy tables ({T: table}) of ``mplan`` → :class:`ResidualMeasurement`:
+    each residual T' is the inverse-variance mean of Q_{T'}(table T summed to T') over the
+    tables T ⊇ T' (the generalised least squares of the stacked tables, which decouples per
+    residual because the residual subspaces are orthogonal)."""
+    lat, names, d = mplan.plan.lattice, mplan.plan.tables, mplan.plan.lattice.domain
+    acc = {}
+    for k in range(mplan.pair_table.size):
+        T, R = names[mplan.pair_table[k]], lat.residuals[mplan.pair_residual[k]]
+        axes = tuple(a for a, i in enumerate(T) if i not in R)
+        part = np.asarray(noisy[T]).sum(axis=axes) if axes else np.asarray(noisy[T])
+        acc[R] = acc.get(R, 0.0) + mplan.pair_weight[k] * part.astype(np.float64)
+    coords, rowvar = {}, {}
+    for j, R in enumerate(lat.residuals):
+        c = apply_axes(np.asarray(acc[R], dtype=np.float64), [contrast_operators(d[i])[1].T.tocsr() for i in R])
+        v = np.full(c.shape, float(mplan.row_variance[j]))
+        c.setflags(write=False)
+        v.setflags(write=False)
+        coords[R], rowvar[R] = c, v
+    return ResidualMeasurement(mplan, coords, rowvar, bool(secure))

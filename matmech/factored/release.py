@@ -5,7 +5,8 @@
     W (union of Kronecker products)   data (records, an engine, or marginal tables)
       │ terms, support U, path (no data)        │
       ▼                                         │
-    residual path (W marginals, δ > 0):   plan_residuals → σ per residual (Xiao et al. 2023)
+    residual path (W marginals; δ > 0, or δ = 0 and the support too big for the Kronecker path):
+      plan_residuals → σ per residual (Xiao et al. 2023); δ = 0: plan_residuals_laplace
     Kronecker path (cells of U manageable): W_U, A_U restricted to U, plan_measurement(A_U)
       │  every check, the plan, the variances, check_affordable — before any data is read
       ▼                                         ▼
@@ -21,7 +22,10 @@ the variances σ²·diag(W_U (A_UᵀA_U)⁺ W_Uᵀ) are those of :func:`matmech.
 same numbers: the sensitivity of A_U ⊗ 1ᵀ is that of A_U). Residual path: the Gaussian
 optimum for marginals (it reaches the SVD bound), measured exactly
 (:mod:`matmech.factored.measure`) and reconstructed in closed form
-(:mod:`matmech.factored.reconstruct`); pure ε marginals take the Kronecker path.
+(:mod:`matmech.factored.reconstruct`). Pure ε marginals take the residual path when their
+support is too large for the Kronecker path (or with ``strategy="residual"``): weighted
+marginal tables with exact discrete Laplace noise, each residual the inverse-variance mean of
+the tables containing it (:func:`matmech.factored.measure.plan_residual_laplace`).
 """
 
 from __future__ import annotations
@@ -32,18 +36,24 @@ import numpy as np
 
 from matmech.advisor.choice import choose_strategy
 from matmech.error import measured_variances
-from matmech.factored.measure import DEFAULT_SCALE_BITS, measure_residuals, plan_residual_measurement
+from matmech.factored.measure import (
+    DEFAULT_SCALE_BITS,
+    measure_residuals,
+    measure_residuals_laplace,
+    plan_residual_laplace,
+    plan_residual_measurement,
+)
 from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.optimizers.residual import plan_residuals
+from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, execute, plan_measurement
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.release import Release
+from matmech.record import Release
 
 __all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS", "MAX_MEMORY"]
 
@@ -74,16 +84,14 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
         raise TypeError(f"strategy must be 'auto', 'residual', a strategy name or a LinOp, got {type(strategy).__name__}")
     marg = wt.marginals()
     U = wt.support or (0,)
-    if strategy == "residual" or (strategy == "auto" and marg is not None and delta > 0):
+    big = _cells(wt.domain, U) > max_cells
+    if strategy == "residual" or (strategy == "auto" and marg is not None and (delta > 0 or big)):
         if marg is None:
             raise ValueError("strategy='residual' needs W to be a union of marginals (identity and total factors)")
-        if delta == 0:
-            raise ValueError("strategy='residual' is Gaussian: it needs delta > 0")
         return "residual", wt, None, U
-    if _cells(wt.domain, U) > max_cells:
-        what = "pure eps marginals" if marg is not None else "this workload"
-        raise ValueError(f"{what}: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more than "
-                         f"the Kronecker path's {max_cells:,}; with delta > 0 a union of marginals takes the residual path")
+    if big:
+        raise ValueError(f"this workload: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more "
+                         f"than the Kronecker path's {max_cells:,}; only a union of marginals takes the residual path")
     return "kron", wt, None, U
 
 
@@ -126,27 +134,46 @@ def _residual_plan(wt, objective):
 def _memory(plan, rows):
     d = plan.lattice.domain
     res_cells = sum(_cells(d, t) for t in plan.lattice.residuals)
-    return 8 * 3 * res_cells + 8 * 2 * rows
+    tab_cells = sum(_cells(d, t) for t in getattr(plan, "tables", None) or ())  # pure ε: noisy tables
+    return 8 * 3 * res_cells + 8 * 2 * tab_cells + 8 * 2 * rows
+
+
+def _laplace_plan(wt, objective, search):
+    if objective != "sum":
+        raise ValueError(f"pure eps residual releases minimise the total variance only (objective='sum'), "
+                         f"got objective={objective!r}")
+    subsets, rw = wt.marginals()
+    merged = {}
+    for s, w in zip(subsets, rw):
+        merged[s] = merged.get(s, 0.0) + w * w
+    return (plan_residuals_laplace(wt.domain, list(merged), weights=list(merged.values()), search=search),
+            subsets, rw)
 
 
 def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_records, objective, max_memory,
-                      scale_bits):
-    plan, subsets, rw = _residual_plan(wt, objective)
+                      scale_bits, search):
+    pure = delta == 0
+    plan, subsets, rw = _laplace_plan(wt, objective, search) if pure else _residual_plan(wt, objective)
     rows = wt.rows
     need = _memory(plan, rows)
     if need > max_memory:
         raise ValueError(f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
                          f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals")
-    mplan = plan_residual_measurement(plan, eps, delta, neighbors=neighbors, max_records=max_records,
-                                      scale_bits=scale_bits)
+    if pure:
+        mplan = plan_residual_laplace(plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits)
+        needed = plan.tables
+    else:
+        mplan = plan_residual_measurement(plan, eps, delta, neighbors=neighbors, max_records=max_records,
+                                          scale_bits=scale_bits)
+        needed = plan.lattice.residuals
     what = f"release {rows} marginal queries (residual, factored)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads data from here on -------------------------------------------------------------
-    tables = marginal_tables(data, wt.domain, plan.lattice.residuals)
+    tables = marginal_tables(data, wt.domain, list(needed) + [()])
     check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), mplan.max_records)
     if budget is not None:
         budget.spend(eps, delta, what=what)
-    meas = measure_residuals(mplan, tables, rng=rng)
+    meas = measure_residuals_laplace(mplan, tables, rng=rng) if pure else measure_residuals(mplan, tables, rng=rng)
     del tables
     rec = MarginalReconstructor(meas)
     answers, var = np.empty(rows), np.empty(rows)
@@ -160,9 +187,14 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
     std = np.sqrt(var)
     for a in (answers, std):
         a.setflags(write=False)
-    note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
-            f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
-            f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
+    if pure:
+        note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
+                f"marginal tables, weights optimised for the sum of variances); exact discrete Laplace per table, "
+                f"L1 sensitivity {mplan.sensitivity:.6g}")
+    else:
+        note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
+                f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
+                f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
                    strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
                    budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None)
@@ -170,7 +202,7 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
 
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
                      max_records=None, objective="sum", max_cells=MAX_KRON_CELLS, max_memory=MAX_MEMORY,
-                     scale_bits=DEFAULT_SCALE_BITS):
+                     scale_bits=DEFAULT_SCALE_BITS, search="lattice"):
     """Answer W (a union of Kronecker products over many attributes) from marginal tables of
     ``data`` under (ε, δ)-DP → :class:`matmech.release.Release`, never building the histogram.
 
@@ -178,7 +210,7 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     ``marginal_counts(subsets)``, or a mapping subset → table (:mod:`matmech.factored.tables`).
     ``W``: a Kron or a weighted stack of Krons (e.g. ``matmech.workloads.marginals``); the
     answers follow its rows. ``strategy``: ``"auto"`` (residual path for marginals with
-    δ > 0, else the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on
+    δ > 0, or pure ε marginals whose support exceeds ``max_cells``; else the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on
     its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
     over the same attributes (Kronecker path). ``scale_bits``: significant bits of the
     residual path's per-row σ (:mod:`matmech.factored.measure`; None keeps them exact, at
@@ -188,16 +220,21 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     once after every check and before the first noise draw. ``strategy_name`` of the record
     is ``"residual"`` (``measurement``/``estimate``/``strategy`` are then None: no matrix
     over the domain exists) or that of the Kronecker path (``estimate`` is the marginal on U).
+    ``search`` (pure ε residual path): the tables' weights over the lattice (``"lattice"``)
+    or over every attribute subset (``"all"``, HDMM's optimiser; slower, more accurate) —
+    :func:`matmech.optimizers.residual.plan_residuals_laplace`.
     """
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
+    if search not in ("lattice", "all"):
+        raise ValueError(f"search must be 'lattice' or 'all', got {search!r}")
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
                              neighbors=neighbors, max_records=max_records)
     return _release_residual(data, W, wt, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
                              max_records=max_records, objective=objective, max_memory=max_memory,
-                             scale_bits=scale_bits)
+                             scale_bits=scale_bits, search=search)

@@ -29,6 +29,12 @@ noise; the gram WᵀW is diagonal on the residual classes with eigenvalue
 λ_T = Σ_{S ⊇ T} w_S Π_{i∉S} nᵢ and multiplicity m_T = Π_{i∈T}(nᵢ−1), so the bound is
 (Σ_T m_T √(λ_T/N))², with λ_T/N = Σ_{S⊇T} w_S / Π_{i∈S} nᵢ (no domain-sized number).
 
+Pure ε: a stack of scaled products [θ_T ⊗_{i∈T} Bᵢ ⊗ ⊗_{i∉T} 1ᵀ] has column L1 norms
+Σ_T θ_T Π_{i∈T} ‖Bᵢ e_{cᵢ}‖₁ (‖1ᵀe‖₁ = 1), a sum of products of non-negative per-attribute
+numbers with non-negative weights: non-decreasing in each, so its maximum over the cells
+is Σ_T θ_T Π_{i∈T} maxᵢ, attained at the cell of per-attribute maximisers
+(:func:`table_sensitivity1`, exact, no enumeration).
+
 The exact measurement uses an *integer* basis: a tree of contrasts per attribute (a range
 of m cells is split into A, B with |A| = m/q, q the smallest prime factor of m, or |A| = 1
 when m is prime; the row is |B|·1_A − |A|·1_B divided by gcd(|A|, |B|), i.e. entries q−1
@@ -69,6 +75,8 @@ __all__ = [
     "apply_axes",
     "contrast_operators",
     "MAX_SUBSET_SIZE",
+    "max_column_l1",
+    "table_sensitivity1",
 ]
 
 #: Largest attribute subset of a lattice (2^k residuals per marginal).
@@ -351,3 +359,35 @@ def exact_cell_variances(domain, T, row_variances):
     independent with variances ``row_variances`` (shape (nᵢ−1 for i ∈ T)):
     (⊗ Qᵢ∘Qᵢ)ᵀ applied to them."""
     return apply_axes(row_variances, [contrast_operators(domain[i])[2] for i in T])
+
+
+def max_column_l1(n, basis="identity"):
+    """Largest column L1 norm of the per-attribute factor: the identity (1), the orthonormal
+    contrasts Qᵢ (``"contrasts"``) or the integer ones Hᵢ (``"integer"``)."""
+    n = check_size(n)
+    if basis == "identity":
+        return 1.0
+    if basis == "contrasts":
+        return float(np.abs(orthonormal_contrasts(n)).sum(axis=0).max()) if n > 1 else 0.0
+    if basis == "integer":
+        return float(np.abs(haar_contrasts(n)[0]).sum(axis=0).max()) if n > 1 else 0.0
+    raise ValueError(f"basis must be 'identity', 'contrasts' or 'integer', got {basis!r}")
+
+
+def table_sensitivity1(domain, subsets, theta, basis="identity"):
+    """Exact L1 sensitivity (largest column L1 norm) of [θ_T ⊗_{i∈T} Bᵢ ⊗ ⊗_{i∉T} 1ᵀ] over
+    ``subsets`` T, Bᵢ the ``basis`` factor of attribute i: Σ_T θ_T Π_{i∈T} max_column_l1(nᵢ)
+    (module notes: the maximum of a monotone sum of products is at the per-attribute maxima)."""
+    theta = np.asarray(theta, dtype=np.float64)
+    if theta.shape != (len(subsets),) or np.any(theta < 0) or not np.all(np.isfinite(theta)):
+        raise ValueError(f"theta must hold {len(subsets)} non-negative finite weights, got shape {theta.shape}")
+    norms = {}
+    total = 0.0
+    for t, w in zip(subsets, theta.tolist()):
+        p = 1.0
+        for i in t:
+            if domain[i] not in norms:
+                norms[domain[i]] = max_column_l1(domain[i], basis)
+            p *= norms[domain[i]] if domain[i] > 1 else 1.0
+        total += w * p
+    return float(total)

@@ -259,10 +259,14 @@ def test_paths_and_refusals():
     big = marginal_workload((10,) * 100, list(itertools.combinations(range(100), 2)))
     assert big.shape == (495_000, 10**100)
     assert plan_path(big, 1.0, 1e-6)[0] == "residual"
+    assert plan_path(big, 1.0, 0.0)[0] == "residual"  # pure ε: too big for the Kronecker path
+    assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0)[0] == "kron"  # small: the explicit optimum
+    assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0, strategy="residual")[0] == "residual"
+    prefix = Kron(*[Wl.prefix(10) if i == 0 else Wl.identity(10) if i < 8 else Wl.total(10) for i in range(12)])
     with pytest.raises(ValueError, match="residual path"):
-        plan_path(big, 1.0, 0.0)
-    with pytest.raises(ValueError, match="delta > 0"):
-        plan_path(Wl.marginals(DOM, 2), 1.0, 0.0, strategy="residual")
+        plan_path(prefix, 1.0, 0.0)
+    with pytest.raises(ValueError, match="union of marginals"):
+        plan_path(prefix, 1.0, 0.0, strategy="residual")
     with pytest.raises(ValueError, match="not a Kronecker"):
         plan_path(Dense(np.ones((2, 120))), 1.0, 1e-6)
 

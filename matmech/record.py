@@ -1,0 +1,238 @@
+"""The record a release returns: noisy answers, their exact error bars, and how they were made.
+
+:class:`Release` is frozen and holds only DP outputs (the noisy answers, the selection) and
+data-independent facts (workload, strategy, ε, δ, the analytic variances); it is shared by
+the explicit release (:mod:`matmech.release`) and the factored one (:mod:`matmech.factored`).
+Variances are the Matrix-Mechanism formula σ²·diag(W (AᵀA)⁺ Wᵀ) (Li et al., PODS 2010); the
+intervals are the normal approximation answer ± z·std.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from matmech.linalg.intervals import Intervals
+from matmech.linalg.linop import LinOp
+from matmech.privacy.measure import Measurement
+from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
+from matmech.svt.select import Selection
+
+__all__ = ["Release", "release_table", "Z95"]
+
+#: Two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """Noisy answers to a workload with their analytic error bars.
+
+    ``answers`` = W x̂ for the answered rows; ``std`` the standard deviation of each answer;
+    ``expected_error`` their total variance Σ std² (squared counts); ``strategy`` the
+    matrix actually measured, chosen as ``strategy_name`` (``strategy_note`` says how);
+    ``eps``/``delta`` what this release spent in total; ``budget_remaining`` what is left of
+    the budget passed (or None).
+
+    Without selection every row of ``workload`` is answered, in order, and ``selected`` is
+    None. With selection (``release(..., select=...)``) ``answers``/``std`` cover only the
+    selected rows: ``selected`` holds their row indices in W (ascending), ``answered`` is
+    the boolean mask over W's rows, ``selection`` the :class:`~matmech.svt.select.Selection`
+    record and ``eps_select`` its share of ``eps``. The other rows have no answer at all —
+    never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
+    examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
+    with a fill value the caller must choose. When nothing is selected nothing is measured:
+    ``answers`` is empty, ``measurement``/``strategy`` are None and only ``eps_select`` is spent.
+    """
+
+    answers: np.ndarray
+    std: np.ndarray
+    expected_error: float
+    workload: LinOp = field(repr=False)
+    strategy: LinOp | None = field(repr=False)
+    strategy_name: str
+    strategy_note: str
+    eps: float
+    delta: float
+    neighbors: str
+    budget_remaining: tuple | None
+    measurement: Measurement | None = field(repr=False)
+    estimate: np.ndarray | None = field(repr=False)
+    selected: np.ndarray | None = None
+    selection: Selection | None = field(default=None, repr=False)
+    eps_select: float = 0.0
+    select_options: Mapping | None = field(default=None, repr=False)
+
+    @property
+    def spent(self):
+        """(ε, δ) spent by this release (selection included)."""
+        return (self.eps, self.delta)
+
+    @property
+    def answered(self):
+        """Boolean mask over the rows of the workload: True where there is an answer."""
+        mask = np.zeros(self.workload.shape[0], dtype=bool)
+        mask[slice(None) if self.selected is None else self.selected] = True
+        return mask
+
+    def full(self, *, fill):
+        """Answers as a vector over all rows of the workload, ``fill`` where there is none.
+
+        ``fill`` has no default on purpose: choose 0, NaN or a sentinel knowingly.
+        """
+        out = np.full(self.workload.shape[0], fill, dtype=np.float64)
+        out[slice(None) if self.selected is None else self.selected] = self.answers
+        return out
+
+    def interval(self, level=0.95):
+        """(lower, upper) normal-approximation intervals answer ∓ z·std (answered rows)."""
+        z = _z(level)
+        return self.answers - z * self.std, self.answers + z * self.std
+
+    def plot(self, **kwargs):
+        """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
+        from matmech.plot import plot_release
+
+        return plot_release(self, **kwargs)
+
+    def _selection_dict(self):
+        sel, opts = self.selection, dict(self.select_options)
+        out = {
+            "method": sel.method,
+            "eps": self.eps_select,
+            "eps_measure": None if self.measurement is None else self.measurement.eps,
+            "c": sel.c,
+            "threshold": opts["threshold"] if sel.method in SELECT_THRESHOLD_METHODS else None,
+            "selected": int(self.selected.size),
+            "candidates": sel.n_candidates,
+            "stopped_at_c": sel.stopped,
+            "monotonic": sel.monotonic,
+            "row_sensitivity": sel.sensitivity,
+        }
+        if sel.gap is not None:
+            out["gaps"] = [{"row": int(r), "gap": float(g), "branch": b}
+                           for r, g, b in zip(sel.gap.positions, sel.gap.gaps, sel.gap.branches)]
+            out["gaps_combined"] = bool(opts.get("_combined", False))
+            out["eps_advised"] = bool(opts.get("_advised", False))
+        if opts["threshold"] == "auto":
+            out["target_rel_error"] = opts["target_rel_error"]
+            out["threshold_rule"] = "row i is tested against std_i / target_rel_error"
+        return out
+
+    def to_dict(self, *, labels=None, include_estimate=False):
+        """A JSON-ready dict: the privacy spent, strategy, noise, selection, one row per query."""
+        m = self.measurement
+        n_ans = self.answers.size
+        out = {
+            "eps": self.eps,
+            "delta": self.delta,
+            "neighbors": self.neighbors,
+            "budget_remaining": None if self.budget_remaining is None else list(self.budget_remaining),
+            "expected_error": self.expected_error,
+            "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
+            "answered": n_ans,
+            "queries_total": self.workload.shape[0],
+            "strategy": None
+            if m is None
+            else {
+                "name": self.strategy_name,
+                "note": self.strategy_note,
+                "type": type(self.strategy).__name__,
+                "shape": list(self.strategy.shape),
+                "rounded_to_grid": m.rounded,
+            },
+            "noise": None
+            if m is None
+            else {
+                "distribution": m.noise,
+                "scale": m.scale,
+                "std": m.std,
+                "grid": m.grid,
+                "sensitivity": m.sensitivity,
+                "secure_randomness": m.secure,
+            },
+            "selection": None if self.selection is None else self._selection_dict(),
+            "queries": release_table(self, labels),
+        }
+        if include_estimate and self.estimate is not None:
+            out["estimate"] = self.estimate.tolist()
+        return out
+
+    def to_json(self, *, labels=None, include_estimate=False, **json_kwargs):
+        """:meth:`to_dict` as a JSON string (keyword arguments go to ``json.dumps``)."""
+        return json.dumps(self.to_dict(labels=labels, include_estimate=include_estimate), **json_kwargs)
+
+    def __repr__(self):
+        m = self.answers.size
+        rmse = f"{math.sqrt(self.expected_error / m):.4g}" if m else "-"
+        sel = "" if self.selected is None else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
+        return (
+            f"Release({m} answers{sel}, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
+            f"rmse={rmse})"
+        )
+
+
+def _z(level):
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if level == 0.95:
+        return Z95
+    from scipy.special import ndtri
+
+    return float(ndtri(0.5 + level / 2))
+
+
+def _default_labels(W):
+    if isinstance(W, Intervals):
+        lo, hi = W.bounds()
+        return [f"[{a}, {b}]" for a, b in zip(lo.tolist(), hi.tolist())]
+    return [f"q{i}" for i in range(W.shape[0])]
+
+
+def _unanswered_notes(release):
+    """Why each row of W has no answer: SVT examines rows in order and stops at the c-th hit."""
+    sel = release.selection
+    m = release.workload.shape[0]
+    if sel.method in ("em", "topc-gap"):
+        return np.full(m, "not among the top c", dtype=object)
+    notes = np.full(m, "below threshold", dtype=object)
+    if sel.stopped and sel.rows.size:
+        what = "budget used up" if sel.method == "adaptive-svt" else "c rows already found"
+        notes[int(sel.rows.max()) + 1 :] = f"not examined ({what})"
+    return notes
+
+
+def release_table(release, labels=None, *, level=0.95):
+    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
+
+    ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
+    workloads and ``"q<i>"`` otherwise; the interval is answer ∓ z·std at ``level`` (normal
+    approximation; default 95%). For a release with selection every row of the workload is
+    listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
+    threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
+    unanswered rows have ``None`` for answer, std and interval.
+    """
+    if not isinstance(release, Release):
+        raise TypeError(f"expected a Release, got {type(release).__name__}")
+    m = release.workload.shape[0]
+    labels = _default_labels(release.workload) if labels is None else list(labels)
+    if len(labels) != m:
+        raise ValueError(f"got {len(labels)} labels for {m} queries")
+    lower, upper = release.interval(level)
+    if release.selected is None:
+        return [
+            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
+            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
+        ]
+    notes = _unanswered_notes(release)
+    rows = [
+        {"query": str(q), "selected": False, "status": note, "answer": None, "std": None, "lower": None, "upper": None}
+        for q, note in zip(labels, notes)
+    ]
+    for i, a, s, lo, hi in zip(release.selected.tolist(), release.answers, release.std, lower, upper):
+        rows[i].update(selected=True, status="answered", answer=float(a), std=float(s), lower=float(lo), upper=float(hi))
+    return rows
