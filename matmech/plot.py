@@ -3,9 +3,17 @@
 * :func:`plot_rows` (``matmech plot SPEC --out FILE.png``): per-query RMSE of every
   strategy as bars with the SVD lower bound, and the distribution of per-query standard
   deviations (sorted, as quantiles) for the best strategies and identity, so a user sees
-  whether a strategy wins everywhere or only on average.
+  whether a strategy wins everywhere or only on average. The command plots the rows of
+  :func:`matmech.advise` (the optimiser included), so its best bar is advise's choice.
+  A bar more than :data:`OUTLIER_FACTOR` times the best is clipped at the edge of the
+  useful range, hatched, and annotated with its value, so one huge bar (the workload used
+  as its own strategy, RMSE 16,408 next to 8) does not squeeze the others.
 * :func:`plot_release`: the released answers with their 95% intervals, one bar per query
-  (for ``Release.plot()`` in a notebook).
+  (for ``Release.plot()`` in a notebook): every answer up to :data:`MAX_BARS`, else an
+  evenly spaced sample in the workload's own order (``rows=`` picks the queries,
+  ``top=`` the largest answers).
+* :func:`figure_path`: the exact file a figure is written to (``--out adir`` → a file in
+  that directory; a name without an image suffix gets ``.png``).
 * :func:`plot_advice`: the RMSE per query of every candidate strategy of an
   :class:`~matmech.advise.Advice`, with the lower bound (for ``Advice.plot()``).
 
@@ -25,12 +33,16 @@ from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron
 
-__all__ = ["plot_rows", "plot_release", "plot_advice", "require_matplotlib", "MAX_BARS"]
+__all__ = ["plot_rows", "plot_release", "plot_advice", "figure_path", "require_matplotlib", "MAX_BARS", "OUTLIER_FACTOR"]
 
 #: Per-query standard deviations drawn per curve (quantiles of the full vector).
 CURVE_POINTS = 400
-#: Most queries drawn by :func:`plot_release` unless ``top`` asks for more.
+#: Most queries drawn by :func:`plot_release` unless ``top`` or ``rows`` asks for more.
 MAX_BARS = 40
+#: A bar longer than this many times the shortest is clipped (and annotated) in the bar chart.
+OUTLIER_FACTOR = 10.0
+#: Image formats a figure can be written in (matplotlib's Agg and vector backends).
+FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 #: Points kept in total when the quantiles of a Kronecker workload come from its factors.
 KRON_POINTS = 4_000_000
 
@@ -130,7 +142,7 @@ def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, n
         left, right = ax
         fig = left.figure
     _rmse_bars(left, rows, bound_rmse)
-    left.set_title("expected error per strategy (best at the top, green)")
+    left.set_title(f"expected error per strategy; best (green, top): {_bar_label(rows[0])}" if rows else "no strategy")
     shown = [r for r in rows if r.strategy is not None][:curves]
     ident = [r for r in rows if r.name == "identity" and r not in shown and r.strategy is not None]
     drawn, approx = 0, False
@@ -171,37 +183,54 @@ def _bar_label(row):
     return f"{row.name} ({', '.join(extra)})"
 
 
+def _clip_edge(values):
+    """The right edge of the useful range of ``values`` (> 0), or None when no bar is an
+    outlier: bars up to OUTLIER_FACTOR × the smallest are all in range."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size == 0:
+        return None
+    useful = v[v <= OUTLIER_FACTOR * v.min()]
+    return float(useful.max()) * 1.25 if useful.size < v.size else None
+
+
 def _rmse_bars(ax, rows, bound_rmse):
-    """Horizontal RMSE bars, best (first row) at the top in green, values annotated."""
+    """Horizontal RMSE bars, best (first row) at the top in green, values annotated; a bar
+    beyond the useful range is clipped at its edge, hatched, and labelled with its value."""
     names = [_bar_label(r) for r in rows][::-1]
     rmse = np.array([r.rmse for r in rows][::-1], dtype=float)
     colors = ["tab:green" if i == len(rows) - 1 else "tab:blue" for i in range(len(rows))]
-    ax.barh(np.arange(len(rows)), rmse, color=colors, tick_label=names)  # numeric y: repeated names stay apart
-    lo = min(rmse.min(), bound_rmse if bound_rmse else rmse.min())
-    hi = rmse.max()
-    log = lo > 0 and hi / lo > 20
-    if log:
-        ax.set_xscale("log")
-        ax.set_xlim(lo / 1.5, hi * 4)
-        _log_ticks(ax.xaxis)
-    else:
-        ax.set_xlim(0, hi * 1.2)
-    for y, v in enumerate(rmse):
-        ax.text(v * 1.05 if log else v + 0.01 * hi, y, _fmt(v), va="center", fontsize=8)
+    edge = _clip_edge(rmse)
+    shown = rmse if edge is None else np.minimum(rmse, edge)
+    bars = ax.barh(np.arange(len(rows)), shown, color=colors, tick_label=names)  # numeric y: repeated names stay apart
+    hi = float(shown.max()) if shown.size else 1.0
+    if bound_rmse is not None and edge is None:
+        hi = max(hi, bound_rmse)
+    ax.set_xlim(0, hi * 1.3)
+    for y, (v, bar) in enumerate(zip(rmse, bars)):
+        clipped = edge is not None and v > edge
+        if clipped:
+            bar.set_hatch("//")
+            bar.set_edgecolor("0.25")
+        label = f"{_fmt(v)} (off scale)" if clipped else _fmt(v)
+        ax.text(min(v, hi) + 0.01 * hi, y, label, va="center", fontsize=8, fontweight="bold" if clipped else None)
     if bound_rmse is not None:
         ax.axvline(bound_rmse, color="k", ls="--", lw=1, label=f"SVD lower bound {bound_rmse:.3g}")
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_xlabel("per-query RMSE (counts)" + (", log scale" if log else ""))
+    ax.set_xlabel("per-query RMSE (counts)" + (f"; bars beyond {_fmt(edge)} clipped (hatched)" if edge is not None else ""))
 
 
 # -- notebooks: Release.plot() and Advice.plot() ----------------------------------------------
 
 
-def _release_rows(release, top):
+def _release_rows(release, top, rows=None):
     """(indices into release.answers, the matching workload rows, a note for the title).
 
     With a selection (``release(..., select=...)``) the answers cover only the selected
-    rows, whose indices in W are ``release.selected``.
+    rows, whose indices in W are ``release.selected``. ``rows``: workload rows to draw (in
+    the order given; rows a selection did not answer are left out); else ``top``: the
+    largest answers; else all answers up to MAX_BARS, or MAX_BARS of them evenly spaced in
+    the workload's own order (deterministic, first and last included).
     """
     answers = np.asarray(release.answers, dtype=float)
     idx = np.flatnonzero(np.isfinite(answers))
@@ -211,17 +240,50 @@ def _release_rows(release, top):
     if selected is not None:
         how = getattr(getattr(release, "selection", None), "method", None)
         note = f"{idx.size} of {release.workload.shape[0]} rows answered" + (f" (selected by {how})" if how else "")
+    if rows is not None and top is not None:
+        raise ValueError("give rows= (which queries) or top= (the largest answers), not both")
+    if rows is not None:
+        want = _check_rows(rows, release.workload.shape[0])
+        where = {int(w): i for i, w in zip(idx, wrows)}
+        keep = np.array([where[w] for w in want if w in where], dtype=np.int64)
+        missing = sum(1 for w in want if w not in where)
+        if missing:
+            note = "; ".join(filter(None, [note, f"{missing} of the {len(want)} rows asked for were not answered"]))
+        return keep, (wrows[np.searchsorted(idx, keep)] if keep.size else keep), note
     limit = MAX_BARS
     if top is not None:
         if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
             raise ValueError(f"top must be a positive integer (how many of the largest answers to draw), got {top!r}")
         limit = int(top)
+        if idx.size > limit:
+            keep = np.sort(np.argsort(-answers[idx], kind="stable")[:limit])  # shown in workload order
+            note = "; ".join(filter(None, [note, f"the {limit} largest of {idx.size} answers"]))
+            return idx[keep], wrows[keep], note
+        return idx, wrows, note
     if idx.size > limit:
-        keep = np.argsort(-answers[idx], kind="stable")[:limit]
-        more = "" if top is not None else " (pass top= for more)"
-        note = "; ".join(filter(None, [note, f"the {limit} largest of {idx.size} answers{more}"]))
+        keep = np.unique(np.linspace(0, idx.size - 1, limit).round().astype(np.int64))
+        note = "; ".join(filter(None, [note, f"{keep.size} of {idx.size} answers, evenly spaced in workload order "
+                                             "(rows= picks queries, top= the largest)"]))
         return idx[keep], wrows[keep], note
     return idx, wrows, note
+
+
+def _check_rows(rows, m):
+    """Workload row indices: integers in [0, m), no repeats."""
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"rows must be a sequence of workload row indices, got {type(rows).__name__}: {rows!r}")
+    out = []
+    for r in rows:
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+            raise TypeError(f"rows must hold integer row indices, got {type(r).__name__}: {r!r}")
+        if not 0 <= r < m:
+            raise ValueError(f"row {r} is not a row of the workload (0..{m - 1})")
+        out.append(int(r))
+    if not out:
+        raise ValueError("rows must name at least one workload row")
+    if len(set(out)) != len(out):
+        raise ValueError("rows repeats a workload row")
+    return out
 
 
 def _row_labels(W, wrows, labels):
@@ -236,21 +298,23 @@ def _row_labels(W, wrows, labels):
     return [f"q{i}" for i in wrows]
 
 
-def plot_release(release, *, ax=None, top=None, labels=None, level=0.95):
+def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.95):
     """Bars of the released answers with their ``level`` intervals (answer ± z·std); → Axes.
 
-    One horizontal bar per query, labelled (``labels``: one name per workload row, e.g.
-    ``spec.labels``; default ``[lo, hi]`` for interval workloads, else ``q<i>``), with the
-    interval as an error bar and written out as "answer ± z·std". ``top``: draw only the
-    ``top`` largest answers; by default all queries up to :data:`MAX_BARS`, else the
-    largest :data:`MAX_BARS`. Rows a selection did not answer are left out.
+    One horizontal bar per query, in the workload's order, labelled (``labels``: one name
+    per workload row, e.g. ``spec.labels``; default ``[lo, hi]`` for interval workloads,
+    else ``q<i>``), with the interval as an error bar and written out as "answer ± z·std".
+    Which queries: ``rows`` (workload row indices, drawn in that order); or ``top``, the
+    ``top`` largest answers; by default every answer up to :data:`MAX_BARS`, else
+    :data:`MAX_BARS` of them evenly spaced through the workload (the title says so). Rows a
+    selection did not answer are left out.
     """
     from scipy.special import ndtri
 
     _require(release, "Release", ("answers", "std", "workload", "interval", "selected", "expected_error"))
     lower, upper = release.interval(level)  # validates level
     z = float(ndtri(0.5 + level / 2))
-    idx, wrows, note = _release_rows(release, top)
+    idx, wrows, note = _release_rows(release, top, rows)
     names = _row_labels(release.workload, wrows, labels)
     answers = np.asarray(release.answers, dtype=float)[idx]
     half = (np.asarray(upper, dtype=float)[idx] - np.asarray(lower, dtype=float)[idx]) / 2
@@ -301,3 +365,25 @@ def plot_advice(advice, *, ax=None):
     ax.set_title(title, fontsize=10)
     ax.figure.tight_layout()
     return ax
+
+
+def figure_path(out, *, name="figure"):
+    """(path, format) a figure given ``out`` is written to, exactly.
+
+    ``out`` an existing directory: ``out/<name>.png``. A file name whose suffix is an image
+    format (:data:`FORMATS`): itself. Any other name: the name plus ``.png`` (so
+    ``--out adir`` writes ``adir.png`` and says so, where matplotlib would add the suffix
+    silently).
+    """
+    from pathlib import Path
+
+    if not isinstance(out, (str, Path)) or not str(out):
+        raise TypeError(f"out must be a file or directory name, got {type(out).__name__}: {out!r}")
+    path = Path(out)
+    if path.is_dir():
+        path = path / f"{name}.png"
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        path = path.with_name(path.name + ".png")
+        suffix = "png"
+    return path, suffix

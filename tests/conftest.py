@@ -1,8 +1,27 @@
+"""Shared fixtures. The suite runs with one BLAS thread (this process and every subprocess it
+starts): on a shared 2-core machine a multi-threaded OpenBLAS spins against the other jobs
+(measured here: eigh of an 825×825 matrix 0.43 s on one thread, 5.3 s on two, 14.7 s on the
+default count), which made the suite's run time depend on the machine's load."""
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # subprocesses (examples, CLI) inherit it
+os.environ["OMP_NUM_THREADS"] = "1"
+
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """numpy may be loaded already (by a plugin): cap the running OpenBLAS too."""
+    from matmech.optimizers.blas import blas_threads
+
+    with blas_threads(1):
+        yield
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ KEY_OUTPUT = {
     "age_ranges_release.py": "RESULT: 9 age bands released",
     "svt_vs_em_zipf.py": "RESULT: mean SER over c: EM",
     "many_attributes_release.py": "RESULT: all 1- and 2-way marginals",
+    "selection_modes.py": "RESULT: three selection modes compared",
+    "census_table_release.py": "RESULT: 44 labelled table cells (API) and 9 age bands (CLI)",
 }
 
 

@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: Layers, bottom first. A module may import modules of lower layers and of its own layer
 #: (without cycles), never of a higher one.
 LAYERS = [
-    ["linalg"],
+    ["linalg", "validate"],
     ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.noise", "privacy.budget",
      "privacy.ledger"],
     ["error"],
@@ -24,15 +24,17 @@ LAYERS = [
     ["privacy.measure"],
     ["svt", "inference"],
     ["io"],
-    ["release", "factored"],
+    ["record"],
+    ["factored"],
+    ["release"],
     ["cli"],
 ]
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
-READS_DATA = ["privacy.measure", "svt", "io.data", "release", "factored", "cli"]
-DATA_INDEPENDENT = ["linalg", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
-                    "optimizers", "advisor", "plot"]
+READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "record", "release", "factored", "cli"]
+DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
+                    "optimizers", "advisor", "plot", "io.domain"]
 
 
 def _modules():

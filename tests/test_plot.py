@@ -165,3 +165,141 @@ def test_plot_rows_large_workloads(monkeypatch, tmp_path):
     monkeypatch.setattr(P, "MAX_VARIANCE_ROWS", 10)
     fig = P.plot_rows(u, rows, eps=1.0)
     assert any("not drawn" in t.get_text() for t in fig.axes[1].texts)
+
+
+# -- issue 15: the optimiser in `matmech plot`, outliers, the release sample, exact paths ----------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _cli(capsys, *argv):
+    from matmech.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_plot_draws_advise_rows_and_its_best_agrees(capsys, tmp_path):
+    """The figure holds advise's rows (the optimiser included) and its green bar is advise's best."""
+    spec = ROOT / "workloads" / "age_bands.toml"
+    code, out, err = _cli(capsys, "plot", str(spec), "--eps", "0.5", "--out", str(tmp_path / "e.png"), "--json")
+    assert code == 0, err
+    report = __import__("json").loads(out)
+    advice = mm.advise(mm.load_spec(spec).workload, 0.5)
+    assert report["best"] == advice.rows[0].name
+    assert [r["name"] for r in report["ranked"]] == [r.name for r in advice.rows]
+    assert any(r.name.startswith("optimized") for r in advice.rows)  # the optimiser is among them
+    assert report["wrote"] == str(tmp_path / "e.png") and (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
+    fig = P.plot_rows(advice_w := mm.load_spec(spec).workload, advice.rows, eps=0.5, bound_rmse=advice.lower_bound_rmse)
+    bars = fig.axes[0].patches
+    top = max(bars, key=lambda p: p.get_y())
+    assert top.get_width() == pytest.approx(advice.rows[0].rmse)  # the best bar is never clipped
+    assert top.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("tab:green"))
+    assert fig.axes[0].get_yticklabels()[-1].get_text().startswith(advice.rows[0].name.split(" (")[0])
+    assert advice_w.shape[0] == advice.queries
+
+
+@pytest.mark.parametrize("out, written", [("adir/", "adir/age_bands-error.png"), ("noext", "noext.png"),
+                                          ("fig.svg", "fig.svg"), ("fig.PDF", "fig.PDF")])
+def test_cli_plot_writes_exactly_the_path_it_reports(capsys, tmp_path, monkeypatch, out, written):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    code, stdout, err = _cli(capsys, "plot", str(ROOT / "workloads" / "age_bands.toml"), "--out", out,
+                             "--time-budget", "5")
+    assert code == 0, err
+    assert stdout.startswith(f"wrote {written} ")
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [written]  # nothing else, no silent extra suffix
+    magic = {"png": b"\x89PNG", "svg": b"<?xml", "pdf": b"%PDF"}[written.rsplit(".", 1)[1].lower()]
+    assert (tmp_path / written).read_bytes()[:len(magic)] == magic
+
+
+def test_cli_plot_refuses_an_unwritable_path_before_ranking(capsys, tmp_path):
+    code, _, err = _cli(capsys, "plot", str(ROOT / "workloads" / "age_bands.toml"), "--out", str(tmp_path / "no" / "x.png"))
+    assert code == 2 and "does not exist" in err and not (tmp_path / "no").exists()
+
+
+class _Row:
+    def __init__(self, name, rmse):
+        self.name, self.rmse, self.params, self.strategy = name, rmse, {}, None
+
+
+def test_an_outlier_bar_is_clipped_and_annotated_not_squeezing_the_rest():
+    rows = [_Row("optimized", 8.06), _Row("hierarchical", 8.9), _Row("identity", 13.1), _Row("workload", 16_408.0)]
+    fig, ax = plt.subplots()
+    P._rmse_bars(ax, rows, 4.07)
+    widths = [p.get_width() for p in ax.patches][::-1]  # drawn bottom-up
+    np.testing.assert_allclose(widths[:3], [8.06, 8.9, 13.1])  # the useful bars at their true lengths
+    edge = 13.1 * 1.25
+    assert widths[3] == pytest.approx(edge) and ax.patches[0].get_hatch() == "//"
+    assert ax.get_xlim()[1] < 30  # the axis is set by the useful bars, not by 16,408
+    assert ax.get_xscale() == "linear"
+    assert any(t.get_text() == "16,408 (off scale)" for t in ax.texts)
+    assert "clipped" in ax.get_xlabel()
+    # no outlier (all within OUTLIER_FACTOR of the best): nothing clipped, every bar exact
+    assert P._clip_edge([8.0, 70.0]) is None and P._clip_edge([8.0, 81.0]) == pytest.approx(10.0)
+    fig, ax = plt.subplots()
+    P._rmse_bars(ax, rows[:3], None)
+    assert not any(p.get_hatch() for p in ax.patches) and "clipped" not in ax.get_xlabel()
+
+
+@pytest.fixture(scope="module")
+def many_ranges(counts):
+    """5,050 range answers (all ranges over 100 cells): more than MAX_BARS."""
+    x = mm.histogram(np.random.default_rng(3).integers(0, 100, 2000), 100)
+    return mm.release(x, W.all_range(100), 1.0, strategy="hierarchical", rng=np.random.default_rng(4))
+
+
+def test_release_plot_samples_the_workload_in_its_own_order(many_ranges):
+    r = many_ranges
+    ax = r.plot()
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    want = np.linspace(0, r.answers.size - 1, P.MAX_BARS).round().astype(int)
+    lo, hi = r.workload.bounds()
+    assert labels == [f"[{lo[i]}, {hi[i]}]" for i in want]
+    assert labels[0] == "[0, 0]" and labels[-1] == "[99, 99]"
+    np.testing.assert_allclose([p.get_width() for p in ax.patches], r.answers[want])
+    assert "evenly spaced in workload order" in ax.get_title() and "largest" not in ax.get_title().split("(")[0]
+    # not "the 40 largest": near-total ranges do not crowd out short ones
+    widths = np.array([p.get_width() for p in ax.patches])
+    assert widths.min() < np.sort(r.answers)[-P.MAX_BARS]
+
+
+def test_release_plot_rows_draws_exactly_the_rows_asked_for(many_ranges):
+    r = many_ranges
+    asked = [4949, 0, 17, 5049]
+    ax = P.plot_release(r, rows=asked)
+    np.testing.assert_allclose([p.get_width() for p in ax.patches], r.answers[asked])
+    lo, hi = r.workload.bounds()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"[{lo[i]}, {hi[i]}]" for i in asked]
+    for bad, exc, text in [([5050], ValueError, "row 5050"), ([1, 1], ValueError, "repeats"), ([], ValueError, "at least one"),
+                           ("12", TypeError, "rows"), ([1.0], TypeError, "integer"), ([True], TypeError, "integer")]:
+        with pytest.raises(exc, match=text):
+            P.plot_release(r, rows=bad)
+    with pytest.raises(ValueError, match="not both"):
+        P.plot_release(r, rows=[1], top=3)
+
+
+def test_release_plot_rows_after_a_selection():
+    x = np.array([5, 80, 3, 120, 0, 2, 95, 1, 4, 60, 0, 7, 3, 2, 150, 1])
+    r = mm.release(x, W.identity(16), 1.0, strategy="identity", rng=np.random.default_rng(2),
+                   select=dict(method="svt", threshold=40, c=8, eps=0.5))
+    asked = [int(r.selected[-1]), 0, int(r.selected[0])]
+    ax = P.plot_release(r, rows=asked)
+    kept = [w for w in asked if w in set(r.selected.tolist())]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"[{w}, {w}]" for w in kept]
+    full = r.full(fill=np.nan)
+    np.testing.assert_allclose([p.get_width() for p in ax.patches], full[kept])
+    if len(kept) < len(asked):
+        assert "were not answered" in ax.get_title()
+
+
+def test_figure_path_rules(tmp_path):
+    (tmp_path / "d").mkdir()
+    assert P.figure_path(tmp_path / "d", name="s") == (tmp_path / "d" / "s.png", "png")
+    assert P.figure_path(str(tmp_path / "a"), name="s") == (tmp_path / "a.png", "png")
+    assert P.figure_path(tmp_path / "a.tar", name="s") == (tmp_path / "a.tar.png", "png")
+    assert P.figure_path(tmp_path / "a.SVG") == (tmp_path / "a.SVG", "svg")
+    with pytest.raises(TypeError, match="out must be"):
+        P.figure_path(3)
