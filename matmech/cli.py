@@ -317,6 +317,24 @@ def _select_arg(args):
     return select
 
 
+#: Above this many cells a spec with declared attributes is released from marginal tables
+#: (matmech.factored), never from the full histogram.
+FACTORED_CELLS = 2**22
+
+
+class _TablesFromFile:
+    """The data file as a source of marginal tables, counted by the engine with the spec's
+    declared domain (matmech.release takes the factored path for it)."""
+
+    def __init__(self, path, schema, encoding, delimiter):
+        self.path, self.schema, self.encoding, self.delimiter = path, schema, encoding, delimiter
+
+    def marginal_counts(self, subsets):
+        from matmech.io.engines import marginal_counts
+
+        return marginal_counts(self.path, self.schema, subsets, encoding=self.encoding, delimiter=self.delimiter)
+
+
 def _cmd_release(args):
     from matmech.io.data import histogram
     from matmech.release import release, release_table
@@ -355,7 +373,9 @@ def _cmd_release(args):
         pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
     try:
         ledger = _open_ledger(args, eps, delta)
-        if schema is None and kind == "csv":
+        if schema is not None and select is None and schema.n > FACTORED_CELLS:
+            x = _TablesFromFile(args.data, schema, args.encoding, args.delimiter)  # marginal tables, never x
+        elif schema is None and kind == "csv":
             arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
             codes = _codes(args.data, args.column, arrays, spec.domain)
             x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from matmech.validate import SizeError
+
 from matmech.io.domain import Domain
 
 __all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "ENGINES", "source_kind"]
@@ -136,7 +138,7 @@ def _check_memory(cells):
         free = None
     if cells > 2**31 or (free is not None and need > free // 2):
         have = f"; about {free / 2**30:.1f} GiB is free" if free is not None else ""
-        raise MemoryError(f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64){have}: too large; "
+        raise SizeError(f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64){have}: too large; "
                           "count fewer or smaller marginals")
 
 
