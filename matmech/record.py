@@ -46,7 +46,8 @@ class Release:
     never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
     examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
     with a fill value the caller must choose. When nothing is selected nothing is measured:
-    ``answers`` is empty, ``measurement``/``strategy`` are None and only ``eps_select`` is spent.
+    ``answers`` is empty and ``measurement``/``strategy`` are None; the whole ``eps`` was charged
+    with the selection (one atomic spend), so it is spent all the same.
     """
 
     answers: np.ndarray

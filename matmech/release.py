@@ -13,12 +13,16 @@
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
 Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing.
+is charged, so a failure spends nothing and draws nothing. Records, marginal tables or a
+data source in place of x go to the factored path (:mod:`matmech.factored`), which never
+builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
-vector technique or the exponential mechanism; Lyu, Su, Li, VLDB 2017). It reads x too, so
-it is charged its own ε (taken out of the total) before its noise; only the selected rows
-are then measured and answered. Which rows were selected is itself a DP output, so choosing
+vector technique or the exponential mechanism, Lyu, Su, Li, VLDB 2017; or a free-gap
+mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement). It
+reads x too; its ε comes out of the total, and the whole (ε, δ) is charged in one atomic
+spend before the selection's first noise draw; only the selected rows are then measured
+and answered. Which rows were selected is itself a DP output, so choosing
 the strategy for them afterwards is post-processing. Error bars are the exact
 Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010) for the matrix
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
