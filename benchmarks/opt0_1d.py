@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import pathlib
+import os
 import platform
 import time
 
@@ -116,12 +117,14 @@ def run(max_n, ref_iters, ref_seconds, budget):
     return rows, skipped, time.perf_counter() - t_start
 
 
-def markdown(rows, skipped, args, total):
+def markdown(rows, skipped, args, total, loads=None):
     out = [
         "# Pure ε = 1, 1-D: matmech.optimize vs HDMM's OPT₀ (per-query RMSE)",
         "",
         f"`python benchmarks/opt0_1d.py --max-n {args.max_n} --ref-iters {args.ref_iters} --ref-seconds {args.ref_seconds} --budget {args.budget}`"
-        f" ({platform.machine()}, numpy {np.__version__}; total {total:.0f} s; wall-clock on shared cores).",
+        f" ({platform.machine()}, numpy {np.__version__}; total {total:.0f} s; wall-clock on shared cores"
+        + ("" if loads is None else f"; OPENBLAS_NUM_THREADS={loads[2]}, 1-min load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end")
+        + ").",
         "",
         "OPT₀ = our L-BFGS from HDMM's start only (p = n/16, Θ ~ U[0,1), seeds 0-2, best), run towards convergence;"
         " `*` = a seed stopped at the iteration/time cap (reference not converged). Same budget = those seeds with the"
@@ -155,11 +158,14 @@ def main():
     ap.add_argument("--ref-seconds", type=float, default=60.0, help="time cap per seed of the OPT₀ reference")
     ap.add_argument("--budget", type=float, default=900.0, help="skip n >= 4096 once that workload's run has taken this many seconds")
     args = ap.parse_args()
+    load_start = os.getloadavg()[0]
     rows, skipped, total = run(args.max_n, args.ref_iters, args.ref_seconds, args.budget)
-    md = markdown(rows, skipped, args, total)
+    loads = (load_start, os.getloadavg()[0], os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+    md = markdown(rows, skipped, args, total, loads)
     print(md)
     OUT.mkdir(exist_ok=True)
-    meta = {"eps": 1.0, "seeds": list(SEEDS), "args": vars(args), "total_seconds": total, "skipped": skipped}
+    meta = {"eps": 1.0, "seeds": list(SEEDS), "args": vars(args), "total_seconds": total, "skipped": skipped,
+            "load_start": loads[0], "load_end": loads[1], "openblas_num_threads": loads[2]}
     (OUT / "opt0_1d.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (OUT / "opt0_1d.md").write_text(md)
 

@@ -879,6 +879,8 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
         other = math.prod(float(np.trace(prob.C[j][kk])) for j in range(prob.k) if j != i)
         acc += prob.v2[kk] * other * prob.C[i][kk]
     acc /= max(float(np.trace(acc)), 1e-300)
+    # no quadratic-fill multistart here (unlike the kron family): a better isolated 1-D fit is
+    # not a better start for the joint (θ, Θ) descent (adult_W2: RMSE 391.8 without, 412.0 with)
     fit = fit_pidentity(GramOperator.from_gram(0.5 * (acc + acc.T)), restarts=restarts, rng=rng)
     return np.asarray(fit.theta, dtype=np.float64)
 
