@@ -65,8 +65,29 @@ MAX_RESIDUALS_CVX = 200_000
 PRUNE_RELATIVE = 1e-6
 
 
+class _OnLattice:
+    """What a plan on a marginal lattice reads off its ``lattice``, ``total`` and ``queries``."""
+
+    @property
+    def domain(self):
+        return self.lattice.domain
+
+    @property
+    def subsets(self):
+        return self.lattice.subsets
+
+    @property
+    def residuals(self):
+        return self.lattice.residuals
+
+    @property
+    def rmse(self):
+        """Per-query RMSE in units of the noise scale (σ, or 1/ε for Laplace plans)."""
+        return math.sqrt(self.total / self.queries)
+
+
 @dataclass(frozen=True, eq=False)
-class ResidualPlan:
+class ResidualPlan(_OnLattice):
     """Per-residual noise variances for a marginal workload, at unit L2 sensitivity.
 
     ``lattice`` (:class:`~matmech.linalg.residual.Lattice`) holds the domain, the marginals
@@ -87,22 +108,6 @@ class ResidualPlan:
     queries: int
     svd_bound: float
     solver: str = "closed form"
-
-    @property
-    def domain(self):
-        return self.lattice.domain
-
-    @property
-    def subsets(self):
-        return self.lattice.subsets
-
-    @property
-    def residuals(self):
-        return self.lattice.residuals
-
-    @property
-    def rmse(self):
-        return math.sqrt(self.total / self.queries)
 
     def __repr__(self):
         return (f"ResidualPlan({len(self.subsets)} marginals, {len(self.residuals)} residuals, objective={self.objective!r}, "
@@ -169,7 +174,7 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
 
 
 @dataclass(frozen=True, eq=False)
-class LaplaceResidualPlan:
+class LaplaceResidualPlan(_OnLattice):
     """Table weights for a marginal workload under pure ε (Laplace), at ε = 1.
 
     The marginal table on ``tables[j]`` (the lattice's residuals unless tables were given)
@@ -190,22 +195,6 @@ class LaplaceResidualPlan:
     start: str
     solver: str = "L-BFGS-B"
     tables: tuple = None
-
-    @property
-    def domain(self):
-        return self.lattice.domain
-
-    @property
-    def subsets(self):
-        return self.lattice.subsets
-
-    @property
-    def residuals(self):
-        return self.lattice.residuals
-
-    @property
-    def rmse(self):
-        return math.sqrt(self.total / self.queries)
 
     def __repr__(self):
         return (f"LaplaceResidualPlan({len(self.subsets)} marginals, {len(self.tables)} tables, "
