@@ -43,6 +43,7 @@ import scipy.linalg as sla
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
 from matmech.linalg.structured import split_diagonal, woodbury_solve
+from matmech.linalg.spectral import tree_depths
 from matmech.privacy.measure import Measurement
 from matmech.strategies import Haar, Tree
 
@@ -210,21 +211,6 @@ class _TreePlan:
         self.n, self.levels, self.leaves, self.cells, self.size = n, levels, leaves, cells, size
 
 
-def _depths(parent):
-    """Depth of every node by pointer doubling (O(N log depth)); None if parent has a cycle."""
-    N = parent.size
-    dist = (parent >= 0).astype(np.int64)
-    nxt = parent.copy()
-    for _ in range(max(1, N).bit_length() + 2):
-        live = np.flatnonzero(nxt >= 0)
-        if live.size == 0:
-            return dist
-        up = nxt[live]
-        dist[live] += dist[up]
-        nxt[live] = nxt[up]
-    return None
-
-
 def tree_plan(T):
     """Check that T's rows form a tree whose leaves are the n cells, and group it by level.
 
@@ -252,7 +238,7 @@ def _tree_plan(T):
     parent = np.asarray(T.parent)
     if parent.shape != (N,) or (N and (parent.min() < -1 or parent.max() >= N)):
         return None
-    depth = _depths(parent)
+    depth = tree_depths(parent)
     if depth is None:
         return None
     lo, hi = T.bounds()

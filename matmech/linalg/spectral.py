@@ -16,7 +16,7 @@ import numpy as np
 
 from matmech.linalg.linop import LinOp, check_size
 
-__all__ = ["BlockSpectral", "NestedCovariance"]
+__all__ = ["BlockSpectral", "NestedCovariance", "tree_depths"]
 
 
 class BlockSpectral(LinOp):
@@ -231,7 +231,7 @@ class NestedCovariance(LinOp):
         var = np.ones(N) if node_var is None else np.asarray(node_var, dtype=np.float64)
         if parent.shape != (N,) or N == 0 or parent.min() < -1 or parent.max() >= N:
             return None
-        depth = _tree_depths(parent)
+        depth = tree_depths(parent)
         if depth is None:
             return None
         has_child = np.zeros(N, dtype=bool)
@@ -306,8 +306,9 @@ class NestedCovariance(LinOp):
         return cls(n, levels, 1.0)
 
 
-def _tree_depths(parent):
-    """Depth of every node by pointer doubling; None when ``parent`` has a cycle."""
+def tree_depths(parent):
+    """Depth of every node of a parent-pointer forest by pointer doubling (O(N log depth));
+    None when ``parent`` has a cycle."""
     dist = (parent >= 0).astype(np.int64)
     nxt = parent.copy()
     for _ in range(max(1, parent.size).bit_length() + 2):
