@@ -27,7 +27,7 @@ import math
 from functools import reduce
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor

@@ -38,7 +38,7 @@ import warnings
 import weakref
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack

@@ -22,7 +22,7 @@ where the structure allows, used by the error analysis and by least squares alik
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 import scipy.sparse as sp
 
 from matmech.linalg.intervals import Intervals

@@ -10,7 +10,7 @@ Used by the p-Identity (:mod:`matmech.optimizers.pure`) and L2
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import LinOp, as_linop

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, as_linop

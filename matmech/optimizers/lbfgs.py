@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 __all__ = ["projected_lbfgs"]
 

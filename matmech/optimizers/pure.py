@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import math
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech.optimizers.blas import blas_threads
 from matmech.linalg.intervals import AllRange, Prefix

@@ -36,7 +36,7 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
+from matmech.linalg.lazy import sla
 
 from matmech import validate
 from matmech.linalg.linop import as_linop
