@@ -226,16 +226,23 @@ def _ragged(x, name):
         raise ValueError(f"{name} is ragged: row {i} is a {type(x[i]).__name__}, not a sequence like row 0")
 
 
-def vector(x, name: str, *, finite: bool = True, length=None) -> np.ndarray:
-    """A 1-D float64 array of real numbers (finite unless ``finite=False``)."""
+def _numeric_array(x, name, expected):
+    """``np.asarray(x)`` of numbers, refusing strings/None (TypeError), ragged nesting (naming
+    the row) and non-numeric entries, with ``expected`` in the message."""
     if isinstance(x, (str, bytes)) or x is None:
-        raise TypeError(f"{name} must be a 1-D sequence of numbers, got {type(x).__name__}: {_show(x)}")
+        raise TypeError(f"{name} must be {expected}, got {type(x).__name__}: {_show(x)}")
     _ragged(x, name)
     try:
         a = np.asarray(x)
     except ValueError as err:
         raise ValueError(f"{name} is not a rectangular array of numbers: {err}") from None
     _numeric(a, name)
+    return a
+
+
+def vector(x, name: str, *, finite: bool = True, length=None) -> np.ndarray:
+    """A 1-D float64 array of real numbers (finite unless ``finite=False``)."""
+    a = _numeric_array(x, name, "a 1-D sequence of numbers")
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got an array of shape {a.shape}")
     if length is not None and a.shape[0] != length:
@@ -250,14 +257,7 @@ def vector(x, name: str, *, finite: bool = True, length=None) -> np.ndarray:
 def matrix(x, name: str, *, finite: bool = True) -> np.ndarray:
     """A 2-D array of real numbers with at least one row and column (dtype kept if numeric).
     A ragged nested list is a ValueError naming its first short or long row."""
-    if isinstance(x, (str, bytes)) or x is None:
-        raise TypeError(f"{name} must be a 2-D array of numbers, got {type(x).__name__}: {_show(x)}")
-    _ragged(x, name)
-    try:
-        a = np.asarray(x)
-    except ValueError as err:
-        raise ValueError(f"{name} is not a rectangular array of numbers: {err}") from None
-    _numeric(a, name)
+    a = _numeric_array(x, name, "a 2-D array of numbers")
     if a.ndim != 2 or 0 in a.shape:
         raise ValueError(f"{name} must be a 2-D array with at least one row and one column, got shape {a.shape}")
     if finite and not np.all(np.isfinite(a)):

@@ -143,6 +143,15 @@ def _max_optimal(lat, u0, solver):
     return u, f"cvxpy {prob.solver_stats.solver_name} ({prob.status})"
 
 
+def _lattice_coefficients(domain, subsets, weights):
+    """The lattice of ``subsets`` and its total-variance coefficients (ValueError when there
+    is no residual to measure): what every residual plan starts from."""
+    lat = lattice(domain, subsets, weights)
+    if not lat.residuals:
+        raise ValueError("the marginals have no residual to measure")
+    return lat, total_variance_coefficients(lat)
+
+
 def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=None):
     """The residual plan for the marginals on ``subsets`` of ``domain`` → :class:`ResidualPlan`.
 
@@ -152,10 +161,7 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    lat = lattice(domain, subsets, weights)
-    if not lat.residuals:
-        raise ValueError("the marginals have no residual to measure")
-    c = total_variance_coefficients(lat)
+    lat, c = _lattice_coefficients(domain, subsets, weights)
     u = _sum_optimal(c, lat.norm2)
     solver_name = "closed form"
     if objective == "max":
@@ -277,10 +283,7 @@ def plan_residuals_laplace(domain, subsets, *, weights=None, tables=None, theta=
 
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
-    lat = lattice(domain, subsets, weights)
-    if not lat.residuals:
-        raise ValueError("the marginals have no residual to measure")
-    c = total_variance_coefficients(lat)
+    lat, c = _lattice_coefficients(domain, subsets, weights)
     if (tables is None) != (theta is None):
         raise ValueError("give both tables and theta, or neither")
     if tables is None and search == "all":
