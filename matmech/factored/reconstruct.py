@@ -74,6 +74,16 @@ class MarginalReconstructor:
                 var += v.reshape(view) / rest**2
         return est, var
 
+    def stacked(self, subsets, weights=None):
+        """(answers, variances) of the marginals on ``subsets`` one after another, each
+        flattened row-major and scaled by its weight (default 1): the rows of a marginal
+        workload in order."""
+        weights = [1.0] * len(subsets) if weights is None else list(weights)
+        parts = [self.marginal(s) for s in subsets]
+        answers = np.concatenate([w * est.reshape(-1) for w, (est, _) in zip(weights, parts)])
+        var = np.concatenate([w * w * v.reshape(-1) for w, (_, v) in zip(weights, parts)])
+        return answers, var
+
 
 def nonneg_consistent(marginals, total=None):
     """Post-processing: clip each marginal at 0 and rescale it to ``total`` (default: the

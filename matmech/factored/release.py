@@ -175,15 +175,7 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
         budget.spend(eps, delta, what=what)
     meas = measure_residuals_laplace(mplan, tables, rng=rng) if pure else measure_residuals(mplan, tables, rng=rng)
     del tables
-    rec = MarginalReconstructor(meas)
-    answers, var = np.empty(rows), np.empty(rows)
-    at = 0
-    for s, w in zip(subsets, rw):
-        est, v = rec.marginal(s)
-        k = est.size
-        answers[at : at + k] = w * est.reshape(-1)
-        var[at : at + k] = w * w * v.reshape(-1)
-        at += k
+    answers, var = MarginalReconstructor(meas).stacked(subsets, rw)
     std = np.sqrt(var)
     for a in (answers, std):
         a.setflags(write=False)
