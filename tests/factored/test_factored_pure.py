@@ -21,17 +21,9 @@ from matmech.linalg.residual import haar_contrasts, orthonormal_contrasts, table
 from matmech.optimizers.marginals import optimize_marginals_pure
 from matmech.optimizers.residual import laplace_residual_variances, plan_residuals_laplace
 
-DOM = (3, 4, 2, 5)
-
-
-def _codes(domain, n, seed=0):
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 7, size=n)
-    return np.column_stack([(base + rng.integers(0, 2, size=n)) % d for d in domain])
-
-
-def _hist(codes, domain):
-    return np.bincount(np.ravel_multi_index(codes.T, domain), minlength=math.prod(domain))
+from factored_data import DOM
+from factored_data import codes as _codes
+from factored_data import hist as _hist
 
 
 def _factor(n, basis):
