@@ -1,19 +1,23 @@
 """Free-gap selection (issue 16; Ding, Wang, Zhang, Kifer, PVLDB 2019): what the gaps buy.
 
-1. MSE of the selected answers with the gaps combined (GLS, matmech.svt.combine) vs the
-   Matrix-Mechanism answers alone, from the SAME runs (equal total eps, equal split), for
-   topc-gap and svt-gap; on the Zipf set-up of benchmarks/svt_zipf.py (identity workload
-   over 10,000 items, 1,000,000 records) and on a range workload (sliding windows of 64
-   cells over a 1024-cell Zipf histogram, hierarchical strategy).  Also the analytic
-   variance next to the Monte Carlo MSE (mean over trials, with its standard error). On
-   Zipf also with 80% and 90% of eps on the selection, where the gaps carry real weight.
+1. MSE of the selected answers with the selection's outputs combined (GLS,
+   matmech.svt.combine) vs the Matrix-Mechanism answers alone, from the SAME runs (equal
+   total eps, equal split), for topc-gap, svt-gap and adaptive-svt, c = 2 and 5, at the
+   advised split (no select eps given: matmech.svt.combine.advise_split) and at the even
+   split; on the Zipf set-up of benchmarks/svt_zipf.py (identity workload over 10,000
+   items, 1,000,000 records) and on a range workload (sliding windows of 64 cells, stride 8,
+   over a 1024-cell Zipf histogram, hierarchical strategy).  "mechanism" is what ran:
+   release picks the Laplace mechanism on the whole vector (matmech.svt.vector) for
+   topc-gap / svt-gap when it has less noise per score; rows marked "paper" force the
+   [DWZK19] mechanism (select vector=False) for comparison.  The analytic variance (mean of
+   the release's per-answer variances) is shown next to the Monte Carlo MSE with its
+   standard error; "|z|" = |MSE - analytic| / s.e. (4 or less expected).
 2. SER (Lyu et al.'s metric, first c selections) and the number of rows found by the
    adaptive SVT vs [LSL17] Alg. 7 (sparse_vector) at equal eps on the Zipf counts.
 
-Run:  python benchmarks/svt_gap.py [--trials 40]
+Run:  python benchmarks/svt_gap.py [--trials 200]
 Writes benchmarks/results/svt_gap.{json,md}.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -38,26 +42,33 @@ def zipf_counts(rng, n_items, n_records):
     return rng.multinomial(n_records, p / p.sum()).astype(np.int64)
 
 
-def mse_case(name, x, W, *, method, c, eps, eps_select, strategy, trials, threshold=None):
+def mse_case(name, x, W, *, method, c, eps, eps_select, strategy, trials, threshold=None, vector="auto"):
     truth = W.matvec(x.astype(float))
-    sel = dict(method=method, c=c, eps=eps_select)
+    sel = dict(method=method, c=c, vector=vector)
+    if eps_select is not None:
+        sel["eps"] = eps_select
     if threshold is not None:
         sel["threshold"] = threshold
-    se_gap, se_mm, var = [], [], []
+    se_gap, se_mm, var, mech, eps_s = [], [], [], set(), None
     for t in range(trials):
         r = release(x, W, eps, strategy=strategy, select=sel, rng=np.random.default_rng(SEED + t))
+        eps_s = r.eps_select
         if not r.selected.size:
             continue
+        mech.add(r.selection.mechanism)
         sub = W.take_rows(r.selected)
         mm = sub.matvec(r.estimate)
         se_gap.append(float(((r.answers - truth[r.selected]) ** 2).mean()))
         se_mm.append(float(((mm - truth[r.selected]) ** 2).mean()))
         var.append(float(r.expected_error / r.selected.size))
     g, m = np.array(se_gap), np.array(se_mm)
-    return {"case": name, "method": method, "c": c, "eps": eps, "eps_select": eps_select, "trials": len(g),
-            "mse_with_gaps": float(g.mean()), "mse_se": float(g.std(ddof=1) / np.sqrt(g.size)),
+    se = float(g.std(ddof=1) / np.sqrt(g.size))
+    return {"case": name, "method": method, "mechanism": "/".join(sorted(mech)), "c": c, "eps": eps,
+            "split": "advised" if eps_select is None else ("even" if eps_select == eps / 2 else "given"),
+            "eps_select": round(float(eps_s), 6), "trials": len(g),
+            "mse_with_gaps": float(g.mean()), "mse_se": se,
             "mse_without_gaps": float(m.mean()), "analytic_variance": float(np.mean(var)),
-            "reduction": float(1 - g.mean() / m.mean())}
+            "z": float(abs(g.mean() - np.mean(var)) / se), "reduction": float(1 - g.mean() / m.mean())}
 
 
 def ser_case(x, *, c, eps, trials):
@@ -82,9 +93,15 @@ def ser_case(x, *, c, eps, trials):
             "true_positives_adaptive": float(np.mean(found["adaptive"]))}
 
 
+def top_threshold(v, c):
+    """A threshold between the c-th and (c+1)-th largest true values (benchmark only)."""
+    s = np.sort(v)[::-1]
+    return float((s[c - 1] + s[c]) / 2)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=40)
+    ap.add_argument("--trials", type=int, default=200)
     args = ap.parse_args(argv)
     t0 = time.time()
     rng = np.random.default_rng(SEED)
@@ -92,29 +109,34 @@ def main(argv=None):
     Wz = ranges(10_000, [(i, i) for i in range(10_000)])
     xr = zipf_counts(rng, 1024, 100_000)
     Wr = ranges(1024, [(i, i + 63) for i in range(0, 1024 - 63, 8)])
+    setups = [("zipf identity", xz, Wz, "identity"), ("range windows", xr, Wr, "hierarchical")]
+    eps = 0.1
     rows = []
-    for c in (2, 5):
-        rows.append(mse_case("zipf identity", xz, Wz, method="topc-gap", c=c, eps=0.1, eps_select=0.05,
-                             strategy="identity", trials=args.trials))
-        rows.append(mse_case("range windows", xr, Wr, method="topc-gap", c=c, eps=0.1, eps_select=0.05,
-                             strategy="hierarchical", trials=args.trials))
-    for eps_select in (0.08, 0.09):  # the gaps pay on Zipf when selection gets most of the budget
-        for c in (2, 5):
-            rows.append(mse_case("zipf identity", xz, Wz, method="topc-gap", c=c, eps=0.1, eps_select=eps_select,
-                                 strategy="identity", trials=args.trials))
-    thr_r = float(np.sort(Wr.matvec(xr.astype(float)))[-4])
-    rows.append(mse_case("range windows", xr, Wr, method="svt-gap", c=3, eps=0.1, eps_select=0.05,
-                         strategy="hierarchical", trials=args.trials, threshold=thr_r))
+    for name, x, W, strategy in setups:
+        v = W.matvec(x.astype(float))
+        for method in ("topc-gap", "svt-gap", "adaptive-svt"):
+            for c in (2, 5):
+                thr = None if method == "topc-gap" else top_threshold(v, c)
+                for eps_select in (None, eps / 2):
+                    rows.append(mse_case(name, x, W, method=method, c=c, eps=eps, eps_select=eps_select,
+                                         strategy=strategy, trials=args.trials, threshold=thr))
+                if method != "adaptive-svt" and rows[-1]["mechanism"].startswith("vector"):
+                    # the [DWZK19] mechanism itself, for comparison (where release ran the vector)
+                    r = mse_case(name, x, W, method=method, c=c, eps=eps, eps_select=eps / 2, strategy=strategy,
+                                 trials=args.trials, threshold=thr, vector=False)
+                    r["mechanism"] += " (paper)"
+                    rows.append(r)
     sers = [ser_case(xz, c=c, eps=0.1, trials=args.trials) for c in (25, 50, 100)]
     info = {"machine": platform.machine(), "cpus": os.cpu_count(), "load": os.getloadavg(),
             "seconds": round(time.time() - t0, 1)}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "svt_gap.json").write_text(json.dumps({"mse": rows, "ser": sers, "run": info}, indent=1))
-    lines = ["| case | method | c | eps (select) | MSE with gaps (± s.e.) | analytic var | MSE MM only | reduction |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | method | mechanism | c | split (eps select of 0.1) | MSE with gaps (± s.e.) | analytic var | |z| "
+             "| MSE MM only | reduction |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['method']} | {r['c']} | {r['eps']} ({r['eps_select']}) | "
-                     f"{r['mse_with_gaps']:.4g} ± {r['mse_se']:.2g} | {r['analytic_variance']:.4g} | "
+        lines.append(f"| {r['case']} | {r['method']} | {r['mechanism']} | {r['c']} | {r['split']} ({r['eps_select']:.3g}) | "
+                     f"{r['mse_with_gaps']:.4g} ± {r['mse_se']:.2g} | {r['analytic_variance']:.4g} | {r['z']:.1f} | "
                      f"{r['mse_without_gaps']:.4g} | {100 * r['reduction']:.1f}% |")
     lines += ["", "| c | eps | SER Alg. 7 | SER adaptive | true positives Alg. 7 | true positives adaptive |",
               "|---|---|---|---|---|---|"]

@@ -291,7 +291,8 @@ def _strategy_arg(value):
 
 
 def _select_arg(args):
-    given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error") if getattr(args, k) is not None]
+    given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error", "select_sigma")
+             if getattr(args, k, None) is not None]
     if args.select is None:
         if given:
             raise ValueError(f"{', '.join(given)}: only used with --select svt|em|topc-gap|svt-gap|adaptive-svt")
@@ -314,6 +315,10 @@ def _select_arg(args):
                 raise ValueError(f"--threshold must be a number or 'auto', got {args.threshold!r}") from None
     if args.target_rel_error is not None:
         select["target_rel_error"] = args.target_rel_error
+    if getattr(args, "select_sigma", None) is not None:
+        if args.select != "adaptive-svt":
+            raise ValueError(f"--select-sigma is the top-branch margin of --select adaptive-svt, not of --select {args.select}")
+        select["sigma"] = args.select_sigma
     return select
 
 
@@ -373,7 +378,7 @@ def _cmd_release(args):
         pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
     try:
         ledger = _open_ledger(args, eps, delta)
-        if schema is not None and select is None and schema.n > FACTORED_CELLS:
+        if schema is not None and schema.n > FACTORED_CELLS:
             x = _TablesFromFile(args.data, schema, args.encoding, args.delimiter)  # marginal tables, never x
         elif schema is None and kind == "csv":
             arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
@@ -605,6 +610,8 @@ def build_parser():
     p.add_argument("--c", type=int, metavar="C", help="the most rows to select")
     p.add_argument("--select-eps", type=float, metavar="E", help="the part of --eps spent on selection (the rest measures)")
     p.add_argument("--target-rel-error", type=float, metavar="R", help="with --threshold auto: answer a row if std <= R x count (default 0.1)")
+    p.add_argument("--select-sigma", type=float, metavar="S",
+                   help="adaptive-svt: the margin above the threshold (in counts) for the cheap top branch (default: auto)")
     p.add_argument("--max-records", type=int, metavar="N",
                    help="declared bound on the number of records (default 2**32); more is refused before anything is spent")
     p.add_argument("--ledger", metavar="FILE", help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise")

@@ -113,6 +113,7 @@ class Release:
             "stopped_at_c": sel.stopped,
             "monotonic": sel.monotonic,
             "row_sensitivity": sel.sensitivity,
+            "mechanism": sel.mechanism or sel.method,
         }
         if sel.gap is not None:
             out["gaps"] = [{"row": int(r), "gap": float(g), "branch": b}

@@ -49,6 +49,7 @@ from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real, rest_of
 from matmech.privacy.measure import (
+    integer_valued,
     check_counts,
     check_max_records,
     check_records,
@@ -56,6 +57,7 @@ from matmech.privacy.measure import (
     plan_measurement,
 )
 from matmech.svt.combine import advise_split, answer_covariance, combine_gaps, gap_measurement
+from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
 from matmech.svt.select import GAP_METHODS as SELECT_GAP_METHODS
 from matmech.svt.select import METHODS as SELECT_METHODS
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
@@ -67,7 +69,7 @@ from matmech.record import Z95, Release, release_table
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
 #: Keys of release's ``select`` dict (the rest of select_rows' options come from release).
-SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio")
+SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
 #: release(select=dict(method=...)): "svt", "em", and the free-gap methods "topc-gap", "svt-gap", "adaptive-svt".
 #: threshold="auto" answers a row when its std is at most this fraction of its count.
 DEFAULT_TARGET_REL_ERROR = 0.1
@@ -181,7 +183,8 @@ def _check_select(select, eps):
     for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal")
+    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal", sigma="auto",
+                vector="auto")
     opts.update(select)
     if opts["method"] not in SELECT_METHODS:
         raise ValueError(f"select method must be one of {SELECT_METHODS}, got {opts['method']!r}")
@@ -277,7 +280,11 @@ def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
             return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
         return float(unit / e_m**2)
 
-    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono)
+    vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
+    joint = joint_sensitivity(W, neighbors) if vec else None
+    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono,
+                        joint_sensitivity=joint, vector=opts["vector"], n_values=W.shape[0],
+                        integer_values=integer_valued(W), ratio=opts["ratio"])
     return f * eps
 
 
@@ -310,7 +317,8 @@ def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
     sel = dict(c=opts["c"], eps=opts["eps"], threshold=threshold, method=opts["method"],
-               monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors)
+               monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors, sigma=opts["sigma"],
+               vector=opts["vector"])
     check_selection(W, **sel)
     return _SelectedPlan(MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note)
 
@@ -385,9 +393,15 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
         arr.setflags(write=False)
     opts = dict(out.select_options)
     opts["_combined"] = True
+    if sel.mechanism in VECTOR_METHODS.values():
+        cal = sel.gap.calibration
+        what = (f"; selected by the Laplace mechanism on the whole vector ({sel.mechanism} in place of {sel.method}, "
+                f"joint L1 sensitivity {cal.sensitivity:g}), its noisy values combined (GLS)")
+    else:
+        what = "; combined with the selection's free gaps (GLS)"
+    opts["_mechanism"] = sel.mechanism
     return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
-                               strategy_note=out.strategy_note + "; combined with the selection's free gaps (GLS)",
-                               select_options=MappingProxyType(opts))
+                               strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts))
 
 
 class _EngineSource:
@@ -447,7 +461,10 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     are combined with the measured answers; with these ``eps`` may be left out and is then
     advised), ``threshold`` (svt: a number, one number per row, or ``"auto"``),
     ``target_rel_error`` (with ``"auto"``, default 0.1), ``monotonic`` ("auto", True,
-    False), ``ratio``. ``threshold="auto"`` tests row i against std_i / target_rel_error,
+    False), ``ratio``, ``sigma`` (adaptive-svt's top-branch margin: "auto" or a number),
+    ``vector`` ("auto" default, True, False: "topc-gap"/"svt-gap" run as the Laplace
+    mechanism on the whole vector W x when that puts less noise on each score,
+    :mod:`matmech.svt.vector`). ``threshold="auto"`` tests row i against std_i / target_rel_error,
     std_i being the analytic std of its answer under the strategy for the whole workload
     at the measurement's ε (ε − select ε) and δ: a row is answered when its relative error
     std_i / count_i would be at most the target. (For a named or given strategy std_i is
@@ -475,12 +492,11 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     data = _factored_data(x, domain)
     if data is not None:
         if select is not None:
-            raise ValueError("select= needs the histogram x; records, marginal tables and data sources take the "
-                             "factored path (matmech.factored), which has no selection yet")
+            _check_select(select, eps)  # the explicit path's option rules, before anything is read
         from matmech.factored.release import release_factored
 
         return release_factored(data, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
-                                max_records=max_records)
+                                max_records=max_records, select=select)
     n = _cells(x)
     _declared_cells(domain, n)
     W = _as_workload(W, n, domain)

@@ -15,6 +15,7 @@ is the public namespace; the code lives in one module per concept:
 :mod:`matmech.svt.grid`    exact grid arithmetic, chunked / two-thread noise
 :mod:`matmech.svt.checks`   argument checks (run before any randomness)
 :mod:`matmech.svt.gap`      [DWZK19] free gap: :func:`noisy_top_c_gap`, :func:`sparse_vector_gap`, :func:`adaptive_sparse_vector`
+:mod:`matmech.svt.vector`   Laplace mechanism on the whole vector: :func:`noisy_vector_top_c`, :func:`noisy_vector_threshold`
 :mod:`matmech.svt.combine`  GLS of the gaps with the measured answers, :func:`advise_split`
 ==========================  ================================================
 

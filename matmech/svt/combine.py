@@ -14,6 +14,8 @@ Gap measurement of the k selected rows, in one form for all three mechanisms::
   (unreleased) noisy score of j_1; d_t = Var(eta), s = inf (an unknown common offset).
 * SVT with gap / adaptive SVT: z_i = gap_i + T_i = q_i + nu_i - rho; d_i = Var(nu_i) of the
   branch that fired, s = Var(rho).
+* The vector selection (:mod:`matmech.svt.vector`, Laplace mechanism on all of W x):
+  z_i = the released noisy value, d_i = Var(DLap), s = 0 (no common offset: G = D^-1 exactly).
 
 Its precision (Sherman-Morrison; the s = inf limit projects out the offset) is
 G = D^-1 - D^-1 1 1^T D^-1 / (1/s + 1^T D^-1 1).  With the measurement y ~ (q_S, Sigma),
@@ -43,20 +45,28 @@ from matmech.linalg.linop import as_linop
 from matmech.linalg.structured import pinv_gram
 from matmech.privacy.params import check_noise_eps
 from matmech.svt.checks import check_c, check_threshold
+from matmech.svt.calibration import GAP_METHODS, gap_calibration
+from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
 
 __all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "answer_covariance", "advise_split",
-           "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID"]
+           "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
 MAX_COVARIANCE_ENTRIES = 1 << 24
 #: The selection shares advise_split searches.
 SPLIT_GRID = tuple(round(0.05 * i, 2) for i in range(2, 17))
+#: floor="auto" never starts the search above this share, so the even split is always a
+#: candidate and the advice is never worse than it by advise_split's own objective.
+AUTO_FLOOR_MAX = 0.5
+#: Shares whose objective is within this fraction of the minimum count as tied (the objective
+#: is an approximation: uncorrelated answers, c of them); the smallest tied share is advised.
+SPLIT_TIE = 0.01
 
 
 @dataclass(frozen=True)
 class GapMeasurement:
     """z = q_S + e over the selected ``positions`` (selection order), Cov(e) = diag(var) + common_var 1 1ᵀ
-    (``common_var`` inf: an unknown common offset)."""
+    (``common_var`` inf: an unknown common offset; 0: none, the entries are independent)."""
 
     positions: np.ndarray
     z: np.ndarray
@@ -64,8 +74,10 @@ class GapMeasurement:
     common_var: float
 
     def precision(self) -> np.ndarray:
-        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1)."""
+        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1); exactly D⁻¹ when s = 0 (no common offset)."""
         w = 1.0 / self.var
+        if self.common_var == 0:
+            return np.diag(w)
         denom = (0.0 if math.isinf(self.common_var) else 1.0 / self.common_var) + w.sum()
         return np.diag(w) - np.outer(w, w) / denom
 
@@ -78,6 +90,8 @@ def gap_measurement(result, threshold=None) -> GapMeasurement:
     cal = result.calibration
     pos = np.asarray(result.positions, dtype=np.int64)
     gaps = np.asarray(result.gaps, dtype=np.float64)
+    if isinstance(result, VectorResult):  # the noisy values themselves: direct measurements, no offset
+        return GapMeasurement(pos, np.asarray(result.values, dtype=np.float64), np.full(pos.size, cal.variance()), 0.0)
     if cal.method == "topc-gap":
         z = -np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if pos.size else np.zeros(0)
         var = np.full(pos.size, cal.gap_variance("middle"))
@@ -152,43 +166,83 @@ def answer_covariance(sub, strategy, variance):
     return variance * sub.matvec(as_linop(M).matvec(U))
 
 
-def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=False, floor=0.1):
-    """The selection share f of ``eps`` minimising the expected variance of the selected answers.
+def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=False, floor="auto",
+                 joint_sensitivity=None, vector="auto", n_values=1, integer_values=True, ratio="optimal"):
+    """The selection share f of ``eps`` for a free-gap selection; data independent → (f, {f: objective}).
 
     ``row_variance(eps_m)``: the mean Matrix-Mechanism variance v of one answer measured with
-    eps_m (e.g. from :func:`matmech.error.per_query_variance`).  With k = c positives and
-    the measured answers taken as uncorrelated with variance v, the GLS precision
-    I/v + G has the eigenvalue 1/v + 1/V on the k - 1 contrasts and 1/v + 1/(V + k s) on
-    the common direction (s = inf for Top-c: the gaps say nothing about the level), so the
-    mean per-answer variance is (1/k)[1/(1/v + 1/(V + k s)) + (k - 1)/(1/v + 1/V)], with V, s
-    the gap and threshold noise variances at eps_s = f·eps.  f is searched over
-    :data:`SPLIT_GRID` from ``floor`` (the selection needs some budget to select well; its
-    accuracy is not part of this objective).  Returns (f, {f: mean variance}).  Data independent.
-    """
-    from matmech.svt.calibration import GAP_METHODS, gap_calibration
+    eps_m (e.g. from :func:`matmech.error.per_query_variance`).
 
+    **What it minimises**: the mean variance of the k = c selected answers after the GLS
+    with the selection's outputs, the answers taken as uncorrelated with variance v. The
+    GLS precision I/v + G has the eigenvalue 1/v + 1/V on the k − 1 contrasts and
+    1/v + 1/(V + k s) on the common direction, so the objective is
+    (1/k)[1/(1/v + 1/(V + k s)) + (k − 1)/(1/v + 1/V)], V and s the gap and common noise
+    variances at eps_s = f·eps: Noisy Top-c s = inf (the gaps say nothing about the level),
+    SVT with gap s = Var(threshold noise), and the vector selection
+    (:mod:`matmech.svt.vector`, used instead of "topc-gap"/"svt-gap" when
+    ``joint_sensitivity`` Δ_W is given and ``vector`` is True, or "auto" and
+    :func:`~matmech.svt.vector.prefer_vector` says so)
+    V = Var(value noise), s = 0, i.e. 1/(1/v + 1/V).
+
+    **Selection quality** (``floor="auto"``): which rows are right depends on the data, but
+    how finely the selection can rank them does not: the std of the noise on one selection
+    score (plus the threshold noise for SVT). The search starts at the smallest share in
+    :data:`SPLIT_GRID` at which that std is at most the std sqrt(v) of one measured answer
+    — the selection tells rows apart as finely as the answers will — but never above
+    :data:`AUTO_FLOOR_MAX` = 0.5, so the even split is always searched and the advice never
+    has a larger objective than it. A number ``floor`` starts the search there instead.
+    (Adaptive SVT's gaps are counted with the top-branch variance: rows worth answering
+    clear the threshold by a margin.) Returns the smallest share whose objective is within
+    :data:`SPLIT_TIE` (1%) of the minimum over the searched grid, and the table
+    {share: objective} of the shares searched.
+    """
     if not callable(row_variance):
         raise TypeError(f"row_variance must be a function of eps (the variance of one answer), "
                         f"got {type(row_variance).__name__}: {row_variance!r}")
     validate.choice(method, "method", GAP_METHODS)
     eps = check_noise_eps(eps)
     k = c = check_c(c)
-    floor = validate.real(floor, "floor")
-    if not 0 <= floor <= SPLIT_GRID[-1]:
-        raise ValueError(f"floor must be in [0, {SPLIT_GRID[-1]}] (the largest selection share searched), got {floor!r}")
-    out = {}
+    if not (isinstance(floor, str) and floor == "auto"):
+        floor = validate.real(floor, "floor")
+        if not 0 <= floor <= SPLIT_GRID[-1]:
+            raise ValueError(f"floor must be 'auto' or in [0, {SPLIT_GRID[-1]}] (the largest selection share "
+                             f"searched), got {floor!r}")
+    if joint_sensitivity is not None:
+        joint_sensitivity = validate.real(joint_sensitivity, "joint_sensitivity")
+        if not joint_sensitivity > 0:
+            raise ValueError(f"joint_sensitivity must be positive (the L1 sensitivity of W x), got {joint_sensitivity!r}")
+    kw = {} if method == "topc-gap" else {"ratio": ratio}
+    table, sel_var = {}, {}
     for f in SPLIT_GRID:
-        if f < floor:
+        if not isinstance(floor, str) and f < floor:
             continue
         e_s, e_m = f * eps, (1 - f) * eps
-        cal = gap_calibration(method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic)
         vm = row_variance(e_m)
         if isinstance(vm, (bool, np.bool_)) or not isinstance(vm, (numbers.Real, np.ndarray)) \
                 or np.ndim(vm) != 0 or not (math.isfinite(float(vm)) and float(vm) > 0):
             raise ValueError(f"row_variance({e_m!r}) must return a positive finite variance, got {vm!r}")
         vm = float(vm)
-        vg = cal.gap_variance("middle")
+        vec = joint_sensitivity is not None and vector is not False and method in VECTOR_METHODS and (vector is True or prefer_vector(
+            method, c=c, eps=e_s, row_sensitivity=sensitivity, joint=joint_sensitivity, monotonic=monotonic,
+            n_values=n_values, integer_values=integer_values, ratio=ratio))
+        if vec:
+            vv = vector_calibration(VECTOR_METHODS[method], c=c, eps=e_s, sensitivity=joint_sensitivity,
+                                    n_values=n_values, integer_values=integer_values).variance()
+            table[f] = 1.0 / (1.0 / vm + 1.0 / vv)
+            sel_var[f] = (vv, vm)
+            continue
+        cal = gap_calibration(method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw)
+        # adaptive SVT: rows worth answering clear the threshold by a margin and take the top
+        # branch, whose gap has 4x the middle variance (the release uses the branch that fired)
+        vg = cal.gap_variance("top" if method == "adaptive-svt" else "middle")
         level = 1.0 / vm if method == "topc-gap" else 1.0 / vm + 1.0 / (vg + k * cal.gap_variance("threshold"))
-        out[f] = (1.0 / level + (k - 1) / (1.0 / vm + 1.0 / vg)) / k
-    best = min(out, key=out.get)
-    return best, out
+        table[f] = (1.0 / level + (k - 1) / (1.0 / vm + 1.0 / vg)) / k
+        sel_var[f] = (vg + (0.0 if method == "topc-gap" else cal.gap_variance("threshold")), vm)
+    if isinstance(floor, str):
+        ok = [f for f in table if sel_var[f][0] <= sel_var[f][1]]
+        start = min(ok + [AUTO_FLOOR_MAX])
+        table = {f: v for f, v in table.items() if f >= start}
+    low = min(table.values())
+    best = min(f for f, v in table.items() if v <= low * (1 + SPLIT_TIE))
+    return best, table

@@ -29,14 +29,20 @@ from matmech.svt import exponential_top_c, sparse_vector, svt_budget
 from matmech.svt.calibration import gap_calibration
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
+from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
+                                prefer_vector, vector_calibration)
 
-__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS"]
+__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "selection_mechanism", "MECHANISMS"]
 
 METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
 GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
 #: The methods that test rows against a threshold.
 THRESHOLD_METHODS = ("svt", "svt-gap", "adaptive-svt")
+#: The mechanism each method runs by default ([LSL17] / [DWZK19]); "topc-gap" and "svt-gap" run
+#: :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise (:func:`selection_mechanism`).
+MECHANISMS = {"svt": "sparse-vector", "em": "exponential", "topc-gap": "noisy-top-c-gap",
+              "svt-gap": "sparse-vector-gap", "adaptive-svt": "adaptive-sparse-vector"}
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,8 @@ class Selection:
     monotonic: bool
     stopped: bool
     n_candidates: int
-    gap: object = field(default=None, repr=False)  # the GapResult of a free-gap method (public)
+    gap: object = field(default=None, repr=False)  # the GapResult / VectorResult of a free-gap method (public)
+    mechanism: str = ""  # which mechanism ran (:data:`MECHANISMS`); "" = the method's own
 
 
 def entry_range(W):
@@ -91,13 +98,52 @@ class SelectionPlan:
     monotonic: bool
     ratio: object
     n_rows: int
+    sigma: object = "auto"  # adaptive-svt's top-branch margin
+    mechanism: str = ""  # :data:`MECHANISMS` entry chosen by :func:`selection_mechanism`; "" = the method's own
+    joint_sensitivity: float = 0.0  # Delta_W of the vector selection (0 when it does not run)
 
 
-def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors):
+def _check_vector(vector, method):
+    if isinstance(vector, str):
+        if vector != "auto":
+            raise ValueError(f"vector must be 'auto', True or False, got {vector!r}")
+    elif vector is not True and vector is not False:
+        raise TypeError(f"vector must be 'auto', True or False, got {type(vector).__name__}: {vector!r}")
+    elif vector is True and method not in VECTOR_METHODS:
+        raise ValueError(f"vector=True (the Laplace mechanism on the whole vector) replaces 'topc-gap' or 'svt-gap', "
+                         f"not method={method!r}")
+    return vector
+
+
+def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="optimal", neighbors="add_remove",
+                        vector="auto", integer_values=True):
+    """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours).
+
+    "topc-gap" / "svt-gap" run the vector selection (:mod:`matmech.svt.vector`) when
+    ``vector`` is True, or when it is "auto" and :func:`~matmech.svt.vector.prefer_vector`
+    finds its per-value noise no larger than the [DWZK19] mechanism's per-score noise.
+    Delta_W is 0 when the vector selection does not run.
+    """
+    _check_vector(vector, method)
+    if method not in VECTOR_METHODS or vector is False:
+        return MECHANISMS[method], 0.0
+    joint = joint_sensitivity(W, neighbors)
+    if vector is True or prefer_vector(method, c=c, eps=eps, row_sensitivity=sensitivity, joint=joint,
+                                       monotonic=monotonic, n_values=W.shape[0], integer_values=integer_values,
+                                       ratio=ratio):
+        # refuses (ValueError) a scale too large for exact sampling here, before anything is spent
+        vector_calibration(VECTOR_METHODS[method], c=c, eps=eps, sensitivity=joint, n_values=W.shape[0],
+                           integer_values=integer_values)
+        return VECTOR_METHODS[method], joint
+    return MECHANISMS[method], 0.0
+
+
+def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"):
     """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
     raises before anything is read or spent."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_vector(vector, method)
     c = _check_c(c)
     check_neighbors(neighbors)
     lo, hi = entry_range(W)
@@ -125,12 +171,23 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
         raise ValueError(f"method={method!r} picks the c largest rows and takes no threshold; got threshold={threshold!r}")
     if c > W.shape[0]:
         raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
+    if not (isinstance(sigma, str) and sigma == "auto"):
+        if method != "adaptive-svt":
+            raise ValueError(f"sigma (the top-branch margin) is an option of method='adaptive-svt' only, got "
+                             f"sigma={sigma!r} for method={method!r}")
+        if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real) \
+                or not (np.isfinite(float(sigma)) and float(sigma) > 0):
+            raise ValueError(f"sigma must be 'auto' or a positive finite number (the top-branch margin in the "
+                             f"values' units), got {sigma!r}")
+        sigma = float(sigma)
     if method == "topc-gap" and c >= W.shape[0]:
         raise ValueError(f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}")
     if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
         svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     elif method == "topc-gap":
         gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic)
+    elif method == "adaptive-svt":
+        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, sigma=sigma)
     elif method in GAP_METHODS:
         gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     else:
@@ -139,7 +196,7 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
 
 
 def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="auto", ratio="optimal",
-                   neighbors="add_remove", max_records=None):
+                   neighbors="add_remove", max_records=None, sigma="auto", vector="auto"):
     """Check a selection and compute the true answers W x → :class:`SelectionPlan`.
 
     Reads x but draws nothing and spends nothing; every refusal happens here, and no message
@@ -148,31 +205,46 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     """
     W = as_linop(validate.linear(W, "W"))
     c, sens, monotonic, thr = check_selection(
-        W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors)
+        W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors,
+        sigma=sigma, vector=vector)
     max_records = check_max_records(max_records)
+    # Integer rows times at most max_records records: the float sums are exact integers, and as
+    # int64 they are on every SVT grid (no snapping, no grid step in the sensitivity). Decided
+    # from W and the declared bound, never from x; so is the mechanism.
+    exact = integer_valued(W) and max_records * sens < 2.0**53
+    mech, joint = selection_mechanism(W, method=method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic,
+                                      ratio=ratio, neighbors=neighbors, vector=vector, integer_values=exact)
     x = check_counts(x, W.shape[1])
     check_records(x, max_records)
     values = W.matvec(x.astype(np.float64))
-    if integer_valued(W) and max_records * sens < 2.0**53:
-        # Integer rows times at most max_records records: the float sums are exact integers.
-        # As int64 they are on every SVT grid (no snapping, no grid step in the sensitivity).
+    if exact:
         values = np.rint(values).astype(np.int64)
-    return SelectionPlan(values, threshold, thr, method, c, float(eps), sens, monotonic, ratio, W.shape[0])
+    return SelectionPlan(values, threshold, thr, method, c, float(eps), sens, monotonic, ratio, W.shape[0],
+                         sigma=sigma, mechanism=mech, joint_sensitivity=joint)
 
 
 def run_selection(plan, *, rng=None):
     """Run a checked selection (the budget already charged) → :class:`Selection`."""
     if plan.method in GAP_METHODS:
-        kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng)
-        if plan.method == "topc-gap":
-            res = noisy_top_c_gap(plan.values, plan.c, **kw)
+        mech = plan.mechanism or MECHANISMS[plan.method]
+        if mech in VECTOR_METHODS.values():
+            kw = dict(eps=plan.eps, sensitivity=plan.joint_sensitivity, rng=rng)
+            if mech == "vector-top-c":
+                res = noisy_vector_top_c(plan.values, plan.c, **kw)
+            else:
+                res = noisy_vector_threshold(plan.values, plan.thr, c=plan.c, **kw)
         else:
-            fn = sparse_vector_gap if plan.method == "svt-gap" else adaptive_sparse_vector
-            res = fn(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, **kw)
+            kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng)
+            if plan.method == "topc-gap":
+                res = noisy_top_c_gap(plan.values, plan.c, **kw)
+            elif plan.method == "svt-gap":
+                res = sparse_vector_gap(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, **kw)
+            else:
+                res = adaptive_sparse_vector(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, sigma=plan.sigma, **kw)
         rows = np.asarray(res.positions, dtype=np.int64)
         rows.setflags(write=False)
         return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
-                         bool(res.stopped), plan.n_rows, res)
+                         bool(res.stopped), plan.n_rows, res, mech)
     if plan.method == "svt":
         res = sparse_vector(plan.values, plan.thr, c=plan.c, eps=plan.eps, sensitivity=plan.sensitivity,
                             monotonic=plan.monotonic, ratio=plan.ratio, rng=rng)
@@ -183,7 +255,7 @@ def run_selection(plan, *, rng=None):
         rows, stopped = np.asarray(res.positions, dtype=np.int64), True
     rows.setflags(write=False)
     return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
-                     bool(stopped), plan.n_rows)
+                     bool(stopped), plan.n_rows, None, MECHANISMS[plan.method])
 
 
 def select_rows(
@@ -200,6 +272,8 @@ def select_rows(
     budget=None,
     rng=None,
     max_records=None,
+    sigma="auto",
+    vector="auto",
 ):
     """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
 
@@ -208,17 +282,21 @@ def select_rows(
     ``ratio``. ``method="em"``: the c rows with the largest answers by the exponential
     mechanism (no threshold). ``monotonic="auto"`` uses monotonic noise exactly when it
     is valid; ``True`` where it is not valid raises. ``max_records``: the declared bound
-    on Σx (see :func:`matmech.measure`). Every check runs before ``budget`` is charged.
+    on Σx (see :func:`matmech.measure`). Free-gap methods (:mod:`matmech.svt.gap`):
+    "topc-gap", "svt-gap", "adaptive-svt" (``sigma``: its top-branch margin, "auto" or a
+    number). ``vector``: "auto" runs "topc-gap"/"svt-gap" as the Laplace mechanism on the
+    whole vector W x (:mod:`matmech.svt.vector`) when that has less noise per score; True
+    forces it, False never. Every check runs before ``budget`` is charged.
     """
     W = as_linop(validate.linear(W, "W"))
     check_budget(budget)
     noise.check_rng(rng)
     what = f"select up to {c} of {W.shape[0]} rows ({method})"
     check_selection(W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio,
-                       neighbors=neighbors)
+                       neighbors=neighbors, sigma=sigma, vector=vector)
     check_affordable(budget, eps, 0.0, what=what)
     plan = plan_selection(W, x, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic,
-                          ratio=ratio, neighbors=neighbors, max_records=max_records)
+                          ratio=ratio, neighbors=neighbors, max_records=max_records, sigma=sigma, vector=vector)
     if budget is not None:  # every check has passed: charge before any noise is drawn
         budget.spend(eps, 0.0, what=what)
     return run_selection(plan, rng=rng)

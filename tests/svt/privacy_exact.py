@@ -73,6 +73,10 @@ __all__ = [
     "gap_svt_pmf",
     "topc_gap_pmf",
     "gap_cases",
+    "vector_top_c_pmf",
+    "vector_threshold_pmf",
+    "l1_pairs",
+    "vector_cases",
 ]
 
 INF = math.inf
@@ -1056,4 +1060,165 @@ def gap_cases() -> list:
         gap_case("adaptive_svt c=1", method="adaptive-svt", c=1),
         gap_case("adaptive_svt c=2", method="adaptive-svt", c=2),
         gap_case("adaptive_svt monotonic c=2", method="adaptive-svt", c=2, monotonic=True),
+    ]
+
+
+# --------------------------------------------------------------------------
+# The vector selections (Laplace mechanism on the whole vector; matmech.svt.vector)
+# --------------------------------------------------------------------------
+# Released noisy values are point masses: no threshold noise, so every output's
+# probability is a finite product of discrete Laplace masses and tails (no sum over rho).
+def _dlap_cdf(m: int, t: float) -> float:
+    """P[nu <= m] for nu ~ DLap(t)."""
+    return 1.0 - dlap_tail(m + 1, t)
+
+
+def vector_top_c_pmf(q: Sequence[int], c: int, t: float, value_points: Sequence[int]) -> dict:
+    """Vector top-c (ties to the lower index): (ordered positions, selected values, runner-up value) -> P.
+
+    y_i = q_i + DLap(t), i.i.d.; the selected noisy values v_1 >= ... >= v_c are point
+    masses, the runner-up value m = max of the unselected y_i; a tie needs the lower index
+    first (v_t = v_{t+1}: j_t < j_{t+1}; m = v_c: every unselected i scoring m has i > j_c).
+    Values range over ``value_points`` (grid units).
+    """
+    from itertools import permutations
+
+    n = len(q)
+    pts = sorted(set(value_points))
+    out = {}
+    for J in permutations(range(n), c):
+        rest = [i for i in range(n) if i not in J]
+        for vals in product(pts, repeat=c):
+            if any(vals[k] < vals[k + 1] or (vals[k] == vals[k + 1] and J[k] > J[k + 1]) for k in range(c - 1)):
+                continue
+            head = math.prod(dlap_pmf(v - q[j], t) for j, v in zip(J, vals))
+            vc = vals[-1]
+            for m in pts:
+                if m > vc:
+                    continue
+                if m < vc:
+                    tail = math.prod(_dlap_cdf(m - q[i], t) for i in rest) \
+                        - math.prod(_dlap_cdf(m - 1 - q[i], t) for i in rest)
+                else:
+                    lo = [i for i in rest if i < J[-1]]
+                    hi = [i for i in rest if i > J[-1]]
+                    tail = math.prod(_dlap_cdf(m - 1 - q[i], t) for i in lo) * (
+                        math.prod(_dlap_cdf(m - q[i], t) for i in hi) - math.prod(_dlap_cdf(m - 1 - q[i], t) for i in hi))
+                out[(J, vals, m)] = head * tail
+    return out
+
+
+def vector_threshold_pmf(q: Sequence[int], thr: int, c: int, t: float, value_points: Sequence[int]) -> dict:
+    """Vector threshold: (positions, their noisy values) -> P; the first c rows (in order)
+    with y_i >= thr, y_i = q_i + DLap(t); rows after the c-th positive are not examined."""
+    pts = [v for v in sorted(set(value_points)) if v >= thr]
+    out = {}
+    for pos, m in _alg7_outputs(len(q), c):
+        hit = set(pos)
+        neg = math.prod(_dlap_cdf(thr - 1 - q[i], t) for i in range(m) if i not in hit)
+        for vals in product(pts, repeat=len(pos)):
+            out[(pos, vals)] = neg * math.prod(dlap_pmf(v - q[i], t) for i, v in zip(pos, vals))
+    return out
+
+
+def l1_pairs(n: int, sens: int) -> list:
+    """(0^n, delta) for every integer delta with 0 < ||delta||_1 <= sens (both orders are audited)."""
+    zero = [0] * n
+    return [(zero, list(dl)) for dl in product(range(-sens, sens + 1), repeat=n) if 0 < sum(map(abs, dl)) <= sens]
+
+
+def _vector_model(run_first, method, c, eps, factor, pairs, values_of):
+    """Exact model of a shipped vector selection; ``values_of(key)`` the true values in value units."""
+    res = run_first()
+    cal = res.calibration
+    g = cal.grid
+    u = int(round(1 / g))
+    t = cal.scale / g * factor
+    pts = (-2 * u, 0, 1, u, 2 * u, 3 * u, 8 * u)
+
+    if method == "vector-top-c":
+        def pmf(key):
+            return vector_top_c_pmf(units(values_of(key), g), c, t, pts)
+    else:
+        def pmf(key):
+            return vector_threshold_pmf(units(values_of(key), g), units([key[0]], g)[0], c, t, pts)
+    # no sampling check (values are point masses on a grid of ~2**16 steps per scale unit):
+    # test_vector_runs_match_the_model_moments checks seeded runs by their moments instead
+    return Model(eps, pmf, pairs, None)
+
+
+def vector_case(name, *, method, c, eps=1.0, sensitivity=2, n=3) -> Case:
+    """:func:`matmech.svt.vector.noisy_vector_top_c` / ``noisy_vector_threshold`` with L1
+    sensitivity ``sensitivity``, on every pair around 0^n moving the vector by at most that in L1."""
+    from matmech.svt import vector as vec
+
+    def run(key, rng):
+        t, q = key
+        arr = np.asarray(q, dtype=np.int64)
+        if method == "vector-top-c":
+            return vec.noisy_vector_top_c(arr, c, eps, sensitivity=sensitivity, rng=rng)
+        return vec.noisy_vector_threshold(arr, t, c=c, eps=eps, sensitivity=sensitivity, rng=rng)
+
+    def build(factor):
+        thresholds = (None,) if method == "vector-top-c" else (-1, 0, 1, 2)
+        pairs = keyed(l1_pairs(n, sensitivity), thresholds=thresholds)
+        return _vector_model(lambda: _first_run(lambda r: run((0, (0,) * n), r)), method, c, eps, factor, pairs,
+                             lambda key: key[1])
+
+    return Case(name, build)
+
+
+def select_vector_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Case:
+    """``select_rows`` (topc-gap / svt-gap) on a workload whose cells touch few rows, so that
+    the vector selection runs with the joint sensitivity the library derives from W; x and
+    its neighbours (one record added/removed, or substituted)."""
+    from matmech.svt import select as selection
+
+    W = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]], dtype=np.float64)
+    base = [1, 0, 2]
+
+    def neighbours():
+        out = []
+        for j in range(3):
+            up = list(base)
+            up[j] += 1
+            out.append((tuple(base), tuple(up)))
+            if neighbors == "substitute":
+                for k in range(3):
+                    if k != j and base[k] > 0:
+                        sw = list(up)
+                        sw[k] -= 1
+                        out.append((tuple(base), tuple(sw)))
+        return out
+
+    def run(key, rng):
+        t, x = key
+        kw = {} if method == "topc-gap" else {"threshold": t}
+        return selection.select_rows(W, np.asarray(x, dtype=np.int64), c=c, eps=eps, method=method,
+                                     neighbors=neighbors, rng=rng, **kw)
+
+    def build(factor):
+        sel = _first_run(lambda r: run((2, tuple(base)), r))
+        assert sel.mechanism in ("vector-top-c", "vector-threshold"), sel.mechanism
+        thresholds = (None,) if method == "topc-gap" else (0, 1, 2, 3, 4)
+        answers = lambda key: (W @ np.asarray(key[1], dtype=np.float64)).astype(np.int64).tolist()  # noqa: E731
+        return _vector_model(lambda: sel.gap, sel.mechanism, c, eps, factor,
+                             keyed(neighbours(), thresholds=thresholds), answers)
+
+    return Case(name, build)
+
+
+def vector_cases() -> list:
+    """Every vector-selection configuration audited."""
+    return [
+        vector_case("vector_top_c c=1 sens=2", method="vector-top-c", c=1),
+        vector_case("vector_top_c c=2 sens=2", method="vector-top-c", c=2),
+        vector_case("vector_threshold c=1 sens=2", method="vector-threshold", c=1),
+        vector_case("vector_threshold c=2 sens=2", method="vector-threshold", c=2),
+        select_vector_case("select_rows topc-gap vector c=2", method="topc-gap", c=2),
+        select_vector_case("select_rows topc-gap vector substitution c=2", method="topc-gap", c=2,
+                           neighbors="substitute"),
+        select_vector_case("select_rows svt-gap vector c=2", method="svt-gap", c=2),
+        select_vector_case("select_rows svt-gap vector substitution c=2", method="svt-gap", c=2,
+                           neighbors="substitute"),
     ]

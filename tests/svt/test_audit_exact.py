@@ -301,3 +301,71 @@ def test_topc_gap_runs_match_the_model_and_gap_moments():
     F = lambda e: 1 - 0.5 * math.exp(-e / b) if e >= 0 else 0.5 * math.exp(e / b)  # noqa: E731
     p0 = si.quad(lambda e: f(e) * F(e + 2) * F(e + 1), -60 * b, 60 * b, points=[-2, -1, 0], limit=200)[0]
     assert abs(hits[0] - runs * p0) <= 5 * math.sqrt(runs * p0 * (1 - p0)) + 1, (hits, p0)
+
+
+# --------------------------------------------------------------------------
+# The vector selections (matmech.svt.vector): Laplace mechanism on all of W x
+# --------------------------------------------------------------------------
+VECTOR_CASES = pe.vector_cases()
+VECTOR_IDS = [c.name for c in VECTOR_CASES]
+
+
+@pytest.fixture(scope="module")
+def vector_models():
+    return {c.name: (c.build(1.0), c.build(0.5)) for c in VECTOR_CASES}
+
+
+@pytest.mark.parametrize("case", VECTOR_CASES, ids=VECTOR_IDS)
+def test_vector_selection_exact_loss_at_most_eps(case, vector_models):
+    """Loss over (positions, released values, runner-up value) on every pair moving the
+    vector by at most its L1 sensitivity; through select_rows the sensitivity is the one
+    the library derives from W (add/remove and substitution)."""
+    model = vector_models[case.name][0]
+    loss = pe.audit_model(model)
+    assert loss.value <= model.eps + TOL, f"{case.name}: {loss}"
+    assert loss.value > 0.7 * model.eps, f"{case.name}: {loss}"
+
+
+@pytest.mark.parametrize("case", VECTOR_CASES, ids=VECTOR_IDS)
+def test_vector_selection_noise_halved_is_rejected(case, vector_models):
+    mutant = vector_models[case.name][1]
+    loss = pe.audit_model(mutant)
+    assert loss.value > mutant.eps + 0.1, f"{case.name} with noise halved: {loss}"
+
+
+def test_vector_models_sum_to_one():
+    """On a coarse scale every output's mass, summed over a wide run of values, totals 1."""
+    pts = range(-28, 32)
+    top = pe.vector_top_c_pmf([0, 1, 3], 2, 1.0, pts)
+    assert math.isclose(sum(top.values()), 1.0, rel_tol=1e-9)
+    thr = pe.vector_threshold_pmf([0, 1, 3], 1, 2, 1.0, pts)
+    assert math.isclose(sum(thr.values()), 1.0, rel_tol=1e-9)
+
+
+def test_vector_sensitivity_too_small_is_caught():
+    """A vector selection calibrated for L1 sensitivity 1 fails the audit on L1-2 pairs:
+    the pairs are strong enough to catch a joint sensitivity taken as a row sensitivity."""
+    case = pe.vector_case("vector_top_c sens=1", method="vector-top-c", c=1, sensitivity=1)
+    model = case.build(1.0)
+    wide = pe.keyed(pe.l1_pairs(3, 2), thresholds=(None,))
+    loss = pe.audit_pairs(model.pmf, wide)
+    assert loss.value > model.eps + 0.5, loss
+
+
+def test_vector_runs_match_the_model_moments():
+    """Seeded runs: the released value of a clear winner is q + DLap(scale) (mean, exact
+    variance), and the gap to the runner-up is their difference."""
+    from matmech.svt.vector import noisy_vector_top_c
+
+    rng = noise.check_rng(np.random.default_rng(11))
+    q = np.array([60, 0, 30], dtype=np.int64)
+    runs = [noisy_vector_top_c(q, 1, 1.0, sensitivity=2.0, rng=rng) for _ in range(3000)]
+    cal = runs[0].calibration
+    vals = np.array([r.values[0] for r in runs])
+    gaps = np.array([r.gaps[0] for r in runs])
+    assert all(r.positions == (0,) for r in runs)
+    var = cal.variance()
+    assert math.isclose(var, 2 * (2.0 / 1.0) ** 2, rel_tol=1e-3)  # Lap(2/1) on a fine grid
+    assert abs(vals.mean() - 60) < 5 * math.sqrt(var / vals.size)
+    assert abs(vals.var() / var - 1) < 0.15
+    assert abs(gaps.mean() - 30) < 5 * math.sqrt(2 * var / gaps.size)

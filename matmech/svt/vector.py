@@ -1,0 +1,248 @@
+"""Selection by the Laplace mechanism on the whole candidate vector, the selected values released.
+
+[DR14] C. Dwork, A. Roth, *The Algorithmic Foundations of Differential Privacy*, Thm. 3.6
+(the Laplace mechanism) and Prop. 2.1 (post-processing): for f = W x with L1 sensitivity
+Delta_W, the vector y = W x + Lap(Delta_W/eps)^m is eps-DP, and so is anything computed
+from y alone.  Both selections here are such post-processing:
+
+* :func:`noisy_vector_top_c` - the c largest noisy values (ties towards the lower index),
+  their noisy values, and the gaps between consecutive ones (the last to the unselected
+  runner-up), exactly the outputs of [DWZK19] Noisy Top-c with Gap plus the values;
+* :func:`noisy_vector_threshold` - the first c rows (in row order) whose noisy value is at
+  least the public threshold T_i, their noisy values and gaps y_i - T_i >= 0, the outputs
+  of [DWZK19] Sparse Vector with Gap plus the values.
+
+Joint sensitivity (:func:`joint_sensitivity`).  Under add/remove a neighbour is x +- e_j,
+so Delta_W = max_j ||W e_j||_1, the largest column L1 norm (:meth:`LinOp.sensitivity`,
+from the structure; never a dense W).  Under substitution x' = x + e_j - e_k and
+||W(e_j - e_k)||_1 <= ||w_j||_1 + ||w_k||_1 <= 2 max_j ||w_j||_1 (triangle inequality;
+equality when two columns of largest norm have disjoint supports, e.g. the identity), so
+we use 2 max_j ||w_j||_1, the factor of :data:`matmech.privacy.params.NEIGHBORS`.
+
+When to prefer it (:func:`prefer_vector`).  [DWZK19] Noisy Top-c adds Lap(k c D/eps) to
+every score (D the largest row sensitivity, k = 1 for monotonic scores, 2 otherwise), and
+its gaps carry an unknown common offset; SVT with gap adds Lap(k D/eps_1), eps_1 < eps/c,
+plus a threshold noise shared by all gaps.  When Delta_W is at most that per-score scale
+factor (cells that touch few rows: an identity workload has Delta_W = 1 against c) the
+vector has less noise on every score, so it selects at least as well, and its released
+values are direct measurements of the selected rows with variance Var(DLap) and no common
+offset (:func:`matmech.svt.combine.gap_measurement` gives them common variance 0).  The
+choice uses W, c, eps, the neighbour relation and the grid only: it is data independent.
+
+Exactness and randomness as in :mod:`matmech.svt.gap`: one power-of-two grid g <= 1 (int64
+units), discrete Laplace on g*Z (Canonne, Kamath, Steinke 2020) from
+:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = OS CSPRNG).  Integer values
+are on the grid; other values are snapped, which moves each of the m values by at most g/2,
+so the calibration uses Delta_W + m*g (:func:`matmech.privacy.noise.snap_sensitivity`) with a
+grid fine enough that m*g <= 2**-20 Delta_W.  No budget is taken here: callers
+(:func:`matmech.svt.select.select_rows`, :func:`matmech.release`) charge it first.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from matmech.linalg.linop import as_linop
+from matmech.privacy import noise
+from matmech.privacy.calibration import laplace_scale
+from matmech.privacy.params import NEIGHBORS, check_neighbors
+from matmech.svt.calibration import MAX_SCALE_UNITS, _scale_on_grid, gap_calibration
+from matmech.svt.checks import check_c, check_eps, check_sensitivity, check_threshold, check_values
+from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
+
+__all__ = [
+    "VECTOR_METHODS",
+    "VectorCalibration",
+    "VectorResult",
+    "joint_sensitivity",
+    "vector_calibration",
+    "prefer_vector",
+    "noisy_vector_top_c",
+    "noisy_vector_threshold",
+]
+
+#: The vector selections, by the free-gap method whose outputs each one reproduces.
+VECTOR_METHODS = {"topc-gap": "vector-top-c", "svt-gap": "vector-threshold"}
+
+
+@dataclass(frozen=True)
+class VectorCalibration:
+    """Noise of a vector selection (public): Lap(``scale``) on every value, on the grid ``grid``.
+
+    ``sensitivity`` is the L1 sensitivity calibrated for (Delta_W, plus m*grid when the
+    values had to be snapped to the grid).
+    """
+
+    method: str
+    eps: float
+    c: int
+    sensitivity: float
+    grid: float
+    scale: float
+
+    def variance(self) -> float:
+        """Exact variance of one released noisy value: Var(DLap(scale/grid)) * grid**2."""
+        return noise.discrete_laplace_variance(int(round(self.scale / self.grid))) * self.grid**2
+
+    def gap_variance(self, branch: str = "value") -> float:
+        """The variance of one released value (the interface of :class:`~matmech.svt.calibration.GapCalibration`)."""
+        if branch not in ("value", "middle"):
+            raise ValueError(f"a vector selection has only 'value' noise, got branch={branch!r}")
+        return self.variance()
+
+
+@dataclass(frozen=True)
+class VectorResult:
+    """Output of a vector selection, in the shape of :class:`~matmech.svt.gap.GapResult`.
+
+    ``positions``: top-c best first / threshold in row order; ``values``: their noisy values;
+    ``gaps``: top-c: value minus the next noisy value (the last minus the unselected
+    runner-up); threshold: value minus the (grid-rounded) threshold, >= 0.  ``branches``
+    are all "value".  ``eps_used`` equals ``eps`` (the whole vector is one mechanism).
+    """
+
+    positions: tuple[int, ...]
+    values: tuple[float, ...]
+    gaps: tuple[float, ...]
+    branches: tuple[str, ...]
+    eps: float
+    eps_used: float
+    stopped: bool
+    n_processed: int
+    calibration: VectorCalibration
+
+
+def joint_sensitivity(W, neighbors: str = "add_remove") -> float:
+    """Delta_W: the L1 sensitivity of the whole vector W x (see the module docstring).
+
+    add/remove: the largest column L1 norm of W; substitution: twice that (an upper bound,
+    tight for e.g. the identity).  Computed through W's structure (:meth:`LinOp.sensitivity`).
+    """
+    check_neighbors(neighbors)
+    s = float(as_linop(W).sensitivity(1))
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"the workload's largest column L1 norm must be positive and finite, got {s}")
+    return NEIGHBORS[neighbors] * s
+
+
+def _pow2_floor(v: float) -> float:
+    m, e = math.frexp(v)  # v = m * 2**e, 0.5 <= m < 1
+    return math.ldexp(1.0, e - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n_values: int,
+                       integer_values: bool) -> VectorCalibration:
+    """Calibration of a vector selection over ``n_values`` values with L1 sensitivity
+    ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
+    large for exact sampling on the grid."""
+    if method not in VECTOR_METHODS.values():
+        raise ValueError(f"method must be one of {tuple(VECTOR_METHODS.values())}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
+        raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
+    nominal = laplace_scale(eps, sensitivity)
+    g = min(1.0, noise.grid_for(nominal))
+    if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
+        g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))
+    if nominal / g > MAX_SCALE_UNITS:
+        raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on a grid fine enough for "
+                         f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
+                         "rescale the values")
+    sens = sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
+    return VectorCalibration(method, eps, c, float(sens), g, _scale_on_grid(1.0, sens, eps, g))
+
+
+def prefer_vector(method: str, *, c: int, eps: float, row_sensitivity: float, joint: float, monotonic: bool,
+                  n_values: int, integer_values: bool, ratio="optimal", sigma="auto") -> bool:
+    """True when the vector selection's released values have at most the per-score noise
+    variance of the [DWZK19] mechanism ``method`` ("topc-gap" or "svt-gap") at the same eps.
+
+    Compares exact variances on the grid (the vector's value noise against Noisy Top-c's
+    score noise, or SVT with gap's query noise, whose threshold noise only adds to it), so
+    when True the vector adds less noise to every score and its values carry no common
+    offset.  Data independent.  Any other method (adaptive SVT: its point is the budget it
+    saves on clear winners) gives False, and so does a vector whose scale cannot be sampled
+    exactly on the grid its values need.
+    """
+    if method not in VECTOR_METHODS:
+        return False
+    kw = {} if method == "topc-gap" else {"ratio": ratio}
+    gap = gap_calibration(method, c=c, eps=eps, sensitivity=row_sensitivity, monotonic=monotonic,
+                          integer_values=integer_values, **kw)  # raises on bad arguments
+    try:
+        vec = vector_calibration(VECTOR_METHODS[method], c=c, eps=eps, sensitivity=joint, n_values=n_values,
+                                 integer_values=integer_values)
+    except ValueError:  # a scale too large for exact sampling on the grid the m values need
+        return False
+    return vec.variance() <= gap.gap_variance("middle")
+
+
+def _noisy_units(arr, cal, src, lo=0, hi=None):
+    return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
+
+
+def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=None) -> VectorResult:
+    """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
+    values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
+
+    Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+    """
+    arr = check_values(values)
+    c = check_c(c)
+    n = arr.shape[0]
+    if n < 2:
+        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
+    if c >= n:
+        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+    cal = vector_calibration("vector-top-c", c=c, eps=eps, sensitivity=sensitivity, n_values=n,
+                             integer_values=arr.dtype.kind in "biu")
+    g = cal.grid
+    range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
+    src = noise.check_rng(rng)
+    noisy = _noisy_units(arr, cal, src)
+    kth = -np.partition(-noisy, c)[c]
+    cand = np.flatnonzero(noisy >= kth)
+    order = cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
+    gaps = noisy[order[:-1]] - noisy[order[1:]]
+    return VectorResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in noisy[order[:-1]]),
+                        tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)
+
+
+def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity: float, rng=None) -> VectorResult:
+    """The first c rows whose value + Lap(sensitivity/eps) is at least the public
+    ``threshold`` (scalar or one per value), their noisy values and gaps to the threshold;
+    eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
+
+    The noise of rows after the c-th positive is never drawn (it would not be released).
+    """
+    arr = check_values(values)
+    t = check_threshold(threshold, arr.shape[0])
+    c = check_c(c)
+    n = arr.shape[0]
+    cal = vector_calibration("vector-threshold", c=c, eps=eps, sensitivity=sensitivity, n_values=max(n, 1),
+                             integer_values=arr.dtype.kind in "biu")
+    g = cal.grid
+    range_checks(arr, t, g)
+    src = noise.check_rng(rng)
+    t_units = threshold_units(t, g)
+    pos, val, gap = [], [], []
+    processed, stopped = n, False
+    for a, b in chunk_bounds(n):
+        tu = t_units[0] if t_units.shape[0] == 1 else t_units[a:b]
+        margin = _noisy_units(arr, cal, src, a, b) - tu
+        idx = np.flatnonzero(margin >= 0)[: c - len(pos)]
+        pos.extend((idx + a).tolist())
+        gap.extend((margin[idx].astype(np.float64) * g).tolist())
+        val.extend(((margin[idx] + (tu if np.ndim(tu) == 0 else tu[idx])).astype(np.float64) * g).tolist())
+        if len(pos) == c:
+            stopped, processed = True, pos[-1] + 1
+            break
+    return VectorResult(tuple(int(i) for i in pos), tuple(val), tuple(gap), ("value",) * len(pos), cal.eps, cal.eps,
+                        stopped, processed, cal)
