@@ -10,6 +10,7 @@ process; peak memory is that process's maximum resident set size.
     python benchmarks/factored_release.py            # all cases → benchmarks/results/factored_release.{json,md}
     python benchmarks/factored_release.py --quick    # smaller tables, a smoke run
     python benchmarks/factored_release.py --only pure   # only the pure-ε case, merged into the results
+    python benchmarks/factored_release.py --only gmarginal  # HDMM's adult_W2 / loans_W2 (generalised marginals)
 
 The pure-ε case (adult ≤3-way, 10⁶ records, δ = 0) plans table weights on the lattice
 (:func:`matmech.optimizers.residual.plan_residuals_laplace`), adds exact discrete Laplace
@@ -155,6 +156,117 @@ def _case_pure(name, domain, records, k, eps, seed, out):
     })
 
 
+def _case_gmarginal(name, workload, records, eps, delta, seed, out):
+    """A union of Kronecker products of the HDMM suite (adult_W2, loans_W2: prefix factors on
+    the numeric attributes inside products) on generated records: optimise a generalised
+    marginal strategy, measure it from its marginal tables, answer W by factored GLS
+    (:mod:`matmech.factored.gmarginal_release`, the stages run one by one to time them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from highdim import load
+
+    from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
+    from matmech.factored.gmarginal_solve import GMarginalSolver
+    from matmech.factored.tables import marginal_tables
+    from matmech.factored.terms import as_terms
+    from matmech.optimizers.dispatch import optimize
+    from matmech.optimizers.marginals import GeneralMarginalStrategy
+    from matmech.privacy.budget import PrivacyBudget
+
+    W, meta = load(workload)
+    domain = tuple(meta["domain"])
+    times = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "table.parquet")
+        _write_parquet(domain, records, seed, path)
+        t0 = time.perf_counter()
+        codes = _read_codes(path)
+        times["load parquet"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    A = optimize(W, eps, 0.0, method="gmarginals").strategy
+    times["optimise"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = plan_gmarginal(A, eps, delta, max_records=records)
+    solver = GMarginalSolver(plan.gls_strategy(), plan.subsets)
+    wt = as_terms(W)
+    var = solver.variances(wt)
+    times["plan + variances"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tables = marginal_tables(codes, domain, list(plan.subsets) + [()])
+    times["marginal tables"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    PrivacyBudget(eps, delta).spend(eps, delta, what="benchmark")
+    meas = measure_gmarginal(plan, tables, rng=np.random.default_rng(seed))
+    del tables
+    times["measure"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    answers = solver.answers(wt, solver.estimate(meas.y, plan.variances))
+    std = np.sqrt(var)
+    times["reconstruct + answers"] = time.perf_counter() - t0
+    # not timed: the true answers, term by term from the marginal on each term's support
+    supports = [tuple(i for i, k in enumerate(ks) if k != "T") for ks in wt.kinds]
+    truth_tables = marginal_tables(codes, domain, supports)
+    truth = []
+    for w, fs, Z in zip(wt.weights, wt.factors, supports):
+        t = truth_tables[Z].astype(np.float64)
+        for a, i in enumerate(Z):
+            t = np.moveaxis(np.tensordot(fs[i].dense(), t, axes=([1], [a])), 0, a)
+        truth.append(w * t.reshape(-1))
+    truth = np.concatenate(truth)
+    # the same noise on the unrounded factors: what the grid rounding costs
+    unrounded = GMarginalSolver(GeneralMarginalStrategy(domain, plan.gls_strategy().theta, A.factors), plan.subsets)
+    total = sum(times.values()) - times["load parquet"]
+    out.put({
+        "kind": "gmarginal", "case": name, "workload": workload, "attributes": len(domain),
+        "domain_cells": f"{math.prod(domain):.3g}", "records": records, "answers": int(answers.size),
+        "eps_delta": [eps, delta], "measured_subsets": len(plan.subsets), "classes": len(solver.classes),
+        "grid_bits": plan.bits, "sensitivity": plan.sensitivity, "noise": plan.noise,
+        "rmse_analytic": float(math.sqrt(np.mean(std**2))),
+        "rmse_empirical": float(math.sqrt(np.mean((answers - truth) ** 2))),
+        "rmse_analytic_unrounded_factors": float(math.sqrt(np.mean(unrounded.variances(wt)))),
+        "stage_seconds": times, "seconds_total_excluding_load": total,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    })
+
+
+def _case_select(name, domain, records, k, select, eps, delta, seed, out):
+    """Private selection over every cell of the k-way marginals, then only the selected cells
+    measured (matmech.factored.select), never the histogram."""
+    from matmech.factored.release import release_factored
+    from matmech.factored.select import plan_factored_selection, row_values
+    from matmech.factored.tables import marginal_tables
+    from matmech.factored.terms import marginal_workload
+    from matmech.privacy.budget import PrivacyBudget
+
+    W = marginal_workload(domain, list(itertools.combinations(range(len(domain)), k)))
+    times = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "table.parquet")
+        _write_parquet(domain, records, seed, path)
+        t0 = time.perf_counter()
+        codes = _read_codes(path)
+        times["load parquet"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = plan_factored_selection(W, eps, delta, select=select, max_records=2**32, max_memory=8 << 30)
+    times["plan (no data)"] = time.perf_counter() - t0
+    budget = PrivacyBudget(eps, delta)
+    t0 = time.perf_counter()
+    rel = release_factored(codes, W, eps, delta, select=select, budget=budget, rng=np.random.default_rng(seed))
+    times["release (tables + W x + select + measure)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    truth = np.concatenate(row_values(plan, marginal_tables(codes, domain, list(plan.subsets))))
+    times["tables + W x alone"] = time.perf_counter() - t0
+    err = rel.answers - truth[rel.selected]
+    out.put({
+        "case": name, "kind": "select", "attributes": len(domain), "domain_cells": f"{math.prod(domain):.3g}",
+        "records": records, "marginals": len(plan.subsets), "rows": plan.rows, "select": {**select},
+        "eps": eps, "delta": delta, "selected": int(rel.selected.size), "eps_select": rel.eps_select,
+        "rmse_selected_analytic": float(math.sqrt(np.mean(rel.std**2))) if rel.selected.size else None,
+        "rmse_selected_empirical": float(math.sqrt(np.mean(err**2))) if rel.selected.size else None,
+        "note": rel.strategy_note, "seconds": times,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    })
+
+
 def _plan_only(out):
     """ResidualPlanner's planning target: all ≤3-way marginals of 100 attributes × 10 values."""
     from matmech.optimizers.residual import plan_residuals
@@ -175,8 +287,12 @@ def run(cases):
         q = ctx.Queue()
         if not c:
             p = ctx.Process(target=_plan_only, args=(q,))
+        elif c[0] == "gmarginal":
+            p = ctx.Process(target=_case_gmarginal, args=(*c[1:], q))
         elif c[0] == "pure":
             p = ctx.Process(target=_case_pure, args=(*c[1:], q))
+        elif c[0] == "select":
+            p = ctx.Process(target=_case_select, args=(*c[1:], q))
         else:
             p = ctx.Process(target=_case, args=(*c, q))
         p.start()
@@ -188,7 +304,7 @@ def run(cases):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10× fewer records (smoke run)")
-    ap.add_argument("--only", choices=["pure"], help="run only this case and merge it into the saved results")
+    ap.add_argument("--only", choices=["pure", "gmarginal", "select"], help="run only this case and merge it into the saved results")
     args = ap.parse_args(argv)
     scale = 10 if args.quick else 1
     pure = ("pure", "adult ≤3-way, pure ε", ADULT, 1_000_000 // scale, 3, 1.0, 0)
@@ -198,8 +314,22 @@ def main(argv=None):
         (),
         pure,
     ]
+    gm = [("gmarginal", f"{w} gmarginals, {'pure ε' if d == 0 else '(ε, δ)'}", w, 1_000_000 // scale, 1.0, d, 2)
+          for w in ("adult_W2", "loans_W2") for d in (0.0, 1e-6)]
+    cases += gm
+    sel = [("select", "adult 2-way, top 50 cells (em)", ADULT, 1_000_000 // scale, 2,
+            dict(method="em", c=50, eps=0.2), 1.0, 1e-6, 0),
+           ("select", "adult 2-way, svt threshold auto, pure ε", ADULT, 1_000_000 // scale, 2,
+            dict(method="svt", c=100, eps=0.3, threshold="auto"), 1.0, 0.0, 0),
+           ("select", "100×10 2-way, top 50 cells (topc-gap)", (10,) * 100, 100_000 // scale, 2,
+            dict(method="topc-gap", c=50, eps=0.3), 1.0, 1e-6, 1)]
+    cases += sel
+    if args.only == "select":
+        cases = sel
     if args.only == "pure":
         cases = [pure]
+    if args.only == "gmarginal":
+        cases = gm
     rows = run(cases)
     load = os.getloadavg()
     meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
@@ -219,7 +349,7 @@ def main(argv=None):
                  "| case | records | marginals | answers | RMSE/σ (plan) | × SVD bound | tables s | plan s | measure s | "
                  "reconstruct s | total s | peak GiB |", "|" + "---|" * 12]
         for r in rows:
-            if "seconds" not in r or r.get("delta") == 0.0:
+            if "seconds" not in r or r.get("delta") == 0.0 or r.get("kind") == "select":
                 continue
             t = r["seconds"]
             lines.append(f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
@@ -232,7 +362,7 @@ def main(argv=None):
                           f"{r['answers']:,} answers; plan in {r['seconds_plan']:.1f} s (ResidualPlanner reports 9.9 s), "
                           f"RMSE/σ {r['rmse_over_sigma_plan']:.4f}, × SVD bound {r['svd_bound_ratio']:.6f}."]
         for r in rows:
-            if r.get("delta") == 0.0:
+            if r.get("delta") == 0.0 and r.get("kind") != "select":
                 t, when = r["seconds"], r.get("run", meta)
                 lines += ["", f"Pure ε ({when['date']}, load {when['load_average']}): {r['case']}, {r['records']:,} records, "
                           f"{r['answers']:,} answers from {r['tables']} noisy marginal tables ({r['table_cells']:,} cells, "
@@ -242,6 +372,34 @@ def main(argv=None):
                           f"{t['marginal tables']:.1f} s, plan {t['plan']:.1f} s, measure {t['measure']:.1f} s, "
                           f"reconstruct {t['reconstruct + answers']:.1f} s, total {r['seconds_total_excluding_load']:.1f} s, "
                           f"peak {r['peak_rss_gib']:.2f} GiB."]
+        gm_rows = [r for r in rows if r.get("kind") == "gmarginal"]
+        if gm_rows:
+            lines += ["", "Generalised marginals (HDMM's adult_W2 / loans_W2 on generated records; strategy from "
+                      "`optimize(method=\"gmarginals\")`, measured from its marginal tables, factored GLS):", "",
+                      "| case | records | answers | subsets | classes | grid bits | RMSE analytic | RMSE empirical | "
+                      "RMSE unrounded | optimise s | tables s | plan s | measure s | reconstruct s | total s | peak GiB |",
+                      "|" + "---|" * 16]
+            for r in gm_rows:
+                t = r["stage_seconds"]
+                lines.append(f"| {r['case']} | {r['records']:,} | {r['answers']:,} | {r['measured_subsets']} | "
+                             f"{r['classes']} | {r['grid_bits']} | {r['rmse_analytic']:.4g} | {r['rmse_empirical']:.4g} | "
+                             f"{r['rmse_analytic_unrounded_factors']:.4g} | {t['optimise']:.1f} | {t['marginal tables']:.1f} | "
+                             f"{t['plan + variances']:.2f} | {t['measure']:.2f} | {t['reconstruct + answers']:.2f} | "
+                             f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |")
+        sel_rows = [r for r in rows if r.get("kind") == "select"]
+        if sel_rows:
+            lines += ["", "Selection over marginal cells (`release(..., select=...)` on the factored path; only the "
+                      "selected cells are measured):", "",
+                      "| case | records | rows | ε, δ | selected | RMSE analytic | RMSE empirical | plan s | "
+                      "release s | of which tables + W x s | peak GiB |", "|" + "---|" * 11]
+            for r in sel_rows:
+                t = r["seconds"]
+                rm = "-" if r["rmse_selected_analytic"] is None else f"{r['rmse_selected_analytic']:.4g}"
+                re_ = "-" if r["rmse_selected_empirical"] is None else f"{r['rmse_selected_empirical']:.4g}"
+                lines.append(f"| {r['case']} | {r['records']:,} | {r['rows']:,} | {r['eps']:g}, {r['delta']:g} | "
+                             f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
+                             f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
+                             f"{r['peak_rss_gib']:.2f} |")
         lines += ["", "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
                   "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
                   "discrete noise actually drawn."]

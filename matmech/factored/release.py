@@ -44,10 +44,12 @@ from matmech.factored.measure import (
     plan_residual_measurement,
 )
 from matmech.factored.reconstruct import MarginalReconstructor
+from matmech.factored.select import release_selected
 from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
+from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
 from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
@@ -68,14 +70,19 @@ def _cells(domain, U):
 
 
 def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
-    """("residual" | "kron", W's terms, strategy terms or None, U): which path a release
-    takes; data-independent. Raises naming why neither applies."""
+    """("residual" | "kron" | "gmarginal", W's terms, strategy terms or None, U): which path a
+    release takes; data-independent. Raises naming why none applies. "gmarginal" (a union of
+    Kronecker products answered by a GeneralMarginalStrategy, given — its support larger than
+    ``max_cells`` — or, for ``"auto"`` on a non-marginal W that large or ``"gmarginals"``,
+    optimised): the third item is then the strategy itself, or None."""
     wt = as_terms(W, name="W")
     if isinstance(strategy, LinOp):
         at = as_terms(strategy, name="strategy")
         if at.domain != wt.domain:
             raise ValueError(f"the strategy's attribute sizes {at.domain} differ from the workload's {wt.domain}")
         U = tuple(sorted(set(wt.support) | set(at.support))) or (0,)
+        if _cells(wt.domain, U) > max_cells and isinstance(strategy, GeneralMarginalStrategy):
+            return "gmarginal", wt, strategy, U  # the strategy itself (matmech.factored.gmarginal_release)
         if _cells(wt.domain, U) > max_cells:
             raise ValueError(f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
                              f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}")
@@ -89,6 +96,8 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
         if marg is None:
             raise ValueError("strategy='residual' needs W to be a union of marginals (identity and total factors)")
         return "residual", wt, None, U
+    if strategy == "gmarginals" or (strategy == "auto" and big and len(wt.domain) <= MAX_GENERAL_ATTRIBUTES):
+        return "gmarginal", wt, None, U  # a GeneralMarginalStrategy optimised for W
     if big:
         raise ValueError(f"this workload: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more "
                          f"than the Kronecker path's {max_cells:,}; only a union of marginals takes the residual path")
@@ -194,7 +203,7 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
 
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
                      max_records=None, objective="sum", max_cells=MAX_KRON_CELLS, max_memory=MAX_MEMORY,
-                     scale_bits=DEFAULT_SCALE_BITS, search="lattice"):
+                     scale_bits=DEFAULT_SCALE_BITS, search="lattice", select=None):
     """Answer W (a union of Kronecker products over many attributes) from marginal tables of
     ``data`` under (ε, δ)-DP → :class:`matmech.release.Release`, never building the histogram.
 
@@ -215,6 +224,11 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     ``search`` (pure ε residual path): the tables' weights over the lattice (``"lattice"``)
     or over every attribute subset (``"all"``, HDMM's optimiser; slower, more accurate) —
     :func:`matmech.optimizers.residual.plan_residuals_laplace`.
+
+    ``select``: None, or the options of :func:`matmech.release`'s ``select=`` (method, eps,
+    c, threshold, ...): rows of W are selected privately from W x computed term by term from
+    the marginal tables, and only the selected rows are measured
+    (:func:`matmech.factored.select.release_selected`; ``strategy`` "auto" or "optimize").
     """
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
@@ -223,10 +237,18 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     noise.check_rng(rng)
     if search not in ("lattice", "all"):
         raise ValueError(f"search must be 'lattice' or 'all', got {search!r}")
+    if select is not None:
+        return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
+                                neighbors=neighbors, max_records=max_records, max_memory=max_memory)
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
                              neighbors=neighbors, max_records=max_records)
+    if path == "gmarginal":
+        from matmech.factored.gmarginal_release import release_gmarginal
+
+        return release_gmarginal(data, W, wt, at, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
+                                 max_records=max_records, max_memory=max_memory, scale_bits=scale_bits)
     return _release_residual(data, W, wt, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
                              max_records=max_records, objective=objective, max_memory=max_memory,
                              scale_bits=scale_bits, search=search)

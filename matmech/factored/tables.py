@@ -31,10 +31,15 @@ MAX_TABLE_CELLS = 1 << 28
 def maximal_subsets(subsets):
     """The subsets not contained in another one of ``subsets`` (sorted tuples, in order)."""
     uniq = sorted({tuple(sorted(s)) for s in subsets}, key=lambda s: (-len(s), s))
-    out = []
+    out, holders = [], {}  # attribute -> indices of the kept subsets containing it
     for s in uniq:
-        ss = set(s)
-        if not any(ss <= set(m) for m in out):
+        inside = bool(out)  # the empty subset is inside any kept one
+        if s:  # s is inside a kept subset iff some kept subset holds every attribute of s
+            common = set.intersection(*(holders.get(a, set()) for a in s))
+            inside = bool(common)
+        if not inside:
+            for a in s:
+                holders.setdefault(a, set()).add(len(out))
             out.append(s)
     return out
 

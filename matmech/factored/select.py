@@ -1,0 +1,657 @@
+"""Private row selection on the factored path (issue 14, item 3): the sparse vector technique,
+the exponential mechanism or a free-gap mechanism over the rows of a union of Kronecker
+products (e.g. every cell of all 2-way marginals of 100 attributes), then a measurement of the
+selected rows only — from marginal tables, never the histogram.
+
+::
+
+    W's terms, select options, ε, δ                          (no data)
+      │ check_selection on W's entry range (row sensitivity, monotonic rule, thresholds, c);
+      │ the worst case over every selection of at most c rows (sampler range, exact integers,
+      │ the advised split of a gap method, threshold="auto"); memory; check_affordable
+      ▼
+    marginal tables of W's terms, each subset once → W x term by term, in W's row order
+      ▼ budget.spend(ε, δ) once, before the first draw
+    run_selection (matmech.svt.select: Lyu, Su, Li VLDB 2017; Ding et al. PVLDB 2019) → rows S
+      ▼
+    each selected row measured itself: row r of term j is w_j·u_r with u_r = ⊗ᵢ (row rᵢ of
+    factor i) an integer rank-one Kronecker row, and
+
+        y_r = u_r·x + Z_r,   Z_r ~ discrete Laplace(b), b·ε_m >= Δ₁(U_S)   (δ = 0)
+                              Z_r ~ N_ℤ(0, σ²),  σ = gaussian_sigma(ε_m, δ, Δ₂(U_S))  (δ > 0)
+
+    answers w_j·(P y)_r, P = U_S(U_SᵀU_S)⁺U_Sᵀ the least-squares projection (the identity
+    when the rows are independent), from the Gram U_S U_Sᵀ of factor rows; covariance
+    Var(Z)·(w wᵀ)∘P with the exact discrete variance (Li et al., PODS 2010). For a gap method
+    the gaps are combined with these answers by GLS (:mod:`matmech.svt.combine`).
+
+Privacy. The selection is ε_s-DP with the row sensitivity of W (as :func:`matmech.release`).
+Given the selection S (a DP output), measuring the k rows U_S with i.i.d. discrete Laplace
+noise of scale b >= Δ₁/ε_m, Δ₁ the largest column L1 norm of U_S (times 2 for substitution),
+is ε_m-DP on the integer lattice (Canonne, Kamath, Steinke, NeurIPS 2020); with the discrete
+Gaussian it is Δ₂²/(2σ²)-zCDP, hence (ε_m, δ)-DP by :func:`~matmech.privacy.calibration.gaussian_sigma`.
+Δ_p is found from the factors, never by enumerating the domain: for marginal cells it is the
+largest set of pairwise consistent cells (a maximum clique, exact; past a node cap a
+colouring bound), otherwise :func:`matmech.linalg.normmax.factored_sensitivity` on the k
+rank-one terms (exact by branch and bound, else its certified upper bound, and never more
+than the same bound for the whole terms the rows come from). By adaptive composition the
+release is (ε_s + ε_m, δ)-DP; the whole (ε, δ) is charged in one spend before the
+selection's first draw. Every limit of the measurement (sampler range, exact integers) is
+checked before any data for the worst selection (c rows, 2c − 1 for adaptive SVT), so
+nothing after the spend can fail or branch on x.
+
+This is the same mechanism as :func:`matmech.release` with ``select=`` and ``strategy="auto"``
+on the histogram whenever its advisor measures the selected rows themselves (it does for
+pure ε and selected marginal cells); its error bars are exact for the noise drawn. Rows
+carry their weight only in the answer (the integer row u_r is what is measured), so the
+factors must be integer-valued (identity, total, prefix, 0/1 custom factors).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+
+import numpy as np
+
+from matmech.factored.tables import MAX_TABLE_CELLS, marginal_tables
+from matmech.factored.terms import as_terms
+from matmech.linalg.linop import Dense, Identity, LinOp, Ones
+from matmech.linalg.normmax import factored_sensitivity
+from matmech.privacy import noise
+from matmech.privacy.budget import check_affordable
+from matmech.privacy.calibration import gaussian_sigma, laplace_scale
+from matmech.privacy.measure import check_counts, check_records
+from matmech.privacy.params import NEIGHBORS, positive_real, rest_of
+from matmech.record import Release
+from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
+from matmech.svt.select import (GAP_METHODS, METHODS, THRESHOLD_METHODS, SelectionPlan, check_selection, run_selection,
+                                selection_mechanism)
+from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
+
+__all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
+           "row_projection",
+           "SELECT_KEYS", "DEFAULT_TARGET_REL_ERROR", "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
+
+#: The keys of ``select`` (those of :data:`matmech.release.SELECT_OPTIONS`).
+SELECT_KEYS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
+#: threshold="auto": a row is answered when its std is at most this fraction of its count
+#: (the value of :data:`matmech.release.DEFAULT_TARGET_REL_ERROR`).
+DEFAULT_TARGET_REL_ERROR = 0.1
+#: The ``strategy`` values a factored release with selection accepts: the selected rows are
+#: measured themselves (the choice the advisor makes for selected marginal cells).
+MEASURE_STRATEGIES = ("auto", "optimize")
+
+#: Branch-and-bound nodes of the exact sensitivity of selected marginal cells (a maximum
+#: clique) before the certified colouring bound is used instead.
+CLIQUE_NODE_CAP = 20_000
+
+_SENS_MARGIN = 1.0 + 1e-9  # as privacy.measure: an L2 norm computed in floats
+_EXACT = 2.0**53
+_MAX_LAPLACE = 2.0**48    # the exact samplers' ranges on the integers
+_MAX_SIGMA = 2.0**24
+
+
+class _RowRange(LinOp):
+    """W's row count, entry range and largest column norms, from its factors: all that
+    :func:`~matmech.svt.select.check_selection` and :func:`~matmech.svt.select.selection_mechanism`
+    read (a marginal workload over 10¹⁰⁰ cells has no explicit rows to scan)."""
+
+    def __init__(self, rows, lo, hi, terms):
+        self.shape = (int(rows), 1)
+        self._range = (float(lo), float(hi))
+        self._terms = terms
+
+    def entry_range(self):
+        return self._range
+
+    def sensitivity(self, p=1):
+        t = self._terms
+        if all(fs is None for fs in t.factors):  # marginals: one cell of each term per column
+            return float(np.sum(np.abs(t.weights) ** p)) ** (1 / p)
+        d = len(t.domain)
+        return factored_sensitivity([(abs(w), [_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)],
+                                    p).value
+
+    def _matmat(self, x):
+        raise TypeError("a row-range stand-in has no entries")
+
+    _rmatmat = _matmat
+
+
+# -- options (the explicit release's rules) ----------------------------------------------------
+
+
+def _options(select, eps):
+    """The checked ``select`` options with defaults (the rules of :func:`matmech.release`);
+    raises before anything is read or spent."""
+    if not isinstance(select, Mapping):
+        raise TypeError("select must be a dict of selection options, e.g. dict(method='em', c=20, eps=0.3), "
+                        f"got {type(select).__name__}")
+    unknown = sorted(str(k) for k in select if k not in SELECT_KEYS)
+    if unknown:
+        raise ValueError(f"unknown select option(s) {unknown}: expected keys from {list(SELECT_KEYS)}")
+    opts = dict(method="svt", eps=None, threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal",
+                sigma="auto", vector="auto")
+    opts.update(select)
+    if opts["method"] not in METHODS:
+        raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
+    if "c" not in select:
+        raise ValueError(f"select needs 'c' (got keys {sorted(map(str, select))})")
+    if opts["eps"] is None and opts["method"] not in GAP_METHODS:
+        raise ValueError(f"select needs 'eps' (got keys {sorted(map(str, select))})")
+    if opts["eps"] is not None:
+        opts["eps"] = positive_real(opts["eps"], "select eps")
+        if opts["eps"] >= eps:
+            raise ValueError(f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: the "
+                             "selection's eps comes out of the total and the rest measures the selected rows")
+    thr = opts["threshold"]
+    auto = isinstance(thr, str) and thr == "auto"
+    if opts["method"] in THRESHOLD_METHODS:
+        if thr is None or (isinstance(thr, str) and not auto):
+            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
+                             f"or 'auto'; got {thr!r}")
+    elif thr is not None:
+        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
+                         f"got threshold={thr!r}")
+    if auto:
+        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
+        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
+    elif opts["target_rel_error"] is not None:
+        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
+    return opts
+
+
+# -- the data-independent plan ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class FactoredSelectionPlan:
+    """Everything a factored release with selection decides before it reads data.
+
+    ``subsets[j]``: the attributes where term j is not a total (its marginal table);
+    ``offsets``: first row of each term (and the row count last); ``opts``: the checked
+    options (``eps`` filled in when advised); ``select``: the keyword arguments of
+    :func:`~matmech.svt.select.check_selection` (thresholds resolved); ``sensitivity``,
+    ``monotonic``, ``thr``: its results; ``integer_values``: W x is held as exact int64;
+    ``worst_sensitivity``: the bound on Δ_p (neighbours factor included) of any selection
+    (``max_selected`` rows: c, 2c − 1 for adaptive SVT); ``worst_variance``: the noise variance
+    at that bound (each answer's variance is at most w_j² times it); ``memory``: the bytes
+    planned; ``mechanism``/``joint_sensitivity``: the selection mechanism
+    (:func:`~matmech.svt.select.selection_mechanism`)."""
+
+    terms: object
+    opts: Mapping
+    eps: float
+    eps_measure: float
+    delta: float
+    neighbors: str
+    max_records: int
+    select: Mapping
+    sensitivity: float
+    monotonic: bool
+    thr: np.ndarray | None
+    subsets: tuple
+    offsets: np.ndarray
+    integer_values: bool
+    worst_sensitivity: float
+    worst_variance: float
+    memory: int
+    mechanism: str = ""
+    joint_sensitivity: float = 0.0
+    max_selected: int = 0
+
+    @property
+    def rows(self):
+        return int(self.offsets[-1])
+
+
+def _factor(terms, j, i):
+    """Factor i of term j (a marginal workload's terms are identity/total by kind)."""
+    fs = terms.factors[j]
+    if fs is not None:
+        return fs[i]
+    return _marginal_factor(terms.domain[i], terms.kinds[j][i])
+
+
+@functools.lru_cache(maxsize=1024)
+def _marginal_factor(n, kind):
+    return Identity(n) if kind == "I" else Ones(1, n)
+
+
+def _term_shape(terms, j, S):
+    fs = terms.factors[j]
+    return tuple(terms.domain[i] if fs is None else int(fs[i].shape[0]) for i in S)
+
+
+def _max_abs(f):
+    lo, hi = f.entry_range()
+    return max(abs(lo), abs(hi))
+
+
+def _noise_for(sens, eps_m, delta):
+    """(kind, scale, variance) of the measurement at sensitivity ``sens`` (neighbours factor
+    and margin included): exactly :func:`matmech.privacy.measure.plan_measurement`'s rule for
+    an integer strategy (grid 1)."""
+    if delta == 0:
+        b = laplace_scale(eps_m, sens)
+        while Fraction(b) * Fraction(eps_m) < Fraction(sens):  # b·ε >= Δ₁ exactly
+            b = math.nextafter(b, math.inf)
+        if b > _MAX_LAPLACE:
+            raise ValueError(f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
+                             f"{_MAX_LAPLACE:.4g}; the measurement's eps={eps_m!r} is too small")
+        return "discrete_laplace", b, noise.discrete_laplace_variance(b)
+    s = gaussian_sigma(eps_m, delta, sens)
+    if s > _MAX_SIGMA:
+        raise ValueError(f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
+                         f"{_MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small")
+    return "discrete_gaussian", s, noise.discrete_gaussian_variance(s)
+
+
+def _scaled_sens(value, p, neighbors):
+    """Δ_p with the neighbours factor; integer L1 norms are exact, an L2 norm gets the margin."""
+    s = NEIGHBORS[neighbors] * value
+    return s if p == 1 else s * _SENS_MARGIN
+
+
+def _worst_case(terms, offsets, c, p):
+    """A certified bound on the largest column p-norm (to the power p for p = 2: squared) of
+    ANY c rows of the unweighted terms: the c largest row maxima (each row of term j is at
+    most Πᵢ max|factor| per entry, one column), never more than the whole terms' bound."""
+    d, k = len(terms.domain), len(terms.kinds)
+    if all(fs is None for fs in terms.factors):  # marginals: one cell of each term per column
+        maxima = np.ones(k)
+    else:
+        maxima = np.array([math.prod(_max_abs(_factor(terms, j, i)) for i in range(d)) for j in range(k)])
+    counts = np.diff(offsets)
+    order = np.argsort(-maxima, kind="stable")
+    left, top = c, 0.0
+    for j in order.tolist():
+        take = min(left, int(counts[j]))
+        top += take * maxima[j] ** p
+        left -= take
+        if left == 0:
+            break
+    if all(fs is None for fs in terms.factors):
+        whole = float(k)
+    else:
+        whole = factored_sensitivity([(1.0, [_factor(terms, j, i) for i in range(d)]) for j in range(k)], p).value ** p
+    return min(top, whole), float(maxima.max())
+
+
+def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors="add_remove", max_records,
+                            max_memory):
+    """The data-independent part of :func:`release_selected` → :class:`FactoredSelectionPlan`.
+
+    Raises (ValueError/TypeError naming the value) for bad options, a strategy other than
+    :data:`MEASURE_STRATEGIES`, non-integer factors, a measurement the exact samplers could
+    not make for some selection of c rows, or a plan above ``max_memory`` bytes.
+    """
+    if not (isinstance(strategy, str) and strategy in MEASURE_STRATEGIES):
+        shown = strategy if isinstance(strategy, str) else type(strategy).__name__
+        raise ValueError(f"with select= the factored release measures the selected rows themselves "
+                         f"(strategy='auto'); got strategy={shown!r}")
+    opts = _options(select, eps)
+    terms = as_terms(W, name="W")
+    d = len(terms.domain)
+    subsets, shapes = [], []
+    for j, ks in enumerate(terms.kinds):
+        S = tuple(i for i, k in enumerate(ks) if k != "T")
+        for i in S:
+            f = _factor(terms, j, i)
+            if not f.integer_valued():
+                raise ValueError(f"term {j} has a non-integer factor on attribute {i} ({type(f).__name__}); the "
+                                 "factored selection measures the selected rows on the integer lattice and needs "
+                                 "integer factors (identity, total, prefix, 0/1)")
+        subsets.append(S)
+        shapes.append(_term_shape(terms, j, S))
+    counts = [math.prod(s) for s in shapes]
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    rows = int(offsets[-1])
+    c = opts["c"]
+    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
+        raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
+    # memory: one table per distinct subset (the maximal ones counted, the rest summed out of
+    # them), W x (and W x unweighted), one threshold per row
+    table_cells = 0
+    for s in set(subsets):
+        cells = math.prod(terms.domain[i] for i in s)
+        if cells > MAX_TABLE_CELLS:
+            raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
+        table_cells += cells
+    need = 8 * table_cells + 8 * 3 * rows
+    if need > max_memory:
+        raise ValueError(f"the factored selection would use about {need / 2**30:.2f} GiB (> max_memory "
+                         f"{max_memory / 2**30:.2f} GiB): {rows:,} rows and {table_cells:,} table cells")
+    # W's entry range from its factors (that of the explicit Kron stack)
+    lo = hi = 0.0
+    for j, w in enumerate(terms.weights):
+        a, b = (0.0, 1.0) if terms.factors[j] is None else (1.0, 1.0)  # a marginal's entries are 0/1
+        for i in range(d if terms.factors[j] is not None else 0):
+            fl, fh = _factor(terms, j, i).entry_range()
+            prods = (a * fl, a * fh, b * fl, b * fh)
+            a, b = min(prods), max(prods)
+        a, b = min(a, 0.0), max(b, 0.0)
+        a, b = (w * a, w * b) if w >= 0 else (w * b, w * a)
+        lo, hi = min(lo, a), max(hi, b)
+    proxy = _RowRange(rows, lo, hi, terms)
+    p = 1 if delta == 0 else 2
+    kmax = 2 * int(c) - 1 if opts["method"] == "adaptive-svt" else int(c)  # Ding et al.: up to 2c − 1 positives
+    worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
+    worst_sens = _scaled_sens(worst if p == 1 else math.sqrt(worst), p, neighbors)
+    if max_records * max_entry >= _EXACT:
+        raise ValueError(f"max_records={max_records:,} is too many for exact integer row answers "
+                         f"(largest row entry {max_entry:g}; need max_records·entry < 2**53)")
+    w2 = np.repeat(np.square(np.asarray(terms.weights, dtype=np.float64)), counts)
+    if opts["eps"] is None:  # a gap method: the split advised for the worst case (data independent)
+        sens_sel = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+        mono = opts["monotonic"]
+        mono = (lo >= 0 and neighbors == "add_remove") if isinstance(mono, str) else bool(mono)
+        mean_w2 = float(w2.mean())
+        vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
+        f, _ = advise_split(lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2], method=opts["method"],
+                            eps=eps, c=int(c), sensitivity=sens_sel, monotonic=mono,
+                            joint_sensitivity=joint_sensitivity(proxy, neighbors) if vec else None,
+                            vector=opts["vector"], n_values=rows,
+                            integer_values=all(float(w).is_integer() for w in terms.weights), ratio=opts["ratio"])
+        opts["eps"] = f * eps
+        opts["_advised"] = True
+    eps_m = rest_of(eps, opts["eps"])
+    _, _, worst_var = _noise_for(worst_sens, eps_m, delta)  # raises if some selection could not be measured
+    threshold = opts["threshold"]
+    if isinstance(threshold, str):  # "auto": std_i is at most |w_j|·sqrt(worst_var) for any selection
+        threshold = np.sqrt(w2 * worst_var) / opts["target_rel_error"]
+    del w2
+    sel = dict(c=c, eps=opts["eps"], threshold=threshold, method=opts["method"], monotonic=opts["monotonic"],
+               ratio=opts["ratio"], neighbors=neighbors, sigma=opts["sigma"], vector=opts["vector"])
+    c, sens, mono, thr = check_selection(proxy, **sel)
+    integer_values = all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT
+    mech, joint = selection_mechanism(proxy, method=opts["method"], c=c, eps=opts["eps"], sensitivity=sens,
+                                      monotonic=mono, ratio=opts["ratio"], neighbors=neighbors, vector=opts["vector"],
+                                      integer_values=integer_values)
+    return FactoredSelectionPlan(terms, MappingProxyType(opts), eps, eps_m, delta, neighbors, max_records,
+                                 MappingProxyType(sel), sens, mono, thr, tuple(subsets), offsets, integer_values,
+                                 float(worst_sens), float(worst_var), int(need), mech, float(joint),
+                                 min(kmax, rows))
+
+
+# -- reading the data: W x term by term ------------------------------------------------------
+
+
+def row_values(plan, tables):
+    """Unweighted integer row answers u·x of every term (a list of int64 vectors, term order,
+    each row-major over the term's non-total factors: W's row order) from the marginal tables."""
+    terms, out = plan.terms, []
+    for j, S in enumerate(plan.subsets):
+        arr = np.asarray(tables[S], dtype=np.int64)
+        for k, i in enumerate(S):
+            if terms.kinds[j][i] == "I":
+                continue
+            m = np.rint(terms.factors[j][i].dense()).astype(np.int64)  # integer factor: exact in int64
+            arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k])), 0, k)
+        out.append(np.ascontiguousarray(arr).reshape(-1))
+    return out
+
+
+def _weighted(plan, parts):
+    w = plan.terms.weights
+    if plan.integer_values:
+        return np.concatenate([np.int64(int(wj)) * u for wj, u in zip(w, parts)])
+    return np.concatenate([wj * u.astype(np.float64) for wj, u in zip(w, parts)])
+
+
+# -- the measurement of the selected rows -----------------------------------------------------
+
+
+def _locate(plan, rows):
+    """(term, multi-index over its non-total factors) of each row."""
+    terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+    out = []
+    for r, j in zip(rows.tolist(), terms.tolist()):
+        shape = _term_shape(plan.terms, j, plan.subsets[j])
+        out.append((j, tuple(int(v) for v in np.unravel_index(r - int(plan.offsets[j]), shape)) if shape else ()))
+    return out
+
+
+class _Cap(Exception):
+    pass
+
+
+def _max_clique(adj, cap):
+    """(size of a maximum clique or None past ``cap`` nodes, an upper bound on it) of the graph
+    with bitmask adjacency ``adj`` (branch and bound with a greedy-colouring bound, Tomita &
+    Seki 2003; past the cap the bound is the number of colours of a greedy colouring)."""
+    best, nodes = 0, 0
+
+    def colour(P):
+        order, colours, U, c = [], [], P, 0
+        while U:
+            c += 1
+            Q = U
+            while Q:
+                v = (Q & -Q).bit_length() - 1
+                Q &= ~adj[v] & ~(1 << v)
+                U &= ~(1 << v)
+                order.append(v)
+                colours.append(c)
+        return order, colours
+
+    def expand(size, P):
+        nonlocal best, nodes
+        nodes += 1
+        if nodes > cap:
+            raise _Cap
+        order, colours = colour(P)
+        for v, c in zip(reversed(order), reversed(colours)):
+            if size + c <= best:
+                return
+            Q = P & adj[v]
+            if Q:
+                expand(size + 1, Q)
+            elif size + 1 > best:
+                best = size + 1
+            P &= ~(1 << v)
+
+    try:
+        expand(0, (1 << len(adj)) - 1)
+    except _Cap:
+        return None, max(colour((1 << len(adj)) - 1)[1], default=0)  # colours bound the clique
+    return best, best
+
+
+def _cells_sensitivity(plan, loc, p):
+    """Δ_p of selected marginal cells (every factor identity or total): a column is one cell
+    of the domain, and the cells containing it are pairwise consistent (equal values on the
+    attributes they share) — conversely pairwise consistent cells share a column. So Δ₁ =
+    Δ₂² = the largest set of pairwise consistent cells: a maximum clique → (Δ_p, exact); past
+    :data:`CLIQUE_NODE_CAP` nodes the smaller of a greedy colouring's number of colours and
+    the number of distinct marginals (a record is in one cell of each), not exact."""
+    cells = [dict(zip(plan.subsets[j], idx)) for j, idx in loc]
+    adj = [0] * len(cells)
+    for a in range(len(cells)):
+        for b in range(a + 1, len(cells)):
+            if all(cells[b].get(i, v) == v for i, v in cells[a].items()):
+                adj[a] |= 1 << b
+                adj[b] |= 1 << a
+    size, bound = _max_clique(adj, CLIQUE_NODE_CAP)
+    if size is not None:
+        return float(size) ** (1.0 / p), True
+    return float(min(bound, len({j for j, _ in loc}))) ** (1.0 / p), False
+
+
+def rows_sensitivity(plan, rows, p):
+    """(Δ_p, exact, method) of the unweighted rows ``rows`` of W (no neighbours factor): the
+    largest column p-norm of the stack of rank-one Kronecker rows, from the factors
+    (:func:`~matmech.linalg.normmax.factored_sensitivity`: exact or its certified upper
+    bound), never above the same bound for the whole terms the rows belong to."""
+    terms, d = plan.terms, len(plan.terms.domain)
+    loc = _locate(plan, np.asarray(rows, dtype=np.int64))
+    if all(k != "O" for j, _ in loc for k in terms.kinds[j]):
+        value, exact = _cells_sensitivity(plan, loc, p)
+        return value, exact, "maximum clique of consistent cells" if exact else "colouring bound of consistent cells"
+    ones = [Ones(1, n) for n in terms.domain]
+    cache, stack = {}, []
+    for j, idx in loc:
+        fs = list(ones)
+        for i, r in zip(plan.subsets[j], idx):
+            key = (j, i, r)
+            if key not in cache:
+                row = np.zeros((1, terms.domain[i]))
+                if terms.kinds[j][i] == "I":
+                    row[0, r] = 1.0
+                else:
+                    row[:] = np.rint(np.asarray(_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64))
+                cache[key] = Dense(row)
+            fs[i] = cache[key]
+        stack.append((1.0, fs))
+    by_rows = factored_sensitivity(stack, p)
+    hit = sorted({j for j, _ in loc})
+    by_terms = factored_sensitivity([(1.0, [_factor(terms, j, i) for i in range(d)]) for j in hit], p)
+    if by_rows.exact or by_rows.value <= by_terms.value:
+        return by_rows.value, by_rows.exact, by_rows.method
+    return by_terms.value, False, "upper bound of the whole terms"
+
+
+def _row_vectors(plan, rows):
+    """Per attribute, the k × nᵢ matrix of the selected rows' factor rows (totals: ones)."""
+    terms = plan.terms
+    V = [None] * len(terms.domain)
+    for a, (j, idx) in enumerate(_locate(plan, rows)):
+        for i, r in zip(plan.subsets[j], idx):
+            if V[i] is None:
+                V[i] = np.ones((rows.size, terms.domain[i]))
+            if terms.kinds[j][i] == "I":
+                V[i][a] = 0.0
+                V[i][a, r] = 1.0
+            else:
+                V[i][a] = np.rint(np.asarray(_factor(terms, j, i).dense()[r], dtype=np.float64))
+    return V
+
+
+def row_projection(plan, rows):
+    """P = U_S (U_SᵀU_S)⁺ U_Sᵀ (k × k) for the unweighted selected rows U_S: the least-squares
+    estimate of U_S x from y = U_S x + z is P y, with covariance Var(z)·P (Li et al. 2010).
+    From the Gram U_S U_Sᵀ = ∘ᵢ VᵢVᵢᵀ/nᵢ (columns scaled per attribute by 1/√nᵢ, which leaves
+    the range of U_S unchanged and the entries bounded), never from the domain."""
+    k = len(rows)
+    G = np.ones((k, k))
+    for i, V in enumerate(_row_vectors(plan, np.asarray(rows, dtype=np.int64))):
+        if V is not None:
+            G *= (V @ V.T) / plan.terms.domain[i]
+    lam, Q = np.linalg.eigh((G + G.T) / 2)
+    keep = lam > lam.max() * k * np.finfo(np.float64).eps * 16
+    Qk = Q[:, keep]
+    return Qk @ Qk.T
+
+
+def _shown(opts):
+    out = dict(opts)
+    thr = out["threshold"]
+    if thr is not None and not isinstance(thr, str):
+        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
+    return out
+
+
+def _release(plan, W, answers, var, *, name, note, budget, record):
+    std = np.sqrt(var)
+    for a in (answers, std):
+        a.setflags(write=False)
+    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
+                   strategy_name=name, strategy_note=note, eps=plan.eps, delta=plan.delta, neighbors=plan.neighbors,
+                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
+                   **record)
+
+
+def _with_gaps(answers, cov, rows, sel, plan):
+    """GLS of the measured answers (covariance ``cov``) with the selection's free gaps
+    (:func:`matmech.svt.combine.combine_gaps`) → (answers, variances, note, combined); the
+    answers are kept when ``cov`` is singular (selected rows linearly dependent)."""
+    try:
+        gm = gap_measurement(sel.gap, threshold=plan.select["threshold"])
+        est, cov = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions))
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return answers, np.clip(np.diag(cov), 0.0, None), f"; gaps not combined ({str(exc).splitlines()[0]})", False
+    return est, np.clip(np.diag(cov), 0.0, None), "; combined with the selection's free gaps (GLS)", True
+
+
+def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=None, rng=None, neighbors="add_remove",
+                     max_records, max_memory):
+    """Select rows of W privately from marginal tables of ``data``, measure only those →
+    :class:`matmech.release.Release` (``selected``, ``selection``, ``eps_select`` as for
+    :func:`matmech.release` with ``select=``). Called by
+    :func:`matmech.factored.release.release_factored`; ``eps``/``delta`` are checked there.
+
+    Order: every data-independent check (:func:`plan_factored_selection`, the rng, the
+    budget's affordability) → the marginal tables and the declared bound on the records →
+    W x → one atomic spend of (ε, δ) → the selection's noise → the measurement's noise.
+    """
+    plan = plan_factored_selection(W, eps, delta, select=select, strategy=strategy, neighbors=neighbors,
+                                   max_records=max_records, max_memory=max_memory)
+    noise.check_rng(rng)
+    opts, n_rows = plan.opts, plan.rows
+    what = f"release with selection ({opts['method']}, up to {plan.select['c']} of {n_rows} queries, factored)"
+    check_affordable(budget, eps, delta, what=what)
+    # -- reads data from here on ---------------------------------------------------------------
+    tables = marginal_tables(data, plan.terms.domain, list(plan.subsets) + [()])
+    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), max_records)
+    parts = row_values(plan, tables)
+    del tables
+    values = _weighted(plan, parts)
+    if budget is not None:
+        budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
+    sel = run_selection(SelectionPlan(values=values, threshold=plan.select["threshold"], thr=plan.thr,
+                                      method=plan.select["method"], c=int(plan.select["c"]), eps=float(opts["eps"]),
+                                      sensitivity=plan.sensitivity, monotonic=plan.monotonic,
+                                      ratio=plan.select["ratio"], n_rows=n_rows, sigma=plan.select["sigma"],
+                                      mechanism=plan.mechanism, joint_sensitivity=plan.joint_sensitivity), rng=rng)
+    del values
+    rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
+    rows.setflags(write=False)
+    shown = _shown(opts)
+    record = dict(selected=rows, selection=sel, eps_select=float(opts["eps"]), select_options=MappingProxyType(shown))
+    if rows.size == 0:
+        empty = np.zeros(0)
+        return _release(plan, W, empty, empty, name="none", budget=budget, record=record,
+                        note="no row was selected, so nothing was measured (the measurement's share was reserved "
+                             "with the selection and is spent)")
+    # -- measure the selected rows: depends on the selection (a DP output) and W only ----------
+    p = 1 if delta == 0 else 2
+    value, exact, how = rows_sensitivity(plan, rows, p)
+    sens = _scaled_sens(value, p, neighbors)
+    if rows.size <= plan.max_selected:  # the worst case bounds this selection too (and was checked)
+        sens = min(sens, plan.worst_sensitivity)
+    kind, scale, nvar = _noise_for(sens, plan.eps_measure, delta)
+    terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+    u = np.array([int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())], dtype=np.int64)
+    del parts
+    if kind == "discrete_laplace":
+        z = noise.discrete_laplace(scale, rows.size, rng=rng)
+    else:
+        z = noise.discrete_gaussian(scale, rows.size, rng=rng)
+    y = (u + z).astype(np.float64)  # the released integers; below: post-processing
+    w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
+    P = row_projection(plan, rows)  # least squares: y projected on the range of U_S
+    answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
+    var = np.clip(np.diag(cov), 0.0, None)
+    norm = "L1" if p == 1 else "L2"
+    note = (f"the {rows.size} selected rows measured themselves, answers by least squares on them (exact "
+            f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
+            f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
+            f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
+    if sel.gap is not None:
+        answers, var, more, done = _with_gaps(answers, cov, rows, sel, plan)
+        if done and sel.mechanism in VECTOR_METHODS.values():
+            more = (f"; selected by the Laplace mechanism on the whole vector ({sel.mechanism}, joint L1 sensitivity "
+                    f"{plan.joint_sensitivity:g}), its noisy values combined (GLS)")
+        note += more
+        if done:
+            shown["_combined"] = True
+            shown["_mechanism"] = sel.mechanism
+            record["select_options"] = MappingProxyType(shown)
+    return _release(plan, W, np.asarray(answers, dtype=np.float64), np.asarray(var, dtype=np.float64),
+                    name="selected rows", note=note, budget=budget, record=record)
