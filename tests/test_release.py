@@ -286,8 +286,10 @@ def test_records_and_tables_take_the_factored_path():
     np.testing.assert_allclose(a.answers, c.answers, atol=1e-9)
     np.testing.assert_allclose(b.answers, c.answers, atol=1e-9)
     np.testing.assert_allclose(a.std, c.std, rtol=1e-12)
-    with pytest.raises(ValueError, match="factored path"):
-        release(codes, Wm, 1.0, select=dict(eps=0.5, c=2, threshold=10))
+    # selection too: records select the same rows as their histogram, draw for draw
+    sel = [release(d, Wm, 1.0, select=dict(method="em", eps=0.5, c=2), rng=np.random.default_rng(4))
+           for d in (codes, x)]
+    np.testing.assert_array_equal(sel[0].selected, sel[1].selected)
 
 
 def test_a_data_source_with_a_declared_domain_is_counted_by_the_engine():
