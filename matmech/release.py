@@ -47,7 +47,7 @@ from matmech.inference import least_squares
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real, rest_of
+from matmech.privacy.params import check_neighbors, check_privacy_params, rest_of
 from matmech.privacy.measure import (
     integer_valued,
     check_counts,
@@ -58,21 +58,22 @@ from matmech.privacy.measure import (
 )
 from matmech.svt.combine import advise_split, answer_covariance, combine_gaps, gap_measurement
 from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
-from matmech.svt.select import GAP_METHODS as SELECT_GAP_METHODS
-from matmech.svt.select import METHODS as SELECT_METHODS
-from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
-from matmech.svt.select import check_selection, entry_range, plan_selection, run_selection, take_rows
+from matmech.svt.select import (
+    DEFAULT_TARGET_REL_ERROR,
+    SELECT_OPTIONS,
+    check_select_options,
+    check_selection,
+    entry_range,
+    plan_selection,
+    run_selection,
+    take_rows,
+)
 from matmech.workloads import ranges
 from matmech.validate import rectangular
 from matmech.record import Z95, Release, release_table
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
-#: Keys of release's ``select`` dict (the rest of select_rows' options come from release).
-SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
-#: release(select=dict(method=...)): "svt", "em", and the free-gap methods "topc-gap", "svt-gap", "adaptive-svt".
-#: threshold="auto" answers a row when its std is at most this fraction of its count.
-DEFAULT_TARGET_REL_ERROR = 0.1
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -166,59 +167,6 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, ma
 # -- release with a private row selection in front ----------------------------------------
 
 
-def _check_select(select, eps):
-    """The validated ``select`` options (defaults filled in); raises before anything is spent."""
-    if not isinstance(select, Mapping):
-        raise TypeError(
-            "select must be a dict of select_rows options, e.g. dict(method='svt', threshold=2000, c=50, eps=0.3), "
-            f"got {type(select).__name__}: {select!r}"
-        )
-    unknown = sorted(str(k) for k in select if k not in SELECT_OPTIONS)
-    if unknown:
-        raise ValueError(
-            f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
-            "(neighbors, budget and rng are release's own arguments)"
-        )
-    gap_method = select.get("method") in SELECT_GAP_METHODS
-    for key in ("c",) if gap_method else ("eps", "c"):
-        if key not in select:
-            raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal", sigma="auto",
-                vector="auto")
-    opts.update(select)
-    if opts["method"] not in SELECT_METHODS:
-        raise ValueError(f"select method must be one of {SELECT_METHODS}, got {opts['method']!r}")
-    if "eps" not in select:  # a gap method: the split is advised in _plan_selected (data independent)
-        opts["eps"] = None
-        return _check_threshold_opts(opts)
-    opts["eps"] = positive_real(opts["eps"], "select eps")
-    if opts["eps"] >= eps:
-        raise ValueError(
-            f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
-            "the selection's eps comes out of the total and the rest measures the selected rows"
-        )
-    return _check_threshold_opts(opts)
-
-
-def _check_threshold_opts(opts):
-    """The threshold / target_rel_error part of :func:`_check_select`."""
-    thr = opts["threshold"]
-    is_auto = isinstance(thr, str) and thr == "auto"
-    if opts["method"] in SELECT_THRESHOLD_METHODS:
-        if thr is None or (isinstance(thr, str) and not is_auto):
-            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
-                             f"or 'auto'; got {thr!r}")
-    elif thr is not None:
-        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
-                         f"got threshold={thr!r}")
-    if is_auto:
-        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
-        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
-    elif opts["target_rel_error"] is not None:
-        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
-    return opts
-
-
 def _shown_options(opts):
     """The select options for the record: a per-row threshold array is summarised."""
     out = dict(opts)
@@ -291,7 +239,7 @@ def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
 def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
     """The data-independent part of a release with selection: options, thresholds and, where
     the strategy is known in advance, its plan (it must answer every row of W)."""
-    opts = _check_select(select, eps)
+    opts = check_select_options(select, eps)
     if opts["eps"] is None:
         opts["eps"] = _advised_select_eps(W, eps, delta, opts, strategy=strategy, neighbors=neighbors)
         opts["_advised"] = True
@@ -492,7 +440,7 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     data = _factored_data(x, domain)
     if data is not None:
         if select is not None:
-            _check_select(select, eps)  # the explicit path's option rules, before anything is read
+            check_select_options(select, eps)  # the explicit path's option rules, before anything is read
         from matmech.factored.release import release_factored
 
         return release_factored(data, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,

@@ -67,22 +67,17 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.privacy.measure import check_counts, check_records
-from matmech.privacy.params import NEIGHBORS, positive_real, rest_of
+from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
 from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
-from matmech.svt.select import (GAP_METHODS, METHODS, THRESHOLD_METHODS, SelectionPlan, check_selection, run_selection,
+from matmech.svt.select import (SelectionPlan, check_select_options, check_selection, run_selection,
                                 selection_mechanism)
 from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
            "row_projection",
-           "SELECT_KEYS", "DEFAULT_TARGET_REL_ERROR", "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
+           "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
 
-#: The keys of ``select`` (those of :data:`matmech.release.SELECT_OPTIONS`).
-SELECT_KEYS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
-#: threshold="auto": a row is answered when its std is at most this fraction of its count
-#: (the value of :data:`matmech.release.DEFAULT_TARGET_REL_ERROR`).
-DEFAULT_TARGET_REL_ERROR = 0.1
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
 #: measured themselves (the choice the advisor makes for selected marginal cells).
 MEASURE_STRATEGIES = ("auto", "optimize")
@@ -125,46 +120,6 @@ class _RowRange(LinOp):
 
 
 # -- options (the explicit release's rules) ----------------------------------------------------
-
-
-def _options(select, eps):
-    """The checked ``select`` options with defaults (the rules of :func:`matmech.release`);
-    raises before anything is read or spent."""
-    if not isinstance(select, Mapping):
-        raise TypeError("select must be a dict of selection options, e.g. dict(method='em', c=20, eps=0.3), "
-                        f"got {type(select).__name__}")
-    unknown = sorted(str(k) for k in select if k not in SELECT_KEYS)
-    if unknown:
-        raise ValueError(f"unknown select option(s) {unknown}: expected keys from {list(SELECT_KEYS)}")
-    opts = dict(method="svt", eps=None, threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal",
-                sigma="auto", vector="auto")
-    opts.update(select)
-    if opts["method"] not in METHODS:
-        raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
-    if "c" not in select:
-        raise ValueError(f"select needs 'c' (got keys {sorted(map(str, select))})")
-    if opts["eps"] is None and opts["method"] not in GAP_METHODS:
-        raise ValueError(f"select needs 'eps' (got keys {sorted(map(str, select))})")
-    if opts["eps"] is not None:
-        opts["eps"] = positive_real(opts["eps"], "select eps")
-        if opts["eps"] >= eps:
-            raise ValueError(f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: the "
-                             "selection's eps comes out of the total and the rest measures the selected rows")
-    thr = opts["threshold"]
-    auto = isinstance(thr, str) and thr == "auto"
-    if opts["method"] in THRESHOLD_METHODS:
-        if thr is None or (isinstance(thr, str) and not auto):
-            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
-                             f"or 'auto'; got {thr!r}")
-    elif thr is not None:
-        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
-                         f"got threshold={thr!r}")
-    if auto:
-        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
-        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
-    elif opts["target_rel_error"] is not None:
-        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
-    return opts
 
 
 # -- the data-independent plan ---------------------------------------------------------------
@@ -296,7 +251,7 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
         shown = strategy if isinstance(strategy, str) else type(strategy).__name__
         raise ValueError(f"with select= the factored release measures the selected rows themselves "
                          f"(strategy='auto'); got strategy={shown!r}")
-    opts = _options(select, eps)
+    opts = check_select_options(select, eps)
     terms = as_terms(W, name="W")
     d = len(terms.domain)
     subsets, shapes = [], []

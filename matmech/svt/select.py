@@ -15,11 +15,12 @@ then moves every answer up or leaves it.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real
 from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
@@ -32,7 +33,7 @@ from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vect
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
 
-__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "selection_mechanism", "MECHANISMS"]
+__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "selection_mechanism", "MECHANISMS"]
 
 METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
@@ -43,6 +44,66 @@ THRESHOLD_METHODS = ("svt", "svt-gap", "adaptive-svt")
 #: :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise (:func:`selection_mechanism`).
 MECHANISMS = {"svt": "sparse-vector", "em": "exponential", "topc-gap": "noisy-top-c-gap",
               "svt-gap": "sparse-vector-gap", "adaptive-svt": "adaptive-sparse-vector"}
+
+
+#: Keys of ``release(..., select=...)`` (the rest of select_rows' options come from release).
+SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
+#: threshold="auto" answers a row when its std is at most this fraction of its count.
+DEFAULT_TARGET_REL_ERROR = 0.1
+
+
+def check_select_options(select, eps):
+    """The validated options of ``release(..., select=...)`` (defaults filled in), the rules of
+    both release paths; ``eps`` is the release's total. Raises before anything is read or spent."""
+    if not isinstance(select, Mapping):
+        raise TypeError(
+            "select must be a dict of select_rows options, e.g. dict(method='svt', threshold=2000, c=50, eps=0.3), "
+            f"got {type(select).__name__}: {select!r}"
+        )
+    unknown = sorted(str(k) for k in select if k not in SELECT_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
+            "(neighbors, budget and rng are release's own arguments)"
+        )
+    gap_method = select.get("method") in GAP_METHODS
+    for key in ("c",) if gap_method else ("eps", "c"):
+        if key not in select:
+            raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
+    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal", sigma="auto",
+                vector="auto")
+    opts.update(select)
+    if opts["method"] not in METHODS:
+        raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
+    if "eps" not in select:  # a gap method: the split is advised later (data independent)
+        opts["eps"] = None
+        return _check_threshold_options(opts)
+    opts["eps"] = positive_real(opts["eps"], "select eps")
+    if opts["eps"] >= eps:
+        raise ValueError(
+            f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
+            "the selection's eps comes out of the total and the rest measures the selected rows"
+        )
+    return _check_threshold_options(opts)
+
+
+def _check_threshold_options(opts):
+    """The threshold / target_rel_error part of :func:`check_select_options`."""
+    thr = opts["threshold"]
+    is_auto = isinstance(thr, str) and thr == "auto"
+    if opts["method"] in THRESHOLD_METHODS:
+        if thr is None or (isinstance(thr, str) and not is_auto):
+            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
+                             f"or 'auto'; got {thr!r}")
+    elif thr is not None:
+        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
+                         f"got threshold={thr!r}")
+    if is_auto:
+        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
+        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
+    elif opts["target_rel_error"] is not None:
+        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
+    return opts
 
 
 @dataclass(frozen=True)

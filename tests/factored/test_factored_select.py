@@ -218,12 +218,6 @@ def test_bad_requests_are_refused_before_anything_is_read_or_spent(bad, match, d
     assert eng.calls == [] and budget.ledger == () and rng.bit_generator.state == state
 
 
-def test_the_default_target_is_the_explicit_releases():
-    from matmech.release import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS
-
-    assert fsel.DEFAULT_TARGET_REL_ERROR == DEFAULT_TARGET_REL_ERROR and set(fsel.SELECT_KEYS) == set(SELECT_OPTIONS)
-
-
 # -- error bars: Monte Carlo -------------------------------------------------------------------------
 
 
