@@ -58,11 +58,18 @@ def _write_parquet(domain, records, seed, path):
     pq.write_table(pa.table({f"a{i}": c for i, c in enumerate(cols)}), path)
 
 
-def _read_codes(path):
+def _codes_via_parquet(domain, records, seed, times):
+    """Generated records written to Parquet and read back as codes (times["load parquet"])."""
     import pyarrow.parquet as pq
 
-    t = pq.read_table(path)
-    return np.column_stack([t.column(i).to_numpy() for i in range(t.num_columns)])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "table.parquet")
+        _write_parquet(domain, records, seed, path)
+        t0 = time.perf_counter()
+        t = pq.read_table(path)
+        codes = np.column_stack([t.column(i).to_numpy() for i in range(t.num_columns)])
+        times["load parquet"] = time.perf_counter() - t0
+    return codes
 
 
 def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
@@ -74,12 +81,7 @@ def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
 
     subsets = [s for j in (range(k + 1) if not exact_k else [k]) for s in itertools.combinations(range(len(domain)), j)]
     times = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "table.parquet")
-        _write_parquet(domain, records, seed, path)
-        t0 = time.perf_counter()
-        codes = _read_codes(path)
-        times["load parquet"] = time.perf_counter() - t0
+    codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
     plan = plan_residuals(domain, subsets)
     times["plan"] = time.perf_counter() - t0
@@ -120,12 +122,7 @@ def _case_pure(name, domain, records, k, eps, seed, out):
 
     subsets = [s for j in range(k + 1) for s in itertools.combinations(range(len(domain)), j)]
     times = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "table.parquet")
-        _write_parquet(domain, records, seed, path)
-        t0 = time.perf_counter()
-        codes = _read_codes(path)
-        times["load parquet"] = time.perf_counter() - t0
+    codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
     plan = plan_residuals_laplace(domain, subsets)
     times["plan"] = time.perf_counter() - t0
@@ -175,12 +172,7 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
     W, meta = load(workload)
     domain = tuple(meta["domain"])
     times = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "table.parquet")
-        _write_parquet(domain, records, seed, path)
-        t0 = time.perf_counter()
-        codes = _read_codes(path)
-        times["load parquet"] = time.perf_counter() - t0
+    codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
     A = optimize(W, eps, 0.0, method="gmarginals").strategy
     times["optimise"] = time.perf_counter() - t0
@@ -239,12 +231,7 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
 
     W = marginal_workload(domain, list(itertools.combinations(range(len(domain)), k)))
     times = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "table.parquet")
-        _write_parquet(domain, records, seed, path)
-        t0 = time.perf_counter()
-        codes = _read_codes(path)
-        times["load parquet"] = time.perf_counter() - t0
+    codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
     plan = plan_factored_selection(W, eps, delta, select=select, max_records=2**32, max_memory=8 << 30)
     times["plan (no data)"] = time.perf_counter() - t0

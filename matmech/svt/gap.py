@@ -72,6 +72,25 @@ class GapResult:
     calibration: GapCalibration
 
 
+def _top_c_input(values, c):
+    """(values as an array, c, n) for a top-c selection with a gap to the runner-up: c < n."""
+    arr = check_values(values)
+    c = check_c(c)
+    n = arr.shape[0]
+    if n < 2:
+        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
+    if c >= n:
+        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+    return arr, c, n
+
+
+def _top_c_order(noisy, c):
+    """The c + 1 best of ``noisy`` by (value descending, index ascending): a fixed tie rule."""
+    kth = -np.partition(-noisy, c)[c]
+    cand = np.flatnonzero(noisy >= kth)
+    return cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
+
+
 def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
                     rng=None) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
@@ -80,24 +99,14 @@ def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, mon
     the same direction between neighbours), exactly on the grid; needs c < len(values)
     (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
     """
-    arr = check_values(values)
-    c = check_c(c)
-    n = arr.shape[0]
-    if n < 2:
-        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
-    if c >= n:
-        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+    arr, c, n = _top_c_input(values, c)
     cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
                           integer_values=arr.dtype.kind in "biu")
     g = cal.grid
-    if n:
-        range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
+    range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
     src = noise.check_rng(rng)
     noisy = to_units(arr, g) + draw(cal.query_scale, n, g, src)
-    # The c+1 best by (noisy score descending, index ascending): a fixed tie rule.
-    kth = -np.partition(-noisy, c)[c]
-    cand = np.flatnonzero(noisy >= kth)
-    order = cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
+    order = _top_c_order(noisy, c)
     gaps = noisy[order[:-1]] - noisy[order[1:]]
     return GapResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in gaps), ("rank",) * c,
                      cal.eps, cal.eps, True, n, cal)

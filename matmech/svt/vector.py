@@ -51,6 +51,7 @@ from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import NEIGHBORS, check_neighbors
 from matmech.svt.calibration import MAX_SCALE_UNITS, _scale_on_grid, gap_calibration
+from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import check_c, check_eps, check_sensitivity, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
 
@@ -194,22 +195,14 @@ def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=No
 
     Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
     """
-    arr = check_values(values)
-    c = check_c(c)
-    n = arr.shape[0]
-    if n < 2:
-        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
-    if c >= n:
-        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+    arr, c, n = _top_c_input(values, c)
     cal = vector_calibration("vector-top-c", c=c, eps=eps, sensitivity=sensitivity, n_values=n,
                              integer_values=arr.dtype.kind in "biu")
     g = cal.grid
     range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
     src = noise.check_rng(rng)
     noisy = _noisy_units(arr, cal, src)
-    kth = -np.partition(-noisy, c)[c]
-    cand = np.flatnonzero(noisy >= kth)
-    order = cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
+    order = _top_c_order(noisy, c)  # the tie rule of Noisy Top-c with Gap
     gaps = noisy[order[:-1]] - noisy[order[1:]]
     return VectorResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in noisy[order[:-1]]),
                         tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)

@@ -690,6 +690,23 @@ def em_case(name, *, c, eps=1.0, monotonic=False, n=4) -> Case:
     return Case(name, build, (None, (1, 0, 0, 1)))
 
 
+def _histogram_neighbours(base, neighbors):
+    """(x, x') pairs around the histogram ``base``: one record added to each cell and, under
+    substitution, that record taken from each other non-empty cell."""
+    out = []
+    for j in range(len(base)):
+        up = list(base)
+        up[j] += 1
+        out.append((tuple(base), tuple(up)))
+        if neighbors == "substitute":
+            for k in range(len(base)):
+                if k != j and base[k] > 0:
+                    sw = list(up)
+                    sw[k] -= 1
+                    out.append((tuple(base), tuple(sw)))
+    return out
+
+
 def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Case:
     """``matmech.svt.select.select_rows`` on a small 0/1 workload, x and x +- one record.
 
@@ -701,18 +718,7 @@ def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Cas
     base = [1, 0, 2]
 
     def neighbours():
-        out = []
-        for j in range(3):
-            up = list(base)
-            up[j] += 1
-            out.append((tuple(base), tuple(up)))
-            if neighbors == "substitute":
-                for k in range(3):
-                    if k != j and base[k] > 0:
-                        sw = list(up)
-                        sw[k] -= 1
-                        out.append((tuple(base), tuple(sw)))
-        return out
+        return _histogram_neighbours(base, neighbors)
 
     def run(key, rng):
         t, x = key
@@ -1178,18 +1184,7 @@ def select_vector_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> C
     base = [1, 0, 2]
 
     def neighbours():
-        out = []
-        for j in range(3):
-            up = list(base)
-            up[j] += 1
-            out.append((tuple(base), tuple(up)))
-            if neighbors == "substitute":
-                for k in range(3):
-                    if k != j and base[k] > 0:
-                        sw = list(up)
-                        sw[k] -= 1
-                        out.append((tuple(base), tuple(sw)))
-        return out
+        return _histogram_neighbours(base, neighbors)
 
     def run(key, rng):
         t, x = key
