@@ -30,8 +30,12 @@ Methods (see the modules for the maths and the papers):
   of Kronecker products stops after its first round of block coordinate descent when it is
   then above :data:`KRON_CUTOFF_RATIO` × the best family so far (``params["tried"]["kron"]
   ["stopped"]`` says so; a heuristic, not a certified bound). Each distinct factor of a
-  single Kronecker product (pure ε, ≤ 128 cells) gets the deterministic quadratic-fill
-  multistart (:data:`matmech.optimizers.pure.QUAD_FILL_STARTS`).
+  single Kronecker product (pure ε, ≤ 128 cells, not an identity-total gram a·I + b·11ᵀ:
+  :data:`KRON_SKIP_QUAD_FILLS_IT`) gets the deterministic quadratic-fill multistart
+  (:data:`matmech.optimizers.pure.QUAD_FILL_STARTS`). On a single Kronecker product (pure ε)
+  ``kron`` runs first and ``gmarginals`` / ``kronstack`` start from its factor fits instead of
+  fitting the same 1-D problems again (:data:`SHARE_FIT_MAX_N`); on a union ``gmarginals``
+  runs first (the reference of the early stop).
 
 Pure ε (δ = 0) and the L2 methods never stand in for each other: the L2 optimum pays a
 large L1 sensitivity, and the p-Identity family ignores L2 structure.
@@ -80,6 +84,15 @@ KRON_FILL_STARTS = 1
 #: (adult_W2: RMSE 6750 after round 1, 1127 after 3; loans_W2 10520 → 2135; adultsmall_W2
 #: 27.1 → 23.4), and where it stops (loans, adult) kron ends 8-84× above the best family.
 KRON_CUTOFF_RATIO = 100.0
+#: The quadratic-fill multistart of single-Kronecker factor fits is skipped for identity-total
+#: factor grams a·I + b·11ᵀ (identities, totals, [I; T] stacks: cps_W1, adultsmall_W1): over
+#: n ∈ {2, …, 128} and b/a ∈ {0, 0.1, …, 1000} (60 grams) the 20 extra starts lowered the
+#: fitted trace once, by 1.5e-5 relative (n = 75, b/a = 10), at 5× the time.
+KRON_SKIP_QUAD_FILLS_IT = True
+#: ``method="auto"``: the ``kron`` family's 1-D factor fits of a single Kronecker workload (a
+#: superset of the starts the ``kronstack`` family would run on the same factor) are reused by
+#: ``kronstack`` for factors of at most this many cells (the key is the dense factor gram).
+SHARE_FIT_MAX_N = 1024
 
 
 @dataclass(frozen=True)
@@ -155,8 +168,9 @@ def _candidates(W, delta):
             out.append("kron")
         return out or ["l2"]
     if multi:
-        out.append("gmarginals")
-        out.append("kron")
+        # one Kronecker product: kron first, its factor fits seed gmarginals and kronstack
+        # (SHARE_FIT_MAX_N); a union: gmarginals first, the reference of kron's early stop
+        out += ["kron", "gmarginals"] if len(blocks) == 1 else ["gmarginals", "kron"]
         if len(blocks) > 1 or any(isinstance(f, VStack) for f in blocks[0][1]):
             out.append("kronstack")  # one term without stacked factors: kronstack is kron
     return out or ["pidentity"]
@@ -200,11 +214,12 @@ def _fit_1d(gram_op, delta, *, restarts, rng, maxiter, time_limit, callback, fil
     return opt_pure.PIdentity(fit.theta), fit.value, params
 
 
-def _trace_with(gram_dense, strategy):
-    """sens² · trace(G (AᵀA)⁺) of a 1-D strategy with sens = 1 (our optimisers' outputs)."""
+def _traces_with(grams_dense, strategy):
+    """[sens² · trace(G (AᵀA)⁺)] for each G of ``grams_dense``, for a 1-D strategy with sens = 1
+    (our optimisers' outputs); the dense (AᵀA)⁺ is formed once for all of them."""
     m, _ = pinv_gram(strategy)
     md = m.dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) if not isinstance(m, Identity) else None
-    return float(np.trace(gram_dense)) if md is None else float((gram_dense * md).sum())
+    return [float(np.trace(g)) if md is None else float((g * md).sum()) for g in grams_dense]
 
 
 def check_kron_memory(blocks, limit=None):
@@ -222,11 +237,12 @@ def check_kron_memory(blocks, limit=None):
     return need
 
 
-def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None):
+def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
     blocks = opt_marginals.kron_blocks(W)
     d = len(blocks[0][1])
     if len(blocks) == 1:
         factors, values, params, done = [], [], [], {}
+        prefit = {}  # pure ε: the factor fits, for the kronstack family (SHARE_FIT_MAX_N)
         for i, f in enumerate(blocks[0][1]):
             report(i / d, f"factor {i + 1}/{d} (n={f.shape[1]})")
             op = GramOperator.from_workload(f)
@@ -234,15 +250,24 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None):
             key = (op.kind, op.n, op.scale) if op.kind != "dense" else (op.kind, op.n, op.dense().tobytes())
             if key not in done:
                 # each distinct factor is fitted once here, so small ones get the deterministic
-                # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS)
+                # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS), except identity-total
+                # grams a·I + b·11ᵀ (KRON_SKIP_QUAD_FILLS_IT)
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
-                done[key] = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None,
-                                    fill_starts=KRON_FILL_STARTS, quad_fills=quad)
+                if quad and KRON_SKIP_QUAD_FILLS_IT and opt_marginals._identity_total_gram(op.dense()):
+                    quad = 0
+                fa, fv, fp = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None,
+                                     fill_starts=KRON_FILL_STARTS, quad_fills=quad)
+                done[key] = (fa, fv, {**fp, "quad_fills": quad} if delta == 0 else fp)
             a, v, p = done[key]
+            if delta == 0 and op.n <= SHARE_FIT_MAX_N:
+                prefit[(op.n, op.dense().tobytes())] = (a, v)
             factors.append(a)
             values.append(v)
             params.append(p)
         out = {"factors": tuple(params), "rounds": 1}
+        if shared is not None and prefit:
+            shared["factor_fits"] = prefit
+            shared["kron_factors"] = tuple(factors)
         if delta > 0:
             # the Kronecker product of factor optima is optimal (its dual point factors too):
             # the product of certified factor bounds bounds the product problem
@@ -266,7 +291,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None):
             op = GramOperator.from_gram(g_eff)
             a, _, _ = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None, fill_starts=KRON_FILL_STARTS)
             factors[i] = a
-            costs[:, i] = [_trace_with(row[i], a) for row in grams]
+            costs[:, i] = _traces_with([row[i] for row in grams], a)
             total = float((w2 * np.prod(costs, axis=1)).sum())
             history.append(total)
             if total < best[0]:
@@ -336,12 +361,14 @@ def optimize(
             return _result(W, eps, delta, families[0], *fit, bound=bound)
         # auto over several families: a family's failure is recorded and the next one tried
         best, failed, tried, spent = None, {}, {}, 0.0
+        shared = {}  # work one family leaves for the next (kron's factor fits for kronstack)
         for family in families:
             current[0] = family
             # a kron union run is stopped early when far behind the best so far (KRON_CUTOFF_RATIO)
             cutoff = None if best is None else KRON_CUTOFF_RATIO * best[1][3] / noise_variance(eps, delta, sensitivity=1.0)
             try:
-                fit = _fit(W, eps, delta, family, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report, cutoff=cutoff)
+                fit = _fit(W, eps, delta, family, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report, cutoff=cutoff,
+                           shared=shared)
             except (ValueError, TypeError, MemoryError, np.linalg.LinAlgError, OverflowError, RuntimeError) as ex:
                 failed[family] = f"{type(ex).__name__}: {ex}"
                 continue
@@ -364,7 +391,7 @@ def optimize(
         return _result(W, eps, delta, family, strategy, gap, params, err, spent, bound=bound)
 
 
-def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, cutoff=None):
+def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
     """(strategy, gap, params, total error, seconds) of one family."""
     n = W.shape[1]
     t0 = time.perf_counter()
@@ -381,7 +408,11 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         params["theta"] = {tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
     elif chosen == "gmarginals":
         report(0.0, "generalised marginal lattice")
-        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng)
+        kron_factors = None if shared is None else shared.get("kron_factors")
+        given = None
+        if kron_factors is not None:  # a single Kronecker workload: the kron family's factor fits
+            given = {i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, opt_pure.PIdentity)}
+        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng, factor_thetas=given or None)
         strategy = fit.strategy
         k = len(strategy.domain_sizes)
         params["theta"] = {tuple(i for i in range(k) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
@@ -393,15 +424,18 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         return strategy, None, params, unit * opt_marginals.general_marginal_error(W, strategy), seconds
     elif chosen == "kronstack":
         report(0.0, "union of Kronecker products")
-        fit = opt_kronstack.optimize_kron_stack(W)
+        prefit = None if shared is None else shared.get("factor_fits")
+        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit)
         strategy = fit.strategy
         params = {"terms": fit.terms, "weights": fit.weights, "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)"}
+        if prefit:
+            params["reused_factor_fits"] = len(prefit)
         seconds = time.perf_counter() - t0
         report(1.0, f"done in {seconds:.2f} s")
         return strategy, None, params, noise_variance(eps, delta, sensitivity=1.0) * fit.value, seconds
     elif chosen == "kron":
         strategy, params = _kron(W, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report,
-                                 cutoff=cutoff if delta == 0 else None)
+                                 cutoff=cutoff if delta == 0 else None, shared=shared)
         gap = params.pop("gap", None)
     elif chosen == "sdp":
         if n > opt_l2.MAX_SDP_N:

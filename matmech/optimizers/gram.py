@@ -78,14 +78,16 @@ class GramOperator:
         work = np.empty_like(Z) if work is None else work
         # u_k = z_0 + … + z_{k−1} for the prefix nodes k = 1..n (u_0 = 0); G z = P̃ᵀ L u
         # with (P̃ᵀ v)_j = Σ_{k>j} v_k, so only v_1..v_n matter.
-        np.cumsum(Z, axis=1, out=work)
+        # np.add.accumulate is np.cumsum without its Python wrapper (≈3 µs a call: this runs
+        # per objective evaluation of small p-Identity fits)
+        np.add.accumulate(Z, axis=1, out=work)
         if self.kind == "all_range":
             # complete-graph Laplacian L = (n+1)I − 11ᵀ: v_k = (n+1)u_k − Σ_k' u_k'
             total = work.sum(1, keepdims=True)
             work *= n + 1
             work -= total
         # star Laplacian (prefix) rooted at node 0 with u_0 = 0: v_k = u_k
-        np.cumsum(work, axis=1, out=out)
+        np.add.accumulate(work, axis=1, out=out)
         np.subtract(out[:, -1:], out, out=out)
         out += work
         if self.scale != 1.0:

@@ -82,10 +82,14 @@ def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
 
 
 class _FactorFits:
-    """1-D strategy factors and their traces, fitted once per distinct workload gram."""
+    """1-D strategy factors and their traces, fitted once per distinct workload gram.
 
-    def __init__(self):
-        self.fits = {}
+    ``prefit``: optional {(n, gram bytes): (factor strategy, trace)} fitted elsewhere (e.g. by
+    the ``kron`` family of ``method="auto"``, whose factor fits run a superset of the starts
+    used here), taken instead of a new fit of the same dense gram."""
+
+    def __init__(self, prefit=None):
+        self.fits = {("P", n, b): v for (n, b), v in (prefit or {}).items()}
 
     def __call__(self, f):
         """(strategy factor, key, trace(G (QᵀQ)⁺) with sens(Q) = 1) for the 1-D workload f."""
@@ -108,15 +112,17 @@ class _FactorFits:
         return q, ("P", n, id(q)), v
 
 
-def optimize_kron_stack(W, *, single=None):
+def optimize_kron_stack(W, *, single=None, prefit=None):
     """HDMM's OPT₊ for a union of Kronecker products W (pure ε): one strategy term per
     distinct fitted factor signature, weights by the cube-root rule (see the module).
 
     ``single``: an optional (strategy, value) of a single Kronecker strategy (e.g. from
     ``method="kron"``) returned instead when its value is lower than the union's, so the
-    result is never worse than it. Returns a :class:`KronStackFit`.
+    result is never worse than it. ``prefit``: optional 1-D factor fits to reuse,
+    {(n, dense gram bytes): (strategy factor of sensitivity 1, trace(G (QᵀQ)⁺))} (see
+    :class:`_FactorFits`). Returns a :class:`KronStackFit`.
     """
-    fits = _FactorFits()
+    fits = _FactorFits(prefit)
     best = None
     # the workload's own terms, and (when different) its stacked factors expanded: HDMM's
     # grouping keeps [I; T] factors whole, the expansion gives each part its own budget
