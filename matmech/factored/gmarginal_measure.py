@@ -27,8 +27,9 @@ weighted tables of :mod:`matmech.factored.measure`):
   checked in exact rationals after the scales are rounded up to ``scale_bits`` bits.
 * (ε, δ): Z_S discrete Gaussian of σ_S/h_S, σ_S >= σ₁/θ_S, σ₁ =
   :func:`matmech.privacy.calibration.gaussian_sigma` at Δ₂ = factor·(Σ_S θ_S² Π_{i∈S}
-  ‖Q'ᵢ‖₂²)^{1/2}: independent coordinates, ρ = Σ_S ‖Q'_S Δt_S‖²/(2σ_S²) <= Δ₂²/(2σ₁²)
-  (the argument of :mod:`matmech.factored.measure`).
+  ‖Q'ᵢ‖₂²)^{1/2} (:func:`matmech.optimizers.marginals.general_marginal_sensitivity2`, exact:
+  attained at every attribute's largest column): independent coordinates,
+  ρ = Σ_S ‖Q'_S Δt_S‖²/(2σ_S²) <= Δ₂²/(2σ₁²) (the argument of :mod:`matmech.factored.measure`).
 
 Blocks sharing a scale are drawn in one sampler call, scales ascending, blocks in subset
 order. The plan reads no data; :func:`measure_gmarginal` reads the tables (the caller has
@@ -45,7 +46,7 @@ import numpy as np
 
 from matmech.factored.measure import DEFAULT_SCALE_BITS, bucket_up
 from matmech.linalg.linop import Dense, Identity
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.marginals import GeneralMarginalStrategy, general_marginal_sensitivity2
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import check_max_records
@@ -193,8 +194,9 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
             last = "exact integer arithmetic"
             continue
         if gauss:
-            s2 = sum(float(t) ** 2 * float(math.prod((l2[i] for i in S), start=Fraction(1)))
-                     for S, t in zip(subsets, theta.tolist()))
+            # Δ₂² from the rounded factors' column norms: the function the L2 weight optimiser
+            # uses (exact; the float sums are covered by _SENS_MARGIN)
+            s2 = general_marginal_sensitivity2(A.theta, [float(v) for v in l2])
             sens = factor * math.sqrt(s2) * _SENS_MARGIN
             sigma1 = gaussian_sigma(eps, delta, sens)
             raw = sigma1 / theta / lattice * _SCALE_MARGIN

@@ -26,7 +26,7 @@ import numpy as np
 from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
 from matmech.factored.tables import marginal_tables
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
 from matmech.privacy.budget import check_affordable
 from matmech.privacy.measure import check_counts, check_records
 from matmech.record import Release
@@ -36,7 +36,10 @@ __all__ = ["release_gmarginal", "gmarginal_strategy"]
 
 def gmarginal_strategy(W, eps, delta, strategy):
     """(A, name, note): the caller's GeneralMarginalStrategy, or (``strategy`` None) the one
-    ``optimize(W, eps, method="gmarginals")`` finds (its pure-ε objective, also under δ > 0)."""
+    ``optimize(W, eps, method="gmarginals")`` finds; under δ > 0 its lattice weights are then
+    re-optimised for the Gaussian (L2) error with its factors fixed
+    (:func:`~matmech.optimizers.marginals.reweight_general_marginals_l2`, the L2 sensitivity of
+    :func:`~matmech.optimizers.marginals.general_marginal_sensitivity2` that the measurement uses)."""
     if strategy is not None:
         if not isinstance(strategy, GeneralMarginalStrategy):
             raise TypeError(f"the strategy must be a GeneralMarginalStrategy, got {type(strategy).__name__}")
@@ -46,7 +49,9 @@ def gmarginal_strategy(W, eps, delta, strategy):
     A = optimize(W, eps, 0.0, method="gmarginals").strategy
     note = "optimised by matmech.optimize(method='gmarginals')"
     if delta > 0:
-        note += " for the pure-eps (L1) error, measured with Gaussian noise"
+        A = reweight_general_marginals_l2(W, A).strategy
+        note += (" (factors for the pure-eps error), lattice weights re-optimised for the L2 (Gaussian) error "
+                 "with the factors fixed")
     return A, "gmarginals", note
 
 

@@ -12,11 +12,12 @@ Methods (see the modules for the maths and the papers):
   coordinate descent over the factors (HDMM's OPT⊗);
 * ``"marginals"`` — unions of marginals: the weighted marginal lattice (pure ε, HDMM's
   OPT_M) or the closed-form residual basis (L2, optimal);
-* ``"gmarginals"`` — pure ε, generalised marginals for any union of Kronecker products:
-  weighted attribute subsets measured through per-attribute factor strategies (p-Identity on
+* ``"gmarginals"`` — generalised marginals for any union of Kronecker products: weighted
+  attribute subsets measured through per-attribute factor strategies (p-Identity on
   attributes queried by prefixes, ranges or custom predicates), lattice weights and factors
-  optimised jointly, scored exactly from the factors
-  (:func:`matmech.optimizers.marginals.optimize_general_marginals`);
+  optimised jointly for the pure-ε error, scored exactly from the factors
+  (:func:`matmech.optimizers.marginals.optimize_general_marginals`); under (ε, δ) the
+  lattice weights are then re-optimised for the L2 error with the factors fixed;
 * ``"kronstack"`` — pure ε, a union of Kronecker products with one term per group of
   workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
   small domains and HDMM's upper bound (each group answered by its own term) otherwise,
@@ -64,7 +65,7 @@ from matmech import validate
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 
 METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack")
-_PURE_METHODS = ("pidentity", "gmarginals", "kronstack")
+_PURE_METHODS = ("pidentity", "kronstack")
 _L2_METHODS = ("sdp", "l2")
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
@@ -166,6 +167,8 @@ def _candidates(W, delta):
             out.append("l2")
         if multi and "kron" not in out:
             out.append("kron")
+        if multi and len(blocks) > 1:
+            out.append("gmarginals")  # L2 lattice weights; the only family releasable factored on huge domains
         return out or ["l2"]
     if multi:
         # one Kronecker product: kron first, its factor fits seed gmarginals and kronstack
@@ -412,7 +415,8 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         given = None
         if kron_factors is not None:  # a single Kronecker workload: the kron family's factor fits
             given = {i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, opt_pure.PIdentity)}
-        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng, factor_thetas=given or None)
+        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng, factor_thetas=given or None,
+                                                       norm=2 if delta > 0 else 1)
         strategy = fit.strategy
         k = len(strategy.domain_sizes)
         params["theta"] = {tuple(i for i in range(k) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
@@ -421,7 +425,10 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         seconds = time.perf_counter() - t0
         report(1.0, f"done in {seconds:.2f} s")
         unit = noise_variance(eps, delta, sensitivity=1.0)
-        return strategy, None, params, unit * opt_marginals.general_marginal_error(W, strategy), seconds
+        if delta > 0:
+            params["weights"] = "lattice weights re-optimised for the L2 (Gaussian) error, factors from the pure-eps fit"
+        error = opt_marginals.general_marginal_error(W, strategy, p=2 if delta > 0 else 1)
+        return strategy, None, params, unit * error, seconds
     elif chosen == "kronstack":
         report(0.0, "union of Kronecker products")
         prefit = None if shared is None else shared.get("factor_fits")

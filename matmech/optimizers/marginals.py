@@ -54,6 +54,10 @@ __all__ = [
     "GeneralMarginalFit",
     "general_marginal_error",
     "optimize_general_marginals",
+    "factor_col_norm2",
+    "general_marginal_sensitivity2",
+    "general_marginal_l2_objective",
+    "reweight_general_marginals_l2",
 ]
 
 #: Largest number of attributes for the lattice optimiser (2^k subsets).
@@ -849,14 +853,53 @@ def _problem(W, free=None):
     return _GeneralProblem(terms, domain, free), domain, blocks
 
 
-def general_marginal_error(W, A):
-    """sens₁(A)² · trace(WᵀW (AᵀA)⁻) for a union of Kronecker products W on a
+def general_marginal_error(W, A, *, p=1):
+    """sens_p(A)² · trace(WᵀW (AᵀA)⁻) for a union of Kronecker products W on a
     :class:`GeneralMarginalStrategy` A, exactly, from the factors: the total error in units of
-    the noise variance of a unit-sensitivity measurement (times 2/ε² for Laplace).
+    the noise variance of a unit-sensitivity measurement (times 2/ε² for Laplace; σ² of the
+    unit-L2 Gaussian for p=2, where sens₂² is :func:`general_marginal_sensitivity2`).
     Raises ValueError if some query of W is outside A's row space."""
     if not isinstance(A, GeneralMarginalStrategy):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
+    if p not in (1, 2):
+        raise ValueError(f"p must be 1 (pure eps) or 2 (Gaussian), got {p!r}")
+    if p == 2:
+        return general_marginal_sensitivity2(A.theta, [factor_col_norm2(f) for f in A.factors]) * _general_trace(W, A)
     return float(A.sensitivity(1)) ** 2 * _general_trace(W, A)
+
+
+def factor_col_norm2(Q):
+    """Largest squared column L2 norm maxⱼ ‖Q eⱼ‖² of one attribute's factor strategy (1 for
+    the identity and for the total 1ᵀ)."""
+    if isinstance(Q, Identity):
+        return 1.0
+    return float(np.max(np.asarray(Q.col_norms(2), dtype=np.float64))) ** 2
+
+
+def _inside_products(c):
+    """Π_{i∈S} cᵢ for every mask S (bit i = attribute i in S)."""
+    out = np.ones(1)
+    for ci in c:
+        out = np.concatenate([out, out * float(ci)])
+    return out
+
+
+def general_marginal_sensitivity2(theta, col2):
+    """The squared L2 sensitivity Δ₂² = Σ_S θ_S² Π_{i∈S} cᵢ of the strategy with lattice weights
+    ``theta`` (one per mask S, bit i = attribute i in S) and per-attribute factors whose largest
+    squared column L2 norms are ``col2`` (cᵢ, :func:`factor_col_norm2`).
+
+    Exact, not a bound: the column (j₁, …, j_k) of θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ) stacked over S has
+    squared norm Σ_S θ_S² Π_{i∈S} ‖Qᵢ e_{jᵢ}‖² (the total 1ᵀ has unit columns), a sum of products
+    of non-negative per-attribute numbers, non-decreasing in each; so its maximum over the product
+    domain is attained jointly at every attribute's largest column. The one function used by the
+    L2 weight optimiser here and by the (ε, δ) measurement
+    (:func:`matmech.factored.gmarginal_measure.plan_gmarginal`), so the two agree."""
+    th = np.asarray(theta, dtype=np.float64)
+    c = [float(v) for v in col2]
+    if th.shape != (1 << len(c),):
+        raise ValueError(f"need {1 << len(c)} lattice weights for {len(c)} attributes, got shape {th.shape}")
+    return float(np.dot(th * th, _inside_products(c)))
 
 
 def _general_trace(W, A):
@@ -882,7 +925,8 @@ def _general_trace(W, A):
 
 @dataclass(frozen=True)
 class GeneralMarginalFit:
-    """Outcome of :func:`optimize_general_marginals`: value = sens₁² · trace(G (AᵀA)⁻)."""
+    """Outcome of :func:`optimize_general_marginals`: value = sens₁² · trace(G (AᵀA)⁻)
+    (sens₂² · trace(G (AᵀA)⁻) with ``norm=2`` and from :func:`reweight_general_marginals_l2`)."""
 
     strategy: GeneralMarginalStrategy
     value: float
@@ -922,7 +966,7 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
     return np.asarray(fit.theta, dtype=np.float64)
 
 
-def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT_ITER, factor_thetas=None):
+def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT_ITER, factor_thetas=None, norm=1):
     """Generalised marginals for a union of Kronecker products W (pure ε): minimise
     (Σθ_S)² trace(G_W (AᵀA)⁻) over the lattice weights θ ≥ 0 and, jointly, the p-Identity
     factors Θᵢ ≥ 0 of the attributes whose workload factors are neither identities nor totals
@@ -937,7 +981,13 @@ def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT
     ``factor_thetas``: optional {attribute: Θᵢ (p×dᵢ, ≥ 0)} taken instead of :func:`_fit_factor`
     for the free attributes among them (the others keep the identity), e.g. the ``kron``
     family's factor fits of a single Kronecker workload (where :func:`_fit_factor` solves the
-    same 1-D problem with fewer starts: cps_W2 RMSE 40.5396 in 0.08 s instead of 40.6064 in 0.4 s)."""
+    same 1-D problem with fewer starts: cps_W2 RMSE 40.5396 in 0.08 s instead of 40.6064 in 0.4 s).
+
+    ``norm=2`` ((ε, δ), Gaussian noise): the pure-ε strategy above, then its lattice weights
+    re-optimised for the L2 error with its factors fixed (:func:`reweight_general_marginals_l2`);
+    ``value`` is then Δ₂² · trace(G_W (AᵀA)⁻)."""
+    if isinstance(norm, bool) or norm not in (1, 2):
+        raise ValueError(f"norm must be 1 (pure eps) or 2 (Gaussian, delta > 0), got {norm!r}")
     prob, domain, blocks = _problem(W)
     k = prob.k
     supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
@@ -1017,6 +1067,9 @@ def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT
     factors = [PIdentity(thetas[i]) if i in thetas else None for i in range(k)]
     strategy = GeneralMarginalStrategy(domain, th, factors)
     value = prob.value(th, strategy.factor_inverses())
+    if norm == 2:
+        fit = reweight_general_marginals_l2(W, strategy)
+        return GeneralMarginalFit(fit.strategy, fit.value, fit.theta, tuple(records) + fit.starts)
     return GeneralMarginalFit(strategy, value, th, tuple(records))
 
 
@@ -1070,3 +1123,102 @@ def _joint_descent(prob, th0, thetas0, maxiter, records, idx):
     records.append(("joint (θ, Θ) descent", f0, f))
     th, ths = unpack(x)
     return th, {i: t.copy() for i, t in ths.items()}, f
+
+
+# -- (ε, δ): the lattice weights for the L2 (Gaussian) error, the factors fixed ----------------------
+#
+# Under Gaussian noise the error of θ with fixed factors is Δ₂(θ)² · Σ_T η_T/λ_T(θ) with
+# Δ₂² = Σ_S θ_S² c_S, c_S = Π_{i∈S} cᵢ (:func:`general_marginal_sensitivity2`). With
+# φ_S = θ_S √c_S it is ‖φ‖² · Σ_T η_T/λ_T, λ_T = Σ_{S ⊇ T} φ_S² (Π_{i∉S} gᵢ)/c_S: the p=2 lattice
+# objective of :class:`_LatticeObjective` with out_prod divided by c_S.
+
+
+class _L2Weights:
+    """θ ↦ (Δ₂(θ)² Σ_T η_T/λ_T(θ), gradient in θ) for W's problem ``prob`` and A's factors."""
+
+    def __init__(self, prob, A):
+        eta, mult, outg = prob.theta_objective(A.factor_inverses())
+        c = _inside_products([factor_col_norm2(f) for f in A.factors])
+        self.root = np.sqrt(c)
+        self.phi = _LatticeObjective(eta, mult, outg / c, prob.k, p=2)  # the objective in φ = θ√c
+
+    def __call__(self, theta, gradient=True):
+        r = self.phi(np.asarray(theta, dtype=np.float64) * self.root, gradient=gradient)
+        return (r[0], r[1] * self.root) if gradient else r
+
+
+def general_marginal_l2_objective(W, A, theta=None):
+    """(value, gradient) of the (ε, δ) objective Δ₂(θ)² · trace(WᵀW (AᵀA)⁻) of the lattice
+    weights ``theta`` (default A's own; one per mask, bit i = attribute i in S) with the factors
+    of the :class:`GeneralMarginalStrategy` A fixed; Δ₂² is :func:`general_marginal_sensitivity2`.
+    The value is +inf (gradient zero) when θ cannot answer W."""
+    if not isinstance(A, GeneralMarginalStrategy):
+        raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
+    prob, domain, _ = _problem(W, free=())
+    if domain != A.domain_sizes:
+        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+    th = A.theta if theta is None else np.asarray(theta, dtype=np.float64)
+    if th.shape != A.theta.shape or not np.all(np.isfinite(th)) or np.any(th < 0):
+        raise ValueError(f"theta must be {A.theta.size} non-negative finite weights, got shape {th.shape}")
+    f, g = _L2Weights(prob, A)(th)
+    return float(f), g
+
+
+def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
+    """The lattice weights θ ≥ 0 of a :class:`GeneralMarginalStrategy` re-optimised for the
+    (ε, δ) error Δ₂(θ)² · trace(WᵀW (AᵀA)⁻), A's factors kept →
+    :class:`GeneralMarginalFit` (``value`` that L2 objective; never above A's own: its θ is a
+    start and the better of the two is kept). Deterministic: L-BFGS-B from A's θ, the
+    workload's subsets and uniform weights on the variables (every subset when k ≤
+    :data:`GENERAL_FULL_LATTICE`, else those of at most workload order + :data:`GENERAL_EXTRA_ORDER`
+    attributes, plus A's own subsets)."""
+    if not isinstance(A, GeneralMarginalStrategy):
+        raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
+    prob, domain, blocks = _problem(W, free=())
+    if domain != A.domain_sizes:
+        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+    k = prob.k
+    obj = _L2Weights(prob, A)
+    root = obj.root
+    supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
+    sizes = np.array([bin(m).count("1") for m in range(1 << k)])
+    order = max(len(s) for s in supports)
+    closure = np.ones(1 << k, dtype=bool) if k <= GENERAL_FULL_LATTICE else (sizes <= order + GENERAL_EXTRA_ORDER) | (A.theta > 0)
+    idx = np.flatnonzero(closure)
+
+    def fun(x):
+        phi = np.zeros(1 << k)
+        phi[idx] = x
+        f, g = obj.phi(phi)
+        return f, g[idx]
+
+    own = np.zeros(1 << k)
+    for (w2, _), s in zip(blocks, supports):
+        own[sum(1 << i for i in s)] += math.sqrt(w2)
+    starts = [("given weights", A.theta), ("workload subsets", own), ("uniform on the lattice", np.ones(1 << k))]
+    records, best = [], None
+    for name, th0 in starts:
+        phi0 = (th0 * closure * root)[idx]
+        x0 = phi0 / max(float(np.sqrt((phi0 * phi0).sum())), 1e-300)
+        f0 = fun(x0)[0]
+        if not np.isfinite(f0):  # a start that cannot answer the workload
+            records.append(("L2 weights: " + name, f0, f0))
+            continue
+        x, fx = lbfgsb_nonneg(fun, x0, maxiter=maxiter, ftol=1e-13, gtol=1e-12)
+        x, f = (x, float(fx)) if fx <= f0 else (x0, f0)
+        records.append(("L2 weights: " + name, f0, f))
+        if best is None or f < best[1]:
+            best = (x, f)
+    given = float(obj(A.theta, gradient=False))
+    th = None
+    if best is not None:
+        th = np.zeros(1 << k)
+        th[idx] = best[0]
+        th = th / root
+        th = th / th.sum()
+        th[th < 1e-12] = 0.0
+        value = float(obj(th, gradient=False)) if np.any(th > 0) else math.inf
+    if th is None or not value < given:  # keep A's θ unless strictly better
+        th, value = np.array(A.theta, dtype=np.float64), given
+    strategy = GeneralMarginalStrategy(domain, th, A.factors)
+    return GeneralMarginalFit(strategy, value, strategy.theta, tuple(records))
