@@ -475,7 +475,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             op = GramOperator.from_workload(W)
             # every start (restarts, plus HDMM's OPT₀ start up to HDMM_START_MAX_N cells) and
             # the polish of the best
-            starts = restarts + (n <= opt_pure.HDMM_START_MAX_N)
+            starts = restarts + (n <= opt_pure.HDMM_START_MAX_N) + (n >= opt_pure.WIDE_HAT_MIN_N)
             polish = opt_pure.ONE_D_POLISH if n <= opt_pure.ONE_D_POLISH_MAX_N else opt_pure.default_polish(n)
             cap = (maxiter or opt_pure.default_maxiter(n)) * starts + polish
             count = [0]

@@ -12,9 +12,10 @@ evaluated with the Woodbury identity (I + ΘᵀΘ)⁻¹ = I − Θᵀ(I_p + ΘΘ
 (plus p products with G, which are O(pn) for all-range and prefix grams through their
 closed forms). A hierarchical strategy without its leaves' weights is a point of this
 family (Θ = the rows of the internal nodes), so starting from the best hierarchy means the
-optimum is never worse than it; HDMM's own OPT₀ start (p = n/16 rows, Θ ~ U[0, 1):
-:func:`hdmm_theta`) is a start too (n ≤ 2048), so the result is never worse than HDMM's
-start optimised with the same budget. Projected L-BFGS (:mod:`matmech.optimizers.lbfgs`) with the analytic
+optimum is never worse than it; from 1024 cells the hats on the b = 20 levels (fewer,
+wider rows: :data:`WIDE_HAT_BRANCHING`) are a second start; HDMM's own OPT₀ start
+(p = n/16 rows, Θ ~ U[0, 1): :func:`hdmm_theta`) is a start too (n ≤ 2048), so the result
+is never worse than HDMM's start optimised with the same budget. Projected L-BFGS (:mod:`matmech.optimizers.lbfgs`) with the analytic
 gradient of :func:`objective` does the rest.
 """
 
@@ -58,6 +59,8 @@ __all__ = [
     "QUAD_FILL_MAX_N",
     "ONE_D_POLISH",
     "ONE_D_POLISH_MAX_N",
+    "WIDE_HAT_BRANCHING",
+    "WIDE_HAT_MIN_N",
 ]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
@@ -102,7 +105,7 @@ class _Objective:
         gram.rows(z, out=y, work=w)
         y *= s  # Y = Θ G̃
         r = th @ th.T
-        r[np.diag_indices_from(r)] += 1.0
+        r.flat[:: r.shape[0] + 1] += 1.0  # the diagonal (a strided view: no index arrays)
         ri = _spd_inverse(r)
         np.matmul(ri, y, out=u)
         np.multiply(u, th, out=w)
@@ -127,8 +130,16 @@ def _spd_inverse(r):
     if info != 0:
         raise np.linalg.LinAlgError(f"I + ΘΘᵀ is not positive definite (LAPACK info {info})")
     inv, info = sla.lapack.dpotri(c, lower=1)
-    inv = np.tril(inv)
-    return inv + np.tril(inv, -1).T
+    # the lower triangle holds the inverse: mirror it (cached index arrays; tril + tril.T
+    # cost more than the factorisation at the p ≤ 10 of small factor fits)
+    upper = _UPPER.get(inv.shape[0])
+    if upper is None:
+        upper = _UPPER.setdefault(inv.shape[0], np.triu_indices(inv.shape[0], 1))
+    inv[upper] = inv.T[upper]
+    return inv
+
+
+_UPPER = {}  # p -> the strict upper triangle's indices, for _spd_inverse
 
 
 # -- the strategy --------------------------------------------------------------------------------
@@ -488,39 +499,66 @@ def _lbfgs(gram, th0, maxiter, ftol, deadline, callback):
 #: family: these only seed the optimiser, a few good starts rather than every b scored.
 START_BRANCHINGS = (16, 8, 32, 4, 64, 2)
 
+#: From this many cells a second hat start joins the first hierarchy's: the hats on the
+#: levels of b = 20 (:func:`hat_theta`; p ≈ n/20 finest rows, level weights fitted by
+#: :func:`_fit_level_weights`, levels fitted to 0 dropped). Prefix n = 2048: after 40
+#: iterations RMSE 10.778 against 10.984 from the b = 16 hats, 10.749 after 300 (b = 16:
+#: 10.801; OPT₀ from HDMM's start: 10.750 after ~1,050 iterations); all ranges n = 4096: 14.204
+#: against 14.278 after 40. Elsewhere b = 16 stays ahead (all ranges n ≤ 2048, prefix 4096),
+#: so both run and the better continues.
+WIDE_HAT_BRANCHING, WIDE_HAT_MIN_N = 20, 1024
+
+
+def _wide_hat_start(gram, branching, max_rows):
+    """(name, Θ) of the hats of :func:`hat_theta` on the levels of ``branching`` with fitted
+    level weights, or None when they have no row or more than ``max_rows`` + 1 rows."""
+    hat, depth = hat_theta(gram.n, branching, True)
+    if not 0 < hat.shape[0] <= max_rows + 1:
+        return None
+    w, _ = _fit_level_weights(gram, hat, depth, iters=15)
+    keep = w[depth] > 1e-9 * max(float(w.max()), 1e-300)
+    if not keep.any():
+        return None
+    return f"hats b={branching} (fitted level weights)", (hat * w[depth][:, None])[keep]
+
 
 def default_maxiter(n):
-    """Iteration budget per start: 200 up to 512 cells, 40 up to 2048, 80 above.
+    """Iteration budget per start: 200 up to 512 cells, 40 above.
 
     From the hat starts the first tens of iterations do nearly all the work: at n = 1024
     (all ranges / prefix) 40 iterations reach RMSE 11.04 / 9.55 (HDMM: 11.09 / 9.59) in
-    about 0.4 s on two cores, 200 iterations only 11.01 / 9.53; at n = 4096 prefix still
-    gains (12.36 after 20, 12.04 after 80), all ranges 14.27 after 80. Pass ``maxiter`` for
-    more.
+    about 0.4 s on two cores, 200 iterations only 11.01 / 9.53. Above 1024 cells 40 are
+    enough to rank the starts (the b = 16 and b = 20 hats, :data:`WIDE_HAT_BRANCHING`); the
+    best then gets :func:`default_polish`. Pass ``maxiter`` for more.
     """
-    return 200 if n <= 512 else 40 if n <= 2048 else 80
+    return 200 if n <= 512 else 40
 
 
 #: Largest n for which HDMM's own start (:func:`hdmm_theta`) is among the default starts. Up
 #: to 2048 cells it costs at most about as much as the tree start (≤ ~1 s); above it, at
-#: the default budget of 80 iterations, it costs 12 s (n = 4096) to 70 s (n = 8192) on one
-#: core and ends far above the hat start (a random Θ needs hundreds of iterations).
+#: 80 iterations, it costs 12 s (n = 4096) to 70 s (n = 8192) on one core and ends far
+#: above the hat start (a random Θ needs hundreds of iterations).
 HDMM_START_MAX_N = 2048
 
 
 def default_polish(n):
     """Extra iterations for the best start after all starts ran: 400 up to 512 cells, 160 up
-    to 1024, else 0 (:data:`ONE_D_POLISH` for a whole 1-D workload of ≤ 256 cells).
+    to 1024, 460 up to 2048, 80 above (:data:`ONE_D_POLISH` for a whole 1-D workload of
+    ≤ 256 cells).
 
     At n = 512, all ranges, HDMM's start (the winner) reaches RMSE 9.5845 after the 200
     iterations of :func:`default_maxiter`, then 9.5793 / 9.5785 / 9.5754 after 200 / 400 /
     800 more (HDMM's OPT₀: 9.580); 400 cost about 0.6 s there (≤ 2 ms an iteration). At
     n = 1024, prefix, the hat start goes 9.545 → 9.528 with 160 more (+0.9 s; OPT₀ from
-    HDMM's start after 3000 iterations: 9.533). At 2048 (prefix 10.984 → 10.771 after 400
-    more, ≈ 9 s) the default leaves it to ``polish``. The stopping rule (10·ftol over 10
-    iterations) ends many polishes before the cap.
+    HDMM's start after 3000 iterations: 9.533). At 2048, prefix, the b = 20 hats go
+    10.778 → 10.744 with 460 more (OPT₀ from HDMM's start: 10.750 after ~1,050
+    iterations, 10.740 after 3,000; as HDMM's code runs it, scipy L-BFGS-B with ftol 1e-4:
+    10.836-11.061 over three seeds, 30-60 s each); all ranges 12.546 → 12.52. Above 2048
+    cells an iteration costs 0.1-1 s: 80 more (4096: prefix 12.158 → 12.017, all ranges
+    14.204 → 14.191). The stopping rule (10·ftol over 10 iterations) ends many polishes
+    before the cap.
     """
-    return 400 if n <= 512 else 160 if n <= 1024 else 0
+    return 400 if n <= 512 else 160 if n <= 1024 else 460 if n <= 2048 else 80
 
 
 #: Polish of a whole 1-D workload (``method="pidentity"``) up to :data:`ONE_D_POLISH_MAX_N`
@@ -560,6 +598,10 @@ def _starts(gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fi
             break
     if not starts:  # no hierarchy fits: a flat start
         starts.append(("flat", np.full((p_rand, n), 1.0 / p_rand)))
+    if n >= WIDE_HAT_MIN_N and WIDE_HAT_BRANCHING < n:
+        wide = _wide_hat_start(gram, WIDE_HAT_BRANCHING, max_rows)
+        if wide is not None and all(name != wide[0] for name, _ in starts):
+            starts.append(wide)
     if hdmm is not None:
         starts.append((f"hdmm p={hdmm.shape[0]} U[0,1)", hdmm))
         if n <= QUADRATIC_FILL_MAX_N:
@@ -597,7 +639,8 @@ def fit_pidentity(
     ``restarts`` starting points: the hierarchies of ``branchings`` (in that order, those
     with b < n and at most ``max_rows`` internal nodes, default n/8) with level weights
     fitted in closed form; with an ``rng`` only the first hierarchy and then random
-    Θ ~ U(0, 4/p), p = ``p`` rows (default n/16). In addition, HDMM's own OPT₀ start
+    Θ ~ U(0, 4/p), p = ``p`` rows (default n/16). From :data:`WIDE_HAT_MIN_N` cells also
+    the hats on the b = 20 levels (:data:`WIDE_HAT_BRANCHING`). In addition, HDMM's own OPT₀ start
     (:func:`hdmm_theta`: p = n/16 rows, Θ ~ U[0, 1), the first draw from ``rng``, or its
     deterministic fill when ``rng`` is None) when ``hdmm_start`` is true (default: for
     n ≤ :data:`HDMM_START_MAX_N`), so the result is never worse than HDMM's start
