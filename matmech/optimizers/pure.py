@@ -32,6 +32,7 @@ from matmech.linalg.lazy import sla
 from matmech.optimizers.blas import blas_threads
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.optimizers.lbfgs import projected_lbfgs
+from matmech.optimizers.multistart import lockstep_starts
 from matmech.linalg.linop import LinOp, check_size, register
 from matmech.optimizers.gram import MAX_GRAM_N
 from matmech.linalg.spectral import BlockSpectral
@@ -682,10 +683,13 @@ def fit_pidentity(
         starts = _starts(gram, rng=rng, restarts=restarts, branchings=branchings, max_rows=max_rows,
                          p_rand=p_rand, hdmm_start=hdmm_start, fill_starts=fill_starts, quad_fills=quad_fills)
         best, records, evals = None, [], 0
-        for name, th0 in starts:
+        # a large group of same-shape starts (the quadratic-fill multistart) runs in lockstep:
+        # the same results per start, without the per-call overhead (matmech.optimizers.multistart)
+        lockstep = lockstep_starts(gram, starts, maxiter=maxiter, ftol=ftol) if deadline is None and callback is None else {}
+        for i, (name, th0) in enumerate(starts):
             f0 = objective(th0, gram, gradient=False)
             try:
-                th, f, nit, ne = _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
+                th, f, nit, ne = lockstep[i] if i in lockstep else _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
             except np.linalg.LinAlgError:
                 if not name.startswith("fill"):
                     raise
