@@ -14,40 +14,11 @@ from matmech.factored.gmarginal_measure import plan_gmarginal
 from matmech.factored.gmarginal_release import gmarginal_strategy
 from matmech.factored.gmarginal_solve import GMarginalSolver
 from matmech.factored.terms import as_terms
-from matmech.linalg.linop import Dense, Kron, VStack
+from matmech.linalg.linop import Kron, VStack
 from matmech.optimizers import marginals as M
 from matmech.optimizers.dispatch import optimize
-from matmech.optimizers.pure import PIdentity
 
-
-def _factor(kind, n, rng):
-    if kind == "I":
-        return wl.identity(n)
-    if kind == "T":
-        return wl.total(n)
-    if kind == "P":
-        return wl.prefix(n)
-    if kind == "R":
-        return wl.all_range(n)
-    if kind == "IT":
-        return VStack([wl.identity(n), wl.total(n)])
-    return Dense(rng.standard_normal((2, n)))
-
-
-def _random_case(seed, zero_frac=0.0):
-    rng = np.random.default_rng(seed)
-    k = int(rng.integers(2, 4))
-    dom = tuple(int(d) for d in rng.integers(1, 5, size=k))
-    terms = []
-    for _ in range(int(rng.integers(1, 4))):
-        kinds = rng.choice(["I", "T", "P", "R", "IT", "D"], size=k)
-        terms.append(Kron(*[_factor(kd, d, rng) for kd, d in zip(kinds, dom)]))
-    W = VStack(terms, weights=rng.uniform(0.5, 2.0, len(terms)))
-    th = rng.uniform(0.1, 1.0, 1 << k)
-    th[rng.uniform(size=th.size) < zero_frac] = 0.0
-    th[-1] = max(th[-1], 0.1)  # the full subset: every query answerable
-    factors = [PIdentity(rng.uniform(0, 1, (int(rng.integers(1, 3)), d))) if rng.uniform() < 0.6 else None for d in dom]
-    return W, M.GeneralMarginalStrategy(dom, th, factors)
+from gmarginal_cases import random_case as _random_case
 
 
 def _dense_l2(W, A):

@@ -15,35 +15,7 @@ from matmech.optimizers import marginals as M
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.pure import PIdentity, objective
 
-
-def _factor(kind, n, rng):
-    if kind == "I":
-        return wl.identity(n)
-    if kind == "T":
-        return wl.total(n)
-    if kind == "P":
-        return wl.prefix(n)
-    if kind == "R":
-        return wl.all_range(n)
-    if kind == "IT":
-        return VStack([wl.identity(n), wl.total(n)])
-    return Dense(rng.standard_normal((2, n)))
-
-
-def _random_case(seed, zero_frac=0.0):
-    rng = np.random.default_rng(seed)
-    k = int(rng.integers(2, 4))
-    dom = tuple(int(d) for d in rng.integers(1, 5, size=k))
-    terms = []
-    for _ in range(int(rng.integers(1, 4))):
-        kinds = rng.choice(["I", "T", "P", "R", "IT", "D"], size=k)
-        terms.append(Kron(*[_factor(kd, d, rng) for kd, d in zip(kinds, dom)]))
-    W = VStack(terms, weights=rng.uniform(0.5, 2.0, len(terms)))
-    th = rng.uniform(0.1, 1.0, 1 << k)
-    th[rng.uniform(size=th.size) < zero_frac] = 0.0
-    th[-1] = max(th[-1], 0.1)  # the full subset: every query answerable
-    factors = [PIdentity(rng.uniform(0, 1, (int(rng.integers(1, 3)), d))) if rng.uniform() < 0.6 else None for d in dom]
-    return W, M.GeneralMarginalStrategy(dom, th, factors)
+from gmarginal_cases import random_case as _random_case
 
 
 def _dense_error(W, A):
@@ -156,7 +128,6 @@ def test_huge_domain_is_factored():
     # 10¹⁶ cells: all 2-way products of prefixes (4 ordered attributes) and identities (4 others)
     import itertools
 
-    dom = (100,) * 8
     kinds = [wl.prefix(100)] * 4 + [wl.identity(100)] * 4
     blocks = [Kron(*[kinds[i] if i in pair else wl.total(100) for i in range(8)]) for pair in itertools.combinations(range(8), 2)]
     W = VStack(blocks)
