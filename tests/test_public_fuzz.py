@@ -140,6 +140,11 @@ def _gap(r):
     assert isinstance(r, svt.GapResult) and len(r.positions) == len(r.gaps) and _finite(list(r.gaps) or [0.0])
 
 
+def _vector(r):
+    assert isinstance(r, svt.VectorResult) and len(r.positions) == len(r.values) == len(r.gaps)
+    assert _finite(list(r.values) or [0.0])
+
+
 def _gap_result():
     return svt.sparse_vector_gap([1.0, 50.0, 3.0, 80.0], 10.0, c=2, eps=1.0, rng=_rng())
 
@@ -317,6 +322,12 @@ ENTRIES = [
     Entry("svt.noisy_top_c_gap", svt.noisy_top_c_gap, dict(values=[1.0, 50.0, 3.0], c=2, eps=1.0, rng=_rng()), _gap),
     Entry("svt.adaptive_sparse_vector", svt.adaptive_sparse_vector, dict(values=[1.0, 50.0, 3.0, 80.0], threshold=10.0,
                                                                         c=1, eps=1.0, rng=_rng()), _gap),
+    Entry("svt.noisy_vector_top_c", svt.noisy_vector_top_c, dict(values=[1.0, 50.0, 3.0], c=2, eps=1.0,
+                                                              sensitivity=1.0, rng=_rng()), _vector),
+    Entry("svt.noisy_vector_threshold", svt.noisy_vector_threshold,
+          dict(values=[1.0, 50.0, 3.0, 80.0], threshold=10.0, c=2, eps=1.0, sensitivity=1.0, rng=_rng()), _vector),
+    Entry("svt.joint_sensitivity", svt.joint_sensitivity, dict(W=np.eye(3), neighbors="add_remove"),
+          lambda r: _expect(r == 1.0, r)),
     Entry("svt.gap_calibration", svt.gap_calibration, dict(method="svt-gap", c=2, eps=1.0),
           lambda r: _expect(isinstance(r, svt.GapCalibration), r)),
     Entry("svt.gap_measurement", lambda threshold: svt.gap_measurement(_gap_result(), threshold), dict(threshold=10.0),
@@ -338,7 +349,7 @@ ENTRIES = [
 RECORDS = {"workloads", "strategies", "LinOp", "Measurement", "Release", "OptimizeResult", "Advice", "Selection",
            "BudgetExceededError", "Spec", "SpecError", "SparseVectorExhausted", "SVTResult", "TopCResult",
            "SVTCalibration", "SVTBudget", "Ledger", "SparseVector", "PrivacyBudget", "GapCalibration", "GapResult",
-           "GapMeasurement"}
+           "GapMeasurement", "VectorResult"}
 
 #: Argument names as messages may phrase them.
 ALIASES = {"W": ("workload", "W "), "A": ("strategy", "A "), "x": ("x", "counts"), "a": ("factor", "argument 0", "workload"),
