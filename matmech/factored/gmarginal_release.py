@@ -61,6 +61,8 @@ def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max
     :class:`~matmech.record.Release` (``strategy`` the measured one, with its rounded factors;
     ``measurement`` and ``estimate`` None). Arguments as
     :func:`matmech.factored.release.release_factored`, already validated there."""
+    what = f"release {wt.rows} queries (gmarginals, factored)"
+    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
     A, name, note = gmarginal_strategy(W, eps, delta, A)
     if tuple(A.domain_sizes) != tuple(wt.domain):
         raise ValueError(f"the strategy's attribute sizes {A.domain_sizes} differ from the workload's {wt.domain}")
@@ -73,7 +75,6 @@ def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max
                          f"{max_memory / 2**30:.1f} GiB): {rows:,} answers, {len(plan.subsets):,} measured subsets, "
                          f"{len(solver.classes):,} classes")
     var = solver.variances(wt)  # raises if W is outside the row space
-    what = f"release {rows} queries (gmarginals, factored)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads data from here on -------------------------------------------------------------
     tables = marginal_tables(data, wt.domain, list(plan.subsets) + [()])
