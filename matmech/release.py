@@ -62,6 +62,7 @@ from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
     check_select_options,
+    shown_select_options,
     check_selection,
     entry_range,
     plan_selection,
@@ -165,15 +166,6 @@ def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, ma
 
 
 # -- release with a private row selection in front ----------------------------------------
-
-
-def _shown_options(opts):
-    """The select options for the record: a per-row threshold array is summarised."""
-    out = dict(opts)
-    thr = out["threshold"]
-    if thr is not None and not isinstance(thr, str):
-        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
-    return MappingProxyType(out)
 
 
 def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
@@ -305,7 +297,8 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
     sel = run_selection(sel_plan, rng=rng)
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
-    record = dict(selected=rows, selection=sel, eps_select=plan_sel.opts["eps"], select_options=_shown_options(plan_sel.opts))
+    record = dict(selected=rows, selection=sel, eps_select=plan_sel.opts["eps"],
+                  select_options=MappingProxyType(shown_select_options(plan_sel.opts)))
     if rows.size == 0:
         return _nothing_selected(W, eps, delta, budget=budget, neighbors=neighbors, record=record)
     sub = take_rows(W, rows)

@@ -71,7 +71,7 @@ from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
 from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
 from matmech.svt.select import (SelectionPlan, check_select_options, check_selection, run_selection,
-                                selection_mechanism)
+                                selection_mechanism, shown_select_options)
 from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
@@ -504,14 +504,6 @@ def row_projection(plan, rows):
     return Qk @ Qk.T
 
 
-def _shown(opts):
-    out = dict(opts)
-    thr = out["threshold"]
-    if thr is not None and not isinstance(thr, str):
-        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
-    return out
-
-
 def _release(plan, W, answers, var, *, name, note, budget, record):
     std = np.sqrt(var)
     for a in (answers, std):
@@ -567,7 +559,7 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
     del values
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
-    shown = _shown(opts)
+    shown = shown_select_options(opts)
     record = dict(selected=rows, selection=sel, eps_select=float(opts["eps"]), select_options=MappingProxyType(shown))
     if rows.size == 0:
         empty = np.zeros(0)

@@ -33,7 +33,7 @@ from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vect
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
 
-__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "selection_mechanism", "MECHANISMS"]
+__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "selection_mechanism", "MECHANISMS"]
 
 METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
@@ -104,6 +104,16 @@ def _check_threshold_options(opts):
     elif opts["target_rel_error"] is not None:
         raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
     return opts
+
+
+def shown_select_options(opts):
+    """The checked select options as a release records them (a dict): a per-row threshold
+    array is summarised as "one per row"."""
+    out = dict(opts)
+    thr = out["threshold"]
+    if thr is not None and not isinstance(thr, str):
+        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
+    return out
 
 
 @dataclass(frozen=True)
