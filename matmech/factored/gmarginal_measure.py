@@ -49,7 +49,7 @@ from matmech.linalg.linop import Dense, Identity
 from matmech.optimizers.marginals import GeneralMarginalStrategy, general_marginal_sensitivity2
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import check_max_records
+from matmech.privacy.measure import SENS_MARGIN, check_max_records
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 
 __all__ = ["GMarginalPlan", "GMarginalMeasurement", "plan_gmarginal", "measure_gmarginal", "MAX_BITS"]
@@ -59,7 +59,6 @@ MAX_BITS = 20
 _INT_BITS = 61               # |K_S t_S| < 2**61: exact in int64 with room for the noise
 _LAPLACE_UNITS = 2.0**46     # b_S/h_S before bucketing (the sampler allows 2**48)
 _GAUSS_UNITS = 2.0**22       # σ_S/h_S before bucketing (the sampler allows 2**24)
-_SENS_MARGIN = 1.0 + 1e-9    # float sums in a non-integer sensitivity (as privacy.measure)
 _SCALE_MARGIN = 1.0 + 1e-12
 
 
@@ -195,15 +194,15 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
             continue
         if gauss:
             # Δ₂² from the rounded factors' column norms: the function the L2 weight optimiser
-            # uses (exact; the float sums are covered by _SENS_MARGIN)
+            # uses (exact; the float sums are covered by SENS_MARGIN)
             s2 = general_marginal_sensitivity2(A.theta, [float(v) for v in l2])
-            sens = factor * math.sqrt(s2) * _SENS_MARGIN
+            sens = factor * math.sqrt(s2) * SENS_MARGIN
             sigma1 = gaussian_sigma(eps, delta, sens)
             raw = sigma1 / theta / lattice * _SCALE_MARGIN
             limit = _GAUSS_UNITS
         else:
             sens = factor * float(sum(Fraction(float(t)) * math.prod((l1[i] for i in S), start=Fraction(1))
-                                      for S, t in zip(subsets, theta.tolist()))) * _SENS_MARGIN
+                                      for S, t in zip(subsets, theta.tolist()))) * SENS_MARGIN
             raw = sens / (eps * theta) / lattice * _SCALE_MARGIN
             limit = _LAPLACE_UNITS
         if not np.all(np.isfinite(raw)) or raw.max() > limit:

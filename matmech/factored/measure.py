@@ -48,23 +48,21 @@ from matmech.linalg.residual import apply_axes, contrast_operators, haar_contras
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import check_max_records
+from matmech.privacy.measure import SENS_MARGIN, check_max_records
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
 
 __all__ = ["ResidualMeasurementPlan", "ResidualMeasurement", "plan_residual_measurement", "measure_residuals",
            "bucket_up", "MAX_SIGMA", "DEFAULT_SCALE_BITS", "LaplaceMeasurementPlan", "plan_residual_laplace",
            "measure_residuals_laplace", "combine_tables", "MAX_LAPLACE_SCALE"]
 
-_SENS_MARGIN = 1.0 + 1e-9   # as privacy.measure: float sums in a non-integer sensitivity
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits kept when the per-row σ are rounded up (fewer sampler tables; the
 #: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
 _EXACT = 2.0**53             # |H_T x| below this: BLAS in float64 is exact
-#: The discrete Gaussian sampler's largest σ on the integers.
-MAX_SIGMA = 2.0**24
-#: The discrete Laplace sampler's largest scale on the integers.
-MAX_LAPLACE_SCALE = 2.0**48
+#: The exact samplers' largest σ / scale on the integers (:mod:`matmech.privacy.noise`).
+MAX_SIGMA = float(noise.MAX_SIGMA)
+MAX_LAPLACE_SCALE = float(noise.MAX_LAPLACE_SCALE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +117,7 @@ def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_r
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     lat = plan.lattice
     s2 = float(np.sum(lat.norm2 / plan.variances))
-    sens = NEIGHBORS[neighbors] * math.sqrt(s2) * _SENS_MARGIN
+    sens = NEIGHBORS[neighbors] * math.sqrt(s2) * SENS_MARGIN
     sigma = gaussian_sigma(eps, delta, sens)
     for j, T in enumerate(lat.residuals):
         lam_max = math.sqrt(math.prod(float(haar_contrasts(lat.domain[i])[1].max()) for i in T))
@@ -254,7 +252,7 @@ def plan_residual_laplace(plan, eps, *, neighbors="add_remove", max_records=None
     lat, theta = plan.lattice, np.asarray(plan.theta, dtype=np.float64)
     factor = NEIGHBORS[neighbors]
     sens = factor * table_sensitivity1(lat.domain, plan.tables, theta)
-    scales = bucket_up(sens * _SENS_MARGIN / (eps * theta), scale_bits)
+    scales = bucket_up(sens * SENS_MARGIN / (eps * theta), scale_bits)
     if not np.all(np.isfinite(scales)) or scales.max() > MAX_LAPLACE_SCALE:
         raise ValueError(f"a table needs a discrete Laplace scale of {float(scales.max()):.4g}, beyond the exact "
                          f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan")

@@ -54,7 +54,6 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from types import MappingProxyType
 
 import numpy as np
@@ -65,8 +64,8 @@ from matmech.linalg.linop import Dense, Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable
-from matmech.privacy.calibration import gaussian_sigma, laplace_scale
-from matmech.privacy.measure import check_counts, check_records
+from matmech.privacy.calibration import gaussian_sigma
+from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, laplace_scale_up
 from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
 from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
@@ -86,10 +85,7 @@ MEASURE_STRATEGIES = ("auto", "optimize")
 #: clique) before the certified colouring bound is used instead.
 CLIQUE_NODE_CAP = 20_000
 
-_SENS_MARGIN = 1.0 + 1e-9  # as privacy.measure: an L2 norm computed in floats
 _EXACT = 2.0**53
-_MAX_LAPLACE = 2.0**48    # the exact samplers' ranges on the integers
-_MAX_SIGMA = 2.0**24
 
 
 class _RowRange(LinOp):
@@ -117,9 +113,6 @@ class _RowRange(LinOp):
         raise TypeError("a row-range stand-in has no entries")
 
     _rmatmat = _matmat
-
-
-# -- options (the explicit release's rules) ----------------------------------------------------
 
 
 # -- the data-independent plan ---------------------------------------------------------------
@@ -194,24 +187,22 @@ def _noise_for(sens, eps_m, delta):
     and margin included): exactly :func:`matmech.privacy.measure.plan_measurement`'s rule for
     an integer strategy (grid 1)."""
     if delta == 0:
-        b = laplace_scale(eps_m, sens)
-        while Fraction(b) * Fraction(eps_m) < Fraction(sens):  # b·ε >= Δ₁ exactly
-            b = math.nextafter(b, math.inf)
-        if b > _MAX_LAPLACE:
+        b = laplace_scale_up(eps_m, sens)
+        if b > noise.MAX_LAPLACE_SCALE:
             raise ValueError(f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
-                             f"{_MAX_LAPLACE:.4g}; the measurement's eps={eps_m!r} is too small")
+                             f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small")
         return "discrete_laplace", b, noise.discrete_laplace_variance(b)
     s = gaussian_sigma(eps_m, delta, sens)
-    if s > _MAX_SIGMA:
+    if s > noise.MAX_SIGMA:
         raise ValueError(f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
-                         f"{_MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small")
+                         f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small")
     return "discrete_gaussian", s, noise.discrete_gaussian_variance(s)
 
 
 def _scaled_sens(value, p, neighbors):
     """Δ_p with the neighbours factor; integer L1 norms are exact, an L2 norm gets the margin."""
     s = NEIGHBORS[neighbors] * value
-    return s if p == 1 else s * _SENS_MARGIN
+    return s if p == 1 else s * SENS_MARGIN
 
 
 def _worst_case(terms, offsets, c, p):

@@ -54,6 +54,8 @@ __all__ = [
     "MAX_DENSE_ROUNDING",
     "MAX_RECORDS",
     "MeasurementPlan",
+    "SENS_MARGIN",
+    "laplace_scale_up",
     "check_max_records",
     "check_records",
     "execute",
@@ -67,7 +69,9 @@ _PRECISION_BITS = 20        # bits of the largest column norm kept when rounding
 _EXACT_BITS = 52            # |A_g x| / grid stays at most 2**52: exact in float64
 _LAPLACE_LIMIT_BITS = 46    # scale/grid stays below 2**46 (the sampler allows 2**48)
 _GAUSS_LIMIT_BITS = 22      # sigma/grid stays below 2**22 (the sampler allows 2**24)
-_SENS_MARGIN = 1.0 + 1e-9   # covers float summation/sqrt in a non-integer sensitivity
+#: Relative margin on a sensitivity computed in floats (summation, sqrt): not needed for
+#: integer L1 norms, which are summed exactly.
+SENS_MARGIN = 1.0 + 1e-9
 
 
 @dataclass(frozen=True, eq=False)
@@ -287,10 +291,10 @@ def _exact_sensitivity(A, p, neighbors, exact_integer):
         raise ValueError(f"the measured strategy has L{p} sensitivity {s}; it must be positive and finite")
     # integer-valued strategies have integer L1 sensitivities, summed exactly; anything
     # else (an L2 norm, grid sums, Kronecker products) gets a 1e-9 relative safety margin
-    return s if exact_integer and p == 1 else s * _SENS_MARGIN
+    return s if exact_integer and p == 1 else s * SENS_MARGIN
 
 
-def _laplace_scale_up(eps, sens):
+def laplace_scale_up(eps, sens):
     """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly."""
     b = laplace_scale(eps, sens)
     while Fraction(b) * Fraction(eps) < Fraction(sens):
@@ -313,7 +317,7 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors, max_records)
     exact = not rounded
     sens = _exact_sensitivity(A_m, p, neighbors, exact)
-    sens1 = sens if p == 1 else NEIGHBORS[neighbors] * A_m.sensitivity(1) * _SENS_MARGIN
+    sens1 = sens if p == 1 else NEIGHBORS[neighbors] * A_m.sensitivity(1) * SENS_MARGIN
     # |A_g x| / grid <= Σx·Δ₁/grid must be an exact float64 integer (below 2**53); the grid
     # aims at 2**52, leaving a factor 2 for the sensitivity margin and float rounding
     if max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
@@ -322,12 +326,12 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
             f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
         )
     if p == 1:
-        kind, scale = "discrete_laplace", _laplace_scale_up(eps, sens)
-        ratio, limit = scale / grid, 2.0**48
+        kind, scale = "discrete_laplace", laplace_scale_up(eps, sens)
+        ratio, limit = scale / grid, float(noise.MAX_LAPLACE_SCALE)
         std = math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid if ratio <= limit else math.inf
     else:
         kind, scale = "discrete_gaussian", gaussian_sigma(eps, delta, sens)
-        ratio, limit = scale / grid, 2.0**24
+        ratio, limit = scale / grid, float(noise.MAX_SIGMA)
         std = math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid if ratio <= limit else math.inf
     if ratio > limit:
         raise ValueError(

@@ -88,6 +88,8 @@ __all__ = [
     "uniform",
     "discrete_laplace_variance",
     "discrete_gaussian_variance",
+    "MAX_LAPLACE_SCALE",
+    "MAX_SIGMA",
 ]
 
 _TWO32 = 1 << 32
@@ -98,8 +100,9 @@ _EXACT_MAX = 1 << 48          # an exact fraction is used as is below this size
 _LAPLACE_ROUND_BITS = 32      # numerator bound when a Laplace scale must be rounded
 _GAUSS_ROUND_BITS = 40        # numerator bound when sigma**2 >= 1 must be rounded
 _GAUSS_SMALL_DEN_BITS = 25    # denominator when sigma**2 < 1 must be rounded
-_MAX_LAPLACE_SCALE = 1 << 48
-_MAX_SIGMA = 1 << 24
+#: The exact samplers' largest discrete Laplace scale and discrete Gaussian σ (grid units).
+MAX_LAPLACE_SCALE = 1 << 48
+MAX_SIGMA = 1 << 24
 
 
 # --------------------------------------------------------------------------------------
@@ -166,7 +169,7 @@ def _round_up(f: Fraction, num_bits: int, max_k: int = 62) -> Fraction:
 
 def _laplace_fraction(scale, name: str = "scale") -> Fraction:
     f = _exact_positive(scale, name)
-    if f > _MAX_LAPLACE_SCALE:
+    if f > MAX_LAPLACE_SCALE:
         raise ValueError(
             f"{name} must be at most 2**48 for exact integer sampling, got {scale!r}; "
             "use laplace() with a coarser grid"
@@ -194,7 +197,7 @@ class _GaussParams:
 
 def _gauss_params(sigma, name: str = "sigma") -> _GaussParams:
     s = _exact_positive(sigma, name)
-    if s > _MAX_SIGMA:
+    if s > MAX_SIGMA:
         raise ValueError(
             f"{name} must be at most 2**24 for exact integer sampling, got {sigma!r}; "
             "use gaussian() with a coarser grid"
@@ -648,7 +651,7 @@ def laplace(scale, size, *, grid, rng=None) -> np.ndarray:
     satisfies the usual Laplace guarantee for values on the grid (see :func:`snap`).
     """
     ratio = _grid_ratio(scale, grid, "scale")
-    if ratio > _MAX_LAPLACE_SCALE:
+    if ratio > MAX_LAPLACE_SCALE:
         raise ValueError(f"scale/grid must be at most 2**48, got scale={scale!r}, grid={grid!r};"
                          " use a coarser grid such as grid_for(scale)")
     k = discrete_laplace(ratio, size, rng=rng)
@@ -658,7 +661,7 @@ def laplace(scale, size, *, grid, rng=None) -> np.ndarray:
 def gaussian(sigma, size, *, grid, rng=None) -> np.ndarray:
     """Gaussian-like noise on the grid ``grid·Z``: ``grid * discrete_gaussian(sigma/grid)``."""
     ratio = _grid_ratio(sigma, grid, "sigma")
-    if ratio > _MAX_SIGMA:
+    if ratio > MAX_SIGMA:
         raise ValueError(f"sigma/grid must be at most 2**24, got sigma={sigma!r}, grid={grid!r};"
                          " use a coarser grid such as grid_for(sigma)")
     k = discrete_gaussian(ratio, size, rng=rng)
