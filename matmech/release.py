@@ -56,15 +56,14 @@ from matmech.privacy.measure import (
     execute,
     plan_measurement,
 )
-from matmech.svt.combine import advise_split, answer_covariance, combine_gaps, gap_measurement
-from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
+from matmech.svt.combine import answer_covariance, combine_selection
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
+    advised_select_eps,
     check_select_options,
     shown_select_options,
     check_selection,
-    entry_range,
     plan_selection,
     run_selection,
     take_rows,
@@ -209,10 +208,6 @@ def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
 
     A, _, _ = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
     A = as_linop(A)
-    lo, hi = entry_range(W)
-    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
-    mono = opts["monotonic"]
-    mono = (lo >= 0 and neighbors == "add_remove") if isinstance(mono, str) else bool(mono)
     unit = per_query_variance(W, A, 1.0, 0.0, neighbors=neighbors).mean()  # Laplace: ∝ 1/ε²
 
     def row_variance(e_m):
@@ -220,12 +215,7 @@ def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
             return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
         return float(unit / e_m**2)
 
-    vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
-    joint = joint_sensitivity(W, neighbors) if vec else None
-    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono,
-                        joint_sensitivity=joint, vector=opts["vector"], n_values=W.shape[0],
-                        integer_values=integer_valued(W), ratio=opts["ratio"])
-    return f * eps
+    return advised_select_eps(W, eps, opts, row_variance, neighbors=neighbors, integer_values=integer_valued(W))
 
 
 def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
@@ -315,32 +305,23 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
 
 
 def _with_gaps(out, sub, rows, sel, plan_sel):
-    """Post-processing: GLS of the measured answers with the selection's free gaps
-    (:func:`matmech.svt.combine.combine_gaps`); exact per-answer variances. Uses only DP
-    outputs (the gaps, the measurement) and public inputs; if the k×k covariance is too
-    large to form, the measured answers are kept and the note says so."""
+    """The measured answers combined with the selection's free gaps (or vector values) by
+    :func:`matmech.svt.combine.combine_selection`, with exact per-answer variances; if the
+    k×k covariance is too large to form, the measured answers are kept and the note says so."""
     import dataclasses
 
     try:
         cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
-        gm = gap_measurement(sel.gap, threshold=plan_sel.select["threshold"])
-        order = np.searchsorted(rows, gm.positions)
-        est, cov_c = combine_gaps(out.answers, cov, gm, order=order)
-    except (ValueError, np.linalg.LinAlgError) as exc:
+    except ValueError as exc:
         return dataclasses.replace(out, strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})")
-    var = np.clip(np.diag(cov_c), 0.0, None)
+    est, var, what, done = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"])
+    if not done:
+        return dataclasses.replace(out, strategy_note=out.strategy_note + what)
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
     opts = dict(out.select_options)
-    opts["_combined"] = True
-    if sel.mechanism in VECTOR_METHODS.values():
-        cal = sel.gap.calibration
-        what = (f"; selected by the Laplace mechanism on the whole vector ({sel.mechanism} in place of {sel.method}, "
-                f"joint L1 sensitivity {cal.sensitivity:g}), its noisy values combined (GLS)")
-    else:
-        what = "; combined with the selection's free gaps (GLS)"
-    opts["_mechanism"] = sel.mechanism
+    opts["_combined"], opts["_mechanism"] = True, sel.mechanism
     return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
                                strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts))
 

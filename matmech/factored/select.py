@@ -68,10 +68,9 @@ from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, laplace_scale_up
 from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
-from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
-from matmech.svt.select import (SelectionPlan, check_select_options, check_selection, run_selection,
+from matmech.svt.combine import combine_selection
+from matmech.svt.select import (SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
                                 selection_mechanism, shown_select_options)
-from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
            "row_projection",
@@ -295,17 +294,10 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
                          f"(largest row entry {max_entry:g}; need max_records·entry < 2**53)")
     w2 = np.repeat(np.square(np.asarray(terms.weights, dtype=np.float64)), counts)
     if opts["eps"] is None:  # a gap method: the split advised for the worst case (data independent)
-        sens_sel = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
-        mono = opts["monotonic"]
-        mono = (lo >= 0 and neighbors == "add_remove") if isinstance(mono, str) else bool(mono)
         mean_w2 = float(w2.mean())
-        vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
-        f, _ = advise_split(lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2], method=opts["method"],
-                            eps=eps, c=int(c), sensitivity=sens_sel, monotonic=mono,
-                            joint_sensitivity=joint_sensitivity(proxy, neighbors) if vec else None,
-                            vector=opts["vector"], n_values=rows,
-                            integer_values=all(float(w).is_integer() for w in terms.weights), ratio=opts["ratio"])
-        opts["eps"] = f * eps
+        opts["eps"] = advised_select_eps(proxy, eps, opts, lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2],
+                                         neighbors=neighbors,
+                                         integer_values=all(float(w).is_integer() for w in terms.weights))
         opts["_advised"] = True
     eps_m = rest_of(eps, opts["eps"])
     _, _, worst_var = _noise_for(worst_sens, eps_m, delta)  # raises if some selection could not be measured
@@ -505,18 +497,6 @@ def _release(plan, W, answers, var, *, name, note, budget, record):
                    **record)
 
 
-def _with_gaps(answers, cov, rows, sel, plan):
-    """GLS of the measured answers (covariance ``cov``) with the selection's free gaps
-    (:func:`matmech.svt.combine.combine_gaps`) → (answers, variances, note, combined); the
-    answers are kept when ``cov`` is singular (selected rows linearly dependent)."""
-    try:
-        gm = gap_measurement(sel.gap, threshold=plan.select["threshold"])
-        est, cov = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions))
-    except (ValueError, np.linalg.LinAlgError) as exc:
-        return answers, np.clip(np.diag(cov), 0.0, None), f"; gaps not combined ({str(exc).splitlines()[0]})", False
-    return est, np.clip(np.diag(cov), 0.0, None), "; combined with the selection's free gaps (GLS)", True
-
-
 def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=None, rng=None, neighbors="add_remove",
                      max_records, max_memory):
     """Select rows of W privately from marginal tables of ``data``, measure only those →
@@ -582,10 +562,7 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
             f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
             f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
     if sel.gap is not None:
-        answers, var, more, done = _with_gaps(answers, cov, rows, sel, plan)
-        if done and sel.mechanism in VECTOR_METHODS.values():
-            more = (f"; selected by the Laplace mechanism on the whole vector ({sel.mechanism}, joint L1 sensitivity "
-                    f"{plan.joint_sensitivity:g}), its noisy values combined (GLS)")
+        answers, var, more, done = combine_selection(answers, cov, rows, sel, plan.select["threshold"])
         note += more
         if done:
             shown["_combined"] = True

@@ -48,7 +48,7 @@ from matmech.svt.checks import check_c, check_threshold
 from matmech.svt.calibration import GAP_METHODS, gap_calibration
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
 
-__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "answer_covariance", "advise_split",
+__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "advise_split",
            "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
@@ -150,6 +150,30 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None):
     est = sla.cho_solve(cp, sla.cho_solve(c, y) + Gz)
     out = sla.cho_solve(cp, np.eye(k))
     return est, (out + out.T) / 2
+
+
+def combine_selection(answers, cov, rows, selection, threshold=None):
+    """Post-processing of a release with a free-gap selection: the GLS of the measured
+    ``answers`` of the sorted selected ``rows`` (covariance ``cov``) with the selection's gaps
+    or, for a vector selection, its noisy values → (answers, variances, note, combined).
+
+    Uses only DP outputs and public inputs; when the combination is impossible (``cov``
+    singular: the selected rows are linearly dependent) the answers are kept and the note
+    says why."""
+    from matmech.svt.vector import VECTOR_METHODS
+
+    try:
+        gm = gap_measurement(selection.gap, threshold=threshold)
+        est, cov_c = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions))
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return answers, np.clip(np.diag(cov), 0.0, None), f"; gaps not combined ({str(exc).splitlines()[0]})", False
+    if selection.mechanism in VECTOR_METHODS.values():
+        note = (f"; selected by the Laplace mechanism on the whole vector ({selection.mechanism} in place of "
+                f"{selection.method}, joint L1 sensitivity {selection.gap.calibration.sensitivity:g}), its noisy "
+                "values combined (GLS)")
+    else:
+        note = "; combined with the selection's free gaps (GLS)"
+    return est, np.clip(np.diag(cov_c), 0.0, None), note, True
 
 
 def answer_covariance(sub, strategy, variance):

@@ -33,7 +33,7 @@ from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vect
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
 
-__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "selection_mechanism", "MECHANISMS"]
+__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "selection_mechanism", "MECHANISMS"]
 
 METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
@@ -209,14 +209,10 @@ def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="opt
     return MECHANISMS[method], 0.0
 
 
-def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"):
-    """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
-    raises before anything is read or spent."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    _check_vector(vector, method)
-    c = _check_c(c)
-    check_neighbors(neighbors)
+def row_noise_rule(W, monotonic, neighbors):
+    """(row sensitivity, monotonic) of a selection over the rows of W, from W's entry range
+    (module docstring): monotonic="auto" uses monotonic noise exactly where it is valid,
+    True where it is not valid raises."""
     lo, hi = entry_range(W)
     sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
     if not sens > 0:
@@ -231,6 +227,34 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
         )
     elif monotonic is not True and monotonic is not False:
         raise TypeError(f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}")
+    return float(sens), bool(monotonic)
+
+
+def advised_select_eps(W, eps, opts, row_variance, *, neighbors, integer_values):
+    """The selection's share of ``eps`` for a free-gap method given no select eps:
+    :func:`matmech.svt.combine.advise_split` with W's row sensitivity, monotonic rule and, for
+    "topc-gap"/"svt-gap", its joint sensitivity (the vector selection); ``opts`` are the
+    checked select options, ``row_variance(eps_m)`` the mean variance of one measured answer.
+    Data independent."""
+    from matmech.svt.combine import advise_split
+
+    sens, mono = row_noise_rule(W, opts["monotonic"], neighbors)
+    vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
+    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono,
+                        joint_sensitivity=joint_sensitivity(W, neighbors) if vec else None, vector=opts["vector"],
+                        n_values=W.shape[0], integer_values=integer_values, ratio=opts["ratio"])
+    return f * eps
+
+
+def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"):
+    """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
+    raises before anything is read or spent."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_vector(vector, method)
+    c = _check_c(c)
+    check_neighbors(neighbors)
+    sens, monotonic = row_noise_rule(W, monotonic, neighbors)
     thr = None
     if method in THRESHOLD_METHODS:
         if threshold is None or isinstance(threshold, str):
