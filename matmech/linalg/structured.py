@@ -132,26 +132,32 @@ def _masks(domain):
     return out_prod, mult
 
 
-def _superset_sum(c, k):
-    """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets), O(k 2^k)."""
-    lam = c.copy()
-    idx = np.arange(lam.size)
+def _superset_inplace(lam, k):
+    """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets) in place on the C-contiguous
+    length-2^k array ``lam`` holding c, O(k 2^k): level i adds each mask with bit i set to
+    the same mask without it, on a strided view (no index arrays)."""
     for i in range(k):
-        bit = 1 << i
-        lo = idx[(idx & bit) == 0]
-        lam[lo] += lam[lo | bit]
+        v = lam.reshape(-1, 2, 1 << i)  # v[:, 0] has bit i clear, v[:, 1] the same masks with it set
+        v[:, 0, :] += v[:, 1, :]
     return lam
 
 
-def _subset_sum(c, k):
-    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets)."""
-    out = c.copy()
-    idx = np.arange(out.size)
+def _subset_inplace(c, k):
+    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets), in place as :func:`_superset_inplace`."""
     for i in range(k):
-        bit = 1 << i
-        hi = idx[(idx & bit) != 0]
-        out[hi] += out[hi ^ bit]
-    return out
+        v = c.reshape(-1, 2, 1 << i)
+        v[:, 1, :] += v[:, 0, :]
+    return c
+
+
+def _superset_sum(c, k):
+    """λ_T = Σ_{S ⊇ T} c_S on a copy of c."""
+    return _superset_inplace(np.array(c, copy=True, order="C"), k)
+
+
+def _subset_sum(c, k):
+    """Σ_{T ⊆ S} c_T for every S, on a copy of c."""
+    return _subset_inplace(np.array(c, copy=True, order="C"), k)
 
 
 def _workload_spectrum(terms, domain):

@@ -34,6 +34,8 @@ from matmech.linalg.structured import (  # the lattice spectrum, shared with the
     _class_projector_factors,
     _masks,
     _spectral_pinv,
+    _subset_inplace,
+    _superset_inplace,
     _superset_sum,
     _workload_spectrum,
 )
@@ -167,23 +169,6 @@ def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
     Classes with μ_T = 0 are ignored; a class with μ_T > 0 and λ_T = 0 gives +inf.
     """
     return _LatticeObjective(mu, mult, out_prod, k, p=p)(theta, gradient=gradient)
-
-
-def _superset_inplace(lam, k):
-    """λ_T = Σ_{S ⊇ T} c_S in place (c given in ``lam``): the pairs and the order of additions of
-    :func:`matmech.linalg.structured._superset_sum`, on strided views instead of index arrays."""
-    for i in range(k):
-        v = lam.reshape(-1, 2, 1 << i)  # v[:, 0] has bit i clear, v[:, 1] the same masks with it set
-        v[:, 0, :] += v[:, 1, :]
-    return lam
-
-
-def _subset_inplace(c, k):
-    """Σ_{T ⊆ S} c_T in place, as :func:`matmech.linalg.structured._subset_sum`."""
-    for i in range(k):
-        v = c.reshape(-1, 2, 1 << i)
-        v[:, 1, :] += v[:, 0, :]
-    return c
 
 
 class _LatticeObjective:

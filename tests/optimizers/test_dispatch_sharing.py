@@ -10,12 +10,31 @@ import pytest
 
 from matmech import workloads as wl
 from matmech.linalg.linop import Dense, Identity, Kron, VStack
-from matmech.linalg.structured import _subset_sum, _superset_sum
 from matmech.optimizers import dispatch, kronstack as KS, marginals as M
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.lbfgs import projected_lbfgs
 from matmech.optimizers.pure import PIdentity, _spd_inverse, fit_pidentity
+
+
+def _superset_sum(c, k):
+    """The zeta transform over supersets by index arrays (the definition the strided one must equal)."""
+    lam = c.copy()
+    idx = np.arange(lam.size)
+    for i in range(k):
+        lo = idx[(idx & (1 << i)) == 0]
+        lam[lo] += lam[lo | (1 << i)]
+    return lam
+
+
+def _subset_sum(c, k):
+    """The zeta transform over subsets by index arrays."""
+    out = c.copy()
+    idx = np.arange(out.size)
+    for i in range(k):
+        hi = idx[(idx & (1 << i)) != 0]
+        out[hi] += out[hi ^ (1 << i)]
+    return out
 
 
 def _dense_error(W, A):
