@@ -179,10 +179,6 @@ def _candidates(W, delta):
     return out or ["pidentity"]
 
 
-def _choose(W, delta):
-    return _candidates(W, delta)[0]
-
-
 def _check_method(method, delta, W):
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
