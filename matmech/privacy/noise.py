@@ -449,12 +449,15 @@ def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray
     wh, spare = w[:k], w[k]
     dh = wh[:D]
     base = np.arange(0, 256 * D, 256, dtype=np.int64)[:, None]
-    pos = np.repeat(base, n, axis=1)
-    for h in (128, 64, 32, 16, 8, 4, 2, 1):    # fixed-depth branch-free binary search
-        i = pos + (h - 1)
+    # digit = #{c in 1..255 : T[c] <= W}: a fixed-depth branch-free binary search over the
+    # 255 thresholds after the sentinel T[0] = 0. The steps 128 + ... + 1 = 255 reach every
+    # count 0..255 (searching from T[0] instead caps the count at 255 entries including the
+    # sentinel, so digit 255 never occurs: issue 21).
+    pos = np.repeat(base, n, axis=1)            # base + count so far
+    for h in (128, 64, 32, 16, 8, 4, 2, 1):
+        i = pos + h                             # <= base + 255
         pos += _le(tab.th[i], tab.tl[i], dh, spare) * h
-    pos -= 1                                    # index of the largest T <= W
-    digit = pos - base
+    digit = pos - base                          # pos: index of the largest T <= W
     th_pos = tab.th[pos]
     tie = (digit > 0) & _eq(th_pos, tab.tl[pos], dh, spare)
     hi_tie = (th_pos == dh) | (tab.th[np.minimum(pos + 1, base + 255)] == dh)
