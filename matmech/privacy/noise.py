@@ -434,6 +434,18 @@ def _dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
     return out
 
 
+def _digit_search(th, tl, base, wh, wl) -> np.ndarray:
+    """base + #{c in 1..255 : T[base + c] <= W} for each row's table T (T[base] = 0 is a
+    sentinel) and 128-bit W = (wh, wl): a fixed-depth, branch-free binary search over the
+    255 thresholds. Its steps 128 + ... + 1 = 255 reach every count 0..255 (searching from
+    the sentinel instead caps the count one short, so digit 255 never occurs: issue 21)."""
+    pos = np.repeat(base, wh.shape[-1], axis=1)
+    for h in (128, 64, 32, 16, 8, 4, 2, 1):
+        i = pos + h                             # <= base + 255
+        pos += _le(th[i], tl[i], wh, wl) * h
+    return pos
+
+
 def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray:
     """Fixed work: D + 3 words per sample, a depth-8 branch-free search per digit.
 
@@ -449,15 +461,8 @@ def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray
     wh, spare = w[:k], w[k]
     dh = wh[:D]
     base = np.arange(0, 256 * D, 256, dtype=np.int64)[:, None]
-    # digit = #{c in 1..255 : T[c] <= W}: a fixed-depth branch-free binary search over the
-    # 255 thresholds after the sentinel T[0] = 0. The steps 128 + ... + 1 = 255 reach every
-    # count 0..255 (searching from T[0] instead caps the count at 255 entries including the
-    # sentinel, so digit 255 never occurs: issue 21).
-    pos = np.repeat(base, n, axis=1)            # base + count so far
-    for h in (128, 64, 32, 16, 8, 4, 2, 1):
-        i = pos + h                             # <= base + 255
-        pos += _le(tab.th[i], tab.tl[i], dh, spare) * h
-    digit = pos - base                          # pos: index of the largest T <= W
+    pos = _digit_search(tab.th, tab.tl, base, dh, spare)   # index of the largest T <= W
+    digit = pos - base
     th_pos = tab.th[pos]
     tie = (digit > 0) & _eq(th_pos, tab.tl[pos], dh, spare)
     hi_tie = (th_pos == dh) | (tab.th[np.minimum(pos + 1, base + 255)] == dh)
@@ -552,16 +557,22 @@ def _gauss_table(S: int) -> _GaussTable:
 
 def _gauss_accept(ay: np.ndarray, p: _GaussParams, src: RandomSource) -> np.ndarray:
     """Accept |y| with probability exp(-(|y| P - Q)^2 R / S) (CKS Alg. 3, line C), with
-    the same work for every |y| (see _GaussTable; one high word per factor and a shared
-    spare word, as in _dlaplace_block)."""
-    tab = _gauss_table(p.S)
-    m, L = ay.size, tab.positions
+    the same work for every |y|. A proposal too large for int64 arithmetic (|y| > y_safe)
+    takes a fresh exact draw instead of its fixed-path words."""
+    unsafe = np.flatnonzero(ay > p.y_safe).tolist()
+    d = np.minimum(ay, p.y_safe) * p.P - p.Q
+    huge = {i: (int(ay[i]) * p.P - p.Q) ** 2 * p.R for i in unsafe}
+    return _exp_accept(d * d * p.R, _gauss_table(p.S), src, huge=huge)  # fits: |y| <= y_safe
+
+
+def _exp_accept(num: np.ndarray, tab: _GaussTable, src: RandomSource, *, huge=None) -> np.ndarray:
+    """Bernoulli(exp(-num/S)) for each int64 ``num``, fixed work (see _GaussTable): one
+    high word per factor and a shared spare word, as in _dlaplace_block. ``huge`` maps
+    positions to exact Python-int numerators that did not fit; those draw afresh."""
+    m, L = num.size, tab.positions
     k = L + tab.high
     w = src.words64((k + 1) * m).reshape(k + 1, m)
     wh, spare = w[:k], w[k]
-    unsafe = ay > p.y_safe
-    d = np.minimum(ay, p.y_safe) * p.P - p.Q
-    num = d * d * p.R                                          # fits: |y| <= y_safe
     c = (num >> np.arange(0, 8 * L, 8, dtype=np.int64)[:, None]) & 255
     idx = c + np.arange(0, 256 * L, 256, dtype=np.int64)[:, None]
     th, tl = tab.th[idx], tab.tl[idx]
@@ -574,25 +585,27 @@ def _gauss_accept(ay: np.ndarray, p: _GaussParams, src: RandomSource) -> np.ndar
         ok &= ~hl
         n_hi += hl & (wh[L] == 0)
         tie |= hl & (wh[L] == 0) & (spare == 0)
-    rare = unsafe | tie | (n_hi > 1)
+    rare = tie | (n_hi > 1)
+    huge = huge or {}
+    rare[list(huge)] = True
     if rare.any():  # probability below 2**-100 per proposal
         for i in np.flatnonzero(rare).tolist():
-            ok[i] = _gauss_accept_exact(int(ay[i]), p, tab, wh[:, i].tolist(), int(spare[i]), src)
+            if i in huge:  # the fixed-path words never looked at: a fresh exact draw
+                ok[i] = _bernoulli(("exp", huge[i], tab.S), src)
+            else:
+                ok[i] = _exp_accept_exact(int(num[i]), tab, wh[:, i].tolist(), int(spare[i]), src)
     return ok
 
 
-def _gauss_accept_exact(ay: int, p: _GaussParams, tab: _GaussTable, wh: list, spare: int,
-                        src: RandomSource) -> bool:
-    """The acceptance test for one proposal with Python integers (ties, huge |y|)."""
-    num = (ay * p.P - p.Q) ** 2 * p.R
-    if ay > p.y_safe:  # the fixed-path words never looked at: a fresh exact draw
-        return _bernoulli(("exp", num, p.S), src)
+def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: RandomSource) -> bool:
+    """The acceptance test for one numerator from its fixed-path words, ties resolved
+    exactly with further words."""
     L = tab.positions
     digits = [(num >> (8 * d)) & 255 for d in range(L)] + ([num >> (8 * L)] if tab.high else [])
     rows = [(wh[d], (tab.vals[d][c] if d < L else 0,) if c else ()) for d, c in enumerate(digits)]
     pre = _prefixes(rows, spare)
     for d, c in enumerate(digits):
-        if c and _count(rows[d][1], [("exp", c << (8 * d), p.S)], *pre[d], src):
+        if c and _count(rows[d][1], [("exp", c << (8 * d), tab.S)], *pre[d], src):
             return False  # threshold <= U: this factor rejects
     return True
 
