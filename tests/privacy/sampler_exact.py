@@ -11,7 +11,7 @@ inputs: the helpers here *enumerate* the random input in that sense, with a scri
 source, and read off the distribution the implementation really has.
 
 A tie (W equal to a threshold on all 128 bits) reads further words and is settled exactly by
-``noise._resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
+``discrete._resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
 below allow for.
 """
 
@@ -23,7 +23,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from matmech.privacy import noise
+from matmech.privacy import discrete
 from matmech.privacy.randomness import RandomSource, check_rng
 
 __all__ = ["ScriptedSource", "digit_classes", "digit_outputs", "laplace_digit_pmfs",
@@ -105,7 +105,7 @@ def digit_outputs(tab, d: int, words128) -> np.ndarray:
     """|Z| - 1 digit ``d`` produced by the fixed-work block when digit ``d``'s uniform is
     each of ``words128`` (every other uniform as in :func:`_digit_rows`)."""
     n = len(words128)
-    z = noise._dlaplace_block(tab, n, ScriptedSource(_digit_rows(tab, d, words128).ravel()))
+    z = discrete._dlaplace_block(tab, n, ScriptedSource(_digit_rows(tab, d, words128).ravel()))
     if np.any(z <= 0):
         raise AssertionError("the fixed words must give a positive draw")
     y = z - 1
@@ -155,7 +155,7 @@ def laplace_digit_pmfs(tab) -> list[list]:
         # output) or reads further words: the exact path, settled against the exact thresholds
         for tie in sorted({T[c] for c in range(1, 256)}):
             src = ScriptedSource(_digit_rows(tab, d, [tie]).ravel(), fill=0)
-            g = int(noise._dlaplace_block(tab, 1, src)[0])
+            g = int(discrete._dlaplace_block(tab, 1, src)[0])
             if not src.extra:
                 pmf[((g - 1) >> (8 * d)) & 255] += 1
                 continue
@@ -176,7 +176,7 @@ def sign_outputs(tab, words128) -> np.ndarray:
     rows[D] = [w >> 64 for w in words128]
     rows[D + 1] = M64
     rows[D + 2] = [w & M64 for w in words128]
-    return np.sign(noise._dlaplace_block(tab, n, ScriptedSource(rows.ravel())))
+    return np.sign(discrete._dlaplace_block(tab, n, ScriptedSource(rows.ravel())))
 
 
 def _ln(v) -> float:
@@ -238,7 +238,7 @@ def laplace_loss_bound(tab, shift: int) -> float:
 
 
 def accept_outputs(tab, nums, words128, d: int) -> np.ndarray:
-    """The discrete Gaussian acceptance test (``noise._exp_accept``) for numerators
+    """The discrete Gaussian acceptance test (``discrete._exp_accept``) for numerators
     ``nums`` when factor ``d``'s uniform is ``words128`` (every other factor's uniform 2**-64:
     below every live threshold, so it accepts)."""
     k = tab.positions + tab.high
@@ -246,4 +246,4 @@ def accept_outputs(tab, nums, words128, d: int) -> np.ndarray:
     rows = np.ones((k + 1, n), dtype=np.uint64)
     rows[d] = [w >> 64 for w in words128]
     rows[k] = [w & M64 for w in words128]
-    return noise._exp_accept(np.asarray(nums, dtype=np.int64), tab, ScriptedSource(rows.ravel()))
+    return discrete._exp_accept(np.asarray(nums, dtype=np.int64), tab, ScriptedSource(rows.ravel()))

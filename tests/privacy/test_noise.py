@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from matmech.privacy import noise
+from matmech.privacy import discrete, noise
 from matmech.privacy.noise import (
     RandomSource,
     check_rng,
@@ -169,7 +169,7 @@ def test_exp_neg_encloses_exp(a, b):
     ctx = decimal.Context(prec=300)
     exact = ctx.exp(ctx.divide(-decimal.Decimal(a), decimal.Decimal(b)))
     for prec in (64, 128, 300):
-        lo, hi = noise._exp_neg(a, b, prec)
+        lo, hi = discrete._exp_neg(a, b, prec)
         scaled = ctx.multiply(exact, ctx.power(decimal.Decimal(2), prec))
         assert lo <= scaled <= hi and hi - lo <= 4, (prec, lo, hi)
 
@@ -178,9 +178,9 @@ def test_floor_bits_are_consistent_across_precisions():
     keys = [("exp", 7, 10), ("cdf", 256, 10, 3), ("cdf", 1, 2**40, 200),
             ("neg", 1, 1), ("nonpos", 100, 1), ("cdf", 100, 1, 255)]
     for key in keys:
-        f128, f500 = noise._floor_bits(key, 128), noise._floor_bits(key, 500)
+        f128, f500 = discrete._floor_bits(key, 128), discrete._floor_bits(key, 500)
         assert f500 >> 372 == f128 and 0 <= f128 < 2**128
-        lo, hi = noise._enclose(key, 600)
+        lo, hi = discrete._enclose(key, 600)
         assert lo >> 100 <= f500 <= hi >> 100
 
 
@@ -189,7 +189,7 @@ def test_bernoulli_exp_frequencies(a, b):
     # exp(-a/b) with a/b far beyond int64 in the last case (the Gaussian's huge-|y| fallback)
     src = check_rng(np.random.default_rng(32))
     n = 20_000
-    hits = sum(noise._bernoulli(("exp", a, b), src) for _ in range(n))
+    hits = sum(discrete._bernoulli(("exp", a, b), src) for _ in range(n))
     assert _freq_ok(hits, n, math.exp(-a / b))
 
 
@@ -197,10 +197,10 @@ def test_resolve_continues_a_tied_comparison_exactly():
     # given a 128-bit tie with v, P[v <= U] = 1 - frac(v * 2**128): check the continuation
     src = check_rng(np.random.default_rng(33))
     for key in [("exp", 7, 10), ("cdf", 256, 10, 3)]:
-        prefix = noise._floor_bits(key, 128)
-        frac = (noise._floor_bits(key, 192) - (prefix << 64)) / 2**64
+        prefix = discrete._floor_bits(key, 128)
+        frac = (discrete._floor_bits(key, 192) - (prefix << 64)) / 2**64
         n = 20_000
-        hits = sum(noise._resolve([key], prefix, 128, src) for _ in range(n))
+        hits = sum(discrete._resolve([key], prefix, 128, src) for _ in range(n))
         assert _freq_ok(hits, n, 1 - frac)
 
 
@@ -208,7 +208,7 @@ def test_gaussian_acceptance_overflow_fallback():
     p = noise._gauss_params(10)
     src = check_rng(np.random.default_rng(36))
     ay = np.array([p.Q, p.y_safe + 1, 2**62], dtype=np.int64)  # gamma = 0, huge, huger
-    assert noise._gauss_accept(ay, p, src).tolist() == [True, False, False]
+    assert discrete._gauss_accept(ay, p, src).tolist() == [True, False, False]
 
 
 def test_gaussian_acceptance_frequencies():
@@ -216,7 +216,7 @@ def test_gaussian_acceptance_frequencies():
     src = check_rng(np.random.default_rng(37))
     n = 40_000
     for y in [0, 3, 5, 12, 40]:
-        hits = noise._gauss_accept(np.full(n, y, dtype=np.int64), p, src).sum()
+        hits = discrete._gauss_accept(np.full(n, y, dtype=np.int64), p, src).sum()
         assert _freq_ok(hits, n, math.exp(-((y * p.P - p.Q) ** 2) * p.R / p.S)), y
 
 
@@ -246,7 +246,7 @@ class CountingSource(RandomSource):
 
 def _laplace_words(scale):
     f = noise._laplace_fraction(scale)
-    return noise._laplace_table(f.numerator, f.denominator).digits + 3
+    return discrete._laplace_table(f.numerator, f.denominator).digits + 3
 
 
 @pytest.mark.parametrize("scale", [0.7, 1, 10, 2**16, 2**40])
@@ -271,7 +271,7 @@ def test_discrete_gaussian_words_depend_on_rounds_only(sigma):
     # each rejection round costs the same words whatever the proposal; the number of
     # rounds is independent of the accepted value (CKS Alg. 3 is a rejection sampler)
     p = noise._gauss_params(sigma)
-    g = noise._gauss_table(p.S)
+    g = discrete._gauss_table(p.S)
     per_round = _laplace_words(Fraction(p.lap_t, p.lap_s)) + g.positions + g.high + 1
     src = CountingSource(52)
     one_round, more = [], []
@@ -296,7 +296,7 @@ def _script(high_words, spare):
 
 
 def test_fallback_resolves_ties_and_the_tail_exactly():
-    tab = noise._laplace_table(10, 1)
+    tab = discrete._laplace_table(10, 1)
     D = tab.digits
     # 1) U of digit 0 ties with F_0(3) on 128 bits (high word + spare); sign "positive"
     v3 = tab.vals[0][3]
@@ -308,10 +308,10 @@ def test_fallback_resolves_ties_and_the_tail_exactly():
         assert src.taken > D + 3  # extra words were read to settle the tie
     assert set(results) <= {3, 4}  # digit 2 or 3, |Z| = 1 + digit
     # the continuation is exact: P[digit = 3] = 1 - frac(F_0(3) 2**128)
-    frac = (noise._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
+    frac = (discrete._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
     assert _freq_ok(results.count(4), len(results), 1 - frac)
     # 2) the tail uniform below q**(256**D) (> 2**-128 at scale 18/5, D = 1): |Z| > 256
-    tail = noise._laplace_table(18, 5)
+    tail = discrete._laplace_table(18, 5)
     assert tail.digits == 1 and 0 < tail.ovf < 2**64
     src = CountingSource(7, [_script([MID, M64, 0], 0)])
     assert int(discrete_laplace(Fraction(18, 5), 1, rng=src)[0]) > 256
@@ -332,7 +332,7 @@ def test_fallback_resolves_ties_and_the_tail_exactly():
 
 def test_gaussian_fallback_on_an_acceptance_tie():
     p = noise._gauss_params(3.25)
-    g = noise._gauss_table(p.S)
+    g = discrete._gauss_table(p.S)
     y = 12
     num = (y * p.P - p.Q) ** 2 * p.R
     v = g.vals[0][num & 255]
@@ -341,11 +341,11 @@ def test_gaussian_fallback_on_an_acceptance_tie():
     hits = 0
     for seed in range(200):
         src = CountingSource(seed, [words])
-        out = noise._gauss_accept(np.array([y], dtype=np.int64), p, src)
+        out = discrete._gauss_accept(np.array([y], dtype=np.int64), p, src)
         assert out.dtype == bool and out.shape == (1,) and src.taken > words.size
         hits += bool(out[0])
     # given the tie, accepted iff the continuation of U is below exp(-gamma)'s next bits
-    frac = (noise._floor_bits(("exp", num & 255, p.S), 192) - (v << 64)) / 2**64
+    frac = (discrete._floor_bits(("exp", num & 255, p.S), 192) - (v << 64)) / 2**64
     assert _freq_ok(hits, 200, frac)
 
 

@@ -15,7 +15,7 @@ from scipy import stats
 
 import matmech as mm
 from matmech import workloads as W
-from matmech.privacy import noise
+from matmech.privacy import discrete, noise
 from sampler_exact import (TWO128, ScriptedSource, accept_outputs,
                            digit_classes, digit_outputs, laplace_digit_pmfs,
                            laplace_loss_bound, sign_outputs)
@@ -33,7 +33,7 @@ TOL = Fraction(TWO128, 10**90)
 
 def _table(scale):
     f = noise._laplace_fraction(scale)
-    return noise._laplace_table(f.numerator, f.denominator)
+    return discrete._laplace_table(f.numerator, f.denominator)
 
 
 def _exact_cdf(a: int, t: int, c: int) -> Fraction:
@@ -107,7 +107,7 @@ def test_exact_path_gives_the_same_digits_as_the_fixed_path(scale):
         for (w, c), f in zip(points[::7], fast[::7]):
             wh = [tab.vals[j][1] >> 65 for j in range(D)] + [(1 << 64) - 1, (1 << 64) - 1]
             wh[d] = w >> 64
-            z = noise._laplace_exact(tab, wh, w & ((1 << 64) - 1), ScriptedSource([], seed=1))
+            z = discrete._laplace_exact(tab, wh, w & ((1 << 64) - 1), ScriptedSource([], seed=1))
             assert z - 1 == c << (8 * d) and int(f) == c
 
 
@@ -132,7 +132,7 @@ def test_the_tail_event_is_decided_on_both_sides(scale):
     for w in (below, above):
         rows = np.array([tab.vals[j][1] >> 65 for j in range(D)] + [(1 << 64) - 1, w >> 64,
                         w & ((1 << 64) - 1)], dtype=np.uint64)
-        out.append(int(noise._dlaplace_block(tab, 1, ScriptedSource(rows, seed=3))[0]))
+        out.append(int(discrete._dlaplace_block(tab, 1, ScriptedSource(rows, seed=3))[0]))
     if tab.ovf > 0:
         assert out[0] > 256**D      # U < q**(256**D): beyond the last digit
     assert out[1] == 1              # otherwise not
@@ -144,7 +144,7 @@ def test_the_tail_event_is_decided_on_both_sides(scale):
 @pytest.mark.parametrize("sigma", SIGMAS, ids=str)
 def test_every_acceptance_factor_on_every_input_class(sigma):
     p = noise._gauss_params(sigma)
-    tab = noise._gauss_table(p.S)
+    tab = discrete._gauss_table(p.S)
     for d in range(tab.positions):
         nums, words, want = [], [], []
         for c in range(1, 256):
@@ -171,7 +171,7 @@ def test_every_acceptance_factor_on_every_input_class(sigma):
 
 def test_acceptance_of_a_zero_numerator_is_certain():
     p = noise._gauss_params(30)
-    tab = noise._gauss_table(p.S)
+    tab = discrete._gauss_table(p.S)
     assert accept_outputs(tab, [0, 0], [0, TWO128 - 1], 0).all()
 
 
@@ -199,10 +199,10 @@ def _fold_digit_255(tab, monkeypatch):
         pos = np.repeat(base, wh.shape[-1], axis=1)
         for h in (128, 64, 32, 16, 8, 4, 2, 1):
             i = pos + (h - 1)
-            pos += noise._le(th[i], tl[i], wh, wl) * h
+            pos += discrete._le(th[i], tl[i], wh, wl) * h
         return pos - 1
 
-    monkeypatch.setattr(noise, "_digit_search", broken)
+    monkeypatch.setattr(discrete, "_digit_search", broken)
 
 
 def test_enumeration_catches_the_digit_255_defect(monkeypatch):
@@ -228,7 +228,7 @@ def _gauss_log_pmf(sigma, span):
     discrete Laplace proposal's digit pmfs read off its tables, times the acceptance
     probability of each |k| from the acceptance tables (floor(exp(-.) 2**128) / 2**128)."""
     p = noise._gauss_params(sigma)
-    lap = noise._laplace_table(p.lap_t, p.lap_s)
+    lap = discrete._laplace_table(p.lap_t, p.lap_s)
     pmfs = laplace_digit_pmfs(lap)
     k = np.arange(0, span + 1, dtype=np.int64)
     y = np.maximum(k - 1, 0)
@@ -241,7 +241,7 @@ def _gauss_log_pmf(sigma, span):
     log_side = math.log((TWO128 - g1) / TWO128)         # P[Z > 0] = P[Z < 0] up to 2**-128
     log_zero = math.log((g1 - g0) / TWO128)
     logprop = np.where(k == 0, log_zero, log_side + logq)
-    tab = noise._gauss_table(p.S)
+    tab = discrete._gauss_table(p.S)
     num = (k * p.P - p.Q) ** 2 * p.R
     logacc = np.zeros(k.size)
     for d in range(tab.positions):
