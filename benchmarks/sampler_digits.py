@@ -24,28 +24,22 @@ import pathlib
 import platform
 import subprocess
 
+import sys
+
 import numpy as np
-from scipy import stats
 
 import matmech as mm
 from matmech import workloads as W
 from matmech.privacy import noise
 
-RESULTS = pathlib.Path(__file__).parent / "results" / "sampler_digits.json"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "privacy"))
+
+from sampler_exact import chi2_p  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "sampler_digits.json"
 LAPLACE_SCALES = [1, 30, 255, 256, 1000, 2**16, 2**20]
 GAUSS_SIGMAS = [1, 30, 255, 256, 1000, 2**16, 2**20]
-
-
-def chi2_p(counts, expected):
-    """Chi-square p-value, cells with expected count < 5 pooled into one."""
-    counts, expected = np.asarray(counts, float), np.asarray(expected, float)
-    keep = expected >= 5
-    stat = np.sum((counts[keep] - expected[keep]) ** 2 / expected[keep])
-    cells = int(keep.sum())
-    if (~keep).any() and expected[~keep].sum() > 0:
-        stat += (counts[~keep].sum() - expected[~keep].sum()) ** 2 / expected[~keep].sum()
-        cells += 1
-    return float(stats.chi2.sf(stat, max(cells - 1, 1)))
 
 
 def digit_pmf(scale, d):
@@ -137,7 +131,7 @@ def main():
               f"{r['p_mod4096']:9.3g} {r['mult256_rate']:9.3e} {r['mult256_exact']:9.3e}")
     for r in gau:
         print(f"{r['sampler']:18} {r['scale']:>8} {'':>34} {r['p_mod256']:9.3g}")
-    print("identity release, eps=0.001: non-zero multiples of 256 among the noise:",
+    print("identity release, eps=0.001: non-zero multiples of 256 among the answers:",
           ", ".join(f"{k} {v:.3e}" for k, v in rep.items()))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

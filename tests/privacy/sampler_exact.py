@@ -22,12 +22,13 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
+from scipy import stats
 
 from matmech.privacy import discrete
 from matmech.privacy.randomness import RandomSource, check_rng
 
 __all__ = ["ScriptedSource", "digit_classes", "digit_outputs", "laplace_digit_pmfs",
-           "sign_outputs", "laplace_loss_bound", "accept_outputs", "TWO128"]
+           "sign_outputs", "laplace_loss_bound", "accept_outputs", "chi2_p", "TWO128"]
 
 TWO128 = 1 << 128
 M64 = (1 << 64) - 1
@@ -247,3 +248,22 @@ def accept_outputs(tab, nums, words128, d: int) -> np.ndarray:
     rows[d] = [w >> 64 for w in words128]
     rows[k] = [w & M64 for w in words128]
     return discrete._exp_accept(np.asarray(nums, dtype=np.int64), tab, ScriptedSource(rows.ravel()))
+
+
+def chi2_p(counts, expected):
+    """Chi-square p-value; cells with expected count < 5 are pooled, and the pool joins the
+    smallest kept cell when it is still below 5 (a lone rare draw must not dominate)."""
+    counts, expected = np.asarray(counts, float), np.asarray(expected, float)
+    keep = expected >= 5
+    c, e = list(counts[keep]), list(expected[keep])
+    pc, pe = counts[~keep].sum(), expected[~keep].sum()
+    if pe >= 5:
+        c.append(pc)
+        e.append(pe)
+    elif pe > 0 or pc > 0:
+        j = int(np.argmin(e))
+        c[j] += pc
+        e[j] += pe
+    c, e = np.array(c), np.array(e)
+    stat = np.sum((c - e) ** 2 / e)
+    return float(stats.chi2.sf(stat, max(len(c) - 1, 1)))
