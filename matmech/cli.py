@@ -322,8 +322,9 @@ def _select_arg(args):
     return select
 
 
-#: Above this many cells a spec with declared attributes is released from marginal tables
-#: (matmech.factored), never from the full histogram.
+#: Above this many cells a spec with declared attributes is read as marginal tables of W's
+#: support, never as the full histogram (the form of the data only: the route itself follows
+#: from W and the strategy, :func:`matmech.factored.route.release_route`).
 FACTORED_CELLS = 2**22
 
 
@@ -341,6 +342,7 @@ class _TablesFromFile:
 
 
 def _cmd_release(args):
+    from matmech.factored.route import release_route
     from matmech.io.data import histogram
     from matmech.release import release, release_table
 
@@ -378,7 +380,8 @@ def _cmd_release(args):
         pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
     try:
         ledger = _open_ledger(args, eps, delta)
-        if schema is not None and schema.n > FACTORED_CELLS:
+        route = release_route(spec.workload, strategy)
+        if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(args.data, schema, args.encoding, args.delimiter)  # marginal tables, never x
         elif schema is None and kind == "csv":
             arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
@@ -410,6 +413,7 @@ def _cmd_release(args):
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
         out["ledger"] = args.ledger
+        out["route"] = route.name
         out.update(rel.to_dict(labels=labels))
         out["queries"] = rows
         out["postprocessing"] = {"round": args.round, "nonnegative": args.nonnegative}
@@ -423,6 +427,9 @@ def _cmd_release(args):
     if rel.measurement is not None:
         how = f"from {args.strategy}, {type(strategy).__name__}" if not isinstance(strategy, str) else f"{rel.strategy_name}: {rel.strategy_note}"
         print(f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}")
+    elif rel.answers.size:
+        print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (OS randomness){rmse}")
+    print(f"route: {route.name} ({route.reason})")
     if select is not None:
         print(f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})")
     if ledger is not None:
@@ -573,14 +580,14 @@ def build_parser():
                    help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
                         "or a name without suffix (.png is added); the exact path is printed")
     _privacy_args(p)
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking (the optimiser gets what is left)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser("advise", help="rank strategies, optimised ones included, for a workload spec")
     p.add_argument("spec", help="a workload spec file (TOML)")
     _privacy_args(p)
     p.add_argument("--save-strategy", metavar="FILE.npz", help="save the best strategy for 'matmech release --strategy FILE.npz'")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking (the optimiser gets what is left)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
     p.set_defaults(func=_cmd_advise)
     p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV or Parquet data file")

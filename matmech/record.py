@@ -138,7 +138,7 @@ class Release:
             "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
             "answered": n_ans,
             "queries_total": self.workload.shape[0],
-            "strategy": None
+            "strategy": {"name": self.strategy_name, "note": self.strategy_note}  # no matrix over the domain
             if m is None
             else {
                 "name": self.strategy_name,
