@@ -176,15 +176,33 @@ def _cmd_advise(args):
     if args.save_strategy:
         save_strategy(args.save_strategy, advice.best)
         saved = args.save_strategy
+    route = _auto_route(spec.workload, eps, delta, args.neighbors)
     if args.json:
-        out = {"spec": spec.name, "source": spec.source, **advice.to_dict(), "saved_strategy": saved}
+        out = {"spec": spec.name, "source": spec.source, **advice.to_dict(), "saved_strategy": saved, "auto_route": route}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{spec.name}: {advice.table()}")
+    if route["route"] == "tables":
+        print(f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
+              f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)")
     if saved:
         print(f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ...")
     print(CONVENTIONS)
     return 0
+
+
+def _auto_route(W, eps, delta, neighbors):
+    """What ``release --strategy auto`` does with W: its route and, for the tables route, the
+    residual plan's analytic error (data-independent)."""
+    from matmech.factored.release import residual_error
+    from matmech.factored.route import release_route
+
+    route = release_route(W, "auto")
+    out = {"route": route.name, "reason": route.reason}
+    if route.name == "tables":
+        total = residual_error(W, eps, delta, neighbors=neighbors)
+        out.update(total_error=total, rmse=math.sqrt(total / W.shape[0]))
+    return out
 
 
 # -- release -----------------------------------------------------------------------------------

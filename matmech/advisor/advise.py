@@ -26,13 +26,14 @@ import numpy as np
 from matmech.advisor.compare import Candidate, distinct, evaluate, family_branchings, fixed_family, format_table
 from matmech.error import error_figures, lower_bound
 from matmech.privacy.params import NEIGHBORS, check_privacy_params
-from matmech.linalg.linop import Kron, Scaled, VStack, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
+from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
 
-__all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
+__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "unmeasurable"]
 
 #: Candidate families, in the order they are evaluated.
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
@@ -251,6 +252,28 @@ class _Budget:
             self.progress(min(max(fraction, 0.0), 1.0), message)
 
 
+def unmeasurable(A):
+    """Why :func:`matmech.release` cannot measure strategy A on the histogram, or None.
+
+    A real-valued strategy is measured rounded to a power-of-two grid
+    (:mod:`matmech.privacy.measure`); the rounding keeps the structure of Kronecker factors
+    and of a scaled integer matrix, and otherwise gives a plain matrix, whose gram is
+    inverted densely: refused past :data:`~matmech.linalg.structured.MAX_DENSE_N` cells (or
+    past :data:`~matmech.linalg.linop.MAX_DENSE_ROUNDING` entries without a structured
+    rounding). Data-independent; conservative (a refusal names the limit)."""
+    if isinstance(A, Kron):
+        return next((why for why in map(unmeasurable, A.factors) if why), None)
+    if A.integer_valued() or (isinstance(A, Scaled) and A.base.integer_valued()):
+        return None
+    m, n = A.shape
+    if n > MAX_DENSE_N:
+        return (f"release measures a real-valued strategy rounded to a grid, and the rounded matrix over {n:,} cells "
+                f"has no structured inverse (dense limit {MAX_DENSE_N:,} cells)")
+    if type(A).rounded_matrix is LinOp.rounded_matrix and m * n > MAX_DENSE_ROUNDING:
+        return f"release cannot round this real-valued strategy to a grid without materialising {m * n:,} entries"
+    return None
+
+
 def _skip(name, params, reason, seconds=0.0):
     return Candidate(name=name, params=params, seconds=seconds, skipped=reason)
 
@@ -278,6 +301,9 @@ class _Scorer:
             row = evaluate(self.W, A, self.eps, self.delta, name=name, bound=self.bound, neighbors=self.neighbors, params=params)
         except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
             return _skip(name, params, str(exc), time.perf_counter() - t0)
+        why = unmeasurable(row.strategy)  # advise ranks only what release can measure (issue 22)
+        if why is not None:
+            return _skip(name, params, why, time.perf_counter() - t0)
         return replace(row, seconds=time.perf_counter() - t0 if seconds is None else seconds)
 
 
