@@ -51,10 +51,10 @@ from matmech.factored.terms import as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
-from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace
+from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace, total_variance_coefficients
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.measure import SENS_MARGIN, check_counts, check_max_records, check_records, execute, plan_measurement
+from matmech.privacy.measure import check_counts, check_max_records, check_records, execute, plan_measurement
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.record import Release
 
@@ -174,11 +174,11 @@ def _laplace_plan(wt, objective, search):
 
 def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum", search="auto"):
     """The expected total squared error of the tables route's residual plan for W (a union
-    of marginals), data-independent, for :func:`matmech.advise`-style comparisons: the
-    plan's continuous-noise figure (Laplace 2b² per unit, Gaussian σ² per unit); the release
-    reports the exact variance of the discrete noise it draws (flights 2-way: 305,425 vs
-    304,890; within 0.3% at noise scales of tens, up to ~8% lower at scales of a few units,
-    where the discrete Laplace's variance is below 2b²)."""
+    of marginals), data-independent, for :func:`matmech.advise`-style comparisons. Pure ε:
+    exactly the release's figure (each residual's exact discrete-Laplace variance times its
+    total-variance coefficient). (ε, δ): the plan's continuous figure σ₁²·Σ c_T u_T; the
+    release's per-row σ are rounded up to ``scale_bits`` bits, so it reports up to ~0.6%
+    more (flights 2-way: 229,450 vs 228,753)."""
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     wt = as_terms(W, name="W")
@@ -187,7 +187,7 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     if delta == 0:
         plan = _laplace_plan(wt, objective, search)[0]
         mplan = plan_residual_laplace(plan, eps, neighbors=neighbors)
-        return float(plan.weighted_total * (mplan.sensitivity / (eps * SENS_MARGIN)) ** 2)
+        return float(np.dot(total_variance_coefficients(plan.lattice), mplan.row_variance))
     plan = _residual_plan(wt, objective)[0]
     mplan = plan_residual_measurement(plan, eps, delta, neighbors=neighbors)
     return float(plan.weighted_total * mplan.sigma**2)
