@@ -309,14 +309,16 @@ def _strategy_arg(value):
 
 
 def _select_arg(args):
+    from matmech.svt.select import SELECTION_METHODS
+
     given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error", "select_sigma")
              if getattr(args, k, None) is not None]
     if args.select is None:
         if given:
-            raise ValueError(f"{', '.join(given)}: only used with --select svt|em|topc-gap|svt-gap|adaptive-svt")
+            raise ValueError(f"{', '.join(given)}: only used with --select {'|'.join(SELECTION_METHODS)}")
         return None
     select = {"method": args.select}
-    gap = args.select in ("topc-gap", "svt-gap", "adaptive-svt")  # free-gap methods: the split can be advised
+    gap = SELECTION_METHODS[args.select].gap  # free-gap methods: the split can be advised
     if (args.select_eps is None and not gap) or args.c is None:
         raise ValueError("--select needs --select-eps (its share of --eps) and --c (the most rows to answer)"
                          + ("" if not gap else "; with a gap method --select-eps may be left out (advised split)"))
@@ -334,8 +336,9 @@ def _select_arg(args):
     if args.target_rel_error is not None:
         select["target_rel_error"] = args.target_rel_error
     if getattr(args, "select_sigma", None) is not None:
-        if args.select != "adaptive-svt":
-            raise ValueError(f"--select-sigma is the top-branch margin of --select adaptive-svt, not of --select {args.select}")
+        if "sigma" not in SELECTION_METHODS[args.select].own_options:
+            owners = [n for n, m in SELECTION_METHODS.items() if "sigma" in m.own_options]
+            raise ValueError(f"--select-sigma is the top-branch margin of --select {'/'.join(owners)}, not of --select {args.select}")
         select["sigma"] = args.select_sigma
     return select
 
@@ -586,6 +589,8 @@ def _write_answers(path, rows, *, selection):
 
 
 def build_parser():
+    from matmech.svt.select import SELECTION_METHODS
+
     parser = argparse.ArgumentParser(prog="matmech", description="The Matrix Mechanism for linear queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare", help="compare fixed strategies for a workload spec analytically")
@@ -628,7 +633,7 @@ def build_parser():
         "--strategy", default="auto", metavar="NAME|FILE.npz",
         help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
     )
-    p.add_argument("--select", choices=["svt", "em", "topc-gap", "svt-gap", "adaptive-svt"],
+    p.add_argument("--select", choices=list(SELECTION_METHODS),
                    help="answer only rows chosen privately first (sparse vector / exponential mechanism / free-gap: "
                         "topc-gap, svt-gap, adaptive-svt)")
     p.add_argument("--threshold", metavar="T|auto", help="svt: answer rows whose count clears T; 'auto' from --target-rel-error")
