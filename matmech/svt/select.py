@@ -299,7 +299,7 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
     if c > W.shape[0]:
         raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
     if not (isinstance(sigma, str) and sigma == "auto"):
-        if method != "adaptive-svt":
+        if "sigma" not in SELECTION_METHODS[method].own_options:
             raise ValueError(f"sigma (the top-branch margin) is an option of method='adaptive-svt' only, got "
                              f"sigma={sigma!r} for method={method!r}")
         if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real) \
