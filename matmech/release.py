@@ -13,8 +13,11 @@
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
 Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing. Records, marginal tables or a
-data source in place of x go to the factored path (:mod:`matmech.factored`), which never
+is charged, so a failure spends nothing and draws nothing. The route follows from W and the
+strategy alone (:func:`matmech.factored.route.release_route`): a union of marginals on two or
+more attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables
+(the residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse

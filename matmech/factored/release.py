@@ -5,7 +5,8 @@
     W (union of Kronecker products)   data (records, an engine, or marginal tables)
       │ terms, support U, path (no data)        │
       ▼                                         │
-    residual path (W marginals; δ > 0, or δ = 0 and the support too big for the Kronecker path):
+    residual path (the tables route of matmech.factored.route: W a union of marginals on 2+
+    attributes with strategy "auto", or strategy "residual"; any size):
       plan_residuals → σ per residual (Xiao et al. 2023); δ = 0: plan_residuals_laplace
     Kronecker path (cells of U manageable): W_U, A_U restricted to U, plan_measurement(A_U)
       │  every check, the plan, the variances, check_affordable — before any data is read
@@ -22,10 +23,11 @@ the variances σ²·diag(W_U (A_UᵀA_U)⁺ W_Uᵀ) are those of :func:`matmech.
 same numbers: the sensitivity of A_U ⊗ 1ᵀ is that of A_U). Residual path: the Gaussian
 optimum for marginals (it reaches the SVD bound), measured exactly
 (:mod:`matmech.factored.measure`) and reconstructed in closed form
-(:mod:`matmech.factored.reconstruct`). Pure ε marginals take the residual path when their
-support is too large for the Kronecker path (or with ``strategy="residual"``): weighted
+(:mod:`matmech.factored.reconstruct`). Pure ε marginals on the same route: weighted
 marginal tables with exact discrete Laplace noise, each residual the inverse-variance mean of
-the tables containing it (:func:`matmech.factored.measure.plan_residual_laplace`).
+the tables containing it (:func:`matmech.factored.measure.plan_residual_laplace`), the table
+weights searched over all attribute subsets up to :data:`SEARCH_ALL_MAX_ATTRIBUTES`
+attributes. The route never depends on a cell count or on the form of the data (issue 22).
 """
 
 from __future__ import annotations
@@ -244,9 +246,9 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     ``data``: records as a 2-D integer code array (records × attributes), an object with
     ``marginal_counts(subsets)``, or a mapping subset → table (:mod:`matmech.factored.tables`).
     ``W``: a Kron or a weighted stack of Krons (e.g. ``matmech.workloads.marginals``); the
-    answers follow its rows. ``strategy``: ``"auto"`` (residual path for marginals with
-    δ > 0, or pure ε marginals whose support exceeds ``max_cells``; else the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on
-    its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
+    answers follow its rows. ``strategy``: ``"auto"`` (the residual path for a union of
+    marginals on two or more attributes, :func:`matmech.factored.route.release_route`; else
+    the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
     over the same attributes (Kronecker path). ``scale_bits``: significant bits of the
     residual path's per-row σ (:mod:`matmech.factored.measure`; None keeps them exact, at
     the cost of one sampler table per distinct σ). ``objective``: the residual plan's ``"sum"``
