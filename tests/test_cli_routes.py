@@ -95,7 +95,7 @@ def _residual_path(spec_path, data, delta):
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("delta", [0.0, 1e-6])
 def test_defaults_take_the_tables_route(flights, capsys, k, delta):
-    tmp, data, specs = flights
+    _, data, specs = flights
     spec = load_spec(specs[k])
     out = _release(capsys, str(specs[k]), "--data", str(data), "--eps", "1", "--delta", str(delta))
     assert out["route"] == "tables" and out["strategy"]["name"] == "residual"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from matmech.factored.terms import as_terms
 from matmech.linalg.linop import LinOp
 
-__all__ = ["Route", "release_route", "ROUTES"]
+__all__ = ["ROUTES", "Route", "release_route"]
 
 #: The two routes, in the order the rule checks them.
 ROUTES = ("tables", "histogram")

@@ -13,7 +13,12 @@ from matmech import workloads as wl
 from matmech.advisor import advise as advise_module
 from matmech.advisor.advise import advise, unmeasurable
 from matmech.advisor.choice import choose_strategy
-from matmech.factored.release import SEARCH_ALL_MAX_ATTRIBUTES, plan_path, release_factored, residual_error
+from matmech.factored.release import (
+    SEARCH_ALL_MAX_ATTRIBUTES,
+    plan_path,
+    release_factored,
+    residual_error,
+)
 from matmech.factored.route import release_route
 from matmech.io.domain import Domain, integer_range
 from matmech.linalg.linop import Dense
@@ -82,7 +87,7 @@ def test_selection_takes_the_tables_route_from_a_histogram():
     W = wl.marginals(DOM, 2)
     codes = _records(DOM, 800, 5)
     budget = mm.PrivacyBudget(2.0)
-    sel = dict(method="em", c=3, eps=0.2)
+    sel = {"method": "em", "c": 3, "eps": 0.2}
     a = mm.release(_hist(codes, DOM), W, 1.0, select=sel, budget=budget, rng=np.random.default_rng(2))
     b = mm.release(codes, W, 1.0, select=sel, rng=np.random.default_rng(2))
     np.testing.assert_array_equal(a.selected, b.selected)
