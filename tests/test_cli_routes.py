@@ -139,3 +139,17 @@ def test_the_shipped_flights_specs_parse_to_the_documented_shape(root):
     for k, rows in ((2, 1114), (3, 11844)):
         spec = load_spec(root / f"workloads/nycflights_{k}way.toml")
         assert spec.domain == (12, 16, 3, 10, 6, 6) and spec.workload.shape == (rows, 207360)
+
+
+@pytest.mark.parametrize("extra", [[], ["--delta", "1e-6"], ["--select", "em", "--select-eps", "0.1", "--c", "4"]])
+def test_the_shipped_3way_spec_with_integer_codes(root, tmp_path, capsys, extra):
+    """workloads/marginals_3way_5attr.toml (bare sizes, codes): the histogram is summed into
+    the tables, whatever the mode (issue 22: refused, or 315 GiB after minutes)."""
+    codes = np.random.default_rng(4).integers(0, 10, size=(400, 5))
+    data = tmp_path / "codes.csv"
+    np.savetxt(data, codes, fmt="%d", delimiter=",", header="a,b,c,d,e", comments="")
+    cols = [arg for c in "abcde" for arg in ("--column", c)]
+    out = _release(capsys, str(root / "workloads/marginals_3way_5attr.toml"), "--data", str(data), *cols, "--eps", "1",
+                   *extra)
+    assert out["route"] == "tables"
+    assert out["answered"] == (4 if extra and extra[0] == "--select" else 10_000)

@@ -186,3 +186,19 @@ def test_route_never_depends_on_the_number_of_cells():
     for subsets in itertools.combinations([(0,), (1,), (0, 1)], 2):
         W = wl.marginals((4, 5), None, attrs=[list(s) for s in subsets])
         assert release_route(W, "auto").name == "tables"
+
+
+def test_an_unmeasurable_strategy_is_refused_before_the_spend():
+    """The marginal optimiser's weighted lattice on 100,000 cells, given explicitly: the
+    histogram route cannot round it without materialising it, and says so before the spend
+    (issue 22: 'Unable to allocate 153 GiB' after the whole ε was charged)."""
+    from matmech.optimizers.marginals import MarginalStrategy
+
+    dom = (10,) * 5
+    A = MarginalStrategy(dom, np.linspace(0.1, 1.0, 32))
+    assert unmeasurable(A) is not None
+    budget = mm.PrivacyBudget(1.0)
+    x = np.zeros(10**5, dtype=np.int64)
+    with pytest.raises(ValueError, match="entries|structured inverse"):
+        mm.release(x, wl.marginals(dom, 3), 1.0, strategy=A, budget=budget)
+    assert budget.spent == pytest.approx((0.0, 0.0))
