@@ -176,15 +176,33 @@ def _cmd_advise(args):
     if args.save_strategy:
         save_strategy(args.save_strategy, advice.best)
         saved = args.save_strategy
+    route = _auto_route(spec.workload, eps, delta, args.neighbors)
     if args.json:
-        out = {"spec": spec.name, "source": spec.source, **advice.to_dict(), "saved_strategy": saved}
+        out = {"spec": spec.name, "source": spec.source, **advice.to_dict(), "saved_strategy": saved, "auto_route": route}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{spec.name}: {advice.table()}")
+    if route["route"] == "tables":
+        print(f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
+              f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)")
     if saved:
         print(f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ...")
     print(CONVENTIONS)
     return 0
+
+
+def _auto_route(W, eps, delta, neighbors):
+    """What ``release --strategy auto`` does with W: its route and, for the tables route, the
+    residual plan's analytic error (data-independent)."""
+    from matmech.factored.release import residual_error
+    from matmech.factored.route import release_route
+
+    route = release_route(W, "auto")
+    out = {"route": route.name, "reason": route.reason}
+    if route.name == "tables":
+        total = residual_error(W, eps, delta, neighbors=neighbors)
+        out.update(total_error=total, rmse=math.sqrt(total / W.shape[0]))
+    return out
 
 
 # -- release -----------------------------------------------------------------------------------
@@ -291,14 +309,16 @@ def _strategy_arg(value):
 
 
 def _select_arg(args):
+    from matmech.svt.select import SELECTION_METHODS
+
     given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error", "select_sigma")
              if getattr(args, k, None) is not None]
     if args.select is None:
         if given:
-            raise ValueError(f"{', '.join(given)}: only used with --select svt|em|topc-gap|svt-gap|adaptive-svt")
+            raise ValueError(f"{', '.join(given)}: only used with --select {'|'.join(SELECTION_METHODS)}")
         return None
     select = {"method": args.select}
-    gap = args.select in ("topc-gap", "svt-gap", "adaptive-svt")  # free-gap methods: the split can be advised
+    gap = SELECTION_METHODS[args.select].gap  # free-gap methods: the split can be advised
     if (args.select_eps is None and not gap) or args.c is None:
         raise ValueError("--select needs --select-eps (its share of --eps) and --c (the most rows to answer)"
                          + ("" if not gap else "; with a gap method --select-eps may be left out (advised split)"))
@@ -316,14 +336,16 @@ def _select_arg(args):
     if args.target_rel_error is not None:
         select["target_rel_error"] = args.target_rel_error
     if getattr(args, "select_sigma", None) is not None:
-        if args.select != "adaptive-svt":
-            raise ValueError(f"--select-sigma is the top-branch margin of --select adaptive-svt, not of --select {args.select}")
+        if "sigma" not in SELECTION_METHODS[args.select].own_options:
+            owners = [n for n, m in SELECTION_METHODS.items() if "sigma" in m.own_options]
+            raise ValueError(f"--select-sigma is the top-branch margin of --select {'/'.join(owners)}, not of --select {args.select}")
         select["sigma"] = args.select_sigma
     return select
 
 
-#: Above this many cells a spec with declared attributes is released from marginal tables
-#: (matmech.factored), never from the full histogram.
+#: Above this many cells a spec with declared attributes is read as marginal tables of W's
+#: support, never as the full histogram (the form of the data only: the route itself follows
+#: from W and the strategy, :func:`matmech.factored.route.release_route`).
 FACTORED_CELLS = 2**22
 
 
@@ -341,6 +363,7 @@ class _TablesFromFile:
 
 
 def _cmd_release(args):
+    from matmech.factored.route import release_route
     from matmech.io.data import histogram
     from matmech.release import release, release_table
 
@@ -378,7 +401,8 @@ def _cmd_release(args):
         pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
     try:
         ledger = _open_ledger(args, eps, delta)
-        if schema is not None and schema.n > FACTORED_CELLS:
+        route = release_route(spec.workload, strategy)
+        if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(args.data, schema, args.encoding, args.delimiter)  # marginal tables, never x
         elif schema is None and kind == "csv":
             arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
@@ -410,6 +434,7 @@ def _cmd_release(args):
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
         out["ledger"] = args.ledger
+        out["route"] = route.name
         out.update(rel.to_dict(labels=labels))
         out["queries"] = rows
         out["postprocessing"] = {"round": args.round, "nonnegative": args.nonnegative}
@@ -423,6 +448,9 @@ def _cmd_release(args):
     if rel.measurement is not None:
         how = f"from {args.strategy}, {type(strategy).__name__}" if not isinstance(strategy, str) else f"{rel.strategy_name}: {rel.strategy_note}"
         print(f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}")
+    elif rel.answers.size:
+        print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (OS randomness){rmse}")
+    print(f"route: {route.name} ({route.reason})")
     if select is not None:
         print(f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})")
     if ledger is not None:
@@ -561,6 +589,8 @@ def _write_answers(path, rows, *, selection):
 
 
 def build_parser():
+    from matmech.svt.select import SELECTION_METHODS
+
     parser = argparse.ArgumentParser(prog="matmech", description="The Matrix Mechanism for linear queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare", help="compare fixed strategies for a workload spec analytically")
@@ -573,14 +603,14 @@ def build_parser():
                    help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
                         "or a name without suffix (.png is added); the exact path is printed")
     _privacy_args(p)
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking (the optimiser gets what is left)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser("advise", help="rank strategies, optimised ones included, for a workload spec")
     p.add_argument("spec", help="a workload spec file (TOML)")
     _privacy_args(p)
     p.add_argument("--save-strategy", metavar="FILE.npz", help="save the best strategy for 'matmech release --strategy FILE.npz'")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking (the optimiser gets what is left)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
     p.set_defaults(func=_cmd_advise)
     p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV or Parquet data file")
@@ -603,7 +633,7 @@ def build_parser():
         "--strategy", default="auto", metavar="NAME|FILE.npz",
         help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
     )
-    p.add_argument("--select", choices=["svt", "em", "topc-gap", "svt-gap", "adaptive-svt"],
+    p.add_argument("--select", choices=list(SELECTION_METHODS),
                    help="answer only rows chosen privately first (sparse vector / exponential mechanism / free-gap: "
                         "topc-gap, svt-gap, adaptive-svt)")
     p.add_argument("--threshold", metavar="T|auto", help="svt: answer rows whose count clears T; 'auto' from --target-rel-error")

@@ -20,7 +20,7 @@ from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
-from matmech.svt.select import Selection
+from matmech.svt.select import SELECTION_METHODS, Selection
 
 __all__ = ["Release", "release_table", "Z95"]
 
@@ -138,7 +138,7 @@ class Release:
             "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
             "answered": n_ans,
             "queries_total": self.workload.shape[0],
-            "strategy": None
+            "strategy": {"name": self.strategy_name, "note": self.strategy_note}  # no matrix over the domain
             if m is None
             else {
                 "name": self.strategy_name,
@@ -199,12 +199,12 @@ def _unanswered_notes(release):
     """Why each row of W has no answer: SVT examines rows in order and stops at the c-th hit."""
     sel = release.selection
     m = release.workload.shape[0]
-    if sel.method in ("em", "topc-gap"):
+    method = SELECTION_METHODS[sel.method]
+    if not method.threshold:
         return np.full(m, "not among the top c", dtype=object)
     notes = np.full(m, "below threshold", dtype=object)
     if sel.stopped and sel.rows.size:
-        what = "budget used up" if sel.method == "adaptive-svt" else "c rows already found"
-        notes[int(sel.rows.max()) + 1 :] = f"not examined ({what})"
+        notes[int(sel.rows.max()) + 1 :] = f"not examined ({method.stop_reason})"
     return notes
 
 

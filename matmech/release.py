@@ -13,8 +13,11 @@
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
 Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing. Records, marginal tables or a
-data source in place of x go to the factored path (:mod:`matmech.factored`), which never
+is charged, so a failure spends nothing and draws nothing. The route follows from W and the
+strategy alone (:func:`matmech.factored.route.release_route`): a union of marginals on two or
+more attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables
+(the residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
@@ -32,6 +35,7 @@ answer that rests on very few Laplace draws).
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +60,8 @@ from matmech.privacy.measure import (
     execute,
     plan_measurement,
 )
+from matmech.factored.route import release_route
+from matmech.factored.terms import as_terms
 from matmech.svt.combine import answer_covariance, combine_selection
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
@@ -339,6 +345,26 @@ class _EngineSource:
         return marginal_counts(self.source, self.domain, subsets)
 
 
+class _HistogramTables:
+    """A histogram over W's product domain as a source of marginal tables (the tables route):
+    the tables the plan asks for are summed out of x when it reads them, after the
+    affordability check; x's length is checked against the domain up front (a shape, not data)."""
+
+    def __init__(self, x, domain, W):
+        self.sizes = tuple(as_terms(W, name="W").domain)
+        self.x = x
+        n = _cells(x)
+        if n != math.prod(self.sizes):
+            raise ValueError(f"shape mismatch: the workload spans {math.prod(self.sizes):,} cells "
+                             f"(attribute sizes {list(self.sizes)}) but x has {n:,}")
+        _declared_cells(domain, n)
+
+    def marginal_counts(self, subsets):
+        x = check_counts(self.x, math.prod(self.sizes)).reshape(self.sizes)
+        d = len(self.sizes)
+        return {tuple(s): x.sum(axis=tuple(i for i in range(d) if i not in s)) for s in subsets}
+
+
 def _factored_data(x, domain):
     """The data of a factored release (records, marginal tables or a data source), or None
     when x is a histogram over the declared domain (decided from types and shapes only)."""
@@ -412,6 +438,8 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
     data = _factored_data(x, domain)
+    if data is None and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
+        data = _HistogramTables(x, domain, W)  # the route follows from W and the strategy, not from x
     if data is not None:
         if select is not None:
             check_select_options(select, eps)  # the explicit path's option rules, before anything is read

@@ -26,21 +26,27 @@ import numpy as np
 from matmech.advisor.compare import Candidate, distinct, evaluate, family_branchings, fixed_family, format_table
 from matmech.error import error_figures, lower_bound
 from matmech.privacy.params import NEIGHBORS, check_privacy_params
-from matmech.linalg.linop import Kron, Scaled, VStack, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
+from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
 
-__all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
+__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "unmeasurable"]
 
 #: Candidate families, in the order they are evaluated.
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
-#: Seconds :func:`advise` spends by default (``time_budget="default"``).
-DEFAULT_TIME_BUDGET = 30.0
-#: With the default budget, the pure-ε optimiser of a 1-D workload runs up to this many cells
-#: (at 8192 one start alone took 50-80 s on a busy two-core machine and lost to the best
-#: hierarchy); above it the exact hierarchy search is the answer.
+#: The default wall-clock budget: none. A time limit makes the ranking (and the strategy
+#: ``strategy="auto"`` releases with) depend on machine load (issue 22: the flights 2-way RMSE
+#: was 19.18 or 16.33, a dep_delay prefix 8.88 or 7.85, by load), so by default the work is
+#: bounded in work units instead (:data:`DEFAULT_PIDENTITY_N`, the optimisers' iteration caps)
+#: and the result depends only on W, ε, δ and ``rng``. A number of seconds is an explicit
+#: option, recorded in :attr:`Advice.time_budget` with what it skipped.
+DEFAULT_TIME_BUDGET = None
+#: Without a time budget, the pure-ε optimiser of a 1-D workload runs up to this many cells
+#: (a work rule, not a clock: at 8192 one start alone took 50-80 s on a busy two-core machine
+#: and lost to the best hierarchy); above it the exact hierarchy search is the answer.
 DEFAULT_PIDENTITY_N = 4096
 #: The fixed families among :data:`CANDIDATES`.
 FIXED = ("identity", "hierarchical", "haar")
@@ -60,6 +66,8 @@ class Advice:
     queries: int
     cells: int
     neighbors: str = "add_remove"
+    #: The wall-clock budget in seconds the ranking ran under, or None (deterministic).
+    time_budget: float | None = None
 
     @property
     def best(self):
@@ -94,6 +102,8 @@ class Advice:
             "lower_bound": self.lower_bound,
             "lower_bound_rmse": self.lower_bound_rmse,
             "best": self.rows[0].name if self.rows else None,
+            "time_budget": self.time_budget,
+            "deterministic": self.time_budget is None,
             "ranked": [{_ADVICE_KEYS.get(k, k): v for k, v in r.as_dict().items()} for r in self.rows],
             "skipped": [{"name": r.name, "reason": r.skipped} for r in self.skipped],
         }
@@ -111,7 +121,9 @@ class Advice:
             skipped=[(r.name, r.skipped) for r in self.skipped],
             detail=True,
         )
-        return f"{self.queries:,} queries over {self.cells:,} cells; {model}\n{body}"
+        clock = "" if self.time_budget is None else (f"\nranked under a {self.time_budget:g} s wall-clock budget: "
+                                                     "what it skipped depends on machine load")
+        return f"{self.queries:,} queries over {self.cells:,} cells; {model}\n{body}{clock}"
 
 
 # -- candidate construction ---------------------------------------------------------------------
@@ -240,6 +252,28 @@ class _Budget:
             self.progress(min(max(fraction, 0.0), 1.0), message)
 
 
+def unmeasurable(A):
+    """Why :func:`matmech.release` cannot measure strategy A on the histogram, or None.
+
+    A real-valued strategy is measured rounded to a power-of-two grid
+    (:mod:`matmech.privacy.measure`); the rounding keeps the structure of Kronecker factors
+    and of a scaled integer matrix, and otherwise gives a plain matrix, whose gram is
+    inverted densely: refused past :data:`~matmech.linalg.structured.MAX_DENSE_N` cells (or
+    past :data:`~matmech.linalg.linop.MAX_DENSE_ROUNDING` entries without a structured
+    rounding). Data-independent; conservative (a refusal names the limit)."""
+    if isinstance(A, Kron):
+        return next((why for why in map(unmeasurable, A.factors) if why), None)
+    if A.integer_valued() or (isinstance(A, Scaled) and A.base.integer_valued()):
+        return None
+    m, n = A.shape
+    if n > MAX_DENSE_N:
+        return (f"release measures a real-valued strategy rounded to a grid, and the rounded matrix over {n:,} cells "
+                f"has no structured inverse (dense limit {MAX_DENSE_N:,} cells)")
+    if type(A).rounded_matrix is LinOp.rounded_matrix and m * n > MAX_DENSE_ROUNDING:
+        return f"release cannot round this real-valued strategy to a grid without materialising {m * n:,} entries"
+    return None
+
+
 def _skip(name, params, reason, seconds=0.0):
     return Candidate(name=name, params=params, seconds=seconds, skipped=reason)
 
@@ -267,6 +301,9 @@ class _Scorer:
             row = evaluate(self.W, A, self.eps, self.delta, name=name, bound=self.bound, neighbors=self.neighbors, params=params)
         except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
             return _skip(name, params, str(exc), time.perf_counter() - t0)
+        why = unmeasurable(row.strategy)  # advise ranks only what release can measure (issue 22)
+        if why is not None:
+            return _skip(name, params, why, time.perf_counter() - t0)
         return replace(row, seconds=time.perf_counter() - t0 if seconds is None else seconds)
 
 
@@ -357,26 +394,28 @@ def _check_options(time_budget, progress, neighbors):
         raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
 
 
-def _rank(results, scorer):
+def _rank(results, scorer, time_budget=None):
     """The :class:`Advice`: scored candidates best first, skipped ones in the order met."""
     rows = sorted((r for r in results if r.skipped is None), key=lambda r: r.total)
     skipped = tuple(r for r in results if r.skipped is not None)
     if not rows:
         raise ValueError("no candidate strategy can answer this workload: " + "; ".join(f"{r.name}: {r.skipped}" for r in skipped))
     W = scorer.W
-    return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors)
+    return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors,
+                  time_budget)
 
 
-def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rng=None, progress=None, neighbors="add_remove"):
+def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None, neighbors="add_remove"):
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
-    :data:`CANDIDATES`. ``time_budget`` (seconds) caps the whole call: the optimiser gets
-    what is left after the fixed candidates, and candidates not reached are skipped with
-    that reason (a time-limited run is not reproducible bit for bit; with ``None``, no
-    budget, the result depends only on ``rng``). The default, ``"default"``, is
-    :data:`DEFAULT_TIME_BUDGET` seconds, which binds only for the p-Identity optimiser at
-    thousands of cells (it runs its starts until the deadline and keeps the best).
+    :data:`CANDIDATES`. ``time_budget``: None (default; ``"default"`` is the same) runs no
+    clock: the work is bounded in work units (the pure-ε optimiser of a 1-D workload up to
+    :data:`DEFAULT_PIDENTITY_N` cells, the optimisers' iteration caps), so the ranking
+    depends only on W, ε, δ and ``rng``, whatever the machine load. A number of seconds caps
+    the whole call: the optimiser gets what is left after the fixed candidates, candidates
+    not reached are skipped with that reason, and :attr:`Advice.time_budget` records it (a
+    time-limited run is not reproducible bit for bit).
     ``progress``: a callable(fraction, message) or None.
     ``neighbors``: "add_remove" (default) or "substitute" (doubles every sensitivity, so
     the ranking is the same and every error four times larger).
@@ -385,9 +424,9 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rn
     eps, delta = check_privacy_params(eps, delta)
     W = as_linop(linear(W, "W"))
     wanted = _wanted(candidates)
-    default_budget = isinstance(time_budget, str) and time_budget == "default"
-    if default_budget:
+    if isinstance(time_budget, str) and time_budget == "default":
         time_budget = DEFAULT_TIME_BUDGET
+    default_budget = time_budget is None  # the work rules below replace a clock
     _check_options(time_budget, progress, neighbors)
     budget = _Budget(time_budget, time.perf_counter(), progress)
     try:
@@ -406,8 +445,8 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rn
             results.append(_skip("optimized", {}, "a candidate already attains the SVD lower bound"))
         elif default_budget and delta == 0 and len(_attributes(W) or [W]) == 1 and W.shape[1] > DEFAULT_PIDENTITY_N:
             results.append(_skip("optimized", {}, f"the pure-eps optimiser on {W.shape[1]:,} > {DEFAULT_PIDENTITY_N:,} "
-                                 "cells takes minutes; pass time_budget=None (or a number) to run it"))
+                                 "cells takes minutes; call optimize(W, eps) to run it"))
         else:
             results.append(_score_optimized(scorer, budget, rng, at=(n_steps - 2) / n_steps, step=1 / n_steps))
     budget.report(1.0, "done")
-    return _rank(results, scorer)
+    return _rank(results, scorer, time_budget)

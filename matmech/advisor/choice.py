@@ -30,8 +30,10 @@ def per_attribute(W, make):
 
 def _optimiser_choice(W, eps, delta, neighbors):
     """(A, note): the best strategy of :func:`matmech.advise`."""
-    best = advise(W, eps, delta, neighbors=neighbors).best_row
-    return best.strategy, f"chosen by matmech.advise ({best.name})"
+    advice = advise(W, eps, delta, neighbors=neighbors)  # no clock: the choice does not depend on load
+    best = advice.best_row
+    skipped = f"; not ranked (reasons in matmech.advise): {', '.join(r.name for r in advice.skipped)}" if advice.skipped else ""
+    return best.strategy, f"chosen by matmech.advise ({best.name}); best of {len(advice.rows)} ranked, no time limit{skipped}"
 
 
 def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):

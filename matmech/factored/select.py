@@ -69,7 +69,7 @@ from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, la
 from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
 from matmech.svt.combine import combine_selection
-from matmech.svt.select import (SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
+from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
                                 selection_mechanism, shown_select_options)
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
@@ -286,7 +286,7 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
         lo, hi = min(lo, a), max(hi, b)
     proxy = _RowRange(rows, lo, hi, terms)
     p = 1 if delta == 0 else 2
-    kmax = 2 * int(c) - 1 if opts["method"] == "adaptive-svt" else int(c)  # Ding et al.: up to 2c − 1 positives
+    kmax = SELECTION_METHODS[opts["method"]].max_rows(c)  # Ding et al.: adaptive SVT up to 2c − 1 positives
     worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
     worst_sens = _scaled_sens(worst if p == 1 else math.sqrt(worst), p, neighbors)
     if max_records * max_entry >= _EXACT:

@@ -255,9 +255,9 @@ class LinOp:
         m, n = self.shape
         if m * n > MAX_DENSE_ROUNDING:
             raise ValueError(
-                f"cannot round the real-valued {type(self).__name__} strategy of shape {self.shape} to a grid without "
-                f"materialising it ({m * n:,} entries > {MAX_DENSE_ROUNDING:,}); give it as a Dense, Sparse, "
-                "Scaled, VStack or Kron of such operators"
+                f"cannot round this real-valued strategy ({m:,} rows x {n:,} cells) to the measurement grid without "
+                f"materialising {m * n:,} entries (limit {MAX_DENSE_ROUNDING:,}); use a structured strategy (a "
+                "Kronecker product of small factors), or strategy='auto' for a union of marginals (marginal tables)"
             )
         step = max(1, 4_000_000 // n)
         blocks = [sp.csr_matrix(_rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]

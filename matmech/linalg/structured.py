@@ -63,6 +63,13 @@ def pinv_gram(A):
     if isinstance(A, Scaled):  # (cA)ᵀ(cA) = c²AᵀA
         m, nul = pinv_gram(A.base)
         return Scaled(m, 1.0 / A.c**2), nul
+    n = A.shape[1]
+    if n > MAX_DENSE_N and isinstance(A, Dense):  # its gram would be a dense n×n array: refuse before forming it
+        raise ValueError(
+            f"this strategy is a dense matrix over n={n:,} cells: inverting its gram needs {8 * n * n / 2**30:,.1f} GiB "
+            f"(the dense limit is {MAX_DENSE_N} cells); use a structured strategy (identity, hierarchical, Haar, a "
+            "Kronecker product of small factors) or, for a union of marginals, strategy='auto' (marginal tables)"
+        )
     g = A.gram()
     if isinstance(g, Identity):
         return g, None

@@ -33,17 +33,49 @@ from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vect
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
 
-__all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "selection_mechanism", "MECHANISMS"]
+__all__ = ["SelectionMethod", "SELECTION_METHODS", "GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "selection_mechanism", "MECHANISMS"]
 
-METHODS = ("svt", "em", "topc-gap", "svt-gap", "adaptive-svt")
+@dataclass(frozen=True)
+class SelectionMethod:
+    """What the rest of the package needs to know about a selection method (the registry
+    :data:`SELECTION_METHODS`; the release paths, the CLI and the answer table read it):
+    ``mechanism`` it runs by default ([LSL17] / [DWZK19]), whether it releases free gaps (``gap``)
+    (its ε share may be advised and the gaps are combined by GLS), whether it tests rows
+    against a ``threshold`` (else it takes the c largest), the most rows it can select for a
+    given c (``max_rows_factor``·c − ``max_rows_offset``), why rows after its last find were
+    not examined (``stop_reason``) and the options only it takes (``own_options``)."""
+
+    name: str
+    mechanism: str
+    gap: bool
+    threshold: bool
+    max_rows_factor: int = 1
+    max_rows_offset: int = 0
+    stop_reason: str = "c rows already found"
+    own_options: tuple = ()
+
+    def max_rows(self, c: int) -> int:
+        """The most rows one run can select (Ding et al.: adaptive SVT up to 2c − 1)."""
+        return self.max_rows_factor * int(c) - self.max_rows_offset
+
+
+#: The selection methods, by name. A new method is one entry here plus its runner.
+SELECTION_METHODS = {m.name: m for m in (
+    SelectionMethod("svt", "sparse-vector", gap=False, threshold=True),
+    SelectionMethod("em", "exponential", gap=False, threshold=False),
+    SelectionMethod("topc-gap", "noisy-top-c-gap", gap=True, threshold=False),
+    SelectionMethod("svt-gap", "sparse-vector-gap", gap=True, threshold=True),
+    SelectionMethod("adaptive-svt", "adaptive-sparse-vector", gap=True, threshold=True, max_rows_factor=2,
+                    max_rows_offset=1, stop_reason="budget used up", own_options=("sigma",)),
+)}
+METHODS = tuple(SELECTION_METHODS)
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
-GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
+GAP_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.gap)
 #: The methods that test rows against a threshold.
-THRESHOLD_METHODS = ("svt", "svt-gap", "adaptive-svt")
-#: The mechanism each method runs by default ([LSL17] / [DWZK19]); "topc-gap" and "svt-gap" run
+THRESHOLD_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.threshold)
+#: The mechanism each method runs by default; "topc-gap" and "svt-gap" run
 #: :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise (:func:`selection_mechanism`).
-MECHANISMS = {"svt": "sparse-vector", "em": "exponential", "topc-gap": "noisy-top-c-gap",
-              "svt-gap": "sparse-vector-gap", "adaptive-svt": "adaptive-sparse-vector"}
+MECHANISMS = {n: m.mechanism for n, m in SELECTION_METHODS.items()}
 
 
 #: Keys of ``release(..., select=...)`` (the rest of select_rows' options come from release).
@@ -267,7 +299,7 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
     if c > W.shape[0]:
         raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
     if not (isinstance(sigma, str) and sigma == "auto"):
-        if method != "adaptive-svt":
+        if "sigma" not in SELECTION_METHODS[method].own_options:
             raise ValueError(f"sigma (the top-branch margin) is an option of method='adaptive-svt' only, got "
                              f"sigma={sigma!r} for method={method!r}")
         if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real) \

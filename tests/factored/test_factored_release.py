@@ -251,7 +251,8 @@ def test_paths_and_refusals():
     assert big.shape == (495_000, 10**100)
     assert plan_path(big, 1.0, 1e-6)[0] == "residual"
     assert plan_path(big, 1.0, 0.0)[0] == "residual"  # pure ε: too big for the Kronecker path
-    assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0)[0] == "kron"  # small: the explicit optimum
+    # small too: the route follows from W and the strategy, never from a cell count (issue 22)
+    assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0)[0] == "residual"
     assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0, strategy="residual")[0] == "residual"
     prefix = Kron(*[Wl.prefix(10) if i == 0 else Wl.identity(10) if i < 8 else Wl.total(10) for i in range(12)])
     assert plan_path(prefix, 1.0, 0.0)[0] == "gmarginal"  # a generalised marginal strategy, factored GLS
