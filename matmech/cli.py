@@ -198,12 +198,12 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     decoding error names the file and the encoding, never the bytes), and the delimiter
     is sniffed from the header line unless given.
     """
-    from matmech.io.engines import csv_header
+    from matmech.io.engines import csv_header, open_text
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
-        with open(path, newline="", encoding=enc) as handle:
+        with open_text(path, enc) as handle:
             handle.readline()  # the header, read above
             index = []
             for c in columns:

@@ -546,3 +546,18 @@ def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(files
     err = _main_error(capsys, "release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "0.5",
                       "--strategy", "identity", "--out", str(out))
     assert "not recorded in any ledger, but spent all the same" in err
+
+
+def test_release_reads_a_gzip_csv_like_the_plain_one(files, capsys):
+    import gzip
+
+    d, data, _, _ = files
+    packed = d / "people.csv.gz"
+    with gzip.open(packed, "wb") as f:
+        f.write(data.read_bytes())
+    outs = []
+    for src, name in ((data, "a.csv"), (packed, "b.csv")):
+        assert main(["release", str(d / "bands.toml"), "--data", str(src), "--column", "age", "--eps", "1",
+                     "--strategy", "identity", "--out", str(d / name)]) == 0
+        outs.append([r.split(",")[0] for r in (d / name).read_text().splitlines()])
+    assert outs[0] == outs[1] and len(outs[0]) > 1

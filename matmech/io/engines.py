@@ -34,7 +34,7 @@ from matmech.validate import SizeError
 
 from matmech.io.domain import Domain
 
-__all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "ENGINES", "source_kind"]
+__all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "open_text", "ENGINES", "source_kind"]
 
 ENGINES = ("auto", "numpy", "duckdb", "spark")
 #: Sentinel codes inside an engine: drop the record; out of domain under "error"; missing under "error".
@@ -502,6 +502,15 @@ def _check_csv_options(encoding, delimiter):
         raise ValueError(f"delimiter must be one character, got {delimiter!r}")
 
 
+def open_text(path, encoding):
+    """A CSV file opened for reading text (``.gz``: decompressed on the fly, as DuckDB does)."""
+    if str(path).lower().endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rt", newline="", encoding=encoding)
+    return open(path, newline="", encoding=encoding)
+
+
 def csv_header(path, *, encoding="utf-8", delimiter=None):
     """(column names, delimiter) from a CSV file's first line (a UTF-8 byte-order mark is
     skipped; the delimiter is sniffed from the header unless given). Read here rather than by
@@ -511,8 +520,14 @@ def csv_header(path, *, encoding="utf-8", delimiter=None):
 
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
-        with open(path, newline="", encoding=enc) as f:
+        with open_text(path, enc) as f:
             first = f.readline()
+    except (OSError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(f"{path}: no such data file") from None
+        if isinstance(exc, PermissionError):
+            raise
+        raise ValueError(f"{path}: not a readable gzip file") from None  # gzip.BadGzipFile, a truncated stream
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such data file") from None
     except LookupError:
@@ -540,7 +555,8 @@ def _duckdb_source(con, source, kind, d, encoding, delimiter):
         names, delim = csv_header(source, encoding=encoding, delimiter=delimiter)
         columns = "{" + ", ".join(f"{d.text(c)}: 'VARCHAR'" for c in names) + "}"
         return (f"read_csv({d.text(str(source))}, header = true, auto_detect = false, columns = {columns}, "
-                f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)})")
+                f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)}, "
+                f"compression = {d.text('gzip' if str(source).lower().endswith('.gz') else 'none')})")
     if kind == "parquet":
         return f"read_parquet({d.text(str(source))})"
     name = "matmech_src_" + uuid.uuid4().hex
