@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Attribute", "Domain", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
+__all__ = ["Attribute", "Domain", "RegularBins", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
 
 #: What becomes of a value outside the declared cells.
 POLICIES = ("clip", "other", "drop", "error")
@@ -77,6 +78,47 @@ def _check_real(value, what, name):
     return float(value)
 
 
+class RegularBins(Sequence):
+    """The bins [lo + i·w, min(lo + (i+1)·w, hi)), i = 0 … k − 1, computed on demand.
+
+    ``numeric_bins(lo=, hi=, width=)`` used to build one Python tuple per bin (over a minute
+    at 3·10⁷ bins, MemoryError at 10⁹); this sequence holds four numbers and gives bin i (and
+    ``bins[-1]``) in O(1), the same floats as before. Slices are not taken (they would
+    materialise the bins); iterate only over what you need."""
+
+    __slots__ = ("lo", "hi", "width", "k")
+
+    def __init__(self, lo: float, hi: float, width: float, k: int):
+        self.lo, self.hi, self.width, self.k = float(lo), float(hi), float(width), int(k)
+
+    def __len__(self) -> int:
+        return self.k
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            raise TypeError("regular bins are computed on demand: index them one at a time (bins[i])")
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"bin indices must be integers, got {type(i).__name__}")
+        j = int(i) + self.k if i < 0 else int(i)
+        if not 0 <= j < self.k:
+            raise IndexError(f"bin {i} is outside 0..{self.k - 1}")
+        return (self.lo + j * self.width, min(self.lo + (j + 1) * self.width, self.hi))
+
+    def _key(self):
+        return (self.lo, self.hi, self.width, self.k)
+
+    def __eq__(self, other):
+        if isinstance(other, RegularBins):
+            return self._key() == other._key()
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"RegularBins(lo={self.lo!r}, hi={self.hi!r}, width={self.width!r}, k={self.k:,})"
+
+
 @dataclass(frozen=True)
 class Attribute:
     """One declared attribute (build it with :func:`integer_range`, :func:`numeric_bins`
@@ -115,7 +157,8 @@ class Attribute:
             raise ValueError(f"attribute {self.name!r}: policy 'other' needs an other cell: declare other = \"<label>\"")
         if self.policy == "clip" and self.kind == "categories":
             raise ValueError(f"attribute {self.name!r}: categories have no ends to clip to; use policy 'other', 'drop' or 'error'")
-        if self.policy == "clip" and self.kind == "bins" and any(b[1] != c[0] for b, c in zip(self.bins, self.bins[1:])):
+        if (self.policy == "clip" and self.kind == "bins" and self.width is None
+                and any(b[1] != c[0] for b, c in zip(self.bins, self.bins[1:]))):
             raise ValueError(f"attribute {self.name!r}: policy 'clip' needs contiguous bins; these leave gaps")
         if self.labels is not None:
             if len(self.labels) != self.declared_size or not all(isinstance(s, str) for s in self.labels):
@@ -260,8 +303,9 @@ def integer_range(name, lo, hi, *, width=1, column=None, policy="error", missing
 def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, column=None, policy="error", missing=None,
                  other=None, labels=None) -> Attribute:
     """Half-open numeric bins [a, b), declared by exactly one of ``edges`` (e₀ < … < e_k),
-    ``lo``/``hi``/``width`` (regular bins from lo; the last ends at hi) or explicit ``bins``
-    (increasing, non-overlapping (a, b) pairs; gaps are outside the domain)."""
+    ``lo``/``hi``/``width`` (regular bins from lo; the last ends at hi; held as
+    :class:`RegularBins`, computed on demand, so 10⁹ bins cost no memory to declare) or
+    explicit ``bins`` (increasing, non-overlapping (a, b) pairs; gaps are outside the domain)."""
     _check_name(name)
     given = [k for k, v in (("edges", edges), ("width", width), ("bins", bins)) if v is not None]
     if len(given) != 1:
@@ -280,8 +324,9 @@ def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, c
             raise ValueError(f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}")
         k = math.ceil((hi - lo) / reg_width)
         if k > MAX_ATTRIBUTE_CELLS:
-            raise ValueError(f"attribute {name!r}: lo/hi/width declare {k:,} bins; at most {MAX_ATTRIBUTE_CELLS:,}")
-        pairs = tuple((lo + i * reg_width, min(lo + (i + 1) * reg_width, hi)) for i in range(k))
+            raise ValueError(f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
+                             f"need {8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width")
+        pairs = RegularBins(lo, hi, reg_width, k)  # lazy: O(1) memory whatever k
     else:
         try:
             pairs = tuple((_check_real(a, "a bin bound", name), _check_real(b, "a bin bound", name)) for a, b in bins)

@@ -123,3 +123,27 @@ def test_spec_domain_must_match_the_declaration():
         parse_spec({"domain": [5], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
     spec = parse_spec({"domain": [10], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
     assert spec.domain == (10,)
+
+
+def test_regular_bins_are_lazy_and_equal_the_materialised_ones():
+    """issue 23: numeric_bins(lo, hi, width) built one tuple per bin (> 60 s at 3·10⁷, MemoryError at 10⁹)."""
+    import sys
+
+    from matmech.io.domain import RegularBins, numeric_bins
+
+    a = numeric_bins("x", lo=-1.5, hi=10.0, width=0.75)
+    want = [(-1.5 + i * 0.75, min(-1.5 + (i + 1) * 0.75, 10.0)) for i in range(16)]
+    assert isinstance(a.bins, RegularBins) and len(a.bins) == 16 and list(a.bins) == want
+    assert a.bins[-1] == (9.75, 10.0) and a.bins[-16] == want[0]
+    with pytest.raises(IndexError):
+        a.bins[16]
+    with pytest.raises(TypeError, match="one at a time"):
+        a.bins[1:]
+    assert a == numeric_bins("x", lo=-1.5, hi=10.0, width=0.75) and hash(a) == hash(numeric_bins("x", lo=-1.5, hi=10.0, width=0.75))
+    assert a != numeric_bins("x", lo=-1.5, hi=10.0, width=0.5)
+    huge = numeric_bins("t", lo=0, hi=1e9, width=1, policy="clip")  # 10⁹ bins: declared in O(1) memory
+    assert huge.size == 10**9 and sys.getsizeof(huge.bins) < 200
+    assert huge.bins[123_456_789] == (123456789.0, 123456790.0)
+    assert huge.span_label(0, 9) == "t [0, 10)" and huge.to_dict()["width"] == 1.0
+    with pytest.raises(ValueError, match=r"would need 16\.0 GiB\); at most"):
+        numeric_bins("t", lo=0, hi=2**31 + 1, width=1)
