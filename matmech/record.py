@@ -226,9 +226,11 @@ def release_table(release, labels=None, *, level=0.95):
         raise ValueError(f"got {len(labels)} labels for {m} queries")
     lower, upper = release.interval(level)
     if release.selected is None:
-        return [
-            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
-            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
+        return [  # .tolist(): Python floats at once, not one numpy scalar per row
+            {"query": str(q), "answer": a, "std": s, "lower": lo, "upper": hi}
+            for q, a, s, lo, hi in zip(labels, np.asarray(release.answers, dtype=float).tolist(),
+                                       np.asarray(release.std, dtype=float).tolist(),
+                                       np.asarray(lower, dtype=float).tolist(), np.asarray(upper, dtype=float).tolist())
         ]
     notes = _unanswered_notes(release)
     rows = [
