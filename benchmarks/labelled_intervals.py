@@ -4,7 +4,7 @@ Times each stage for m random intervals over a 4,096-cell integer attribute with
 values (dep_delay -60 … 4035): the spec's labels, `compare` (fixed candidates + SVD bound),
 a release (hierarchical) and its table. Run from the repository root:
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/labelled_intervals.py [m ...]
+    PYTHONPATH=. OPENBLAS_NUM_THREADS=1 python benchmarks/labelled_intervals.py [m ...]
 
 Prints a table and saves benchmarks/results/labelled_intervals.json.
 """

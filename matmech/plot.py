@@ -288,9 +288,9 @@ def _check_rows(rows, m):
 
 def _row_labels(W, wrows, labels):
     if labels is not None:
-        labels = list(labels)
-        if len(labels) != W.shape[0]:
-            raise ValueError(f"got {len(labels)} labels for a workload of {W.shape[0]} queries")
+        from matmech.record import check_labels
+
+        labels = check_labels(labels, W.shape[0])
         return [str(labels[i]) for i in wrows]
     if isinstance(W, Intervals):
         lo, hi = W.bounds()

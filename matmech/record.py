@@ -179,13 +179,25 @@ class Release:
 
 
 def _z(level):
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.integer, np.floating)):
+        raise TypeError(f"level must be a number in (0, 1), got {type(level).__name__}: {level!r}")
+    if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if level == 0.95:
         return Z95
     from scipy.special import ndtri
 
     return float(ndtri(0.5 + level / 2))
+
+
+def check_labels(labels, m: int) -> list:
+    """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
+        raise TypeError(f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}")
+    labels = list(labels)
+    if len(labels) != m:
+        raise ValueError(f"got {len(labels)} labels for {m} queries")
+    return labels
 
 
 def _default_labels(W):
@@ -221,9 +233,7 @@ def release_table(release, labels=None, *, level=0.95):
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
     m = release.workload.shape[0]
-    labels = _default_labels(release.workload) if labels is None else list(labels)
-    if len(labels) != m:
-        raise ValueError(f"got {len(labels)} labels for {m} queries")
+    labels = _default_labels(release.workload) if labels is None else check_labels(labels, m)
     lower, upper = release.interval(level)
     if release.selected is None:
         return [  # .tolist(): Python floats at once, not one numpy scalar per row

@@ -110,7 +110,7 @@ def test_plot_release_rejects_bad_input(small_release):
         P.plot_release({"answers": [1]})
     with pytest.raises(ValueError, match="top must be a positive integer"):
         P.plot_release(small_release, top=0)
-    with pytest.raises(ValueError, match="got 2 labels for a workload of 4"):
+    with pytest.raises(ValueError, match="got 2 labels for 4 queries"):
         P.plot_release(small_release, labels=["a", "b"])
 
 
