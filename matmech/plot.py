@@ -288,7 +288,7 @@ def _check_rows(rows, m):
 
 def _row_labels(W, wrows, labels):
     if labels is not None:
-        from matmech.record import check_labels
+        from matmech.validate import check_labels
 
         labels = check_labels(labels, W.shape[0])
         return [str(labels[i]) for i in wrows]

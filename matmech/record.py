@@ -21,6 +21,7 @@ from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
 from matmech.svt.select import Selection
+from matmech.validate import check_labels
 
 __all__ = ["Release", "release_table", "Z95"]
 
@@ -188,16 +189,6 @@ def _z(level):
     from scipy.special import ndtri
 
     return float(ndtri(0.5 + level / 2))
-
-
-def check_labels(labels, m: int) -> list:
-    """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
-    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
-        raise TypeError(f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}")
-    labels = list(labels)
-    if len(labels) != m:
-        raise ValueError(f"got {len(labels)} labels for {m} queries")
-    return labels
 
 
 def _default_labels(W):

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: (without cycles), never of a higher one.
 LAYERS = [
     ["linalg", "validate"],
-    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.noise", "privacy.budget",
+    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.noise", "privacy.draws", "privacy.budget",
      "privacy.ledger"],
     ["error"],
     ["optimizers"],
