@@ -38,12 +38,15 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Attribute", "Domain", "RegularBins", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
+__all__ = ["Attribute", "Domain", "RegularBins", "time_bins", "TIME_UNITS", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
 
 #: What becomes of a value outside the declared cells.
 POLICIES = ("clip", "other", "drop", "error")
 #: What becomes of a missing value (null, NaN, empty text, non-numbers in a numeric attribute).
 MISSING_POLICIES = ("other", "drop", "error")
+#: Time units of :func:`time_bins`: the bin width in seconds (months: 1 month, counted in months).
+TIME_UNITS = {"hour": 3600, "day": 86400, "week": 604800, "month": 1}
+_MONDAY = 4 * 86400  # 1970-01-05, a Monday, is 4 days after the epoch
 #: Largest number of cells an attribute may declare (a dense histogram is 8 bytes per cell).
 MAX_ATTRIBUTE_CELLS = 2**31
 
@@ -152,9 +155,12 @@ class Attribute:
     bins: tuple = ()
     categories: tuple = ()
     labels: tuple | None = None
+    time: str | None = None  # "hour" | "day" | "week" | "month": regular bins of a timestamp (time_bins)
 
     def __post_init__(self):
         _check_name(self.name)
+        if self.time is not None and (self.time not in TIME_UNITS or self.kind != "bins" or self.width is None):
+            raise ValueError(f"attribute {self.name!r}: time must be one of {list(TIME_UNITS)} on regular bins, got {self.time!r}")
         _check_name(self.column, "column")
         if self.policy not in POLICIES:
             raise ValueError(f"attribute {self.name!r}: policy must be one of {list(POLICIES)}, got {self.policy!r}")
@@ -226,6 +232,8 @@ class Attribute:
         if self.kind == "categories":
             return self.categories[code]
         a, b = self._span(code)
+        if self.time is not None:
+            return _time_text(a, self.time)
         if self.kind == "range":
             return _range_text(a, b)
         return f"[{_number(a)}, {_number(b)})"
@@ -233,7 +241,7 @@ class Attribute:
     def cell_label(self, code: int) -> str:
         """``sex=F``, ``age=18``, ``age 18-24``, ``delay -60 to -51``, ``income [20k, 30k)``."""
         text = self.value_label(code)
-        if code != self.other_code and self.labels is None and (
+        if code != self.other_code and self.labels is None and self.time is None and (
             self.kind == "bins" or (self.kind == "range" and self._span(code)[0] != self._span(code)[1])
         ):
             return f"{self.name} {text}"
@@ -252,6 +260,8 @@ class Attribute:
             shown = values if len(values) <= 6 else [*values[:3], "...", *values[-2:]]
             return f"{self.name} in {{{', '.join(shown)}}}"
         a, b = self._span(first)[0], self._span(last)[1]
+        if self.time is not None:
+            return f"{self.name} {_time_text(a, self.time)} to {_time_text(self._span(last)[0], self.time)}"
         if self.kind == "range":
             return f"{self.name} {_range_text(a, b)}"
         return f"{self.name} [{_number(a)}, {_number(b)})"
@@ -270,7 +280,7 @@ class Attribute:
         if f.size and (f.min() < 0 or l.max() >= self.size or np.any(f > l)):
             raise IndexError(f"attribute {self.name!r}: need 0 <= first <= last < {self.size} for every span")
         fl, ll = f.tolist(), l.tolist()
-        if self.labels is not None or self.kind == "categories" or (
+        if self.labels is not None or self.kind == "categories" or self.time is not None or (
                 self.other_code is not None and f.size and l.max() == self.other_code):
             return [self.span_label(a, b) for a, b in zip(fl, ll)]
         total = (f == 0) & (l == self.size - 1) & (f != l)
@@ -291,7 +301,9 @@ class Attribute:
         out = {"name": self.name}
         if self.column != self.name:
             out["column"] = self.column
-        if self.kind == "range":
+        if self.time is not None:
+            out.update(time=self.time, start=_time_iso(self.lo, self.time), end=_time_iso(self.hi, self.time))
+        elif self.kind == "range":
             out["range"] = [int(self.lo), int(self.hi)]
             if self.width != 1:
                 out["width"] = int(self.width)
@@ -377,6 +389,82 @@ def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, c
         raise ValueError(f"attribute {name!r}: lo/hi go with width (edges and bins carry their own bounds)")
     return Attribute(name, "bins", column or name, lo=lo if reg_width else None, hi=hi if reg_width else None, width=reg_width,
                      bins=pairs, labels=_labels(labels), **_policies(name, policy, missing, other))
+
+
+def _epoch_seconds(value, what, name) -> int:
+    """Seconds since 1970-01-01 UTC of an ISO 8601 string, a date or a datetime (naive: UTC)."""
+    import datetime as dt
+
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"attribute {name!r}: {what} must be an ISO 8601 date or time such as '2013-01-01', "
+                             f"got {value!r}") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise TypeError(f"attribute {name!r}: {what} must be an ISO 8601 string, a date or a datetime, got {value!r}")
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return int((value - dt.datetime(1970, 1, 1)) // dt.timedelta(seconds=1))
+
+
+def _month_index(seconds: int) -> tuple[int, bool]:
+    """(months since 1970-01, whether the instant is exactly the first of that month at 00:00)."""
+    import datetime as dt
+
+    t = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
+    return (t.year - 1970) * 12 + t.month - 1, (t.day, t.hour, t.minute, t.second) == (1, 0, 0, 0)
+
+
+def _time_iso(x, unit) -> str:
+    import datetime as dt
+
+    if unit == "month":
+        y, m = divmod(int(x), 12)
+        return f"{1970 + y:04d}-{m + 1:02d}-01"
+    t = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=int(x))
+    return t.isoformat(sep=" ") if unit == "hour" else t.date().isoformat()
+
+
+def _time_text(x, unit) -> str:
+    """A time bin's label from its start: ``2013-01-01 05:00``, ``2013-01-01``, ``week of
+    2013-01-07``, ``2013-01``."""
+    if unit == "month":
+        return _time_iso(x, unit)[:7]
+    if unit == "hour":
+        return _time_iso(x, unit)[:16]
+    return ("week of " if unit == "week" else "") + _time_iso(x, unit)
+
+
+def time_bins(name, start, end, unit="day", *, column=None, policy="error", missing=None, other=None) -> Attribute:
+    """Timestamps binned by ``unit`` ("hour", "day", "week" from Monday, "month") from ``start``
+    (aligned down to its unit) up to ``end`` (exclusive; the last bin is whole). ``start`` /
+    ``end``: ISO 8601 strings, dates or datetimes; naive times are UTC, zoned ones are
+    converted to UTC. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v
+    is ⌊(seconds(v) − start) / width⌋, or its month count since ``start``'s month."""
+    _check_name(name)
+    if unit not in TIME_UNITS:
+        raise ValueError(f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}")
+    s, e = _epoch_seconds(start, "start", name), _epoch_seconds(end, "end", name)
+    if e <= s:
+        raise ValueError(f"attribute {name!r}: need start < end, got start = {start!r}, end = {end!r}")
+    if unit == "month":
+        lo, _ = _month_index(s)
+        last, exact_end = _month_index(e)
+        k = last - lo + (0 if exact_end else 1)
+        width = 1
+    else:
+        width = TIME_UNITS[unit]
+        offset = _MONDAY if unit == "week" else 0
+        lo = (s - offset) // width * width + offset
+        k = -(-(e - lo) // width)
+    if k > MAX_ATTRIBUTE_CELLS:
+        raise ValueError(f"attribute {name!r}: {k:,} {unit} bins; at most {MAX_ATTRIBUTE_CELLS:,}: use a coarser unit")
+    hi = lo + k * width
+    return Attribute(name, "bins", column or name, lo=float(lo), hi=float(hi), width=float(width),
+                     bins=RegularBins(lo, hi, width, k), time=unit, **_policies(name, policy, missing, other))
 
 
 def categories(name, values, *, column=None, policy="error", missing=None, other=None, labels=None) -> Attribute:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from matmech import workloads as wl
-from matmech.io.domain import Domain, categories, integer_range, numeric_bins
+from matmech.io.domain import Domain, categories, integer_range, numeric_bins, time_bins
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
@@ -95,7 +95,7 @@ def _int_list(source, key, value):
 
 #: Keys of an ``[[attributes]]`` table.
 ATTRIBUTE_KEYS = ("name", "column", "range", "width", "lo", "hi", "edges", "bins", "categories", "other", "policy",
-                  "missing", "labels")
+                  "missing", "labels", "time", "start", "end")
 
 
 def _attribute(source, key, table):
@@ -107,6 +107,16 @@ def _attribute(source, key, table):
     if not isinstance(name, str) or not name:
         _fail(source, f"{key}.name", "a non-empty string", name)
     common = {k: table[k] for k in ("column", "policy", "missing", "other", "labels") if k in table}
+    if "time" in table:
+        extra = [k for k in ("range", "categories", "edges", "bins", "width", "lo", "hi", "labels") if k in table]
+        if extra or "start" not in table or "end" not in table:
+            _fail(source, key, "time = \"day\" (or hour, week, month) with start and end only",
+                  {k: table[k] for k in (*extra, "start", "end") if k in table} or MISSING)
+        try:
+            return time_bins(name, table["start"], table["end"], table["time"],
+                             **{k: v for k, v in common.items() if k != "labels"})
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{source}: {key}: {exc}") from None
     kinds = [k for k in ("range", "categories", "edges", "bins") if k in table]
     if not kinds and "width" in table:
         kinds = ["width"]
