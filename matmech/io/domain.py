@@ -98,7 +98,7 @@ class RegularBins(Sequence):
     ``bins[-1]``) in O(1), the same floats as before. Slices are not taken (they would
     materialise the bins); iterate only over what you need."""
 
-    __slots__ = ("lo", "hi", "width", "k")
+    __slots__ = ("hi", "k", "lo", "width")
 
     def __init__(self, lo: float, hi: float, width: float, k: int):
         self.lo, self.hi, self.width, self.k = float(lo), float(hi), float(width), int(k)
