@@ -98,13 +98,14 @@ def _cmd_plot(args):
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
-    _check_writable(path, "--out", inputs={"spec": args.spec})
+    _check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
     progress = _progress(args)
     advice = advise(spec.workload, eps, delta, neighbors=args.neighbors, time_budget="default" if args.time_budget is None else args.time_budget, progress=progress)
     progress.close()
     fig = plot_rows(spec.workload, advice.rows, eps=eps, delta=delta, bound_rmse=advice.lower_bound_rmse,
                     title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
-    fig.savefig(path, format=fmt, dpi=110)
+    with open(path, "wb" if args.overwrite else "xb") as handle:  # exclusive: never replace a file unasked
+        fig.savefig(handle, format=fmt, dpi=110)
     if args.json:
         print(json.dumps({"wrote": str(path), "format": fmt, "spec": spec.name, "source": spec.source,
                           **advice.to_dict()}, indent=2))
@@ -166,7 +167,7 @@ def _cmd_advise(args):
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     if args.save_strategy:
-        _check_writable(args.save_strategy, "--save-strategy")
+        _check_writable(args.save_strategy, "--save-strategy", overwrite=args.overwrite)
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
         raise ValueError(f"--time-budget must be a positive number of seconds, got {args.time_budget!r}")
     bar = _progress(args)
@@ -174,7 +175,7 @@ def _cmd_advise(args):
     bar.close()
     saved = None
     if args.save_strategy:
-        save_strategy(args.save_strategy, advice.best)
+        save_strategy(args.save_strategy, advice.best, overwrite=args.overwrite)
         saved = args.save_strategy
     route = _auto_route(spec.workload, eps, delta, args.neighbors)
     if args.json:
@@ -215,12 +216,12 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     decoding error names the file and the encoding, never the bytes), and the delimiter
     is sniffed from the header line unless given.
     """
-    from matmech.io.engines import csv_header
+    from matmech.io.engines import csv_header, open_text
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
-        with open(path, newline="", encoding=enc) as handle:
+        with open_text(path, enc) as handle:
             handle.readline()  # the header, read above
             index = []
             for c in columns:
@@ -260,11 +261,12 @@ def _codes(path, columns, arrays, domain):
     return out
 
 
-def _check_writable(path, flag, *, inputs=(), open_it=False):
+def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     """Fail before any work (and before a release spends privacy) if ``path`` cannot be written.
 
-    Refused: a missing parent directory, a directory, an unwritable file or directory, and a
-    path that is one of the ``inputs`` ({flag: path} of files the command reads: overwriting
+    Refused: an existing file unless ``overwrite`` (the user's ``--overwrite``: no command
+    replaces a file it did not create unasked), a missing parent directory, a directory, an
+    unwritable file or directory, and a path that is one of the ``inputs`` ({flag: path} of files the command reads: overwriting
     the data or the ledger would destroy it). ``open_it``: also create the temporary file the
     output is written to (renamed onto ``path`` by :func:`_write_answers`), so a release never
     spends for answers it cannot save; returns ``(handle, path)``.
@@ -286,6 +288,8 @@ def _check_writable(path, flag, *, inputs=(), open_it=False):
             raise ValueError(f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: not writable")
+    if target.exists() and not overwrite:
+        raise ValueError(f"{flag} {path}: the file exists; pass --overwrite to replace it")
     if not open_it:
         return None
     try:
@@ -398,7 +402,7 @@ def _cmd_release(args):
         inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
         if not isinstance(strategy, str):
             inputs["--strategy"] = args.strategy
-        pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True)
+        pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True, overwrite=args.overwrite)
     try:
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy)
@@ -422,14 +426,19 @@ def _cmd_release(args):
         labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
         rows = _postprocess(release_table(rel, labels), decimals=args.round, nonnegative=args.nonnegative)
         if pending is not None:
-            _write_answers(pending, rows, selection=select is not None)
+            try:
+                _write_answers(pending, rows, selection=select is not None, overwrite=args.overwrite)
+            except OSError as exc:
+                raise _unsaved(exc, args, rel) from None
             pending = None
     finally:
         if pending is not None:  # nothing was written: remove the temporary file
+            import contextlib
             import os
 
             pending[0].close()
-            os.unlink(pending[0].name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pending[0].name)
     if args.json:
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
@@ -459,6 +468,18 @@ def _cmd_release(args):
     if args.out is not None:
         print(f"wrote {len(rows):,} rows to {args.out}")
     return 0
+
+
+def _unsaved(exc, args, rel):
+    """The error for answers drawn (and charged) but not written: it says the budget is spent
+    and where it went, so the curator never releases again believing nothing happened."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    where = (f"charged to ledger {args.ledger} (its last spend: eps = {rel.eps:g}, delta = {rel.delta:g}; see "
+             f"'matmech budget history {args.ledger}')" if args.ledger is not None
+             else "not recorded in any ledger, but spent all the same")
+    return OSError(f"--out {args.out}: the answers could not be written ({why}) AFTER the noise was drawn: the privacy "
+                   f"budget of this release is spent (eps = {rel.eps:g}, delta = {rel.delta:g}), {where}; the answers "
+                   "are lost and a new release costs budget again")
 
 
 def _postprocess(rows, *, decimals, nonnegative):
@@ -562,11 +583,12 @@ def _marginal_labels(spec):
     return out if len(out) == W.shape[0] else None
 
 
-def _write_answers(path, rows, *, selection):
+def _write_answers(path, rows, *, selection, overwrite=True):
     """One CSV row per query: query, answer, std, the 95% interval (and selected/status).
 
     ``path``: a file name, or the ``(handle, path)`` pair from ``_check_writable(...,
-    open_it=True)``: the rows go to that temporary file, which is then renamed onto path.
+    open_it=True)``: the rows go to that temporary file, which is then renamed onto path
+    (without ``overwrite``, linked: a file created there meanwhile is never replaced).
     """
     import os
 
@@ -585,7 +607,11 @@ def _write_answers(path, rows, *, selection):
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(handle.name, 0o666 & ~mask)
-        os.replace(handle.name, final)
+        if overwrite:
+            os.replace(handle.name, final)
+        else:
+            os.link(handle.name, final)  # FileExistsError if a file appeared at final
+            os.unlink(handle.name)
 
 
 def build_parser():
@@ -605,6 +631,7 @@ def build_parser():
     _privacy_args(p)
     p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
+    _overwrite_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser("advise", help="rank strategies, optimised ones included, for a workload spec")
     p.add_argument("spec", help="a workload spec file (TOML)")
@@ -612,6 +639,7 @@ def build_parser():
     p.add_argument("--save-strategy", metavar="FILE.npz", help="save the best strategy for 'matmech release --strategy FILE.npz'")
     p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic")
     _progress_arg(p)
+    _overwrite_arg(p)
     p.set_defaults(func=_cmd_advise)
     p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV or Parquet data file")
     p.add_argument("spec", help="a workload spec file (TOML); its [[attributes]] declare the raw columns' domains")
@@ -645,6 +673,7 @@ def build_parser():
     p.add_argument("--max-records", type=int, metavar="N",
                    help="declared bound on the number of records (default 2**32); more is refused before anything is spent")
     p.add_argument("--ledger", metavar="FILE", help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise")
+    _overwrite_arg(p)
     p.set_defaults(func=_cmd_release)
     p = sub.add_parser("budget", help="a persistent privacy ledger: init, status, history")
     bsub = p.add_subparsers(dest="budget_command", required=True)
@@ -662,6 +691,11 @@ def build_parser():
     q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
     q.set_defaults(func=_cmd_budget_history)
     return parser
+
+
+def _overwrite_arg(p):
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output file (without it, an existing file is never overwritten)")
 
 
 def _progress_arg(p):

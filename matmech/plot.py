@@ -47,6 +47,29 @@ FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff
 KRON_POINTS = 4_000_000
 
 _INSTALL = "plotting needs matplotlib: pip install 'matmech-dp[plot]'"
+#: The best strategy's colour in every panel; the others take PALETTE in rank order.
+BEST_COLOUR = "tab:green"
+PALETTE = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:red", "tab:gray")
+
+
+def _colours(rows):
+    """One colour per row name, the same in every panel of a figure: the best (first) row
+    green, the others from PALETTE in rank order (cycling)."""
+    out = {}
+    for r in rows:
+        if r.name not in out:
+            out[r.name] = BEST_COLOUR if not out else PALETTE[(len(out) - 1) % len(PALETTE)]
+    return out
+
+
+def _wrap(text, ax, fontsize=10):
+    """``text`` wrapped to the width of ``ax`` (about 0.6·fontsize points a character), so a
+    title is never cropped at the figure's edge."""
+    import textwrap
+
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    chars = max(20, int(width_pt / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in str(text).split("\n"))
 
 
 def require_matplotlib():
@@ -141,25 +164,29 @@ def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, n
     else:
         left, right = ax
         fig = left.figure
-    _rmse_bars(left, rows, bound_rmse)
-    left.set_title(f"expected error per strategy; best (green, top): {_bar_label(rows[0])}" if rows else "no strategy")
+    colours = _colours(rows)
+    _rmse_bars(left, rows, bound_rmse, colours)
+    left.set_title(_wrap(f"expected error per strategy; best (green, top): {_bar_label(rows[0])}" if rows else "no strategy",
+                         left), fontsize=10)
     shown = [r for r in rows if r.strategy is not None][:curves]
     ident = [r for r in rows if r.name == "identity" and r not in shown and r.strategy is not None]
     drawn, approx = 0, False
     for r in shown + ident:
         curve = _quantile_curve(W, r.strategy, eps, delta, neighbors)
         if curve is not None:
-            right.plot(100 * curve[0], curve[1], label=r.name, lw=2 if r is rows[0] else 1.2)
+            right.plot(100 * curve[0], curve[1], label=r.name, lw=2.5 if r is rows[0] else 1.2, color=colours[r.name],
+                       zorder=3 if r is rows[0] else 2)  # the best on top of equal curves
             drawn += 1
             approx |= not curve[2]
-    if bound_rmse is not None:
-        right.axhline(bound_rmse, color="k", ls="--", lw=1, label="lower bound (RMSE)")
+    # no lower-bound line here: the SVD bound bounds the RMS over all queries (left panel),
+    # not the std of each query, so a query may well lie below it
     right.set_xlabel("queries, sorted by their standard deviation (percentile)")
     right.set_ylabel("standard deviation of the answer (counts)")
     if drawn:
         right.set_yscale("log")
         _log_ticks(right.yaxis)
-        right.set_title("distribution of per-query error" + (" (quantiles from the Kronecker factors)" if approx else ""))
+        right.set_title(_wrap("distribution of per-query error (each query's std; the RMSE bound is on the left)"
+                              + (" (quantiles from the Kronecker factors)" if approx else ""), right), fontsize=10)
         right.legend(fontsize=8)
     else:
         right.set_title("distribution of per-query error")
@@ -167,7 +194,8 @@ def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, n
                    ha="center", va="center", transform=right.transAxes, fontsize=10, color="0.3")
         right.set_xticks([])
         right.set_yticks([])
-    fig.suptitle(title or f"W: {W.shape[0]:,} queries over {W.shape[1]:,} cells, eps = {eps:g}, delta = {delta:g}")
+    fig.suptitle(_wrap(title or f"W: {W.shape[0]:,} queries over {W.shape[1]:,} cells, eps = {eps:g}, delta = {delta:g}",
+                       left, 12 / 2.2))
     fig.tight_layout()
     return fig
 
@@ -194,12 +222,14 @@ def _clip_edge(values):
     return float(useful.max()) * 1.25 if useful.size < v.size else None
 
 
-def _rmse_bars(ax, rows, bound_rmse):
-    """Horizontal RMSE bars, best (first row) at the top in green, values annotated; a bar
+def _rmse_bars(ax, rows, bound_rmse, colours=None):
+    """Horizontal RMSE bars, best (first row) at the top in green, the others in their
+    strategy's colour (:func:`_colours`, shared with the other panel), values annotated; a bar
     beyond the useful range is clipped at its edge, hatched, and labelled with its value."""
     names = [_bar_label(r) for r in rows][::-1]
     rmse = np.array([r.rmse for r in rows][::-1], dtype=float)
-    colors = ["tab:green" if i == len(rows) - 1 else "tab:blue" for i in range(len(rows))]
+    colours = _colours(rows) if colours is None else colours
+    colors = [colours[r.name] for r in rows][::-1]
     edge = _clip_edge(rmse)
     shown = rmse if edge is None else np.minimum(rmse, edge)
     bars = ax.barh(np.arange(len(rows)), shown, color=colors, tick_label=names)  # numeric y: repeated names stay apart
@@ -288,9 +318,9 @@ def _check_rows(rows, m):
 
 def _row_labels(W, wrows, labels):
     if labels is not None:
-        labels = list(labels)
-        if len(labels) != W.shape[0]:
-            raise ValueError(f"got {len(labels)} labels for a workload of {W.shape[0]} queries")
+        from matmech.validate import check_labels
+
+        labels = check_labels(labels, W.shape[0])
         return [str(labels[i]) for i in wrows]
     if isinstance(W, Intervals):
         lo, hi = W.bounds()
@@ -320,7 +350,10 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
     half = (np.asarray(upper, dtype=float)[idx] - np.asarray(lower, dtype=float)[idx]) / 2
     if ax is None:
         plt = _pyplot()
-        _, ax = plt.subplots(figsize=(8, 0.27 * max(len(idx), 3) + 1.5))
+        _, (ax, wide) = plt.subplots(1, 2, figsize=(10, 0.27 * max(len(idx), 3) + 1.8), sharey=True,
+                                     gridspec_kw={"width_ratios": [4, 1]})
+    else:
+        wide = ax.inset_axes([1.04, 0, 0.22, 1], sharey=ax)
     y = np.arange(len(idx))
     ax.barh(y, answers, color="tab:blue", alpha=0.75)
     ax.errorbar(answers, y, xerr=half, fmt="none", ecolor="k", elinewidth=1.2, capsize=3)
@@ -334,13 +367,27 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
     left = min(0.0, float(np.min(answers - half)) if len(idx) else 0.0)
     ax.set_xlim(left * 1.1, span * 1.3)
     ax.axvline(0, color="0.5", lw=0.8)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(5))  # large counts: few ticks, no overlapping labels
     ax.set_xlabel(f"released answer (counts); error bars: {100 * level:g}% interval, ± {z:.2f}·std")
     rmse = math.sqrt(release.expected_error / release.answers.size) if release.answers.size else float("nan")
     title = f"{release.answers.size} answers, eps = {release.eps:g}, delta = {release.delta:g}, strategy {release.strategy_name}"
     title += f", RMSE {_fmt(rmse)}" if release.answers.size else ""
-    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=10)
+    ax.set_title(_wrap(title + (f"\n{note}" if note else ""), ax), fontsize=10)
+    _half_widths(wide, y, half, level)
     ax.figure.tight_layout()
     return ax
+
+
+def _half_widths(ax, y, half, level):
+    """The interval half-widths on their own scale, beside the answers: next to counts of
+    10⁵ an error bar of ±14 is invisible on the answers' axis, here it has its own bar."""
+    ax.barh(y, half, color="0.35", height=0.5)
+    ax.set_xlim(0, (float(np.max(half)) if len(half) else 1.0) * 1.35 or 1.0)
+    ax.tick_params(axis="y", left=False, labelleft=False)
+    ax.set_xlabel(f"± {100 * level:g}% half-width", fontsize=9)
+    ax.set_title("error (own scale)", fontsize=9)
 
 
 def _require(obj, kind, attributes):

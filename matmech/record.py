@@ -21,6 +21,7 @@ from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
 from matmech.svt.select import SELECTION_METHODS, Selection
+from matmech.validate import check_labels
 
 __all__ = ["Release", "release_table", "Z95"]
 
@@ -179,7 +180,9 @@ class Release:
 
 
 def _z(level):
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.integer, np.floating)):
+        raise TypeError(f"level must be a number in (0, 1), got {type(level).__name__}: {level!r}")
+    if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if level == 0.95:
         return Z95
@@ -221,14 +224,14 @@ def release_table(release, labels=None, *, level=0.95):
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
     m = release.workload.shape[0]
-    labels = _default_labels(release.workload) if labels is None else list(labels)
-    if len(labels) != m:
-        raise ValueError(f"got {len(labels)} labels for {m} queries")
+    labels = _default_labels(release.workload) if labels is None else check_labels(labels, m)
     lower, upper = release.interval(level)
     if release.selected is None:
-        return [
-            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
-            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
+        return [  # .tolist(): Python floats at once, not one numpy scalar per row
+            {"query": str(q), "answer": a, "std": s, "lower": lo, "upper": hi}
+            for q, a, s, lo, hi in zip(labels, np.asarray(release.answers, dtype=float).tolist(),
+                                       np.asarray(release.std, dtype=float).tolist(),
+                                       np.asarray(lower, dtype=float).tolist(), np.asarray(upper, dtype=float).tolist())
         ]
     notes = _unanswered_notes(release)
     rows = [

@@ -103,6 +103,29 @@ def _declared_cells(domain, n):
     return cells
 
 
+def _check_factored_domain(domain, W):
+    """release(records | tables | source, W, domain=...): the declared domain must be W's
+    (its attribute sizes for a Domain, its number of cells for an int); types and shapes
+    only, nothing read from the data."""
+    if domain is None:
+        return
+    if hasattr(domain, "sizes") and isinstance(getattr(domain, "n", None), numbers.Integral):
+        sizes = tuple(int(s) for s in domain.sizes)
+    elif isinstance(domain, numbers.Integral) and not isinstance(domain, (bool, np.bool_)):
+        sizes = None
+    else:
+        raise TypeError(f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}")
+    from matmech.factored.terms import as_terms
+
+    wt = as_terms(W, name="W")
+    if sizes is None:
+        if int(domain) != math.prod(wt.domain):
+            raise ValueError(f"the declared domain has {int(domain):,} cells but W is over {math.prod(wt.domain):,} "
+                             f"(attribute sizes {wt.domain})")
+    elif sizes != tuple(wt.domain):
+        raise ValueError(f"the declared domain's attribute sizes {sizes} differ from W's {tuple(wt.domain)}")
+
+
 def _as_workload(W, n, domain=None):
     if isinstance(W, LinOp):
         pass
@@ -392,7 +415,8 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`) — or,
     for tables with many attributes, the records themselves (a records × attributes code
     array), a mapping attribute subset → marginal table, or a data source (DataFrame, Arrow
-    table, CSV/Parquet path) with ``domain`` a :class:`matmech.io.domain.Domain`: these take
+    table, CSV/Parquet path) with ``domain`` a :class:`matmech.io.domain.Domain` (with records or
+    tables a given ``domain`` must match W's attribute sizes, else ValueError): these take
     the factored path (:func:`matmech.factored.release.release_factored`), which builds only
     marginal tables, never the histogram. ``domain``: the declared domain (a number of cells
     or a Domain); a histogram x must have exactly its cells, and is required when W is a
@@ -441,6 +465,7 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
     if data is None and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
         data = _HistogramTables(x, domain, W)  # the route follows from W and the strategy, not from x
     if data is not None:
+        _check_factored_domain(domain, W)
         if select is not None:
             check_select_options(select, eps)  # the explicit path's option rules, before anything is read
         from matmech.factored.release import release_factored

@@ -188,7 +188,9 @@ def hierarchical(n, branching=2, root=True):
             lo, hi, parent, labels = lo[1:], hi[1:], np.where(parent[1:] <= 0, -1, parent[1:] - 1), labels[1:]
         return Tree(size, lo, hi, parent, labels=labels)
     n = _size(n, "n")  # an int64-indexable size whose x fits in memory (matmech.validate)
-    if isinstance(branching, bool) or not isinstance(branching, numbers.Integral) or branching < 2:
+    if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, numbers.Integral):
+        raise TypeError(f"branching must be an integer >= 2, got {type(branching).__name__}: {branching!r}")
+    if branching < 2:
         raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
     if not isinstance(root, (bool, np.bool_)):
         raise TypeError(f"root must be True or False, got {root!r}")

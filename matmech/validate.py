@@ -44,6 +44,7 @@ __all__ = [
     "rectangular",
     "linear",
     "factors",
+    "check_labels",
 ]
 
 #: Largest count of rows or entries any operator may index (int64 with headroom: sums of
@@ -327,3 +328,13 @@ def factors(ops, what: str) -> tuple:
     if not ops:
         raise ValueError(f"{what} needs at least one factor")
     return tuple(linear(op, f"{what} factor {i}") for i, op in enumerate(ops))
+
+
+def check_labels(labels, m: int) -> list:
+    """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
+        raise TypeError(f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}")
+    labels = list(labels)
+    if len(labels) != m:
+        raise ValueError(f"got {len(labels)} labels for {m} queries")
+    return labels

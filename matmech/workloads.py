@@ -106,7 +106,9 @@ def marginals(domain, k=None, *, attrs=None):
     if (k is None) == (attrs is None):
         raise ValueError("give exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)")
     if k is not None:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k <= d:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {type(k).__name__}: {k!r}")
+        if not 0 <= k <= d:
             raise ValueError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}")
         subsets = list(itertools.combinations(range(d), int(k)))
     else:

@@ -495,3 +495,69 @@ def test_release_of_a_large_declared_domain_uses_marginal_tables(tmp_path, capsy
     assert table[0]["query"].startswith("a0=0") and all(np.isfinite(float(r["std"])) for r in table[:50])
     printed = capsys.readouterr().out
     assert "300" not in printed  # no record count
+
+
+# -- no command overwrites a file unasked; a charged release that cannot write says so (issue 23) --
+
+
+def test_no_command_overwrites_an_existing_file_unless_told(files, capsys):
+    d, data, _, _ = files
+    spec = str(d / "bands.toml")
+    victim = d / "precious.npz"
+    victim.write_bytes(b"not yours")
+    err = _main_error(capsys, "advise", spec, "--eps", "1", "--save-strategy", str(victim))
+    assert "the file exists; pass --overwrite" in err and victim.read_bytes() == b"not yours"
+    out_csv = d / "answers.csv"
+    out_csv.write_text("keep me\n")
+    base = ["release", spec, "--data", str(data), "--column", "age", "--eps", "1", "--strategy", "identity"]
+    err = _main_error(capsys, *base, "--out", str(out_csv))
+    assert "pass --overwrite" in err and out_csv.read_text() == "keep me\n"
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
+    assert main([*base, "--out", str(out_csv), "--overwrite"]) == 0
+    assert out_csv.read_text().startswith("query,answer,std")
+    assert main(["advise", spec, "--eps", "1", "--save-strategy", str(victim), "--overwrite"]) == 0
+    from matmech.io.store import load_strategy
+
+    assert load_strategy(victim).shape[1] == 32
+
+
+def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(files, capsys, monkeypatch):
+    import errno
+
+    import matmech.cli as cli
+
+    d, data, _, _ = files
+    led = str(d / "budget.db")
+    assert main(["budget", "init", led, "--eps", "2"]) == 0
+    capsys.readouterr()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_write_answers", disk_full)
+    out = d / "o.csv"
+    err = _main_error(capsys, "release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "0.5",
+                      "--strategy", "identity", "--ledger", led, "--out", str(out))
+    assert "No space left on device" in err and "AFTER the noise was drawn" in err
+    assert "budget of this release is spent (eps = 0.5" in err and f"charged to ledger {led}" in err
+    assert [e.eps for e in _spends(led)] == [0.5]  # the spend is on the ledger, as the message says
+    assert not out.exists() and not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+    # without a ledger the message says the spend is recorded nowhere
+    err = _main_error(capsys, "release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "0.5",
+                      "--strategy", "identity", "--out", str(out))
+    assert "not recorded in any ledger, but spent all the same" in err
+
+
+def test_release_reads_a_gzip_csv_like_the_plain_one(files, capsys):
+    import gzip
+
+    d, data, _, _ = files
+    packed = d / "people.csv.gz"
+    with gzip.open(packed, "wb") as f:
+        f.write(data.read_bytes())
+    outs = []
+    for src, name in ((data, "a.csv"), (packed, "b.csv")):
+        assert main(["release", str(d / "bands.toml"), "--data", str(src), "--column", "age", "--eps", "1",
+                     "--strategy", "identity", "--out", str(d / name)]) == 0
+        outs.append([r.split(",")[0] for r in (d / name).read_text().splitlines()])
+    assert outs[0] == outs[1] and len(outs[0]) > 1

@@ -22,6 +22,7 @@ covered through the functions that return or raise them (``RECORDS`` below); the
 from __future__ import annotations
 
 import math
+import numbers
 import signal
 import tempfile
 from dataclasses import dataclass, field
@@ -398,6 +399,22 @@ def _call(entry: Entry, arg: str, value, seconds=HARD_SECONDS):
         signal.signal(signal.SIGALRM, old)
 
 
+#: Python's and numpy's own messages: a refusal that shows one of these was not written for
+#: the user (issue 23: "'int' object is not iterable", "embedded null byte").
+INTERNAL = ("object is not iterable", "embedded null byte", "unhashable type", "not subscriptable", "has no attribute",
+            "cannot be interpreted as an integer", "unsupported operand", "could not convert", "invalid literal",
+            "'nonetype' object", "not supported between", "positional argument", "setting an array element",
+            "only length-1 arrays", "truth value of an array", "object of type", "must be real number, not",
+            "float() argument", "int() argument", "can't multiply", "bad operand type", "object is not callable",
+            "unexpected keyword argument")
+
+
+def _leaked(message: str):
+    """The internal phrase ``message`` shows, or None."""
+    msg = message.lower()
+    return next((p for p in INTERNAL if p in msg), None)
+
+
 def _run(entry: Entry, arg: str, value, seconds=HARD_SECONDS):
     kind, out = _call(entry, arg, value, seconds)
     where = f"{entry.name}({arg}={value!r})"
@@ -405,6 +422,7 @@ def _run(entry: Entry, arg: str, value, seconds=HARD_SECONDS):
     assert kind != "other", f"{where} raised {type(out).__name__}: {out}"
     if kind == "refused":
         assert _named(str(out), arg, value), f"{where} raised {type(out).__name__} not naming {arg!r} or the value: {out}"
+        assert not _leaked(str(out)), f"{where} leaked an internal message: {type(out).__name__}: {out}"
     else:
         try:
             entry.check(out)
@@ -546,6 +564,50 @@ def test_every_public_name_is_covered():
     missing += [f"strategies.{n}" for n in S.__all__ if f"strategies.{n}" not in {e.name for e in ENTRIES}
                 and n not in ("Tree", "Haar")]
     assert not missing, f"public names with no fuzz entry: {missing}"
+
+
+# ----------------------------------------------------------------------------- wrong kinds (issue 23)
+
+#: Values of a kind no numeric parameter takes; the sweep below tries each on every argument.
+WRONG_KINDS = [None, "no", b"1", object(), {}, complex(1, 1), "a\x00b", True]
+#: (entry, argument) that take None (a documented default meaning "not given") or strings
+#: ("auto"-style options): such a value is the right kind with a wrong value (ValueError).
+NONE_OK = {("workloads.marginals", "k"), ("select_rows", "threshold"), ("svt.gap_measurement", "threshold")}
+STR_OK = {("select_rows", "threshold")}
+
+
+def _numeric(v):
+    return isinstance(v, (numbers.Real, np.number)) and not isinstance(v, (bool, np.bool_))
+
+
+def _sweep_cases():
+    for e in ENTRIES:
+        for arg, base in e.args.items():
+            for v in WRONG_KINDS:
+                yield e, arg, base, v
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_a_wrong_kind_is_a_type_error_naming_the_parameter(entry):
+    """Every argument, every value in WRONG_KINDS: a numeric parameter given a non-number
+    (None, a string, bytes, an object, a dict, a complex, True) raises TypeError naming it;
+    no refusal of any argument shows an internal message (issue 23: about 40 calls raised
+    ValueError for a wrong kind, 30 leaked "'int' object is not iterable", "embedded null byte")."""
+    wrong = []
+    for arg, base in entry.args.items():
+        for v in WRONG_KINDS:
+            kind, out = _call(entry, arg, v, seconds=20)
+            where = f"{entry.name}({arg}={v!r})"
+            assert kind not in ("other", "hang"), f"{where}: {kind} {type(out).__name__}: {out}"
+            if kind != "refused":
+                continue
+            assert not _leaked(str(out)), f"{where} leaked an internal message: {type(out).__name__}: {out}"
+            allowed = (v is None and (entry.name, arg) in NONE_OK) or (isinstance(v, str) and (entry.name, arg) in STR_OK)
+            if _numeric(base) and not allowed and not isinstance(out, TypeError):
+                wrong.append(f"{where}: {type(out).__name__}: {out}")
+            elif _numeric(base) and not allowed:
+                assert _named(str(out), arg, v), f"{where}: TypeError not naming {arg!r}: {out}"
+    assert not wrong, "a wrong kind gave ValueError, not TypeError:\n" + "\n".join(wrong)
 
 
 # ----------------------------------------------------------------------------- the issue's cases

@@ -308,3 +308,28 @@ def test_a_data_source_with_a_declared_domain_is_counted_by_the_engine():
     b = release(x, Wm, 1.0, domain=dom, strategy="identity", rng=np.random.default_rng(4))
     np.testing.assert_allclose(a.answers, b.answers, atol=1e-9)
     np.testing.assert_allclose(a.std, b.std, rtol=1e-12)
+
+
+def test_records_or_tables_with_a_domain_that_is_not_ws_are_refused_before_the_spend():
+    """issue 23: release(records | tables, domain=...) used to ignore domain=."""
+    from matmech.io.domain import Domain, integer_range
+    from matmech.privacy.budget import PrivacyBudget
+
+    rng = np.random.default_rng(3)
+    codes = np.column_stack([rng.integers(0, 3, 50), rng.integers(0, 4, 50)])
+    Wm = Wk.marginals((3, 4), 1)
+    tables = {(1, 0): np.bincount(codes[:, 1] * 3 + codes[:, 0], minlength=12).reshape(4, 3)}  # key order
+    wrong = Domain((integer_range("a", 0, 3), integer_range("b", 0, 3)))  # sizes (4, 4)
+    right = Domain((integer_range("a", 0, 2), integer_range("b", 0, 3)))
+    budget = PrivacyBudget(2.0)
+    for data in (codes, tables):
+        with pytest.raises(ValueError, match=r"attribute sizes \(4, 4\) differ from W's \(3, 4\)"):
+            release(data, Wm, 1.0, domain=wrong, budget=budget)
+        with pytest.raises(ValueError, match="declared domain has 16 cells"):
+            release(data, Wm, 1.0, domain=16, budget=budget)
+        with pytest.raises(TypeError, match="domain must be"):
+            release(data, Wm, 1.0, domain="3x4", budget=budget)
+    assert budget.spent == (0.0, 0.0)
+    a = release(codes, Wm, 1.0, domain=right, strategy="identity", rng=np.random.default_rng(5))
+    b = release(tables, Wm, 1.0, domain=12, strategy="identity", rng=np.random.default_rng(5))
+    np.testing.assert_allclose(a.answers, b.answers, atol=1e-9)

@@ -216,7 +216,7 @@ BAD = [
     (dict(select={**SELECT, "threshold": "auto", "target_rel_error": "10%"}), TypeError, "target_rel_error must be a real"),
     (dict(select={**SELECT, "threshold": [1, 2, 3]}), ValueError, "one threshold per value"),
     (dict(select={**SELECT, "c": 0}), ValueError, "c must be a positive integer"),
-    (dict(select={**SELECT, "c": 2.5}), ValueError, "c must be a positive integer"),
+    (dict(select={**SELECT, "c": 2.5}), TypeError, "c must be a positive integer"),
     (dict(select={**SELECT, "c": 33}), ValueError, "c = 33 is more than the 32 rows"),
     (dict(select={**SELECT, "monotonic": "yes"}), TypeError, "monotonic must be"),
     (dict(select={**SELECT, "monotonic": True}, neighbors="substitute"), ValueError, "monotonic=True needs non-negative"),

@@ -25,7 +25,7 @@ import numpy as np
 
 from matmech.advisor.compare import Candidate, distinct, evaluate, family_branchings, fixed_family, format_table
 from matmech.error import error_figures, lower_bound
-from matmech.privacy.params import NEIGHBORS, check_privacy_params
+from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
 from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
@@ -378,7 +378,12 @@ def _wanted(candidates):
         return tuple(c for c in CANDIDATES if c != "optimized")
     if isinstance(candidates, str):
         raise ValueError(f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, got {candidates!r}")
+    if isinstance(candidates, bytes) or not hasattr(candidates, "__iter__"):
+        raise TypeError(f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, "
+                        f"got {type(candidates).__name__}: {candidates!r}")
     wanted = tuple(candidates)
+    if not all(isinstance(c, str) for c in wanted):
+        raise TypeError(f"candidates must be names (strings) from {CANDIDATES}, got {list(wanted)!r}")
     unknown = [c for c in wanted if c not in CANDIDATES]
     if unknown or not wanted:
         raise ValueError(f"unknown candidate names {unknown}; choose from {CANDIDATES}")
@@ -390,8 +395,7 @@ def _check_options(time_budget, progress, neighbors):
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(fraction, message) or None, got {progress!r}")
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
+    check_neighbors(neighbors)
 
 
 def _rank(results, scorer, time_budget=None):

@@ -259,7 +259,9 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
     rows = int(offsets[-1])
     c = opts["c"]
-    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
+        raise TypeError(f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}")
+    if c < 1:
         raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
     # memory: one table per distinct subset (the maximal ones counted, the rest summed out of
     # them), W x (and W x unweighted), one threshold per row

@@ -8,7 +8,9 @@ the records whose codes on S are (c_i). Sources:
   the raveled indices of the attributes of S;
 * an object with ``marginal_counts(subsets) -> {subset: array}`` (a data engine);
 * a mapping ``{subset: array}`` of precomputed tables (e.g. from
-  ``matmech.io.engines.marginal_counts``).
+  ``matmech.io.engines.marginal_counts``). A table's axes follow its key's order
+  (``{(2, 0): t}`` holds t[c₂, c₀]; it is transposed, never reshaped); a subset given twice,
+  or tables that disagree on a common marginal, are refused before anything is spent.
 
 Only the maximal subsets are counted from the source; every smaller one is summed out of the
 smallest counted superset (exact in integers). Every check names the subset, shape or dtype
@@ -99,21 +101,73 @@ def _from_codes(codes, domain, s):
     return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
 
 
-def _check_table(t, domain, s):
-    arr = np.asarray(t)
-    shape = tuple(domain[i] for i in s)
-    if arr.size == math.prod(shape) and arr.shape != shape:
-        arr = arr.reshape(shape)
+def _key(k, domain):
+    """A table's key as given (attribute indices in the order of the table's axes)."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        k = (k,)
+    try:
+        key = tuple(k)
+    except TypeError:
+        raise TypeError(f"a marginal table's key must be a tuple of attribute indices, got {k!r}") from None
+    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)) for a in key):
+        raise TypeError(f"a marginal table's key must be a tuple of attribute indices, got {k!r}")
+    key = tuple(int(a) for a in key)
+    if len(set(key)) != len(key) or any(not 0 <= a < len(domain) for a in key):
+        raise ValueError(f"a marginal table's key must hold distinct attribute indices in 0..{len(domain) - 1}, got {k!r}")
+    return key
+
+
+def _check_table(t, domain, key):
+    """The table given for ``key`` as an int64 array over sorted(key), or raise naming the key.
+
+    The axes of a table follow its key: ``{(2, 0): t}`` has t[c2, c0]. A table keyed in
+    non-sorted order is *transposed* to sorted order (never reshaped: that would permute
+    the counts). A flat 1-D table is read row-major in key order."""
+    try:
+        arr = np.asarray(t)
+    except (TypeError, ValueError):
+        raise TypeError(f"the table for attributes {key} must be an array of counts, got {type(t).__name__}") from None
+    shape = tuple(domain[i] for i in key)
+    if arr.ndim == 1 and len(key) > 1 and arr.size == math.prod(shape):
+        arr = arr.reshape(shape)  # flat, row-major in key order
     if arr.shape != shape:
-        raise ValueError(f"the table for attributes {s} has shape {arr.shape}, expected {shape}")
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise TypeError(f"the table for attributes {s} must hold integer counts, got dtype {arr.dtype}")
+        raise ValueError(f"the table for attributes {key} has shape {arr.shape}, expected {shape} "
+                         "(one axis per attribute, in the key's order)")
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+                                   or arr.dtype == bool):
+        raise TypeError(f"the table for attributes {key} must hold integer counts, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
-            raise ValueError(f"the table for attributes {s} holds a non-integer or non-finite entry")
+            raise ValueError(f"the table for attributes {key} holds a non-integer or non-finite entry")
     if np.any(arr < 0):
-        raise ValueError(f"the table for attributes {s} holds a negative entry")
-    return arr.astype(np.int64)
+        raise ValueError(f"the table for attributes {key} holds a negative entry")
+    order = np.argsort(key, kind="stable")
+    return np.transpose(arr, order).astype(np.int64)
+
+
+def _given_tables(data, domain):
+    """{sorted subset: int64 table} from a mapping of given tables, checked and consistent.
+
+    Refuses a subset given twice (e.g. as (0, 1) and (1, 0)) and tables that disagree on a
+    common marginal (two tables over S and T must sum to the same table over S ∩ T; the
+    totals included). Tables are private: this runs before any spend and the message names
+    only the attribute subsets, never a count."""
+    given, raw = {}, {}
+    for k, v in data.items():
+        key = _key(k, domain)
+        s = tuple(sorted(key))
+        if s in given:
+            raise ValueError(f"the marginal on attributes {s} is given twice (as {raw[s]} and {key})")
+        given[s], raw[s] = _check_table(v, domain, key), key
+    keys = list(given)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            common = tuple(sorted(set(a) & set(b)))
+            if not np.array_equal(_sum_out(given[a], a, common), _sum_out(given[b], b, common)):
+                over = f"attributes {common}" if common else "the record total"
+                raise ValueError(f"the marginal tables for attributes {a} and {b} disagree on {over}: inconsistent "
+                                 "tables are refused (pass tables counted from one dataset; nothing was spent)")
+    return given
 
 
 def _sum_out(table, sup, s):
@@ -132,17 +186,17 @@ def marginal_tables(data, domain, subsets):
     subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
     top = maximal_subsets(subsets)
     if isinstance(data, Mapping):
-        given = {tuple(sorted(int(a) for a in k)): v for k, v in data.items()}
+        given = _given_tables(data, domain)
         base = {}
         for s in top:
             if s in given:
-                base[s] = _check_table(given[s], domain, s)
+                base[s] = given[s]
                 continue
             sup = [k for k in given if set(s) <= set(k)]
             if not sup:
                 raise ValueError(f"no table given for attributes {s} nor for a superset of them")
             k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
-            base[s] = _sum_out(_check_table(given[k], domain, k), k, s)
+            base[s] = _sum_out(given[k], k, s)
     elif hasattr(data, "marginal_counts") and callable(data.marginal_counts):
         got = data.marginal_counts(top)
         if not isinstance(got, Mapping):

@@ -22,6 +22,7 @@ value, a row or a count; an engine's own error text (which may quote records) is
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import uuid
@@ -34,7 +35,7 @@ from matmech.validate import SizeError
 
 from matmech.io.domain import Domain
 
-__all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "ENGINES", "source_kind"]
+__all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "open_text", "ENGINES", "source_kind"]
 
 ENGINES = ("auto", "numpy", "duckdb", "spark")
 #: Sentinel codes inside an engine: drop the record; out of domain under "error"; missing under "error".
@@ -273,6 +274,31 @@ def _np_numbers(values):
     return v, np.isnan(v)
 
 
+def _np_times(values, unit):
+    """(float64 seconds since 1970-01-01 UTC — months since 1970-01 for unit "month" —, missing
+    mask) of timestamps: datetime64 values, datetimes or ISO 8601 text (naive: UTC, zoned:
+    converted to UTC); unparseable text is missing."""
+    import pandas as pd
+
+    arr = np.asarray(values)
+    if arr.dtype.kind == "M":
+        ts = pd.to_datetime(pd.Series(arr), utc=True)
+    else:
+        obj = pd.Series(arr.astype(object))
+        obj = obj.where(~obj.map(lambda v: isinstance(v, str) and not v.strip()), None)
+        ts = pd.to_datetime(obj.map(lambda v: v.strip() if isinstance(v, str) else v), errors="coerce", utc=True,
+                            format="ISO8601")
+    miss = ts.isna().to_numpy()
+    naive = ts.dt.tz_convert(None)
+    if unit == "month":
+        v = ((naive.dt.year - 1970) * 12 + naive.dt.month - 1).to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        ns = naive.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        v = np.floor_divide(ns, 10**9).astype(np.float64)
+        v[miss] = np.nan
+    return v, miss
+
+
 def _np_strings(values):
     """(trimmed str array, missing mask): missing = None / NaN / empty."""
     obj = np.asarray(values).astype(object)
@@ -302,7 +328,7 @@ def _np_codes(a, values):
             code[s == c] = i
         code[missing] = miss
         return code
-    v, missing = _np_numbers(values)
+    v, missing = _np_times(values, a.time) if a.time is not None else _np_numbers(values)
     lo_bound, hi_bound = (a.lo, a.hi + 1) if a.kind == "range" else (a.bins[0][0], a.bins[-1][1])
     with np.errstate(invalid="ignore"):
         below, above = v < lo_bound, v >= hi_bound
@@ -411,6 +437,18 @@ def _sql_code(a, ref, d):
             f"WHEN {ref} >= {d.real(hi_bound)} THEN {high} ELSE {inner} END")
 
 
+def _sql_time(a, col, d):
+    """A timestamp column as seconds since 1970-01-01 (months since 1970-01 for "month"), a
+    double; NULL when it does not parse. DuckDB only (Spark parses text in its session's
+    time zone: refused rather than binned in an unstated zone)."""
+    if d.name != "duckdb":
+        raise ValueError(f"attribute {a.name!r}: time attributes are counted by the numpy and duckdb engines, not spark")
+    ts = f"TRY_CAST({col} AS TIMESTAMP)"
+    if a.time == "month":
+        return f"CAST((year({ts}) - 1970) * 12 + month({ts}) - 1 AS DOUBLE)"
+    return f"CAST(epoch({ts}) AS DOUBLE)"
+
+
 def _key_dims(domain, s):
     """Mixed-radix digits of one set's group key: each code shifted past the sentinels
     (code + 3 ∈ 0 … size + 2), then the drop bit."""
@@ -449,7 +487,10 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
             parsed.append(f"CAST({col} AS BIGINT) AS v{j}")
             codes.append(f"CAST({_sql_int_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
             continue
-        expr = f"trim(CAST({col} AS {d.string}))" if a.kind == "categories" else f"TRY_CAST({col} AS DOUBLE)"
+        if a.time is not None:
+            expr = _sql_time(a, col, d)
+        else:
+            expr = f"trim(CAST({col} AS {d.string}))" if a.kind == "categories" else f"TRY_CAST({col} AS DOUBLE)"
         parsed.append(f"{expr} AS v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
     if _needs_drop_flag(domain):
@@ -502,6 +543,15 @@ def _check_csv_options(encoding, delimiter):
         raise ValueError(f"delimiter must be one character, got {delimiter!r}")
 
 
+def open_text(path, encoding):
+    """A CSV file opened for reading text (``.gz``: decompressed on the fly, as DuckDB does)."""
+    if str(path).lower().endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rt", newline="", encoding=encoding)
+    return open(path, newline="", encoding=encoding)
+
+
 def csv_header(path, *, encoding="utf-8", delimiter=None):
     """(column names, delimiter) from a CSV file's first line (a UTF-8 byte-order mark is
     skipped; the delimiter is sniffed from the header unless given). Read here rather than by
@@ -511,8 +561,14 @@ def csv_header(path, *, encoding="utf-8", delimiter=None):
 
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     try:
-        with open(path, newline="", encoding=enc) as f:
+        with open_text(path, enc) as f:
             first = f.readline()
+    except (OSError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(f"{path}: no such data file") from None
+        if isinstance(exc, PermissionError):
+            raise
+        raise ValueError(f"{path}: not a readable gzip file") from None  # gzip.BadGzipFile, a truncated stream
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such data file") from None
     except LookupError:
@@ -540,7 +596,8 @@ def _duckdb_source(con, source, kind, d, encoding, delimiter):
         names, delim = csv_header(source, encoding=encoding, delimiter=delimiter)
         columns = "{" + ", ".join(f"{d.text(c)}: 'VARCHAR'" for c in names) + "}"
         return (f"read_csv({d.text(str(source))}, header = true, auto_detect = false, columns = {columns}, "
-                f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)})")
+                f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)}, "
+                f"compression = {d.text('gzip' if str(source).lower().endswith('.gz') else 'none')})")
     if kind == "parquet":
         return f"read_parquet({d.text(str(source))})"
     name = "matmech_src_" + uuid.uuid4().hex
@@ -573,6 +630,8 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
     con = duckdb.connect()
     try:
         con.execute("SET preserve_insertion_order = false")
+        with contextlib.suppress(Exception):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
+            con.execute("SET TimeZone = 'UTC'")
         src = _duckdb_source(con, source, kind, d, encoding, delimiter)
         try:
             types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}

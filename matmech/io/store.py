@@ -81,11 +81,12 @@ class _Writer:
         return {"type": name, **A.to_dict(self)}
 
 
-def save_strategy(path, A):
+def save_strategy(path, A, *, overwrite: bool = True) -> None:
     """Write strategy A to ``path`` (a ``.npz`` file, written exactly at that name).
 
     A may be any operator of :data:`TYPES`, nested (Kronecker products of optimised
     factors, stacks, scalings). Raises TypeError for anything else, before writing.
+    ``overwrite=False``: FileExistsError if ``path`` exists (checked atomically at creation).
     """
     if not isinstance(A, LinOp):
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
@@ -94,7 +95,8 @@ def save_strategy(path, A):
     meta = json.dumps({"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root})
     buf = io.BytesIO()  # build fully in memory: a failure leaves no half-written file
     np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)
-    Path(path).write_bytes(buf.getvalue())
+    with open(path, "wb" if overwrite else "xb") as f:
+        f.write(buf.getvalue())
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ SENSITIVITY_WORK_CAP = 200_000_000
 
 def check_p(p):
     """The norm order: 1 (L1, pure ε) or 2 (L2, Gaussian)."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"p must be 1 or 2, got {type(p).__name__}: {p!r}")
     if p not in (1, 2):
         raise ValueError(f"p must be 1 or 2, got {p!r}")
 

@@ -82,6 +82,7 @@ class GaussParams:
 _TBITS = 128                  # bits of U compared on the fixed-work path (word + spare)
 _WORK = 256                   # working precision of the table builder
 _BLOCK = 1 << 15              # samples per vectorised block (bounds memory; public)
+_GAUSS_BLOCK = 1 << 16        # Gaussian samples per block of rejection rounds (public)
 _LAP_TAIL = 70                # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
 _GAUSS_TAIL = 89              # exp(-89) < 2**-128: such factors have threshold 0
 
@@ -450,6 +451,16 @@ def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: Ran
 
 
 def dgauss(p: GaussParams, n: int, src: RandomSource) -> np.ndarray:
+    """n samples of CKS Alg. 3, in blocks of ``_GAUSS_BLOCK`` so the working arrays of
+    the rejection rounds stay a few MiB whatever n (only the int64 output grows with n)."""
+    out = np.empty(n, dtype=np.int64)
+    for a in range(0, n, _GAUSS_BLOCK):
+        b = min(n, a + _GAUSS_BLOCK)
+        out[a:b] = _dgauss_block(p, b - a, src)
+    return out
+
+
+def _dgauss_block(p: GaussParams, n: int, src: RandomSource) -> np.ndarray:
     """CKS Alg. 3: discrete Laplace proposals accepted with probability exp(-gamma(y)).
     Each round costs the same for every proposal, and the number of rounds is independent
     of the accepted values, so the running time does not depend on the output."""

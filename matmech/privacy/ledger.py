@@ -20,6 +20,17 @@ How a spend stays safe:
   not (the next opener rolls the hot journal back); a spend is never lost once
   :meth:`~Ledger.spend` returned and never counted twice.
 
+Integrity: every row carries an HMAC-SHA256 over the row (its id, text, amounts, time,
+fingerprints) and the previous row's MAC, keyed by a key derived from the ledger's secret;
+the first row chains from a MAC of the ledger's totals, and ``meta`` holds the MAC of the last
+row (the head). Every read verifies the whole chain, so a changed amount (a flipped byte that
+would refund budget), a removed, reordered or inserted row, a truncated tail or changed
+totals are detected: reading refuses with :class:`LedgerIntegrityError` naming the first bad
+row, and no spend is made from a broken chain. The key lives in the file, so the chain
+detects corruption and edits made without matmech, not a forger who reads the key and
+recomputes every MAC; keep the file where only the curator can write it. A ledger of the
+first format (no chain) is upgraded on first open: its existing rows are chained as found.
+
 Fingerprints: :meth:`Ledger.tag` sets ``spec`` / ``data`` strings stored with each later
 spend, so the history shows which files each spend read. :meth:`Ledger.fingerprint` makes
 them: an HMAC-SHA256 of the file's bytes keyed by a random secret created with the ledger
@@ -36,6 +47,7 @@ import datetime
 import errno
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import sqlite3
@@ -46,16 +58,38 @@ from pathlib import Path
 from matmech.privacy.budget import LedgerEntry, PrivacyBudget
 from matmech.privacy.params import check_delta, check_eps, exact
 
-__all__ = ["Ledger", "LEDGER_FORMAT"]
+__all__ = ["Ledger", "LEDGER_FORMAT", "LedgerIntegrityError"]
 
 #: The value of the ``format`` key in a ledger's ``meta`` table.
-LEDGER_FORMAT = "matmech-privacy-ledger-1"
+LEDGER_FORMAT = "matmech-privacy-ledger-2"
+_FORMAT_1 = "matmech-privacy-ledger-1"  # no row chain: upgraded on open
 
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, "
-    "eps TEXT NOT NULL, delta TEXT NOT NULL, time TEXT NOT NULL, spec TEXT, data TEXT)",
+    "eps TEXT NOT NULL, delta TEXT NOT NULL, time TEXT NOT NULL, spec TEXT, data TEXT, mac TEXT)",
 )
+_ROW_COLUMNS = "id, what, eps, delta, time, spec, data, mac"
+
+
+class LedgerIntegrityError(ValueError):
+    """The ledger's authenticated row chain does not verify: a row was changed, removed,
+    inserted or reordered after it was written, or the file is corrupt. Nothing is spent."""
+
+
+def _chain_key(secret_hex: str) -> bytes:
+    """The row chain's key, derived from the ledger's secret (the fingerprints use the secret itself)."""
+    return hmac.new(bytes.fromhex(secret_hex), b"matmech ledger row chain", hashlib.sha256).digest()
+
+
+def _mac(key: bytes, prev: str, fields) -> str:
+    msg = json.dumps(list(fields), ensure_ascii=False, separators=(",", ":"))
+    return hmac.new(key, prev.encode() + b"\n" + msg.encode(), hashlib.sha256).hexdigest()
+
+
+def _genesis(key: bytes, meta: dict) -> str:
+    """The chain's start: a MAC of the ledger's totals and creation time."""
+    return _mac(key, "", [LEDGER_FORMAT, meta.get("total_eps"), meta.get("total_delta"), meta.get("created")])
 _TIMEOUT = 60.0  # seconds to wait for another process's write lock
 
 
@@ -91,6 +125,10 @@ class Ledger(PrivacyBudget):
             raise FileNotFoundError(f"{self._path}: no such ledger file (create one with Ledger.create or 'matmech budget init')")
         with self._connect() as con:
             meta = self._read_meta(con)
+            if meta["format"] == _FORMAT_1:
+                meta = self._upgrade(con)
+            self._key = _chain_key(meta["fingerprint_key"])
+            self._chain(con, meta)  # refuses a broken chain on open
         self._total = (_parse_frac(meta.get("total_eps"), self._path, "total eps"),
                        _parse_frac(meta.get("total_delta"), self._path, "total delta"))
         self._created = meta.get("created")
@@ -117,13 +155,11 @@ class Ledger(PrivacyBudget):
                 con.execute("BEGIN IMMEDIATE")
                 for stmt in _SCHEMA:
                     con.execute(stmt)
-                con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                    ("format", LEDGER_FORMAT),
-                    ("total_eps", _frac_text(exact(eps))),
-                    ("total_delta", _frac_text(exact(delta))),
-                    ("created", _utc_now()),
-                    ("fingerprint_key", secrets.token_hex(32)),
-                ])
+                meta = {"format": LEDGER_FORMAT, "total_eps": _frac_text(exact(eps)),
+                        "total_delta": _frac_text(exact(delta)), "created": _utc_now(),
+                        "fingerprint_key": secrets.token_hex(32)}
+                meta["chain_head"] = _genesis(_chain_key(meta["fingerprint_key"]), meta)
+                con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
                 con.execute("COMMIT")
             finally:
                 con.close()
@@ -172,16 +208,66 @@ class Ledger(PrivacyBudget):
             con.execute("SELECT id, what, eps, delta, time, spec, data FROM spends LIMIT 0").fetchall()
         except sqlite3.DatabaseError:
             meta = {}
-        if meta.get("format") != LEDGER_FORMAT:
+        if meta.get("format") not in (LEDGER_FORMAT, _FORMAT_1):
             raise ValueError(f"{self._path}: not a matmech privacy ledger")
+        if meta["format"] == LEDGER_FORMAT and not {"fingerprint_key", "chain_head"} <= set(meta):
+            raise LedgerIntegrityError(f"{self._path}: corrupt ledger: its row-chain key or head is missing")
         return meta
 
+    def _upgrade(self, con) -> dict:
+        """A first-format ledger (no row chain) → the current one: its rows are chained as found."""
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            if meta.get("format") == _FORMAT_1:
+                con.execute("ALTER TABLE spends ADD COLUMN mac TEXT")
+                meta.setdefault("fingerprint_key", secrets.token_hex(32))
+                meta["format"] = LEDGER_FORMAT
+                key = _chain_key(meta["fingerprint_key"])
+                head = _genesis(key, meta)
+                for row in con.execute("SELECT id, what, eps, delta, time, spec, data FROM spends ORDER BY id").fetchall():
+                    head = _mac(key, head, row)
+                    con.execute("UPDATE spends SET mac = ? WHERE id = ?", (head, row[0]))
+                meta["chain_head"] = head
+                con.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                [(k, meta[k]) for k in ("format", "fingerprint_key", "chain_head")])
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+        return meta
+
+    def _chain(self, con, meta=None):
+        """Every row (id, what, eps, delta, time, spec, data), the chain verified from the
+        totals to the head, or :class:`LedgerIntegrityError` naming the first bad row."""
+        meta = meta if meta is not None else dict(con.execute("SELECT key, value FROM meta").fetchall())
+        if (meta.get("format") != LEDGER_FORMAT or "fingerprint_key" not in meta
+                or _chain_key(meta["fingerprint_key"]) != self._key):
+            raise LedgerIntegrityError(f"{self._path}: the ledger's format or key changed after it was opened")
+        head = _genesis(self._key, meta)
+        rows = []
+        for i, (*fields, mac) in enumerate(con.execute(f"SELECT {_ROW_COLUMNS} FROM spends ORDER BY id"), start=1):
+            head = _mac(self._key, head, fields)
+            if mac is None or not hmac.compare_digest(head, str(mac)):
+                where = "the totals or " if i == 1 else ""
+                raise LedgerIntegrityError(
+                    f"{self._path}: the ledger's row chain is broken at spend {i} ({where}that row, or the order of "
+                    "the rows, was changed after it was written, or the file is corrupt); refusing to read or spend "
+                    f"from it (spends 1..{i - 1} verify)")
+            rows.append(tuple(fields))
+        if not hmac.compare_digest(head, meta.get("chain_head", "")):
+            raise LedgerIntegrityError(
+                f"{self._path}: the ledger's row chain does not end at its recorded head (a spend was removed or "
+                f"the totals changed after it was written, or the file is corrupt); refusing to read or spend from it")
+        return rows
+
     def _rows(self, con):
-        return con.execute("SELECT what, eps, delta, time, spec, data FROM spends ORDER BY id").fetchall()
+        return [r[1:] for r in self._chain(con)]
 
     def _sum(self, con) -> tuple[Fraction, Fraction]:
         e = d = Fraction(0)
-        for i, (eps, delta) in enumerate(con.execute("SELECT eps, delta FROM spends ORDER BY id"), start=1):
+        for i, (_, _, eps, delta, *_) in enumerate(self._chain(con), start=1):
             e += _parse_frac(eps, self._path, f"spend {i}'s eps")
             d += _parse_frac(delta, self._path, f"spend {i}'s delta")
         return e, d
@@ -206,10 +292,13 @@ class Ledger(PrivacyBudget):
                 spent = self._sum(con)
                 if not self._fits(spent, e, d):
                     raise self._refusal(e, d, entry.what, spent)
-                con.execute(
-                    "INSERT INTO spends (what, eps, delta, time, spec, data) VALUES (?, ?, ?, ?, ?, ?)",
-                    (row.what, _frac_text(e), _frac_text(d), row.time, row.spec, row.data),
-                )
+                head = con.execute("SELECT value FROM meta WHERE key = 'chain_head'").fetchone()[0]  # verified by _sum
+                last = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spends'").fetchone()
+                fields = (int(last[0]) + 1 if last else 1, row.what, _frac_text(e), _frac_text(d), row.time, row.spec,
+                          row.data)
+                mac = _mac(self._key, head, fields)
+                con.execute(f"INSERT INTO spends ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (*fields, mac))
+                con.execute("UPDATE meta SET value = ? WHERE key = 'chain_head'", (mac,))
                 con.execute("COMMIT")  # durable (synchronous=FULL) before the caller draws noise
             except BaseException:
                 if con.in_transaction:

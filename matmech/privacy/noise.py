@@ -45,6 +45,7 @@ from fractions import Fraction
 import numpy as np
 
 from matmech.privacy.discrete import GaussParams, dgauss, dlaplace
+from matmech.privacy.draws import check_shape_draws
 from matmech.privacy.randomness import RandomSource, check_rng
 
 __all__ = [
@@ -192,6 +193,7 @@ def discrete_laplace(scale, size, *, rng=None) -> np.ndarray:
     """
     f = _laplace_fraction(scale)
     shape = _shape(size)
+    check_shape_draws(shape, "laplace")
     src = check_rng(rng)
     n = math.prod(shape)
     return dlaplace(f.numerator, f.denominator, n, src).reshape(shape)
@@ -205,6 +207,7 @@ def discrete_gaussian(sigma, size, *, rng=None) -> np.ndarray:
     """
     p = _gauss_params(sigma)
     shape = _shape(size)
+    check_shape_draws(shape, "gaussian")
     src = check_rng(rng)
     return dgauss(p, math.prod(shape), src).reshape(shape)
 
@@ -292,6 +295,7 @@ def uniform(size, *, rng=None) -> np.ndarray:
     """Uniform float64 in the open interval (0, 1): k * 2**-53 for k uniform in
     [1, 2**53), from 53 random bits of the source (0 is redrawn)."""
     shape = _shape(size)
+    check_shape_draws(shape, "uniform")
     src = check_rng(rng)
     n = math.prod(shape)
     k = src.words64(n) >> np.uint64(11)

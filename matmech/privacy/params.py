@@ -111,7 +111,9 @@ def check_privacy_params(eps, delta):
 
 def check_neighbors(neighbors) -> str:
     """One of :data:`NEIGHBORS` (``"add_remove"`` or ``"substitute"``)."""
-    if not isinstance(neighbors, str) or neighbors not in NEIGHBORS:
+    if not isinstance(neighbors, str):
+        raise TypeError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {type(neighbors).__name__}: {neighbors!r}")
+    if neighbors not in NEIGHBORS:
         raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
     return neighbors
 

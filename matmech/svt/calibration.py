@@ -26,7 +26,7 @@ from typing import Optional
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import rest_of
-from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
+from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_int, check_ratio, check_sensitivity
 
 __all__ = [
     "SVTCalibration",
@@ -109,7 +109,7 @@ def _scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -
     return math.ceil(units) * g
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=512, typed=True)  # typed: True / 1 / 1.0 are distinct keys
 def make_budget(
     *,
     c: int,
@@ -246,8 +246,44 @@ def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:
     return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
 
 
-@functools.lru_cache(maxsize=256)
 def gap_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    sigma: object = "auto",
+    integer_values: bool = False,
+    n_candidates: int = 0,
+) -> GapCalibration:
+    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data
+    (see :func:`_gap_calibration`). Every option is checked here, before the cache: a cache
+    keyed by equality would take ``eps=True`` or ``monotonic=1`` for the 1.0 / True of an
+    earlier valid call (issue 23)."""
+    if not isinstance(method, str) or method not in GAP_METHODS:
+        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
+    integer_values = check_flag("integer_values", integer_values)
+    ratio = check_ratio(ratio)
+    if isinstance(sigma, str):
+        if sigma != "auto":
+            raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
+    else:
+        from matmech.svt.checks import check_real
+
+        sigma = check_real("sigma", sigma)
+    n_candidates = check_int("n_candidates", n_candidates, what="the number of candidate rows", minimum=0)
+    return _gap_calibration(method, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+                            sigma=sigma, integer_values=integer_values, n_candidates=n_candidates)
+
+
+@functools.lru_cache(maxsize=256)
+def _gap_calibration(
     method: str,
     *,
     c: int,

@@ -178,7 +178,9 @@ def take_rows(W, rows):
 
 
 def _check_c(c):
-    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
+        raise TypeError(f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}")
+    if c < 1:
         raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
     return int(c)
 

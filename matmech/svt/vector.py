@@ -52,7 +52,7 @@ from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import NEIGHBORS, check_neighbors
 from matmech.svt.calibration import MAX_SCALE_UNITS, _scale_on_grid, gap_calibration
 from matmech.svt.gap import _top_c_input, _top_c_order
-from matmech.svt.checks import check_c, check_eps, check_sensitivity, check_threshold, check_values
+from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
 
 __all__ = [
@@ -135,9 +135,26 @@ def _pow2_floor(v: float) -> float:
     return math.ldexp(1.0, e - 1)
 
 
-@functools.lru_cache(maxsize=256)
 def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n_values: int,
                        integer_values: bool) -> VectorCalibration:
+    """Calibration of a vector selection (see :func:`_vector_calibration`); every option is
+    checked before the cache (issue 23: an equality-keyed cache accepted ``eps=True`` after
+    a valid ``eps=1.0``)."""
+    if not isinstance(method, str) or method not in VECTOR_METHODS.values():
+        raise ValueError(f"method must be one of {tuple(VECTOR_METHODS.values())}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    if isinstance(n_values, (bool, np.bool_)) or not isinstance(n_values, (int, np.integer)) or n_values < 1:
+        raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
+    integer_values = check_flag("integer_values", integer_values)
+    return _vector_calibration(method, c=c, eps=eps, sensitivity=sensitivity, n_values=int(n_values),
+                               integer_values=integer_values)
+
+
+@functools.lru_cache(maxsize=256)
+def _vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n_values: int,
+                        integer_values: bool) -> VectorCalibration:
     """Calibration of a vector selection over ``n_values`` values with L1 sensitivity
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
     large for exact sampling on the grid."""

@@ -3,6 +3,7 @@
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,3 +47,84 @@ def test_marginal_tables_down_the_lattice_equal_direct_counts(subsets, seed):
         else:
             direct += codes.shape[0]
         assert table.shape == direct.shape and np.array_equal(table, direct), s
+
+
+# -- tables given as a mapping (issue 23: keyed in any order, consistent) ----------------------
+
+_DOM = (2, 3, 4)
+
+
+def _joint(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 9, size=_DOM)
+
+
+def test_a_table_keyed_in_non_sorted_order_is_transposed_not_reshaped():
+    x = _joint()
+    t10 = x.sum(axis=2).T  # axes (attribute 1, attribute 0), as its key (1, 0) says
+    got = marginal_tables({(1, 0): t10}, _DOM, [(0, 1)])[(0, 1)]
+    assert np.array_equal(got, x.sum(axis=2))
+    t20 = np.transpose(x.sum(axis=1))  # key (2, 0): shape (4, 2)
+    got = marginal_tables({(2, 0): t20}, _DOM, [(0, 2), (0,), (2,)])
+    assert np.array_equal(got[(0, 2)], x.sum(axis=1))
+    assert np.array_equal(got[(2,)], x.sum(axis=(0, 1)))
+    # a three-way table in a rotated order, and a flat one read row-major in key order
+    t120 = np.transpose(x, (1, 2, 0))
+    assert np.array_equal(marginal_tables({(1, 2, 0): t120}, _DOM, [(0, 1, 2)])[(0, 1, 2)], x)
+    assert np.array_equal(marginal_tables({(1, 2, 0): t120.ravel()}, _DOM, [(0, 1, 2)])[(0, 1, 2)], x)
+
+
+def test_a_table_in_the_wrong_orientation_is_refused_not_reshaped():
+    x = _joint()
+    with pytest.raises(ValueError, match=r"shape \(3, 2\), expected \(2, 3\)"):
+        marginal_tables({(0, 1): x.sum(axis=2).T}, _DOM, [(0, 1)])
+    with pytest.raises(ValueError, match=r"shape \(2, 3\), expected \(3, 2\)"):
+        marginal_tables({(1, 0): x.sum(axis=2)}, _DOM, [(0, 1)])
+
+
+def test_inconsistent_tables_are_refused_naming_only_the_subsets():
+    x = _joint()
+    y = x.copy()
+    y[0, 0, 0] += 1  # another dataset: one record more
+    tables = {(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)}
+    with pytest.raises(ValueError, match=r"\(0, 1\) and \(1, 2\) disagree on attributes \(1,\)") as exc:
+        marginal_tables(tables, _DOM, [(0, 1), (1, 2)])
+    for count in {str(int(v)) for v in np.concatenate([x.ravel(), y.ravel()]) if v > 9}:
+        assert count not in str(exc.value)
+    # same one-way margins but different totals over disjoint subsets
+    z = x.copy()
+    z[1, 2, 3] += 2
+    with pytest.raises(ValueError, match="disagree on the record total"):
+        marginal_tables({(0,): x.sum(axis=(1, 2)), (2,): z.sum(axis=(0, 1))}, _DOM, [(0,), (2,)])
+    # consistent tables pass, in any key order
+    ok = {(1, 0): x.sum(axis=2).T, (2, 1): x.sum(axis=0).T, (): x.sum()}
+    got = marginal_tables(ok, _DOM, [(0, 1), (1, 2), ()])
+    assert np.array_equal(got[(1, 2)], x.sum(axis=0)) and int(got[()]) == int(x.sum())
+
+
+def test_a_subset_given_twice_or_a_bad_key_is_refused():
+    x = _joint()
+    with pytest.raises(ValueError, match="given twice"):
+        marginal_tables({(0, 1): x.sum(axis=2), (1, 0): x.sum(axis=2).T}, _DOM, [(0, 1)])
+    with pytest.raises(ValueError, match="distinct attribute indices"):
+        marginal_tables({(0, 5): np.zeros((2, 2), int)}, _DOM, [(0,)])
+    with pytest.raises(TypeError, match="tuple of attribute indices"):
+        marginal_tables({("a", "b"): np.zeros((2, 3), int)}, _DOM, [(0,)])
+    with pytest.raises(TypeError, match="array of counts"):
+        marginal_tables({(0,): [[1, 2], [3]]}, _DOM, [(0,)])
+
+
+def test_inconsistent_tables_spend_nothing():
+    import matmech as mm
+    from matmech.privacy.budget import PrivacyBudget
+    from matmech.workloads import marginals
+
+    x = _joint()
+    y = x.copy()
+    y[1, 1, 1] += 3
+    W = marginals(_DOM, attrs=[(0, 1), (1, 2)])
+    budget = PrivacyBudget(1.0, 1e-6)
+    with pytest.raises(ValueError, match="disagree"):
+        mm.release({(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)}, W, 0.5, 1e-7, budget=budget,
+                   rng=np.random.default_rng(1))
+    assert budget.spent == (0.0, 0.0)

@@ -123,3 +123,68 @@ def test_spec_domain_must_match_the_declaration():
         parse_spec({"domain": [5], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
     spec = parse_spec({"domain": [10], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
     assert spec.domain == (10,)
+
+
+def test_regular_bins_are_lazy_and_equal_the_materialised_ones():
+    """issue 23: numeric_bins(lo, hi, width) built one tuple per bin (> 60 s at 3·10⁷, MemoryError at 10⁹)."""
+    import sys
+
+    from matmech.io.domain import RegularBins, numeric_bins
+
+    a = numeric_bins("x", lo=-1.5, hi=10.0, width=0.75)
+    want = [(-1.5 + i * 0.75, min(-1.5 + (i + 1) * 0.75, 10.0)) for i in range(16)]
+    assert isinstance(a.bins, RegularBins) and len(a.bins) == 16 and list(a.bins) == want
+    assert a.bins[-1] == (9.75, 10.0) and a.bins[-16] == want[0]
+    with pytest.raises(IndexError):
+        a.bins[16]
+    with pytest.raises(TypeError, match="one at a time"):
+        a.bins[1:]
+    assert a == numeric_bins("x", lo=-1.5, hi=10.0, width=0.75) and hash(a) == hash(numeric_bins("x", lo=-1.5, hi=10.0, width=0.75))
+    assert a != numeric_bins("x", lo=-1.5, hi=10.0, width=0.5)
+    huge = numeric_bins("t", lo=0, hi=1e9, width=1, policy="clip")  # 10⁹ bins: declared in O(1) memory
+    assert huge.size == 10**9 and sys.getsizeof(huge.bins) < 200
+    assert huge.bins[123_456_789] == (123456789.0, 123456790.0)
+    assert huge.span_label(0, 9) == "t [0, 10)" and huge.to_dict()["width"] == 1.0
+    with pytest.raises(ValueError, match=r"would need 16\.0 GiB\); at most"):
+        numeric_bins("t", lo=0, hi=2**31 + 1, width=1)
+
+
+def test_span_labels_equal_span_label_for_every_kind():
+    """The vectorised labels (issue 23: 2·10⁶ labelled intervals) are the scalar ones, string for string."""
+    import numpy as np
+
+    from matmech.io.domain import categories, integer_range, numeric_bins
+
+    attrs = [
+        integer_range("dep_delay", -60, 40),
+        integer_range("dep_delay", -60, 40, width=7),
+        integer_range("age", 0, 99, width=5, other="older", policy="other"),
+        numeric_bins("income", edges=[0, 10_000, 20_000, 50_000, 1e6]),
+        numeric_bins("t", lo=-2.5, hi=10.0, width=0.5),
+        categories("sex", ["F", "M", "X"]),
+        integer_range("a", 1, 4, labels=["one", "two", "three", "four"]),
+        integer_range("one", 3, 3),
+    ]
+    rng = np.random.default_rng(1)
+    for a in attrs:
+        f = rng.integers(0, a.size, 300)
+        l = np.minimum(f + rng.integers(0, 4, 300), a.size - 1)
+        f = np.concatenate([f, [0, 0, a.size - 1]])
+        l = np.concatenate([l, [a.size - 1, 0, a.size - 1]])
+        assert a.span_labels(f, l) == [a.span_label(int(x), int(y)) for x, y in zip(f, l)], a.name
+    with pytest.raises(IndexError):
+        attrs[0].span_labels(np.array([3]), np.array([2]))
+    with pytest.raises(TypeError):
+        attrs[0].span_labels(np.array([0.5]), np.array([2.0]))
+
+
+def test_negative_ranges_have_readable_labels():
+    from matmech.io.domain import Domain, integer_range
+
+    a = integer_range("dep_delay", -60, 40, width=2)
+    assert a.cell_label(0) == "dep_delay -60 to -59"  # was "dep_delay -60--59"
+    assert a.cell_label(31) == "dep_delay 2-3" and a.cell_label(29) == "dep_delay -2 to -1"
+    assert a.span_label(0, 1) == "dep_delay -60 to -57"
+    b = integer_range("x", -3, 3)
+    assert b.cell_label(0) == "x=-3" and b.span_label(1, 5) == "x -2 to 2"
+    assert Domain((a,)).interval_labels([0, 30], [1, 30]) == ["dep_delay -60 to -57", "dep_delay 0-1"]

@@ -270,3 +270,28 @@ def test_integer_typed_columns_take_the_integer_path_with_the_same_cells(policy,
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "ints.parquet")
     np.testing.assert_array_equal(histogram(str(tmp_path / "ints.parquet"), dom), want)
     np.testing.assert_array_equal(want, ref_histogram({"a": list(a.astype(float)), "b": [None if v is pd.NA else float(v) for v in b]}, dom))
+
+
+def test_a_gzip_csv_is_counted_like_the_plain_file(tmp_path):
+    """issue 23: .csv.gz was listed as supported and refused."""
+    import gzip
+
+    import numpy as np
+
+    from matmech.io.domain import Domain, categories, integer_range
+    from matmech.io.engines import histogram as engine_histogram
+
+    dom = Domain((integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
+                  categories("sex", ["F", "M"], other="other", policy="other", missing="other")))
+    text = "age;sex\n3;F\n15;M\n27;M\n40;F\n;F\n12;U\n"
+    plain, packed = tmp_path / "p.csv", tmp_path / "p.csv.gz"
+    plain.write_text(text)
+    with gzip.open(packed, "wt") as f:
+        f.write(text)
+    a, b = engine_histogram(plain, dom), engine_histogram(packed, dom)
+    np.testing.assert_array_equal(a, b)
+    assert a.sum() == 5
+    broken = tmp_path / "broken.csv.gz"
+    broken.write_bytes(b"age,sex\n3,F\n")  # not gzip at all
+    with pytest.raises(ValueError, match="not a readable gzip file"):
+        engine_histogram(broken, dom)

@@ -256,3 +256,77 @@ def test_fingerprints_are_keyed_per_ledger(tmp_path):
     assert hashlib.sha256(data.read_bytes()).hexdigest() not in fa  # not the plain digest anyone can recompute
     data.write_bytes(b"age\n31\n48\n")
     assert a.fingerprint(data) != fa
+
+
+# -- the authenticated row chain (issue 23) --------------------------------------------------------
+
+from matmech.privacy.ledger import LedgerIntegrityError
+
+
+def _edit(path, sql, *args):
+    con = sqlite3.connect(path)
+    con.execute(sql, args)
+    con.commit()
+    con.close()
+
+
+def _three_spends(tmp_path):
+    path = tmp_path / "l.db"
+    L = Ledger.create(path, 1.0, 1e-6)
+    for i, eps in enumerate((0.25, 0.125, 0.0625)):
+        L.spend(eps, what=f"s{i}")
+    return path
+
+
+@pytest.mark.parametrize("tamper, where", [
+    ("UPDATE spends SET eps = '1/40' WHERE what = 's1'", "spend 2"),           # a refund by editing an amount
+    ("UPDATE spends SET what = 'other' WHERE what = 's0'", "spend 1"),
+    ("DELETE FROM spends WHERE what = 's1'", "spend 2"),                       # a row removed in the middle
+    ("DELETE FROM spends WHERE what = 's2'", "recorded head"),                 # the tail truncated
+    ("UPDATE meta SET value = '2/1' WHERE key = 'total_eps'", "spend 1"),      # a larger total
+    ("UPDATE spends SET id = id + 10 WHERE what = 's0'", "spend"),             # reordered
+])
+def test_a_tampered_row_is_detected_and_nothing_is_spent_from_it(tmp_path, tamper, where):
+    path = _three_spends(tmp_path)
+    L = Ledger.open(path)
+    _edit(path, tamper)
+    before = raw_rows(path)
+    for call in (lambda: L.spent, lambda: L.history(), lambda: L.status(), lambda: L.spend(0.01, what="x"),
+                 lambda: Ledger.open(path)):
+        with pytest.raises(LedgerIntegrityError, match=where):
+            call()
+    assert raw_rows(path) == before  # no spend was added to a broken chain
+
+
+def test_every_flipped_byte_of_an_amount_is_detected_or_refused(tmp_path):
+    """A flipped bit in any character of a stored amount never silently changes the sum."""
+    path = _three_spends(tmp_path)
+    text = raw_rows(path)[1][1]  # '1/8'
+    for k in range(len(text)):
+        for bit in range(7):
+            flipped = text[:k] + chr(ord(text[k]) ^ (1 << bit)) + text[k + 1:]
+            _edit(path, "UPDATE spends SET eps = ? WHERE what = 's1'", flipped)
+            with pytest.raises(ValueError):  # LedgerIntegrityError (or an unparseable amount)
+                Ledger.open(path).spent
+    _edit(path, "UPDATE spends SET eps = ? WHERE what = 's1'", text)
+    assert Ledger.open(path).spent == (0.4375, 0.0)  # restored: the chain verifies again
+
+
+def test_a_first_format_ledger_is_chained_on_open(tmp_path):
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, eps TEXT NOT NULL, "
+                "delta TEXT NOT NULL, time TEXT NOT NULL, spec TEXT, data TEXT)")
+    con.executemany("INSERT INTO meta VALUES (?, ?)", [("format", "matmech-privacy-ledger-1"), ("total_eps", "1/1"),
+                                                       ("total_delta", "0/1"), ("created", "2026-01-01")])
+    con.execute("INSERT INTO spends (what, eps, delta, time) VALUES ('a', '1/4', '0/1', 't')")
+    con.commit()
+    con.close()
+    L = Ledger.open(path)
+    assert L.spent == (0.25, 0.0)
+    L.spend(0.5, what="b")
+    assert Ledger.open(path).spent == (0.75, 0.0)
+    _edit(path, "UPDATE spends SET eps = '0/1' WHERE what = 'a'")
+    with pytest.raises(LedgerIntegrityError, match="spend 1"):
+        Ledger.open(path)

@@ -618,3 +618,48 @@ def test_insecure_call_detector_finds_offences():
         "i = self.rng.laplace(0.0, 1.0)\n"
     )
     assert [line for line, _ in _insecure_calls(ast.parse(src))] == [2, 3, 4, 5, 7, 10]
+
+
+# -- sampler sizes are checked up front (issue 23; matmech.privacy.draws) -------------------------
+
+
+def test_check_draws_refuses_what_does_not_fit_with_an_estimate():
+    import tracemalloc
+
+    from matmech.privacy import draws
+    from matmech.validate import SizeError
+
+    with pytest.raises(SizeError, match=r"drawing 1,000,000,000,000 laplace noise values needs about 14\.6 TiB"):
+        draws.check_draws(10**12, "laplace")
+    fixed = draws.FIXED_BYTES
+    with pytest.raises(SizeError, match="at most about 1,000 fit: draw in batches"):
+        draws.check_draws(1001, "uniform", limit=fixed + 16_000)
+    assert draws.check_draws(1000, "uniform", limit=fixed + 16_000) == 1000
+    assert draws.check_shape_draws((10, 100), "gaussian", limit=fixed + 400_000) == 1000
+    with pytest.raises(TypeError):
+        draws.check_draws(True, "laplace")
+    with pytest.raises(ValueError, match="kind"):
+        draws.check_draws(3, "cauchy")
+    # the bytes per draw bound the samplers' measured peak (the estimate is not optimistic)
+    rng = np.random.default_rng(0)
+    for kind, call in (("laplace", lambda: noise.discrete_laplace(1e6 + 0.3, 200_000, rng=rng)),
+                       ("gaussian", lambda: noise.discrete_gaussian(1000.3, 200_000, rng=rng)),
+                       ("uniform", lambda: noise.uniform(200_000, rng=rng))):
+        tracemalloc.start()
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak <= draws.FIXED_BYTES + draws.BYTES_PER_DRAW[kind] * 200_000, (kind, peak)
+
+
+@pytest.mark.parametrize("call", [lambda src: noise.discrete_laplace(3.0, 10**12, rng=src),
+                                  lambda src: noise.discrete_gaussian(3.0, (10**6, 10**6), rng=src),
+                                  lambda src: noise.laplace(3.0, 10**12, grid=2.0**-10, rng=src),
+                                  lambda src: noise.uniform(10**12, rng=src)])
+def test_samplers_refuse_what_does_not_fit_before_reading_randomness(call):
+    from matmech.validate import SizeError
+
+    src = CountingSource(0)
+    with pytest.raises(SizeError, match="noise values needs about"):
+        call(src)
+    assert src.taken == 0

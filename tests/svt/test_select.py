@@ -59,7 +59,7 @@ def test_monotonic_only_where_valid():
     "kwargs, exc, text",
     [
         (dict(c=0), ValueError, "c must be a positive integer"),
-        (dict(c=2.5), ValueError, "2.5"),
+        (dict(c=2.5), TypeError, "2.5"),
         (dict(eps=0), ValueError, "eps"),
         (dict(eps=float("nan")), ValueError, "nan"),
         (dict(threshold=[1, 2]), ValueError, "one threshold per value"),
