@@ -274,6 +274,11 @@ def _start_factors(prob, domain, split=False):
             g = p @ g @ p + float(g.sum()) / d**3 * np.ones((d, d))
             g = 0.5 * (g + g.T)
         q = dual_l2(g, tol=1e-9, maxiter=2000).strategy.matrix
+        # a square factor with the same gram; a rank-deficient gram (fewer queries than cells)
+        # gets its null directions at 10⁻⁶ of the top eigenvalue, so that the factor inverts
+        lam, vec = np.linalg.eigh(q.T @ q)
+        lam = np.maximum(lam, 1e-6 * float(lam.max()))
+        q = (vec * np.sqrt(lam)[None, :]) @ vec.T
         out.append(q / np.linalg.norm(q, axis=0)[None, :])
     return out
 
