@@ -18,7 +18,7 @@ Methods (see the modules for the maths and the papers):
   optimised jointly for the pure-ε error, scored exactly from the factors
   (:func:`matmech.optimizers.marginals.optimize_general_marginals`); under (ε, δ) the
   lattice weights are then re-optimised for the L2 error with the factors fixed;
-* ``"kronstack"`` — pure ε, a union of Kronecker products with one term per group of
+* ``"kronstack"`` — pure ε (p-Identity factors) or (ε, δ) (certified L2 factor optima, square-root weights), a union of Kronecker products with one term per group of
   workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
   small domains and HDMM's upper bound (each group answered by its own term) otherwise,
   ``params["error_kind"]`` says which;
@@ -70,7 +70,7 @@ from matmech import validate
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 
 METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack", "unions")
-_PURE_METHODS = ("pidentity", "kronstack")
+_PURE_METHODS = ("pidentity",)
 _L2_METHODS = ("sdp", "l2", "unions")
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
@@ -175,6 +175,7 @@ def _candidates(W, delta):
         if multi and len(blocks) > 1:
             out.append("gmarginals")  # L2 lattice weights; the only family releasable factored on huge domains
             out.append("unions")  # the Gaussian planner for unions (issue 24)
+            out.append("kronstack")  # HDMM's OPT₊ with L2 factors: auto never loses to HDMM's templates
         return out or ["l2"]
     if multi:
         # one Kronecker product: kron first, its factor fits seed gmarginals and kronstack
@@ -444,7 +445,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
     elif chosen == "kronstack":
         report(0.0, "union of Kronecker products")
         prefit = None if shared is None else shared.get("factor_fits")
-        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit)
+        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit if delta == 0 else None, norm=1 if delta == 0 else 2)
         strategy = fit.strategy
         params = {"terms": fit.terms, "weights": fit.weights, "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)"}
         if prefit:

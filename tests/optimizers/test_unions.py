@@ -146,3 +146,16 @@ def test_auto_tries_unions_beyond_the_dense_l2_limit():
     assert "unions" in tried and "l2" not in tried
     assert auto.error == pytest.approx(min(v["error"] for v in tried.values()), rel=1e-12)
     assert tried["unions"]["error"] < min(v["error"] for k, v in tried.items() if k != "unions")
+
+
+@pytest.mark.parametrize("domain,kinds,orders", CASES[:2])
+def test_kronstack_under_l2_is_exact_and_below_its_bound(domain, kinds, orders):
+    from matmech.optimizers.kronstack import optimize_kron_stack
+
+    W = _union(domain, kinds, orders)
+    fit = optimize_kron_stack(W, norm=2)
+    assert fit.exact
+    assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
+    assert fit.value <= fit.bound * (1 + 1e-9)
+    res = optimize(W, 1.0, 1e-6, method="kronstack", bound=False)
+    assert res.error == pytest.approx(noise_variance(1.0, 1e-6, sensitivity=1.0) * fit.value, rel=1e-9)
