@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
-from matmech.validate import MAX_INDEX, SizeError, factors, matrix as _matrix, operator, size, vector
+from matmech.validate import MAX_INDEX, SizeError, factors, operator, size, vector
+from matmech.validate import matrix as _matrix
 
 
 def check_size(n, name="n"):
@@ -27,19 +28,19 @@ def check_size(n, name="n"):
     return size(n, name, what=f"a domain of {name}={n!r} cells (one float64 per cell)")
 
 __all__ = [
-    "identity",
-    "total",
-    "prefix",
+    "abs_diff",
+    "affine",
     "all_range",
-    "ranges",
-    "marginals",
-    "kron",
-    "stack",
-    "from_matrix",
     "check_domain",
     "circular_ranges",
-    "affine",
-    "abs_diff",
+    "from_matrix",
+    "identity",
+    "kron",
+    "marginals",
+    "prefix",
+    "ranges",
+    "stack",
+    "total",
 ]
 
 #: Largest number of nonzeros the dense-pattern builders (circular ranges, pair thresholds) create.

@@ -28,13 +28,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, Scaled, VStack, as_linop
-from matmech.optimizers.l2 import dual_l2
+from matmech.linalg.linop import (
+    Dense,
+    Identity,
+    Kron,
+    LinOp,
+    Ones,
+    Scaled,
+    VStack,
+    as_linop,
+)
 from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.marginals import _identity_like, _total_like, kron_blocks
 from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
 
-__all__ = ["KronStackFit", "expand_terms", "optimize_kron_stack", "EXACT_N", "MAX_TERMS"]
+__all__ = ["EXACT_N", "MAX_TERMS", "KronStackFit", "expand_terms", "optimize_kron_stack"]
 
 #: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
 EXACT_N = 2048

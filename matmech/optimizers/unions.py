@@ -40,11 +40,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from matmech.linalg.linop import Dense, Identity, Kron, Ones, VStack, register
+from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import marginals as opt_marginals
 from matmech.optimizers.l2 import dual_l2
 
-__all__ = ["ResidualProductStrategy", "UnionFit", "plan_residual_products", "refine_general_l2", "optimize_unions", "residual_factor"]
+__all__ = ["ResidualProductStrategy", "UnionFit", "optimize_unions", "plan_residual_products", "refine_general_l2", "residual_factor"]
 
 #: Rows of a factor gram up to which the joint L2 descent also frees identity-gram attributes.
 FREE_IDENTITY_MAX_N = 128
@@ -165,8 +165,7 @@ def plan_residual_products(W):
     """The residual-product plan of a union of Kronecker products W (module docstring) →
     :class:`UnionFit` (value in units of σ² per unit L2 sensitivity; ``bound`` certified within
     the class when every attribute's non-total grams are proportional, else None)."""
-    prob, domain, blocks = opt_marginals._problem(W, free=())
-    k = len(domain)
+    prob, domain, _ = opt_marginals._problem(W, free=())
     factors, values, duals, certified = [], [], [], True
     for i, d in enumerate(domain):
         lst, idx = prob.uniq[i]
@@ -361,7 +360,11 @@ def _descend(W, *, split, maxiter):
     x0 = np.concatenate([np.sqrt(th0[idx])] + [z.ravel() for z in z0])
     f0 = fun(x0)[0]
     scale = f0 if math.isfinite(f0) and f0 > 0 else 1.0
-    x, f = _lbfgs(lambda v: (lambda r: (r[0] / scale, None if r[1] is None else r[1] / scale))(fun(v)), x0, maxiter=maxiter)
+    def scaled(v):
+        f, g = fun(v)
+        return f / scale, None if g is None else g / scale
+
+    x, _ = _lbfgs(scaled, x0, maxiter=maxiter)
     th, zs = unpack(x)
     factors = [None if q is None else Dense(q) for q in qs]
     for i, z in zip(free, zs):

@@ -5,7 +5,6 @@ below the value (and equal to it at a certified factor optimum), and ``optimize`
 the family."""
 
 import itertools
-import math
 
 import numpy as np
 import pytest
