@@ -44,7 +44,14 @@ from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import marginals as opt_marginals
 from matmech.optimizers.l2 import dual_l2
 
-__all__ = ["ResidualProductStrategy", "UnionFit", "optimize_unions", "plan_residual_products", "refine_general_l2", "residual_factor"]
+__all__ = ["OBJECTIVES", "ResidualProductStrategy", "UnionFit", "optimize_unions", "plan_residual_products", "refine_general_l2", "residual_factor"]
+
+#: Objectives of :func:`plan_residual_products`: the total (sum of the query variances) and the
+#: largest query variance.
+OBJECTIVES = ("total", "max")
+#: Largest number of candidate worst queries (products of per-attribute Pareto rows) per term
+#: of the max-variance plan.
+MAX_CANDIDATE_ROWS = 1 << 21
 
 #: Rows of a factor gram up to which the joint L2 descent also frees identity-gram attributes.
 FREE_IDENTITY_MAX_N = 128
@@ -161,11 +168,17 @@ def _pinv_plus_total(r, n):
     return out
 
 
-def plan_residual_products(W):
+def plan_residual_products(W, *, objective="total"):
     """The residual-product plan of a union of Kronecker products W (module docstring) →
     :class:`UnionFit` (value in units of σ² per unit L2 sensitivity; ``bound`` certified within
-    the class when every attribute's non-total grams are proportional, else None)."""
-    prob, domain, _ = opt_marginals._problem(W, free=())
+    the class when every attribute's non-total grams are proportional, else None).
+
+    ``objective="max"``: the subset weights minimise the largest query variance instead
+    (:func:`_max_variance_weights`; the residual factors are those of the total-variance fit, a
+    heuristic for this objective; ``bound`` None); ``value`` is that largest variance."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    prob, domain, blocks = opt_marginals._problem(W, free=())
     factors, values, duals, certified = [], [], [], True
     for i, d in enumerate(domain):
         lst, idx = prob.uniq[i]
@@ -184,6 +197,8 @@ def plan_residual_products(W):
         values.append(v)
         duals.append(dv)
     minvs = [_pinv_plus_total(r, d) for r, d in zip(factors, domain)]
+    if objective == "max":
+        return _max_variance_plan(blocks, domain, factors)
     _, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
@@ -200,6 +215,96 @@ def plan_residual_products(W):
     params = {"subsets": int((w > 0).sum()), "factor_gaps": tuple(max(0.0, (v - dv) / v) if v > 0 else 0.0 for v, dv in zip(values, duals)),
               "certified": "within the residual-product class" if certified else "no (attributes with non-proportional grams: heuristic factor fit)"}
     return UnionFit(strategy, value, bound, "residual products", MappingProxyType(params))
+
+
+def _pareto_rows(f, xp, n):
+    """(α, β) of the rows q of one factor that no other row dominates in both: α = (q·1/n)² (its
+    total part) and β = q X⁺ qᵀ (its residual part; 0 without a residual)."""
+    from matmech.linalg.linop import as_linop
+
+    q = np.asarray(as_linop(f).dense(), dtype=np.float64)
+    alpha = (q.sum(1) / n) ** 2
+    beta = np.einsum("ij,jk,ik->i", q, xp, q) if xp is not None else np.zeros(q.shape[0])
+    order = np.lexsort((-beta, -alpha))  # α descending, ties by β descending
+    b = beta[order]
+    prev = np.concatenate([[-np.inf], np.maximum.accumulate(b)[:-1]])
+    keep = order[b > prev]
+    return alpha[keep], np.maximum(beta[keep], 0.0)
+
+
+def _max_variance_plan(blocks, domain, factors):
+    """Subset weights minimising the largest query variance of W for fixed residual factors.
+
+    The variance of query q = v ⊗ᵢ qᵢ of a term with non-total attributes Z is
+    v² Π_{i∉Z} αᵢ Σ_{S⊆Z} u_S Π_{i∈S} βᵢ(qᵢ) Π_{i∈Z∖S} αᵢ(qᵢ) with u_S = 1/w_S: non-decreasing in
+    every (αᵢ, βᵢ), so its maximum is over products of per-attribute Pareto rows (enumerated).
+    min_u max_q var(q) subject to Σ_S p_S/u_S ≤ 1 is convex; it is solved by cvxpy on a growing
+    set of worst queries (cutting planes) until no query exceeds the optimum."""
+    import cvxpy as cp
+
+    k = len(domain)
+    xps = [None if r is None else np.linalg.pinv(r.T @ r, hermitian=True) for r in factors]
+    rows, cols, vals, nrow = [], [], [], 0
+    for v2, fs in blocks:
+        z = [i for i, f in enumerate(fs) if not opt_marginals._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))]
+        const = v2
+        for i in range(k):
+            if i not in z:
+                const *= float(_pareto_rows(fs[i], None, domain[i])[0].max())
+        pairs = [_pareto_rows(fs[i], xps[i], domain[i]) for i in z]
+        count = math.prod(len(a) for a, _ in pairs)
+        if count > MAX_CANDIDATE_ROWS:
+            raise ValueError(f"a term has {count:,} candidate worst queries, more than {MAX_CANDIDATE_ROWS:,} (MAX_CANDIDATE_ROWS)")
+        grids = np.meshgrid(*[np.arange(len(a)) for a, _ in pairs], indexing="ij") if z else []
+        idx = [g.ravel() for g in grids]
+        for local in range(1 << len(z)):
+            val = np.full(count, const)
+            mask = 0
+            for j, i in enumerate(z):
+                a, b = pairs[j]
+                if (local >> j) & 1:
+                    val = val * b[idx[j]]
+                    mask |= 1 << i
+                else:
+                    val = val * a[idx[j]]
+            rows.append(nrow + np.arange(count))
+            cols.append(np.full(count, mask))
+            vals.append(val)
+        nrow += count
+    import scipy.sparse as sp
+
+    F = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nrow, 1 << k))
+    live = np.flatnonzero(np.asarray(abs(F).sum(0)).ravel() > 0)
+    F = F[:, live].tocsr()
+    s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
+    p = opt_marginals._inside_products(s)[live]
+    scale = float(F.max())
+    F = F / scale
+    u0 = np.ones(live.size) * float(p.sum())  # uniform: Σ p/u = 1
+    active = set(np.argsort(-(F @ u0))[: min(nrow, 64)].tolist())
+    u = cp.Variable(live.size, pos=True)
+    t = cp.Variable()
+    cur = u0
+    for _ in range(100):
+        sub = F[sorted(active)]
+        prob = cp.Problem(cp.Minimize(t), [sub @ u <= t, cp.sum(cp.multiply(p, cp.inv_pos(u))) <= 1])
+        prob.solve()
+        if u.value is None:
+            raise ValueError(f"the max-variance weight program failed ({prob.status})")
+        cur = np.maximum(np.asarray(u.value, dtype=np.float64), 1e-300)
+        var = F @ cur
+        worst = np.argsort(-var)[:64]
+        new = [int(j) for j in worst if var[j] > float(t.value) * (1 + 1e-7) and int(j) not in active]
+        if not new:
+            break
+        active.update(new)
+    w = np.zeros(1 << k)
+    w[live] = 1.0 / cur
+    w = w / float(np.dot(w[live], p))  # Δ₂² = 1
+    value = scale * float((F @ (1.0 / w[live])).max())
+    strategy = ResidualProductStrategy(domain, w, factors)
+    params = {"subsets": int(live.size), "candidate_queries": int(nrow), "cutting_plane_rows": len(active), "objective": "max"}
+    return UnionFit(strategy, value, None, "residual products (max variance)", MappingProxyType(params))
 
 
 def _proportional(c, ref):

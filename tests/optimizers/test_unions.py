@@ -158,3 +158,31 @@ def test_kronstack_under_l2_is_exact_and_below_its_bound(domain, kinds, orders):
     assert fit.value <= fit.bound * (1 + 1e-9)
     res = optimize(W, 1.0, 1e-6, method="kronstack", bound=False)
     assert res.error == pytest.approx(noise_variance(1.0, 1e-6, sensitivity=1.0) * fit.value, rel=1e-9)
+
+
+def _dense_max(W, A):
+    a, w = A.dense(), W.dense()
+    pinv = np.linalg.pinv(a.T @ a, hermitian=True)
+    return float((a * a).sum(0).max()) * float(np.einsum("ij,jk,ik->i", w, pinv, w).max())
+
+
+@pytest.mark.parametrize("domain,kinds,orders", CASES)
+def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objective(domain, kinds, orders):
+    W = _union(domain, kinds, orders)
+    fit = U.plan_residual_products(W, objective="max")
+    assert fit.value == pytest.approx(_dense_max(W, fit.strategy), rel=1e-7)
+    assert fit.strategy.sensitivity2() == pytest.approx(1.0, rel=1e-12)
+    total = U.plan_residual_products(W)
+    assert fit.value <= _dense_max(W, total.strategy) * (1 + 1e-6)
+    # the same factors with other weights cannot lower the worst variance (convex program)
+    S = fit.strategy
+    rng = np.random.default_rng(3)
+    live = S.weights_by_mask > 0
+    for _ in range(3):
+        w = S.weights_by_mask * np.where(live, np.exp(rng.normal(scale=0.3, size=live.size)), 1.0)
+        assert _dense_max(W, U.ResidualProductStrategy(S.domain_sizes, w, S.residual_factors)) >= fit.value * (1 - 1e-6)
+
+
+def test_unknown_objective_is_refused():
+    with pytest.raises(ValueError, match="objective"):
+        U.plan_residual_products(_union((4, 3), "PI", (1,)), objective="mean")
