@@ -112,7 +112,8 @@ class ResidualProductStrategy(VStack):
 
     @classmethod
     def from_dict(cls, node, src):
-        fs = [None if f is None else np.asarray(f, dtype=np.float64) for f in node["factors"]]
+        refs = src.field(node, "factors", list)
+        fs = [None if ref is None else src.array({"type": "ResidualProductStrategy", "factor": ref}, "factor", "float", 2) for ref in refs]
         return cls(tuple(src.ints(node, "domain")), src.array(node, "weights", "float", 1), fs)
 
 

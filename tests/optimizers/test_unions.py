@@ -186,3 +186,14 @@ def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objectiv
 def test_unknown_objective_is_refused():
     with pytest.raises(ValueError, match="objective"):
         U.plan_residual_products(_union((4, 3), "PI", (1,)), objective="mean")
+
+
+def test_residual_plans_round_trip_through_the_strategy_store(tmp_path):
+    from matmech.io.store import load_strategy, save_strategy
+
+    W = VStack([Kron(wl.prefix(4), wl.identity(3), wl.total(1)), Kron(wl.total(4), wl.identity(3), wl.identity(1))])
+    S = U.plan_residual_products(W).strategy
+    save_strategy(tmp_path / "s.npz", S)
+    back = load_strategy(tmp_path / "s.npz")
+    assert isinstance(back, U.ResidualProductStrategy)
+    np.testing.assert_array_equal(back.dense(), S.dense())
