@@ -197,3 +197,13 @@ def test_residual_plans_round_trip_through_the_strategy_store(tmp_path):
     back = load_strategy(tmp_path / "s.npz")
     assert isinstance(back, U.ResidualProductStrategy)
     np.testing.assert_array_equal(back.dense(), S.dense())
+
+
+@pytest.mark.parametrize("plan", ["residual", "general"])
+def test_the_error_analysis_agrees_with_the_planner(plan):
+    from matmech.error import expected_error
+
+    W = _union((5, 3, 4), "PIR", (1, 2))
+    fit = U.plan_residual_products(W) if plan == "residual" else U.refine_general_l2(W, maxiter=30)
+    unit = noise_variance(1.0, 1e-6, sensitivity=1.0)
+    assert expected_error(W, fit.strategy, 1.0, 1e-6) == pytest.approx(unit * fit.value, rel=1e-7)
