@@ -45,6 +45,8 @@ __all__ = [
 
 #: Largest number of nonzeros the dense-pattern builders (circular ranges, pair thresholds) create.
 MAX_PATTERN_NNZ = 1 << 27
+#: Largest pair domain n₁·n₂ of :func:`affine` and :func:`abs_diff` (checked before any array is built).
+MAX_PAIR_CELLS = 1 << 22
 
 
 def identity(n):
@@ -197,6 +199,13 @@ def circular_ranges(n):
     return _pattern(rows, cols, (starts.size + 1, n), "circular_ranges")
 
 
+def _check_pair(n1, n2, what):
+    n1, n2 = check_size(n1, "n1"), check_size(n2, "n2")
+    if n1 * n2 > MAX_PAIR_CELLS:
+        raise SizeError(f"{what}({n1}, {n2}) has a pair domain of {n1 * n2:,} cells, more than {MAX_PAIR_CELLS:,} (MAX_PAIR_CELLS)")
+    return n1, n2
+
+
 def _pair_thresholds(score, what):
     """One row per distinct value c of ``score`` (an n₁×n₂ array over the pair domain, cells
     row-major): the cells with score ≤ c."""
@@ -219,7 +228,7 @@ def affine(n1, n2, *, a=1, b=1):
     the n₁ + n₂ − 1 thresholds of i + j). The columns are the pair domain, n₁·n₂ cells
     row-major (the second attribute varies fastest): the pair is one attribute of a union,
     e.g. ``kron(affine(8, 8), identity(3))`` over the domain (64, 3)."""
-    n1, n2 = check_size(n1, "n1"), check_size(n2, "n2")
+    n1, n2 = _check_pair(n1, n2, "affine")
     for name, v in (("a", a), ("b", b)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
             raise TypeError(f"{name} must be a finite real number, got {v!r}")
@@ -231,6 +240,6 @@ def abs_diff(n1, n2):
     """Absolute-difference threshold queries on a pair of ordered attributes on the same scale:
     for c = 0, …, max(n₁, n₂) − 1 (every value |i − j| takes), the count of the cells (i, j)
     with |i − j| ≤ c. Columns: the pair domain as in :func:`affine`."""
-    n1, n2 = check_size(n1, "n1"), check_size(n2, "n2")
+    n1, n2 = _check_pair(n1, n2, "abs_diff")
     i, j = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
     return _pair_thresholds(np.abs(i - j).astype(np.float64), f"abs_diff({n1}, {n2})")

@@ -45,6 +45,12 @@ def test_builders_refuse_bad_input():
         wl.circular_ranges(0)
     with pytest.raises(SizeError, match="nonzero"):
         wl.circular_ranges(2000)
+    with pytest.raises(SizeError, match="MAX_PAIR_CELLS"):
+        wl.affine(33554430, 4)
+    with pytest.raises(SizeError, match="MAX_PAIR_CELLS"):
+        wl.abs_diff(4, 33554430)
+    with pytest.raises(SizeError, match="nonzero"):
+        wl.affine(2000, 2000)
 
 
 def test_stack_counts_rows_by_sum():
