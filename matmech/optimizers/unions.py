@@ -23,6 +23,10 @@ duality gap by :func:`matmech.optimizers.l2.dual_l2`. The product of the factor 
 a certified lower bound *within this class* (``bound``). Otherwise Rᵢ is fitted to the
 weighted sum of the grams (a heuristic; ``bound`` None).
 
+With ``objective="max"`` the subset weights minimise the largest query variance instead
+(exact worst query over per-attribute Pareto rows, a convex program solved by cutting planes;
+the factors stay those of the total fit, a heuristic for this objective).
+
 **Generalised marginals under L2** (:func:`refine_general_l2`). Rows θ_S ⊗_{i∈S} Qᵢ ⊗_{i∉S} 1ᵀ
 with full-rank factors Qᵢ of unit column norms (so Δ₂² = Σθ_S²), scored exactly from the
 factors (:func:`matmech.optimizers.marginals.general_marginal_error`). Starting from the
