@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Largest number of nonzeros the dense-pattern builders (circular ranges, pair thresholds) create.
-MAX_PATTERN_NNZ = 1 << 27
+MAX_PATTERN_NNZ = 1 << 24
 #: Largest pair domain n₁·n₂ of :func:`affine` and :func:`abs_diff` (checked before any array is built).
 MAX_PAIR_CELLS = 1 << 22
 

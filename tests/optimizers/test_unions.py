@@ -207,3 +207,18 @@ def test_the_error_analysis_agrees_with_the_planner(plan):
     fit = U.plan_residual_products(W) if plan == "residual" else U.refine_general_l2(W, maxiter=30)
     unit = noise_variance(1.0, 1e-6, sensitivity=1.0)
     assert expected_error(W, fit.strategy, 1.0, 1e-6) == pytest.approx(unit * fit.value, rel=1e-7)
+
+
+@pytest.mark.parametrize("plan", ["residual", "general"])
+def test_release_with_a_union_plan_reports_the_planned_variances(plan):
+    import matmech as mm
+    from matmech.error import per_query_variance
+
+    W = _union((5, 3, 4), "PIR", (2,))
+    A = U.plan_residual_products(W).strategy if plan == "residual" else U.refine_general_l2(W, maxiter=30).strategy
+    x = np.bincount(np.random.default_rng(1).integers(0, 60, 200), minlength=60)
+    rel = mm.release(x, W, 1.0, 1e-6, strategy=A, rng=np.random.default_rng(2), max_records=200)
+    planned = per_query_variance(W, A, 1.0, 1e-6)
+    ratio = np.asarray(rel.std) ** 2 / planned
+    # the exact measurement rounds the strategy and σ to its grids: within a few 1e-5 here
+    assert np.all(np.abs(ratio - 1) <= 1e-3)
