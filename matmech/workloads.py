@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
-from matmech.validate import MAX_INDEX, SizeError, factors, matrix as _matrix, operator, size, vector
+from matmech.validate import MAX_INDEX, SizeError, factors, operator, size, vector
+from matmech.validate import matrix as _matrix
 
 
 def check_size(n, name="n"):
@@ -27,17 +28,25 @@ def check_size(n, name="n"):
     return size(n, name, what=f"a domain of {name}={n!r} cells (one float64 per cell)")
 
 __all__ = [
-    "identity",
-    "total",
-    "prefix",
+    "abs_diff",
+    "affine",
     "all_range",
-    "ranges",
-    "marginals",
-    "kron",
-    "stack",
-    "from_matrix",
     "check_domain",
+    "circular_ranges",
+    "from_matrix",
+    "identity",
+    "kron",
+    "marginals",
+    "prefix",
+    "ranges",
+    "stack",
+    "total",
 ]
+
+#: Largest number of nonzeros the dense-pattern builders (circular ranges, pair thresholds) create.
+MAX_PATTERN_NNZ = 1 << 24
+#: Largest pair domain n₁·n₂ of :func:`affine` and :func:`abs_diff` (checked before any array is built).
+MAX_PAIR_CELLS = 1 << 22
 
 
 def identity(n):
@@ -132,11 +141,13 @@ def kron(*workloads):
     return operator(Kron(*_operators(workloads, "kron")), "the Kronecker product", per_col=0)
 
 
-def _operators(ops, what):
+def _operators(ops, what, *, total="product"):
+    """The operands checked; ``total``: how their row counts combine ("product" for a
+    Kronecker product, "sum" for a stack), refused beyond an int64 index."""
     ops = factors(ops, what)
-    rows = 1
+    rows = 1 if total == "product" else 0
     for op in ops:
-        rows *= int(op.shape[0])
+        rows = rows * int(op.shape[0]) if total == "product" else rows + int(op.shape[0])
     if rows > MAX_INDEX:
         raise SizeError(f"{what} would have {rows:.4g} rows, more than 2**62 (an int64 index)")
     return ops
@@ -144,7 +155,7 @@ def _operators(ops, what):
 
 def stack(*workloads, weights=None):
     """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ)."""
-    workloads = _operators(workloads, "stack")
+    workloads = _operators(workloads, "stack", total="sum")
     if weights is not None:
         weights = vector(weights, "weights", length=len(workloads))
     return VStack(workloads, weights=weights)
@@ -160,3 +171,77 @@ def from_matrix(matrix):
         return Sparse(matrix)
     a = _matrix(matrix, "the workload matrix")
     return as_linop(Dense(a))
+
+
+def _pattern(rows, cols, shape, what):
+    """A 0/1 sparse workload from the (row, column) pairs of its ones."""
+    return Sparse(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=shape))
+
+
+def _check_nnz(nnz, what):
+    if nnz > MAX_PATTERN_NNZ:
+        raise SizeError(f"{what} would have {nnz:,} nonzero entries, more than {MAX_PATTERN_NNZ:,} (MAX_PATTERN_NNZ)")
+
+
+def circular_ranges(n):
+    """All circular (wrap-around) ranges of an attribute whose values lie on a circle (hours,
+    weekdays, angles): for every start s and length L = 1, …, n − 1 the cells s, s+1, …,
+    s+L−1 mod n, then the total once; n(n−1) + 1 rows (QuerySmasher's circular ranges,
+    cmla-psu/QuerySmasherMatrixMechanism). A per-attribute factor like :func:`prefix`:
+    usable in :func:`kron` and unions."""
+    n = check_size(n)
+    _check_nnz(n * n * (n - 1) // 2 + n, f"circular_ranges({n})")
+    starts, lengths = np.meshgrid(np.arange(n), np.arange(1, n), indexing="ij")
+    starts, lengths = starts.ravel(), lengths.ravel()
+    row_id = np.repeat(np.arange(starts.size), lengths)
+    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    cols = (np.repeat(starts, lengths) + offset) % n
+    rows = np.concatenate([row_id, np.full(n, starts.size)])
+    cols = np.concatenate([cols, np.arange(n)])
+    return _pattern(rows, cols, (starts.size + 1, n), "circular_ranges")
+
+
+def _check_pair(n1, n2, what):
+    n1, n2 = check_size(n1, "n1"), check_size(n2, "n2")
+    if n1 * n2 > MAX_PAIR_CELLS:
+        raise SizeError(f"{what}({n1}, {n2}) has a pair domain of {n1 * n2:,} cells, more than {MAX_PAIR_CELLS:,} (MAX_PAIR_CELLS)")
+    return n1, n2
+
+
+def _pair_thresholds(score, what):
+    """One row per distinct value c of ``score`` (an n₁×n₂ array over the pair domain, cells
+    row-major): the cells with score ≤ c."""
+    flat = score.ravel()
+    values = np.unique(flat)
+    order = np.argsort(flat, kind="stable")
+    ranks = np.searchsorted(values, flat[order])
+    _check_nnz(int(((values.size - ranks)).sum()), what)
+    # row r holds every cell whose score rank is ≤ r
+    counts = values.size - ranks
+    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows = np.repeat(ranks, counts) + offset
+    cols = np.repeat(order, counts)
+    return _pattern(rows, cols, (values.size, flat.size), what)
+
+
+def affine(n1, n2, *, a=1, b=1):
+    """Affine threshold queries on a pair of ordered attributes (sizes n₁, n₂): for every
+    value c of a·i + b·j, the count of the cells (i, j) with a·i + b·j ≤ c (default a = b = 1:
+    the n₁ + n₂ − 1 thresholds of i + j). The columns are the pair domain, n₁·n₂ cells
+    row-major (the second attribute varies fastest): the pair is one attribute of a union,
+    e.g. ``kron(affine(8, 8), identity(3))`` over the domain (64, 3)."""
+    n1, n2 = _check_pair(n1, n2, "affine")
+    for name, v in (("a", a), ("b", b)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+            raise TypeError(f"{name} must be a finite real number, got {v!r}")
+    i, j = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
+    return _pair_thresholds(float(a) * i + float(b) * j, f"affine({n1}, {n2})")
+
+
+def abs_diff(n1, n2):
+    """Absolute-difference threshold queries on a pair of ordered attributes on the same scale:
+    for c = 0, …, max(n₁, n₂) − 1 (every value |i − j| takes), the count of the cells (i, j)
+    with |i − j| ≤ c. Columns: the pair domain as in :func:`affine`."""
+    n1, n2 = _check_pair(n1, n2, "abs_diff")
+    i, j = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
+    return _pair_thresholds(np.abs(i - j).astype(np.float64), f"abs_diff({n1}, {n2})")

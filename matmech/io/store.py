@@ -39,6 +39,7 @@ def _registry():
     import matmech.optimizers.l2  # noqa: F401  (L2Strategy)
     import matmech.optimizers.marginals  # noqa: F401  (MarginalStrategy, ResidualStrategy, GeneralMarginalStrategy)
     import matmech.optimizers.pure  # noqa: F401  (PIdentity)
+    import matmech.optimizers.unions  # noqa: F401  (ResidualProductStrategy)
     import matmech.strategies  # noqa: F401  (Tree, Haar)
 
     return REGISTRY
@@ -49,7 +50,7 @@ TYPES = (
     "Identity", "Ones", "Dense", "Sparse", "Scaled", "Kron", "VStack", "Sum", "RowSubset",
     "Intervals", "AllRange", "Prefix", "Tree", "Haar",
     "RoundedDense", "RoundedSparse", "L2Strategy", "PIdentity", "MarginalStrategy", "ResidualStrategy",
-    "GeneralMarginalStrategy",
+    "GeneralMarginalStrategy", "ResidualProductStrategy",
 )
 
 

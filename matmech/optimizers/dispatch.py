@@ -18,10 +18,15 @@ Methods (see the modules for the maths and the papers):
   optimised jointly for the pure-ε error, scored exactly from the factors
   (:func:`matmech.optimizers.marginals.optimize_general_marginals`); under (ε, δ) the
   lattice weights are then re-optimised for the L2 error with the factors fixed;
-* ``"kronstack"`` — pure ε, a union of Kronecker products with one term per group of
+* ``"kronstack"`` — pure ε (p-Identity factors) or (ε, δ) (certified L2 factor optima, square-root weights), a union of Kronecker products with one term per group of
   workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
   small domains and HDMM's upper bound (each group answered by its own term) otherwise,
   ``params["error_kind"]`` says which;
+* ``"unions"`` — (ε, δ) only, a union of Kronecker products: the Gaussian planner of
+  :mod:`matmech.optimizers.unions` (residual products with closed-form subset weights,
+  certified within their class when each attribute has one factor gram up to scale; and
+  generalised marginals whose factors and weights descend jointly on the exact L2 error),
+  the better kept (issue 24);
 * ``"auto"`` — every family that fits the workload (marginals, including products of
   [identity; total] factors expanded into marginals; generalised marginals; Kronecker;
   unions of Kronecker products; the 1-D method for the privacy model), the lowest error
@@ -53,7 +58,7 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.linalg.structured import pinv_gram
-from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
+from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure, unions as opt_unions
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.blas import blas_threads
 from matmech.privacy.calibration import noise_variance
@@ -64,9 +69,9 @@ from matmech import validate
 
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 
-METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack")
-_PURE_METHODS = ("pidentity", "kronstack")
-_L2_METHODS = ("sdp", "l2")
+METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack", "unions")
+_PURE_METHODS = ("pidentity",)
+_L2_METHODS = ("sdp", "l2", "unions")
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
 #: Largest memory (bytes) for the dense per-attribute grams of a union of Kronecker products
@@ -169,6 +174,8 @@ def _candidates(W, delta):
             out.append("kron")
         if multi and len(blocks) > 1:
             out.append("gmarginals")  # L2 lattice weights; the only family releasable factored on huge domains
+            out.append("unions")  # the Gaussian planner for unions (issue 24)
+            out.append("kronstack")  # HDMM's OPT₊ with L2 factors: auto never loses to HDMM's templates
         return out or ["l2"]
     if multi:
         # one Kronecker product: kron first, its factor fits seed gmarginals and kronstack
@@ -191,7 +198,7 @@ def _check_method(method, delta, W):
         raise ValueError(f"method={method!r} optimises the pure-eps (L1) error; for delta > 0 use method='l2', 'kron', 'marginals' (or 'auto')")
     if method == "marginals" and opt_marginals.expand_marginals(W) is None:
         raise ValueError("method='marginals' needs a union of marginals (workloads.marginals); this workload is not one")
-    if method in ("kron", "gmarginals", "kronstack") and opt_marginals.kron_blocks(W) is None:
+    if method in ("kron", "gmarginals", "kronstack", "unions") and opt_marginals.kron_blocks(W) is None:
         raise ValueError(f"method={method!r} needs a Kronecker workload or a union of Kronecker products over the same attributes")
 
 
@@ -425,10 +432,20 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             params["weights"] = "lattice weights re-optimised for the L2 (Gaussian) error, factors from the pure-eps fit"
         error = opt_marginals.general_marginal_error(W, strategy, p=2 if delta > 0 else 1)
         return strategy, None, params, unit * error, seconds
+    elif chosen == "unions":
+        report(0.0, "Gaussian planner for unions of Kronecker products")
+        fit = opt_unions.optimize_unions(W)
+        params = {**dict(fit.params), "plan": fit.kind, "error_kind": "exact (factored)"}
+        unit = noise_variance(eps, delta, sensitivity=1.0)
+        if fit.bound is not None:
+            params["class_bound"] = unit * fit.bound
+        seconds = time.perf_counter() - t0
+        report(1.0, f"done in {seconds:.2f} s")
+        return fit.strategy, None, params, unit * fit.value, seconds
     elif chosen == "kronstack":
         report(0.0, "union of Kronecker products")
         prefit = None if shared is None else shared.get("factor_fits")
-        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit)
+        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit if delta == 0 else None, norm=1 if delta == 0 else 2)
         strategy = fit.strategy
         params = {"terms": fit.terms, "weights": fit.weights, "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)"}
         if prefit:

@@ -14,6 +14,11 @@ minimised at wⱼ ∝ cⱼ^{1/3} to (Σⱼ cⱼ^{1/3})³ (HDMM's budget split). 
 fitted strategy terms coincide share one term (cⱼ add, which lowers the bound). On domains
 of at most :data:`EXACT_N` cells the error is also computed exactly (dense gram) and that
 figure is reported; :attr:`KronStackFit.exact` says which.
+
+Under (ε, δ) (``norm=2``, issue 24) the factors are the certified L2 optima
+(:func:`matmech.optimizers.l2.dual_l2`, column L2 norm 1), the squared L2 sensitivity of the
+stack is Σⱼ wⱼ² (every term's columns have unit norm), and the bound Σⱼ cⱼ/wⱼ² at Σ wⱼ² = 1 is
+minimised at wⱼ² ∝ √cⱼ, to (Σⱼ √cⱼ)².
 """
 
 from __future__ import annotations
@@ -23,12 +28,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.linalg.linop import Identity, Kron, LinOp, Ones, Scaled, VStack, as_linop
+from matmech.linalg.linop import (
+    Dense,
+    Identity,
+    Kron,
+    LinOp,
+    Ones,
+    Scaled,
+    VStack,
+    as_linop,
+)
 from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.marginals import _identity_like, _total_like, kron_blocks
 from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
 
-__all__ = ["KronStackFit", "expand_terms", "optimize_kron_stack", "EXACT_N", "MAX_TERMS"]
+__all__ = ["EXACT_N", "MAX_TERMS", "KronStackFit", "expand_terms", "optimize_kron_stack"]
 
 #: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
 EXACT_N = 2048
@@ -88,8 +103,9 @@ class _FactorFits:
     the ``kron`` family of ``method="auto"``, whose factor fits run a superset of the starts
     used here), taken instead of a new fit of the same dense gram."""
 
-    def __init__(self, prefit=None):
-        self.fits = {("P", n, b): v for (n, b), v in (prefit or {}).items()}
+    def __init__(self, prefit=None, norm=1):
+        self.fits = {("P", n, b): v for (n, b), v in (prefit or {}).items()} if norm == 1 else {}
+        self.norm = norm
 
     def __call__(self, f):
         """(strategy factor, key, trace(G (QᵀQ)⁺) with sens(Q) = 1) for the 1-D workload f."""
@@ -104,6 +120,9 @@ class _FactorFits:
         op = GramOperator.from_workload(f)
         g = op.dense()
         key = ("P", n, g.tobytes())
+        if key not in self.fits and self.norm == 2:
+            fit = dual_l2(g, tol=1e-9, maxiter=2000)
+            self.fits[key] = (Dense(fit.strategy.matrix), float(fit.value))
         if key not in self.fits:
             fit = fit_pidentity(op)
             ident = float(np.trace(g))
@@ -112,9 +131,10 @@ class _FactorFits:
         return q, ("P", n, id(q)), v
 
 
-def optimize_kron_stack(W, *, single=None, prefit=None):
-    """HDMM's OPT₊ for a union of Kronecker products W (pure ε): one strategy term per
-    distinct fitted factor signature, weights by the cube-root rule (see the module).
+def optimize_kron_stack(W, *, single=None, prefit=None, norm=1):
+    """HDMM's OPT₊ for a union of Kronecker products W (pure ε, ``norm=1``; (ε, δ) with
+    ``norm=2``): one strategy term per distinct fitted factor signature, weights by the
+    cube-root (L1) or square-root (L2) rule (see the module).
 
     ``single``: an optional (strategy, value) of a single Kronecker strategy (e.g. from
     ``method="kron"``) returned instead when its value is lower than the union's, so the
@@ -122,27 +142,29 @@ def optimize_kron_stack(W, *, single=None, prefit=None):
     {(n, dense gram bytes): (strategy factor of sensitivity 1, trace(G (QᵀQ)⁺))} (see
     :class:`_FactorFits`). Returns a :class:`KronStackFit`.
     """
-    fits = _FactorFits(prefit)
+    if norm not in (1, 2):
+        raise ValueError(f"norm must be 1 (pure eps) or 2 (Gaussian), got {norm!r}")
+    fits = _FactorFits(prefit, norm)
     best = None
     # the workload's own terms, and (when different) its stacked factors expanded: HDMM's
     # grouping keeps [I; T] factors whole, the expansion gives each part its own budget
     for terms in (expand_terms(W, expand=False), expand_terms(W)):
         if best is not None and len(terms) == best[3]:
             continue
-        cand = _union(terms, fits)
+        cand = _union(terms, fits, norm)
         if best is None or cand[1] < best[1]:
             best = cand + (len(terms),)
     strategy, bound, weights, _ = best
     value, exact = bound, len(weights) == 1  # one term answers everything: the bound is exact
     W = as_linop(W)
     if not exact and W.shape[1] <= EXACT_N:
-        value, exact = exact_error(W, strategy), True
+        value, exact = exact_error(W, strategy, p=norm), True
     if single is not None and single[1] < value:
         return KronStackFit(single[0], float(single[1]), True, bound, 1, (1.0,))
     return KronStackFit(strategy, float(value), exact, bound, len(weights), tuple(float(w) for w in weights))
 
 
-def _union(terms, fits):
+def _union(terms, fits, norm=1):
     """(strategy, upper bound, weights) of one term per distinct fitted factor signature."""
     groups = {}
     for v2, fs in terms:
@@ -154,6 +176,13 @@ def _union(terms, fits):
         else:
             groups[key] = [[p[0] for p in parts], c]
     cs = np.array([c for _, c in groups.values()])
+    if norm == 2:  # Σ cⱼ/wⱼ² at Σ wⱼ² = 1: wⱼ² ∝ √cⱼ, value (Σ √cⱼ)²
+        roots = np.sqrt(cs)
+        weights = np.sqrt(roots / roots.sum())
+        keep = weights > 0
+        blocks = [Kron(*fs) for (fs, _), k in zip(groups.values(), keep) if k]
+        strategy = blocks[0] if len(blocks) == 1 else VStack(blocks, weights=weights[keep])
+        return strategy, float(roots.sum()) ** 2, weights[keep]
     roots = np.cbrt(cs)
     weights = roots / roots.sum()
     keep = weights > 0
@@ -162,12 +191,12 @@ def _union(terms, fits):
     return strategy, float(roots.sum()) ** 3, weights[keep]
 
 
-def exact_error(W, A):
-    """sens₁(A)² · trace(WᵀW (AᵀA)⁺) densely (n ≤ :data:`EXACT_N`)."""
+def exact_error(W, A, p=1):
+    """sens_p(A)² · trace(WᵀW (AᵀA)⁺) densely (n ≤ :data:`EXACT_N`; p = 1 or 2)."""
     n = A.shape[1]
     if n > EXACT_N:
         raise ValueError(f"the exact error of a union of Kronecker products is dense: n={n} exceeds {EXACT_N}")
     a = A.dense(max_entries=max(A.shape[0], 1) * n)
     g = as_linop(W).gram().dense(max_entries=n * n)
-    sens = float(np.abs(a).sum(0).max())
+    sens = float(np.abs(a).sum(0).max()) if p == 1 else math.sqrt(float((a * a).sum(0).max()))
     return sens**2 * float((g * np.linalg.pinv(a.T @ a, hermitian=True)).sum())

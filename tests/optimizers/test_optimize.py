@@ -717,8 +717,8 @@ def test_auto_survives_a_failing_family(monkeypatch):
 
 
 def test_new_families_check_their_inputs():
-    W = _prefix_products()
-    with pytest.raises(ValueError, match="pure-eps"):
-        optimize(W, eps=1.0, delta=1e-6, method="kronstack")
+    # kronstack runs under (eps, delta) too since issue 24 (L2 factors); both models need a
+    # Kronecker workload
+    for delta in (0.0, 1e-6):
         with pytest.raises(ValueError, match="Kronecker"):
-            optimize(wl.from_matrix(np.ones((2, 6))), eps=1.0, method=method)
+            optimize(wl.from_matrix(np.ones((2, 6))), eps=1.0, delta=delta, method="kronstack")
