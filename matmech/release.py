@@ -56,7 +56,7 @@ from matmech.privacy.measure import (
     execute,
     plan_measurement,
 )
-from matmech.svt.combine import answer_covariance, combine_selection
+from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
@@ -314,9 +314,8 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
         cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
     except ValueError as exc:
         return dataclasses.replace(out, strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})")
-    est, var, what, done = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"])
-    if not done:
-        return dataclasses.replace(out, strategy_note=out.strategy_note + what)
+    est, var, what = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"],
+                                       basis=answer_basis(sub))
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
