@@ -130,11 +130,13 @@ def kron(*workloads):
     return operator(Kron(*_operators(workloads, "kron")), "the Kronecker product", per_col=0)
 
 
-def _operators(ops, what):
+def _operators(ops, what, *, product=True):
+    """The operators of ``ops``, refused when the result's row count (the product of theirs
+    for a Kronecker product, the sum for a stack) exceeds an int64 index."""
     ops = factors(ops, what)
-    rows = 1
+    rows = 1 if product else 0
     for op in ops:
-        rows *= int(op.shape[0])
+        rows = rows * int(op.shape[0]) if product else rows + int(op.shape[0])
     if rows > MAX_INDEX:
         raise SizeError(f"{what} would have {rows:.4g} rows, more than 2**62 (an int64 index)")
     return ops
@@ -142,7 +144,7 @@ def _operators(ops, what):
 
 def stack(*workloads, weights=None):
     """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ)."""
-    workloads = _operators(workloads, "stack")
+    workloads = _operators(workloads, "stack", product=False)
     if weights is not None:
         weights = vector(weights, "weights", length=len(workloads))
     return VStack(workloads, weights=weights)
