@@ -158,7 +158,7 @@ def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=No
     """Post-processing of a release with a free-gap selection: the GLS of the measured
     ``answers`` of the sorted selected ``rows`` (covariance ``cov``; ``basis`` as for
     :func:`combine_gaps`) with the selection's gaps or, for a vector selection, its noisy
-    values → (answers, variances, note).
+    values → (answers, variances, note, the :class:`GapMeasurement` combined).
 
     Uses only DP outputs and public inputs. Duplicate and dependent rows are handled by the
     GLS on the answers' space; nothing is dropped."""
@@ -172,7 +172,7 @@ def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=No
                 "values combined (GLS)")
     else:
         note = "; combined with the selection's free gaps (GLS)"
-    return est, np.clip(np.diag(cov_c), 0.0, None), note
+    return est, np.clip(np.diag(cov_c), 0.0, None), note, gm
 
 
 def answer_covariance(sub, strategy, variance):
@@ -186,6 +186,10 @@ def answer_covariance(sub, strategy, variance):
                          f"(limit {MAX_COVARIANCE_ENTRIES:,})")
     M, _ = pinv_gram(A)
     U = sub.rmatvec(np.eye(k))
+    F = getattr(M, "gram_factor", None)
+    if F is not None:  # M = F Fᵀ: (W_S F)(W_S F)ᵀ, no cancellation
+        SF = np.asarray(U, dtype=np.float64).T @ F
+        return variance * (SF @ SF.T)
     C = variance * sub.matvec(as_linop(M).matvec(U))
     return (C + C.T) / 2
 
