@@ -16,7 +16,9 @@ import numpy as np
 
 from matmech import workloads as wl
 
-PATHS = ("histogram", "records", "residual")
+PATHS = ("histogram", "records", "residual", "gmarginal")
+#: Paths that answer W without selection only (with select= the factored release measures the selected rows).
+NO_SELECTION = ("residual", "gmarginal")
 MODELS = {"pure": 0.0, "approx": 1e-6}
 NEIGHBORS = ("add_remove", "substitute")
 METHODS = ("none", "svt", "em", "topc-gap", "svt-gap", "adaptive-svt", "vector")
@@ -153,6 +155,9 @@ def run(path, model, method, seed, *, neighbors="add_remove", strategy=None, rng
     if path == "residual":
         domain, W, x, codes = marginal_problem(seed)
         strat = "residual"
+    elif path == "gmarginal":
+        domain, W, x, codes = problem(seed)
+        strat = "gmarginals"
     else:
         domain, W, x, codes = problem(seed)
         strat = strategy_for(strategy or STRATEGIES[seed % len(STRATEGIES)], W)

@@ -1,6 +1,7 @@
 """One oracle for every release path (issue 22).
 
-Every path (histogram, records → factored Kronecker / selected rows, records → residual) ×
+Every path (histogram, records → factored Kronecker / selected rows, records → residual,
+records → generalised marginals) ×
 privacy model (pure ε, (ε, δ)) × neighbour relation × selection method (none, svt, em,
 topc-gap, svt-gap, adaptive-svt, vector) on random small problems (≤ 200 cells, 1-4
 attributes, weighted unions with duplicate and dependent rows, prefix / range / custom 0-1 /
@@ -22,7 +23,7 @@ from matmech.privacy.randomness import RandomSource
 
 import oracle_problems as op
 
-GRID = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p != "residual" else ("none",))]
+GRID = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))]
 
 
 @pytest.mark.parametrize("path, model, method", GRID, ids=["-".join(g) for g in GRID])
@@ -47,6 +48,7 @@ def test_the_oracle_sees_a_dropped_measurement():
 # -- coverage of the 95% intervals ---------------------------------------------------------------
 
 COVERAGE = [("histogram", "pure", "none"), ("records", "approx", "none"), ("residual", "pure", "none"),
+            ("gmarginal", "approx", "none"),
             ("records", "pure", "svt-gap"), ("histogram", "approx", "topc-gap")]
 TRIALS = 120
 
@@ -119,7 +121,7 @@ class _SpyEngine:
         return marginal_tables(self._codes, self._domain, subsets)
 
 
-PLANS = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p != "residual" else ("none",))]
+PLANS = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))]
 
 
 @pytest.mark.parametrize("path, model, method", PLANS, ids=["-".join(g) for g in PLANS])
@@ -133,6 +135,9 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
     if path == "residual":
         domain, W, x, codes = op.marginal_problem(seed)
         strat = "residual"
+    elif path == "gmarginal":
+        domain, W, x, codes = op.problem(seed)
+        strat = "gmarginals"
     else:
         domain, W, x, codes = op.problem(seed)
         strat = "auto" if (path == "records" and method != "none") else op.strategy_for("identity", W)
