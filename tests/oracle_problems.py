@@ -153,13 +153,13 @@ def run(path, model, method, seed, *, neighbors="add_remove", strategy=None, rng
     import matmech as mm
 
     if path == "residual":
-        domain, W, x, codes = marginal_problem(seed)
+        _, W, x, codes = marginal_problem(seed)
         strat = "residual"
     elif path == "gmarginal":
-        domain, W, x, codes = problem(seed)
+        _, W, x, codes = problem(seed)
         strat = "gmarginals"
     else:
-        domain, W, x, codes = problem(seed)
+        _, W, x, codes = problem(seed)
         strat = strategy_for(strategy or STRATEGIES[seed % len(STRATEGIES)], W)
         if path == "records" and method != "none":
             strat = "auto"  # the factored selection measures the selected rows themselves

@@ -15,13 +15,12 @@ affordability check before any read, exactly one spend, and no draw before it.
 import math
 
 import numpy as np
+import oracle_problems as op
 import pytest
 
 import matmech as mm
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.randomness import RandomSource
-
-import oracle_problems as op
 
 GRID = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))]
 
@@ -41,7 +40,7 @@ def test_the_oracle_sees_a_dropped_measurement():
     """The comparison can fail: leaving out the gap record moves the oracle's answers."""
     rel, W, _ = op.run("histogram", "pure", "svt-gap", 3)
     Wa = W.dense()[rel.selected]
-    a, v = op.dense_gls(rel.measurements[:1], Wa)
+    _, v = op.dense_gls(rel.measurements[:1], Wa)
     assert np.abs(rel.std**2 - v).max() / v.max() > 1e-3
 
 

@@ -76,7 +76,7 @@ from matmech.svt.select import (SelectionPlan, advised_select_eps, check_select_
                                 selection_mechanism, shown_select_options)
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
-           "row_projection", "row_basis", "row_operator",
+           "row_basis", "row_operator",
            "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
@@ -500,13 +500,6 @@ def row_operator(plan, rows):
     if not attrs:
         return Dense(np.ones((len(rows), 1))), attrs
     return VStack([Kron(*[Dense(V[i][a : a + 1]) for i in attrs]) for a in range(len(rows))]), attrs
-
-
-def row_projection(plan, rows):
-    """P = U_S (U_SᵀU_S)⁺ U_Sᵀ = B Bᵀ (k × k, :func:`row_basis`): the least-squares estimate of
-    U_S x from y = U_S x + z is P y, with covariance Var(z)·P (Li et al. 2010)."""
-    B = row_basis(plan, rows)
-    return B @ B.T
 
 
 def _release(plan, W, answers, var, *, name, note, budget, record):

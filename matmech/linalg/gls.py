@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RANK_RTOL", "EXACT_RANK_MAX", "exact_rank", "integer_gram", "row_space_basis", "precision_on", "gls"]
+__all__ = ["EXACT_RANK_MAX", "RANK_RTOL", "exact_rank", "gls", "integer_gram", "precision_on", "row_space_basis"]
 
 #: Eigenvalues of a Gram matrix below this fraction of the largest count as zero (float path).
 RANK_RTOL = 1e-9

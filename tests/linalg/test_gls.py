@@ -4,7 +4,14 @@ combination of answers with free gaps exact for duplicate and dependent rows (is
 import numpy as np
 import pytest
 
-from matmech.linalg.gls import RANK_RTOL, exact_rank, gls, integer_gram, precision_on, row_space_basis
+from matmech.linalg.gls import (
+    RANK_RTOL,
+    exact_rank,
+    gls,
+    integer_gram,
+    precision_on,
+    row_space_basis,
+)
 from matmech.svt.combine import GapMeasurement, combine_gaps
 
 
