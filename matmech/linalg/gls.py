@@ -109,11 +109,17 @@ def precision_on(cov, B) -> np.ndarray:
     return Linv_Bt.T @ Linv_Bt
 
 
+#: A matrix the structure makes positive definite is refused only when its smallest eigenvalue
+#: is below this fraction of its largest: singular up to rounding (1e-16), not merely as
+#: ill-conditioned as a real strategy can make it (cond(A)² up to ~1e12).
+SINGULAR_RTOL = 1e-14
+
+
 def _chol(M, what):
     if M.shape[0] == 0:
         return M
     lam = np.linalg.eigvalsh(M)
-    if not lam[0] > RANK_RTOL * max(float(lam[-1]), 0.0) or not np.all(np.isfinite(lam)):
+    if not np.all(np.isfinite(lam)) or not lam[0] > SINGULAR_RTOL * max(float(lam[-1]), 0.0):
         raise ValueError(f"{what} is not positive definite: the measurements do not determine the answers")
     return np.linalg.cholesky(M)
 
