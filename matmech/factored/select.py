@@ -49,7 +49,6 @@ factors must be integer-valued (identity, total, prefix, 0/1 custom factors).
 
 from __future__ import annotations
 
-import dataclasses
 
 import functools
 import math
@@ -63,7 +62,7 @@ import numpy as np
 from matmech.factored.tables import MAX_TABLE_CELLS, marginal_tables
 from matmech.factored.terms import as_terms
 from matmech.linalg.gls import row_space_basis
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, VStack
+from matmech.linalg.linop import Dense, Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable
@@ -73,10 +72,10 @@ from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import MeasurementRecord, Release, gap_record
 from matmech.svt.combine import combine_selection
 from matmech.svt.select import (SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
-                                selection_mechanism, shown_select_options)
+                                selection_mechanism, shown_select_options, take_rows)
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
-           "row_basis", "row_operator",
+           "row_basis",
            "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
@@ -491,17 +490,6 @@ def row_basis(plan, rows):
     return row_space_basis(G, exact=exact)
 
 
-def row_operator(plan, rows):
-    """(U_S, attributes): the unweighted selected rows as an operator on x's marginal on the
-    attributes they touch, one Kronecker row each (nothing domain-sized is built)."""
-    d = plan.terms.domain
-    V = _row_vectors(plan, np.asarray(rows, dtype=np.int64))
-    attrs = tuple(i for i in range(len(d)) if V[i] is not None)
-    if not attrs:
-        return Dense(np.ones((len(rows), 1))), attrs
-    return VStack([Kron(*[Dense(V[i][a : a + 1]) for i in attrs]) for a in range(len(rows))]), attrs
-
-
 def _release(plan, W, answers, var, *, name, note, budget, record):
     std = np.sqrt(var)
     for a in (answers, std):
@@ -577,18 +565,14 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
             f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
             f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
             f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
-    query, attrs = row_operator(plan, rows)
-    on = dict(domain=tuple(plan.terms.domain), attributes=attrs)
-    records = (MeasurementRecord(query=query, values=y, variance=nvar, **on, event={
+    # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
+    records = (MeasurementRecord(query=take_rows(W, rows), values=w * y, variance=nvar * w * w, event={
         "mechanism": "selected rows", "eps": plan.eps_measure, "delta": delta, "noise": kind, "scale": scale,
         "sensitivity": sens, "neighbors": neighbors}),)
     if sel.gap is not None:
         answers, var, more, gm = combine_selection(answers, cov, rows, sel, plan.select["threshold"],
                                                    basis=w[:, None] * B)
-        at = np.searchsorted(rows, gm.positions)
-        gq = Dense(query.dense()[at] * w[at, None]) if not attrs else VStack([query.blocks[a] for a in at.tolist()],
-                                                                            weights=w[at])
-        records += (dataclasses.replace(gap_record(gq, gm, sel), **on),)
+        records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
         note += more
         shown["_combined"] = True
         shown["_mechanism"] = sel.mechanism
