@@ -160,3 +160,25 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
     assert log.index("afford") < first_read < spend, log
     assert "draw" not in log[:spend], log
     assert budget.remaining[0] == pytest.approx(4.0) and rel.spent == (1.0, op.MODELS[model])
+
+
+# -- discrete choices do not follow BLAS threads --------------------------------------------------
+
+THREADED = [("histogram", "pure", "svt-gap"), ("histogram", "approx", "em"), ("records", "pure", "topc-gap"),
+            ("records", "approx", "vector"), ("residual", "approx", "none"), ("histogram", "pure", "adaptive-svt")]
+
+
+@pytest.mark.parametrize("path, model, method", THREADED, ids=["-".join(c) for c in THREADED])
+def test_selected_rows_strategy_and_answers_do_not_depend_on_blas_threads(path, model, method):
+    from threadpoolctl import threadpool_limits
+
+    out = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            rel, _, _ = op.run(path, model, method, 6)
+        out.append(rel)
+    a, b = out
+    assert (a.selected is None and b.selected is None) or np.array_equal(a.selected, b.selected)
+    assert a.strategy_name == b.strategy_name and a.strategy_note == b.strategy_note
+    np.testing.assert_allclose(b.answers, a.answers, rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(b.std, a.std, rtol=1e-10)
