@@ -102,7 +102,6 @@ HDMM_L2 = {"census_W1": 3.387}
 
 def _factor(kind, n, z, key):
     from matmech import workloads as wl
-    from matmech.linalg.linop import Dense
 
     if kind == "I":
         return wl.identity(n)
@@ -115,25 +114,26 @@ def _factor(kind, n, z, key):
     if kind == "IT":
         return wl.stack(wl.identity(n), wl.total(n))
     if kind == "D":
-        return Dense(np.asarray(z[key], dtype=np.float64))
+        return wl.from_matrix(np.asarray(z[key], dtype=np.float64))
     raise ValueError(f"unknown factor kind {kind!r}")
 
 
 def load(name):
-    """(W, meta): the workload stack_j(weight_j · kron_i(factor_ij)) and its metadata."""
-    from matmech.linalg.linop import Kron, VStack
+    """(W, meta): the workload stack_j(weight_j · kron_i(factor_ij)) and its metadata, built
+    with the public builder (matmech.workloads.kron / stack)."""
+    from matmech import workloads as wl
 
     with np.load(DATA / f"{name}.npz", allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
         blocks, weights = [], []
         for j, term in enumerate(meta["terms"]):
             fs = [_factor(k, n, z, f"t{j}_f{i}") for i, (k, n) in enumerate(zip(term["kinds"], term["sizes"]))]
-            blocks.append(Kron(*fs))
+            blocks.append(wl.kron(*fs))
             weights.append(float(term["weight"]))
     if len(blocks) == 1 and weights[0] == 1.0:
         W = blocks[0]
     else:
-        W = VStack(blocks, weights=weights)
+        W = wl.stack(*blocks, weights=weights)
     if W.shape != (meta["m"], meta["n"]):
         raise ValueError(f"{name}: rebuilt shape {W.shape} != ({meta['m']}, {meta['n']})")
     return W, meta

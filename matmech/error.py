@@ -156,6 +156,12 @@ def _diag(W, M):
         if isinstance(M, NestedCovariance):
             return M.interval_diagonal(W)
         return W.prefix_quadratic(_prefix_cov(M, W.n))
+    F = getattr(M, "gram_factor", None)
+    if F is not None:  # M = F Fᵀ: sums of squares (no cancellation)
+        out = np.empty(W.shape[0])
+        for start, stop in _row_chunks(W):
+            out[start:stop] = np.square(np.asarray(W.rows(start, stop)) @ F).sum(1)
+        return out
     md = None if isinstance(M, Identity) else _as_dense(M)
     out = np.empty(W.shape[0])
     for start, stop in _row_chunks(W):

@@ -62,7 +62,7 @@ from matmech.privacy.measure import (
 )
 from matmech.factored.route import release_route
 from matmech.factored.terms import as_terms
-from matmech.svt.combine import answer_covariance, combine_selection
+from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
@@ -76,7 +76,7 @@ from matmech.svt.select import (
 )
 from matmech.workloads import ranges
 from matmech.validate import rectangular
-from matmech.record import Z95, Release, release_table
+from matmech.record import Z95, Release, gap_record, release_table, strategy_record
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
@@ -174,6 +174,7 @@ def _record(meas, answered, W, var, *, budget, name, note, neighbors, eps=None, 
         budget_remaining=None if budget is None else budget.remaining,
         measurement=meas,
         estimate=xhat,
+        measurements=(strategy_record(meas),),
         **record,
     )
 
@@ -343,16 +344,17 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
         cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
     except ValueError as exc:
         return dataclasses.replace(out, strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})")
-    est, var, what, done = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"])
-    if not done:
-        return dataclasses.replace(out, strategy_note=out.strategy_note + what)
+    est, var, what, gm = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"],
+                                           basis=answer_basis(sub))
+    gaps = gap_record(take_rows(out.workload, np.asarray(gm.positions)), gm, sel)
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
     opts = dict(out.select_options)
     opts["_combined"], opts["_mechanism"] = True, sel.mechanism
     return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
-                               strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts))
+                               strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts),
+                               measurements=out.measurements + (gaps,))
 
 
 class _EngineSource:

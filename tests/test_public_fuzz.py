@@ -11,8 +11,9 @@ ragged lists). The property, per call:
   degenerate (a non-empty ranking, a positive scale, ...), or
 * it raises ``ValueError`` / ``TypeError`` whose message names the argument or the value
   (an entry that reads a file may also raise ``OSError`` naming the path);
-* never another exception type, and within a bounded time (hypothesis ``deadline`` and a
-  hard alarm for hangs).
+* never another exception type, and it returns at all (a hard alarm at HARD_SECONDS catches a
+  hang; it is a hang guard far above any call's time, not a speed assertion: timings live in
+  benchmarks/).
 
 Record types (``Release``, ``Advice``, ``Measurement``, ...) and exception classes are
 covered through the functions that return or raise them (``RECORDS`` below); the test
@@ -26,7 +27,6 @@ import numbers
 import signal
 import tempfile
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ from matmech import plot as P  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TMP = Path(tempfile.mkdtemp(prefix="matmech-fuzz-"))
-HARD_SECONDS = 30  # a call running longer than this is a hang (hypothesis' deadline is lower)
+HARD_SECONDS = 300  # a call running longer than this is a hang, on any machine load (no speed assertion)
 
 # ----------------------------------------------------------------------------- hostile values
 
@@ -548,7 +548,7 @@ def test_hostile_argument(entry):
         assert all((entry.name, a) in KNOWN for a in entry.args)
         return
 
-    @settings(max_examples=entry.examples, deadline=timedelta(seconds=10), derandomize=True, database=None,
+    @settings(max_examples=entry.examples, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(arg=st.sampled_from(names), value=HOSTILE)
     def run(arg, value):

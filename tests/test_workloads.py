@@ -126,3 +126,24 @@ def test_tree_strategy_from_networkx():
         S.hierarchical(nx.Graph([(0, 1)]))
     with pytest.raises(ValueError, match="branching must be an integer >= 2"):
         S.hierarchical(8, 1)
+
+
+def test_stack_adds_row_counts():
+    """Issue 22: a stack's rows are the sum of its blocks' (they were multiplied, refusing
+    8 × prefix(300) as 6.561e+19 rows); the refusal applies to the sum."""
+    from matmech.linalg.linop import Ones
+    from matmech.validate import SizeError
+
+    Wk = W.stack(*[W.prefix(300)] * 8)
+    assert Wk.shape == (2400, 300)
+    x = np.arange(300.0)
+    assert np.array_equal(Wk.matvec(x), np.tile(np.cumsum(x), 8))
+    # a union in HDMM's census shape: 33 weighted Kronecker products over 4 attributes
+    rng = np.random.default_rng(0)
+    blocks = [W.kron(W.from_matrix(rng.integers(0, 2, (3, 2)).astype(float)), W.prefix(2), W.identity(3), W.total(5))
+              for _ in range(33)]
+    U = W.stack(*blocks, weights=np.linspace(1, 2, 33))
+    assert U.shape == (33 * 18, 60)
+    big = Ones(2**61, 2)
+    with pytest.raises(SizeError, match="more than 2"):
+        W.stack(big, big, big)  # 3 · 2**61 rows

@@ -29,7 +29,8 @@ from matmech.factored.tables import marginal_tables
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
 from matmech.privacy.budget import check_affordable
 from matmech.privacy.measure import check_counts, check_records
-from matmech.record import Release
+from matmech.linalg.linop import Dense, Kron, as_linop
+from matmech.record import MeasurementRecord, Release
 
 __all__ = ["release_gmarginal", "gmarginal_strategy"]
 
@@ -97,4 +98,14 @@ def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W,
                    strategy=plan.measured_strategy(), strategy_name=name, strategy_note=note, eps=eps, delta=delta,
                    neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
-                   measurement=None, estimate=None)
+                   measurement=None, estimate=None, measurements=_records(plan, meas))
+
+
+def _records(plan, meas):
+    """One :class:`~matmech.record.MeasurementRecord` per measured subset S: y[S] = Q'_S t_S + noise."""
+    event = {"mechanism": "generalised marginals", "eps": plan.eps, "delta": plan.delta, "noise": plan.noise,
+             "sensitivity": plan.sensitivity, "neighbors": plan.neighbors}
+    return tuple(MeasurementRecord(
+        query=Kron(*[as_linop(plan.factors[i]) for i in S]) if S else Dense(np.ones((1, 1))),
+        values=np.asarray(meas.y[S]).reshape(-1), variance=float(v), event=event, domain=tuple(plan.domain),
+        attributes=tuple(S)) for S, v in zip(plan.subsets, plan.variances.tolist()))

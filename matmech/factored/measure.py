@@ -38,18 +38,21 @@ before any data is read): post-processing, the generalised least squares of the 
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from fractions import Fraction
 
+from matmech.linalg.linop import Dense, Identity, Kron
 from matmech.linalg.residual import apply_axes, contrast_operators, haar_contrasts, table_sensitivity1
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_max_records
 from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
+from matmech.record import MeasurementRecord
 
 __all__ = ["ResidualMeasurementPlan", "ResidualMeasurement", "plan_residual_measurement", "measure_residuals",
            "bucket_up", "MAX_SIGMA", "DEFAULT_SCALE_BITS", "LaplaceMeasurementPlan", "plan_residual_laplace",
@@ -98,6 +101,7 @@ class ResidualMeasurement:
     coords: dict
     row_variances: dict
     secure: bool
+    records: tuple = ()  # the released noisy values (matmech.record.MeasurementRecord), one per residual / table
 
 
 def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_records=None,
@@ -200,11 +204,16 @@ def measure_residuals(mplan, tables, *, rng=None):
         z[rows] = noise.discrete_gaussian(t, rows.size, rng=src)
         var[k] = noise.discrete_gaussian_variance(t)
     del order
-    coords, rowvar = {}, {}
+    coords, rowvar, records = {}, {}, []
+    event = {"mechanism": "residual (Gaussian)", "eps": mplan.eps, "delta": mplan.delta, "noise": "discrete_gaussian",
+             "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
     at = 0
     for T, h, l2 in zip(lat.residuals, hx, lam2):
         size = h.size
         y = h + z[at : at + size]  # the released integers; below: post-processing
+        records.append(MeasurementRecord(query=_residual_query(lat.domain, T), values=y,
+                                         variance=var[key_all[at : at + size].astype(np.int64)], event=event,
+                                         domain=tuple(lat.domain), attributes=tuple(T)))
         shape = tuple(lat.domain[i] - 1 for i in T)
         c = (y / np.sqrt(l2)).reshape(shape)
         v = (var[key_all[at : at + size].astype(np.int64)] / l2).reshape(shape)
@@ -212,7 +221,12 @@ def measure_residuals(mplan, tables, *, rng=None):
         v.setflags(write=False)
         coords[T], rowvar[T] = c, v
         at += size
-    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure))
+    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+
+
+def _residual_query(domain, T):
+    """The operator of residual T's contrasts on the marginal on T: ⊗_{i ∈ T} Hᵢ (1×1 for T = ∅)."""
+    return Kron(*[Dense(haar_contrasts(domain[i])[0].astype(np.float64)) for i in T]) if T else Dense(np.ones((1, 1)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -293,7 +307,13 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
             t = names[j]
             noisy[t] = np.asarray(tables[t], dtype=np.int64) + z[at : at + sizes[j]].reshape(np.shape(tables[t]))
             at += sizes[j]
-    return combine_tables(mplan, noisy, secure=bool(src.secure))
+    event = {"mechanism": "marginal tables (Laplace)", "eps": mplan.eps, "delta": 0.0, "noise": "discrete_laplace",
+             "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
+    records = tuple(MeasurementRecord(
+        query=Identity(math.prod(d[i] for i in t)), values=noisy[t].reshape(-1), domain=tuple(d), attributes=tuple(t),
+        variance=noise.discrete_laplace_variance(float(mplan.scales[j])), event={**event, "scale": float(mplan.scales[j])})
+        for j, t in enumerate(names))
+    return dataclasses.replace(combine_tables(mplan, noisy, secure=bool(src.secure)), records=records)
 
 
 def combine_tables(mplan, noisy, *, secure=False):

@@ -58,7 +58,7 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, execute, plan_measurement
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.record import Release
+from matmech.record import Release, strategy_record
 
 __all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS", "MAX_MEMORY", "SEARCH_ALL_MAX_ATTRIBUTES",
            "residual_error"]
@@ -134,7 +134,8 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=meas.strategy,
                    strategy_name=name, strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
                    eps=meas.eps, delta=meas.delta, neighbors=neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat)
+                   budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat,
+                   measurements=(strategy_record(meas, domain=tuple(wt.domain), attributes=U),))
 
 
 def _residual_plan(wt, objective):
@@ -234,7 +235,8 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
                 f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
                    strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None)
+                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
+                   measurements=meas.records)
 
 
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",

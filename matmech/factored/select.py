@@ -49,6 +49,7 @@ factors must be integer-valued (identity, total, prefix, 0/1 custom factors).
 
 from __future__ import annotations
 
+
 import functools
 import math
 import numbers
@@ -60,6 +61,7 @@ import numpy as np
 
 from matmech.factored.tables import MAX_TABLE_CELLS, marginal_tables
 from matmech.factored.terms import as_terms
+from matmech.linalg.gls import row_space_basis
 from matmech.linalg.linop import Dense, Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
@@ -67,13 +69,13 @@ from matmech.privacy.budget import check_affordable
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, laplace_scale_up
 from matmech.privacy.params import NEIGHBORS, rest_of
-from matmech.record import Release
+from matmech.record import MeasurementRecord, Release, gap_record
 from matmech.svt.combine import combine_selection
-from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
-                                selection_mechanism, shown_select_options)
+from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection,
+                                run_selection, selection_mechanism, shown_select_options, take_rows)
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
-           "row_projection",
+           "row_basis",
            "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
@@ -473,20 +475,21 @@ def _row_vectors(plan, rows):
     return V
 
 
-def row_projection(plan, rows):
-    """P = U_S (U_SᵀU_S)⁺ U_Sᵀ (k × k) for the unweighted selected rows U_S: the least-squares
-    estimate of U_S x from y = U_S x + z is P y, with covariance Var(z)·P (Li et al. 2010).
-    From the Gram U_S U_Sᵀ = ∘ᵢ VᵢVᵢᵀ/nᵢ (columns scaled per attribute by 1/√nᵢ, which leaves
-    the range of U_S unchanged and the entries bounded), never from the domain."""
+def row_basis(plan, rows):
+    """B (k × r, orthonormal) spanning the range of the unweighted selected rows U_S (the space
+    U_S x lives in), from the Gram U_S U_Sᵀ = ∘ᵢ VᵢVᵢᵀ/nᵢ (columns scaled per attribute by
+    1/√nᵢ, which leaves the range unchanged), never from the domain. The factor rows are
+    integers, so the rank r is decided exactly (:func:`matmech.linalg.gls.row_space_basis`):
+    duplicate and dependent rows never depend on rounding."""
     k = len(rows)
     G = np.ones((k, k))
+    exact = np.ones((k, k), dtype=np.int64).astype(object)
     for i, V in enumerate(_row_vectors(plan, np.asarray(rows, dtype=np.int64))):
         if V is not None:
-            G *= (V @ V.T) / plan.terms.domain[i]
-    lam, Q = np.linalg.eigh((G + G.T) / 2)
-    keep = lam > lam.max() * k * np.finfo(np.float64).eps * 16
-    Qk = Q[:, keep]
-    return Qk @ Qk.T
+            VV = V @ V.T
+            G *= VV / plan.terms.domain[i]
+            exact = exact * np.rint(VV).astype(np.int64).astype(object)
+    return row_space_basis(G, exact=exact)
 
 
 def _release(plan, W, answers, var, *, name, note, budget, record):
@@ -555,7 +558,8 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
         z = noise.discrete_gaussian(scale, rows.size, rng=rng)
     y = (u + z).astype(np.float64)  # the released integers; below: post-processing
     w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
-    P = row_projection(plan, rows)  # least squares: y projected on the range of U_S
+    B = row_basis(plan, rows)
+    P = B @ B.T  # least squares: y projected on the range of U_S
     answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
     var = np.clip(np.diag(cov), 0.0, None)
     norm = "L1" if p == 1 else "L2"
@@ -563,12 +567,17 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
             f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
             f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
             f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
+    # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
+    records = (MeasurementRecord(query=take_rows(W, rows), values=w * y, variance=nvar * w * w, event={
+        "mechanism": "selected rows", "eps": plan.eps_measure, "delta": delta, "noise": kind, "scale": scale,
+        "sensitivity": sens, "neighbors": neighbors}),)
     if sel.gap is not None:
-        answers, var, more, done = combine_selection(answers, cov, rows, sel, plan.select["threshold"])
+        answers, var, more, gm = combine_selection(answers, cov, rows, sel, plan.select["threshold"],
+                                                   basis=w[:, None] * B)
+        records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
         note += more
-        if done:
-            shown["_combined"] = True
-            shown["_mechanism"] = sel.mechanism
-            record["select_options"] = MappingProxyType(shown)
+        shown["_combined"] = True
+        shown["_mechanism"] = sel.mechanism
+        record["select_options"] = MappingProxyType(shown)
     return _release(plan, W, np.asarray(answers, dtype=np.float64), np.asarray(var, dtype=np.float64),
-                    name="selected rows", note=note, budget=budget, record=record)
+                    name="selected rows", note=note, budget=budget, record={**record, "measurements": records})

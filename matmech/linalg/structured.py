@@ -31,6 +31,7 @@ from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
     "pinv_gram",
+    "GramFactor",
     "gram_inverse",
     "split_diagonal",
     "woodbury_factor",
@@ -85,11 +86,29 @@ def pinv_gram(A):
             f"this strategy has no structured inverse and n={n} cells exceeds the dense limit {MAX_DENSE_N}; "
             "use a structured strategy (identity, hierarchical, Haar, or a Kronecker product of small factors)"
         )
-    lam, vec = np.linalg.eigh(g.dense(max_entries=MAX_DENSE_N**2))
+    if A.shape[0] <= 4 * n:
+        # from the SVD of A itself: (AᵀA)⁺ = V S⁻² Vᵀ is accurate to eps·cond(A), where the
+        # eigenvalues of AᵀA would lose eps·cond(A)² (the oracle test compares at 1e-8)
+        _, sv, vt = np.linalg.svd(A.dense(max_entries=4 * MAX_DENSE_N**2), full_matrices=True)
+        lam, vec = np.zeros(n), vt.T
+        lam[: sv.size] = sv**2
+    else:
+        lam, vec = np.linalg.eigh(g.dense(max_entries=MAX_DENSE_N**2))
     keep = lam > 1e-10 * max(lam.max(), 1e-300)
-    m = (vec[:, keep] / lam[keep]) @ vec[:, keep].T
+    F = vec[:, keep] / np.sqrt(lam[keep])
     nul = vec[:, ~keep] @ vec[:, ~keep].T if (~keep).any() else None
-    return as_linop(m), (as_linop(nul) if nul is not None else None)
+    return GramFactor(F), (as_linop(nul) if nul is not None else None)
+
+
+class GramFactor(Dense):
+    """(AᵀA)⁺ = F Fᵀ held with its factor F = V S⁻¹ (n × r): quadratic forms w M wᵀ are then
+    ‖w F‖², sums of squares, accurate to eps·cond(A) instead of eps·cond(A)² for the
+    explicit product (:func:`matmech.error` and :func:`matmech.svt.combine.answer_covariance`
+    use ``gram_factor``)."""
+
+    def __init__(self, F):
+        self.gram_factor = np.asarray(F, dtype=np.float64)
+        super().__init__(self.gram_factor @ self.gram_factor.T)
 
 
 def _marginal_union_pinv(A):

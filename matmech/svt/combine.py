@@ -23,6 +23,10 @@ independent of the selection noise, the GLS estimate and its exact covariance ar
 
     q_hat = (Sigma^-1 + G)^-1 (Sigma^-1 y + G z),    Cov(q_hat) = (Sigma^-1 + G)^-1.
 
+When selected rows are duplicate or linearly dependent, Sigma is singular: the same GLS is
+taken on the space the answers live in, q = B theta (:mod:`matmech.linalg.gls`), with
+Sigma^-1 replaced by B (B^T Sigma B)^-1 B^T; nothing is dropped.
+
 Caveat (winner's curse): the variances are those of the noise draws; *conditioned on being
 selected* a gap is biased upwards when the row was close to the threshold / the runner-up.
 For rows selected by a clear margin the effect is negligible (tests/svt/test_gap.py checks
@@ -38,9 +42,9 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-from matmech.linalg.lazy import sla
 
 from matmech import validate
+from matmech.linalg.gls import RANK_RTOL, gls, integer_gram, precision_on, row_space_basis
 from matmech.linalg.linop import as_linop
 from matmech.linalg.structured import pinv_gram
 from matmech.privacy.params import check_noise_eps
@@ -48,7 +52,7 @@ from matmech.svt.checks import check_c, check_threshold
 from matmech.svt.calibration import GAP_METHODS, gap_calibration
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
 
-__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "advise_split",
+__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "answer_basis", "advise_split",
            "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
@@ -108,11 +112,14 @@ def gap_measurement(result, threshold=None) -> GapMeasurement:
     return GapMeasurement(pos, gaps + tv, var, cal.gap_variance("threshold"))
 
 
-def combine_gaps(y, cov, gap: GapMeasurement, order=None):
+def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     """GLS of the measured answers ``y`` (covariance ``cov``) with the gap measurement → (estimate, covariance).
 
     ``order[k]`` is the index into ``y`` of the k-th gap position (default: the same order).
-    Closed form (module docstring); ``cov`` must be positive definite.
+    ``basis`` (k × r): a basis of the space the answers live in (the column space of W_S;
+    duplicate or dependent rows make r < k and ``cov`` singular); default: the range of
+    ``cov`` (:func:`~matmech.linalg.gls.row_space_basis`). The GLS is
+    :func:`matmech.linalg.gls.gls` on that space: exact for duplicate and dependent rows.
     """
     if not isinstance(gap, GapMeasurement):
         raise TypeError(f"gap must be a GapMeasurement (from gap_measurement), got {type(gap).__name__}")
@@ -123,6 +130,9 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None):
     cov = validate.matrix(cov, "cov").astype(np.float64)
     if cov.shape != (k, k):
         raise ValueError(f"cov must be {k}x{k} for the {k} answers in y, got shape {cov.shape}")
+    lam = np.linalg.eigvalsh((cov + cov.T) / 2) if np.all(np.isfinite(cov)) else np.array([np.nan])
+    if not np.abs(cov - cov.T).max() <= RANK_RTOL * np.abs(cov).max() or not lam[0] >= -RANK_RTOL * max(float(lam[-1]), 0.0):
+        raise ValueError("cov must be a symmetric positive semidefinite covariance matrix")
     if order is None:
         idx = np.arange(k)
     else:
@@ -136,44 +146,33 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None):
         what = "y holds" if order is None else "order names"
         raise ValueError(f"{gap.z.shape[0]} gap measurements but {what} {idx.shape[0]} answers: "
                          f"pass y for the selected rows, or order= mapping each gap position to its answer")
-    G = np.zeros((k, k))
-    G[np.ix_(idx, idx)] = gap.precision()
-    Gz = np.zeros(k)
-    Gz[idx] = gap.precision() @ gap.z
-    try:
-        c = sla.cho_factor(cov, lower=True)
-    except np.linalg.LinAlgError:
-        raise ValueError("cov must be a symmetric positive definite covariance (its Cholesky factorisation failed)") from None
-    P = sla.cho_solve(c, np.eye(k)) + G
-    P = (P + P.T) / 2
-    cp = sla.cho_factor(P, lower=True)
-    est = sla.cho_solve(cp, sla.cho_solve(c, y) + Gz)
-    out = sla.cho_solve(cp, np.eye(k))
-    return est, (out + out.T) / 2
+    B = row_space_basis(cov) if basis is None else np.asarray(basis, dtype=np.float64)
+    if B.ndim != 2 or B.shape[0] != k or B.shape[1] > k:
+        raise ValueError(f"basis must be a {k} x r matrix (r <= {k}), got shape {B.shape}")
+    S = np.zeros((idx.size, k))
+    S[np.arange(idx.size), idx] = 1.0
+    return gls([(np.eye(k), y, precision_on(cov, B)), (S, gap.z, gap.precision())], B)
 
 
-def combine_selection(answers, cov, rows, selection, threshold=None):
+def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=None):
     """Post-processing of a release with a free-gap selection: the GLS of the measured
-    ``answers`` of the sorted selected ``rows`` (covariance ``cov``) with the selection's gaps
-    or, for a vector selection, its noisy values → (answers, variances, note, combined).
+    ``answers`` of the sorted selected ``rows`` (covariance ``cov``; ``basis`` as for
+    :func:`combine_gaps`) with the selection's gaps or, for a vector selection, its noisy
+    values → (answers, variances, note, the :class:`GapMeasurement` combined).
 
-    Uses only DP outputs and public inputs; when the combination is impossible (``cov``
-    singular: the selected rows are linearly dependent) the answers are kept and the note
-    says why."""
+    Uses only DP outputs and public inputs. Duplicate and dependent rows are handled by the
+    GLS on the answers' space; nothing is dropped."""
     from matmech.svt.vector import VECTOR_METHODS
 
-    try:
-        gm = gap_measurement(selection.gap, threshold=threshold)
-        est, cov_c = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions))
-    except (ValueError, np.linalg.LinAlgError) as exc:
-        return answers, np.clip(np.diag(cov), 0.0, None), f"; gaps not combined ({str(exc).splitlines()[0]})", False
+    gm = gap_measurement(selection.gap, threshold=threshold)
+    est, cov_c = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions), basis=basis)
     if selection.mechanism in VECTOR_METHODS.values():
         note = (f"; selected by the Laplace mechanism on the whole vector ({selection.mechanism} in place of "
                 f"{selection.method}, joint L1 sensitivity {selection.gap.calibration.sensitivity:g}), its noisy "
                 "values combined (GLS)")
     else:
         note = "; combined with the selection's free gaps (GLS)"
-    return est, np.clip(np.diag(cov_c), 0.0, None), note, True
+    return est, np.clip(np.diag(cov_c), 0.0, None), note, gm
 
 
 def answer_covariance(sub, strategy, variance):
@@ -187,7 +186,25 @@ def answer_covariance(sub, strategy, variance):
                          f"(limit {MAX_COVARIANCE_ENTRIES:,})")
     M, _ = pinv_gram(A)
     U = sub.rmatvec(np.eye(k))
-    return variance * sub.matvec(as_linop(M).matvec(U))
+    F = getattr(M, "gram_factor", None)
+    if F is not None:  # M = F Fᵀ: (W_S F)(W_S F)ᵀ, no cancellation
+        SF = np.asarray(U, dtype=np.float64).T @ F
+        return variance * (SF @ SF.T)
+    C = variance * sub.matvec(as_linop(M).matvec(U))
+    return (C + C.T) / 2
+
+
+def answer_basis(sub) -> np.ndarray:
+    """A basis (k × r) of the space the answers W_S x of the k rows ``sub`` live in, its rank
+    decided exactly when the rows are integers up to a scale per row
+    (:func:`~matmech.linalg.gls.integer_gram`), else with :data:`~matmech.linalg.gls.RANK_RTOL`.
+    Same size limit as :func:`answer_covariance`."""
+    sub = as_linop(sub)
+    k, n = sub.shape
+    if n * k > MAX_COVARIANCE_ENTRIES:
+        raise ValueError(f"the rows of {k} answers over {n} cells need {n * k:,} entries (limit {MAX_COVARIANCE_ENTRIES:,})")
+    R = np.asarray(sub.rmatvec(np.eye(k)), dtype=np.float64).T
+    return row_space_basis(R @ R.T, exact=integer_gram(R))
 
 
 def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=False, floor="auto",

@@ -57,7 +57,8 @@ def range_check(max_abs: float, g: float, name: str) -> None:
     if max_abs / g >= MAX_UNITS:
         raise ValueError(
             f"{name} too large in magnitude for exact grid arithmetic "
-            f"(|x|/grid must stay below 2**60 with grid={g!r}); rescale the inputs"
+            f"(|x|/grid must stay below 2**60 with grid={g!r}, a power of two set by the sensitivity and eps); "
+            "rescale the inputs or raise the sensitivity"
         )
 
 

@@ -3,7 +3,6 @@ from the factors (issue 12): equal to the dense forms on small domains, nothing 
 on large ones."""
 
 import math
-import time
 import tracemalloc
 
 import numpy as np
@@ -199,16 +198,14 @@ ADULT = (85, 9, 100, 16, 7, 15, 6, 5, 2, 100, 100, 99, 42, 2)  # 14 attributes, 
 def test_large_marginal_domain_factored(delta):
     M = workloads.marginals((10,) * 14, 2)
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         total = mm.expected_error(M, M, delta=delta)
         worst = mm.expected_error(M, M, delta=delta, measure="max")
         bound = mm.lower_bound(M, delta=delta)
-        elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert elapsed < 1.0 and peak < 50e6
+    assert peak < 50e6  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
     assert bound <= total * (1 + 1e-9) and worst * M.shape[0] >= total * (1 - 1e-9)
 
 
@@ -222,17 +219,15 @@ def test_adult_like_domain_factored():
     )
     A = Kron(*[Identity(d) for d in ADULT])
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         s_w, s_p = W.sensitivity_details(1), P.sensitivity_details(2)
         e_lattice = mm.expected_error(W, W, measure="max")
         e_kron = mm.expected_error(P, A)
         lb = mm.lower_bound(W)
-        elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert elapsed < 1.0 and peak < 50e6
+    assert peak < 50e6  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
     assert s_w == (91.0, True, "constant")
     assert s_p.exact and s_p.method == "branch and bound"
     # identity strategy: total = 2 · Σ_j w_j² · Π_i ‖factor columns‖² summed over cells

@@ -232,7 +232,7 @@ def test_gap_functions_refuse_bad_arguments_naming_them():
     for args, match in [((1.0, cov), "y must be 1-D"), ((None, cov), "y must be a 1-D sequence"),
                         (([], cov), "y must hold at least one"), ((y, [[1.0, 2.0], [1.0]]), "cov is ragged: row 1"),
                         ((y, np.eye(k + 1)), f"cov must be {k}x{k}"),
-                        ((y, [[1.0, 2.0], [2.0, 1.0]]), "cov must be a symmetric positive definite"),
+                        ((y, [[1.0, 2.0], [2.0, 1.0]]), "cov must be a symmetric positive semidefinite"),
                         ((np.append(y, 1.0), np.eye(k + 1)), "gap measurements but y holds")]:
         with pytest.raises((ValueError, TypeError), match=match):
             combine_gaps(*args, gm)

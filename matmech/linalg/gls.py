@@ -1,0 +1,148 @@
+"""Generalised least squares in the measured space, exact for duplicate and dependent rows.
+
+The unknowns are the k answers q = W_S x of some rows of a workload. They lie in the column
+space of W_S (a subspace of R^k of dimension r = rank W_S ≤ k): duplicate or linearly
+dependent rows make r < k, and every covariance of estimates of q is then singular. Write
+q = B θ with B (k × r) of full column rank spanning that space. Each measurement record
+says ``values = op q + e`` with a (pseudo-)precision P of e; the GLS (Aitken 1935;
+Rao 1973, §4a.3 for the singular case) is
+
+    J = Bᵀ (Σᵢ opᵢᵀ Pᵢ opᵢ) B,   θ̂ = J⁻¹ Bᵀ Σᵢ opᵢᵀ Pᵢ valuesᵢ,   q̂ = B θ̂,   Cov(q̂) = B J⁻¹ Bᵀ.
+
+A record with a singular covariance Σ whose range is the answers' space (the Matrix
+Mechanism's W_S x̂: Σ = σ² W_S (AᵀA)⁺ W_Sᵀ) has the precision Σ⁺ = B (BᵀΣB)⁻¹ Bᵀ
+(:func:`precision_on`): the inverse is taken on the r-dimensional space only, so nothing is
+dropped and no near-zero pivot decides anything.
+
+The one discrete choice is the rank r. :func:`row_space_basis` decides it *exactly* from an
+integer Gram matrix (fraction-free Bareiss elimination on Python integers; every 0/1, prefix,
+range and identity workload has one) and otherwise with the relative tolerance
+:data:`RANK_RTOL` = 1e-9, seven orders of magnitude above the rounding of an eigen solver, so
+it does not flip with BLAS threads or CPU kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EXACT_RANK_MAX", "RANK_RTOL", "exact_rank", "gls", "integer_gram", "precision_on", "row_space_basis"]
+
+#: Eigenvalues of a Gram matrix below this fraction of the largest count as zero (float path).
+RANK_RTOL = 1e-9
+#: Largest k for which the rank of an integer Gram matrix is computed exactly (Python ints).
+EXACT_RANK_MAX = 400
+
+
+def exact_rank(G) -> int:
+    """Rank of a matrix of integers: fraction-free Gaussian elimination (Bareiss 1968) on
+    Python ints, so no rounding decides it."""
+    M = [[int(v) for v in row] for row in np.asarray(G, dtype=object)]
+    n = len(M)
+    m = len(M[0]) if n else 0
+    rank, prev = 0, 1
+    for col in range(m):
+        piv = next((i for i in range(rank, n) if M[i][col] != 0), None)
+        if piv is None:
+            continue
+        M[rank], M[piv] = M[piv], M[rank]
+        p = M[rank]
+        for i in range(rank + 1, n):
+            a, Mi = M[i][col], M[i]
+            M[i] = [(p[col] * Mi[c] - a * p[c]) // prev for c in range(m)]
+        prev = p[col]
+        rank += 1
+        if rank == n:
+            break
+    return rank
+
+
+def integer_gram(R) -> np.ndarray | None:
+    """The Gram matrix R Rᵀ of the rows ``R`` (k × n) as Python integers (rows that are not
+    integers are first divided by their largest absolute entry, which keeps the rank); None
+    when that does not make them integers."""
+    R = np.asarray(R, dtype=np.float64)
+    if R.ndim != 2 or not np.all(np.isfinite(R)):
+        return None
+    if not np.array_equal(R, np.rint(R)):
+        scale = np.abs(R).max(axis=1, keepdims=True) if R.size else np.ones((R.shape[0], 1))
+        scale[scale == 0] = 1.0
+        R = R / scale
+        if not np.array_equal(R, np.rint(R)):
+            return None
+    S = R
+    if S.shape[1] and float(np.abs(S).max()) ** 2 * S.shape[1] < 2.0**62:
+        Si = S.astype(np.int64)
+        return (Si @ Si.T).astype(object)
+    Si = S.astype(np.int64).astype(object)
+    return Si @ Si.T
+
+
+def row_space_basis(gram, *, exact=None) -> np.ndarray:
+    """B (k × r, orthonormal columns) spanning the column space of the k × k Gram matrix
+    ``gram`` = W_S W_Sᵀ, i.e. the space the answers W_S x live in.
+
+    ``exact``: the same Gram matrix as integers (:func:`integer_gram`, or a Hadamard product
+    of integer factor Grams); when given and k ≤ :data:`EXACT_RANK_MAX` the rank r is exact.
+    Otherwise eigenvalues below :data:`RANK_RTOL` · λ_max count as zero.
+    """
+    G = np.asarray(gram, dtype=np.float64)
+    k = G.shape[0]
+    if k == 0:
+        return np.zeros((0, 0))
+    lam, Q = np.linalg.eigh((G + G.T) / 2)
+    if exact is not None and k <= EXACT_RANK_MAX:
+        r = exact_rank(exact)
+    else:
+        top = float(lam[-1]) if lam.size else 0.0
+        r = int(np.count_nonzero(lam > RANK_RTOL * top)) if top > 0 else 0
+    return Q[:, k - r :] if r else np.zeros((k, 0))
+
+
+def precision_on(cov, B) -> np.ndarray:
+    """Σ⁺ = B (BᵀΣB)⁻¹ Bᵀ: the pseudo-inverse of a covariance Σ whose range is span(B).
+
+    Raises ValueError when BᵀΣB is not positive definite (the measurement does not cover
+    the space of B)."""
+    C = B.T @ np.asarray(cov, dtype=np.float64) @ B
+    L = _chol((C + C.T) / 2, "the measured covariance restricted to the answers' space")
+    Linv_Bt = np.linalg.solve(L, B.T)
+    return Linv_Bt.T @ Linv_Bt
+
+
+#: A matrix the structure makes positive definite is refused only when its smallest eigenvalue
+#: is below this fraction of its largest: singular up to rounding (1e-16), not merely as
+#: ill-conditioned as a real strategy can make it (cond(A)² up to ~1e12).
+SINGULAR_RTOL = 1e-14
+
+
+def _chol(M, what):
+    if M.shape[0] == 0:
+        return M
+    lam = np.linalg.eigvalsh(M)
+    if not np.all(np.isfinite(lam)) or not lam[0] > SINGULAR_RTOL * max(float(lam[-1]), 0.0):
+        raise ValueError(f"{what} is not positive definite: the measurements do not determine the answers")
+    return np.linalg.cholesky(M)
+
+
+def gls(records, B) -> tuple[np.ndarray, np.ndarray]:
+    """The GLS of the unknowns q = B θ from ``records`` → (q̂, Cov(q̂)) (module docstring).
+
+    ``records``: iterable of (op, values, precision) with op (m × k), values (m,) and the
+    precision (m × m, positive semidefinite; e.g. :func:`precision_on` of a singular
+    covariance, or the limit of an unknown common offset). ``B`` (k × r): a basis of the
+    space q lies in. Raises ValueError when the records do not determine θ.
+    """
+    B = np.asarray(B, dtype=np.float64)
+    r = B.shape[1]
+    J = np.zeros((r, r))
+    h = np.zeros(r)
+    for op, values, P in records:
+        OB = np.asarray(op, dtype=np.float64) @ B
+        PO = np.asarray(P, dtype=np.float64) @ OB
+        J += OB.T @ PO
+        h += PO.T @ np.asarray(values, dtype=np.float64)
+    L = _chol((J + J.T) / 2, "the information of the measurements")
+    theta = np.linalg.solve(L.T, np.linalg.solve(L, h))
+    Linv_Bt = np.linalg.solve(L, B.T) if r else np.zeros((0, B.shape[0]))
+    cov = Linv_Bt.T @ Linv_Bt
+    return B @ theta, (cov + cov.T) / 2
