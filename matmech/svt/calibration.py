@@ -27,6 +27,7 @@ from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import rest_of
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
+from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
 __all__ = [
     "SVTCalibration",
@@ -36,6 +37,9 @@ __all__ = [
     "svt_budget",
     "make_budget",
     "MAX_SCALE_UNITS",
+    "MAX_SNAP_SHARE",
+    "DeclarationError",
+    "declared_grid",
     "GapCalibration",
     "GAP_METHODS",
     "gap_calibration",
@@ -98,6 +102,47 @@ def _grid_for(*scales: float) -> float:
     return min([1.0] + [noise.grid_for(s) for s in scales])
 
 
+class DeclarationError(ValueError):
+    """A declared bound on |values| that no exact grid can hold; ``fits`` is the largest
+    bound that can (the plan rephrases it as a max_records)."""
+
+    def __init__(self, fits: float, message: str) -> None:
+        super().__init__(message)
+        self.fits = float(fits)
+
+
+#: A grid coarsened for a declared bound may add at most this fraction of the sensitivity by
+#: snapping non-integer values (:func:`declared_grid`).
+MAX_SNAP_SHARE = 2.0**-8
+
+
+def declared_grid(g: float, value_bound: float, sensitivity: float, exact_on_grid: bool, coords: int = 1) -> float:
+    """The calibration grid ``g`` coarsened (never refined) so that every value of magnitude
+    <= ``value_bound`` (the declared bound) is at most 2**59 units (:func:`~matmech.svt.grid.grid_for_bound`).
+
+    Integer values need a grid <= 1; snapped values add ``coords * g`` to the sensitivity, which
+    must stay at most :data:`MAX_SNAP_SHARE` of it. Otherwise ValueError naming the bound and
+    the largest bound that fits: raised by the plan, before anything is read or spent.
+    """
+    need = grid_for_bound(value_bound)
+    if need <= g:
+        return g
+    cap = 1.0 if exact_on_grid else sensitivity * MAX_SNAP_SHARE / coords
+    if need > cap:
+        fits = DECLARED_UNITS * _pow2_floor_of(cap)
+        raise DeclarationError(fits,
+            f"the declared bound on |values| {value_bound:.6g} (max_records times the workload's largest |entry|) "
+            f"needs a grid of {need:g}, coarser than the {cap:.3g} the exact comparison allows here; at most "
+            f"{fits:.6g} fits: declare a smaller max_records"
+        )
+    return need
+
+
+def _pow2_floor_of(v: float) -> float:
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1)
+
+
 def _scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -> float:
     """mult * sensitivity / eps_part rounded UP to a whole number of grid steps, exactly.
 
@@ -122,6 +167,7 @@ def make_budget(
     exact_on_grid: bool,
     threshold_mult: float,
     query_mult: float,
+    value_bound: float = 0.0,
 ) -> SVTCalibration:
     """Budget with threshold scale threshold_mult*D/e1 and query scale query_mult*D/e2.
 
@@ -132,7 +178,7 @@ def make_budget(
     nominal = [laplace_scale(e1, threshold_mult * sensitivity), laplace_scale(e2, query_mult * sensitivity)]
     if eps_answer > 0:
         nominal.append(laplace_scale(eps_answer, c * sensitivity))
-    g = _grid_for(*nominal)
+    g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, exact_on_grid)
     if max(nominal) / g > MAX_SCALE_UNITS:
         raise ValueError(
             f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
@@ -164,6 +210,7 @@ def svt_budget(
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
     integer_values: bool = False,
+    value_bound: float = 0.0,
 ) -> SVTCalibration:
     """Calibration of :func:`~matmech.svt.sparse_vector` ([LSL17] Alg. 7) without touching data.
 
@@ -171,7 +218,9 @@ def svt_budget(
     Lap(D/eps1), query noise Lap(2cD/eps2) (Lap(cD/eps2) if ``monotonic``,
     Thm. 4.9), answers Lap(cD/eps3).  ``integer_values`` says whether the
     values will arrive with an integer dtype (then no grid rounding, and D is
-    not increased by the grid step).
+    not increased by the grid step).  ``value_bound``: a declared bound on |values|
+    (0 = none); the grid is coarsened so that no value within it can overflow
+    (:func:`declared_grid`).
     """
     c = check_c(c)
     eps, eps_answer = check_eps(eps, eps_answer)
@@ -182,7 +231,7 @@ def svt_budget(
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
-        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c,
+        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c, value_bound=float(value_bound),
     )
 
 
@@ -258,6 +307,7 @@ def gap_calibration(
     sigma: object = "auto",
     integer_values: bool = False,
     n_candidates: int = 0,
+    value_bound: float = 0.0,
 ) -> GapCalibration:
     """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
 
@@ -271,6 +321,7 @@ def gap_calibration(
     of the top-branch noise, and large enough that a row AT the threshold takes the top
     branch with probability <= 1/(2n), so the n candidates give at most about one false
     top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
+    ``value_bound``: a declared bound on |values| (0 = none), as in :func:`svt_budget`.
     """
     if method not in GAP_METHODS:
         raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
@@ -283,7 +334,7 @@ def gap_calibration(
         if sigma != "auto" or ratio != "optimal":
             raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
         nominal = laplace_scale(eps, k * c * sensitivity)
-        g = _grid_for(nominal)
+        g = declared_grid(_grid_for(nominal), value_bound, sensitivity, integer_values)
         if nominal / g > MAX_SCALE_UNITS:
             raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                              f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
@@ -297,7 +348,7 @@ def gap_calibration(
     nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
         nominal.append(laplace_scale(e_top, k * sensitivity))
-    g = _grid_for(*nominal)
+    g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, integer_values)
     if max(nominal) / g > MAX_SCALE_UNITS:
         raise ValueError(f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
                          f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values")

@@ -720,6 +720,7 @@ def test_signatures_match_the_issue():
         ("ratio", "KEYWORD_ONLY", "optimal"),
         ("eps_answer", "KEYWORD_ONLY", 0.0),
         ("rng", "KEYWORD_ONLY", None),
+        ("value_bound", "KEYWORD_ONLY", None),  # issue 21: the declared bound a planner checked
     ]
     sig = inspect.signature(svt.exponential_top_c)
     assert [(p.name, p.kind.name, p.default) for p in sig.parameters.values()] == [
