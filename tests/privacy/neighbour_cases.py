@@ -1,0 +1,186 @@
+"""Neighbouring datasets at every internal limit of the selection code (issue 21).
+
+Shared by ``tests/privacy/test_neighbour_limits.py`` and ``benchmarks/neighbour_limits.py``.
+
+A *case* is a selection method (every entry of :data:`matmech.svt.select.METHODS`, plus the
+two vector selections of :data:`matmech.svt.vector.VECTOR_METHODS` forced with
+``vector=True``; the free-gap methods run with ``vector=False`` so that each mechanism is
+covered once) x a path (``select_rows`` on a histogram, ``release(x, W, select=...)`` on a
+histogram, ``release(tables, W, select=...)`` on the factored path) x a workload. A *pair*
+is the dataset with 2**k - 1 records in one cell against its neighbour with 2**k, both within
+the same declaration ``max_records``; :func:`run_side` runs one side with a fresh budget and
+the same seeded rng, and returns everything a neighbour could see apart from the noise.
+
+The limits k: the int64 grid arithmetic refused |value| / grid >= 2**60 (the k where that
+happened before issue 21 depends on the grid: :func:`old_limits` recomputes it from the
+calibration without a declared bound), exact float sums stop at 2**53 (outside every
+declaration: max_records <= 2**50), the default declaration is 2**32, record totals are
+summed in 2**31 halves, the samplers' scale limits sit at 2**46 - 2**48, the scan's chunks at
+2**12 / 2**20 / 2**22 candidates, and max_records itself ends at 2**50.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+import matmech as mm
+from matmech.factored.terms import marginal_workload
+from matmech.linalg.linop import Scaled
+from matmech.svt.calibration import gap_calibration, svt_budget
+from matmech.svt.select import METHODS, entry_range, row_noise_rule
+from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity, prefer_vector, vector_calibration
+from matmech.workloads import identity, prefix
+
+#: (name, select_rows method, vector option): every method as a user calls it (vector="auto"),
+#: the two free-gap methods forced to their [DWZK19] mechanism and to the vector selection.
+SELECTIONS = [(m, m, "auto") for m in METHODS] + [(f"{m}(vector=False)", m, False) for m in VECTOR_METHODS] + [
+    (vm, m, True) for m, vm in VECTOR_METHODS.items()]
+PATHS = ("select_rows", "release", "factored")
+#: The limits every pair is run at (see the module docstring), before adding each case's own.
+BASE_KS = (1, 2, 12, 20, 22, 27, 28, 29, 31, 32, 33, 44, 45, 46, 47, 48, 49, 50)
+C, EPS, EPS_TOTAL, THRESHOLD = 2, 1.0, 2.0, 100.0
+#: From here on the one big cell decides the selection whatever the noise (>= 8191 against
+#: noise scales of at most ~10 and a threshold of 100): the rows are compared too.
+DECISIVE_K = 14
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str        # selection name (a method or a vector mechanism)
+    method: str
+    vector: object
+    path: str
+    workload: str
+
+    @property
+    def label(self):
+        return f"{self.name}/{self.path}/{self.workload}"
+
+
+def workloads(path):
+    """{name: W} per path: a real-valued one (its values are snapped to the grid) and an
+    integer one; the factored path takes marginal workloads (the issue's weight 0.5 and 1)."""
+    if path == "factored":
+        return {"marginal(64x2)*0.5": marginal_workload((64, 2), [(0,)], weights=[0.5]),
+                "marginals(16x2)": marginal_workload((16, 2), [(0,), (0, 1)])}
+    return {"identity(64)*0.5": Scaled(identity(64), 0.5), "prefix(16)": prefix(16)}
+
+
+def cases():
+    out = []
+    for path in PATHS:
+        for wname in workloads(path):
+            for name, method, vector in SELECTIONS:
+                out.append(Case(name, method, vector, path, wname))
+    return out
+
+
+def _histogram_W(case):
+    W = workloads(case.path)[case.workload]
+    if case.path != "factored":
+        return W
+    return None
+
+
+def old_limits(case):
+    """The k at which the grid of the run (as calibrated before issue 21, with no declared
+    bound) overflowed: |value| / grid >= 2**60 for 2**k records in the cell (k <= 50 only)."""
+    W = _histogram_W(case)
+    if W is None or case.method == "em":
+        return set()
+    lo, hi = entry_range(W)
+    entry = max(abs(lo), abs(hi))
+    sens, mono = row_noise_rule(W, "auto", "add_remove")
+    integer = W.integer_valued()
+    vector = case.vector is True or (case.vector == "auto" and prefer_vector(
+        case.method, c=C, eps=EPS, row_sensitivity=sens, joint=joint_sensitivity(W), monotonic=mono,
+        n_values=W.shape[0], integer_values=integer))  # the choice before issue 21 (no declared bound)
+    if vector:
+        g = vector_calibration(VECTOR_METHODS[case.method], c=C, eps=EPS, sensitivity=joint_sensitivity(W),
+                               n_values=W.shape[0], integer_values=integer).grid
+    elif case.method == "svt":
+        g = svt_budget(c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer).grid
+    else:
+        g = gap_calibration(case.method, c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer,
+                            n_candidates=W.shape[0] if case.method == "adaptive-svt" else 0).grid
+    k = math.ceil(60 + math.log2(g) - math.log2(entry))
+    return {j for j in (k - 1, k, k + 1) if 1 <= j <= 50}
+
+
+def ks(case):
+    return sorted(set(BASE_KS) | old_limits(case))
+
+
+def _select(case):
+    opts = dict(method=case.method, c=C, eps=EPS, vector=case.vector)
+    if case.method in ("svt", "svt-gap", "adaptive-svt"):
+        opts["threshold"] = THRESHOLD
+    return opts
+
+
+def declaration(case, k):
+    """The declared max_records of a pair: the widest (2**50) on the select_rows path, the
+    tightest that holds both neighbours (2**k) on the release paths."""
+    return 2**50 if case.path == "select_rows" else 2**k
+
+
+def run_side(case, k, records, *, seed=0, strategy="auto"):
+    """Run one side (``records`` in cell 0, none elsewhere) → a dict of everything but the noise
+    (and the noisy values): outcome, exception, rows, mechanism, shapes, notes, spends.
+    ``strategy``: the histogram release's strategy ("auto" chooses one for the selected rows)."""
+    rng = np.random.default_rng(seed)
+    budget = mm.PrivacyBudget(10.0)
+    max_records = declaration(case, k)
+    out = {}
+    try:
+        if case.path == "factored":
+            W = workloads("factored")[case.workload]
+            table = np.zeros(W.domain, dtype=np.int64)
+            table[0, 0] = records
+            r = mm.release({(0, 1): table}, W, EPS_TOTAL, select=_select(case), budget=budget, rng=rng,
+                           max_records=max_records)
+            out.update(_release_fields(r))
+        else:
+            W = workloads(case.path)[case.workload]
+            x = np.zeros(W.shape[1], dtype=np.int64)
+            x[0] = records
+            if case.path == "select_rows":
+                opts = _select(case)
+                s = mm.select_rows(W, x, budget=budget, rng=rng, max_records=max_records, **opts)
+                out.update(outcome="returns", rows=tuple(int(i) for i in s.rows), mechanism=s.mechanism,
+                           stopped=s.stopped, n_rows=len(s.rows), eps=s.eps)
+            else:
+                r = mm.release(x, W, EPS_TOTAL, select=_select(case), budget=budget, rng=rng, max_records=max_records,
+                               strategy=strategy)
+                out.update(_release_fields(r))
+    except Exception as exc:  # noqa: BLE001 - the outcome itself is what is compared
+        out.update(outcome="raises", error=f"{type(exc).__name__}: {exc}")
+    out["spent"] = budget.spent
+    out["ledger"] = tuple((e.what, e.eps, e.delta) for e in budget.ledger)
+    return out
+
+
+def _release_fields(r):
+    return dict(outcome="returns", rows=tuple(int(i) for i in r.selected), mechanism=r.selection.mechanism,
+                stopped=r.selection.stopped, n_rows=len(r.selected), answers_shape=r.answers.shape,
+                std=tuple(np.round(r.std, 12)), strategy_name=r.strategy_name, note=r.strategy_note,
+                eps=r.eps, eps_select=r.eps_select)
+
+
+#: Fields that do not depend on the noise whatever the data; the rest (rows and what follows
+#: from them) are compared from :data:`DECISIVE_K` on, where the big cell decides the selection.
+ALWAYS = ("outcome", "error", "spent", "ledger", "eps", "eps_select")
+
+
+def compare(case, k, seed=0, strategy="auto"):
+    """(left, right, differences): the pair 2**k - 1 | 2**k and the fields that differ."""
+    left = run_side(case, k, 2**k - 1, seed=seed, strategy=strategy)
+    right = run_side(case, k, 2**k, seed=seed, strategy=strategy)
+    keys = set(left) | set(right)
+    fields = keys if k >= DECISIVE_K else [f for f in ALWAYS if f in keys] + (
+        ["mechanism"] if "mechanism" in keys else [])
+    diff = sorted(f for f in fields if left.get(f) != right.get(f))
+    return left, right, diff
