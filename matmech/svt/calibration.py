@@ -25,7 +25,7 @@ from typing import Optional
 
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
-from matmech.privacy.params import rest_of
+from matmech.privacy.params import calibrated_eps, rest_of
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
@@ -227,7 +227,8 @@ def svt_budget(
     sensitivity = check_sensitivity(sensitivity)
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
-    e1, e2 = split_eps(rest_of(eps, eps_answer), ratio, c, monotonic)
+    # calibrated for the decimal eps the budget charges (issue 21): parts add up to at most it
+    e1, e2 = split_eps(rest_of(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
@@ -330,20 +331,21 @@ def gap_calibration(
     sensitivity = check_sensitivity(sensitivity)
     monotonic = check_flag("monotonic", monotonic)
     k = 1.0 if monotonic else 2.0
+    ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
         if sigma != "auto" or ratio != "optimal":
             raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
-        nominal = laplace_scale(eps, k * c * sensitivity)
+        nominal = laplace_scale(ec, k * c * sensitivity)
         g = declared_grid(_grid_for(nominal), value_bound, sensitivity, integer_values)
         if nominal / g > MAX_SCALE_UNITS:
             raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                              f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
         sens = _gap_sens(sensitivity, g, integer_values)
-        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, eps, g))
+        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, ec, g))
     ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
-    e0 = eps / (1.0 + r)
-    e1 = _floor_div(rest_of(eps, e0), c)
+    e0 = ec / (1.0 + r)
+    e1 = _floor_div(rest_of(ec, e0), c)
     e_top = e1 / 2.0  # exact: a power-of-two division
     nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
@@ -368,7 +370,7 @@ def gap_calibration(
         sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
     elif sigma != "auto":
         raise ValueError(f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}")
-    units = int((Fraction(eps) - Fraction(e0)) / Fraction(e_top))
+    units = int((Fraction(ec) - Fraction(e0)) / Fraction(e_top))
     return GapCalibration(method, eps, c, bool(monotonic), sens, g, q_scale,
                           threshold_scale=_scale_on_grid(1.0, sens, e0, g), top_scale=top, sigma=sig,
                           eps_threshold=e0, eps_middle=e1, eps_top=e_top, units=units)

@@ -49,7 +49,7 @@ import numpy as np
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
-from matmech.privacy.params import NEIGHBORS, check_neighbors
+from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors
 from matmech.svt.calibration import MAX_SCALE_UNITS, _scale_on_grid, declared_grid, gap_calibration
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import check_c, check_eps, check_sensitivity, check_threshold, check_values
@@ -150,7 +150,8 @@ def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n
     sensitivity = check_sensitivity(sensitivity)
     if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
         raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
-    nominal = laplace_scale(eps, sensitivity)
+    ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
+    nominal = laplace_scale(ec, sensitivity)
     g = min(1.0, noise.grid_for(nominal))
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
         g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))
@@ -160,7 +161,7 @@ def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n
                          f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
                          "rescale the values")
     sens = sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
-    return VectorCalibration(method, eps, c, float(sens), g, _scale_on_grid(1.0, sens, eps, g))
+    return VectorCalibration(method, eps, c, float(sens), g, _scale_on_grid(1.0, sens, ec, g))
 
 
 def prefer_vector(method: str, *, c: int, eps: float, row_sensitivity: float, joint: float, monotonic: bool,

@@ -194,3 +194,46 @@ def test_a_planned_run_holds_values_to_the_declaration_and_never_raises_on_them(
                                         rng=np.random.default_rng(0))
     assert out.positions == (0,) and abs(out.values[0] - 2.0**40) < 1e6
     assert MAX_UNITS == 2 * DECLARED_UNITS
+
+
+# -- the charged and the calibrated eps are the same number: the decimal (issue 21, item 3) ------
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.2, 0.3, 0.7, 1e-3, 1.1, 0.5])
+def test_noise_is_calibrated_for_the_decimal_eps_the_budget_charges(eps):
+    """b * eps >= Delta in exact rationals for the decimal eps (Fraction(repr(eps))), not only
+    for its binary float (0.1 is 1/10 + 5.6e-18 in binary), on every pure-eps calibration."""
+    from fractions import Fraction
+
+    from matmech.privacy.measure import plan_measurement
+    from matmech.privacy.params import calibrated_eps, exact
+    from matmech.strategies import hierarchical
+    from matmech.svt.calibration import gap_calibration, svt_budget
+    from matmech.svt.vector import vector_calibration
+
+    dec = exact(eps)
+    assert Fraction(calibrated_eps(eps)) <= dec and calibrated_eps(eps) >= math.nextafter(eps, 0)
+    for A in (identity(8), hierarchical(8, 2), Scaled(identity(8), 0.3)):
+        p = plan_measurement(A, eps)
+        assert Fraction(p.scale) * dec >= Fraction(p.sensitivity)
+    cal = svt_budget(c=3, eps=eps, sensitivity=1.0, integer_values=True)  # [LSL17] Alg. 7: eps1 + eps2
+    assert Fraction(1) / Fraction(cal.threshold_scale) + Fraction(2 * 3) / Fraction(cal.query_scale) <= dec
+    cal = gap_calibration("topc-gap", c=2, eps=eps, sensitivity=1.0, integer_values=True)
+    assert Fraction(2 * 2) / Fraction(cal.query_scale) <= dec
+    cal = gap_calibration("svt-gap", c=2, eps=eps, sensitivity=1.0, integer_values=True)
+    assert Fraction(1) / Fraction(cal.threshold_scale) + 2 * Fraction(2) / Fraction(cal.query_scale) <= dec
+    cal = vector_calibration("vector-top-c", c=2, eps=eps, sensitivity=1.0, n_values=8, integer_values=True)
+    assert Fraction(1) / Fraction(cal.scale) <= dec
+    b = mm.PrivacyBudget(eps)  # the budget charges the decimal: one spend of eps fits exactly
+    b.spend(eps)
+    assert b.remaining == (0.0, 0.0)
+
+
+def test_the_smallest_eps_still_measures():
+    """eps = 1e-4 (EPS_MIN) is calibrated on the float just below it: still accepted."""
+    from fractions import Fraction
+
+    from matmech.privacy.measure import plan_measurement
+
+    p = plan_measurement(identity(4), 1e-4)
+    assert Fraction(p.scale) * Fraction(1, 10**4) >= 1
