@@ -31,7 +31,12 @@ from matmech.factored.terms import marginal_workload
 from matmech.linalg.linop import Scaled
 from matmech.svt.calibration import gap_calibration, svt_budget
 from matmech.svt.select import METHODS, entry_range, row_noise_rule
-from matmech.svt.vector import VECTOR_METHODS, joint_sensitivity, prefer_vector, vector_calibration
+from matmech.svt.vector import (
+    VECTOR_METHODS,
+    joint_sensitivity,
+    prefer_vector,
+    vector_calibration,
+)
 from matmech.workloads import identity, prefix
 
 #: (name, select_rows method, vector option): every method as a user calls it (vector="auto"),
@@ -184,3 +189,53 @@ def compare(case, k, seed=0, strategy="auto"):
         ["mechanism"] if "mechanism" in keys else [])
     diff = sorted(f for f in fields if left.get(f) != right.get(f))
     return left, right, diff
+
+
+# -- the reproducers of issue 21 (one side each: side 0 is 2**k - 1 records, side 1 is 2**k) ----
+
+
+def repro_scaled_identity(side, budget):
+    """select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap"), x0 = 2**28 - 1 | 2**28."""
+    x = np.zeros(4096, dtype=np.int64)
+    x[0] = 2**28 - 1 + side
+    return mm.select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap", budget=budget,
+                          rng=np.random.default_rng(5))
+
+
+def repro_factored_marginal(side, budget):
+    """factored marginal_workload((2**20, 2), [(0,)], weights=[0.5]), topc-gap, 2**20 - 1 | 2**20 records in one cell."""
+    W = marginal_workload((2**20, 2), [(0,)], weights=[0.5])
+    t = np.zeros((2**20,), dtype=np.int64)
+    t[0] = 2**20 - 1 + side
+    return mm.release({(0,): t}, W, 2.0, select=dict(method="topc-gap", c=1, eps=1.0), budget=budget,
+                      rng=np.random.default_rng(5))
+
+
+def repro_svt_2_50(side, budget):
+    """plain SVT, prefix(16), max_records=2**50, 2**45 - 1 | 2**45 records in one cell."""
+    x = np.zeros(16, dtype=np.int64)
+    x[3] = 2**45 - 1 + side
+    return mm.select_rows(prefix(16), x, c=1, eps=1.0, threshold=10.0, method="svt", budget=budget,
+                          max_records=2**50, rng=np.random.default_rng(5))
+
+
+def repro_threshold(side, budget):
+    """select_rows(prefix(16), x, c=3, eps=1.0, threshold=1e300, method="svt") (one dataset)."""
+    return mm.select_rows(prefix(16), np.arange(16), c=3, eps=1.0, threshold=1e300, method="svt", budget=budget,
+                          rng=np.random.default_rng(5))
+
+
+REPRODUCERS = [repro_scaled_identity, repro_factored_marginal, repro_svt_2_50, repro_threshold]
+
+
+def run_reproducer(fn, side):
+    """{outcome, rows, error, spent} of one side of a reproducer, with a fresh budget of 10."""
+    budget = mm.PrivacyBudget(10.0)
+    try:
+        r = fn(side, budget)
+        rows = r.rows if hasattr(r, "rows") else r.selected
+        out = dict(outcome="returns", rows=[int(i) for i in rows])
+    except Exception as exc:  # noqa: BLE001 - the outcome itself is reported
+        out = dict(outcome="raises", error=f"{type(exc).__name__}: {exc}")
+    out["spent"] = budget.spent[0]
+    return out

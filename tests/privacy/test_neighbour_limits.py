@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import matmech as mm
-from matmech.factored.terms import marginal_workload
 from matmech.linalg.linop import Scaled
 from matmech.svt import gap, vector
 from matmech.svt.calibration import DeclarationError, declared_grid
@@ -24,7 +23,7 @@ from matmech.svt.grid import DECLARED_UNITS, MAX_UNITS, grid_for_bound
 from matmech.workloads import identity, prefix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import neighbour_cases as nc  # noqa: E402
+import neighbour_cases as nc
 
 CASES = nc.cases()
 
@@ -51,7 +50,7 @@ def test_the_sweep_reaches_the_old_limits():
     returned = 0
     for case in CASES:
         for k in sorted(nc.old_limits(case)):
-            left, right, diff = nc.compare(case, k, strategy="identity")
+            left, _, diff = nc.compare(case, k, strategy="identity")
             assert not diff
             returned += left["outcome"] == "returns"
     assert returned >= 60
@@ -63,58 +62,26 @@ def test_release_with_auto_strategy_at_the_old_limits(name):
     selection only): the same at the old limits."""
     case = next(c for c in CASES if c.name == name and c.path == "release" and c.workload == "prefix(16)")
     for k in sorted(nc.old_limits(case) | {50}):
-        left, right, diff = nc.compare(case, k, strategy="auto")
+        left, _, diff = nc.compare(case, k, strategy="auto")
         assert not diff, (k, diff)
         assert left["outcome"] == "returns" and left["spent"] == (nc.EPS_TOTAL, 0.0)
 
 
-# -- the issue's reproducers --------------------------------------------------------------------
+# -- the issue's reproducers (neighbour_cases.REPRODUCERS) --------------------------------------
 
 
-def _pair(run):
-    out = []
-    for side in (0, 1):
-        b = mm.PrivacyBudget(10.0)
-        out.append((run(side, b), b.spent, b.ledger))
-    return out
+@pytest.mark.parametrize("fn", nc.REPRODUCERS[:3], ids=lambda f: f.__name__)
+def test_the_issue_reproducers_return_on_both_neighbours_with_the_same_spend(fn):
+    left, right = nc.run_reproducer(fn, 0), nc.run_reproducer(fn, 1)
+    assert left == right
+    assert left["outcome"] == "returns" and left["rows"] == [3 if fn is nc.repro_svt_2_50 else 0]
+    assert left["spent"] == (2.0 if fn is nc.repro_factored_marginal else 1.0)
 
 
-def test_scaled_identity_topc_gap_at_2_28():
-    def run(side, b):
-        x = np.zeros(4096, dtype=np.int64)
-        x[0] = 2**28 - 1 + side
-        return mm.select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap", budget=b,
-                              rng=np.random.default_rng(5))
-
-    (s0, spent0, l0), (s1, spent1, l1) = _pair(run)
-    assert s0.rows.tolist() == s1.rows.tolist() == [0]
-    assert s0.mechanism == s1.mechanism and spent0 == spent1 == (1.0, 0.0) and l0 == l1
-
-
-def test_factored_marginal_topc_gap_at_2_20():
-    W = marginal_workload((2**20, 2), [(0,)], weights=[0.5])
-
-    def run(side, b):
-        t = np.zeros((2**20,), dtype=np.int64)
-        t[0] = 2**20 - 1 + side
-        return mm.release({(0,): t}, W, 2.0, select=dict(method="topc-gap", c=1, eps=1.0), budget=b,
-                          rng=np.random.default_rng(5))
-
-    (r0, spent0, l0), (r1, spent1, l1) = _pair(run)
-    assert r0.selected.tolist() == r1.selected.tolist() == [0]
-    assert r0.selection.mechanism == r1.selection.mechanism and spent0 == spent1 == (2.0, 0.0) and l0 == l1
-    assert r0.strategy_note == r1.strategy_note and r0.std.tolist() == r1.std.tolist()
-
-
-def test_plain_svt_declared_2_50_at_2_45():
-    def run(side, b):
-        x = np.zeros(16, dtype=np.int64)
-        x[3] = 2**45 - 1 + side
-        return mm.select_rows(prefix(16), x, c=1, eps=1.0, threshold=10.0, method="svt", budget=b,
-                              max_records=2**50, rng=np.random.default_rng(5))
-
-    (s0, spent0, _), (s1, spent1, _) = _pair(run)
-    assert s0.rows.tolist() == s1.rows.tolist() == [3] and spent0 == spent1 == (1.0, 0.0)
+def test_the_issue_threshold_reproducer_is_refused_with_nothing_charged():
+    out = nc.run_reproducer(nc.repro_threshold, 0)
+    assert out["outcome"] == "raises" and out["spent"] == 0.0
+    assert out["error"].startswith("ValueError: threshold = 1e+300 is too large in magnitude")
 
 
 # -- public inputs and declarations are refused before the spend --------------------------------
@@ -237,3 +204,16 @@ def test_the_smallest_eps_still_measures():
 
     p = plan_measurement(identity(4), 1e-4)
     assert Fraction(p.scale) * Fraction(1, 10**4) >= 1
+
+
+def test_interactive_sparse_vector_with_a_declared_bound_never_raises_on_a_value():
+    """The interactive SVT draws its threshold noise at construction: a value check per query
+    would be a data-dependent error after that. With value_bound the grid holds the bound."""
+    from matmech.svt import SparseVector
+
+    for side in (0, 1):  # 2**45 - 1 | 2**45 under a declared bound of 2**50
+        sv = SparseVector(10.0, c=1, eps=1.0, value_bound=2.0**50, rng=np.random.default_rng(0))
+        assert sv.test(2**45 - 1 + side) is True and sv.budget.grid >= 2.0**50 / DECLARED_UNITS
+    sv = SparseVector(10.0, c=1, eps=1.0, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="too large in magnitude"):
+        sv.test(2.0**45)
