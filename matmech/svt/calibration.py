@@ -25,7 +25,7 @@ from typing import Optional
 
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
-from matmech.privacy.params import calibrated_eps, rest_of
+from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
@@ -91,7 +91,17 @@ def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[floa
     """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e1 = eps12 / (1.0 + r)
-    return e1, rest_of(eps12, e1)
+    return e1, _binary_rest(eps12, e1)
+
+
+def _binary_rest(total: float, part: float) -> float:
+    """The largest float r >= 0 with r + part <= total exactly in binary: the split of a total
+    that is already the calibrated (decimal) eps (:func:`~matmech.privacy.params.calibrated_eps`),
+    so only the binary values the noise uses must add up (1:1 splits stay exact halves)."""
+    r = float(Fraction(total) - Fraction(part))
+    while r > 0 and Fraction(r) + Fraction(part) > Fraction(total):
+        r = math.nextafter(r, 0.0)
+    return max(r, 0.0)
 
 
 def _grid_for(*scales: float) -> float:
@@ -228,7 +238,7 @@ def svt_budget(
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
     # calibrated for the decimal eps the budget charges (issue 21): parts add up to at most it
-    e1, e2 = split_eps(rest_of(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
+    e1, e2 = split_eps(_binary_rest(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
@@ -345,7 +355,7 @@ def gap_calibration(
     ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
-    e1 = _floor_div(rest_of(ec, e0), c)
+    e1 = _floor_div(_binary_rest(ec, e0), c)
     e_top = e1 / 2.0  # exact: a power-of-two division
     nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
