@@ -57,8 +57,8 @@ def sweep() -> list[dict]:
 
 def _short(side: dict) -> str:
     if side["outcome"] == "raises":
-        return "refused: " + side["error"].split(":")[0]
-    return f"{side.get('mechanism', '')} {side['n_rows']} rows"
+        return f"refused ({side['error'].split(':')[0]})"
+    return f"{side.get('mechanism', '')}: {side['n_rows']} rows"
 
 
 def _summary(rows: list[dict]) -> list[list[str]]:
@@ -68,13 +68,26 @@ def _summary(rows: list[dict]) -> list[list[str]]:
         cases.setdefault((r["selection"], r["path"], r["workload"]), []).append(r)
     out = []
     for (sel, path, wl), rs in cases.items():
-        outcomes = sorted({f"{r['left'].split(' rows')[0].rsplit(' ', 1)[0]}" for r in rs})
+        outcomes = sorted({r[side].split(":")[0] for r in rs for side in ("left", "right")})
         spends = sorted({(r["left_spent"], r["right_spent"]) for r in rs})
         old = [r["k"] for r in rs if r["old_limit"]]
         out.append([sel, path, wl, f"{len(rs)} (k={rs[0]['k']}..{rs[-1]['k']})", ",".join(map(str, old)) or "-",
                     " / ".join(outcomes), " ".join(f"{a:g}|{b:g}" for a, b in spends),
                     "yes" if all(r["identical"] for r in rs) else "NO"])
     return out
+
+
+def _before(before_pairs: dict, key: list) -> str:
+    """The pairs of this case that differed on the --before checkout, with their k."""
+    rs = [r for (sel, path, wl, _), r in before_pairs.items() if [sel, path, wl] == key]
+    if not rs:
+        return "-"
+    bad = [r for r in rs if not r["identical"]]
+    if not bad:
+        return f"0 of {len(rs)}"
+    eg = bad[0]
+    return (f"{len(bad)} of {len(rs)} (k={','.join(str(r['k']) for r in bad)}; e.g. k={eg['k']}: "
+            f"{eg['left']} | {eg['right']}, spent {eg['left_spent']:g}|{eg['right_spent']:g})")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -90,15 +103,17 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = ap.parse_args()
     _setup(args.root)
-    if args.reproducers_json:
-        print(json.dumps(reproducers()))
+    if args.reproducers_json:  # the run on the --before checkout: reproducers and the same sweep
+        print(json.dumps(dict(reproducers=reproducers(), pairs=sweep()), default=str))
         return
-    before = None
+    before, before_pairs = None, {}
     if args.before:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
         res = subprocess.run([sys.executable, __file__, "--reproducers-json", "--root", str(args.before)],
                              capture_output=True, text=True, check=True, env=env, cwd=str(args.before))
         before = json.loads(res.stdout)
+        before_pairs = {(r["selection"], r["path"], r["workload"], r["k"]): r for r in before["pairs"]}
+        before = before["reproducers"]
     t0 = time.perf_counter()
     after = reproducers()
     rows = sweep()
@@ -116,7 +131,8 @@ def main() -> None:
             _table(["case", "", "2**k - 1 (or the one dataset)", "2**k"], rep), "",
             "## Neighbouring-limit table: method x path x workload, pairs 2**k - 1 | 2**k at every limit k",
             _table(["selection", "path", "workload", "pairs", "old overflow k", "outcome (both sides)",
-                    "spend left|right", "identical"], _summary(rows)), "",
+                    "spend left|right", "identical", "before the fix: pairs that differ"],
+                   [r + [_before(before_pairs, r[:3])] for r in _summary(rows)]), "",
             (f"{len(rows)} pairs, {sum(not r['identical'] for r in rows)} with a difference; "
              f"{seconds:.0f} s, load average {load:.2f}")]
     print("\n".join(text))
@@ -127,7 +143,8 @@ def main() -> None:
           "yes" if r["old_limit"] else "", r["left"], r["right"], f"{r['left_spent']:g}|{r['right_spent']:g}",
           "yes" if r["identical"] else "NO " + ",".join(r["differs"])] for r in rows]) + "\n")
     (OUT / "neighbour_limits.json").write_text(json.dumps(
-        dict(reproducers_before=before, reproducers_after=after, pairs=rows, seconds=seconds, load_average=load),
+        dict(reproducers_before=before, reproducers_after=after, pairs=rows,
+             pairs_before=list(before_pairs.values()), seconds=seconds, load_average=load),
         indent=1, default=str))
 
 

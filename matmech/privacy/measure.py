@@ -298,7 +298,7 @@ def laplace_scale_up(eps, sens):
     """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly, for the decimal
     ε the budget charges (:func:`~matmech.privacy.params.calibrated_eps`, issue 21)."""
     e = calibrated_eps(eps)
-    b = laplace_scale(e, sens)
+    b = laplace_scale(eps, sens)  # validates eps; rounded up below for the calibrated e <= eps
     while Fraction(b) * Fraction(e) < Fraction(sens):
         b = math.nextafter(b, math.inf)
     return b

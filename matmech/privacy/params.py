@@ -86,10 +86,9 @@ def check_delta(delta, *, name: str = "delta", positive: bool = False) -> float:
 
 
 def check_noise_eps(eps, *, name: str = "eps") -> float:
-    """ε for noise: a positive number in [EPS_MIN, EPS_MAX] = [1e-4, 100] (the float a mechanism
-    calibrates 1e-4 with, one below it, included: :func:`calibrated_eps`)."""
+    """ε for noise: a positive number in [EPS_MIN, EPS_MAX] = [1e-4, 100]."""
     e = check_eps(eps, name=name)
-    if not math.nextafter(EPS_MIN, 0.0) <= e <= EPS_MAX:
+    if not EPS_MIN <= e <= EPS_MAX:
         raise ValueError(
             f"{name}={eps!r} is too {'small' if e < EPS_MIN else 'large'}: {name} must be in [{EPS_MIN:g}, {EPS_MAX:g}] "
             f"for a mechanism or an error figure (outside it the noise is not a usable float)"

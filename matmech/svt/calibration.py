@@ -345,7 +345,7 @@ def gap_calibration(
     if method == "topc-gap":
         if sigma != "auto" or ratio != "optimal":
             raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
-        nominal = laplace_scale(ec, k * c * sensitivity)
+        nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
         g = declared_grid(_grid_for(nominal), value_bound, sensitivity, integer_values)
         if nominal / g > MAX_SCALE_UNITS:
             raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "

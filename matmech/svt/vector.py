@@ -151,7 +151,7 @@ def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n
     if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
         raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
-    nominal = laplace_scale(ec, sensitivity)
+    nominal = laplace_scale(eps, sensitivity)  # the grid's scale (validates eps); exact scale below uses ec
     g = min(1.0, noise.grid_for(nominal))
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
         g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))

@@ -83,34 +83,37 @@ def cases():
     return out
 
 
-def _histogram_W(case):
+def _selection_params(case):
+    """(rows, largest |entry|, row sensitivity, monotonic, integer values, joint sensitivity) of
+    the case's workload: what the selection's calibration reads (add/remove neighbours)."""
     W = workloads(case.path)[case.workload]
-    if case.path != "factored":
-        return W
-    return None
+    if case.path == "factored":  # marginals: 0/1 cells times the term's weight, one cell per term per column
+        w = np.abs(np.asarray(W.weights, dtype=np.float64))
+        rows = sum(math.prod(W.domain[i] for i in s) for s in W.subsets)
+        integer = all(float(v).is_integer() for v in W.weights)
+        return rows, float(w.max()), float(w.max()), True, integer, float(w.sum())
+    lo, hi = entry_range(W)
+    sens, mono = row_noise_rule(W, "auto", "add_remove")
+    return W.shape[0], max(abs(lo), abs(hi)), sens, mono, W.integer_valued(), joint_sensitivity(W)
 
 
 def old_limits(case):
     """The k at which the grid of the run (as calibrated before issue 21, with no declared
     bound) overflowed: |value| / grid >= 2**60 for 2**k records in the cell (k <= 50 only)."""
-    W = _histogram_W(case)
-    if W is None or case.method == "em":
+    if case.method == "em":
         return set()
-    lo, hi = entry_range(W)
-    entry = max(abs(lo), abs(hi))
-    sens, mono = row_noise_rule(W, "auto", "add_remove")
-    integer = W.integer_valued()
+    rows, entry, sens, mono, integer, joint = _selection_params(case)
     vector = case.vector is True or (case.vector == "auto" and prefer_vector(
-        case.method, c=C, eps=EPS, row_sensitivity=sens, joint=joint_sensitivity(W), monotonic=mono,
-        n_values=W.shape[0], integer_values=integer))  # the choice before issue 21 (no declared bound)
+        case.method, c=C, eps=EPS, row_sensitivity=sens, joint=joint, monotonic=mono,
+        n_values=rows, integer_values=integer))  # the choice before issue 21 (no declared bound)
     if vector:
-        g = vector_calibration(VECTOR_METHODS[case.method], c=C, eps=EPS, sensitivity=joint_sensitivity(W),
-                               n_values=W.shape[0], integer_values=integer).grid
+        g = vector_calibration(VECTOR_METHODS[case.method], c=C, eps=EPS, sensitivity=joint,
+                               n_values=rows, integer_values=integer).grid
     elif case.method == "svt":
         g = svt_budget(c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer).grid
     else:
         g = gap_calibration(case.method, c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer,
-                            n_candidates=W.shape[0] if case.method == "adaptive-svt" else 0).grid
+                            n_candidates=rows if case.method == "adaptive-svt" else 0).grid
     k = math.ceil(60 + math.log2(g) - math.log2(entry))
     return {j for j in (k - 1, k, k + 1) if 1 <= j <= 50}
 
