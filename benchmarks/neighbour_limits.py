@@ -3,8 +3,9 @@ the neighbours 2**k - 1 | 2**k records (one cell) at every limit k the code has,
 seeded rng and a fresh budget on each side (tests/privacy/neighbour_cases.py).
 
 Prints, per case, the limits run, the outcome and the spend on each side and whether every
-non-noise output was identical; writes the full per-k table to
-benchmarks/results/neighbour_limits.json and .md. Also runs the issue's reproducers; with
+non-noise output was identical; writes that table to benchmarks/results/neighbour_limits.md
+and every pair (method, path, workload, k, outcome and spend on each side) to
+benchmarks/results/neighbour_limits.json. Also runs the issue's reproducers; with
 ``--before PATH`` (a checkout of the commit before the fix, e.g. ``git worktree add
 /work/scratch/pc-before 43862af``) it runs them there too, in a subprocess, for the
 before/after table.
@@ -137,15 +138,14 @@ def main() -> None:
              f"{seconds:.0f} s, load average {load:.2f}")]
     print("\n".join(text))
     OUT.mkdir(exist_ok=True)
-    (OUT / "neighbour_limits.md").write_text("\n".join(text) + "\n\n## Every pair\n\n" + _table(
-        ["selection", "path", "workload", "k", "max_records", "old limit", "2**k - 1", "2**k", "spent", "identical"],
-        [[r["selection"], r["path"], r["workload"], r["k"], f"2**{r['max_records'].bit_length() - 1}",
-          "yes" if r["old_limit"] else "", r["left"], r["right"], f"{r['left_spent']:g}|{r['right_spent']:g}",
-          "yes" if r["identical"] else "NO " + ",".join(r["differs"])] for r in rows]) + "\n")
-    (OUT / "neighbour_limits.json").write_text(json.dumps(
-        dict(reproducers_before=before, reproducers_after=after, pairs=rows,
-             pairs_before=list(before_pairs.values()), seconds=seconds, load_average=load),
-        indent=1, default=str))
+    (OUT / "neighbour_limits.md").write_text("\n".join(text) + "\n")
+    cols = ["selection", "path", "workload", "k", "max_records", "old_limit", "left", "right", "left_spent",
+            "right_spent", "identical"]
+    (OUT / "neighbour_limits.json").write_text(json.dumps(dict(
+        reproducers_before=before, reproducers_after=after, pair_columns=cols,
+        pairs=[[r[c] for c in cols] for r in rows],
+        pairs_before=[[r[c] for c in cols] for r in before_pairs.values()],
+        seconds=round(seconds, 1), load_average=round(load, 2)), separators=(",", ":"), default=str))
 
 
 if __name__ == "__main__":
