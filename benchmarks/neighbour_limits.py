@@ -92,6 +92,8 @@ def _before(before_pairs: dict, key: list) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
+    head = [str(x).replace("|", "\\|") for x in head]
+    rows = [[str(x).replace("|", "\\|") for x in r] for r in rows]  # a cell's "|" (e.g. |x|) stays in its cell
     w = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda r: "| " + " | ".join(str(x).ljust(n) for x, n in zip(r, w)) + " |"
     return "\n".join([line(head), "|" + "|".join("-" * (n + 2) for n in w) + "|"] + [line(r) for r in rows])
@@ -126,7 +128,7 @@ def main() -> None:
             if data is None:
                 continue
             cells = [(s["outcome"] + (f" rows {s['rows']}" if s["outcome"] == "returns" else
-                                      ": " + s["error"][:70]), s["spent"]) for s in data["sides"]]
+                                      ": " + s["error"][:90]), s["spent"]) for s in data["sides"]]
             rep.append([a["case"], label] + [f"{c} (spent {sp:g})" for c, sp in cells] + ([""] if len(cells) == 1 else []))
     text = ["## Reproducers (issue 21), each side with a fresh budget of 10",
             _table(["case", "", "2**k - 1 (or the one dataset)", "2**k"], rep), "",

@@ -198,7 +198,7 @@ def compare(case, k, seed=0, strategy="auto"):
 
 
 def repro_scaled_identity(side, budget):
-    """select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap"), x0 = 2**28 - 1 | 2**28."""
+    """select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap"), x0 = 2**28 - 1 vs 2**28."""
     x = np.zeros(4096, dtype=np.int64)
     x[0] = 2**28 - 1 + side
     return mm.select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap", budget=budget,
@@ -206,7 +206,7 @@ def repro_scaled_identity(side, budget):
 
 
 def repro_factored_marginal(side, budget):
-    """factored marginal_workload((2**20, 2), [(0,)], weights=[0.5]), topc-gap, 2**20 - 1 | 2**20 records in one cell."""
+    """factored marginal_workload((2**20, 2), [(0,)], weights=[0.5]), topc-gap, 2**20 - 1 vs 2**20 records in one cell."""
     W = marginal_workload((2**20, 2), [(0,)], weights=[0.5])
     t = np.zeros((2**20,), dtype=np.int64)
     t[0] = 2**20 - 1 + side
@@ -215,7 +215,7 @@ def repro_factored_marginal(side, budget):
 
 
 def repro_svt_2_50(side, budget):
-    """plain SVT, prefix(16), max_records=2**50, 2**45 - 1 | 2**45 records in one cell."""
+    """plain SVT, prefix(16), max_records=2**50, 2**45 - 1 vs 2**45 records in one cell."""
     x = np.zeros(16, dtype=np.int64)
     x[3] = 2**45 - 1 + side
     return mm.select_rows(prefix(16), x, c=1, eps=1.0, threshold=10.0, method="svt", budget=budget,
