@@ -50,7 +50,7 @@ from matmech.optimizers.marginals import GeneralMarginalStrategy, general_margin
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_max_records
-from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
+from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
 
 __all__ = ["GMarginalPlan", "GMarginalMeasurement", "plan_gmarginal", "measure_gmarginal", "MAX_BITS"]
 
@@ -216,7 +216,7 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
     if not gauss:  # the privacy loss of the rounded scales, in exact rationals
         loss = factor * sum((math.prod((l1[i] for i in S), start=Fraction(1)) / (Fraction(float(u)) * Fraction(float(h)))
                              for S, u, h in zip(subsets, units.tolist(), lattice.tolist())), Fraction(0))
-        if loss > Fraction(eps):  # cannot happen with the margins; a guard on the float arithmetic
+        if loss > Fraction(calibrated_eps(eps)):  # the decimal eps charged; cannot happen with the margins
             raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     var_of = {}
     for u in units.tolist():

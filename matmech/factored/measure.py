@@ -51,7 +51,7 @@ from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_max_records
-from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
+from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
 from matmech.record import MeasurementRecord
 
 __all__ = ["ResidualMeasurementPlan", "ResidualMeasurement", "plan_residual_measurement", "measure_residuals",
@@ -273,7 +273,7 @@ def plan_residual_laplace(plan, eps, *, neighbors="add_remove", max_records=None
     uniq, counts = np.unique(scales, return_counts=True)
     loss = factor * sum((Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
                         Fraction(0))
-    if loss > Fraction(eps):  # cannot happen with the margin; a guard on the float arithmetic
+    if loss > Fraction(calibrated_eps(eps)):  # the decimal eps charged; cannot happen with the margin
         raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     var_of = {b: noise.discrete_laplace_variance(b) for b in uniq.tolist()}
     tvar = np.array([var_of[b] for b in scales.tolist()])

@@ -72,7 +72,7 @@ from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import MeasurementRecord, Release, gap_record
 from matmech.svt.combine import combine_selection
 from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection,
-                                run_selection, selection_mechanism, shown_select_options, take_rows)
+                                declared_calibration, run_selection, selection_mechanism, shown_select_options, take_rows)
 
 __all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
            "row_basis",
@@ -132,7 +132,8 @@ class FactoredSelectionPlan:
     (``max_selected`` rows: c, 2c − 1 for adaptive SVT); ``worst_variance``: the noise variance
     at that bound (each answer's variance is at most w_j² times it); ``memory``: the bytes
     planned; ``mechanism``/``joint_sensitivity``: the selection mechanism
-    (:func:`~matmech.svt.select.selection_mechanism`)."""
+    (:func:`~matmech.svt.select.selection_mechanism`); ``value_bound``: the declared bound on
+    |W x| (max_records times W's largest |entry|) the selection's grid holds."""
 
     terms: object
     opts: Mapping
@@ -154,6 +155,7 @@ class FactoredSelectionPlan:
     mechanism: str = ""
     joint_sensitivity: float = 0.0
     max_selected: int = 0
+    value_bound: float = 0.0
 
     @property
     def rows(self):
@@ -313,13 +315,18 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
                ratio=opts["ratio"], neighbors=neighbors, sigma=opts["sigma"], vector=opts["vector"])
     c, sens, mono, thr = check_selection(proxy, **sel)
     integer_values = all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT
+    bound = float(max_records) * max(abs(lo), abs(hi))
     mech, joint = selection_mechanism(proxy, method=opts["method"], c=c, eps=opts["eps"], sensitivity=sens,
                                       monotonic=mono, ratio=opts["ratio"], neighbors=neighbors, vector=opts["vector"],
-                                      integer_values=integer_values)
+                                      integer_values=integer_values, value_bound=bound)
+    # every magnitude check of the selection, from the declaration (max_records, W's entry range)
+    _, bound = declared_calibration(proxy, method=opts["method"], mechanism=mech, c=c, eps=opts["eps"],
+                                    sensitivity=sens, monotonic=mono, ratio=opts["ratio"], sigma=opts["sigma"],
+                                    joint=joint, thr=thr, integer_values=integer_values, max_records=max_records)
     return FactoredSelectionPlan(terms, MappingProxyType(opts), eps, eps_m, delta, neighbors, max_records,
                                  MappingProxyType(sel), sens, mono, thr, tuple(subsets), offsets, integer_values,
                                  float(worst_sens), float(worst_var), int(need), mech, float(joint),
-                                 min(kmax, rows))
+                                 min(kmax, rows), bound)
 
 
 # -- reading the data: W x term by term ------------------------------------------------------
@@ -531,7 +538,8 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
                                       method=plan.select["method"], c=int(plan.select["c"]), eps=float(opts["eps"]),
                                       sensitivity=plan.sensitivity, monotonic=plan.monotonic,
                                       ratio=plan.select["ratio"], n_rows=n_rows, sigma=plan.select["sigma"],
-                                      mechanism=plan.mechanism, joint_sensitivity=plan.joint_sensitivity), rng=rng)
+                                      mechanism=plan.mechanism, joint_sensitivity=plan.joint_sensitivity,
+                                      value_bound=plan.value_bound), rng=rng)
     del values
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)

@@ -35,15 +35,10 @@ def _is_pandas(obj, kind):
 
 
 def _where(pos, labels, column):
-    """'row 7 (index 'b') of column 'age'' — the position always, the label when it differs."""
-    text = f"row {pos}"
-    if labels is not None:
-        label = labels[pos]
-        if not (isinstance(label, numbers.Integral) and int(label) == pos):
-            text += f" (index {label!r})"
-    if column is not None:
-        text += f" of column {column!r}"
-    return text
+    """"column 'age'" (or "the values" for unnamed 1-D data): where a defect is, told by the
+    column only. The records are private (issue 21): no row position, index label or value
+    appears in a message; ``pos`` and ``labels`` are not used for the text."""
+    return "the values" if column is None else f"column {column!r}"
 
 
 def _numeric(values, labels, column):
@@ -60,7 +55,7 @@ def _numeric(values, labels, column):
             raise ValueError(f"missing value (None) in {_where(i, labels, column)}; drop or impute it first")
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(
-                f"non-numeric value of type {type(v).__name__} in {_where(i, labels, column)}; "
+                f"non-numeric value in {_where(i, labels, column)}; "
                 "encode categories as integer codes (e.g. pandas .cat.codes) first"
             )
     return obj.astype(np.float64)
@@ -202,7 +197,8 @@ def histogram(data, bins):
     or for a DataFrame a mapping ``{column: bins}`` that also selects and orders the columns.
     Cells are row-major, the last attribute fastest (the order of :class:`~matmech.linalg.linop.Kron`).
     Values outside the domain, NaN/None, infinities and non-numeric entries raise
-    ValueError/TypeError naming the value, row and column.
+    ValueError/TypeError naming the column and the kind of defect, never a row, an index label
+    or a value (the records are private).
     ``histogram(source, domain)`` with a declared :class:`~matmech.io.domain.Domain`: raw
     values mapped by the declaration and its policies (see :func:`matmech.io.engines.histogram`;
     its errors name the column, never a value).

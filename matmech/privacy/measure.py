@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
-from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_params
+from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
@@ -295,9 +295,11 @@ def _exact_sensitivity(A, p, neighbors, exact_integer):
 
 
 def laplace_scale_up(eps, sens):
-    """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly."""
-    b = laplace_scale(eps, sens)
-    while Fraction(b) * Fraction(eps) < Fraction(sens):
+    """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly, for the decimal
+    ε the budget charges (:func:`~matmech.privacy.params.calibrated_eps`, issue 21)."""
+    e = calibrated_eps(eps)
+    b = laplace_scale(eps, sens)  # validates eps; rounded up below for the calibrated e <= eps
+    while Fraction(b) * Fraction(e) < Fraction(sens):
         b = math.nextafter(b, math.inf)
     return b
 

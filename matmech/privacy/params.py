@@ -19,10 +19,13 @@ wide margin below 700 and is far beyond any meaningful guarantee (e^100 ≈ 2.7e
 measurement of an optimised L2 strategy loses rank on its rounding lattice. Accounting alone
 (:class:`~matmech.privacy.budget.PrivacyBudget`) accepts any positive finite ε.
 
-Exact arithmetic convention: a float parameter means the number its shortest repr shows
-(0.1 is 1/10) for accounting (:func:`exact`, as the budget reads it), and the binary value it
-holds for calibration. :func:`rest_of` splits a total so that the parts add up to at most
-the total under *both* readings, so neither the ledger nor the noise can exceed it.
+Exact arithmetic convention (issue 21): a float ε means the number its shortest repr shows
+(0.1 is 1/10). The budget charges that decimal (:func:`exact`), and the noise is calibrated
+for the same number: every mechanism calibrates on :func:`calibrated_eps`, the largest float
+whose binary value is at most the decimal, so b·ε >= Δ holds for the decimal ε the budget
+charged (the binary float 0.1 is 1/10 + 5.6e-18, and calibrating on it would give noise for
+slightly more than what was charged). :func:`rest_of` splits a total so that the parts add up
+to at most the total under *both* readings, so each part's calibration stays within its share.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "real",
     "positive_real",
     "check_eps",
+    "calibrated_eps",
     "check_delta",
     "check_privacy_params",
     "check_noise_eps",
@@ -131,6 +135,18 @@ def exact(x) -> Fraction:
     if isinstance(x, numbers.Integral):
         return Fraction(int(x))
     return Fraction(repr(float(x)))
+
+
+def calibrated_eps(eps) -> float:
+    """The float a mechanism calibrates its noise with for a charged ``eps``: the largest float
+    whose binary value is at most the decimal :func:`exact` reading the budget charges, so the
+    charged and the calibrated ε are the same number (b·ε >= Δ holds for the decimal). Equal
+    to ``eps`` whenever its binary value is already at most the decimal (0.5, 0.25, 1.0, 0.3, 0.7);
+    one float below it otherwise (0.1, 0.2, 1e-4)."""
+    e = float(eps)
+    while e > 0 and Fraction(e) > exact(eps):
+        e = math.nextafter(e, 0.0)
+    return e
 
 
 def rest_of(total, part) -> float:

@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+import numpy as np
+
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
-from matmech.privacy.params import rest_of
+from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_int, check_ratio, check_sensitivity
+from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
 __all__ = [
     "SVTCalibration",
@@ -36,6 +39,9 @@ __all__ = [
     "svt_budget",
     "make_budget",
     "MAX_SCALE_UNITS",
+    "MAX_SNAP_SHARE",
+    "DeclarationError",
+    "declared_grid",
     "GapCalibration",
     "GAP_METHODS",
     "gap_calibration",
@@ -87,7 +93,17 @@ def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[floa
     """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e1 = eps12 / (1.0 + r)
-    return e1, rest_of(eps12, e1)
+    return e1, _binary_rest(eps12, e1)
+
+
+def _binary_rest(total: float, part: float) -> float:
+    """The largest float r >= 0 with r + part <= total exactly in binary: the split of a total
+    that is already the calibrated (decimal) eps (:func:`~matmech.privacy.params.calibrated_eps`),
+    so only the binary values the noise uses must add up (1:1 splits stay exact halves)."""
+    r = float(Fraction(total) - Fraction(part))
+    while r > 0 and Fraction(r) + Fraction(part) > Fraction(total):
+        r = math.nextafter(r, 0.0)
+    return max(r, 0.0)
 
 
 def _grid_for(*scales: float) -> float:
@@ -96,6 +112,47 @@ def _grid_for(*scales: float) -> float:
     ``g <= 1`` keeps integer counts exactly on the grid (no extra sensitivity).
     """
     return min([1.0] + [noise.grid_for(s) for s in scales])
+
+
+class DeclarationError(ValueError):
+    """A declared bound on |values| that no exact grid can hold; ``fits`` is the largest
+    bound that can (the plan rephrases it as a max_records)."""
+
+    def __init__(self, fits: float, message: str) -> None:
+        super().__init__(message)
+        self.fits = float(fits)
+
+
+#: A grid coarsened for a declared bound may add at most this fraction of the sensitivity by
+#: snapping non-integer values (:func:`declared_grid`).
+MAX_SNAP_SHARE = 2.0**-8
+
+
+def declared_grid(g: float, value_bound: float, sensitivity: float, exact_on_grid: bool, coords: int = 1) -> float:
+    """The calibration grid ``g`` coarsened (never refined) so that every value of magnitude
+    <= ``value_bound`` (the declared bound) is at most 2**59 units (:func:`~matmech.svt.grid.grid_for_bound`).
+
+    Integer values need a grid <= 1; snapped values add ``coords * g`` to the sensitivity, which
+    must stay at most :data:`MAX_SNAP_SHARE` of it. Otherwise ValueError naming the bound and
+    the largest bound that fits: raised by the plan, before anything is read or spent.
+    """
+    need = grid_for_bound(value_bound)
+    if need <= g:
+        return g
+    cap = 1.0 if exact_on_grid else sensitivity * MAX_SNAP_SHARE / coords
+    if need > cap:
+        fits = DECLARED_UNITS * _pow2_floor_of(cap)
+        raise DeclarationError(fits,
+            f"the declared bound on |values| {value_bound:.6g} (max_records times the workload's largest |entry|) "
+            f"needs a grid of {need:g}, coarser than the {cap:.3g} the exact comparison allows here; at most "
+            f"{fits:.6g} fits: declare a smaller max_records"
+        )
+    return need
+
+
+def _pow2_floor_of(v: float) -> float:
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1)
 
 
 def _scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -> float:
@@ -122,6 +179,7 @@ def make_budget(
     exact_on_grid: bool,
     threshold_mult: float,
     query_mult: float,
+    value_bound: float = 0.0,
 ) -> SVTCalibration:
     """Budget with threshold scale threshold_mult*D/e1 and query scale query_mult*D/e2.
 
@@ -132,7 +190,7 @@ def make_budget(
     nominal = [laplace_scale(e1, threshold_mult * sensitivity), laplace_scale(e2, query_mult * sensitivity)]
     if eps_answer > 0:
         nominal.append(laplace_scale(eps_answer, c * sensitivity))
-    g = _grid_for(*nominal)
+    g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, exact_on_grid)
     if max(nominal) / g > MAX_SCALE_UNITS:
         raise ValueError(
             f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
@@ -164,6 +222,7 @@ def svt_budget(
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
     integer_values: bool = False,
+    value_bound: float = 0.0,
 ) -> SVTCalibration:
     """Calibration of :func:`~matmech.svt.sparse_vector` ([LSL17] Alg. 7) without touching data.
 
@@ -171,18 +230,21 @@ def svt_budget(
     Lap(D/eps1), query noise Lap(2cD/eps2) (Lap(cD/eps2) if ``monotonic``,
     Thm. 4.9), answers Lap(cD/eps3).  ``integer_values`` says whether the
     values will arrive with an integer dtype (then no grid rounding, and D is
-    not increased by the grid step).
+    not increased by the grid step).  ``value_bound``: a declared bound on |values|
+    (0 = none); the grid is coarsened so that no value within it can overflow
+    (:func:`declared_grid`).
     """
     c = check_c(c)
     eps, eps_answer = check_eps(eps, eps_answer)
     sensitivity = check_sensitivity(sensitivity)
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
-    e1, e2 = split_eps(rest_of(eps, eps_answer), ratio, c, monotonic)
+    # calibrated for the decimal eps the budget charges (issue 21): parts add up to at most it
+    e1, e2 = split_eps(_binary_rest(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
-        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c,
+        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c, value_bound=float(value_bound),
     )
 
 
@@ -257,6 +319,7 @@ def gap_calibration(
     sigma: object = "auto",
     integer_values: bool = False,
     n_candidates: int = 0,
+    value_bound: float = 0.0,
 ) -> GapCalibration:
     """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data
     (see :func:`_gap_calibration`). Every option is checked here, before the cache: a cache
@@ -278,8 +341,20 @@ def gap_calibration(
 
         sigma = check_real("sigma", sigma)
     n_candidates = check_int("n_candidates", n_candidates, what="the number of candidate rows", minimum=0)
+    value_bound = _check_value_bound(value_bound)
     return _gap_calibration(method, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-                            sigma=sigma, integer_values=integer_values, n_candidates=n_candidates)
+                            sigma=sigma, integer_values=integer_values, n_candidates=n_candidates,
+                            value_bound=value_bound)
+
+
+def _check_value_bound(value_bound) -> float:
+    """A declared bound on |values| (0 = none) as a float, or a TypeError/ValueError."""
+    if isinstance(value_bound, bool) or not isinstance(value_bound, (int, float, np.integer, np.floating)):
+        raise TypeError(f"value_bound must be a non-negative number, got {type(value_bound).__name__}")
+    v = float(value_bound)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"value_bound must be a non-negative finite number, got {value_bound!r}")
+    return v
 
 
 @functools.lru_cache(maxsize=256)
@@ -294,6 +369,7 @@ def _gap_calibration(
     sigma: object = "auto",
     integer_values: bool = False,
     n_candidates: int = 0,
+    value_bound: float = 0.0,
 ) -> GapCalibration:
     """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
 
@@ -307,6 +383,7 @@ def _gap_calibration(
     of the top-branch noise, and large enough that a row AT the threshold takes the top
     branch with probability <= 1/(2n), so the n candidates give at most about one false
     top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
+    ``value_bound``: a declared bound on |values| (0 = none), as in :func:`svt_budget`.
     """
     if method not in GAP_METHODS:
         raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
@@ -315,25 +392,26 @@ def _gap_calibration(
     sensitivity = check_sensitivity(sensitivity)
     monotonic = check_flag("monotonic", monotonic)
     k = 1.0 if monotonic else 2.0
+    ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
         if sigma != "auto" or ratio != "optimal":
             raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
-        nominal = laplace_scale(eps, k * c * sensitivity)
-        g = _grid_for(nominal)
+        nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
+        g = declared_grid(_grid_for(nominal), value_bound, sensitivity, integer_values)
         if nominal / g > MAX_SCALE_UNITS:
             raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                              f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
         sens = _gap_sens(sensitivity, g, integer_values)
-        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, eps, g))
+        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, ec, g))
     ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
-    e0 = eps / (1.0 + r)
-    e1 = _floor_div(rest_of(eps, e0), c)
+    e0 = ec / (1.0 + r)
+    e1 = _floor_div(_binary_rest(ec, e0), c)
     e_top = e1 / 2.0  # exact: a power-of-two division
     nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
         nominal.append(laplace_scale(e_top, k * sensitivity))
-    g = _grid_for(*nominal)
+    g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, integer_values)
     if max(nominal) / g > MAX_SCALE_UNITS:
         raise ValueError(f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
                          f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values")
@@ -353,7 +431,7 @@ def _gap_calibration(
         sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
     elif sigma != "auto":
         raise ValueError(f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}")
-    units = int((Fraction(eps) - Fraction(e0)) / Fraction(e_top))
+    units = int((Fraction(ec) - Fraction(e0)) / Fraction(e_top))
     return GapCalibration(method, eps, c, bool(monotonic), sens, g, q_scale,
                           threshold_scale=_scale_on_grid(1.0, sens, e0, g), top_scale=top, sigma=sig,
                           eps_threshold=e0, eps_middle=e1, eps_top=e_top, units=units)

@@ -22,7 +22,8 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_threshold, check_values
-from matmech.svt.grid import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
+from matmech.svt.grid import (checked_or_declared, chunk_bounds, draw, noise_chunks, threshold_units, to_units,
+                              worker_sources)
 
 __all__ = [
     "SVTResult",
@@ -121,6 +122,7 @@ def sparse_vector(
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
     rng=None,
+    value_bound: Optional[float] = None,
 ) -> SVTResult:
     """Standard SVT, [LSL17] Alg. 7 ("SVT-S"); (eps1+eps2+eps3)-DP by Thm. 4.7.
 
@@ -140,13 +142,17 @@ def sparse_vector(
     ``numpy.random.Generator`` gives reproducible runs that are NOT secure.
     Runs in O(n) numpy work, drawing noise in chunks and stopping at the c-th
     positive.  Raises before drawing any randomness if an argument is invalid.
+    ``value_bound``: the declared bound on |values| the caller checked before its spend
+    (:func:`matmech.svt.select.plan_selection`): the grid is chosen so that no value within it
+    can overflow, and nothing here checks the values.  None: the values are range-checked
+    before any draw (a direct call, with no budget).
     """
     arr, t = prepare(values, threshold)
     budget = svt_budget(
         c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-        eps_answer=eps_answer, integer_values=arr.dtype.kind in "biu",
+        eps_answer=eps_answer, integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0,
     )
-    range_checks(arr, t, budget.grid)
+    arr = checked_or_declared(arr, t, budget.grid, value_bound)
     src = noise.check_rng(rng)
     g = budget.grid
     t_units = threshold_units(t, g)

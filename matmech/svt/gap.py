@@ -44,7 +44,7 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
-from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
+from matmech.svt.grid import check_public_units, checked_or_declared, chunk_bounds, draw, threshold_units, to_units
 
 __all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
 
@@ -92,18 +92,20 @@ def _top_c_order(noisy, c):
 
 
 def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
-                    rng=None) -> GapResult:
+                    rng=None, value_bound: float | None = None) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
     the same direction between neighbours), exactly on the grid; needs c < len(values)
-    (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+    (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.  ``value_bound``: the
+    declared bound on |values| checked by the caller before its spend (the grid is chosen for
+    it, nothing here checks the values); None range-checks the values before any draw.
     """
     arr, c, n = _top_c_input(values, c)
     cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                          integer_values=arr.dtype.kind in "biu")
+                          integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0)
     g = cal.grid
-    range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
+    arr = checked_or_declared(arr, None, g, value_bound)
     src = noise.check_rng(rng)
     noisy = to_units(arr, g) + draw(cal.query_scale, n, g, src)
     order = _top_c_order(noisy, c)
@@ -112,14 +114,18 @@ def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, mon
                      cal.eps, cal.eps, True, n, cal)
 
 
-def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, ratio, sigma, rng) -> GapResult:
+def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, ratio, sigma, rng,
+                 value_bound=None) -> GapResult:
     arr = check_values(values)
     t = check_threshold(threshold, arr.shape[0])
     cal = gap_calibration(method, c=check_c(c), eps=eps, sensitivity=sensitivity, monotonic=monotonic,
                           ratio=ratio, sigma=sigma, integer_values=arr.dtype.kind in "biu",
-                          n_candidates=arr.shape[0] if method == "adaptive-svt" else 0)
+                          n_candidates=arr.shape[0] if method == "adaptive-svt" else 0,
+                          value_bound=value_bound or 0.0)
     g = cal.grid
-    range_checks(arr, t, g)
+    arr = checked_or_declared(arr, t, g, value_bound)
+    if cal.sigma is not None:
+        check_public_units(cal.sigma, g, "sigma")
     src = noise.check_rng(rng)
     t_units = threshold_units(t, g)
     rho = int(draw(cal.threshold_scale, 1, g, src)[0])
@@ -162,19 +168,21 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
 
 
 def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
-                      ratio: Ratio = "optimal", rng=None) -> GapResult:
+                      ratio: Ratio = "optimal", rng=None, value_bound: float | None = None) -> GapResult:
     """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
 
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
     eps1 = (eps - eps0)/c, eps0:(eps - eps0) = 1:``ratio`` ("optimal": [LSL17] Eq. (12));
     i is a positive when the gap q_i + nu_i - (T_i + rho) >= 0; stops at the c-th.
+    ``value_bound``: as in :func:`noisy_top_c_gap`.
     """
     return _svt_gap_run("svt-gap", values, threshold, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                        ratio=ratio, sigma="auto", rng=rng)
+                        ratio=ratio, sigma="auto", rng=rng, value_bound=value_bound)
 
 
 def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0,
-                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng=None) -> GapResult:
+                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng=None,
+                           value_bound: float | None = None) -> GapResult:
     """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
 
     As :func:`sparse_vector_gap`, but each value first tries the top branch (noise
@@ -182,7 +190,7 @@ def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity
     eps1/2), then the middle branch (Lap(2D/eps1), gap >= 0, cost eps1).  The run stops
     when what is left of eps - eps0 is less than eps1.  ``sigma="auto"``: top-branch scale
     times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.calibration.gap_calibration`;
-    our default, [DWZK19] leave sigma to the user).
+    our default, [DWZK19] leave sigma to the user).  ``value_bound``: as in :func:`noisy_top_c_gap`.
     """
     return _svt_gap_run("adaptive-svt", values, threshold, c=c, eps=eps, sensitivity=sensitivity,
-                        monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng)
+                        monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng, value_bound=value_bound)

@@ -15,6 +15,7 @@ made here) or are fresh OS-CSPRNG sources (secure runs).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,6 +28,11 @@ __all__ = [
     "CHUNK_MAX",
     "PARALLEL_MIN",
     "MAX_UNITS",
+    "DECLARED_UNITS",
+    "grid_for_bound",
+    "declared_values",
+    "check_public_units",
+    "checked_or_declared",
     "range_check",
     "range_checks",
     "to_units",
@@ -47,6 +53,10 @@ PARALLEL_MIN = 1 << 22
 # Values and thresholds are held as int64 multiples of the grid; keep a wide
 # margin below 2**63 so that value + noise - threshold cannot overflow.
 MAX_UNITS = float(2**60)
+#: A run planned from a declaration holds the declared bound on |values| (``max_records`` times
+#: W's largest |entry|), every public threshold and sigma within this many grid units: half of
+#: MAX_UNITS, so float rounding of W x and the noise never reach the int64 limit.
+DECLARED_UNITS = float(2**59)
 
 
 # --------------------------------------------------------------------------
@@ -62,6 +72,43 @@ def range_check(max_abs: float, g: float, name: str) -> None:
         )
 
 
+def grid_for_bound(value_bound: float) -> float:
+    """The finest power-of-two grid on which every value of magnitude <= ``value_bound`` is at
+    most :data:`DECLARED_UNITS` units (0.0 when there is no bound): the plan coarsens the
+    calibration's grid to at least this, so no input within the declaration can overflow it."""
+    b = float(value_bound)
+    if not (math.isfinite(b) and b >= 0):
+        raise ValueError(f"value_bound must be a finite non-negative number (a declared bound on |values|), got {value_bound!r}")
+    if b == 0:
+        return 0.0
+    m, e = math.frexp(b / DECLARED_UNITS)  # b / 2**59 = m * 2**e, 0.5 <= m < 1
+    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
+
+
+def declared_values(arr: np.ndarray, value_bound: float) -> np.ndarray:
+    """``arr`` held to [-value_bound, value_bound]: a no-op for every input within the
+    declaration (the plan checked the declared bound before the spend), and a guarantee that
+    nothing after the spend can overflow the grid or raise on the data (clipping is
+    1-Lipschitz, so it never raises a sensitivity)."""
+    if arr.dtype.kind in "biu":
+        b = int(value_bound)
+        return np.clip(arr, -b, b)
+    return np.clip(arr, -float(value_bound), float(value_bound))
+
+
+def check_public_units(values, g: float, name: str) -> None:
+    """Refuse a public magnitude (thresholds, sigma) beyond :data:`DECLARED_UNITS` grid units,
+    naming it and the largest magnitude that fits; the plan calls this before any spend."""
+    tt = np.abs(np.atleast_1d(np.asarray(values, dtype=np.float64)))
+    if tt.size and float(tt.max()) / g > DECLARED_UNITS:
+        i = int(np.argmax(tt))
+        where = "" if tt.size == 1 else f" (index {i})"
+        raise ValueError(
+            f"{name}{where} = {float(np.atleast_1d(values)[i])!r} is too large in magnitude for exact grid "
+            f"arithmetic: with grid {g!r} it must be at most {DECLARED_UNITS * g:.6g} in magnitude"
+        )
+
+
 def range_checks(arr: np.ndarray, t: np.ndarray, g: float) -> None:
     """:func:`range_check` on the values and the thresholds of a run."""
     if arr.size:
@@ -69,6 +116,27 @@ def range_checks(arr: np.ndarray, t: np.ndarray, g: float) -> None:
     tt = np.atleast_1d(t)
     if tt.size:
         range_check(max(abs(float(tt.min())), abs(float(tt.max()))), g, "threshold")
+
+
+def checked_or_declared(arr: np.ndarray, t, g: float, value_bound) -> np.ndarray:
+    """The values of a run, ready for :func:`to_units`.
+
+    ``value_bound`` None (a mechanism called on values directly, with no budget): the values
+    and thresholds ``t`` are range-checked (:func:`range_checks`) before any draw. Otherwise
+    the caller planned the run from a declared bound and checked the public thresholds
+    before its spend (:func:`check_public_units`): nothing here reads the values to decide
+    anything, they are only held to the bound (:func:`declared_values`).
+    """
+    if value_bound is None:
+        if t is None:
+            if arr.size:
+                range_check(max(abs(float(arr.min())), abs(float(arr.max()))), g, "values")
+        else:
+            range_checks(arr, t, g)
+        return arr
+    if t is not None:
+        check_public_units(t, g, "threshold")
+    return declared_values(arr, value_bound)
 
 
 def to_units(arr: np.ndarray, g: float) -> np.ndarray:

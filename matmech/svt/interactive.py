@@ -40,6 +40,11 @@ class SparseVector:
 
     Values arrive one at a time with unknown types, so the calibration always
     assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt.calibration`).
+
+    ``value_bound``: a declared bound on |q_i(D)| (e.g. max_records times the largest
+    |entry| of the query rows). The grid is chosen for it at construction and every value is
+    held to it, so no query can raise on its value after the threshold noise is drawn
+    (issue 21). None: each value is range-checked against the grid as it arrives.
     """
 
     def __init__(
@@ -53,11 +58,15 @@ class SparseVector:
         ratio: Ratio = "optimal",
         eps_answer: float = 0.0,
         rng=None,
+        value_bound: Optional[float] = None,
     ) -> None:
         t = check_threshold(threshold, None)
+        if value_bound is not None:
+            value_bound = check_real("value_bound", value_bound, allow_zero=True)
+        self._value_bound = value_bound
         self._budget = svt_budget(
             c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-            eps_answer=eps_answer, integer_values=False,
+            eps_answer=eps_answer, integer_values=False, value_bound=value_bound or 0.0,
         )
         g = self._budget.grid
         range_check(abs(float(t)), g, "threshold")
@@ -127,7 +136,10 @@ class SparseVector:
             )
         v = check_real("value", value, positive=False)
         g = self._budget.grid
-        range_check(abs(v), g, "value")
+        if self._value_bound is None:
+            range_check(abs(v), g, "value")
+        else:  # the declared bound: held to it, never a data-dependent error mid-stream
+            v = min(max(v, -self._value_bound), self._value_bound)
         if threshold is None:
             t = self._threshold
         else:

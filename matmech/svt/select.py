@@ -27,13 +27,14 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
-from matmech.svt.calibration import gap_calibration
+from matmech.svt.calibration import DeclarationError, gap_calibration
+from matmech.svt.grid import check_public_units
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
 
-__all__ = ["SelectionMethod", "SELECTION_METHODS", "GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "selection_mechanism", "MECHANISMS"]
+__all__ = ["SelectionMethod", "SELECTION_METHODS", "GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "declared_calibration", "selection_mechanism", "MECHANISMS"]
 
 @dataclass(frozen=True)
 class SelectionMethod:
@@ -206,6 +207,7 @@ class SelectionPlan:
     sigma: object = "auto"  # adaptive-svt's top-branch margin
     mechanism: str = ""  # :data:`MECHANISMS` entry chosen by :func:`selection_mechanism`; "" = the method's own
     joint_sensitivity: float = 0.0  # Delta_W of the vector selection (0 when it does not run)
+    value_bound: float | None = None  # declared bound on |values| (max_records x largest |entry|) the grid holds
 
 
 def _check_vector(vector, method):
@@ -221,13 +223,14 @@ def _check_vector(vector, method):
 
 
 def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="optimal", neighbors="add_remove",
-                        vector="auto", integer_values=True):
-    """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours).
+                        vector="auto", integer_values=True, value_bound=0.0):
+    """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours,
+    the declared ``value_bound`` on |W x|).
 
     "topc-gap" / "svt-gap" run the vector selection (:mod:`matmech.svt.vector`) when
     ``vector`` is True, or when it is "auto" and :func:`~matmech.svt.vector.prefer_vector`
-    finds its per-value noise no larger than the [DWZK19] mechanism's per-score noise.
-    Delta_W is 0 when the vector selection does not run.
+    finds its per-value noise no larger than the [DWZK19] mechanism's per-score noise (and
+    its grid can hold the declared bound). Delta_W is 0 when the vector selection does not run.
     """
     _check_vector(vector, method)
     if method not in VECTOR_METHODS or vector is False:
@@ -235,12 +238,52 @@ def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="opt
     joint = joint_sensitivity(W, neighbors)
     if vector is True or prefer_vector(method, c=c, eps=eps, row_sensitivity=sensitivity, joint=joint,
                                        monotonic=monotonic, n_values=W.shape[0], integer_values=integer_values,
-                                       ratio=ratio):
-        # refuses (ValueError) a scale too large for exact sampling here, before anything is spent
-        vector_calibration(VECTOR_METHODS[method], c=c, eps=eps, sensitivity=joint, n_values=W.shape[0],
-                           integer_values=integer_values)
+                                       ratio=ratio, value_bound=value_bound):
+        # a scale too large for exact sampling, or a declaration too large for the grid, is
+        # refused by declared_calibration before anything is read or spent
         return VECTOR_METHODS[method], joint
     return MECHANISMS[method], 0.0
+
+
+def declared_calibration(W, *, method, mechanism, c, eps, sensitivity, monotonic, ratio="optimal", sigma="auto",
+                         joint=0.0, thr=None, integer_values, max_records):
+    """(calibration, value_bound): the calibration the selection will run with and the declared
+    bound on |W x| (``max_records`` times W's largest |entry|) its grid is chosen to hold.
+
+    Every magnitude check of the run happens here, from the declaration and the public
+    inputs, before anything is read or spent: a declaration no exact grid can hold is refused
+    naming max_records and the largest that fits; so is a threshold or sigma beyond the grid
+    (:func:`~matmech.svt.grid.check_public_units`). The exponential mechanism compares float
+    scores and has no grid (calibration None). Data independent.
+    """
+    lo, hi = entry_range(W)
+    entry = max(abs(lo), abs(hi))
+    bound = float(max_records) * entry
+    if method == "em":
+        return None, bound
+    try:
+        if mechanism in VECTOR_METHODS.values():
+            cal = vector_calibration(mechanism, c=c, eps=eps, sensitivity=joint, n_values=W.shape[0],
+                                     integer_values=integer_values, value_bound=bound)
+        elif method == "svt":
+            cal = svt_budget(c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+                             integer_values=integer_values, value_bound=bound)
+        else:
+            kw = {} if method == "topc-gap" else dict(ratio=ratio, sigma=sigma)
+            cal = gap_calibration(method, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
+                                  integer_values=integer_values, value_bound=bound,
+                                  n_candidates=W.shape[0] if method == "adaptive-svt" else 0, **kw)
+    except DeclarationError as exc:
+        raise ValueError(
+            f"max_records={max_records:,} times the workload's largest |entry| {entry:g} is more than exact grid "
+            f"arithmetic can hold for method={method!r} ({mechanism or MECHANISMS[method]}); at most "
+            f"max_records={max(int(exc.fits // entry), 0):,} fits: declare a smaller max_records"
+        ) from None
+    if thr is not None:
+        check_public_units(thr, cal.grid, "threshold")
+    if getattr(cal, "sigma", None) is not None:
+        check_public_units(cal.sigma, cal.grid, "sigma (the top-branch margin)")
+    return cal, bound
 
 
 def row_noise_rule(W, monotonic, neighbors):
@@ -341,15 +384,22 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     # int64 they are on every SVT grid (no snapping, no grid step in the sensitivity). Decided
     # from W and the declared bound, never from x; so is the mechanism.
     exact = integer_valued(W) and max_records * sens < 2.0**53
+    lo, hi = entry_range(W)
+    bound = float(max_records) * max(abs(lo), abs(hi))
     mech, joint = selection_mechanism(W, method=method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic,
-                                      ratio=ratio, neighbors=neighbors, vector=vector, integer_values=exact)
+                                      ratio=ratio, neighbors=neighbors, vector=vector, integer_values=exact,
+                                      value_bound=bound)
+    # every magnitude check of the run, from the declaration: before x is read or anything spent
+    _, bound = declared_calibration(W, method=method, mechanism=mech, c=c, eps=eps, sensitivity=sens,
+                                    monotonic=monotonic, ratio=ratio, sigma=sigma, joint=joint, thr=thr,
+                                    integer_values=exact, max_records=max_records)
     x = check_counts(x, W.shape[1])
     check_records(x, max_records)
     values = W.matvec(x.astype(np.float64))
     if exact:
         values = np.rint(values).astype(np.int64)
     return SelectionPlan(values, threshold, thr, method, c, float(eps), sens, monotonic, ratio, W.shape[0],
-                         sigma=sigma, mechanism=mech, joint_sensitivity=joint)
+                         sigma=sigma, mechanism=mech, joint_sensitivity=joint, value_bound=bound)
 
 
 def run_selection(plan, *, rng=None):
@@ -357,13 +407,14 @@ def run_selection(plan, *, rng=None):
     if plan.method in GAP_METHODS:
         mech = plan.mechanism or MECHANISMS[plan.method]
         if mech in VECTOR_METHODS.values():
-            kw = dict(eps=plan.eps, sensitivity=plan.joint_sensitivity, rng=rng)
+            kw = dict(eps=plan.eps, sensitivity=plan.joint_sensitivity, rng=rng, value_bound=plan.value_bound)
             if mech == "vector-top-c":
                 res = noisy_vector_top_c(plan.values, plan.c, **kw)
             else:
                 res = noisy_vector_threshold(plan.values, plan.thr, c=plan.c, **kw)
         else:
-            kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng)
+            kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng,
+                      value_bound=plan.value_bound)
             if plan.method == "topc-gap":
                 res = noisy_top_c_gap(plan.values, plan.c, **kw)
             elif plan.method == "svt-gap":
@@ -376,7 +427,7 @@ def run_selection(plan, *, rng=None):
                          bool(res.stopped), plan.n_rows, res, mech)
     if plan.method == "svt":
         res = sparse_vector(plan.values, plan.thr, c=plan.c, eps=plan.eps, sensitivity=plan.sensitivity,
-                            monotonic=plan.monotonic, ratio=plan.ratio, rng=rng)
+                            monotonic=plan.monotonic, ratio=plan.ratio, rng=rng, value_bound=plan.value_bound)
         rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
     else:
         res = exponential_top_c(plan.values, plan.c, plan.eps, sensitivity=plan.sensitivity,

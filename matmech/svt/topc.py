@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
 from matmech.svt.grid import CHUNK_MAX, worker_sources
 
@@ -73,7 +74,7 @@ def exponential_top_c(
         raise ValueError("values must hold at least one candidate, got an empty sequence")
     if c > n:
         raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
-    scale = eps / ((1.0 if monotonic else 2.0) * c * sensitivity)
+    scale = calibrated_eps(eps) / ((1.0 if monotonic else 2.0) * c * sensitivity)  # the decimal eps charged
     src = noise.check_rng(rng)
     workers = worker_sources(rng, n)
     if workers is None:

@@ -18,6 +18,7 @@ from contextlib import closing
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.params import calibrated_eps
 from matmech.svt.calibration import make_budget, svt_budget
 from matmech.svt.checks import Ratio, check_c, check_eps, check_int, check_real, check_sensitivity
 from matmech.svt.core import SVTResult, prepare, scan
@@ -61,8 +62,8 @@ def sparse_vector_dpbook(
     c = check_c(c)
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)
-    e1 = eps / 2.0
-    e2 = eps - e1  # exact: e1 is eps with the exponent lowered by one
+    e1 = calibrated_eps(eps) / 2.0  # the decimal eps a caller charges (issue 21)
+    e2 = calibrated_eps(eps) - e1  # exact: e1 is eps with the exponent lowered by one
     budget = make_budget(
         c=c, eps=eps, eps_answer=0.0, e1=e1, e2=e2, sensitivity=sensitivity,
         monotonic=False, exact_on_grid=arr.dtype.kind in "biu",

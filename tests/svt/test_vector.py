@@ -217,7 +217,8 @@ def test_advised_split_is_no_worse_than_even_on_windows():
 
 def test_forced_vector_with_an_unsamplable_scale_is_refused_before_spending():
     """Non-integer rows are snapped on a grid fine enough for all m values (m*g <= 2**-20 Delta_W):
-    16,384 rows at eps 1e-4 need scale/grid ~ 2**47.3, beyond exact sampling; refused up front."""
+    16,384 rows at eps 1e-4 need scale/grid ~ 2**47.3, beyond exact sampling; refused up front.
+    (A small declared max_records keeps that fine grid: a large one coarsens it, issue 21.)"""
     import scipy.sparse as sp
 
     m = 1 << 14
@@ -225,7 +226,7 @@ def test_forced_vector_with_an_unsamplable_scale_is_refused_before_spending():
     x = np.ones(m, dtype=np.int64)
     b = PrivacyBudget(1.0)
     with pytest.raises(ValueError, match="too large for exact sampling"):
-        select_rows(W, x, c=2, eps=1e-4, method="topc-gap", vector=True, budget=b)
+        select_rows(W, x, c=2, eps=1e-4, method="topc-gap", vector=True, budget=b, max_records=m)
     assert b.remaining[0] == 1.0 and not b.ledger
-    assert select_rows(W, x, c=2, eps=1e-4, method="topc-gap", budget=b, rng=np.random.default_rng(0)).mechanism \
-        == "noisy-top-c-gap"  # "auto" never picks a vector it cannot sample
+    assert select_rows(W, x, c=2, eps=1e-4, method="topc-gap", budget=b, rng=np.random.default_rng(0),
+                       max_records=m).mechanism == "noisy-top-c-gap"  # "auto" never picks a vector it cannot sample
