@@ -187,8 +187,8 @@ def cell_index(data, bins):
     specs = [_check_spec(s, name) for s, (_, _, name) in zip(raw, cols)]
     sizes = tuple(_spec_size(s) for s in specs)
     index = np.zeros(len(cols[0][0]), dtype=np.int64)
-    for (values, labels, name), spec, size in zip(cols, specs, sizes):
-        index = index * size + _codes(values, spec, labels, name)
+    for (values, labels, name), spec, n_cells in zip(cols, specs, sizes):
+        index = index * n_cells + _codes(values, spec, labels, name)
     return index, sizes
 
 

@@ -300,7 +300,7 @@ def as_linop(obj):
         return obj
     if sp.issparse(obj):
         return Sparse(obj)
-    if isinstance(obj, np.ndarray) or isinstance(obj, (list, tuple)):
+    if isinstance(obj, (np.ndarray, list, tuple)):
         # a nested list: ragged rows and non-numbers named (validate.matrix); finiteness: Dense
         return Dense(validate.matrix(obj, "matrix", finite=False))
     raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")

@@ -15,7 +15,6 @@ from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridi
 from matmech.optimizers.marginals import (
     MarginalStrategy,
     ResidualStrategy,
-    _masks,
     _workload_spectrum,
     marginal_objective,
     optimize_marginals_l2,
@@ -720,5 +719,6 @@ def test_new_families_check_their_inputs():
     W = _prefix_products()
     with pytest.raises(ValueError, match="pure-eps"):
         optimize(W, eps=1.0, delta=1e-6, method="kronstack")
+    for method in ("kronstack", "gmarginals"):
         with pytest.raises(ValueError, match="Kronecker"):
             optimize(wl.from_matrix(np.ones((2, 6))), eps=1.0, method=method)
