@@ -230,7 +230,7 @@ def tree_plan(T):
     return plan
 
 
-_PLANS = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _tree_plan(T):

@@ -278,7 +278,7 @@ def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
     cannot answer W or are too large for an exact figure.
     """
-    eps, delta, _, W = *check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
+    (eps, delta), _, W = check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
     candidates = fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")
     try:
         bound = lower_bound(W, eps, delta, neighbors=neighbors)

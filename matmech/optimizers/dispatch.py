@@ -476,7 +476,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             cap = (maxiter or opt_pure.default_maxiter(n)) * starts + polish
             count = [0]
 
-            def cb(f):
+            def cb(f):  # type: ignore[misc]  # one callback per branch, each its optimiser's signature
                 count[0] += 1
                 if count[0] % 10 == 0:
                     report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")

@@ -140,7 +140,7 @@ def _spd_inverse(r):
     return inv
 
 
-_UPPER = {}  # p -> the strict upper triangle's indices, for _spd_inverse
+_UPPER: dict = {}  # p -> the strict upper triangle's indices, for _spd_inverse
 
 
 # -- the strategy --------------------------------------------------------------------------------

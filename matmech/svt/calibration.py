@@ -282,10 +282,10 @@ def gap_calibration(
     if method == "topc-gap":
         if sigma != "auto" or ratio != "optimal":
             raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
-        nominal = laplace_scale(eps, k * c * sensitivity)
-        g = _grid_for(nominal)
-        if nominal / g > MAX_SCALE_UNITS:
-            raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
+        scale = laplace_scale(eps, k * c * sensitivity)
+        g = _grid_for(scale)
+        if scale / g > MAX_SCALE_UNITS:
+            raise ValueError(f"noise scale {scale:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                              f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
         sens = _gap_sens(sensitivity, g, integer_values)
         return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, eps, g))

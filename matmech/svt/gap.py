@@ -122,19 +122,21 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
     range_checks(arr, t, g)
     src = noise.check_rng(rng)
     t_units = threshold_units(t, g)
-    rho = int(draw(cal.threshold_scale, 1, g, src)[0])
+    rho = int(draw(cal.threshold_scale, 1, g, src)[0])  # type: ignore[arg-type]  # set for SVT methods
     adaptive = cal.top_scale is not None
-    sigma_u = int(round(cal.sigma / g)) if adaptive else 0
+    sigma_u = int(round(cal.sigma / g)) if adaptive else 0  # type: ignore[operator]
     limit = cal.units - 2  # stop once the units used exceed this: a middle positive would not fit
     used = 0
-    pos_out, gap_out, br_out = [], [], []
+    pos_out: list = []
+    gap_out: list = []
+    br_out: list = []
     n = arr.shape[0]
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
         base = to_units(arr[a:b], g) - (t_units[0] if t_units.shape[0] == 1 else t_units[a:b]) - rho
         mid = base + draw(cal.query_scale, b - a, g, src)
         if adaptive:
-            top_m = base + draw(cal.top_scale, b - a, g, src)
+            top_m = base + draw(cal.top_scale, b - a, g, src)  # type: ignore[arg-type]
             top = top_m >= sigma_u
             hit = top | (mid >= 0)
             margin = np.where(top, top_m, mid)

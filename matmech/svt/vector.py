@@ -225,7 +225,9 @@ def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity
     range_checks(arr, t, g)
     src = noise.check_rng(rng)
     t_units = threshold_units(t, g)
-    pos, val, gap = [], [], []
+    pos: list = []
+    val: list = []
+    gap: list = []
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
         tu = t_units[0] if t_units.shape[0] == 1 else t_units[a:b]
