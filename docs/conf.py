@@ -76,7 +76,6 @@ sphinx_gallery_conf = {
 # -- HTML ---------------------------------------------------------------------------------------
 html_theme = "alabaster"
 html_title = f"matmech {release}"
-html_static_path = ["_static"]
 html_theme_options = {
     "description": "The Matrix Mechanism for linear queries under differential privacy",
     "fixed_sidebar": True,

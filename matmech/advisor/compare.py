@@ -277,6 +277,41 @@ def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
 
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
     cannot answer W or are too large for an exact figure.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    candidates : list or tuple of (name, LinOp), optional
+        Strategies to rank instead of the fixed family (identity, hierarchies, Haar, W).
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    rows : list
+        One ranking record per candidate (``name``, ``sensitivity``, ``total``, ``rmse``, ...),
+        best first.
+    skipped : list of (str, str)
+        The candidates that could not be scored, with the reason.
+
+    Raises
+    ------
+    ValueError
+        ε/δ out of range or an unknown ``neighbors``.
+    TypeError
+        ``candidates`` not a list or tuple, or W not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> rows, skipped = compare(W.prefix(8), 1.0)
+    >>> rows[0].name, skipped
+    ('identity', [])
     """
     (eps, delta), _, W = check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
     candidates = fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")

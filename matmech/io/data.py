@@ -206,6 +206,33 @@ def histogram(data, bins):
     ``histogram(source, domain)`` with a declared :class:`~matmech.io.domain.Domain`: raw
     values mapped by the declaration and its policies (see :func:`matmech.io.engines.histogram`;
     its errors name the column, never a value).
+
+    Parameters
+    ----------
+    data : array_like, pandas object, or data source
+        Integer codes (1-D), records × attributes (2-D / DataFrame), or with a declared
+        :class:`~matmech.io.domain.Domain` a DataFrame, Arrow table or CSV/Parquet path.
+    bins : int, array_like, sequence, mapping or Domain
+        The declared domain: a number of cells, bin edges, one entry per attribute, or a
+        Domain.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 counts, one per cell (row-major over the attributes).
+
+    Raises
+    ------
+    ValueError
+        A value outside the domain, a missing or non-finite value (naming row and column,
+        or for a declared Domain only the column), or a domain too large for memory.
+    TypeError
+        Non-numeric values or an unsupported container.
+
+    Examples
+    --------
+    >>> histogram([0, 1, 1, 3], 4).tolist()
+    [1, 2, 0, 1]
     """
     from matmech.io.domain import Domain
 

@@ -86,6 +86,33 @@ def save_strategy(path, A):
 
     A may be any operator of :data:`TYPES`, nested (Kronecker products of optimised
     factors, stacks, scalings). Raises TypeError for anything else, before writing.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` file to write.
+    A : LinOp
+        The strategy.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        A is not a storable operator (nothing is written).
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from matmech import strategies as S
+    >>> path = os.path.join(tempfile.mkdtemp(), "h.npz")
+    >>> save_strategy(path, S.hierarchical(16, 4))
+    >>> load_strategy(path).shape
+    (21, 16)
     """
     if not isinstance(A, LinOp):
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
@@ -160,6 +187,32 @@ def load_strategy(path):
 
     Raises FileNotFoundError for a missing file and ValueError (naming the file and what is
     wrong) for a file that is not a matmech strategy, is damaged, or describes an invalid one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file written by :func:`save_strategy`.
+
+    Returns
+    -------
+    LinOp
+        The same strategy, bit for bit.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        The file is not a matmech strategy, is damaged, or describes an invalid one.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from matmech import strategies as S
+    >>> path = os.path.join(tempfile.mkdtemp(), "i.npz")
+    >>> save_strategy(path, S.identity(5))
+    >>> load_strategy(path).shape
+    (5, 5)
     """
     path = Path(path)
     source = str(path)

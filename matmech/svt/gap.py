@@ -60,6 +60,39 @@ class GapResult:
     or "top" (SVT).  ``eps``: the budget the run was calibrated for (the privacy cost);
     ``eps_used``: what the positives actually used of it (adaptive SVT may stop early).
     ``stopped``/``n_processed`` are functions of the output.  ``calibration`` is public.
+
+    Parameters
+    ----------
+    positions : tuple of int
+        The selected indices.
+    gaps : tuple of float
+        One noisy gap per position.
+    branches : tuple of str
+        ``"rank"``, ``"middle"`` or ``"top"``.
+    eps, eps_used : float
+        The calibrated budget and what the positives used.
+    stopped : bool
+        The run hit its cutoff.
+    n_processed : int
+        Comparisons made.
+    calibration : GapCalibration
+        The public calibration.
+
+    Returns
+    -------
+    GapResult
+        A frozen record, made by the free-gap functions.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = noisy_top_c_gap([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> r.positions, r.branches
+    ((3, 1), ('rank', 'rank'))
     """
 
     positions: tuple[int, ...]
@@ -98,6 +131,39 @@ def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, mon
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
     the same direction between neighbours), exactly on the grid; needs c < len(values)
     (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The scores.
+    c : int
+        How many to select (c < len(values)).
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic scores.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    GapResult
+        The c best, best first, and their gaps.
+
+    Raises
+    ------
+    ValueError
+        c >= len(values), bad ε or non-finite scores, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = noisy_top_c_gap([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> r.positions, len(r.gaps)
+    ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
     cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
@@ -170,6 +236,43 @@ def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: flo
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
     eps1 = (eps - eps0)/c, eps0:(eps - eps0) = 1:``ratio`` ("optimal": [LSL17] Eq. (12));
     i is a positive when the gap q_i + nu_i - (T_i + rho) >= 0; stops at the c-th.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    GapResult
+        The positives, in order, with their gaps to the noisy threshold.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0,
+    ...                   rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     return _svt_gap_run("svt-gap", values, threshold, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
                         ratio=ratio, sigma="auto", rng=rng)
@@ -185,6 +288,46 @@ def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity
     when what is left of eps - eps0 is less than eps1.  ``sigma="auto"``: top-branch scale
     times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.calibration.gap_calibration`;
     our default, [DWZK19] leave sigma to the user).
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff at the middle-branch price.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    sigma : float or "auto", default "auto"
+        The top-branch margin.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    GapResult
+        The positives with their gaps and branches.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = adaptive_sparse_vector([3, 500, 2, 700], 100, c=2, eps=1.0,
+    ...                            rng=np.random.default_rng(0))
+    >>> r.positions, r.branches
+    ((1, 3), ('top', 'top'))
     """
     return _svt_gap_run("adaptive-svt", values, threshold, c=c, eps=eps, sensitivity=sensitivity,
                         monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng)

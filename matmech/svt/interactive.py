@@ -23,7 +23,34 @@ __all__ = ["SparseVector", "SparseVectorExhausted"]
 
 
 class SparseVectorExhausted(RuntimeError):
-    """Raised when a :class:`SparseVector` is asked a query after its c-th positive."""
+    """Raised when a :class:`SparseVector` is asked a query after its c-th positive.
+
+    Parameters
+    ----------
+    message : str
+        Says how many positives were reported after how many queries.
+
+    Returns
+    -------
+    SparseVectorExhausted
+        A ``RuntimeError`` subclass.
+
+    Raises
+    ------
+    SparseVectorExhausted
+        Raised by :meth:`SparseVector.test` after the c-th positive.
+
+    Examples
+    --------
+    >>> sv = SparseVector(100, c=1, eps=1.0, rng=np.random.default_rng(0))
+    >>> sv.test(500)
+    True
+    >>> try:
+    ...     sv.test(1)
+    ... except SparseVectorExhausted:
+    ...     print("exhausted")
+    exhausted
+    """
 
 
 class SparseVector:
@@ -40,6 +67,43 @@ class SparseVector:
 
     Values arrive one at a time with unknown types, so the calibration always
     assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt.calibration`).
+
+    Parameters
+    ----------
+    threshold : float
+        The default threshold T (``test`` may override it per query).
+    c : int
+        Positives before the object refuses further queries.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        Sensitivity D of each query.
+    monotonic : bool, default False
+        Monotonic queries (halves the query noise).
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    eps_answer : float, default 0.0
+        ε₃ for noisy answers.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    SparseVector
+        An object whose ``test(value)`` returns True / False.
+
+    Raises
+    ------
+    ValueError
+        Bad parameters, at construction (before any randomness).
+    SparseVectorExhausted
+        ``test`` after the c-th positive.
+
+    Examples
+    --------
+    >>> sv = SparseVector(100, c=1, eps=1.0, rng=np.random.default_rng(0))
+    >>> sv.test(3), sv.test(500)
+    (False, True)
     """
 
     def __init__(

@@ -118,7 +118,49 @@ def shown_select_options(opts):
 
 @dataclass(frozen=True)
 class Selection:
-    """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM)."""
+    """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM).
+
+    Parameters
+    ----------
+    rows : numpy.ndarray
+        The selected row indices of W.
+    method : str
+        The selection method.
+    eps : float
+        What the selection spent.
+    c : int
+        The cap on the number of rows.
+    threshold : object
+        The threshold used (SVT), or None.
+    sensitivity : float
+        The row sensitivity used.
+    monotonic, stopped : bool
+        Monotonic noise; whether the run stopped at c rows.
+    n_candidates : int
+        Rows examined.
+    gap : object
+        The free-gap result, for the gap methods.
+    mechanism : str
+        The mechanism that ran (e.g. ``"vector-top-c"``).
+
+    Returns
+    -------
+    Selection
+        A frozen record; :func:`select_rows` makes it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = histogram(np.repeat(np.arange(8), [50, 0, 3, 80, 1, 0, 60, 2]), 8)
+    >>> select_rows(W.identity(8), x, c=2, eps=1.0, method="em",
+    ...             rng=np.random.default_rng(0)).c
+    2
+    """
 
     rows: np.ndarray
     method: str
@@ -382,6 +424,60 @@ def select_rows(
     number). ``vector``: "auto" runs "topc-gap"/"svt-gap" as the Laplace mechanism on the
     whole vector W x (:mod:`matmech.svt.vector`) when that has less noise per score; True
     forces it, False never. Every check runs before ``budget`` is charged.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload whose rows are candidates.
+    x : array_like of int
+        The histogram.
+    c : int
+        At most c rows are selected.
+    eps : float
+        The selection's ε.
+    threshold : float, array_like or "auto", optional
+        SVT's threshold (not for ``"em"``).
+    method : str, default "svt"
+        ``"svt"``, ``"em"``, ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    monotonic : bool or "auto", default "auto"
+        Monotonic noise where valid.
+    ratio : float or "optimal"
+        SVT's ε₁:ε₂.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+    budget : PrivacyBudget, optional
+        Charged before any noise.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is NOT secure.
+    max_records : int, optional
+        The declared bound on Σx.
+    sigma : float or "auto"
+        Adaptive SVT's margin.
+    vector : bool or "auto"
+        Run the gap methods as the vector Laplace selection when less noisy.
+
+    Returns
+    -------
+    Selection
+        The selected rows and how they were chosen.
+
+    Raises
+    ------
+    ValueError
+        Bad options (unknown method, c < 1, a threshold with ``"em"``, ...) or bad counts.
+    TypeError
+        Arguments of the wrong kind.
+    BudgetExceededError
+        The budget cannot afford ``eps``.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = histogram(np.repeat(np.arange(8), [50, 0, 3, 80, 1, 0, 60, 2]), 8)
+    >>> sel = select_rows(W.identity(8), x, c=2, eps=1.0, method="em",
+    ...                   rng=np.random.default_rng(0))
+    >>> sorted(sel.rows.tolist()), sel.method
+    ([3, 6], 'em')
     """
     W = as_linop(validate.linear(W, "W"))
     check_budget(budget)

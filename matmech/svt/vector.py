@@ -104,6 +104,42 @@ class VectorResult:
     ``gaps``: top-c: value minus the next noisy value (the last minus the unselected
     runner-up); threshold: value minus the (grid-rounded) threshold, >= 0.  ``branches``
     are all "value".  ``eps_used`` equals ``eps`` (the whole vector is one mechanism).
+
+    Parameters
+    ----------
+    positions : tuple of int
+        The selected rows.
+    values : tuple of float
+        Their noisy values.
+    gaps : tuple of float
+        Their gaps (to the runner-up or to the threshold).
+    branches : tuple of str
+        All ``"value"``.
+    eps, eps_used : float
+        The budget (both equal).
+    stopped : bool
+        The run hit its cutoff.
+    n_processed : int
+        Rows examined.
+    calibration : VectorCalibration
+        The public calibration.
+
+    Returns
+    -------
+    VectorResult
+        A frozen record, made by the vector selections.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = noisy_vector_top_c([3, 500, 2, 700], 2, 1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0))
+    >>> r.branches, r.eps_used
+    (('value', 'value'), 1.0)
     """
 
     positions: tuple[int, ...]
@@ -122,6 +158,31 @@ def joint_sensitivity(W, neighbors: str = "add_remove") -> float:
 
     add/remove: the largest column L1 norm of W; substitution: twice that (an upper bound,
     tight for e.g. the identity).  Computed through W's structure (:meth:`LinOp.sensitivity`).
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    float
+        Δ_W.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``neighbors``.
+    TypeError
+        W not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> joint_sensitivity(W.identity(4)), joint_sensitivity(W.prefix(4))
+    (1.0, 4.0)
     """
     check_neighbors(neighbors)
     s = float(as_linop(W).sensitivity(1))
@@ -194,6 +255,38 @@ def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=No
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
     Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The vector W x.
+    c : int
+        How many to select (c < len(values)).
+    eps : float
+        The ε of the selection.
+    sensitivity : float
+        Δ_W, the L1 sensitivity of the whole vector.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    VectorResult
+        The c best, their noisy values and gaps.
+
+    Raises
+    ------
+    ValueError
+        c >= len(values), bad ε or sensitivity, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = noisy_vector_top_c([3, 500, 2, 700], 2, 1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0))
+    >>> r.positions, len(r.values)
+    ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
     cal = vector_calibration("vector-top-c", c=c, eps=eps, sensitivity=sensitivity, n_values=n,
@@ -214,6 +307,39 @@ def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity
     eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
     The noise of rows after the c-th positive is never drawn (it would not be released).
+
+    Parameters
+    ----------
+    values : array_like of float
+        The vector W x.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff.
+    eps : float
+        The ε of the selection.
+    sensitivity : float
+        Δ_W.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    VectorResult
+        The first c rows at or above the threshold, with values and gaps.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     arr = check_values(values)
     t = check_threshold(threshold, arr.shape[0])
