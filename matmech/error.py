@@ -45,6 +45,11 @@ from matmech.linalg.structured import (
     woodbury_factor,
 )
 from matmech.validate import linear
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = [
     "sensitivity",
@@ -67,7 +72,7 @@ MAX_SELF_MAX_N = 512
 MEASURES = ("total", "rmse", "max")
 
 
-def sensitivity(A, p=1, neighbors="add_remove"):
+def sensitivity(A: LinOp | npt.ArrayLike, p: int = 1, neighbors: str = "add_remove") -> float:
     """L_p sensitivity of x ↦ A x: the largest column p-norm, doubled for substitution.
 
     Under add/remove neighbours one record changes one cell of x by 1; under substitution
@@ -316,7 +321,8 @@ def _check_measure(measure):
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
 
 
-def expected_error(W, A, eps=1.0, delta=0.0, measure="total", *, neighbors="add_remove"):
+def expected_error(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
+                   neighbors: str = "add_remove") -> float:
     """Expected error of answering W by measuring A and least squares.
 
     ``measure="total"``: Σ of per-query variances (squared counts),
@@ -403,7 +409,8 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
     return {m: out[m] for m in measures}
 
 
-def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
+def per_query_variance(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *,
+                       neighbors: str = "add_remove") -> np.ndarray:
     """Vector of the m per-query variances P·diag(W (AᵀA)⁺ Wᵀ) (squared counts).
 
     Parameters
@@ -526,7 +533,8 @@ def _singular_value_sum(W):
     return float(np.sqrt(np.clip(lam, 0, None)).sum())
 
 
-def lower_bound(W, eps=1.0, delta=0.0, measure="total", *, neighbors="add_remove"):
+def lower_bound(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
+                neighbors: str = "add_remove") -> float:
     """SVD lower bound of Li & Miklau (ICDT 2013): total error ≥ P·(Σσᵢ(W))²/n.
 
     P is the noise variance of a unit-sensitivity measurement (Laplace 2/ε² for δ = 0,

@@ -55,7 +55,8 @@ DENSE_SOLVE_N = 4096
 LSMR_TOL = 1e-10
 
 
-def least_squares(*measurements, nonneg=False, tol=LSMR_TOL, maxiter=None):
+def least_squares(*measurements: Measurement, nonneg: bool = False, tol: float = LSMR_TOL,
+                  maxiter: int | None = None) -> np.ndarray:
     """Generalised least-squares estimate x̂ of the histogram from one or more measurements.
 
     Each measurement is weighted by 1/its noise std (GLS). Structure-aware fast paths are

@@ -21,6 +21,7 @@ from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
 from matmech.svt.select import Selection
+from typing import Sequence
 
 __all__ = ["Release", "release_table", "Z95"]
 
@@ -251,7 +252,7 @@ def _unanswered_notes(release):
     return notes
 
 
-def release_table(release, labels=None, *, level=0.95):
+def release_table(release: Release, labels: Sequence[str] | None = None, *, level: float = 0.95) -> list[dict]:
     """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
 
     ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval

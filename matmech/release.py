@@ -71,6 +71,11 @@ from matmech.svt.select import (
 from matmech.workloads import ranges
 from matmech.validate import rectangular
 from matmech.record import Z95, Release, release_table
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
@@ -359,8 +364,10 @@ def _cells(x):
     return arr.shape[0]
 
 
-def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None,
-            max_records=None, domain=None):
+def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: float, delta: float = 0.0, *,
+            strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: np.random.Generator | None = None,
+            neighbors: str = "add_remove", select: Mapping[str, Any] | None = None, max_records: int | None = None,
+            domain: Any = None) -> Release:
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`) — or,

@@ -20,11 +20,12 @@ from matmech.linalg.normmax import check_p as _check_p
 from matmech.linalg.spectral import BlockSpectral, NestedCovariance
 from matmech.validate import memory as check_memory
 from matmech.validate import factors as _factors, operator as _operator, size as _size
+from typing import Any, Sequence
 
 __all__ = ["identity", "hierarchical", "haar", "kron", "Tree", "Haar"]
 
 
-def identity(n):
+def identity(n: int) -> LinOp:
     """Measure every cell once (A = I).
 
     Parameters
@@ -93,7 +94,8 @@ class Tree(Intervals):
 
     kind = "tree"
 
-    def __init__(self, n, lo, hi, parent, *, labels=None, sizes=None, branching=None):
+    def __init__(self, n: int, lo: np.ndarray, hi: np.ndarray, parent: np.ndarray, *, labels: Sequence | None = None,
+                 sizes: Sequence[int] | None = None, branching: int | None = None) -> None:
         super().__init__(n, lo, hi)
         self.parent = np.asarray(parent, dtype=np.int64)
         self.labels = labels
@@ -222,7 +224,7 @@ def _tree_from_graph(tree):
     return len(cell), lo, hi, np.array(parent), bfs
 
 
-def hierarchical(n, branching=2, root=True):
+def hierarchical(n: Any, branching: int = 2, root: bool = True) -> Tree:
     """Hierarchical interval strategy H_b (Hay et al. VLDB 2010; Qardaji et al. VLDB 2013).
 
     ``hierarchical(n, b)``: every aligned block of bˡ cells for bˡ < n (leaves included),
@@ -317,7 +319,7 @@ class Haar(LinOp):
     ('Haar', (5, 5))
     """
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         n = check_size(n)
         big = 1 << max(0, (n - 1).bit_length())
         self.n, self.power_of_two = n, big == n
@@ -421,7 +423,7 @@ class Haar(LinOp):
 MAX_EXPLICIT_NNZ = 20_000_000
 
 
-def haar(n):
+def haar(n: int) -> LinOp:
     """The unnormalised Haar wavelet strategy (Privelet).
 
     Parameters
@@ -450,7 +452,7 @@ def haar(n):
     return Haar(_size(n, "n", bytes_per=32, what=f"haar({n!r}) (a few float64 vectors of n entries)"))
 
 
-def kron(*strategies):
+def kron(*strategies: LinOp) -> LinOp:
     """Kronecker product of per-attribute strategies.
 
     Parameters

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
 from matmech.validate import MAX_INDEX, SizeError, factors, matrix as _matrix, operator, size, vector
+from typing import Any, Sequence
 
 
 def check_size(n, name="n"):
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-def identity(n):
+def identity(n: int) -> LinOp:
     """The n point queries x₀, …, x_{n−1}.
 
     Parameters
@@ -70,7 +71,7 @@ def identity(n):
     return Intervals(n, cells, cells)
 
 
-def total(n):
+def total(n: int) -> LinOp:
     """The single query Σ x.
 
     Parameters
@@ -99,7 +100,7 @@ def total(n):
     return Intervals(n, np.array([0]), np.array([n - 1]))
 
 
-def prefix(n):
+def prefix(n: int) -> LinOp:
     """The n prefix sums x₀ + … + x_k.
 
     Parameters
@@ -127,7 +128,7 @@ def prefix(n):
     return Prefix(check_size(n))
 
 
-def all_range(n):
+def all_range(n: int) -> LinOp:
     """All n(n+1)/2 range queries [lo, hi] (n up to ~3·10⁹, so that the row count fits an
     int64 index; memory is checked for one float64 per cell).
 
@@ -159,7 +160,7 @@ def all_range(n):
     return AllRange(n)
 
 
-def ranges(n, intervals):
+def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> LinOp:
     """Range queries from inclusive 0-based ``(lo, hi)`` pairs.
 
     Parameters
@@ -199,7 +200,7 @@ def ranges(n, intervals):
     return Intervals(n, pairs[:, 0], pairs[:, 1])
 
 
-def check_domain(domain):
+def check_domain(domain: Any) -> tuple[int, ...]:
     """Validate a multi-attribute domain: a non-empty tuple of positive attribute sizes.
 
     Parameters
@@ -235,7 +236,7 @@ def check_domain(domain):
     return sizes
 
 
-def marginals(domain, k=None, *, attrs=None):
+def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
     """Marginal queries over a multi-attribute ``domain``.
 
     Either all ``k``-way marginals, or the marginals on the attribute subsets ``attrs``
@@ -274,7 +275,7 @@ def marginals(domain, k=None, *, attrs=None):
     if (k is None) == (attrs is None):
         raise ValueError("give exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)")
     if k is not None:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k <= d:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= int(k) <= d:
             raise ValueError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}")
         subsets = list(itertools.combinations(range(d), int(k)))
     else:
@@ -282,7 +283,7 @@ def marginals(domain, k=None, *, attrs=None):
         for s in attrs:
             s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
             for a in s:
-                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= a < d:
+                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= int(a) < d:
                     raise ValueError(f"attribute {a!r} in {s} is not an index in [0, {d - 1}] of the domain {domain}")
             if len(set(s)) != len(s):
                 raise ValueError(f"attribute subset {s} repeats an attribute")
@@ -293,7 +294,7 @@ def marginals(domain, k=None, *, attrs=None):
     return VStack(blocks, domain=domain, subsets=subsets)
 
 
-def kron(*workloads):
+def kron(*workloads: LinOp) -> LinOp:
     """Kronecker product of per-attribute workloads (e.g. 2-D ranges = kron(all_range, all_range)).
 
     Parameters
@@ -331,7 +332,7 @@ def _operators(ops, what):
     return ops
 
 
-def stack(*workloads, weights=None):
+def stack(*workloads: LinOp, weights: Any = None) -> LinOp:
     """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ).
 
     Parameters
@@ -364,7 +365,7 @@ def stack(*workloads, weights=None):
     return VStack(workloads, weights=weights)
 
 
-def from_matrix(matrix):
+def from_matrix(matrix: Any) -> LinOp:
     """A workload from an explicit numpy array or scipy sparse matrix.
 
     Parameters

@@ -31,6 +31,11 @@ from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES"]
 
@@ -401,7 +406,9 @@ def _rank(results, scorer):
     return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors)
 
 
-def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rng=None, progress=None, neighbors="add_remove"):
+def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: str | Iterable[str] = "all",
+           time_budget: Any = "default", rng: np.random.Generator | None = None,
+           progress: Callable[[float, str], Any] | None = None, neighbors: str = "add_remove") -> Advice:
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from

@@ -27,6 +27,10 @@ from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron, LinOp, VStack
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.validate import linear, named_operators
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = [
     "Candidate",
@@ -272,7 +276,8 @@ def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors
     )
 
 
-def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
+def compare(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: Sequence | None = None,
+            neighbors: str = "add_remove") -> tuple[list, list]:
     """Rows for every candidate strategy, best (lowest total error) first, and the skipped ones.
 
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from matmech.validate import memory, size, vector
+from typing import Any
 
 __all__ = ["histogram", "cell_index"]
 
@@ -192,7 +193,7 @@ def cell_index(data, bins):
     return index, sizes
 
 
-def histogram(data, bins):
+def histogram(data: Any, bins: Any) -> np.ndarray:
     """Counts of records per cell: the vector x of the Matrix Mechanism (int64).
 
     ``histogram(values, bins)``: ``values`` a 1-D numpy array, list or pandas Series;

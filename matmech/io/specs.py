@@ -22,6 +22,10 @@ from matmech.io.domain import Domain, categories, integer_range, numeric_bins
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import os
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -329,7 +333,7 @@ def parse_spec(data, *, source="<spec>"):
     return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source, schema)
 
 
-def load_spec(path):
+def load_spec(path: str | os.PathLike) -> Spec:
     """Read a workload spec file (TOML).
 
     Parameters

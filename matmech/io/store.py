@@ -24,6 +24,10 @@ import scipy.sparse as sp
 
 import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
 from matmech.linalg.linop import REGISTRY, LinOp
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import os
 
 __all__ = ["save_strategy", "load_strategy", "TYPES", "FORMAT", "VERSION"]
 
@@ -81,7 +85,7 @@ class _Writer:
         return {"type": name, **A.to_dict(self)}
 
 
-def save_strategy(path, A):
+def save_strategy(path: str | os.PathLike, A: LinOp) -> None:
     """Write strategy A to ``path`` (a ``.npz`` file, written exactly at that name).
 
     A may be any operator of :data:`TYPES`, nested (Kronecker products of optimised
@@ -120,7 +124,7 @@ def save_strategy(path, A):
     root = w.node(A)
     meta = json.dumps({"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root})
     buf = io.BytesIO()  # build fully in memory: a failure leaves no half-written file
-    np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)
+    np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)  # type: ignore[arg-type]
     Path(path).write_bytes(buf.getvalue())
 
 
@@ -182,7 +186,7 @@ class _Reader:
         return registry[name].from_dict(node, self)
 
 
-def load_strategy(path):
+def load_strategy(path: str | os.PathLike) -> LinOp:
     """Read a strategy written by :func:`save_strategy`.
 
     Raises FileNotFoundError for a missing file and ValueError (naming the file and what is

@@ -22,6 +22,10 @@ import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p, factored_sensitivity
 from matmech import validate
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = [
     "LinOp",
@@ -321,7 +325,7 @@ class LinOp:
         return f"<{type(self).__name__} {self.shape[0]}×{self.shape[1]}>"
 
 
-def as_linop(obj):
+def as_linop(obj: LinOp | npt.ArrayLike) -> LinOp:
     """Coerce a LinOp, numpy array or scipy sparse matrix to a LinOp.
 
     Parameters

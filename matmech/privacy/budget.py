@@ -145,7 +145,7 @@ class PrivacyBudget:
     ((0.6, 0.0), False)
     """
 
-    def __init__(self, eps, delta=0.0):
+    def __init__(self, eps: float, delta: float = 0.0) -> None:
         check_eps(eps)
         check_delta(delta)
         self._total = (exact(eps), exact(delta))
@@ -244,7 +244,7 @@ class PrivacyBudget:
 # ------------------------------------------------------------------------- advanced composition
 
 
-def advanced_composition(eps, delta, k, *, delta_slack) -> ApproxDP:
+def advanced_composition(eps: float, delta: float, k: int, *, delta_slack: float) -> ApproxDP:
     """(ε′, kδ + δ′) for k-fold adaptive composition of (ε, δ)-DP mechanisms
     (Dwork, Rothblum, Vadhan 2010, Thm. 3.3): ε′ = ε·sqrt(2k ln(1/δ′)) + kε(e^ε − 1),
     with δ′ = ``delta_slack``.

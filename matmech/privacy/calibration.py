@@ -156,7 +156,7 @@ def _rho_for(eps: float, delta: float) -> float:
     return math.exp(root)
 
 
-def gaussian_sigma(eps, delta, sensitivity) -> float:
+def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     """σ of the discrete Gaussian giving (ε, δ)-DP for L2 sensitivity Δ₂.
 
     Through zCDP: the (multivariate) discrete Gaussian is ρ-zCDP with ρ = Δ₂²/(2σ²) (CKS

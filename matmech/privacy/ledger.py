@@ -112,7 +112,7 @@ class Ledger(PrivacyBudget):
     (0.75, 0.0)
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike) -> None:
         """Open an existing ledger (same as :meth:`open`)."""
         self._path = Path(os.fspath(path))
         self._lock = threading.Lock()  # guards the tags only; the file has its own lock

@@ -44,6 +44,11 @@ from matmech.privacy.params import NEIGHBORS, check_neighbors, check_privacy_par
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = [
     "Measurement",
@@ -411,7 +416,8 @@ def execute(plan, x, *, rng=None):
     )
 
 
-def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove", max_records=None):
+def measure(x: npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float, delta: float = 0.0, *, budget: PrivacyBudget | None = None,
+            rng: np.random.Generator | None = None, neighbors: str = "add_remove", max_records: int | None = None) -> Measurement:
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
     ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete

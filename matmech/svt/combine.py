@@ -47,6 +47,7 @@ from matmech.privacy.params import check_noise_eps
 from matmech.svt.checks import check_c, check_threshold
 from matmech.svt.calibration import GAP_METHODS, gap_calibration
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
+from typing import Any
 
 __all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "advise_split",
            "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
@@ -110,7 +111,7 @@ class GapMeasurement:
         return np.diag(w) - np.outer(w, w) / denom
 
 
-def gap_measurement(result, threshold=None) -> GapMeasurement:
+def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
     """The linear measurement a :class:`~matmech.svt.gap.GapResult` makes of its selected values.
 
     ``threshold``: the public threshold(s) of an SVT run (scalar or one per candidate).

@@ -23,6 +23,10 @@ from matmech.privacy import noise
 from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, noise_chunks, range_checks, threshold_units, to_units, worker_sources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = [
     "SVTResult",
@@ -132,8 +136,8 @@ def noisy_answers(arr, positions, budget, src) -> Optional[tuple[float, ...]]:
 
 
 def sparse_vector(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
@@ -141,7 +145,7 @@ def sparse_vector(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> SVTResult:
     """Standard SVT, [LSL17] Alg. 7 ("SVT-S"); (eps1+eps2+eps3)-DP by Thm. 4.7.
 
@@ -224,13 +228,13 @@ def sparse_vector(
 
 
 def above_threshold(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     eps: float,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> SVTResult:
     """AboveThreshold ([DR14] Alg. 1; [LSL17] Alg. 1 with c = 1): eps-DP.
 

@@ -45,6 +45,10 @@ from matmech.privacy import noise
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
 
@@ -124,8 +128,8 @@ def _top_c_order(noisy, c):
     return cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
 
 
-def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
-                    rng=None) -> GapResult:
+def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
+                    rng: np.random.Generator | None = None) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
@@ -229,8 +233,8 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
                      min(eps_used, cal.eps), stopped, processed, cal)
 
 
-def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
-                      ratio: Ratio = "optimal", rng=None) -> GapResult:
+def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
+                      ratio: Ratio = "optimal", rng: np.random.Generator | None = None) -> GapResult:
     """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
 
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
@@ -278,8 +282,8 @@ def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: flo
                         ratio=ratio, sigma="auto", rng=rng)
 
 
-def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0,
-                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng=None) -> GapResult:
+def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0,
+                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng: np.random.Generator | None = None) -> GapResult:
     """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
 
     As :func:`sparse_vector_gap`, but each value first tries the top branch (noise

@@ -18,6 +18,7 @@ from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_real, check_threshold
 from matmech.svt.core import SVTResult
 from matmech.svt.grid import NoiseBuffer, draw, range_check, to_units
+from typing import Any
 
 __all__ = ["SparseVector", "SparseVectorExhausted"]
 
@@ -108,7 +109,7 @@ class SparseVector:
 
     def __init__(
         self,
-        threshold,
+        threshold: Any,
         *,
         c: int,
         eps: float,
@@ -116,7 +117,7 @@ class SparseVector:
         monotonic: bool = False,
         ratio: Ratio = "optimal",
         eps_answer: float = 0.0,
-        rng=None,
+        rng: np.random.Generator | None = None,
     ) -> None:
         t = check_threshold(threshold, None)
         self._budget = svt_budget(

@@ -32,6 +32,12 @@ from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.linalg.linop import LinOp
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = ["GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "selection_mechanism", "MECHANISMS"]
 
@@ -396,22 +402,22 @@ def run_selection(plan, *, rng=None):
 
 
 def select_rows(
-    W,
-    x,
+    W: LinOp | npt.ArrayLike,
+    x: npt.ArrayLike,
     *,
-    c,
-    eps,
-    threshold=None,
-    method="svt",
-    monotonic="auto",
-    ratio="optimal",
-    neighbors="add_remove",
-    budget=None,
-    rng=None,
-    max_records=None,
-    sigma="auto",
-    vector="auto",
-):
+    c: int,
+    eps: float,
+    threshold: Any = None,
+    method: str = "svt",
+    monotonic: bool | str = "auto",
+    ratio: float | str = "optimal",
+    neighbors: str = "add_remove",
+    budget: PrivacyBudget | None = None,
+    rng: np.random.Generator | None = None,
+    max_records: int | None = None,
+    sigma: float | str = "auto",
+    vector: bool | str = "auto",
+) -> Selection:
     """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
 
     ``method="svt"``: the first c rows (in row order) whose answer clears ``threshold`` (a

@@ -17,6 +17,10 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
 from matmech.svt.grid import CHUNK_MAX, worker_sources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = ["TopCResult", "exponential_top_c"]
 
@@ -64,13 +68,13 @@ class TopCResult:
 
 
 def exponential_top_c(
-    values,
+    values: npt.ArrayLike,
     c: int,
     eps: float,
     *,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> TopCResult:
     """Top-c by the exponential mechanism, c rounds without replacement ([LSL17] Sec. 5).
 

@@ -33,18 +33,22 @@ from matmech.svt.grid import (
     to_units,
     worker_sources,
 )
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
 
 
 def sparse_vector_dpbook(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
     sensitivity: float = 1.0,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> SVTResult:
     """SVT as in Dwork-Roth 2014 ("Sparse", [LSL17] Alg. 2): eps-DP.
 
@@ -142,8 +146,8 @@ def sparse_vector_dpbook(
 
 
 def sparse_vector_retraversal(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
@@ -152,7 +156,7 @@ def sparse_vector_retraversal(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     max_passes: int = 1000,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> SVTResult:
     """SVT with retraversal, "SVT-ReTr" ([LSL17] Sec. 5 and Sec. 6): eps-DP.
 

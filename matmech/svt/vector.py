@@ -54,6 +54,11 @@ from matmech.svt.calibration import MAX_SCALE_UNITS, _scale_on_grid, gap_calibra
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import check_c, check_eps, check_sensitivity, check_threshold, check_values
 from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, threshold_units, to_units
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = [
     "VECTOR_METHODS",
@@ -153,7 +158,7 @@ class VectorResult:
     calibration: VectorCalibration
 
 
-def joint_sensitivity(W, neighbors: str = "add_remove") -> float:
+def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -> float:
     """Delta_W: the L1 sensitivity of the whole vector W x (see the module docstring).
 
     add/remove: the largest column L1 norm of W; substitution: twice that (an upper bound,
@@ -250,7 +255,7 @@ def _noisy_units(arr, cal, src, lo=0, hi=None):
     return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
 
 
-def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=None) -> VectorResult:
+def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float, rng: np.random.Generator | None = None) -> VectorResult:
     """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
@@ -301,7 +306,7 @@ def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=No
                         tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)
 
 
-def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity: float, rng=None) -> VectorResult:
+def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float, rng: np.random.Generator | None = None) -> VectorResult:
     """The first c rows whose value + Lap(sensitivity/eps) is at least the public
     ``threshold`` (scalar or one per value), their noisy values and gaps to the threshold;
     eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
