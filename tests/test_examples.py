@@ -20,6 +20,7 @@ KEY_OUTPUT = {
     "many_attributes_release.py": "RESULT: all 1- and 2-way marginals",
     "selection_modes.py": "RESULT: three selection modes compared",
     "census_table_release.py": "RESULT: 44 labelled table cells (API) and 9 age bands (CLI)",
+    "pictures.py": "RESULT: drew the ranking of",
 }
 
 
