@@ -74,6 +74,7 @@ from matmech.record import Z95, Release, release_table
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
 
@@ -365,7 +366,7 @@ def _cells(x):
 
 
 def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: float, delta: float = 0.0, *,
-            strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: np.random.Generator | None = None,
+            strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: Rng = None,
             neighbors: str = "add_remove", select: Mapping[str, Any] | None = None, max_records: int | None = None,
             domain: Any = None) -> Release:
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.

@@ -34,6 +34,7 @@ from matmech.validate import linear
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
@@ -407,7 +408,7 @@ def _rank(results, scorer):
 
 
 def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: str | Iterable[str] = "all",
-           time_budget: Any = "default", rng: np.random.Generator | None = None,
+           time_budget: Any = "default", rng: Rng = None,
            progress: Callable[[float, str], Any] | None = None, neighbors: str = "add_remove") -> Advice:
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 

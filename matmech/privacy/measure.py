@@ -47,6 +47,7 @@ from matmech.validate import linear, operator, rectangular
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
 
@@ -417,7 +418,7 @@ def execute(plan, x, *, rng=None):
 
 
 def measure(x: npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float, delta: float = 0.0, *, budget: PrivacyBudget | None = None,
-            rng: np.random.Generator | None = None, neighbors: str = "add_remove", max_records: int | None = None) -> Measurement:
+            rng: Rng = None, neighbors: str = "add_remove", max_records: int | None = None) -> Measurement:
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
     ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete

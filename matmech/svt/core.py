@@ -26,6 +26,7 @@ from matmech.svt.grid import chunk_bounds, draw, noise_chunks, range_checks, thr
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
 __all__ = [
@@ -145,7 +146,7 @@ def sparse_vector(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
 ) -> SVTResult:
     """Standard SVT, [LSL17] Alg. 7 ("SVT-S"); (eps1+eps2+eps3)-DP by Thm. 4.7.
 
@@ -234,7 +235,7 @@ def above_threshold(
     eps: float,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
 ) -> SVTResult:
     """AboveThreshold ([DR14] Alg. 1; [LSL17] Alg. 1 with c = 1): eps-DP.
 

@@ -48,6 +48,7 @@ from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, thre
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
 __all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
@@ -129,7 +130,7 @@ def _top_c_order(noisy, c):
 
 
 def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
-                    rng: np.random.Generator | None = None) -> GapResult:
+                    rng: Rng = None) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
@@ -234,7 +235,7 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
 
 
 def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
-                      ratio: Ratio = "optimal", rng: np.random.Generator | None = None) -> GapResult:
+                      ratio: Ratio = "optimal", rng: Rng = None) -> GapResult:
     """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
 
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
@@ -283,7 +284,7 @@ def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: flo
 
 
 def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0,
-                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng: np.random.Generator | None = None) -> GapResult:
+                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng: Rng = None) -> GapResult:
     """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
 
     As :func:`sparse_vector_gap`, but each value first tries the top branch (noise

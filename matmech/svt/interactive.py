@@ -19,6 +19,10 @@ from matmech.svt.checks import Ratio, check_real, check_threshold
 from matmech.svt.core import SVTResult
 from matmech.svt.grid import NoiseBuffer, draw, range_check, to_units
 from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
 
 __all__ = ["SparseVector", "SparseVectorExhausted"]
 
@@ -117,7 +121,7 @@ class SparseVector:
         monotonic: bool = False,
         ratio: Ratio = "optimal",
         eps_answer: float = 0.0,
-        rng: np.random.Generator | None = None,
+        rng: Rng = None,
     ) -> None:
         t = check_threshold(threshold, None)
         self._budget = svt_budget(

@@ -35,6 +35,7 @@ from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     from matmech.linalg.linop import LinOp
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
@@ -413,7 +414,7 @@ def select_rows(
     ratio: float | str = "optimal",
     neighbors: str = "add_remove",
     budget: PrivacyBudget | None = None,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
     max_records: int | None = None,
     sigma: float | str = "auto",
     vector: bool | str = "auto",

@@ -20,6 +20,7 @@ from matmech.svt.grid import CHUNK_MAX, worker_sources
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
 __all__ = ["TopCResult", "exponential_top_c"]
@@ -74,7 +75,7 @@ def exponential_top_c(
     *,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
 ) -> TopCResult:
     """Top-c by the exponential mechanism, c rounds without replacement ([LSL17] Sec. 5).
 

@@ -36,6 +36,7 @@ from matmech.svt.grid import (
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
 __all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
@@ -48,7 +49,7 @@ def sparse_vector_dpbook(
     c: int,
     eps: float,
     sensitivity: float = 1.0,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
 ) -> SVTResult:
     """SVT as in Dwork-Roth 2014 ("Sparse", [LSL17] Alg. 2): eps-DP.
 
@@ -156,7 +157,7 @@ def sparse_vector_retraversal(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     max_passes: int = 1000,
-    rng: np.random.Generator | None = None,
+    rng: Rng = None,
 ) -> SVTResult:
     """SVT with retraversal, "SVT-ReTr" ([LSL17] Sec. 5 and Sec. 6): eps-DP.
 

@@ -57,6 +57,7 @@ from matmech.svt.grid import chunk_bounds, draw, range_check, range_checks, thre
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
@@ -255,7 +256,7 @@ def _noisy_units(arr, cal, src, lo=0, hi=None):
     return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
 
 
-def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float, rng: np.random.Generator | None = None) -> VectorResult:
+def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float, rng: Rng = None) -> VectorResult:
     """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
@@ -306,7 +307,7 @@ def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity
                         tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)
 
 
-def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float, rng: np.random.Generator | None = None) -> VectorResult:
+def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float, rng: Rng = None) -> VectorResult:
     """The first c rows whose value + Lap(sensitivity/eps) is at least the public
     ``threshold`` (scalar or one per value), their noisy values and gaps to the threshold;
     eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
