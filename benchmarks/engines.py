@@ -235,7 +235,7 @@ def main():
         pass
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "engines.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    lines = [f"# Histogram building per engine (10⁶ cells)\n",
+    lines = ["# Histogram building per engine (10⁶ cells)\n",
              f"{meta['machine']}, load average {load[0]:.1f} before / {meta['load_after'][0]:.1f} after "
              f"(other jobs share the machine); {meta['date']}. Median of 3 runs (10⁸ rows and Spark: fewer).\n",
              "| engine | rows | median s | M rows/s | peak RSS MiB | peak above baseline MiB | correct |",

@@ -44,7 +44,7 @@ _INT64_MAX = (1 << 63) - 1
 _LMAX = 12
 
 
-def _plan(den, k0, _cache={}):
+def _plan(den, k0, _cache={}):  # noqa: B006 (a deliberate memo)
     key = (den, k0)
     if key in _cache:
         return _cache[key]

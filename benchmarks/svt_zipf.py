@@ -108,7 +108,7 @@ def run_zipf(trials: int, jobs: int) -> dict:
     sorted_counts = np.sort(counts)[::-1]
     tasks = [(c, s, min(BLOCK, trials - s)) for c in CS for s in range(0, trials, BLOCK)]
     results = {c: {} for c in CS}
-    cpu = {c: 0.0 for c in CS}
+    cpu = dict.fromkeys(CS, 0.0)
     if jobs > 1:
         import multiprocessing as mp
 

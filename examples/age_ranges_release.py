@@ -1,4 +1,7 @@
-"""Release census age-band counts from a (synthetic) people table, with error bars.
+"""Census age bands with error bars
+================================
+
+Release census age-band counts from a (synthetic) people table, with error bars.
 
 The whole matmech flow on the workload of ``workloads/age_bands.toml`` (0-17, 18-24, ...,
 75+ and everyone): records -> histogram x over single years of age -> ``matmech.release``,
@@ -28,7 +31,8 @@ import numpy as np
 import matmech as mm
 from matmech import workloads as W
 
-SPEC = Path(__file__).resolve().parents[1] / "workloads" / "age_bands.toml"
+_HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()  # the docs gallery runs this file from examples/ without __file__
+SPEC = _HERE.parent / "workloads" / "age_bands.toml"
 SEED = 1790
 N_PEOPLE = 50_000
 EPS_TOTAL = 1.0

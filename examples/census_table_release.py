@@ -1,4 +1,7 @@
-"""A curator's release, start to finish: a raw people table → declared domains → a ledger →
+"""A curator's release: raw table, declared domains, ledger
+========================================================
+
+A curator's release, start to finish: a raw people table → declared domains → a ledger →
 labelled noisy tables, first with the Python API and then with the ``matmech`` command.
 
 The table is examples/data/people.csv (2,000 synthetic records made by
@@ -23,7 +26,7 @@ from matmech.io.specs import load_spec
 from matmech.privacy.ledger import Ledger
 from matmech.release import release_table
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = (Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()) / "data"  # the docs gallery runs this file from examples/ without __file__
 
 
 def main():

@@ -1,4 +1,7 @@
-"""Choose a clipping bound with AboveThreshold, then release a private mean.
+"""A clipping bound by AboveThreshold, then a private mean
+=======================================================
+
+Choose a clipping bound with AboveThreshold, then release a private mean.
 
 Follows the sparse vector chapter of *Programming Differential Privacy* ("Applying the
 Sparse Vector Technique" and the ``auto_avg`` algorithm): the sensitivity of a sum is the

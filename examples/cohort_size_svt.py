@@ -1,4 +1,7 @@
-"""Cohort-size estimation with the sparse vector technique (SVT lecture slides, CompSci 590.03).
+"""Cohort sizes with the sparse vector technique
+=============================================
+
+Cohort-size estimation with the sparse vector technique (SVT lecture slides, CompSci 590.03).
 
 A researcher asks "are there at least tau = 200 patients who are ...?" about many cohorts
 of a (synthetic) patient table, and wants the count only when the answer is yes. Only a

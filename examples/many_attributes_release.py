@@ -1,4 +1,7 @@
-"""Release every 1- and 2-way marginal of a 30-attribute table — 10^21 cells, far too many
+"""Every 1- and 2-way marginal of a 30-attribute table
+===================================================
+
+Release every 1- and 2-way marginal of a 30-attribute table — 10^21 cells, far too many
 for a histogram — from marginal tables only (issue 14).
 
 1. The records are a (records × attributes) array of integer codes.

@@ -1,4 +1,7 @@
-"""The three free-gap selection modes of release(select=...) on the same data (issue 16).
+"""The three free-gap selection modes
+==================================
+
+The three free-gap selection modes of release(select=...) on the same data (issue 16).
 
 Noisy Top-c with Gap ("topc-gap"), Sparse Vector with Gap ("svt-gap") and Adaptive SVT
 ("adaptive-svt"; Ding, Wang, Zhang, Kifer, PVLDB 2019) pick the rows of a range workload

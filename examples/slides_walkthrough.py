@@ -1,4 +1,7 @@
-"""Walk through the wavelet / matrix-mechanism slides with matmech.
+"""The wavelet and matrix-mechanism slides in code
+===============================================
+
+Walk through the wavelet / matrix-mechanism slides with matmech.
 
 Builds H₄ (binary hierarchy), Y₄ (Haar) and I₄, prints their sensitivities (1, 3, 3),
 the pseudo-inverse H₄⁺ = (1/21)·[[3, 5, −2, 13, −8, −1, −1], …] and Y₄⁻¹, and checks the

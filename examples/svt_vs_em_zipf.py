@@ -1,4 +1,7 @@
-"""SVT versus the exponential mechanism for picking the top c items of Zipf-distributed data.
+"""SVT versus the exponential mechanism on Zipf data
+=================================================
+
+SVT versus the exponential mechanism for picking the top c items of Zipf-distributed data.
 
 A small version of the Zipf experiment of Lyu, Su, Li, "Understanding the Sparse Vector
 Technique for Differential Privacy" (VLDB 2017, Sec. 6): item i is drawn with probability

@@ -147,7 +147,7 @@ class _Progress:
             self.drawn = False
 
 
-_ACTIVE = []  # progress bars to close before an error message
+_ACTIVE: list = []  # progress bars to close before an error message
 
 
 def _progress(args):

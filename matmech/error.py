@@ -45,6 +45,11 @@ from matmech.linalg.structured import (
     woodbury_factor,
 )
 from matmech.validate import linear
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = [
     "sensitivity",
@@ -67,11 +72,40 @@ MAX_SELF_MAX_N = 512
 MEASURES = ("total", "rmse", "max")
 
 
-def sensitivity(A, p=1, neighbors="add_remove"):
+def sensitivity(A: LinOp | npt.ArrayLike, p: int = 1, neighbors: str = "add_remove") -> float:
     """L_p sensitivity of x ↦ A x: the largest column p-norm, doubled for substitution.
 
     Under add/remove neighbours one record changes one cell of x by 1; under substitution
     two cells change (the slides' "histogram sensitivity 2"), which at most doubles it.
+
+    Parameters
+    ----------
+    A : LinOp or array_like
+        The strategy (or workload) matrix.
+    p : {1, 2}, default 1
+        L1 (pure ε, Laplace) or L2 ((ε, δ), Gaussian) sensitivity.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation; ``"substitute"`` doubles the figure.
+
+    Returns
+    -------
+    float
+        The largest column p-norm of A (times 2 for substitution).
+
+    Raises
+    ------
+    ValueError
+        ``p`` not 1 or 2, an unknown ``neighbors``, or an empty matrix.
+    TypeError
+        ``A`` is not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import strategies as S
+    >>> sensitivity(S.hierarchical(8))      # 4 levels: every cell is in 4 nodes
+    4.0
+    >>> sensitivity(S.identity(4), neighbors="substitute")
+    2.0
     """
     return _neighbor_factor(neighbors) * as_linop(linear(A, "A")).sensitivity(p)
 
@@ -293,13 +327,50 @@ def _check_measure(measure):
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
 
 
-def expected_error(W, A, eps=1.0, delta=0.0, measure="total", *, neighbors="add_remove"):
+def expected_error(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
+                   neighbors: str = "add_remove") -> float:
     """Expected error of answering W by measuring A and least squares.
 
     ``measure="total"``: Σ of per-query variances (squared counts),
     ``"rmse"``: sqrt(total/m) (counts), ``"max"``: the largest per-query variance.
     δ = 0 is pure ε-DP with Laplace noise (variance 2Δ₁²/ε²); δ > 0 the Gaussian
     mechanism with L2 sensitivity. Raises ValueError if W is not supported by A.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload (m queries over n cells).
+    A : LinOp or array_like
+        The strategy (k measurements over the same n cells).
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    measure : {"total", "rmse", "max"}, default "total"
+        Sum of variances (squared counts), RMSE per query (counts), or largest variance.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    float
+        The exact expected error (an expectation over the noise, not a simulation).
+
+    Raises
+    ------
+    ValueError
+        W not in A's row space, mismatched shapes, ε or δ out of range, an unknown
+        ``measure``, or a size whose exact figure would not fit in memory.
+    TypeError
+        W or A is not a matrix or operator, or ε/δ is not a real number.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W, strategies as S
+    >>> expected_error(W.prefix(8), S.identity(8), eps=1.0)   # 2/ε² · (1 + 2 + ... + 8)
+    72.0
+    >>> expected_error(W.prefix(8), S.identity(8), eps=1.0, measure="rmse")
+    3.0
     """
     _check_measure(measure)
     return error_figures(W, A, eps, delta, measures=(measure,), neighbors=neighbors)[measure]
@@ -350,8 +421,41 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
     return {m: out[m] for m in measures}
 
 
-def per_query_variance(W, A, eps=1.0, delta=0.0, *, neighbors="add_remove"):
-    """Vector of the m per-query variances P·diag(W (AᵀA)⁺ Wᵀ) (squared counts)."""
+def per_query_variance(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *,
+                       neighbors: str = "add_remove") -> np.ndarray:
+    """Vector of the m per-query variances P·diag(W (AᵀA)⁺ Wᵀ) (squared counts).
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload (at most 5·10⁷ queries; use ``expected_error(measure="max")`` beyond).
+    A : LinOp or array_like
+        The strategy.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    numpy.ndarray
+        The m variances, in squared counts.
+
+    Raises
+    ------
+    ValueError
+        W not answerable from A, too many queries, or ε/δ out of range.
+    TypeError
+        W or A is not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W, strategies as S
+    >>> per_query_variance(W.prefix(4), S.identity(4), 1.0).tolist()
+    [2.0, 4.0, 6.0, 8.0]
+    """
     W, A = _check_pair(W, A)
     unit = _unit_variance(A, eps, delta, neighbors)
     return unit * _query_diag(W, A)
@@ -454,13 +558,46 @@ def _nuclear_norm(W):
     return v
 
 
-def lower_bound(W, eps=1.0, delta=0.0, measure="total", *, neighbors="add_remove"):
+def lower_bound(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
+                neighbors: str = "add_remove") -> float:
     """SVD lower bound of Li & Miklau (ICDT 2013): total error ≥ P·(Σσᵢ(W))²/n.
 
     P is the noise variance of a unit-sensitivity measurement (Laplace 2/ε² for δ = 0,
     Gaussian σ² for δ > 0). The bound is proved for L2 (ε, δ) strategies; for pure ε it
     still holds for every strategy but is loose. ``"max"`` returns total/m (no query can
     be below the average); ``"rmse"`` sqrt(total/m).
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    measure : {"total", "rmse", "max"}, default "total"
+        As in :func:`expected_error`.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    float
+        A figure no strategy can beat, in the units of ``measure``.
+
+    Raises
+    ------
+    ValueError
+        ε/δ out of range, an unknown ``measure``, or a workload whose singular values
+        cannot be computed in memory.
+    TypeError
+        W is not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> round(lower_bound(W.prefix(8), eps=1.0), 3)
+    33.103
     """
     _check_measure(measure)
     W = as_linop(linear(W, "W"))

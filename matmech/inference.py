@@ -55,7 +55,8 @@ DENSE_SOLVE_N = 4096
 LSMR_TOL = 1e-10
 
 
-def least_squares(*measurements, nonneg=False, tol=LSMR_TOL, maxiter=None):
+def least_squares(*measurements: Measurement, nonneg: bool = False, tol: float = LSMR_TOL,
+                  maxiter: int | None = None) -> np.ndarray:
     """Generalised least-squares estimate x̂ of the histogram from one or more measurements.
 
     Each measurement is weighted by 1/its noise std (GLS). Structure-aware fast paths are
@@ -63,6 +64,37 @@ def least_squares(*measurements, nonneg=False, tol=LSMR_TOL, maxiter=None):
     ``nonneg=True`` clips negative cells to 0 afterwards: post-processing that keeps
     privacy but makes x̂ biased, so the analytic variances no longer describe it.
     ``tol``/``maxiter`` only affect the LSMR path (n > DENSE_SOLVE_N without structure).
+
+    Parameters
+    ----------
+    *measurements : Measurement
+        One or more measurements of the same histogram.
+    nonneg : bool, default False
+        Clip negative cells to 0 afterwards (biased post-processing).
+    tol : float, default 1e-10
+        Tolerance of the iterative (LSMR) path.
+    maxiter : int, optional
+        Iteration cap of the iterative path.
+
+    Returns
+    -------
+    numpy.ndarray
+        The estimate x̂ (float64, one value per cell).
+
+    Raises
+    ------
+    ValueError
+        No measurement, measurements over different domains, or a strategy whose
+        columns are not all measured.
+    TypeError
+        An argument that is not a Measurement.
+
+    Examples
+    --------
+    >>> from matmech import strategies as S
+    >>> m = measure([1, 2, 0, 1], S.identity(4), 1.0, rng=np.random.default_rng(0))
+    >>> least_squares(m).shape
+    (4,)
     """
     if len(measurements) == 1 and isinstance(measurements[0], (list, tuple)):
         measurements = tuple(measurements[0])
@@ -230,7 +262,7 @@ def tree_plan(T):
     return plan
 
 
-_PLANS = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _tree_plan(T):

@@ -23,6 +23,7 @@ from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
 from matmech.svt.select import SELECTION_METHODS, Selection
 from matmech.validate import check_labels
+from typing import Sequence
 
 __all__ = ["Release", "MeasurementRecord", "strategy_record", "gap_record", "release_table", "Z95"]
 
@@ -118,6 +119,49 @@ class Release:
     selected nothing is measured:
     ``answers`` is empty and ``measurement``/``strategy`` are None; the whole ``eps`` was charged
     with the selection (one atomic spend), so it is spent all the same.
+
+    Parameters
+    ----------
+    answers, std : numpy.ndarray
+        The answered rows' noisy answers and their standard deviations (counts).
+    expected_error : float
+        Σ std² (squared counts).
+    workload, strategy : LinOp
+        W and the matrix measured (None when nothing was selected).
+    strategy_name, strategy_note : str
+        How the strategy was chosen.
+    eps, delta : float
+        What the release spent in total.
+    neighbors : str
+        The neighbouring relation.
+    budget_remaining : tuple or None
+        What is left of the budget passed.
+    measurement : Measurement or None
+        The measurement made.
+    estimate : numpy.ndarray or None
+        The reconstructed histogram (explicit path).
+    selected, selection, eps_select, select_options
+        The selection, when ``release(..., select=...)`` was used.
+
+    Returns
+    -------
+    Release
+        A frozen record; :func:`release` makes it. ``interval()``, ``full()``,
+        ``to_dict()``, ``to_json()`` and ``plot()`` read it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> r = release(histogram([0, 1, 1, 3], 4), W.prefix(4), 1.0, strategy="identity",
+    ...             rng=np.random.default_rng(0))
+    >>> lo, hi = r.interval()
+    >>> bool((lo < r.answers).all() and (r.answers < hi).all())
+    True
     """
 
     answers: np.ndarray
@@ -281,7 +325,7 @@ def _unanswered_notes(release):
     return notes
 
 
-def release_table(release, labels=None, *, level=0.95):
+def release_table(release: Release, labels: Sequence[str] | None = None, *, level: float = 0.95) -> list[dict]:
     """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
 
     ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
@@ -290,6 +334,37 @@ def release_table(release, labels=None, *, level=0.95):
     listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
     threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
     unanswered rows have ``None`` for answer, std and interval.
+
+    Parameters
+    ----------
+    release : Release
+        The release to tabulate.
+    labels : sequence of str, optional
+        One label per workload row.
+    level : float, default 0.95
+        Confidence level of the normal-approximation interval.
+
+    Returns
+    -------
+    list of dict
+        One dict per workload row (``query``, ``answer``, ``std``, ``lower``, ``upper``;
+        plus ``selected`` and ``status`` with selection).
+
+    Raises
+    ------
+    ValueError
+        ``labels`` of the wrong length or ``level`` outside (0, 1).
+    TypeError
+        ``release`` is not a Release.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> r = release(histogram([0, 1, 1, 3], 4), W.prefix(4), 1.0, strategy="identity",
+    ...             rng=np.random.default_rng(0))
+    >>> rows = release_table(r)
+    >>> rows[0]["query"], sorted(rows[0])
+    ('[0, 0]', ['answer', 'lower', 'query', 'std', 'upper'])
     """
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")

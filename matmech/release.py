@@ -77,6 +77,12 @@ from matmech.svt.select import (
 from matmech.workloads import ranges
 from matmech.validate import rectangular
 from matmech.record import Z95, Release, gap_record, release_table, strategy_record
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
 
@@ -410,8 +416,10 @@ def _cells(x):
     return arr.shape[0]
 
 
-def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None,
-            max_records=None, domain=None):
+def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: float, delta: float = 0.0, *,
+            strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: Rng = None,
+            neighbors: str = "add_remove", select: Mapping[str, Any] | None = None, max_records: int | None = None,
+            domain: Any = None) -> Release:
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`) — or,
@@ -457,6 +465,54 @@ def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, nei
 
     Raises ValueError/TypeError, spending nothing, on bad input or a strategy that cannot
     answer W; an exhausted budget raises BudgetExceededError before x is read.
+
+    Parameters
+    ----------
+    x : array_like, mapping or data source
+        The histogram, or records / marginal tables / a data source (factored path).
+    W : LinOp, array_like or list of (lo, hi)
+        The workload.
+    eps : float
+        The total ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    strategy : str or LinOp, default "auto"
+        ``"auto"``, ``"identity"``, ``"hierarchical"``, ``"haar"``, ``"optimize"`` or an
+        operator (e.g. from :func:`load_strategy`).
+    budget : PrivacyBudget or Ledger, optional
+        Charged once, before the first noise draw.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+    select : dict, optional
+        Selection options (above).
+    max_records : int, optional
+        The declared bound on the number of records.
+    domain : int or Domain, optional
+        The declared domain.
+
+    Returns
+    -------
+    Release
+        The answers, their exact standard deviations and what was spent.
+
+    Raises
+    ------
+    ValueError
+        Bad input, a strategy that cannot answer W, or anything too large; nothing is spent.
+    TypeError
+        Arguments of the wrong kind.
+    BudgetExceededError
+        The budget cannot afford (ε, δ); raised before x is read.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = histogram([0, 1, 1, 3], 4)
+    >>> r = release(x, W.prefix(4), 1.0, strategy="identity", rng=np.random.default_rng(0))
+    >>> r.answers.shape, r.strategy_name, r.eps
+    ((4,), 'identity', 1.0)
     """
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)

@@ -20,12 +20,36 @@ from matmech.linalg.normmax import check_p as _check_p
 from matmech.linalg.spectral import BlockSpectral, NestedCovariance
 from matmech.validate import memory as check_memory
 from matmech.validate import factors as _factors, operator as _operator, size as _size
+from typing import Any, Sequence
 
 __all__ = ["identity", "hierarchical", "haar", "kron", "Tree", "Haar"]
 
 
-def identity(n):
-    """Measure every cell once (A = I)."""
+def identity(n: int) -> LinOp:
+    """Measure every cell once (A = I).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    LinOp
+        The n×n identity strategy.
+
+    Raises
+    ------
+    ValueError
+        n < 1 or too large for memory.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> identity(4).sensitivity(1)
+    1.0
+    """
     return Identity(_size(n, "n", what=f"identity({n!r}) (one float64 per cell)"))
 
 
@@ -37,11 +61,41 @@ class Tree(Intervals):
     parent node (−1 for the top). Every leaf is one cell, so the strategy has full column
     rank. ``sizes`` (when not None) are the uniform block sizes of a regular b-ary tree,
     ``branching`` its b (None for a tree given as a graph).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+    lo, hi : numpy.ndarray
+        Each node's interval of cells.
+    parent : numpy.ndarray
+        Parent row of each node (−1 for the top).
+    labels : sequence, optional
+        Node labels (trees given as a graph).
+    sizes, branching : optional
+        Regular-tree metadata, or None.
+
+    Returns
+    -------
+    Tree
+        A strategy; build it with :func:`hierarchical`.
+
+    Raises
+    ------
+    ValueError
+        Inconsistent node arrays.
+
+    Examples
+    --------
+    >>> T = hierarchical(4)
+    >>> type(T).__name__, T.shape
+    ('Tree', (7, 4))
     """
 
     kind = "tree"
 
-    def __init__(self, n, lo, hi, parent, *, labels=None, sizes=None, branching=None):
+    def __init__(self, n: int, lo: np.ndarray, hi: np.ndarray, parent: np.ndarray, *, labels: Sequence | None = None,
+                 sizes: Sequence[int] | None = None, branching: int | None = None) -> None:
         super().__init__(n, lo, hi)
         self.parent = np.asarray(parent, dtype=np.int64)
         self.labels = labels
@@ -170,7 +224,7 @@ def _tree_from_graph(tree):
     return len(cell), lo, hi, np.array(parent), bfs
 
 
-def hierarchical(n, branching=2, root=True):
+def hierarchical(n: Any, branching: int = 2, root: bool = True) -> Tree:
     """Hierarchical interval strategy H_b (Hay et al. VLDB 2010; Qardaji et al. VLDB 2013).
 
     ``hierarchical(n, b)``: every aligned block of bˡ cells for bˡ < n (leaves included),
@@ -181,6 +235,36 @@ def hierarchical(n, branching=2, root=True):
     depth-first order, are the cells (unbalanced trees such as geographies; the same
     O(nodes · depth) error figures); ``root=False`` drops the root row. The rows' memory is
     estimated first and a tree that cannot fit is refused with the estimate.
+
+    Parameters
+    ----------
+    n : int or networkx.DiGraph
+        Number of cells, or an arborescence whose leaves are the cells.
+    branching : int, default 2
+        b, for a regular tree.
+    root : bool, default True
+        Include the whole-domain row.
+
+    Returns
+    -------
+    Tree
+        The hierarchical strategy.
+
+    Raises
+    ------
+    ValueError
+        n < 1, branching < 2, a graph that is not an arborescence, or a size that does
+        not fit in memory (with the estimate).
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> H = hierarchical(8)
+    >>> H.shape, H.sensitivity(1)
+    ((15, 8), 4.0)
+    >>> hierarchical(16, 4, root=False).shape
+    (20, 16)
     """
     if _networkx_graph(n):
         size, lo, hi, parent, labels = _tree_from_graph(n)
@@ -215,9 +299,29 @@ class Haar(LinOp):
     sensitivity 1 + log₂ N. Implicit: products cost O(n log n) through prefix sums, and the
     error analysis and least squares take O(n log n) for every n
     (:class:`~matmech.linalg.spectral.NestedCovariance`).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    Haar
+        The strategy; build it with :func:`haar`.
+
+    Raises
+    ------
+    ValueError
+        n < 1.
+
+    Examples
+    --------
+    >>> type(haar(5)).__name__, haar(5).shape
+    ('Haar', (5, 5))
     """
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         n = check_size(n)
         big = 1 << max(0, (n - 1).bit_length())
         self.n, self.power_of_two = n, big == n
@@ -321,11 +425,58 @@ class Haar(LinOp):
 MAX_EXPLICIT_NNZ = 20_000_000
 
 
-def haar(n):
-    """The unnormalised Haar wavelet strategy (Privelet)."""
+def haar(n: int) -> LinOp:
+    """The unnormalised Haar wavelet strategy (Privelet).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells (any n).
+
+    Returns
+    -------
+    Haar
+        The square, invertible Haar strategy (implicit).
+
+    Raises
+    ------
+    ValueError
+        n < 1 or too large.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> Y = haar(8)
+    >>> Y.shape, Y.sensitivity(1)
+    ((8, 8), 4.0)
+    """
     return Haar(_size(n, "n", bytes_per=32, what=f"haar({n!r}) (a few float64 vectors of n entries)"))
 
 
-def kron(*strategies):
-    """Kronecker product of per-attribute strategies."""
+def kron(*strategies: LinOp) -> LinOp:
+    """Kronecker product of per-attribute strategies.
+
+    Parameters
+    ----------
+    *strategies : LinOp
+        One strategy per attribute.
+
+    Returns
+    -------
+    LinOp
+        Their Kronecker product.
+
+    Raises
+    ------
+    ValueError
+        No strategies.
+    TypeError
+        An argument that is not an operator.
+
+    Examples
+    --------
+    >>> kron(identity(2), hierarchical(4)).shape
+    (14, 8)
+    """
     return _operator(Kron(*_factors(strategies, "kron")), "the Kronecker strategy", per_col=0)

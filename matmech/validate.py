@@ -315,7 +315,7 @@ def linear(A, name: str):
     if not (isinstance(shape, tuple) and len(shape) == 2):
         raise TypeError(f"{name} must be a workload or strategy (a matmech LinOp, an array or a sparse matrix), "
                         f"got {type(A).__name__}: {_show(A)}")
-    if not all(isinstance(k, numbers.Integral) and k > 0 for k in shape):
+    if not all(isinstance(k, numbers.Integral) and int(k) > 0 for k in shape):
         raise ValueError(f"{name} must have at least one row and one column, got shape {shape}")
     return operator(A, name, per_col=0)  # rows and columns within an int64 index (a product domain may be implicit)
 

@@ -21,6 +21,7 @@ from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
 from matmech.validate import MAX_INDEX, SizeError, factors, operator, size, vector
 from matmech.validate import matrix as _matrix
+from typing import Any, Sequence
 
 
 def check_size(n, name="n"):
@@ -49,35 +50,152 @@ MAX_PATTERN_NNZ = 1 << 24
 MAX_PAIR_CELLS = 1 << 22
 
 
-def identity(n):
-    """The n point queries x₀, …, x_{n−1}."""
+def identity(n: int) -> LinOp:
+    """The n point queries x₀, …, x_{n−1}.
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    LinOp
+        The n×n identity workload.
+
+    Raises
+    ------
+    ValueError
+        n < 1 or too large for memory.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> identity(4).shape
+    (4, 4)
+    """
     n = size(n, "n", bytes_per=24, what=f"identity({n!r}) (its interval bounds and one float64 per cell)")
     cells = np.arange(n)
     return Intervals(n, cells, cells)
 
 
-def total(n):
-    """The single query Σ x."""
+def total(n: int) -> LinOp:
+    """The single query Σ x.
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    LinOp
+        The 1×n all-ones row.
+
+    Raises
+    ------
+    ValueError
+        n < 1.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> (total(4) @ np.arange(4.0)).tolist()
+    [6.0]
+    """
     n = check_size(n)
     return Intervals(n, np.array([0]), np.array([n - 1]))
 
 
-def prefix(n):
-    """The n prefix sums x₀ + … + x_k."""
+def prefix(n: int) -> LinOp:
+    """The n prefix sums x₀ + … + x_k.
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    LinOp
+        The n×n lower-triangular ones (implicit).
+
+    Raises
+    ------
+    ValueError
+        n < 1 or too large.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> (prefix(4) @ np.ones(4)).tolist()
+    [1.0, 2.0, 3.0, 4.0]
+    """
     return Prefix(check_size(n))
 
 
-def all_range(n):
+def all_range(n: int) -> LinOp:
     """All n(n+1)/2 range queries [lo, hi] (n up to ~3·10⁹, so that the row count fits an
-    int64 index; memory is checked for one float64 per cell)."""
+    int64 index; memory is checked for one float64 per cell).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+
+    Returns
+    -------
+    LinOp
+        The n(n+1)/2 × n range workload (implicit).
+
+    Raises
+    ------
+    ValueError
+        n < 1 or too large.
+    TypeError
+        n not an integer.
+
+    Examples
+    --------
+    >>> all_range(4096).shape
+    (8390656, 4096)
+    """
     n = check_size(n)
     if n * (n + 1) // 2 > MAX_INDEX:
         raise SizeError(f"all_range(n) has n(n+1)/2 rows, more than 2**62 (an int64 index) for n={n}")
     return AllRange(n)
 
 
-def ranges(n, intervals):
-    """Range queries from inclusive 0-based ``(lo, hi)`` pairs."""
+def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> LinOp:
+    """Range queries from inclusive 0-based ``(lo, hi)`` pairs.
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+    intervals : sequence of (int, int)
+        Inclusive, 0-based (lo, hi) with 0 <= lo <= hi < n.
+
+    Returns
+    -------
+    LinOp
+        One row per interval.
+
+    Raises
+    ------
+    ValueError
+        An empty list or an interval outside [0, n) (naming it).
+    TypeError
+        Intervals that are not integer pairs.
+
+    Examples
+    --------
+    >>> (ranges(10, [(0, 4), (5, 9)]) @ np.ones(10)).tolist()
+    [5.0, 5.0]
+    """
     n = check_size(n)
     if isinstance(intervals, (str, bytes)) or not hasattr(intervals, "__len__"):
         raise TypeError(f"intervals must be a sequence of (lo, hi) pairs, got {type(intervals).__name__}: {intervals!r}")
@@ -91,8 +209,31 @@ def ranges(n, intervals):
     return Intervals(n, pairs[:, 0], pairs[:, 1])
 
 
-def check_domain(domain):
-    """Validate a multi-attribute domain: a non-empty tuple of positive attribute sizes."""
+def check_domain(domain: Any) -> tuple[int, ...]:
+    """Validate a multi-attribute domain: a non-empty tuple of positive attribute sizes.
+
+    Parameters
+    ----------
+    domain : tuple of int
+        Attribute sizes.
+
+    Returns
+    -------
+    tuple of int
+        The validated domain.
+
+    Raises
+    ------
+    ValueError
+        An empty domain or a non-positive size.
+    TypeError
+        Not a tuple of integers.
+
+    Examples
+    --------
+    >>> check_domain((2, 3))
+    (2, 3)
+    """
     if isinstance(domain, numbers.Integral) and not isinstance(domain, bool):
         domain = (domain,)
     if not isinstance(domain, (tuple, list)) or not domain:
@@ -104,11 +245,39 @@ def check_domain(domain):
     return sizes
 
 
-def marginals(domain, k=None, *, attrs=None):
+def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
     """Marginal queries over a multi-attribute ``domain``.
 
     Either all ``k``-way marginals, or the marginals on the attribute subsets ``attrs``
     (e.g. ``[(0, 1), (2,)]``). A marginal on S is ⊗ᵢ (I if i ∈ S else 1ᵀ).
+
+    Parameters
+    ----------
+    domain : tuple of int
+        Attribute sizes.
+    k : int, optional
+        All k-way marginals.
+    attrs : sequence of tuple of int, optional
+        The attribute subsets (instead of ``k``).
+
+    Returns
+    -------
+    LinOp
+        The stacked marginal queries.
+
+    Raises
+    ------
+    ValueError
+        Both or neither of ``k`` and ``attrs``, or attributes outside the domain.
+    TypeError
+        A domain that is not a tuple of integers.
+
+    Examples
+    --------
+    >>> marginals((2, 3), 1).shape            # the 2 + 3 one-way cells
+    (5, 6)
+    >>> marginals((2, 3), attrs=[(0, 1)]).shape
+    (6, 6)
     """
     domain = check_domain(domain)
     d = len(domain)
@@ -125,7 +294,7 @@ def marginals(domain, k=None, *, attrs=None):
         for s in attrs:
             s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
             for a in s:
-                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= a < d:
+                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= int(a) < d:
                     raise ValueError(f"attribute {a!r} in {s} is not an index in [0, {d - 1}] of the domain {domain}")
             if len(set(s)) != len(s):
                 raise ValueError(f"attribute subset {s} repeats an attribute")
@@ -136,8 +305,31 @@ def marginals(domain, k=None, *, attrs=None):
     return VStack(blocks, domain=domain, subsets=subsets)
 
 
-def kron(*workloads):
-    """Kronecker product of per-attribute workloads (e.g. 2-D ranges = kron(all_range, all_range))."""
+def kron(*workloads: LinOp) -> LinOp:
+    """Kronecker product of per-attribute workloads (e.g. 2-D ranges = kron(all_range, all_range)).
+
+    Parameters
+    ----------
+    *workloads : LinOp
+        One workload per attribute.
+
+    Returns
+    -------
+    LinOp
+        Their Kronecker product (implicit).
+
+    Raises
+    ------
+    ValueError
+        No workloads.
+    TypeError
+        An argument that is not a workload.
+
+    Examples
+    --------
+    >>> kron(prefix(2), identity(3)).shape
+    (6, 6)
+    """
     return operator(Kron(*_operators(workloads, "kron")), "the Kronecker product", per_col=0)
 
 
@@ -153,16 +345,64 @@ def _operators(ops, what, *, total="product"):
     return ops
 
 
-def stack(*workloads, weights=None):
-    """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ)."""
+def stack(*workloads: LinOp, weights: Any = None) -> LinOp:
+    """Union of workloads over the same domain, optionally weighted (gram = Σ wᵢ² Gᵢ).
+
+    Parameters
+    ----------
+    *workloads : LinOp
+        Workloads over the same cells.
+    weights : sequence of float, optional
+        One positive weight per workload.
+
+    Returns
+    -------
+    LinOp
+        The weighted union.
+
+    Raises
+    ------
+    ValueError
+        Different column counts, or bad weights.
+    TypeError
+        An argument that is not a workload.
+
+    Examples
+    --------
+    >>> stack(prefix(4), total(4), weights=[1.0, 4.0]).shape
+    (5, 4)
+    """
     workloads = _operators(workloads, "stack", total="sum")
     if weights is not None:
         weights = vector(weights, "weights", length=len(workloads))
     return VStack(workloads, weights=weights)
 
 
-def from_matrix(matrix):
-    """A workload from an explicit numpy array or scipy sparse matrix."""
+def from_matrix(matrix: Any) -> LinOp:
+    """A workload from an explicit numpy array or scipy sparse matrix.
+
+    Parameters
+    ----------
+    matrix : array_like or scipy.sparse matrix
+        The queries, one row each.
+
+    Returns
+    -------
+    LinOp
+        A dense or sparse workload.
+
+    Raises
+    ------
+    ValueError
+        A ragged matrix (naming the row) or non-finite entries.
+    TypeError
+        Not a matrix.
+
+    Examples
+    --------
+    >>> from_matrix([[1, 0], [1, 1]]).shape
+    (2, 2)
+    """
     if isinstance(matrix, LinOp):
         return matrix
     if sp.issparse(matrix):

@@ -32,6 +32,12 @@ from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "unmeasurable"]
 
@@ -56,7 +62,41 @@ _ADVICE_KEYS = {"total": "total_error", "ratio_to_bound": "ratio_to_lower_bound"
 
 @dataclass(frozen=True)
 class Advice:
-    """Ranked candidates (best first), the skipped ones with reasons, and the context."""
+    """Ranked candidates (best first), the skipped ones with reasons, and the context.
+
+    Parameters
+    ----------
+    rows : tuple
+        Ranking records, best first (``name``, ``strategy``, ``total``, ``rmse``, ...).
+    skipped : tuple of (str, str)
+        Candidates not scored, with the reason.
+    eps, delta : float
+        The privacy parameters.
+    lower_bound : float or None
+        The SVD lower bound (total).
+    queries, cells : int
+        The workload's shape.
+    neighbors : str
+        The neighbouring relation.
+
+    Returns
+    -------
+    Advice
+        A frozen record; :func:`advise` makes it. ``best``, ``best_row``, ``table()``,
+        ``to_json()`` and ``plot()`` read it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> advice = advise(W.prefix(16), eps=1.0, candidates="fixed")
+    >>> advice.best.shape[1], advice.cells
+    (16, 16)
+    """
 
     rows: tuple
     skipped: tuple
@@ -409,7 +449,9 @@ def _rank(results, scorer, time_budget=None):
                   time_budget)
 
 
-def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=None, progress=None, neighbors="add_remove"):
+def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: str | Iterable[str] = "all",
+           time_budget: Any = None, rng: Rng = None,
+           progress: Callable[[float, str], Any] | None = None, neighbors: str = "add_remove") -> Advice:
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
@@ -424,6 +466,44 @@ def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget=None, rng=Non
     ``neighbors``: "add_remove" (default) or "substitute" (doubles every sensitivity, so
     the ranking is the same and every error four times larger).
     Returns an :class:`Advice`; ``advice.best`` is the winning strategy.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    candidates : "all", "fixed" or iterable of str, default "all"
+        Which candidates to rank.
+    time_budget : float, None or "default"
+        Seconds for the whole call (default 30; None: no limit).
+    rng : numpy.random.Generator, optional
+        Random restarts for the optimiser.
+    progress : callable, optional
+        Receives (fraction, message).
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    Advice
+        The ranking, best first; ``advice.best`` is the winning strategy.
+
+    Raises
+    ------
+    ValueError
+        ε/δ out of range, an unknown candidate name, or a bad ``time_budget``.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> advice = advise(W.prefix(16), eps=1.0, candidates="fixed")
+    >>> advice.best_row.name
+    'hierarchical, no root'
     """
     eps, delta = check_privacy_params(eps, delta)
     W = as_linop(linear(W, "W"))

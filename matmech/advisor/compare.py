@@ -27,6 +27,10 @@ from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron, LinOp, VStack
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.validate import linear, named_operators
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = [
     "Candidate",
@@ -272,13 +276,49 @@ def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors
     )
 
 
-def compare(W, eps=1.0, delta=0.0, *, candidates=None, neighbors="add_remove"):
+def compare(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: Sequence | None = None,
+            neighbors: str = "add_remove") -> tuple[list, list]:
     """Rows for every candidate strategy, best (lowest total error) first, and the skipped ones.
 
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
     cannot answer W or are too large for an exact figure.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    candidates : list or tuple of (name, LinOp), optional
+        Strategies to rank instead of the fixed family (identity, hierarchies, Haar, W).
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    rows : list
+        One ranking record per candidate (``name``, ``sensitivity``, ``total``, ``rmse``, ...),
+        best first.
+    skipped : list of (str, str)
+        The candidates that could not be scored, with the reason.
+
+    Raises
+    ------
+    ValueError
+        ε/δ out of range or an unknown ``neighbors``.
+    TypeError
+        ``candidates`` not a list or tuple, or W not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> rows, skipped = compare(W.prefix(8), 1.0)
+    >>> rows[0].name, skipped
+    ('identity', [])
     """
-    eps, delta, _, W = *check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
+    (eps, delta), _, W = check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
     candidates = fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")
     try:
         bound = lower_bound(W, eps, delta, neighbors=neighbors)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from matmech.validate import memory, size, vector
+from typing import Any
 
 __all__ = ["histogram", "cell_index"]
 
@@ -182,12 +183,12 @@ def cell_index(data, bins):
     specs = [_check_spec(s, name) for s, (_, _, name) in zip(raw, cols)]
     sizes = tuple(_spec_size(s) for s in specs)
     index = np.zeros(len(cols[0][0]), dtype=np.int64)
-    for (values, labels, name), spec, size in zip(cols, specs, sizes):
-        index = index * size + _codes(values, spec, labels, name)
+    for (values, labels, name), spec, n_cells in zip(cols, specs, sizes):
+        index = index * n_cells + _codes(values, spec, labels, name)
     return index, sizes
 
 
-def histogram(data, bins):
+def histogram(data: Any, bins: Any) -> np.ndarray:
     """Counts of records per cell: the vector x of the Matrix Mechanism (int64).
 
     ``histogram(values, bins)``: ``values`` a 1-D numpy array, list or pandas Series;
@@ -202,6 +203,33 @@ def histogram(data, bins):
     ``histogram(source, domain)`` with a declared :class:`~matmech.io.domain.Domain`: raw
     values mapped by the declaration and its policies (see :func:`matmech.io.engines.histogram`;
     its errors name the column, never a value).
+
+    Parameters
+    ----------
+    data : array_like, pandas object, or data source
+        Integer codes (1-D), records × attributes (2-D / DataFrame), or with a declared
+        :class:`~matmech.io.domain.Domain` a DataFrame, Arrow table or CSV/Parquet path.
+    bins : int, array_like, sequence, mapping or Domain
+        The declared domain: a number of cells, bin edges, one entry per attribute, or a
+        Domain.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 counts, one per cell (row-major over the attributes).
+
+    Raises
+    ------
+    ValueError
+        A value outside the domain, a missing or non-finite value (naming row and column,
+        or for a declared Domain only the column), or a domain too large for memory.
+    TypeError
+        Non-numeric values or an unsupported container.
+
+    Examples
+    --------
+    >>> histogram([0, 1, 1, 3], 4).tolist()
+    [1, 2, 0, 1]
     """
     from matmech.io.domain import Domain
 

@@ -37,6 +37,7 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Attribute", "Domain", "RegularBins", "time_bins", "TIME_UNITS", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
 
@@ -189,7 +190,7 @@ class Attribute:
     def declared_size(self) -> int:
         """Cells declared by the range, bins or categories (without the other cell)."""
         if self.kind == "range":
-            return -(-(int(self.hi) - int(self.lo) + 1) // int(self.width))
+            return -(-(int(self.hi) - int(self.lo) + 1) // int(self.width))  # type: ignore[arg-type]  # set for ranges
         if self.kind == "bins":
             return len(self.bins)
         return len(self.categories)
@@ -226,7 +227,7 @@ class Attribute:
         if not 0 <= code < self.size:
             raise IndexError(f"attribute {self.name!r} has cells 0..{self.size - 1}, got {code}")
         if code == self.other_code:
-            return self.other
+            return str(self.other)  # other_code is set only with an other label
         if self.labels is not None:
             return self.labels[code]
         if self.kind == "categories":
@@ -298,15 +299,15 @@ class Attribute:
 
     def to_dict(self) -> dict:
         """The declaration as a spec's ``[[attributes]]`` table (TOML/JSON-ready)."""
-        out = {"name": self.name}
+        out: dict[str, Any] = {"name": self.name}
         if self.column != self.name:
             out["column"] = self.column
         if self.time is not None:
             out.update(time=self.time, start=_time_iso(self.lo, self.time), end=_time_iso(self.hi, self.time))
         elif self.kind == "range":
-            out["range"] = [int(self.lo), int(self.hi)]
+            out["range"] = [int(self.lo), int(self.hi)]  # type: ignore[arg-type]  # set for ranges
             if self.width != 1:
-                out["width"] = int(self.width)
+                out["width"] = int(self.width)  # type: ignore[arg-type]
         elif self.kind == "bins" and self.width is not None:
             out.update(lo=self.lo, hi=self.hi, width=self.width)
         elif self.kind == "bins":

@@ -250,7 +250,7 @@ def _object_missing(obj):
     try:
         return np.asarray((obj == None) | (obj != obj), dtype=bool)  # noqa: E711 (elementwise)
     except TypeError:  # pandas NA compares to NA, which has no truth value
-        return np.frompyfunc(lambda v: v is None or v != v if not type(v).__name__ == "NAType" else True, 1, 1)(obj).astype(bool)
+        return np.frompyfunc(lambda v: v is None or v != v if type(v).__name__ != "NAType" else True, 1, 1)(obj).astype(bool)
 
 
 def _np_numbers(values):

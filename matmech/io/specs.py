@@ -24,6 +24,10 @@ from matmech.io.domain import Domain, categories, integer_range, numeric_bins, t
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import os
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,12 +38,75 @@ __all__ = ["Spec", "SpecError", "load_spec", "parse_spec"]
 
 
 class SpecError(ValueError):
-    """A workload spec that cannot be read; the message names the file and the key."""
+    """A workload spec that cannot be read; the message names the file and the key.
+
+    Parameters
+    ----------
+    message : str
+        Names the file, the key and what was expected.
+
+    Returns
+    -------
+    SpecError
+        A ``ValueError`` subclass.
+
+    Raises
+    ------
+    SpecError
+        Raised by :func:`load_spec` for a spec that cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "bad.toml")
+    >>> _ = open(path, "w").write("name = 3\\n")
+    >>> try:
+    ...     load_spec(path)
+    ... except SpecError:
+    ...     print("refused")
+    refused
+    """
 
 
 @dataclass(frozen=True)
 class Spec:
-    """A parsed workload spec."""
+    """A parsed workload spec.
+
+    Parameters
+    ----------
+    name, description : str
+        From the spec file.
+    domain : tuple of int
+        Attribute sizes.
+    attributes : tuple
+        Attribute names.
+    workload : LinOp
+        The queries.
+    labels : tuple or None
+        One label per query.
+    source : str
+        The file read.
+    schema : Domain or None
+        The declared attributes (``[[attributes]]``), when the spec has them.
+
+    Returns
+    -------
+    Spec
+        A frozen record; :func:`load_spec` makes it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> spec = load_spec("workloads/age_bands.toml")     # doctest: +SKIP
+    >>> spec.workload.shape                               # doctest: +SKIP
+    (9, 100)
+    >>> Spec.__dataclass_params__.frozen
+    True
+    """
 
     name: str
     description: str
@@ -279,8 +346,34 @@ def parse_spec(data, *, source="<spec>"):
     return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source, schema)
 
 
-def load_spec(path):
-    """Read a workload spec file (TOML)."""
+def load_spec(path: str | os.PathLike) -> Spec:
+    """Read a workload spec file (TOML).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A TOML workload spec (format: ``workloads/README.md``).
+
+    Returns
+    -------
+    Spec
+        The parsed spec.
+
+    Raises
+    ------
+    SpecError
+        A spec that cannot be read (naming the file, the key and what was expected).
+    OSError
+        The file cannot be opened.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "p.toml")
+    >>> _ = open(path, "w").write('name = "p"\\ndomain = [8]\\n[[queries]]\\nkind = "prefix"\\n')
+    >>> load_spec(path).workload.shape
+    (8, 8)
+    """
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such spec file")

@@ -24,6 +24,10 @@ import scipy.sparse as sp
 
 import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
 from matmech.linalg.linop import REGISTRY, LinOp
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import os
 
 __all__ = ["save_strategy", "load_strategy", "TYPES", "FORMAT", "VERSION"]
 
@@ -82,12 +86,43 @@ class _Writer:
         return {"type": name, **A.to_dict(self)}
 
 
-def save_strategy(path, A, *, overwrite: bool = True) -> None:
+def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) -> None:
     """Write strategy A to ``path`` (a ``.npz`` file, written exactly at that name).
 
     A may be any operator of :data:`TYPES`, nested (Kronecker products of optimised
     factors, stacks, scalings). Raises TypeError for anything else, before writing.
     ``overwrite=False``: FileExistsError if ``path`` exists (checked atomically at creation).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` file to write.
+    A : LinOp
+        The strategy.
+    overwrite : bool, default True
+        False: refuse a ``path`` that exists (FileExistsError, checked atomically).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        A is not a storable operator (nothing is written).
+    FileExistsError
+        ``path`` exists and ``overwrite`` is False.
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from matmech import strategies as S
+    >>> path = os.path.join(tempfile.mkdtemp(), "h.npz")
+    >>> save_strategy(path, S.hierarchical(16, 4))
+    >>> load_strategy(path).shape
+    (21, 16)
     """
     if not isinstance(A, LinOp):
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
@@ -95,7 +130,7 @@ def save_strategy(path, A, *, overwrite: bool = True) -> None:
     root = w.node(A)
     meta = json.dumps({"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root})
     buf = io.BytesIO()  # build fully in memory: a failure leaves no half-written file
-    np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)
+    np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)  # type: ignore[arg-type]
     with open(path, "wb" if overwrite else "xb") as f:
         f.write(buf.getvalue())
 
@@ -158,11 +193,37 @@ class _Reader:
         return registry[name].from_dict(node, self)
 
 
-def load_strategy(path):
+def load_strategy(path: str | os.PathLike) -> LinOp:
     """Read a strategy written by :func:`save_strategy`.
 
     Raises FileNotFoundError for a missing file and ValueError (naming the file and what is
     wrong) for a file that is not a matmech strategy, is damaged, or describes an invalid one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file written by :func:`save_strategy`.
+
+    Returns
+    -------
+    LinOp
+        The same strategy, bit for bit.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        The file is not a matmech strategy, is damaged, or describes an invalid one.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from matmech import strategies as S
+    >>> path = os.path.join(tempfile.mkdtemp(), "i.npz")
+    >>> save_strategy(path, S.identity(5))
+    >>> load_strategy(path).shape
+    (5, 5)
     """
     path = Path(path)
     source = str(path)

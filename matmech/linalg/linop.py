@@ -22,6 +22,10 @@ import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p, factored_sensitivity
 from matmech import validate
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    import numpy.typing as npt
 
 __all__ = [
     "LinOp",
@@ -110,6 +114,33 @@ class LinOp:
     :meth:`integer_valued`, :meth:`entry_range`, :meth:`explicit_matrix`,
     :meth:`rounded_matrix`, :meth:`row_blocks`, :meth:`linear_terms`; and
     :meth:`to_dict`/:meth:`from_dict` with :func:`register` for strategy files.
+
+    Parameters
+    ----------
+    None
+        ``LinOp`` is abstract: build operators with :mod:`matmech.workloads`,
+        :mod:`matmech.strategies` or :func:`as_linop`. A subclass sets ``shape`` (m, n).
+
+    Returns
+    -------
+    LinOp
+        An m×n operator: ``A @ x``, ``A.T @ y``, ``A.gram()``, ``A.col_norms(p)``,
+        ``A.sensitivity(p)`` and ``A.dense()`` (refused beyond 8·10⁷ entries).
+
+    Raises
+    ------
+    ValueError
+        ``A.dense()`` on an operator too large to materialise, or a product of operators
+        whose shapes do not match.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> A = W.prefix(4)
+    >>> A.shape, A.sensitivity(1)
+    ((4, 4), 4.0)
+    >>> (A @ np.ones(4)).tolist()
+    [1.0, 2.0, 3.0, 4.0]
     """
 
     #: The type name of a strategy file (set by :func:`register`; None: not storable).
@@ -294,13 +325,37 @@ class LinOp:
         return f"<{type(self).__name__} {self.shape[0]}×{self.shape[1]}>"
 
 
-def as_linop(obj):
-    """Coerce a LinOp, numpy array or scipy sparse matrix to a LinOp."""
+def as_linop(obj: LinOp | npt.ArrayLike) -> LinOp:
+    """Coerce a LinOp, numpy array or scipy sparse matrix to a LinOp.
+
+    Parameters
+    ----------
+    obj : LinOp, numpy.ndarray, nested list or scipy.sparse matrix
+        The matrix. A LinOp is returned unchanged.
+
+    Returns
+    -------
+    LinOp
+        A dense or sparse operator with the same entries.
+
+    Raises
+    ------
+    TypeError
+        ``obj`` is none of the accepted kinds.
+    ValueError
+        A ragged nested list (naming the ragged row) or non-finite entries.
+
+    Examples
+    --------
+    >>> A = as_linop(np.eye(3))
+    >>> A.shape
+    (3, 3)
+    """
     if isinstance(obj, LinOp):
         return obj
     if sp.issparse(obj):
         return Sparse(obj)
-    if isinstance(obj, np.ndarray) or isinstance(obj, (list, tuple)):
+    if isinstance(obj, (np.ndarray, list, tuple)):
         # a nested list: ragged rows and non-numbers named (validate.matrix); finiteness: Dense
         return Dense(validate.matrix(obj, "matrix", finite=False))
     raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")

@@ -78,7 +78,7 @@ def _max_sum_of_products(weights, vecs, node_cap):
     w = np.asarray(weights, dtype=np.float64)
     rest = []
     for V in vecs:
-        if np.all(V == V[:, :1]):
+        if np.all(V[:, :1] == V):
             w = w * V[:, 0]
         else:
             rest.append(np.unique(V, axis=1))  # equal cells (columns) need one branch

@@ -111,6 +111,42 @@ class OptimizeResult:
     (None where the method has no certificate), ``seconds`` the optimisation time (the
     error and bound evaluations after it are not included; for ``method="auto"`` summed
     over the families tried, listed in ``params["tried"]``), ``params`` method details.
+
+    Parameters
+    ----------
+    strategy : LinOp
+        The optimised strategy.
+    error, rmse : float
+        Total expected error (squared counts) and RMSE per query (counts).
+    lower_bound : float or None
+        The SVD lower bound (total).
+    method : str
+        The family that produced the strategy.
+    seconds : float
+        Optimisation time.
+    gap : float or None
+        Relative duality gap of the L2 methods.
+    eps, delta : float
+        The privacy parameters optimised for.
+    params : mapping
+        Method details (``tried``, ``failed``, ...).
+
+    Returns
+    -------
+    OptimizeResult
+        A frozen record; :func:`optimize` makes it. ``summary()`` prints it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> res = optimize(W.prefix(16), eps=1.0)
+    >>> res.error >= res.lower_bound
+    True
     """
 
     strategy: LinOp
@@ -338,6 +374,50 @@ def optimize(
     1-D optimisation. ``bound=False`` skips the SVD lower bound (an n×n eigenproblem).
     Raises ValueError for an unknown method, a method that does not fit the workload or
     privacy model, or a domain too large for it.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    eps : float, default 1.0
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0 for pure ε-DP, else in [1e-100, 1).
+    method : str, default "auto"
+        ``"auto"`` (every family that fits, lowest exact error kept), ``"pidentity"``,
+        ``"l2"``, ``"sdp"``, ``"kron"``, ``"marginals"``, ``"gmarginals"``, ``"kronstack"``.
+    restarts : int, default 1
+        Starting points per optimisation.
+    rng : numpy.random.Generator, optional
+        Random restarts (none without it; the result is reproducible either way).
+    progress : bool or callable, default False
+        Progress reports.
+    maxiter : int, optional
+        Iteration cap per 1-D optimisation.
+    time_limit : float, optional
+        Seconds per 1-D optimisation.
+    bound : bool, default True
+        Compute the SVD lower bound.
+
+    Returns
+    -------
+    OptimizeResult
+        The strategy, its exact error, RMSE, lower bound and details.
+
+    Raises
+    ------
+    ValueError
+        An unknown method, one that does not fit W or the privacy model, or a domain too
+        large for it.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> res = optimize(W.prefix(16), eps=1.0)
+    >>> res.method, res.strategy.shape[1], res.rmse < 4.0
+    ('pidentity', 16, True)
     """
     eps, delta = check_privacy_params(eps, delta)
     W = as_linop(validate.linear(W, "W"))
@@ -493,7 +573,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             cap = (maxiter or opt_pure.default_maxiter(n)) * starts + polish
             count = [0]
 
-            def cb(f):
+            def cb(f):  # type: ignore[misc]  # one callback per branch, each its optimiser's signature
                 count[0] += 1
                 if count[0] % 10 == 0:
                     report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")

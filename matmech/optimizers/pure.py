@@ -140,7 +140,7 @@ def _spd_inverse(r):
     return inv
 
 
-_UPPER = {}  # p -> the strict upper triangle's indices, for _spd_inverse
+_UPPER: dict = {}  # p -> the strict upper triangle's indices, for _spd_inverse
 
 
 # -- the strategy --------------------------------------------------------------------------------
@@ -599,7 +599,7 @@ def _starts(gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fi
             break
     if not starts:  # no hierarchy fits: a flat start
         starts.append(("flat", np.full((p_rand, n), 1.0 / p_rand)))
-    if n >= WIDE_HAT_MIN_N and WIDE_HAT_BRANCHING < n:
+    if n >= WIDE_HAT_MIN_N and n > WIDE_HAT_BRANCHING:
         wide = _wide_hat_start(gram, WIDE_HAT_BRANCHING, max_rows)
         if wide is not None and all(name != wide[0] for name, _ in starts):
             starts.append(wide)

@@ -200,7 +200,7 @@ class LaplaceResidualPlan(_OnLattice):
     queries: int
     start: str
     solver: str = "L-BFGS-B"
-    tables: tuple = None
+    tables: tuple | None = None
 
     def __repr__(self):
         return (f"LaplaceResidualPlan({len(self.subsets)} marginals, {len(self.tables)} tables, "

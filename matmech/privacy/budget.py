@@ -36,7 +36,33 @@ __all__ = [
 
 
 class BudgetExceededError(ValueError):
-    """A spend would exceed the privacy budget; nothing was recorded."""
+    """A spend would exceed the privacy budget; nothing was recorded.
+
+    Parameters
+    ----------
+    message : str
+        Says what was asked and what remains (never anything about the data).
+
+    Returns
+    -------
+    BudgetExceededError
+        A ``ValueError`` subclass.
+
+    Raises
+    ------
+    BudgetExceededError
+        Raised by :meth:`PrivacyBudget.spend` (and so by every mechanism) before any noise
+        is drawn or data read.
+
+    Examples
+    --------
+    >>> budget = PrivacyBudget(0.5)
+    >>> try:
+    ...     budget.spend(1.0)
+    ... except BudgetExceededError:
+    ...     print("refused", budget.spent)
+    refused (0.0, 0.0)
+    """
 
 
 @dataclass(frozen=True)
@@ -89,9 +115,37 @@ class PrivacyBudget:
     persistent :class:`~matmech.privacy.ledger.Ledger`) sets ``_total`` and overrides the
     three storage hooks :meth:`_spent_exact`, :meth:`_charge` and :meth:`_entries`; the
     validation, the exact comparison and the refusal message stay here.
+
+    Parameters
+    ----------
+    eps : float
+        The total ε (any positive finite number).
+    delta : float, default 0.0
+        The total δ.
+
+    Returns
+    -------
+    PrivacyBudget
+        An empty budget of that total.
+
+    Raises
+    ------
+    ValueError
+        A non-positive or non-finite ε, or δ outside [0, 1).
+    TypeError
+        ε or δ not a real number.
+    BudgetExceededError
+        From :meth:`spend`, when a spend would exceed the total.
+
+    Examples
+    --------
+    >>> budget = PrivacyBudget(1.0)
+    >>> _ = budget.spend(0.4, what="first release")
+    >>> budget.remaining, budget.can_spend(0.7)
+    ((0.6, 0.0), False)
     """
 
-    def __init__(self, eps, delta=0.0):
+    def __init__(self, eps: float, delta: float = 0.0) -> None:
         check_eps(eps)
         check_delta(delta)
         self._total = (exact(eps), exact(delta))
@@ -190,10 +244,38 @@ class PrivacyBudget:
 # ------------------------------------------------------------------------- advanced composition
 
 
-def advanced_composition(eps, delta, k, *, delta_slack) -> ApproxDP:
+def advanced_composition(eps: float, delta: float, k: int, *, delta_slack: float) -> ApproxDP:
     """(ε′, kδ + δ′) for k-fold adaptive composition of (ε, δ)-DP mechanisms
     (Dwork, Rothblum, Vadhan 2010, Thm. 3.3): ε′ = ε·sqrt(2k ln(1/δ′)) + kε(e^ε − 1),
-    with δ′ = ``delta_slack``."""
+    with δ′ = ``delta_slack``.
+
+    Parameters
+    ----------
+    eps, delta : float
+        The per-run privacy parameters.
+    k : int
+        The number of runs.
+    delta_slack : float
+        δ′ in (0, 1).
+
+    Returns
+    -------
+    ApproxDP
+        ``(eps, delta)`` of the composition.
+
+    Raises
+    ------
+    ValueError
+        Non-positive ε, δ out of range, k < 1 or a bad ``delta_slack``.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> total = advanced_composition(0.1, 0.0, 10, delta_slack=1e-6)
+    >>> round(total.eps, 3), total.delta
+    (1.767, 1e-06)
+    """
     e = check_eps(eps, allow_zero=True)
     d = check_delta(delta)
     k = _check_k(k)

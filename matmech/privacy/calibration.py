@@ -156,7 +156,7 @@ def _rho_for(eps: float, delta: float) -> float:
     return math.exp(root)
 
 
-def gaussian_sigma(eps, delta, sensitivity) -> float:
+def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     """σ of the discrete Gaussian giving (ε, δ)-DP for L2 sensitivity Δ₂.
 
     Through zCDP: the (multivariate) discrete Gaussian is ρ-zCDP with ρ = Δ₂²/(2σ²) (CKS
@@ -166,6 +166,32 @@ def gaussian_sigma(eps, delta, sensitivity) -> float:
     Valid range: ε in [1e-4, 100] and δ in [1e-100, 1) (:mod:`matmech.privacy.params`);
     outside it the conversion has no finite bracket (for ε ≳ 1.3e154 it used to loop) and
     a ValueError names the value.
+
+    Parameters
+    ----------
+    eps : float
+        ε in [1e-4, 100].
+    delta : float
+        δ in [1e-100, 1).
+    sensitivity : float
+        The L2 sensitivity Δ₂ (> 0).
+
+    Returns
+    -------
+    float
+        σ of the discrete Gaussian, in the units of the measurement.
+
+    Raises
+    ------
+    ValueError
+        ε, δ or the sensitivity out of range.
+    TypeError
+        Arguments that are not real numbers.
+
+    Examples
+    --------
+    >>> round(gaussian_sigma(1.0, 1e-6, 1.0), 3)
+    4.531
     """
     e = check_noise_eps(eps)
     d = check_delta(delta, positive=True)

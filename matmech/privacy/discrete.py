@@ -328,7 +328,7 @@ def _count(vals, keys, u: int, nbits: int, src: RandomSource) -> int:
     return below + (_resolve(tied, u, nbits, src) if tied else 0)
 
 
-def _prefixes(rows, spare: int):
+def _prefixes(rows, spare: int) -> list[tuple[int, int]]:
     """(first bits, their number) of each uniform: the spare word extends the first one
     whose high word equals a threshold's (``rows``: (high word, threshold values))."""
     out, used = [], False

@@ -114,9 +114,39 @@ def _utc_now() -> str:
 class Ledger(PrivacyBudget):
     """A privacy budget stored in an SQLite file; create with :meth:`create`, reopen with
     :meth:`open`. Every method reads the file afresh, so several processes may share one
-    ledger; :meth:`spend` is atomic across them."""
+    ledger; :meth:`spend` is atomic across them.
 
-    def __init__(self, path):
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The SQLite file (use :meth:`create` or :meth:`open` rather than the constructor).
+
+    Returns
+    -------
+    Ledger
+        A budget usable wherever a :class:`PrivacyBudget` is.
+
+    Raises
+    ------
+    FileExistsError
+        :meth:`create` on an existing file.
+    FileNotFoundError
+        :meth:`open` on a missing file.
+    ValueError
+        A file that is not a ledger, or a bad total.
+    BudgetExceededError
+        From :meth:`spend`, when a spend would exceed the total.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "budget.db")
+    >>> _ = Ledger.create(path, 1.0).spend(0.25)
+    >>> Ledger.open(path).remaining
+    (0.75, 0.0)
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
         """Open an existing ledger (same as :meth:`open`)."""
         self._path = Path(os.fspath(path))
         self._lock = threading.Lock()  # guards the tags only; the file has its own lock

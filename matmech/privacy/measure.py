@@ -44,6 +44,12 @@ from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, c
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = [
     "Measurement",
@@ -85,6 +91,45 @@ class Measurement:
     integer strategies), ``sensitivity`` the L1 (Laplace) or L2 (Gaussian) sensitivity
     of the measured strategy under ``neighbors``. ``secure`` is False when a seeded
     Generator supplied the randomness.
+
+    Parameters
+    ----------
+    strategy : LinOp
+        The matrix actually measured.
+    y : numpy.ndarray
+        The noisy measurements.
+    eps, delta : float
+        What the measurement spent.
+    noise : str
+        ``"discrete_laplace"`` or ``"discrete_gaussian"``.
+    scale, std, grid, sensitivity : float
+        The noise parameter, its standard deviation, the lattice spacing of y and the
+        sensitivity used.
+    neighbors : str
+        The neighbouring relation.
+    secure : bool
+        False when a seeded Generator supplied the randomness.
+    rounded : bool
+        True when a real-valued strategy was rounded to a grid.
+    note : str
+        How the measurement was made.
+
+    Returns
+    -------
+    Measurement
+        A frozen record; :func:`measure` makes it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import strategies as S
+    >>> m = measure([1, 2, 0, 1], S.identity(4), 1.0, rng=np.random.default_rng(0))
+    >>> m.std == 2 ** 0.5 * m.scale or m.std > 0
+    True
     """
 
     strategy: LinOp
@@ -374,7 +419,8 @@ def execute(plan, x, *, rng=None):
     )
 
 
-def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remove", max_records=None):
+def measure(x: npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float, delta: float = 0.0, *, budget: PrivacyBudget | None = None,
+            rng: Rng = None, neighbors: str = "add_remove", max_records: int | None = None) -> Measurement:
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
     ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete
@@ -386,6 +432,47 @@ def measure(x, A, eps, delta=0.0, *, budget=None, rng=None, neighbors="add_remov
     ``budget``: a :class:`~matmech.privacy.budget.PrivacyBudget` charged (ε, δ) after all checks and
     before any noise. ``rng``: None for the OS CSPRNG (secure); a numpy Generator for
     reproducible experiments only (NOT secure).
+
+    Parameters
+    ----------
+    x : array_like of int
+        The histogram: non-negative integer counts, length ``A.shape[1]``.
+    A : LinOp or array_like
+        The strategy to measure.
+    eps : float
+        ε in [1e-4, 100].
+    delta : float, default 0.0
+        0: discrete Laplace (pure ε); in [1e-100, 1): discrete Gaussian.
+    budget : PrivacyBudget, optional
+        Charged (ε, δ) after all checks and before any noise.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+    max_records : int, optional
+        The declared bound on Σx (default 2³²).
+
+    Returns
+    -------
+    Measurement
+        The noisy y = A x + z and its noise parameters.
+
+    Raises
+    ------
+    ValueError
+        Bad counts (naming the kind of defect, never a value), shapes, ε/δ, or Σx above
+        ``max_records``; nothing is spent.
+    TypeError
+        Arguments of the wrong kind.
+    BudgetExceededError
+        The budget cannot afford (ε, δ); raised before x is read.
+
+    Examples
+    --------
+    >>> from matmech import strategies as S
+    >>> m = measure([1, 2, 0, 1], S.identity(4), 1.0, rng=np.random.default_rng(0))
+    >>> m.noise, m.scale, m.y.shape, m.secure
+    ('discrete_laplace', 1.0, (4,), False)
     """
     A = as_linop(A)
     check_budget(budget)

@@ -102,6 +102,7 @@ def _exact_positive(x, name: str) -> Fraction:
 
 
 def _shape(size) -> tuple:
+    shape: tuple[int, ...]
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
         shape = (int(size),)
     elif isinstance(size, tuple) and all(

@@ -104,7 +104,7 @@ def check_noise_delta(delta, *, name: str = "delta") -> float:
     return d
 
 
-def check_privacy_params(eps, delta):
+def check_privacy_params(eps, delta) -> tuple[float, float]:
     """(ε, δ) as floats for a mechanism or an error figure: ε in [1e-4, 100], δ = 0 or in
     [1e-100, 1); strings, booleans and NaN are refused, naming the value."""
     for name, v in (("eps", eps), ("delta", delta)):

@@ -124,6 +124,10 @@ class RandomSource:
                 return x
 
 
+#: What an ``rng`` argument may be (for annotations): None (the OS CSPRNG, secure), a numpy
+#: Generator (reproducible, NOT secure) or a :class:`RandomSource`.
+Rng = np.random.Generator | RandomSource | None
+
 class _SecureSource(RandomSource):
     __slots__ = ()
     secure = True

@@ -58,6 +58,34 @@ def above_threshold_alpha(beta: float, *, k: int, eps: float, sensitivity: float
     the last may be >= T - alpha, with probability >= 1 - beta AboveThreshold
     does not halt before the k-th query, every reported query has
     q >= T - alpha and every rejected one q <= T + alpha.
+
+    Parameters
+    ----------
+    beta : float
+        Failure probability in (0, 1).
+    k : int
+        Number of queries.
+    eps : float
+        The ε of :func:`~matmech.svt.above_threshold`.
+    sensitivity : float, default 1.0
+        D.
+
+    Returns
+    -------
+    float
+        α: with probability ≥ 1 − β every answer is α-accurate ([DR14] Thm. 3.24).
+
+    Raises
+    ------
+    ValueError
+        β outside (0, 1), k < 1 or a bad ε.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> round(above_threshold_alpha(0.05, k=100, eps=1.0), 2)
+    66.35
     """
     beta = check_beta(beta)
     k = _check_k(k)
@@ -78,11 +106,11 @@ def sparse_alpha(
 ) -> float:
     """alpha for a given beta for :func:`~matmech.svt.sparse_vector` over k queries.
 
-    [M18]: if max_i |nu_i| + |rho| <= alpha then every positive has
+    [M18]: if ``max_i |nu_i| + |rho| <= alpha`` then every positive has
     q_i >= T - alpha, every negative q_i < T + alpha, and queries below
     T - alpha are all negative (so with at most c queries >= T - alpha the run
-    does not abort early).  Bounding P(|rho| > alpha/2) = beta/2 and
-    P(max |nu_i| > alpha/2) <= k e^{-alpha/(2 b2)} = beta/2 gives
+    does not abort early).  Bounding ``P(|rho| > alpha/2)`` = beta/2 and
+    ``P(max |nu_i| > alpha/2)`` <= k e^{-alpha/(2 b2)} = beta/2 gives
     alpha = 2 max(b1 ln(2/beta), b2 ln(2k/beta)) with b1, b2 the threshold and
     query noise scales of :func:`~matmech.svt.sparse_vector` with the same
     ``c``, ``eps``, ``monotonic`` and ``ratio`` (defaults match it).  With the
@@ -92,6 +120,40 @@ def sparse_alpha(
     c = 1 is [DR14] Thm. 3.24.  Computed for continuous Laplace noise at the
     nominal scales; the grid (scales rounded up by <= 2**-16, discrete tails)
     moves beta by a relative amount of order 2**-15.
+
+    Parameters
+    ----------
+    beta : float
+        Failure probability in (0, 1).
+    k : int
+        Number of queries.
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+
+    Returns
+    -------
+    float
+        α for the given β.
+
+    Raises
+    ------
+    ValueError
+        β outside (0, 1), k or c < 1, or a bad ε.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> round(sparse_alpha(0.05, k=100, c=1, eps=1.0), 2)
+    54.08
     """
     beta = check_beta(beta)
     k = _check_k(k)
@@ -116,6 +178,34 @@ def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1
     scores): given k-1 candidates <= T - alpha and one >= T + alpha, the top
     one is selected with probability >= 1 - beta (with equality at the
     boundary).  Requires k >= 2.
+
+    Parameters
+    ----------
+    beta : float
+        Failure probability in (0, 1).
+    k : int
+        Number of candidates (≥ 2).
+    eps : float
+        The ε of one EM draw.
+    sensitivity : float, default 1.0
+        D.
+
+    Returns
+    -------
+    float
+        α_EM.
+
+    Raises
+    ------
+    ValueError
+        β outside (0, 1), k < 2 or a bad ε.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> round(exponential_alpha(0.05, k=100, eps=1.0), 3)
+    7.54
     """
     beta = check_beta(beta)
     k = _check_k(k)

@@ -61,6 +61,31 @@ class SVTCalibration:
     (``answer_scale`` is None when eps3 = 0).  ``sensitivity`` is the
     sensitivity the scales were calibrated with: the nominal one, plus the
     grid step ``grid`` when values had to be rounded onto the grid.
+
+    Parameters
+    ----------
+    eps_threshold, eps_queries, eps_answer : float
+        ε₁, ε₂, ε₃.
+    threshold_scale, query_scale, answer_scale : float
+        The Laplace scales (``answer_scale`` None when ε₃ = 0).
+    sensitivity, grid : float
+        The sensitivity used and the grid step.
+
+    Returns
+    -------
+    SVTCalibration
+        A frozen record, made by :func:`svt_budget` (``SVTBudget`` is the same class).
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> b = svt_budget(c=2, eps=1.0)
+    >>> b.eps_threshold + b.eps_queries
+    1.0
     """
 
     eps: float
@@ -84,6 +109,30 @@ def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
     """r in eps1:eps2 = 1:r minimising Var(Lap(D/eps1) - Lap(k c D/eps2)).
 
     [LSL17] Eq. (12): r = (2c)^(2/3); Sec. 4.3 for monotonic queries: r = c^(2/3).
+
+    Parameters
+    ----------
+    c : int
+        The SVT cutoff.
+    monotonic : bool, default False
+        Monotonic queries.
+
+    Returns
+    -------
+    float
+        r = (2c)^(2/3), or c^(2/3) for monotonic queries ([LSL17] Eq. 12).
+
+    Raises
+    ------
+    ValueError
+        c < 1.
+    TypeError
+        c not an integer.
+
+    Examples
+    --------
+    >>> round(optimal_ratio(8), 4), round(optimal_ratio(8, monotonic=True), 4)
+    (6.3496, 4.0)
     """
     c = check_c(c)
     return float((c if monotonic else 2 * c) ** (2.0 / 3.0))
@@ -230,9 +279,45 @@ def svt_budget(
     Lap(D/eps1), query noise Lap(2cD/eps2) (Lap(cD/eps2) if ``monotonic``,
     Thm. 4.9), answers Lap(cD/eps3).  ``integer_values`` says whether the
     values will arrive with an integer dtype (then no grid rounding, and D is
-    not increased by the grid step).  ``value_bound``: a declared bound on |values|
-    (0 = none); the grid is coarsened so that no value within it can overflow
-    (:func:`declared_grid`).
+    not increased by the grid step).
+
+    Parameters
+    ----------
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        Sensitivity of each value.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    eps_answer : float, default 0.0
+        ε₃ for numeric answers.
+    integer_values : bool, default False
+        Values already on the integer grid (no rounding allowance).
+    value_bound : float, default 0.0
+        A declared bound on |values| (0 = none); the grid is coarsened so that no value
+        within it can overflow (:func:`declared_grid`).
+
+    Returns
+    -------
+    SVTCalibration
+        The split and the noise scales.
+
+    Raises
+    ------
+    ValueError
+        Bad ε, c, ratio or a scale too large for exact sampling.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> b = svt_budget(c=2, eps=1.0)
+    >>> b.query_scale > b.threshold_scale
+    True
     """
     c = check_c(c)
     eps, eps_answer = check_eps(eps, eps_answer)
@@ -266,6 +351,40 @@ class GapCalibration:
     stops when fewer than two are left, i.e. when a middle positive would not fit).  All
     scales are whole multiples of the one power-of-two ``grid``; ``sensitivity`` includes
     the grid step when values must be snapped to it.
+
+    Parameters
+    ----------
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    eps : float
+        The total ε.
+    c : int
+        The cutoff.
+    monotonic : bool
+        Monotonic noise.
+    sensitivity, grid, query_scale : float
+        Sensitivity used, grid step, per-score noise scale.
+    threshold_scale, top_scale, sigma : float or None
+        SVT threshold noise, adaptive top-branch noise and margin.
+    eps_threshold, eps_middle, eps_top : float
+        The budget split.
+    units : int
+        Query budget in multiples of ``eps_top``.
+
+    Returns
+    -------
+    GapCalibration
+        A frozen record, made by :func:`gap_calibration`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> gap_calibration("svt-gap", c=2, eps=1.0).threshold_scale is not None
+    True
     """
 
     method: str
@@ -383,7 +502,47 @@ def _gap_calibration(
     of the top-branch noise, and large enough that a row AT the threshold takes the top
     branch with probability <= 1/(2n), so the n candidates give at most about one false
     top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
-    ``value_bound``: a declared bound on |values| (0 = none), as in :func:`svt_budget`.
+
+    Parameters
+    ----------
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        SVT's ε₁:ε₂ (not for top-c).
+    sigma : float or "auto", default "auto"
+        Adaptive SVT's margin.
+    integer_values : bool, default False
+        Values already on the integer grid.
+    n_candidates : int, default 0
+        Number of candidates (adaptive SVT's automatic margin).
+    value_bound : float, default 0.0
+        A declared bound on |values| (0 = none); the grid is coarsened so that no value
+        within it can overflow (:func:`declared_grid`).
+
+    Returns
+    -------
+    GapCalibration
+        The noise scales and the split.
+
+    Raises
+    ------
+    ValueError
+        An unknown method, options it does not take, or bad ε, c, sigma.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> gap_calibration("topc-gap", c=2, eps=1.0).method
+    'topc-gap'
     """
     if method not in GAP_METHODS:
         raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")

@@ -108,7 +108,7 @@ def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
         raise TypeError(f"threshold must be a real number or a sequence of them, got {type(threshold).__name__}: "
                         f"{threshold!r}")
     if isinstance(threshold, numbers.Integral) and not isinstance(threshold, np.generic) \
-            and not -(2**63) <= threshold < 2**63:
+            and not -(2**63) <= int(threshold) < 2**63:
         threshold = real(threshold, "threshold")  # beyond int64: a float, or ValueError past 1.8e308
     rectangular(threshold, "threshold")
     try:

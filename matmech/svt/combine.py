@@ -51,6 +51,7 @@ from matmech.privacy.params import check_noise_eps
 from matmech.svt.checks import check_c, check_threshold
 from matmech.svt.calibration import GAP_METHODS, gap_calibration
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
+from typing import Any
 
 __all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "answer_basis", "advise_split",
            "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
@@ -70,7 +71,35 @@ SPLIT_TIE = 0.01
 @dataclass(frozen=True)
 class GapMeasurement:
     """z = q_S + e over the selected ``positions`` (selection order), Cov(e) = diag(var) + common_var 1 1ᵀ
-    (``common_var`` inf: an unknown common offset; 0: none, the entries are independent)."""
+    (``common_var`` inf: an unknown common offset; 0: none, the entries are independent).
+
+    Parameters
+    ----------
+    positions : numpy.ndarray
+        The selected indices.
+    z : numpy.ndarray
+        The measured values.
+    var : numpy.ndarray
+        Independent noise variances.
+    common_var : float
+        Variance of a common offset (inf: unknown offset; 0: none).
+
+    Returns
+    -------
+    GapMeasurement
+        A frozen record, made by :func:`gap_measurement`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> gap_measurement(r, 100).positions.tolist()
+    [1, 3]
+    """
 
     positions: np.ndarray
     z: np.ndarray
@@ -86,10 +115,35 @@ class GapMeasurement:
         return np.diag(w) - np.outer(w, w) / denom
 
 
-def gap_measurement(result, threshold=None) -> GapMeasurement:
+def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
     """The linear measurement a :class:`~matmech.svt.gap.GapResult` makes of its selected values.
 
     ``threshold``: the public threshold(s) of an SVT run (scalar or one per candidate).
+
+    Parameters
+    ----------
+    result : GapResult or VectorResult
+        A free-gap or vector selection.
+    threshold : float or array_like, optional
+        The public threshold(s) of an SVT run.
+
+    Returns
+    -------
+    GapMeasurement
+        z = q_S + e with its covariance.
+
+    Raises
+    ------
+    ValueError
+        A missing threshold for an SVT run, or a threshold of the wrong length.
+    TypeError
+        ``result`` of the wrong kind.
+
+    Examples
+    --------
+    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> gap_measurement(r, 100).z.shape
+    (2,)
     """
     cal = result.calibration
     pos = np.asarray(result.positions, dtype=np.int64)
@@ -120,6 +174,38 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     duplicate or dependent rows make r < k and ``cov`` singular); default: the range of
     ``cov`` (:func:`~matmech.linalg.gls.row_space_basis`). The GLS is
     :func:`matmech.linalg.gls.gls` on that space: exact for duplicate and dependent rows.
+
+    Parameters
+    ----------
+    y : numpy.ndarray
+        The measured answers of the selected rows.
+    cov : numpy.ndarray
+        Their covariance (positive semidefinite).
+    gap : GapMeasurement
+        The selection's measurement of the same rows.
+    order : sequence of int, optional
+        Index into ``y`` of each gap position.
+    basis : numpy.ndarray, optional
+        A basis (k x r) of the space the answers live in.
+
+    Returns
+    -------
+    estimate : numpy.ndarray
+        The GLS estimate.
+    covariance : numpy.ndarray
+        Its covariance.
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not match, or ``cov`` not positive semidefinite.
+
+    Examples
+    --------
+    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> est, C = combine_gaps(np.array([500.0, 700.0]), 4.0 * np.eye(2), gap_measurement(r, 100))
+    >>> est.shape, bool(np.all(np.diag(C) < 4.0))
+    ((2,), True)
     """
     if not isinstance(gap, GapMeasurement):
         raise TypeError(f"gap must be a GapMeasurement (from gap_measurement), got {type(gap).__name__}")
@@ -237,6 +323,53 @@ def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=Fal
     clear the threshold by a margin.) Returns the smallest share whose objective is within
     :data:`SPLIT_TIE` (1%) of the minimum over the searched grid, and the table
     {share: objective} of the shares searched.
+
+    Parameters
+    ----------
+    row_variance : callable
+        ``row_variance(eps_m)``: the mean variance of one answer measured with eps_m.
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    eps : float
+        The total ε.
+    c : int
+        The cutoff.
+    sensitivity : float, default 1.0
+        Row sensitivity.
+    monotonic : bool, default False
+        Monotonic rows.
+    floor : float or "auto", default "auto"
+        Smallest share searched.
+    joint_sensitivity : float, optional
+        Δ_W, enabling the vector selection.
+    vector : bool or "auto", default "auto"
+        Consider the vector selection.
+    n_values : int, default 1
+        Number of candidates.
+    integer_values : bool, default True
+        Values on the integer grid.
+    ratio : float or "optimal", default "optimal"
+        SVT's ε₁:ε₂.
+
+    Returns
+    -------
+    share : float
+        The advised selection share of ``eps``.
+    table : dict
+        {share: objective} over the shares searched.
+
+    Raises
+    ------
+    TypeError
+        ``row_variance`` not callable, or arguments of the wrong kind.
+    ValueError
+        An unknown method or bad ε, c, floor.
+
+    Examples
+    --------
+    >>> share, table = advise_split(lambda e: 2.0 / e ** 2, method="topc-gap", eps=1.0, c=2)
+    >>> 0.0 < share < 1.0 and share in table
+    True
     """
     if not callable(row_variance):
         raise TypeError(f"row_variance must be a function of eps (the variance of one answer), "

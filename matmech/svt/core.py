@@ -24,6 +24,11 @@ from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_threshold, check_values
 from matmech.svt.grid import (checked_or_declared, chunk_bounds, draw, noise_chunks, threshold_units, to_units,
                               worker_sources)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    import numpy.typing as npt
 
 __all__ = [
     "SVTResult",
@@ -54,6 +59,27 @@ class SVTResult:
         Number of comparisons made (including repeated ones in retraversal).
     budget
         The data-independent calibration, see :class:`~matmech.svt.SVTCalibration`.
+
+    Parameters
+    ----------
+    positions, answers, eps, stopped, n_processed, budget
+        The fields above.
+
+    Returns
+    -------
+    SVTResult
+        A frozen record, made by the SVT functions.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = sparse_vector([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> r.answers is None, r.budget.eps_answer
+    (True, 0.0)
     """
 
     positions: tuple[int, ...]
@@ -112,8 +138,8 @@ def noisy_answers(arr, positions, budget, src) -> Optional[tuple[float, ...]]:
 
 
 def sparse_vector(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
@@ -121,7 +147,7 @@ def sparse_vector(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     eps_answer: float = 0.0,
-    rng=None,
+    rng: Rng = None,
     value_bound: Optional[float] = None,
 ) -> SVTResult:
     """Standard SVT, [LSL17] Alg. 7 ("SVT-S"); (eps1+eps2+eps3)-DP by Thm. 4.7.
@@ -146,6 +172,48 @@ def sparse_vector(
     (:func:`matmech.svt.select.plan_selection`): the grid is chosen so that no value within it
     can overflow, and nothing here checks the values.  None: the values are range-checked
     before any draw (a direct call, with no budget).
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers q_i(D) (at most ``sensitivity`` apart on neighbours).
+    threshold : float or array_like
+        The public threshold T, or one T_i per value.
+    c : int
+        Stop after c positives.
+    eps : float
+        The total ε of the run.
+    sensitivity : float, default 1.0
+        The sensitivity D of each value.
+    monotonic : bool, default False
+        All values move the same direction between neighbours (halves the query noise).
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    eps_answer : float, default 0.0
+        ε₃ for noisy answers of the reported positions.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    SVTResult
+        The positions found, in order, and what was spent.
+
+    Raises
+    ------
+    ValueError
+        A bad ε, c, threshold, ratio or non-finite value; before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = sparse_vector([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> r.positions, r.stopped, r.eps
+    ((1, 3), True, 1.0)
     """
     arr, t = prepare(values, threshold)
     budget = svt_budget(
@@ -170,13 +238,13 @@ def sparse_vector(
 
 
 def above_threshold(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     eps: float,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng=None,
+    rng: Rng = None,
 ) -> SVTResult:
     """AboveThreshold ([DR14] Alg. 1; [LSL17] Alg. 1 with c = 1): eps-DP.
 
@@ -184,6 +252,38 @@ def above_threshold(
     stops.  The budget is split as in the book, eps1 = eps2 = eps/2
     (rho ~ Lap(2D/eps), nu ~ Lap(4D/eps); Lap(2D/eps) if ``monotonic``), so
     that :func:`~matmech.svt.above_threshold_alpha` ([DR14] Thm. 3.24) applies verbatim.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers.
+    threshold : float or array_like
+        The public threshold(s).
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        Sensitivity of each value.
+    monotonic : bool, default False
+        Monotonic queries.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    SVTResult
+        At most one position.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> above_threshold([3, 500, 2], 100, eps=1.0, rng=np.random.default_rng(0)).positions
+    (1,)
     """
     return sparse_vector(values, threshold, c=1, eps=eps, sensitivity=sensitivity,
                          monotonic=monotonic, ratio=1.0, rng=rng)

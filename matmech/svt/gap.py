@@ -45,6 +45,11 @@ from matmech.privacy import noise
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
 from matmech.svt.grid import check_public_units, checked_or_declared, chunk_bounds, draw, threshold_units, to_units
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    import numpy.typing as npt
 
 __all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
 
@@ -60,6 +65,39 @@ class GapResult:
     or "top" (SVT).  ``eps``: the budget the run was calibrated for (the privacy cost);
     ``eps_used``: what the positives actually used of it (adaptive SVT may stop early).
     ``stopped``/``n_processed`` are functions of the output.  ``calibration`` is public.
+
+    Parameters
+    ----------
+    positions : tuple of int
+        The selected indices.
+    gaps : tuple of float
+        One noisy gap per position.
+    branches : tuple of str
+        ``"rank"``, ``"middle"`` or ``"top"``.
+    eps, eps_used : float
+        The calibrated budget and what the positives used.
+    stopped : bool
+        The run hit its cutoff.
+    n_processed : int
+        Comparisons made.
+    calibration : GapCalibration
+        The public calibration.
+
+    Returns
+    -------
+    GapResult
+        A frozen record, made by the free-gap functions.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = noisy_top_c_gap([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> r.positions, r.branches
+    ((3, 1), ('rank', 'rank'))
     """
 
     positions: tuple[int, ...]
@@ -91,8 +129,8 @@ def _top_c_order(noisy, c):
     return cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
 
 
-def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
-                    rng=None, value_bound: float | None = None) -> GapResult:
+def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
+                    rng: Rng = None, value_bound: float | None = None) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
@@ -100,6 +138,42 @@ def noisy_top_c_gap(values, c: int, eps: float, *, sensitivity: float = 1.0, mon
     (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.  ``value_bound``: the
     declared bound on |values| checked by the caller before its spend (the grid is chosen for
     it, nothing here checks the values); None range-checks the values before any draw.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The scores.
+    c : int
+        How many to select (c < len(values)).
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic scores.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    GapResult
+        The c best, best first, and their gaps.
+
+    Raises
+    ------
+    ValueError
+        c >= len(values), bad ε or non-finite scores, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = noisy_top_c_gap([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> r.positions, len(r.gaps)
+    ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
     cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
@@ -128,19 +202,21 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
         check_public_units(cal.sigma, g, "sigma")
     src = noise.check_rng(rng)
     t_units = threshold_units(t, g)
-    rho = int(draw(cal.threshold_scale, 1, g, src)[0])
+    rho = int(draw(cal.threshold_scale, 1, g, src)[0])  # type: ignore[arg-type]  # set for SVT methods
     adaptive = cal.top_scale is not None
-    sigma_u = int(round(cal.sigma / g)) if adaptive else 0
+    sigma_u = int(round(cal.sigma / g)) if adaptive else 0  # type: ignore[operator]
     limit = cal.units - 2  # stop once the units used exceed this: a middle positive would not fit
     used = 0
-    pos_out, gap_out, br_out = [], [], []
+    pos_out: list = []
+    gap_out: list = []
+    br_out: list = []
     n = arr.shape[0]
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
         base = to_units(arr[a:b], g) - (t_units[0] if t_units.shape[0] == 1 else t_units[a:b]) - rho
         mid = base + draw(cal.query_scale, b - a, g, src)
         if adaptive:
-            top_m = base + draw(cal.top_scale, b - a, g, src)
+            top_m = base + draw(cal.top_scale, b - a, g, src)  # type: ignore[arg-type]
             top = top_m >= sigma_u
             hit = top | (mid >= 0)
             margin = np.where(top, top_m, mid)
@@ -167,22 +243,61 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
                      min(eps_used, cal.eps), stopped, processed, cal)
 
 
-def sparse_vector_gap(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
-                      ratio: Ratio = "optimal", rng=None, value_bound: float | None = None) -> GapResult:
+def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
+                      ratio: Ratio = "optimal", rng: Rng = None, value_bound: float | None = None) -> GapResult:
     """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
 
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
     eps1 = (eps - eps0)/c, eps0:(eps - eps0) = 1:``ratio`` ("optimal": [LSL17] Eq. (12));
     i is a positive when the gap q_i + nu_i - (T_i + rho) >= 0; stops at the c-th.
     ``value_bound``: as in :func:`noisy_top_c_gap`.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    GapResult
+        The positives, in order, with their gaps to the noisy threshold.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0,
+    ...                   rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     return _svt_gap_run("svt-gap", values, threshold, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
                         ratio=ratio, sigma="auto", rng=rng, value_bound=value_bound)
 
 
-def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity: float = 1.0,
-                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng=None,
-                           value_bound: float | None = None) -> GapResult:
+def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0,
+                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng: Rng = None, value_bound: float | None = None) -> GapResult:
     """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
 
     As :func:`sparse_vector_gap`, but each value first tries the top branch (noise
@@ -191,6 +306,49 @@ def adaptive_sparse_vector(values, threshold, *, c: int, eps: float, sensitivity
     when what is left of eps - eps0 is less than eps1.  ``sigma="auto"``: top-branch scale
     times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.calibration.gap_calibration`;
     our default, [DWZK19] leave sigma to the user).  ``value_bound``: as in :func:`noisy_top_c_gap`.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff at the middle-branch price.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    sigma : float or "auto", default "auto"
+        The top-branch margin.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    GapResult
+        The positives with their gaps and branches.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = adaptive_sparse_vector([3, 500, 2, 700], 100, c=2, eps=1.0,
+    ...                            rng=np.random.default_rng(0))
+    >>> r.positions, r.branches
+    ((1, 3), ('top', 'top'))
     """
     return _svt_gap_run("adaptive-svt", values, threshold, c=c, eps=eps, sensitivity=sensitivity,
                         monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng, value_bound=value_bound)

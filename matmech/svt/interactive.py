@@ -18,12 +18,44 @@ from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_real, check_threshold
 from matmech.svt.core import SVTResult
 from matmech.svt.grid import NoiseBuffer, draw, range_check, to_units
+from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
 
 __all__ = ["SparseVector", "SparseVectorExhausted"]
 
 
 class SparseVectorExhausted(RuntimeError):
-    """Raised when a :class:`SparseVector` is asked a query after its c-th positive."""
+    """Raised when a :class:`SparseVector` is asked a query after its c-th positive.
+
+    Parameters
+    ----------
+    message : str
+        Says how many positives were reported after how many queries.
+
+    Returns
+    -------
+    SparseVectorExhausted
+        A ``RuntimeError`` subclass.
+
+    Raises
+    ------
+    SparseVectorExhausted
+        Raised by :meth:`SparseVector.test` after the c-th positive.
+
+    Examples
+    --------
+    >>> sv = SparseVector(100, c=1, eps=1.0, rng=np.random.default_rng(0))
+    >>> sv.test(500)
+    True
+    >>> try:
+    ...     sv.test(1)
+    ... except SparseVectorExhausted:
+    ...     print("exhausted")
+    exhausted
+    """
 
 
 class SparseVector:
@@ -45,11 +77,50 @@ class SparseVector:
     |entry| of the query rows). The grid is chosen for it at construction and every value is
     held to it, so no query can raise on its value after the threshold noise is drawn
     (issue 21). None: each value is range-checked against the grid as it arrives.
+
+    Parameters
+    ----------
+    threshold : float
+        The default threshold T (``test`` may override it per query).
+    c : int
+        Positives before the object refuses further queries.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        Sensitivity D of each query.
+    monotonic : bool, default False
+        Monotonic queries (halves the query noise).
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    eps_answer : float, default 0.0
+        ε₃ for noisy answers.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        A declared bound on |q_i(D)| (see above); None: values are range-checked as they arrive.
+
+    Returns
+    -------
+    SparseVector
+        An object whose ``test(value)`` returns True / False.
+
+    Raises
+    ------
+    ValueError
+        Bad parameters, at construction (before any randomness).
+    SparseVectorExhausted
+        ``test`` after the c-th positive.
+
+    Examples
+    --------
+    >>> sv = SparseVector(100, c=1, eps=1.0, rng=np.random.default_rng(0))
+    >>> sv.test(3), sv.test(500)
+    (False, True)
     """
 
     def __init__(
         self,
-        threshold,
+        threshold: Any,
         *,
         c: int,
         eps: float,
@@ -57,7 +128,7 @@ class SparseVector:
         monotonic: bool = False,
         ratio: Ratio = "optimal",
         eps_answer: float = 0.0,
-        rng=None,
+        rng: Rng = None,
         value_bound: Optional[float] = None,
     ) -> None:
         t = check_threshold(threshold, None)

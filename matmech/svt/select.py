@@ -33,6 +33,13 @@ from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
                                 prefer_vector, vector_calibration)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    from matmech.linalg.linop import LinOp
+    from matmech.privacy.budget import PrivacyBudget
+    import numpy.typing as npt
 
 __all__ = ["SelectionMethod", "SELECTION_METHODS", "GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "declared_calibration", "selection_mechanism", "MECHANISMS"]
 
@@ -151,7 +158,49 @@ def shown_select_options(opts):
 
 @dataclass(frozen=True)
 class Selection:
-    """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM)."""
+    """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM).
+
+    Parameters
+    ----------
+    rows : numpy.ndarray
+        The selected row indices of W.
+    method : str
+        The selection method.
+    eps : float
+        What the selection spent.
+    c : int
+        The cap on the number of rows.
+    threshold : object
+        The threshold used (SVT), or None.
+    sensitivity : float
+        The row sensitivity used.
+    monotonic, stopped : bool
+        Monotonic noise; whether the run stopped at c rows.
+    n_candidates : int
+        Rows examined.
+    gap : object
+        The free-gap result, for the gap methods.
+    mechanism : str
+        The mechanism that ran (e.g. ``"vector-top-c"``).
+
+    Returns
+    -------
+    Selection
+        A frozen record; :func:`select_rows` makes it.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = histogram(np.repeat(np.arange(8), [50, 0, 3, 80, 1, 0, 60, 2]), 8)
+    >>> select_rows(W.identity(8), x, c=2, eps=1.0, method="em",
+    ...             rng=np.random.default_rng(0)).c
+    2
+    """
 
     rows: np.ndarray
     method: str
@@ -439,22 +488,22 @@ def run_selection(plan, *, rng=None):
 
 
 def select_rows(
-    W,
-    x,
+    W: LinOp | npt.ArrayLike,
+    x: npt.ArrayLike,
     *,
-    c,
-    eps,
-    threshold=None,
-    method="svt",
-    monotonic="auto",
-    ratio="optimal",
-    neighbors="add_remove",
-    budget=None,
-    rng=None,
-    max_records=None,
-    sigma="auto",
-    vector="auto",
-):
+    c: int,
+    eps: float,
+    threshold: Any = None,
+    method: str = "svt",
+    monotonic: bool | str = "auto",
+    ratio: float | str = "optimal",
+    neighbors: str = "add_remove",
+    budget: PrivacyBudget | None = None,
+    rng: Rng = None,
+    max_records: int | None = None,
+    sigma: float | str = "auto",
+    vector: bool | str = "auto",
+) -> Selection:
     """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
 
     ``method="svt"``: the first c rows (in row order) whose answer clears ``threshold`` (a
@@ -467,6 +516,60 @@ def select_rows(
     number). ``vector``: "auto" runs "topc-gap"/"svt-gap" as the Laplace mechanism on the
     whole vector W x (:mod:`matmech.svt.vector`) when that has less noise per score; True
     forces it, False never. Every check runs before ``budget`` is charged.
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload whose rows are candidates.
+    x : array_like of int
+        The histogram.
+    c : int
+        At most c rows are selected.
+    eps : float
+        The selection's ε.
+    threshold : float, array_like or "auto", optional
+        SVT's threshold (not for ``"em"``).
+    method : str, default "svt"
+        ``"svt"``, ``"em"``, ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    monotonic : bool or "auto", default "auto"
+        Monotonic noise where valid.
+    ratio : float or "optimal"
+        SVT's ε₁:ε₂.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+    budget : PrivacyBudget, optional
+        Charged before any noise.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is NOT secure.
+    max_records : int, optional
+        The declared bound on Σx.
+    sigma : float or "auto"
+        Adaptive SVT's margin.
+    vector : bool or "auto"
+        Run the gap methods as the vector Laplace selection when less noisy.
+
+    Returns
+    -------
+    Selection
+        The selected rows and how they were chosen.
+
+    Raises
+    ------
+    ValueError
+        Bad options (unknown method, c < 1, a threshold with ``"em"``, ...) or bad counts.
+    TypeError
+        Arguments of the wrong kind.
+    BudgetExceededError
+        The budget cannot afford ``eps``.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = histogram(np.repeat(np.arange(8), [50, 0, 3, 80, 1, 0, 60, 2]), 8)
+    >>> sel = select_rows(W.identity(8), x, c=2, eps=1.0, method="em",
+    ...                   rng=np.random.default_rng(0))
+    >>> sorted(sel.rows.tolist()), sel.method
+    ([3, 6], 'em')
     """
     W = as_linop(validate.linear(W, "W"))
     check_budget(budget)

@@ -18,6 +18,11 @@ from matmech.privacy import noise
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
 from matmech.svt.grid import CHUNK_MAX, worker_sources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    import numpy.typing as npt
 
 __all__ = ["TopCResult", "exponential_top_c"]
 
@@ -28,6 +33,33 @@ class TopCResult:
 
     ``positions`` are the selected indices in selection order (best first);
     ``score_scale`` is the factor multiplying each value inside ``exp(.)``.
+
+    Parameters
+    ----------
+    positions : tuple of int
+        The picks, best first.
+    eps : float
+        The total ε.
+    c, n_candidates : int
+        Picks and candidates.
+    score_scale : float
+        The factor on each value inside exp(.).
+
+    Returns
+    -------
+    TopCResult
+        A frozen record, made by :func:`exponential_top_c`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> t = exponential_top_c([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> t.c, t.n_candidates, t.score_scale
+    (2, 4, 0.25)
     """
 
     positions: tuple[int, ...]
@@ -38,13 +70,13 @@ class TopCResult:
 
 
 def exponential_top_c(
-    values,
+    values: npt.ArrayLike,
     c: int,
     eps: float,
     *,
     sensitivity: float = 1.0,
     monotonic: bool = False,
-    rng=None,
+    rng: Rng = None,
 ) -> TopCResult:
     """Top-c by the exponential mechanism, c rounds without replacement ([LSL17] Sec. 5).
 
@@ -63,6 +95,39 @@ def exponential_top_c(
     computed in floating point (53-bit uniforms), so the guarantee holds for
     the idealised real-number mechanism; a bit-exact EM would need a
     randomised-rounding or base-2 construction (Ilvento, CCS 2020).
+
+    Parameters
+    ----------
+    values : array_like of float
+        The scores.
+    c : int
+        How many to pick (c <= len(values)).
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        Sensitivity of each score.
+    monotonic : bool, default False
+        Monotonic scores.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    TopCResult
+        The picks, best first.
+
+    Raises
+    ------
+    ValueError
+        c > len(values), bad ε or non-finite scores, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> t = exponential_top_c([3, 500, 2, 700], 2, 1.0, rng=np.random.default_rng(0))
+    >>> sorted(t.positions)
+    [1, 3]
     """
     arr = check_values(values)
     c = check_c(c)

@@ -34,18 +34,23 @@ from matmech.svt.grid import (
     to_units,
     worker_sources,
 )
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    import numpy.typing as npt
 
 __all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
 
 
 def sparse_vector_dpbook(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
     sensitivity: float = 1.0,
-    rng=None,
+    rng: Rng = None,
 ) -> SVTResult:
     """SVT as in Dwork-Roth 2014 ("Sparse", [LSL17] Alg. 2): eps-DP.
 
@@ -57,6 +62,39 @@ def sparse_vector_dpbook(
     with c ([LSL17] Sec. 3.2).  In the returned budget, ``threshold_scale`` is
     the scale of both the initial and the re-drawn threshold noise (equal
     since eps1 = eps2).
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers q_i(D) (at most ``sensitivity`` apart on neighbours).
+    threshold : float or array_like
+        The public threshold T, or one T_i per value.
+    c : int
+        Stop after c positives.
+    eps : float
+        The total ε of the run.
+    sensitivity : float, default 1.0
+        The sensitivity D of each value.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    SVTResult
+        The positions found, in order.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> sparse_vector_dpbook([3, 500, 2, 700], 100, c=2, eps=1.0,
+    ...                      rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     arr, t = prepare(values, threshold)
     c = check_c(c)
@@ -110,8 +148,8 @@ def sparse_vector_dpbook(
 
 
 def sparse_vector_retraversal(
-    values,
-    threshold,
+    values: npt.ArrayLike,
+    threshold: Any,
     *,
     c: int,
     eps: float,
@@ -120,7 +158,7 @@ def sparse_vector_retraversal(
     monotonic: bool = False,
     ratio: Ratio = "optimal",
     max_passes: int = 1000,
-    rng=None,
+    rng: Rng = None,
 ) -> SVTResult:
     """SVT with retraversal, "SVT-ReTr" ([LSL17] Sec. 5 and Sec. 6): eps-DP.
 
@@ -136,6 +174,47 @@ def sparse_vector_retraversal(
 
     ``boost`` may be 0 (plain Alg. 7 with retraversal) or negative.
     ``n_processed`` counts every comparison over all passes.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The query answers q_i(D) (at most ``sensitivity`` apart on neighbours).
+    threshold : float or array_like
+        The public threshold T, or one T_i per value.
+    c : int
+        Stop after c positives.
+    eps : float
+        The total ε of the run.
+    sensitivity : float, default 1.0
+        The sensitivity D of each value.
+    boost : float
+        Threshold raise, in standard deviations of the query noise.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        r in ε₁:ε₂ = 1:r.
+    max_passes : int, default 1000
+        Cap on the passes over the candidates.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+
+    Returns
+    -------
+    SVTResult
+        The positions in selection order.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> sparse_vector_retraversal([3, 500, 2, 700], 100, c=2, eps=1.0, boost=1.0,
+    ...                           rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     arr, t = prepare(values, threshold)
     boost = check_real("boost", boost, positive=False)

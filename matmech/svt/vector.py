@@ -54,6 +54,12 @@ from matmech.svt.calibration import MAX_SCALE_UNITS, _check_value_bound, _scale_
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_threshold, check_values
 from matmech.svt.grid import checked_or_declared, chunk_bounds, draw, threshold_units, to_units
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names used only in annotations
+    from matmech.privacy.randomness import Rng
+    from matmech.linalg.linop import LinOp
+    import numpy.typing as npt
 
 __all__ = [
     "VECTOR_METHODS",
@@ -104,6 +110,42 @@ class VectorResult:
     ``gaps``: top-c: value minus the next noisy value (the last minus the unselected
     runner-up); threshold: value minus the (grid-rounded) threshold, >= 0.  ``branches``
     are all "value".  ``eps_used`` equals ``eps`` (the whole vector is one mechanism).
+
+    Parameters
+    ----------
+    positions : tuple of int
+        The selected rows.
+    values : tuple of float
+        Their noisy values.
+    gaps : tuple of float
+        Their gaps (to the runner-up or to the threshold).
+    branches : tuple of str
+        All ``"value"``.
+    eps, eps_used : float
+        The budget (both equal).
+    stopped : bool
+        The run hit its cutoff.
+    n_processed : int
+        Rows examined.
+    calibration : VectorCalibration
+        The public calibration.
+
+    Returns
+    -------
+    VectorResult
+        A frozen record, made by the vector selections.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> r = noisy_vector_top_c([3, 500, 2, 700], 2, 1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0))
+    >>> r.branches, r.eps_used
+    (('value', 'value'), 1.0)
     """
 
     positions: tuple[int, ...]
@@ -117,11 +159,36 @@ class VectorResult:
     calibration: VectorCalibration
 
 
-def joint_sensitivity(W, neighbors: str = "add_remove") -> float:
+def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -> float:
     """Delta_W: the L1 sensitivity of the whole vector W x (see the module docstring).
 
     add/remove: the largest column L1 norm of W; substitution: twice that (an upper bound,
     tight for e.g. the identity).  Computed through W's structure (:meth:`LinOp.sensitivity`).
+
+    Parameters
+    ----------
+    W : LinOp or array_like
+        The workload.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+
+    Returns
+    -------
+    float
+        Δ_W.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``neighbors``.
+    TypeError
+        W not a matrix or operator.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> joint_sensitivity(W.identity(4)), joint_sensitivity(W.prefix(4))
+    (1.0, 4.0)
     """
     check_neighbors(neighbors)
     s = float(as_linop(W).sensitivity(1))
@@ -211,8 +278,7 @@ def _noisy_units(arr, cal, src, lo=0, hi=None):
     return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
 
 
-def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=None,
-                       value_bound: float | None = None) -> VectorResult:
+def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float, rng: Rng = None, value_bound: float | None = None) -> VectorResult:
     """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
@@ -220,6 +286,41 @@ def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=No
     ``value_bound``: the declared bound on |values| the caller checked before its spend
     (:func:`matmech.svt.select.plan_selection`); the grid is chosen for it and nothing here
     checks the values.  None: the values themselves are range-checked before any draw.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The vector W x.
+    c : int
+        How many to select (c < len(values)).
+    eps : float
+        The ε of the selection.
+    sensitivity : float
+        Δ_W, the L1 sensitivity of the whole vector.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    VectorResult
+        The c best, their noisy values and gaps.
+
+    Raises
+    ------
+    ValueError
+        c >= len(values), bad ε or sensitivity, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> r = noisy_vector_top_c([3, 500, 2, 700], 2, 1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0))
+    >>> r.positions, len(r.values)
+    ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
     cal = vector_calibration("vector-top-c", c=c, eps=eps, sensitivity=sensitivity, n_values=n,
@@ -234,14 +335,49 @@ def noisy_vector_top_c(values, c: int, eps: float, *, sensitivity: float, rng=No
                         tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)
 
 
-def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity: float, rng=None,
-                           value_bound: float | None = None) -> VectorResult:
+def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float, rng: Rng = None, value_bound: float | None = None) -> VectorResult:
     """The first c rows whose value + Lap(sensitivity/eps) is at least the public
     ``threshold`` (scalar or one per value), their noisy values and gaps to the threshold;
     eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
     The noise of rows after the c-th positive is never drawn (it would not be released).
     ``value_bound``: as in :func:`noisy_vector_top_c`.
+
+    Parameters
+    ----------
+    values : array_like of float
+        The vector W x.
+    threshold : float or array_like
+        The public threshold(s).
+    c : int
+        The cutoff.
+    eps : float
+        The ε of the selection.
+    sensitivity : float
+        Δ_W.
+    rng : numpy.random.Generator, optional
+        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on |values| checked before the spend (see above); None: the
+        values are range-checked before any draw.
+
+    Returns
+    -------
+    VectorResult
+        The first c rows at or above the threshold, with values and gaps.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, before any randomness.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0,
+    ...                        rng=np.random.default_rng(0)).positions
+    (1, 3)
     """
     arr = check_values(values)
     t = check_threshold(threshold, arr.shape[0])
@@ -253,7 +389,9 @@ def noisy_vector_threshold(values, threshold, *, c: int, eps: float, sensitivity
     arr = checked_or_declared(arr, t, g, value_bound)
     src = noise.check_rng(rng)
     t_units = threshold_units(t, g)
-    pos, val, gap = [], [], []
+    pos: list = []
+    val: list = []
+    gap: list = []
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
         tu = t_units[0] if t_units.shape[0] == 1 else t_units[a:b]

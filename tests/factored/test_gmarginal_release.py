@@ -167,7 +167,7 @@ def test_monte_carlo_error_matches_the_analytic_variances(delta):
     W, A = _prefix_identity()
     codes = _codes(DOM, 400)
     truth = W.matvec(_hist(codes, DOM))
-    tables = marginal_tables(codes, DOM, [S for S in A.attribute_subsets])
+    tables = marginal_tables(codes, DOM, list(A.attribute_subsets))
     plan = plan_gmarginal(A, 1.0, delta)
     solver = GMarginalSolver(plan.gls_strategy(), plan.subsets)
     wt = as_terms(W)

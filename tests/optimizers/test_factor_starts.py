@@ -26,7 +26,7 @@ def test_quadratic_fill_blocks_continue_one_sequence():
     both = quadratic_fill(n, 2 * p)  # rows p..2p-1 are the next p·n numbers of the sequence
     np.testing.assert_allclose(quadratic_fill(n, p, block=1), both[p:], rtol=0, atol=1e-9)
     u = quadratic_fill(n, p, block=5)
-    assert u.shape == (p, n) and 0.0 <= u.min() and u.max() < 1.0
+    assert u.shape == (p, n) and u.min() >= 0.0 and u.max() < 1.0
     with pytest.raises(ValueError, match="block"):
         quadratic_fill(n, p, block=-1)
     with pytest.raises(ValueError, match="quad_fills"):

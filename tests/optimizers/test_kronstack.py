@@ -55,7 +55,6 @@ def test_never_worse_than_the_best_single_kron(W):
 
 
 def test_large_domain_reports_the_upper_bound():
-    dom = (60, 60, 60)
     W = VStack([Kron(wl.prefix(60), wl.total(60), wl.identity(60)), Kron(wl.total(60), wl.prefix(60), wl.total(60))])
     fit = KS.optimize_kron_stack(W)
     assert not fit.exact and fit.value == fit.bound and fit.terms == 2

@@ -15,7 +15,6 @@ from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridi
 from matmech.optimizers.marginals import (
     MarginalStrategy,
     ResidualStrategy,
-    _masks,
     _workload_spectrum,
     marginal_objective,
     optimize_marginals_l2,
