@@ -95,7 +95,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     head = [str(x).replace("|", "\\|") for x in head]
     rows = [[str(x).replace("|", "\\|") for x in r] for r in rows]  # a cell's "|" (e.g. |x|) stays in its cell
     w = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    line = lambda r: "| " + " | ".join(str(x).ljust(n) for x, n in zip(r, w)) + " |"
+    def line(r):
+        return "| " + " | ".join(str(x).ljust(n) for x, n in zip(r, w)) + " |"
+
     return "\n".join([line(head), "|" + "|".join("-" * (n + 2) for n in w) + "|"] + [line(r) for r in rows])
 
 

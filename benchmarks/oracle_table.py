@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import oracle_problems as op
+import oracle_problems as op  # noqa: E402
 
 COVERED = {("histogram", "pure", "none"), ("histogram", "approx", "none"), ("records", "pure", "none"),
            ("records", "approx", "none"), ("residual", "pure", "none"), ("residual", "approx", "none"),

@@ -60,7 +60,7 @@ class MeasurementRecord:
             return self.query
         from matmech.linalg.linop import Identity, Kron, Ones
 
-        return self.query @ Kron(*[Identity(n) if i in self.attributes else Ones(1, n) for i, n in enumerate(self.domain)])
+        return self.query @ Kron(*[Identity(n) if i in self.attributes else Ones(1, n) for i, n in enumerate(self.domain or ())])
 
     def __post_init__(self):
         v = np.broadcast_to(np.asarray(self.variance, dtype=np.float64), np.shape(self.values)).copy()

@@ -286,7 +286,7 @@ def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
     if k is not None:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
             raise TypeError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {type(k).__name__}: {k!r}")
-        if not 0 <= k <= d:
+        if not 0 <= int(k) <= d:
             raise ValueError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}")
         subsets = list(itertools.combinations(range(d), int(k)))
     else:

@@ -107,7 +107,7 @@ def dense_gls(records, Wa):
     M = np.vstack([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     U, S, Vt = np.linalg.svd(M, full_matrices=False)
-    keep = S > S[0] * 1e-10
+    keep = S[0] * 1e-10 < S
     G = Wa @ Vt[keep].T / S[keep]
     return G @ (U[:, keep].T @ y), np.sum(G**2, axis=1)
 

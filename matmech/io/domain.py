@@ -153,7 +153,7 @@ class Attribute:
     lo: float | None = None
     hi: float | None = None
     width: float | None = None
-    bins: tuple = ()
+    bins: Any = ()  # a tuple of (lo, hi) pairs, or a lazy RegularBins
     categories: tuple = ()
     labels: tuple | None = None
     time: str | None = None  # "hour" | "day" | "week" | "month": regular bins of a timestamp (time_bins)
@@ -273,23 +273,23 @@ class Attribute:
         second; one call per label took about 20 s)."""
         import numpy as np
 
-        f, l = np.asarray(firsts), np.asarray(lasts)
-        if f.shape != l.shape or f.ndim != 1:
-            raise ValueError(f"firsts and lasts must be 1-D arrays of the same length, got shapes {f.shape} and {l.shape}")
-        if f.size and not (np.issubdtype(f.dtype, np.integer) and np.issubdtype(l.dtype, np.integer)):
-            raise TypeError(f"firsts and lasts must be integer cell indices, got dtypes {f.dtype} and {l.dtype}")
-        if f.size and (f.min() < 0 or l.max() >= self.size or np.any(f > l)):
+        f, last = np.asarray(firsts), np.asarray(lasts)
+        if f.shape != last.shape or f.ndim != 1:
+            raise ValueError(f"firsts and lasts must be 1-D arrays of the same length, got shapes {f.shape} and {last.shape}")
+        if f.size and not (np.issubdtype(f.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)):
+            raise TypeError(f"firsts and lasts must be integer cell indices, got dtypes {f.dtype} and {last.dtype}")
+        if f.size and (f.min() < 0 or last.max() >= self.size or np.any(f > last)):
             raise IndexError(f"attribute {self.name!r}: need 0 <= first <= last < {self.size} for every span")
-        fl, ll = f.tolist(), l.tolist()
+        fl, ll = f.tolist(), last.tolist()
         if self.labels is not None or self.kind == "categories" or self.time is not None or (
-                self.other_code is not None and f.size and l.max() == self.other_code):
+                self.other_code is not None and f.size and last.max() == self.other_code):
             return [self.span_label(a, b) for a, b in zip(fl, ll)]
-        total = (f == 0) & (l == self.size - 1) & (f != l)
+        total = (f == 0) & (last == self.size - 1) & (f != last)
         name = self.name
         if self.kind == "range":
-            lo, w, hi = int(self.lo), int(self.width), int(self.hi)
+            lo, w, hi = int(self.lo), int(self.width), int(self.hi)  # type: ignore[arg-type]  # set for ranges
             a = (lo + f.astype(np.int64) * w).tolist()
-            b = np.minimum(lo + (l.astype(np.int64) + 1) * w - 1, hi).tolist()
+            b = np.minimum(lo + (last.astype(np.int64) + 1) * w - 1, hi).tolist()
             out = [f"{name}={x}" if x == y else f"{name} {_range_text(x, y)}" for x, y in zip(a, b)]
         else:
             out = [f"{name} [{_number(self.bins[x][0])}, {_number(self.bins[y][1])})" for x, y in zip(fl, ll)]
@@ -367,7 +367,7 @@ def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, c
         e = [_check_real(v, "an edge", name) for v in edges]
         if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
             raise ValueError(f"attribute {name!r}: edges must be at least two strictly increasing numbers, got {list(edges)!r}")
-        pairs = tuple(zip(e, e[1:]))
+        pairs: Any = tuple(zip(e, e[1:]))
     elif width is not None:
         if lo is None or hi is None:
             raise ValueError(f"attribute {name!r}: width needs lo and hi")

@@ -567,12 +567,12 @@ def _gap_calibration(
     e0 = ec / (1.0 + r)
     e1 = _floor_div(_binary_rest(ec, e0), c)
     e_top = e1 / 2.0  # exact: a power-of-two division
-    nominal = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
+    scales = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
-        nominal.append(laplace_scale(e_top, k * sensitivity))
-    g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, integer_values)
-    if max(nominal) / g > MAX_SCALE_UNITS:
-        raise ValueError(f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
+        scales.append(laplace_scale(e_top, k * sensitivity))
+    g = declared_grid(_grid_for(*scales), value_bound, sensitivity, integer_values)
+    if max(scales) / g > MAX_SCALE_UNITS:
+        raise ValueError(f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
                          f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values")
     sens = _gap_sens(sensitivity, g, integer_values)
     q_scale = _scale_on_grid(k, sens, e1, g)

@@ -260,7 +260,7 @@ def test_fingerprints_are_keyed_per_ledger(tmp_path):
 
 # -- the authenticated row chain (issue 23) --------------------------------------------------------
 
-from matmech.privacy.ledger import LedgerIntegrityError
+from matmech.privacy.ledger import LedgerIntegrityError  # noqa: E402
 
 
 def _edit(path, sql, *args):
@@ -307,7 +307,7 @@ def test_every_flipped_byte_of_an_amount_is_detected_or_refused(tmp_path):
             flipped = text[:k] + chr(ord(text[k]) ^ (1 << bit)) + text[k + 1:]
             _edit(path, "UPDATE spends SET eps = ? WHERE what = 's1'", flipped)
             with pytest.raises(ValueError):  # LedgerIntegrityError (or an unparseable amount)
-                Ledger.open(path).spent
+                _ = Ledger.open(path).spent
     _edit(path, "UPDATE spends SET eps = ? WHERE what = 's1'", text)
     assert Ledger.open(path).spent == (0.4375, 0.0)  # restored: the chain verifies again
 
