@@ -61,7 +61,11 @@ def blt_prefix_coefs(theta, omega, n: int) -> np.ndarray:
 
 def blt_errors(theta, omega, n: int) -> tuple[float, float]:
     """(mean, max) variance of the BLT in σ² units at unit noise (see the module notes)."""
-    theta, omega = np.asarray(theta, float), np.asarray(omega, float)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a diverging C⁻¹ scores inf
+        return _errors(np.asarray(theta, float), np.asarray(omega, float), n)
+
+
+def _errors(theta: np.ndarray, omega: np.ndarray, n: int) -> tuple[float, float]:
     # Δ² = 1 + Σ_{k=1}^{n−1} (Σ_i ω_i θ_i^(k−1))², a finite geometric sum per pair (i, j)
     tt = np.outer(theta, theta)
     geo = np.where(np.abs(1.0 - tt) > 1e-12, -np.expm1((n - 1) * np.log(np.maximum(tt, 1e-300))) / (1.0 - tt), n - 1.0)
@@ -76,7 +80,8 @@ def blt_errors(theta, omega, n: int) -> tuple[float, float]:
 
 def _unpack(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d = z.size // 2
-    return 1.0 / (1.0 + np.exp(-z[:d])), np.exp(z[d:])
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-z[:d])), np.exp(z[d:])
 
 
 def _loss(z: np.ndarray, n: int, which: int) -> float:
