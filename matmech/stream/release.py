@@ -49,7 +49,7 @@ class StreamStep:
     replayed: bool = False
 
 
-def _plan_meta(plan: StreamPlan, stream_id: str) -> dict:
+def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
     f = plan.factorization
     return {
         "spec": json.dumps(asdict(plan.spec), sort_keys=True),
@@ -58,7 +58,7 @@ def _plan_meta(plan: StreamPlan, stream_id: str) -> dict:
                             "toeplitz": f.toeplitz, "params": [list(p) for p in f.params]}),
         "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
         "stream_id": stream_id,
-        "charged": "0",
+        "charged": "0" if budgeted else "1",  # without a budget there is nothing to charge
     }
 
 
@@ -105,7 +105,7 @@ class StreamRelease:
         plan = plan_stream(spec, factorization)
         eps, delta = spec.charge
         check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
-        store = StreamStore.create(path, _plan_meta(plan, secrets.token_hex(8)))
+        store = StreamStore.create(path, _plan_meta(plan, secrets.token_hex(8), budget is not None))
         return cls(store, plan, budget=budget, rng=rng)
 
     @classmethod
@@ -122,21 +122,15 @@ class StreamRelease:
     def _ensure_charged(self, meta: dict, budget) -> None:
         if meta["charged"] == "1":
             return
+        if budget is None:
+            raise ValueError("this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
+                             "given at creation (the charge is then completed or found, never repeated)")
         what = self._what_for(self.plan.spec, self.stream_id)
-        history = budget.history() if budget is not None and hasattr(budget, "history") else None
-        if history is not None and any(h["what"] == what for h in history):
-            self._store.set_meta("charged", "1")  # charged before a crash: never twice
-            return
-        if budget is None and self._store_has_noise():
-            raise ValueError("the stream file is inconsistent: noise stored but the charge is not marked")
-        if budget is not None:
+        history = budget.history() if hasattr(budget, "history") else [{"what": e.what} for e in budget.ledger]
+        if not any(h["what"] == what for h in history):
             eps, delta = self.plan.spec.charge
             budget.spend(eps, delta, what=what)
         self._store.set_meta("charged", "1")
-
-    def _store_has_noise(self) -> bool:
-        _, pending, x, _, _ = self._store.load(len(self.plan.spec.categories))
-        return bool(pending) or x.shape[0] > 0
 
     # -- the stream ----------------------------------------------------------------------
 
