@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from matmech.stream.bounds import gamma2_bound, svd_bound, tree_errors
 from matmech.stream.factorizations import MAX_DENSE_N, OBJECTIVES, build, check_horizon
 
-__all__ = ["StreamChoice", "StreamAdvice", "advise_stream"]
+__all__ = ["StreamAdvice", "StreamChoice", "advise_stream"]
 
 
 @dataclass(frozen=True)

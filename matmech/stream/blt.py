@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy import optimize, signal
 
-__all__ = ["blt_coefs", "blt_prefix_coefs", "blt_errors", "optimize_blt", "BLT_OBJECTIVES"]
+__all__ = ["BLT_OBJECTIVES", "blt_coefs", "blt_errors", "blt_prefix_coefs", "optimize_blt"]
 
 #: The objectives a BLT can be optimised for.
 BLT_OBJECTIVES = ("mean", "max")
@@ -126,6 +126,8 @@ def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
                                     options={"maxiter": maxiter})
             if res.fun < best:
                 best, best_z = float(res.fun), res.x
+    if best_z is None:
+        raise ValueError(f"no BLT with a bounded inverse was found for n={n}")
     theta, omega = _unpack(best_z)
     order = np.argsort(-theta)
     return theta[order], omega[order], math.exp(best)

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-__all__ = ["prefix_singular_values", "svd_bound", "gamma2_bound", "tree_errors"]
+__all__ = ["gamma2_bound", "prefix_singular_values", "svd_bound", "tree_errors"]
 
 _GAMMA2_N = 1024
 _EXPONENTS = (0.0, 0.1, 0.2)

@@ -18,7 +18,7 @@ from pathlib import Path
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 
-__all__ = ["add_stream_parser", "load_stream_spec", "SPEC_KEYS"]
+__all__ = ["SPEC_KEYS", "add_stream_parser", "load_stream_spec"]
 
 #: Keys a stream spec may hold.
 SPEC_KEYS = ("horizon", "categories", "eps", "delta", "rho", "factorization", "objective", "neighbors", "max_records")
@@ -26,10 +26,7 @@ SPEC_KEYS = ("horizon", "categories", "eps", "delta", "rho", "factorization", "o
 
 def load_stream_spec(path) -> StreamSpec:
     """A :class:`StreamSpec` from a TOML file, naming any unknown key."""
-    try:
-        import tomllib
-    except ImportError:  # pragma: no cover - Python < 3.11
-        import tomli as tomllib
+    from matmech.io.specs import tomllib
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())

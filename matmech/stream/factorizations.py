@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import scipy.linalg as sla
@@ -36,8 +36,16 @@ from matmech.stream.blt import blt_coefs, optimize_blt
 from matmech.stream.series import prefix_coefs, toeplitz_dense
 from matmech.workloads import prefix
 
-__all__ = ["StreamFactorization", "FACTORIZATIONS", "OBJECTIVES", "MAX_DENSE_N", "MAX_N", "build",
-           "square_root_coefs", "check_horizon"]
+__all__ = [
+    "FACTORIZATIONS",
+    "MAX_DENSE_N",
+    "MAX_N",
+    "OBJECTIVES",
+    "StreamFactorization",
+    "build",
+    "check_horizon",
+    "square_root_coefs",
+]
 
 #: Objectives a factorization is chosen for.
 OBJECTIVES = ("mean", "max")
@@ -141,7 +149,7 @@ class StreamFactorization:
         kind = dict(self.params).get("state")
         return int(kind) if kind is not None else self.n
 
-    def rounded(self, grid: float) -> "StreamFactorization":
+    def rounded(self, grid: float) -> StreamFactorization:
         """C with every entry rounded to a multiple of ``grid`` (a power of two): what is measured."""
         r = (lambda a: np.rint(a / grid) * grid)
         if self.toeplitz:
@@ -182,7 +190,7 @@ def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> Str
             raise ValueError(f"bands must be an integer in [1, n={n}], got {bands!r}")
         return make(bands)
     which = OBJECTIVES.index(objective)
-    cands = sorted({min(n, 2**k) for k in range(0, int(math.log2(n)) + 1)} | {n})
+    cands = sorted({min(n, 2**k) for k in range(int(math.log2(n)) + 1)} | {n})
     return min((make(b) for b in cands), key=lambda f: f.errors()[which])
 
 

@@ -24,13 +24,25 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma, zcdp_to_approx_dp
-from matmech.privacy.measure import MAX_RECORDS, SENS_MARGIN, check_max_records, laplace_scale_up
-from matmech.privacy.params import NEIGHBORS, check_delta, check_neighbors, check_privacy_params
+from matmech.privacy.measure import (
+    MAX_RECORDS,
+    SENS_MARGIN,
+    check_max_records,
+    laplace_scale_up,
+)
+from matmech.privacy.params import (
+    NEIGHBORS,
+    check_delta,
+    check_neighbors,
+    check_privacy_params,
+)
 from matmech.stream.factorizations import StreamFactorization, build, check_horizon
 
-__all__ = ["StreamSpec", "StreamPlan", "plan_stream", "MAX_CATEGORIES"]
+__all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
 
 #: Largest number of categories per step.
 MAX_CATEGORIES = 2**16
@@ -104,9 +116,8 @@ class StreamPlan:
     std: float
     sensitivity: float
 
-    def step_stds(self):
+    def step_stds(self) -> np.ndarray:
         """Exact std of the released running total at every step (every category)."""
-        import numpy as np
         return self.std * np.sqrt(self.factorization.step_variances())
 
 
@@ -134,7 +145,8 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
     kind, scale0, _ = _scale(spec, f)
     bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
     g = _pow2_at_least(max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS))
-    integer = bool(((f.c if f.toeplitz else f.matrix) % 1 == 0).all())
+    entries = f.c if f.c is not None else f.matrix
+    integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
     if integer and g <= 1.0:
         g, fg = 1.0, f
     else:

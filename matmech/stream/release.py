@@ -34,7 +34,7 @@ from matmech.stream.factorizations import StreamFactorization
 from matmech.stream.plan import StreamPlan, StreamSpec, plan_stream
 from matmech.stream.state import StreamStore
 
-__all__ = ["StreamStep", "StreamRelease"]
+__all__ = ["StreamRelease", "StreamStep"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class StreamRelease:
 
     @classmethod
     def create(cls, path, spec: StreamSpec, *, budget=None, rng=None,
-               factorization: StreamFactorization | None = None) -> "StreamRelease":
+               factorization: StreamFactorization | None = None) -> StreamRelease:
         """Plan the stream, check the budget, write the stream file and charge the budget once."""
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
@@ -109,7 +109,7 @@ class StreamRelease:
         return cls(store, plan, budget=budget, rng=rng)
 
     @classmethod
-    def open(cls, path, *, budget=None, rng=None) -> "StreamRelease":
+    def open(cls, path, *, budget=None, rng=None) -> StreamRelease:
         """Reopen a stream file (after a crash or in a later process)."""
         store = StreamStore.open(path)
         return cls(store, _plan_from_meta(store.meta()), budget=budget, rng=rng)
@@ -189,11 +189,12 @@ class StreamRelease:
 
     def _draw(self) -> np.ndarray:
         p, k = self.plan, len(self.plan.spec.categories)
+        gauss = p.noise == "discrete_gaussian"
         if p.grid == 1.0:
-            sampler = noise.discrete_gaussian if p.noise == "discrete_gaussian" else noise.discrete_laplace
-            return sampler(p.scale, k, rng=self._src).astype(np.float64)
-        sampler = noise.gaussian if p.noise == "discrete_gaussian" else noise.laplace
-        return sampler(p.scale, k, grid=p.grid, rng=self._src)
+            exact = noise.discrete_gaussian if gauss else noise.discrete_laplace
+            return exact(p.scale, k, rng=self._src).astype(np.float64)
+        on_grid = noise.gaussian if gauss else noise.laplace
+        return on_grid(p.scale, k, grid=p.grid, rng=self._src)
 
     def released(self) -> list[StreamStep]:
         """Every released step so far."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import signal
 
-__all__ = ["series_inverse", "prefix_coefs", "toeplitz_dense"]
+__all__ = ["prefix_coefs", "series_inverse", "toeplitz_dense"]
 
 
 def _product(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["StreamStore", "STREAM_FORMAT"]
+__all__ = ["STREAM_FORMAT", "StreamStore"]
 
 #: The ``format`` value in a stream file's meta table.
 STREAM_FORMAT = "matmech-stream-1"
@@ -72,7 +72,7 @@ class StreamStore:
             con.execute("COMMIT")
 
     @classmethod
-    def create(cls, path, meta: dict[str, bytes | str]) -> "StreamStore":
+    def create(cls, path, meta: dict[str, bytes | str]) -> StreamStore:
         """A new stream file (refused if ``path`` exists), mode 0600, holding ``meta``."""
         p = Path(path)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # FileExistsError if present
@@ -90,7 +90,7 @@ class StreamStore:
         return store
 
     @classmethod
-    def open(cls, path) -> "StreamStore":
+    def open(cls, path) -> StreamStore:
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no such stream file (create it with 'matmech stream init')")

@@ -9,7 +9,12 @@ import scipy.linalg as sla
 from matmech.optimizers.l2 import dual_l2, tridiagonal_inverse
 from matmech.stream.advise import advise_stream
 from matmech.stream.blt import blt_coefs, blt_errors, blt_prefix_coefs, optimize_blt
-from matmech.stream.bounds import gamma2_bound, prefix_singular_values, svd_bound, tree_errors
+from matmech.stream.bounds import (
+    gamma2_bound,
+    prefix_singular_values,
+    svd_bound,
+    tree_errors,
+)
 from matmech.stream.factorizations import StreamFactorization, build, square_root_coefs
 from matmech.stream.series import prefix_coefs, series_inverse, toeplitz_dense
 from matmech.workloads import prefix
