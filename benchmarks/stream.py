@@ -106,9 +106,9 @@ def main():
         out["rows"].append({"n": n, "name": "tree+ls", "objective": "-", "mean": tm, "max": tx, "state": levels,
                             "build_s": 0.0, "step_ms": None, **bounds})
         out.setdefault("real_step_ms", {})[n] = _real_step_ms(n)
-    out["load_avg_end"] = os.getloadavg()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "stream.json").write_text(json.dumps(out, indent=1))
+        out["load_avg_end"] = os.getloadavg()
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "stream.json").write_text(json.dumps(out, indent=1))  # after every n: partial runs keep
     lines = ["| n | factorization | chosen for | mean σ² | max σ² | SVD bound (mean) | γ₂ bound (max) | state/step | "
              "step ms (t=n−1) | jax_privacy | ours vs jp |", "|" + "---|" * 11]
     for r in out["rows"]:

@@ -10,7 +10,8 @@ in O(n·d).
 Errors (σ² units, unit noise, sensitivity ‖C e₁‖₂ — the first column is the longest):
 mean = Δ²·(1/n)·Σ_k (n − k)·b_k², max = Δ²·Σ_k b_k² (the variance grows with t).
 :func:`optimize_blt` minimises the log of either over θ ∈ (0, 1), ω > 0 by L-BFGS-B from
-a few geometric starts, for 1..``max_buffers`` buffers.
+a few starts near the square root (a quadrature of its integral form), for
+1..``max_buffers`` buffers, then polishes the best by Nelder–Mead.
 """
 
 from __future__ import annotations
@@ -105,9 +106,10 @@ def _starts(n: int, d: int) -> list[np.ndarray]:
 
 
 def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
-                 maxiter: int = 300) -> tuple[np.ndarray, np.ndarray, float]:
+                 maxiter: int = 300, polish: int = 1500) -> tuple[np.ndarray, np.ndarray, float]:
     """(θ, ω, error) of the best BLT found for horizon n and ``objective`` ("mean"/"max"),
-    over 1..``max_buffers`` buffers, each warm-started from the best with one fewer."""
+    over 1..``max_buffers`` buffers, each warm-started from the best with one fewer, the
+    best then polished by Nelder–Mead (at most ``polish`` evaluations)."""
     if objective not in BLT_OBJECTIVES:
         raise ValueError(f"objective must be one of {BLT_OBJECTIVES}, got {objective!r}")
     if not isinstance(max_buffers, int) or not 1 <= max_buffers <= 12:
@@ -126,6 +128,11 @@ def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
                                     options={"maxiter": maxiter})
             if res.fun < best:
                 best, best_z = float(res.fun), res.x
+    if best_z is not None:  # L-BFGS-B on finite differences stalls on the flat max objective: polish
+        res = optimize.minimize(_loss, best_z, args=(n, which), method="Nelder-Mead",
+                                options={"maxfev": polish, "xatol": 1e-7, "fatol": 1e-12})
+        if res.fun < best:
+            best, best_z = float(res.fun), res.x
     if best_z is None:
         raise ValueError(f"no BLT with a bounded inverse was found for n={n}")
     theta, omega = _unpack(best_z)
