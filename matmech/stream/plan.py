@@ -46,6 +46,8 @@ __all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
 
 #: Largest number of categories per step.
 MAX_CATEGORIES = 2**16
+#: Largest history a stream keeps (bytes), checked when the spec is declared.
+MAX_STATE_BYTES = 2**32
 _GAUSS_BITS, _LAPLACE_BITS, _EXACT_BITS = 22, 46, 52
 
 
@@ -81,6 +83,10 @@ class StreamSpec:
         if not 1 <= len(cats) <= MAX_CATEGORIES or len(set(cats)) != len(cats):
             raise ValueError(f"categories must be 1..{MAX_CATEGORIES} distinct labels, got {len(cats)} ({len(set(cats))} distinct)")
         object.__setattr__(self, "categories", cats)
+        need = self.horizon * len(cats) * 3 * 8  # counts, measurements, releases kept in memory
+        if need > MAX_STATE_BYTES:
+            raise ValueError(f"a stream of {self.horizon:,} steps x {len(cats):,} categories keeps {need / 2**30:.1f} GiB "
+                             f"of history (3 float64 per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed")
         if self.rho is None:
             if self.eps is None:
                 raise ValueError("declare the stream's privacy: eps (with delta for Gaussian noise) or rho with delta")

@@ -129,6 +129,7 @@ def test_replay_ahead_and_max_records(tmp_path, monkeypatch):
     (dict(horizon=8, eps=1.0, categories="abc"), TypeError, "categories"),
     (dict(horizon=8, eps=1.0, neighbors="swap"), ValueError, "neighbors"),
     (dict(horizon=8, eps=1.0, max_records=0), ValueError, "max_records"),
+    (dict(horizon=2**24, eps=1.0, categories=2**10), ValueError, "GiB of history"),
 ])
 def test_bad_spec_is_named(kw, err, match):
     with pytest.raises(err, match=match):
