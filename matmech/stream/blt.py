@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, signal
 
 __all__ = ["BLT_OBJECTIVES", "blt_coefs", "blt_errors", "blt_prefix_coefs", "optimize_blt"]
 
@@ -43,6 +42,8 @@ def _polys(theta: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _impulse(num: np.ndarray, den: np.ndarray, n: int) -> np.ndarray:
+    from scipy import signal  # lazy: a heavy import the release path does not need
+
     x = np.zeros(n)
     x[0] = 1.0
     return signal.lfilter(num, den, x)
@@ -114,6 +115,8 @@ def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
         raise ValueError(f"objective must be one of {BLT_OBJECTIVES}, got {objective!r}")
     if not isinstance(max_buffers, int) or not 1 <= max_buffers <= 12:
         raise ValueError(f"max_buffers must be an integer in [1, 12], got {max_buffers!r}")
+    from scipy import optimize
+
     which = BLT_OBJECTIVES.index(objective)
     best_z, best = None, math.inf
     for d in range(1, max_buffers + 1):

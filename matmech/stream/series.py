@@ -10,7 +10,6 @@ coefficients per step with FFT products: O(n log n) (Brent & Kung, J. ACM 1978).
 from __future__ import annotations
 
 import numpy as np
-from scipy import signal
 
 __all__ = ["prefix_coefs", "series_inverse", "toeplitz_dense"]
 
@@ -19,7 +18,8 @@ def _product(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     """The first m coefficients of a(x)·b(x)."""
     if min(a.size, b.size) <= 64:
         return np.convolve(a, b)[:m]
-    return signal.fftconvolve(a, b)[:m]
+    size = 1 << (a.size + b.size - 2).bit_length()
+    return np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[:m]
 
 
 def series_inverse(t: np.ndarray, n: int | None = None) -> np.ndarray:
