@@ -107,11 +107,15 @@ def main():
                             "build_s": 0.0, "step_ms": None, **bounds})
         out.setdefault("real_step_ms", {})[n] = _real_step_ms(n)
         out["load_avg_end"] = os.getloadavg()
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "stream.json").write_text(json.dumps(out, indent=1))  # after every n: partial runs keep
+        _write(out)  # after every n: a partial run keeps what it measured
+
+
+def _write(out):
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "stream.json").write_text(json.dumps(out, indent=1))
     lines = ["| n | factorization | chosen for | mean σ² | max σ² | SVD bound (mean) | γ₂ bound (max) | state/step | "
              "step ms (t=n−1) | jax_privacy | ours vs jp |", "|" + "---|" * 11]
-    for r in out["rows"]:
+    for r in sorted(out["rows"], key=lambda r: r["n"]):
         jpv = f"{r['jax_privacy']:.4f}" if "jax_privacy" in r else ""
         rel = f"{100 * r['vs_jax_privacy']:+.2f}%" if "vs_jax_privacy" in r else ""
         ms = f"{r['step_ms']:.3f}" if r.get("step_ms") is not None else "—"
@@ -119,7 +123,7 @@ def main():
                      f"{r['svd_mean']:.4f} | {r['gamma2_max']:.4f} | {r['state']} | {ms} | {jpv} | {rel} |")
     lines.append("")
     lines.append("Real step (two SQLite commits, median of 40 early steps, ms): "
-                 + ", ".join(f"2^{int(np.log2(int(n)))}: {v:.2f}" for n, v in out["real_step_ms"].items()))
+                 + ", ".join(f"2^{int(np.log2(int(n)))}: {v:.2f}" for n, v in sorted(out["real_step_ms"].items())))
     lines.append(f"Load average at start/end: {out['load_avg_start']} / {out['load_avg_end']}")
     (RESULTS / "stream.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

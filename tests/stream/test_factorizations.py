@@ -83,6 +83,12 @@ def test_blt_closed_forms():
     np.testing.assert_allclose(blt_prefix_coefs(theta, omega, n), prefix_coefs(c), rtol=1e-9, atol=1e-13)
     f = StreamFactorization("blt", n, c=c)
     np.testing.assert_allclose(blt_errors(theta, omega, n), f.errors(), rtol=1e-9)
+    # the O(d²) geometric sums against the coefficients, with decays near 1 at a long horizon
+    theta, omega = np.array([1 - 2e-6, 0.999, 0.95, 0.5]), np.array([0.002, 0.03, 0.12, 0.3])
+    n = 2**17
+    f = StreamFactorization("blt", n, c=blt_coefs(theta, omega, n))
+    np.testing.assert_allclose(blt_errors(theta, omega, n), f.errors(), rtol=1e-8)
+    assert blt_errors(np.array([0.5]), np.array([-2.0]), 64) == (math.inf, math.inf)  # C⁻¹ diverges
 
 
 def test_blt_optimiser_beats_the_square_root_on_the_mean():
