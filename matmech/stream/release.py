@@ -157,6 +157,8 @@ class StreamRelease:
         as stored (``replayed``) without reading ``counts``."""
         n = self.horizon
         if t is None:
+            if self._done == n:
+                raise ValueError(f"the stream is complete: all {n} steps were released (replay one with t=)")
             t = self._done
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n:
             raise ValueError(f"t must be a step in [0, {n}), got {t!r}")

@@ -144,6 +144,11 @@ def test_bad_counts_are_named_without_values(tmp_path):
         s.step([1, -4])
     with pytest.raises(ValueError, match="t must be a step"):
         s.step([1, 1], t=9)
+    for _ in range(4):
+        s.step([0, 0])
+    with pytest.raises(ValueError, match="stream is complete"):
+        s.step([0, 0])
+    assert s.step([0, 0], t=3).replayed
     with pytest.raises(FileExistsError):
         StreamRelease.create(tmp_path / "d.db", StreamSpec(4, eps=1.0))
 
