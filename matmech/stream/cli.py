@@ -73,12 +73,12 @@ def _cmd_step(args) -> int:
     s = StreamRelease.open(args.stream, budget=_ledger(args.ledger))
     res = s.step(_parse_counts(args.counts), t=args.t)
     if args.json:
-        print(json.dumps({"t": res.t, "totals": dict(zip(res.categories, res.values)), "std": res.std,
+        print(json.dumps({"t": res.t, "totals": dict(zip(res.categories, res.values, strict=True)), "std": res.std,
                           "replayed": res.replayed}))
         return 0
     note = " (already released: stored values)" if res.replayed else ""
     print(f"step {res.t}{note}: std {res.std:.6g}")
-    for c, v in zip(res.categories, res.values):
+    for c, v in zip(res.categories, res.values, strict=True):
         print(f"  {c}: {v:.6g}")
     return 0
 
