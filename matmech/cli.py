@@ -1,4 +1,5 @@
-"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release`` and ``budget``.
+"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release``, ``budget`` and ``stream``
+(:mod:`matmech.stream.cli`).
 
 Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
 a one-line message on stderr and exit status 2, never a traceback.
@@ -690,6 +691,9 @@ def build_parser():
     q.add_argument("file", help="a ledger file")
     q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
     q.set_defaults(func=_cmd_budget_history)
+    from matmech.stream.cli import add_stream_parser
+
+    add_stream_parser(sub)
     return parser
 
 

@@ -15,26 +15,28 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: Layers, bottom first. A module may import modules of lower layers and of its own layer
 #: (without cycles), never of a higher one.
 LAYERS = [
-    ["linalg", "validate"],
+    ["linalg", "validate", "stream.series", "stream.blt", "stream.bounds"],
     ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.discrete", "privacy.noise", "privacy.draws", "privacy.budget",
      "privacy.ledger"],
     ["error"],
     ["optimizers"],
-    ["advisor", "plot"],
-    ["privacy.measure"],
+    ["advisor", "plot", "stream.factorizations", "stream.advise"],
+    ["privacy.measure", "stream.plan"],
     ["svt", "inference"],
     ["io"],
-    ["record"],
+    ["record", "stream.engine"],
     ["factored"],
-    ["release"],
-    ["cli"],
+    ["release", "stream.state", "stream.release"],
+    ["cli", "stream.cli", "stream"],
 ]
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
-READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.discover", "record", "release", "factored", "cli"]
+READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.discover", "record", "release", "factored", "cli",
+              "stream.state", "stream.release", "stream.cli", "stream.engine"]
 DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
-                    "optimizers", "advisor", "plot", "io.domain"]
+                    "optimizers", "advisor", "plot", "io.domain", "stream.series", "stream.blt", "stream.bounds",
+                    "stream.factorizations", "stream.advise"]
 
 
 def _modules():

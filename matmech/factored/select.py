@@ -133,7 +133,7 @@ class FactoredSelectionPlan:
     at that bound (each answer's variance is at most w_j² times it); ``memory``: the bytes
     planned; ``mechanism``/``joint_sensitivity``: the selection mechanism
     (:func:`~matmech.svt.select.selection_mechanism`); ``value_bound``: the declared bound on
-    |W x| (max_records times W's largest |entry|) the selection's grid holds."""
+    abs(W x) (max_records times W's largest abs(entry)) the selection's grid holds."""
 
     terms: object
     opts: Mapping

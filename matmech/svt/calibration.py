@@ -164,7 +164,7 @@ def _grid_for(*scales: float) -> float:
 
 
 class DeclarationError(ValueError):
-    """A declared bound on |values| that no exact grid can hold; ``fits`` is the largest
+    """A declared bound on abs(values) that no exact grid can hold; ``fits`` is the largest
     bound that can (the plan rephrases it as a max_records)."""
 
     def __init__(self, fits: float, message: str) -> None:
@@ -298,7 +298,7 @@ def svt_budget(
     integer_values : bool, default False
         Values already on the integer grid (no rounding allowance).
     value_bound : float, default 0.0
-        A declared bound on |values| (0 = none); the grid is coarsened so that no value
+        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
         within it can overflow (:func:`declared_grid`).
 
     Returns
@@ -467,7 +467,7 @@ def gap_calibration(
 
 
 def _check_value_bound(value_bound) -> float:
-    """A declared bound on |values| (0 = none) as a float, or a TypeError/ValueError."""
+    """A declared bound on abs(values) (0 = none) as a float, or a TypeError/ValueError."""
     if isinstance(value_bound, bool) or not isinstance(value_bound, (int, float, np.integer, np.floating)):
         raise TypeError(f"value_bound must be a non-negative number, got {type(value_bound).__name__}")
     v = float(value_bound)
@@ -524,7 +524,7 @@ def _gap_calibration(
     n_candidates : int, default 0
         Number of candidates (adaptive SVT's automatic margin).
     value_bound : float, default 0.0
-        A declared bound on |values| (0 = none); the grid is coarsened so that no value
+        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
         within it can overflow (:func:`declared_grid`).
 
     Returns

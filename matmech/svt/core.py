@@ -168,7 +168,7 @@ def sparse_vector(
     ``numpy.random.Generator`` gives reproducible runs that are NOT secure.
     Runs in O(n) numpy work, drawing noise in chunks and stopping at the c-th
     positive.  Raises before drawing any randomness if an argument is invalid.
-    ``value_bound``: the declared bound on |values| the caller checked before its spend
+    ``value_bound``: the declared bound on abs(values) the caller checked before its spend
     (:func:`matmech.svt.select.plan_selection`): the grid is chosen so that no value within it
     can overflow, and nothing here checks the values.  None: the values are range-checked
     before any draw (a direct call, with no budget).
@@ -194,7 +194,7 @@ def sparse_vector(
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns

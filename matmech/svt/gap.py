@@ -136,7 +136,7 @@ def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: f
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
     the same direction between neighbours), exactly on the grid; needs c < len(values)
     (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.  ``value_bound``: the
-    declared bound on |values| checked by the caller before its spend (the grid is chosen for
+    declared bound on abs(values) checked by the caller before its spend (the grid is chosen for
     it, nothing here checks the values); None range-checks the values before any draw.
 
     Parameters
@@ -154,7 +154,7 @@ def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: f
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns
@@ -271,7 +271,7 @@ def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: flo
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns
@@ -328,7 +328,7 @@ def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns

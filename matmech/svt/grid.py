@@ -53,8 +53,8 @@ PARALLEL_MIN = 1 << 22
 # Values and thresholds are held as int64 multiples of the grid; keep a wide
 # margin below 2**63 so that value + noise - threshold cannot overflow.
 MAX_UNITS = float(2**60)
-#: A run planned from a declaration holds the declared bound on |values| (``max_records`` times
-#: W's largest |entry|), every public threshold and sigma within this many grid units: half of
+#: A run planned from a declaration holds the declared bound on abs(values) (``max_records`` times
+#: W's largest abs(entry)), every public threshold and sigma within this many grid units: half of
 #: MAX_UNITS, so float rounding of W x and the noise never reach the int64 limit.
 DECLARED_UNITS = float(2**59)
 

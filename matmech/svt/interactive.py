@@ -73,8 +73,8 @@ class SparseVector:
     Values arrive one at a time with unknown types, so the calibration always
     assumes grid rounding (sensitivity + grid step, see :mod:`matmech.svt.calibration`).
 
-    ``value_bound``: a declared bound on |q_i(D)| (e.g. max_records times the largest
-    |entry| of the query rows). The grid is chosen for it at construction and every value is
+    ``value_bound``: a declared bound on abs(q_i(D)) (e.g. max_records times the largest
+    abs(entry) of the query rows). The grid is chosen for it at construction and every value is
     held to it, so no query can raise on its value after the threshold noise is drawn
     (issue 21). None: each value is range-checked against the grid as it arrives.
 
@@ -97,7 +97,7 @@ class SparseVector:
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        A declared bound on |q_i(D)| (see above); None: values are range-checked as they arrive.
+        A declared bound on abs(q_i(D)) (see above); None: values are range-checked as they arrive.
 
     Returns
     -------

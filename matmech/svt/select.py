@@ -256,7 +256,7 @@ class SelectionPlan:
     sigma: object = "auto"  # adaptive-svt's top-branch margin
     mechanism: str = ""  # :data:`MECHANISMS` entry chosen by :func:`selection_mechanism`; "" = the method's own
     joint_sensitivity: float = 0.0  # Delta_W of the vector selection (0 when it does not run)
-    value_bound: float | None = None  # declared bound on |values| (max_records x largest |entry|) the grid holds
+    value_bound: float | None = None  # declared bound on abs(values) (max_records x largest abs(entry)) the grid holds
 
 
 def _check_vector(vector, method):
@@ -274,7 +274,7 @@ def _check_vector(vector, method):
 def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="optimal", neighbors="add_remove",
                         vector="auto", integer_values=True, value_bound=0.0):
     """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours,
-    the declared ``value_bound`` on |W x|).
+    the declared ``value_bound`` on abs(W x)).
 
     "topc-gap" / "svt-gap" run the vector selection (:mod:`matmech.svt.vector`) when
     ``vector`` is True, or when it is "auto" and :func:`~matmech.svt.vector.prefer_vector`
@@ -297,7 +297,7 @@ def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="opt
 def declared_calibration(W, *, method, mechanism, c, eps, sensitivity, monotonic, ratio="optimal", sigma="auto",
                          joint=0.0, thr=None, integer_values, max_records):
     """(calibration, value_bound): the calibration the selection will run with and the declared
-    bound on |W x| (``max_records`` times W's largest |entry|) its grid is chosen to hold.
+    bound on abs(W x) (``max_records`` times W's largest abs(entry)) its grid is chosen to hold.
 
     Every magnitude check of the run happens here, from the declaration and the public
     inputs, before anything is read or spent: a declaration no exact grid can hold is refused

@@ -225,7 +225,7 @@ def _vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, 
                         integer_values: bool, value_bound: float = 0.0) -> VectorCalibration:
     """Calibration of a vector selection over ``n_values`` values with L1 sensitivity
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
-    large for exact sampling on the grid, or when the declared bound on |values|
+    large for exact sampling on the grid, or when the declared bound on abs(values)
     ``value_bound`` (0 = none) needs a grid too coarse for the m values
     (:func:`~matmech.svt.calibration.declared_grid`)."""
     if method not in VECTOR_METHODS.values():
@@ -283,7 +283,7 @@ def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
     Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
-    ``value_bound``: the declared bound on |values| the caller checked before its spend
+    ``value_bound``: the declared bound on abs(values) the caller checked before its spend
     (:func:`matmech.svt.select.plan_selection`); the grid is chosen for it and nothing here
     checks the values.  None: the values themselves are range-checked before any draw.
 
@@ -300,7 +300,7 @@ def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns
@@ -358,7 +358,7 @@ def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps
     rng : numpy.random.Generator, optional
         None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
-        The declared bound on |values| checked before the spend (see above); None: the
+        The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
 
     Returns

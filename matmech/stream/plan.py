@@ -1,0 +1,171 @@
+"""The data-independent plan of a stream: spec → rounded factorization, noise and its charge.
+
+A stream of n steps over k categories measures y = (C_g ⊗ I_k)·x + z with C_g the chosen
+factorization's C rounded to a power-of-two grid g, z exact discrete noise on g·Z, and
+releases the running totals (B_g ⊗ I_k)·y, B_g = prefix·C_g⁻¹ (post-processing). One record
+adds 1 to one cell x_{t,c} (add/remove neighbours; ``substitute`` doubles the sensitivity),
+so the sensitivity is the largest column norm of C_g, computed on the rounded matrix.
+
+Calibration is the library's one rule (:mod:`matmech.privacy.calibration`,
+:func:`matmech.privacy.measure.laplace_scale_up`): δ = 0 → discrete Laplace, scale Δ₁/ε
+rounded up; δ > 0 → discrete Gaussian with σ = ``gaussian_sigma(ε, δ, Δ₂)`` (zCDP, CKS 2020);
+ρ given → charged as ε = ``zcdp_to_approx_dp(ρ, δ)`` at that δ and calibrated the same way.
+Sensitivities carry :data:`~matmech.privacy.measure.SENS_MARGIN`.
+
+The grid: g is the smallest power of two with scale/g ≤ 2^22 (Gaussian) or 2^46 (Laplace) and
+sup|C|·max_records/g ≤ 2^52, so every C_g·x over at most ``max_records`` records is exact
+in float64 (each partial sum is a multiple of g below 2^53·g). Integer C (identity, prefix)
+keep g = 1 when that suffices.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from matmech.privacy import noise
+from matmech.privacy.calibration import gaussian_sigma, zcdp_to_approx_dp
+from matmech.privacy.measure import (
+    MAX_RECORDS,
+    SENS_MARGIN,
+    check_max_records,
+    laplace_scale_up,
+)
+from matmech.privacy.params import (
+    NEIGHBORS,
+    check_delta,
+    check_neighbors,
+    check_privacy_params,
+)
+from matmech.stream.factorizations import StreamFactorization, build, check_horizon
+
+__all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
+
+#: Largest number of categories per step.
+MAX_CATEGORIES = 2**16
+#: Largest history a stream keeps (bytes), checked when the spec is declared.
+MAX_STATE_BYTES = 2**32
+_GAUSS_BITS, _LAPLACE_BITS, _EXACT_BITS = 22, 46, 52
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What the curator declares before the stream starts (all public).
+
+    ``eps``/``delta``: the whole stream's (ε, δ); or ``rho`` (zCDP) with ``delta`` for the
+    ledger's (ε, δ) charge. ``categories``: a count k or a tuple of labels.
+    ``max_records``: a bound on the records over the whole stream (exact arithmetic).
+    """
+
+    horizon: int
+    eps: float | None = None
+    delta: float = 0.0
+    rho: float | None = None
+    categories: tuple[str, ...] = ("count",)
+    factorization: str = "sqrt"
+    objective: str = "mean"
+    neighbors: str = "add_remove"
+    max_records: int = MAX_RECORDS
+
+    def __post_init__(self):
+        object.__setattr__(self, "horizon", check_horizon(self.horizon))
+        cats = self.categories
+        if isinstance(cats, numbers.Integral) and not isinstance(cats, bool):
+            if not 1 <= int(cats) <= MAX_CATEGORIES:
+                raise ValueError(f"categories must be a count in [1, {MAX_CATEGORIES}] or a list of labels, got {cats!r}")
+            cats = tuple(f"c{i}" for i in range(int(cats))) if int(cats) > 1 else ("count",)
+        if isinstance(cats, str) or not all(isinstance(c, str) and c for c in cats):
+            raise TypeError(f"categories must be a count or a list of non-empty string labels, got {cats!r}")
+        cats = tuple(cats)
+        if not 1 <= len(cats) <= MAX_CATEGORIES or len(set(cats)) != len(cats):
+            raise ValueError(f"categories must be 1..{MAX_CATEGORIES} distinct labels, got {len(cats)} ({len(set(cats))} distinct)")
+        object.__setattr__(self, "categories", cats)
+        need = self.horizon * len(cats) * 3 * 8  # counts, measurements, releases kept in memory
+        if need > MAX_STATE_BYTES:
+            raise ValueError(f"a stream of {self.horizon:,} steps x {len(cats):,} categories keeps {need / 2**30:.1f} GiB "
+                             f"of history (3 float64 per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed")
+        if self.rho is None:
+            if self.eps is None:
+                raise ValueError("declare the stream's privacy: eps (with delta for Gaussian noise) or rho with delta")
+            check_privacy_params(self.eps, self.delta)
+        else:
+            if self.eps is not None:
+                raise ValueError(f"give eps or rho, not both (got eps={self.eps!r}, rho={self.rho!r})")
+            check_delta(self.delta, positive=True, name="delta (needed with rho to charge the ledger)")
+            if not (isinstance(self.rho, numbers.Real) and math.isfinite(self.rho) and self.rho > 0):
+                raise ValueError(f"rho must be a positive finite number, got {self.rho!r}")
+        check_neighbors(self.neighbors)
+        object.__setattr__(self, "max_records", check_max_records(self.max_records))
+
+    @property
+    def charge(self) -> tuple[float, float]:
+        """(ε, δ) charged to the budget for the whole stream."""
+        if self.rho is not None:
+            return zcdp_to_approx_dp(self.rho, self.delta), float(self.delta)
+        return float(self.eps), float(self.delta)
+
+
+@dataclass(frozen=True, eq=False)
+class StreamPlan:
+    """The spec plus everything derived from it without data: the measured (rounded)
+    factorization, its lattice ``grid``, the noise kind, ``scale`` (σ or Laplace b, value
+    units), the exact per-entry noise ``std`` and the ``sensitivity`` used."""
+
+    spec: StreamSpec
+    factorization: StreamFactorization
+    grid: float
+    noise: str
+    scale: float
+    std: float
+    sensitivity: float
+
+    def step_stds(self) -> np.ndarray:
+        """Exact std of the released running total at every step (every category)."""
+        return self.std * np.sqrt(self.factorization.step_variances())
+
+
+def _pow2_at_least(v: float) -> float:
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
+
+
+def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:
+    """(noise, scale, sensitivity) for factorization f under spec."""
+    factor = NEIGHBORS[spec.neighbors]
+    eps, delta = spec.charge
+    if delta == 0:
+        sens = factor * f.sensitivity(1) * SENS_MARGIN
+        return "discrete_laplace", laplace_scale_up(eps, sens), sens
+    sens = factor * f.sensitivity(2) * SENS_MARGIN
+    return "discrete_gaussian", gaussian_sigma(eps, delta, sens), sens
+
+
+def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = None) -> StreamPlan:
+    """Round the factorization to its grid and calibrate the noise (no data, no budget)."""
+    f = factorization if factorization is not None else build(spec.factorization, spec.horizon, objective=spec.objective)
+    if f.n != spec.horizon:
+        raise ValueError(f"the factorization has horizon {f.n} but the spec declares {spec.horizon}")
+    kind, scale0, _ = _scale(spec, f)
+    bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
+    g = _pow2_at_least(max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS))
+    entries = f.c if f.c is not None else f.matrix
+    integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
+    if integer and g <= 1.0:
+        g, fg = 1.0, f
+    else:
+        fg = f.rounded(g)
+    kind, scale, sens = _scale(spec, fg)
+    ratio = scale / g
+    if kind == "discrete_gaussian":
+        limit = float(noise.MAX_SIGMA)
+        std = math.sqrt(noise.discrete_gaussian_variance(ratio)) * g if ratio <= limit else math.inf
+    else:
+        limit = float(noise.MAX_LAPLACE_SCALE)
+        std = math.sqrt(noise.discrete_laplace_variance(ratio)) * g if ratio <= limit else math.inf
+    if ratio > limit:
+        raise ValueError(f"the noise scale {scale:.6g} is {ratio:.3g} grid steps, beyond the exact sampler's limit "
+                         f"{limit:.3g}; raise eps or lower max_records")
+    return StreamPlan(spec, fg, g, kind, float(scale), float(std), float(sens))

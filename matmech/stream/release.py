@@ -1,0 +1,216 @@
+"""Continual release of running totals: one step's counts in, the noisy running total out.
+
+:meth:`StreamRelease.create` plans the stream from its spec (no data), checks that the
+budget can pay for the whole stream, writes the stream file and charges the budget ONCE,
+before any noise exists. :meth:`StreamRelease.step` then, for step t:
+
+1. checks the counts' shape and type (never their values in a message);
+2. takes z_t from the file, or draws it (exact discrete Gaussian / Laplace on the plan's
+   grid, ``rng``: None = the OS CSPRNG) and commits it before reading the counts;
+3. refuses counts that would take the stream past its declared ``max_records`` (exact
+   arithmetic needs the bound; the message never contains a count and nothing is released);
+4. y_t = C_g[t]·x + z_t (exact on the grid), r_t = B_g[t]·y (post-processing), std_t =
+   std·‖B_g[t]‖, commits x_t, y_t, r_t, and only then returns r_t.
+
+Asking again for a released step returns the stored release without reading anything.
+Reopening the file after a crash resumes: a charged stream is never charged again (if a
+crash fell between the charge and its mark, the ledger's entry, named by the stream's random
+id, is found and not repeated) and stored noise is reused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from matmech.privacy import noise
+from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.measure import check_counts
+from matmech.stream.factorizations import StreamFactorization
+from matmech.stream.plan import StreamPlan, StreamSpec, plan_stream
+from matmech.stream.state import StreamStore
+
+__all__ = ["StreamRelease", "StreamStep"]
+
+
+@dataclass(frozen=True)
+class StreamStep:
+    """The release of step ``t``: the noisy running totals per category and their exact std."""
+
+    t: int
+    values: tuple[float, ...]
+    std: float
+    categories: tuple[str, ...]
+    secure: bool = True
+    replayed: bool = False
+
+
+def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
+    f = plan.factorization
+    return {
+        "spec": json.dumps(asdict(plan.spec), sort_keys=True),
+        "plan": json.dumps({"grid": plan.grid, "noise": plan.noise, "scale": plan.scale, "std": plan.std,
+                            "sensitivity": plan.sensitivity, "name": f.name, "objective": f.objective,
+                            "toeplitz": f.toeplitz, "params": [list(p) for p in f.params]}),
+        "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
+        "stream_id": stream_id,
+        "charged": "0" if budgeted else "1",  # without a budget there is nothing to charge
+    }
+
+
+def _plan_from_meta(meta: dict) -> StreamPlan:
+    spec_d = json.loads(meta["spec"])
+    spec_d["categories"] = tuple(spec_d["categories"])
+    spec = StreamSpec(**spec_d)
+    p = json.loads(meta["plan"])
+    arr = np.frombuffer(meta["C"], dtype=np.float64)
+    n = spec.horizon
+    params = tuple(tuple(v) if isinstance(v, list) else v for v in (tuple(q) for q in p["params"]))
+    f = (StreamFactorization(p["name"], n, c=arr.copy(), params=params, objective=p["objective"]) if p["toeplitz"]
+         else StreamFactorization(p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]))
+    return StreamPlan(spec, f, p["grid"], p["noise"], p["scale"], p["std"], p["sensitivity"])
+
+
+class StreamRelease:
+    """An open stream (see the module notes). Make one with :meth:`create` or :meth:`open`."""
+
+    def __init__(self, store: StreamStore, plan: StreamPlan, *, budget=None, rng=None):
+        self._store, self.plan = store, plan
+        self._src = noise.check_rng(rng)
+        meta = store.meta()
+        self.stream_id = meta["stream_id"]
+        k, n = len(plan.spec.categories), plan.spec.horizon
+        self._ensure_charged(meta, budget)
+        done, self._pending, x, y, r = store.load(k)
+        self._x, self._y, self._r = (np.zeros((n, k)) for _ in range(3))
+        self._x[:done], self._y[:done], self._r[:done] = x, y, r
+        self._done = done
+        self._records = int(x.sum()) if done else 0
+        self._stds = plan.step_stds()
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path, spec: StreamSpec, *, budget=None, rng=None,
+               factorization: StreamFactorization | None = None) -> StreamRelease:
+        """Plan the stream, check the budget, write the stream file and charge the budget once."""
+        if not isinstance(spec, StreamSpec):
+            raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
+        check_budget(budget)
+        noise.check_rng(rng)
+        plan = plan_stream(spec, factorization)
+        eps, delta = spec.charge
+        check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
+        store = StreamStore.create(path, _plan_meta(plan, secrets.token_hex(8), budget is not None))
+        return cls(store, plan, budget=budget, rng=rng)
+
+    @classmethod
+    def open(cls, path, *, budget=None, rng=None) -> StreamRelease:
+        """Reopen a stream file (after a crash or in a later process)."""
+        store = StreamStore.open(path)
+        return cls(store, _plan_from_meta(store.meta()), budget=budget, rng=rng)
+
+    @staticmethod
+    def _what_for(spec: StreamSpec, stream_id: str) -> str:
+        return (f"stream {stream_id}: running totals, {spec.horizon} steps x {len(spec.categories)} categories, "
+                f"{spec.factorization}")
+
+    def _ensure_charged(self, meta: dict, budget) -> None:
+        if meta["charged"] == "1":
+            return
+        if budget is None:
+            raise ValueError("this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
+                             "given at creation (the charge is then completed or found, never repeated)")
+        what = self._what_for(self.plan.spec, self.stream_id)
+        history = budget.history() if hasattr(budget, "history") else [{"what": e.what} for e in budget.ledger]
+        if not any(h["what"] == what for h in history):
+            eps, delta = self.plan.spec.charge
+            budget.spend(eps, delta, what=what)
+        self._store.set_meta("charged", "1")
+
+    # -- the stream ----------------------------------------------------------------------
+
+    @property
+    def steps_done(self) -> int:
+        return self._done
+
+    @property
+    def horizon(self) -> int:
+        return self.plan.spec.horizon
+
+    def _result(self, t: int, replayed: bool) -> StreamStep:
+        return StreamStep(t, tuple(map(float, self._r[t])), float(self._stds[t]), self.plan.spec.categories,
+                          bool(self._src.secure), replayed)
+
+    def _counts(self, counts) -> np.ndarray:
+        k = len(self.plan.spec.categories)
+        arr = np.atleast_1d(np.asarray(counts) if not hasattr(counts, "to_numpy") else counts.to_numpy())
+        return check_counts(arr, k, name="counts")
+
+    def step(self, counts, *, t: int | None = None) -> StreamStep:
+        """Feed step t's counts (one per category; t defaults to the next step) and return
+        the noisy running totals with their exact std. A step already released is returned
+        as stored (``replayed``) without reading ``counts``."""
+        n = self.horizon
+        if t is None:
+            if self._done == n:
+                raise ValueError(f"the stream is complete: all {n} steps were released (replay one with t=)")
+            t = self._done
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n:
+            raise ValueError(f"t must be a step in [0, {n}), got {t!r}")
+        t = int(t)
+        if t < self._done:
+            return self._result(t, True)
+        if t > self._done:
+            raise ValueError(f"step {t} is ahead of the stream: the next step is {self._done}")
+        x = self._counts(counts)
+        z = self._pending.get(t)
+        if z is None:
+            z = self._draw()
+            self._store.put_noise(t, z)
+            self._pending[t] = z
+        total = self._records + int(x.sum())
+        if total > self.plan.spec.max_records:
+            raise ValueError(f"these counts would take the stream past its declared max_records="
+                             f"{self.plan.spec.max_records:,}; step {t} was not released (no count is shown)")
+        f = self.plan.factorization
+        self._x[t] = x
+        y = f.c_row(t) @ self._x[:t + 1] + z
+        self._y[t] = y
+        r = f.b_row(t) @ self._y[:t + 1]
+        self._store.put_step(t, x.astype(np.float64), y, r)
+        self._r[t] = r
+        self._records = total
+        self._done = t + 1
+        del self._pending[t]
+        return self._result(t, False)
+
+    def _draw(self) -> np.ndarray:
+        p, k = self.plan, len(self.plan.spec.categories)
+        gauss = p.noise == "discrete_gaussian"
+        if p.grid == 1.0:
+            exact = noise.discrete_gaussian if gauss else noise.discrete_laplace
+            return exact(p.scale, k, rng=self._src).astype(np.float64)
+        on_grid = noise.gaussian if gauss else noise.laplace
+        return on_grid(p.scale, k, grid=p.grid, rng=self._src)
+
+    def released(self) -> list[StreamStep]:
+        """Every released step so far."""
+        return [self._result(t, True) for t in range(self._done)]
+
+    def status(self) -> dict:
+        """Public facts about the stream (no count, no noise)."""
+        p, spec = self.plan, self.plan.spec
+        eps, delta = spec.charge
+        nxt = float(self._stds[self._done]) if self._done < self.horizon else math.nan
+        mean_var, max_var = p.factorization.errors()
+        return {"stream_id": self.stream_id, "horizon": spec.horizon, "steps_done": self._done,
+                "categories": list(spec.categories), "factorization": p.factorization.name,
+                "objective": p.factorization.objective, "eps": eps, "delta": delta, "rho": spec.rho,
+                "noise": p.noise, "scale": p.scale, "noise_std": p.std, "grid": p.grid, "sensitivity": p.sensitivity,
+                "next_step_std": nxt, "final_step_std": float(self._stds[-1]),
+                "mean_variance_sigma2": mean_var, "max_variance_sigma2": max_var}
