@@ -4,7 +4,9 @@
 data-independent facts (workload, strategy, ε, δ, the analytic variances); it is shared by
 the explicit release (:mod:`matmech.release`) and the factored one (:mod:`matmech.factored`).
 Variances are the Matrix-Mechanism formula σ²·diag(W (AᵀA)⁺ Wᵀ) (Li et al., PODS 2010); the
-intervals are the normal approximation answer ± z·std.
+intervals come from the law of the noise actually drawn (:mod:`matmech.privacy.confidence`:
+exact lattice quantiles, a binned convolution, or the normal / Cornish–Fisher quantile, one
+method named per answer), and are computed once per level on first use.
 """
 
 from __future__ import annotations
@@ -16,13 +18,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from matmech.error import noise_weights
 from matmech.linalg.intervals import Intervals
+from matmech.privacy.confidence import IntervalLaw, law_intervals, normal_intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
-from matmech.svt.select import Selection
+from matmech.svt.select import Selection, take_rows
 
-__all__ = ["Release", "release_table", "Z95"]
+__all__ = ["Release", "release_table", "Z95", "INTERVAL_COLUMNS"]
+
+#: The interval columns of every table of answers (Python, JSON and the CLI's CSV).
+INTERVAL_COLUMNS = ("lower", "upper", "interval", "coverage")
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -67,6 +74,13 @@ class Release:
     selection: Selection | None = field(default=None, repr=False)
     eps_select: float = 0.0
     select_options: Mapping | None = field(default=None, repr=False)
+    #: The operator whose rows times ``estimate`` are the answers, over the measured domain,
+    #: when it is not W (or W's selected rows): the factored Kronecker path's W_U.
+    answered_workload: LinOp | None = field(default=None, repr=False)
+    #: What the residual path measured when no matrix over the domain exists (``measurement``
+    #: is then None): the noise and the strategy it stands for, for to_dict and re-analysis.
+    measured: Mapping | None = field(default=None, repr=False)
+    _laws: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def spent(self):
@@ -89,10 +103,37 @@ class Release:
         out[slice(None) if self.selected is None else self.selected] = self.answers
         return out
 
+    def interval_law(self, level=0.95) -> IntervalLaw:
+        """Per-answer half-width, coverage and method at ``level`` (:mod:`matmech.privacy.confidence`).
+
+        Answers of one measurement get the law of their own noise draws (exact lattice
+        quantiles where the noise weights are integers, a binned convolution for a few
+        draws, else the normal or Cornish–Fisher quantile); answers combined with a
+        selection's gaps, and residual-path answers, the normal quantile.
+        """
+        _z(level)
+        level = float(level)
+        if level not in self._laws:
+            self._laws[level] = self._law(level)
+        return self._laws[level]
+
+    def _law(self, level):
+        m = self.measurement
+        combined = bool(self.select_options and self.select_options.get("_combined"))
+        if m is None or combined or self.answers.size == 0:
+            return normal_intervals(self.std, level)
+        rows = self.answered_workload
+        if rows is None:
+            rows = self.workload if self.selected is None else take_rows(self.workload, self.selected)
+        C = noise_weights(rows, m.strategy)
+        if C is None:
+            return normal_intervals(self.std, level)
+        return law_intervals(C, m.noise, m.scale, m.grid, level)
+
     def interval(self, level=0.95):
-        """(lower, upper) normal-approximation intervals answer ∓ z·std (answered rows)."""
-        z = _z(level)
-        return self.answers - z * self.std, self.answers + z * self.std
+        """(lower, upper) = answer ∓ half-width of :meth:`interval_law` (answered rows)."""
+        half = self.interval_law(level).half
+        return self.answers - half, self.answers + half
 
     def plot(self, **kwargs):
         """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
@@ -138,7 +179,8 @@ class Release:
             "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
             "answered": n_ans,
             "queries_total": self.workload.shape[0],
-            "strategy": None
+            "strategy": (None if self.measured is None else {
+                "name": self.strategy_name, "note": self.strategy_note, **self.measured["strategy"]})
             if m is None
             else {
                 "name": self.strategy_name,
@@ -147,7 +189,8 @@ class Release:
                 "shape": list(self.strategy.shape),
                 "rounded_to_grid": m.rounded,
             },
-            "noise": None
+            "intervals": {"level": 0.95, "methods": self.interval_law(0.95).counts()},
+            "noise": (None if self.measured is None else dict(self.measured["noise"]))
             if m is None
             else {
                 "distribution": m.noise,
@@ -209,11 +252,14 @@ def _unanswered_notes(release):
 
 
 def release_table(release, labels=None, *, level=0.95):
-    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
+    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``,
+    ``upper``, ``interval`` (the method) and ``coverage`` (:data:`INTERVAL_COLUMNS`).
 
     ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
-    workloads and ``"q<i>"`` otherwise; the interval is answer ∓ z·std at ``level`` (normal
-    approximation; default 95%). For a release with selection every row of the workload is
+    workloads and ``"q<i>"`` otherwise; the interval at ``level`` (default 95%) is that of
+    :meth:`Release.interval_law`: ``coverage`` is its exact coverage probability ("exact"),
+    a lower bound on it ("convolution"), or None where it is only approximate ("normal",
+    "cornish-fisher"). For a release with selection every row of the workload is
     listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
     threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
     unanswered rows have ``None`` for answer, std and interval.
@@ -224,17 +270,18 @@ def release_table(release, labels=None, *, level=0.95):
     labels = _default_labels(release.workload) if labels is None else list(labels)
     if len(labels) != m:
         raise ValueError(f"got {len(labels)} labels for {m} queries")
-    lower, upper = release.interval(level)
-    if release.selected is None:
-        return [
-            {"query": str(q), "answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi)}
-            for q, a, s, lo, hi in zip(labels, release.answers, release.std, lower, upper)
-        ]
-    notes = _unanswered_notes(release)
-    rows = [
-        {"query": str(q), "selected": False, "status": note, "answer": None, "std": None, "lower": None, "upper": None}
-        for q, note in zip(labels, notes)
+    law = release.interval_law(level)
+    lower, upper = release.answers - law.half, release.answers + law.half
+    cells = [
+        {"answer": float(a), "std": float(s), "lower": float(lo), "upper": float(hi), "interval": str(how),
+         "coverage": None if c != c else float(c)}
+        for a, s, lo, hi, how, c in zip(release.answers, release.std, lower, upper, law.method, law.coverage)
     ]
-    for i, a, s, lo, hi in zip(release.selected.tolist(), release.answers, release.std, lower, upper):
-        rows[i].update(selected=True, status="answered", answer=float(a), std=float(s), lower=float(lo), upper=float(hi))
+    if release.selected is None:
+        return [{"query": str(q), **cell} for q, cell in zip(labels, cells)]
+    notes = _unanswered_notes(release)
+    empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
+    rows = [{"query": str(q), "selected": False, "status": note, **empty} for q, note in zip(labels, notes)]
+    for i, cell in zip(release.selected.tolist(), cells):
+        rows[i].update(selected=True, status="answered", **cell)
     return rows

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: (without cycles), never of a higher one.
 LAYERS = [
     ["linalg", "validate"],
-    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.noise", "privacy.budget",
+    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.noise", "privacy.confidence", "privacy.budget",
      "privacy.ledger"],
     ["error"],
     ["optimizers"],
@@ -33,7 +33,7 @@ LAYERS = [
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
 READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "record", "release", "factored", "cli"]
-DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
+DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.confidence", "error",
                     "optimizers", "advisor", "plot", "io.domain"]
 
 
