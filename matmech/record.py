@@ -80,6 +80,10 @@ class Release:
     #: What the residual path measured when no matrix over the domain exists (``measurement``
     #: is then None): the noise and the strategy it stands for, for to_dict and re-analysis.
     measured: Mapping | None = field(default=None, repr=False)
+    #: With a free-gap selection: True for the selected rows (in ``answers`` order) whose
+    #: selection margin was small, answered from the measurement alone
+    #: (:func:`matmech.svt.curse.guard`); None without gaps combined.
+    near_threshold: np.ndarray | None = field(default=None, repr=False)
     _laws: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -282,6 +286,9 @@ def release_table(release, labels=None, *, level=0.95):
     notes = _unanswered_notes(release)
     empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
     rows = [{"query": str(q), "selected": False, "status": note, **empty} for q, note in zip(labels, notes)]
-    for i, cell in zip(release.selected.tolist(), cells):
+    near = release.near_threshold
+    for k, (i, cell) in enumerate(zip(release.selected.tolist(), cells)):
         rows[i].update(selected=True, status="answered", **cell)
+        if near is not None:
+            rows[i]["near_threshold"] = bool(near[k])
     return rows

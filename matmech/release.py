@@ -57,6 +57,7 @@ from matmech.privacy.measure import (
     plan_measurement,
 )
 from matmech.svt.combine import answer_covariance, combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
@@ -70,6 +71,7 @@ from matmech.svt.select import (
 )
 from matmech.workloads import ranges
 from matmech.validate import rectangular
+from matmech.optimizers.blas import capped
 from matmech.record import Z95, Release, release_table
 
 __all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
@@ -317,12 +319,15 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
     est, var, what, done = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"])
     if not done:
         return dataclasses.replace(out, strategy_note=out.strategy_note + what)
+    est, var, near = guard(out.answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
+    near.setflags(write=False)
+    what += f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the measurement alone"
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
     opts = dict(out.select_options)
     opts["_combined"], opts["_mechanism"] = True, sel.mechanism
-    return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
+    return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()), near_threshold=near,
                                strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts))
 
 
@@ -359,6 +364,7 @@ def _cells(x):
     return arr.shape[0]
 
 
+@capped
 def release(x, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove", select=None,
             max_records=None, domain=None):
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.

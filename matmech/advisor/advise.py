@@ -28,7 +28,7 @@ from matmech.error import error_figures, lower_bound
 from matmech.privacy.params import NEIGHBORS, check_privacy_params
 from matmech.linalg.linop import Kron, Scaled, VStack, as_linop
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
-from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.blas import blas_threads, capped
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
 
@@ -367,6 +367,7 @@ def _rank(results, scorer):
     return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors)
 
 
+@capped
 def advise(W, eps=1.0, delta=0.0, *, candidates="all", time_budget="default", rng=None, progress=None, neighbors="add_remove"):
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 

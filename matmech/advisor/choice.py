@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from matmech import strategies as S
 from matmech.advisor.advise import advise
+from matmech.advisor.cache import cached_choice
 from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidates
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
@@ -57,7 +58,7 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
         return per_attribute(W, S.haar), "haar", "given by name"
     if strategy == "optimize":
         return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
-    A, note = _optimiser_choice(W, eps, delta, neighbors)
+    A, note = cached_choice(W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors))
     return A, "auto", note
 
 

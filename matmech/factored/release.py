@@ -127,6 +127,7 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
     for a in (answers, std, xhat):
         a.setflags(write=False)
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=meas.strategy,
+                   answered_workload=W_U,
                    strategy_name=name, strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
                    eps=meas.eps, delta=meas.delta, neighbors=neighbors,
                    budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat)
@@ -198,7 +199,27 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
                 f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
                    strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None)
+                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
+                   measured=_residual_record(plan, mplan, meas, pure))
+
+
+def _residual_record(plan, mplan, meas, pure):
+    """What the residual path measured, for :meth:`Release.to_dict` and re-analysis: the
+    marginal tables (pure ε) or residuals (δ > 0) with their exact noise; no data in it."""
+    lat = plan.lattice
+    if pure:
+        strategy = {"type": "weighted marginal tables", "tables": [list(t) for t in plan.tables],
+                    "weights": [float(v) for v in np.asarray(plan.theta)]}
+        noise_ = {"distribution": "discrete_laplace", "scale": [float(b) for b in mplan.scales],
+                  "std": [math.sqrt(v) for v in mplan.table_variances], "grid": 1.0,
+                  "sensitivity": mplan.sensitivity, "secure_randomness": meas.secure}
+    else:
+        strategy = {"type": "residual basis", "residuals": [list(t) for t in lat.residuals],
+                    "variances": [float(v) for v in np.asarray(plan.variances)]}
+        noise_ = {"distribution": "discrete_gaussian", "scale": mplan.sigma, "per": "unit residual variance",
+                  "scale_bits": mplan.scale_bits, "grid": 1.0, "sensitivity": mplan.sensitivity,
+                  "secure_randomness": meas.secure}
+    return {"strategy": strategy, "noise": noise_}
 
 
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",

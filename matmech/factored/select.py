@@ -69,6 +69,7 @@ from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, la
 from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import Release
 from matmech.svt.combine import combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
 from matmech.svt.select import (SelectionPlan, advised_select_eps, check_select_options, check_selection, run_selection,
                                 selection_mechanism, shown_select_options)
 
@@ -562,9 +563,15 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
             f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
             f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
     if sel.gap is not None:
+        measured, mvar = answers, var
         answers, var, more, done = combine_selection(answers, cov, rows, sel, plan.select["threshold"])
         note += more
         if done:
+            answers, var, near = guard(measured, mvar, answers, var, rows, sel)
+            near.setflags(write=False)
+            record["near_threshold"] = near
+            note += (f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
+                     "measurement alone")
             shown["_combined"] = True
             shown["_mechanism"] = sel.mechanism
             record["select_options"] = MappingProxyType(shown)

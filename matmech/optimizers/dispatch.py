@@ -55,7 +55,7 @@ import numpy as np
 from matmech.linalg.structured import pinv_gram
 from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure
 from matmech.optimizers.gram import GramOperator
-from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.blas import blas_threads, capped
 from matmech.privacy.calibration import noise_variance
 from matmech.error import expected_error, lower_bound
 from matmech.privacy.params import check_privacy_params
@@ -305,6 +305,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
 # -- the entry point -----------------------------------------------------------------------------
 
 
+@capped
 def optimize(
     W,
     eps=1.0,
