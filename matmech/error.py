@@ -411,8 +411,8 @@ def noise_weights(W, A):
     if isinstance(A, Identity):
         return Wd
     M = _covariance(W, A)
-    B = Wd if isinstance(M, Identity) else Wd @ _as_dense(M)  # m×n (M symmetric)
-    return np.asarray(A.matmat(B.T)).T
+    B = Wd.T if isinstance(M, Identity) else np.asarray(as_linop(M).matmat(Wd.T))  # n×m, structured M
+    return np.asarray(A.matmat(B)).T
 
 
 def _interval_diag_split(W, split):
