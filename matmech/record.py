@@ -124,8 +124,19 @@ class Release:
     def _law(self, level):
         m = self.measurement
         combined = bool(self.select_options and self.select_options.get("_combined"))
-        if m is None or combined or self.answers.size == 0:
+        if m is None or self.answers.size == 0:
             return normal_intervals(self.std, level)
+        if combined:  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
+            base, near = normal_intervals(self.std, level), self.near_threshold
+            if near is None or not near.any():
+                return base
+            C = noise_weights(take_rows(self.workload, self.selected[near]), m.strategy)
+            if C is None:
+                return base
+            sub = law_intervals(C, m.noise, m.scale, m.grid, level)
+            half, cov, how = base.half.copy(), base.coverage.copy(), base.method.copy()
+            half[near], cov[near], how[near] = sub.half, sub.coverage, sub.method
+            return IntervalLaw(level, half, cov, how)
         rows = self.answered_workload
         if rows is None:
             rows = self.workload if self.selected is None else take_rows(self.workload, self.selected)

@@ -14,7 +14,8 @@ first (:func:`law_intervals`):
   the returned coverage is that probability (≥ level, as tight as the lattice allows).
 * ``"convolution"``: a few (≤ :data:`MAX_TERMS`) non-integer weights: each term cⱼ zⱼ is
   binned on a grid h from the exact CDF of zⱼ (|term − bin| ≤ h/2), the bins convolved by FFT;
-  the half-width is widened by (terms)·h/2, so the returned coverage is a lower bound.
+  the half-width is widened by (terms)·h/2 = 0.01 std, so the returned coverage is a lower
+  bound. Its FFT work per release is capped (:data:`MAX_WORK`).
 * ``"normal"`` / ``"cornish-fisher"``: many draws. The Edgeworth term of the fourth cumulant
   estimates the normal interval's coverage error φ(z)(z³−3z)κ₄/12; within
   :data:`NORMAL_TOLERANCE` the normal quantile is kept, else the Cornish–Fisher quantile
@@ -41,6 +42,9 @@ MAX_TERMS = 256
 MAX_LATTICE = 1 << 21
 #: Distinct weight profiles evaluated exactly per release (the rest fall back to moments).
 MAX_PROFILES = 256
+#: FFT work (grid points × weight groups) the binned convolutions of one release may spend
+#: (a few seconds); answers beyond it fall back to moments, and say so in their method.
+MAX_WORK = 1 << 24
 METHODS = ("exact", "convolution", "normal", "cornish-fisher")
 _TAIL = 37.0  # e^-37 < 1e-16: Laplace support radius in units of t
 
@@ -153,12 +157,21 @@ def _exact(noise, t, c, level):
     return _central(pmf, level)
 
 
+def _grid_size(B):
+    return 1 << (2 * B + 1).bit_length()
+
+
+def _convolution_work(c):
+    """Grid points × distinct weights of :func:`_convolution` for weights c."""
+    return _grid_size(int(math.ceil(20.0 * c.size / 0.02))) * np.unique(np.round(c, 12)).size
+
+
 def _convolution(noise, t, c, sd, level):
     """Half-width (lattice units) and a lower bound on its coverage, binned on h."""
     P = c.size
-    h = 0.01 * sd / P  # total binning error P·h/2 = 0.005 sd
-    B = int(math.ceil(30.0 * sd / h))
-    N = 1 << (2 * B + 1).bit_length()
+    h = 0.02 * sd / P  # total binning error P·h/2 = 0.01 sd
+    B = int(math.ceil(20.0 * sd / h))
+    N = _grid_size(B)
     b = np.arange(-B, B + 1)
     spec = np.ones(N // 2 + 1, dtype=np.complex128)
     vals, counts = np.unique(np.round(np.abs(c), 12), return_counts=True)
@@ -214,6 +227,7 @@ def law_intervals(weights: np.ndarray, noise: str, scale: float, grid: float, le
     half, cov = np.empty(m), np.full(m, np.nan)
     method = np.empty(m, dtype=object)
     seen: dict = {}
+    work = [0]
     for i in range(m):
         row = np.abs(C[i])
         tol = 1e-10 * max(float(row.max(initial=0.0)), 1e-300)
@@ -223,13 +237,13 @@ def law_intervals(weights: np.ndarray, noise: str, scale: float, grid: float, le
             continue
         key = tuple(np.round(c, 10).tolist())
         if key not in seen:
-            seen[key] = _one(noise, t, c, level, exact_ok=len(seen) < MAX_PROFILES)
+            seen[key] = _one(noise, t, c, level, exact_ok=len(seen) < MAX_PROFILES, work=work)
         r, p, how = seen[key]
         half[i], cov[i], method[i] = r * grid, p, how
     return IntervalLaw(level, half, cov, method)
 
 
-def _one(noise, t, c, level, *, exact_ok):
+def _one(noise, t, c, level, *, exact_ok, work):
     sd = math.sqrt(float((c * c).sum()) * _variance(noise, t))
     if exact_ok and np.all(np.abs(c - np.rint(c)) <= 1e-9):
         try:
@@ -237,7 +251,8 @@ def _one(noise, t, c, level, *, exact_ok):
             return float(r), p, "exact"
         except ValueError:
             pass  # lattice too wide: the binned convolution is as good at this scale
-    if exact_ok and c.size <= MAX_TERMS:
+    if exact_ok and c.size <= MAX_TERMS and work[0] + (cost := _convolution_work(c)) <= MAX_WORK:
+        work[0] += cost
         r, p = _convolution(noise, t, c, sd, level)
         return r, p, "convolution"
     r, how = _moments(noise, t, c, level)
