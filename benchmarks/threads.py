@@ -4,10 +4,11 @@ Each case runs in a fresh child process under three settings: ``default`` (no en
 variable: matmech caps BLAS itself, :mod:`matmech.optimizers.blas`), ``one`` (OPENBLAS_NUM_THREADS
 = 1, the setting the test suite uses) and ``uncapped`` (MATMECH_BLAS_THREADS = the core count:
 what a user got before the cap). The child times only the call (``time.perf_counter``), after a
-warm-up import. Cases: ``matmech.optimize(W, eps=1)`` on HDMM's journal workloads
+warm-up import; the three settings are interleaved over ``--rounds`` rounds (default 3) and
+the median is reported (the ratio is that of the medians of one run of the script). Cases: ``matmech.optimize(W, eps=1)`` on HDMM's journal workloads
 (/work/shared/benchmarks/hdmm-journal, loaded by benchmarks/highdim.py), 1-D all ranges at
 n = 1024, and ``matmech.release`` of all 2-way marginals over a 4×9×9×9 = 2,916-cell histogram
-(strategy "auto": first call, then the cached choice). Ratios are from one run each.
+(strategy "auto": first call, then the cached choice).
 
 Run:  python benchmarks/threads.py [--only NAME[,NAME]] [--out DIR]
 Writes benchmarks/results/threads.{json,md}.
@@ -92,6 +93,7 @@ def main(argv=None):
     ap.add_argument("--child")
     ap.add_argument("--only")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
     if a.child:
         return child(a.child)
@@ -100,8 +102,17 @@ def main(argv=None):
     rows = []
     for name in names:
         row = {"case": name}
+        runs = {s: [] for s in SETTINGS}
+        for _ in range(a.rounds):  # settings interleaved, so that load drifts and cold caches hit all alike
+            for s in ("one", "default", "uncapped"):
+                runs[s].append(run(name, s))
         for s in SETTINGS:
-            row[s] = run(name, s)
+            ok = [r for r in runs[s] if "seconds" in r]
+            if not ok:
+                row[s] = runs[s][0]
+                continue
+            ok.sort(key=lambda r: r["seconds"])
+            row[s] = dict(ok[len(ok) // 2], runs=[round(r["seconds"], 3) for r in runs[s] if "seconds" in r])
         d, o = row["default"].get("seconds"), row["one"].get("seconds")
         row["ratio_default_one"] = None if d is None or o is None else d / o
         rows.append(row)
@@ -112,7 +123,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     (out / "threads.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f}, {meta['cpus']} cores, "
-             f"{meta['date']}", "", "| case | default s | one thread s | uncapped s | default/one |", "|---|---|---|---|---|"]
+             f"{meta['date']}", "", "| case | default s (median) | one thread s | uncapped s | default/one |", "|---|---|---|---|---|"]
 
     def f(r):
         return f"{r['seconds']:.3f}" if "seconds" in r else r.get("error", "-")

@@ -27,9 +27,13 @@ import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as Wk
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
-from matmech.error import expected_error as continuous_expected_error
+import functools
+
+from matmech.error import expected_error
 from matmech.linalg.linop import Dense, Kron, RowSubset
 from matmech.release import Release, choose_strategy, release, release_table
+
+continuous_expected_error = functools.partial(expected_error, noise="continuous")
 
 N = 32
 RUNS = 500

@@ -136,7 +136,7 @@ def _attributes(W):
 
 def _unit_error(W, A, delta):
     """sens² · trace term in the units of :func:`error_figures` (ε = 1)."""
-    return error_figures(W, A, 1.0, delta, measures=("total",))["total"]
+    return error_figures(W, A, 1.0, delta, measures=("total",), noise="continuous")["total"]
 
 
 def _best_hierarchy(family, W, delta, root):

@@ -68,7 +68,7 @@ def fixed_choice(W, eps, delta, neighbors):
     best = None
     for name, A in fixed_candidates(W, workload=False):
         try:
-            err = expected_error(W, A, eps, delta, neighbors=neighbors)
+            err = expected_error(W, A, eps, delta, neighbors=neighbors, noise="continuous")
         except ValueError:
             continue  # cannot answer W, or no structured inverse at this size
         if best is None or err < best[0]:
