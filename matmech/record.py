@@ -20,7 +20,7 @@ import numpy as np
 
 from matmech.error import noise_weights
 from matmech.linalg.intervals import Intervals
-from matmech.privacy.confidence import IntervalLaw, law_intervals, normal_intervals
+from matmech.privacy.confidence import MAX_ROWS, IntervalLaw, law_intervals, normal_intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
@@ -124,7 +124,7 @@ class Release:
     def _law(self, level):
         m = self.measurement
         combined = bool(self.select_options and self.select_options.get("_combined"))
-        if m is None or self.answers.size == 0:
+        if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
             return normal_intervals(self.std, level)
         if combined:  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
             base, near = normal_intervals(self.std, level), self.near_threshold

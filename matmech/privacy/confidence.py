@@ -32,7 +32,7 @@ from scipy.special import ndtr, ndtri
 from matmech.privacy.noise import discrete_gaussian_variance, discrete_laplace_variance
 
 __all__ = ["IntervalLaw", "law_intervals", "normal_intervals", "noise_pmf", "noise_cdf", "excess_kurtosis",
-           "sum_pmf", "NORMAL_TOLERANCE", "MAX_TERMS", "METHODS"]
+           "sum_pmf", "NORMAL_TOLERANCE", "MAX_TERMS", "MAX_ROWS", "METHODS"]
 
 #: Largest estimated coverage error (absolute) for which the normal quantile is used.
 NORMAL_TOLERANCE = 0.005
@@ -45,6 +45,8 @@ MAX_PROFILES = 256
 #: FFT work (grid points × weight groups) the binned convolutions of one release may spend
 #: (a few seconds); answers beyond it fall back to moments, and say so in their method.
 MAX_WORK = 1 << 24
+#: Most answers whose law is evaluated one by one; larger releases use the normal quantile.
+MAX_ROWS = 200_000
 METHODS = ("exact", "convolution", "normal", "cornish-fisher")
 _TAIL = 37.0  # e^-37 < 1e-16: Laplace support radius in units of t
 
