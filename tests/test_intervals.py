@@ -226,3 +226,24 @@ def test_selection_guard_answers_small_margin_rows_from_the_measurement():
         seen_near |= bool(near.any())
         seen_far |= bool((~near).any())
     assert seen_near and seen_far
+
+
+def test_marginal_tables_that_suffice_for_w_are_accepted_under_pure_eps():
+    """Only W's 2-way tables, default strategy, δ = 0: the residual path answers from them
+    (the Kronecker path would need the full table); the same numbers as strategy='residual'
+    on the records with the same draws."""
+    import itertools
+
+    from matmech.factored.tables import marginal_tables
+
+    rng = np.random.default_rng(0)
+    dom = (3, 4, 5)
+    rec = np.stack([rng.integers(0, d, 300) for d in dom], 1)
+    W = wl.marginals(dom, 2)
+    tables = marginal_tables(rec, dom, list(itertools.combinations(range(3), 2)))
+    a = mm.release(dict(tables), W, 1.0, rng=np.random.default_rng(9))
+    b = mm.release(rec, W, 1.0, strategy="residual", rng=np.random.default_rng(9))
+    assert a.strategy_name == "residual"
+    np.testing.assert_array_equal(a.answers, b.answers)
+    np.testing.assert_array_equal(a.std, b.std)
+    assert mm.release(rec, W, 1.0, rng=np.random.default_rng(9)).strategy_name != "residual"  # records: Kronecker path

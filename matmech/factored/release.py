@@ -31,6 +31,7 @@ the tables containing it (:func:`matmech.factored.measure.plan_residual_laplace`
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -222,6 +223,19 @@ def _residual_record(plan, mplan, meas, pure):
     return {"strategy": strategy, "noise": noise_}
 
 
+def _holds_superset(data, U):
+    """False when ``data`` is a mapping of marginal tables none of which covers every attribute
+    of U (decided from the keys only); True for records, engines and malformed keys (the table
+    reader then names the problem)."""
+    if not isinstance(data, Mapping):
+        return True
+    try:
+        keys = [set(int(a) for a in k) for k in data]
+    except (TypeError, ValueError):
+        return True
+    return any(set(U) <= k for k in keys)
+
+
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
                      max_records=None, objective="sum", max_cells=MAX_KRON_CELLS, max_memory=MAX_MEMORY,
                      scale_bits=DEFAULT_SCALE_BITS, search="lattice", select=None):
@@ -262,6 +276,8 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
         return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
                                 neighbors=neighbors, max_records=max_records, max_memory=max_memory)
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
+    if path == "kron" and strategy == "auto" and wt.marginals() is not None and not _holds_superset(data, U):
+        path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
                              neighbors=neighbors, max_records=max_records)
