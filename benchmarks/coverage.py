@@ -31,25 +31,24 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import matmech as mm  # noqa: E402
-from matmech import workloads as wl  # noqa: E402
-from matmech.inference import solve  # noqa: E402
-from matmech.privacy import noise  # noqa: E402
-from matmech.privacy.measure import plan_measurement  # noqa: E402
-from matmech.svt.combine import answer_covariance, combine_selection  # noqa: E402
-from matmech.svt.select import take_rows  # noqa: E402
-from matmech.svt.curse import DEFAULT_MARGIN, guard  # noqa: E402
-from matmech.error import noise_weights  # noqa: E402
-from matmech.privacy.confidence import law_intervals  # noqa: E402
+import matmech as mm
+from matmech import workloads as wl
+from matmech.error import noise_weights
+from matmech.inference import solve
+from matmech.privacy import noise
+from matmech.privacy.confidence import law_intervals
+from matmech.privacy.measure import plan_measurement
+from matmech.svt.combine import answer_covariance, combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
+from matmech.svt.select import take_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 C_SEL = 19  # the 19th and 20th counts are 158 and 156: rows sit within 1 std of the threshold

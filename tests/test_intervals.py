@@ -19,7 +19,7 @@ from matmech.record import INTERVAL_COLUMNS
 
 def _brute(noise, t, weights):
     """pmf of Σ c_j z_j (integer c) by direct convolution of the stretched pmfs."""
-    k, p = C.noise_pmf(noise, t)
+    _, p = C.noise_pmf(noise, t)
     out = np.array([1.0])
     for c in weights:
         s = np.zeros((p.size - 1) * c + 1)
@@ -31,7 +31,7 @@ def _brute(noise, t, weights):
 @pytest.mark.parametrize("noise,t,w", [("discrete_laplace", 0.43, [1]), ("discrete_laplace", 1.3, [1, 1, 2]),
                                        ("discrete_gaussian", 0.6, [1, 3]), ("discrete_gaussian", 2.0, [1, 1, 1, 1])])
 def test_sum_pmf_matches_direct_convolution(noise, t, w):
-    kk, ps = C.sum_pmf(noise, t, w)
+    _, ps = C.sum_pmf(noise, t, w)
     ref = _brute(noise, t, w)
     mid = (ref.size - 1) // 2
     half = (ps.size - 1) // 2
@@ -207,7 +207,7 @@ def test_selection_guard_answers_small_margin_rows_from_the_measurement():
     seen_near = seen_far = False
     for _ in range(20):
         r = mm.release(x, W, 1.0, strategy="identity", rng=rng,
-                       select=dict(method="svt-gap", c=8, threshold=289.5, vector=False))
+                       select={"method": "svt-gap", "c": 8, "threshold": 289.5, "vector": False})
         if r.near_threshold is None:
             continue
         rows = r.selected

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from matmech.linalg.linop import LinOp
 
-__all__ = ["fingerprint", "cached_choice", "clear", "MAX_ENTRIES"]
+__all__ = ["MAX_ENTRIES", "cached_choice", "clear", "fingerprint"]
 
 #: Choices kept (least recently used first out).
 MAX_ENTRIES = 32

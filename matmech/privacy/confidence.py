@@ -31,8 +31,19 @@ from scipy.special import ndtr, ndtri
 
 from matmech.privacy.noise import discrete_gaussian_variance, discrete_laplace_variance
 
-__all__ = ["IntervalLaw", "law_intervals", "normal_intervals", "noise_pmf", "noise_cdf", "excess_kurtosis",
-           "sum_pmf", "NORMAL_TOLERANCE", "MAX_TERMS", "MAX_ROWS", "METHODS"]
+__all__ = [
+    "MAX_ROWS",
+    "MAX_TERMS",
+    "METHODS",
+    "NORMAL_TOLERANCE",
+    "IntervalLaw",
+    "excess_kurtosis",
+    "law_intervals",
+    "noise_cdf",
+    "noise_pmf",
+    "normal_intervals",
+    "sum_pmf",
+]
 
 #: Largest estimated coverage error (absolute) for which the normal quantile is used.
 NORMAL_TOLERANCE = 0.005
@@ -56,7 +67,7 @@ class IntervalLaw:
     coverage, or a lower bound for "convolution"; NaN where only estimated) and ``method``
     (one of :data:`METHODS` per answer)."""
 
-    __slots__ = ("level", "half", "coverage", "method")
+    __slots__ = ("coverage", "half", "level", "method")
 
     def __init__(self, level: float, half: np.ndarray, coverage: np.ndarray, method: np.ndarray):
         self.level, self.half, self.coverage, self.method = level, half, coverage, method
@@ -77,7 +88,7 @@ def _check(noise: str, t: float) -> None:
 
 
 def _radius(noise: str, t: float) -> int:
-    return int(math.ceil(_TAIL * t)) + 1 if noise == "discrete_laplace" else int(math.ceil(9.0 * t)) + 1
+    return math.ceil(_TAIL * t) + 1 if noise == "discrete_laplace" else math.ceil(9.0 * t) + 1
 
 
 def noise_pmf(noise: str, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +166,7 @@ def _central(pmf_of_r, level):
 
 
 def _exact(noise, t, c, level):
-    kk, pmf = sum_pmf(noise, t, c)
+    _, pmf = sum_pmf(noise, t, c)
     return _central(pmf, level)
 
 
@@ -165,14 +176,14 @@ def _grid_size(B):
 
 def _convolution_work(c):
     """Grid points × distinct weights of :func:`_convolution` for weights c."""
-    return _grid_size(int(math.ceil(20.0 * c.size / 0.02))) * np.unique(np.round(c, 12)).size
+    return _grid_size(math.ceil(20.0 * c.size / 0.02)) * np.unique(np.round(c, 12)).size
 
 
 def _convolution(noise, t, c, sd, level):
     """Half-width (lattice units) and a lower bound on its coverage, binned on h."""
     P = c.size
     h = 0.02 * sd / P  # total binning error P·h/2 = 0.01 sd
-    B = int(math.ceil(20.0 * sd / h))
+    B = math.ceil(20.0 * sd / h)
     N = _grid_size(B)
     b = np.arange(-B, B + 1)
     spec = np.ones(N // 2 + 1, dtype=np.complex128)

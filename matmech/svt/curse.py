@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-__all__ = ["selection_margins", "guard", "DEFAULT_MARGIN"]
+__all__ = ["DEFAULT_MARGIN", "guard", "selection_margins"]
 
 #: Rows whose selection margin is below this many std of the selecting noise are flagged and
 #: answered from the measurement alone.
