@@ -100,7 +100,9 @@ SHARE_FIT_MAX_N = 1024
 class OptimizeResult:
     """An optimised strategy and its analytic figures (errors in squared counts, RMSE in counts).
 
-    ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries),
+    ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries) with
+    ``noise="continuous"``, the figure the optimisers minimise (a release draws discrete noise:
+    ``expected_error``'s default gives its exact error),
     ``lower_bound`` the SVD bound of Li & Miklau (None where it cannot be computed),
     ``gap`` the relative duality gap (value − certified bound)/value for the L2 methods
     (None where the method has no certificate), ``seconds`` the optimisation time (the
@@ -485,7 +487,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb, polish=polish)
     seconds = time.perf_counter() - t0
     report(1.0, f"done in {seconds:.2f} s")
-    err = expected_error(W_err, strategy, eps, delta)
+    err = expected_error(W_err, strategy, eps, delta, noise="continuous")  # the objective's figure (1/ε² scaling)
     return strategy, gap, params, err, seconds
 
 
