@@ -31,11 +31,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from matmech.privacy import noise
-from matmech.stream.bounds import gamma2_bound, svd_bound, tree_errors
-from matmech.stream.factorizations import build
-from matmech.stream.plan import StreamSpec, plan_stream
-from matmech.stream.release import StreamRelease
+from matmech.privacy import noise  # noqa: E402
+from matmech.stream.bounds import gamma2_bound, svd_bound, tree_errors  # noqa: E402
+from matmech.stream.factorizations import build  # noqa: E402
+from matmech.stream.plan import StreamSpec, plan_stream  # noqa: E402
+from matmech.stream.release import StreamRelease  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 JP = Path("/work/scratch/stream/jp_results.json")

@@ -593,14 +593,15 @@ def _write_answers(path, rows, *, selection, overwrite=True):
     """
     import os
 
-    fields = ["query", "answer", "std", "lower95", "upper95"] + (["selected", "status"] if selection else [])
+    fields = ["query", "answer", "std", "lower", "upper", "interval", "coverage"] + (["selected", "status"] if selection else [])
     handle, final = (open(path, "w", newline="", encoding="utf-8"), None) if isinstance(path, (str, os.PathLike)) else path
     with handle as f:
         w = csv.writer(f)
         w.writerow(fields)
         for r in rows:
             nums = [r["answer"], r["std"], r["lower"], r["upper"]]
-            line = [r["query"], *("" if v is None else repr(float(v)) for v in nums)]
+            line = [r["query"], *("" if v is None else repr(float(v)) for v in nums), r.get("interval") or "",
+                    "" if r.get("coverage") is None else repr(float(r["coverage"]))]
             if selection:
                 line += ["true" if r["selected"] else "false", r["status"]]
             w.writerow(line)
@@ -653,7 +654,8 @@ def build_parser():
     )
     p.add_argument("--encoding", default="utf-8", help="the CSV file's text encoding (default utf-8; a BOM is skipped; e.g. latin-1)")
     p.add_argument("--delimiter", metavar="CHAR", help="the CSV delimiter (default: detected)")
-    p.add_argument("--out", metavar="OUT.csv", help="write one row per query: query, answer, std, lower95, upper95")
+    p.add_argument("--out", metavar="OUT.csv", help="write one row per query: query, answer, std, lower, upper (the 95%% interval), interval "
+                        "(its method), coverage")
     p.add_argument("--round", type=int, metavar="DECIMALS",
                    help="post-processing: round answers and intervals to DECIMALS (0 for whole counts); no privacy cost")
     p.add_argument("--nonnegative", action="store_true",

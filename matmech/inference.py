@@ -46,6 +46,7 @@ from matmech.linalg.structured import split_diagonal, woodbury_solve
 from matmech.linalg.spectral import tree_depths
 from matmech.privacy.measure import Measurement
 from matmech.strategies import Haar, Tree
+from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
 
 __all__ = ["least_squares", "solve", "tree_plan", "DENSE_SOLVE_N", "LSMR_TOL"]
 
@@ -182,6 +183,10 @@ def _merge(items):
 # -- x̂ = A⁺ Y for one strategy ---------------------------------------------------------------
 
 
+#: Strategies whose gram pseudo-inverse is the spectral form over the marginal lattice.
+_SPECTRAL = (MarginalStrategy, ResidualStrategy)
+
+
 def solve(A, y, *, tol=LSMR_TOL, maxiter=None):
     """Minimum-norm least-squares solution A⁺ y (y a vector or a p×k block), fastest path."""
     if not isinstance(A, LinOp):
@@ -208,6 +213,8 @@ def _pinv_apply(A, Y, tol=LSMR_TOL, maxiter=None):
         return _haar_solve(A, Y)
     if isinstance(A, Kron):
         return _kron_solve(A, Y, tol, maxiter)
+    if isinstance(A, _SPECTRAL):  # (AᵀA)⁺Aᵀ Y with the lattice's spectral (AᵀA)⁺: no n×n matrix
+        return A.gram_pinv()[0].matmat(A.rmatmat(Y))
     if isinstance(A, Dense) and A.shape[0] == A.shape[1]:
         out = _square_solve(A.matrix, Y)
         if out is not None:

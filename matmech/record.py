@@ -4,7 +4,9 @@
 data-independent facts (workload, strategy, ε, δ, the analytic variances); it is shared by
 the explicit release (:mod:`matmech.release`) and the factored one (:mod:`matmech.factored`).
 Variances are the Matrix-Mechanism formula σ²·diag(W (AᵀA)⁺ Wᵀ) (Li et al., PODS 2010); the
-intervals are the normal approximation answer ± z·std.
+intervals come from the law of the noise actually drawn (:mod:`matmech.privacy.confidence`:
+exact lattice quantiles, a binned convolution, or the normal / Cornish–Fisher quantile, one
+method named per answer), and are computed once per level on first use.
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ from types import MappingProxyType
 
 import numpy as np
 
+from matmech.error import noise_weights
 from matmech.linalg.intervals import Intervals
+from matmech.privacy.confidence import MAX_ROWS, IntervalLaw, law_intervals, normal_intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
-from matmech.svt.select import SELECTION_METHODS, Selection
+from matmech.svt.select import SELECTION_METHODS, Selection, take_rows
 from matmech.validate import check_labels
 from typing import Sequence
 
-__all__ = ["Release", "MeasurementRecord", "strategy_record", "gap_record", "release_table", "Z95"]
+__all__ = ["Release", "MeasurementRecord", "strategy_record", "gap_record", "release_table", "Z95", "INTERVAL_COLUMNS"]
+
+#: The interval columns of every table of answers (Python, JSON and the CLI's CSV).
+INTERVAL_COLUMNS = ("lower", "upper", "interval", "coverage")
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -41,8 +48,11 @@ class MeasurementRecord:
     ``event`` says what privacy it cost: ``eps``, ``delta``, ``noise``, ``scale``,
     ``sensitivity``, ``neighbors``, ``mechanism``; a selection's free gaps carry the
     selection's event (charged once with it). Every estimate a release reports is the
-    generalised least squares of its records (docs/guide/estimation.md); an independent
-    dense GLS of ``Release.measurements`` reproduces answers and variances on small inputs."""
+    generalised least squares of its records (docs/guide/estimation.md), except the selected
+    rows flagged in ``Release.near_threshold``: those are the GLS of the records without the
+    selection's (``event["noise"] == "selection"``), so the draw that selected them does not
+    bias them (:func:`matmech.svt.curse.guard`). An independent dense GLS of
+    ``Release.measurements`` reproduces answers and variances on small inputs."""
 
     query: LinOp = field(repr=False)
     values: np.ndarray = field(repr=False)
@@ -182,6 +192,17 @@ class Release:
     eps_select: float = 0.0
     select_options: Mapping | None = field(default=None, repr=False)
     measurements: tuple = field(default=(), repr=False)
+    #: The operator whose rows times ``estimate`` are the answers, over the measured domain,
+    #: when it is not W (or W's selected rows): the factored Kronecker path's W_U.
+    answered_workload: LinOp | None = field(default=None, repr=False)
+    #: What the residual path measured when no matrix over the domain exists (``measurement``
+    #: is then None): the noise and the strategy it stands for, for to_dict and re-analysis.
+    measured: Mapping | None = field(default=None, repr=False)
+    #: With a free-gap selection: True for the selected rows (in ``answers`` order) whose
+    #: selection margin was small, answered from the measurement alone
+    #: (:func:`matmech.svt.curse.guard`); None without gaps combined.
+    near_threshold: np.ndarray | None = field(default=None, repr=False)
+    _laws: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def spent(self):
@@ -204,10 +225,48 @@ class Release:
         out[slice(None) if self.selected is None else self.selected] = self.answers
         return out
 
+    def interval_law(self, level=0.95) -> IntervalLaw:
+        """Per-answer half-width, coverage and method at ``level`` (:mod:`matmech.privacy.confidence`).
+
+        Answers of one measurement get the law of their own noise draws (exact lattice
+        quantiles where the noise weights are integers, a binned convolution for a few
+        draws, else the normal or Cornish–Fisher quantile); answers combined with a
+        selection's gaps, and residual-path answers, the normal quantile.
+        """
+        _z(level)
+        level = float(level)
+        if level not in self._laws:
+            self._laws[level] = self._law(level)
+        return self._laws[level]
+
+    def _law(self, level):
+        m = self.measurement
+        combined = bool(self.select_options and self.select_options.get("_combined"))
+        if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
+            return normal_intervals(self.std, level)
+        if combined:  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
+            base, near = normal_intervals(self.std, level), self.near_threshold
+            if near is None or not near.any():
+                return base
+            C = noise_weights(take_rows(self.workload, self.selected[near]), m.strategy)
+            if C is None:
+                return base
+            sub = law_intervals(C, m.noise, m.scale, m.grid, level)
+            half, cov, how = base.half.copy(), base.coverage.copy(), base.method.copy()
+            half[near], cov[near], how[near] = sub.half, sub.coverage, sub.method
+            return IntervalLaw(level, half, cov, how)
+        rows = self.answered_workload
+        if rows is None:
+            rows = self.workload if self.selected is None else take_rows(self.workload, self.selected)
+        C = noise_weights(rows, m.strategy)
+        if C is None:
+            return normal_intervals(self.std, level)
+        return law_intervals(C, m.noise, m.scale, m.grid, level)
+
     def interval(self, level=0.95):
-        """(lower, upper) normal-approximation intervals answer ∓ z·std (answered rows)."""
-        z = _z(level)
-        return self.answers - z * self.std, self.answers + z * self.std
+        """(lower, upper) = answer ∓ half-width of :meth:`interval_law` (answered rows)."""
+        half = self.interval_law(level).half
+        return self.answers - half, self.answers + half
 
     def plot(self, **kwargs):
         """Bars of the answers with their intervals (needs matplotlib); see :func:`matmech.plot.plot_release`."""
@@ -253,7 +312,8 @@ class Release:
             "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
             "answered": n_ans,
             "queries_total": self.workload.shape[0],
-            "strategy": {"name": self.strategy_name, "note": self.strategy_note}  # no matrix over the domain
+            "strategy": {"name": self.strategy_name, "note": self.strategy_note,  # no matrix over the domain
+                         **(self.measured["strategy"] if self.measured is not None else {})}
             if m is None
             else {
                 "name": self.strategy_name,
@@ -262,7 +322,8 @@ class Release:
                 "shape": list(self.strategy.shape),
                 "rounded_to_grid": m.rounded,
             },
-            "noise": None
+            "intervals": {"level": 0.95, "methods": self.interval_law(0.95).counts()},
+            "noise": (None if self.measured is None else dict(self.measured["noise"]))
             if m is None
             else {
                 "distribution": m.noise,
@@ -326,11 +387,14 @@ def _unanswered_notes(release):
 
 
 def release_table(release: Release, labels: Sequence[str] | None = None, *, level: float = 0.95) -> list[dict]:
-    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``, ``upper``.
+    """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``,
+    ``upper``, ``interval`` (the method) and ``coverage`` (:data:`INTERVAL_COLUMNS`).
 
     ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
-    workloads and ``"q<i>"`` otherwise; the interval is answer ∓ z·std at ``level`` (normal
-    approximation; default 95%). For a release with selection every row of the workload is
+    workloads and ``"q<i>"`` otherwise; the interval at ``level`` (default 95%) is that of
+    :meth:`Release.interval_law`: ``coverage`` is its exact coverage probability ("exact"),
+    a lower bound on it ("convolution"), or None where it is only approximate ("normal",
+    "cornish-fisher"). For a release with selection every row of the workload is
     listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
     threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
     unanswered rows have ``None`` for answer, std and interval.
@@ -342,13 +406,13 @@ def release_table(release: Release, labels: Sequence[str] | None = None, *, leve
     labels : sequence of str, optional
         One label per workload row.
     level : float, default 0.95
-        Confidence level of the normal-approximation interval.
+        Confidence level of the interval (:meth:`Release.interval_law`).
 
     Returns
     -------
     list of dict
-        One dict per workload row (``query``, ``answer``, ``std``, ``lower``, ``upper``;
-        plus ``selected`` and ``status`` with selection).
+        One dict per workload row (``query``, ``answer``, ``std`` and :data:`INTERVAL_COLUMNS`;
+        plus ``selected``, ``status`` and, with free gaps, ``near_threshold`` with selection).
 
     Raises
     ------
@@ -364,25 +428,29 @@ def release_table(release: Release, labels: Sequence[str] | None = None, *, leve
     ...             rng=np.random.default_rng(0))
     >>> rows = release_table(r)
     >>> rows[0]["query"], sorted(rows[0])
-    ('[0, 0]', ['answer', 'lower', 'query', 'std', 'upper'])
+    ('[0, 0]', ['answer', 'coverage', 'interval', 'lower', 'query', 'std', 'upper'])
     """
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
     m = release.workload.shape[0]
     labels = _default_labels(release.workload) if labels is None else check_labels(labels, m)
-    lower, upper = release.interval(level)
-    if release.selected is None:
-        return [  # .tolist(): Python floats at once, not one numpy scalar per row
-            {"query": str(q), "answer": a, "std": s, "lower": lo, "upper": hi}
-            for q, a, s, lo, hi in zip(labels, np.asarray(release.answers, dtype=float).tolist(),
-                                       np.asarray(release.std, dtype=float).tolist(),
-                                       np.asarray(lower, dtype=float).tolist(), np.asarray(upper, dtype=float).tolist())
-        ]
-    notes = _unanswered_notes(release)
-    rows = [
-        {"query": str(q), "selected": False, "status": note, "answer": None, "std": None, "lower": None, "upper": None}
-        for q, note in zip(labels, notes)
+    law = release.interval_law(level)
+    ans = np.asarray(release.answers, dtype=float)
+    half = np.asarray(law.half, dtype=float)
+    cover = [None if c != c else c for c in np.asarray(law.coverage, dtype=float).tolist()]
+    cells = [  # .tolist(): Python floats at once, not one numpy scalar per row
+        {"answer": a, "std": s, "lower": lo, "upper": hi, "interval": str(how), "coverage": c}
+        for a, s, lo, hi, how, c in zip(ans.tolist(), np.asarray(release.std, dtype=float).tolist(),
+                                        (ans - half).tolist(), (ans + half).tolist(), law.method, cover)
     ]
-    for i, a, s, lo, hi in zip(release.selected.tolist(), release.answers, release.std, lower, upper):
-        rows[i].update(selected=True, status="answered", answer=float(a), std=float(s), lower=float(lo), upper=float(hi))
+    if release.selected is None:
+        return [{"query": str(q), **cell} for q, cell in zip(labels, cells)]
+    notes = _unanswered_notes(release)
+    empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
+    rows = [{"query": str(q), "selected": False, "status": note, **empty} for q, note in zip(labels, notes)]
+    near = release.near_threshold
+    for k, (i, cell) in enumerate(zip(release.selected.tolist(), cells)):
+        rows[i].update(selected=True, status="answered", **cell)
+        if near is not None:
+            rows[i]["near_threshold"] = bool(near[k])
     return rows

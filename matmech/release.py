@@ -63,6 +63,7 @@ from matmech.privacy.measure import (
 from matmech.factored.route import release_route
 from matmech.factored.terms import as_terms
 from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
 from matmech.svt.select import (
     DEFAULT_TARGET_REL_ERROR,
     SELECT_OPTIONS,
@@ -76,6 +77,7 @@ from matmech.svt.select import (
 )
 from matmech.workloads import ranges
 from matmech.validate import rectangular
+from matmech.optimizers.blas import capped
 from matmech.record import Z95, Release, gap_record, release_table, strategy_record
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -353,6 +355,11 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
     est, var, what, gm = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"],
                                            basis=answer_basis(sub))
     gaps = gap_record(take_rows(out.workload, np.asarray(gm.positions)), gm, sel)
+    est, var, near = guard(out.answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
+    near.setflags(write=False)
+    if near.any():
+        what += (f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
+                 "measurement alone (flagged in near_threshold)")
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
@@ -360,7 +367,7 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
     opts["_combined"], opts["_mechanism"] = True, sel.mechanism
     return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
                                strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts),
-                               measurements=out.measurements + (gaps,))
+                               measurements=out.measurements + (gaps,), near_threshold=near)
 
 
 class _EngineSource:
@@ -416,6 +423,7 @@ def _cells(x):
     return arr.shape[0]
 
 
+@capped
 def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: float, delta: float = 0.0, *,
             strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: Rng = None,
             neighbors: str = "add_remove", select: Mapping[str, Any] | None = None, max_records: int | None = None,

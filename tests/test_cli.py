@@ -143,13 +143,14 @@ def test_release_writes_one_row_per_query(files):
     assert out.returncode == 0, out.stderr
     assert "records" not in out.stdout.replace("record count is private", "") and "5 queries answered" in out.stdout and "OS randomness" in out.stdout
     rows = read_csv(out_csv)
-    assert list(rows[0]) == ["query", "answer", "std", "lower95", "upper95"]
+    assert list(rows[0]) == ["query", "answer", "std", "lower", "upper", "interval", "coverage"]
     assert [r["query"] for r in rows] == ["0-7", "8-15", "16-23", "24-31", "all"]
     for r, t in zip(rows, truth):
         a, s = float(r["answer"]), float(r["std"])
         assert abs(a - t) < 10 * s
-        assert float(r["lower95"]) == pytest.approx(a - 1.959963984540054 * s)
-        assert float(r["upper95"]) == pytest.approx(a + 1.959963984540054 * s)
+        assert float(r["upper"]) - a == pytest.approx(a - float(r["lower"])) and float(r["upper"]) > a
+        assert r["interval"] in ("exact", "convolution", "normal", "cornish-fisher")
+        assert r["coverage"] == "" or float(r["coverage"]) >= 0.95
 
 
 def test_release_with_a_saved_strategy_and_json(files):
@@ -173,12 +174,12 @@ def test_release_with_svt_selection(files):
     assert out.returncode == 0, out.stderr
     assert "3 of 5 queries answered" in out.stdout and "selection: svt, eps 0.5" in out.stdout
     rows = read_csv(out_csv)
-    assert list(rows[0]) == ["query", "answer", "std", "lower95", "upper95", "selected", "status"]
+    assert list(rows[0]) == ["query", "answer", "std", "lower", "upper", "interval", "coverage", "selected", "status"]
     picked = [r["query"] for r in rows if r["selected"] == "true"]
     assert picked == ["0-7", "8-15", "all"]  # ~1500, ~1500, 3040 records; the others ~20
     for r in rows:
         if r["selected"] == "false":
-            assert r["answer"] == r["std"] == r["lower95"] == "" and r["status"] == "below threshold"
+            assert r["answer"] == r["std"] == r["lower"] == r["interval"] == "" and r["status"] == "below threshold"
         else:
             assert r["status"] == "answered" and float(r["std"]) > 0
     js = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--json",
@@ -383,7 +384,7 @@ def test_release_people_csv_with_declared_domains_labels_and_postprocessing(peop
     assert labels[:2] == ["age 0-19", "age 20-39"] and "sex=F, state=CA" in labels and "sex=other/unknown, state=other" in labels
     assert "income [20k, 30k)" in labels and labels[-1] == "total" and len(rows) == 5 + 3 * 11 + 5 + 1
     for r in rows:  # post-processing: whole, non-negative answers and intervals; std untouched
-        for k in ("answer", "lower95", "upper95"):
+        for k in ("answer", "lower", "upper"):
             assert float(r[k]) >= 0 and float(r[k]) == round(float(r[k]))
         assert float(r["std"]) > 0 and float(r["std"]) != round(float(r["std"]))
     assert (out.stat().st_mode & 0o777) == 0o666 & ~_umask()

@@ -8,7 +8,16 @@ import pytest
 from matmech import strategies as S
 from matmech import workloads as W
 from matmech.privacy.calibration import gaussian_sigma
-from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
+import functools
+
+from matmech import error as E
+from matmech.error import lower_bound, sensitivity
+
+# The closed forms and the dense second method below are those of continuous noise (2Δ₁²/ε², σ²):
+# this file checks the linear algebra; the discrete default (the noise a release draws) is
+# checked against Release.expected_error in tests/test_intervals.py.
+expected_error = functools.partial(E.expected_error, noise="continuous")
+per_query_variance = functools.partial(E.per_query_variance, noise="continuous")
 
 
 def dense_error(w, a, eps=1.0):

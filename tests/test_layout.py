@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: (without cycles), never of a higher one.
 LAYERS = [
     ["linalg", "validate", "stream.series", "stream.blt", "stream.bounds"],
-    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.discrete", "privacy.noise", "privacy.draws", "privacy.budget",
+    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.discrete", "privacy.noise", "privacy.draws", "privacy.confidence", "privacy.budget",
      "privacy.ledger"],
     ["error"],
     ["optimizers"],
@@ -34,7 +34,7 @@ LAYERS = [
 #: the data-independent side (everything before measurement in the flow) imports them.
 READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.discover", "record", "release", "factored", "cli",
               "stream.state", "stream.release", "stream.cli", "stream.engine"]
-DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "error",
+DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.confidence", "error",
                     "optimizers", "advisor", "plot", "io.domain", "stream.series", "stream.blt", "stream.bounds",
                     "stream.factorizations", "stream.advise"]
 

@@ -29,7 +29,7 @@ from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
 from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
-from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.blas import blas_threads, capped
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -188,7 +188,7 @@ def _attributes(W):
 
 def _unit_error(W, A, delta):
     """sens² · trace term in the units of :func:`error_figures` (ε = 1)."""
-    return error_figures(W, A, 1.0, delta, measures=("total",))["total"]
+    return error_figures(W, A, 1.0, delta, measures=("total",), noise="continuous")["total"]
 
 
 def _best_hierarchy(family, W, delta, root):
@@ -449,6 +449,7 @@ def _rank(results, scorer, time_budget=None):
                   time_budget)
 
 
+@capped
 def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: str | Iterable[str] = "all",
            time_budget: Any = None, rng: Rng = None,
            progress: Callable[[float, str], Any] | None = None, neighbors: str = "add_remove") -> Advice:

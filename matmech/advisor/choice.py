@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from matmech import strategies as S
 from matmech.advisor.advise import advise
+from matmech.advisor.cache import cached_choice
 from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidates
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
@@ -59,7 +60,7 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
         return per_attribute(W, S.haar), "haar", "given by name"
     if strategy == "optimize":
         return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
-    A, note = _optimiser_choice(W, eps, delta, neighbors)
+    A, note = cached_choice(W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors))
     return A, "auto", note
 
 
@@ -69,7 +70,7 @@ def fixed_choice(W, eps, delta, neighbors):
     best = None
     for name, A in fixed_candidates(W, workload=False):
         try:
-            err = expected_error(W, A, eps, delta, neighbors=neighbors)
+            err = expected_error(W, A, eps, delta, neighbors=neighbors, noise="continuous")
         except ValueError:
             continue  # cannot answer W, or no structured inverse at this size
         if best is None or err < best[0]:

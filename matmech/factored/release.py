@@ -33,6 +33,7 @@ attributes. The route never depends on a cell count or on the form of the data (
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -132,6 +133,7 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
     for a in (answers, std, xhat):
         a.setflags(write=False)
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=meas.strategy,
+                   answered_workload=W_U,
                    strategy_name=name, strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
                    eps=meas.eps, delta=meas.delta, neighbors=neighbors,
                    budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat,
@@ -236,7 +238,39 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
     return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
                    strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
                    budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
-                   measurements=meas.records)
+                   measurements=meas.records, measured=_residual_record(plan, mplan, meas, pure))
+
+
+def _residual_record(plan, mplan, meas, pure):
+    """What the residual path measured, for :meth:`Release.to_dict` and re-analysis: the
+    marginal tables (pure ε) or residuals (δ > 0) with their exact noise; no data in it."""
+    lat = plan.lattice
+    if pure:
+        strategy = {"type": "weighted marginal tables", "tables": [list(t) for t in plan.tables],
+                    "weights": [float(v) for v in np.asarray(plan.theta)]}
+        noise_ = {"distribution": "discrete_laplace", "scale": [float(b) for b in mplan.scales],
+                  "std": [math.sqrt(v) for v in mplan.table_variances], "grid": 1.0,
+                  "sensitivity": mplan.sensitivity, "secure_randomness": meas.secure}
+    else:
+        strategy = {"type": "residual basis", "residuals": [list(t) for t in lat.residuals],
+                    "variances": [float(v) for v in np.asarray(plan.variances)]}
+        noise_ = {"distribution": "discrete_gaussian", "scale": mplan.sigma, "per": "unit residual variance",
+                  "scale_bits": mplan.scale_bits, "grid": 1.0, "sensitivity": mplan.sensitivity,
+                  "secure_randomness": meas.secure}
+    return {"strategy": strategy, "noise": noise_}
+
+
+def _holds_superset(data, U):
+    """False when ``data`` is a mapping of marginal tables none of which covers every attribute
+    of U (decided from the keys only); True for records, engines and malformed keys (the table
+    reader then names the problem)."""
+    if not isinstance(data, Mapping):
+        return True
+    try:
+        keys = [{int(a) for a in k} for k in data]
+    except (TypeError, ValueError):
+        return True
+    return any(set(U) <= k for k in keys)
 
 
 def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
@@ -280,6 +314,8 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
         return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
                                 neighbors=neighbors, max_records=max_records, max_memory=max_memory)
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
+    if path == "kron" and strategy == "auto" and wt.marginals() is not None and not _holds_superset(data, U):
+        path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
                              neighbors=neighbors, max_records=max_records)

@@ -71,6 +71,7 @@ from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, la
 from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import MeasurementRecord, Release, gap_record
 from matmech.svt.combine import combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
 from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection,
                                 declared_calibration, run_selection, selection_mechanism, shown_select_options, take_rows)
 
@@ -580,10 +581,17 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
         "mechanism": "selected rows", "eps": plan.eps_measure, "delta": delta, "noise": kind, "scale": scale,
         "sensitivity": sens, "neighbors": neighbors}),)
     if sel.gap is not None:
+        measured, mvar = answers, var
         answers, var, more, gm = combine_selection(answers, cov, rows, sel, plan.select["threshold"],
                                                    basis=w[:, None] * B)
         records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
         note += more
+        answers, var, near = guard(measured, mvar, answers, var, rows, sel)
+        near.setflags(write=False)
+        record["near_threshold"] = near
+        if near.any():
+            note += (f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
+                     "measurement alone (flagged in near_threshold)")
         shown["_combined"] = True
         shown["_mechanism"] = sel.mechanism
         record["select_options"] = MappingProxyType(shown)

@@ -1,71 +1,72 @@
-"""Cap the number of OpenBLAS threads for a block of small matrix products.
+"""Cap the number of BLAS threads while matmech runs its small dense products.
 
-Thread start-up costs more than it saves on the small GEMMs of the optimisers, badly so on
-a shared machine (measured: one p-Identity objective 12 ms on one thread, 246 ms on two
-under load). A no-op where the BLAS is not an OpenBLAS loaded in this process.
+Thread start-up costs more than it saves on the small GEMMs, Cholesky and eigen-solves the
+optimisers, the advisor and a release run, badly so on a shared machine (issue 23: HDMM's
+cps_W2, ``optimize`` 5.9-9.4 s with the default two OpenBLAS threads, 0.45 s with one). So
+the public entry points (:func:`matmech.optimize`, :func:`matmech.advise`,
+:func:`matmech.release`) run under :func:`blas_threads` (1 thread, or
+``$MATMECH_BLAS_THREADS``) through :func:`capped`; the caller's setting is restored on exit.
+Every BLAS threadpoolctl knows (OpenBLAS, MKL, BLIS) is limited; none is a no-op.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["blas_threads"]
+__all__ = ["blas_threads", "capped", "default_threads"]
 
-_BLAS_HANDLES = None
+F = TypeVar("F", bound=Callable)
+_CONTROLLER: list = [None, -1]  # (threadpoolctl controller, len(sys.modules) when it was built)
+_LOCAL = threading.local()
 
 
-def _blas_handles():
-    """(get, set) pairs for every OpenBLAS loaded in this process (Linux; empty elsewhere)."""
-    global _BLAS_HANDLES
-    if _BLAS_HANDLES is not None:
-        return _BLAS_HANDLES
-    handles, paths = [], set()
+def default_threads() -> int:
+    """Threads the library lets BLAS use: ``$MATMECH_BLAS_THREADS`` (a positive integer) or 1."""
+    raw = os.environ.get("MATMECH_BLAS_THREADS", "1")
     try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                path = line.split()[-1]
-                if "openblas" in path.lower() and (path.endswith(".so") or ".so." in path):
-                    paths.add(path)
-    except OSError:
-        paths = set()
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for suffix in ("", "64_"):
-            for prefix in ("scipy_openblas", "openblas"):
-                get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                if get is not None and put is not None:
-                    handles.append((get, put))
-                    break
-            else:
-                continue
-            break
-    _BLAS_HANDLES = handles
-    return handles
+        k = int(raw)
+    except ValueError:
+        raise ValueError(f"MATMECH_BLAS_THREADS must be a positive integer, got {raw!r}") from None
+    if k < 1:
+        raise ValueError(f"MATMECH_BLAS_THREADS must be a positive integer, got {raw!r}")
+    return k
+
+
+def _controller():
+    """A threadpoolctl controller, rebuilt when modules (and so maybe BLAS libraries) were
+    loaded since (scipy.linalg loads its own OpenBLAS on first use)."""
+    if _CONTROLLER[1] != len(sys.modules):
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER[0], _CONTROLLER[1] = ThreadpoolController(), len(sys.modules)
+    return _CONTROLLER[0]
 
 
 @contextlib.contextmanager
-def blas_threads(k):
-    """Run the block with at most ``k`` OpenBLAS threads, restoring the previous counts.
-
-    The p-Identity iteration is a sequence of small GEMMs (p×p by p×n) for which thread
-    start-up costs more than it saves, badly so on a shared machine. A no-op where the
-    BLAS is not an OpenBLAS found in this process.
-    """
-    saved = []
-    for get, put in _blas_handles():
-        try:
-            old = int(get())
-            put(int(k))
-            saved.append((put, old))
-        except (OSError, ValueError):  # pragma: no cover - a foreign BLAS build
-            continue
-    try:
+def blas_threads(k: int):
+    """Run the block with at most ``k`` BLAS threads, restoring the previous counts."""
+    with _controller().limit(limits=int(k), user_api="blas"):
         yield
-    finally:
-        for put, old in saved:
-            put(old)
+
+
+def capped(fn: F) -> F:
+    """Run ``fn`` under :func:`blas_threads` (:func:`default_threads`); nested calls cap once."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if getattr(_LOCAL, "inside", False):
+            return fn(*args, **kwargs)
+        _LOCAL.inside = True
+        try:
+            with blas_threads(default_threads()):
+                return fn(*args, **kwargs)
+        finally:
+            _LOCAL.inside = False
+
+    return wrapper  # type: ignore[return-value]

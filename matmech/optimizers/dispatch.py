@@ -60,7 +60,7 @@ import numpy as np
 from matmech.linalg.structured import pinv_gram
 from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure, unions as opt_unions
 from matmech.optimizers.gram import GramOperator
-from matmech.optimizers.blas import blas_threads
+from matmech.optimizers.blas import blas_threads, capped
 from matmech.privacy.calibration import noise_variance
 from matmech.error import expected_error, lower_bound
 from matmech.privacy.params import check_privacy_params
@@ -105,7 +105,9 @@ SHARE_FIT_MAX_N = 1024
 class OptimizeResult:
     """An optimised strategy and its analytic figures (errors in squared counts, RMSE in counts).
 
-    ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries),
+    ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries) with
+    ``noise="continuous"``, the figure the optimisers minimise (a release draws discrete noise:
+    ``expected_error``'s default gives its exact error),
     ``lower_bound`` the SVD bound of Li & Miklau (None where it cannot be computed),
     ``gap`` the relative duality gap (value − certified bound)/value for the L2 methods
     (None where the method has no certificate), ``seconds`` the optimisation time (the
@@ -348,6 +350,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
 # -- the entry point -----------------------------------------------------------------------------
 
 
+@capped
 def optimize(
     W,
     eps=1.0,
@@ -581,7 +584,7 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb, polish=polish)
     seconds = time.perf_counter() - t0
     report(1.0, f"done in {seconds:.2f} s")
-    err = expected_error(W_err, strategy, eps, delta)
+    err = expected_error(W_err, strategy, eps, delta, noise="continuous")  # the objective's figure (1/ε² scaling)
     return strategy, gap, params, err, seconds
 
 

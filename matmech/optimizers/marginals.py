@@ -239,6 +239,13 @@ class MarginalStrategy(VStack):
         _, mult = _masks(self.domain)
         return _spectral_pinv(self.domain, self.eigenvalues(), mult)
 
+    def rounded_operator(self, g):
+        """The strategy with every entry on the grid g: its entries are the weights θ_S, so
+        round those (to the nearest multiple, at least g) and keep the lattice structure
+        (:mod:`matmech.privacy.measure` measures it; the error analysis stays spectral)."""
+        th = np.where(self.theta > 0, np.maximum(np.rint(self.theta / g), 1.0) * g, 0.0)
+        return MarginalStrategy(self.domain, th)
+
     def to_dict(self, out):
         return {"domain": list(self.domain), "theta": out.array(self.theta)}
 

@@ -742,7 +742,7 @@ def best_hierarchy(W, eps=1.0, delta=0.0, *, branchings=None):
         for root in (True, False):
             A = hierarchical(n, b, root)
             try:
-                err = expected_error(W, A, eps, delta)
+                err = expected_error(W, A, eps, delta, noise="continuous")
             except ValueError:
                 continue
             if best is None or err < best[1]:

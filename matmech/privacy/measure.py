@@ -225,6 +225,9 @@ def _round_to_grid(A, g):
         return A
     if isinstance(A, Scaled) and A.base.integer_valued():
         return Scaled(A.base, float(_rint(A.c, g)))  # keeps the base's structure (trees, Haar)
+    structured = getattr(A, "rounded_operator", None)  # e.g. a weighted union of marginals: round the weights
+    if structured is not None and (out := structured(g)) is not None:
+        return out
     m = A.rounded_matrix(g)  # structured where A has a structured rounding, else by row blocks
     if sp.issparse(m) and m.nnz <= 0.3 * m.shape[0] * m.shape[1]:
         return RoundedSparse(m)

@@ -102,17 +102,29 @@ class StreamFactorization:
     def toeplitz(self) -> bool:
         return self.c is not None
 
+    def _col(self) -> np.ndarray:
+        """c, for a Toeplitz factorization."""
+        if self.c is None:
+            raise ValueError(f"factorization {self.name!r} has no Toeplitz column")
+        return self.c
+
+    def _mat(self) -> np.ndarray:
+        """The dense C, for a non-Toeplitz factorization."""
+        if self.matrix is None:
+            raise ValueError(f"factorization {self.name!r} has no dense matrix")
+        return self.matrix
+
     @functools.cached_property
     def b(self) -> np.ndarray:
         """B = prefix·C⁻¹: its first column (Toeplitz) or the dense matrix."""
         if self.toeplitz:
-            return prefix_coefs(self.c)
-        inv = sla.solve_triangular(self.matrix, np.eye(self.n), lower=True)
+            return prefix_coefs(self._col())
+        inv = sla.solve_triangular(self._mat(), np.eye(self.n), lower=True)
         return np.cumsum(inv, axis=0)
 
     def c_row(self, t: int) -> np.ndarray:
         """C[t, 0..t]."""
-        return self.c[t::-1] if self.toeplitz else self.matrix[t, :t + 1]
+        return self._col()[t::-1] if self.toeplitz else self._mat()[t, :t + 1]
 
     def b_row(self, t: int) -> np.ndarray:
         """B[t, 0..t]."""
@@ -121,9 +133,9 @@ class StreamFactorization:
     def column_norms(self, p: int = 2) -> np.ndarray:
         """Lp norms of the columns of C (Toeplitz: of the prefixes of c, longest first)."""
         if self.toeplitz:
-            a = np.abs(self.c[::-1]) ** p
+            a = np.abs(self._col()[::-1]) ** p
             return np.cumsum(a)[::-1] ** (1.0 / p)
-        return np.linalg.norm(self.matrix, ord=p, axis=0)
+        return np.linalg.norm(self._mat(), ord=p, axis=0)
 
     def sensitivity(self, p: int = 2) -> float:
         """Largest Lp column norm of C (one record changes one x_t by 1)."""
@@ -131,7 +143,7 @@ class StreamFactorization:
 
     def sup_norm(self) -> float:
         """Largest |C_tj|: y_t is at most sup_norm·Σx in magnitude."""
-        return float(np.abs(self.c if self.toeplitz else self.matrix).max())
+        return float(np.abs(self._col() if self.toeplitz else self._mat()).max())
 
     def step_variances(self) -> np.ndarray:
         """‖B_t‖² for every step t (unit noise)."""
@@ -151,14 +163,16 @@ class StreamFactorization:
 
     def rounded(self, grid: float) -> StreamFactorization:
         """C with every entry rounded to a multiple of ``grid`` (a power of two): what is measured."""
-        r = (lambda a: np.rint(a / grid) * grid)
+        def r(a):
+            return np.rint(a / grid) * grid
+
         if self.toeplitz:
-            return StreamFactorization(self.name, self.n, c=r(self.c), params=self.params, objective=self.objective)
-        return StreamFactorization(self.name, self.n, matrix=r(self.matrix), params=self.params, objective=self.objective)
+            return StreamFactorization(self.name, self.n, c=r(self._col()), params=self.params, objective=self.objective)
+        return StreamFactorization(self.name, self.n, matrix=r(self._mat()), params=self.params, objective=self.objective)
 
     def dense(self) -> np.ndarray:
         """C as a dense matrix (tests, small n)."""
-        return toeplitz_dense(self.c) if self.toeplitz else self.matrix
+        return toeplitz_dense(self._col()) if self.toeplitz else self._mat()
 
 
 def square_root_coefs(n: int) -> np.ndarray:

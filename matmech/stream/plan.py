@@ -105,7 +105,7 @@ class StreamSpec:
         """(ε, δ) charged to the budget for the whole stream."""
         if self.rho is not None:
             return zcdp_to_approx_dp(self.rho, self.delta), float(self.delta)
-        return float(self.eps), float(self.delta)
+        return float(self.eps or 0.0), float(self.delta)
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +151,7 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
     kind, scale0, _ = _scale(spec, f)
     bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
     g = _pow2_at_least(max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS))
-    entries = f.c if f.c is not None else f.matrix
+    entries = f.c if f.c is not None else f.dense()
     integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
     if integer and g <= 1.0:
         g, fg = 1.0, f

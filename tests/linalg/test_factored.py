@@ -112,8 +112,8 @@ def test_kron_strategy_error_equals_dense(case, delta):
     A = _full_rank_kron(sizes, rng)
     Wd, Ad = Dense(W.dense()), Dense(A.dense())
     for measure in ("total", "max", "rmse"):
-        got = mm.expected_error(W, A, eps=0.7, delta=delta, measure=measure)
-        want = mm.expected_error(Wd, Ad, eps=0.7, delta=delta, measure=measure)
+        got = mm.expected_error(W, A, eps=0.7, delta=delta, measure=measure, noise="continuous")
+        want = mm.expected_error(Wd, Ad, eps=0.7, delta=delta, measure=measure, noise="continuous")
         assert got == pytest.approx(want, rel=1e-7)
     np.testing.assert_allclose(mm.per_query_variance(W, A, delta=delta), mm.per_query_variance(Wd, Ad, delta=delta), rtol=1e-7, atol=1e-9)
 
@@ -141,8 +141,8 @@ def test_marginal_strategies_error_equals_dense(case, delta):
     for A in (MarginalStrategy(sizes, theta), MarginalStrategy(sizes, own), W):
         Ad, Wd = Dense(A.dense()), Dense(W.dense())
         for measure in ("total", "max", "rmse"):
-            got = mm.expected_error(W, A, delta=delta, measure=measure)
-            want = mm.expected_error(Wd, Ad, delta=delta, measure=measure)
+            got = mm.expected_error(W, A, delta=delta, measure=measure, noise="continuous")
+            want = mm.expected_error(Wd, Ad, delta=delta, measure=measure, noise="continuous")
             assert got == pytest.approx(want, rel=1e-7)
         np.testing.assert_allclose(mm.per_query_variance(W, A, delta=delta), mm.per_query_variance(Wd, Ad, delta=delta), rtol=1e-7, atol=1e-9)
     # (the dense SVD reference takes square roots of round-off eigenvalues: ~1e-7 relative noise)
@@ -167,8 +167,8 @@ def test_marginal_workload_as_its_own_strategy():
     same = MarginalStrategy((10,) * 4, theta)
     for delta in (0.0, 1e-6):
         for measure in ("total", "max", "rmse"):
-            assert mm.expected_error(M, M, delta=delta, measure=measure) == pytest.approx(
-                mm.expected_error(M, same, delta=delta, measure=measure), rel=1e-9
+            assert mm.expected_error(M, M, delta=delta, measure=measure, noise="continuous") == pytest.approx(
+                mm.expected_error(M, same, delta=delta, measure=measure, noise="continuous"), rel=1e-9
             )
     np.testing.assert_allclose(mm.per_query_variance(M, M), mm.per_query_variance(M, same), rtol=1e-9)
 
@@ -222,7 +222,7 @@ def test_adult_like_domain_factored():
     try:
         s_w, s_p = W.sensitivity_details(1), P.sensitivity_details(2)
         e_lattice = mm.expected_error(W, W, measure="max")
-        e_kron = mm.expected_error(P, A)
+        e_kron = mm.expected_error(P, A, noise="continuous")  # the closed form below is 2Δ₁²/ε²
         lb = mm.lower_bound(W)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -27,7 +27,7 @@ from matmech.stream.plan import StreamSpec, plan_stream
 
 def _worst_shift(plan, p):
     C = plan.factorization.dense() / plan.grid
-    assert np.all(C == np.rint(C))
+    assert np.all(np.rint(C) == C)
     factor = 2.0 if plan.spec.neighbors == "substitute" else 1.0
     j = int(np.argmax(np.linalg.norm(C, ord=p, axis=0)))
     return factor * C[:, j]
@@ -37,8 +37,8 @@ def _laplace_eps(v, t):
     total = 0.0
     for m in v:
         k = np.arange(-abs(int(m)) - 3, abs(int(m)) + 4)
-        logp = lambda kk: -np.abs(kk) / t  # normaliser cancels
-        total += float(np.max(logp(k - m) - logp(k)))
+        # log p(k) = -|k| / t + const (the normaliser cancels)
+        total += float(np.max(-np.abs(k - m) / t + np.abs(k) / t))
     return total
 
 

@@ -93,7 +93,7 @@ def test_blt_closed_forms():
 
 def test_blt_optimiser_beats_the_square_root_on_the_mean():
     theta, omega, value = optimize_blt(256, objective="mean", max_buffers=3)
-    assert np.all((0 < theta) & (theta < 1)) and np.all(omega > 0)
+    assert np.all((theta > 0) & (theta < 1)) and np.all(omega > 0)
     assert value == pytest.approx(blt_errors(theta, omega, 256)[0], rel=1e-9)
     assert value < build("sqrt", 256).errors()[0]
     with pytest.raises(ValueError, match="objective"):
