@@ -423,16 +423,40 @@ def _check_nnz(nnz, what):
         raise SizeError(f"{what} would have {nnz:,} nonzero entries, more than {MAX_PATTERN_NNZ:,} (MAX_PATTERN_NNZ)")
 
 
-def circular_ranges(n):
-    """All circular (wrap-around) ranges of an attribute whose values lie on a circle (hours,
-    weekdays, angles): for every start s and length L = 1, …, n − 1 the cells s, s+1, …,
-    s+L−1 mod n, then the total once; n(n−1) + 1 rows (QuerySmasher's circular ranges,
-    cmla-psu/QuerySmasherMatrixMechanism). A per-attribute factor like :func:`prefix`:
-    usable in :func:`kron` and unions."""
+def circular_ranges(n: int) -> LinOp:
+    """All circular (wrap-around) ranges of an attribute whose values lie on a circle.
+
+    For hours, weekdays or angles: for every start s and length L = 1, …, n − 1 the cells
+    s, s+1, …, s+L−1 mod n, then the total once; n(n−1) + 1 rows (QuerySmasher's circular
+    ranges, cmla-psu/QuerySmasherMatrixMechanism). A per-attribute factor like
+    :func:`prefix`: usable in :func:`kron` and unions.
+
+    Parameters
+    ----------
+    n : int
+        The number of cells on the circle.
+
+    Returns
+    -------
+    LinOp
+        The n(n−1) + 1 by n workload (sparse 0/1).
+
+    Raises
+    ------
+    ValueError
+        ``n`` not a positive size, or more than 2**24 nonzeros.
+    TypeError
+        ``n`` not an integer.
+
+    Examples
+    --------
+    >>> circular_ranges(4).shape
+    (13, 4)
+    """
     n = check_size(n)
     _check_nnz(n * n * (n - 1) // 2 + n, f"circular_ranges({n})")
-    starts, lengths = np.meshgrid(np.arange(n), np.arange(1, n), indexing="ij")
-    starts, lengths = starts.ravel(), lengths.ravel()
+    grid_s, grid_l = np.meshgrid(np.arange(n), np.arange(1, n), indexing="ij")
+    starts, lengths = grid_s.ravel(), grid_l.ravel()
     row_id = np.repeat(np.arange(starts.size), lengths)
     offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     cols = (np.repeat(starts, lengths) + offset) % n
@@ -464,12 +488,38 @@ def _pair_thresholds(score, what):
     return _pattern(rows, cols, (values.size, flat.size), what)
 
 
-def affine(n1, n2, *, a=1, b=1):
-    """Affine threshold queries on a pair of ordered attributes (sizes n₁, n₂): for every
-    value c of a·i + b·j, the count of the cells (i, j) with a·i + b·j ≤ c (default a = b = 1:
-    the n₁ + n₂ − 1 thresholds of i + j). The columns are the pair domain, n₁·n₂ cells
-    row-major (the second attribute varies fastest): the pair is one attribute of a union,
-    e.g. ``kron(affine(8, 8), identity(3))`` over the domain (64, 3)."""
+def affine(n1: int, n2: int, *, a: float = 1, b: float = 1) -> LinOp:
+    """Affine threshold queries on a pair of ordered attributes (sizes n₁, n₂).
+
+    For every value c of a·i + b·j, the count of the cells (i, j) with a·i + b·j ≤ c
+    (default a = b = 1: the n₁ + n₂ − 1 thresholds of i + j). The columns are the pair
+    domain, n₁·n₂ cells row-major (the second attribute varies fastest): the pair is one
+    attribute of a union, e.g. ``kron(affine(8, 8), identity(3))`` over the domain (64, 3).
+
+    Parameters
+    ----------
+    n1, n2 : int
+        The sizes of the two attributes.
+    a, b : float, default 1
+        The coefficients of a·i + b·j.
+
+    Returns
+    -------
+    LinOp
+        One row per distinct value of a·i + b·j, over the n₁·n₂ pair cells.
+
+    Raises
+    ------
+    ValueError
+        Sizes that are not positive or a pair domain above ``MAX_PAIR_CELLS``.
+    TypeError
+        A non-integer size or a non-finite coefficient.
+
+    Examples
+    --------
+    >>> affine(3, 4).shape
+    (6, 12)
+    """
     n1, n2 = _check_pair(n1, n2, "affine")
     for name, v in (("a", a), ("b", b)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
@@ -478,10 +528,34 @@ def affine(n1, n2, *, a=1, b=1):
     return _pair_thresholds(float(a) * i + float(b) * j, f"affine({n1}, {n2})")
 
 
-def abs_diff(n1, n2):
-    """Absolute-difference threshold queries on a pair of ordered attributes on the same scale:
-    for c = 0, …, max(n₁, n₂) − 1 (every value |i − j| takes), the count of the cells (i, j)
-    with |i − j| ≤ c. Columns: the pair domain as in :func:`affine`."""
+def abs_diff(n1: int, n2: int) -> LinOp:
+    """Absolute-difference threshold queries on a pair of ordered attributes on one scale.
+
+    For c = 0, …, max(n₁, n₂) − 1 (every value abs(i − j) takes), the count of the cells
+    (i, j) with abs(i − j) ≤ c. Columns: the pair domain as in :func:`affine`.
+
+    Parameters
+    ----------
+    n1, n2 : int
+        The sizes of the two attributes.
+
+    Returns
+    -------
+    LinOp
+        One row per threshold c, over the n₁·n₂ pair cells.
+
+    Raises
+    ------
+    ValueError
+        Sizes that are not positive or a pair domain above ``MAX_PAIR_CELLS``.
+    TypeError
+        A non-integer size.
+
+    Examples
+    --------
+    >>> abs_diff(3, 3).dense()[0].tolist()   # c = 0: the diagonal i = j
+    [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    """
     n1, n2 = _check_pair(n1, n2, "abs_diff")
     i, j = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
     return _pair_thresholds(np.abs(i - j).astype(np.float64), f"abs_diff({n1}, {n2})")

@@ -305,6 +305,8 @@ def unmeasurable(A):
         return next((why for why in map(unmeasurable, A.factors) if why), None)
     if A.integer_valued() or (isinstance(A, Scaled) and A.base.integer_valued()):
         return None
+    if getattr(A, "rounded_operator", None) is not None:  # rounds to a structured operator (marginals)
+        return None
     m, n = A.shape
     if n > MAX_DENSE_N:
         return (f"release measures a real-valued strategy rounded to a grid, and the rounded matrix over {n:,} cells "

@@ -316,6 +316,8 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if path == "kron" and strategy == "auto" and wt.marginals() is not None and not _holds_superset(data, U):
         path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
+    if search == "auto" and not _holds_superset(data, tuple(range(len(wt.domain)))):
+        search = "lattice"  # given tables (the keys, not the counts, decide): only W's lattice can be summed out
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
                              neighbors=neighbors, max_records=max_records)

@@ -440,10 +440,64 @@ def gap_calibration(
     n_candidates: int = 0,
     value_bound: float = 0.0,
 ) -> GapCalibration:
-    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data
-    (see :func:`_gap_calibration`). Every option is checked here, before the cache: a cache
-    keyed by equality would take ``eps=True`` or ``monotonic=1`` for the 1.0 / True of an
-    earlier valid call (issue 23)."""
+    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
+
+    ``topc-gap``: Lap(2cD/eps) on every score, Lap(cD/eps) if ``monotonic`` (Ding et al.
+    2019, Noisy Top-K with Gap).  ``svt-gap`` / ``adaptive-svt``: eps0:(eps - eps0) = 1:r
+    with r = ``ratio`` ("optimal" = [LSL17] Eq. (12), (2c)^(2/3) or c^(2/3) monotonic);
+    eps1 = (eps - eps0)/c, rounded down so that eps0 + c*eps1 <= eps exactly; query noise
+    Lap(2D/eps1) (D/eps1 monotonic).  ``adaptive-svt`` adds the top branch Lap(2 * that)
+    costing eps1/2, taken when the noisy margin is at least ``sigma`` (value units;
+    "auto" = top_scale * max(2*sqrt(2), ln(n_candidates)): at least two standard deviations
+    of the top-branch noise, and large enough that a row AT the threshold takes the top
+    branch with probability <= 1/(2n), so the n candidates give at most about one false
+    top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
+
+    Every option is checked before the cache of the calibrations: a cache keyed by
+    equality would take ``eps=True`` or ``monotonic=1`` for the 1.0 / True of an earlier
+    valid call (issue 23).
+
+    Parameters
+    ----------
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        SVT's ε₁:ε₂ (not for top-c).
+    sigma : float or "auto", default "auto"
+        Adaptive SVT's margin.
+    integer_values : bool, default False
+        Values already on the integer grid.
+    n_candidates : int, default 0
+        Number of candidates (adaptive SVT's automatic margin).
+    value_bound : float, default 0.0
+        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
+        within it can overflow (:func:`declared_grid`).
+
+    Returns
+    -------
+    GapCalibration
+        The noise scales and the split.
+
+    Raises
+    ------
+    ValueError
+        An unknown method, options it does not take, or bad ε, c, sigma.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> gap_calibration("topc-gap", c=2, eps=1.0).method
+    'topc-gap'
+    """
     if not isinstance(method, str) or method not in GAP_METHODS:
         raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
     c = check_c(c)
@@ -490,60 +544,7 @@ def _gap_calibration(
     n_candidates: int = 0,
     value_bound: float = 0.0,
 ) -> GapCalibration:
-    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
-
-    ``topc-gap``: Lap(2cD/eps) on every score, Lap(cD/eps) if ``monotonic`` (Ding et al.
-    2019, Noisy Top-K with Gap).  ``svt-gap`` / ``adaptive-svt``: eps0:(eps - eps0) = 1:r
-    with r = ``ratio`` ("optimal" = [LSL17] Eq. (12), (2c)^(2/3) or c^(2/3) monotonic);
-    eps1 = (eps - eps0)/c, rounded down so that eps0 + c*eps1 <= eps exactly; query noise
-    Lap(2D/eps1) (D/eps1 monotonic).  ``adaptive-svt`` adds the top branch Lap(2 * that)
-    costing eps1/2, taken when the noisy margin is at least ``sigma`` (value units;
-    "auto" = top_scale * max(2*sqrt(2), ln(n_candidates)): at least two standard deviations
-    of the top-branch noise, and large enough that a row AT the threshold takes the top
-    branch with probability <= 1/(2n), so the n candidates give at most about one false
-    top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
-
-    Parameters
-    ----------
-    method : str
-        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
-    c : int
-        The cutoff.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic queries.
-    ratio : float or "optimal", default "optimal"
-        SVT's ε₁:ε₂ (not for top-c).
-    sigma : float or "auto", default "auto"
-        Adaptive SVT's margin.
-    integer_values : bool, default False
-        Values already on the integer grid.
-    n_candidates : int, default 0
-        Number of candidates (adaptive SVT's automatic margin).
-    value_bound : float, default 0.0
-        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
-        within it can overflow (:func:`declared_grid`).
-
-    Returns
-    -------
-    GapCalibration
-        The noise scales and the split.
-
-    Raises
-    ------
-    ValueError
-        An unknown method, options it does not take, or bad ε, c, sigma.
-    TypeError
-        Arguments of the wrong kind.
-
-    Examples
-    --------
-    >>> gap_calibration("topc-gap", c=2, eps=1.0).method
-    'topc-gap'
-    """
+    """The cached body of :func:`gap_calibration` (every option already checked)."""
     if method not in GAP_METHODS:
         raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
     c = check_c(c)

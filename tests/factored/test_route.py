@@ -140,8 +140,8 @@ def test_advise_ranks_only_what_release_can_measure():
     for row in a.rows:
         assert unmeasurable(row.strategy) is None
         plan_measurement(row.strategy, 1.0)
-    reasons = {r.name: r.skipped for r in a.skipped}
-    assert any("no structured inverse" in why for why in reasons.values())
+    # the marginal optimiser's strategy rounds to a structured operator: ranked, not skipped
+    assert any("marginals" in row.name for row in a.rows)
 
 
 class _Clock:
@@ -189,13 +189,16 @@ def test_route_never_depends_on_the_number_of_cells():
 
 
 def test_an_unmeasurable_strategy_is_refused_before_the_spend():
-    """The marginal optimiser's weighted lattice on 100,000 cells, given explicitly: the
-    histogram route cannot round it without materialising it, and says so before the spend
-    (issue 22: 'Unable to allocate 153 GiB' after the whole ε was charged)."""
+    """A real-valued weighted union with no structured rounding on 100,000 cells, given
+    explicitly: the histogram route cannot invert it without a dense 10⁵ × 10⁵ gram, and says
+    so before the spend (issue 22: 'Unable to allocate 153 GiB' after the whole ε was
+    charged). The marginal optimiser's weighted lattice now rounds to a structured operator
+    (``MarginalStrategy.rounded_operator``) and is measurable."""
     from matmech.optimizers.marginals import MarginalStrategy
 
     dom = (10,) * 5
-    A = MarginalStrategy(dom, np.linspace(0.1, 1.0, 32))
+    assert unmeasurable(MarginalStrategy(dom, np.linspace(0.1, 1.0, 32))) is None
+    A = wl.stack(wl.identity(10**5), wl.total(10**5), weights=[0.3, 0.7])
     assert unmeasurable(A) is not None
     budget = mm.PrivacyBudget(1.0)
     x = np.zeros(10**5, dtype=np.int64)
