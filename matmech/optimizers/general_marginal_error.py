@@ -84,7 +84,7 @@ class _FactorGrams:
 
 def _factor_inverse(Q, n):
     """B⁻¹ = (QᵀQ)⁻¹ of one attribute's factor strategy (dense n×n), Q = None meaning I."""
-    from matmech.optimizers.pure import PIdentity
+    from matmech.optimizers.pidentity import PIdentity
 
     if Q is None or isinstance(Q, Identity):
         return np.eye(n)

@@ -172,7 +172,7 @@ def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT
             th, f = th2, f2
     th = th / th.sum()
     th[th < 1e-12] = 0.0
-    from matmech.optimizers.pure import PIdentity
+    from matmech.optimizers.pidentity import PIdentity
 
     factors = [PIdentity(thetas[i]) if i in thetas else None for i in range(k)]
     strategy = GeneralMarginalStrategy(domain, th, factors)
@@ -187,7 +187,7 @@ def _joint_descent(prob, th0, thetas0, maxiter, records, idx):
     """L-BFGS-B over (θ on the subsets ``idx``, Θ_free) ≥ 0 with the exact gradient of
     :meth:`_GeneralProblem.full`."""
     from matmech.optimizers.gram import GramOperator
-    from matmech.optimizers.pure import objective
+    from matmech.optimizers.pidentity import objective
 
     free = list(prob.free)
     shapes = [thetas0[i].shape for i in free]

@@ -14,7 +14,8 @@ from matmech.optimizers import dispatch, kronstack as KS, marginal_lattice as ML
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.lbfgs import projected_lbfgs
-from matmech.optimizers.pure import PIdentity, _spd_inverse, fit_pidentity
+from matmech.optimizers.pidentity import _spd_inverse
+from matmech.optimizers.pure import PIdentity, fit_pidentity
 
 
 def _superset_sum(c, k):
