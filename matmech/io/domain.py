@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -484,44 +484,32 @@ def categories(name, values, *, column=None, policy="error", missing=None, other
 class Domain:
     """Ordered declared attributes; cells are row-major, the last attribute fastest.
 
-    The public, data-independent description of the histogram's cells (Li et al., "The
-    matrix mechanism", VLDB J. 2015, §2: x is indexed by the product of the attributes'
-    values): how records map to cells is declared here, never read from the data.
-
     Parameters
     ----------
     attributes : sequence of Attribute
-        One per attribute, in cell order (built by :func:`~matmech.io.domain.integer_range`,
-        :func:`~matmech.io.domain.numeric_bins`, :func:`~matmech.io.domain.categories`, …
-        or read from a spec's ``[data]`` table); names distinct.
+        In cell order (:func:`integer_range`, :func:`categories`, ...); names distinct.
 
     Returns
     -------
     Domain
-        Frozen; ``sizes`` and ``n`` (the number of cells) are properties.
+        Frozen, declared rather than read from data (Li et al., VLDB J. 2015, §2); ``n`` cells.
 
     Raises
     ------
-    TypeError
-        If ``attributes`` is empty or holds something other than attributes.
-    ValueError
-        If two attributes share a name.
+    TypeError, ValueError
+        For anything but a non-empty sequence of attributes; for a repeated name.
 
     Examples
     --------
     >>> from matmech.io.domain import categories, integer_range
-    >>> d = Domain((integer_range("age", 0, 9), categories("sex", ["F", "M"])))
-    >>> d.sizes, d.n
-    ((10, 2), 20)
+    >>> Domain((integer_range("age", 0, 9), categories("sex", ["F", "M"]))).n
+    20
     """
 
     attributes: tuple
 
     def __post_init__(self):
-        try:
-            attrs = tuple(self.attributes)
-        except TypeError:
-            attrs = ()
+        attrs = tuple(self.attributes) if isinstance(self.attributes, Iterable) else ()
         if not attrs or not all(isinstance(a, Attribute) for a in attrs):
             raise TypeError(f"a Domain needs a non-empty sequence of Attribute, got {self.attributes!r}")
         names = [a.name for a in attrs]
