@@ -98,7 +98,7 @@ questions = [
     dict(sex="female", admission="surgery"),
 ]
 eps1 = 1.0
-sv = mm.SparseVector(TAU, c=2, eps=eps1, monotonic=True, eps_answer=0.5, rng=rng)
+sv = svt.SparseVector(TAU, c=2, eps=eps1, monotonic=True, eps_answer=0.5, rng=rng)
 print(f"\nPart 1: interactive SVT, tau = {TAU}, at most c = {sv.c} 'yes' answers, eps = {sv.eps:g} in total")
 for q in questions:
     true = cohort_count(x, **q)
@@ -112,7 +112,7 @@ print(f"  spent eps = {sv.eps:g} whatever the number of 'no' answers; {sv.remain
 cohorts, labels = cohort_family()  # rows in Kronecker (row-major) order, matching the labels
 truth = cohorts @ x  # the exact cohort sizes (structured product, never a dense matrix)
 k, c, eps, eps_answer = cohorts.shape[0], 10, 1.0, 0.3
-res = mm.sparse_vector(truth, TAU, c=c, eps=eps, monotonic=True, eps_answer=eps_answer, rng=rng)
+res = svt.sparse_vector(truth, TAU, c=c, eps=eps, monotonic=True, eps_answer=eps_answer, rng=rng)
 b = res.budget
 print(f"\nPart 2: {k} overlapping cohorts (sex x any run of age bands x diagnosis x admission); "
       f"{int((truth >= TAU).sum())} truly have >= {TAU} patients")

@@ -13,6 +13,9 @@ rows are worth answering, by the sparse vector technique), :func:`measure` and
 runs the whole flow and returns answers with error bars. :func:`save_strategy` /
 :func:`load_strategy` keep an optimised strategy for reuse.
 
+The selection primitives (``sparse_vector``, ``SparseVector``, …) are in :mod:`matmech.svt`;
+their old top-level names still work, with a DeprecationWarning.
+
 Note: the functions ``release``, ``optimize`` and ``advise`` are exported under the names
 of their modules, so ``matmech.release`` is the function; import module-level names with
 ``from matmech.release import ...``.
@@ -35,17 +38,7 @@ from matmech.release import Release, release, release_table
 from matmech.svt.select import Selection, select_rows
 from matmech.io.specs import Spec, SpecError, load_spec
 from matmech.io.store import load_strategy, save_strategy
-from matmech.svt import (
-    SparseVector,
-    SparseVectorExhausted,
-    SVTResult,
-    TopCResult,
-    above_threshold,
-    exponential_top_c,
-    sparse_vector,
-    sparse_vector_dpbook,
-    sparse_vector_retraversal,
-)
+from matmech.io.domain import Domain
 
 __all__ = [
     "workloads",
@@ -80,16 +73,24 @@ __all__ = [
     "Spec",
     "SpecError",
     "load_spec",
-    "sparse_vector",
-    "SparseVector",
-    "SparseVectorExhausted",
-    "above_threshold",
-    "sparse_vector_dpbook",
-    "sparse_vector_retraversal",
-    "exponential_top_c",
-    "SVTResult",
-    "TopCResult",
+    "Domain",
 ]
+
+#: The selection primitives live in :mod:`matmech.svt` (issue 22: ``matmech`` exports the data
+#: flow); ``matmech.<name>`` still works for these, with a DeprecationWarning.
+_MOVED_TO_SVT = ("sparse_vector", "SparseVector", "SparseVectorExhausted", "above_threshold", "sparse_vector_dpbook",
+                 "sparse_vector_retraversal", "exponential_top_c", "SVTResult", "TopCResult")
+
+
+def __getattr__(name):
+    if name in _MOVED_TO_SVT:
+        import warnings
+
+        from matmech import svt
+
+        warnings.warn(f"matmech.{name} is deprecated; use matmech.svt.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(svt, name)
+    raise AttributeError(f"module 'matmech' has no attribute {name!r}")
 
 #: The package version, the one place it is written (pyproject.toml reads it from here).
 __version__ = "0.1.0"

@@ -32,7 +32,8 @@ LAYERS = [
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
-READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.discover", "record", "release", "factored", "cli",
+READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.engine_numpy", "io.engine_sql", "io.grouping",
+              "io.sources", "io.discover", "record", "release", "factored", "cli",
               "stream.state", "stream.release", "stream.cli", "stream.engine"]
 DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.confidence", "error",
                     "optimizers", "advisor", "plot", "io.domain", "stream.series", "stream.blt", "stream.bounds",

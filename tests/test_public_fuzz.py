@@ -38,6 +38,7 @@ import matmech as mm
 import matmech.svt as svt
 from matmech import strategies as S
 from matmech import workloads as W
+from matmech.io.domain import categories, integer_range
 from matmech.privacy import budget as budget_mod
 from matmech.privacy import calibration as cal
 
@@ -130,11 +131,11 @@ def _optimized(r):
 
 
 def _svt_result(r):
-    assert isinstance(r, mm.SVTResult) and all(isinstance(p, int) for p in r.positions)
+    assert isinstance(r, svt.SVTResult) and all(isinstance(p, int) for p in r.positions)
 
 
 def _topc(r):
-    assert isinstance(r, mm.TopCResult) and len(r.positions) == r.c
+    assert isinstance(r, svt.TopCResult) and len(r.positions) == r.c
 
 
 def _gap(r):
@@ -184,7 +185,7 @@ def _ledger(eps, delta=0.0):
 
 
 def _interactive(threshold, c, eps, value):
-    sv = mm.SparseVector(threshold, c=c, eps=eps, rng=_rng())
+    sv = svt.SparseVector(threshold, c=c, eps=eps, rng=_rng())
     return sv.test(value)
 
 
@@ -285,6 +286,8 @@ ENTRIES = [
     Entry("load_strategy", mm.load_strategy, dict(path=str(TMP / "missing.npz")), _linop, examples=10, files=True),
     Entry("load_spec", mm.load_spec, dict(path=str(ROOT / "workloads" / "age_bands.toml")),
           lambda r: None if isinstance(r, mm.Spec) else pytest.fail(str(r)), examples=10, files=True),
+    Entry("Domain", mm.Domain, dict(attributes=(integer_range("age", 0, 9), categories("sex", ["F", "M"]))),
+          lambda r: _expect(isinstance(r, mm.Domain) and r.n == 20, r)),
     # privacy accounting and calibration
     Entry("PrivacyBudget", _entry_budget, dict(eps=1.0, delta=0.0),
           lambda r: _expect(isinstance(r, mm.PrivacyBudget), r)),
@@ -311,16 +314,16 @@ ENTRIES = [
     Entry("plot.figure_path", P.figure_path, dict(out="fig.png", name="figure"),
           lambda r: _expect(isinstance(r, tuple) and r[1] in P.FORMATS, r), examples=15),
     # selection (matmech.svt)
-    Entry("sparse_vector", mm.sparse_vector, dict(values=[1.0, 50.0, 3.0, 80.0], threshold=10.0, c=1, eps=1.0,
+    Entry("sparse_vector", svt.sparse_vector, dict(values=[1.0, 50.0, 3.0, 80.0], threshold=10.0, c=1, eps=1.0,
                                                   sensitivity=1.0, rng=_rng()), _svt_result),
     Entry("SparseVector.test", _interactive, dict(threshold=10.0, c=1, eps=1.0, value=50.0), _any_bool),
-    Entry("above_threshold", mm.above_threshold, dict(values=[1.0, 50.0, 3.0], threshold=10.0, eps=1.0, rng=_rng()),
+    Entry("above_threshold", svt.above_threshold, dict(values=[1.0, 50.0, 3.0], threshold=10.0, eps=1.0, rng=_rng()),
           _svt_result),
-    Entry("sparse_vector_dpbook", mm.sparse_vector_dpbook, dict(values=[1.0, 50.0], threshold=10.0, c=1, eps=1.0,
+    Entry("sparse_vector_dpbook", svt.sparse_vector_dpbook, dict(values=[1.0, 50.0], threshold=10.0, c=1, eps=1.0,
                                                                 rng=_rng()), _svt_result),
-    Entry("sparse_vector_retraversal", mm.sparse_vector_retraversal,
+    Entry("sparse_vector_retraversal", svt.sparse_vector_retraversal,
           dict(values=[1.0, 50.0, 3.0], threshold=10.0, c=1, eps=1.0, boost=2.0, rng=_rng()), _svt_result),
-    Entry("exponential_top_c", mm.exponential_top_c, dict(values=[1.0, 50.0, 3.0], c=2, eps=1.0, rng=_rng()), _topc),
+    Entry("exponential_top_c", svt.exponential_top_c, dict(values=[1.0, 50.0, 3.0], c=2, eps=1.0, rng=_rng()), _topc),
     Entry("svt.sparse_vector_gap", svt.sparse_vector_gap, dict(values=[1.0, 50.0, 3.0, 80.0], threshold=10.0, c=2, eps=1.0,
                                                               rng=_rng()), _gap),
     Entry("svt.noisy_top_c_gap", svt.noisy_top_c_gap, dict(values=[1.0, 50.0, 3.0], c=2, eps=1.0, rng=_rng()), _gap),

@@ -105,28 +105,28 @@ def _strings(values):
 def _key_counts(source, column, *, encoding, delimiter):
     """(values, counts) of the non-missing trimmed values of ``column`` (private: the caller
     charges the budget before any of it leaves)."""
-    from matmech.io import engines as E
+    from matmech.io import engine_numpy, engine_sql, sources
 
-    kind = E.source_kind(source)
+    kind = sources.source_kind(source)
     where = f"column {column!r}"
     if kind in ("columns", "pandas", "polars", "arrow"):
-        available = E._columns_of(source, kind)
+        available = sources._columns_of(source, kind)
         if column not in available:
             raise ValueError(f"{where}: no such column; the columns are {available}")
-        values = _strings(E._column_values(source, kind, 0, column))
+        values = _strings(engine_numpy._column_values(source, kind, 0, column))
         keys = [v for v in values if v is not None]
         uniq, counts = np.unique(np.array(keys, dtype=object), return_counts=True) if keys else ([], [])
         return [str(u) for u in uniq], np.asarray(counts, dtype=np.int64)
     if kind in ("csv", "parquet"):
         import duckdb
 
-        E._check_file(source)
+        sources._check_file(source)
         if kind == "csv":
-            E._check_csv_options(encoding, delimiter)
-        d = E._Dialect("duckdb")
+            sources._check_csv_options(encoding, delimiter)
+        d = engine_sql._Dialect("duckdb")
         con = duckdb.connect()
         try:
-            src = E._duckdb_source(con, source, kind, d, encoding, delimiter)
+            src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)
             try:
                 cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
                 if column not in cols:
@@ -135,7 +135,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                 res = con.execute(f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "
                                   "GROUP BY 1").fetchall()
             except duckdb.Error as exc:
-                raise E._engine_error(where, exc, encoding if kind == "csv" else None) from None
+                raise engine_sql._engine_error(where, exc, encoding if kind == "csv" else None) from None
         finally:
             con.close()
         return [str(k) for k, _ in res], np.array([n for _, n in res], dtype=np.int64)

@@ -41,8 +41,9 @@ def _registry():
     the modules defining them are imported here, the optimisers being heavier."""
     import matmech.linalg.structured  # noqa: F401  (RoundedDense, RoundedSparse)
     import matmech.optimizers.l2  # noqa: F401  (L2Strategy)
-    import matmech.optimizers.marginals  # noqa: F401  (MarginalStrategy, ResidualStrategy, GeneralMarginalStrategy)
-    import matmech.optimizers.pure  # noqa: F401  (PIdentity)
+    import matmech.optimizers.general_marginal_error  # noqa: F401  (GeneralMarginalStrategy)
+    import matmech.optimizers.marginal_lattice  # noqa: F401  (MarginalStrategy, ResidualStrategy)
+    import matmech.optimizers.pidentity  # noqa: F401  (PIdentity)
     import matmech.optimizers.unions  # noqa: F401  (ResidualProductStrategy)
     import matmech.strategies  # noqa: F401  (Tree, Haar)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from matmech.linalg.linop import LinOp, _check_p, check_size, register
+from matmech.linalg.linop import LinOp, check_size, register
+from matmech.linalg.normmax import check_p as _check_p
 
 __all__ = ["Intervals", "AllRange", "Prefix", "IntervalGram"]
 

@@ -58,7 +58,7 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.linalg.structured import pinv_gram
-from matmech.optimizers import kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure, unions as opt_unions
+from matmech.optimizers import general_marginal_error as gm_error, kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure, unions as opt_unions
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.blas import blas_threads, capped
 from matmech.privacy.calibration import noise_variance
@@ -297,7 +297,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS), except identity-total
                 # grams a·I + b·11ᵀ (KRON_SKIP_QUAD_FILLS_IT)
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
-                if quad and KRON_SKIP_QUAD_FILLS_IT and opt_marginals._identity_total_gram(op.dense()):
+                if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error._identity_total_gram(op.dense()):
                     quad = 0
                 fa, fv, fp = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None,
                                      fill_starts=KRON_FILL_STARTS, quad_fills=quad)

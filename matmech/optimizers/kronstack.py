@@ -40,7 +40,7 @@ from matmech.linalg.linop import (
 )
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.l2 import dual_l2
-from matmech.optimizers.marginals import _identity_like, _total_like, kron_blocks
+from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
 
 __all__ = ["EXACT_N", "MAX_TERMS", "KronStackFit", "expand_terms", "optimize_kron_stack"]

@@ -27,18 +27,27 @@ from dataclasses import dataclass
 import math
 
 import numpy as np
-from matmech.linalg.lazy import sla
 
 from matmech.optimizers.blas import blas_threads
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.optimizers.lbfgs import projected_lbfgs
 from matmech.optimizers.multistart import lockstep_starts
-from matmech.linalg.linop import LinOp, check_size, register
+from matmech.linalg.linop import check_size
 from matmech.optimizers.gram import MAX_GRAM_N
 from matmech.linalg.spectral import BlockSpectral
 from matmech.error import expected_error
 from matmech.validate import memory as check_memory
 from matmech.strategies import hierarchical
+
+from matmech.optimizers.pidentity import PIdentity, _Objective, objective
+from matmech.optimizers.pidentity_starts import (
+    _WEYL_STEP,
+    QUADRATIC_FILL_MAX_N,
+    hat_theta,
+    hdmm_theta,
+    quadratic_fill,
+    tree_theta,
+)
 
 __all__ = [
     "PIdentity",
@@ -62,275 +71,12 @@ __all__ = [
     "ONE_D_POLISH_MAX_N",
     "WIDE_HAT_BRANCHING",
     "WIDE_HAT_MIN_N",
+    "hat_theta",
+    "QUADRATIC_FILL_MAX_N",
 ]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
 MAX_PIDENTITY_N = MAX_GRAM_N
-
-
-# -- objective ---------------------------------------------------------------------------------
-
-
-def objective(theta, gram, *, gradient=True):
-    """f(Θ) = trace(G (AᵀA)⁻¹) for A = [I; Θ]D (sens₁ = 1), and ∂f/∂Θ.
-
-    With s = 1 + 1ᵀΘ, G̃ = diag(s) G diag(s), R = I + ΘΘᵀ, Y = ΘG̃, B = R⁻¹Θ:
-    f = Σ s_j² G_jj − ⟨Y, B⟩; ∂f/∂Θ|_s = −2 R⁻¹(Y − (YΘᵀ)B) (HDMM eq. 7 via Woodbury) and
-    ∂f/∂s_j = 2(s_j G_jj − Σ_k Y_kj B_kj / s_j), which enters every entry of column j.
-    """
-    th = np.ascontiguousarray(theta, dtype=np.float64)
-    return _Objective(gram, th.shape[0])(th, gradient=gradient)
-
-
-class _Objective:
-    """:func:`objective` with its p×n work arrays allocated once (fresh large arrays cost
-    page faults that dominate the O(p²n) arithmetic at p ≈ n/16).
-
-    Four p×p-by-p×n products per gradient: R = I + ΘΘᵀ, U = R⁻¹Y, C = YΘᵀ and MΘ with
-    M = R⁻¹CR⁻¹, since R⁻¹(Y − C R⁻¹Θ) = U − MΘ and Σ_k Y_kj B_kj = Σ_k U_kj Θ_kj (R⁻¹ is
-    symmetric); the p×p algebra is O(p³), negligible next to O(p²n).
-    """
-
-    def __init__(self, gram, p):
-        self.gram, self.p = gram, p
-        shape = (p, gram.n)
-        self.z, self.y, self.u, self.w = (np.empty(shape) for _ in range(4))
-        self.evaluations = 0
-
-    def __call__(self, th, gradient=True):
-        gram, z, y, u, w = self.gram, self.z, self.y, self.u, self.w
-        self.evaluations += 1
-        s = th.sum(0)
-        s += 1.0
-        np.multiply(th, s, out=z)
-        gram.rows(z, out=y, work=w)
-        y *= s  # Y = Θ G̃
-        r = th @ th.T
-        r.flat[:: r.shape[0] + 1] += 1.0  # the diagonal (a strided view: no index arrays)
-        ri = _spd_inverse(r)
-        np.matmul(ri, y, out=u)
-        np.multiply(u, th, out=w)
-        ybs = w.sum(0)
-        f = float(np.dot(s * s, gram.diag) - ybs.sum())
-        if not gradient:
-            return f
-        m = ri @ (y @ th.T) @ ri
-        g = np.matmul(m, th, out=z)
-        g -= u
-        g *= 2.0
-        ybs /= s
-        np.subtract(s * gram.diag, ybs, out=ybs)
-        ybs *= 2.0
-        g += ybs[None, :]
-        return f, g
-
-
-def _spd_inverse(r):
-    """Inverse of a symmetric positive definite matrix through its Cholesky factor."""
-    c, info = sla.lapack.dpotrf(r, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"I + ΘΘᵀ is not positive definite (LAPACK info {info})")
-    inv, info = sla.lapack.dpotri(c, lower=1)
-    # the lower triangle holds the inverse: mirror it (cached index arrays; tril + tril.T
-    # cost more than the factorisation at the p ≤ 10 of small factor fits)
-    upper = _UPPER.get(inv.shape[0])
-    if upper is None:
-        upper = _UPPER.setdefault(inv.shape[0], np.triu_indices(inv.shape[0], 1))
-    inv[upper] = inv.T[upper]
-    return inv
-
-
-_UPPER: dict = {}  # p -> the strict upper triangle's indices, for _spd_inverse
-
-
-# -- the strategy --------------------------------------------------------------------------------
-
-
-class _PIdentityPinv(LinOp):
-    """(AᵀA)⁻¹ = D⁻¹(I − Θᵀ(I + ΘΘᵀ)⁻¹Θ)D⁻¹ for A = [I; Θ]D (Woodbury)."""
-
-    # the products are thin (p ≈ n/16 rows): one BLAS thread is faster than several and,
-    # on a shared machine, avoids OpenBLAS threads spinning against other processes (4× at
-    # n = 1024 for expected_error on two busy cores)
-
-    def __init__(self, theta, s):
-        self.theta, self.s = theta, s
-        with blas_threads(1):
-            self.b = _spd_inverse(theta @ theta.T + np.eye(theta.shape[0])) @ theta
-        self.shape = (theta.shape[1], theta.shape[1])
-
-    def _matmat(self, x):
-        z = self.s[:, None] * x
-        with blas_threads(1):
-            z = z - self.theta.T @ (self.b @ z)
-        return self.s[:, None] * z
-
-    _rmatmat = _matmat
-
-    def _dense(self):
-        with blas_threads(1):
-            out = -(self.theta.T @ self.b)
-        out[np.diag_indices_from(out)] += 1.0
-        return self.s[:, None] * out * self.s[None, :]
-
-
-@register("PIdentity")
-class PIdentity(LinOp):
-    """The p-Identity strategy A = [I; Θ]·D (McKenna et al., VLDB 2018, §5.1).
-
-    Rows 0..n−1 measure each cell with weight d_j = 1/(1 + Σ_i Θ_ij); rows n..n+p−1 are the
-    rows of Θ·D. Every column has L1 norm 1. ``gram_pinv()`` is the Woodbury form, so
-    :func:`matmech.expected_error` never inverts an n×n matrix from scratch.
-    """
-
-    def __init__(self, theta):
-        th = np.array(theta, dtype=np.float64, copy=True)
-        if th.ndim != 2 or 0 in th.shape:
-            raise ValueError(f"Θ must be a non-empty p×n matrix, got shape {th.shape}")
-        if not np.all(np.isfinite(th)) or np.any(th < 0):
-            raise ValueError("Θ must be finite and non-negative")
-        self.theta = th
-        self.s = 1.0 + th.sum(0)
-        self.d = 1.0 / self.s
-        self.p, self.n = th.shape
-        self.shape = (self.n + self.p, self.n)
-
-    def _matmat(self, x):
-        dx = self.d[:, None] * x
-        return np.vstack([dx, self.theta @ dx])
-
-    def _rmatmat(self, y):
-        return self.d[:, None] * (y[: self.n] + self.theta.T @ y[self.n :])
-
-    def col_norms(self, p=1):
-        if p == 1:
-            return self.d * (1.0 + self.theta.sum(0))
-        if p == 2:
-            return self.d * np.sqrt(1.0 + (self.theta**2).sum(0))
-        raise ValueError(f"p must be 1 or 2, got {p!r}")
-
-    def rows(self, start, stop):
-        if not (0 <= start <= stop <= self.shape[0]):
-            raise ValueError(f"row range {start}:{stop} is outside 0:{self.shape[0]}")
-        top = np.eye(self.n)[start : min(stop, self.n)] * self.d[None, :]
-        bottom = self.theta[max(start, self.n) - self.n : max(stop, self.n) - self.n] * self.d[None, :]
-        return np.vstack([top, bottom])
-
-    def _dense(self):
-        return np.vstack([np.diag(self.d), self.theta * self.d[None, :]])
-
-    def gram_pinv(self):
-        return _PIdentityPinv(self.theta, self.s), None
-
-    def to_dict(self, out):
-        return {"theta": out.array(self.theta)}
-
-    @classmethod
-    def from_dict(cls, node, src):
-        return cls(src.array(node, "theta", "float", 2))
-
-
-# -- starting points --------------------------------------------------------------------------
-
-
-def tree_theta(n, branching, root, weights=None):
-    """Θ whose rows are the internal nodes of the regular b-ary hierarchy (leaves = the I block).
-
-    ``weights[ℓ]`` scales the nodes at depth ℓ below the top (default 1: then [I; Θ]D is
-    exactly ``hierarchical(n, b, root)`` rescaled to sensitivity 1). Returns (Θ, depth).
-    """
-    tree = hierarchical(n, branching, root)
-    lo, hi = tree.bounds()
-    internal = np.flatnonzero(hi > lo)
-    if internal.size == 0:
-        return np.zeros((0, n)), np.zeros(0, dtype=int)
-    depth = _depths(tree, internal)
-    th = np.zeros((internal.size, n))
-    cols = np.arange(n)
-    mask = (cols[None, :] >= lo[internal, None]) & (cols[None, :] <= hi[internal, None])
-    th[mask] = 1.0
-    if weights is not None:
-        th *= np.asarray(weights, dtype=np.float64)[depth][:, None]
-    return th, depth
-
-
-def hat_theta(n, branching, root=True, weights=None):
-    """Θ of overlapping triangles ("hats") on the levels of a b-ary hierarchy. Returns (Θ, depth).
-
-    Level k (block size b^k < n) has m = round(n / b^k) hats of half-width h = n/m centred
-    at (i + ½)h, the row being max(0, 1 − |j + ½ − c|/h) on cell j; each hat overlaps half
-    of each neighbour, so a level sums to 1 away from the ends. ``root`` adds the hat of
-    half-width n over the whole domain (depth 0). The optimised p-Identity rows for interval
-    workloads are such bumps rather than blocks, so this start begins much nearer the
-    optimum than the hierarchy; for n = b^L the hats sit exactly on the hierarchy's nodes
-    (same rows, same depths as :func:`tree_theta`), and for other n they stay evenly spread
-    where the hierarchy's blocks would be uneven. ``weights[ℓ]`` scales depth ℓ.
-    """
-    n, b = check_size(n), check_size(branching, "branching")
-    x = np.arange(n, dtype=np.float64) + 0.5
-    counts, size = [], b
-    while size < n:
-        m = max(1, round(n / size))
-        if m > 1 and m not in counts:
-            counts.append(m)
-        size *= b
-    rows, depth = [], []
-    for k, m in enumerate(counts):  # finest first
-        h = n / m
-        c = (np.arange(m) + 0.5) * h
-        rows.append(np.clip(1.0 - np.abs(x[None, :] - c[:, None]) / h, 0.0, None))
-        depth.append(np.full(m, len(counts) - k, dtype=int))
-    if root:
-        rows.append(np.clip(1.0 - np.abs(x - n / 2.0) / n, 0.0, None)[None, :])
-        depth.append(np.zeros(1, dtype=int))
-    if not rows:
-        return np.zeros((0, n)), np.zeros(0, dtype=int)
-    th, depth = np.vstack(rows[::-1]), np.concatenate(depth[::-1])
-    if not root:
-        depth = depth - 1
-    if weights is not None:
-        th *= np.asarray(weights, dtype=np.float64)[depth][:, None]
-    return th, depth
-
-
-#: Additive-recurrence step of :func:`hdmm_theta` without an rng: (√5 − 1)/2, the golden
-#: ratio's fractional part (the Weyl sequence frac(½ + kα) is equidistributed on [0, 1)).
-_WEYL_STEP = (np.sqrt(5.0) - 1.0) / 2.0
-
-
-def hdmm_theta(n, p=None, rng=None):
-    """HDMM's own OPT₀ starting point (McKenna et al. 2018, §5.1): p = max(1, n // 16) rows
-    (or ``p``), Θ uniform on [0, 1). With an ``rng`` (a ``numpy.random.Generator``) Θ is
-    ``rng.random((p, n))`` (one draw of p·n numbers, HDMM's ``np.random.rand`` under the
-    caller's generator); without one it is the deterministic equidistributed fill
-    Θ_ij = frac(½ + (i·n + j + 1)·α), α = (√5 − 1)/2, so that ``rng=None`` keeps meaning
-    "deterministic starts only" (no seed, no global generator)."""
-    n = check_size(n)
-    p = max(1, n // 16) if p is None else check_size(p, "p")
-    if rng is not None:
-        return rng.random((p, n))
-    k = np.arange(1, p * n + 1, dtype=np.float64)
-    return np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p, n)
-
-
-#: Up to this many cells a second deterministic HDMM-like start (:func:`quadratic_fill`) joins
-#: HDMM's: at n = 128 (prefix) the linear fill of :func:`hdmm_theta` stalls at RMSE 11.36 within
-#: a dozen iterations while seeded U[0, 1) starts reach 6.291; the quadratic fill reaches 6.291.
-QUADRATIC_FILL_MAX_N = 512
-
-
-def quadratic_fill(n, p=None, block=0):
-    """A deterministic U[0, 1)-like p×n start (p = n/16 by default): Θ_ij = frac(½ + k²√2 + kα),
-    k = block·p·n + i·n + j + 1, α = (√5 − 1)/2 (a quadratic Weyl sequence: equidistributed,
-    without the row-to-row regularity of the linear fill). ``block`` = r ≥ 1 gives the r-th
-    further p·n numbers of the same sequence (the :data:`QUAD_FILL_STARTS` multistart)."""
-    n = check_size(n)
-    p = max(1, n // 16) if p is None else check_size(p, "p")
-    block = int(block)
-    if block < 0:
-        raise ValueError(f"block must be >= 0, got {block}")
-    k = np.arange(block * p * n + 1, (block + 1) * p * n + 1, dtype=np.float64)
-    return np.mod(0.5 + np.mod(k * k * np.sqrt(2.0), 1.0) + k * _WEYL_STEP, 1.0).reshape(p, n)
 
 
 #: Deterministic multistart of small 1-D factor fits (``fit_pidentity(quad_fills=...)``, used by
@@ -342,14 +88,6 @@ def quadratic_fill(n, p=None, block=0):
 #: 0.1 s per start at n = 100.
 QUAD_FILL_STARTS = 20
 QUAD_FILL_MAX_N = 128
-
-
-def _depths(tree, rows):
-    depth = np.zeros(tree.shape[0], dtype=int)
-    for r in range(tree.shape[0]):
-        par = tree.parent[r]
-        depth[r] = 0 if par < 0 else depth[par] + 1
-    return depth[rows] - depth[rows].min()
 
 
 def _fit_level_weights(gram, th, depth, iters=60):
@@ -750,4 +488,3 @@ def best_hierarchy(W, eps=1.0, delta=0.0, *, branchings=None):
     if best is None:
         raise ValueError("no hierarchical strategy can answer this workload")
     return best
-

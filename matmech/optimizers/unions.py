@@ -45,7 +45,7 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
-from matmech.optimizers import marginals as opt_marginals
+from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
 
 __all__ = ["OBJECTIVES", "ResidualProductStrategy", "UnionFit", "optimize_unions", "plan_residual_products", "refine_general_l2", "residual_factor"]
@@ -108,7 +108,7 @@ class ResidualProductStrategy(VStack):
     def sensitivity2(self):
         """Δ₂² = Σ_S w_S Π_{i∈S} sᵢ (exact: every term is maximal at the cell of per-attribute maxima)."""
         s = [1.0 if f is None else float((f * f).sum(0).max()) for f in self.residual_factors]
-        return float(np.dot(self.weights_by_mask, opt_marginals._inside_products(s)))
+        return float(np.dot(self.weights_by_mask, gm_error._inside_products(s)))
 
     def to_dict(self, out):
         return {"domain": list(self.domain_sizes), "weights": out.array(self.weights_by_mask),
@@ -134,7 +134,7 @@ class UnionFit:
 
 
 def _identity_like_gram(c):
-    return opt_marginals._identity_total_gram(c) and c.shape[0] > 1 and c[0, 0] != c[0, 1]
+    return gm_error._identity_total_gram(c) and c.shape[0] > 1 and c[0, 0] != c[0, 1]
 
 
 def residual_factor(gram):
@@ -146,7 +146,7 @@ def residual_factor(gram):
     n = g.shape[0]
     if n == 1:
         return None, 0.0, 0.0
-    if opt_marginals._identity_total_gram(g):
+    if gm_error._identity_total_gram(g):
         from matmech.linalg.residual import orthonormal_contrasts
 
         a = float(g[0, 0] - g[0, 1])
@@ -183,12 +183,12 @@ def plan_residual_products(W, *, objective="total"):
     heuristic for this objective; ``bound`` None); ``value`` is that largest variance."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    prob, domain, blocks = opt_marginals._problem(W, free=())
+    prob, domain, blocks = gm_error._problem(W, free=())
     factors, values, duals, certified = [], [], [], True
     for i, d in enumerate(domain):
         lst, idx = prob.uniq[i]
         weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-        live = [(c, wt) for c, wt in zip(lst, weight) if not opt_marginals._total_gram(c)]
+        live = [(c, wt) for c, wt in zip(lst, weight) if not gm_error._total_gram(c)]
         if not live:  # only totals on this attribute: no residual needed
             factors.append(None if d == 1 else residual_factor(np.eye(d))[0])
             values.append(0.0)
@@ -207,7 +207,7 @@ def plan_residual_products(W, *, objective="total"):
     _, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = opt_marginals._inside_products(s)
+    p = gm_error._inside_products(s)
     root = np.sqrt(np.clip(eta, 0.0, None) * p)
     value = float(root.sum()) ** 2
     w = np.where(root > 0, np.sqrt(np.clip(eta, 0.0, None) / p), 0.0)
@@ -216,7 +216,7 @@ def plan_residual_products(W, *, objective="total"):
     bound = None
     if certified:
         ratio = [dv / v if v > 0 else 1.0 for v, dv in zip(values, duals)]
-        bound = float((root * np.sqrt(opt_marginals._inside_products(ratio))).sum()) ** 2
+        bound = float((root * np.sqrt(gm_error._inside_products(ratio))).sum()) ** 2
     params = {"subsets": int((w > 0).sum()), "factor_gaps": tuple(max(0.0, (v - dv) / v) if v > 0 else 0.0 for v, dv in zip(values, duals)),
               "certified": "within the residual-product class" if certified else "no (attributes with non-proportional grams: heuristic factor fit)"}
     return UnionFit(strategy, value, bound, "residual products", MappingProxyType(params))
@@ -251,7 +251,7 @@ def _max_variance_plan(blocks, domain, factors):
     xps = [None if r is None else np.linalg.pinv(r.T @ r, hermitian=True) for r in factors]
     rows, cols, vals, nrow = [], [], [], 0
     for v2, fs in blocks:
-        z = [i for i, f in enumerate(fs) if not opt_marginals._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))]
+        z = [i for i, f in enumerate(fs) if not gm_error._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))]
         const = v2
         for i in range(k):
             if i not in z:
@@ -282,7 +282,7 @@ def _max_variance_plan(blocks, domain, factors):
     live = np.flatnonzero(np.asarray(abs(F).sum(0)).ravel() > 0)
     F = F[:, live].tocsr()
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = opt_marginals._inside_products(s)[live]
+    p = gm_error._inside_products(s)[live]
     scale = float(F.max())
     F = F / scale
     u0 = np.ones(live.size) * float(p.sum())  # uniform: Σ p/u = 1
@@ -373,8 +373,8 @@ def _start_factors(prob, domain, split=False):
     for i, d in enumerate(domain):
         lst, idx = prob.uniq[i]
         weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-        live = [(c, wt) for c, wt in zip(lst, weight) if not opt_marginals._total_gram(c)]
-        if not live or all(opt_marginals._identity_total_gram(c) for c, _ in live):
+        live = [(c, wt) for c, wt in zip(lst, weight) if not gm_error._total_gram(c)]
+        if not live or all(gm_error._identity_total_gram(c) for c, _ in live):
             out.append(None)
             continue
         g = sum(wt * c for c, wt in live)
@@ -411,18 +411,18 @@ def refine_general_l2(W, *, maxiter=JOINT_ITER, starts=START_KINDS):
 
 
 def _descend(W, *, split, maxiter):
-    prob0, domain, _ = opt_marginals._problem(W, free=())
+    prob0, domain, _ = gm_error._problem(W, free=())
     k = len(domain)
     qs = _start_factors(prob0, domain, split=split)
-    A0 = opt_marginals.GeneralMarginalStrategy(domain, np.ones(1 << k), [None if q is None else Dense(q) for q in qs])
-    start = opt_marginals.reweight_general_marginals_l2(W, A0)
+    A0 = gm_error.GeneralMarginalStrategy(domain, np.ones(1 << k), [None if q is None else Dense(q) for q in qs])
+    start = gm_opt.reweight_general_marginals_l2(W, A0)
     # free factors: every non-identity one, and identity ones up to FREE_IDENTITY_MAX_N cells
     free = [i for i, d in enumerate(domain) if d > 1 and (qs[i] is not None or d <= FREE_IDENTITY_MAX_N)]
     while free and sum(domain[i] ** 2 for i in free) > MAX_JOINT_VARIABLES:
         free.pop()
-    prob, _, _ = opt_marginals._problem(W, free=free)
+    prob, _, _ = gm_error._problem(W, free=free)
     th0 = np.asarray(start.theta, dtype=np.float64)
-    col = opt_marginals._inside_products([opt_marginals.factor_col_norm2(f) for f in start.strategy.factors])
+    col = gm_error._inside_products([gm_error.factor_col_norm2(f) for f in start.strategy.factors])
     th0 = th0 * np.sqrt(col)  # unit column norms below: θ absorbs the factors' scale
     idx = np.flatnonzero(th0 > 0)
     z0 = [qs[i] if qs[i] is not None else np.eye(domain[i]) for i in free]
@@ -479,8 +479,8 @@ def _descend(W, *, split, maxiter):
     factors = [None if q is None else Dense(q) for q in qs]
     for i, z in zip(free, zs):
         factors[i] = Dense(z / np.linalg.norm(z, axis=0)[None, :])
-    strategy = opt_marginals.GeneralMarginalStrategy(domain, th / th.sum(), factors)
-    value = opt_marginals.general_marginal_error(W, strategy, p=2)
+    strategy = gm_error.GeneralMarginalStrategy(domain, th / th.sum(), factors)
+    value = gm_error.general_marginal_error(W, strategy, p=2)
     params = {"start": float(start.value), "free_factors": tuple(free)}
     if not value <= start.value:  # never worse than the start
         strategy, value = start.strategy, float(start.value)

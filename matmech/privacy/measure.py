@@ -41,7 +41,8 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.calibration import gaussian_sigma, laplace_scale
 from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
-from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, _rint, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, as_linop
+from matmech.linalg.operator import _rint
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
 from typing import TYPE_CHECKING

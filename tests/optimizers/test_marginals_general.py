@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from matmech import workloads as wl
 from matmech.error import expected_error
 from matmech.linalg.linop import Dense, Kron, VStack
-from matmech.optimizers import marginals as M
+from matmech.optimizers import general_marginal_error as GE, marginals as M
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.pure import PIdentity, objective
 
@@ -68,7 +68,7 @@ def test_gradient_equals_finite_differences(seed):
     W = VStack([Kron(wl.prefix(5), wl.total(3), wl.identity(4)), Kron(wl.prefix(5), wl.identity(3), wl.total(4)),
                 Kron(wl.total(5), VStack([wl.identity(3), wl.total(3)]), wl.all_range(4)),
                 Kron(Dense(rng.standard_normal((2, 5))), wl.total(3), wl.prefix(4))], weights=[1.0, 2.0, 0.5, 1.3])
-    prob, _, _ = M._problem(W)
+    prob, _, _ = GE._problem(W)
     assert prob.free == (0, 2)
     th = rng.uniform(0.1, 1, 8)
     thetas = {0: rng.uniform(0, 1, (2, 5)), 2: rng.uniform(0, 1, (2, 4))}
@@ -76,7 +76,7 @@ def test_gradient_equals_finite_differences(seed):
     def full(th, thetas):
         minvs = [np.eye(d) for d in dom]
         for i, t in thetas.items():
-            minvs[i] = M._pidentity_minv(t)
+            minvs[i] = GE._pidentity_minv(t)
         return prob.full(th, minvs)
 
     f, dth, grads = full(th, thetas)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.optimize import Bounds, minimize
 
-from matmech.optimizers import marginals as M
+from matmech.optimizers import marginal_lattice as M
 from matmech.optimizers.lbfgs import _setulb, lbfgsb_nonneg
 
 

@@ -14,10 +14,10 @@ from matmech.error import lower_bound
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, Kron, Scaled, VStack
 from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
+from matmech.linalg.structured import _workload_spectrum
 from matmech.optimizers.marginals import (
     MarginalStrategy,
     ResidualStrategy,
-    _workload_spectrum,
     marginal_objective,
     optimize_marginals_l2,
     optimize_marginals_pure,

@@ -11,11 +11,11 @@ from scipy.optimize import minimize
 from matmech import workloads as wl
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.pidentity import _Objective
 from matmech.optimizers.pure import (
     START_BRANCHINGS,
     WIDE_HAT_BRANCHING,
     WIDE_HAT_MIN_N,
-    _Objective,
     _starts,
     _wide_hat_start,
     fit_pidentity,

@@ -1,0 +1,472 @@
+"""Generalised marginal strategies and their exact factored error on unions of Kronecker products.
+
+HDMM's OPT_M with per-attribute factor strategies (McKenna et al., "Optimizing error of
+high-dimensional statistical queries under differential privacy", PVLDB 2018, §6.3 with the
+p-Identity factors of §5.1): the strategy operator :class:`GeneralMarginalStrategy`, its
+factored generalised inverse, the exact error trace(WᵀW (AᵀA)⁻) from the factors
+(:func:`general_marginal_error`) and the L2 sensitivity (:func:`general_marginal_sensitivity2`).
+The optimisers are in :mod:`matmech.optimizers.general_marginals`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from matmech.linalg.structured import _class_projector_factors, _subset_inplace, _superset_inplace, _superset_sum
+from matmech.linalg.linop import Dense, Identity, Kron, Ones, Scaled, Sum, VStack, as_linop, register
+from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
+
+__all__ = [
+    "GeneralMarginalStrategy",
+    "general_marginal_error",
+    "factor_col_norm2",
+    "general_marginal_sensitivity2",
+    "MAX_GENERAL_ATTRIBUTES",
+    "MAX_FACTOR_N",
+]
+
+#
+# A generalised marginal strategy measures, for every attribute subset S with θ_S > 0, the rows
+# θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ), with one factor strategy Qᵢ per attribute (identity, or HDMM's
+# p-Identity [I; Θ]D for ordered attributes), shared by every subset containing i. With
+# Bᵢ = QᵢᵀQᵢ = LᵢᵀLᵢ (invertible) the gram Σ_S θ_S² ⊗_{i∈S} Bᵢ ⊗_{i∉S} 11ᵀ is
+# (⊗Lᵢ)ᵀ [Σ_S θ_S² ⊗_{i∈S} I ⊗_{i∉S} uᵢuᵢᵀ] (⊗Lᵢ) with uᵢ = Lᵢ⁻ᵀ1: a marginal lattice in which
+# the "total" direction of attribute i is uᵢ (of squared length gᵢ = 1ᵀBᵢ⁻¹1) instead of 1.
+# The bracket is diagonal on the classes T (complement of uᵢ on the attributes in T, uᵢ
+# elsewhere) with λ_T = Σ_{S ⊇ T} θ_S² Π_{i∉S} gᵢ, so a symmetric generalised inverse of the
+# gram is Σ_T λ_T⁻¹ ⊗ᵢ Nᵢ^{[i∈T]} with, for yᵢ = Bᵢ⁻¹1,
+#     Nᵢ^out = yᵢyᵢᵀ/gᵢ,  Nᵢ^in = Bᵢ⁻¹ − yᵢyᵢᵀ/gᵢ,
+# and the error of any union of Kronecker products W = [v₁ ⊗ᵢWᵢ₁; …] is, exactly,
+#     trace(G_W (AᵀA)⁻) = Σ_T η_T / λ_T,   η_T = Σ_k v_k² Πᵢ a_ik^{[i∈T]},
+#     a_ik^out = yᵢᵀC_ik yᵢ/gᵢ,  a_ik^in = trace(C_ik Bᵢ⁻¹) − a_ik^out   (C_ik = Wᵢₖᵀ Wᵢₖ),
+# a product over the attributes per lattice class: no domain-sized object (2^k classes × K
+# terms). Qᵢ = I gives the marginal lattice above (gᵢ = dᵢ). Every factor has column L1 norm 1
+# (p-Identity, identity, 1ᵀ), so sens₁ = Σ θ_S. The Θᵢ are optimised jointly with θ: F
+# depends on Bᵢ⁻¹ only through gᵢ and the a_ik, whose gradient Γᵢ = ∂F/∂Bᵢ⁻¹ turns the
+# p-Identity objective of :mod:`matmech.optimizers.pure` (linear in its gram) into ∂F/∂Θᵢ.
+
+#: Largest number of attributes of a generalised marginal strategy (2^k lattice classes).
+MAX_GENERAL_ATTRIBUTES = 16
+#: Largest attribute size given a p-Identity factor (dense dᵢ×dᵢ algebra per attribute).
+MAX_FACTOR_N = 1024
+#: Largest number of (workload term, lattice class) pairs of the generalised marginal error.
+MAX_GENERAL_WORK = 1 << 25
+#: Numerical floor (relative) below which a per-class trace counts as zero.
+_ZERO = 1e-11
+
+
+class _FactorGrams:
+    """Dense grams of the 1-D workload factors, computed once per distinct factor."""
+
+    def __init__(self):
+        self.cache, self.by_content = {}, {}
+
+    def __call__(self, f):
+        key = id(f)
+        if key not in self.cache:
+            n = f.shape[1]
+            if _total_like(f):
+                c2 = f.c**2 if isinstance(f, Scaled) else 1.0
+                base = f.base if isinstance(f, Scaled) else f
+                g = np.full((n, n), c2 * float(base.shape[0]))
+            elif _identity_like(f):
+                g = np.eye(n)
+            else:
+                g = f.gram().dense(max_entries=MAX_FACTOR_N**2)
+            g = np.asarray(g, dtype=np.float64)
+            # equal grams share one array, so that per-attribute work runs once per distinct gram
+            g = self.by_content.setdefault((g.shape, g.tobytes()), g)
+            self.cache[key] = (f, g)  # keep f alive: ids stay unique
+        return self.cache[key][1]
+
+
+def _factor_inverse(Q, n):
+    """B⁻¹ = (QᵀQ)⁻¹ of one attribute's factor strategy (dense n×n), Q = None meaning I."""
+    from matmech.optimizers.pidentity import PIdentity
+
+    if Q is None or isinstance(Q, Identity):
+        return np.eye(n)
+    if isinstance(Q, PIdentity):
+        return Q.gram_pinv()[0]._dense()
+    b = Q.gram().dense(max_entries=MAX_FACTOR_N**2)
+    return np.linalg.inv(b)
+
+
+def _total_gram(c):
+    """True if the dense gram c is a multiple of 11ᵀ (a total query, or copies of it)."""
+    return bool(np.all(c == c.flat[0]))
+
+
+def _outer_products(g):
+    """Π_{i∉S} gᵢ for every mask S (bit i = attribute i in S)."""
+    out = np.ones(1)
+    for gi in g:
+        out = np.concatenate([out * float(gi), out])
+    return out
+
+
+class _GeneralProblem:
+    """The exact error of generalised marginal strategies for one union of Kronecker products.
+
+    ``terms``: [(v_k², [C_1k, …, C_dk])] dense factor grams; ``free``: the attributes whose
+    factor is a p-Identity [I; Θᵢ]D (the others are the identity). Evaluates
+    F(θ, Θ) = (Σθ)² Σ_T η_T/λ_T and its gradient in θ and every Θᵢ.
+    """
+
+    def __init__(self, terms, domain, free):
+        self.domain = tuple(int(d) for d in domain)
+        self.k = len(self.domain)
+        self.v2 = np.array([w2 for w2, _ in terms], dtype=np.float64)
+        self.C = [[cs[i] for _, cs in terms] for i in range(self.k)]  # C[i][k]
+        self.free = tuple(free)
+        # per attribute: the distinct grams (by object) and their index per term
+        self.uniq = []
+        for i in range(self.k):
+            seen, idx, lst = {}, [], []
+            for c in self.C[i]:
+                key = id(c)
+                if key not in seen:
+                    seen[key] = len(lst)
+                    lst.append(c)
+                idx.append(seen[key])
+            self.uniq.append((lst, np.array(idx)))
+        # the classes a term reaches: T ⊆ Z_k, Z_k = the attributes where C_ik is not ∝ 11ᵀ
+        # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
+        # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
+        term_idx, masks = [], []
+        for kk in range(self.v2.size):
+            z = [i for i in range(self.k) if not _total_gram(self.C[i][kk])]
+            sub = np.zeros(1, dtype=np.int64)
+            for i in z:
+                sub = np.concatenate([sub, sub | (1 << i)])
+            term_idx.append(np.full(sub.size, kk))
+            masks.append(sub)
+        self.term_idx = np.concatenate(term_idx)
+        self.masks = np.concatenate(masks)
+        if self.masks.size > MAX_GENERAL_WORK:
+            raise ValueError(f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}")
+        self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
+
+    def attribute_numbers(self, i, minv):
+        """(g, a_out[K], a_in[K], y) of attribute i for the factor inverse B⁻¹ = minv."""
+        y = minv.sum(1)
+        g = float(y.sum())
+        lst, idx = self.uniq[i]
+        ao = np.empty(len(lst))
+        ai = np.empty(len(lst))
+        for j, c in enumerate(lst):
+            cy = c @ y
+            ao[j] = float(y @ cy) / g
+            tr = float((c * minv).sum())
+            ai[j] = tr - ao[j]
+            scale = max(tr, 1e-300)
+            if ai[j] <= _ZERO * scale:
+                ai[j] = 0.0
+            if ao[j] <= _ZERO * scale:
+                ao[j] = 0.0
+        return g, ao[idx], ai[idx], y
+
+    def numbers(self, minvs, fixed=None):
+        """(g, a_out, a_in, ys) of every attribute; ``fixed``: {i: attribute_numbers(i, ·)} of
+        attributes whose factor inverse does not change (reused, not recomputed)."""
+        g = np.empty(self.k)
+        K = self.v2.size
+        a_out, a_in, ys = np.empty((K, self.k)), np.empty((K, self.k)), []
+        for i in range(self.k):
+            nums = fixed[i] if fixed is not None and i in fixed else self.attribute_numbers(i, minvs[i])
+            g[i], a_out[:, i], a_in[:, i], y = nums
+            ys.append(y)
+        return g, a_out, a_in, ys
+
+    def entries(self, a_out, a_in):
+        """Πᵢ a_ik^{[i∈T]} for every (term k, class T ⊆ Z_k) entry."""
+        t = self.term_idx
+        return np.where(self.bits, a_in[t], a_out[t]).prod(1)
+
+    def eta(self, a_out, a_in):
+        w = self.v2[self.term_idx] * self.entries(a_out, a_in)
+        return np.bincount(self.masks, weights=w, minlength=1 << self.k)
+
+    def value(self, theta, minvs):
+        """F = (Σθ)² Σ_T η_T/λ_T (inf when a class with workload mass has λ_T = 0)."""
+        g, a_out, a_in, _ = self.numbers(minvs)
+        eta = self.eta(a_out, a_in)
+        lam = _superset_sum(np.asarray(theta) ** 2 * _outer_products(g), self.k)
+        need = eta > 0
+        if np.any(lam[need] <= 1e-300):
+            return math.inf
+        return float(np.sum(theta)) ** 2 * float((eta[need] / lam[need]).sum())
+
+    def theta_objective(self, minvs):
+        """(μ, mult, out_prod) for :func:`marginal_objective` with the factors fixed."""
+        g, a_out, a_in, _ = self.numbers(minvs)
+        eta = self.eta(a_out, a_in)
+        return eta, np.ones_like(eta), _outer_products(g)
+
+    def full(self, theta, minvs, fixed=None):
+        """(F, ∂F/∂θ, {i: Γᵢ = ∂F/∂Bᵢ⁻¹} for the free attributes); ``fixed`` as in :meth:`numbers`."""
+        k, K = self.k, self.v2.size
+        g, a_out, a_in, ys = self.numbers(minvs, fixed)
+        E = self.entries(a_out, a_in)
+        eta = np.bincount(self.masks, weights=self.v2[self.term_idx] * E, minlength=1 << k)
+        outg = _outer_products(g)
+        th = np.asarray(theta, dtype=np.float64)
+        lam = _superset_inplace(th * th * outg, k)
+        need = eta > 0
+        if np.any(lam[need] <= 1e-300):
+            return math.inf, np.zeros_like(th), {}
+        R = np.zeros_like(lam)
+        R[need] = 1.0 / lam[need]
+        s = float(th.sum())
+        err = float((eta * R).sum())
+        F = s * s * err
+        # θ: as marginal_objective with μ = η, out_prod = Π_{i∉S} gᵢ
+        sub = _subset_inplace(eta * R * R, k)
+        dth = 2.0 * s * err - s * s * 2.0 * th * outg * sub
+        grads = {}
+        if self.free:
+            # ∂F/∂a_ik^b = s² v_k² Σ_{T: bit i of T = b} R_T Π_{j≠i} a_jk^{T_j}: the class sums of
+            # E·R divided by a_ik^b. Where a_ik^b = 0 its derivative is not needed: a_in = 0 only
+            # for totals (C ∝ 11ᵀ, then ∂a_in/∂B⁻¹ = 0) and a_out = 0 only when C y = 0 (then
+            # ∂a_out/∂B⁻¹ = 0), so those entries are set to 0.
+            wanted = list(self.free)
+            ER = E * R[self.masks]
+            all_sums = np.bincount(self.term_idx, weights=ER, minlength=K)
+            dA = {}
+            for i in wanted:
+                in_sums = np.bincount(self.term_idx, weights=ER * self.bits[:, i], minlength=K)
+                ai, ao = a_in[:, i], a_out[:, i]
+                d_in = np.divide(in_sums, ai, out=np.zeros(K), where=ai > 0)
+                d_out = np.divide(all_sums - in_sums, ao, out=np.zeros(K), where=ao > 0)
+                dA[i] = (s * s) * self.v2[:, None] * np.stack([d_out, d_in], axis=1)
+            # ∂F/∂gᵢ = −s² Σ_{S ∌ i} θ_S² (Π_{j∉S} g_j)/gᵢ Σ_{T⊆S} η_T/λ_T²
+            base = th * th * outg * sub
+            masks = np.arange(1 << k)
+            for i in wanted:
+                dg = -s * s * float(base[(masks >> i) & 1 == 0].sum()) / g[i]
+                y = ys[i]
+                lst, idx = self.uniq[i]
+                beta = np.bincount(idx, weights=dA[i][:, 1], minlength=len(lst))
+                cvec = np.bincount(idx, weights=dA[i][:, 0] - dA[i][:, 1], minlength=len(lst))
+                n = self.domain[i]
+                Cb = np.zeros((n, n))
+                Cc = np.zeros((n, n))
+                for j, c in enumerate(lst):
+                    if beta[j] != 0.0:
+                        Cb += beta[j] * c
+                    if cvec[j] != 0.0:
+                        Cc += cvec[j] * c
+                cy = Cc @ y
+                one = np.ones(n)
+                gam = Cb + (np.outer(cy, one) + np.outer(one, cy)) / g[i] + (dg - float(y @ cy) / g[i] ** 2) * np.ones((n, n))
+                grads[i] = 0.5 * (gam + gam.T)
+        return F, dth, grads
+
+
+def _pidentity_minv(theta):
+    """(B⁻¹, s) of the p-Identity [I; Θ]D: D⁻¹(I + ΘᵀΘ)⁻¹D⁻¹ with D⁻¹ = diag(1 + 1ᵀΘ)."""
+    s = 1.0 + theta.sum(0)
+    p = theta.shape[0]
+    r = np.eye(p) + theta @ theta.T
+    mid = -theta.T @ np.linalg.solve(r, theta)
+    mid[np.diag_indices_from(mid)] += 1.0
+    return s[:, None] * mid * s[None, :]
+
+
+@register("GeneralMarginalStrategy")
+class GeneralMarginalStrategy(VStack):
+    """Weighted union of generalised marginals: rows θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ) for θ_S > 0.
+
+    ``factors[i]`` is attribute i's factor strategy Qᵢ (an Identity or a
+    :class:`~matmech.optimizers.pure.PIdentity`; every column of L1 norm 1, so sens₁ = Σθ_S).
+    ``gram_pinv()`` is the factored generalised inverse Σ_T λ_T⁻¹ ⊗ᵢ Nᵢ^{[i∈T]} (see the
+    comment above; the Moore–Penrose inverse when every λ_T > 0, otherwise a symmetric
+    generalised inverse giving the same W(AᵀA)⁻Wᵀ for every W in the row space), and
+    :func:`general_marginal_error` scores unions of Kronecker products against it from the
+    factors. With identity factors it is the :class:`MarginalStrategy` of the same θ.
+    """
+
+    def __init__(self, domain, weights, factors):
+        domain = tuple(int(d) for d in domain)
+        k = len(domain)
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+            raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
+        factors = tuple(Identity(d) if f is None else as_linop(f) for f, d in zip(factors, domain))
+        if len(factors) != k:
+            raise ValueError(f"need one factor strategy per attribute ({k}), got {len(factors)}")
+        for i, (f, d) in enumerate(zip(factors, domain)):
+            if f.shape[1] != d:
+                raise ValueError(f"factor {i} has {f.shape[1]} columns, expected the attribute size {d}")
+            if d > MAX_FACTOR_N and not isinstance(f, Identity):
+                raise ValueError(f"factor {i}: attribute size {d} exceeds {MAX_FACTOR_N} for a non-identity factor")
+        self.theta, self.factors = w, factors
+        masks = np.flatnonzero(w > 0)
+        subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
+        blocks = [Kron(*[factors[i] if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)]) for m in masks]
+        super().__init__(blocks, weights=w[masks])
+        self.domain_sizes = domain
+        self.attribute_subsets = subsets
+
+    def factor_inverses(self):
+        """[Bᵢ⁻¹] (dense dᵢ×dᵢ; the identity for identity factors)."""
+        return [_factor_inverse(f, d) for f, d in zip(self.factors, self.domain_sizes)]
+
+    def eigenvalues(self):
+        """λ_T for every class mask T (bit i: attribute i in the complement of uᵢ)."""
+        minvs = self.factor_inverses()
+        g = [float(m.sum()) for m in minvs]
+        return _superset_sum(self.theta**2 * _outer_products(g), len(self.domain_sizes))
+
+    def sensitivity_details(self, p=1):
+        from matmech.linalg.normmax import factored_sensitivity
+        from matmech.linalg.linop import kron_terms
+
+        return factored_sensitivity(kron_terms(self), p)
+
+    def gram_pinv(self):
+        domain, k = self.domain_sizes, len(self.domain_sizes)
+        minvs = self.factor_inverses()
+        parts = []
+        for m in minvs:
+            y = m.sum(1)
+            out = np.outer(y, y) / float(y.sum())
+            parts.append((Dense(out), Dense(m - out) if m.shape[0] > 1 else None))
+        lam = _superset_sum(self.theta**2 * _outer_products([float(m.sum()) for m in minvs]), k)
+        top = float(lam.max())
+        pos, null = [], []
+        for mask in range(1 << k):
+            if any((mask >> i) & 1 and parts[i][1] is None for i in range(k)):
+                continue  # an attribute of size 1 has no complement: empty class
+            if lam[mask] > 1e-12 * top:
+                pos.append(Scaled(Kron(*[parts[i][(mask >> i) & 1] for i in range(k)]), 1.0 / lam[mask]))
+            else:
+                # a PSD operator whose range is the class's share of null(A): yᵢ on attributes
+                # outside T, the mean-zero vectors on T (its range, not an orthogonal projector)
+                null.append(Kron(*_class_projector_factors(domain, mask)) if all(isinstance(f, Identity) for f in self.factors)
+                            else Kron(*[Dense(np.eye(d) - 1.0 / d) if (mask >> i) & 1 else parts[i][0] for i, d in enumerate(domain)]))
+        return Sum(pos), (Sum(null) if null else None)
+
+    def factored_trace(self, W):
+        """trace(WᵀW (AᵀA)⁻) from the factors (see :func:`general_marginal_error`) when W is
+        a union of Kronecker products over the same attributes, else None. Raises ValueError
+        when a query of W is outside the row space. A hook for the error analysis: it costs
+        2^k classes × K terms, never a domain-sized vector."""
+        if kron_blocks(W) is None or tuple(f.shape[1] for f in kron_blocks(W)[0][1]) != self.domain_sizes:
+            return None
+        return _general_trace(W, self)
+
+    def to_dict(self, out):
+        return {"domain": list(self.domain_sizes), "theta": out.array(self.theta), "factors": [out.node(f) for f in self.factors]}
+
+    @classmethod
+    def from_dict(cls, node, src):
+        return cls(tuple(src.ints(node, "domain")), src.array(node, "theta", "float", 1), src.children(node, "factors"))
+
+
+def _identity_total_gram(c):
+    """True if the dense gram c is a·I + b·11ᵀ (identities, totals and stacks of them)."""
+    n = c.shape[0]
+    if n == 1:
+        return True
+    b = c[0, 1]
+    a = c[0, 0] - b
+    return bool(np.allclose(c, a * np.eye(n) + b, rtol=1e-12, atol=1e-12 * max(abs(a) + abs(b), 1e-300)))
+
+
+def _problem(W, free=None):
+    """(problem, domain) of the generalised marginal error for a union of Kronecker products W."""
+    blocks = kron_blocks(W)
+    if blocks is None:
+        raise ValueError("generalised marginals need a Kronecker workload or a union of Kronecker products over the same attributes")
+    domain = tuple(f.shape[1] for f in blocks[0][1])
+    k = len(domain)
+    if k > MAX_GENERAL_ATTRIBUTES:
+        raise ValueError(f"generalised marginals support at most {MAX_GENERAL_ATTRIBUTES} attributes, got {k}")
+    big = [d for i, d in enumerate(domain) if d > MAX_FACTOR_N and not all(_identity_like(fs[i]) or _total_like(fs[i]) for _, fs in blocks)]
+    if big:
+        raise ValueError(f"generalised marginals need attribute sizes <= {MAX_FACTOR_N} for non-identity factors, got {big[0]}")
+    grams = _FactorGrams()
+    terms = []
+    for w2, fs in blocks:
+        cs = []
+        for f in fs:
+            if f.shape[1] > MAX_FACTOR_N:  # identity or total on a large attribute: closed forms
+                raise ValueError(f"attribute size {f.shape[1]} exceeds {MAX_FACTOR_N}")
+            cs.append(grams(f))
+        terms.append((w2, cs))
+    if free is None:  # attributes queried by more than identities and totals (grams aI + b11ᵀ)
+        free = [i for i in range(k) if not all(_identity_total_gram(cs[i]) for _, cs in terms)]
+    return _GeneralProblem(terms, domain, free), domain, blocks
+
+
+def general_marginal_error(W, A, *, p=1):
+    """sens_p(A)² · trace(WᵀW (AᵀA)⁻) for a union of Kronecker products W on a
+    :class:`GeneralMarginalStrategy` A, exactly, from the factors: the total error in units of
+    the noise variance of a unit-sensitivity measurement (times 2/ε² for Laplace; σ² of the
+    unit-L2 Gaussian for p=2, where sens₂² is :func:`general_marginal_sensitivity2`).
+    Raises ValueError if some query of W is outside A's row space."""
+    if not isinstance(A, GeneralMarginalStrategy):
+        raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
+    if p not in (1, 2):
+        raise ValueError(f"p must be 1 (pure eps) or 2 (Gaussian), got {p!r}")
+    if p == 2:
+        return general_marginal_sensitivity2(A.theta, [factor_col_norm2(f) for f in A.factors]) * _general_trace(W, A)
+    return float(A.sensitivity(1)) ** 2 * _general_trace(W, A)
+
+
+def factor_col_norm2(Q):
+    """Largest squared column L2 norm maxⱼ ‖Q eⱼ‖² of one attribute's factor strategy (1 for
+    the identity and for the total 1ᵀ)."""
+    if isinstance(Q, Identity):
+        return 1.0
+    return float(np.max(np.asarray(Q.col_norms(2), dtype=np.float64))) ** 2
+
+
+def _inside_products(c):
+    """Π_{i∈S} cᵢ for every mask S (bit i = attribute i in S)."""
+    out = np.ones(1)
+    for ci in c:
+        out = np.concatenate([out, out * float(ci)])
+    return out
+
+
+def general_marginal_sensitivity2(theta, col2):
+    """The squared L2 sensitivity Δ₂² = Σ_S θ_S² Π_{i∈S} cᵢ of the strategy with lattice weights
+    ``theta`` (one per mask S, bit i = attribute i in S) and per-attribute factors whose largest
+    squared column L2 norms are ``col2`` (cᵢ, :func:`factor_col_norm2`).
+
+    Exact, not a bound: the column (j₁, …, j_k) of θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ) stacked over S has
+    squared norm Σ_S θ_S² Π_{i∈S} ‖Qᵢ e_{jᵢ}‖² (the total 1ᵀ has unit columns), a sum of products
+    of non-negative per-attribute numbers, non-decreasing in each; so its maximum over the product
+    domain is attained jointly at every attribute's largest column. The one function used by the
+    L2 weight optimiser here and by the (ε, δ) measurement
+    (:func:`matmech.factored.gmarginal_measure.plan_gmarginal`), so the two agree."""
+    th = np.asarray(theta, dtype=np.float64)
+    c = [float(v) for v in col2]
+    if th.shape != (1 << len(c),):
+        raise ValueError(f"need {1 << len(c)} lattice weights for {len(c)} attributes, got shape {th.shape}")
+    return float(np.dot(th * th, _inside_products(c)))
+
+
+def _general_trace(W, A):
+    """trace(WᵀW (AᵀA)⁻) of :func:`general_marginal_error` (no sensitivity)."""
+    prob, domain, _ = _problem(W, free=())
+    if domain != A.domain_sizes:
+        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+    minvs = A.factor_inverses()
+    g, a_out, a_in, _ = prob.numbers(minvs)
+    eta = prob.eta(a_out, a_in)
+    lam = _superset_sum(A.theta**2 * _outer_products(g), prob.k)
+    need = eta > 0
+    zero = lam <= 1e-12 * float(lam.max())
+    if np.any(need & zero):
+        r = float(eta[need & zero].sum() / eta[need].sum())
+        raise ValueError(
+            f"the workload's rows are not in the strategy's row space (relative residual {r:.3g}): "
+            "some queries cannot be answered from these measurements"
+        )
+    ok = need & ~zero
+    return float((eta[ok] / lam[ok]).sum())
