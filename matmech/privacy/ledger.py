@@ -270,7 +270,20 @@ class Ledger(PrivacyBudget):
 
     def _chain(self, con, meta=None):
         """Every row (id, what, eps, delta, time, spec, data), the chain verified from the
-        totals to the head, or :class:`LedgerIntegrityError` naming the first bad row."""
+        totals to the head, or :class:`LedgerIntegrityError` naming the first bad row.
+
+        The head (in ``meta``) and the rows are read in one transaction: outside the caller's,
+        a read transaction of its own, so a spend committed by another process between the two
+        reads can never look like a removed row."""
+        if con.in_transaction:
+            return self._verified_rows(con, meta)
+        con.execute("BEGIN")  # one consistent snapshot (meta read again inside it)
+        try:
+            return self._verified_rows(con, None)
+        finally:
+            con.execute("COMMIT")
+
+    def _verified_rows(self, con, meta):
         meta = meta if meta is not None else dict(con.execute("SELECT key, value FROM meta").fetchall())
         if (meta.get("format") != LEDGER_FORMAT or "fingerprint_key" not in meta
                 or _chain_key(meta["fingerprint_key"]) != self._key):
