@@ -46,7 +46,7 @@ import numpy as np
 from fractions import Fraction
 
 from matmech.linalg.linop import Dense, Identity, Kron
-from matmech.linalg.residual import apply_axes, contrast_operators, haar_contrasts, table_sensitivity1
+from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators, haar_contrasts, table_sensitivity1
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
@@ -62,6 +62,7 @@ _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits kept when the per-row σ are rounded up (fewer sampler tables; the
 #: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
+_CHUNK = 1 << 22           # coordinates handled in one stack (bounds the temporaries)
 _EXACT = 2.0**53             # |H_T x| below this: BLAS in float64 is exact
 #: The exact samplers' largest σ / scale on the integers (:mod:`matmech.privacy.noise`).
 MAX_SIGMA = float(noise.MAX_SIGMA)
@@ -135,16 +136,17 @@ def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_r
     return ResidualMeasurementPlan(plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits)
 
 
-def _contrast(table, domain, T, max_records):
-    """H_T applied to the table on T: exact (float64 BLAS when every partial sum stays
-    below 2**53 for ``max_records`` records, else int64)."""
+def _contrast(tables, domain, T, max_records):
+    """H_T applied to each table on a stack of tables on attributes of sizes ``domain[i], i ∈
+    T`` (axis 0 the stack): exact (float64 BLAS when every partial sum stays below 2**53 for
+    ``max_records`` records, else int64)."""
     mats = [haar_contrasts(domain[i])[0] for i in T]
     hmax = math.prod(float(np.abs(m).max()) for m in mats)
     if max_records * hmax < _EXACT:
-        return np.rint(apply_axes(table, [contrast_operators(domain[i])[0] for i in T])).astype(np.int64)
-    arr = table.astype(np.int64)
+        return np.rint(apply_axes_batched(tables, [contrast_operators(domain[i])[0] for i in T])).astype(np.int64)
+    arr = tables.astype(np.int64)
     for k, m in enumerate(mats):
-        arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k])), 0, k)
+        arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k + 1])), 0, k + 1)
     return arr
 
 
@@ -180,48 +182,57 @@ def measure_residuals(mplan, tables, *, rng=None):
     """
     src = noise.check_rng(rng)
     lat = mplan.plan.lattice
-    index, scales = {}, []  # distinct τ over all residuals → global key
-    hx, keys, lam2 = [], [], []
+    d = lat.domain
+    sizes = np.array([math.prod(d[i] - 1 for i in T) for T in lat.residuals], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    groups = {}  # residuals with the same attribute sizes are handled as one stack
     for j, T in enumerate(lat.residuals):
-        hx.append(_contrast(tables[T], lat.domain, T, mplan.max_records).reshape(-1))
-        l2, cls = _row_keys(lat.domain, T)
-        tau = bucket_up(mplan.residual_sigma(j) * np.sqrt(l2) * _SCALE_MARGIN, mplan.scale_bits)
-        gid = np.array([index.setdefault(t, len(index)) for t in tau.tolist()], dtype=np.int64)
-        keys.append(gid[cls])
-        lam2.append(l2[cls])
-    scales = np.array(sorted(index, key=index.get))
-    rank = np.empty(len(scales), dtype=np.int64)
-    rank[np.argsort(scales)] = np.arange(len(scales))  # draw in ascending τ
-    key_all = rank[np.concatenate(keys)]
-    key_all = key_all.astype(np.uint16) if len(scales) < 1 << 16 else key_all  # radix sort
+        groups.setdefault(tuple(d[i] for i in T), []).append(j)
+    parts = []
+    for shape, members in groups.items():
+        l2, cls = _row_keys(shape, range(len(shape)))
+        step = max(1, _CHUNK // cls.size)
+        for at in range(0, len(members), step):  # chunks bound the temporary arrays
+            J = np.array(members[at : at + step], dtype=np.int64)
+            sig = np.array([mplan.residual_sigma(j) for j in J.tolist()])
+            tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
+            parts.append((shape, J, l2, cls, tau))
+    scales = np.unique(np.concatenate([p[4].reshape(-1) for p in parts]))  # ascending: the draw order
+    total = int(offsets[-1])
+    key_all = np.empty(total, dtype=np.uint16 if len(scales) < 1 << 16 else np.int64)  # radix sort
+    y = np.empty(total, dtype=np.int64)
+    for shape, J, l2, cls, tau in parts:
+        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
+        key_all[pos] = np.searchsorted(scales, tau)[:, cls]
+        stack = np.stack([tables[lat.residuals[j]] for j in J.tolist()])
+        y[pos] = _contrast(stack, shape, tuple(range(len(shape))), mplan.max_records).reshape(J.size, -1)
     order = np.argsort(key_all, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(key_all, minlength=len(scales)))])
-    asc = np.sort(scales)
-    z = np.empty(order.size, dtype=np.int64)
     var = np.empty(len(scales))
-    for k, t in enumerate(asc.tolist()):
+    for k, t in enumerate(scales.tolist()):
         rows = order[bounds[k] : bounds[k + 1]]
-        z[rows] = noise.discrete_gaussian(t, rows.size, rng=src)
+        y[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
         var[k] = noise.discrete_gaussian_variance(t)
     del order
     coords, rowvar, records = {}, {}, []
     event = {"mechanism": "residual (Gaussian)", "eps": mplan.eps, "delta": mplan.delta, "noise": "discrete_gaussian",
              "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
-    at = 0
-    for T, h, l2 in zip(lat.residuals, hx, lam2):
-        size = h.size
-        y = h + z[at : at + size]  # the released integers; below: post-processing
-        records.append(MeasurementRecord(query=_residual_query(lat.domain, T), values=y,
-                                         variance=var[key_all[at : at + size].astype(np.int64)], event=event,
-                                         domain=tuple(lat.domain), attributes=tuple(T)))
-        shape = tuple(lat.domain[i] - 1 for i in T)
-        c = (y / np.sqrt(l2)).reshape(shape)
-        v = (var[key_all[at : at + size].astype(np.int64)] / l2).reshape(shape)
+    # below: post-processing of the released y, one stack of residuals of equal sizes at a time
+    for shape, J, l2, cls, _ in parts:
+        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
+        yg, vg = y[pos], var[key_all[pos].astype(np.int64)]
+        c = (yg / np.sqrt(l2[cls])).reshape(J.size, *(n - 1 for n in shape))
+        v = (vg / l2[cls]).reshape(c.shape)
         c.setflags(write=False)
         v.setflags(write=False)
-        coords[T], rowvar[T] = c, v
-        at += size
-    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+        query = _residual_query(d, lat.residuals[J[0]])
+        for k, j in enumerate(J.tolist()):
+            T = lat.residuals[j]
+            coords[T], rowvar[T] = c[k], v[k]
+            records.append((j, MeasurementRecord(query=query, values=yg[k], variance=vg[k], event=event,
+                                                 domain=tuple(d), attributes=tuple(T))))
+    records.sort(key=lambda r: r[0])
+    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(r for _, r in records))
 
 
 def _residual_query(domain, T):

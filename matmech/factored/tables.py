@@ -94,11 +94,37 @@ def _from_codes(codes, domain, s):
         raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
     if not s:
         return np.array(codes.shape[0], dtype=np.int64)
+    idx = _from_codes_index(codes, domain, s)
+    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+
+
+def _from_codes_all(codes, domain, subsets):
+    """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
+    index of the shared prefix (one add and one bincount a table instead of |s| passes)."""
+    out, memo = {}, {}
+    for s in sorted(subsets):
+        shape = tuple(domain[i] for i in s)
+        cells = math.prod(shape)
+        if len(s) < 2 or cells > MAX_TABLE_CELLS:
+            out[s] = _from_codes(codes, domain, s)
+            continue
+        head = (s[:-1], domain[s[-1]])  # the prefix's index, scaled for the last attribute's size
+        if head not in memo:
+            if memo and next(iter(memo))[0] != head[0]:
+                memo.clear()
+            memo[head] = _from_codes_index(codes, domain, head[0]) * head[1]
+        idx = memo[head] + codes[:, s[-1]]
+        out[s] = np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+    return out
+
+
+def _from_codes_index(codes, domain, s):
+    """The raveled row-major index (int64) of every record's codes on ``s``."""
     idx = np.zeros(codes.shape[0], dtype=np.int64)
-    for i in s:  # raveled row-major index, built in place
+    for i in s:  # built in place
         idx *= domain[i]
         idx += codes[:, i]
-    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+    return idx
 
 
 def _key(k, domain):
@@ -204,7 +230,7 @@ def marginal_tables(data, domain, subsets):
         return marginal_tables(dict(got), domain, subsets)
     else:
         codes = np.asfortranarray(check_codes(data, domain))  # contiguous columns
-        base = {s: _from_codes(codes, domain, s) for s in top}
+        base = _from_codes_all(codes, domain, top)
     return _down_the_lattice(base, domain, subsets)
 
 
