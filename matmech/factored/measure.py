@@ -124,13 +124,17 @@ def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_r
     s2 = float(np.sum(lat.norm2 / plan.variances))
     sens = NEIGHBORS[neighbors] * math.sqrt(s2) * SENS_MARGIN
     sigma = gaussian_sigma(eps, delta, sens)
+    per_shape = {}  # (largest row norm, largest |entry|) of H_T: a function of the attribute sizes
     for j, T in enumerate(lat.residuals):
-        lam_max = math.sqrt(math.prod(float(haar_contrasts(lat.domain[i])[1].max()) for i in T))
+        shape = tuple(lat.domain[i] for i in T)
+        if shape not in per_shape:
+            per_shape[shape] = (math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
+                                math.prod(float(np.abs(haar_contrasts(n)[0]).max()) for n in shape))
+        lam_max, hmax = per_shape[shape]
         tau = math.sqrt(float(plan.variances[j])) * sigma * lam_max * _SCALE_MARGIN * 2.0
         if tau > MAX_SIGMA:
             raise ValueError(f"residual {T} needs a discrete Gaussian σ of {tau:.4g}, beyond the exact sampler's "
                              f"{MAX_SIGMA:.4g}; eps={eps!r} is too small for this lattice")
-        hmax = math.prod(float(np.abs(haar_contrasts(lat.domain[i])[0]).max()) for i in T)
         if max_records * hmax * NEIGHBORS[neighbors] >= 2.0**62:
             raise ValueError(f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}")
     return ResidualMeasurementPlan(plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits)
