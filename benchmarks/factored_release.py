@@ -11,6 +11,7 @@ process; peak memory is that process's maximum resident set size.
     python benchmarks/factored_release.py --quick    # smaller tables, a smoke run
     python benchmarks/factored_release.py --only pure   # only the pure-ε case, merged into the results
     python benchmarks/factored_release.py --only gmarginal  # HDMM's adult_W2 / loans_W2 (generalised marginals)
+    python benchmarks/factored_release.py --only scale  # all ≤3-way of 100 and 200 attributes × 10 values (issue 24)
 
 The pure-ε case (adult ≤3-way, 10⁶ records, δ = 0) plans table weights on the lattice
 (:func:`matmech.optimizers.residual.plan_residuals_laplace`), adds exact discrete Laplace
@@ -291,7 +292,7 @@ def run(cases):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10× fewer records (smoke run)")
-    ap.add_argument("--only", choices=["pure", "gmarginal", "select"], help="run only this case and merge it into the saved results")
+    ap.add_argument("--only", choices=["pure", "gmarginal", "select", "scale"], help="run only this case and merge it into the saved results")
     args = ap.parse_args(argv)
     scale = 10 if args.quick else 1
     pure = ("pure", "adult ≤3-way, pure ε", ADULT, 1_000_000 // scale, 3, 1.0, 0)
@@ -311,6 +312,11 @@ def main(argv=None):
            ("select", "100×10 2-way, top 50 cells (topc-gap)", (10,) * 100, 100_000 // scale, 2,
             dict(method="topc-gap", c=50, eps=0.3), 1.0, 1e-6, 1)]
     cases += sel
+    big = [("100×10 ≤3-way", (10,) * 100, 100_000 // scale, 3, False, 1.0, 1e-6, 1),
+           ("200×10 ≤3-way", (10,) * 200, 100_000 // scale, 3, False, 1.0, 1e-6, 1)]
+    cases += big
+    if args.only == "scale":
+        cases = big
     if args.only == "select":
         cases = sel
     if args.only == "pure":

@@ -53,6 +53,7 @@ from matmech.factored.terms import as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
+from matmech.optimizers.unions import ResidualProductStrategy
 from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace, total_variance_coefficients
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
@@ -91,6 +92,12 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
         U = tuple(sorted(set(wt.support) | set(at.support))) or (0,)
         if _cells(wt.domain, U) > max_cells and isinstance(strategy, GeneralMarginalStrategy):
             return "gmarginal", wt, strategy, U  # the strategy itself (matmech.factored.gmarginal_release)
+        if _cells(wt.domain, U) > max_cells and isinstance(strategy, ResidualProductStrategy):
+            raise ValueError(f"a ResidualProductStrategy (matmech.optimizers.unions) is released only on the Kronecker "
+                             f"path, and the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
+                             f"(attributes {U}), more than its {max_cells:,}: the factored measurement of residual "
+                             "products is not implemented (nothing was spent); pass the GeneralMarginalStrategy of "
+                             "matmech.optimizers.unions.refine_general_l2, or strategy='auto' for a union of marginals")
         if _cells(wt.domain, U) > max_cells:
             raise ValueError(f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
                              f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}")
