@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,25 +219,47 @@ def measure_residuals(mplan, tables, *, rng=None):
         y[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
         var[k] = noise.discrete_gaussian_variance(t)
     del order
-    coords, rowvar, records = {}, {}, []
+    records = [None] * len(lat.residuals)
     event = {"mechanism": "residual (Gaussian)", "eps": mplan.eps, "delta": mplan.delta, "noise": "discrete_gaussian",
              "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
-    # below: post-processing of the released y, one stack of residuals of equal sizes at a time
     for shape, J, l2, cls, _ in parts:
         pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
         yg, vg = y[pos], var[key_all[pos].astype(np.int64)]
-        c = (yg / np.sqrt(l2[cls])).reshape(J.size, *(n - 1 for n in shape))
-        v = (vg / l2[cls]).reshape(c.shape)
-        c.setflags(write=False)
-        v.setflags(write=False)
         query = _residual_query(d, lat.residuals[J[0]])
         for k, j in enumerate(J.tolist()):
-            T = lat.residuals[j]
-            coords[T], rowvar[T] = c[k], v[k]
-            records.append((j, MeasurementRecord(query=query, values=yg[k], variance=vg[k], event=event,
-                                                 domain=tuple(d), attributes=tuple(T))))
-    records.sort(key=lambda r: r[0])
-    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(r for _, r in records))
+            records[j] = MeasurementRecord(query=query, values=yg[k], variance=vg[k], event=event, domain=tuple(d),
+                                           attributes=tuple(lat.residuals[j]))
+    del y, key_all
+    coords, rowvar = _Scaled(lat, records, "values"), _Scaled(lat, records, "variance")
+    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+
+
+class _Scaled(Mapping):
+    """{T: residual T's orthonormal coordinates (``field="values"``: y_j/λ_j) or their exact
+    variances (``"variance"``: Var(Z_j)/λ_j²)}, shape (nᵢ−1, i ∈ T), read-only, computed from
+    the released records on access (post-processing), so the measurement holds each released
+    number once."""
+
+    def __init__(self, lat, records, field):
+        self._at = {T: j for j, T in enumerate(lat.residuals)}
+        self._lat, self._records, self._field = lat, records, field
+        self._l2 = {}
+
+    def __getitem__(self, T):
+        j = self._at[T]
+        shape = tuple(self._lat.domain[i] for i in T)
+        if shape not in self._l2:
+            l2, cls = _row_keys(shape, range(len(shape)))
+            self._l2[shape] = np.sqrt(l2[cls]) if self._field == "values" else l2[cls]
+        out = (getattr(self._records[j], self._field) / self._l2[shape]).reshape(tuple(n - 1 for n in shape))
+        out.setflags(write=False)
+        return out
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self):
+        return len(self._at)
 
 
 def _residual_query(domain, T):

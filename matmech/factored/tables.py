@@ -26,6 +26,8 @@ import numpy as np
 
 __all__ = ["marginal_tables", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
+#: Record codes are copied as intp (no conversion per table) up to this many bytes.
+_INTP_COPY_BYTES = 1 << 30
 #: Largest marginal table (cells) built from records.
 MAX_TABLE_CELLS = 1 << 28
 
@@ -229,7 +231,9 @@ def marginal_tables(data, domain, subsets):
             raise TypeError(f"marginal_counts must return a dict subset → table, got {type(got).__name__}")
         return marginal_tables(dict(got), domain, subsets)
     else:
-        codes = np.asfortranarray(check_codes(data, domain))  # contiguous columns
+        codes = check_codes(data, domain)
+        # contiguous columns; as intp (bincount's index type) when that copy is small
+        codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
         base = _from_codes_all(codes, domain, top)
     return _down_the_lattice(base, domain, subsets)
 
