@@ -105,7 +105,7 @@ class MarginalReconstructor:
     def _stack(self, Ss, shape):
         """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes
         ``shape``), stacked on axis 0: :meth:`marginal`'s sum, term by term."""
-        d, k = self.lattice.domain, len(shape)
+        k = len(shape)
         est, var = np.zeros((len(Ss), *shape)), np.zeros((len(Ss), *shape))
         for r in range(k + 1):
             for mask in itertools.combinations(range(k), r):
