@@ -49,7 +49,7 @@ from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.route import release_route
 from matmech.factored.select import release_selected
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import as_terms, restrict
+from matmech.factored.terms import MarginalWorkload, as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
@@ -293,6 +293,10 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     if select is not None:
         return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
                                 neighbors=neighbors, max_records=max_records, max_memory=max_memory)
+    rows = W.shape[0] if isinstance(W, MarginalWorkload) else None
+    if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
+        raise ValueError(f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
+                         f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent")
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if path == "kron":
         return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
