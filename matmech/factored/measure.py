@@ -95,13 +95,14 @@ class ResidualMeasurementPlan:
 @dataclass(frozen=True, eq=False)
 class ResidualMeasurement:
     """The noisy residuals: ``coords[T]`` (orthonormal coordinates, shape (nᵢ−1, i ∈ T))
-    and ``row_variances[T]`` (their exact noise variances); ``plan`` is the
+    and ``row_variances[T]`` (their exact noise variances), mappings (Gaussian: derived from
+    the records on access); ``plan`` is the
     :class:`ResidualMeasurementPlan` (Gaussian) or :class:`LaplaceMeasurementPlan` (pure ε)
     that produced them; ``secure`` is False when a seeded Generator supplied the randomness."""
 
     plan: ResidualMeasurementPlan
-    coords: dict
-    row_variances: dict
+    coords: Mapping
+    row_variances: Mapping
     secure: bool
     records: tuple = ()  # the released noisy values (matmech.record.MeasurementRecord), one per residual / table
 
