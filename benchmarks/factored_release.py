@@ -11,6 +11,7 @@ process; peak memory is that process's maximum resident set size.
     python benchmarks/factored_release.py --quick    # smaller tables, a smoke run
     python benchmarks/factored_release.py --only pure   # only the pure-ε case, merged into the results
     python benchmarks/factored_release.py --only gmarginal  # HDMM's adult_W2 / loans_W2 (generalised marginals)
+    python benchmarks/factored_release.py --only scale  # all ≤3-way of 100 and 200 attributes × 10 values (issue 24)
 
 The pure-ε case (adult ≤3-way, 10⁶ records, δ = 0) plans table weights on the lattice
 (:func:`matmech.optimizers.residual.plan_residuals_laplace`), adds exact discrete Laplace
@@ -97,17 +98,18 @@ def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
     times["measure"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     answers, var = MarginalReconstructor(meas).stacked(plan.lattice.subsets)
-    std = np.sqrt(var)
+    std = np.sqrt(var, out=var)  # as the release: in place
     times["reconstruct + answers"] = time.perf_counter() - t0
     total = sum(times.values()) - times["load parquet"]
+    mean_var = float(np.dot(std, std) / std.size)  # no temporary of the answers' size
     sigma_unit = mplan.sigma / mplan.sensitivity  # σ of the unit-L2 Gaussian at (ε, δ)
     out.put({
         "case": name, "attributes": len(domain), "domain_cells": f"{math.prod(domain):.3g}", "records": records,
         "marginals": len(subsets), "residuals": len(plan.lattice.residuals), "answers": int(plan.queries),
         "eps": eps, "delta": delta,
         "rmse_over_sigma_plan": plan.rmse, "svd_bound_ratio": plan.weighted_total / plan.svd_bound,
-        "rmse_measured_analytic": float(math.sqrt(np.mean(std**2))),
-        "rmse_over_sigma_measured": float(math.sqrt(np.mean(std**2)) / sigma_unit),
+        "rmse_measured_analytic": math.sqrt(mean_var),
+        "rmse_over_sigma_measured": math.sqrt(mean_var) / sigma_unit,
         "seconds": times, "seconds_total_excluding_load": total,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     })
@@ -254,6 +256,30 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     })
 
 
+def _case_refused(name, domain, records, k, eps, delta, seed, out):
+    """A release the residual path refuses up front (its memory estimate is over
+    ``max_memory``): how long planning and the refusal take, and the estimate."""
+    from matmech.factored.release import MAX_MEMORY, release_factored
+    from matmech.factored.terms import marginal_workload
+    from matmech.privacy.budget import PrivacyBudget
+
+    subsets = [s for j in range(k + 1) for s in itertools.combinations(range(len(domain)), j)]
+    codes = np.column_stack(_generate(domain, records, seed))
+    W = marginal_workload(domain, subsets)
+    budget = PrivacyBudget(eps, delta)
+    t0 = time.perf_counter()
+    try:
+        release_factored(codes, W, eps, delta, budget=budget, rng=np.random.default_rng(seed))
+        message = None
+    except ValueError as e:
+        message = str(e)
+    out.put({"case": name, "kind": "refused", "attributes": len(domain), "records": records, "marginals": len(subsets),
+             "answers": int(sum(math.prod(domain[i] for i in s) for s in subsets)), "eps": eps, "delta": delta,
+             "max_memory_gib": MAX_MEMORY / 2**30, "refusal": message, "budget_untouched": budget.remaining == (eps, delta),
+             "seconds_to_refusal": time.perf_counter() - t0,
+             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
+
+
 def _plan_only(out):
     """ResidualPlanner's planning target: all ≤3-way marginals of 100 attributes × 10 values."""
     from matmech.optimizers.residual import plan_residuals
@@ -278,6 +304,8 @@ def run(cases):
             p = ctx.Process(target=_case_gmarginal, args=(*c[1:], q))
         elif c[0] == "pure":
             p = ctx.Process(target=_case_pure, args=(*c[1:], q))
+        elif c[0] == "refused":
+            p = ctx.Process(target=_case_refused, args=(*c[1:], q))
         elif c[0] == "select":
             p = ctx.Process(target=_case_select, args=(*c[1:], q))
         else:
@@ -291,7 +319,7 @@ def run(cases):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10× fewer records (smoke run)")
-    ap.add_argument("--only", choices=["pure", "gmarginal", "select"], help="run only this case and merge it into the saved results")
+    ap.add_argument("--only", choices=["pure", "gmarginal", "select", "scale"], help="run only this case and merge it into the saved results")
     args = ap.parse_args(argv)
     scale = 10 if args.quick else 1
     pure = ("pure", "adult ≤3-way, pure ε", ADULT, 1_000_000 // scale, 3, 1.0, 0)
@@ -311,6 +339,11 @@ def main(argv=None):
            ("select", "100×10 2-way, top 50 cells (topc-gap)", (10,) * 100, 100_000 // scale, 2,
             dict(method="topc-gap", c=50, eps=0.3), 1.0, 1e-6, 1)]
     cases += sel
+    big = [("100×10 ≤3-way", (10,) * 100, 100_000 // scale, 3, False, 1.0, 1e-6, 1),
+           ("refused", "200×10 ≤3-way", (10,) * 200, 100_000 // scale, 3, 1.0, 1e-6, 1)]
+    cases += big
+    if args.only == "scale":
+        cases = big
     if args.only == "select":
         cases = sel
     if args.only == "pure":
@@ -388,6 +421,12 @@ def main(argv=None):
                              f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
                              f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
                              f"{r['peak_rss_gib']:.2f} |")
+        for r in rows:
+            if r.get("kind") == "refused":
+                lines += ["", f"{r['case']}, {r['records']:,} records: {r['marginals']:,} marginals, {r['answers']:,} "
+                          f"answers (float64 answers and std alone: {16 * r['answers'] / 2**30:.1f} GiB); refused before "
+                          f"reading the data in {r['seconds_to_refusal']:.1f} s (budget untouched: {r['budget_untouched']}): "
+                          f"{r['refusal']}"]
         lines += ["", "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
                   "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
                   "discrete noise actually drawn."]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ import numpy as np
 from fractions import Fraction
 
 from matmech.linalg.linop import Dense, Identity, Kron
-from matmech.linalg.residual import apply_axes, contrast_operators, haar_contrasts, table_sensitivity1
+from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators, haar_contrasts, table_sensitivity1
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
@@ -62,6 +63,7 @@ _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits kept when the per-row σ are rounded up (fewer sampler tables; the
 #: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
+_CHUNK = 1 << 22           # coordinates handled in one stack (bounds the temporaries)
 _EXACT = 2.0**53             # |H_T x| below this: BLAS in float64 is exact
 #: The exact samplers' largest σ / scale on the integers (:mod:`matmech.privacy.noise`).
 MAX_SIGMA = float(noise.MAX_SIGMA)
@@ -93,13 +95,14 @@ class ResidualMeasurementPlan:
 @dataclass(frozen=True, eq=False)
 class ResidualMeasurement:
     """The noisy residuals: ``coords[T]`` (orthonormal coordinates, shape (nᵢ−1, i ∈ T))
-    and ``row_variances[T]`` (their exact noise variances); ``plan`` is the
+    and ``row_variances[T]`` (their exact noise variances), mappings (Gaussian: derived from
+    the records on access); ``plan`` is the
     :class:`ResidualMeasurementPlan` (Gaussian) or :class:`LaplaceMeasurementPlan` (pure ε)
     that produced them; ``secure`` is False when a seeded Generator supplied the randomness."""
 
     plan: ResidualMeasurementPlan
-    coords: dict
-    row_variances: dict
+    coords: Mapping
+    row_variances: Mapping
     secure: bool
     records: tuple = ()  # the released noisy values (matmech.record.MeasurementRecord), one per residual / table
 
@@ -123,28 +126,33 @@ def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_r
     s2 = float(np.sum(lat.norm2 / plan.variances))
     sens = NEIGHBORS[neighbors] * math.sqrt(s2) * SENS_MARGIN
     sigma = gaussian_sigma(eps, delta, sens)
+    per_shape = {}  # (largest row norm, largest |entry|) of H_T: a function of the attribute sizes
     for j, T in enumerate(lat.residuals):
-        lam_max = math.sqrt(math.prod(float(haar_contrasts(lat.domain[i])[1].max()) for i in T))
+        shape = tuple(lat.domain[i] for i in T)
+        if shape not in per_shape:
+            per_shape[shape] = (math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
+                                math.prod(float(np.abs(haar_contrasts(n)[0]).max()) for n in shape))
+        lam_max, hmax = per_shape[shape]
         tau = math.sqrt(float(plan.variances[j])) * sigma * lam_max * _SCALE_MARGIN * 2.0
         if tau > MAX_SIGMA:
             raise ValueError(f"residual {T} needs a discrete Gaussian σ of {tau:.4g}, beyond the exact sampler's "
                              f"{MAX_SIGMA:.4g}; eps={eps!r} is too small for this lattice")
-        hmax = math.prod(float(np.abs(haar_contrasts(lat.domain[i])[0]).max()) for i in T)
         if max_records * hmax * NEIGHBORS[neighbors] >= 2.0**62:
             raise ValueError(f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}")
     return ResidualMeasurementPlan(plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits)
 
 
-def _contrast(table, domain, T, max_records):
-    """H_T applied to the table on T: exact (float64 BLAS when every partial sum stays
-    below 2**53 for ``max_records`` records, else int64)."""
+def _contrast(tables, domain, T, max_records):
+    """H_T applied to each table on a stack of tables on attributes of sizes ``domain[i], i ∈
+    T`` (axis 0 the stack): exact (float64 BLAS when every partial sum stays below 2**53 for
+    ``max_records`` records, else int64)."""
     mats = [haar_contrasts(domain[i])[0] for i in T]
     hmax = math.prod(float(np.abs(m).max()) for m in mats)
     if max_records * hmax < _EXACT:
-        return np.rint(apply_axes(table, [contrast_operators(domain[i])[0] for i in T])).astype(np.int64)
-    arr = table.astype(np.int64)
+        return np.rint(apply_axes_batched(tables, [contrast_operators(domain[i])[0] for i in T])).astype(np.int64)
+    arr = tables.astype(np.int64)
     for k, m in enumerate(mats):
-        arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k])), 0, k)
+        arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k + 1])), 0, k + 1)
     return arr
 
 
@@ -180,48 +188,79 @@ def measure_residuals(mplan, tables, *, rng=None):
     """
     src = noise.check_rng(rng)
     lat = mplan.plan.lattice
-    index, scales = {}, []  # distinct τ over all residuals → global key
-    hx, keys, lam2 = [], [], []
+    d = lat.domain
+    sizes = np.array([math.prod(d[i] - 1 for i in T) for T in lat.residuals], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    groups = {}  # residuals with the same attribute sizes are handled as one stack
     for j, T in enumerate(lat.residuals):
-        hx.append(_contrast(tables[T], lat.domain, T, mplan.max_records).reshape(-1))
-        l2, cls = _row_keys(lat.domain, T)
-        tau = bucket_up(mplan.residual_sigma(j) * np.sqrt(l2) * _SCALE_MARGIN, mplan.scale_bits)
-        gid = np.array([index.setdefault(t, len(index)) for t in tau.tolist()], dtype=np.int64)
-        keys.append(gid[cls])
-        lam2.append(l2[cls])
-    scales = np.array(sorted(index, key=index.get))
-    rank = np.empty(len(scales), dtype=np.int64)
-    rank[np.argsort(scales)] = np.arange(len(scales))  # draw in ascending τ
-    key_all = rank[np.concatenate(keys)]
-    key_all = key_all.astype(np.uint16) if len(scales) < 1 << 16 else key_all  # radix sort
+        groups.setdefault(tuple(d[i] for i in T), []).append(j)
+    parts = []
+    for shape, members in groups.items():
+        l2, cls = _row_keys(shape, range(len(shape)))
+        step = max(1, _CHUNK // cls.size)
+        for at in range(0, len(members), step):  # chunks bound the temporary arrays
+            J = np.array(members[at : at + step], dtype=np.int64)
+            sig = np.array([mplan.residual_sigma(j) for j in J.tolist()])
+            tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
+            parts.append((shape, J, l2, cls, tau))
+    scales = np.unique(np.concatenate([p[4].reshape(-1) for p in parts]))  # ascending: the draw order
+    total = int(offsets[-1])
+    key_all = np.empty(total, dtype=np.uint16 if len(scales) < 1 << 16 else np.int64)  # radix sort
+    y = np.empty(total, dtype=np.int64)
+    for shape, J, l2, cls, tau in parts:
+        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
+        key_all[pos] = np.searchsorted(scales, tau)[:, cls]
+        stack = np.stack([tables[lat.residuals[j]] for j in J.tolist()])
+        y[pos] = _contrast(stack, shape, tuple(range(len(shape))), mplan.max_records).reshape(J.size, -1)
     order = np.argsort(key_all, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(key_all, minlength=len(scales)))])
-    asc = np.sort(scales)
-    z = np.empty(order.size, dtype=np.int64)
     var = np.empty(len(scales))
-    for k, t in enumerate(asc.tolist()):
+    for k, t in enumerate(scales.tolist()):
         rows = order[bounds[k] : bounds[k + 1]]
-        z[rows] = noise.discrete_gaussian(t, rows.size, rng=src)
+        y[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
         var[k] = noise.discrete_gaussian_variance(t)
     del order
-    coords, rowvar, records = {}, {}, []
+    records = [None] * len(lat.residuals)
     event = {"mechanism": "residual (Gaussian)", "eps": mplan.eps, "delta": mplan.delta, "noise": "discrete_gaussian",
              "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
-    at = 0
-    for T, h, l2 in zip(lat.residuals, hx, lam2):
-        size = h.size
-        y = h + z[at : at + size]  # the released integers; below: post-processing
-        records.append(MeasurementRecord(query=_residual_query(lat.domain, T), values=y,
-                                         variance=var[key_all[at : at + size].astype(np.int64)], event=event,
-                                         domain=tuple(lat.domain), attributes=tuple(T)))
-        shape = tuple(lat.domain[i] - 1 for i in T)
-        c = (y / np.sqrt(l2)).reshape(shape)
-        v = (var[key_all[at : at + size].astype(np.int64)] / l2).reshape(shape)
-        c.setflags(write=False)
-        v.setflags(write=False)
-        coords[T], rowvar[T] = c, v
-        at += size
+    for shape, J, l2, cls, _ in parts:
+        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
+        yg, vg = y[pos], var[key_all[pos].astype(np.int64)]
+        query = _residual_query(d, lat.residuals[J[0]])
+        for k, j in enumerate(J.tolist()):
+            records[j] = MeasurementRecord(query=query, values=yg[k], variance=vg[k], event=event, domain=tuple(d),
+                                           attributes=tuple(lat.residuals[j]))
+    del y, key_all
+    coords, rowvar = _Scaled(lat, records, "values"), _Scaled(lat, records, "variance")
     return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+
+
+class _Scaled(Mapping):
+    """{T: residual T's orthonormal coordinates (``field="values"``: y_j/λ_j) or their exact
+    variances (``"variance"``: Var(Z_j)/λ_j²)}, shape (nᵢ−1, i ∈ T), read-only, computed from
+    the released records on access (post-processing), so the measurement holds each released
+    number once."""
+
+    def __init__(self, lat, records, field):
+        self._at = {T: j for j, T in enumerate(lat.residuals)}
+        self._lat, self._records, self._field = lat, records, field
+        self._l2 = {}
+
+    def __getitem__(self, T):
+        j = self._at[T]
+        shape = tuple(self._lat.domain[i] for i in T)
+        if shape not in self._l2:
+            l2, cls = _row_keys(shape, range(len(shape)))
+            self._l2[shape] = np.sqrt(l2[cls]) if self._field == "values" else l2[cls]
+        out = (getattr(self._records[j], self._field) / self._l2[shape]).reshape(tuple(n - 1 for n in shape))
+        out.setflags(write=False)
+        return out
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self):
+        return len(self._at)
 
 
 def _residual_query(domain, T):

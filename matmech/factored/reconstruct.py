@@ -24,9 +24,11 @@ import math
 import numpy as np
 
 from matmech.factored.measure import ResidualMeasurement
-from matmech.linalg.residual import apply_axes, contrast_operators, exact_cell_variances
+from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators, exact_cell_variances
 
 __all__ = ["MarginalReconstructor", "nonneg_consistent"]
+
+_CHUNK = 1 << 22  # cells of the marginals built as one stack (bounds the temporaries)
 
 
 def _lift(coords, domain, T):
@@ -77,12 +79,55 @@ class MarginalReconstructor:
     def stacked(self, subsets, weights=None):
         """(answers, variances) of the marginals on ``subsets`` one after another, each
         flattened row-major and scaled by its weight (default 1): the rows of a marginal
-        workload in order."""
-        weights = [1.0] * len(subsets) if weights is None else list(weights)
-        parts = [self.marginal(s) for s in subsets]
-        answers = np.concatenate([w * est.reshape(-1) for w, (est, _) in zip(weights, parts)])
-        var = np.concatenate([w * w * v.reshape(-1) for w, (_, v) in zip(weights, parts)])
+        workload in order. Marginals with the same attribute sizes are built as one stack
+        (the same sums as :meth:`marginal`, in the same order); a marginal's own top residual
+        is lifted in the stack and not cached."""
+        subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
+        weights = np.ones(len(subsets)) if weights is None else np.asarray(weights, dtype=np.float64)
+        d = self.lattice.domain
+        sizes = np.array([math.prod(d[i] for i in S) for S in subsets], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        answers, var = np.empty(int(offsets[-1])), np.empty(int(offsets[-1]))
+        groups = {}
+        for k, S in enumerate(subsets):
+            groups.setdefault(tuple(d[i] for i in S), []).append(k)
+        for shape, members in groups.items():
+            step = max(1, _CHUNK // max(1, math.prod(shape)))
+            for at in range(0, len(members), step):
+                K = members[at : at + step]
+                est, v = self._stack([subsets[k] for k in K], shape)
+                pos = offsets[K][:, None] + np.arange(math.prod(shape))[None, :]
+                w = weights[K][:, None]
+                answers[pos] = w * est.reshape(len(K), -1)
+                var[pos] = w * w * v.reshape(len(K), -1)
         return answers, var
+
+    def _stack(self, Ss, shape):
+        """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes
+        ``shape``), stacked on axis 0: :meth:`marginal`'s sum, term by term."""
+        k = len(shape)
+        est, var = np.zeros((len(Ss), *shape)), np.zeros((len(Ss), *shape))
+        for r in range(k + 1):
+            for mask in itertools.combinations(range(k), r):
+                if not all(shape[j] > 1 for j in mask):
+                    continue
+                Ts = [tuple(S[j] for j in mask) for S in Ss]
+                for S, T in zip(Ss, Ts):
+                    if T not in self._res:
+                        raise ValueError(f"residual {T} of the marginal on {S} was not measured")
+                view = (len(Ss), *(shape[j] if j in mask else 1 for j in range(k)))
+                rest = math.prod(shape[j] for j in range(k) if j not in mask)
+                if r == k:  # each marginal's own residual: lifted as a stack, not kept
+                    cs = np.stack([self.measurement.coords[T] for T in Ts])
+                    vs = np.stack([self.measurement.row_variances[T] for T in Ts])
+                    e = apply_axes_batched(cs, [contrast_operators(n)[1] for n in shape])
+                    v = apply_axes_batched(vs, [contrast_operators(n)[2] for n in shape])
+                else:
+                    e = np.stack([self._parts(T)[0] for T in Ts])
+                    v = np.stack([self._parts(T)[1] for T in Ts])
+                est += e.reshape(view) / rest
+                var += v.reshape(view) / rest**2
+        return est, var
 
 
 def nonneg_consistent(marginals, total=None):

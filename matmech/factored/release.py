@@ -50,10 +50,11 @@ from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.route import release_route
 from matmech.factored.select import release_selected
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import as_terms, restrict
+from matmech.factored.terms import MarginalWorkload, as_terms, restrict
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
+from matmech.optimizers.unions import ResidualProductStrategy
 from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace, total_variance_coefficients
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
@@ -92,6 +93,12 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
         U = tuple(sorted(set(wt.support) | set(at.support))) or (0,)
         if _cells(wt.domain, U) > max_cells and isinstance(strategy, GeneralMarginalStrategy):
             return "gmarginal", wt, strategy, U  # the strategy itself (matmech.factored.gmarginal_release)
+        if _cells(wt.domain, U) > max_cells and isinstance(strategy, ResidualProductStrategy):
+            raise ValueError(f"a ResidualProductStrategy (matmech.optimizers.unions) is released only on the Kronecker "
+                             f"path, and the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
+                             f"(attributes {U}), more than its {max_cells:,}: the factored measurement of residual "
+                             "products is not implemented (nothing was spent); pass the GeneralMarginalStrategy of "
+                             "matmech.optimizers.unions.refine_general_l2, or strategy='auto' for a union of marginals")
         if _cells(wt.domain, U) > max_cells:
             raise ValueError(f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
                              f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}")
@@ -149,10 +156,15 @@ def _residual_plan(wt, objective):
 
 
 def _memory(plan, rows):
+    """Bytes the residual release holds at its peak, about: the marginal tables read (pure ε:
+    twice, noisy copies), three numbers per residual coordinate (the record's value and
+    variance, a draw) and the answers with their std (100 × 10 ≤3-way: 6.7 GB estimated,
+    6.0 GiB measured)."""
     d = plan.lattice.domain
     res_cells = sum(_cells(d, t) for t in plan.lattice.residuals)
-    tab_cells = sum(_cells(d, t) for t in getattr(plan, "tables", None) or ())  # pure ε: noisy tables
-    return 8 * 3 * res_cells + 8 * 2 * tab_cells + 8 * 2 * rows
+    tables = getattr(plan, "tables", None)
+    tab_cells = sum(_cells(d, t) for t in (tables if tables is not None else plan.lattice.residuals))
+    return 8 * 3 * res_cells + 8 * (2 if tables is not None else 1) * tab_cells + 8 * 2 * rows
 
 
 def _search(domain, search):
@@ -224,7 +236,9 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
     meas = measure_residuals_laplace(mplan, tables, rng=rng) if pure else measure_residuals(mplan, tables, rng=rng)
     del tables
     answers, var = MarginalReconstructor(meas).stacked(subsets, rw)
-    std = np.sqrt(var)
+    expected_error = float(var.sum())
+    std = np.sqrt(var, out=var)  # in place: one array of the answers' size fewer
+    del var
     for a in (answers, std):
         a.setflags(write=False)
     if pure:
@@ -235,7 +249,7 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
         note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
                 f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
                 f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
-    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
+    return Release(answers=answers, std=std, expected_error=expected_error, workload=W, strategy=None,
                    strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
                    budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
                    measurements=meas.records, measured=_residual_record(plan, mplan, meas, pure))
@@ -313,6 +327,10 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     if select is not None:
         return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
                                 neighbors=neighbors, max_records=max_records, max_memory=max_memory)
+    rows = W.shape[0] if isinstance(W, MarginalWorkload) else None
+    if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
+        raise ValueError(f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
+                         f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent")
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if path == "kron" and strategy == "auto" and wt.marginals() is not None and not _holds_superset(data, U):
         path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U

@@ -26,6 +26,8 @@ import numpy as np
 
 __all__ = ["marginal_tables", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
+#: Record codes are copied as intp (no conversion per table) up to this many bytes.
+_INTP_COPY_BYTES = 1 << 30
 #: Largest marginal table (cells) built from records.
 MAX_TABLE_CELLS = 1 << 28
 
@@ -94,11 +96,37 @@ def _from_codes(codes, domain, s):
         raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
     if not s:
         return np.array(codes.shape[0], dtype=np.int64)
+    idx = _from_codes_index(codes, domain, s)
+    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+
+
+def _from_codes_all(codes, domain, subsets):
+    """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
+    index of the shared prefix (one add and one bincount a table instead of |s| passes)."""
+    out, memo = {}, {}
+    for s in sorted(subsets):
+        shape = tuple(domain[i] for i in s)
+        cells = math.prod(shape)
+        if len(s) < 2 or cells > MAX_TABLE_CELLS:
+            out[s] = _from_codes(codes, domain, s)
+            continue
+        head = (s[:-1], domain[s[-1]])  # the prefix's index, scaled for the last attribute's size
+        if head not in memo:
+            if memo and next(iter(memo))[0] != head[0]:
+                memo.clear()
+            memo[head] = _from_codes_index(codes, domain, head[0]) * head[1]
+        idx = memo[head] + codes[:, s[-1]]
+        out[s] = np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+    return out
+
+
+def _from_codes_index(codes, domain, s):
+    """The raveled row-major index (int64) of every record's codes on ``s``."""
     idx = np.zeros(codes.shape[0], dtype=np.int64)
-    for i in s:  # raveled row-major index, built in place
+    for i in s:  # built in place
         idx *= domain[i]
         idx += codes[:, i]
-    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+    return idx
 
 
 def _key(k, domain):
@@ -203,8 +231,10 @@ def marginal_tables(data, domain, subsets):
             raise TypeError(f"marginal_counts must return a dict subset → table, got {type(got).__name__}")
         return marginal_tables(dict(got), domain, subsets)
     else:
-        codes = np.asfortranarray(check_codes(data, domain))  # contiguous columns
-        base = {s: _from_codes(codes, domain, s) for s in top}
+        codes = check_codes(data, domain)
+        # contiguous columns; as intp (bincount's index type) when that copy is small
+        codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
+        base = _from_codes_all(codes, domain, top)
     return _down_the_lattice(base, domain, subsets)
 
 

@@ -274,3 +274,31 @@ def test_marginal_workload_for_any_domain_matches_the_stack_of_marginals():
     np.testing.assert_allclose(a.answers, b.answers, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(a.std, b.std, rtol=1e-12)
     assert M.labels()[:2] == ["a0=0, a2=0", "a0=0, a2=1"] and M.labels()[-1] == "total"
+
+
+def test_answers_that_cannot_fit_are_refused_before_planning_reading_or_spending(monkeypatch):
+    """16 bytes an answer (the answers and their std) over max_memory: refused at once, before
+    the workload's terms are built, the data read or the budget charged."""
+    from matmech.factored import release as frel
+
+    domain = (10,) * 30
+    W = marginal_workload(domain, list(itertools.combinations(range(30), 3)))  # 4,060,000 answers
+    budget = mm.PrivacyBudget(1.0, 1e-6)
+
+    def no_plan(*a, **k):
+        raise AssertionError("planned a release that cannot fit")
+
+    monkeypatch.setattr(frel, "plan_path", no_plan)
+
+    class NoData:
+        def marginal_counts(self, subsets):
+            raise AssertionError("data read")
+
+    with pytest.raises(ValueError, match=r"4,060,000 answers: with their std 0\.1 GiB alone \(> max_memory"):
+        release_factored(NoData(), W, 1.0, 1e-6, budget=budget, max_memory=16 * 4_060_000 - 1)
+    assert budget.remaining == (1.0, 1e-6)
+    monkeypatch.undo()
+    # one byte more and it is planned (then refused by the path's own fuller estimate)
+    with pytest.raises(ValueError, match="residual release would use about"):
+        release_factored(NoData(), W, 1.0, 1e-6, budget=budget, max_memory=16 * 4_060_000)
+    assert budget.remaining == (1.0, 1e-6)

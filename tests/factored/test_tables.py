@@ -128,3 +128,17 @@ def test_inconsistent_tables_spend_nothing():
         mm.release({(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)}, W, 0.5, 1e-7, budget=budget,
                    rng=np.random.default_rng(1))
     assert budget.spent == (0.0, 0.0)
+
+
+def test_tables_sharing_a_prefix_with_last_attributes_of_different_sizes_equal_the_histogram_sums():
+    import itertools
+
+    domain = (3, 1, 4, 2, 5, 3)
+    rng = np.random.default_rng(11)
+    codes = np.column_stack([rng.integers(0, n, size=500) for n in domain]).astype(np.int32)
+    x = np.bincount(np.ravel_multi_index(codes.T, domain), minlength=int(np.prod(domain))).reshape(domain)
+    subsets = [s for k in range(4) for s in itertools.combinations(range(len(domain)), k)]
+    got = marginal_tables(codes, domain, subsets)
+    for s in subsets:
+        want = x.sum(axis=tuple(i for i in range(len(domain)) if i not in s))
+        np.testing.assert_array_equal(got[s], want)

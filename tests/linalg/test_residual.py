@@ -190,3 +190,19 @@ def test_one_hundred_attributes_two_way_plan_is_at_the_bound_and_symmetric():
     u = dict(zip(plan.residuals, plan.variances))
     v = u[(0, 1)] * 0.81 + (u[(0,)] + u[(1,)]) * 0.9 / 100 + u[()] / 10**4
     assert plan.cell_variances[0] == pytest.approx(v, rel=1e-12)
+
+
+def test_apply_axes_batched_equals_apply_axes_member_by_member():
+    from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
+
+    rng = np.random.default_rng(4)
+    sizes = (3, 5, 2)
+    stack = rng.normal(size=(7, *sizes))
+    mats = [contrast_operators(n)[0] for n in sizes[:2]] + [rng.normal(size=(4, 2))]  # sparse and dense
+    got = apply_axes_batched(stack, mats)
+    assert got.shape == (7, 2, 4, 4)
+    for b in range(7):
+        np.testing.assert_allclose(got[b], apply_axes(stack[b], mats), rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(apply_axes_batched(np.arange(3.0), []), np.arange(3.0))  # a stack of scalars
+    with pytest.raises(ValueError, match="expected 2 matrices"):
+        apply_axes_batched(stack[:, :, :, 0], mats)

@@ -1,0 +1,128 @@
+"""Side by side with ResidualPlanner's released code (Xiao et al. 2023, github.com/dkifer/
+ResidualPlanner, class_resplan.py; not part of matmech: pass the folder of a checkout with
+--rp-dir, nothing is copied) on all ≤3-way marginals of the adult domain (its attribute
+order), 48,842 generated records (benchmarks/factored_release.py's generator), (ε, δ) =
+(1, 1e-6), ResidualPlanner's privacy cost 2ρ with ρ from its own cdp2adp.cdp_rho.
+
+One process per run, runs interleaved, OPENBLAS_NUM_THREADS=1. ResidualPlanner: plan
+(input_mech + sumvar selection), measurement (its tables and continuous Gaussian noise),
+reconstruction (answers only, no per-answer variance). matmech: ``release_factored`` end to
+end (plan, tables, exact discrete Gaussian, every answer with its exact std), at the default
+``scale_bits`` 9 and at 8.
+
+    python benchmarks/residualplanner_adult.py --rp-dir /path/to/ResidualPlanner/residual_planner
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DOM = (85, 9, 100, 16, 7, 15, 6, 5, 2, 100, 100, 99, 42, 2)  # ResidualPlanner's adult order
+RECORDS = 48_842
+
+
+def _child(which, rp_dir, bits):
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from factored_release import _generate
+
+    cols = _generate(DOM, RECORDS, 3)
+    subsets = [s for k in range(4) for s in itertools.combinations(range(len(DOM)), k)]
+    out = {"which": which}
+    t0 = time.perf_counter()
+    if which == "residualplanner":
+        sys.path.insert(0, rp_dir)
+        import pandas as pd
+        from cdp2adp import cdp_rho
+        from class_resplan import ResidualPlanner
+
+        names = [str(i) for i in range(len(DOM))]
+        system = ResidualPlanner(list(DOM))
+        system.input_data(pd.DataFrame(dict(zip(names, cols))), names)
+        for s in subsets:
+            system.input_mech(s, var_bound=1)
+        system.selection(choice="sumvar", pcost=2 * cdp_rho(1.0, 1e-6))
+        np.random.seed(0)
+        system.measurement()
+        system.reconstruction()
+    else:
+        sys.path.insert(0, str(HERE.parent))
+        from matmech.factored.release import release_factored
+        from matmech.factored.terms import marginal_workload
+
+        W = marginal_workload(DOM, subsets)
+        rel = release_factored(np.column_stack(cols), W, 1.0, 1e-6, rng=np.random.default_rng(0), scale_bits=bits)
+        out["rmse_analytic"] = float(np.sqrt(np.mean(rel.std**2)))
+        out["scale_bits"] = bits
+    out["seconds"] = time.perf_counter() - t0
+    out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(json.dumps(out))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rp-dir", help="folder holding ResidualPlanner's class_resplan.py")
+    ap.add_argument("--render", action="store_true", help="only rewrite the .md from the saved JSON")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.render:
+        return render()
+    if not args.rp_dir:
+        ap.error("--rp-dir is required")
+    if args.child:
+        bits = int(args.child[1]) if args.child[1] != "-" else None
+        return _child(args.child[0], args.rp_dir, bits)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    runs = [("residualplanner", "-"), ("matmech", "9"), ("matmech", "8")]
+    rows, loads = [], []
+    for _ in range(args.repeats):
+        for which, bits in runs:
+            loads.append(os.getloadavg()[0])
+            p = subprocess.run([sys.executable, __file__, "--rp-dir", args.rp_dir, "--child", which, bits],
+                               capture_output=True, text=True, env=env, check=True)
+            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+            "load_average_during": [round(min(loads), 2), round(max(loads), 2)],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "records": RECORDS, "domain": DOM}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "residualplanner_adult.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    render()
+
+
+def render():
+    """benchmarks/results/residualplanner_adult.md from the saved JSON."""
+    saved = json.loads((RESULTS / "residualplanner_adult.json").read_text())
+    meta, rows = saved["meta"], saved["rows"]
+    lo, hi = meta["load_average_during"]
+    lines = [f"# ResidualPlanner's code vs matmech, adult domain ≤3-way, {meta['records']:,} generated records", "",
+             f"{meta['date']}, {meta['machine']}, load average {lo}-{hi} during the runs. One process per run, "
+             "interleaved, one BLAS thread. ResidualPlanner: continuous Gaussian, answers only. matmech: exact "
+             "discrete Gaussian, every answer with its exact std.", "",
+             "| run | median s | runs s | peak GiB | RMSE (analytic) |", "|---|---|---|---|---|"]
+    for key in sorted({(r["which"], r.get("scale_bits")) for r in rows}, key=lambda k: (k[0] == "matmech", -(k[1] or 0))):
+        rs = [r for r in rows if (r["which"], r.get("scale_bits")) == key]
+        name = key[0] if key[1] is None else f"{key[0]}, scale_bits {key[1]}"
+        rm = f"{rs[0]['rmse_analytic']:.4f}" if "rmse_analytic" in rs[0] else "-"
+        runs = ", ".join(f"{r['seconds']:.1f}" for r in rs)
+        med = statistics.median(r["seconds"] for r in rs)
+        lines.append(f"| {name} | {med:.1f} | {runs} | {max(r['peak_rss_gib'] for r in rs):.2f} | {rm} |")
+    (RESULTS / "residualplanner_adult.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
