@@ -34,8 +34,17 @@ def main(argv):
     t = time.perf_counter()
     rows, _ = compare(W, 1.0)
     sec = time.perf_counter() - t
-    row = {"tag": tag, "m": m, "seconds": sec, "best": rows[0].name, "rmse": rows[0].rmse, "load_average": os.getloadavg()}
-    print(f"{tag:>8}  m = {m:,}  compare {sec:.2f} s  best {rows[0].name} (RMSE {rows[0].rmse:.6g})  load {os.getloadavg()[0]:.1f}")
+    row = {
+        "tag": tag,
+        "m": m,
+        "seconds": sec,
+        "best": rows[0].name,
+        "rmse": rows[0].rmse,
+        "load_average": os.getloadavg(),
+    }
+    print(
+        f"{tag:>8}  m = {m:,}  compare {sec:.2f} s  best {rows[0].name} (RMSE {rows[0].rmse:.6g})  load {os.getloadavg()[0]:.1f}"
+    )
     path = Path(__file__).parent / "results" / "compare_intervals.json"
     path.parent.mkdir(exist_ok=True)
     old = json.loads(path.read_text()) if path.exists() else []

@@ -70,7 +70,9 @@ def coverage_cell(strategy, eps, delta, n_rel, rng):
     truth = W.matvec(x.astype(float))
     r = mm.release(x, W, eps, delta, strategy=_strategy(strategy, W, eps, delta), rng=rng)
     law = r.interval_law()
-    plan = plan_measurement(r.strategy, eps, delta)  # the release's own plan (same strategy, same noise)
+    plan = plan_measurement(
+        r.strategy, eps, delta
+    )  # the release's own plan (same strategy, same noise)
     assert plan.scale == r.measurement.scale and plan.grid == r.measurement.grid
     p = r.strategy.shape[0]
     Ax = r.strategy.matvec(x.astype(float))
@@ -78,7 +80,11 @@ def coverage_cell(strategy, eps, delta, n_rel, rng):
     for start in range(0, n_rel, 500):
         k = min(500, n_rel - start)
         if plan.grid == 1.0:
-            draw = noise.discrete_laplace if plan.noise == "discrete_laplace" else noise.discrete_gaussian
+            draw = (
+                noise.discrete_laplace
+                if plan.noise == "discrete_laplace"
+                else noise.discrete_gaussian
+            )
             Z = draw(plan.scale, (p, k), rng=rng).astype(float)
         else:
             draw = noise.laplace if plan.noise == "discrete_laplace" else noise.gaussian
@@ -89,10 +95,18 @@ def coverage_cell(strategy, eps, delta, n_rel, rng):
     pairs = done * truth.size
     cov = hits / pairs
     ex = law.coverage[np.isfinite(law.coverage)]
-    return {"strategy": strategy, "eps": eps, "delta": delta, "N": done, "answers": int(truth.size),
-            "coverage": cov, "se": math.sqrt(cov * (1 - cov) / pairs), "methods": law.counts(),
-            "exact_mean": float(ex.mean()) if ex.size else None,
-            "half_over_normal": float(np.mean(law.half / (1.959963984540054 * r.std)))}
+    return {
+        "strategy": strategy,
+        "eps": eps,
+        "delta": delta,
+        "N": done,
+        "answers": int(truth.size),
+        "coverage": cov,
+        "se": math.sqrt(cov * (1 - cov) / pairs),
+        "methods": law.counts(),
+        "exact_mean": float(ex.mean()) if ex.size else None,
+        "half_over_normal": float(np.mean(law.half / (1.959963984540054 * r.std))),
+    }
 
 
 def zipf():
@@ -128,7 +142,9 @@ def selection_cell(method, vector, share, n_sel, rng):
         measured = sub.matvec(r.estimate)
         cov = answer_covariance(sub, m.strategy, m.std**2)
         mvar = np.clip(np.diag(cov), 0.0, None)
-        est_b, var_b, _, done = combine_selection(measured, cov, rows, r.selection, sel.get("threshold"))
+        est_b, var_b, _, done = combine_selection(
+            measured, cov, rows, r.selection, sel.get("threshold")
+        )
         if not done:
             continue
         half_meas = law_intervals(noise_weights(sub, m.strategy), m.noise, m.scale, m.grid).half
@@ -138,7 +154,12 @@ def selection_cell(method, vector, share, n_sel, rng):
         out = {"before": (est_b, var_b, 1.959963984540054 * sd_b, np.zeros(rows.size, bool))}
         for g in MARGINS:
             est, var, flag = guard(measured, mvar, est_b, var_b, rows, r.selection, margin=g)
-            out[f"m{g:g}"] = (est, var, np.where(flag, half_meas, 1.959963984540054 * np.sqrt(var)), flag)
+            out[f"m{g:g}"] = (
+                est,
+                var,
+                np.where(flag, half_meas, 1.959963984540054 * np.sqrt(var)),
+                flag,
+            )
         if r.near_threshold is not None:  # the release is the default guard
             d = out[f"m{DEFAULT_MARGIN:g}"]
             assert np.allclose(d[0], r.answers) and np.array_equal(d[3], r.near_threshold)
@@ -160,47 +181,92 @@ def selection_cell(method, vector, share, n_sel, rng):
     def se(a):
         return float(np.std(a) / math.sqrt(len(a))) if len(a) > 1 else None
 
-    return {"method": method, "vector": vector, "share": r.eps_select, "N": n_sel, "near_rows": len(acc["before"]["b"]),
-            "threshold": T, "release_checked": checked,
-            "estimators": {k: {"bias": mean(v["b"]), "bias_se": se(v["b"]), "cover": mean(v["c"]),
-                               "std_ratio": mean(v["s"]), "flagged": mean(v["f"])} for k, v in acc.items()},
-            "per_truth": {str(t): {k: {"n": len(v["b"]), "bias": mean(v["b"]), "cover": mean(v["c"])}
-                                   for k, v in d.items()} for t, d in sorted(per.items())}}
+    return {
+        "method": method,
+        "vector": vector,
+        "share": r.eps_select,
+        "N": n_sel,
+        "near_rows": len(acc["before"]["b"]),
+        "threshold": T,
+        "release_checked": checked,
+        "estimators": {
+            k: {
+                "bias": mean(v["b"]),
+                "bias_se": se(v["b"]),
+                "cover": mean(v["c"]),
+                "std_ratio": mean(v["s"]),
+                "flagged": mean(v["f"]),
+            }
+            for k, v in acc.items()
+        },
+        "per_truth": {
+            str(t): {
+                k: {"n": len(v["b"]), "bias": mean(v["b"]), "cover": mean(v["c"])}
+                for k, v in d.items()
+            }
+            for t, d in sorted(per.items())
+        },
+    }
 
 
 def markdown(cov_rows, sel_rows, meta):
-    out = [f"load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f}; {meta['date']}; "
-           f"{meta['seconds']:.0f} s", "", "## Coverage of the 95% interval (all ranges, n = 16; optimized n = 32)", "",
-           "| strategy | ε | δ | N | coverage | SE | exact (reported) | half / 1.96σ | methods |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f}; {meta['date']}; "
+        f"{meta['seconds']:.0f} s",
+        "",
+        "## Coverage of the 95% interval (all ranges, n = 16; optimized n = 32)",
+        "",
+        "| strategy | ε | δ | N | coverage | SE | exact (reported) | half / 1.96σ | methods |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in cov_rows:
         ex = "-" if r["exact_mean"] is None else f"{100 * r['exact_mean']:.2f}%"
-        out.append(f"| {r['strategy']} | {r['eps']:g} | {r['delta']:g} | {r['N']} | {100 * r['coverage']:.2f}% | "
-                   f"{100 * r['se']:.2f} | {ex} | {r['half_over_normal']:.3f} | "
-                   f"{', '.join(f'{k} {v}' for k, v in r['methods'].items())} |")
-    out += ["", "## Selected rows within 1 std of the threshold (Zipf, c = 19, identity, ε = 1)", "",
-            "before = GLS of every gap; m2/m3 = guard at 2/3 std (the release's default is "
-            f"{DEFAULT_MARGIN:g}); m inf = the measurement alone. bias in reported std; cover = the reported "
-            "interval holds the truth; std = reported std / the GLS std (the precision paid); flagged = share of "
-            "these rows answered from the measurement.", "",
-            "| method | vector | share | N | near rows | estimator | bias (std) | cover | std ratio | flagged |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {r['strategy']} | {r['eps']:g} | {r['delta']:g} | {r['N']} | {100 * r['coverage']:.2f}% | "
+            f"{100 * r['se']:.2f} | {ex} | {r['half_over_normal']:.3f} | "
+            f"{', '.join(f'{k} {v}' for k, v in r['methods'].items())} |"
+        )
+    out += [
+        "",
+        "## Selected rows within 1 std of the threshold (Zipf, c = 19, identity, ε = 1)",
+        "",
+        "before = GLS of every gap; m2/m3 = guard at 2/3 std (the release's default is "
+        f"{DEFAULT_MARGIN:g}); m inf = the measurement alone. bias in reported std; cover = the reported "
+        "interval holds the truth; std = reported std / the GLS std (the precision paid); flagged = share of "
+        "these rows answered from the measurement.",
+        "",
+        "| method | vector | share | N | near rows | estimator | bias (std) | cover | std ratio | flagged |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sel_rows:
         for k, e in r["estimators"].items():
             se_ = "-" if e["bias_se"] is None else f"{e['bias_se']:.2f}"
-            out.append(f"| {r['method']} | {r['vector']} | {r['share']:g} | {r['N']} | {r['near_rows']} | {k} | "
-                       f"{e['bias']:+.2f} ± {se_} | {100 * e['cover']:.1f}% | {e['std_ratio']:.2f} | "
-                       f"{100 * e['flagged']:.0f}% |")
-    out += ["", "Per true count among the near rows (the row just below the threshold is selected only when its "
-            "noise is positive: the worst case):", "",
-            "| method | vector | share | truth | n | " + " | ".join(f"bias {k} | cover {k}" for k in
-                                                              ("before", "m2", "m3", "minf")) + " |",
-            "|---|---|---|---|---|" + "---|" * 8]
+            out.append(
+                f"| {r['method']} | {r['vector']} | {r['share']:g} | {r['N']} | {r['near_rows']} | {k} | "
+                f"{e['bias']:+.2f} ± {se_} | {100 * e['cover']:.1f}% | {e['std_ratio']:.2f} | "
+                f"{100 * e['flagged']:.0f}% |"
+            )
+    out += [
+        "",
+        "Per true count among the near rows (the row just below the threshold is selected only when its "
+        "noise is positive: the worst case):",
+        "",
+        "| method | vector | share | truth | n | "
+        + " | ".join(f"bias {k} | cover {k}" for k in ("before", "m2", "m3", "minf"))
+        + " |",
+        "|---|---|---|---|---|" + "---|" * 8,
+    ]
     for r in sel_rows:
         for t, d in r["per_truth"].items():
             if d["before"]["n"] < 20:
                 continue
-            cells = " | ".join(f"{d[k]['bias']:+.2f} | {100 * d[k]['cover']:.1f}%" for k in ("before", "m2", "m3", "minf"))
-            out.append(f"| {r['method']} | {r['vector']} | {r['share']:g} | {t} | {d['before']['n']} | {cells} |")
+            cells = " | ".join(
+                f"{d[k]['bias']:+.2f} | {100 * d[k]['cover']:.1f}%"
+                for k in ("before", "m2", "m3", "minf")
+            )
+            out.append(
+                f"| {r['method']} | {r['vector']} | {r['share']:g} | {t} | {d['before']['n']} | {cells} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -228,13 +294,20 @@ def main(argv=None):
                     row = selection_cell(method, vector, share, a.n_sel, rng)
                     sel_rows.append(row)
                     print(json.dumps(row), flush=True)
-    meta = {"load_before": load0, "load_after": os.getloadavg(), "seconds": time.time() - t0,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "n_rel": a.n_rel, "n_sel": a.n_sel}
+    meta = {
+        "load_before": load0,
+        "load_after": os.getloadavg(),
+        "seconds": time.time() - t0,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "n_rel": a.n_rel,
+        "n_sel": a.n_sel,
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     suffix = "" if a.only is None else f"_{a.only}"
-    (out / f"coverage{suffix}.json").write_text(json.dumps({"meta": meta, "coverage": cov_rows, "selection": sel_rows},
-                                                            indent=1))
+    (out / f"coverage{suffix}.json").write_text(
+        json.dumps({"meta": meta, "coverage": cov_rows, "selection": sel_rows}, indent=1)
+    )
     md = markdown(cov_rows, sel_rows, meta)
     (out / f"coverage{suffix}.md").write_text(md)
     print(md)

@@ -50,8 +50,12 @@ CASES = [
 def _domain():
     from matmech.io.domain import Domain, integer_range
 
-    return Domain((integer_range("a", 0, SIDE - 1, policy="clip", missing="drop"),
-                   integer_range("b", 0, SIDE - 1, policy="clip", missing="drop")))
+    return Domain(
+        (
+            integer_range("a", 0, SIDE - 1, policy="clip", missing="drop"),
+            integer_range("b", 0, SIDE - 1, policy="clip", missing="drop"),
+        )
+    )
 
 
 def _paths(rows):
@@ -148,8 +152,14 @@ def run_case(kind, rows, repeats):
     elif kind == "spark":
         from pyspark.sql import SparkSession
 
-        spark = (SparkSession.builder.master("local[2]").appName("matmech-bench").config("spark.ui.enabled", "false")
-                 .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "8").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("matmech-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", "4g")
+            .config("spark.sql.shuffle.partitions", "8")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         source = spark.read.parquet(str(pq_path))
     else:
@@ -178,8 +188,13 @@ def run_case(kind, rows, repeats):
     if spark is not None:
         spark.stop()
     checksum = int(np.dot(np.arange(x.size, dtype=np.int64), x))
-    return {"seconds": times, "peak_rss": max(peaks), "peak_above_baseline": max(extra), "checksum": checksum,
-            "total": int(x.sum())}
+    return {
+        "seconds": times,
+        "peak_rss": max(peaks),
+        "peak_above_baseline": max(extra),
+        "checksum": checksum,
+        "total": int(x.sum()),
+    }
 
 
 def main():
@@ -204,28 +219,47 @@ def main():
                 if rows not in ns:
                     continue
                 repeats = 3 if rows <= 10**7 and kind != "spark" else (2 if kind == "spark" else 1)
-                out = subprocess.run([sys.executable, __file__, "--case", kind, str(rows), str(repeats)],
-                                     capture_output=True, text=True, timeout=3600)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--case", kind, str(rows), str(repeats)],
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
+                )
                 if out.returncode != 0:
                     print(f"  {label}: FAILED\n{out.stderr[-2000:]}", flush=True)
                     results.append({"engine": label, "rows": rows, "error": out.stderr[-500:]})
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 med = statistics.median(r["seconds"])
-                row = {"engine": label, "kind": kind, "rows": rows, "seconds": r["seconds"], "median_s": med,
-                       "rows_per_s": rows / med, "peak_rss_mib": r["peak_rss"] / 2**20,
-                       "peak_above_baseline_mib": r["peak_above_baseline"] / 2**20,
-                       "correct": r["checksum"] == want and r["total"] == rows}
+                row = {
+                    "engine": label,
+                    "kind": kind,
+                    "rows": rows,
+                    "seconds": r["seconds"],
+                    "median_s": med,
+                    "rows_per_s": rows / med,
+                    "peak_rss_mib": r["peak_rss"] / 2**20,
+                    "peak_above_baseline_mib": r["peak_above_baseline"] / 2**20,
+                    "correct": r["checksum"] == want and r["total"] == rows,
+                }
                 results.append(row)
-                print(f"  {label:<26} {med:8.2f} s  {rows / med / 1e6:8.2f} M rows/s  peak {row['peak_rss_mib']:7.0f} MiB "
-                      f"(+{row['peak_above_baseline_mib']:.0f})  correct={row['correct']}", flush=True)
+                print(
+                    f"  {label:<26} {med:8.2f} s  {rows / med / 1e6:8.2f} M rows/s  peak {row['peak_rss_mib']:7.0f} MiB "
+                    f"(+{row['peak_above_baseline_mib']:.0f})  correct={row['correct']}",
+                    flush=True,
+                )
             for p in _paths(rows):
                 p.unlink(missing_ok=True)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
-    meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
-            "load_before": load, "load_after": os.getloadavg(), "cells": SIDE * SIDE,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    meta = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "load_before": load,
+        "load_after": os.getloadavg(),
+        "cells": SIDE * SIDE,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     try:
         import duckdb
         import pyspark
@@ -235,17 +269,21 @@ def main():
         pass
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "engines.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    lines = ["# Histogram building per engine (10⁶ cells)\n",
-             f"{meta['machine']}, load average {load[0]:.1f} before / {meta['load_after'][0]:.1f} after "
-             f"(other jobs share the machine); {meta['date']}. Median of 3 runs (10⁸ rows and Spark: fewer).\n",
-             "| engine | rows | median s | M rows/s | peak RSS MiB | peak above baseline MiB | correct |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "# Histogram building per engine (10⁶ cells)\n",
+        f"{meta['machine']}, load average {load[0]:.1f} before / {meta['load_after'][0]:.1f} after "
+        f"(other jobs share the machine); {meta['date']}. Median of 3 runs (10⁸ rows and Spark: fewer).\n",
+        "| engine | rows | median s | M rows/s | peak RSS MiB | peak above baseline MiB | correct |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['engine']} | {r['rows']:,} | failed | | | | |")
             continue
-        lines.append(f"| {r['engine']} | {r['rows']:,} | {r['median_s']:.2f} | {r['rows_per_s'] / 1e6:.2f} | "
-                     f"{r['peak_rss_mib']:.0f} | {r['peak_above_baseline_mib']:.0f} | {r['correct']} |")
+        lines.append(
+            f"| {r['engine']} | {r['rows']:,} | {r['median_s']:.2f} | {r['rows_per_s'] / 1e6:.2f} | "
+            f"{r['peak_rss_mib']:.0f} | {r['peak_above_baseline_mib']:.0f} | {r['correct']} |"
+        )
     (RESULTS / "engines.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -52,7 +52,9 @@ def main():
             rows.append(dict(n=n, strategy=name, rmse=rmse, seconds=sec, peak_mb=peak / 2**20))
             print(f"| {n} | {name} | {rmse:.3f} | {sec:.4f} | {peak / 2**20:.1f} |")
     out = dict(
-        machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count()),
+        machine=dict(
+            platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count()
+        ),
         repeats=args.repeats,
         rows=rows,
     )

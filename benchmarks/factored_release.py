@@ -80,7 +80,11 @@ def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
     from matmech.optimizers.residual import plan_residuals
     from matmech.privacy.budget import PrivacyBudget
 
-    subsets = [s for j in (range(k + 1) if not exact_k else [k]) for s in itertools.combinations(range(len(domain)), j)]
+    subsets = [
+        s
+        for j in (range(k + 1) if not exact_k else [k])
+        for s in itertools.combinations(range(len(domain)), j)
+    ]
     times = {}
     codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
@@ -103,16 +107,26 @@ def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
     total = sum(times.values()) - times["load parquet"]
     mean_var = float(np.dot(std, std) / std.size)  # no temporary of the answers' size
     sigma_unit = mplan.sigma / mplan.sensitivity  # σ of the unit-L2 Gaussian at (ε, δ)
-    out.put({
-        "case": name, "attributes": len(domain), "domain_cells": f"{math.prod(domain):.3g}", "records": records,
-        "marginals": len(subsets), "residuals": len(plan.lattice.residuals), "answers": int(plan.queries),
-        "eps": eps, "delta": delta,
-        "rmse_over_sigma_plan": plan.rmse, "svd_bound_ratio": plan.weighted_total / plan.svd_bound,
-        "rmse_measured_analytic": math.sqrt(mean_var),
-        "rmse_over_sigma_measured": math.sqrt(mean_var) / sigma_unit,
-        "seconds": times, "seconds_total_excluding_load": total,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    })
+    out.put(
+        {
+            "case": name,
+            "attributes": len(domain),
+            "domain_cells": f"{math.prod(domain):.3g}",
+            "records": records,
+            "marginals": len(subsets),
+            "residuals": len(plan.lattice.residuals),
+            "answers": int(plan.queries),
+            "eps": eps,
+            "delta": delta,
+            "rmse_over_sigma_plan": plan.rmse,
+            "svd_bound_ratio": plan.weighted_total / plan.svd_bound,
+            "rmse_measured_analytic": math.sqrt(mean_var),
+            "rmse_over_sigma_measured": math.sqrt(mean_var) / sigma_unit,
+            "seconds": times,
+            "seconds_total_excluding_load": total,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def _case_pure(name, domain, records, k, eps, seed, out):
@@ -143,16 +157,29 @@ def _case_pure(name, domain, records, k, eps, seed, out):
     std = np.sqrt(var)
     times["reconstruct + answers"] = time.perf_counter() - t0
     total = sum(times.values()) - times["load parquet"]
-    out.put({
-        "case": name, "attributes": len(domain), "domain_cells": f"{math.prod(domain):.3g}", "records": records,
-        "marginals": len(subsets), "residuals": len(plan.lattice.residuals), "tables": len(plan.tables),
-        "table_cells": int(sum(math.prod(domain[i] for i in t) for t in plan.tables)), "answers": int(plan.queries),
-        "eps": eps, "delta": 0.0, "plan_start": plan.start,
-        "rmse_eps1_plan_continuous": plan.rmse, "rmse_measured_analytic": float(math.sqrt(np.mean(std**2))),
-        "l1_sensitivity": mplan.sensitivity, "distinct_scales": int(np.unique(mplan.scales).size),
-        "seconds": times, "seconds_total_excluding_load": total,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    })
+    out.put(
+        {
+            "case": name,
+            "attributes": len(domain),
+            "domain_cells": f"{math.prod(domain):.3g}",
+            "records": records,
+            "marginals": len(subsets),
+            "residuals": len(plan.lattice.residuals),
+            "tables": len(plan.tables),
+            "table_cells": int(sum(math.prod(domain[i] for i in t) for t in plan.tables)),
+            "answers": int(plan.queries),
+            "eps": eps,
+            "delta": 0.0,
+            "plan_start": plan.start,
+            "rmse_eps1_plan_continuous": plan.rmse,
+            "rmse_measured_analytic": float(math.sqrt(np.mean(std**2))),
+            "l1_sensitivity": mplan.sensitivity,
+            "distinct_scales": int(np.unique(mplan.scales).size),
+            "seconds": times,
+            "seconds_total_excluding_load": total,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def _case_gmarginal(name, workload, records, eps, delta, seed, out):
@@ -176,7 +203,9 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
     times = {}
     codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
-    A = gmarginal_strategy(W, eps, delta, None)[0]  # the release's own: under (ε, δ) weights re-optimised for L2
+    A = gmarginal_strategy(W, eps, delta, None)[
+        0
+    ]  # the release's own: under (ε, δ) weights re-optimised for L2
     times["optimise"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     plan = plan_gmarginal(A, eps, delta, max_records=records)
@@ -207,19 +236,33 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
         truth.append(w * t.reshape(-1))
     truth = np.concatenate(truth)
     # the same noise on the unrounded factors: what the grid rounding costs
-    unrounded = GMarginalSolver(GeneralMarginalStrategy(domain, plan.gls_strategy().theta, A.factors), plan.subsets)
+    unrounded = GMarginalSolver(
+        GeneralMarginalStrategy(domain, plan.gls_strategy().theta, A.factors), plan.subsets
+    )
     total = sum(times.values()) - times["load parquet"]
-    out.put({
-        "kind": "gmarginal", "case": name, "workload": workload, "attributes": len(domain),
-        "domain_cells": f"{math.prod(domain):.3g}", "records": records, "answers": int(answers.size),
-        "eps_delta": [eps, delta], "measured_subsets": len(plan.subsets), "classes": len(solver.classes),
-        "grid_bits": plan.bits, "sensitivity": plan.sensitivity, "noise": plan.noise,
-        "rmse_analytic": float(math.sqrt(np.mean(std**2))),
-        "rmse_empirical": float(math.sqrt(np.mean((answers - truth) ** 2))),
-        "rmse_analytic_unrounded_factors": float(math.sqrt(np.mean(unrounded.variances(wt)))),
-        "stage_seconds": times, "seconds_total_excluding_load": total,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    })
+    out.put(
+        {
+            "kind": "gmarginal",
+            "case": name,
+            "workload": workload,
+            "attributes": len(domain),
+            "domain_cells": f"{math.prod(domain):.3g}",
+            "records": records,
+            "answers": int(answers.size),
+            "eps_delta": [eps, delta],
+            "measured_subsets": len(plan.subsets),
+            "classes": len(solver.classes),
+            "grid_bits": plan.bits,
+            "sensitivity": plan.sensitivity,
+            "noise": plan.noise,
+            "rmse_analytic": float(math.sqrt(np.mean(std**2))),
+            "rmse_empirical": float(math.sqrt(np.mean((answers - truth) ** 2))),
+            "rmse_analytic_unrounded_factors": float(math.sqrt(np.mean(unrounded.variances(wt)))),
+            "stage_seconds": times,
+            "seconds_total_excluding_load": total,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def _case_select(name, domain, records, k, select, eps, delta, seed, out):
@@ -235,25 +278,45 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     times = {}
     codes = _codes_via_parquet(domain, records, seed, times)
     t0 = time.perf_counter()
-    plan = plan_factored_selection(W, eps, delta, select=select, max_records=2**32, max_memory=8 << 30)
+    plan = plan_factored_selection(
+        W, eps, delta, select=select, max_records=2**32, max_memory=8 << 30
+    )
     times["plan (no data)"] = time.perf_counter() - t0
     budget = PrivacyBudget(eps, delta)
     t0 = time.perf_counter()
-    rel = release_factored(codes, W, eps, delta, select=select, budget=budget, rng=np.random.default_rng(seed))
+    rel = release_factored(
+        codes, W, eps, delta, select=select, budget=budget, rng=np.random.default_rng(seed)
+    )
     times["release (tables + W x + select + measure)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     truth = np.concatenate(row_values(plan, marginal_tables(codes, domain, list(plan.subsets))))
     times["tables + W x alone"] = time.perf_counter() - t0
     err = rel.answers - truth[rel.selected]
-    out.put({
-        "case": name, "kind": "select", "attributes": len(domain), "domain_cells": f"{math.prod(domain):.3g}",
-        "records": records, "marginals": len(plan.subsets), "rows": plan.rows, "select": {**select},
-        "eps": eps, "delta": delta, "selected": int(rel.selected.size), "eps_select": rel.eps_select,
-        "rmse_selected_analytic": float(math.sqrt(np.mean(rel.std**2))) if rel.selected.size else None,
-        "rmse_selected_empirical": float(math.sqrt(np.mean(err**2))) if rel.selected.size else None,
-        "note": rel.strategy_note, "seconds": times,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    })
+    out.put(
+        {
+            "case": name,
+            "kind": "select",
+            "attributes": len(domain),
+            "domain_cells": f"{math.prod(domain):.3g}",
+            "records": records,
+            "marginals": len(plan.subsets),
+            "rows": plan.rows,
+            "select": {**select},
+            "eps": eps,
+            "delta": delta,
+            "selected": int(rel.selected.size),
+            "eps_select": rel.eps_select,
+            "rmse_selected_analytic": float(math.sqrt(np.mean(rel.std**2)))
+            if rel.selected.size
+            else None,
+            "rmse_selected_empirical": float(math.sqrt(np.mean(err**2)))
+            if rel.selected.size
+            else None,
+            "note": rel.strategy_note,
+            "seconds": times,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def _case_refused(name, domain, records, k, eps, delta, seed, out):
@@ -273,11 +336,23 @@ def _case_refused(name, domain, records, k, eps, delta, seed, out):
         message = None
     except ValueError as e:
         message = str(e)
-    out.put({"case": name, "kind": "refused", "attributes": len(domain), "records": records, "marginals": len(subsets),
-             "answers": int(sum(math.prod(domain[i] for i in s) for s in subsets)), "eps": eps, "delta": delta,
-             "max_memory_gib": MAX_MEMORY / 2**30, "refusal": message, "budget_untouched": budget.remaining == (eps, delta),
-             "seconds_to_refusal": time.perf_counter() - t0,
-             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
+    out.put(
+        {
+            "case": name,
+            "kind": "refused",
+            "attributes": len(domain),
+            "records": records,
+            "marginals": len(subsets),
+            "answers": int(sum(math.prod(domain[i] for i in s) for s in subsets)),
+            "eps": eps,
+            "delta": delta,
+            "max_memory_gib": MAX_MEMORY / 2**30,
+            "refusal": message,
+            "budget_untouched": budget.remaining == (eps, delta),
+            "seconds_to_refusal": time.perf_counter() - t0,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def _plan_only(out):
@@ -287,10 +362,18 @@ def _plan_only(out):
     subsets = [s for j in range(4) for s in itertools.combinations(range(100), j)]
     t0 = time.perf_counter()
     plan = plan_residuals((10,) * 100, subsets)
-    out.put({"case": "plan only: 100×10 ≤3-way", "marginals": len(subsets), "residuals": len(plan.lattice.residuals),
-             "answers": int(plan.queries), "rmse_over_sigma_plan": plan.rmse,
-             "svd_bound_ratio": plan.weighted_total / plan.svd_bound, "seconds_plan": time.perf_counter() - t0,
-             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
+    out.put(
+        {
+            "case": "plan only: 100×10 ≤3-way",
+            "marginals": len(subsets),
+            "residuals": len(plan.lattice.residuals),
+            "answers": int(plan.queries),
+            "rmse_over_sigma_plan": plan.rmse,
+            "svd_bound_ratio": plan.weighted_total / plan.svd_bound,
+            "seconds_plan": time.perf_counter() - t0,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    )
 
 
 def run(cases):
@@ -319,7 +402,11 @@ def run(cases):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10× fewer records (smoke run)")
-    ap.add_argument("--only", choices=["pure", "gmarginal", "select", "scale"], help="run only this case and merge it into the saved results")
+    ap.add_argument(
+        "--only",
+        choices=["pure", "gmarginal", "select", "scale"],
+        help="run only this case and merge it into the saved results",
+    )
     args = ap.parse_args(argv)
     scale = 10 if args.quick else 1
     pure = ("pure", "adult ≤3-way, pure ε", ADULT, 1_000_000 // scale, 3, 1.0, 0)
@@ -329,18 +416,60 @@ def main(argv=None):
         (),
         pure,
     ]
-    gm = [("gmarginal", f"{w} gmarginals, {'pure ε' if d == 0 else '(ε, δ)'}", w, 1_000_000 // scale, 1.0, d, 2)
-          for w in ("adult_W2", "loans_W2") for d in (0.0, 1e-6)]
+    gm = [
+        (
+            "gmarginal",
+            f"{w} gmarginals, {'pure ε' if d == 0 else '(ε, δ)'}",
+            w,
+            1_000_000 // scale,
+            1.0,
+            d,
+            2,
+        )
+        for w in ("adult_W2", "loans_W2")
+        for d in (0.0, 1e-6)
+    ]
     cases += gm
-    sel = [("select", "adult 2-way, top 50 cells (em)", ADULT, 1_000_000 // scale, 2,
-            dict(method="em", c=50, eps=0.2), 1.0, 1e-6, 0),
-           ("select", "adult 2-way, svt threshold auto, pure ε", ADULT, 1_000_000 // scale, 2,
-            dict(method="svt", c=100, eps=0.3, threshold="auto"), 1.0, 0.0, 0),
-           ("select", "100×10 2-way, top 50 cells (topc-gap)", (10,) * 100, 100_000 // scale, 2,
-            dict(method="topc-gap", c=50, eps=0.3), 1.0, 1e-6, 1)]
+    sel = [
+        (
+            "select",
+            "adult 2-way, top 50 cells (em)",
+            ADULT,
+            1_000_000 // scale,
+            2,
+            dict(method="em", c=50, eps=0.2),
+            1.0,
+            1e-6,
+            0,
+        ),
+        (
+            "select",
+            "adult 2-way, svt threshold auto, pure ε",
+            ADULT,
+            1_000_000 // scale,
+            2,
+            dict(method="svt", c=100, eps=0.3, threshold="auto"),
+            1.0,
+            0.0,
+            0,
+        ),
+        (
+            "select",
+            "100×10 2-way, top 50 cells (topc-gap)",
+            (10,) * 100,
+            100_000 // scale,
+            2,
+            dict(method="topc-gap", c=50, eps=0.3),
+            1.0,
+            1e-6,
+            1,
+        ),
+    ]
     cases += sel
-    big = [("100×10 ≤3-way", (10,) * 100, 100_000 // scale, 3, False, 1.0, 1e-6, 1),
-           ("refused", "200×10 ≤3-way", (10,) * 200, 100_000 // scale, 3, 1.0, 1e-6, 1)]
+    big = [
+        ("100×10 ≤3-way", (10,) * 100, 100_000 // scale, 3, False, 1.0, 1e-6, 1),
+        ("refused", "200×10 ≤3-way", (10,) * 200, 100_000 // scale, 3, 1.0, 1e-6, 1),
+    ]
     cases += big
     if args.only == "scale":
         cases = big
@@ -352,8 +481,11 @@ def main(argv=None):
         cases = gm
     rows = run(cases)
     load = os.getloadavg()
-    meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
-            "load_average": [round(v, 2) for v in load], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    meta = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        "load_average": [round(v, 2) for v in load],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     print(json.dumps({"meta": meta, "rows": rows}, indent=1))
     if not args.quick:
         RESULTS.mkdir(exist_ok=True)
@@ -364,72 +496,113 @@ def main(argv=None):
             for r in rows:
                 r.setdefault("run", old["meta"] if r["case"] not in done else meta)
             meta = {**old["meta"], "partial_rerun": meta}
-        (RESULTS / "factored_release.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-        lines = [f"# Factored release ({meta['date']}, {meta['machine']}, load {meta['load_average']})", "",
-                 "| case | records | marginals | answers | RMSE/σ (plan) | × SVD bound | tables s | plan s | measure s | "
-                 "reconstruct s | total s | peak GiB |", "|" + "---|" * 12]
+        (RESULTS / "factored_release.json").write_text(
+            json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+        )
+        lines = [
+            f"# Factored release ({meta['date']}, {meta['machine']}, load {meta['load_average']})",
+            "",
+            "| case | records | marginals | answers | RMSE/σ (plan) | × SVD bound | tables s | plan s | measure s | "
+            "reconstruct s | total s | peak GiB |",
+            "|" + "---|" * 12,
+        ]
         for r in rows:
             if "seconds" not in r or r.get("delta") == 0.0 or r.get("kind") == "select":
                 continue
             t = r["seconds"]
-            lines.append(f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
-                         f"{r['rmse_over_sigma_plan']:.4f} | {r['svd_bound_ratio']:.6f} | {t['marginal tables']:.1f} | "
-                         f"{t['plan']:.1f} | {t['measure']:.1f} | {t['reconstruct + answers']:.1f} | "
-                         f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |")
+            lines.append(
+                f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
+                f"{r['rmse_over_sigma_plan']:.4f} | {r['svd_bound_ratio']:.6f} | {t['marginal tables']:.1f} | "
+                f"{t['plan']:.1f} | {t['measure']:.1f} | {t['reconstruct + answers']:.1f} | "
+                f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
+            )
         for r in rows:
             if "seconds_plan" in r:
-                lines += ["", f"{r['case']}: {r['marginals']:,} marginals, {r['residuals']:,} residuals, "
-                          f"{r['answers']:,} answers; plan in {r['seconds_plan']:.1f} s (ResidualPlanner reports 9.9 s), "
-                          f"RMSE/σ {r['rmse_over_sigma_plan']:.4f}, × SVD bound {r['svd_bound_ratio']:.6f}."]
+                lines += [
+                    "",
+                    f"{r['case']}: {r['marginals']:,} marginals, {r['residuals']:,} residuals, "
+                    f"{r['answers']:,} answers; plan in {r['seconds_plan']:.1f} s (ResidualPlanner reports 9.9 s), "
+                    f"RMSE/σ {r['rmse_over_sigma_plan']:.4f}, × SVD bound {r['svd_bound_ratio']:.6f}.",
+                ]
         for r in rows:
             if r.get("delta") == 0.0 and r.get("kind") != "select":
                 t, when = r["seconds"], r.get("run", meta)
-                lines += ["", f"Pure ε ({when['date']}, load {when['load_average']}): {r['case']}, {r['records']:,} records, "
-                          f"{r['answers']:,} answers from {r['tables']} noisy marginal tables ({r['table_cells']:,} cells, "
-                          f"{r['distinct_scales']} distinct Laplace scales, L1 sensitivity {r['l1_sensitivity']:.6g}); "
-                          f"per-query RMSE at ε = 1: {r['rmse_eps1_plan_continuous']:.4g} (plan, continuous Laplace), "
-                          f"{r['rmse_measured_analytic']:.4g} (exact discrete noise drawn); tables "
-                          f"{t['marginal tables']:.1f} s, plan {t['plan']:.1f} s, measure {t['measure']:.1f} s, "
-                          f"reconstruct {t['reconstruct + answers']:.1f} s, total {r['seconds_total_excluding_load']:.1f} s, "
-                          f"peak {r['peak_rss_gib']:.2f} GiB."]
+                lines += [
+                    "",
+                    f"Pure ε ({when['date']}, load {when['load_average']}): {r['case']}, {r['records']:,} records, "
+                    f"{r['answers']:,} answers from {r['tables']} noisy marginal tables ({r['table_cells']:,} cells, "
+                    f"{r['distinct_scales']} distinct Laplace scales, L1 sensitivity {r['l1_sensitivity']:.6g}); "
+                    f"per-query RMSE at ε = 1: {r['rmse_eps1_plan_continuous']:.4g} (plan, continuous Laplace), "
+                    f"{r['rmse_measured_analytic']:.4g} (exact discrete noise drawn); tables "
+                    f"{t['marginal tables']:.1f} s, plan {t['plan']:.1f} s, measure {t['measure']:.1f} s, "
+                    f"reconstruct {t['reconstruct + answers']:.1f} s, total {r['seconds_total_excluding_load']:.1f} s, "
+                    f"peak {r['peak_rss_gib']:.2f} GiB.",
+                ]
         gm_rows = [r for r in rows if r.get("kind") == "gmarginal"]
         if gm_rows:
-            lines += ["", "Generalised marginals (HDMM's adult_W2 / loans_W2 on generated records; strategy from "
-                      "`optimize(method=\"gmarginals\")`, under (ε, δ) its lattice weights re-optimised for the L2 error "
-                      "with the factors fixed, measured from its marginal tables, factored GLS):", "",
-                      "| case | records | answers | subsets | classes | grid bits | RMSE analytic | RMSE empirical | "
-                      "RMSE unrounded | optimise s | tables s | plan s | measure s | reconstruct s | total s | peak GiB |",
-                      "|" + "---|" * 16]
+            lines += [
+                "",
+                "Generalised marginals (HDMM's adult_W2 / loans_W2 on generated records; strategy from "
+                '`optimize(method="gmarginals")`, under (ε, δ) its lattice weights re-optimised for the L2 error '
+                "with the factors fixed, measured from its marginal tables, factored GLS):",
+                "",
+                "| case | records | answers | subsets | classes | grid bits | RMSE analytic | RMSE empirical | "
+                "RMSE unrounded | optimise s | tables s | plan s | measure s | reconstruct s | total s | peak GiB |",
+                "|" + "---|" * 16,
+            ]
             for r in gm_rows:
                 t = r["stage_seconds"]
-                lines.append(f"| {r['case']} | {r['records']:,} | {r['answers']:,} | {r['measured_subsets']} | "
-                             f"{r['classes']} | {r['grid_bits']} | {r['rmse_analytic']:.4g} | {r['rmse_empirical']:.4g} | "
-                             f"{r['rmse_analytic_unrounded_factors']:.4g} | {t['optimise']:.1f} | {t['marginal tables']:.1f} | "
-                             f"{t['plan + variances']:.2f} | {t['measure']:.2f} | {t['reconstruct + answers']:.2f} | "
-                             f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |")
+                lines.append(
+                    f"| {r['case']} | {r['records']:,} | {r['answers']:,} | {r['measured_subsets']} | "
+                    f"{r['classes']} | {r['grid_bits']} | {r['rmse_analytic']:.4g} | {r['rmse_empirical']:.4g} | "
+                    f"{r['rmse_analytic_unrounded_factors']:.4g} | {t['optimise']:.1f} | {t['marginal tables']:.1f} | "
+                    f"{t['plan + variances']:.2f} | {t['measure']:.2f} | {t['reconstruct + answers']:.2f} | "
+                    f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
+                )
         sel_rows = [r for r in rows if r.get("kind") == "select"]
         if sel_rows:
-            lines += ["", "Selection over marginal cells (`release(..., select=...)` on the factored path; only the "
-                      "selected cells are measured):", "",
-                      "| case | records | rows | ε, δ | selected | RMSE analytic | RMSE empirical | plan s | "
-                      "release s | of which tables + W x s | peak GiB |", "|" + "---|" * 11]
+            lines += [
+                "",
+                "Selection over marginal cells (`release(..., select=...)` on the factored path; only the "
+                "selected cells are measured):",
+                "",
+                "| case | records | rows | ε, δ | selected | RMSE analytic | RMSE empirical | plan s | "
+                "release s | of which tables + W x s | peak GiB |",
+                "|" + "---|" * 11,
+            ]
             for r in sel_rows:
                 t = r["seconds"]
-                rm = "-" if r["rmse_selected_analytic"] is None else f"{r['rmse_selected_analytic']:.4g}"
-                re_ = "-" if r["rmse_selected_empirical"] is None else f"{r['rmse_selected_empirical']:.4g}"
-                lines.append(f"| {r['case']} | {r['records']:,} | {r['rows']:,} | {r['eps']:g}, {r['delta']:g} | "
-                             f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
-                             f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
-                             f"{r['peak_rss_gib']:.2f} |")
+                rm = (
+                    "-"
+                    if r["rmse_selected_analytic"] is None
+                    else f"{r['rmse_selected_analytic']:.4g}"
+                )
+                re_ = (
+                    "-"
+                    if r["rmse_selected_empirical"] is None
+                    else f"{r['rmse_selected_empirical']:.4g}"
+                )
+                lines.append(
+                    f"| {r['case']} | {r['records']:,} | {r['rows']:,} | {r['eps']:g}, {r['delta']:g} | "
+                    f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
+                    f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
+                    f"{r['peak_rss_gib']:.2f} |"
+                )
         for r in rows:
             if r.get("kind") == "refused":
-                lines += ["", f"{r['case']}, {r['records']:,} records: {r['marginals']:,} marginals, {r['answers']:,} "
-                          f"answers (float64 answers and std alone: {16 * r['answers'] / 2**30:.1f} GiB); refused before "
-                          f"reading the data in {r['seconds_to_refusal']:.1f} s (budget untouched: {r['budget_untouched']}): "
-                          f"{r['refusal']}"]
-        lines += ["", "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
-                  "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
-                  "discrete noise actually drawn."]
+                lines += [
+                    "",
+                    f"{r['case']}, {r['records']:,} records: {r['marginals']:,} marginals, {r['answers']:,} "
+                    f"answers (float64 answers and std alone: {16 * r['answers'] / 2**30:.1f} GiB); refused before "
+                    f"reading the data in {r['seconds_to_refusal']:.1f} s (budget untouched: {r['budget_untouched']}): "
+                    f"{r['refusal']}",
+                ]
+        lines += [
+            "",
+            "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
+            "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
+            "discrete noise actually drawn.",
+        ]
         (RESULTS / "factored_release.md").write_text("\n".join(lines) + "\n")
 
 

@@ -34,20 +34,41 @@ def _cases():
 
     M = workloads.marginals((10,) * 14, 2)
     W = workloads.marginals(ADULT, 2)
-    P = VStack([Kron(*[workloads.prefix(d) if i in s else workloads.total(d) for i, d in enumerate(ADULT)])
-                for s in [(0, 2), (2, 9), (9, 10), (10, 11)]], weights=[1.0, 2.0, 0.5, 1.5])
+    P = VStack(
+        [
+            Kron(
+                *[
+                    workloads.prefix(d) if i in s else workloads.total(d)
+                    for i, d in enumerate(ADULT)
+                ]
+            )
+            for s in [(0, 2), (2, 9), (9, 10), (10, 11)]
+        ],
+        weights=[1.0, 2.0, 0.5, 1.5],
+    )
     A = Kron(*[Identity(d) for d in ADULT])
 
     def marg(delta):
-        return lambda: (mm.expected_error(M, M, delta=delta), mm.expected_error(M, M, delta=delta, measure="max"),
-                        mm.lower_bound(M, delta=delta))
+        return lambda: (
+            mm.expected_error(M, M, delta=delta),
+            mm.expected_error(M, M, delta=delta, measure="max"),
+            mm.lower_bound(M, delta=delta),
+        )
 
     def adult():
-        return (W.sensitivity_details(1), P.sensitivity_details(2), mm.expected_error(W, W, measure="max"),
-                mm.expected_error(P, A), mm.lower_bound(W))
+        return (
+            W.sensitivity_details(1),
+            P.sensitivity_details(2),
+            mm.expected_error(W, W, measure="max"),
+            mm.expected_error(P, A),
+            mm.lower_bound(W),
+        )
 
-    return {"2-way marginals (10,)*14, pure eps": marg(0.0), "2-way marginals (10,)*14, delta 1e-6": marg(1e-6),
-            "adult-like 14 attributes": adult}
+    return {
+        "2-way marginals (10,)*14, pure eps": marg(0.0),
+        "2-way marginals (10,)*14, delta 1e-6": marg(1e-6),
+        "adult-like 14 attributes": adult,
+    }
 
 
 def main(argv=None):
@@ -61,14 +82,18 @@ def main(argv=None):
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
-        rows.append({"case": name, "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)})
+        rows.append(
+            {"case": name, "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+        )
     load = os.getloadavg()[0]
     print(f"load average {load:.2f}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
     print(f"{'case':45s} {'median s':>9s} {'min s':>8s} {'max s':>8s}")
     for r in rows:
         print(f"{r['case']:45s} {r['median_s']:9.3f} {r['min_s']:8.3f} {r['max_s']:8.3f}")
     out = ROOT / "benchmarks" / "results" / "factored_timing.json"
-    out.write_text(json.dumps({"load_average": load, "repeat": args.repeat, "rows": rows}, indent=2) + "\n")
+    out.write_text(
+        json.dumps({"load_average": load, "repeat": args.repeat, "rows": rows}, indent=2) + "\n"
+    )
     return rows
 
 

@@ -86,12 +86,28 @@ BEFORE_PURE = {
 #: last target): pure ε = 1 per-query RMSE and optimisation seconds (those included the first
 #: import of scipy.optimize, ≈0.2 s)
 PREVIOUS_PURE = {
-    "cps_W1": 4.800, "cps_W2": 40.54, "census_W1": 7.364, "census_W2": 10.31, "adultsmall_W1": 5.035,
-    "adultsmall_W2": 8.764, "loans_W1": 95.74, "loans_W2": 233.1, "adult_W1": 225.9, "adult_W2": 391.8,
+    "cps_W1": 4.800,
+    "cps_W2": 40.54,
+    "census_W1": 7.364,
+    "census_W2": 10.31,
+    "adultsmall_W1": 5.035,
+    "adultsmall_W2": 8.764,
+    "loans_W1": 95.74,
+    "loans_W2": 233.1,
+    "adult_W1": 225.9,
+    "adult_W2": 391.8,
 }
 PREVIOUS_SECONDS = {
-    "cps_W1": 1.09, "cps_W2": 3.30, "census_W1": 3.12, "census_W2": 4.16, "adultsmall_W1": 0.89,
-    "adultsmall_W2": 1.21, "loans_W1": 7.78, "loans_W2": 9.11, "adult_W1": 27.91, "adult_W2": 12.76,
+    "cps_W1": 1.09,
+    "cps_W2": 3.30,
+    "census_W1": 3.12,
+    "census_W2": 4.16,
+    "adultsmall_W1": 0.89,
+    "adultsmall_W2": 1.21,
+    "loans_W1": 7.78,
+    "loans_W2": 9.11,
+    "adult_W1": 27.91,
+    "adult_W2": 12.76,
 }
 #: issue 12: (ε, δ) = (1, 1e-6), HDMM's unit (RMSE / σ of the unit-L2 Gaussian)
 HDMM_L2 = {"census_W1": 3.387}
@@ -127,7 +143,10 @@ def load(name):
         meta = json.loads(str(z["meta"]))
         blocks, weights = [], []
         for j, term in enumerate(meta["terms"]):
-            fs = [_factor(k, n, z, f"t{j}_f{i}") for i, (k, n) in enumerate(zip(term["kinds"], term["sizes"]))]
+            fs = [
+                _factor(k, n, z, f"t{j}_f{i}")
+                for i, (k, n) in enumerate(zip(term["kinds"], term["sizes"]))
+            ]
             blocks.append(wl.kron(*fs))
             weights.append(float(term["weight"]))
     if len(blocks) == 1 and weights[0] == 1.0:
@@ -161,7 +180,12 @@ def child(name, delta):
     out = {"workload": name, "delta": delta}
     try:
         W, meta = load(name)
-        out.update(m=int(meta["m"]), n=int(meta["n"]), attributes=len(meta["domain"]), terms=len(meta["terms"]))
+        out.update(
+            m=int(meta["m"]),
+            n=int(meta["n"]),
+            attributes=len(meta["domain"]),
+            terms=len(meta["terms"]),
+        )
         ours, ref, rel = rebuild_check(W, meta)
         out.update(identity_total=ours, hdmm_identity_total=ref, rebuild_rel_diff=rel)
         if rel > 1e-9:
@@ -184,8 +208,14 @@ def child(name, delta):
         )
         tried = res.params.get("tried")
         if tried:
-            out["tried"] = {k: {"rmse": math.sqrt(v["error"] / W.shape[0]), "seconds": v["seconds"], **({"stopped": v["stopped"]} if "stopped" in v else {})}
-                            for k, v in dict(tried).items()}
+            out["tried"] = {
+                k: {
+                    "rmse": math.sqrt(v["error"] / W.shape[0]),
+                    "seconds": v["seconds"],
+                    **({"stopped": v["stopped"]} if "stopped" in v else {}),
+                }
+                for k, v in dict(tried).items()
+            }
         if res.params.get("error_kind"):
             out["error_kind"] = res.params["error_kind"]
         fails = res.params.get("failed")
@@ -211,13 +241,25 @@ def run_one(name, delta, cap):
         env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, env=env)
     except subprocess.TimeoutExpired:
-        return {"workload": name, "delta": delta, "status": "timeout", "wall": time.perf_counter() - t0, "message": f"> {cap:.0f} s cap"}
+        return {
+            "workload": name,
+            "delta": delta,
+            "status": "timeout",
+            "wall": time.perf_counter() - t0,
+            "message": f"> {cap:.0f} s cap",
+        }
     for line in proc.stdout.splitlines()[::-1]:
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
     tail = (proc.stderr or "").strip().splitlines()[-3:]
     status = "killed" if proc.returncode < 0 else f"exit {proc.returncode}"
-    return {"workload": name, "delta": delta, "status": status, "wall": time.perf_counter() - t0, "message": " | ".join(tail)[:300]}
+    return {
+        "workload": name,
+        "delta": delta,
+        "status": status,
+        "wall": time.perf_counter() - t0,
+        "message": " | ".join(tail)[:300],
+    }
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -228,7 +270,10 @@ def _f(x, fmt="{:.3f}"):
 
 
 def _tried(r):
-    parts = [f"{k} {v['rmse']:.4g} ({v['seconds']:.1f}{', stopped after round 1' if v.get('stopped') else ''})" for k, v in (r.get("tried") or {}).items()]
+    parts = [
+        f"{k} {v['rmse']:.4g} ({v['seconds']:.1f}{', stopped after round 1' if v.get('stopped') else ''})"
+        for k, v in (r.get("tried") or {}).items()
+    ]
     parts += [f"{k} failed" for k in (r.get("failed_families") or {})]
     if r.get("error_kind", "").startswith("upper"):
         parts.append("chosen error is an upper bound")
@@ -292,7 +337,9 @@ def markdown(rows, meta):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated workload names")
-    ap.add_argument("--quick", action="store_true", help="small workloads, pure ε only, no files unless --out")
+    ap.add_argument(
+        "--quick", action="store_true", help="small workloads, pure ε only, no files unless --out"
+    )
     ap.add_argument("--cap", type=float, default=CAP, help="wall-clock cap per run, seconds")
     ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -322,8 +369,8 @@ def main(argv=None):
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
-                   f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '1')} in each run, "
-                   f"1-min load {load_start[0]:.2f} at the start (other agents share the machine)",
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '1')} in each run, "
+        f"1-min load {load_start[0]:.2f} at the start (other agents share the machine)",
         "load_start": load_start,
         "cap": args.cap,
         "eps": EPS,

@@ -48,15 +48,25 @@ def stages(m: int, repeats: int) -> dict:
     dom = Domain((integer_range("dep_delay", -60, 4035),))
     W = mm.workloads.ranges(4096, np.column_stack([lo, hi]))
     out = {}
-    out["labels_loop"] = _time(lambda: [dom.interval_label(int(a), int(b)) for a, b in zip(lo, hi)], repeats)
+    out["labels_loop"] = _time(
+        lambda: [dom.interval_label(int(a), int(b)) for a, b in zip(lo, hi)], repeats
+    )
     out["labels_vectorised"] = _time(lambda: dom.interval_labels(lo, hi), repeats)
     labels = dom.interval_labels(lo, hi)
     rel = mm.release(rng.integers(0, 50, 4096), W, 1.0, strategy="hierarchical", domain=dom)
     lower, upper = rel.interval()
 
     def old_table():
-        return [{"query": str(q), "answer": float(a), "std": float(s), "lower": float(x), "upper": float(y)}
-                for q, a, s, x, y in zip(labels, rel.answers, rel.std, lower, upper)]
+        return [
+            {
+                "query": str(q),
+                "answer": float(a),
+                "std": float(s),
+                "lower": float(x),
+                "upper": float(y),
+            }
+            for q, a, s, x, y in zip(labels, rel.answers, rel.std, lower, upper)
+        ]
 
     out["table_scalars"] = _time(old_table, repeats)
     out["table_tolist"] = _time(lambda: release_table(rel, labels), repeats)
@@ -75,8 +85,12 @@ def main(argv):
         r = stages(m, repeats)
         rows.append({"m": m, **r})
         print(f"m = {m:>10,}  " + "  ".join(f"{k} {v:7.3f} s" for k, v in r.items()), flush=True)
-    res = {"load_average": os.getloadavg(), "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-           "repeats": repeats, "rows": rows}
+    res = {
+        "load_average": os.getloadavg(),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "repeats": repeats,
+        "rows": rows,
+    }
     path = Path(__file__).parent / "results" / "labelled_intervals.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(res, indent=2))

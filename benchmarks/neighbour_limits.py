@@ -37,7 +37,9 @@ def reproducers() -> list[dict]:
 
     out = []
     for fn in nc.REPRODUCERS:
-        sides = [nc.run_reproducer(fn, 0)] + ([nc.run_reproducer(fn, 1)] if fn is not nc.repro_threshold else [])
+        sides = [nc.run_reproducer(fn, 0)] + (
+            [nc.run_reproducer(fn, 1)] if fn is not nc.repro_threshold else []
+        )
         out.append(dict(case=fn.__doc__.strip(), sides=sides))
     return out
 
@@ -49,10 +51,22 @@ def sweep() -> list[dict]:
     for case in nc.cases():
         for k in nc.ks(case):
             left, right, diff = nc.compare(case, k, strategy="auto")
-            rows.append(dict(selection=case.name, path=case.path, workload=case.workload, k=k,
-                             max_records=nc.declaration(case, k), old_limit=k in nc.old_limits(case),
-                             left=_short(left), right=_short(right), left_spent=left["spent"][0],
-                             right_spent=right["spent"][0], identical=not diff, differs=diff))
+            rows.append(
+                dict(
+                    selection=case.name,
+                    path=case.path,
+                    workload=case.workload,
+                    k=k,
+                    max_records=nc.declaration(case, k),
+                    old_limit=k in nc.old_limits(case),
+                    left=_short(left),
+                    right=_short(right),
+                    left_spent=left["spent"][0],
+                    right_spent=right["spent"][0],
+                    identical=not diff,
+                    differs=diff,
+                )
+            )
     return rows
 
 
@@ -72,9 +86,18 @@ def _summary(rows: list[dict]) -> list[list[str]]:
         outcomes = sorted({r[side].split(":")[0] for r in rs for side in ("left", "right")})
         spends = sorted({(r["left_spent"], r["right_spent"]) for r in rs})
         old = [r["k"] for r in rs if r["old_limit"]]
-        out.append([sel, path, wl, f"{len(rs)} (k={rs[0]['k']}..{rs[-1]['k']})", ",".join(map(str, old)) or "-",
-                    " / ".join(outcomes), " ".join(f"{a:g}|{b:g}" for a, b in spends),
-                    "yes" if all(r["identical"] for r in rs) else "NO"])
+        out.append(
+            [
+                sel,
+                path,
+                wl,
+                f"{len(rs)} (k={rs[0]['k']}..{rs[-1]['k']})",
+                ",".join(map(str, old)) or "-",
+                " / ".join(outcomes),
+                " ".join(f"{a:g}|{b:g}" for a, b in spends),
+                "yes" if all(r["identical"] for r in rs) else "NO",
+            ]
+        )
     return out
 
 
@@ -87,24 +110,37 @@ def _before(before_pairs: dict, key: list) -> str:
     if not bad:
         return f"0 of {len(rs)}"
     eg = bad[0]
-    return (f"{len(bad)} of {len(rs)} (k={','.join(str(r['k']) for r in bad)}; e.g. k={eg['k']}: "
-            f"{eg['left']} | {eg['right']}, spent {eg['left_spent']:g}|{eg['right_spent']:g})")
+    return (
+        f"{len(bad)} of {len(rs)} (k={','.join(str(r['k']) for r in bad)}; e.g. k={eg['k']}: "
+        f"{eg['left']} | {eg['right']}, spent {eg['left_spent']:g}|{eg['right_spent']:g})"
+    )
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
     head = [str(x).replace("|", "\\|") for x in head]
-    rows = [[str(x).replace("|", "\\|") for x in r] for r in rows]  # a cell's "|" (e.g. |x|) stays in its cell
+    rows = [
+        [str(x).replace("|", "\\|") for x in r] for r in rows
+    ]  # a cell's "|" (e.g. |x|) stays in its cell
     w = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+
     def line(r):
         return "| " + " | ".join(str(x).ljust(n) for x, n in zip(r, w)) + " |"
 
-    return "\n".join([line(head), "|" + "|".join("-" * (n + 2) for n in w) + "|"] + [line(r) for r in rows])
+    return "\n".join(
+        [line(head), "|" + "|".join("-" * (n + 2) for n in w) + "|"] + [line(r) for r in rows]
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--before", type=Path, help="a checkout of the commit before the fix: run the reproducers there")
-    ap.add_argument("--reproducers-json", action="store_true", help=argparse.SUPPRESS)  # the --before subprocess
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="a checkout of the commit before the fix: run the reproducers there",
+    )
+    ap.add_argument(
+        "--reproducers-json", action="store_true", help=argparse.SUPPRESS
+    )  # the --before subprocess
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = ap.parse_args()
     _setup(args.root)
@@ -114,10 +150,18 @@ def main() -> None:
     before, before_pairs = None, {}
     if args.before:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-        res = subprocess.run([sys.executable, __file__, "--reproducers-json", "--root", str(args.before)],
-                             capture_output=True, text=True, check=True, env=env, cwd=str(args.before))
+        res = subprocess.run(
+            [sys.executable, __file__, "--reproducers-json", "--root", str(args.before)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            cwd=str(args.before),
+        )
         before = json.loads(res.stdout)
-        before_pairs = {(r["selection"], r["path"], r["workload"], r["k"]): r for r in before["pairs"]}
+        before_pairs = {
+            (r["selection"], r["path"], r["workload"], r["k"]): r for r in before["pairs"]
+        }
         before = before["reproducers"]
     t0 = time.perf_counter()
     after = reproducers()
@@ -129,27 +173,79 @@ def main() -> None:
         for label, data in (("before", before[i] if before else None), ("after", a)):
             if data is None:
                 continue
-            cells = [(s["outcome"] + (f" rows {s['rows']}" if s["outcome"] == "returns" else
-                                      ": " + s["error"][:90]), s["spent"]) for s in data["sides"]]
-            rep.append([a["case"], label] + [f"{c} (spent {sp:g})" for c, sp in cells] + ([""] if len(cells) == 1 else []))
-    text = ["## Reproducers (issue 21), each side with a fresh budget of 10",
-            _table(["case", "", "2**k - 1 (or the one dataset)", "2**k"], rep), "",
-            "## Neighbouring-limit table: method x path x workload, pairs 2**k - 1 | 2**k at every limit k",
-            _table(["selection", "path", "workload", "pairs", "old overflow k", "outcome (both sides)",
-                    "spend left|right", "identical", "before the fix: pairs that differ"],
-                   [r + [_before(before_pairs, r[:3])] for r in _summary(rows)]), "",
-            (f"{len(rows)} pairs, {sum(not r['identical'] for r in rows)} with a difference; "
-             f"{seconds:.0f} s, load average {load:.2f}")]
+            cells = [
+                (
+                    s["outcome"]
+                    + (
+                        f" rows {s['rows']}"
+                        if s["outcome"] == "returns"
+                        else ": " + s["error"][:90]
+                    ),
+                    s["spent"],
+                )
+                for s in data["sides"]
+            ]
+            rep.append(
+                [a["case"], label]
+                + [f"{c} (spent {sp:g})" for c, sp in cells]
+                + ([""] if len(cells) == 1 else [])
+            )
+    text = [
+        "## Reproducers (issue 21), each side with a fresh budget of 10",
+        _table(["case", "", "2**k - 1 (or the one dataset)", "2**k"], rep),
+        "",
+        "## Neighbouring-limit table: method x path x workload, pairs 2**k - 1 | 2**k at every limit k",
+        _table(
+            [
+                "selection",
+                "path",
+                "workload",
+                "pairs",
+                "old overflow k",
+                "outcome (both sides)",
+                "spend left|right",
+                "identical",
+                "before the fix: pairs that differ",
+            ],
+            [r + [_before(before_pairs, r[:3])] for r in _summary(rows)],
+        ),
+        "",
+        (
+            f"{len(rows)} pairs, {sum(not r['identical'] for r in rows)} with a difference; "
+            f"{seconds:.0f} s, load average {load:.2f}"
+        ),
+    ]
     print("\n".join(text))
     OUT.mkdir(exist_ok=True)
     (OUT / "neighbour_limits.md").write_text("\n".join(text) + "\n")
-    cols = ["selection", "path", "workload", "k", "max_records", "old_limit", "left", "right", "left_spent",
-            "right_spent", "identical"]
-    (OUT / "neighbour_limits.json").write_text(json.dumps(dict(
-        reproducers_before=before, reproducers_after=after, pair_columns=cols,
-        pairs=[[r[c] for c in cols] for r in rows],
-        pairs_before=[[r[c] for c in cols] for r in before_pairs.values()],
-        seconds=round(seconds, 1), load_average=round(load, 2)), separators=(",", ":"), default=str))
+    cols = [
+        "selection",
+        "path",
+        "workload",
+        "k",
+        "max_records",
+        "old_limit",
+        "left",
+        "right",
+        "left_spent",
+        "right_spent",
+        "identical",
+    ]
+    (OUT / "neighbour_limits.json").write_text(
+        json.dumps(
+            dict(
+                reproducers_before=before,
+                reproducers_after=after,
+                pair_columns=cols,
+                pairs=[[r[c] for c in cols] for r in rows],
+                pairs_before=[[r[c] for c in cols] for r in before_pairs.values()],
+                seconds=round(seconds, 1),
+                load_average=round(load, 2),
+            ),
+            separators=(",", ":"),
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,23 +34,53 @@ def cases():
     grid = noise.grid_for(scale)
     yield "discrete_laplace", "scale=1", lambda rng: noise.discrete_laplace(1, SAMPLES, rng=rng)
     yield "discrete_laplace", "scale=10", lambda rng: noise.discrete_laplace(10, SAMPLES, rng=rng)
-    yield "discrete_laplace", "scale=1000", lambda rng: noise.discrete_laplace(1000, SAMPLES, rng=rng)
-    yield "discrete_laplace", "scale=2**16", lambda rng: noise.discrete_laplace(2**16, SAMPLES, rng=rng)
-    yield ("laplace", f"scale=1/0.3, grid=grid_for (scale/grid={scale / grid:.1f})",
-           lambda rng: noise.laplace(scale, SAMPLES, grid=grid, rng=rng))
+    yield (
+        "discrete_laplace",
+        "scale=1000",
+        lambda rng: noise.discrete_laplace(1000, SAMPLES, rng=rng),
+    )
+    yield (
+        "discrete_laplace",
+        "scale=2**16",
+        lambda rng: noise.discrete_laplace(2**16, SAMPLES, rng=rng),
+    )
+    yield (
+        "laplace",
+        f"scale=1/0.3, grid=grid_for (scale/grid={scale / grid:.1f})",
+        lambda rng: noise.laplace(scale, SAMPLES, grid=grid, rng=rng),
+    )
     yield "discrete_gaussian", "sigma=1", lambda rng: noise.discrete_gaussian(1, SAMPLES, rng=rng)
     yield "discrete_gaussian", "sigma=10", lambda rng: noise.discrete_gaussian(10, SAMPLES, rng=rng)
-    yield "discrete_gaussian", "sigma=1000", lambda rng: noise.discrete_gaussian(1000, SAMPLES, rng=rng)
-    yield "discrete_gaussian", "sigma=2**16", lambda rng: noise.discrete_gaussian(2**16, SAMPLES, rng=rng)
-    yield ("gaussian", f"sigma=1/0.3, grid=grid_for (sigma/grid={scale / grid:.1f})",
-           lambda rng: noise.gaussian(scale, SAMPLES, grid=grid, rng=rng))
+    yield (
+        "discrete_gaussian",
+        "sigma=1000",
+        lambda rng: noise.discrete_gaussian(1000, SAMPLES, rng=rng),
+    )
+    yield (
+        "discrete_gaussian",
+        "sigma=2**16",
+        lambda rng: noise.discrete_gaussian(2**16, SAMPLES, rng=rng),
+    )
+    yield (
+        "gaussian",
+        f"sigma=1/0.3, grid=grid_for (sigma/grid={scale / grid:.1f})",
+        lambda rng: noise.gaussian(scale, SAMPLES, grid=grid, rng=rng),
+    )
     yield "uniform", "(0, 1)", lambda rng: noise.uniform(SAMPLES, rng=rng)
 
 
 def reference_cases():
     """numpy's floating-point samplers: fast but not safe for DP (Mironov 2012)."""
-    yield "numpy Generator.laplace (insecure float)", "scale=10", lambda rng: rng.laplace(0, 10, SAMPLES)
-    yield "numpy Generator.normal (insecure float)", "sigma=10", lambda rng: rng.normal(0, 10, SAMPLES)
+    yield (
+        "numpy Generator.laplace (insecure float)",
+        "scale=10",
+        lambda rng: rng.laplace(0, 10, SAMPLES),
+    )
+    yield (
+        "numpy Generator.normal (insecure float)",
+        "sigma=10",
+        lambda rng: rng.normal(0, 10, SAMPLES),
+    )
 
 
 def timed(fn, make_rng):
@@ -73,16 +103,32 @@ def main() -> int:
     for dist, param, fn in cases():
         for source, make_rng in sources.items():
             times = timed(fn, make_rng)
-            rows.append({"sampler": dist, "parameter": param, "source": source,
-                         "samples": SAMPLES, "runs": RUNS, "seconds": times,
-                         "median_seconds": statistics.median(times),
-                         "samples_per_second": SAMPLES / statistics.median(times)})
+            rows.append(
+                {
+                    "sampler": dist,
+                    "parameter": param,
+                    "source": source,
+                    "samples": SAMPLES,
+                    "runs": RUNS,
+                    "seconds": times,
+                    "median_seconds": statistics.median(times),
+                    "samples_per_second": SAMPLES / statistics.median(times),
+                }
+            )
     for dist, param, fn in reference_cases():
         times = timed(fn, sources["seeded Generator"])
-        rows.append({"sampler": dist, "parameter": param, "source": "seeded Generator",
-                     "samples": SAMPLES, "runs": RUNS, "seconds": times,
-                     "median_seconds": statistics.median(times),
-                     "samples_per_second": SAMPLES / statistics.median(times)})
+        rows.append(
+            {
+                "sampler": dist,
+                "parameter": param,
+                "source": "seeded Generator",
+                "samples": SAMPLES,
+                "runs": RUNS,
+                "seconds": times,
+                "median_seconds": statistics.median(times),
+                "samples_per_second": SAMPLES / statistics.median(times),
+            }
+        )
 
     w1 = max(len(r["sampler"]) for r in rows)
     w2 = max(len(r["parameter"]) for r in rows)
@@ -90,29 +136,48 @@ def main() -> int:
     print(f"{'sampler':<{w1}}  {'parameter':<{w2}}  {'source':<{w3}}  {'samples/s':>12}")
     print("-" * (w1 + w2 + w3 + 18))
     for r in rows:
-        print(f"{r['sampler']:<{w1}}  {r['parameter']:<{w2}}  {r['source']:<{w3}}  "
-              f"{r['samples_per_second']:>12,.0f}")
+        print(
+            f"{r['sampler']:<{w1}}  {r['parameter']:<{w2}}  {r['source']:<{w3}}  "
+            f"{r['samples_per_second']:>12,.0f}"
+        )
 
     targets = {}
     for param in ("scale=10", "scale=2**16"):
-        (r,) = [r for r in rows if r["sampler"] == "discrete_laplace" and r["parameter"] == param
-                and r["source"].startswith("secure")]
+        (r,) = [
+            r
+            for r in rows
+            if r["sampler"] == "discrete_laplace"
+            and r["parameter"] == param
+            and r["source"].startswith("secure")
+        ]
         targets[f"secure discrete_laplace {param}"] = {
-            "samples_per_second": r["samples_per_second"], "target": TARGET,
-            "met": r["samples_per_second"] >= TARGET}
+            "samples_per_second": r["samples_per_second"],
+            "target": TARGET,
+            "met": r["samples_per_second"] >= TARGET,
+        }
     print()
     for name, t in targets.items():
         status = "met" if t["met"] else "MISSED"
         print(f"target >= {TARGET:,}/s for {name}: {t['samples_per_second']:,.0f}/s ({status})")
 
-    machine = {"platform": platform.platform(), "machine": platform.machine(),
-               "processor": platform.processor(), "cpu_count": os.cpu_count(),
-               "python": sys.version.split()[0], "numpy": np.__version__,
-               # other processes compete for the cores; a high load lowers every figure
-               "load_average_1min_at_end": os.getloadavg()[0]}
+    machine = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        # other processes compete for the cores; a high load lowers every figure
+        "load_average_1min_at_end": os.getloadavg()[0],
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"benchmark": "noise", "machine": machine,
-                                   "targets": targets, "results": rows}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {"benchmark": "noise", "machine": machine, "targets": targets, "results": rows},
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"\nsaved {RESULTS}")
     return 0 if all(t["met"] for t in targets.values()) else 1
 

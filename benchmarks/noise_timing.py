@@ -215,24 +215,32 @@ def old_discrete_gaussian(sigma, size, *, rng):
 # Measurements
 # --------------------------------------------------------------------------------------
 
-SVT_SCALE = 4.0                     # threshold noise Lap(2/eps1) with eps1 = 0.5
+SVT_SCALE = 4.0  # threshold noise Lap(2/eps1) with eps1 = 0.5
 SVT_GRID = noise.grid_for(SVT_SCALE)  # the grid SVT uses for it (2**-14): 65536 units
 
 
 def configs():
     """(name, scale for bucketing in output units, new single draw, old single draw)."""
     for scale in (1, 10, 2**16):
-        yield (f"discrete_laplace scale={scale}", scale,
-               lambda src, s=scale: noise.discrete_laplace(s, 1, rng=src)[0],
-               lambda src, s=scale: old_discrete_laplace(s, 1, rng=src)[0])
-    yield ("discrete_gaussian sigma=10", 10,
-           lambda src: noise.discrete_gaussian(10, 1, rng=src)[0],
-           lambda src: old_discrete_gaussian(10, 1, rng=src)[0])
+        yield (
+            f"discrete_laplace scale={scale}",
+            scale,
+            lambda src, s=scale: noise.discrete_laplace(s, 1, rng=src)[0],
+            lambda src, s=scale: old_discrete_laplace(s, 1, rng=src)[0],
+        )
+    yield (
+        "discrete_gaussian sigma=10",
+        10,
+        lambda src: noise.discrete_gaussian(10, 1, rng=src)[0],
+        lambda src: old_discrete_gaussian(10, 1, rng=src)[0],
+    )
     units = int(round(SVT_SCALE / SVT_GRID))
-    yield (f"SVT threshold rho (svt_noise.draw, Lap({SVT_SCALE:g}) on grid 2**{int(math.log2(SVT_GRID))})",
-           units,
-           lambda src: svt_noise.draw(SVT_SCALE, 1, SVT_GRID, src)[0],
-           lambda src: old_discrete_laplace(units, 1, rng=src)[0])
+    yield (
+        f"SVT threshold rho (svt_noise.draw, Lap({SVT_SCALE:g}) on grid 2**{int(math.log2(SVT_GRID))})",
+        units,
+        lambda src: svt_noise.draw(SVT_SCALE, 1, SVT_GRID, src)[0],
+        lambda src: old_discrete_laplace(units, 1, rng=src)[0],
+    )
 
 
 def bucket(v, scale):
@@ -258,8 +266,15 @@ def single_draws(reps):
             med = {b: (statistics.median(x) / 1000 if x else None) for b, x in times[impl].items()}
             cnt = {b: len(x) for b, x in times[impl].items()}
             vals = [m for b, m in med.items() if m is not None and cnt[b] >= 50]
-            rows.append({"config": name, "impl": impl, "median_us": med, "count": cnt,
-                         "max_over_min": max(vals) / min(vals)})
+            rows.append(
+                {
+                    "config": name,
+                    "impl": impl,
+                    "median_us": med,
+                    "count": cnt,
+                    "max_over_min": max(vals) / min(vals),
+                }
+            )
         print(f"  {name}: done", file=sys.stderr)
     return rows
 
@@ -268,12 +283,21 @@ def throughput():
     src = noise.check_rng(None)
     out = []
     cases = [
-        ("discrete_laplace scale=2**16", lambda n: noise.discrete_laplace(2**16, n, rng=src),
-         lambda n: old_discrete_laplace(2**16, n, rng=src)),
-        ("discrete_laplace scale=10", lambda n: noise.discrete_laplace(10, n, rng=src),
-         lambda n: old_discrete_laplace(10, n, rng=src)),
-        ("discrete_gaussian sigma=1000", lambda n: noise.discrete_gaussian(1000, n, rng=src),
-         lambda n: old_discrete_gaussian(1000, n, rng=src)),
+        (
+            "discrete_laplace scale=2**16",
+            lambda n: noise.discrete_laplace(2**16, n, rng=src),
+            lambda n: old_discrete_laplace(2**16, n, rng=src),
+        ),
+        (
+            "discrete_laplace scale=10",
+            lambda n: noise.discrete_laplace(10, n, rng=src),
+            lambda n: old_discrete_laplace(10, n, rng=src),
+        ),
+        (
+            "discrete_gaussian sigma=1000",
+            lambda n: noise.discrete_gaussian(1000, n, rng=src),
+            lambda n: old_discrete_gaussian(1000, n, rng=src),
+        ),
     ]
     for name, new, old in cases:
         row = {"config": name}
@@ -296,24 +320,37 @@ def fmt(x):
 
 
 def markdown(rows, thr, meta):
-    lines = [f"# Noise draw time by |value| ({meta['machine']})", "",
-             f"Median µs per single draw (size 1, os.urandom source), {meta['reps']} draws per "
-             "configuration and implementation, bucketed by |value| in units of the scale "
-             "(sigma for the Gaussian). Count per bucket in parentheses. max/min: ratio of "
-             "the largest to the smallest bucket median (buckets with >= 50 draws).", "",
-             "| config | impl | " + " | ".join(f"|v| {b}" for b in BUCKETS) + " | max/min |",
-             "|---|---|" + "---|" * (len(BUCKETS) + 1)]
+    lines = [
+        f"# Noise draw time by |value| ({meta['machine']})",
+        "",
+        f"Median µs per single draw (size 1, os.urandom source), {meta['reps']} draws per "
+        "configuration and implementation, bucketed by |value| in units of the scale "
+        "(sigma for the Gaussian). Count per bucket in parentheses. max/min: ratio of "
+        "the largest to the smallest bucket median (buckets with >= 50 draws).",
+        "",
+        "| config | impl | " + " | ".join(f"|v| {b}" for b in BUCKETS) + " | max/min |",
+        "|---|---|" + "---|" * (len(BUCKETS) + 1),
+    ]
     for r in rows:
         cells = [f"{fmt(r['median_us'][b])} ({r['count'][b]})" for b in BUCKETS]
-        lines.append(f"| {r['config']} | {r['impl']} | " + " | ".join(cells)
-                     + f" | {r['max_over_min']:.2f} |")
-    lines += ["", "Throughput (samples/s; size 1: median of 3000 calls, size 2**20: median of 3).", "",
-              "| config | old size 1 | new size 1 | old size 2**20 | new size 2**20 | new/old 2**20 |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['config']} | {r['impl']} | "
+            + " | ".join(cells)
+            + f" | {r['max_over_min']:.2f} |"
+        )
+    lines += [
+        "",
+        "Throughput (samples/s; size 1: median of 3000 calls, size 2**20: median of 3).",
+        "",
+        "| config | old size 1 | new size 1 | old size 2**20 | new size 2**20 | new/old 2**20 |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in thr:
-        lines.append(f"| {r['config']} | {r['old_size1']:,.0f} | {r['new_size1']:,.0f} | "
-                     f"{r['old_size1048576']:,.0f} | {r['new_size1048576']:,.0f} | "
-                     f"{r['new_size1048576'] / r['old_size1048576']:.2f} |")
+        lines.append(
+            f"| {r['config']} | {r['old_size1']:,.0f} | {r['new_size1']:,.0f} | "
+            f"{r['old_size1048576']:,.0f} | {r['new_size1048576']:,.0f} | "
+            f"{r['new_size1048576'] / r['old_size1048576']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -321,16 +358,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20_000)
     args = ap.parse_args()
-    meta = {"machine": f"{os.cpu_count()} shared cores, {platform.machine()}, "
-                       f"Python {platform.python_version()}, numpy {np.__version__}",
-            "reps": args.reps, "source": "os.urandom"}
+    meta = {
+        "machine": f"{os.cpu_count()} shared cores, {platform.machine()}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}",
+        "reps": args.reps,
+        "source": "os.urandom",
+    }
     rows = single_draws(args.reps)
     thr = throughput()
     md = markdown(rows, thr, meta)
     print(md)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "noise_timing.json").write_text(json.dumps(
-        {"meta": meta, "single_draws": rows, "throughput": thr}, indent=1) + "\n")
+    (RESULTS / "noise_timing.json").write_text(
+        json.dumps({"meta": meta, "single_draws": rows, "throughput": thr}, indent=1) + "\n"
+    )
     (RESULTS / "noise_timing.md").write_text(md)
 
 

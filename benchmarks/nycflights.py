@@ -29,7 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SPECS = {"2-way": ROOT / "workloads" / "nycflights_2way.toml", "3-way": ROOT / "workloads" / "nycflights_3way.toml"}
+SPECS = {
+    "2-way": ROOT / "workloads" / "nycflights_2way.toml",
+    "3-way": ROOT / "workloads" / "nycflights_3way.toml",
+}
 COLUMNS = ["month", "carrier", "origin", "hour", "dep_delay", "distance"]
 #: CLI runs per case; the median time is reported.
 REPEATS = 3
@@ -51,10 +54,39 @@ def _cli(spec, data, extra, tmp):
     ledger = Path(tmp) / "ledger.db"
     if ledger.exists():
         ledger.unlink()
-    subprocess.run([sys.executable, "-m", "matmech.cli", "budget", "init", str(ledger), "--eps", "1", "--delta", "1e-5"],
-                   check=True, capture_output=True, env=env, cwd=ROOT)
-    cmd = [sys.executable, "-m", "matmech.cli", "release", str(spec), "--data", str(data), "--eps", "1", "--json",
-           "--ledger", str(ledger), *extra]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "matmech.cli",
+            "budget",
+            "init",
+            str(ledger),
+            "--eps",
+            "1",
+            "--delta",
+            "1e-5",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "matmech.cli",
+        "release",
+        str(spec),
+        "--data",
+        str(data),
+        "--eps",
+        "1",
+        "--json",
+        "--ledger",
+        str(ledger),
+        *extra,
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     seconds = time.perf_counter() - t0
@@ -78,9 +110,19 @@ def _reference(spec_path, data):
     for mode, delta in (("pure eps", 0.0), ("(eps, delta)", 1e-6)):
         t0 = time.perf_counter()
         tables = marginal_counts(str(data), spec.schema, [tuple(range(len(spec.domain)))])
-        rel = release_factored(tables, spec.workload, 1.0, delta, strategy="residual", search="lattice",
-                               rng=np.random.default_rng(0))
-        out[mode] = {"seconds": time.perf_counter() - t0, "rmse": float(np.sqrt(rel.expected_error / rel.answers.size))}
+        rel = release_factored(
+            tables,
+            spec.workload,
+            1.0,
+            delta,
+            strategy="residual",
+            search="lattice",
+            rng=np.random.default_rng(0),
+        )
+        out[mode] = {
+            "seconds": time.perf_counter() - t0,
+            "rmse": float(np.sqrt(rel.expected_error / rel.answers.size)),
+        }
     return out
 
 
@@ -110,10 +152,12 @@ def main():
                     "residual_path_seconds": ref.get(mode, {}).get("seconds"),
                 }
                 rows.append(row)
-                print(f"{name:<6} {mode:<13} route {row['route']:<9} {row['cli_seconds_median']:6.2f} s  "
-                      f"RMSE {row['rmse_analytic']:8.3f}  (residual path: "
-                      f"{'-' if row['residual_path_rmse'] is None else format(row['residual_path_rmse'], '.3f')})",
-                      flush=True)
+                print(
+                    f"{name:<6} {mode:<13} route {row['route']:<9} {row['cli_seconds_median']:6.2f} s  "
+                    f"RMSE {row['rmse_analytic']:8.3f}  (residual path: "
+                    f"{'-' if row['residual_path_rmse'] is None else format(row['residual_path_rmse'], '.3f')})",
+                    flush=True,
+                )
     meta = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -126,14 +170,22 @@ def main():
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "nycflights.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    lines = ["| workload | mode | route | strategy | CLI s (median) | RMSE (analytic) | residual path RMSE |",
-             "|---|---|---|---|---|---|---|"]
+    (RESULTS / "nycflights.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+    )
+    lines = [
+        "| workload | mode | route | strategy | CLI s (median) | RMSE (analytic) | residual path RMSE |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ref = "-" if r["residual_path_rmse"] is None else f"{r['residual_path_rmse']:.3f}"
-        lines.append(f"| {r['workload']} | {r['mode']} | {r['route']} | {r['strategy']} | {r['cli_seconds_median']:.2f} | "
-                     f"{r['rmse_analytic']:.3f} | {ref} |")
-    lines.append(f"\nload average {meta['load_average']}, {meta['cpus']} CPUs, {REPEATS} runs per case.")
+        lines.append(
+            f"| {r['workload']} | {r['mode']} | {r['route']} | {r['strategy']} | {r['cli_seconds_median']:.2f} | "
+            f"{r['rmse_analytic']:.3f} | {ref} |"
+        )
+    lines.append(
+        f"\nload average {meta['load_average']}, {meta['cpus']} CPUs, {REPEATS} runs per case."
+    )
     (RESULTS / "nycflights.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

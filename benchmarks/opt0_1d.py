@@ -53,8 +53,15 @@ KINDS = ("all_range", "prefix")
 SEEDS = (0, 1, 2)
 #: Published HDMM OPT₀ per-query RMSE at ε = 1 (issue 12: all ranges 256-1024, prefix 256;
 #: issue 3: prefix 1024, n = 4096).
-HDMM = {("all_range", 256): 8.07, ("all_range", 512): 9.580, ("all_range", 1024): 11.101, ("prefix", 256): 7.35,
-        ("prefix", 1024): 9.59, ("all_range", 4096): 14.47, ("prefix", 4096): 12.40}
+HDMM = {
+    ("all_range", 256): 8.07,
+    ("all_range", 512): 9.580,
+    ("all_range", 1024): 11.101,
+    ("prefix", 256): 7.35,
+    ("prefix", 1024): 9.59,
+    ("all_range", 4096): 14.47,
+    ("prefix", 4096): 12.40,
+}
 #: HDMM's ``TemplateStrategy.optimize`` options for scipy's L-BFGS-B.
 HDMM_OPTIONS = {"ftol": 1e-4}
 OUT = pathlib.Path(__file__).parent / "results"
@@ -105,7 +112,14 @@ def opt0_released(op, n, seeds):
                 return f, g.reshape(-1)
 
             t0 = time.perf_counter()
-            res = minimize(fun, th0.ravel(), jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * th0.size, options=HDMM_OPTIONS)
+            res = minimize(
+                fun,
+                th0.ravel(),
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[(0.0, None)] * th0.size,
+                options=HDMM_OPTIONS,
+            )
             runs.append((s, float(res.fun), int(res.nit), time.perf_counter() - t0))
     return min(r[1] for r in runs), runs
 
@@ -129,23 +143,50 @@ def run_one(kind, n, args, stored=None):
         row.update(released_rmse=stored["released_rmse"], released_runs=stored["released_runs"])
     elif n <= args.released_max_n and seeds:
         f, runs = opt0_released(op, n, seeds)
-        row.update(released_rmse=rmse(f, m), released_runs=[(s, rmse(v, m), it, sec) for s, v, it, sec in runs])
-        print(f"    OPT0 as released {row['released_rmse']:.4f}  " + "  ".join(f"seed {s}: {r:.4f} ({it} it, {sec:.0f} s)" for s, r, it, sec in row["released_runs"]), flush=True)
+        row.update(
+            released_rmse=rmse(f, m),
+            released_runs=[(s, rmse(v, m), it, sec) for s, v, it, sec in runs],
+        )
+        print(
+            f"    OPT0 as released {row['released_rmse']:.4f}  "
+            + "  ".join(
+                f"seed {s}: {r:.4f} ({it} it, {sec:.0f} s)"
+                for s, r, it, sec in row["released_runs"]
+            ),
+            flush=True,
+        )
     else:
         row.update(released_rmse=None, released_runs=None)
     if n <= pure.HDMM_START_MAX_N:
         polish = pure.ONE_D_POLISH if n <= pure.ONE_D_POLISH_MAX_N else pure.default_polish(n)
         same = pure.default_maxiter(n) + polish
         f, s, nit, _, sec = opt0(op, n, same, 1e-8, None)
-        row.update(opt0_same_budget_rmse=rmse(f, m), opt0_same_budget_iters=same, opt0_same_budget_seconds=sec)
+        row.update(
+            opt0_same_budget_rmse=rmse(f, m),
+            opt0_same_budget_iters=same,
+            opt0_same_budget_seconds=sec,
+        )
     else:
-        row.update(opt0_same_budget_rmse=None, opt0_same_budget_iters=None, opt0_same_budget_seconds=None)
+        row.update(
+            opt0_same_budget_rmse=None, opt0_same_budget_iters=None, opt0_same_budget_seconds=None
+        )
     if n <= args.ref_max_n:
         f, s, nit, capped, sec = opt0(op, n, args.ref_iters, 1e-9, args.ref_seconds)
-        row.update(opt0_rmse=rmse(f, m), opt0_seed=s, opt0_iters=nit, opt0_capped=bool(capped), opt0_seconds=sec)
-        print(f"    OPT0 long run {row['opt0_rmse']:.4f} ({nit} it{', capped' if capped else ''}, {sec:.0f} s)", flush=True)
+        row.update(
+            opt0_rmse=rmse(f, m),
+            opt0_seed=s,
+            opt0_iters=nit,
+            opt0_capped=bool(capped),
+            opt0_seconds=sec,
+        )
+        print(
+            f"    OPT0 long run {row['opt0_rmse']:.4f} ({nit} it{', capped' if capped else ''}, {sec:.0f} s)",
+            flush=True,
+        )
     else:
-        row.update(opt0_rmse=None, opt0_seed=None, opt0_iters=None, opt0_capped=None, opt0_seconds=None)
+        row.update(
+            opt0_rmse=None, opt0_seed=None, opt0_iters=None, opt0_capped=None, opt0_seconds=None
+        )
     return row
 
 
@@ -155,9 +196,11 @@ def markdown(rows, meta):
         "",
         "Runs (`python benchmarks/opt0_1d.py ...`, x86_64, wall-clock on 2 shared cores, OPENBLAS_NUM_THREADS=1):",
         "",
-        *[f"- `{r['command']}`: numpy {r['numpy']}, total {r['total_seconds']:.0f} s, 1-min load {r['load_start']:.2f} at the start, "
-          f"{r['load_end']:.2f} at the end ({', '.join(r['pairs'])}{'; ' + r['reused'] + ' reused from it' if r.get('reused') else ''})"
-          for r in meta["runs"]],
+        *[
+            f"- `{r['command']}`: numpy {r['numpy']}, total {r['total_seconds']:.0f} s, 1-min load {r['load_start']:.2f} at the start, "
+            f"{r['load_end']:.2f} at the end ({', '.join(r['pairs'])}{'; ' + r['reused'] + ' reused from it' if r.get('reused') else ''})"
+            for r in meta["runs"]
+        ],
         "",
         "OPT₀ as released = HDMM's code path: p = n/16, Θ ~ U[0,1), scipy L-BFGS-B with HDMM's ftol = 1e-4, best of the"
         " seeds shown (its iterations and seconds: of the best seed). OPT₀ long run = the same starts run by our L-BFGS"
@@ -195,17 +238,44 @@ def markdown(rows, meta):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated n")
-    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated workloads (all_range, prefix)")
-    ap.add_argument("--released-seeds", type=int, default=3, help="seeds of OPT₀ as released (n <= --released-max-n-all)")
-    ap.add_argument("--released-max-n-all", type=int, default=2048, help="above this n, OPT₀ as released runs seed 0 only")
-    ap.add_argument("--released-max-n", type=int, default=8192, help="largest n for OPT₀ as released")
+    ap.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated workloads (all_range, prefix)"
+    )
+    ap.add_argument(
+        "--released-seeds",
+        type=int,
+        default=3,
+        help="seeds of OPT₀ as released (n <= --released-max-n-all)",
+    )
+    ap.add_argument(
+        "--released-max-n-all",
+        type=int,
+        default=2048,
+        help="above this n, OPT₀ as released runs seed 0 only",
+    )
+    ap.add_argument(
+        "--released-max-n", type=int, default=8192, help="largest n for OPT₀ as released"
+    )
     ap.add_argument("--ref-iters", type=int, default=3000)
-    ap.add_argument("--ref-seconds", type=float, default=60.0, help="time cap per seed of the OPT₀ long run")
+    ap.add_argument(
+        "--ref-seconds", type=float, default=60.0, help="time cap per seed of the OPT₀ long run"
+    )
     ap.add_argument("--ref-max-n", type=int, default=4096, help="largest n for the OPT₀ long run")
-    ap.add_argument("--merge", action="store_true", help="keep the stored rows of the (workload, n) not run now")
-    ap.add_argument("--merge-from", nargs="*", default=[], help="JSON files (of this script) whose rows are merged the same way")
+    ap.add_argument(
+        "--merge", action="store_true", help="keep the stored rows of the (workload, n) not run now"
+    )
+    ap.add_argument(
+        "--merge-from",
+        nargs="*",
+        default=[],
+        help="JSON files (of this script) whose rows are merged the same way",
+    )
     ap.add_argument("--out-dir", default=str(OUT), help="where opt0_1d.{json,md} are written")
-    ap.add_argument("--reuse-released", action="store_true", help="take OPT₀ as released from the stored rows where present")
+    ap.add_argument(
+        "--reuse-released",
+        action="store_true",
+        help="take OPT₀ as released from the stored rows where present",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = [k for k in args.kinds.split(",") if k]
@@ -217,19 +287,41 @@ def main():
     if args.reuse_released:  # the stored results, then the --merge-from files
         for src in [path] * path.exists() + [pathlib.Path(f) for f in args.merge_from]:
             old = json.loads(src.read_text())
-            hits = {(r["workload"], r["n"]): r for r in old["rows"] if r.get("released_runs") and r["workload"] in kinds and r["n"] in sizes}
+            hits = {
+                (r["workload"], r["n"]): r
+                for r in old["rows"]
+                if r.get("released_runs") and r["workload"] in kinds and r["n"] in sizes
+            }
             if hits:
                 stored.update(hits)
-                reused_runs += [dict(r, reused="OPT₀ as released only") for r in old["meta"].get("runs", []) if "command" in r]
+                reused_runs += [
+                    dict(r, reused="OPT₀ as released only")
+                    for r in old["meta"].get("runs", [])
+                    if "command" in r
+                ]
     rows = [run_one(kind, n, args, stored.get((kind, n))) for kind in kinds for n in sizes]
     total = time.perf_counter() - t0
     command = " ".join(["python benchmarks/opt0_1d.py", *sys.argv[1:]])
-    run = {"command": command, "numpy": np.__version__, "machine": platform.machine(), "total_seconds": total,
-           "load_start": load_start, "load_end": os.getloadavg()[0], "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-           "pairs": [f"{k} n={n}" for k in kinds for n in sizes]}
+    run = {
+        "command": command,
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "total_seconds": total,
+        "load_start": load_start,
+        "load_end": os.getloadavg()[0],
+        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+        "pairs": [f"{k} n={n}" for k in kinds for n in sizes],
+    }
     # a pure merge (--kinds "") adds no run of its own
-    meta = {"eps": 1.0, "seeds": list(SEEDS), "hdmm_options": HDMM_OPTIONS, "runs": reused_runs + [run] * bool(rows)}
-    sources = ([path] if args.merge and path.exists() else []) + [pathlib.Path(f) for f in args.merge_from]
+    meta = {
+        "eps": 1.0,
+        "seeds": list(SEEDS),
+        "hdmm_options": HDMM_OPTIONS,
+        "runs": reused_runs + [run] * bool(rows),
+    }
+    sources = ([path] if args.merge and path.exists() else []) + [
+        pathlib.Path(f) for f in args.merge_from
+    ]
     for src in sources:  # rows of (workload, n) pairs not run now, with the runs that made them
         old = json.loads(src.read_text())
         done = {(r["workload"], r["n"]) for r in rows}

@@ -99,7 +99,11 @@ def row_1d(kind, n, repeats):
     load_after = load()
     trees = advise(W, EPS, candidates=["hierarchical"])
     best_tree = trees.rows[0]
-    fixed = {"identity": rmse(S.identity(n)), "haar": rmse(S.haar(n)), "hierarchical": best_tree.rmse}
+    fixed = {
+        "identity": rmse(S.identity(n)),
+        "haar": rmse(S.haar(n)),
+        "hierarchical": best_tree.rmse,
+    }
     hdmm_fixed, hdmm_opt, hdmm_sec = HDMM_1D[(kind, n)]
     return {
         "workload": kind,
@@ -107,7 +111,16 @@ def row_1d(kind, n, repeats):
         "queries": m,
         "rmse": {**fixed, "optimized": res.rmse, "lower_bound": math.sqrt(lower_bound(W, EPS) / m)},
         "best_hierarchy": {"name": best_tree.name, **dict(best_tree.params)},
-        "optimizer": {"seconds_runs": seconds, "seconds_median": statistics.median(seconds), "method": res.method, "p": res.params.get("p"), "init": res.params.get("init"), "iterations": res.params["starts"][0][4] if "starts" in res.params else None, "load_before": load_before, "load_after": load_after},
+        "optimizer": {
+            "seconds_runs": seconds,
+            "seconds_median": statistics.median(seconds),
+            "method": res.method,
+            "p": res.params.get("p"),
+            "init": res.params.get("init"),
+            "iterations": res.params["starts"][0][4] if "starts" in res.params else None,
+            "load_before": load_before,
+            "load_after": load_after,
+        },
         "hdmm": {"best_fixed": hdmm_fixed, "opt": hdmm_opt, "seconds": hdmm_sec},
     }
 
@@ -119,13 +132,31 @@ def rows_other(repeats):
     res, seconds = timed_optimize(W, repeats)
     fixed = advise(W, EPS, candidates="fixed")
     best = fixed.rows[0]
-    out.append(("2-D all ranges 256x256", W, res, seconds, best.rmse, f"{best.name} {_params(best.params)}".strip()))
+    out.append(
+        (
+            "2-D all ranges 256x256",
+            W,
+            res,
+            seconds,
+            best.rmse,
+            f"{best.name} {_params(best.params)}".strip(),
+        )
+    )
     for dom, k in (((10,) * 4, 2), ((10,) * 5, 3)):
         W = wl.marginals(dom, k)
         res, seconds = timed_optimize(W, repeats)
         own = np.array([1.0 if bin(mask).count("1") == k else 0.0 for mask in range(1 << len(dom))])
         measured = expected_error(W, MarginalStrategy(dom, own), EPS, 0.0, measure="rmse")
-        out.append((f"all {k}-way marginals ({','.join(map(str, dom))})", W, res, seconds, measured, "measure the marginals"))
+        out.append(
+            (
+                f"all {k}-way marginals ({','.join(map(str, dom))})",
+                W,
+                res,
+                seconds,
+                measured,
+                "measure the marginals",
+            )
+        )
     rows = []
     for name, W, res, seconds, fixed_rmse, fixed_name in out:
         hdmm_fixed, hdmm_opt, hdmm_sec, hdmm_method = HDMM_OTHER[name]
@@ -135,9 +166,19 @@ def rows_other(repeats):
                 "queries": W.shape[0],
                 "cells": W.shape[1],
                 "best_fixed": {"name": fixed_name, "rmse": fixed_rmse},
-                "optimized": {"rmse": res.rmse, "method": res.method, "seconds_runs": seconds, "seconds_median": statistics.median(seconds)},
+                "optimized": {
+                    "rmse": res.rmse,
+                    "method": res.method,
+                    "seconds_runs": seconds,
+                    "seconds_median": statistics.median(seconds),
+                },
                 "lower_bound_rmse": math.sqrt(lower_bound(W, EPS) / W.shape[0]),
-                "hdmm": {"best_fixed": hdmm_fixed, "opt": hdmm_opt, "seconds": hdmm_sec, "method": hdmm_method},
+                "hdmm": {
+                    "best_fixed": hdmm_fixed,
+                    "opt": hdmm_opt,
+                    "seconds": hdmm_sec,
+                    "method": hdmm_method,
+                },
             }
         )
     return rows
@@ -164,7 +205,11 @@ def rows_l2():
                     "load_before": load_before,
                 }
             )
-            print(f"  L2 {kind} n={n}: RMSE {res.rmse:.4f}, gap {res.gap:.1e}, {res.seconds:.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"  L2 {kind} n={n}: RMSE {res.rmse:.4f}, gap {res.gap:.1e}, {res.seconds:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -232,7 +277,11 @@ def markdown(data):
             f"| {r['workload']} | {r['n']} | {r['rmse']:.4f} | {r['lower_bound_rmse']:.4f} | {r['error_over_bound']:.4f} | {r['gap']:.1e} | "
             f"{r['iterations']} | {r['seconds']:.2f} | ≤ {r['target_seconds']:g} s, gap ≤ 1e-3 |"
         )
-    lines += ["", "Regenerate: `python benchmarks/optimize.py` (add `--quick` to skip n = 4096).", ""]
+    lines += [
+        "",
+        "Regenerate: `python benchmarks/optimize.py` (add `--quick` to skip n = 4096).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -251,7 +300,9 @@ def plot(data, path):
         "identity": dict(color="0.55", marker="s", ls="-"),
         "haar": dict(color="tab:purple", marker="^", ls="-"),
         "hierarchical": dict(color="tab:blue", marker="o", ls="-", label="best hierarchy"),
-        "optimized": dict(color="tab:red", marker="D", ms=5, ls="-", lw=2, label="optimized (matmech)"),
+        "optimized": dict(
+            color="tab:red", marker="D", ms=5, ls="-", lw=2, label="optimized (matmech)"
+        ),
         "lower_bound": dict(color="k", marker="", ls="--", label="SVD lower bound"),
     }
     for ax, kind in zip(axes, MAKERS):
@@ -261,7 +312,16 @@ def plot(data, path):
             st = dict(st)
             label = st.pop("label", key)
             ax.plot(ns, [r["rmse"][key] for r in rows], label=label, **st)
-        ax.plot(ns, [r["hdmm"]["opt"] for r in rows], ls="none", marker="x", ms=10, mew=2, color="tab:green", label="HDMM OPT₀")
+        ax.plot(
+            ns,
+            [r["hdmm"]["opt"] for r in rows],
+            ls="none",
+            marker="x",
+            ms=10,
+            mew=2,
+            color="tab:green",
+            label="HDMM OPT₀",
+        )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ns, [str(n) for n in ns])
@@ -282,8 +342,17 @@ def plot(data, path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="skip n = 4096 (and write nothing unless --out is given)")
-    ap.add_argument("--out", type=Path, default=None, help="directory for optimize.{json,md,png} (default benchmarks/results)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="skip n = 4096 (and write nothing unless --out is given)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for optimize.{json,md,png} (default benchmarks/results)",
+    )
     args = ap.parse_args(argv)
     out_dir = args.out if args.out is not None else (None if args.quick else RESULTS)
     sizes = (256, 1024) if args.quick else (256, 1024, 4096)
@@ -294,7 +363,11 @@ def main(argv=None):
             t0 = time.perf_counter()
             one_d.append(row_1d(kind, n, 1 if n >= 4096 else 3))
             r = one_d[-1]
-            print(f"  {kind} n={n}: optimized {r['rmse']['optimized']:.4f} (HDMM {r['hdmm']['opt']}), median {r['optimizer']['seconds_median']:.2f} s [{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+            print(
+                f"  {kind} n={n}: optimized {r['rmse']['optimized']:.4f} (HDMM {r['hdmm']['opt']}), median {r['optimizer']['seconds_median']:.2f} s [{time.perf_counter() - t0:.0f} s]",
+                file=sys.stderr,
+                flush=True,
+            )
     data["one_d"] = one_d
     data["other"] = rows_other(3)
     data["l2"] = rows_l2()
@@ -306,7 +379,11 @@ def main(argv=None):
         (out_dir / "optimize.json").write_text(json.dumps(data, indent=2) + "\n")
         (out_dir / "optimize.md").write_text(text)
         drew = plot(data, out_dir / "optimize.png")
-        print(f"wrote {out_dir / 'optimize.json'}, {out_dir / 'optimize.md'}" + (f", {out_dir / 'optimize.png'}" if drew else ""), file=sys.stderr)
+        print(
+            f"wrote {out_dir / 'optimize.json'}, {out_dir / 'optimize.md'}"
+            + (f", {out_dir / 'optimize.png'}" if drew else ""),
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

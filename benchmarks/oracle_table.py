@@ -31,10 +31,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import oracle_problems as op  # noqa: E402
 
-COVERED = {("histogram", "pure", "none"), ("histogram", "approx", "none"), ("records", "pure", "none"),
-           ("records", "approx", "none"), ("residual", "pure", "none"), ("residual", "approx", "none"),
-           ("gmarginal", "pure", "none"), ("gmarginal", "approx", "none"), ("records", "pure", "svt-gap"),
-           ("histogram", "approx", "topc-gap")}
+COVERED = {
+    ("histogram", "pure", "none"),
+    ("histogram", "approx", "none"),
+    ("records", "pure", "none"),
+    ("records", "approx", "none"),
+    ("residual", "pure", "none"),
+    ("residual", "approx", "none"),
+    ("gmarginal", "pure", "none"),
+    ("gmarginal", "approx", "none"),
+    ("records", "pure", "svt-gap"),
+    ("histogram", "approx", "topc-gap"),
+}
 
 
 def coverage(path, model, method, trials, seed=5):
@@ -57,30 +65,59 @@ def main(argv=None):
     t0 = time.perf_counter()
     for path in op.PATHS:
         for model in op.MODELS:
-            for method in (op.METHODS if path not in op.NO_SELECTION else ("none",)):
+            for method in op.METHODS if path not in op.NO_SELECTION else ("none",):
                 da = dv = 0.0
                 for seed in range(args.problems):
                     rel, W, _ = op.run(path, model, method, seed, neighbors=op.NEIGHBORS[seed % 2])
                     a, v = op.compare(rel, W)
                     da, dv = max(da, a), max(dv, v)
-                cov = coverage(path, model, method, args.trials) if (path, model, method) in COVERED else None
-                rows.append({"path": path, "model": model, "method": method, "max_answer_rel": da,
-                             "max_variance_rel": dv, "coverage95": cov})
-                print(f"{path:10s} {model:6s} {method:13s} {da:9.2e} {dv:9.2e} "
-                      f"{'' if cov is None else f'{cov:.3f}'}", flush=True)
+                cov = (
+                    coverage(path, model, method, args.trials)
+                    if (path, model, method) in COVERED
+                    else None
+                )
+                rows.append(
+                    {
+                        "path": path,
+                        "model": model,
+                        "method": method,
+                        "max_answer_rel": da,
+                        "max_variance_rel": dv,
+                        "coverage95": cov,
+                    }
+                )
+                print(
+                    f"{path:10s} {model:6s} {method:13s} {da:9.2e} {dv:9.2e} "
+                    f"{'' if cov is None else f'{cov:.3f}'}",
+                    flush=True,
+                )
     load = os.getloadavg()[0]
     se = math.sqrt(0.95 * 0.05 / args.trials)
-    head = (f"problems per cell {args.problems}, coverage trials {args.trials} (4 SE = {4 * se:.3f}), "
-            f"load average {load:.2f}, {time.perf_counter() - t0:.0f} s")
-    md = [head, "", "| path | model | method | max rel. answer diff | max rel. variance diff | 95% coverage |",
-          "|---|---|---|---|---|---|"]
-    md += [f"| {r['path']} | {r['model']} | {r['method']} | {r['max_answer_rel']:.2e} | {r['max_variance_rel']:.2e} | "
-           f"{'' if r['coverage95'] is None else format(r['coverage95'], '.3f')} |" for r in rows]
+    head = (
+        f"problems per cell {args.problems}, coverage trials {args.trials} (4 SE = {4 * se:.3f}), "
+        f"load average {load:.2f}, {time.perf_counter() - t0:.0f} s"
+    )
+    md = [
+        head,
+        "",
+        "| path | model | method | max rel. answer diff | max rel. variance diff | 95% coverage |",
+        "|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['path']} | {r['model']} | {r['method']} | {r['max_answer_rel']:.2e} | {r['max_variance_rel']:.2e} | "
+        f"{'' if r['coverage95'] is None else format(r['coverage95'], '.3f')} |"
+        for r in rows
+    ]
     print(head)
     out = ROOT / "benchmarks" / "results"
     (out / "oracle_table.md").write_text("\n".join(md) + "\n")
-    (out / "oracle_table.json").write_text(json.dumps({"problems": args.problems, "trials": args.trials,
-                                                       "load_average": load, "rows": rows}, indent=2) + "\n")
+    (out / "oracle_table.json").write_text(
+        json.dumps(
+            {"problems": args.problems, "trials": args.trials, "load_average": load, "rows": rows},
+            indent=2,
+        )
+        + "\n"
+    )
     return rows
 
 

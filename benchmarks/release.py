@@ -73,7 +73,14 @@ def staged(x, W, make_strategy, eps, delta):
     t5 = time.perf_counter()
     var = _answer_variances(W, plan)
     t6 = time.perf_counter()
-    t.update(strategy=t1 - t0, plan=t2 - t1, measure=t3 - t2, least_squares=t4 - t3, answer=t5 - t4, std=t6 - t5)
+    t.update(
+        strategy=t1 - t0,
+        plan=t2 - t1,
+        measure=t3 - t2,
+        least_squares=t4 - t3,
+        answer=t5 - t4,
+        std=t6 - t5,
+    )
     t["measure+least_squares+answer"] = t3 - t2 + t4 - t3 + t5 - t4
     t["all stages"] = t6 - t0
     assert answers.shape == var.shape
@@ -112,9 +119,16 @@ def part_tree(repeats):
         "noise": meas.noise,
         "secure_randomness": meas.secure,
         "seconds": summarise(samples),
-        "release()_seconds_eps": {"median": statistics.median(rel_times), "min": min(rel_times), "max": max(rel_times)},
+        "release()_seconds_eps": {
+            "median": statistics.median(rel_times),
+            "min": min(rel_times),
+            "max": max(rel_times),
+        },
         "release()_seconds_eps_delta=1e-6": {
-            "median": statistics.median(gauss_times), "min": min(gauss_times), "max": max(gauss_times)},
+            "median": statistics.median(gauss_times),
+            "min": min(gauss_times),
+            "max": max(gauss_times),
+        },
         "rmse_observed": float(np.sqrt(np.mean(err**2))),
         "rmse_expected": float(np.sqrt(rel.expected_error / m)),
         "rss_mb_after_setup": base,
@@ -147,16 +161,32 @@ def part_optimized(repeats):
         t0 = time.perf_counter()
         res = optimize(all_range(n), eps, 0.0)
         opt_seconds = time.perf_counter() - t0
-        cases.append(("matmech.optimize (all ranges, pure eps)", lambda: res.strategy, 0.0, opt_seconds))
+        cases.append(
+            ("matmech.optimize (all ranges, pure eps)", lambda: res.strategy, 0.0, opt_seconds)
+        )
     else:
-        cases.append(("random p-Identity [I; Θ]D, p=256 (optimize not available)", lambda: p_identity(n, 256, 5), 0.0, None))
+        cases.append(
+            (
+                "random p-Identity [I; Θ]D, p=256 (optimize not available)",
+                lambda: p_identity(n, 256, 5),
+                0.0,
+                None,
+            )
+        )
         try:  # the optimiser's strategy class, if it is already in the tree
             from matmech.optimizers.pure import PIdentity
         except ImportError:
             PIdentity = None
         if PIdentity is not None:
             th = p_identity_theta(n, 256, 5)
-            cases.append(("matmech.optimizers.pure.PIdentity with random Θ, p=256", lambda: PIdentity(th), 0.0, None))
+            cases.append(
+                (
+                    "matmech.optimizers.pure.PIdentity with random Θ, p=256",
+                    lambda: PIdentity(th),
+                    0.0,
+                    None,
+                )
+            )
         sq = Dense(np.eye(n) + np.random.default_rng(6).random((n, n)) / n)
         cases.append(("random square dense n×n (optimize not available)", lambda: sq, 1e-6, None))
     out = []
@@ -166,18 +196,24 @@ def part_optimized(repeats):
             t, meas = staged(x, W, make, eps, delta)
             samples.append(t)
         rel_times = [timed_release(x, W, make(), eps, delta)[0] for _ in range(repeats)]
-        out.append({
-            "strategy": name,
-            "strategy_shape": list(meas.strategy.shape),
-            "measured_type": type(meas.strategy).__name__,
-            "grid": meas.grid,
-            "eps": eps,
-            "delta": delta,
-            "noise": meas.noise,
-            "optimize_seconds": opt_seconds,
-            "seconds": summarise(samples),
-            "release()_seconds": {"median": statistics.median(rel_times), "min": min(rel_times), "max": max(rel_times)},
-        })
+        out.append(
+            {
+                "strategy": name,
+                "strategy_shape": list(meas.strategy.shape),
+                "measured_type": type(meas.strategy).__name__,
+                "grid": meas.grid,
+                "eps": eps,
+                "delta": delta,
+                "noise": meas.noise,
+                "optimize_seconds": opt_seconds,
+                "seconds": summarise(samples),
+                "release()_seconds": {
+                    "median": statistics.median(rel_times),
+                    "min": min(rel_times),
+                    "max": max(rel_times),
+                },
+            }
+        )
     return {"n": n, "queries": m, "cases": out, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -215,26 +251,40 @@ def main(argv=None):
         return 0
     report = {"machine": machine()}
     for part in ("tree", "optimized"):
-        proc = subprocess.run([sys.executable, __file__, "--part", part, "--repeats", str(args.repeats)],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--part", part, "--repeats", str(args.repeats)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         report[part] = json.loads(proc.stdout.strip().splitlines()[-1])
     report["machine"]["load_average_at_end"] = list(os.getloadavg())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     tree = report["tree"]
-    print(f"n = 2^20, hierarchical b = 16, {tree['queries']:,} random ranges, secure discrete Laplace:")
+    print(
+        f"n = 2^20, hierarchical b = 16, {tree['queries']:,} random ranges, secure discrete Laplace:"
+    )
     for k, v in tree["seconds"].items():
         print(f"  {k:32s} {v['median']:7.3f} s  (min {v['min']:.3f}, max {v['max']:.3f})")
     print(f"  {'release() end to end, eps':32s} {tree['release()_seconds_eps']['median']:7.3f} s")
-    print(f"  {'release() end to end, eps,delta':32s} {tree['release()_seconds_eps_delta=1e-6']['median']:7.3f} s")
-    print(f"  peak RSS {tree['peak_rss_mb']:.0f} MB; RMSE observed {tree['rmse_observed']:.2f}, expected {tree['rmse_expected']:.2f}")
+    print(
+        f"  {'release() end to end, eps,delta':32s} {tree['release()_seconds_eps_delta=1e-6']['median']:7.3f} s"
+    )
+    print(
+        f"  peak RSS {tree['peak_rss_mb']:.0f} MB; RMSE observed {tree['rmse_observed']:.2f}, expected {tree['rmse_expected']:.2f}"
+    )
     for case in report["optimized"]["cases"]:
-        print(f"n = 4096, {case['strategy']} ({case['measured_type']} {case['strategy_shape']}), delta = {case['delta']}:")
+        print(
+            f"n = 4096, {case['strategy']} ({case['measured_type']} {case['strategy_shape']}), delta = {case['delta']}:"
+        )
         for k, v in case["seconds"].items():
             print(f"  {k:32s} {v['median']:7.3f} s")
         print(f"  {'release() end to end':32s} {case['release()_seconds']['median']:7.3f} s")
-    print(f"peak RSS (n = 4096 part) {report['optimized']['peak_rss_mb']:.0f} MB; machine: {report['machine']['cpu']}, "
-          f"{report['machine']['cpus']} CPUs, load {report['machine']['load_average_at_start']}")
+    print(
+        f"peak RSS (n = 4096 part) {report['optimized']['peak_rss_mb']:.0f} MB; machine: {report['machine']['cpu']}, "
+        f"{report['machine']['cpus']} CPUs, load {report['machine']['load_average_at_start']}"
+    )
     return 0
 
 

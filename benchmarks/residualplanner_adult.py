@@ -64,7 +64,9 @@ def _child(which, rp_dir, bits):
         from matmech.factored.terms import marginal_workload
 
         W = marginal_workload(DOM, subsets)
-        rel = release_factored(np.column_stack(cols), W, 1.0, 1e-6, rng=np.random.default_rng(0), scale_bits=bits)
+        rel = release_factored(
+            np.column_stack(cols), W, 1.0, 1e-6, rng=np.random.default_rng(0), scale_bits=bits
+        )
         out["rmse_analytic"] = float(np.sqrt(np.mean(rel.std**2)))
         out["scale_bits"] = bits
     out["seconds"] = time.perf_counter() - t0
@@ -75,7 +77,9 @@ def _child(which, rp_dir, bits):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rp-dir", help="folder holding ResidualPlanner's class_resplan.py")
-    ap.add_argument("--render", action="store_true", help="only rewrite the .md from the saved JSON")
+    ap.add_argument(
+        "--render", action="store_true", help="only rewrite the .md from the saved JSON"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -86,20 +90,36 @@ def main(argv=None):
     if args.child:
         bits = int(args.child[1]) if args.child[1] != "-" else None
         return _child(args.child[0], args.rp_dir, bits)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     runs = [("residualplanner", "-"), ("matmech", "9"), ("matmech", "8")]
     rows, loads = [], []
     for _ in range(args.repeats):
         for which, bits in runs:
             loads.append(os.getloadavg()[0])
-            p = subprocess.run([sys.executable, __file__, "--rp-dir", args.rp_dir, "--child", which, bits],
-                               capture_output=True, text=True, env=env, check=True)
+            p = subprocess.run(
+                [sys.executable, __file__, "--rp-dir", args.rp_dir, "--child", which, bits],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
             rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
-            "load_average_during": [round(min(loads), 2), round(max(loads), 2)],
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "records": RECORDS, "domain": DOM}
+    meta = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        "load_average_during": [round(min(loads), 2), round(max(loads), 2)],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "records": RECORDS,
+        "domain": DOM,
+    }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "residualplanner_adult.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (RESULTS / "residualplanner_adult.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+    )
     render()
 
 
@@ -108,18 +128,28 @@ def render():
     saved = json.loads((RESULTS / "residualplanner_adult.json").read_text())
     meta, rows = saved["meta"], saved["rows"]
     lo, hi = meta["load_average_during"]
-    lines = [f"# ResidualPlanner's code vs matmech, adult domain ≤3-way, {meta['records']:,} generated records", "",
-             f"{meta['date']}, {meta['machine']}, load average {lo}-{hi} during the runs. One process per run, "
-             "interleaved, one BLAS thread. ResidualPlanner: continuous Gaussian, answers only. matmech: exact "
-             "discrete Gaussian, every answer with its exact std.", "",
-             "| run | median s | runs s | peak GiB | RMSE (analytic) |", "|---|---|---|---|---|"]
-    for key in sorted({(r["which"], r.get("scale_bits")) for r in rows}, key=lambda k: (k[0] == "matmech", -(k[1] or 0))):
+    lines = [
+        f"# ResidualPlanner's code vs matmech, adult domain ≤3-way, {meta['records']:,} generated records",
+        "",
+        f"{meta['date']}, {meta['machine']}, load average {lo}-{hi} during the runs. One process per run, "
+        "interleaved, one BLAS thread. ResidualPlanner: continuous Gaussian, answers only. matmech: exact "
+        "discrete Gaussian, every answer with its exact std.",
+        "",
+        "| run | median s | runs s | peak GiB | RMSE (analytic) |",
+        "|---|---|---|---|---|",
+    ]
+    for key in sorted(
+        {(r["which"], r.get("scale_bits")) for r in rows},
+        key=lambda k: (k[0] == "matmech", -(k[1] or 0)),
+    ):
         rs = [r for r in rows if (r["which"], r.get("scale_bits")) == key]
         name = key[0] if key[1] is None else f"{key[0]}, scale_bits {key[1]}"
         rm = f"{rs[0]['rmse_analytic']:.4f}" if "rmse_analytic" in rs[0] else "-"
         runs = ", ".join(f"{r['seconds']:.1f}" for r in rs)
         med = statistics.median(r["seconds"] for r in rs)
-        lines.append(f"| {name} | {med:.1f} | {runs} | {max(r['peak_rss_gib'] for r in rs):.2f} | {rm} |")
+        lines.append(
+            f"| {name} | {med:.1f} | {runs} | {max(r['peak_rss_gib'] for r in rs):.2f} | {rm} |"
+        )
     (RESULTS / "residualplanner_adult.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

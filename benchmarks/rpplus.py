@@ -42,18 +42,51 @@ DATASETS = {
 }
 ORDERS = {"1": (1,), "2": (2,), "3": (3,), "<=3": (0, 1, 2, 3)}
 #: issue 24: ResidualPlanner+ (published) and HDMM (published), same unit
-RPPLUS = {"CPS": (3.081, 5.823, 7.302, 7.570), "Loans": (4.681, 14.502, 34.168, 34.144), "Adult": (5.081, 17.274, 45.223, 45.174)}
-HDMM = {"CPS": (3.347, 6.625, 8.634, 8.623), "Loans": (5.127, 17.149, 42.938, 44.338), "Adult": (5.648, 21.111, 60.025, 61.613)}
+RPPLUS = {
+    "CPS": (3.081, 5.823, 7.302, 7.570),
+    "Loans": (4.681, 14.502, 34.168, 34.144),
+    "Adult": (5.081, 17.274, 45.223, 45.174),
+}
+HDMM = {
+    "CPS": (3.347, 6.625, 8.634, 8.623),
+    "Loans": (5.127, 17.149, 42.938, 44.338),
+    "Adult": (5.648, 21.111, 60.025, 61.613),
+}
 #: issue 24: matmech before this change (auto: kron / gmarginals)
-BEFORE = {"CPS": (3.890, 6.874, 8.635, 8.623), "Loans": (6.237, 20.866, 47.744, 47.596), "Adult": (6.849, 24.996, 63.447, 63.266)}
+BEFORE = {
+    "CPS": (3.890, 6.874, 8.635, 8.623),
+    "Loans": (6.237, 20.866, 47.744, 47.596),
+    "Adult": (6.849, 24.996, 63.447, 63.266),
+}
 EPS, DELTA = 1.0, 1e-6
 #: HDMM's journal workloads (benchmarks/highdim.py) run at (1, 1e-6) with ``--hdmm``; HDMM's own
 #: figures in the same unit where known (issue 24: adult_W2, loans_W2; issue 12: census_W1)
 HDMM_L2 = {"adult_W2": 21.11, "loans_W2": 19.18, "census_W1": 3.387}
-HDMM_NAMES = ("cps_W1", "cps_W2", "census_W1", "census_W2", "adultsmall_W1", "adultsmall_W2", "loans_W1", "loans_W2", "adult_W1", "adult_W2")
+HDMM_NAMES = (
+    "cps_W1",
+    "cps_W2",
+    "census_W1",
+    "census_W2",
+    "adultsmall_W1",
+    "adultsmall_W2",
+    "loans_W1",
+    "loans_W2",
+    "adult_W1",
+    "adult_W2",
+)
 #: matmech at (1, 1e-6) before issue 24 (benchmarks/results/highdim.json), HDMM's unit
-HDMM_L2_BEFORE = {"cps_W1": 1.859, "cps_W2": 6.976, "census_W1": 2.317, "census_W2": 2.574, "adultsmall_W1": 1.92, "adultsmall_W2": 2.331,
-                  "loans_W1": 8.206, "loans_W2": 18.06, "adult_W1": 10.67, "adult_W2": 25.0}
+HDMM_L2_BEFORE = {
+    "cps_W1": 1.859,
+    "cps_W2": 6.976,
+    "census_W1": 2.317,
+    "census_W2": 2.574,
+    "adultsmall_W1": 1.92,
+    "adultsmall_W2": 2.331,
+    "loans_W1": 8.206,
+    "loans_W2": 18.06,
+    "adult_W1": 10.67,
+    "adult_W2": 25.0,
+}
 
 _RP_DRIVER = """
 import json, sys, time
@@ -77,7 +110,10 @@ def workload(name, order):
     blocks = []
     for k in ORDERS[order]:
         for T in itertools.combinations(range(len(domain)), k):
-            fs = [(wl.prefix(n) if i < numeric else wl.identity(n)) if i in T else wl.total(n) for i, n in enumerate(domain)]
+            fs = [
+                (wl.prefix(n) if i < numeric else wl.identity(n)) if i in T else wl.total(n)
+                for i, n in enumerate(domain)
+            ]
             blocks.append(Kron(*fs))
     return VStack(blocks)
 
@@ -90,33 +126,58 @@ def child(name, order):
     W = workload(name, order)
     res = matmech.optimize(W, eps=EPS, delta=DELTA, bound=False)
     sigma = math.sqrt(noise_variance(EPS, DELTA, sensitivity=1.0))
-    tried = {k: math.sqrt(v["error"] / W.shape[0]) / sigma for k, v in dict(res.params.get("tried", {})).items()}
-    out = {"rmse": res.rmse / sigma, "method": res.method, "plan": res.params.get("plan"), "seconds": res.seconds,
-           "queries": W.shape[0], "tried": tried, "wall": time.perf_counter() - t0}
+    tried = {
+        k: math.sqrt(v["error"] / W.shape[0]) / sigma
+        for k, v in dict(res.params.get("tried", {})).items()
+    }
+    out = {
+        "rmse": res.rmse / sigma,
+        "method": res.method,
+        "plan": res.params.get("plan"),
+        "seconds": res.seconds,
+        "queries": W.shape[0],
+        "tried": tried,
+        "wall": time.perf_counter() - t0,
+    }
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def _run(cmd, cap, root=None):
     env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
     if root is not None:  # our child imports matmech from this checkout
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
     try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=cap, env=env)
+        proc = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=cap, env=env
+        )
     except subprocess.TimeoutExpired:
         return {"status": f"timeout > {cap:.0f} s"}
     for line in proc.stdout.splitlines()[::-1]:
         if line.startswith("RESULT "):
-            return {"status": "ok", **json.loads(line[len("RESULT "):])}
-    return {"status": f"exit {proc.returncode}", "message": " | ".join((proc.stderr or "").strip().splitlines()[-2:])[:300]}
+            return {"status": "ok", **json.loads(line[len("RESULT ") :])}
+    return {
+        "status": f"exit {proc.returncode}",
+        "message": " | ".join((proc.stderr or "").strip().splitlines()[-2:])[:300],
+    }
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=2, metavar=("DATASET", "ORDER"))
-    ap.add_argument("--rpplus", help="a checkout of cmla-psu/ResidualPlannerPlus (run side by side)")
-    ap.add_argument("--rpplus-python", default=sys.executable, help="python of ResidualPlanner+'s environment")
+    ap.add_argument(
+        "--rpplus", help="a checkout of cmla-psu/ResidualPlannerPlus (run side by side)"
+    )
+    ap.add_argument(
+        "--rpplus-python", default=sys.executable, help="python of ResidualPlanner+'s environment"
+    )
     ap.add_argument("--only", help="comma-separated dataset names")
-    ap.add_argument("--hdmm", action="store_true", help="also HDMM's journal suite at (1, 1e-6) via benchmarks/highdim.py")
+    ap.add_argument(
+        "--hdmm",
+        action="store_true",
+        help="also HDMM's journal suite at (1, 1e-6) via benchmarks/highdim.py",
+    )
     ap.add_argument("--skip-table", action="store_true", help="only the --hdmm rows")
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(RESULTS))
@@ -126,30 +187,72 @@ def main(argv=None):
     names = args.only.split(",") if args.only else list(DATASETS)
     load0 = os.getloadavg()[0]
     rows, hdmm_rows = [], []
-    for name in ([] if args.skip_table else names):
+    for name in [] if args.skip_table else names:
         for j, order in enumerate(ORDERS):
-            ours = _run([sys.executable, __file__, "--child", name, order], args.cap, root=str(Path(__file__).resolve().parent.parent))
-            row = {"dataset": name, "k": order, "matmech": ours, "rpplus_published": RPPLUS[name][j], "hdmm_published": HDMM[name][j],
-                   "before": BEFORE[name][j]}
+            ours = _run(
+                [sys.executable, __file__, "--child", name, order],
+                args.cap,
+                root=str(Path(__file__).resolve().parent.parent),
+            )
+            row = {
+                "dataset": name,
+                "k": order,
+                "matmech": ours,
+                "rpplus_published": RPPLUS[name][j],
+                "hdmm_published": HDMM[name][j],
+                "before": BEFORE[name][j],
+            }
             if args.rpplus:
                 wk = {"1": 1, "2": 2, "3": 3, "<=3": "3D"}[order]
-                row["rpplus_here"] = _run([args.rpplus_python, "-c", _RP_DRIVER.format(dir=args.rpplus, ds=name, wk=wk)], args.cap)
+                row["rpplus_here"] = _run(
+                    [args.rpplus_python, "-c", _RP_DRIVER.format(dir=args.rpplus, ds=name, wk=wk)],
+                    args.cap,
+                )
             rows.append(row)
             _print_row(row)
     root = str(Path(__file__).resolve().parent.parent)
-    for name in (HDMM_NAMES if args.hdmm else ()):
-        r = _run([sys.executable, str(Path(__file__).resolve().parent / "highdim.py"), "--child", name, "--delta", repr(DELTA)], args.cap, root=root)
-        row = {"workload": name, "rmse": r.get("rmse_hdmm_unit"), "method": r.get("method"), "seconds": r.get("seconds"),
-               "hdmm": HDMM_L2.get(name), "before": HDMM_L2_BEFORE.get(name), "status": r.get("status"), "tried": r.get("tried")}
+    for name in HDMM_NAMES if args.hdmm else ():
+        r = _run(
+            [
+                sys.executable,
+                str(Path(__file__).resolve().parent / "highdim.py"),
+                "--child",
+                name,
+                "--delta",
+                repr(DELTA),
+            ],
+            args.cap,
+            root=root,
+        )
+        row = {
+            "workload": name,
+            "rmse": r.get("rmse_hdmm_unit"),
+            "method": r.get("method"),
+            "seconds": r.get("seconds"),
+            "hdmm": HDMM_L2.get(name),
+            "before": HDMM_L2_BEFORE.get(name),
+            "status": r.get("status"),
+            "tried": r.get("tried"),
+        }
         hdmm_rows.append(row)
-        print(f"{name:14s} {_f(row['rmse'])} ({row['method']}, {_f(row['seconds'], '{:.1f}')} s)  HDMM {_f(row['hdmm'])}  before {_f(row['before'])}", flush=True)
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-            "load_start": load0, "load_end": os.getloadavg()[0], "eps": EPS, "delta": DELTA}
+        print(
+            f"{name:14s} {_f(row['rmse'])} ({row['method']}, {_f(row['seconds'], '{:.1f}')} s)  HDMM {_f(row['hdmm'])}  before {_f(row['before'])}",
+            flush=True,
+        )
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+        "eps": EPS,
+        "delta": DELTA,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "rpplus" if not args.skip_table else "rpplus_hdmm"
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "hdmm_journal_l2": hdmm_rows}, indent=1))
+    (out / f"{stem}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "hdmm_journal_l2": hdmm_rows}, indent=1)
+    )
     (out / f"{stem}.md").write_text(markdown(rows, meta, hdmm_rows))
     print(f"wrote {out / (stem + '.json')}")
 
@@ -160,19 +263,23 @@ def _f(x, fmt="{:.3f}"):
 
 def _print_row(r):
     m, rp = r["matmech"], r.get("rpplus_here") or {}
-    print(f"{r['dataset']:6s} k={r['k']:4s} matmech {_f(m.get('rmse'))} ({m.get('plan') or m.get('method')}, {_f(m.get('seconds'), '{:.1f}')} s)"
-          f"  RP+ published {r['rpplus_published']:.3f}  HDMM {r['hdmm_published']:.3f}  RP+ here {_f(rp.get('rmse'))} ({_f(rp.get('seconds'), '{:.2f}')} s)",
-          flush=True)
+    print(
+        f"{r['dataset']:6s} k={r['k']:4s} matmech {_f(m.get('rmse'))} ({m.get('plan') or m.get('method')}, {_f(m.get('seconds'), '{:.1f}')} s)"
+        f"  RP+ published {r['rpplus_published']:.3f}  HDMM {r['hdmm_published']:.3f}  RP+ here {_f(rp.get('rmse'))} ({_f(rp.get('seconds'), '{:.2f}')} s)",
+        flush=True,
+    )
 
 
 def markdown(rows, meta, hdmm_rows=()):
     lines = [
         "# matmech vs ResidualPlanner+ and HDMM, (ε, δ) = (1, 1e-6) (issue 24)",
         "",
-        (f"{meta['date']}, {meta['machine']}, OPENBLAS_NUM_THREADS=1, 1-min load {meta['load_start']:.2f} at the start and "
-         f"{meta['load_end']:.2f} at the end (other agents share the machine). RMSE per query with σ = 1 per unit L2 sensitivity. "
-         "matmech = optimize(W, eps=1, delta=1e-6) (auto), seconds = its optimisation time; 'RP+ here' = ResidualPlanner+'s "
-         "released code run on this machine (one process per row, interleaved), seconds include its basis search."),
+        (
+            f"{meta['date']}, {meta['machine']}, OPENBLAS_NUM_THREADS=1, 1-min load {meta['load_start']:.2f} at the start and "
+            f"{meta['load_end']:.2f} at the end (other agents share the machine). RMSE per query with σ = 1 per unit L2 sensitivity. "
+            "matmech = optimize(W, eps=1, delta=1e-6) (auto), seconds = its optimisation time; 'RP+ here' = ResidualPlanner+'s "
+            "released code run on this machine (one process per row, interleaved), seconds include its basis search."
+        ),
         "",
         "| dataset | k | matmech | plan | seconds | RP+ published | HDMM published | RP+ here | RP+ s | before | ≤ RP+ published |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -180,16 +287,27 @@ def markdown(rows, meta, hdmm_rows=()):
     for r in rows:
         m, rp = r["matmech"], r.get("rpplus_here") or {}
         ok = "yes" if m.get("rmse") is not None and m["rmse"] <= r["rpplus_published"] else "NO"
-        lines.append(f"| {r['dataset']} | {r['k']} | {_f(m.get('rmse'))} | {m.get('plan') or m.get('method') or m.get('status')} | "
-                     f"{_f(m.get('seconds'), '{:.1f}')} | {r['rpplus_published']:.3f} | {r['hdmm_published']:.3f} | {_f(rp.get('rmse'))} | "
-                     f"{_f(rp.get('seconds'), '{:.2f}')} | {r['before']:.3f} | {ok} |")
+        lines.append(
+            f"| {r['dataset']} | {r['k']} | {_f(m.get('rmse'))} | {m.get('plan') or m.get('method') or m.get('status')} | "
+            f"{_f(m.get('seconds'), '{:.1f}')} | {r['rpplus_published']:.3f} | {r['hdmm_published']:.3f} | {_f(rp.get('rmse'))} | "
+            f"{_f(rp.get('seconds'), '{:.2f}')} | {r['before']:.3f} | {ok} |"
+        )
     if hdmm_rows:
-        lines += ["", "## HDMM's journal suite at (1, 1e-6), HDMM's unit (RMSE / σ of the unit-L2 Gaussian)", "",
-                  "| workload | matmech | method | seconds | HDMM | before | families tried (RMSE in counts) |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## HDMM's journal suite at (1, 1e-6), HDMM's unit (RMSE / σ of the unit-L2 Gaussian)",
+            "",
+            "| workload | matmech | method | seconds | HDMM | before | families tried (RMSE in counts) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in hdmm_rows:
-            tried = "; ".join(f"{k} {v['rmse']:.4g}" for k, v in (r.get("tried") or {}).items()) or "-"
-            lines.append(f"| {r['workload']} | {_f(r['rmse'])} | {r['method'] or r['status']} | {_f(r['seconds'], '{:.1f}')} | {_f(r['hdmm'])} | "
-                         f"{_f(r['before'])} | {tried} |")
+            tried = (
+                "; ".join(f"{k} {v['rmse']:.4g}" for k, v in (r.get("tried") or {}).items()) or "-"
+            )
+            lines.append(
+                f"| {r['workload']} | {_f(r['rmse'])} | {r['method'] or r['status']} | {_f(r['seconds'], '{:.1f}')} | {_f(r['hdmm'])} | "
+                f"{_f(r['before'])} | {tried} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -75,14 +75,22 @@ def laplace_rows(n):
             per_digit.append(chi2_p(np.bincount(dig, minlength=256), digit_pmf(scale, d) * y.size))
         q = math.exp(-1.0 / scale)
         exact256 = 2 * (1 - q) / (1 + q) * q**256 / (1 - q**256)
-        rows.append({
-            "sampler": "discrete_laplace", "scale": scale, "n": n,
-            "p_digit": per_digit,
-            "p_mod256": chi2_p(np.bincount(a % 256, minlength=256), abs_mod_pmf(scale, 256) * n),
-            "p_mod4096": chi2_p(np.bincount(a % 4096, minlength=4096), abs_mod_pmf(scale, 4096) * n),
-            "mult256_rate": float(np.mean((a % 256 == 0) & (a > 0))),
-            "mult256_exact": exact256,
-        })
+        rows.append(
+            {
+                "sampler": "discrete_laplace",
+                "scale": scale,
+                "n": n,
+                "p_digit": per_digit,
+                "p_mod256": chi2_p(
+                    np.bincount(a % 256, minlength=256), abs_mod_pmf(scale, 256) * n
+                ),
+                "p_mod4096": chi2_p(
+                    np.bincount(a % 4096, minlength=4096), abs_mod_pmf(scale, 4096) * n
+                ),
+                "mult256_rate": float(np.mean((a % 256 == 0) & (a > 0))),
+                "mult256_exact": exact256,
+            }
+        )
     return rows
 
 
@@ -98,8 +106,14 @@ def gauss_rows(n):
             pmf /= pmf.sum()
         else:  # uniform to within exp(-2 pi**2 sigma**2 / 256**2)
             pmf = np.full(256, 1 / 256)
-        rows.append({"sampler": "discrete_gaussian", "scale": sigma, "n": n,
-                     "p_mod256": chi2_p(np.bincount(z % 256, minlength=256), pmf * n)})
+        rows.append(
+            {
+                "sampler": "discrete_gaussian",
+                "scale": sigma,
+                "n": n,
+                "p_mod256": chi2_p(np.bincount(z % 256, minlength=256), pmf * n),
+            }
+        )
     return rows
 
 
@@ -123,24 +137,44 @@ def main():
     args = ap.parse_args()
     lap, gau = laplace_rows(args.n), gauss_rows(args.n // 2)
     rep = release_reproducer()
-    print(f"{'sampler':18} {'scale':>8} {'p(digit 0..)':>34} {'p mod256':>9} {'p mod4096':>9}"
-          f" {'mult256':>9} {'exact':>9}")
+    print(
+        f"{'sampler':18} {'scale':>8} {'p(digit 0..)':>34} {'p mod256':>9} {'p mod4096':>9}"
+        f" {'mult256':>9} {'exact':>9}"
+    )
     for r in lap:
         digs = " ".join(f"{p:.3f}" for p in r["p_digit"])
-        print(f"{r['sampler']:18} {r['scale']:>8} {digs:>34} {r['p_mod256']:9.3g} "
-              f"{r['p_mod4096']:9.3g} {r['mult256_rate']:9.3e} {r['mult256_exact']:9.3e}")
+        print(
+            f"{r['sampler']:18} {r['scale']:>8} {digs:>34} {r['p_mod256']:9.3g} "
+            f"{r['p_mod4096']:9.3g} {r['mult256_rate']:9.3e} {r['mult256_exact']:9.3e}"
+        )
     for r in gau:
         print(f"{r['sampler']:18} {r['scale']:>8} {'':>34} {r['p_mod256']:9.3g}")
-    print("identity release, eps=0.001: non-zero multiples of 256 among the answers:",
-          ", ".join(f"{k} {v:.3e}" for k, v in rep.items()))
+    print(
+        "identity release, eps=0.001: non-zero multiples of 256 among the answers:",
+        ", ".join(f"{k} {v:.3e}" for k, v in rep.items()),
+    )
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=pathlib.Path(__file__).parent).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=pathlib.Path(__file__).parent,
+        ).stdout.strip()
     except OSError:
         commit = "unknown"
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": platform.platform(), "commit": commit,
-                                   "laplace": lap, "gaussian": gau, "release": rep}, indent=1))
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "commit": commit,
+                "laplace": lap,
+                "gaussian": gau,
+                "release": rep,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,26 +61,46 @@ def run(sizes):
         for n in sizes:
             W = make(n)
             adv, t_adv, m_adv, e_adv = _measured(lambda: matmech.advise(W, 1.0))
-            row = {"workload": kind, "n": n, "queries": W.shape[0],
-                   "advise": {"seconds": t_adv, "peak_mib": m_adv, "error": e_adv}}
+            row = {
+                "workload": kind,
+                "n": n,
+                "queries": W.shape[0],
+                "advise": {"seconds": t_adv, "peak_mib": m_adv, "error": e_adv},
+            }
             if adv is not None:
                 fixed = [r for r in adv.rows if r.name.split(",")[0].split(" ")[0] in FIXED]
                 ident = next(r for r in adv.rows if r.name == "identity")
-                row["advise"].update(best=adv.best_row.name, rmse=adv.best_row.rmse,
-                                     best_fixed=min(fixed, key=lambda r: r.total).name,
-                                     best_fixed_rmse=min(r.rmse for r in fixed), identity_rmse=ident.rmse,
-                                     lower_bound_rmse=adv.lower_bound_rmse,
-                                     skipped={r.name: r.skipped[:120] for r in adv.skipped})
+                row["advise"].update(
+                    best=adv.best_row.name,
+                    rmse=adv.best_row.rmse,
+                    best_fixed=min(fixed, key=lambda r: r.total).name,
+                    best_fixed_rmse=min(r.rmse for r in fixed),
+                    identity_rmse=ident.rmse,
+                    lower_bound_rmse=adv.lower_bound_rmse,
+                    skipped={r.name: r.skipped[:120] for r in adv.skipped},
+                )
             opt, t_opt, m_opt, e_opt = _measured(lambda: matmech.optimize(W, 1.0, bound=False))
-            row["optimize"] = {"seconds": t_opt, "peak_mib": m_opt, "error": e_opt,
-                               "rmse": None if opt is None else opt.rmse, "method": None if opt is None else opt.method}
+            row["optimize"] = {
+                "seconds": t_opt,
+                "peak_mib": m_opt,
+                "error": e_opt,
+                "rmse": None if opt is None else opt.rmse,
+                "method": None if opt is None else opt.method,
+            }
             if W.shape[0] <= MAX_RELEASE_ROWS:
                 x = np.random.default_rng(n).poisson(5.0, size=n)
                 rel, t_rel, m_rel, e_rel = _measured(
-                    lambda: matmech.release(x, W, 1.0, strategy="auto", rng=np.random.default_rng(0)))
-                row["release"] = {"seconds": t_rel, "peak_mib": m_rel, "error": e_rel,
-                                  "strategy": None if rel is None else rel.strategy_name,
-                                  "rmse": None if rel is None else math.sqrt(rel.expected_error / W.shape[0])}
+                    lambda: matmech.release(
+                        x, W, 1.0, strategy="auto", rng=np.random.default_rng(0)
+                    )
+                )
+                row["release"] = {
+                    "seconds": t_rel,
+                    "peak_mib": m_rel,
+                    "error": e_rel,
+                    "strategy": None if rel is None else rel.strategy_name,
+                    "rmse": None if rel is None else math.sqrt(rel.expected_error / W.shape[0]),
+                }
             else:
                 row["release"] = {"skipped": f"{W.shape[0]:,} answers (> {MAX_RELEASE_ROWS:,})"}
             rows.append(row)
@@ -93,13 +113,18 @@ def _fmt(x, spec):
 
 
 def markdown(rows, meta):
-    out = ["# Smooth scale in 1-D: advise / optimize / release at 10³ … 10⁶ cells (pure ε = 1)", "",
-           f"`python benchmarks/scale.py` ({meta['machine']}; numpy {meta['numpy']}). Load before: `{meta['uptime_before']}`; "
-           f"after: `{meta['uptime_after']}`. Seconds are wall-clock on shared cores; peak = tracemalloc peak (MiB).", "",
-           "RMSE per query (counts). *best fixed*: the least-error of identity, every searched hierarchy (exact error on any n) "
-           "and Haar; *advise*: the strategy `advise` / `release(strategy=\"auto\")` choose.", "",
-           "| workload | n | advise best | RMSE | best fixed RMSE | identity RMSE | lower bound | advise s | advise MiB | optimize RMSE | optimize s | optimize MiB | release s | release MiB |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "# Smooth scale in 1-D: advise / optimize / release at 10³ … 10⁶ cells (pure ε = 1)",
+        "",
+        f"`python benchmarks/scale.py` ({meta['machine']}; numpy {meta['numpy']}). Load before: `{meta['uptime_before']}`; "
+        f"after: `{meta['uptime_after']}`. Seconds are wall-clock on shared cores; peak = tracemalloc peak (MiB).",
+        "",
+        "RMSE per query (counts). *best fixed*: the least-error of identity, every searched hierarchy (exact error on any n) "
+        'and Haar; *advise*: the strategy `advise` / `release(strategy="auto")` choose.',
+        "",
+        "| workload | n | advise best | RMSE | best fixed RMSE | identity RMSE | lower bound | advise s | advise MiB | optimize RMSE | optimize s | optimize MiB | release s | release MiB |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         a, o, rel = r["advise"], r["optimize"], r["release"]
         out.append(
@@ -107,10 +132,18 @@ def markdown(rows, meta):
             f"{_fmt(a.get('best_fixed_rmse'), '.3f')} | {_fmt(a.get('identity_rmse'), '.2f')} | {_fmt(a.get('lower_bound_rmse'), '.3f')} | "
             f"{a['seconds']:.1f} | {a['peak_mib']:.0f} | "
             f"{_fmt(o.get('rmse'), '.3f') if o.get('error') is None else 'refused'} | {o['seconds']:.1f} | {o['peak_mib']:.0f} | "
-            f"{_fmt(rel.get('seconds'), '.1f')} | {_fmt(rel.get('peak_mib'), '.0f')} |")
-    notes = [f"- optimize {r['workload']} n={r['n']:,}: {r['optimize']['error']}" for r in rows if r["optimize"].get("error")]
-    notes += [f"- release {r['workload']} n={r['n']:,}: {r['release'].get('skipped') or r['release'].get('error')}"
-              for r in rows if r["release"].get("skipped") or r["release"].get("error")]
+            f"{_fmt(rel.get('seconds'), '.1f')} | {_fmt(rel.get('peak_mib'), '.0f')} |"
+        )
+    notes = [
+        f"- optimize {r['workload']} n={r['n']:,}: {r['optimize']['error']}"
+        for r in rows
+        if r["optimize"].get("error")
+    ]
+    notes += [
+        f"- release {r['workload']} n={r['n']:,}: {r['release'].get('skipped') or r['release'].get('error')}"
+        for r in rows
+        if r["release"].get("skipped") or r["release"].get("error")
+    ]
     if notes:
         out += ["", "Refused / skipped:", *notes]
     return "\n".join(out) + "\n"
@@ -126,12 +159,36 @@ def plot(rows, path):
     for kind, color in (("all_range", "tab:blue"), ("prefix", "tab:orange")):
         rs = [r for r in rows if r["workload"] == kind and r["advise"].get("rmse") is not None]
         n = [r["n"] for r in rs]
-        axes[0].plot(n, [r["advise"]["rmse"] for r in rs], "o-", color=color, label=f"{kind}: advise / auto")
-        axes[0].plot(n, [r["advise"]["best_fixed_rmse"] for r in rs], "s--", color=color, alpha=0.6, label=f"{kind}: best fixed")
-        axes[0].plot(n, [r["advise"]["identity_rmse"] for r in rs], ":", color=color, alpha=0.5, label=f"{kind}: identity")
-        axes[1].plot(n, [r["advise"]["seconds"] for r in rs], "o-", color=color, label=f"{kind}: advise")
+        axes[0].plot(
+            n, [r["advise"]["rmse"] for r in rs], "o-", color=color, label=f"{kind}: advise / auto"
+        )
+        axes[0].plot(
+            n,
+            [r["advise"]["best_fixed_rmse"] for r in rs],
+            "s--",
+            color=color,
+            alpha=0.6,
+            label=f"{kind}: best fixed",
+        )
+        axes[0].plot(
+            n,
+            [r["advise"]["identity_rmse"] for r in rs],
+            ":",
+            color=color,
+            alpha=0.5,
+            label=f"{kind}: identity",
+        )
+        axes[1].plot(
+            n, [r["advise"]["seconds"] for r in rs], "o-", color=color, label=f"{kind}: advise"
+        )
         rr = [r for r in rs if r["release"].get("seconds") is not None]
-        axes[1].plot([r["n"] for r in rr], [r["release"]["seconds"] for r in rr], "^--", color=color, label=f"{kind}: release auto")
+        axes[1].plot(
+            [r["n"] for r in rr],
+            [r["release"]["seconds"] for r in rr],
+            "^--",
+            color=color,
+            label=f"{kind}: release auto",
+        )
     for ax in axes:
         ax.set_xscale("log")
         ax.axvline(8192, color="grey", lw=0.8, ls="--")
@@ -150,14 +207,22 @@ def plot(rows, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 8192, 8193, 10_000, 100_000, 1_000_000])
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[1000, 8192, 8193, 10_000, 100_000, 1_000_000]
+    )
     args = ap.parse_args()
-    meta = {"machine": f"{platform.machine()}, {platform.python_version()}", "numpy": np.__version__, "uptime_before": _uptime()}
+    meta = {
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "numpy": np.__version__,
+        "uptime_before": _uptime(),
+    }
     t0 = time.perf_counter()
     rows = run(args.sizes)
     meta.update(uptime_after=_uptime(), total_seconds=time.perf_counter() - t0)
     OUT.mkdir(exist_ok=True)
-    (OUT / "scale.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+    (OUT / "scale.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n"
+    )
     (OUT / "scale.md").write_text(markdown(rows, meta))
     plot(rows, OUT / "scale.png")
     print(markdown(rows, meta))

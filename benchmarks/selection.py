@@ -57,7 +57,10 @@ EPS = 1.0
 def machine() -> dict:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")),
+            "?",
+        )
     except (OSError, subprocess.CalledProcessError):
         model = platform.processor() or "?"
     return {
@@ -98,7 +101,13 @@ def timed(fn, repeats: int) -> dict:
         t0 = time.perf_counter()
         out = fn()
         ts.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "all_s": ts, "last": out}
+    return {
+        "median_s": statistics.median(ts),
+        "min_s": min(ts),
+        "max_s": max(ts),
+        "all_s": ts,
+        "last": out,
+    }
 
 
 def run(repeats: int) -> dict:
@@ -107,20 +116,33 @@ def run(repeats: int) -> dict:
         t_found, t_none = thresholds(w, x)
         answers = timed(lambda: w.matvec(x.astype(np.float64)).size, repeats)
         cases = {
-            "svt, stops at c": lambda: select_rows(w, x, c=C, eps=EPS, threshold=t_found, method="svt"),
-            "svt, full scan": lambda: select_rows(w, x, c=C, eps=EPS, threshold=t_none, method="svt"),
+            "svt, stops at c": lambda: select_rows(
+                w, x, c=C, eps=EPS, threshold=t_found, method="svt"
+            ),
+            "svt, full scan": lambda: select_rows(
+                w, x, c=C, eps=EPS, threshold=t_none, method="svt"
+            ),
             "em": lambda: select_rows(w, x, c=C, eps=EPS, method="em"),
         }
         for case, fn in cases.items():
             r = timed(fn, repeats)
             sel = r.pop("last")
-            rows.append({
-                "workload": name, "rows": int(w.shape[0]), "cells": int(w.shape[1]), "case": case,
-                "selected": int(sel.rows.size), "stopped": bool(sel.stopped),
-                "answers_median_s": answers["median_s"], **r,
-            })
-            print(f"{name:16s} {case:16s} median {r['median_s']:.3f} s  (answers W x {answers['median_s']:.3f} s)",
-                  file=sys.stderr)
+            rows.append(
+                {
+                    "workload": name,
+                    "rows": int(w.shape[0]),
+                    "cells": int(w.shape[1]),
+                    "case": case,
+                    "selected": int(sel.rows.size),
+                    "stopped": bool(sel.stopped),
+                    "answers_median_s": answers["median_s"],
+                    **r,
+                }
+            )
+            print(
+                f"{name:16s} {case:16s} median {r['median_s']:.3f} s  (answers W x {answers['median_s']:.3f} s)",
+                file=sys.stderr,
+            )
     return {"rows": rows}
 
 
@@ -141,17 +163,25 @@ def markdown(res: dict, info: dict, repeats: int) -> str:
             f"{r['max_s']:.2f} | {r['answers_median_s']:.2f} | {r['selected']} | "
             f"{'yes' if r['median_s'] <= 2.0 else 'no'} |"
         )
-    over = [f"{r['workload']} {r['case']} ({r['median_s']:.2f} s)" for r in res["rows"] if r["median_s"] > 2.0]
+    over = [
+        f"{r['workload']} {r['case']} ({r['median_s']:.2f} s)"
+        for r in res["rows"]
+        if r["median_s"] > 2.0
+    ]
     lines += [
         "",
-        "\"svt, stops at c\": the threshold is the 1001st largest answer, so SVT stops once it has "
+        '"svt, stops at c": the threshold is the 1001st largest answer, so SVT stops once it has '
         f"found {C} rows above it (for prefix sums those rows are at the end of the list, so this is "
-        "nearly a full scan); \"svt, full scan\": no row can clear the threshold, so all 10^7 rows "
-        "get exact discrete Laplace noise (the worst case); \"em\": Gumbel-max top-c, always reads every row.",
+        'nearly a full scan); "svt, full scan": no row can clear the threshold, so all 10^7 rows '
+        'get exact discrete Laplace noise (the worst case); "em": Gumbel-max top-c, always reads every row.',
         "",
-        ("Over the 2 s target: " + "; ".join(over) + ". What remains is the exact sampler "
-         "(matmech.privacy.noise.discrete_laplace, about 0.3 us per draw per core from the OS CSPRNG; two threads "
-         "draw the scan's noise) plus computing W x.") if over else "Every case meets the 2 s target.",
+        (
+            "Over the 2 s target: " + "; ".join(over) + ". What remains is the exact sampler "
+            "(matmech.privacy.noise.discrete_laplace, about 0.3 us per draw per core from the OS CSPRNG; two threads "
+            "draw the scan's noise) plus computing W x."
+        )
+        if over
+        else "Every case meets the 2 s target.",
         "",
         f"Machine: {info['cpu_model']}, {info['cores']} cores (shared), Python {info['python']}, "
         f"numpy {info['numpy']}, {info['platform']}; run {info['date']}; load average "
@@ -171,8 +201,11 @@ def main(argv=None) -> None:
     md = markdown(res, info, args.repeats)
     print(md)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"config": {"seed": SEED, "records": N_RECORDS, "c": C, "eps": EPS, "repeats": args.repeats},
-               "machine": info, **res}
+    payload = {
+        "config": {"seed": SEED, "records": N_RECORDS, "c": C, "eps": EPS, "repeats": args.repeats},
+        "machine": info,
+        **res,
+    }
     (RESULTS / "selection.json").write_text(json.dumps(payload, indent=1) + "\n")
     (RESULTS / "selection.md").write_text(md)
 

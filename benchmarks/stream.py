@@ -55,9 +55,9 @@ def _step_compute_ms(f, reps=15):
     for _ in range(reps):
         t0 = time.perf_counter()
         z = noise.gaussian(plan.scale, 1, grid=plan.grid)
-        yt = fg.c_row(t) @ x[:t + 1] + z
+        yt = fg.c_row(t) @ x[: t + 1] + z
         y[t] = yt
-        _ = fg.b_row(t) @ y[:t + 1]
+        _ = fg.b_row(t) @ y[: t + 1]
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
@@ -83,8 +83,13 @@ def main():
     for e in args.exponents:
         n = 2**e
         bounds = {"svd_mean": svd_bound(n), "gamma2_max": gamma2_bound(n)}
-        cands = [("sqrt", "mean", {}), ("blt", "mean", {}), ("blt", "max", {}), ("banded", "mean", {}),
-                 ("banded", "max", {})]
+        cands = [
+            ("sqrt", "mean", {}),
+            ("blt", "mean", {}),
+            ("blt", "max", {}),
+            ("banded", "mean", {}),
+            ("banded", "max", {}),
+        ]
         if n <= args.dense_max:
             cands.append(("dense", "mean", {}))
         for name, obj, opts in cands:
@@ -92,9 +97,18 @@ def main():
             f = build(name, n, objective=obj, **opts)
             build_s = time.perf_counter() - t0
             mean, mx = f.errors()
-            row = {"n": n, "name": name, "objective": obj, "mean": mean, "max": mx, "state": f.memory_per_step(),
-                   "params": [list(map(str, p)) for p in f.params], "build_s": build_s,
-                   "step_ms": _step_compute_ms(f), **bounds}
+            row = {
+                "n": n,
+                "name": name,
+                "objective": obj,
+                "mean": mean,
+                "max": mx,
+                "state": f.memory_per_step(),
+                "params": [list(map(str, p)) for p in f.params],
+                "build_s": build_s,
+                "step_ms": _step_compute_ms(f),
+                **bounds,
+            }
             ref = jp.get(f"{obj}_{n}") if name == "blt" else None
             if ref and "loss" in ref:
                 row["jax_privacy"] = ref["loss"]
@@ -103,8 +117,19 @@ def main():
             out["rows"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "params"}), flush=True)
         tm, tx, levels = tree_errors(n)
-        out["rows"].append({"n": n, "name": "tree+ls", "objective": "-", "mean": tm, "max": tx, "state": levels,
-                            "build_s": 0.0, "step_ms": None, **bounds})
+        out["rows"].append(
+            {
+                "n": n,
+                "name": "tree+ls",
+                "objective": "-",
+                "mean": tm,
+                "max": tx,
+                "state": levels,
+                "build_s": 0.0,
+                "step_ms": None,
+                **bounds,
+            }
+        )
         out.setdefault("real_step_ms", {})[n] = _real_step_ms(n)
         out["load_avg_end"] = os.getloadavg()
         _write(out)  # after every n: a partial run keeps what it measured
@@ -113,17 +138,26 @@ def main():
 def _write(out):
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "stream.json").write_text(json.dumps(out, indent=1))
-    lines = ["| n | factorization | chosen for | mean σ² | max σ² | SVD bound (mean) | γ₂ bound (max) | state/step | "
-             "step ms (t=n−1) | jax_privacy | ours vs jp |", "|" + "---|" * 11]
+    lines = [
+        "| n | factorization | chosen for | mean σ² | max σ² | SVD bound (mean) | γ₂ bound (max) | state/step | "
+        "step ms (t=n−1) | jax_privacy | ours vs jp |",
+        "|" + "---|" * 11,
+    ]
     for r in sorted(out["rows"], key=lambda r: r["n"]):
         jpv = f"{r['jax_privacy']:.4f}" if "jax_privacy" in r else ""
         rel = f"{100 * r['vs_jax_privacy']:+.2f}%" if "vs_jax_privacy" in r else ""
         ms = f"{r['step_ms']:.3f}" if r.get("step_ms") is not None else "—"
-        lines.append(f"| 2^{int(np.log2(r['n']))} | {r['name']} | {r['objective']} | {r['mean']:.4f} | {r['max']:.4f} | "
-                     f"{r['svd_mean']:.4f} | {r['gamma2_max']:.4f} | {r['state']} | {ms} | {jpv} | {rel} |")
+        lines.append(
+            f"| 2^{int(np.log2(r['n']))} | {r['name']} | {r['objective']} | {r['mean']:.4f} | {r['max']:.4f} | "
+            f"{r['svd_mean']:.4f} | {r['gamma2_max']:.4f} | {r['state']} | {ms} | {jpv} | {rel} |"
+        )
     lines.append("")
-    lines.append("Real step (two SQLite commits, median of 40 early steps, ms): "
-                 + ", ".join(f"2^{int(np.log2(int(n)))}: {v:.2f}" for n, v in sorted(out["real_step_ms"].items())))
+    lines.append(
+        "Real step (two SQLite commits, median of 40 early steps, ms): "
+        + ", ".join(
+            f"2^{int(np.log2(int(n)))}: {v:.2f}" for n, v in sorted(out["real_step_ms"].items())
+        )
+    )
     lines.append(f"Load average at start/end: {out['load_avg_start']} / {out['load_avg_end']}")
     (RESULTS / "stream.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

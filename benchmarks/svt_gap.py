@@ -18,6 +18,7 @@
 Run:  python benchmarks/svt_gap.py [--trials 200]
 Writes benchmarks/results/svt_gap.{json,md}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,9 @@ def zipf_counts(rng, n_items, n_records):
     return rng.multinomial(n_records, p / p.sum()).astype(np.int64)
 
 
-def mse_case(name, x, W, *, method, c, eps, eps_select, strategy, trials, threshold=None, vector="auto"):
+def mse_case(
+    name, x, W, *, method, c, eps, eps_select, strategy, trials, threshold=None, vector="auto"
+):
     truth = W.matvec(x.astype(float))
     sel = dict(method=method, c=c, vector=vector)
     if eps_select is not None:
@@ -63,12 +66,24 @@ def mse_case(name, x, W, *, method, c, eps, eps_select, strategy, trials, thresh
         var.append(float(r.expected_error / r.selected.size))
     g, m = np.array(se_gap), np.array(se_mm)
     se = float(g.std(ddof=1) / np.sqrt(g.size))
-    return {"case": name, "method": method, "mechanism": "/".join(sorted(mech)), "c": c, "eps": eps,
-            "split": "advised" if eps_select is None else ("even" if eps_select == eps / 2 else "given"),
-            "eps_select": round(float(eps_s), 6), "trials": len(g),
-            "mse_with_gaps": float(g.mean()), "mse_se": se,
-            "mse_without_gaps": float(m.mean()), "analytic_variance": float(np.mean(var)),
-            "z": float(abs(g.mean() - np.mean(var)) / se), "reduction": float(1 - g.mean() / m.mean())}
+    return {
+        "case": name,
+        "method": method,
+        "mechanism": "/".join(sorted(mech)),
+        "c": c,
+        "eps": eps,
+        "split": "advised"
+        if eps_select is None
+        else ("even" if eps_select == eps / 2 else "given"),
+        "eps_select": round(float(eps_s), 6),
+        "trials": len(g),
+        "mse_with_gaps": float(g.mean()),
+        "mse_se": se,
+        "mse_without_gaps": float(m.mean()),
+        "analytic_variance": float(np.mean(var)),
+        "z": float(abs(g.mean() - np.mean(var)) / se),
+        "reduction": float(1 - g.mean() / m.mean()),
+    }
 
 
 def ser_case(x, *, c, eps, trials):
@@ -87,10 +102,15 @@ def ser_case(x, *, c, eps, trials):
             s = v[list(pos[:c])].sum() if pos else 0
             out[k].append(1 - s / top.sum())
             found[k].append(int(np.sum(v[list(pos)] >= thr)) if pos else 0)
-    return {"c": c, "eps": eps, "trials": trials,
-            "ser_alg7": float(np.mean(out["alg7"])), "ser_adaptive": float(np.mean(out["adaptive"])),
-            "true_positives_alg7": float(np.mean(found["alg7"])),
-            "true_positives_adaptive": float(np.mean(found["adaptive"]))}
+    return {
+        "c": c,
+        "eps": eps,
+        "trials": trials,
+        "ser_alg7": float(np.mean(out["alg7"])),
+        "ser_adaptive": float(np.mean(out["adaptive"])),
+        "true_positives_alg7": float(np.mean(found["alg7"])),
+        "true_positives_adaptive": float(np.mean(found["adaptive"])),
+    }
 
 
 def top_threshold(v, c):
@@ -118,31 +138,69 @@ def main(argv=None):
             for c in (2, 5):
                 thr = None if method == "topc-gap" else top_threshold(v, c)
                 for eps_select in (None, eps / 2):
-                    rows.append(mse_case(name, x, W, method=method, c=c, eps=eps, eps_select=eps_select,
-                                         strategy=strategy, trials=args.trials, threshold=thr))
+                    rows.append(
+                        mse_case(
+                            name,
+                            x,
+                            W,
+                            method=method,
+                            c=c,
+                            eps=eps,
+                            eps_select=eps_select,
+                            strategy=strategy,
+                            trials=args.trials,
+                            threshold=thr,
+                        )
+                    )
                 if method != "adaptive-svt" and rows[-1]["mechanism"].startswith("vector"):
                     # the [DWZK19] mechanism itself, for comparison (where release ran the vector)
-                    r = mse_case(name, x, W, method=method, c=c, eps=eps, eps_select=eps / 2, strategy=strategy,
-                                 trials=args.trials, threshold=thr, vector=False)
+                    r = mse_case(
+                        name,
+                        x,
+                        W,
+                        method=method,
+                        c=c,
+                        eps=eps,
+                        eps_select=eps / 2,
+                        strategy=strategy,
+                        trials=args.trials,
+                        threshold=thr,
+                        vector=False,
+                    )
                     r["mechanism"] += " (paper)"
                     rows.append(r)
     sers = [ser_case(xz, c=c, eps=0.1, trials=args.trials) for c in (25, 50, 100)]
-    info = {"machine": platform.machine(), "cpus": os.cpu_count(), "load": os.getloadavg(),
-            "seconds": round(time.time() - t0, 1)}
+    info = {
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "seconds": round(time.time() - t0, 1),
+    }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "svt_gap.json").write_text(json.dumps({"mse": rows, "ser": sers, "run": info}, indent=1))
-    lines = ["| case | method | mechanism | c | split (eps select of 0.1) | MSE with gaps (± s.e.) | analytic var | |z| "
-             "| MSE MM only | reduction |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    (RESULTS / "svt_gap.json").write_text(
+        json.dumps({"mse": rows, "ser": sers, "run": info}, indent=1)
+    )
+    lines = [
+        "| case | method | mechanism | c | split (eps select of 0.1) | MSE with gaps (± s.e.) | analytic var | |z| "
+        "| MSE MM only | reduction |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['method']} | {r['mechanism']} | {r['c']} | {r['split']} ({r['eps_select']:.3g}) | "
-                     f"{r['mse_with_gaps']:.4g} ± {r['mse_se']:.2g} | {r['analytic_variance']:.4g} | {r['z']:.1f} | "
-                     f"{r['mse_without_gaps']:.4g} | {100 * r['reduction']:.1f}% |")
-    lines += ["", "| c | eps | SER Alg. 7 | SER adaptive | true positives Alg. 7 | true positives adaptive |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['case']} | {r['method']} | {r['mechanism']} | {r['c']} | {r['split']} ({r['eps_select']:.3g}) | "
+            f"{r['mse_with_gaps']:.4g} ± {r['mse_se']:.2g} | {r['analytic_variance']:.4g} | {r['z']:.1f} | "
+            f"{r['mse_without_gaps']:.4g} | {100 * r['reduction']:.1f}% |"
+        )
+    lines += [
+        "",
+        "| c | eps | SER Alg. 7 | SER adaptive | true positives Alg. 7 | true positives adaptive |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in sers:
-        lines.append(f"| {s['c']} | {s['eps']} | {s['ser_alg7']:.3f} | {s['ser_adaptive']:.3f} | "
-                     f"{s['true_positives_alg7']:.1f} | {s['true_positives_adaptive']:.1f} |")
+        lines.append(
+            f"| {s['c']} | {s['eps']} | {s['ser_alg7']:.3f} | {s['ser_adaptive']:.3f} | "
+            f"{s['true_positives_alg7']:.1f} | {s['true_positives_adaptive']:.1f} |"
+        )
     lines.append(f"\n{args.trials} trials; {info}")
     (RESULTS / "svt_gap.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

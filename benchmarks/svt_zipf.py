@@ -52,7 +52,7 @@ RETR_BOOSTS = (1, 3, 5)
 
 def zipf_counts(rng: np.random.Generator) -> np.ndarray:
     ranks = np.arange(1, N_ITEMS + 1, dtype=np.float64)
-    p = ranks ** -ZIPF_EXPONENT
+    p = ranks**-ZIPF_EXPONENT
     return rng.multinomial(N_RECORDS, p / p.sum()).astype(np.int64)
 
 
@@ -60,14 +60,22 @@ def methods(c: int):
     """name -> f(values, threshold, rng) -> selected positions."""
     m = {
         "SVT-DPBook": lambda v, t, r: svt.sparse_vector_dpbook(v, t, c=c, eps=EPS, rng=r).positions,
-        "SVT-S-1:1": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=1.0, rng=r).positions,
-        "SVT-S-1:3": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=3.0, rng=r).positions,
-        "SVT-S-1:c": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=float(c), rng=r).positions,
-        "SVT-S-1:c^(2/3)": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio="optimal", rng=r).positions,
+        "SVT-S-1:1": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=1.0, rng=r).positions
+        ),
+        "SVT-S-1:3": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=3.0, rng=r).positions
+        ),
+        "SVT-S-1:c": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=float(c), rng=r).positions
+        ),
+        "SVT-S-1:c^(2/3)": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio="optimal", rng=r).positions
+        ),
     }
     for k in RETR_BOOSTS:
-        m[f"SVT-ReTr-{k}D"] = (
-            lambda v, t, r, k=k: svt.sparse_vector_retraversal(
+        m[f"SVT-ReTr-{k}D"] = lambda v, t, r, k=k: (
+            svt.sparse_vector_retraversal(
                 v, t, c=c, eps=EPS, boost=float(k), monotonic=True, ratio="optimal", rng=r
             ).positions
         )
@@ -168,7 +176,10 @@ def time_sparse_vector(n: int = 10_000_000, repeats: int = 5) -> dict:
         t0 = time.perf_counter()
         svt.exponential_top_c(ints, 10, 1.0)
         t.append(time.perf_counter() - t0)
-    timings["exponential_top_c, int64 values, rng=None"] = {"median_s": statistics.median(t), "all_s": t}
+    timings["exponential_top_c, int64 values, rng=None"] = {
+        "median_s": statistics.median(t),
+        "all_s": t,
+    }
     return {"n": n, "repeats": repeats, "timings": timings, "load": list(os.getloadavg())}
 
 
@@ -201,7 +212,8 @@ def markdown(res: dict, timing: dict, trials: int) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     short = [
         f"{name} at c={c}: {res['per_c'][c]['methods'][name]['runs_short_of_c']}/{trials}"
-        for c in CS for name in names
+        for c in CS
+        for name in names
         if res["per_c"][c]["methods"][name]["runs_short_of_c"] and name.startswith("SVT-ReTr")
     ]
     lines += [
@@ -211,14 +223,24 @@ def markdown(res: dict, timing: dict, trials: int) -> str:
         "again until c are found or 1000 passes (the default max_passes) are done.",
     ]
     if short:
-        lines += ["", "SVT-ReTr runs that ended at max_passes with fewer than c items: " + "; ".join(short) + "."]
+        lines += [
+            "",
+            "SVT-ReTr runs that ended at max_passes with fewer than c items: "
+            + "; ".join(short)
+            + ".",
+        ]
     lines += ordering(res, trials)
     lines += ["", f"## sparse_vector on {timing['n']:,} values (median of {timing['repeats']})", ""]
     lines += ["| case | median seconds |", "|---|---|"]
     for label, t in timing["timings"].items():
         lines.append(f"| {label} | {t['median_s']:.3f} |")
-    load = f"; load average {timing['load'][0]:.2f} (1-min) when timed" if timing.get("load") else ""
-    lines += ["", f"Machine: {platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}{load}."]
+    load = (
+        f"; load average {timing['load'][0]:.2f} (1-min) when timed" if timing.get("load") else ""
+    )
+    lines += [
+        "",
+        f"Machine: {platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}{load}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -231,11 +253,14 @@ def ordering(res: dict, trials: int) -> list:
     A method "ties" the best (or worst) when its mean SER is within 2 standard errors
     of the difference, sqrt(se_a^2 + se_b^2), se = std / sqrt(trials).
     """
+
     def se(m, name):
-        return m[name]["SER_std"] / trials ** 0.5
+        return m[name]["SER_std"] / trials**0.5
 
     def close(m, a, b):
-        return abs(m[a]["SER_mean"] - m[b]["SER_mean"]) <= 2 * (se(m, a) ** 2 + se(m, b) ** 2) ** 0.5
+        return (
+            abs(m[a]["SER_mean"] - m[b]["SER_mean"]) <= 2 * (se(m, a) ** 2 + se(m, b) ** 2) ** 0.5
+        )
 
     rows, dp_worst, dp_tie, em_best, em_tie, cc_best, cc_tie = [], [], [], [], [], [], []
     for c in CS:
@@ -243,9 +268,17 @@ def ordering(res: dict, trials: int) -> list:
         ser = {n: v["SER_mean"] for n, v in m.items()}
         worst, best = max(ser, key=ser.get), min(ser, key=ser.get)
         best_s = min(SVT_S, key=ser.get)
-        (dp_worst if worst == "SVT-DPBook" else dp_tie if close(m, "SVT-DPBook", worst) else []).append(c)
+        (
+            dp_worst if worst == "SVT-DPBook" else dp_tie if close(m, "SVT-DPBook", worst) else []
+        ).append(c)
         (em_best if best == "EM" else em_tie if close(m, "EM", best) else []).append(c)
-        (cc_best if best_s == "SVT-S-1:c^(2/3)" else cc_tie if close(m, "SVT-S-1:c^(2/3)", best_s) else []).append(c)
+        (
+            cc_best
+            if best_s == "SVT-S-1:c^(2/3)"
+            else cc_tie
+            if close(m, "SVT-S-1:c^(2/3)", best_s)
+            else []
+        ).append(c)
         rows.append(
             f"| {c} | {worst} {ser[worst]:.3f} | {ser['SVT-DPBook']:.3f} | {best_s} {ser[best_s]:.3f} | "
             f"{ser['SVT-S-1:c^(2/3)']:.3f} | {best} {ser[best]:.3f} | {ser['EM']:.3f} |"
@@ -256,8 +289,14 @@ def ordering(res: dict, trials: int) -> list:
     c_over = [c for c in CS if c not in cc_best + cc_tie]
     std = {c: {n: v["SER_std"] for n, v in res["per_c"][c]["methods"].items()} for c in CS}
     n_std = sum(std[c]["SVT-S-1:c"] > std[c]["SVT-S-1:c^(2/3)"] for c in CS)
-    low_sat = min((res["per_c"][c]["methods"][n]["SER_mean"] for c in dp_tie for n in ("SVT-DPBook",) + SVT_S),
-                  default=float("nan"))
+    low_sat = min(
+        (
+            res["per_c"][c]["methods"][n]["SER_mean"]
+            for c in dp_tie
+            for n in ("SVT-DPBook",) + SVT_S
+        ),
+        default=float("nan"),
+    )
     return [
         "",
         "## Ordering (computed from the SER table)",
@@ -266,22 +305,31 @@ def ordering(res: dict, trials: int) -> list:
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
-        "\"Tie\" below means within 2 standard errors (std/sqrt(trials), combined) of the other mean.",
+        '"Tie" below means within 2 standard errors (std/sqrt(trials), combined) of the other mean.',
         "",
         f"- SVT-DPBook is the worst method at c = {fmt(dp_worst)}"
-        + (f"; tied with the worst at c = {fmt(dp_tie)}, where the interactive SVTs are all near "
-           f"saturation (lowest interactive SER there {low_sat:.3f}); the paper notes the same regime "
-           "(\"all methods are very inaccurate (such as when c >= 100 for the Zipf dataset)\")" if dp_tie else "")
-        + (f"; neither at c = {fmt(dp_other)}" if dp_other else "") + ".",
+        + (
+            f"; tied with the worst at c = {fmt(dp_tie)}, where the interactive SVTs are all near "
+            f"saturation (lowest interactive SER there {low_sat:.3f}); the paper notes the same regime "
+            '("all methods are very inaccurate (such as when c >= 100 for the Zipf dataset)")'
+            if dp_tie
+            else ""
+        )
+        + (f"; neither at c = {fmt(dp_other)}" if dp_other else "")
+        + ".",
         f"- EM has the lowest SER at c = {fmt(em_best)}"
-        + (f"; tied with the best (SVT-ReTr with a raised threshold) at c = {fmt(em_tie)}" if em_tie else "")
+        + (
+            f"; tied with the best (SVT-ReTr with a raised threshold) at c = {fmt(em_tie)}"
+            if em_tie
+            else ""
+        )
         + (f"; behind the best at c = {fmt(em_other)}" if em_other else "")
-        + ". The paper: \"even with the best threshold increment, SVT-ReTr performs no better than EM\".",
+        + '. The paper: "even with the best threshold increment, SVT-ReTr performs no better than EM".',
         f"- Among the SVT-S allocations, 1:c^(2/3) is best at c = {fmt(cc_best)}"
         + (f" and tied with the best at c = {fmt(cc_tie)}" if cc_tie else "")
-        + f"; 1:c is better at c = {fmt(c_over)}. The paper says the same: \"Which of 1:c and "
+        + f'; 1:c is better at c = {fmt(c_over)}. The paper says the same: "Which of 1:c and '
         "1:c^{2/3} is better is less clear. In general, the former is better for larger c values, where "
-        "the error is higher, and the latter is better for smaller c values\", and recommends 1:c^{2/3} "
+        'the error is higher, and the latter is better for smaller c values", and recommends 1:c^{2/3} '
         "because 1:c has a much larger standard deviation "
         f"(here its SER std is larger at {n_std} of {len(CS)} c values).",
     ]
@@ -297,7 +345,9 @@ def plot(res: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     colors = dict(zip(names, plt.cm.tab10.colors))
     styles = {
-        name: dict(color=colors[name], ls="--" if "DPBook" in name else ":" if "ReTr" in name else "-")
+        name: dict(
+            color=colors[name], ls="--" if "DPBook" in name else ":" if "ReTr" in name else "-"
+        )
         for name in names
     }
     styles["EM"] = dict(color="black", lw=2.5, zorder=1)
@@ -322,13 +372,19 @@ def main(argv=None) -> None:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the Zipf trials")
     ap.add_argument("--no-timing", action="store_true")
-    ap.add_argument("--replot", action="store_true", help="only rewrite the markdown and PNG from the saved JSON")
+    ap.add_argument(
+        "--replot",
+        action="store_true",
+        help="only rewrite the markdown and PNG from the saved JSON",
+    )
     args = ap.parse_args(argv)
     if args.replot:
         saved = json.loads((RESULTS / "svt_zipf.json").read_text())
         res = saved["zipf"]
         res["per_c"] = {int(c): v for c, v in res["per_c"].items()}
-        (RESULTS / "svt_zipf.md").write_text(markdown(res, saved["timing"], saved["config"]["trials"]))
+        (RESULTS / "svt_zipf.md").write_text(
+            markdown(res, saved["timing"], saved["config"]["trials"])
+        )
         plot(res, RESULTS / "svt_zipf.png")
         return
     t0 = time.perf_counter()
@@ -339,8 +395,14 @@ def main(argv=None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {
         "config": {
-            "records": N_RECORDS, "items": N_ITEMS, "zipf_exponent": ZIPF_EXPONENT, "seed": SEED,
-            "eps": EPS, "cs": list(CS), "trials": args.trials, "retraversal_boosts": list(RETR_BOOSTS),
+            "records": N_RECORDS,
+            "items": N_ITEMS,
+            "zipf_exponent": ZIPF_EXPONENT,
+            "seed": SEED,
+            "eps": EPS,
+            "cs": list(CS),
+            "trials": args.trials,
+            "retraversal_boosts": list(RETR_BOOSTS),
             "jobs": args.jobs,
         },
         "zipf": res,
@@ -350,7 +412,10 @@ def main(argv=None) -> None:
     (RESULTS / "svt_zipf.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (RESULTS / "svt_zipf.md").write_text(md)
     plot(res, RESULTS / "svt_zipf.png")
-    print(f"total {time.perf_counter() - t0:.1f}s; wrote {RESULTS}/svt_zipf.{{json,md,png}}", file=sys.stderr)
+    print(
+        f"total {time.perf_counter() - t0:.1f}s; wrote {RESULTS}/svt_zipf.{{json,md,png}}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

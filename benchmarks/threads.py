@@ -26,8 +26,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-HDMM = ("cps_W1", "cps_W2", "census_W1", "census_W2", "adultsmall_W1", "adultsmall_W2", "adult_W1", "adult_W2",
-        "loans_W1", "loans_W2")
+HDMM = (
+    "cps_W1",
+    "cps_W2",
+    "census_W1",
+    "census_W2",
+    "adultsmall_W1",
+    "adultsmall_W2",
+    "adult_W1",
+    "adult_W2",
+    "loans_W1",
+    "loans_W2",
+)
 CASES = HDMM + ("range1d_1024", "explicit_2916")
 SETTINGS = ("default", "one", "uncapped")
 CAP = 900.0
@@ -72,19 +82,38 @@ def child(name):
 
 
 def run(name, setting):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                                            "MKL_NUM_THREADS", "MATMECH_BLAS_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "OPENBLAS_NUM_THREADS",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "MATMECH_BLAS_THREADS",
+        )
+    }
     if setting == "one":
         env["OPENBLAS_NUM_THREADS"] = "1"
     elif setting == "uncapped":
         env["MATMECH_BLAS_THREADS"] = str(os.cpu_count() or 2)
     try:
-        p = subprocess.run([sys.executable, __file__, "--child", name], env=env, capture_output=True, text=True,
-                           timeout=CAP, cwd=ROOT)
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CAP,
+            cwd=ROOT,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"over {CAP:.0f} s"}
     if p.returncode:
-        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+        return {
+            "error": p.stderr.strip().splitlines()[-1]
+            if p.stderr.strip()
+            else f"exit {p.returncode}"
+        }
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -103,7 +132,9 @@ def main(argv=None):
     for name in names:
         row = {"case": name}
         runs = {s: [] for s in SETTINGS}
-        for _ in range(a.rounds):  # settings interleaved, so that load drifts and cold caches hit all alike
+        for _ in range(
+            a.rounds
+        ):  # settings interleaved, so that load drifts and cold caches hit all alike
             for s in ("one", "default", "uncapped"):
                 runs[s].append(run(name, s))
         for s in SETTINGS:
@@ -112,31 +143,46 @@ def main(argv=None):
                 row[s] = runs[s][0]
                 continue
             ok.sort(key=lambda r: r["seconds"])
-            row[s] = dict(ok[len(ok) // 2], runs=[round(r["seconds"], 3) for r in runs[s] if "seconds" in r])
+            row[s] = dict(
+                ok[len(ok) // 2], runs=[round(r["seconds"], 3) for r in runs[s] if "seconds" in r]
+            )
         d, o = row["default"].get("seconds"), row["one"].get("seconds")
         row["ratio_default_one"] = None if d is None or o is None else d / o
         rows.append(row)
         print(json.dumps(row), flush=True)
-    meta = {"load_before": load0, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    meta = {
+        "load_before": load0,
+        "load_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "threads.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = [f"load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f}, {meta['cpus']} cores, "
-             f"{meta['date']}", "", "| case | default s (median) | one thread s | uncapped s | default/one |", "|---|---|---|---|---|"]
+    lines = [
+        f"load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f}, {meta['cpus']} cores, "
+        f"{meta['date']}",
+        "",
+        "| case | default s (median) | one thread s | uncapped s | default/one |",
+        "|---|---|---|---|---|",
+    ]
 
     def f(r):
         return f"{r['seconds']:.3f}" if "seconds" in r else r.get("error", "-")
 
     for r in rows:
         ratio = "-" if r["ratio_default_one"] is None else f"{r['ratio_default_one']:.2f}"
-        lines.append(f"| {r['case']} | {f(r['default'])} | {f(r['one'])} | {f(r['uncapped'])} | {ratio} |")
+        lines.append(
+            f"| {r['case']} | {f(r['default'])} | {f(r['one'])} | {f(r['uncapped'])} | {ratio} |"
+        )
         if r["case"] == "explicit_2916" and "seconds" in r["default"]:
             d = r["default"]
-            lines.append(f"| explicit_2916, cached auto | {d['cached_seconds']:.3f} | "
-                         f"{r['one'].get('cached_seconds', float('nan')):.3f} | "
-                         f"{r['uncapped'].get('cached_seconds', float('nan')):.3f} | strategy {d['strategy']}, "
-                         f"intervals {d['interval_seconds']:.2f} s |")
+            lines.append(
+                f"| explicit_2916, cached auto | {d['cached_seconds']:.3f} | "
+                f"{r['one'].get('cached_seconds', float('nan')):.3f} | "
+                f"{r['uncapped'].get('cached_seconds', float('nan')):.3f} | strategy {d['strategy']}, "
+                f"intervals {d['interval_seconds']:.2f} s |"
+            )
     (out / "threads.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

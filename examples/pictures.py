@@ -31,4 +31,6 @@ x = mm.histogram(rng.integers(0, 128, 5_000), 128)
 r = mm.release(x, w, 1.0, strategy=advice.best, rng=rng)
 ax = r.plot()
 print(r)
-print(f"RESULT: drew the ranking of {len(advice.rows)} strategies and {r.answers.size} released ranges")
+print(
+    f"RESULT: drew the ranking of {len(advice.rows)} strategies and {r.answers.size} released ranges"
+)

@@ -29,15 +29,29 @@ eps = 1.0
 w = W.all_range(4)
 wd = w.dense()
 print(f"\nall 10 ranges over 4 cells, eps = {eps}:")
-print("  A = I  :", mm.expected_error(w, i4, eps), "= (2/eps^2) trace(W'W) =", 2 / eps**2 * np.trace(wd.T @ wd))
+print(
+    "  A = I  :",
+    mm.expected_error(w, i4, eps),
+    "= (2/eps^2) trace(W'W) =",
+    2 / eps**2 * np.trace(wd.T @ wd),
+)
 print("  A = H4 :", mm.expected_error(w, h4, eps))
 print("  A = Y4 :", mm.expected_error(w, y4, eps))
 p = W.prefix(4)
 delta_w = np.abs(p.dense()).sum(0).max()
-print("  prefix, A = W:", mm.expected_error(p, p, eps), "= (2/eps^2) * Delta_W^2 * n =", 2 / eps**2 * delta_w**2 * 4)
+print(
+    "  prefix, A = W:",
+    mm.expected_error(p, p, eps),
+    "= (2/eps^2) * Delta_W^2 * n =",
+    2 / eps**2 * delta_w**2 * 4,
+)
 
 print("\nall ranges over 256 cells, per-query RMSE at eps = 1 (counts):")
 big = W.all_range(256)
-for name, a in [("identity", S.identity(256)), ("haar", S.haar(256)), ("hierarchical b=16, no root", S.hierarchical(256, 16, root=False))]:
+for name, a in [
+    ("identity", S.identity(256)),
+    ("haar", S.haar(256)),
+    ("hierarchical b=16, no root", S.hierarchical(256, 16, root=False)),
+]:
     print(f"  {name:28s} {mm.expected_error(big, a, measure='rmse'):.2f}")
 print(f"  {'SVD lower bound':28s} {mm.lower_bound(big, measure='rmse'):.2f}")

@@ -36,10 +36,17 @@ def methods(c):
     """name -> f(values, threshold, rng) -> positions selected."""
     return {
         "SVT-DPBook": lambda v, t, r: svt.sparse_vector_dpbook(v, t, c=c, eps=EPS, rng=r).positions,
-        "SVT-S 1:1": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=1.0, rng=r).positions,
-        "SVT-S 1:c^(2/3)": lambda v, t, r: svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, rng=r).positions,
-        "SVT-ReTr 3D": lambda v, t, r: svt.sparse_vector_retraversal(v, t, c=c, eps=EPS, boost=3.0, monotonic=True,
-                                                                     rng=r).positions,
+        "SVT-S 1:1": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, ratio=1.0, rng=r).positions
+        ),
+        "SVT-S 1:c^(2/3)": lambda v, t, r: (
+            svt.sparse_vector(v, t, c=c, eps=EPS, monotonic=True, rng=r).positions
+        ),
+        "SVT-ReTr 3D": lambda v, t, r: (
+            svt.sparse_vector_retraversal(
+                v, t, c=c, eps=EPS, boost=3.0, monotonic=True, rng=r
+            ).positions
+        ),
         "EM": lambda v, t, r: svt.exponential_top_c(v, c, EPS, monotonic=True, rng=r).positions,
     }
 
@@ -56,8 +63,10 @@ rng = np.random.default_rng(SEED)  # reproducible demo only: NOT a secure source
 p = 1.0 / np.arange(1, N_ITEMS + 1)
 counts = rng.multinomial(N_RECORDS, p / p.sum()).astype(np.int64)
 order = np.argsort(-counts, kind="stable")
-print(f"Zipf data: {N_RECORDS:,} records over {N_ITEMS:,} items; largest counts {counts[order[:5]].tolist()}; "
-      f"eps = {EPS:g}, {TRIALS} trials per c")
+print(
+    f"Zipf data: {N_RECORDS:,} records over {N_ITEMS:,} items; largest counts {counts[order[:5]].tolist()}; "
+    f"eps = {EPS:g}, {TRIALS} trials per c"
+)
 
 results = {}
 for c in CS:
@@ -71,7 +80,9 @@ for c in CS:
             chosen = perm[np.asarray(run(shuffled, threshold, rng), dtype=np.int64)]
             acc[name].append(scores(counts, top_idx, chosen))
     results[c] = {name: np.mean(v, axis=0) for name, v in acc.items()}
-    print(f"  c = {c:3d}: threshold {threshold:7.1f} (the c-th count {counts[order[c - 1]]}, the next {counts[order[c]]})")
+    print(
+        f"  c = {c:3d}: threshold {threshold:7.1f} (the c-th count {counts[order[c - 1]]}, the next {counts[order[c]]})"
+    )
 
 names = list(methods(CS[0]))
 for k, metric in enumerate(("SER", "FNR")):
@@ -86,5 +97,7 @@ mean_ser = {name: float(np.mean([results[c][name][0] for c in CS])) for name in 
 assert mean_ser["SVT-DPBook"] == max(mean_ser.values()), mean_ser
 assert mean_ser["SVT-S 1:c^(2/3)"] < mean_ser["SVT-S 1:1"], mean_ser
 assert mean_ser["EM"] <= min(mean_ser.values()) + 0.01, mean_ser
-print(f"\nRESULT: mean SER over c: EM {mean_ser['EM']:.3f} (best, up to 0.01), SVT-ReTr 3D {mean_ser['SVT-ReTr 3D']:.3f}, "
-      f"SVT-S 1:c^(2/3) {mean_ser['SVT-S 1:c^(2/3)']:.3f} < 1:1 {mean_ser['SVT-S 1:1']:.3f}, SVT-DPBook {mean_ser['SVT-DPBook']:.3f} (worst)")
+print(
+    f"\nRESULT: mean SER over c: EM {mean_ser['EM']:.3f} (best, up to 0.01), SVT-ReTr 3D {mean_ser['SVT-ReTr 3D']:.3f}, "
+    f"SVT-S 1:c^(2/3) {mean_ser['SVT-S 1:c^(2/3)']:.3f} < 1:1 {mean_ser['SVT-S 1:1']:.3f}, SVT-DPBook {mean_ser['SVT-DPBook']:.3f} (worst)"
+)

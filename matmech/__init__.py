@@ -78,8 +78,17 @@ __all__ = [
 
 #: The selection primitives live in :mod:`matmech.svt` (issue 22: ``matmech`` exports the data
 #: flow); ``matmech.<name>`` still works for these, with a DeprecationWarning.
-_MOVED_TO_SVT = ("sparse_vector", "SparseVector", "SparseVectorExhausted", "above_threshold", "sparse_vector_dpbook",
-                 "sparse_vector_retraversal", "exponential_top_c", "SVTResult", "TopCResult")
+_MOVED_TO_SVT = (
+    "sparse_vector",
+    "SparseVector",
+    "SparseVectorExhausted",
+    "above_threshold",
+    "sparse_vector_dpbook",
+    "sparse_vector_retraversal",
+    "exponential_top_c",
+    "SVTResult",
+    "TopCResult",
+)
 
 
 def __getattr__(name):
@@ -88,9 +97,14 @@ def __getattr__(name):
 
         from matmech import svt
 
-        warnings.warn(f"matmech.{name} is deprecated; use matmech.svt.{name}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"matmech.{name} is deprecated; use matmech.svt.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(svt, name)
     raise AttributeError(f"module 'matmech' has no attribute {name!r}")
+
 
 #: The package version, the one place it is written (pyproject.toml reads it from here).
 __version__ = "0.1.0"

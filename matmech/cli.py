@@ -42,12 +42,23 @@ CONVENTIONS = (
 
 def _privacy_args(p, *, eps_required=False):
     if eps_required:  # a release spends privacy: never on a silent default
-        p.add_argument("--eps", type=float, required=True, help="privacy parameter epsilon (> 0) this release spends")
+        p.add_argument(
+            "--eps",
+            type=float,
+            required=True,
+            help="privacy parameter epsilon (> 0) this release spends",
+        )
     else:
-        p.add_argument("--eps", type=float, default=1.0, help="privacy parameter epsilon (> 0, default 1)")
-    p.add_argument("--delta", type=float, default=0.0, help="delta in [0, 1); 0 means pure eps-DP (default)")
+        p.add_argument(
+            "--eps", type=float, default=1.0, help="privacy parameter epsilon (> 0, default 1)"
+        )
+    p.add_argument(
+        "--delta", type=float, default=0.0, help="delta in [0, 1); 0 means pure eps-DP (default)"
+    )
     p.add_argument("--neighbors", choices=["add_remove", "substitute"], default="add_remove")
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    p.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON instead of a table"
+    )
 
 
 def _scored(args):
@@ -80,7 +91,9 @@ def _cmd_compare(args):
         print(json.dumps(out, indent=2))
         return 0
     m, n = spec.workload.shape
-    print(f"{spec.name}: {m:,} queries over {n:,} cells; eps = {eps:g}, delta = {delta:g}, {args.neighbors} neighbours")
+    print(
+        f"{spec.name}: {m:,} queries over {n:,} cells; eps = {eps:g}, delta = {delta:g}, {args.neighbors} neighbours"
+    )
     print(format_table(rows, bound_rmse=bound, skipped=skipped))
     print(CONVENTIONS)
     return 0
@@ -101,15 +114,40 @@ def _cmd_plot(args):
     path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
     _check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
     progress = _progress(args)
-    advice = advise(spec.workload, eps, delta, neighbors=args.neighbors, time_budget="default" if args.time_budget is None else args.time_budget, progress=progress)
+    advice = advise(
+        spec.workload,
+        eps,
+        delta,
+        neighbors=args.neighbors,
+        time_budget="default" if args.time_budget is None else args.time_budget,
+        progress=progress,
+    )
     progress.close()
-    fig = plot_rows(spec.workload, advice.rows, eps=eps, delta=delta, bound_rmse=advice.lower_bound_rmse,
-                    title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}")
-    with open(path, "wb" if args.overwrite else "xb") as handle:  # exclusive: never replace a file unasked
+    fig = plot_rows(
+        spec.workload,
+        advice.rows,
+        eps=eps,
+        delta=delta,
+        bound_rmse=advice.lower_bound_rmse,
+        title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}",
+    )
+    with open(
+        path, "wb" if args.overwrite else "xb"
+    ) as handle:  # exclusive: never replace a file unasked
         fig.savefig(handle, format=fmt, dpi=110)
     if args.json:
-        print(json.dumps({"wrote": str(path), "format": fmt, "spec": spec.name, "source": spec.source,
-                          **advice.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "wrote": str(path),
+                    "format": fmt,
+                    "spec": spec.name,
+                    "source": spec.source,
+                    **advice.to_dict(),
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"wrote {path} (best: {advice.rows[0].name}, as matmech advise ranks it)")
     return 0
@@ -169,10 +207,21 @@ def _cmd_advise(args):
     eps, delta = check_privacy_params(args.eps, args.delta)
     if args.save_strategy:
         _check_writable(args.save_strategy, "--save-strategy", overwrite=args.overwrite)
-    if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
-        raise ValueError(f"--time-budget must be a positive number of seconds, got {args.time_budget!r}")
+    if args.time_budget is not None and not (
+        math.isfinite(args.time_budget) and args.time_budget > 0
+    ):
+        raise ValueError(
+            f"--time-budget must be a positive number of seconds, got {args.time_budget!r}"
+        )
     bar = _progress(args)
-    advice = advise(spec.workload, eps, delta, time_budget="default" if args.time_budget is None else args.time_budget, progress=bar, neighbors=args.neighbors)
+    advice = advise(
+        spec.workload,
+        eps,
+        delta,
+        time_budget="default" if args.time_budget is None else args.time_budget,
+        progress=bar,
+        neighbors=args.neighbors,
+    )
     bar.close()
     saved = None
     if args.save_strategy:
@@ -180,15 +229,25 @@ def _cmd_advise(args):
         saved = args.save_strategy
     route = _auto_route(spec.workload, eps, delta, args.neighbors)
     if args.json:
-        out = {"spec": spec.name, "source": spec.source, **advice.to_dict(), "saved_strategy": saved, "auto_route": route}
+        out = {
+            "spec": spec.name,
+            "source": spec.source,
+            **advice.to_dict(),
+            "saved_strategy": saved,
+            "auto_route": route,
+        }
         print(json.dumps(out, indent=2))
         return 0
     print(f"{spec.name}: {advice.table()}")
     if route["route"] == "tables":
-        print(f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
-              f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)")
+        print(
+            f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
+            f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)"
+        )
     if saved:
-        print(f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ...")
+        print(
+            f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ..."
+        )
     print(CONVENTIONS)
     return 0
 
@@ -238,10 +297,14 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
                     try:
                         v = float(cell)
                     except ValueError:
-                        raise ValueError(f"{path}: line {line}, column {c!r}: the entry is not a number") from None
+                        raise ValueError(
+                            f"{path}: line {line}, column {c!r}: the entry is not a number"
+                        ) from None
                     values[k].append(v)
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not valid {encoding} text; give the file's encoding with --encoding (e.g. latin-1)") from None
+        raise ValueError(
+            f"{path}: not valid {encoding} text; give the file's encoding with --encoding (e.g. latin-1)"
+        ) from None
     if not values[0]:
         raise ValueError(f"{path}: no data rows after the header")
     return [np.asarray(v) for v in values]
@@ -283,10 +346,19 @@ def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     if target.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; give a file name")
     for other_flag, other in dict(inputs).items():
-        if other is not None and Path(other).exists() and target.exists() and os.path.samefile(other, target):
-            raise ValueError(f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it")
+        if (
+            other is not None
+            and Path(other).exists()
+            and target.exists()
+            and os.path.samefile(other, target)
+        ):
+            raise ValueError(
+                f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it"
+            )
         if other is not None and target.resolve() == Path(other).resolve():
-            raise ValueError(f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it")
+            raise ValueError(
+                f"{flag} {path}: is the same file as {other_flag} {other}; refusing to overwrite it"
+            )
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: not writable")
     if target.exists() and not overwrite:
@@ -294,8 +366,15 @@ def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     if not open_it:
         return None
     try:
-        handle = tempfile.NamedTemporaryFile("w", newline="", encoding="utf-8", dir=parent, prefix=f".{target.name}.",
-                                             suffix=".tmp", delete=False)
+        handle = tempfile.NamedTemporaryFile(
+            "w",
+            newline="",
+            encoding="utf-8",
+            dir=parent,
+            prefix=f".{target.name}.",
+            suffix=".tmp",
+            delete=False,
+        )
     except OSError as exc:
         raise ValueError(f"{flag} {path}: cannot be written ({exc.strerror})") from None
     return handle, str(path)
@@ -310,23 +389,36 @@ def _strategy_arg(value):
     try:
         return load_strategy(value)
     except FileNotFoundError:
-        raise ValueError(f"--strategy must be one of {', '.join(STRATEGY_NAMES)} or a strategy file; {value!r} is neither") from None
+        raise ValueError(
+            f"--strategy must be one of {', '.join(STRATEGY_NAMES)} or a strategy file; {value!r} is neither"
+        ) from None
 
 
 def _select_arg(args):
     from matmech.svt.select import SELECTION_METHODS
 
-    given = [f"--{k.replace('_', '-')}" for k in ("threshold", "c", "select_eps", "target_rel_error", "select_sigma")
-             if getattr(args, k, None) is not None]
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k in ("threshold", "c", "select_eps", "target_rel_error", "select_sigma")
+        if getattr(args, k, None) is not None
+    ]
     if args.select is None:
         if given:
-            raise ValueError(f"{', '.join(given)}: only used with --select {'|'.join(SELECTION_METHODS)}")
+            raise ValueError(
+                f"{', '.join(given)}: only used with --select {'|'.join(SELECTION_METHODS)}"
+            )
         return None
     select = {"method": args.select}
     gap = SELECTION_METHODS[args.select].gap  # free-gap methods: the split can be advised
     if (args.select_eps is None and not gap) or args.c is None:
-        raise ValueError("--select needs --select-eps (its share of --eps) and --c (the most rows to answer)"
-                         + ("" if not gap else "; with a gap method --select-eps may be left out (advised split)"))
+        raise ValueError(
+            "--select needs --select-eps (its share of --eps) and --c (the most rows to answer)"
+            + (
+                ""
+                if not gap
+                else "; with a gap method --select-eps may be left out (advised split)"
+            )
+        )
     select["c"] = args.c
     if args.select_eps is not None:
         select["eps"] = args.select_eps
@@ -337,13 +429,17 @@ def _select_arg(args):
             try:
                 select["threshold"] = float(args.threshold)
             except ValueError:
-                raise ValueError(f"--threshold must be a number or 'auto', got {args.threshold!r}") from None
+                raise ValueError(
+                    f"--threshold must be a number or 'auto', got {args.threshold!r}"
+                ) from None
     if args.target_rel_error is not None:
         select["target_rel_error"] = args.target_rel_error
     if getattr(args, "select_sigma", None) is not None:
         if "sigma" not in SELECTION_METHODS[args.select].own_options:
             owners = [n for n, m in SELECTION_METHODS.items() if "sigma" in m.own_options]
-            raise ValueError(f"--select-sigma is the top-branch margin of --select {'/'.join(owners)}, not of --select {args.select}")
+            raise ValueError(
+                f"--select-sigma is the top-branch margin of --select {'/'.join(owners)}, not of --select {args.select}"
+            )
         select["sigma"] = args.select_sigma
     return select
 
@@ -364,7 +460,9 @@ class _TablesFromFile:
     def marginal_counts(self, subsets):
         from matmech.io.engines import marginal_counts
 
-        return marginal_counts(self.path, self.schema, subsets, encoding=self.encoding, delimiter=self.delimiter)
+        return marginal_counts(
+            self.path, self.schema, subsets, encoding=self.encoding, delimiter=self.delimiter
+        )
 
 
 def _cmd_release(args):
@@ -378,8 +476,10 @@ def _cmd_release(args):
     eps, delta = check_privacy_params(args.eps, args.delta)
     schema = spec.schema
     if schema is not None and args.column:
-        raise ValueError(f"the spec declares its attributes and their columns {list(schema.columns)}; drop --column "
-                         "(or set column = \"...\" in the spec's [[attributes]])")
+        raise ValueError(
+            f"the spec declares its attributes and their columns {list(schema.columns)}; drop --column "
+            '(or set column = "..." in the spec\'s [[attributes]])'
+        )
     if schema is None and len(args.column or ()) != len(spec.domain):
         raise ValueError(
             f"the spec has {len(spec.domain)} attribute(s) {list(spec.attributes)} with domain {list(spec.domain)} and "
@@ -403,32 +503,57 @@ def _cmd_release(args):
         inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
         if not isinstance(strategy, str):
             inputs["--strategy"] = args.strategy
-        pending = _check_writable(args.out, "--out", inputs=inputs, open_it=True, overwrite=args.overwrite)
+        pending = _check_writable(
+            args.out, "--out", inputs=inputs, open_it=True, overwrite=args.overwrite
+        )
     try:
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy)
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
-            x = _TablesFromFile(args.data, schema, args.encoding, args.delimiter)  # marginal tables, never x
+            x = _TablesFromFile(
+                args.data, schema, args.encoding, args.delimiter
+            )  # marginal tables, never x
         elif schema is None and kind == "csv":
-            arrays = _read_columns(args.data, args.column, encoding=args.encoding, delimiter=args.delimiter)
+            arrays = _read_columns(
+                args.data, args.column, encoding=args.encoding, delimiter=args.delimiter
+            )
             codes = _codes(args.data, args.column, arrays, spec.domain)
-            x = histogram(codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain))
+            x = histogram(
+                codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain)
+            )
         else:
             from matmech.io.domain import Domain, integer_range
             from matmech.io.engines import histogram as engine_histogram
 
             if schema is None:  # bare sizes: the columns hold integer codes 0..n-1
-                schema = Domain(tuple(integer_range(c, 0, n - 1) for c, n in zip(args.column, spec.domain)))
-            x = engine_histogram(args.data, schema, encoding=args.encoding, delimiter=args.delimiter)
+                schema = Domain(
+                    tuple(integer_range(c, 0, n - 1) for c, n in zip(args.column, spec.domain))
+                )
+            x = engine_histogram(
+                args.data, schema, encoding=args.encoding, delimiter=args.delimiter
+            )
         if ledger is not None:
             ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
-        rel = release(x, spec.workload, eps, delta, strategy=strategy, neighbors=args.neighbors, select=select,
-                      max_records=args.max_records, budget=ledger)
+        rel = release(
+            x,
+            spec.workload,
+            eps,
+            delta,
+            strategy=strategy,
+            neighbors=args.neighbors,
+            select=select,
+            max_records=args.max_records,
+            budget=ledger,
+        )
         labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
-        rows = _postprocess(release_table(rel, labels), decimals=args.round, nonnegative=args.nonnegative)
+        rows = _postprocess(
+            release_table(rel, labels), decimals=args.round, nonnegative=args.nonnegative
+        )
         if pending is not None:
             try:
-                _write_answers(pending, rows, selection=select is not None, overwrite=args.overwrite)
+                _write_answers(
+                    pending, rows, selection=select is not None, overwrite=args.overwrite
+                )
             except OSError as exc:
                 raise _unsaved(exc, args, rel) from None
             pending = None
@@ -451,21 +576,41 @@ def _cmd_release(args):
         print(json.dumps(out, indent=2))
         return 0
     m = spec.workload.shape[0]
-    answered = f"{rel.answers.size} of {m:,} queries answered" if rel.selected is not None else f"{m:,} queries answered"
-    rmse = f", RMSE/query {math.sqrt(rel.expected_error / rel.answers.size):.4g}" if rel.answers.size else ""
-    print(f"{spec.name}: {answered} from {args.data} (the record count is private and not shown); "
-          f"eps = {rel.eps:g}, delta = {rel.delta:g}")
+    answered = (
+        f"{rel.answers.size} of {m:,} queries answered"
+        if rel.selected is not None
+        else f"{m:,} queries answered"
+    )
+    rmse = (
+        f", RMSE/query {math.sqrt(rel.expected_error / rel.answers.size):.4g}"
+        if rel.answers.size
+        else ""
+    )
+    print(
+        f"{spec.name}: {answered} from {args.data} (the record count is private and not shown); "
+        f"eps = {rel.eps:g}, delta = {rel.delta:g}"
+    )
     if rel.measurement is not None:
-        how = f"from {args.strategy}, {type(strategy).__name__}" if not isinstance(strategy, str) else f"{rel.strategy_name}: {rel.strategy_note}"
-        print(f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}")
+        how = (
+            f"from {args.strategy}, {type(strategy).__name__}"
+            if not isinstance(strategy, str)
+            else f"{rel.strategy_name}: {rel.strategy_note}"
+        )
+        print(
+            f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}"
+        )
     elif rel.answers.size:
         print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (OS randomness){rmse}")
     print(f"route: {route.name} ({route.reason})")
     if select is not None:
-        print(f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})")
+        print(
+            f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})"
+        )
     if ledger is not None:
         rem = rel.budget_remaining
-        print(f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}")
+        print(
+            f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}"
+        )
     if args.out is not None:
         print(f"wrote {len(rows):,} rows to {args.out}")
     return 0
@@ -475,12 +620,17 @@ def _unsaved(exc, args, rel):
     """The error for answers drawn (and charged) but not written: it says the budget is spent
     and where it went, so the curator never releases again believing nothing happened."""
     why = exc.strerror or str(exc) or type(exc).__name__
-    where = (f"charged to ledger {args.ledger} (its last spend: eps = {rel.eps:g}, delta = {rel.delta:g}; see "
-             f"'matmech budget history {args.ledger}')" if args.ledger is not None
-             else "not recorded in any ledger, but spent all the same")
-    return OSError(f"--out {args.out}: the answers could not be written ({why}) AFTER the noise was drawn: the privacy "
-                   f"budget of this release is spent (eps = {rel.eps:g}, delta = {rel.delta:g}), {where}; the answers "
-                   "are lost and a new release costs budget again")
+    where = (
+        f"charged to ledger {args.ledger} (its last spend: eps = {rel.eps:g}, delta = {rel.delta:g}; see "
+        f"'matmech budget history {args.ledger}')"
+        if args.ledger is not None
+        else "not recorded in any ledger, but spent all the same"
+    )
+    return OSError(
+        f"--out {args.out}: the answers could not be written ({why}) AFTER the noise was drawn: the privacy "
+        f"budget of this release is spent (eps = {rel.eps:g}, delta = {rel.delta:g}), {where}; the answers "
+        "are lost and a new release costs budget again"
+    )
 
 
 def _postprocess(rows, *, decimals, nonnegative):
@@ -513,7 +663,9 @@ def _open_ledger(args, eps, delta):
 
     ledger = Ledger.open(args.ledger)
     if not ledger.can_spend(eps, delta):  # release checks again, atomically, when it spends
-        ledger.spend(eps, delta, what=f"release of {args.spec}")  # raises BudgetExceededError, saying what is left
+        ledger.spend(
+            eps, delta, what=f"release of {args.spec}"
+        )  # raises BudgetExceededError, saying what is left
     return ledger
 
 
@@ -593,15 +745,25 @@ def _write_answers(path, rows, *, selection, overwrite=True):
     """
     import os
 
-    fields = ["query", "answer", "std", "lower", "upper", "interval", "coverage"] + (["selected", "status"] if selection else [])
-    handle, final = (open(path, "w", newline="", encoding="utf-8"), None) if isinstance(path, (str, os.PathLike)) else path
+    fields = ["query", "answer", "std", "lower", "upper", "interval", "coverage"] + (
+        ["selected", "status"] if selection else []
+    )
+    handle, final = (
+        (open(path, "w", newline="", encoding="utf-8"), None)
+        if isinstance(path, (str, os.PathLike))
+        else path
+    )
     with handle as f:
         w = csv.writer(f)
         w.writerow(fields)
         for r in rows:
             nums = [r["answer"], r["std"], r["lower"], r["upper"]]
-            line = [r["query"], *("" if v is None else repr(float(v)) for v in nums), r.get("interval") or "",
-                    "" if r.get("coverage") is None else repr(float(r["coverage"]))]
+            line = [
+                r["query"],
+                *("" if v is None else repr(float(v)) for v in nums),
+                r.get("interval") or "",
+                "" if r.get("coverage") is None else repr(float(r["coverage"])),
+            ]
             if selection:
                 line += ["true" if r["selected"] else "false", r["status"]]
             w.writerow(line)
@@ -619,63 +781,146 @@ def _write_answers(path, rows, *, selection, overwrite=True):
 def build_parser():
     from matmech.svt.select import SELECTION_METHODS
 
-    parser = argparse.ArgumentParser(prog="matmech", description="The Matrix Mechanism for linear queries under differential privacy.")
+    parser = argparse.ArgumentParser(
+        prog="matmech",
+        description="The Matrix Mechanism for linear queries under differential privacy.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare", help="compare fixed strategies for a workload spec analytically")
     p.add_argument("spec", help="a workload spec file (TOML), e.g. workloads/all_range_1024.toml")
     _privacy_args(p)
     p.set_defaults(func=_cmd_compare)
-    p = sub.add_parser("plot", help="plot per-query error of the advised strategies (optimiser included) for a workload spec (needs matplotlib)")
+    p = sub.add_parser(
+        "plot",
+        help="plot per-query error of the advised strategies (optimiser included) for a workload spec (needs matplotlib)",
+    )
     p.add_argument("spec", help="a workload spec file (TOML)")
-    p.add_argument("--out", required=True,
-                   help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
-                        "or a name without suffix (.png is added); the exact path is printed")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
+        "or a name without suffix (.png is added); the exact path is printed",
+    )
     _privacy_args(p)
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic",
+    )
     _progress_arg(p)
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_plot)
-    p = sub.add_parser("advise", help="rank strategies, optimised ones included, for a workload spec")
+    p = sub.add_parser(
+        "advise", help="rank strategies, optimised ones included, for a workload spec"
+    )
     p.add_argument("spec", help="a workload spec file (TOML)")
     _privacy_args(p)
-    p.add_argument("--save-strategy", metavar="FILE.npz", help="save the best strategy for 'matmech release --strategy FILE.npz'")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS", help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic")
+    p.add_argument(
+        "--save-strategy",
+        metavar="FILE.npz",
+        help="save the best strategy for 'matmech release --strategy FILE.npz'",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic",
+    )
     _progress_arg(p)
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_advise)
-    p = sub.add_parser("release", help="release noisy answers to a workload spec from a CSV or Parquet data file")
-    p.add_argument("spec", help="a workload spec file (TOML); its [[attributes]] declare the raw columns' domains")
-    _privacy_args(p, eps_required=True)
-    p.add_argument("--data", required=True, metavar="FILE.csv|FILE.parquet", help="records, one per row (CSV with a header, or Parquet)")
-    p.add_argument(
-        "--column", action="append", metavar="COL",
-        help="only for a spec without [[attributes]]: the column holding each record's code 0..n-1 for a spec "
-             "attribute; repeat once per attribute, in order",
+    p = sub.add_parser(
+        "release", help="release noisy answers to a workload spec from a CSV or Parquet data file"
     )
-    p.add_argument("--encoding", default="utf-8", help="the CSV file's text encoding (default utf-8; a BOM is skipped; e.g. latin-1)")
-    p.add_argument("--delimiter", metavar="CHAR", help="the CSV delimiter (default: detected)")
-    p.add_argument("--out", metavar="OUT.csv", help="write one row per query: query, answer, std, lower, upper (the 95%% interval), interval "
-                        "(its method), coverage")
-    p.add_argument("--round", type=int, metavar="DECIMALS",
-                   help="post-processing: round answers and intervals to DECIMALS (0 for whole counts); no privacy cost")
-    p.add_argument("--nonnegative", action="store_true",
-                   help="post-processing: clip answers and intervals at 0 (counts cannot be negative); no privacy cost")
     p.add_argument(
-        "--strategy", default="auto", metavar="NAME|FILE.npz",
+        "spec",
+        help="a workload spec file (TOML); its [[attributes]] declare the raw columns' domains",
+    )
+    _privacy_args(p, eps_required=True)
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE.csv|FILE.parquet",
+        help="records, one per row (CSV with a header, or Parquet)",
+    )
+    p.add_argument(
+        "--column",
+        action="append",
+        metavar="COL",
+        help="only for a spec without [[attributes]]: the column holding each record's code 0..n-1 for a spec "
+        "attribute; repeat once per attribute, in order",
+    )
+    p.add_argument(
+        "--encoding",
+        default="utf-8",
+        help="the CSV file's text encoding (default utf-8; a BOM is skipped; e.g. latin-1)",
+    )
+    p.add_argument("--delimiter", metavar="CHAR", help="the CSV delimiter (default: detected)")
+    p.add_argument(
+        "--out",
+        metavar="OUT.csv",
+        help="write one row per query: query, answer, std, lower, upper (the 95%% interval), interval "
+        "(its method), coverage",
+    )
+    p.add_argument(
+        "--round",
+        type=int,
+        metavar="DECIMALS",
+        help="post-processing: round answers and intervals to DECIMALS (0 for whole counts); no privacy cost",
+    )
+    p.add_argument(
+        "--nonnegative",
+        action="store_true",
+        help="post-processing: clip answers and intervals at 0 (counts cannot be negative); no privacy cost",
+    )
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        metavar="NAME|FILE.npz",
         help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
     )
-    p.add_argument("--select", choices=list(SELECTION_METHODS),
-                   help="answer only rows chosen privately first (sparse vector / exponential mechanism / free-gap: "
-                        "topc-gap, svt-gap, adaptive-svt)")
-    p.add_argument("--threshold", metavar="T|auto", help="svt: answer rows whose count clears T; 'auto' from --target-rel-error")
+    p.add_argument(
+        "--select",
+        choices=list(SELECTION_METHODS),
+        help="answer only rows chosen privately first (sparse vector / exponential mechanism / free-gap: "
+        "topc-gap, svt-gap, adaptive-svt)",
+    )
+    p.add_argument(
+        "--threshold",
+        metavar="T|auto",
+        help="svt: answer rows whose count clears T; 'auto' from --target-rel-error",
+    )
     p.add_argument("--c", type=int, metavar="C", help="the most rows to select")
-    p.add_argument("--select-eps", type=float, metavar="E", help="the part of --eps spent on selection (the rest measures)")
-    p.add_argument("--target-rel-error", type=float, metavar="R", help="with --threshold auto: answer a row if std <= R x count (default 0.1)")
-    p.add_argument("--select-sigma", type=float, metavar="S",
-                   help="adaptive-svt: the margin above the threshold (in counts) for the cheap top branch (default: auto)")
-    p.add_argument("--max-records", type=int, metavar="N",
-                   help="declared bound on the number of records (default 2**32); more is refused before anything is spent")
-    p.add_argument("--ledger", metavar="FILE", help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise")
+    p.add_argument(
+        "--select-eps",
+        type=float,
+        metavar="E",
+        help="the part of --eps spent on selection (the rest measures)",
+    )
+    p.add_argument(
+        "--target-rel-error",
+        type=float,
+        metavar="R",
+        help="with --threshold auto: answer a row if std <= R x count (default 0.1)",
+    )
+    p.add_argument(
+        "--select-sigma",
+        type=float,
+        metavar="S",
+        help="adaptive-svt: the margin above the threshold (in counts) for the cheap top branch (default: auto)",
+    )
+    p.add_argument(
+        "--max-records",
+        type=int,
+        metavar="N",
+        help="declared bound on the number of records (default 2**32); more is refused before anything is spent",
+    )
+    p.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise",
+    )
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_release)
     p = sub.add_parser("budget", help="a persistent privacy ledger: init, status, history")
@@ -687,11 +932,17 @@ def build_parser():
     q.set_defaults(func=_cmd_budget_init)
     q = bsub.add_parser("status", help="total, spent and remaining (eps, delta)")
     q.add_argument("file", help="a ledger file")
-    q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
+    q.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)"
+    )
     q.set_defaults(func=_cmd_budget_status)
-    q = bsub.add_parser("history", help="every spend: time, eps, delta, what (and spec/data fingerprints in --json)")
+    q = bsub.add_parser(
+        "history", help="every spend: time, eps, delta, what (and spec/data fingerprints in --json)"
+    )
     q.add_argument("file", help="a ledger file")
-    q.add_argument("--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)")
+    q.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON (with exact p/q amounts)"
+    )
     q.set_defaults(func=_cmd_budget_history)
     from matmech.stream.cli import add_stream_parser
 
@@ -700,13 +951,18 @@ def build_parser():
 
 
 def _overwrite_arg(p):
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing output file (without it, an existing file is never overwritten)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output file (without it, an existing file is never overwritten)",
+    )
 
 
 def _progress_arg(p):
     p.add_argument(
-        "--progress", choices=["auto", "always", "never"], default="auto",
+        "--progress",
+        choices=["auto", "always", "never"],
+        default="auto",
         help="progress bar on stderr for long work: auto = only on a terminal (default)",
     )
 

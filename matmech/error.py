@@ -256,7 +256,13 @@ def _rowspace_residual(W, A, nul):
             return max(_rowspace_residual(b, A, nul) for b in W.blocks)
         if isinstance(W, Kron) and len(W.factors) == len(A.factors):
             return max(_rowspace_residual(w, a, x) for w, a, x in zip(W.factors, A.factors, nul[1]))
-        proj = reduce(np.kron, [np.eye(a.shape[1]) - (0 if x is None else _as_dense(x)) for a, x in zip(A.factors, nul[1])])
+        proj = reduce(
+            np.kron,
+            [
+                np.eye(a.shape[1]) - (0 if x is None else _as_dense(x))
+                for a, x in zip(A.factors, nul[1])
+            ],
+        )
         nul = as_linop(np.eye(A.shape[1]) - proj)
     scale = _trace(W, Identity(W.shape[1]))
     return _trace(W, nul) / scale if scale > 0 else 0.0
@@ -286,11 +292,16 @@ def _covariance(W, A):
 
 # -- marginal workloads on marginal-lattice strategies: the spectrum advise scores with ---------------
 
+
 def _lattice_eigenvalues(A, domain):
     """λ_T of AᵀA on the classes of :func:`marginal_spectrum` when A is a marginal-lattice
     strategy over ``domain`` (a :class:`~matmech.optimizers.marginals.MarginalStrategy`,
     ResidualStrategy or a plain weighted union of marginals), else None."""
-    if getattr(A, "domain", None) is not None and hasattr(A, "eigenvalues") and tuple(A.domain) == tuple(domain):
+    if (
+        getattr(A, "domain", None) is not None
+        and hasattr(A, "eigenvalues")
+        and tuple(A.domain) == tuple(domain)
+    ):
         return np.asarray(A.eigenvalues(), dtype=np.float64)
     if isinstance(A, (VStack, Kron)):
         marg = _marginal_terms(A)
@@ -347,8 +358,16 @@ def _check_measure(measure):
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
 
 
-def expected_error(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
-                   neighbors: str = "add_remove", noise: str = "discrete") -> float:
+def expected_error(
+    W: LinOp | npt.ArrayLike,
+    A: LinOp | npt.ArrayLike,
+    eps: float = 1.0,
+    delta: float = 0.0,
+    measure: str = "total",
+    *,
+    neighbors: str = "add_remove",
+    noise: str = "discrete",
+) -> float:
     """Expected error of answering W by measuring A and least squares.
 
     ``measure="total"``: Σ of per-query variances (squared counts),
@@ -401,10 +420,14 @@ def expected_error(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: floa
     66.2885
     """
     _check_measure(measure)
-    return error_figures(W, A, eps, delta, measures=(measure,), neighbors=neighbors, noise=noise)[measure]
+    return error_figures(W, A, eps, delta, measures=(measure,), neighbors=neighbors, noise=noise)[
+        measure
+    ]
 
 
-def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add_remove", noise="discrete"):
+def error_figures(
+    W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add_remove", noise="discrete"
+):
     """{measure: value} for several measures from one pseudo-inverse of AᵀA.
 
     ``"max"`` is None when W has too many rows and no structure to take the max through.
@@ -450,8 +473,15 @@ def error_figures(W, A, eps=1.0, delta=0.0, *, measures=MEASURES, neighbors="add
     return {m: out[m] for m in measures}
 
 
-def per_query_variance(W: LinOp | npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *,
-                       neighbors: str = "add_remove", noise: str = "discrete") -> np.ndarray:
+def per_query_variance(
+    W: LinOp | npt.ArrayLike,
+    A: LinOp | npt.ArrayLike,
+    eps: float = 1.0,
+    delta: float = 0.0,
+    *,
+    neighbors: str = "add_remove",
+    noise: str = "discrete",
+) -> np.ndarray:
     """Vector of the m per-query variances P·diag(W (AᵀA)⁺ Wᵀ) (squared counts).
 
     Parameters
@@ -533,7 +563,9 @@ def noise_weights(W, A):
     if isinstance(A, Identity):
         return Wd
     M = _covariance(W, A)
-    B = Wd.T if isinstance(M, Identity) else np.asarray(as_linop(M).matmat(Wd.T))  # n×m, structured M
+    B = (
+        Wd.T if isinstance(M, Identity) else np.asarray(as_linop(M).matmat(Wd.T))
+    )  # n×m, structured M
     return np.asarray(A.matmat(B)).T
 
 
@@ -568,7 +600,11 @@ def marginal_spectrum(terms, domain):
     out = []
     for mask in range(1 << k):
         t = frozenset(i for i in range(k) if mask >> i & 1)
-        lam = sum(w2 * math.prod(d for i, d in enumerate(domain) if i not in s) for w2, s in terms if t <= s)
+        lam = sum(
+            w2 * math.prod(d for i, d in enumerate(domain) if i not in s)
+            for w2, s in terms
+            if t <= s
+        )
         out.append((t, lam, math.prod(domain[i] - 1 for i in t)))
     return out
 
@@ -588,7 +624,9 @@ def _singular_value_sum(W):
         return float(np.sqrt(lam).sum())
     n = W.shape[1]
     if n > MAX_DENSE_N:
-        raise ValueError(f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}")
+        raise ValueError(
+            f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}"
+        )
     lam = np.linalg.eigvalsh(W.gram().dense(max_entries=MAX_DENSE_N**2))
     return float(np.sqrt(np.clip(lam, 0, None)).sum())
 
@@ -606,8 +644,14 @@ def _nuclear_norm(W):
     return v
 
 
-def lower_bound(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, measure: str = "total", *,
-                neighbors: str = "add_remove") -> float:
+def lower_bound(
+    W: LinOp | npt.ArrayLike,
+    eps: float = 1.0,
+    delta: float = 0.0,
+    measure: str = "total",
+    *,
+    neighbors: str = "add_remove",
+) -> float:
     """SVD lower bound of Li & Miklau (ICDT 2013): total error ≥ P·(Σσᵢ(W))²/n.
 
     P is the noise variance of a unit-sensitivity measurement (Laplace 2/ε² for δ = 0,
@@ -652,4 +696,8 @@ def lower_bound(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, 
     eps, delta = check_privacy_params(eps, delta)
     unit = noise_variance(eps, delta, sensitivity=_neighbor_factor(neighbors))
     total = unit * _nuclear_norm(W) ** 2 / W.shape[1]
-    return total if measure == "total" else (math.sqrt(total / W.shape[0]) if measure == "rmse" else total / W.shape[0])
+    return (
+        total
+        if measure == "total"
+        else (math.sqrt(total / W.shape[0]) if measure == "rmse" else total / W.shape[0])
+    )

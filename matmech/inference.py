@@ -56,8 +56,12 @@ DENSE_SOLVE_N = 4096
 LSMR_TOL = 1e-10
 
 
-def least_squares(*measurements: Measurement, nonneg: bool = False, tol: float = LSMR_TOL,
-                  maxiter: int | None = None) -> np.ndarray:
+def least_squares(
+    *measurements: Measurement,
+    nonneg: bool = False,
+    tol: float = LSMR_TOL,
+    maxiter: int | None = None,
+) -> np.ndarray:
     """Generalised least-squares estimate x̂ of the histogram from one or more measurements.
 
     Each measurement is weighted by 1/its noise std (GLS). Structure-aware fast paths are
@@ -114,12 +118,20 @@ def least_squares(*measurements: Measurement, nonneg: bool = False, tol: float =
     if not isinstance(nonneg, (bool, np.bool_)):
         raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
     _check_tol(tol, maxiter)
-    groups = _merge([(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements])
+    groups = _merge(
+        [(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements]
+    )
     if len(groups) == 1:
         A, y, _ = groups[0]
         xhat = solve(A, y, tol=tol, maxiter=maxiter)
     else:
-        xhat = _generic([g[0] for g in groups], [g[1][:, None] for g in groups], [g[2] for g in groups], tol, maxiter)[:, 0]
+        xhat = _generic(
+            [g[0] for g in groups],
+            [g[1][:, None] for g in groups],
+            [g[2] for g in groups],
+            tol,
+            maxiter,
+        )[:, 0]
     if nonneg:
         np.clip(xhat, 0.0, None, out=xhat)
     return xhat
@@ -128,7 +140,9 @@ def least_squares(*measurements: Measurement, nonneg: bool = False, tol: float =
 def _check_tol(tol, maxiter):
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol < 1:
         raise ValueError(f"tol must be a number in (0, 1), got {tol!r}")
-    if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral) or maxiter < 1):
+    if maxiter is not None and (
+        isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral) or maxiter < 1
+    ):
         raise ValueError(f"maxiter must be a positive integer or None, got {maxiter!r}")
 
 
@@ -157,7 +171,9 @@ def _same(A, B):
     if isinstance(A, Scaled):
         return A.c == B.c and _same(A.base, B.base)
     if isinstance(A, Kron):
-        return len(A.factors) == len(B.factors) and all(_same(a, b) for a, b in zip(A.factors, B.factors))
+        return len(A.factors) == len(B.factors) and all(
+            _same(a, b) for a, b in zip(A.factors, B.factors)
+        )
     return False
 
 
@@ -193,7 +209,9 @@ def solve(A, y, *, tol=LSMR_TOL, maxiter=None):
         raise TypeError(f"A must be a LinOp, got {type(A).__name__}")
     y = np.asarray(y, dtype=np.float64)
     if y.ndim not in (1, 2) or y.shape[0] != A.shape[0]:
-        raise ValueError(f"shape mismatch: strategy of shape {A.shape} cannot be solved against y of shape {y.shape}")
+        raise ValueError(
+            f"shape mismatch: strategy of shape {A.shape} cannot be solved against y of shape {y.shape}"
+        )
     out = _pinv_apply(A, y.reshape(A.shape[0], -1), tol, maxiter)
     return out[:, 0] if y.ndim == 1 else out
 

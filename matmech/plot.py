@@ -33,7 +33,15 @@ from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron
 
-__all__ = ["plot_rows", "plot_release", "plot_advice", "figure_path", "require_matplotlib", "MAX_BARS", "OUTLIER_FACTOR"]
+__all__ = [
+    "plot_rows",
+    "plot_release",
+    "plot_advice",
+    "figure_path",
+    "require_matplotlib",
+    "MAX_BARS",
+    "OUTLIER_FACTOR",
+]
 
 #: Per-query standard deviations drawn per curve (quantiles of the full vector).
 CURVE_POINTS = 400
@@ -49,7 +57,17 @@ KRON_POINTS = 4_000_000
 _INSTALL = "plotting needs matplotlib: pip install 'matmech-dp[plot]'"
 #: The best strategy's colour in every panel; the others take PALETTE in rank order.
 BEST_COLOUR = "tab:green"
-PALETTE = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:red", "tab:gray")
+PALETTE = (
+    "tab:blue",
+    "tab:orange",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:red",
+    "tab:gray",
+)
 
 
 def _colours(rows):
@@ -125,14 +143,19 @@ def _kron_quantiles(W, A, eps, delta, neighbors, q):
     """
     if not (isinstance(W, Kron) and isinstance(A, Kron) and len(W.factors) == len(A.factors)):
         return None
-    if any(w.shape[1] != a.shape[1] or w.shape[0] > MAX_VARIANCE_ROWS for w, a in zip(W.factors, A.factors)):
+    if any(
+        w.shape[1] != a.shape[1] or w.shape[0] > MAX_VARIANCE_ROWS
+        for w, a in zip(W.factors, A.factors)
+    ):
         return None
     keep = max(2, int(KRON_POINTS ** (1.0 / len(W.factors))))
     share = np.ones(1)  # the share of the total error of each (kept) row tuple
     for w, a in zip(W.factors, A.factors):
         v = np.sort(per_query_variance(w, a, 1.0, 0.0))
         v = v / v.sum()
-        if v.size > keep:  # order statistics at evenly spaced ranks: the same distribution, fewer points
+        if (
+            v.size > keep
+        ):  # order statistics at evenly spaced ranks: the same distribution, fewer points
             v = v[np.linspace(0, v.size - 1, keep).round().astype(np.int64)]
         share = np.multiply.outer(share, v).ravel()
     total = expected_error(W, A, eps, delta, neighbors=neighbors)
@@ -153,29 +176,46 @@ def _quantile_curve(W, A, eps, delta, neighbors):
     return None if curve is None else (q, curve, False)
 
 
-def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, neighbors="add_remove", ax=None):
+def plot_rows(
+    W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, neighbors="add_remove", ax=None
+):
     """Draw comparison rows (from :func:`matmech.compare.compare` or an Advice); return the figure.
 
     ``ax``: a pair of Axes (bars, distribution) to draw on, or None for a new figure.
     """
     if ax is None:
         plt = require_matplotlib()
-        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.35 * len(rows) + 2.5), gridspec_kw={"width_ratios": [1, 1.2]})
+        fig, (left, right) = plt.subplots(
+            1, 2, figsize=(13, 0.35 * len(rows) + 2.5), gridspec_kw={"width_ratios": [1, 1.2]}
+        )
     else:
         left, right = ax
         fig = left.figure
     colours = _colours(rows)
     _rmse_bars(left, rows, bound_rmse, colours)
-    left.set_title(_wrap(f"expected error per strategy; best (green, top): {_bar_label(rows[0])}" if rows else "no strategy",
-                         left), fontsize=10)
+    left.set_title(
+        _wrap(
+            f"expected error per strategy; best (green, top): {_bar_label(rows[0])}"
+            if rows
+            else "no strategy",
+            left,
+        ),
+        fontsize=10,
+    )
     shown = [r for r in rows if r.strategy is not None][:curves]
     ident = [r for r in rows if r.name == "identity" and r not in shown and r.strategy is not None]
     drawn, approx = 0, False
     for r in shown + ident:
         curve = _quantile_curve(W, r.strategy, eps, delta, neighbors)
         if curve is not None:
-            right.plot(100 * curve[0], curve[1], label=r.name, lw=2.5 if r is rows[0] else 1.2, color=colours[r.name],
-                       zorder=3 if r is rows[0] else 2)  # the best on top of equal curves
+            right.plot(
+                100 * curve[0],
+                curve[1],
+                label=r.name,
+                lw=2.5 if r is rows[0] else 1.2,
+                color=colours[r.name],
+                zorder=3 if r is rows[0] else 2,
+            )  # the best on top of equal curves
             drawn += 1
             approx |= not curve[2]
     # no lower-bound line here: the SVD bound bounds the RMS over all queries (left panel),
@@ -185,17 +225,37 @@ def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, n
     if drawn:
         right.set_yscale("log")
         _log_ticks(right.yaxis)
-        right.set_title(_wrap("distribution of per-query error (each query's std; the RMSE bound is on the left)"
-                              + (" (quantiles from the Kronecker factors)" if approx else ""), right), fontsize=10)
+        right.set_title(
+            _wrap(
+                "distribution of per-query error (each query's std; the RMSE bound is on the left)"
+                + (" (quantiles from the Kronecker factors)" if approx else ""),
+                right,
+            ),
+            fontsize=10,
+        )
         right.legend(fontsize=8)
     else:
         right.set_title("distribution of per-query error")
-        right.text(0.5, 0.5, f"not drawn: {W.shape[0]:,} queries\n(more than {MAX_VARIANCE_ROWS:,} variances, no Kronecker structure)",
-                   ha="center", va="center", transform=right.transAxes, fontsize=10, color="0.3")
+        right.text(
+            0.5,
+            0.5,
+            f"not drawn: {W.shape[0]:,} queries\n(more than {MAX_VARIANCE_ROWS:,} variances, no Kronecker structure)",
+            ha="center",
+            va="center",
+            transform=right.transAxes,
+            fontsize=10,
+            color="0.3",
+        )
         right.set_xticks([])
         right.set_yticks([])
-    fig.suptitle(_wrap(title or f"W: {W.shape[0]:,} queries over {W.shape[1]:,} cells, eps = {eps:g}, delta = {delta:g}",
-                       left, 12 / 2.2))
+    fig.suptitle(
+        _wrap(
+            title
+            or f"W: {W.shape[0]:,} queries over {W.shape[1]:,} cells, eps = {eps:g}, delta = {delta:g}",
+            left,
+            12 / 2.2,
+        )
+    )
     fig.tight_layout()
     return fig
 
@@ -203,7 +263,9 @@ def plot_rows(W, rows, *, eps, delta=0.0, bound_rmse=None, title="", curves=4, n
 def _bar_label(row):
     """The row's name, with the parameters that tell candidates of one family apart."""
     params = getattr(row, "params", None) or {}
-    extra = [f"{'b' if k == 'branching' else k}={params[k]}" for k in ("branching", "p") if k in params]
+    extra = [
+        f"{'b' if k == 'branching' else k}={params[k]}" for k in ("branching", "p") if k in params
+    ]
     if not extra:
         return row.name
     if row.name.endswith(")"):  # "optimized (pidentity)" -> "optimized (pidentity, p=4)"
@@ -232,7 +294,9 @@ def _rmse_bars(ax, rows, bound_rmse, colours=None):
     colors = [colours[r.name] for r in rows][::-1]
     edge = _clip_edge(rmse)
     shown = rmse if edge is None else np.minimum(rmse, edge)
-    bars = ax.barh(np.arange(len(rows)), shown, color=colors, tick_label=names)  # numeric y: repeated names stay apart
+    bars = ax.barh(
+        np.arange(len(rows)), shown, color=colors, tick_label=names
+    )  # numeric y: repeated names stay apart
     hi = float(shown.max()) if shown.size else 1.0
     if bound_rmse is not None and edge is None:
         hi = max(hi, bound_rmse)
@@ -243,11 +307,21 @@ def _rmse_bars(ax, rows, bound_rmse, colours=None):
             bar.set_hatch("//")
             bar.set_edgecolor("0.25")
         label = f"{_fmt(v)} (off scale)" if clipped else _fmt(v)
-        ax.text(min(v, hi) + 0.01 * hi, y, label, va="center", fontsize=8, fontweight="bold" if clipped else None)
+        ax.text(
+            min(v, hi) + 0.01 * hi,
+            y,
+            label,
+            va="center",
+            fontsize=8,
+            fontweight="bold" if clipped else None,
+        )
     if bound_rmse is not None:
         ax.axvline(bound_rmse, color="k", ls="--", lw=1, label=f"SVD lower bound {bound_rmse:.3g}")
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_xlabel("per-query RMSE (counts)" + (f"; bars beyond {_fmt(edge)} clipped (hatched)" if edge is not None else ""))
+    ax.set_xlabel(
+        "per-query RMSE (counts)"
+        + (f"; bars beyond {_fmt(edge)} clipped (hatched)" if edge is not None else "")
+    )
 
 
 # -- notebooks: Release.plot() and Advice.plot() ----------------------------------------------
@@ -269,7 +343,9 @@ def _release_rows(release, top, rows=None):
     note = ""
     if selected is not None:
         how = getattr(getattr(release, "selection", None), "method", None)
-        note = f"{idx.size} of {release.workload.shape[0]} rows answered" + (f" (selected by {how})" if how else "")
+        note = f"{idx.size} of {release.workload.shape[0]} rows answered" + (
+            f" (selected by {how})" if how else ""
+        )
     if rows is not None and top is not None:
         raise ValueError("give rows= (which queries) or top= (the largest answers), not both")
     if rows is not None:
@@ -278,22 +354,38 @@ def _release_rows(release, top, rows=None):
         keep = np.array([where[w] for w in want if w in where], dtype=np.int64)
         missing = sum(1 for w in want if w not in where)
         if missing:
-            note = "; ".join(filter(None, [note, f"{missing} of the {len(want)} rows asked for were not answered"]))
+            note = "; ".join(
+                filter(
+                    None, [note, f"{missing} of the {len(want)} rows asked for were not answered"]
+                )
+            )
         return keep, (wrows[np.searchsorted(idx, keep)] if keep.size else keep), note
     limit = MAX_BARS
     if top is not None:
         if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
-            raise ValueError(f"top must be a positive integer (how many of the largest answers to draw), got {top!r}")
+            raise ValueError(
+                f"top must be a positive integer (how many of the largest answers to draw), got {top!r}"
+            )
         limit = int(top)
         if idx.size > limit:
-            keep = np.sort(np.argsort(-answers[idx], kind="stable")[:limit])  # shown in workload order
+            keep = np.sort(
+                np.argsort(-answers[idx], kind="stable")[:limit]
+            )  # shown in workload order
             note = "; ".join(filter(None, [note, f"the {limit} largest of {idx.size} answers"]))
             return idx[keep], wrows[keep], note
         return idx, wrows, note
     if idx.size > limit:
         keep = np.unique(np.linspace(0, idx.size - 1, limit).round().astype(np.int64))
-        note = "; ".join(filter(None, [note, f"{keep.size} of {idx.size} answers, evenly spaced in workload order "
-                                             "(rows= picks queries, top= the largest)"]))
+        note = "; ".join(
+            filter(
+                None,
+                [
+                    note,
+                    f"{keep.size} of {idx.size} answers, evenly spaced in workload order "
+                    "(rows= picks queries, top= the largest)",
+                ],
+            )
+        )
         return idx[keep], wrows[keep], note
     return idx, wrows, note
 
@@ -301,7 +393,9 @@ def _release_rows(release, top, rows=None):
 def _check_rows(rows, m):
     """Workload row indices: integers in [0, m), no repeats."""
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
-        raise TypeError(f"rows must be a sequence of workload row indices, got {type(rows).__name__}: {rows!r}")
+        raise TypeError(
+            f"rows must be a sequence of workload row indices, got {type(rows).__name__}: {rows!r}"
+        )
     out = []
     for r in rows:
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
@@ -341,7 +435,9 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
     """
     from scipy.special import ndtri
 
-    _require(release, "Release", ("answers", "std", "workload", "interval", "selected", "expected_error"))
+    _require(
+        release, "Release", ("answers", "std", "workload", "interval", "selected", "expected_error")
+    )
     lower, upper = release.interval(level)  # validates level
     z = float(ndtri(0.5 + level / 2))
     idx, wrows, note = _release_rows(release, top, rows)
@@ -350,8 +446,13 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
     half = (np.asarray(upper, dtype=float)[idx] - np.asarray(lower, dtype=float)[idx]) / 2
     if ax is None:
         plt = _pyplot()
-        _, (ax, wide) = plt.subplots(1, 2, figsize=(10, 0.27 * max(len(idx), 3) + 1.8), sharey=True,
-                                     gridspec_kw={"width_ratios": [4, 1]})
+        _, (ax, wide) = plt.subplots(
+            1,
+            2,
+            figsize=(10, 0.27 * max(len(idx), 3) + 1.8),
+            sharey=True,
+            gridspec_kw={"width_ratios": [4, 1]},
+        )
     else:
         wide = ax.inset_axes([1.04, 0, 0.22, 1], sharey=ax)
     y = np.arange(len(idx))
@@ -363,7 +464,15 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
     for yi, a, h in zip(y, answers, half):
         ax.text(max(a, 0) + h + 0.01 * span, yi, f"{_fmt(a)} ± {_fmt(h)}", va="center", fontsize=8)
     if not len(idx):
-        ax.text(0.5, 0.5, "no row was answered", ha="center", va="center", transform=ax.transAxes, color="0.3")
+        ax.text(
+            0.5,
+            0.5,
+            "no row was answered",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="0.3",
+        )
     left = min(0.0, float(np.min(answers - half)) if len(idx) else 0.0)
     ax.set_xlim(left * 1.1, span * 1.3)
     ax.axvline(0, color="0.5", lw=0.8)
@@ -371,7 +480,11 @@ def plot_release(release, *, ax=None, top=None, rows=None, labels=None, level=0.
 
     ax.xaxis.set_major_locator(MaxNLocator(5))  # large counts: few ticks, no overlapping labels
     ax.set_xlabel(f"released answer (counts); error bars: {100 * level:g}% interval, ± {z:.2f}·std")
-    rmse = math.sqrt(release.expected_error / release.answers.size) if release.answers.size else float("nan")
+    rmse = (
+        math.sqrt(release.expected_error / release.answers.size)
+        if release.answers.size
+        else float("nan")
+    )
     title = f"{release.answers.size} answers, eps = {release.eps:g}, delta = {release.delta:g}, strategy {release.strategy_name}"
     title += f", RMSE {_fmt(rmse)}" if release.answers.size else ""
     ax.set_title(_wrap(title + (f"\n{note}" if note else ""), ax), fontsize=10)
@@ -393,7 +506,9 @@ def _half_widths(ax, y, half, level):
 def _require(obj, kind, attributes):
     """Plots take the records by their fields (this layer sits below release and advice)."""
     if type(obj).__name__ != kind or not all(hasattr(obj, a) for a in attributes):
-        raise TypeError(f"expected {'an' if kind[0] in 'AEIOU' else 'a'} {kind}, got {type(obj).__name__}")
+        raise TypeError(
+            f"expected {'an' if kind[0] in 'AEIOU' else 'a'} {kind}, got {type(obj).__name__}"
+        )
 
 
 def plot_advice(advice, *, ax=None):

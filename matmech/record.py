@@ -29,7 +29,15 @@ from matmech.svt.select import SELECTION_METHODS, Selection, take_rows
 from matmech.validate import check_labels
 from typing import Sequence
 
-__all__ = ["Release", "MeasurementRecord", "strategy_record", "gap_record", "release_table", "Z95", "INTERVAL_COLUMNS"]
+__all__ = [
+    "Release",
+    "MeasurementRecord",
+    "strategy_record",
+    "gap_record",
+    "release_table",
+    "Z95",
+    "INTERVAL_COLUMNS",
+]
 
 #: The interval columns of every table of answers (Python, JSON and the CLI's CSV).
 INTERVAL_COLUMNS = ("lower", "upper", "interval", "coverage")
@@ -70,10 +78,17 @@ class MeasurementRecord:
             return self.query
         from matmech.linalg.linop import Identity, Kron, Ones
 
-        return self.query @ Kron(*[Identity(n) if i in self.attributes else Ones(1, n) for i, n in enumerate(self.domain or ())])
+        return self.query @ Kron(
+            *[
+                Identity(n) if i in self.attributes else Ones(1, n)
+                for i, n in enumerate(self.domain or ())
+            ]
+        )
 
     def __post_init__(self):
-        v = np.broadcast_to(np.asarray(self.variance, dtype=np.float64), np.shape(self.values)).copy()
+        v = np.broadcast_to(
+            np.asarray(self.variance, dtype=np.float64), np.shape(self.values)
+        ).copy()
         vals = np.asarray(self.values, dtype=np.float64).copy()
         for a in (v, vals):
             a.setflags(write=False)
@@ -82,18 +97,31 @@ class MeasurementRecord:
         object.__setattr__(self, "event", MappingProxyType(dict(self.event)))
 
     def __repr__(self):
-        return (f"MeasurementRecord({self.query.shape[0]}×{self.query.shape[1]} {type(self.query).__name__}, "
-                f"{self.event.get('mechanism', '?')}, eps={self.event.get('eps', 0):g})")
+        return (
+            f"MeasurementRecord({self.query.shape[0]}×{self.query.shape[1]} {type(self.query).__name__}, "
+            f"{self.event.get('mechanism', '?')}, eps={self.event.get('eps', 0):g})"
+        )
 
 
 def strategy_record(meas, *, domain=None, attributes=None) -> MeasurementRecord:
     """The record of a :class:`~matmech.privacy.measure.Measurement` of the histogram (or, with
     ``domain`` and ``attributes``, of x's marginal on those attributes)."""
     return MeasurementRecord(
-        query=meas.strategy, values=meas.y, variance=meas.variance, domain=domain,
+        query=meas.strategy,
+        values=meas.y,
+        variance=meas.variance,
+        domain=domain,
         attributes=None if attributes is None else tuple(attributes),
-        event={"mechanism": "matrix mechanism", "eps": meas.eps, "delta": meas.delta, "noise": meas.noise,
-               "scale": meas.scale, "sensitivity": meas.sensitivity, "neighbors": meas.neighbors})
+        event={
+            "mechanism": "matrix mechanism",
+            "eps": meas.eps,
+            "delta": meas.delta,
+            "noise": meas.noise,
+            "scale": meas.scale,
+            "sensitivity": meas.sensitivity,
+            "neighbors": meas.neighbors,
+        },
+    )
 
 
 def gap_record(query, gap, selection) -> MeasurementRecord:
@@ -101,9 +129,19 @@ def gap_record(query, gap, selection) -> MeasurementRecord:
     ``query`` (the selected rows of W in the gap's order); ``gap`` a
     :class:`~matmech.svt.combine.GapMeasurement`."""
     return MeasurementRecord(
-        query=query, values=gap.z, variance=gap.var, common_variance=float(gap.common_var),
-        event={"mechanism": selection.mechanism or selection.method, "eps": float(selection.eps), "delta": 0.0,
-               "noise": "selection", "sensitivity": float(selection.sensitivity), "charged_with": "the selection"})
+        query=query,
+        values=gap.z,
+        variance=gap.var,
+        common_variance=float(gap.common_var),
+        event={
+            "mechanism": selection.mechanism or selection.method,
+            "eps": float(selection.eps),
+            "delta": 0.0,
+            "noise": "selection",
+            "sensitivity": float(selection.sensitivity),
+            "charged_with": "the selection",
+        },
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,7 +282,9 @@ class Release:
         combined = bool(self.select_options and self.select_options.get("_combined"))
         if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
             return normal_intervals(self.std, level)
-        if combined:  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
+        if (
+            combined
+        ):  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
             base, near = normal_intervals(self.std, level), self.near_threshold
             if near is None or not near.any():
                 return base
@@ -257,7 +297,9 @@ class Release:
             return IntervalLaw(level, half, cov, how)
         rows = self.answered_workload
         if rows is None:
-            rows = self.workload if self.selected is None else take_rows(self.workload, self.selected)
+            rows = (
+                self.workload if self.selected is None else take_rows(self.workload, self.selected)
+            )
         C = noise_weights(rows, m.strategy)
         if C is None:
             return normal_intervals(self.std, level)
@@ -290,8 +332,10 @@ class Release:
             "mechanism": sel.mechanism or sel.method,
         }
         if sel.gap is not None:
-            out["gaps"] = [{"row": int(r), "gap": float(g), "branch": b}
-                           for r, g, b in zip(sel.gap.positions, sel.gap.gaps, sel.gap.branches)]
+            out["gaps"] = [
+                {"row": int(r), "gap": float(g), "branch": b}
+                for r, g, b in zip(sel.gap.positions, sel.gap.gaps, sel.gap.branches)
+            ]
             out["gaps_combined"] = bool(opts.get("_combined", False))
             out["eps_advised"] = bool(opts.get("_advised", False))
         if opts["threshold"] == "auto":
@@ -307,13 +351,18 @@ class Release:
             "eps": self.eps,
             "delta": self.delta,
             "neighbors": self.neighbors,
-            "budget_remaining": None if self.budget_remaining is None else list(self.budget_remaining),
+            "budget_remaining": None
+            if self.budget_remaining is None
+            else list(self.budget_remaining),
             "expected_error": self.expected_error,
             "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
             "answered": n_ans,
             "queries_total": self.workload.shape[0],
-            "strategy": {"name": self.strategy_name, "note": self.strategy_note,  # no matrix over the domain
-                         **(self.measured["strategy"] if self.measured is not None else {})}
+            "strategy": {
+                "name": self.strategy_name,
+                "note": self.strategy_note,  # no matrix over the domain
+                **(self.measured["strategy"] if self.measured is not None else {}),
+            }
             if m is None
             else {
                 "name": self.strategy_name,
@@ -342,12 +391,18 @@ class Release:
 
     def to_json(self, *, labels=None, include_estimate=False, **json_kwargs):
         """:meth:`to_dict` as a JSON string (keyword arguments go to ``json.dumps``)."""
-        return json.dumps(self.to_dict(labels=labels, include_estimate=include_estimate), **json_kwargs)
+        return json.dumps(
+            self.to_dict(labels=labels, include_estimate=include_estimate), **json_kwargs
+        )
 
     def __repr__(self):
         m = self.answers.size
         rmse = f"{math.sqrt(self.expected_error / m):.4g}" if m else "-"
-        sel = "" if self.selected is None else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
+        sel = (
+            ""
+            if self.selected is None
+            else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
+        )
         return (
             f"Release({m} answers{sel}, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
             f"rmse={rmse})"
@@ -355,7 +410,9 @@ class Release:
 
 
 def _z(level):
-    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.integer, np.floating)):
+    if isinstance(level, (bool, np.bool_)) or not isinstance(
+        level, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"level must be a number in (0, 1), got {type(level).__name__}: {level!r}")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
@@ -386,7 +443,9 @@ def _unanswered_notes(release):
     return notes
 
 
-def release_table(release: Release, labels: Sequence[str] | None = None, *, level: float = 0.95) -> list[dict]:
+def release_table(
+    release: Release, labels: Sequence[str] | None = None, *, level: float = 0.95
+) -> list[dict]:
     """One dict per query of the workload: ``query`` (label), ``answer``, ``std``, ``lower``,
     ``upper``, ``interval`` (the method) and ``coverage`` (:data:`INTERVAL_COLUMNS`).
 
@@ -440,14 +499,23 @@ def release_table(release: Release, labels: Sequence[str] | None = None, *, leve
     cover = [None if c != c else c for c in np.asarray(law.coverage, dtype=float).tolist()]
     cells = [  # .tolist(): Python floats at once, not one numpy scalar per row
         {"answer": a, "std": s, "lower": lo, "upper": hi, "interval": str(how), "coverage": c}
-        for a, s, lo, hi, how, c in zip(ans.tolist(), np.asarray(release.std, dtype=float).tolist(),
-                                        (ans - half).tolist(), (ans + half).tolist(), law.method, cover)
+        for a, s, lo, hi, how, c in zip(
+            ans.tolist(),
+            np.asarray(release.std, dtype=float).tolist(),
+            (ans - half).tolist(),
+            (ans + half).tolist(),
+            law.method,
+            cover,
+        )
     ]
     if release.selected is None:
         return [{"query": str(q), **cell} for q, cell in zip(labels, cells)]
     notes = _unanswered_notes(release)
     empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
-    rows = [{"query": str(q), "selected": False, "status": note, **empty} for q, note in zip(labels, notes)]
+    rows = [
+        {"query": str(q), "selected": False, "status": note, **empty}
+        for q, note in zip(labels, notes)
+    ]
     near = release.near_threshold
     for k, (i, cell) in enumerate(zip(release.selected.tolist(), cells)):
         rows[i].update(selected=True, status="answered", **cell)

@@ -86,8 +86,15 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
 
-__all__ = ["Release", "release", "release_table", "choose_strategy", "Z95", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR"]
-
+__all__ = [
+    "Release",
+    "release",
+    "release_table",
+    "choose_strategy",
+    "Z95",
+    "SELECT_OPTIONS",
+    "DEFAULT_TARGET_REL_ERROR",
+]
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -102,12 +109,16 @@ def _declared_cells(domain, n):
     elif isinstance(getattr(domain, "n", None), numbers.Integral) and hasattr(domain, "sizes"):
         cells = int(domain.n)
     else:
-        raise TypeError(f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}")
+        raise TypeError(
+            f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}"
+        )
     if cells <= 0:
         raise ValueError(f"domain must have at least one cell, got {cells}")
     if cells != n:
-        raise ValueError(f"x has {n} cells but the declared domain has {cells}: x must be the histogram over the "
-                         "domain (matmech.histogram), not raw values")
+        raise ValueError(
+            f"x has {n} cells but the declared domain has {cells}: x must be the histogram over the "
+            "domain (matmech.histogram), not raw values"
+        )
     return cells
 
 
@@ -122,16 +133,22 @@ def _check_factored_domain(domain, W):
     elif isinstance(domain, numbers.Integral) and not isinstance(domain, (bool, np.bool_)):
         sizes = None
     else:
-        raise TypeError(f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}")
+        raise TypeError(
+            f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}"
+        )
     from matmech.factored.terms import as_terms
 
     wt = as_terms(W, name="W")
     if sizes is None:
         if int(domain) != math.prod(wt.domain):
-            raise ValueError(f"the declared domain has {int(domain):,} cells but W is over {math.prod(wt.domain):,} "
-                             f"(attribute sizes {wt.domain})")
+            raise ValueError(
+                f"the declared domain has {int(domain):,} cells but W is over {math.prod(wt.domain):,} "
+                f"(attribute sizes {wt.domain})"
+            )
     elif sizes != tuple(wt.domain):
-        raise ValueError(f"the declared domain's attribute sizes {sizes} differ from W's {tuple(wt.domain)}")
+        raise ValueError(
+            f"the declared domain's attribute sizes {sizes} differ from W's {tuple(wt.domain)}"
+        )
 
 
 def _as_workload(W, n, domain=None):
@@ -141,16 +158,24 @@ def _as_workload(W, n, domain=None):
         W = as_linop(W)
     else:
         if domain is None:
-            raise ValueError("W is a list of intervals but no domain was declared: pass domain=<number of cells> or a "
-                             "Domain (the domain is never taken from len(x): x might be raw values, not counts)")
+            raise ValueError(
+                "W is a list of intervals but no domain was declared: pass domain=<number of cells> or a "
+                "Domain (the domain is never taken from len(x): x might be raw values, not counts)"
+            )
         try:
             W = ranges(n, W)
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"W must be a workload LinOp or a list of (lo, hi) intervals over {n} cells: {exc}") from None
+            raise type(exc)(
+                f"W must be a workload LinOp or a list of (lo, hi) intervals over {n} cells: {exc}"
+            ) from None
     if W.shape[1] != n:
-        raise ValueError(f"shape mismatch: the workload has {W.shape[1]} columns but x has {n} cells")
+        raise ValueError(
+            f"shape mismatch: the workload has {W.shape[1]} columns but x has {n} cells"
+        )
     if W.shape[0] > MAX_VARIANCE_ROWS:
-        raise ValueError(f"the workload has {W.shape[0]:,} queries; release answers at most {MAX_VARIANCE_ROWS:,}")
+        raise ValueError(
+            f"the workload has {W.shape[0]:,} queries; release answers at most {MAX_VARIANCE_ROWS:,}"
+        )
     return W
 
 
@@ -159,7 +184,9 @@ def _answer_variances(W, plan):
     return measured_variances(W, plan.strategy, plan.std**2)
 
 
-def _record(meas, answered, W, var, *, budget, name, note, neighbors, eps=None, delta=None, **record):
+def _record(
+    meas, answered, W, var, *, budget, name, note, neighbors, eps=None, delta=None, **record
+):
     """Reconstruct from ``meas`` (post-processing), answer the rows ``answered`` (W or its
     selected rows) and wrap it in a :class:`Release` of W; ``eps``/``delta`` default to the
     measurement's."""
@@ -213,7 +240,9 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
     """
     try:
         A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
-        plan = plan_measurement(as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records)
+        plan = plan_measurement(
+            as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records
+        )
         return plan, _answer_variances(sub, plan), name, note + "; chosen for the selected rows"
     except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
         A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
@@ -253,7 +282,9 @@ def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
             return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
         return float(unit / e_m**2)
 
-    return advised_select_eps(W, eps, opts, row_variance, neighbors=neighbors, integer_values=integer_valued(W))
+    return advised_select_eps(
+        W, eps, opts, row_variance, neighbors=neighbors, integer_values=integer_valued(W)
+    )
 
 
 def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
@@ -261,7 +292,9 @@ def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
     the strategy is known in advance, its plan (it must answer every row of W)."""
     opts = check_select_options(select, eps)
     if opts["eps"] is None:
-        opts["eps"] = _advised_select_eps(W, eps, delta, opts, strategy=strategy, neighbors=neighbors)
+        opts["eps"] = _advised_select_eps(
+            W, eps, delta, opts, strategy=strategy, neighbors=neighbors
+        )
         opts["_advised"] = True
     eps_m = rest_of(eps, opts["eps"])
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
@@ -272,34 +305,58 @@ def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
         A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
         A = as_linop(A)
         if A.shape[1] != W.shape[1]:
-            raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells")
+            raise ValueError(
+                f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells"
+            )
         plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
         if auto_thr:
             var_full = _answer_variances(W, plan)
         else:
             expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
     if late:  # the fallback for the selected rows must work whatever is selected
-        plan_measurement(per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records)
+        plan_measurement(
+            per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records
+        )
     threshold = opts["threshold"]
     if auto_thr:
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
-    sel = dict(c=opts["c"], eps=opts["eps"], threshold=threshold, method=opts["method"],
-               monotonic=opts["monotonic"], ratio=opts["ratio"], neighbors=neighbors, sigma=opts["sigma"],
-               vector=opts["vector"])
+    sel = dict(
+        c=opts["c"],
+        eps=opts["eps"],
+        threshold=threshold,
+        method=opts["method"],
+        monotonic=opts["monotonic"],
+        ratio=opts["ratio"],
+        neighbors=neighbors,
+        sigma=opts["sigma"],
+        vector=opts["vector"],
+    )
     check_selection(W, **sel)
-    return _SelectedPlan(MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note)
+    return _SelectedPlan(
+        MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note
+    )
 
 
 def _nothing_selected(W, eps, delta, *, budget, neighbors, record):
     empty = np.zeros(0)
     empty.setflags(write=False)
     return Release(
-        answers=empty, std=empty, expected_error=0.0, workload=W, strategy=None, strategy_name="none",
+        answers=empty,
+        std=empty,
+        expected_error=0.0,
+        workload=W,
+        strategy=None,
+        strategy_name="none",
         strategy_note="no row was selected, so nothing was measured (the measurement's share was reserved "
-        "with the selection and is spent)", eps=eps, delta=delta,
-        neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
-        measurement=None, estimate=None, **record,
+        "with the selection and is spent)",
+        eps=eps,
+        delta=delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=None,
+        estimate=None,
+        **record,
     )
 
 
@@ -312,33 +369,71 @@ def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, sel
     draws its noise. Nothing after the spend reads x except the two noisy mechanisms, and
     nothing branches on x.
     """
-    plan_sel = _plan_selected(W, eps, delta, strategy=strategy, neighbors=neighbors, select=select,
-                         max_records=max_records)
+    plan_sel = _plan_selected(
+        W,
+        eps,
+        delta,
+        strategy=strategy,
+        neighbors=neighbors,
+        select=select,
+        max_records=max_records,
+    )
     noise.check_rng(rng)
     what = f"release with selection ({plan_sel.opts['method']}, up to {plan_sel.opts['c']} of {W.shape[0]} queries)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads x from here on ---------------------------------------------------------------
-    sel_plan = plan_selection(W, x, max_records=max_records, **plan_sel.select)  # checks x and the declared bound
+    sel_plan = plan_selection(
+        W, x, max_records=max_records, **plan_sel.select
+    )  # checks x and the declared bound
     x = check_counts(x, W.shape[1])
     if budget is not None:
         budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
     sel = run_selection(sel_plan, rng=rng)
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
-    record = dict(selected=rows, selection=sel, eps_select=plan_sel.opts["eps"],
-                  select_options=MappingProxyType(shown_select_options(plan_sel.opts)))
+    record = dict(
+        selected=rows,
+        selection=sel,
+        eps_select=plan_sel.opts["eps"],
+        select_options=MappingProxyType(shown_select_options(plan_sel.opts)),
+    )
     if rows.size == 0:
         return _nothing_selected(W, eps, delta, budget=budget, neighbors=neighbors, record=record)
     sub = take_rows(W, rows)
     if plan_sel.late:
-        plan, var, name, note = _late_plan(sub, plan_sel.eps_measure, delta, strategy=strategy, neighbors=neighbors,
-                                           max_records=max_records)
+        plan, var, name, note = _late_plan(
+            sub,
+            plan_sel.eps_measure,
+            delta,
+            strategy=strategy,
+            neighbors=neighbors,
+            max_records=max_records,
+        )
     else:
-        plan, name, note = plan_sel.plan, plan_sel.name, plan_sel.note + "; measured for the selected rows"
-        var = plan_sel.var_full[rows] if plan_sel.var_full is not None else _answer_variances(sub, plan)
+        plan, name, note = (
+            plan_sel.plan,
+            plan_sel.name,
+            plan_sel.note + "; measured for the selected rows",
+        )
+        var = (
+            plan_sel.var_full[rows]
+            if plan_sel.var_full is not None
+            else _answer_variances(sub, plan)
+        )
     meas = execute(plan, x, rng=rng)
-    out = _record(meas, sub, W, var, budget=budget, name=name, note=note, neighbors=neighbors,
-                  eps=eps, delta=delta, **record)
+    out = _record(
+        meas,
+        sub,
+        W,
+        var,
+        budget=budget,
+        name=name,
+        note=note,
+        neighbors=neighbors,
+        eps=eps,
+        delta=delta,
+        **record,
+    )
     return out if sel.gap is None else _with_gaps(out, sub, rows, sel, plan_sel)
 
 
@@ -351,23 +446,36 @@ def _with_gaps(out, sub, rows, sel, plan_sel):
     try:
         cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
     except ValueError as exc:
-        return dataclasses.replace(out, strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})")
-    est, var, what, gm = combine_selection(out.answers, cov, rows, sel, plan_sel.select["threshold"],
-                                           basis=answer_basis(sub))
+        return dataclasses.replace(
+            out,
+            strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})",
+        )
+    est, var, what, gm = combine_selection(
+        out.answers, cov, rows, sel, plan_sel.select["threshold"], basis=answer_basis(sub)
+    )
     gaps = gap_record(take_rows(out.workload, np.asarray(gm.positions)), gm, sel)
     est, var, near = guard(out.answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
     near.setflags(write=False)
     if near.any():
-        what += (f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
-                 "measurement alone (flagged in near_threshold)")
+        what += (
+            f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
+            "measurement alone (flagged in near_threshold)"
+        )
     std = np.sqrt(var)
     for arr in (est, std):
         arr.setflags(write=False)
     opts = dict(out.select_options)
     opts["_combined"], opts["_mechanism"] = True, sel.mechanism
-    return dataclasses.replace(out, answers=est, std=std, expected_error=float(var.sum()),
-                               strategy_note=out.strategy_note + what, select_options=MappingProxyType(opts),
-                               measurements=out.measurements + (gaps,), near_threshold=near)
+    return dataclasses.replace(
+        out,
+        answers=est,
+        std=std,
+        expected_error=float(var.sum()),
+        strategy_note=out.strategy_note + what,
+        select_options=MappingProxyType(opts),
+        measurements=out.measurements + (gaps,),
+        near_threshold=near,
+    )
 
 
 class _EngineSource:
@@ -393,8 +501,10 @@ class _HistogramTables:
         self.x = x
         n = _cells(x)
         if n != math.prod(self.sizes):
-            raise ValueError(f"shape mismatch: the workload spans {math.prod(self.sizes):,} cells "
-                             f"(attribute sizes {list(self.sizes)}) but x has {n:,}")
+            raise ValueError(
+                f"shape mismatch: the workload spans {math.prod(self.sizes):,} cells "
+                f"(attribute sizes {list(self.sizes)}) but x has {n:,}"
+            )
         _declared_cells(domain, n)
 
     def marginal_counts(self, subsets):
@@ -417,17 +527,31 @@ def _factored_data(x, domain):
 
 def _cells(x):
     """The number of cells of the histogram x (its declared domain size); reads no count."""
-    arr = x.to_numpy() if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray) else np.asarray(rectangular(x, "x"))
+    arr = (
+        x.to_numpy()
+        if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray)
+        else np.asarray(rectangular(x, "x"))
+    )
     if arr.ndim != 1:
         raise ValueError(f"x must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
     return arr.shape[0]
 
 
 @capped
-def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: float, delta: float = 0.0, *,
-            strategy: str | LinOp = "auto", budget: PrivacyBudget | None = None, rng: Rng = None,
-            neighbors: str = "add_remove", select: Mapping[str, Any] | None = None, max_records: int | None = None,
-            domain: Any = None) -> Release:
+def release(
+    x: Any,
+    W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]],
+    eps: float,
+    delta: float = 0.0,
+    *,
+    strategy: str | LinOp = "auto",
+    budget: PrivacyBudget | None = None,
+    rng: Rng = None,
+    neighbors: str = "add_remove",
+    select: Mapping[str, Any] | None = None,
+    max_records: int | None = None,
+    domain: Any = None,
+) -> Release:
     """Answer workload W on counts x under (ε, δ)-DP with the Matrix Mechanism → :class:`Release`.
 
     ``x``: the histogram (non-negative integer counts; see :func:`matmech.histogram`) — or,
@@ -529,24 +653,61 @@ def release(x: Any, W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]], eps: f
     noise.check_rng(rng)
     data = _factored_data(x, domain)
     if data is None and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
-        data = _HistogramTables(x, domain, W)  # the route follows from W and the strategy, not from x
+        data = _HistogramTables(
+            x, domain, W
+        )  # the route follows from W and the strategy, not from x
     if data is not None:
         _check_factored_domain(domain, W)
         if select is not None:
-            check_select_options(select, eps)  # the explicit path's option rules, before anything is read
+            check_select_options(
+                select, eps
+            )  # the explicit path's option rules, before anything is read
         from matmech.factored.release import release_factored
 
-        return release_factored(data, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
-                                max_records=max_records, select=select)
+        return release_factored(
+            data,
+            W,
+            eps,
+            delta,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+            select=select,
+        )
     n = _cells(x)
     _declared_cells(domain, n)
     W = _as_workload(W, n, domain)
     if select is not None:
-        return _release_selected(x, W, eps, delta, strategy=strategy, budget=budget, rng=rng, neighbors=neighbors,
-                                 select=select, max_records=max_records)
+        return _release_selected(
+            x,
+            W,
+            eps,
+            delta,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            select=select,
+            max_records=max_records,
+        )
     A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
     A = as_linop(A)
     if A.shape[1] != n:
-        raise ValueError(f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells")
-    return _release_rows(x, W, A, eps, delta, budget=budget, rng=rng, neighbors=neighbors, name=name, note=note,
-                         max_records=max_records)
+        raise ValueError(
+            f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells"
+        )
+    return _release_rows(
+        x,
+        W,
+        A,
+        eps,
+        delta,
+        budget=budget,
+        rng=rng,
+        neighbors=neighbors,
+        name=name,
+        note=note,
+        max_records=max_records,
+    )

@@ -94,8 +94,17 @@ class Tree(Intervals):
 
     kind = "tree"
 
-    def __init__(self, n: int, lo: np.ndarray, hi: np.ndarray, parent: np.ndarray, *, labels: Sequence | None = None,
-                 sizes: Sequence[int] | None = None, branching: int | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        parent: np.ndarray,
+        *,
+        labels: Sequence | None = None,
+        sizes: Sequence[int] | None = None,
+        branching: int | None = None,
+    ) -> None:
         super().__init__(n, lo, hi)
         self.parent = np.asarray(parent, dtype=np.int64)
         self.labels = labels
@@ -133,7 +142,6 @@ class Tree(Intervals):
             sizes=sizes,
             branching=src.field(node, "branching", int) if "branching" in node else None,
         )
-
 
     def gram_pinv(self):
         if self.sizes is not None:
@@ -203,9 +211,13 @@ def _tree_from_graph(tree):
     import networkx as nx
 
     if not isinstance(tree, nx.DiGraph):
-        raise TypeError(f"a tree strategy needs a networkx DiGraph arborescence, got {type(tree).__name__}")
+        raise TypeError(
+            f"a tree strategy needs a networkx DiGraph arborescence, got {type(tree).__name__}"
+        )
     if tree.number_of_nodes() == 0 or not nx.is_arborescence(tree):
-        raise ValueError("the graph is not an arborescence (a directed tree with edges pointing away from one root)")
+        raise ValueError(
+            "the graph is not an arborescence (a directed tree with edges pointing away from one root)"
+        )
     (root,) = [v for v, d in tree.in_degree() if d == 0]
     # leaves in depth-first order (children in insertion order) are the cells 0..n-1
     order = list(nx.dfs_preorder_nodes(tree, root))
@@ -215,7 +227,11 @@ def _tree_from_graph(tree):
             cell[v] = len(cell)
     for v in reversed(order):
         kids = list(tree.successors(v))
-        span[v] = (cell[v], cell[v]) if not kids else (min(span[k][0] for k in kids), max(span[k][1] for k in kids))
+        span[v] = (
+            (cell[v], cell[v])
+            if not kids
+            else (min(span[k][0] for k in kids), max(span[k][1] for k in kids))
+        )
     bfs = [root] + [v for _, v in nx.bfs_edges(tree, root)]
     row = {v: i for i, v in enumerate(bfs)}
     parent = [-1] + [row[next(iter(tree.predecessors(v)))] for v in bfs[1:]]
@@ -269,11 +285,18 @@ def hierarchical(n: Any, branching: int = 2, root: bool = True) -> Tree:
     if _networkx_graph(n):
         size, lo, hi, parent, labels = _tree_from_graph(n)
         if not root and lo.size > 1 and hi[0] - lo[0] + 1 == size:
-            lo, hi, parent, labels = lo[1:], hi[1:], np.where(parent[1:] <= 0, -1, parent[1:] - 1), labels[1:]
+            lo, hi, parent, labels = (
+                lo[1:],
+                hi[1:],
+                np.where(parent[1:] <= 0, -1, parent[1:] - 1),
+                labels[1:],
+            )
         return Tree(size, lo, hi, parent, labels=labels)
     n = _size(n, "n")  # an int64-indexable size whose x fits in memory (matmech.validate)
     if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, numbers.Integral):
-        raise TypeError(f"branching must be an integer >= 2, got {type(branching).__name__}: {branching!r}")
+        raise TypeError(
+            f"branching must be an integer >= 2, got {type(branching).__name__}: {branching!r}"
+        )
     if branching < 2:
         raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
     if not isinstance(root, (bool, np.bool_)):
@@ -282,7 +305,10 @@ def hierarchical(n: Any, branching: int = 2, root: bool = True) -> Tree:
     while s < n:
         nodes += -(-n // s)
         s *= int(branching)
-    check_memory(8 * 6 * nodes, f"the hierarchical strategy on n={n:,} cells with branching {int(branching)} ({nodes:,} rows)")
+    check_memory(
+        8 * 6 * nodes,
+        f"the hierarchical strategy on n={n:,} cells with branching {int(branching)} ({nodes:,} rows)",
+    )
     lo, hi, parent, sizes = _regular_tree(n, int(branching), bool(root))
     return Tree(n, lo, hi, parent, sizes=sizes, branching=int(branching))
 
@@ -392,7 +418,9 @@ class Haar(LinOp):
             rows.append(off + j // s)
             cols.append(j)
             vals.append(np.where(j % s < s // 2, 1.0, -1.0))
-        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=self.shape)
+        return sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=self.shape
+        )
 
     def explicit_matrix(self):
         nnz = self.n * (1 + len(self.levels))
@@ -451,7 +479,9 @@ def haar(n: int) -> LinOp:
     >>> Y.shape, Y.sensitivity(1)
     ((8, 8), 4.0)
     """
-    return Haar(_size(n, "n", bytes_per=32, what=f"haar({n!r}) (a few float64 vectors of n entries)"))
+    return Haar(
+        _size(n, "n", bytes_per=32, what=f"haar({n!r}) (a few float64 vectors of n entries)")
+    )
 
 
 def kron(*strategies: LinOp) -> LinOp:

@@ -77,7 +77,9 @@ def real(x, name: str) -> float:
     try:
         return float(x)
     except OverflowError:
-        raise ValueError(f"{name} must be a real number a float can hold (|x| < 1.8e308), got {_show(x)}") from None
+        raise ValueError(
+            f"{name} must be a real number a float can hold (|x| < 1.8e308), got {_show(x)}"
+        ) from None
 
 
 def finite_real(x, name: str) -> float:
@@ -112,7 +114,9 @@ def integer(x, name: str, *, min=None, max=None) -> int:  # noqa: A002 (keyword 
     if (min is not None and v < min) or (max is not None and v > max):
         lo = "" if min is None else f">= {min}"
         hi = "" if max is None else f"<= {max}"
-        raise ValueError(f"{name} must be an integer {' and '.join(s for s in (lo, hi) if s)}, got {v}")
+        raise ValueError(
+            f"{name} must be an integer {' and '.join(s for s in (lo, hi) if s)}, got {v}"
+        )
     return v
 
 
@@ -157,7 +161,14 @@ def memory(nbytes, what: str, *, limit=None) -> int:
     return need
 
 
-def size(n, name: str = "n", *, bytes_per: int = 8, what: str | None = None, limit: int | None = MAX_CELLS) -> int:
+def size(
+    n,
+    name: str = "n",
+    *,
+    bytes_per: int = 8,
+    what: str | None = None,
+    limit: int | None = MAX_CELLS,
+) -> int:
     """A positive integer size that this machine can hold: ``n <= limit`` (default
     :data:`MAX_CELLS`, the largest domain; None for :data:`MAX_INDEX` only) and ``n *
     bytes_per`` bytes (one float64 vector of length n by default) within
@@ -170,8 +181,10 @@ def size(n, name: str = "n", *, bytes_per: int = 8, what: str | None = None, lim
     if v > MAX_INDEX:
         raise SizeError(f"{name} must be at most 2**62 (an int64 index), got {v}")
     if limit is not None and v > limit:
-        raise SizeError(f"{name}={v} is more than the {limit:,} cells a domain may have (matmech.validate.MAX_CELLS): "
-                        f"every figure needs several float64 vectors of that length; use a smaller domain")
+        raise SizeError(
+            f"{name}={v} is more than the {limit:,} cells a domain may have (matmech.validate.MAX_CELLS): "
+            f"every figure needs several float64 vectors of that length; use a smaller domain"
+        )
     memory(v * bytes_per, what or f"{name}={v} (a vector of {v} float64 values)")
     return v
 
@@ -189,7 +202,9 @@ def choice(x, name: str, options):
     not one of them."""
     options = tuple(options)
     if not isinstance(x, str):
-        raise TypeError(f"{name} must be one of {list(options)}, got {type(x).__name__}: {_show(x)}")
+        raise TypeError(
+            f"{name} must be one of {list(options)}, got {type(x).__name__}: {_show(x)}"
+        )
     if x not in options:
         raise ValueError(f"{name} must be one of {list(options)}, got {x!r}")
     return x
@@ -204,7 +219,9 @@ def sequence(x, name: str, *, allow_str: bool = False):
     try:
         return tuple(x)
     except TypeError:
-        raise TypeError(f"{name} must be a list or tuple, got {type(x).__name__}: {_show(x)}") from None
+        raise TypeError(
+            f"{name} must be a list or tuple, got {type(x).__name__}: {_show(x)}"
+        ) from None
 
 
 def _numeric(a, name):
@@ -216,15 +233,27 @@ def _numeric(a, name):
 
 def _ragged(x, name):
     """Name the first row of a nested list whose length differs from row 0."""
-    if isinstance(x, (list, tuple)) and x and all(isinstance(r, (list, tuple, np.ndarray)) for r in x):
+    if (
+        isinstance(x, (list, tuple))
+        and x
+        and all(isinstance(r, (list, tuple, np.ndarray)) for r in x)
+    ):
         lengths = [len(r) for r in x]
         for i, k in enumerate(lengths):
             if k != lengths[0]:
-                raise ValueError(f"{name} is ragged: row {i} has {k} entries, row 0 has {lengths[0]}")
-    if isinstance(x, (list, tuple)) and x and any(isinstance(r, (list, tuple, np.ndarray)) for r in x) \
-            and not all(isinstance(r, (list, tuple, np.ndarray)) for r in x):
+                raise ValueError(
+                    f"{name} is ragged: row {i} has {k} entries, row 0 has {lengths[0]}"
+                )
+    if (
+        isinstance(x, (list, tuple))
+        and x
+        and any(isinstance(r, (list, tuple, np.ndarray)) for r in x)
+        and not all(isinstance(r, (list, tuple, np.ndarray)) for r in x)
+    ):
         i = next(i for i, r in enumerate(x) if not isinstance(r, (list, tuple, np.ndarray)))
-        raise ValueError(f"{name} is ragged: row {i} is a {type(x[i]).__name__}, not a sequence like row 0")
+        raise ValueError(
+            f"{name} is ragged: row {i} is a {type(x[i]).__name__}, not a sequence like row 0"
+        )
 
 
 def _numeric_array(x, name, expected):
@@ -260,7 +289,9 @@ def matrix(x, name: str, *, finite: bool = True) -> np.ndarray:
     A ragged nested list is a ValueError naming its first short or long row."""
     a = _numeric_array(x, name, "a 2-D array of numbers")
     if a.ndim != 2 or 0 in a.shape:
-        raise ValueError(f"{name} must be a 2-D array with at least one row and one column, got shape {a.shape}")
+        raise ValueError(
+            f"{name} must be a 2-D array with at least one row and one column, got shape {a.shape}"
+        )
     if finite and not np.all(np.isfinite(a)):
         i, j = (int(k) for k in np.argwhere(~np.isfinite(a))[0])
         raise ValueError(f"{name} must be finite; entry [{i}, {j}] is {a[i, j]}")
@@ -274,11 +305,15 @@ def operator(A, name: str, *, per_row: int = 0, per_col: int = 8, what: str | No
     Returns ``A``; raises before anything is allocated."""
     shape = getattr(A, "shape", None)
     if not (isinstance(shape, tuple) and len(shape) == 2):
-        raise TypeError(f"{name} must be a matrix or matmech.LinOp with a 2-D shape, got {type(A).__name__}")
+        raise TypeError(
+            f"{name} must be a matrix or matmech.LinOp with a 2-D shape, got {type(A).__name__}"
+        )
     m, n = (int(k) for k in shape)
     for label, k in (("rows", m), ("columns", n)):
         if k > MAX_INDEX:
-            raise SizeError(f"{name} has {k:.4g} {label}, more than 2**62 (an int64 index); use a smaller domain")
+            raise SizeError(
+                f"{name} has {k:.4g} {label}, more than 2**62 (an int64 index); use a smaller domain"
+            )
     memory(m * per_row + n * per_col, what or f"{name} ({m:,} rows x {n:,} columns)")
     return A
 
@@ -290,9 +325,15 @@ def named_operators(x, name: str):
     if not items:
         raise ValueError(f"{name} must name at least one (name, strategy) pair, got {_show(x)}")
     for i, item in enumerate(items):
-        if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(getattr(item[1], "shape", None), tuple)):
-            raise TypeError(f"{name}[{i}] must be a (name, strategy) pair with a str name and a matrix or LinOp, got {_show(item)}")
+        if not (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(getattr(item[1], "shape", None), tuple)
+        ):
+            raise TypeError(
+                f"{name}[{i}] must be a (name, strategy) pair with a str name and a matrix or LinOp, got {_show(item)}"
+            )
     return tuple((str(a), b) for a, b in items)
 
 
@@ -313,17 +354,25 @@ def linear(A, name: str):
         return matrix(A, name)
     shape = getattr(A, "shape", None)
     if not (isinstance(shape, tuple) and len(shape) == 2):
-        raise TypeError(f"{name} must be a workload or strategy (a matmech LinOp, an array or a sparse matrix), "
-                        f"got {type(A).__name__}: {_show(A)}")
+        raise TypeError(
+            f"{name} must be a workload or strategy (a matmech LinOp, an array or a sparse matrix), "
+            f"got {type(A).__name__}: {_show(A)}"
+        )
     if not all(isinstance(k, numbers.Integral) and int(k) > 0 for k in shape):
         raise ValueError(f"{name} must have at least one row and one column, got shape {shape}")
-    return operator(A, name, per_col=0)  # rows and columns within an int64 index (a product domain may be implicit)
+    return operator(
+        A, name, per_col=0
+    )  # rows and columns within an int64 index (a product domain may be implicit)
 
 
 def factors(ops, what: str) -> tuple:
     """The factors of a Kronecker product or the blocks of a stack: ``f(A, B)`` or
     ``f([A, B])``; each checked by :func:`linear` (named "factor i"), at least one."""
-    if len(ops) == 1 and isinstance(ops[0], (list, tuple)) and all(hasattr(o, "shape") for o in ops[0]):
+    if (
+        len(ops) == 1
+        and isinstance(ops[0], (list, tuple))
+        and all(hasattr(o, "shape") for o in ops[0])
+    ):
         ops = tuple(ops[0])
     if not ops:
         raise ValueError(f"{what} needs at least one factor")
@@ -333,7 +382,9 @@ def factors(ops, what: str) -> tuple:
 def check_labels(labels, m: int) -> list:
     """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
     if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
-        raise TypeError(f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}")
+        raise TypeError(
+            f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}"
+        )
     labels = list(labels)
     if len(labels) != m:
         raise ValueError(f"got {len(labels)} labels for {m} queries")

@@ -28,6 +28,7 @@ def check_size(n, name="n"):
     """A positive integer domain size this machine can hold (a float64 per cell)."""
     return size(n, name, what=f"a domain of {name}={n!r} cells (one float64 per cell)")
 
+
 __all__ = [
     "abs_diff",
     "affine",
@@ -75,7 +76,9 @@ def identity(n: int) -> LinOp:
     >>> identity(4).shape
     (4, 4)
     """
-    n = size(n, "n", bytes_per=24, what=f"identity({n!r}) (its interval bounds and one float64 per cell)")
+    n = size(
+        n, "n", bytes_per=24, what=f"identity({n!r}) (its interval bounds and one float64 per cell)"
+    )
     cells = np.arange(n)
     return Intervals(n, cells, cells)
 
@@ -165,7 +168,9 @@ def all_range(n: int) -> LinOp:
     """
     n = check_size(n)
     if n * (n + 1) // 2 > MAX_INDEX:
-        raise SizeError(f"all_range(n) has n(n+1)/2 rows, more than 2**62 (an int64 index) for n={n}")
+        raise SizeError(
+            f"all_range(n) has n(n+1)/2 rows, more than 2**62 (an int64 index) for n={n}"
+        )
     return AllRange(n)
 
 
@@ -198,12 +203,20 @@ def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> LinOp:
     """
     n = check_size(n)
     if isinstance(intervals, (str, bytes)) or not hasattr(intervals, "__len__"):
-        raise TypeError(f"intervals must be a sequence of (lo, hi) pairs, got {type(intervals).__name__}: {intervals!r}")
+        raise TypeError(
+            f"intervals must be a sequence of (lo, hi) pairs, got {type(intervals).__name__}: {intervals!r}"
+        )
     pairs = _matrix(intervals, "intervals") if len(intervals) else np.zeros((0, 2))
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
-        raise ValueError(f"intervals must be a non-empty sequence of (lo, hi) pairs, got an array of shape {pairs.shape}")
+        raise ValueError(
+            f"intervals must be a non-empty sequence of (lo, hi) pairs, got an array of shape {pairs.shape}"
+        )
     if not np.issubdtype(pairs.dtype, np.integer):
-        if not (np.issubdtype(pairs.dtype, np.floating) and np.all(np.isfinite(pairs)) and np.all(pairs == np.round(pairs))):
+        if not (
+            np.issubdtype(pairs.dtype, np.floating)
+            and np.all(np.isfinite(pairs))
+            and np.all(pairs == np.round(pairs))
+        ):
             raise TypeError(f"interval bounds must be integers, got dtype {pairs.dtype}")
         pairs = pairs.astype(np.int64)
     return Intervals(n, pairs[:, 0], pairs[:, 1])
@@ -241,7 +254,9 @@ def check_domain(domain: Any) -> tuple[int, ...]:
     sizes = tuple(check_size(d, f"domain[{i}]") for i, d in enumerate(domain))
     cells = int(np.prod(sizes, dtype=object))
     if cells > MAX_INDEX:
-        raise SizeError(f"the domain {sizes} has {cells:.4g} cells, more than 2**62 (an int64 index)")
+        raise SizeError(
+            f"the domain {sizes} has {cells:.4g} cells, more than 2**62 (an int64 index)"
+        )
     return sizes
 
 
@@ -282,26 +297,40 @@ def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
     domain = check_domain(domain)
     d = len(domain)
     if (k is None) == (attrs is None):
-        raise ValueError("give exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)")
+        raise ValueError(
+            "give exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)"
+        )
     if k is not None:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {type(k).__name__}: {k!r}")
+            raise TypeError(
+                f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {type(k).__name__}: {k!r}"
+            )
         if not 0 <= int(k) <= d:
-            raise ValueError(f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}")
+            raise ValueError(
+                f"k must be an integer in [0, {d}] for a {d}-attribute domain, got {k!r}"
+            )
         subsets = list(itertools.combinations(range(d), int(k)))
     else:
         subsets = []
         for s in attrs:
             s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
             for a in s:
-                if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= int(a) < d:
-                    raise ValueError(f"attribute {a!r} in {s} is not an index in [0, {d - 1}] of the domain {domain}")
+                if (
+                    isinstance(a, bool)
+                    or not isinstance(a, numbers.Integral)
+                    or not 0 <= int(a) < d
+                ):
+                    raise ValueError(
+                        f"attribute {a!r} in {s} is not an index in [0, {d - 1}] of the domain {domain}"
+                    )
             if len(set(s)) != len(s):
                 raise ValueError(f"attribute subset {s} repeats an attribute")
             subsets.append(tuple(sorted(s)))
         if not subsets:
             raise ValueError("attrs must name at least one attribute subset")
-    blocks = [Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(domain)]) for s in subsets]
+    blocks = [
+        Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(domain)]) for s in subsets
+    ]
     return VStack(blocks, domain=domain, subsets=subsets)
 
 
@@ -407,7 +436,9 @@ def from_matrix(matrix: Any) -> LinOp:
         return matrix
     if sp.issparse(matrix):
         if 0 in matrix.shape or not np.all(np.isfinite(matrix.data)):
-            raise ValueError(f"a workload matrix must have rows and columns and finite entries, got shape {matrix.shape}")
+            raise ValueError(
+                f"a workload matrix must have rows and columns and finite entries, got shape {matrix.shape}"
+            )
         return Sparse(matrix)
     a = _matrix(matrix, "the workload matrix")
     return as_linop(Dense(a))
@@ -420,7 +451,9 @@ def _pattern(rows, cols, shape, what):
 
 def _check_nnz(nnz, what):
     if nnz > MAX_PATTERN_NNZ:
-        raise SizeError(f"{what} would have {nnz:,} nonzero entries, more than {MAX_PATTERN_NNZ:,} (MAX_PATTERN_NNZ)")
+        raise SizeError(
+            f"{what} would have {nnz:,} nonzero entries, more than {MAX_PATTERN_NNZ:,} (MAX_PATTERN_NNZ)"
+        )
 
 
 def circular_ranges(n: int) -> LinOp:
@@ -468,7 +501,9 @@ def circular_ranges(n: int) -> LinOp:
 def _check_pair(n1, n2, what):
     n1, n2 = check_size(n1, "n1"), check_size(n2, "n2")
     if n1 * n2 > MAX_PAIR_CELLS:
-        raise SizeError(f"{what}({n1}, {n2}) has a pair domain of {n1 * n2:,} cells, more than {MAX_PAIR_CELLS:,} (MAX_PAIR_CELLS)")
+        raise SizeError(
+            f"{what}({n1}, {n2}) has a pair domain of {n1 * n2:,} cells, more than {MAX_PAIR_CELLS:,} (MAX_PAIR_CELLS)"
+        )
     return n1, n2
 
 
@@ -479,7 +514,7 @@ def _pair_thresholds(score, what):
     values = np.unique(flat)
     order = np.argsort(flat, kind="stable")
     ranks = np.searchsorted(values, flat[order])
-    _check_nnz(int(((values.size - ranks)).sum()), what)
+    _check_nnz(int((values.size - ranks).sum()), what)
     # row r holds every cell whose score rank is ≤ r
     counts = values.size - ranks
     offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)

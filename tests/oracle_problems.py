@@ -59,8 +59,14 @@ def problem(seed):
         blocks.append(wl.kron(*[_factor(kinds[int(rng.integers(0, 5))], n, rng) for n in domain]))
     blocks.append(blocks[0])  # duplicate rows
     a = int(rng.integers(0, d))
-    blocks.append(wl.kron(*[wl.stack(wl.identity(n), wl.total(n)) if i == a else wl.total(n)
-                            for i, n in enumerate(domain)]))  # total = sum of the identity rows
+    blocks.append(
+        wl.kron(
+            *[
+                wl.stack(wl.identity(n), wl.total(n)) if i == a else wl.total(n)
+                for i, n in enumerate(domain)
+            ]
+        )
+    )  # total = sum of the identity rows
     weights = rng.choice([0.5, 1.0, 2.0, 3.0], size=len(blocks))
     W = wl.stack(*blocks, weights=weights)
     n = math.prod(domain)
@@ -95,7 +101,9 @@ def _whiten(rec):
     if s == 0:
         R = np.diag(1.0 / np.sqrt(v))
     else:  # precision of diag(v) + s 11ᵀ (s = inf: its limit, the offset projected out)
-        P = np.diag(1.0 / v) - np.outer(1.0 / v, 1.0 / v) / (np.sum(1.0 / v) + (0.0 if math.isinf(s) else 1.0 / s))
+        P = np.diag(1.0 / v) - np.outer(1.0 / v, 1.0 / v) / (
+            np.sum(1.0 / v) + (0.0 if math.isinf(s) else 1.0 / s)
+        )
         lam, U = np.linalg.eigh((P + P.T) / 2)
         R = (U * np.sqrt(np.clip(lam, 0.0, None))).T
     return R @ Q, R @ rec.values
@@ -147,7 +155,10 @@ def marginal_problem(seed):
     domain, _, x, codes = problem(seed)
     d = len(domain)
     subsets = [(i,) for i in range(d)] + ([(0, d - 1)] if d > 1 else [])
-    blocks = [wl.kron(*[wl.identity(n) if i in s else wl.total(n) for i, n in enumerate(domain)]) for s in subsets]
+    blocks = [
+        wl.kron(*[wl.identity(n) if i in s else wl.total(n) for i, n in enumerate(domain)])
+        for s in subsets
+    ]
     blocks += [blocks[0], wl.kron(*[wl.total(n) for n in domain])]
     W = wl.stack(*blocks, weights=np.linspace(1.0, 2.0, len(blocks)))
     return domain, W, x, codes
@@ -169,6 +180,14 @@ def run(path, model, method, seed, *, neighbors="add_remove", strategy=None, rng
         if path == "records" and method != "none":
             strat = "auto"  # the factored selection measures the selected rows themselves
     data = x if path == "histogram" else codes
-    rel = mm.release(data, W, 1.0, MODELS[model], strategy=strat, neighbors=neighbors,
-                     select=select_options(method, W, x), rng=np.random.default_rng(seed) if rng is None else rng)
+    rel = mm.release(
+        data,
+        W,
+        1.0,
+        MODELS[model],
+        strategy=strat,
+        neighbors=neighbors,
+        select=select_options(method, W, x),
+        rng=np.random.default_rng(seed) if rng is None else rng,
+    )
     return rel, W, x

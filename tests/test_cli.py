@@ -15,7 +15,13 @@ from matmech.io.store import load_strategy
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "matmech.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "matmech.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_compare_prints_ranked_table(root):
@@ -30,7 +36,15 @@ def test_compare_prints_ranked_table(root):
 
 
 def test_compare_json_and_delta(root):
-    out = run("compare", str(root / "workloads/ranges_2d_64x64.toml"), "--eps", "0.5", "--delta", "1e-6", "--json")
+    out = run(
+        "compare",
+        str(root / "workloads/ranges_2d_64x64.toml"),
+        "--eps",
+        "0.5",
+        "--delta",
+        "1e-6",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["delta"] == 1e-6 and data["cells"] == 4096
@@ -44,8 +58,14 @@ def test_cli_errors_are_one_line(root, tmp_path):
     for args, text in [
         (["compare", str(tmp_path / "missing.toml")], "no such spec file"),
         (["compare", str(bad)], "queries[0].kind: expected one of"),
-        (["compare", str(root / "workloads/prefix_4096.toml"), "--eps", "0"], "eps must be a positive finite number, got 0"),
-        (["compare", str(root / "workloads/prefix_4096.toml"), "--delta", "1"], "delta must be in [0, 1)"),
+        (
+            ["compare", str(root / "workloads/prefix_4096.toml"), "--eps", "0"],
+            "eps must be a positive finite number, got 0",
+        ),
+        (
+            ["compare", str(root / "workloads/prefix_4096.toml"), "--delta", "1"],
+            "delta must be in [0, 1)",
+        ),
     ]:
         out = run(*args)
         assert out.returncode == 2
@@ -57,7 +77,9 @@ def test_plot_writes_png(root, tmp_path):
     out = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(out_file))
     assert out.returncode == 0, out.stderr
     assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_file.stat().st_size > 10_000
-    bad = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(tmp_path / "no/such/dir/x.png"))
+    bad = run(
+        "plot", str(root / "workloads/age_bands.toml"), "--out", str(tmp_path / "no/such/dir/x.png")
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
 
 
@@ -95,7 +117,12 @@ def files(tmp_path):
             w.writerow([i, a, c, a // 4])
     (tmp_path / "bands.toml").write_text(BANDS_SPEC)
     (tmp_path / "grid.toml").write_text(GRID_SPEC)
-    truth = np.array([np.sum((age >= lo) & (age <= hi)) for lo, hi in [(0, 7), (8, 15), (16, 23), (24, 31), (0, 31)]])
+    truth = np.array(
+        [
+            np.sum((age >= lo) & (age <= hi))
+            for lo, hi in [(0, 7), (8, 15), (16, 23), (24, 31), (0, 31)]
+        ]
+    )
     return tmp_path, data, truth, (age // 4, city)
 
 
@@ -127,7 +154,11 @@ def test_progress_bar_draws_after_its_delay_and_ends_its_line():
     bar(1.0, "done")
     bar.close()
     text = s.getvalue()
-    assert text.count("\r") == 2 and "[###############...............]  50% optimising" in text and text.endswith("\n")
+    assert (
+        text.count("\r") == 2
+        and "[###############...............]  50% optimising" in text
+        and text.endswith("\n")
+    )
     quiet = io.StringIO()
     bar = _Progress(True, delay=60.0, stream=quiet)
     bar(0.5, "x")
@@ -138,26 +169,60 @@ def test_progress_bar_draws_after_its_delay_and_ends_its_line():
 def test_release_writes_one_row_per_query(files):
     d, data, truth, _ = files
     out_csv = d / "answers.csv"
-    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
-              "--strategy", "hierarchical", "--out", str(out_csv))
+    out = run(
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--strategy",
+        "hierarchical",
+        "--out",
+        str(out_csv),
+    )
     assert out.returncode == 0, out.stderr
-    assert "records" not in out.stdout.replace("record count is private", "") and "5 queries answered" in out.stdout and "OS randomness" in out.stdout
+    assert (
+        "records" not in out.stdout.replace("record count is private", "")
+        and "5 queries answered" in out.stdout
+        and "OS randomness" in out.stdout
+    )
     rows = read_csv(out_csv)
     assert list(rows[0]) == ["query", "answer", "std", "lower", "upper", "interval", "coverage"]
     assert [r["query"] for r in rows] == ["0-7", "8-15", "16-23", "24-31", "all"]
     for r, t in zip(rows, truth):
         a, s = float(r["answer"]), float(r["std"])
         assert abs(a - t) < 10 * s
-        assert float(r["upper"]) - a == pytest.approx(a - float(r["lower"])) and float(r["upper"]) > a
+        assert (
+            float(r["upper"]) - a == pytest.approx(a - float(r["lower"])) and float(r["upper"]) > a
+        )
         assert r["interval"] in ("exact", "convolution", "normal", "cornish-fisher")
         assert r["coverage"] == "" or float(r["coverage"]) >= 0.95
 
 
 def test_release_with_a_saved_strategy_and_json(files):
     d, data, truth, _ = files
-    assert run("advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "s.npz")).returncode == 0
-    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
-              "--strategy", str(d / "s.npz"), "--json")
+    assert (
+        run(
+            "advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "s.npz")
+        ).returncode
+        == 0
+    )
+    out = run(
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--strategy",
+        str(d / "s.npz"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["strategy_file"] == str(d / "s.npz") and "records" not in res and res["out"] is None
@@ -169,21 +234,69 @@ def test_release_with_a_saved_strategy_and_json(files):
 def test_release_with_svt_selection(files):
     d, data, truth, _ = files
     out_csv = d / "selected.csv"
-    out = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--strategy", "identity",
-              "--select", "svt", "--threshold", "600", "--c", "5", "--select-eps", "0.5", "--out", str(out_csv))
+    out = run(
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--strategy",
+        "identity",
+        "--select",
+        "svt",
+        "--threshold",
+        "600",
+        "--c",
+        "5",
+        "--select-eps",
+        "0.5",
+        "--out",
+        str(out_csv),
+    )
     assert out.returncode == 0, out.stderr
     assert "3 of 5 queries answered" in out.stdout and "selection: svt, eps 0.5" in out.stdout
     rows = read_csv(out_csv)
-    assert list(rows[0]) == ["query", "answer", "std", "lower", "upper", "interval", "coverage", "selected", "status"]
+    assert list(rows[0]) == [
+        "query",
+        "answer",
+        "std",
+        "lower",
+        "upper",
+        "interval",
+        "coverage",
+        "selected",
+        "status",
+    ]
     picked = [r["query"] for r in rows if r["selected"] == "true"]
     assert picked == ["0-7", "8-15", "all"]  # ~1500, ~1500, 3040 records; the others ~20
     for r in rows:
         if r["selected"] == "false":
-            assert r["answer"] == r["std"] == r["lower"] == r["interval"] == "" and r["status"] == "below threshold"
+            assert (
+                r["answer"] == r["std"] == r["lower"] == r["interval"] == ""
+                and r["status"] == "below threshold"
+            )
         else:
             assert r["status"] == "answered" and float(r["std"]) > 0
-    js = run("release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--json",
-             "--select", "em", "--c", "2", "--select-eps", "0.4")
+    js = run(
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--json",
+        "--select",
+        "em",
+        "--c",
+        "2",
+        "--select-eps",
+        "0.4",
+    )
     assert js.returncode == 0, js.stderr
     sel = json.loads(js.stdout)["selection"]
     assert sel["method"] == "em" and sel["selected"] == 2 and sel["eps"] == 0.4
@@ -192,12 +305,30 @@ def test_release_with_svt_selection(files):
 def test_release_two_columns_for_a_two_attribute_spec(files):
     d, data, _, (age8, city) = files
     out_csv = d / "grid.csv"
-    out = run("release", str(d / "grid.toml"), "--data", str(data), "--column", "age8", "--column", "city",
-              "--eps", "2", "--strategy", "identity", "--out", str(out_csv))
+    out = run(
+        "release",
+        str(d / "grid.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age8",
+        "--column",
+        "city",
+        "--eps",
+        "2",
+        "--strategy",
+        "identity",
+        "--out",
+        str(out_csv),
+    )
     assert out.returncode == 0, out.stderr
     rows = read_csv(out_csv)
-    assert [r["query"] for r in rows] == [f"age={i}" for i in range(8)] + [f"city={j}" for j in range(4)] + ["total"]
-    truth = list(np.bincount(age8, minlength=8)) + list(np.bincount(city, minlength=4)) + [age8.size]
+    assert [r["query"] for r in rows] == [f"age={i}" for i in range(8)] + [
+        f"city={j}" for j in range(4)
+    ] + ["total"]
+    truth = (
+        list(np.bincount(age8, minlength=8)) + list(np.bincount(city, minlength=4)) + [age8.size]
+    )
     assert all(abs(float(r["answer"]) - t) < 10 * float(r["std"]) for r, t in zip(rows, truth))
 
 
@@ -207,20 +338,56 @@ def test_release_and_advise_errors_as_subprocesses(files):
     bad_spec.write_text('domain = [4]\n[[queries]]\nkind = "cube"\n')
     wide = d / "wide.csv"
     wide.write_text("age\n3\n40\n")
-    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--out", str(d / "o.csv"), "--eps", "1"]
+    base = [
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--out",
+        str(d / "o.csv"),
+        "--eps",
+        "1",
+    ]
     for args, text in [
         (["advise", str(d / "missing.toml")], "no such spec file"),
         (["advise", str(bad_spec)], "queries[0].kind"),
-        (["advise", str(d / "bands.toml"), "--eps", "0"], "eps must be a positive finite number, got 0"),
-        (["release", str(bad_spec), "--data", str(data), "--column", "age", "--out", "o.csv", "--eps", "1"], "queries[0].kind"),
+        (
+            ["advise", str(d / "bands.toml"), "--eps", "0"],
+            "eps must be a positive finite number, got 0",
+        ),
+        (
+            [
+                "release",
+                str(bad_spec),
+                "--data",
+                str(data),
+                "--column",
+                "age",
+                "--out",
+                "o.csv",
+                "--eps",
+                "1",
+            ],
+            "queries[0].kind",
+        ),
         ([*base[:3], str(d / "nope.csv"), *base[4:]], "nope.csv: no such data file"),
         ([*base, "--eps", "-1"], "eps must be a positive finite number, got -1"),
-        ([*base[:5], "height", *base[6:]], "no column 'height'; the header has ['id', 'age', 'city', 'age8']"),
-        ([*base[:3], str(wide), *base[4:]], "line 3, column 'age': the value is outside the spec's domain"),
+        (
+            [*base[:5], "height", *base[6:]],
+            "no column 'height'; the header has ['id', 'age', 'city', 'age8']",
+        ),
+        (
+            [*base[:3], str(wide), *base[4:]],
+            "line 3, column 'age': the value is outside the spec's domain",
+        ),
     ]:
         out = run(*args)
         assert out.returncode == 2, (args, out.stdout)
-        assert out.stderr.count("\n") == 1 and text in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert (
+            out.stderr.count("\n") == 1 and text in out.stderr and "Traceback" not in out.stderr
+        ), out.stderr
     assert not (d / "o.csv").exists()
 
 
@@ -233,12 +400,34 @@ def _main_error(capsys, *args):
 
 def test_more_error_paths_in_process(files, capsys):
     d, data, _, _ = files
-    for name, text in [("text.csv", "age\n3\nabc\n"), ("frac.csv", "age\n2.5\n"), ("empty.csv", ""), ("header.csv", "age\n")]:
+    for name, text in [
+        ("text.csv", "age\n3\nabc\n"),
+        ("frac.csv", "age\n2.5\n"),
+        ("empty.csv", ""),
+        ("header.csv", "age\n"),
+    ]:
         (d / name).write_text(text)
-    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1", "--out", str(d / "o.csv")]
+    base = [
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--out",
+        str(d / "o.csv"),
+    ]
     for args, text in [
-        ([*base[:3], str(d / "text.csv"), *base[4:]], "line 3, column 'age': the entry is not a number"),
-        ([*base[:3], str(d / "frac.csv"), *base[4:]], "the value is outside the spec's domain (expected an integer code 0..31)"),
+        (
+            [*base[:3], str(d / "text.csv"), *base[4:]],
+            "line 3, column 'age': the entry is not a number",
+        ),
+        (
+            [*base[:3], str(d / "frac.csv"), *base[4:]],
+            "the value is outside the spec's domain (expected an integer code 0..31)",
+        ),
         ([*base[:3], str(d / "empty.csv"), *base[4:]], "the data file is empty"),
         ([*base[:3], str(d / "header.csv"), *base[4:]], "no data rows"),
         ([*base, "--column", "city"], "give one --column per attribute"),
@@ -247,15 +436,33 @@ def test_more_error_paths_in_process(files, capsys):
         ([*base, "--strategy", str(data)], "not a matmech strategy file"),
         ([*base, "--threshold", "5"], "--threshold: only used with --select"),
         ([*base, "--select", "svt", "--c", "2"], "--select needs --select-eps"),
-        ([*base, "--select", "svt", "--c", "2", "--select-eps", "1"], "must be less than release's total eps = 1.0"),
+        (
+            [*base, "--select", "svt", "--c", "2", "--select-eps", "1"],
+            "must be less than release's total eps = 1.0",
+        ),
         ([*base, "--select", "svt", "--c", "2", "--select-eps", "0.2"], "needs a threshold"),
-        ([*base, "--select", "svt", "--c", "2", "--select-eps", "0.2", "--threshold", "lots"], "--threshold must be a number or 'auto'"),
-        ([*base, "--select", "svt", "--c", "9", "--select-eps", "0.2", "--threshold", "9"], "c = 9 is more than the 5 rows"),
-        ([*base, "--select", "em", "--c", "2", "--select-eps", "0.2", "--threshold", "9"], "takes no threshold"),
+        (
+            [*base, "--select", "svt", "--c", "2", "--select-eps", "0.2", "--threshold", "lots"],
+            "--threshold must be a number or 'auto'",
+        ),
+        (
+            [*base, "--select", "svt", "--c", "9", "--select-eps", "0.2", "--threshold", "9"],
+            "c = 9 is more than the 5 rows",
+        ),
+        (
+            [*base, "--select", "em", "--c", "2", "--select-eps", "0.2", "--threshold", "9"],
+            "takes no threshold",
+        ),
         ([*base[:-1], str(d / "no/dir/o.csv")], "does not exist"),
         (base[:-2], "give --out FILE.csv"),
-        (["advise", str(d / "bands.toml"), "--save-strategy", str(d / "no/dir/s.npz")], "does not exist"),
-        (["advise", str(d / "bands.toml"), "--time-budget", "-3"], "--time-budget must be a positive number"),
+        (
+            ["advise", str(d / "bands.toml"), "--save-strategy", str(d / "no/dir/s.npz")],
+            "does not exist",
+        ),
+        (
+            ["advise", str(d / "bands.toml"), "--time-budget", "-3"],
+            "--time-budget must be a positive number",
+        ),
     ]:
         assert text in _main_error(capsys, *args), args
     assert not (d / "o.csv").exists()
@@ -275,7 +482,18 @@ def test_budget_ledger_init_release_status_history(files, capsys):
     led = str(d / "budget.db")
     assert main(["budget", "init", led, "--eps", "1", "--delta", "1e-6"]) == 0
     assert "created ledger" in capsys.readouterr().out
-    rel = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--strategy", "identity", "--ledger", led]
+    rel = [
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--strategy",
+        "identity",
+        "--ledger",
+        led,
+    ]
     assert main([*rel, "--eps", "0.6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ledger"] == led and out["budget_remaining"] == [0.4, 1e-6] and out["eps"] == 0.6
@@ -289,13 +507,19 @@ def test_budget_ledger_init_release_status_history(files, capsys):
     assert _spends(led) == before and not (d / "b.csv").exists()
     assert main(["budget", "status", led, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
-    assert st["spends"] == 2 and st["spent"]["eps_exact"] == "9/10" and st["remaining"]["eps"] == 0.1
+    assert (
+        st["spends"] == 2 and st["spent"]["eps_exact"] == "9/10" and st["remaining"]["eps"] == 0.1
+    )
     assert main(["budget", "status", led]) == 0
     assert "2 spend(s)" in capsys.readouterr().out
     assert main(["budget", "history", led, "--json"]) == 0
     hist = json.loads(capsys.readouterr().out)["spends"]
-    assert [h["eps_exact"] for h in hist] == ["3/5", "3/10"] and hist[1]["delta_exact"] == "1/1000000"
-    assert all(h["spec"].startswith("hmac-sha256:") and h["data"].startswith("hmac-sha256:") for h in hist)
+    assert [h["eps_exact"] for h in hist] == ["3/5", "3/10"] and hist[1][
+        "delta_exact"
+    ] == "1/1000000"
+    assert all(
+        h["spec"].startswith("hmac-sha256:") and h["data"].startswith("hmac-sha256:") for h in hist
+    )
     assert main(["budget", "history", led]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "release 5 queries (identity)" in lines[1]
@@ -305,14 +529,29 @@ def test_release_error_paths_spend_nothing_from_the_ledger(files, capsys):
     d, data, _, _ = files
     led = str(d / "budget.db")
     assert main(["budget", "init", led, "--eps", "2"]) == 0
-    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "1",
-            "--ledger", led, "--out", str(d / "o.csv")]
+    base = [
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--ledger",
+        led,
+        "--out",
+        str(d / "o.csv"),
+    ]
     for args, text in [
         ([*base[:-1], str(d / "no/dir/o.csv")], "does not exist"),
         ([*base[:3], str(d / "nope.csv"), *base[4:]], "no such data file"),
         ([*base[:5], "height", *base[6:]], "no column 'height'"),
         ([*base, "--strategy", "wavelets"], "'wavelets' is neither"),
-        ([*base, "--select", "svt", "--c", "2", "--select-eps", "1"], "must be less than release's total eps"),
+        (
+            [*base, "--select", "svt", "--c", "2", "--select-eps", "1"],
+            "must be less than release's total eps",
+        ),
         ([*base, "--delta", "1e-6"], "cannot spend"),  # the ledger has no delta
         ([*base, "--eps", "3"], "cannot spend (eps=3.0"),
         ([*base[:-3], str(d / "missing.db"), *base[-2:]], "no such ledger file"),
@@ -325,8 +564,12 @@ def test_release_error_paths_spend_nothing_from_the_ledger(files, capsys):
 def test_budget_command_errors(files, capsys):
     d, _, _, _ = files
     led = str(d / "budget.db")
-    assert "eps must be a positive finite number, got 0" in _main_error(capsys, "budget", "init", led, "--eps", "0")
-    assert "delta must be in [0, 1)" in _main_error(capsys, "budget", "init", led, "--eps", "1", "--delta", "1")
+    assert "eps must be a positive finite number, got 0" in _main_error(
+        capsys, "budget", "init", led, "--eps", "0"
+    )
+    assert "delta must be in [0, 1)" in _main_error(
+        capsys, "budget", "init", led, "--eps", "1", "--delta", "1"
+    )
     assert not (d / "budget.db").exists()
     assert main(["budget", "init", led, "--eps", "1"]) == 0
     capsys.readouterr()
@@ -340,15 +583,34 @@ def test_budget_command_errors(files, capsys):
 def test_release_requires_eps_and_ledger_spends_as_a_subprocess(files):
     d, data, _, _ = files
     led = str(d / "budget.db")
-    base = ["release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--strategy", "identity", "--json"]
+    base = [
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--strategy",
+        "identity",
+        "--json",
+    ]
     out = run(*base)
-    assert out.returncode == 2 and "the following arguments are required: --eps" in out.stderr and not out.stdout
+    assert (
+        out.returncode == 2
+        and "the following arguments are required: --eps" in out.stderr
+        and not out.stdout
+    )
     assert run("budget", "init", led, "--eps", "0.5").returncode == 0
     out = run(*base, "--eps", "0.5", "--ledger", led)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["budget_remaining"] == [0.0, 0.0]
     out = run(*base, "--eps", "0.5", "--ledger", led)
-    assert out.returncode == 2 and "cannot spend" in out.stderr and out.stderr.count("\n") == 1 and not out.stdout
+    assert (
+        out.returncode == 2
+        and "cannot spend" in out.stderr
+        and out.stderr.count("\n") == 1
+        and not out.stdout
+    )
     st = json.loads(run("budget", "status", led, "--json").stdout)
     assert st["spends"] == 1 and st["remaining"]["eps_exact"] == "0/1"
 
@@ -375,20 +637,45 @@ def test_release_people_csv_with_declared_domains_labels_and_postprocessing(peop
     d, csv_path, _, led = people
     capsys.readouterr()
     out = d / "tables.csv"
-    args = ["release", str(PEOPLE / "people.toml"), "--data", str(csv_path), "--eps", "0.5", "--strategy", "identity",
-            "--ledger", led, "--out", str(out), "--round", "0", "--nonnegative"]
+    args = [
+        "release",
+        str(PEOPLE / "people.toml"),
+        "--data",
+        str(csv_path),
+        "--eps",
+        "0.5",
+        "--strategy",
+        "identity",
+        "--ledger",
+        led,
+        "--out",
+        str(out),
+        "--round",
+        "0",
+        "--nonnegative",
+    ]
     assert main(args) == 0
     assert "charged eps = 0.5" in capsys.readouterr().out
     rows = read_csv(out)
     labels = [r["query"] for r in rows]
-    assert labels[:2] == ["age 0-19", "age 20-39"] and "sex=F, state=CA" in labels and "sex=other/unknown, state=other" in labels
-    assert "income [20k, 30k)" in labels and labels[-1] == "total" and len(rows) == 5 + 3 * 11 + 5 + 1
+    assert (
+        labels[:2] == ["age 0-19", "age 20-39"]
+        and "sex=F, state=CA" in labels
+        and "sex=other/unknown, state=other" in labels
+    )
+    assert (
+        "income [20k, 30k)" in labels and labels[-1] == "total" and len(rows) == 5 + 3 * 11 + 5 + 1
+    )
     for r in rows:  # post-processing: whole, non-negative answers and intervals; std untouched
         for k in ("answer", "lower", "upper"):
             assert float(r[k]) >= 0 and float(r[k]) == round(float(r[k]))
         assert float(r["std"]) > 0 and float(r["std"]) != round(float(r["std"]))
     assert (out.stat().st_mode & 0o777) == 0o666 & ~_umask()
-    assert sorted(p.name for p in d.iterdir()) == ["budget.db", "people.parquet", "tables.csv"]  # no temporary file left
+    assert sorted(p.name for p in d.iterdir()) == [
+        "budget.db",
+        "people.parquet",
+        "tables.csv",
+    ]  # no temporary file left
 
 
 def _umask():
@@ -402,11 +689,35 @@ def _umask():
 def test_release_people_parquet_age_bands_json(people, capsys):
     d, _, parquet, led = people
     capsys.readouterr()
-    assert main(["release", str(PEOPLE / "age_bands.toml"), "--data", str(parquet), "--eps", "0.25", "--json",
-                 "--strategy", "identity"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                str(PEOPLE / "age_bands.toml"),
+                "--data",
+                str(parquet),
+                "--eps",
+                "0.25",
+                "--json",
+                "--strategy",
+                "identity",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     labels = [q["query"] for q in out["queries"]]
-    assert labels == ["age 0-17", "age 18-24", "age 25-34", "age 35-44", "age 45-54", "age 55-64", "age 65-74", "age 75-99", "total"]
+    assert labels == [
+        "age 0-17",
+        "age 18-24",
+        "age 25-34",
+        "age 35-44",
+        "age 45-54",
+        "age 55-64",
+        "age 65-74",
+        "age 75-99",
+        "total",
+    ]
     assert out["postprocessing"] == {"round": None, "nonnegative": False}
 
 
@@ -417,8 +728,26 @@ def test_bare_size_spec_reads_codes_from_parquet(files, tmp_path, capsys):
     d, _, truth, (age8, city) = files
     path = tmp_path / "codes.parquet"
     pq.write_table(pa.table({"age8": age8, "city": city}), path)
-    assert main(["release", str(d / "grid.toml"), "--data", str(path), "--column", "age8", "--column", "city",
-                 "--eps", "1", "--json", "--strategy", "identity"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                str(d / "grid.toml"),
+                "--data",
+                str(path),
+                "--column",
+                "age8",
+                "--column",
+                "city",
+                "--eps",
+                "1",
+                "--json",
+                "--strategy",
+                "identity",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["queries"][-1]["query"] == "total" and len(out["queries"]) == 8 + 4 + 1
 
@@ -426,10 +755,24 @@ def test_bare_size_spec_reads_codes_from_parquet(files, tmp_path, capsys):
 def test_csv_with_bom_semicolons_and_latin1(files, tmp_path, capsys):
     d, _, _, (age8, _) = files
     bom = tmp_path / "bom.csv"
-    bom.write_bytes("\ufeffage;name\n".encode("utf-8") + "".join(f"{a};Zoë\n" for a in age8 * 4).encode("utf-8"))
+    bom.write_bytes(
+        "\ufeffage;name\n".encode("utf-8") + "".join(f"{a};Zoë\n" for a in age8 * 4).encode("utf-8")
+    )
     latin = tmp_path / "latin.csv"
-    latin.write_bytes("age,name\n".encode() + "".join(f"{a},Zoë\n" for a in age8 * 4).encode("latin-1"))
-    base = ["release", str(d / "bands.toml"), "--column", "age", "--eps", "1", "--json", "--strategy", "identity"]
+    latin.write_bytes(
+        "age,name\n".encode() + "".join(f"{a},Zoë\n" for a in age8 * 4).encode("latin-1")
+    )
+    base = [
+        "release",
+        str(d / "bands.toml"),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--json",
+        "--strategy",
+        "identity",
+    ]
     assert main([*base, "--data", str(bom)]) == 0
     capsys.readouterr()
     assert main([*base, "--data", str(latin), "--encoding", "latin-1"]) == 0
@@ -442,15 +785,32 @@ def test_every_release_error_path_spends_nothing(people, capsys):
     d, csv_path, parquet, led = people
     spec = str(PEOPLE / "people.toml")
     strict = d / "strict.toml"
-    strict.write_text('[[attributes]]\nname = "age"\nrange = [0, 99]\npolicy = "error"\nmissing = "drop"\n'
-                      '[[queries]]\nkind = "total"\n')
+    strict.write_text(
+        '[[attributes]]\nname = "age"\nrange = [0, 99]\npolicy = "error"\nmissing = "drop"\n'
+        '[[queries]]\nkind = "total"\n'
+    )
     nocol = d / "nocol.toml"
-    nocol.write_text('[[attributes]]\nname = "height"\nrange = [0, 9]\n[[queries]]\nkind = "total"\n')
+    nocol.write_text(
+        '[[attributes]]\nname = "height"\nrange = [0, 9]\n[[queries]]\nkind = "total"\n'
+    )
     latin = d / "latin.csv"
-    latin.write_bytes("age,sex,income,state\n1,F,2.0,CA\n".encode() + "3,F,Zoë,CA\n".encode("latin-1"))
+    latin.write_bytes(
+        "age,sex,income,state\n1,F,2.0,CA\n".encode() + "3,F,Zoë,CA\n".encode("latin-1")
+    )
     (d / "outdir").mkdir()
     (d / "afile").write_text("x")
-    base = ["release", spec, "--data", str(csv_path), "--eps", "0.5", "--ledger", led, "--strategy", "identity"]
+    base = [
+        "release",
+        spec,
+        "--data",
+        str(csv_path),
+        "--eps",
+        "0.5",
+        "--ledger",
+        led,
+        "--strategy",
+        "identity",
+    ]
     before = _spends(led)
     for args, text in [
         ([*base, "--out", str(d / "outdir")], "is a directory"),
@@ -460,17 +820,47 @@ def test_every_release_error_path_spends_nothing(people, capsys):
         ([*base, "--out", str(d / "afile" / "o.csv")], "does not exist"),
         ([*base, "--out", str(d / "o.csv"), "--column", "age"], "drop --column"),
         ([*base, "--out", str(d / "o.csv"), "--round", "-1"], "--round takes a number of decimals"),
-        (["release", str(strict), *base[2:], "--out", str(d / "o.csv")], "column 'age' (attribute 'age') has values outside"),
+        (
+            ["release", str(strict), *base[2:], "--out", str(d / "o.csv")],
+            "column 'age' (attribute 'age') has values outside",
+        ),
         (["release", str(nocol), *base[2:], "--out", str(d / "o.csv")], "no column(s) ['height']"),
-        (["release", spec, "--data", str(latin), *base[4:], "--out", str(d / "o.csv")], "not valid utf-8 text"),
-        (["release", spec, "--data", str(d / "people.xlsx"), *base[4:], "--out", str(d / "o.csv")], "expected a .csv"),
-        (["release", spec, "--data", str(d / "nope.parquet"), *base[4:], "--out", str(d / "o.csv")], "no such data file"),
+        (
+            ["release", spec, "--data", str(latin), *base[4:], "--out", str(d / "o.csv")],
+            "not valid utf-8 text",
+        ),
+        (
+            [
+                "release",
+                spec,
+                "--data",
+                str(d / "people.xlsx"),
+                *base[4:],
+                "--out",
+                str(d / "o.csv"),
+            ],
+            "expected a .csv",
+        ),
+        (
+            [
+                "release",
+                spec,
+                "--data",
+                str(d / "nope.parquet"),
+                *base[4:],
+                "--out",
+                str(d / "o.csv"),
+            ],
+            "no such data file",
+        ),
         ([*base[:5], "3", *base[6:], "--out", str(d / "o.csv")], "cannot spend"),
     ]:
         err = _main_error(capsys, *args)
         assert text in err, (args, err)
         assert _spends(led) == before, args
-        assert not (d / "o.csv").exists() and not [p for p in d.iterdir() if p.name.endswith(".tmp")], args
+        assert not (d / "o.csv").exists() and not [
+            p for p in d.iterdir() if p.name.endswith(".tmp")
+        ], args
     assert csv_path.stat().st_size > 40_000 and (d / "afile").read_text() == "x"
     # the policy error names the column only: no value of the table is in the message
     err = _main_error(capsys, "release", str(strict), *base[2:], "--json")
@@ -487,13 +877,34 @@ def test_release_of_a_large_declared_domain_uses_marginal_tables(tmp_path, capsy
     data = tmp_path / "wide.csv"
     data.write_text(",".join(names) + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
     spec = tmp_path / "wide.toml"
-    spec.write_text('name = "wide"\n' + "".join(f'[[attributes]]\nname = "{n}"\nrange = [0, 19]\n\n' for n in names)
-                    + '[[queries]]\nkind = "marginals"\nk = 2\n')
+    spec.write_text(
+        'name = "wide"\n'
+        + "".join(f'[[attributes]]\nname = "{n}"\nrange = [0, 19]\n\n' for n in names)
+        + '[[queries]]\nkind = "marginals"\nk = 2\n'
+    )
     out = tmp_path / "answers.csv"
-    assert main(["release", str(spec), "--data", str(data), "--eps", "1", "--delta", "1e-6", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "release",
+                str(spec),
+                "--data",
+                str(data),
+                "--eps",
+                "1",
+                "--delta",
+                "1e-6",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = list(csv.DictReader(out.open()))
     assert len(table) == 28 * 400
-    assert table[0]["query"].startswith("a0=0") and all(np.isfinite(float(r["std"])) for r in table[:50])
+    assert table[0]["query"].startswith("a0=0") and all(
+        np.isfinite(float(r["std"])) for r in table[:50]
+    )
     printed = capsys.readouterr().out
     assert "300" not in printed  # no record count
 
@@ -510,7 +921,18 @@ def test_no_command_overwrites_an_existing_file_unless_told(files, capsys):
     assert "the file exists; pass --overwrite" in err and victim.read_bytes() == b"not yours"
     out_csv = d / "answers.csv"
     out_csv.write_text("keep me\n")
-    base = ["release", spec, "--data", str(data), "--column", "age", "--eps", "1", "--strategy", "identity"]
+    base = [
+        "release",
+        spec,
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "1",
+        "--strategy",
+        "identity",
+    ]
     err = _main_error(capsys, *base, "--out", str(out_csv))
     assert "pass --overwrite" in err and out_csv.read_text() == "keep me\n"
     assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
@@ -522,7 +944,9 @@ def test_no_command_overwrites_an_existing_file_unless_told(files, capsys):
     assert load_strategy(victim).shape[1] == 32
 
 
-def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(files, capsys, monkeypatch):
+def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(
+    files, capsys, monkeypatch
+):
     import errno
 
     import matmech.cli as cli
@@ -537,15 +961,43 @@ def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(files
 
     monkeypatch.setattr(cli, "_write_answers", disk_full)
     out = d / "o.csv"
-    err = _main_error(capsys, "release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "0.5",
-                      "--strategy", "identity", "--ledger", led, "--out", str(out))
+    err = _main_error(
+        capsys,
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "0.5",
+        "--strategy",
+        "identity",
+        "--ledger",
+        led,
+        "--out",
+        str(out),
+    )
     assert "No space left on device" in err and "AFTER the noise was drawn" in err
     assert "budget of this release is spent (eps = 0.5" in err and f"charged to ledger {led}" in err
     assert [e.eps for e in _spends(led)] == [0.5]  # the spend is on the ledger, as the message says
     assert not out.exists() and not [p for p in d.iterdir() if p.name.endswith(".tmp")]
     # without a ledger the message says the spend is recorded nowhere
-    err = _main_error(capsys, "release", str(d / "bands.toml"), "--data", str(data), "--column", "age", "--eps", "0.5",
-                      "--strategy", "identity", "--out", str(out))
+    err = _main_error(
+        capsys,
+        "release",
+        str(d / "bands.toml"),
+        "--data",
+        str(data),
+        "--column",
+        "age",
+        "--eps",
+        "0.5",
+        "--strategy",
+        "identity",
+        "--out",
+        str(out),
+    )
     assert "not recorded in any ledger, but spent all the same" in err
 
 
@@ -558,7 +1010,24 @@ def test_release_reads_a_gzip_csv_like_the_plain_one(files, capsys):
         f.write(data.read_bytes())
     outs = []
     for src, name in ((data, "a.csv"), (packed, "b.csv")):
-        assert main(["release", str(d / "bands.toml"), "--data", str(src), "--column", "age", "--eps", "1",
-                     "--strategy", "identity", "--out", str(d / name)]) == 0
+        assert (
+            main(
+                [
+                    "release",
+                    str(d / "bands.toml"),
+                    "--data",
+                    str(src),
+                    "--column",
+                    "age",
+                    "--eps",
+                    "1",
+                    "--strategy",
+                    "identity",
+                    "--out",
+                    str(d / name),
+                ]
+            )
+            == 0
+        )
         outs.append([r.split(",")[0] for r in (d / name).read_text().splitlines()])
     assert outs[0] == outs[1] and len(outs[0]) > 1

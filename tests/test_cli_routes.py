@@ -68,9 +68,16 @@ def flights(tmp_path_factory):
         w.writerow(["month", "carrier", "origin", "hour", "dep_delay", "distance"])
         for _ in range(n):
             delay = "" if rng.random() < 0.03 else int(rng.integers(-20, 300))
-            w.writerow([int(rng.integers(1, 5)), ["AA", "B6", "DL", "UA", "WN"][rng.integers(0, 5)],
-                        ["EWR", "JFK", "LGA"][rng.integers(0, 3)], int(rng.integers(1, 24)), delay,
-                        int(rng.integers(80, 5000))])
+            w.writerow(
+                [
+                    int(rng.integers(1, 5)),
+                    ["AA", "B6", "DL", "UA", "WN"][rng.integers(0, 5)],
+                    ["EWR", "JFK", "LGA"][rng.integers(0, 3)],
+                    int(rng.integers(1, 24)),
+                    delay,
+                    int(rng.integers(80, 5000)),
+                ]
+            )
     specs = {}
     for k in (2, 3):
         specs[k] = tmp / f"flights_{k}way.toml"
@@ -88,8 +95,15 @@ def _residual_path(spec_path, data, delta):
     """The residual path from Python, as issue 22 measured it (strategy='residual', lattice search)."""
     spec = load_spec(spec_path)
     tables = marginal_counts(str(data), spec.schema, [tuple(range(len(spec.domain)))])
-    return release_factored(tables, spec.workload, 1.0, delta, strategy="residual", search="lattice",
-                            rng=np.random.default_rng(0))
+    return release_factored(
+        tables,
+        spec.workload,
+        1.0,
+        delta,
+        strategy="residual",
+        search="lattice",
+        rng=np.random.default_rng(0),
+    )
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -103,8 +117,13 @@ def test_defaults_take_the_tables_route(flights, capsys, k, delta):
     ref = _residual_path(specs[k], data, delta)
     assert out["rmse"] <= np.sqrt(ref.expected_error / ref.answers.size) * (1 + 1e-9)
     # the published std are the plan's, whatever the data form: the Python release on the tables
-    same = release_factored(marginal_counts(str(data), spec.schema, [tuple(range(6))]), spec.workload, 1.0, delta,
-                            rng=np.random.default_rng(1))
+    same = release_factored(
+        marginal_counts(str(data), spec.schema, [tuple(range(6))]),
+        spec.workload,
+        1.0,
+        delta,
+        rng=np.random.default_rng(1),
+    )
     np.testing.assert_allclose([q["std"] for q in out["queries"]], same.std, rtol=1e-12)
 
 
@@ -115,8 +134,22 @@ def test_select_em_charges_the_ledger_once_and_answers(flights, capsys, k):
     if ledger.exists():
         ledger.unlink()
     assert main(["budget", "init", str(ledger), "--eps", "1.5"]) == 0
-    out = _release(capsys, str(specs[k]), "--data", str(data), "--eps", "1", "--select", "em", "--select-eps", "0.1",
-                   "--c", "5", "--ledger", str(ledger))
+    out = _release(
+        capsys,
+        str(specs[k]),
+        "--data",
+        str(data),
+        "--eps",
+        "1",
+        "--select",
+        "em",
+        "--select-eps",
+        "0.1",
+        "--c",
+        "5",
+        "--ledger",
+        str(ledger),
+    )
     assert out["route"] == "tables" and out["answered"] == 5
     assert out["budget_remaining"][0] == pytest.approx(0.5)
     capsys.readouterr()
@@ -141,7 +174,9 @@ def test_the_shipped_flights_specs_parse_to_the_documented_shape(root):
         assert spec.domain == (12, 16, 3, 10, 6, 6) and spec.workload.shape == (rows, 207360)
 
 
-@pytest.mark.parametrize("extra", [[], ["--delta", "1e-6"], ["--select", "em", "--select-eps", "0.1", "--c", "4"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--delta", "1e-6"], ["--select", "em", "--select-eps", "0.1", "--c", "4"]]
+)
 def test_the_shipped_3way_spec_with_integer_codes(root, tmp_path, capsys, extra):
     """workloads/marginals_3way_5attr.toml (bare sizes, codes): the histogram is summed into
     the tables, whatever the mode (issue 22: refused, or 315 GiB after minutes)."""
@@ -149,7 +184,15 @@ def test_the_shipped_3way_spec_with_integer_codes(root, tmp_path, capsys, extra)
     data = tmp_path / "codes.csv"
     np.savetxt(data, codes, fmt="%d", delimiter=",", header="a,b,c,d,e", comments="")
     cols = [arg for c in "abcde" for arg in ("--column", c)]
-    out = _release(capsys, str(root / "workloads/marginals_3way_5attr.toml"), "--data", str(data), *cols, "--eps", "1",
-                   *extra)
+    out = _release(
+        capsys,
+        str(root / "workloads/marginals_3way_5attr.toml"),
+        "--data",
+        str(data),
+        *cols,
+        "--eps",
+        "1",
+        *extra,
+    )
     assert out["route"] == "tables"
     assert out["answered"] == (4 if extra and extra[0] == "--select" else 10_000)

@@ -22,9 +22,18 @@ import pytest
 
 from conftest import ROOT
 
-NAMESPACES = ("matmech", "matmech.workloads", "matmech.strategies", "matmech.svt",
-              "matmech.advisor", "matmech.privacy", "matmech.io", "matmech.linalg",
-              "matmech.optimizers", "matmech.factored")
+NAMESPACES = (
+    "matmech",
+    "matmech.workloads",
+    "matmech.strategies",
+    "matmech.svt",
+    "matmech.advisor",
+    "matmech.privacy",
+    "matmech.io",
+    "matmech.linalg",
+    "matmech.optimizers",
+    "matmech.factored",
+)
 SECTIONS = ("Parameters", "Returns", "Raises", "Examples")
 
 
@@ -50,7 +59,11 @@ def sections(doc: str) -> set[str]:
 
 def test_the_public_names_are_found():
     names = {n for n, _ in PUBLIC}
-    assert {"matmech.release", "matmech.workloads.all_range", "matmech.svt.noisy_top_c_gap"} <= names
+    assert {
+        "matmech.release",
+        "matmech.workloads.all_range",
+        "matmech.svt.noisy_top_c_gap",
+    } <= names
     assert len(PUBLIC) >= 70
 
 
@@ -72,12 +85,18 @@ def test_docstring_has_every_section(name, obj):
 def test_docstring_example_runs(name, obj):
     doc = inspect.getdoc(obj) or ""
     example = doc.split("Examples\n--------", 1)[-1]
-    namespace = importlib.import_module(name.rsplit(".", 1)[0])  # the names it exports, as a reader has them
-    test = doctest.DocTestParser().get_doctest(example, {**vars(namespace), "np": np}, name, None, 0)
+    namespace = importlib.import_module(
+        name.rsplit(".", 1)[0]
+    )  # the names it exports, as a reader has them
+    test = doctest.DocTestParser().get_doctest(
+        example, {**vars(namespace), "np": np}, name, None, 0
+    )
     assert test.examples, f"{name}: the Examples section has no >>> lines"
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
-    assert runner.failures == 0, f"{name}: its example fails (run pytest -s to see the doctest report)"
+    assert runner.failures == 0, (
+        f"{name}: its example fails (run pytest -s to see the doctest report)"
+    )
 
 
 def test_the_api_page_lists_every_public_name():

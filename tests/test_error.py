@@ -50,9 +50,13 @@ def test_structured_paths_match_dense(n):
         w, a = wf(n), sf(n)
         v = dense_error(w, a, eps=0.7)
         assert expected_error(w, a, eps=0.7) == pytest.approx(v.sum(), rel=1e-9), (wn, sn)
-        np.testing.assert_allclose(per_query_variance(w, a, eps=0.7), v, rtol=1e-8, err_msg=f"{wn} {sn}")
+        np.testing.assert_allclose(
+            per_query_variance(w, a, eps=0.7), v, rtol=1e-8, err_msg=f"{wn} {sn}"
+        )
         assert expected_error(w, a, eps=0.7, measure="max") == pytest.approx(v.max(), rel=1e-9)
-        assert expected_error(w, a, eps=0.7, measure="rmse") == pytest.approx(np.sqrt(v.mean()), rel=1e-9)
+        assert expected_error(w, a, eps=0.7, measure="rmse") == pytest.approx(
+            np.sqrt(v.mean()), rel=1e-9
+        )
 
 
 def test_kron_marginal_and_workload_strategies_match_dense():
@@ -79,17 +83,31 @@ def test_slides_numbers():
     for eps in (0.5, 1.0, 2.0):
         w = W.from_matrix(rng.integers(0, 2, size=(6, 5)) + np.eye(6, 5))
         wd = w.dense()
-        assert expected_error(w, S.identity(5), eps) == pytest.approx(2 / eps**2 * np.trace(wd.T @ wd))
-        assert expected_error(w, w, eps) == pytest.approx(2 / eps**2 * np.abs(wd).sum(0).max() ** 2 * 5)
-    assert sensitivity(S.hierarchical(4, 2)) == 3 and sensitivity(S.haar(4)) == 3 and sensitivity(S.identity(4)) == 1
-    assert sensitivity(S.identity(4), neighbors="substitute") == 2  # the slides' histogram sensitivity 2
+        assert expected_error(w, S.identity(5), eps) == pytest.approx(
+            2 / eps**2 * np.trace(wd.T @ wd)
+        )
+        assert expected_error(w, w, eps) == pytest.approx(
+            2 / eps**2 * np.abs(wd).sum(0).max() ** 2 * 5
+        )
+    assert (
+        sensitivity(S.hierarchical(4, 2)) == 3
+        and sensitivity(S.haar(4)) == 3
+        and sensitivity(S.identity(4)) == 1
+    )
+    assert (
+        sensitivity(S.identity(4), neighbors="substitute") == 2
+    )  # the slides' histogram sensitivity 2
 
 
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
 @pytest.mark.parametrize("eps", [0.1, 1.0])
 def test_identity_closed_forms(n, eps):
-    assert expected_error(W.all_range(n), S.identity(n), eps) == pytest.approx(2 / eps**2 * n * (n + 1) * (n + 2) / 6)
-    assert expected_error(W.prefix(n), S.identity(n), eps) == pytest.approx(2 / eps**2 * n * (n + 1) / 2)
+    assert expected_error(W.all_range(n), S.identity(n), eps) == pytest.approx(
+        2 / eps**2 * n * (n + 1) * (n + 2) / 6
+    )
+    assert expected_error(W.prefix(n), S.identity(n), eps) == pytest.approx(
+        2 / eps**2 * n * (n + 1) / 2
+    )
 
 
 def test_reference_rmse_all_ranges():
@@ -97,7 +115,9 @@ def test_reference_rmse_all_ranges():
     w = W.all_range(256)
     assert expected_error(w, S.identity(256), measure="rmse") == pytest.approx(13.11, abs=0.005)
     assert expected_error(w, S.haar(256), measure="rmse") == pytest.approx(14.87, abs=0.005)
-    assert expected_error(w, S.hierarchical(256, 16, root=False), measure="rmse") == pytest.approx(8.90, abs=0.005)
+    assert expected_error(w, S.hierarchical(256, 16, root=False), measure="rmse") == pytest.approx(
+        8.90, abs=0.005
+    )
     assert lower_bound(W.all_range(1024), measure="rmse") == pytest.approx(4.94, abs=0.005)
 
 
@@ -111,7 +131,12 @@ def test_gaussian_uses_l2_sensitivity_and_calibration():
 
 
 def test_lower_bound_below_every_strategy():
-    for w in [W.all_range(32), W.prefix(32), W.kron(W.prefix(4), W.all_range(8)), W.marginals((3, 3, 4), 2)]:
+    for w in [
+        W.all_range(32),
+        W.prefix(32),
+        W.kron(W.prefix(4), W.all_range(8)),
+        W.marginals((3, 3, 4), 2),
+    ]:
         n = w.shape[1]
         lb = lower_bound(w)
         for a in [S.identity(n), w]:
@@ -140,7 +165,9 @@ def test_rows_outside_row_space_raise():
     assert expected_error(W.total(8), blocks) > 0
     with pytest.raises(ValueError, match="row space"):
         expected_error(W.kron(W.identity(2), W.prefix(8)), S.kron(S.identity(2), blocks))
-    assert np.isfinite(expected_error(W.kron(W.identity(2), W.total(8)), S.kron(S.identity(2), blocks)))
+    assert np.isfinite(
+        expected_error(W.kron(W.identity(2), W.total(8)), S.kron(S.identity(2), blocks))
+    )
 
 
 @pytest.mark.parametrize(
@@ -170,7 +197,15 @@ def test_shape_mismatch_and_too_many_rows():
     assert expected_error(W.all_range(20000), S.identity(20000)) > 0
 
 
-@pytest.mark.parametrize("w", [W.prefix(7), W.all_range(6), W.ranges(6, [(0, 2), (3, 5), (0, 5)]), W.ranges(5, [(0, 0), (0, 4), (1, 4), (1, 2), (3, 4)])])
+@pytest.mark.parametrize(
+    "w",
+    [
+        W.prefix(7),
+        W.all_range(6),
+        W.ranges(6, [(0, 2), (3, 5), (0, 5)]),
+        W.ranges(5, [(0, 0), (0, 4), (1, 4), (1, 2), (3, 4)]),
+    ],
+)
 def test_workload_as_its_own_strategy(w):
     """A = W: total = unit·rank(W) (the slides' (2/ε²)Δ_W²·n when W is invertible), from the interval graph."""
     wd = w.dense()

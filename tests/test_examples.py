@@ -33,9 +33,17 @@ def test_there_are_examples():
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(script, tmp_path):
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # this checkout, installed or not
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                         env={**os.environ, "PYTHONPATH": path})
+    path = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+    )  # this checkout, installed or not
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip()
     expected = KEY_OUTPUT.get(script.name)

@@ -16,7 +16,9 @@ LAZY = ("cvxpy", "matplotlib", "pyspark", "duckdb", "polars")
 
 def _imported_after(statement):
     code = f"import json, sys; {statement}; print(json.dumps({{m: m in sys.modules for m in {LAZY!r}}}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -34,10 +36,14 @@ def test_the_check_can_fail():
 def test_scipy_linalg_is_executed_on_first_use():
     """scipy.linalg is a lazy module after ``import matmech`` and a working one on first use
     (also through ``import scipy.linalg`` and the scipy package attribute)."""
-    code = ("import sys, matmech, numpy as np; m = sys.modules['scipy.linalg']; print(type(m).__name__); "
-            "from matmech.linalg.lazy import sla; import scipy, scipy.linalg; "
-            "print(float(sla.cholesky(np.eye(2))[1, 1]), scipy.linalg is sla, type(m).__name__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import sys, matmech, numpy as np; m = sys.modules['scipy.linalg']; print(type(m).__name__); "
+        "from matmech.linalg.lazy import sla; import scipy, scipy.linalg; "
+        "print(float(sla.cholesky(np.eye(2))[1, 1]), scipy.linalg is sla, type(m).__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "_LazyModule"
     assert lines[1] == "1.0 True module"

@@ -15,8 +15,17 @@ from matmech.strategies import Tree
 
 def fake(A, y, std):
     """A Measurement with chosen y and std (inference only reads strategy, y and std)."""
-    return Measurement(strategy=A, y=np.asarray(y, float), eps=1.0, delta=0.0, noise="discrete_laplace",
-                       scale=std, std=std, grid=1.0, sensitivity=1.0)
+    return Measurement(
+        strategy=A,
+        y=np.asarray(y, float),
+        eps=1.0,
+        delta=0.0,
+        noise="discrete_laplace",
+        scale=std,
+        std=std,
+        grid=1.0,
+        sensitivity=1.0,
+    )
 
 
 def dense_gls(pairs):
@@ -28,8 +37,21 @@ def dense_gls(pairs):
 
 def graph_tree():
     g = nx.DiGraph()
-    g.add_edges_from([("r", "a"), ("r", "b"), ("r", "c"), ("a", "a1"), ("a", "a2"), ("a", "a3"),
-                      ("b", "b1"), ("a2", "u"), ("a2", "v"), ("c", "c1"), ("c", "c2")])
+    g.add_edges_from(
+        [
+            ("r", "a"),
+            ("r", "b"),
+            ("r", "c"),
+            ("a", "a1"),
+            ("a", "a2"),
+            ("a", "a3"),
+            ("b", "b1"),
+            ("a2", "u"),
+            ("a2", "v"),
+            ("c", "c1"),
+            ("c", "c2"),
+        ]
+    )
     return g
 
 
@@ -50,7 +72,9 @@ STRUCTURED = {
     "kron rank deficient": lambda: Kron(S.identity(2), Dense([[1.0, 1.0, 0.0], [2.0, 2.0, 0.0]])),
     "scaled tree": lambda: Scaled(S.hierarchical(9, 3), 0.5),
     "dense rank deficient": lambda: Dense([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]),
-    "row subset": lambda: RowSubset(S.hierarchical(8, 2), np.array([0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14])),
+    "row subset": lambda: RowSubset(
+        S.hierarchical(8, 2), np.array([0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14])
+    ),
 }
 
 
@@ -62,11 +86,20 @@ def test_single_strategy_matches_pinv(name):
     ref = np.linalg.pinv(A.dense()) @ Y
     np.testing.assert_allclose(solve(A, Y), ref, atol=1e-9, rtol=1e-9)
     np.testing.assert_allclose(solve(A, Y[:, 0]), ref[:, 0], atol=1e-9, rtol=1e-9)
-    np.testing.assert_allclose(least_squares(fake(A, Y[:, 1], 2.5)), ref[:, 1], atol=1e-9, rtol=1e-9)
+    np.testing.assert_allclose(
+        least_squares(fake(A, Y[:, 1], 2.5)), ref[:, 1], atol=1e-9, rtol=1e-9
+    )
 
 
-@pytest.mark.parametrize("make", [lambda: S.hierarchical(16, 2), lambda: S.hierarchical(10, 3),
-                                  lambda: S.hierarchical(graph_tree()), lambda: S.hierarchical(300, 16)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: S.hierarchical(16, 2),
+        lambda: S.hierarchical(10, 3),
+        lambda: S.hierarchical(graph_tree()),
+        lambda: S.hierarchical(300, 16),
+    ],
+)
 def test_tree_fast_path_is_taken(make, monkeypatch):
     A = make()
     assert tree_plan(A) is not None
@@ -92,8 +125,15 @@ def test_tree_with_unequal_node_variances_is_gls():
 
 def test_invalid_trees_fall_back_to_generic():
     lo, hi = np.array([0, 0, 2]), np.array([3, 1, 3])
-    overlapping = Tree(4, np.array([0, 0, 1, 2, 3]), np.array([3, 1, 1, 2, 3]), np.array([-1, 0, 0, 0, 0]))
-    gap = Tree(4, np.array([0, 0, 3, 0, 1, 2, 3]), np.array([3, 1, 3, 0, 1, 2, 3]), np.array([-1, 0, 0, 1, 1, 2, 2]))
+    overlapping = Tree(
+        4, np.array([0, 0, 1, 2, 3]), np.array([3, 1, 1, 2, 3]), np.array([-1, 0, 0, 0, 0])
+    )
+    gap = Tree(
+        4,
+        np.array([0, 0, 3, 0, 1, 2, 3]),
+        np.array([3, 1, 3, 0, 1, 2, 3]),
+        np.array([-1, 0, 0, 1, 1, 2, 2]),
+    )
     cycle = Tree(4, np.array([0, 0, 1, 2, 3]), np.array([3, 3, 1, 2, 3]), np.array([1, 0, 0, 0, 0]))
     not_cells = Tree(4, lo, hi, np.array([-1, 0, 0]))
     for T in (overlapping, gap, cycle, not_cells):
@@ -105,8 +145,11 @@ def test_invalid_trees_fall_back_to_generic():
 def test_several_measurements_are_weighted_by_their_std():
     n = 16
     rng = np.random.default_rng(4)
-    pairs = [(S.identity(n), rng.normal(size=n), 3.0), (S.hierarchical(n, 4), rng.normal(size=21), 1.5),
-             (S.haar(n), rng.normal(size=n), 0.7)]
+    pairs = [
+        (S.identity(n), rng.normal(size=n), 3.0),
+        (S.hierarchical(n, 4), rng.normal(size=21), 1.5),
+        (S.haar(n), rng.normal(size=n), 0.7),
+    ]
     got = least_squares(*[fake(A, y, s) for A, y, s in pairs])
     np.testing.assert_allclose(got, dense_gls(pairs), atol=1e-10)
     # a list works too
@@ -128,7 +171,10 @@ def test_lsmr_path_matches_dense(monkeypatch):
     n = 40
     rng = np.random.default_rng(6)
     D = Dense(rng.normal(size=(10, n)))
-    pairs = [(VStack([S.identity(n), D]), rng.normal(size=n + 10), 1.0), (S.hierarchical(n, 4), rng.normal(size=S.hierarchical(n, 4).shape[0]), 2.0)]
+    pairs = [
+        (VStack([S.identity(n), D]), rng.normal(size=n + 10), 1.0),
+        (S.hierarchical(n, 4), rng.normal(size=S.hierarchical(n, 4).shape[0]), 2.0),
+    ]
     got = least_squares(*[fake(A, y, s) for A, y, s in pairs], tol=1e-12)
     np.testing.assert_allclose(got, dense_gls(pairs), atol=1e-7)
 
@@ -165,7 +211,9 @@ def test_bad_arguments():
 def test_end_to_end_with_real_measurement():
     x = np.arange(32) % 5
     m = measure(x, S.hierarchical(32, 2), 1.0, rng=np.random.default_rng(8))
-    np.testing.assert_allclose(least_squares(m), np.linalg.pinv(m.strategy.dense()) @ m.y, atol=1e-9)
+    np.testing.assert_allclose(
+        least_squares(m), np.linalg.pinv(m.strategy.dense()) @ m.y, atol=1e-9
+    )
 
 
 def p_identity(n, p, seed):
@@ -178,7 +226,9 @@ def p_identity(n, p, seed):
     "make",
     [
         lambda: Dense(p_identity(40, 6, 1)),
-        lambda: VStack([Scaled(S.identity(40), 0.7), Dense(np.random.default_rng(2).random((5, 40)))]),
+        lambda: VStack(
+            [Scaled(S.identity(40), 0.7), Dense(np.random.default_rng(2).random((5, 40)))]
+        ),
         lambda: inference.Sparse(p_identity(40, 3, 3)),
     ],
 )
@@ -190,12 +240,18 @@ def test_diagonal_plus_rows_uses_woodbury(make, monkeypatch):
     np.testing.assert_allclose(solve(A, y), np.linalg.pinv(A.dense()) @ y, atol=1e-9)
     M, null = structured.gram_inverse(A)
     assert null is None
-    np.testing.assert_allclose(M.dense(), np.linalg.inv(A.dense().T @ A.dense()), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(
+        M.dense(), np.linalg.inv(A.dense().T @ A.dense()), rtol=1e-8, atol=1e-10
+    )
 
 
 def test_split_diagonal_declines_when_not_applicable():
-    assert structured.split_diagonal(Dense(np.random.default_rng(5).random((20, 20)))) is None  # no single-entry rows
-    assert structured.split_diagonal(Dense(np.vstack([np.eye(4)[:3], np.ones((1, 4))]))) is None  # a zero diagonal
+    assert (
+        structured.split_diagonal(Dense(np.random.default_rng(5).random((20, 20)))) is None
+    )  # no single-entry rows
+    assert (
+        structured.split_diagonal(Dense(np.vstack([np.eye(4)[:3], np.ones((1, 4))]))) is None
+    )  # a zero diagonal
 
 
 def test_square_dense_uses_lu_and_singular_falls_back(monkeypatch):

@@ -28,14 +28,21 @@ def _brute(noise, t, weights):
     return out
 
 
-@pytest.mark.parametrize("noise,t,w", [("discrete_laplace", 0.43, [1]), ("discrete_laplace", 1.3, [1, 1, 2]),
-                                       ("discrete_gaussian", 0.6, [1, 3]), ("discrete_gaussian", 2.0, [1, 1, 1, 1])])
+@pytest.mark.parametrize(
+    "noise,t,w",
+    [
+        ("discrete_laplace", 0.43, [1]),
+        ("discrete_laplace", 1.3, [1, 1, 2]),
+        ("discrete_gaussian", 0.6, [1, 3]),
+        ("discrete_gaussian", 2.0, [1, 1, 1, 1]),
+    ],
+)
 def test_sum_pmf_matches_direct_convolution(noise, t, w):
     _, ps = C.sum_pmf(noise, t, w)
     ref = _brute(noise, t, w)
     mid = (ref.size - 1) // 2
     half = (ps.size - 1) // 2
-    np.testing.assert_allclose(ps, ref[mid - half: mid + half + 1], atol=1e-14)
+    np.testing.assert_allclose(ps, ref[mid - half : mid + half + 1], atol=1e-14)
     assert ps.sum() == pytest.approx(1.0, abs=1e-12)
 
 
@@ -48,10 +55,10 @@ def test_exact_interval_is_the_smallest_integer_half_width_reaching_the_level(t)
         mid = (ref.size - 1) // 2
         r = int(law.half[row])
         assert law.half[row] == r
-        cov = ref[mid - r: mid + r + 1].sum()
+        cov = ref[mid - r : mid + r + 1].sum()
         assert law.coverage[row] == pytest.approx(cov, abs=1e-12) and cov >= 0.95
         if r > 0:
-            assert ref[mid - r + 1: mid + r].sum() < 0.95
+            assert ref[mid - r + 1 : mid + r].sum() < 0.95
 
 
 def test_single_laplace_draw_coverage_matches_closed_form():
@@ -119,7 +126,9 @@ def test_expected_error_is_the_noise_drawn_and_continuous_is_an_option():
         assert expected_error(W, A, 2.0) == pytest.approx(r.expected_error, rel=1e-9)
         sens = A.sensitivity(1)
         ratio = discrete_laplace_variance(sens / 2.0) / (2 * (sens / 2.0) ** 2)
-        assert expected_error(W, A, 2.0, noise="continuous") * ratio == pytest.approx(r.expected_error, rel=1e-9)
+        assert expected_error(W, A, 2.0, noise="continuous") * ratio == pytest.approx(
+            r.expected_error, rel=1e-9
+        )
     with pytest.raises(ValueError, match="noise must be one of"):
         expected_error(W, S.identity(16), 1.0, noise="laplace")
     k, pmf = C.noise_pmf("discrete_laplace", 1.0)  # second method: the pmf's second moment
@@ -127,11 +136,17 @@ def test_expected_error_is_the_noise_drawn_and_continuous_is_an_option():
 
 
 def test_columns_are_named_once_for_python_json_and_csv():
-    r = mm.release(np.arange(8), wl.identity(8), 1.0, strategy="identity", rng=np.random.default_rng(1))
+    r = mm.release(
+        np.arange(8), wl.identity(8), 1.0, strategy="identity", rng=np.random.default_rng(1)
+    )
     row = mm.release_table(r)[0]
-    assert set(INTERVAL_COLUMNS) <= set(row) and row["interval"] == "exact" and row["coverage"] >= 0.95
+    assert (
+        set(INTERVAL_COLUMNS) <= set(row) and row["interval"] == "exact" and row["coverage"] >= 0.95
+    )
     js = json.loads(r.to_json())
-    assert set(INTERVAL_COLUMNS) <= set(js["queries"][0]) and js["intervals"]["methods"] == {"exact": 8}
+    assert set(INTERVAL_COLUMNS) <= set(js["queries"][0]) and js["intervals"]["methods"] == {
+        "exact": 8
+    }
 
 
 def test_residual_path_records_strategy_and_noise():
@@ -157,7 +172,9 @@ def test_marginal_strategy_stays_structured_and_matches_dense_gls():
     A = r.strategy.dense()
     xhat = np.linalg.pinv(A) @ r.measurement.y
     np.testing.assert_allclose(r.answers, W.dense() @ xhat, atol=1e-8)
-    var = r.measurement.std**2 * np.einsum("ij,jk,ik->i", W.dense(), np.linalg.pinv(A.T @ A), W.dense())
+    var = r.measurement.std**2 * np.einsum(
+        "ij,jk,ik->i", W.dense(), np.linalg.pinv(A.T @ A), W.dense()
+    )
     np.testing.assert_allclose(r.std**2, var, rtol=1e-8)
     from matmech.optimizers.marginals import MarginalStrategy
 
@@ -196,7 +213,10 @@ def test_public_entry_points_cap_blas_threads():
 
     probe()
     assert seen and set(seen) == {1}
-    assert getattr(mm.release, "__wrapped__", None) is not None and getattr(mm.optimize, "__wrapped__", None) is not None
+    assert (
+        getattr(mm.release, "__wrapped__", None) is not None
+        and getattr(mm.optimize, "__wrapped__", None) is not None
+    )
 
 
 def test_selection_guard_answers_small_margin_rows_from_the_measurement():
@@ -209,8 +229,14 @@ def test_selection_guard_answers_small_margin_rows_from_the_measurement():
     W = wl.identity(x.size)
     seen_near = seen_far = False
     for _ in range(20):
-        r = mm.release(x, W, 1.0, strategy="identity", rng=rng,
-                       select={"method": "svt-gap", "c": 8, "threshold": 289.5, "vector": False})
+        r = mm.release(
+            x,
+            W,
+            1.0,
+            strategy="identity",
+            rng=rng,
+            select={"method": "svt-gap", "c": 8, "threshold": 289.5, "vector": False},
+        )
         if r.near_threshold is None:
             continue
         rows = r.selected
@@ -218,7 +244,9 @@ def test_selection_guard_answers_small_margin_rows_from_the_measurement():
         measured = sub.matvec(r.estimate)
         mvar = np.diag(answer_covariance(sub, r.measurement.strategy, r.measurement.std**2))
         margins = np.full(rows.size, np.inf)
-        margins[np.searchsorted(rows, np.asarray(r.selection.gap.positions))] = selection_margins(r.selection)
+        margins[np.searchsorted(rows, np.asarray(r.selection.gap.positions))] = selection_margins(
+            r.selection
+        )
         near = margins < DEFAULT_MARGIN
         np.testing.assert_array_equal(r.near_threshold, near)
         np.testing.assert_allclose(r.answers[near], measured[near])
@@ -248,7 +276,9 @@ def test_marginal_tables_that_suffice_for_w_are_accepted_under_pure_eps():
 
     a = mm.release(dict(tables), W, 1.0, rng=np.random.default_rng(9))
     # given tables: the table weights are searched over W's lattice only (what the tables hold)
-    b = release_factored(rec, W, 1.0, strategy="residual", search="lattice", rng=np.random.default_rng(9))
+    b = release_factored(
+        rec, W, 1.0, strategy="residual", search="lattice", rng=np.random.default_rng(9)
+    )
     assert a.strategy_name == "residual"
     np.testing.assert_array_equal(a.answers, b.answers)
     np.testing.assert_array_equal(a.std, b.std)

@@ -16,8 +16,19 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: (without cycles), never of a higher one.
 LAYERS = [
     ["linalg", "validate", "stream.series", "stream.blt", "stream.bounds"],
-    ["workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.randomness", "privacy.discrete", "privacy.noise", "privacy.draws", "privacy.confidence", "privacy.budget",
-     "privacy.ledger"],
+    [
+        "workloads",
+        "strategies",
+        "privacy.params",
+        "privacy.calibration",
+        "privacy.randomness",
+        "privacy.discrete",
+        "privacy.noise",
+        "privacy.draws",
+        "privacy.confidence",
+        "privacy.budget",
+        "privacy.ledger",
+    ],
     ["error"],
     ["optimizers"],
     ["advisor", "plot", "stream.factorizations", "stream.advise"],
@@ -32,12 +43,44 @@ LAYERS = [
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
 #: the data-independent side (everything before measurement in the flow) imports them.
-READS_DATA = ["privacy.measure", "svt", "io.data", "io.engines", "io.engine_numpy", "io.engine_sql", "io.grouping",
-              "io.sources", "io.discover", "record", "release", "factored", "cli",
-              "stream.state", "stream.release", "stream.cli", "stream.engine"]
-DATA_INDEPENDENT = ["linalg", "validate", "workloads", "strategies", "privacy.params", "privacy.calibration", "privacy.confidence", "error",
-                    "optimizers", "advisor", "plot", "io.domain", "stream.series", "stream.blt", "stream.bounds",
-                    "stream.factorizations", "stream.advise"]
+READS_DATA = [
+    "privacy.measure",
+    "svt",
+    "io.data",
+    "io.engines",
+    "io.engine_numpy",
+    "io.engine_sql",
+    "io.grouping",
+    "io.sources",
+    "io.discover",
+    "record",
+    "release",
+    "factored",
+    "cli",
+    "stream.state",
+    "stream.release",
+    "stream.cli",
+    "stream.engine",
+]
+DATA_INDEPENDENT = [
+    "linalg",
+    "validate",
+    "workloads",
+    "strategies",
+    "privacy.params",
+    "privacy.calibration",
+    "privacy.confidence",
+    "error",
+    "optimizers",
+    "advisor",
+    "plot",
+    "io.domain",
+    "stream.series",
+    "stream.blt",
+    "stream.bounds",
+    "stream.factorizations",
+    "stream.advise",
+]
 
 
 def _modules():
@@ -57,14 +100,20 @@ def _imports(path):
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level:
-            pytest.fail(f"{path.relative_to(PKG)}:{node.lineno}: relative import; use matmech.<layer>.<module>")
+            pytest.fail(
+                f"{path.relative_to(PKG)}:{node.lineno}: relative import; use matmech.<layer>.<module>"
+            )
         names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "matmech":
-            base = node.module[len("matmech."):] if node.module != "matmech" else ""
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "matmech"
+        ):
+            base = node.module[len("matmech.") :] if node.module != "matmech" else ""
             names = [f"{base}.{a.name}".strip(".") for a in node.names]
             names = [n if n in MODULES else base for n in names]
         elif isinstance(node, ast.Import):
-            names = [a.name[len("matmech."):] for a in node.names if a.name.startswith("matmech.")]
+            names = [a.name[len("matmech.") :] for a in node.names if a.name.startswith("matmech.")]
         found.update(n for n in names if n in MODULES)
     return found
 
@@ -124,13 +173,20 @@ def test_the_boundary_rule_would_catch_a_violation():
     independent = [m for m in MODULES if _group(m, DATA_INDEPENDENT)]
     assert len(independent) >= 15 and "privacy.measure" in MODULES and "svt.select" in MODULES
     assert _group("optimizers.pure", DATA_INDEPENDENT) and _group("svt.core", READS_DATA)
-    assert _layer("linalg.linop") < _layer("error") < _layer("optimizers.dispatch") < _layer("release")
+    assert (
+        _layer("linalg.linop") < _layer("error") < _layer("optimizers.dispatch") < _layer("release")
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_module_has_a_docstring_and_an_explicit_all(name):
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     assert ast.get_docstring(tree), f"{name or 'matmech'} has no module docstring"
-    assigned = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    assigned = {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
     assert "__all__" in assigned, f"{name or 'matmech'} has no __all__"

@@ -8,5 +8,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def test_test_module_basenames_are_unique():
-    names = Counter(p.name for p in TESTS.rglob("*.py") if p.name != "__init__.py" and p.name != "conftest.py")
+    names = Counter(
+        p.name for p in TESTS.rglob("*.py") if p.name != "__init__.py" and p.name != "conftest.py"
+    )
     assert [n for n, k in names.items() if k > 1] == []

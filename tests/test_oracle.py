@@ -22,12 +22,20 @@ import matmech as mm
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.randomness import RandomSource
 
-GRID = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))]
+GRID = [
+    (p, m, s)
+    for p in op.PATHS
+    for m in op.MODELS
+    for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))
+]
 
 
 @pytest.mark.parametrize("path, model, method", GRID, ids=["-".join(g) for g in GRID])
 def test_answers_and_variances_equal_the_dense_gls_of_the_records(path, model, method):
-    for seed in (2 * GRID.index((path, model, method)) % 11, 7 + GRID.index((path, model, method)) % 5):
+    for seed in (
+        2 * GRID.index((path, model, method)) % 11,
+        7 + GRID.index((path, model, method)) % 5,
+    ):
         rel, W, _ = op.run(path, model, method, seed, neighbors=op.NEIGHBORS[seed % 2])
         assert rel.measurements, "every release exposes its measurement records"
         if method in ("topc-gap", "svt-gap", "adaptive-svt", "vector") and rel.selected.size:
@@ -46,9 +54,14 @@ def test_the_oracle_sees_a_dropped_measurement():
 
 # -- coverage of the 95% intervals ---------------------------------------------------------------
 
-COVERAGE = [("histogram", "pure", "none"), ("records", "approx", "none"), ("residual", "pure", "none"),
-            ("gmarginal", "approx", "none"),
-            ("records", "pure", "svt-gap"), ("histogram", "approx", "topc-gap")]
+COVERAGE = [
+    ("histogram", "pure", "none"),
+    ("records", "approx", "none"),
+    ("residual", "pure", "none"),
+    ("gmarginal", "approx", "none"),
+    ("records", "pure", "svt-gap"),
+    ("histogram", "approx", "topc-gap"),
+]
 TRIALS = 120
 
 
@@ -120,14 +133,21 @@ class _SpyEngine:
         return marginal_tables(self._codes, self._domain, subsets)
 
 
-PLANS = [(p, m, s) for p in op.PATHS for m in op.MODELS for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))]
+PLANS = [
+    (p, m, s)
+    for p in op.PATHS
+    for m in op.MODELS
+    for s in (op.METHODS if p not in op.NO_SELECTION else ("none",))
+]
 
 
 @pytest.mark.parametrize("path, model, method", PLANS, ids=["-".join(g) for g in PLANS])
 def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, method, monkeypatch):
     import sys
 
-    release_module = sys.modules["matmech.release"]  # the module (matmech.release is also the function)
+    release_module = sys.modules[
+        "matmech.release"
+    ]  # the module (matmech.release is also the function)
 
     seed = 4
     log = _Log()
@@ -139,7 +159,9 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
         strat = "gmarginals"
     else:
         domain, W, x, codes = op.problem(seed)
-        strat = "auto" if (path == "records" and method != "none") else op.strategy_for("identity", W)
+        strat = (
+            "auto" if (path == "records" and method != "none") else op.strategy_for("identity", W)
+        )
     if path == "histogram":
         real = release_module.check_counts
 
@@ -152,8 +174,17 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
     else:
         data = _SpyEngine(log, codes, domain)
     budget = _SpyBudget(log, 5.0, 1e-3)
-    rel = mm.release(data, W, 1.0, op.MODELS[model], strategy=strat, budget=budget, select=op.select_options(method, W, x),
-                     rng=_SpySource(log, seed), domain=None)
+    rel = mm.release(
+        data,
+        W,
+        1.0,
+        op.MODELS[model],
+        strategy=strat,
+        budget=budget,
+        select=op.select_options(method, W, x),
+        rng=_SpySource(log, seed),
+        domain=None,
+    )
     assert log.count("spend") == 1, log
     assert "afford" in log and "read" in log and "draw" in log, log
     first_read, spend = log.index("read"), log.index("spend")
@@ -164,8 +195,14 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
 
 # -- discrete choices do not follow BLAS threads --------------------------------------------------
 
-THREADED = [("histogram", "pure", "svt-gap"), ("histogram", "approx", "em"), ("records", "pure", "topc-gap"),
-            ("records", "approx", "vector"), ("residual", "approx", "none"), ("histogram", "pure", "adaptive-svt")]
+THREADED = [
+    ("histogram", "pure", "svt-gap"),
+    ("histogram", "approx", "em"),
+    ("records", "pure", "topc-gap"),
+    ("records", "approx", "vector"),
+    ("residual", "approx", "none"),
+    ("histogram", "pure", "adaptive-svt"),
+]
 
 
 @pytest.mark.parametrize("path, model, method", THREADED, ids=["-".join(c) for c in THREADED])

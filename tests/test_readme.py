@@ -26,15 +26,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Markdown pages of the documentation site (built output and generated pages excluded).
-DOC_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
-                   if not {"_build", "auto_examples", "generated"} & set(p.relative_to(ROOT / "docs").parts))
+DOC_PAGES = sorted(
+    p
+    for p in (ROOT / "docs").rglob("*.md")
+    if not {"_build", "auto_examples", "generated"} & set(p.relative_to(ROOT / "docs").parts)
+)
 PAGES = [README, *DOC_PAGES]
 DATA_DIRS = ("examples", "workloads")
 TIMEOUT = 600  # seconds for the whole page
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
-_DRIVER = r'''
+_DRIVER = r"""
 import json, sys, traceback
 blocks = json.load(open(sys.argv[1], encoding="utf-8"))
 namespace = {"__name__": "__main__"}
@@ -47,7 +50,7 @@ for i, (line, code) in enumerate(blocks):
         results.append({"block": i + 1, "line": line, "ok": False, "error": traceback.format_exc(limit=-3)})
     sys.stdout.flush()
 print("@@RESULTS@@" + json.dumps(results))
-'''
+"""
 
 
 def python_blocks(text: str):
@@ -70,13 +73,21 @@ def _run_page(tmp_path, blocks, page="README.md"):
             shutil.copytree(ROOT / name, tmp_path / name)
     (tmp_path / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
     (tmp_path / "driver.py").write_text(_DRIVER, encoding="utf-8")
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # this checkout
+    path = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+    )  # this checkout
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONPATH": path}
-    proc = subprocess.run([sys.executable, "driver.py", "blocks.json", page], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "driver.py", "blocks.json", page],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     marker = proc.stdout.rfind("@@RESULTS@@")
     assert marker >= 0, f"the page driver crashed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout[marker + len("@@RESULTS@@"):])
+    return json.loads(proc.stdout[marker + len("@@RESULTS@@") :])
 
 
 def test_the_docs_pages_are_found():
@@ -104,6 +115,8 @@ def test_every_python_block_of_a_page_runs(tmp_path, page):
 
 def test_a_failing_block_is_reported_with_its_number(tmp_path):
     """The harness would catch a broken block (and keeps running the later ones)."""
-    results = _run_page(tmp_path, [(1, "a = 1\n"), (5, "b = undefined_name\n"), (9, "c = a + 1\nassert c == 2\n")])
+    results = _run_page(
+        tmp_path, [(1, "a = 1\n"), (5, "b = undefined_name\n"), (9, "c = a + 1\nassert c == 2\n")]
+    )
     assert [r["ok"] for r in results] == [True, False, True]
     assert "undefined_name" in results[1]["error"] and "line 5" in results[1]["error"]

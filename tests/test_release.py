@@ -53,7 +53,9 @@ def optimised_strategy(delta):
     from matmech.optimizers.pure import PIdentity
 
     A = mm.optimize(Wk.all_range(N_OPT), 1.0, delta).strategy
-    assert isinstance(A, L2Strategy if delta > 0 else PIdentity), type(A)  # not the identity fallback
+    assert isinstance(A, L2Strategy if delta > 0 else PIdentity), type(
+        A
+    )  # not the identity fallback
     return A
 
 
@@ -110,7 +112,9 @@ def test_monte_carlo_matches_expected_error(name, n, make, eps, delta):
     assert rel.expected_error == pytest.approx(s2 * np.trace(Q), rel=1e-7)
     var_s = 2 * s2**2 * np.sum(Q * Q) + (mu4 - 3 * s2**2) * np.sum(np.diag(Q) ** 2)
     tol = Z * math.sqrt(var_s / RUNS)
-    print(f"{name} delta={delta}: mean S {totals.mean():.1f}, expected {rel.expected_error:.1f}, tol {tol:.1f} ({tol / rel.expected_error:.1%})")
+    print(
+        f"{name} delta={delta}: mean S {totals.mean():.1f}, expected {rel.expected_error:.1f}, tol {tol:.1f} ({tol / rel.expected_error:.1%})"
+    )
     assert abs(totals.mean() - rel.expected_error) <= tol, (totals.mean(), rel.expected_error, tol)
     # unbiased: every query's mean error within its Bonferroni-corrected interval
     z_m = float(ndtri(1 - math.erfc(Z / math.sqrt(2)) / 2 / W.shape[0]))
@@ -154,7 +158,11 @@ BAD = [
     (dict(eps=-1.0), ValueError, "eps must be a positive"),
     (dict(delta=1.5), ValueError, "delta must be in"),
     (dict(strategy=Wk.total(N)), ValueError, "not in the strategy's row space"),
-    (dict(strategy=RowSubset(S.identity(N), np.arange(N - 1))), ValueError, "not in the strategy's row space"),
+    (
+        dict(strategy=RowSubset(S.identity(N), np.arange(N - 1))),
+        ValueError,
+        "not in the strategy's row space",
+    ),
     (dict(strategy=S.identity(N + 1)), ValueError, "strategy has 33 columns"),
     (dict(strategy="wavelets"), ValueError, "strategy must be"),
     (dict(W=[(0, 40)], domain=32), ValueError, "interval 0 = \\(0, 40\\) is invalid"),
@@ -182,20 +190,32 @@ def test_bad_input_raises_and_spends_nothing(kwargs, exc, pattern):
 
 
 def test_intervals_list_table_and_json():
-    rel = release(X, [(0, 3), (4, 31), (7, 7)], 1.0, strategy="hierarchical", rng=np.random.default_rng(6), domain=32)
+    rel = release(
+        X,
+        [(0, 3), (4, 31), (7, 7)],
+        1.0,
+        strategy="hierarchical",
+        rng=np.random.default_rng(6),
+        domain=32,
+    )
     assert isinstance(rel, Release) and rel.answers.shape == (3,) and rel.std.shape == (3,)
     rows = release_table(rel)
     assert [r["query"] for r in rows] == ["[0, 3]", "[4, 31]", "[7, 7]"]
     law = rel.interval_law()
     for r, h, how in zip(rows, law.half, law.method):
-        assert r["lower"] == pytest.approx(r["answer"] - h) and r["upper"] == pytest.approx(r["answer"] + h)
+        assert r["lower"] == pytest.approx(r["answer"] - h) and r["upper"] == pytest.approx(
+            r["answer"] + h
+        )
         assert r["interval"] == how and how in ("exact", "convolution", "normal", "cornish-fisher")
     assert [r["query"] for r in release_table(rel, ["a", "b", "c"])] == ["a", "b", "c"]
     with pytest.raises(ValueError, match="2 labels for 3 queries"):
         release_table(rel, ["a", "b"])
     data = json.loads(rel.to_json())
     assert data["eps"] == 1.0 and data["delta"] == 0.0 and len(data["queries"]) == 3
-    assert data["noise"]["distribution"] == "discrete_laplace" and data["noise"]["secure_randomness"] is False
+    assert (
+        data["noise"]["distribution"] == "discrete_laplace"
+        and data["noise"]["secure_randomness"] is False
+    )
     assert data["strategy"]["name"] == "hierarchical b=16"
     lo, hi = rel.interval(0.5)
     assert np.all(lo < rel.answers) and np.all(rel.answers < hi)
@@ -212,7 +232,10 @@ def test_auto_choice_is_data_independent_and_explained():
     rel = release(X, W, 1.0, rng=np.random.default_rng(8))
     assert rel.strategy_note and rel.expected_error > 0
     if "not available" in note:
-        assert rel.expected_error <= release(X, W, 1.0, strategy="identity", rng=np.random.default_rng(8)).expected_error
+        assert (
+            rel.expected_error
+            <= release(X, W, 1.0, strategy="identity", rng=np.random.default_rng(8)).expected_error
+        )
 
 
 def test_multi_attribute_workload():
@@ -241,13 +264,20 @@ def test_woodbury_interval_variances_match_the_general_path():
     plan = plan_measurement(A, 1.0)
     fast = _answer_variances(W, plan)
     Ag = plan.strategy
-    general = per_query_variance(W, Ag, 1.0) * plan.std**2 / noise_variance(1.0, sensitivity=sensitivity(Ag, 1))
+    general = (
+        per_query_variance(W, Ag, 1.0)
+        * plan.std**2
+        / noise_variance(1.0, sensitivity=sensitivity(Ag, 1))
+    )
     np.testing.assert_allclose(fast, general, rtol=1e-8)
     K = W.dense() @ np.linalg.inv(Ag.dense().T @ Ag.dense())
     np.testing.assert_allclose(fast, plan.std**2 * np.einsum("ij,ij->i", K, W.dense()), rtol=1e-8)
 
 
-@pytest.mark.parametrize("eps, delta", [("1", 0.0), (1.0, "0"), (True, 0.0), (1.0, False), (b"1", 0.0), (np.bool_(True), 0.0)])
+@pytest.mark.parametrize(
+    "eps, delta",
+    [("1", 0.0), (1.0, "0"), (True, 0.0), (1.0, False), (b"1", 0.0), (np.bool_(True), 0.0)],
+)
 def test_privacy_parameters_are_never_converted_from_strings_or_bools(eps, delta):
     from matmech.privacy.params import check_privacy_params
 
@@ -271,7 +301,14 @@ def test_interval_list_needs_a_declared_domain_and_x_must_match_it():
     with pytest.raises(TypeError, match="domain must be"):
         release(np.zeros(100, dtype=int), [(0, 17)], 1.0, budget=budget, domain="100")
     assert budget.spent == (0.0, 0.0)
-    r = release(np.zeros(100, dtype=int), [(0, 17), (18, 64)], 1.0, budget=budget, domain=100, rng=np.random.default_rng(2))
+    r = release(
+        np.zeros(100, dtype=int),
+        [(0, 17), (18, 64)],
+        1.0,
+        budget=budget,
+        domain=100,
+        rng=np.random.default_rng(2),
+    )
     assert r.answers.shape == (2,)
 
 
@@ -281,7 +318,9 @@ def test_records_and_tables_take_the_factored_path():
     from matmech.factored.tables import marginal_tables
 
     rng = np.random.default_rng(5)
-    codes = np.column_stack([rng.integers(0, 3, 200), rng.integers(0, 4, 200), rng.integers(0, 2, 200)])
+    codes = np.column_stack(
+        [rng.integers(0, 3, 200), rng.integers(0, 4, 200), rng.integers(0, 2, 200)]
+    )
     Wm = Wk.marginals((3, 4, 2), 2)
     x = mm.histogram(codes, (3, 4, 2))
     a = release(codes, Wm, 1.0, strategy="identity", rng=np.random.default_rng(9))
@@ -292,8 +331,10 @@ def test_records_and_tables_take_the_factored_path():
     np.testing.assert_allclose(b.answers, c.answers, atol=1e-9)
     np.testing.assert_allclose(a.std, c.std, rtol=1e-12)
     # selection too: records select the same rows as their histogram, draw for draw
-    sel = [release(d, Wm, 1.0, select=dict(method="em", eps=0.5, c=2), rng=np.random.default_rng(4))
-           for d in (codes, x)]
+    sel = [
+        release(d, Wm, 1.0, select=dict(method="em", eps=0.5, c=2), rng=np.random.default_rng(4))
+        for d in (codes, x)
+    ]
     np.testing.assert_array_equal(sel[0].selected, sel[1].selected)
 
 
@@ -304,8 +345,12 @@ def test_a_data_source_with_a_declared_domain_is_counted_by_the_engine():
 
     from matmech.io.domain import Domain, categories, integer_range
 
-    dom = Domain((integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
-                  categories("sex", ["F", "M"], other="other", policy="other", missing="other")))
+    dom = Domain(
+        (
+            integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
+            categories("sex", ["F", "M"], other="other", policy="other", missing="other"),
+        )
+    )
     df = pd.DataFrame({"age": [3, 15, 27, 40, None, 12], "sex": ["F", "M", "M", "F", "F", "U"]})
     Wm = Wk.marginals(dom.sizes, 1)
     a = release(df, Wm, 1.0, domain=dom, strategy="identity", rng=np.random.default_rng(4))
@@ -323,7 +368,9 @@ def test_records_or_tables_with_a_domain_that_is_not_ws_are_refused_before_the_s
     rng = np.random.default_rng(3)
     codes = np.column_stack([rng.integers(0, 3, 50), rng.integers(0, 4, 50)])
     Wm = Wk.marginals((3, 4), 1)
-    tables = {(1, 0): np.bincount(codes[:, 1] * 3 + codes[:, 0], minlength=12).reshape(4, 3)}  # key order
+    tables = {
+        (1, 0): np.bincount(codes[:, 1] * 3 + codes[:, 0], minlength=12).reshape(4, 3)
+    }  # key order
     wrong = Domain((integer_range("a", 0, 3), integer_range("b", 0, 3)))  # sizes (4, 4)
     right = Domain((integer_range("a", 0, 2), integer_range("b", 0, 3)))
     budget = PrivacyBudget(2.0)

@@ -27,7 +27,9 @@ def test_marginals_match_explicit_matrices(domain):
         np.testing.assert_array_equal(w.dense(), expect)
         np.testing.assert_allclose(w.gram().dense(), expect.T @ expect)
     w = W.marginals(domain, attrs=[(0, 1), (len(domain) - 1,)])
-    expect = np.vstack([explicit_marginal(domain, (0, 1)), explicit_marginal(domain, (len(domain) - 1,))])
+    expect = np.vstack(
+        [explicit_marginal(domain, (0, 1)), explicit_marginal(domain, (len(domain) - 1,))]
+    )
     np.testing.assert_array_equal(w.dense(), expect)
 
 
@@ -35,9 +37,18 @@ def test_basic_workloads_dense():
     np.testing.assert_array_equal(W.identity(3).dense(), np.eye(3))
     np.testing.assert_array_equal(W.total(3).dense(), np.ones((1, 3)))
     np.testing.assert_array_equal(W.prefix(3).dense(), np.tril(np.ones((3, 3))))
-    np.testing.assert_array_equal(W.ranges(4, [(1, 2), (0, 3)]).dense(), [[0, 1, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(
+        W.ranges(4, [(1, 2), (0, 3)]).dense(), [[0, 1, 1, 0], [1, 1, 1, 1]]
+    )
     ar = W.all_range(3).dense()
-    assert ar.shape == (6, 3) and {tuple(r) for r in ar} == {(1, 0, 0), (1, 1, 0), (1, 1, 1), (0, 1, 0), (0, 1, 1), (0, 0, 1)}
+    assert ar.shape == (6, 3) and {tuple(r) for r in ar} == {
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 1, 1),
+        (0, 1, 0),
+        (0, 1, 1),
+        (0, 0, 1),
+    }
     two_d = W.kron(W.all_range(3), W.prefix(2))
     np.testing.assert_array_equal(two_d.dense(), np.kron(ar, np.tril(np.ones((2, 2)))))
     st = W.stack(W.identity(3), W.total(3), weights=[1, 2])
@@ -72,15 +83,42 @@ def test_bad_input(call, exc, text):
 
 def test_slides_matrices():
     """H₄ and Y₄ from the wavelet / matrix-mechanism slides, rows root first."""
-    h4 = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    h4 = [
+        [1, 1, 1, 1],
+        [1, 1, 0, 0],
+        [0, 0, 1, 1],
+        [1, 0, 0, 0],
+        [0, 1, 0, 0],
+        [0, 0, 1, 0],
+        [0, 0, 0, 1],
+    ]
     y4 = [[1, 1, 1, 1], [1, 1, -1, -1], [1, -1, 0, 0], [0, 0, 1, -1]]
     np.testing.assert_array_equal(S.hierarchical(4, 2).dense(), h4)
     np.testing.assert_array_equal(S.haar(4).dense(), y4)
-    h4_pinv = np.array([[3, 5, -2, 13, -8, -1, -1], [3, 5, -2, -8, 13, -1, -1], [3, -2, 5, -1, -1, 13, -8], [3, -2, 5, -1, -1, -8, 13]]) / 21
+    h4_pinv = (
+        np.array(
+            [
+                [3, 5, -2, 13, -8, -1, -1],
+                [3, 5, -2, -8, 13, -1, -1],
+                [3, -2, 5, -1, -1, 13, -8],
+                [3, -2, 5, -1, -1, -8, 13],
+            ]
+        )
+        / 21
+    )
     np.testing.assert_allclose(np.linalg.pinv(S.hierarchical(4, 2).dense()), h4_pinv, atol=1e-12)
-    y4_inv = [[0.25, 0.25, 0.5, 0.0], [0.25, 0.25, -0.5, 0.0], [0.25, -0.25, 0.0, 0.5], [0.25, -0.25, 0.0, -0.5]]
+    y4_inv = [
+        [0.25, 0.25, 0.5, 0.0],
+        [0.25, 0.25, -0.5, 0.0],
+        [0.25, -0.25, 0.0, 0.5],
+        [0.25, -0.25, 0.0, -0.5],
+    ]
     np.testing.assert_allclose(np.linalg.inv(S.haar(4).dense()), y4_inv, atol=1e-12)
-    assert [S.identity(4).sensitivity(1), S.hierarchical(4, 2).sensitivity(1), S.haar(4).sensitivity(1)] == [1, 3, 3]
+    assert [
+        S.identity(4).sensitivity(1),
+        S.hierarchical(4, 2).sensitivity(1),
+        S.haar(4).sensitivity(1),
+    ] == [1, 3, 3]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 64])
@@ -95,7 +133,10 @@ def test_haar_any_n(n):
         np.testing.assert_allclose(S.haar(n).gram().dense(), a.T @ a)
 
 
-@pytest.mark.parametrize("n,b,root", [(16, 2, True), (16, 4, False), (10, 3, True), (27, 3, False), (12, 2, True), (1, 2, True)])
+@pytest.mark.parametrize(
+    "n,b,root",
+    [(16, 2, True), (16, 4, False), (10, 3, True), (27, 3, False), (12, 2, True), (1, 2, True)],
+)
 def test_hierarchical_structure(n, b, root):
     h = S.hierarchical(n, b, root=root)
     d = h.dense()
@@ -111,7 +152,16 @@ def test_hierarchical_structure(n, b, root):
 
 def test_tree_strategy_from_networkx():
     g = nx.DiGraph()
-    g.add_edges_from([("US", "East"), ("US", "West"), ("East", "NY"), ("East", "MA"), ("East", "PA"), ("West", "CA")])
+    g.add_edges_from(
+        [
+            ("US", "East"),
+            ("US", "West"),
+            ("East", "NY"),
+            ("East", "MA"),
+            ("East", "PA"),
+            ("West", "CA"),
+        ]
+    )
     t = S.hierarchical(g)
     assert t.shape == (7, 4)
     np.testing.assert_array_equal(t.dense()[:3], [[1, 1, 1, 1], [1, 1, 1, 0], [0, 0, 0, 1]])
@@ -140,8 +190,15 @@ def test_stack_adds_row_counts():
     assert np.array_equal(Wk.matvec(x), np.tile(np.cumsum(x), 8))
     # a union in HDMM's census shape: 33 weighted Kronecker products over 4 attributes
     rng = np.random.default_rng(0)
-    blocks = [W.kron(W.from_matrix(rng.integers(0, 2, (3, 2)).astype(float)), W.prefix(2), W.identity(3), W.total(5))
-              for _ in range(33)]
+    blocks = [
+        W.kron(
+            W.from_matrix(rng.integers(0, 2, (3, 2)).astype(float)),
+            W.prefix(2),
+            W.identity(3),
+            W.total(5),
+        )
+        for _ in range(33)
+    ]
     U = W.stack(*blocks, weights=np.linspace(1, 2, 33))
     assert U.shape == (33 * 18, 60)
     big = Ones(2**61, 2)

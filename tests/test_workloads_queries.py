@@ -34,7 +34,9 @@ def test_affine_thresholds_enumerated(n1, n2, a, b):
 @pytest.mark.parametrize("n1,n2", [(3, 3), (4, 2), (2, 5)])
 def test_abs_diff_thresholds_enumerated(n1, n2):
     score = np.array([[abs(i - j) for j in range(n2)] for i in range(n1)]).ravel()
-    expect = np.array([(score <= c).astype(float) for c in range(max(n1, n2)) if c in set(score.tolist())])
+    expect = np.array(
+        [(score <= c).astype(float) for c in range(max(n1, n2)) if c in set(score.tolist())]
+    )
     np.testing.assert_array_equal(wl.abs_diff(n1, n2).dense(), expect)
 
 
@@ -71,7 +73,11 @@ def test_new_queries_in_a_union_planned_under_l2_match_the_dense_error():
     # attribute 0: a merged pair (3 × 3) with affine thresholds, attribute 1: circular ranges
     factors = [wl.affine(3, 3), wl.circular_ranges(5)]
     totals = [wl.total(9), wl.total(5)]
-    blocks = [Kron(*[factors[i] if i in T else totals[i] for i in range(2)]) for k in (1, 2) for T in itertools.combinations(range(2), k)]
+    blocks = [
+        Kron(*[factors[i] if i in T else totals[i] for i in range(2)])
+        for k in (1, 2)
+        for T in itertools.combinations(range(2), k)
+    ]
     W = VStack(blocks + [Kron(wl.abs_diff(3, 3), wl.total(5))])
     for fit in (U.plan_residual_products(W), U.refine_general_l2(W, maxiter=40)):
         assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-5)

@@ -21,10 +21,18 @@ def make_people(rng, rows=ROWS):
     age = np.clip(np.round(rng.gamma(4.0, 10.0, rows)), 0, 104).astype(int)
     sex = rng.choice(["F", "M"], rows)
     income = np.round(rng.lognormal(10.4, 0.8, rows), 2)
-    state = rng.choice(STATES, rows, p=np.linspace(2, 1, len(STATES)) / np.linspace(2, 1, len(STATES)).sum())
+    state = rng.choice(
+        STATES, rows, p=np.linspace(2, 1, len(STATES)) / np.linspace(2, 1, len(STATES)).sum()
+    )
     out = []
     for i in range(rows):
-        r = {"id": i + 1, "age": str(age[i]), "sex": str(sex[i]), "income": f"{income[i]:.2f}", "state": str(state[i])}
+        r = {
+            "id": i + 1,
+            "age": str(age[i]),
+            "sex": str(sex[i]),
+            "income": f"{income[i]:.2f}",
+            "state": str(state[i]),
+        }
         out.append(r)
     # defects a real table has: missing and out-of-domain values (about 1% each kind)
     for i in rng.choice(rows, 20, replace=False):

@@ -23,7 +23,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from matmech.advisor.compare import Candidate, distinct, evaluate, family_branchings, fixed_family, format_table
+from matmech.advisor.compare import (
+    Candidate,
+    distinct,
+    evaluate,
+    family_branchings,
+    fixed_family,
+    format_table,
+)
 from matmech.error import error_figures, lower_bound
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
@@ -144,7 +151,9 @@ class Advice:
             "best": self.rows[0].name if self.rows else None,
             "time_budget": self.time_budget,
             "deterministic": self.time_budget is None,
-            "ranked": [{_ADVICE_KEYS.get(k, k): v for k, v in r.as_dict().items()} for r in self.rows],
+            "ranked": [
+                {_ADVICE_KEYS.get(k, k): v for k, v in r.as_dict().items()} for r in self.rows
+            ],
             "skipped": [{"name": r.name, "reason": r.skipped} for r in self.skipped],
         }
 
@@ -153,7 +162,11 @@ class Advice:
 
     def table(self):
         """A plain-text table, best first, with the lower bound and the skipped candidates."""
-        model = f"eps={self.eps:g}, " + ("pure eps-DP (Laplace, L1 sensitivity)" if self.delta == 0 else f"delta={self.delta:g} (Gaussian, L2 sensitivity)")
+        model = f"eps={self.eps:g}, " + (
+            "pure eps-DP (Laplace, L1 sensitivity)"
+            if self.delta == 0
+            else f"delta={self.delta:g} (Gaussian, L2 sensitivity)"
+        )
         body = format_table(
             self.rows,
             bound_total=self.lower_bound,
@@ -161,8 +174,14 @@ class Advice:
             skipped=[(r.name, r.skipped) for r in self.skipped],
             detail=True,
         )
-        clock = "" if self.time_budget is None else (f"\nranked under a {self.time_budget:g} s wall-clock budget: "
-                                                     "what it skipped depends on machine load")
+        clock = (
+            ""
+            if self.time_budget is None
+            else (
+                f"\nranked under a {self.time_budget:g} s wall-clock budget: "
+                "what it skipped depends on machine load"
+            )
+        )
         return f"{self.queries:,} queries over {self.cells:,} cells; {model}\n{body}{clock}"
 
 
@@ -243,7 +262,11 @@ def _best_per_attribute(attrs, per, delta):
             except ValueError:
                 continue
         picks.append(min(scored, key=lambda r: r[0]))
-    return ("best fixed per attribute", {"per_attribute": [dict(name=p[1], **p[2]) for p in picks]}, Kron(*[p[3] for p in picks]))
+    return (
+        "best fixed per attribute",
+        {"per_attribute": [dict(name=p[1], **p[2]) for p in picks]},
+        Kron(*[p[3] for p in picks]),
+    )
 
 
 def _fixed_candidates(W, delta):
@@ -264,7 +287,9 @@ def _workload_candidate(W):
         theta = np.zeros(1 << len(domain))
         for w2, subset in terms:
             theta[sum(1 << i for i in subset)] += math.sqrt(w2)
-        if np.all(np.bincount([sum(1 << i for i in s) for _, s in terms], minlength=theta.size) <= 1):
+        if np.all(
+            np.bincount([sum(1 << i for i in s) for _, s in terms], minlength=theta.size) <= 1
+        ):
             return MarginalStrategy(domain, theta)
     return W.base if isinstance(W, Scaled) else W
 
@@ -305,12 +330,16 @@ def unmeasurable(A):
         return next((why for why in map(unmeasurable, A.factors) if why), None)
     if A.integer_valued() or (isinstance(A, Scaled) and A.base.integer_valued()):
         return None
-    if getattr(A, "rounded_operator", None) is not None:  # rounds to a structured operator (marginals)
+    if (
+        getattr(A, "rounded_operator", None) is not None
+    ):  # rounds to a structured operator (marginals)
         return None
     m, n = A.shape
     if n > MAX_DENSE_N:
-        return (f"release measures a real-valued strategy rounded to a grid, and the rounded matrix over {n:,} cells "
-                f"has no structured inverse (dense limit {MAX_DENSE_N:,} cells)")
+        return (
+            f"release measures a real-valued strategy rounded to a grid, and the rounded matrix over {n:,} cells "
+            f"has no structured inverse (dense limit {MAX_DENSE_N:,} cells)"
+        )
     if type(A).rounded_matrix is LinOp.rounded_matrix and m * n > MAX_DENSE_ROUNDING:
         return f"release cannot round this real-valued strategy to a grid without materialising {m * n:,} entries"
     return None
@@ -340,7 +369,16 @@ class _Scorer:
             return _skip(name, params, "time budget exhausted")
         try:
             A = build() if callable(build) else build
-            row = evaluate(self.W, A, self.eps, self.delta, name=name, bound=self.bound, neighbors=self.neighbors, params=params)
+            row = evaluate(
+                self.W,
+                A,
+                self.eps,
+                self.delta,
+                name=name,
+                bound=self.bound,
+                neighbors=self.neighbors,
+                params=params,
+            )
         except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
             return _skip(name, params, str(exc), time.perf_counter() - t0)
         why = unmeasurable(row.strategy)  # advise ranks only what release can measure (issue 22)
@@ -351,7 +389,9 @@ class _Scorer:
 
 def _is_wanted(name, fixed_wanted):
     family = "hierarchical" if name.startswith("hierarchical") else name
-    return family in fixed_wanted or (name == "best fixed per attribute" and len(fixed_wanted) == len(FIXED))
+    return family in fixed_wanted or (
+        name == "best fixed per attribute" and len(fixed_wanted) == len(FIXED)
+    )
 
 
 def _score_fixed(scorer, fixed_wanted, budget):
@@ -364,14 +404,20 @@ def _score_fixed(scorer, fixed_wanted, budget):
             fixed = _fixed_candidates(scorer.W, scorer.delta)
         except (ValueError, MemoryError) as exc:
             return [_skip("fixed candidates", {}, str(exc))]
-        return [scorer.score(name, params, A, budget, always=True) for name, params, A in fixed if _is_wanted(name, fixed_wanted)]
+        return [
+            scorer.score(name, params, A, budget, always=True)
+            for name, params, A in fixed
+            if _is_wanted(name, fixed_wanted)
+        ]
 
 
 def _optimizer_params(res):
     params = {"method": res.method}
     if res.gap is not None:
         params["gap"] = res.gap
-    params.update({key: res.params[key] for key in ("p", "init", "iterations", "rounds") if key in res.params})
+    params.update(
+        {key: res.params[key] for key in ("p", "init", "iterations", "rounds") if key in res.params}
+    )
     return params
 
 
@@ -381,7 +427,9 @@ BOUND_ATTAINED = 1e-9
 
 
 def _attains_bound(results, bound):
-    return bool(bound) and any(r.skipped is None and r.total <= bound * (1 + BOUND_ATTAINED) for r in results)
+    return bool(bound) and any(
+        r.skipped is None and r.total <= bound * (1 + BOUND_ATTAINED) for r in results
+    )
 
 
 def _score_optimized(scorer, budget, rng, *, at, step):
@@ -401,12 +449,20 @@ def _score_optimized(scorer, budget, rng, *, at, step):
             restarts=2 if rng is not None else 1,
             time_limit=remaining,
             bound=False,
-            progress=(lambda f, m: budget.report(at + f * step, m)) if budget.progress is not None else False,
+            progress=(lambda f, m: budget.report(at + f * step, m))
+            if budget.progress is not None
+            else False,
         )
     except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
         return _skip("optimized", {}, str(exc), time.perf_counter() - t0)
     # the optimiser's own time; the error evaluation is not charged to the budget
-    return scorer.score(f"optimized ({res.method})", _optimizer_params(res), res.strategy, budget, seconds=time.perf_counter() - t0)
+    return scorer.score(
+        f"optimized ({res.method})",
+        _optimizer_params(res),
+        res.strategy,
+        budget,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 # -- the advisor ---------------------------------------------------------------------------------
@@ -419,13 +475,19 @@ def _wanted(candidates):
     if candidates == "fixed":
         return tuple(c for c in CANDIDATES if c != "optimized")
     if isinstance(candidates, str):
-        raise ValueError(f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, got {candidates!r}")
+        raise ValueError(
+            f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, got {candidates!r}"
+        )
     if isinstance(candidates, bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, "
-                        f"got {type(candidates).__name__}: {candidates!r}")
+        raise TypeError(
+            f"candidates must be 'all', 'fixed' or an iterable of names from {CANDIDATES}, "
+            f"got {type(candidates).__name__}: {candidates!r}"
+        )
     wanted = tuple(candidates)
     if not all(isinstance(c, str) for c in wanted):
-        raise TypeError(f"candidates must be names (strings) from {CANDIDATES}, got {list(wanted)!r}")
+        raise TypeError(
+            f"candidates must be names (strings) from {CANDIDATES}, got {list(wanted)!r}"
+        )
     unknown = [c for c in wanted if c not in CANDIDATES]
     if unknown or not wanted:
         raise ValueError(f"unknown candidate names {unknown}; choose from {CANDIDATES}")
@@ -433,7 +495,9 @@ def _wanted(candidates):
 
 
 def _check_options(time_budget, progress, neighbors):
-    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):
+    if time_budget is not None and not (
+        isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)
+    ):
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable(fraction, message) or None, got {progress!r}")
@@ -445,16 +509,36 @@ def _rank(results, scorer, time_budget=None):
     rows = sorted((r for r in results if r.skipped is None), key=lambda r: r.total)
     skipped = tuple(r for r in results if r.skipped is not None)
     if not rows:
-        raise ValueError("no candidate strategy can answer this workload: " + "; ".join(f"{r.name}: {r.skipped}" for r in skipped))
+        raise ValueError(
+            "no candidate strategy can answer this workload: "
+            + "; ".join(f"{r.name}: {r.skipped}" for r in skipped)
+        )
     W = scorer.W
-    return Advice(tuple(rows), skipped, scorer.eps, scorer.delta, scorer.bound, W.shape[0], W.shape[1], scorer.neighbors,
-                  time_budget)
+    return Advice(
+        tuple(rows),
+        skipped,
+        scorer.eps,
+        scorer.delta,
+        scorer.bound,
+        W.shape[0],
+        W.shape[1],
+        scorer.neighbors,
+        time_budget,
+    )
 
 
 @capped
-def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: str | Iterable[str] = "all",
-           time_budget: Any = None, rng: Rng = None,
-           progress: Callable[[float, str], Any] | None = None, neighbors: str = "add_remove") -> Advice:
+def advise(
+    W: LinOp | npt.ArrayLike,
+    eps: float = 1.0,
+    delta: float = 0.0,
+    *,
+    candidates: str | Iterable[str] = "all",
+    time_budget: Any = None,
+    rng: Rng = None,
+    progress: Callable[[float, str], Any] | None = None,
+    neighbors: str = "add_remove",
+) -> Advice:
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
@@ -528,12 +612,29 @@ def advise(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, ca
         budget.report(len(fixed_wanted) / n_steps, "workload as strategy")
         results.append(scorer.score("workload", {}, lambda: _workload_candidate(W), budget))
     if "optimized" in wanted:
-        if _attains_bound(results, scorer.bound):  # nothing can do better: skip the (slow) optimiser
-            results.append(_skip("optimized", {}, "a candidate already attains the SVD lower bound"))
-        elif default_budget and delta == 0 and len(_attributes(W) or [W]) == 1 and W.shape[1] > DEFAULT_PIDENTITY_N:
-            results.append(_skip("optimized", {}, f"the pure-eps optimiser on {W.shape[1]:,} > {DEFAULT_PIDENTITY_N:,} "
-                                 "cells takes minutes; call optimize(W, eps) to run it"))
+        if _attains_bound(
+            results, scorer.bound
+        ):  # nothing can do better: skip the (slow) optimiser
+            results.append(
+                _skip("optimized", {}, "a candidate already attains the SVD lower bound")
+            )
+        elif (
+            default_budget
+            and delta == 0
+            and len(_attributes(W) or [W]) == 1
+            and W.shape[1] > DEFAULT_PIDENTITY_N
+        ):
+            results.append(
+                _skip(
+                    "optimized",
+                    {},
+                    f"the pure-eps optimiser on {W.shape[1]:,} > {DEFAULT_PIDENTITY_N:,} "
+                    "cells takes minutes; call optimize(W, eps) to run it",
+                )
+            )
         else:
-            results.append(_score_optimized(scorer, budget, rng, at=(n_steps - 2) / n_steps, step=1 / n_steps))
+            results.append(
+                _score_optimized(scorer, budget, rng, at=(n_steps - 2) / n_steps, step=1 / n_steps)
+            )
     budget.report(1.0, "done")
     return _rank(results, scorer, time_budget)

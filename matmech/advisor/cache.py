@@ -42,14 +42,22 @@ class _Hasher:
 
     def sparse(self, m):
         m = sp.csr_matrix(m)
-        return {"data": self.array(m.data), "indices": self.array(m.indices), "indptr": self.array(m.indptr),
-                "shape": list(m.shape)}
+        return {
+            "data": self.array(m.data),
+            "indices": self.array(m.indices),
+            "indptr": self.array(m.indptr),
+            "shape": list(m.shape),
+        }
 
     def node(self, A):
         name = getattr(type(A), "store_name", None)
         if name is None:
             raise TypeError(f"no stored form for {type(A).__name__}")
-        return {"type": name, "cls": f"{type(A).__module__}.{type(A).__qualname__}", **A.to_dict(self)}
+        return {
+            "type": name,
+            "cls": f"{type(A).__module__}.{type(A).__qualname__}",
+            **A.to_dict(self),
+        }
 
 
 def fingerprint(W: LinOp) -> str | None:
@@ -63,7 +71,9 @@ def fingerprint(W: LinOp) -> str | None:
     return h.h.hexdigest()
 
 
-def cached_choice(W: LinOp, eps: float, delta: float, neighbors: str, choose: Callable[[], tuple]) -> tuple:
+def cached_choice(
+    W: LinOp, eps: float, delta: float, neighbors: str, choose: Callable[[], tuple]
+) -> tuple:
     """``choose()`` for (W, ε, δ, neighbours), computed once and then reused."""
     fp = fingerprint(W)
     if fp is None:

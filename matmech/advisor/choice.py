@@ -31,10 +31,19 @@ def per_attribute(W, make):
 
 def _optimiser_choice(W, eps, delta, neighbors):
     """(A, note): the best strategy of :func:`matmech.advise`."""
-    advice = advise(W, eps, delta, neighbors=neighbors)  # no clock: the choice does not depend on load
+    advice = advise(
+        W, eps, delta, neighbors=neighbors
+    )  # no clock: the choice does not depend on load
     best = advice.best_row
-    skipped = f"; not ranked (reasons in matmech.advise): {', '.join(r.name for r in advice.skipped)}" if advice.skipped else ""
-    return best.strategy, f"chosen by matmech.advise ({best.name}); best of {len(advice.rows)} ranked, no time limit{skipped}"
+    skipped = (
+        f"; not ranked (reasons in matmech.advise): {', '.join(r.name for r in advice.skipped)}"
+        if advice.skipped
+        else ""
+    )
+    return (
+        best.strategy,
+        f"chosen by matmech.advise ({best.name}); best of {len(advice.rows)} ranked, no time limit{skipped}",
+    )
 
 
 def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
@@ -55,12 +64,18 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
     if strategy == "identity":
         return per_attribute(W, S.identity), "identity", "given by name"
     if strategy == "hierarchical":
-        return per_attribute(W, lambda d: S.hierarchical(d, DEFAULT_BRANCHING)), f"hierarchical b={DEFAULT_BRANCHING}", "given by name"
+        return (
+            per_attribute(W, lambda d: S.hierarchical(d, DEFAULT_BRANCHING)),
+            f"hierarchical b={DEFAULT_BRANCHING}",
+            "given by name",
+        )
     if strategy == "haar":
         return per_attribute(W, S.haar), "haar", "given by name"
     if strategy == "optimize":
         return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
-    A, note = cached_choice(W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors))
+    A, note = cached_choice(
+        W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors)
+    )
     return A, "auto", note
 
 
@@ -76,5 +91,7 @@ def fixed_choice(W, eps, delta, neighbors):
         if best is None or err < best[0]:
             best = (err, name, A)
     if best is None:
-        raise ValueError("none of the fixed strategies (identity, hierarchical, Haar) can answer this workload")
+        raise ValueError(
+            "none of the fixed strategies (identity, hierarchical, Haar) can answer this workload"
+        )
     return best[2], best[1], "least expected error among identity/hierarchical/Haar"

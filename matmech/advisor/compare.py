@@ -254,14 +254,18 @@ def _jsonable(x):
 MAX_RANKED_MAX_ROWS = 4_000_000
 
 
-def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove", params=None):
+def evaluate(
+    W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove", params=None
+):
     """The analytic figures of strategy A on W as a :class:`Candidate` (``max_variance``
     None above :data:`MAX_RANKED_MAX_ROWS` rows)."""
     t0 = time.perf_counter()
     # the largest per-query variance goes row by row: left out (None) for very many rows
     measures = ("total", "rmse", "max") if W.shape[0] <= MAX_RANKED_MAX_ROWS else ("total", "rmse")
     # continuous noise: the figures scale as 1/ε² and sit above the SVD bound, which the ranking uses
-    fig = error_figures(W, A, eps, delta, measures=measures, neighbors=neighbors, noise="continuous")
+    fig = error_figures(
+        W, A, eps, delta, measures=measures, neighbors=neighbors, noise="continuous"
+    )
     fig.setdefault("max", None)
     total = fig["total"]
     return Candidate(
@@ -277,8 +281,14 @@ def evaluate(W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors
     )
 
 
-def compare(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, candidates: Sequence | None = None,
-            neighbors: str = "add_remove") -> tuple[list, list]:
+def compare(
+    W: LinOp | npt.ArrayLike,
+    eps: float = 1.0,
+    delta: float = 0.0,
+    *,
+    candidates: Sequence | None = None,
+    neighbors: str = "add_remove",
+) -> tuple[list, list]:
     """Rows for every candidate strategy, best (lowest total error) first, and the skipped ones.
 
     Returns ``(rows, skipped)``; ``skipped`` lists ``(name, reason)`` for candidates that
@@ -319,8 +329,14 @@ def compare(W: LinOp | npt.ArrayLike, eps: float = 1.0, delta: float = 0.0, *, c
     >>> rows[0].name, skipped
     ('identity', [])
     """
-    (eps, delta), _, W = check_privacy_params(eps, delta), check_neighbors(neighbors), linear(W, "W")  # bad input: refused up front
-    candidates = fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")
+    (eps, delta), _, W = (
+        check_privacy_params(eps, delta),
+        check_neighbors(neighbors),
+        linear(W, "W"),
+    )  # bad input: refused up front
+    candidates = (
+        fixed_candidates(W) if candidates is None else named_operators(candidates, "candidates")
+    )
     try:
         bound = lower_bound(W, eps, delta, neighbors=neighbors)
     except ValueError:
@@ -388,7 +404,9 @@ def format_table(rows, *, bound_rmse=None, bound_total=None, skipped=(), detail=
 
     out = [fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])]
     if bound_rmse is not None or bound_total is not None:
-        parts = ([] if bound_total is None else [f"total {bound_total:.4e}"]) + ([] if bound_rmse is None else [f"RMSE/query {bound_rmse:.4f}"])
+        parts = ([] if bound_total is None else [f"total {bound_total:.4e}"]) + (
+            [] if bound_rmse is None else [f"RMSE/query {bound_rmse:.4f}"]
+        )
         out.append("SVD lower bound (Li & Miklau 2013): " + ", ".join(parts))
     out += [f"skipped {name}: {why}" for name, why in skipped]
     return "\n".join(out)

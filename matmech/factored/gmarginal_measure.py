@@ -52,13 +52,19 @@ from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_max_records
 from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
 
-__all__ = ["GMarginalPlan", "GMarginalMeasurement", "plan_gmarginal", "measure_gmarginal", "MAX_BITS"]
+__all__ = [
+    "GMarginalPlan",
+    "GMarginalMeasurement",
+    "plan_gmarginal",
+    "measure_gmarginal",
+    "MAX_BITS",
+]
 
 #: Bits of each factor's largest column norm kept by its grid (at most).
 MAX_BITS = 20
-_INT_BITS = 61               # |K_S t_S| < 2**61: exact in int64 with room for the noise
-_LAPLACE_UNITS = 2.0**46     # b_S/h_S before bucketing (the sampler allows 2**48)
-_GAUSS_UNITS = 2.0**22       # σ_S/h_S before bucketing (the sampler allows 2**24)
+_INT_BITS = 61  # |K_S t_S| < 2**61: exact in int64 with room for the noise
+_LAPLACE_UNITS = 2.0**46  # b_S/h_S before bucketing (the sampler allows 2**48)
+_GAUSS_UNITS = 2.0**22  # σ_S/h_S before bucketing (the sampler allows 2**24)
 _SCALE_MARGIN = 1.0 + 1e-12
 
 
@@ -157,7 +163,9 @@ def _round_factors(dense, bits):
     return ints, grids, l1, l2
 
 
-def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS):
+def plan_gmarginal(
+    A, eps, delta=0.0, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS
+):
     """The data-independent plan of measuring the GeneralMarginalStrategy ``A`` →
     :class:`GMarginalPlan`: grids, per-block noise, exact variances. Raises (before any data
     or budget) when no grid keeps the measurement exact within the samplers' range."""
@@ -165,12 +173,15 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (isinstance(scale_bits, bool) or not isinstance(scale_bits, int)
-                                   or not 2 <= scale_bits <= 40):
+    if scale_bits is not None and (
+        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
+    ):
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     domain = A.domain_sizes
     factor = NEIGHBORS[neighbors]
-    dense = [None if isinstance(f, Identity) else _dense_factor(f, i) for i, f in enumerate(A.factors)]
+    dense = [
+        None if isinstance(f, Identity) else _dense_factor(f, i) for i, f in enumerate(A.factors)
+    ]
     real = [q is not None and not np.array_equal(q, np.rint(q)) for q in dense]
     kmax = max((sum(real[i] for i in S) for S in subsets), default=0)
     gauss = delta > 0
@@ -180,15 +191,19 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
     else:
         top = min(MAX_BITS, (_INT_BITS - math.ceil(math.log2(max_records))) // kmax)
         if top < 1:
-            raise ValueError(f"max_records={max_records:,} is too many for exact integer arithmetic with "
-                             f"{kmax} rounded factors in one subset")
+            raise ValueError(
+                f"max_records={max_records:,} is too many for exact integer arithmetic with "
+                f"{kmax} rounded factors in one subset"
+            )
         candidates = list(range(top, 0, -1))
     last = None
     for bits in candidates:
         ints, grids, l1, l2 = _round_factors(dense, bits)
         lattice = np.array([math.prod(grids[i] for i in S) for S in subsets], dtype=np.float64)
         # exactness: |K_S t_S| <= max_records · Π ‖Kᵢ‖₁ < 2**61
-        worst = max(max_records * math.prod(float(l1[i] / Fraction(grids[i])) for i in S) for S in subsets)
+        worst = max(
+            max_records * math.prod(float(l1[i] / Fraction(grids[i])) for i in S) for S in subsets
+        )
         if worst >= 2.0**_INT_BITS:
             last = "exact integer arithmetic"
             continue
@@ -201,8 +216,16 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
             raw = sigma1 / theta / lattice * _SCALE_MARGIN
             limit = _GAUSS_UNITS
         else:
-            sens = factor * float(sum(Fraction(float(t)) * math.prod((l1[i] for i in S), start=Fraction(1))
-                                      for S, t in zip(subsets, theta.tolist()))) * SENS_MARGIN
+            sens = (
+                factor
+                * float(
+                    sum(
+                        Fraction(float(t)) * math.prod((l1[i] for i in S), start=Fraction(1))
+                        for S, t in zip(subsets, theta.tolist())
+                    )
+                )
+                * SENS_MARGIN
+            )
             raw = sens / (eps * theta) / lattice * _SCALE_MARGIN
             limit = _LAPLACE_UNITS
         if not np.all(np.isfinite(raw)) or raw.max() > limit:
@@ -211,26 +234,61 @@ def plan_gmarginal(A, eps, delta=0.0, *, neighbors="add_remove", max_records=Non
         units = bucket_up(raw, scale_bits)
         break
     else:
-        raise ValueError(f"no grid for the strategy's factors keeps the measurement within {last}; "
-                         f"eps={eps!r} is too small (or max_records={max_records:,} too large) for this strategy")
+        raise ValueError(
+            f"no grid for the strategy's factors keeps the measurement within {last}; "
+            f"eps={eps!r} is too small (or max_records={max_records:,} too large) for this strategy"
+        )
     if not gauss:  # the privacy loss of the rounded scales, in exact rationals
-        loss = factor * sum((math.prod((l1[i] for i in S), start=Fraction(1)) / (Fraction(float(u)) * Fraction(float(h)))
-                             for S, u, h in zip(subsets, units.tolist(), lattice.tolist())), Fraction(0))
-        if loss > Fraction(calibrated_eps(eps)):  # the decimal eps charged; cannot happen with the margins
+        loss = factor * sum(
+            (
+                math.prod((l1[i] for i in S), start=Fraction(1))
+                / (Fraction(float(u)) * Fraction(float(h)))
+                for S, u, h in zip(subsets, units.tolist(), lattice.tolist())
+            ),
+            Fraction(0),
+        )
+        if loss > Fraction(
+            calibrated_eps(eps)
+        ):  # the decimal eps charged; cannot happen with the margins
             raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     var_of = {}
     for u in units.tolist():
         if u not in var_of:
-            var_of[u] = noise.discrete_gaussian_variance(u) if gauss else noise.discrete_laplace_variance(u)
+            var_of[u] = (
+                noise.discrete_gaussian_variance(u) if gauss else noise.discrete_laplace_variance(u)
+            )
     variances = np.array([var_of[u] * h * h for u, h in zip(units.tolist(), lattice.tolist())])
-    factors = tuple(Identity(n) if K is None else (Identity(n) if K.shape == (n, n) and g == 1.0
-                                                     and np.array_equal(K, np.eye(n, dtype=np.int64)) else Dense(K * g))
-                    for K, g, n in zip(ints, grids, domain))
+    factors = tuple(
+        Identity(n)
+        if K is None
+        else (
+            Identity(n)
+            if K.shape == (n, n) and g == 1.0 and np.array_equal(K, np.eye(n, dtype=np.int64))
+            else Dense(K * g)
+        )
+        for K, g, n in zip(ints, grids, domain)
+    )
     for a in (theta, lattice, units, variances):
         a.setflags(write=False)
-    return GMarginalPlan(A, domain, subsets, theta, tuple(ints), tuple(grids), factors, lattice, units, variances,
-                         "discrete_gaussian" if gauss else "discrete_laplace", eps, delta, neighbors, float(sens),
-                         max_records, None if kmax == 0 else bits)
+    return GMarginalPlan(
+        A,
+        domain,
+        subsets,
+        theta,
+        tuple(ints),
+        tuple(grids),
+        factors,
+        lattice,
+        units,
+        variances,
+        "discrete_gaussian" if gauss else "discrete_laplace",
+        eps,
+        delta,
+        neighbors,
+        float(sens),
+        max_records,
+        None if kmax == 0 else bits,
+    )
 
 
 def _apply_int(table, mats):
@@ -255,7 +313,11 @@ def measure_gmarginal(plan, tables, *, rng=None):
     for u in np.unique(plan.units).tolist():  # ascending; one sampler call per distinct scale
         idx = np.flatnonzero(plan.units == u).tolist()
         total = sum(exact[j].size for j in idx)
-        z = noise.discrete_gaussian(u, total, rng=src) if gauss else noise.discrete_laplace(u, total, rng=src)
+        z = (
+            noise.discrete_gaussian(u, total, rng=src)
+            if gauss
+            else noise.discrete_laplace(u, total, rng=src)
+        )
         at = 0
         for j in idx:
             e = exact[j]

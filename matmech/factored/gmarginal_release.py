@@ -43,7 +43,9 @@ def gmarginal_strategy(W, eps, delta, strategy):
     :func:`~matmech.optimizers.marginals.general_marginal_sensitivity2` that the measurement uses)."""
     if strategy is not None:
         if not isinstance(strategy, GeneralMarginalStrategy):
-            raise TypeError(f"the strategy must be a GeneralMarginalStrategy, got {type(strategy).__name__}")
+            raise TypeError(
+                f"the strategy must be a GeneralMarginalStrategy, got {type(strategy).__name__}"
+            )
         return strategy, "gmarginals", "strategy given by the caller"
     from matmech.optimizers.dispatch import optimize
 
@@ -51,12 +53,16 @@ def gmarginal_strategy(W, eps, delta, strategy):
     note = "optimised by matmech.optimize(method='gmarginals')"
     if delta > 0:
         A = reweight_general_marginals_l2(W, A).strategy
-        note += (" (factors for the pure-eps error), lattice weights re-optimised for the L2 (Gaussian) error "
-                 "with the factors fixed")
+        note += (
+            " (factors for the pure-eps error), lattice weights re-optimised for the L2 (Gaussian) error "
+            "with the factors fixed"
+        )
     return A, "gmarginals", note
 
 
-def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits):
+def release_gmarginal(
+    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
+):
     """Answer W (its :class:`~matmech.factored.terms.Terms` ``wt``) from the marginal tables
     of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
     :class:`~matmech.record.Release` (``strategy`` the measured one, with its rounded factors;
@@ -66,20 +72,28 @@ def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max
     check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
     A, name, note = gmarginal_strategy(W, eps, delta, A)
     if tuple(A.domain_sizes) != tuple(wt.domain):
-        raise ValueError(f"the strategy's attribute sizes {A.domain_sizes} differ from the workload's {wt.domain}")
-    plan = plan_gmarginal(A, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits)
+        raise ValueError(
+            f"the strategy's attribute sizes {A.domain_sizes} differ from the workload's {wt.domain}"
+        )
+    plan = plan_gmarginal(
+        A, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+    )
     solver = GMarginalSolver(plan.gls_strategy(), plan.subsets)
     rows = wt.rows
     need = solver.memory(wt) + 8 * 3 * sum(math.prod(wt.domain[i] for i in S) for S in plan.subsets)
     if need > max_memory:
-        raise ValueError(f"the generalised marginal release would use about {need / 2**30:.1f} GiB (> max_memory "
-                         f"{max_memory / 2**30:.1f} GiB): {rows:,} answers, {len(plan.subsets):,} measured subsets, "
-                         f"{len(solver.classes):,} classes")
+        raise ValueError(
+            f"the generalised marginal release would use about {need / 2**30:.1f} GiB (> max_memory "
+            f"{max_memory / 2**30:.1f} GiB): {rows:,} answers, {len(plan.subsets):,} measured subsets, "
+            f"{len(solver.classes):,} classes"
+        )
     var = solver.variances(wt)  # raises if W is outside the row space
     check_affordable(budget, eps, delta, what=what)
     # -- reads data from here on -------------------------------------------------------------
     tables = marginal_tables(data, wt.domain, list(plan.subsets) + [()])
-    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), plan.max_records)
+    check_records(
+        check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), plan.max_records
+    )
     if budget is not None:
         budget.spend(eps, delta, what=what)
     meas = measure_gmarginal(plan, tables, rng=rng)
@@ -90,22 +104,52 @@ def release_gmarginal(data, W, wt, A, eps, delta, *, budget, rng, neighbors, max
         a.setflags(write=False)
     kind = "discrete Gaussian" if plan.noise == "discrete_gaussian" else "discrete Laplace"
     sens = "L2" if plan.noise == "discrete_gaussian" else "L1"
-    grids = (f"non-identity factors rounded to power-of-two grids keeping {plan.bits} bits"
-             if plan.bits is not None else "integer factors, no rounding")
-    note += (f"; {len(plan.subsets)} attribute subsets measured from their marginal tables through per-attribute "
-             f"factors ({grids}), exact {kind} per subset, {sens} sensitivity {plan.sensitivity:.6g}; generalised "
-             f"least squares over {len(solver.classes)} lattice classes in the factored space")
-    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W,
-                   strategy=plan.measured_strategy(), strategy_name=name, strategy_note=note, eps=eps, delta=delta,
-                   neighbors=neighbors, budget_remaining=None if budget is None else budget.remaining,
-                   measurement=None, estimate=None, measurements=_records(plan, meas))
+    grids = (
+        f"non-identity factors rounded to power-of-two grids keeping {plan.bits} bits"
+        if plan.bits is not None
+        else "integer factors, no rounding"
+    )
+    note += (
+        f"; {len(plan.subsets)} attribute subsets measured from their marginal tables through per-attribute "
+        f"factors ({grids}), exact {kind} per subset, {sens} sensitivity {plan.sensitivity:.6g}; generalised "
+        f"least squares over {len(solver.classes)} lattice classes in the factored space"
+    )
+    return Release(
+        answers=answers,
+        std=std,
+        expected_error=float(var.sum()),
+        workload=W,
+        strategy=plan.measured_strategy(),
+        strategy_name=name,
+        strategy_note=note,
+        eps=eps,
+        delta=delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=None,
+        estimate=None,
+        measurements=_records(plan, meas),
+    )
 
 
 def _records(plan, meas):
     """One :class:`~matmech.record.MeasurementRecord` per measured subset S: y[S] = Q'_S t_S + noise."""
-    event = {"mechanism": "generalised marginals", "eps": plan.eps, "delta": plan.delta, "noise": plan.noise,
-             "sensitivity": plan.sensitivity, "neighbors": plan.neighbors}
-    return tuple(MeasurementRecord(
-        query=Kron(*[as_linop(plan.factors[i]) for i in S]) if S else Dense(np.ones((1, 1))),
-        values=np.asarray(meas.y[S]).reshape(-1), variance=float(v), event=event, domain=tuple(plan.domain),
-        attributes=tuple(S)) for S, v in zip(plan.subsets, plan.variances.tolist()))
+    event = {
+        "mechanism": "generalised marginals",
+        "eps": plan.eps,
+        "delta": plan.delta,
+        "noise": plan.noise,
+        "sensitivity": plan.sensitivity,
+        "neighbors": plan.neighbors,
+    }
+    return tuple(
+        MeasurementRecord(
+            query=Kron(*[as_linop(plan.factors[i]) for i in S]) if S else Dense(np.ones((1, 1))),
+            values=np.asarray(meas.y[S]).reshape(-1),
+            variance=float(v),
+            event=event,
+            domain=tuple(plan.domain),
+            attributes=tuple(S),
+        )
+        for S, v in zip(plan.subsets, plan.variances.tolist())
+    )

@@ -109,8 +109,10 @@ class GMarginalSolver:
                 nonzero = False
             else:
                 if f.shape[0] * n > MAX_FACTOR_ENTRIES:
-                    raise ValueError(f"a workload factor on attribute {i} has {f.shape[0]:,}×{n:,} entries; "
-                                     f"at most {MAX_FACTOR_ENTRIES:,} are used densely")
+                    raise ValueError(
+                        f"a workload factor on attribute {i} has {f.shape[0]:,}×{n:,} entries; "
+                        f"at most {MAX_FACTOR_ENTRIES:,} are used densely"
+                    )
                 F = np.asarray(f.dense(max_entries=MAX_FACTOR_ENTRIES), dtype=np.float64)
                 fy = F @ self.y[i]
                 FN = F @ self.N[i]
@@ -136,8 +138,10 @@ class GMarginalSolver:
             for T in itertools.combinations(live, k):
                 lam = self._lam(T)
                 if not lam > 1e-12 * self.top:
-                    raise ValueError(f"term {j} of W is not in the strategy's row space: its queries reach the "
-                                     f"attribute class {T}, which no measured subset covers")
+                    raise ValueError(
+                        f"term {j} of W is not in the strategy's row space: its queries reach the "
+                        f"attribute class {T}, which no measured subset covers"
+                    )
                 classes.append(T)
         return w, Z, parts, classes, outside
 
@@ -151,7 +155,9 @@ class GMarginalSolver:
         if not isinstance(terms, Terms):
             raise TypeError(f"expected the workload's Terms, got {type(terms).__name__}")
         if tuple(terms.domain) != tuple(self.domain):
-            raise ValueError(f"the workload's attribute sizes {terms.domain} differ from the strategy's {self.domain}")
+            raise ValueError(
+                f"the workload's attribute sizes {terms.domain} differ from the strategy's {self.domain}"
+            )
 
     def variances(self, terms):
         """Per-answer variances diag(W G⁻ Wᵀ) in W's row order (unit: the whitened noise)."""
@@ -175,7 +181,11 @@ class GMarginalSolver:
     def estimate(self, y, variances):
         """{T: ŝ_T} from the released blocks ``y`` ({S: array}) with noise ``variances`` (one
         per measured subset, in order)."""
-        qt = {i: f.dense().T for i, f in enumerate(self.strategy.factors) if not isinstance(f, Identity)}
+        qt = {
+            i: f.dense().T
+            for i, f in enumerate(self.strategy.factors)
+            if not isinstance(f, Identity)
+        }
         r = {}
         for S, v in zip(self.subsets, variances):
             u = np.asarray(y[S], dtype=np.float64)
@@ -225,6 +235,8 @@ class GMarginalSolver:
 
     def memory(self, terms):
         """Bytes the estimate and the answers need (tables of the subsets and classes, answers)."""
-        sub = sum(math.prod(self.domain[i] for i in S) for S in self.subsets)  # y_S, u_S and contractions
+        sub = sum(
+            math.prod(self.domain[i] for i in S) for S in self.subsets
+        )  # y_S, u_S and contractions
         cls = sum(math.prod(self.domain[i] for i in T) for T in self.classes)  # r_T, ŝ_T
         return 8 * (4 * sub + 3 * cls + 3 * terms.rows + 3 * sum(n * n for n in self.domain))

@@ -47,12 +47,18 @@ def release_labels(W, domain=None, *, names=None):
     t = as_terms(W, name="W")
     d = len(t.domain)
     if isinstance(domain, Domain) and domain.sizes != t.domain:
-        raise ValueError(f"the Domain's attribute sizes {domain.sizes} differ from the workload's {t.domain}")
+        raise ValueError(
+            f"the Domain's attribute sizes {domain.sizes} differ from the workload's {t.domain}"
+        )
     if domain is not None and not isinstance(domain, Domain):
-        raise TypeError(f"domain must be a matmech.io.domain.Domain or None, got {type(domain).__name__}")
+        raise TypeError(
+            f"domain must be a matmech.io.domain.Domain or None, got {type(domain).__name__}"
+        )
     rows = t.rows
     if rows > MAX_LABELS:
-        raise ValueError(f"the workload has {rows:,} rows; at most {MAX_LABELS:,} labels are built at once")
+        raise ValueError(
+            f"the workload has {rows:,} rows; at most {MAX_LABELS:,} labels are built at once"
+        )
     names = _names(domain, names, d)
     out = []
     for fs, ks in zip(t.factors, t.kinds):
@@ -62,7 +68,11 @@ def release_labels(W, domain=None, *, names=None):
                 continue
             m = t.domain[i] if fs is None or k == "I" else int(fs[i].shape[0])
             if k == "I":
-                cell = domain.attributes[i].cell_label if domain is not None else (lambda c, n=names[i]: f"{n}={c}")
+                cell = (
+                    domain.attributes[i].cell_label
+                    if domain is not None
+                    else (lambda c, n=names[i]: f"{n}={c}")
+                )
                 parts.append([cell(c) for c in range(m)])
             else:
                 parts.append([f"{names[i]}#{r}" for r in range(m)])

@@ -47,7 +47,13 @@ import numpy as np
 from fractions import Fraction
 
 from matmech.linalg.linop import Dense, Identity, Kron
-from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators, haar_contrasts, table_sensitivity1
+from matmech.linalg.residual import (
+    apply_axes,
+    apply_axes_batched,
+    contrast_operators,
+    haar_contrasts,
+    table_sensitivity1,
+)
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
@@ -55,16 +61,27 @@ from matmech.privacy.measure import SENS_MARGIN, check_max_records
 from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
 from matmech.record import MeasurementRecord
 
-__all__ = ["ResidualMeasurementPlan", "ResidualMeasurement", "plan_residual_measurement", "measure_residuals",
-           "bucket_up", "MAX_SIGMA", "DEFAULT_SCALE_BITS", "LaplaceMeasurementPlan", "plan_residual_laplace",
-           "measure_residuals_laplace", "combine_tables", "MAX_LAPLACE_SCALE"]
+__all__ = [
+    "ResidualMeasurementPlan",
+    "ResidualMeasurement",
+    "plan_residual_measurement",
+    "measure_residuals",
+    "bucket_up",
+    "MAX_SIGMA",
+    "DEFAULT_SCALE_BITS",
+    "LaplaceMeasurementPlan",
+    "plan_residual_laplace",
+    "measure_residuals_laplace",
+    "combine_tables",
+    "MAX_LAPLACE_SCALE",
+]
 
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits kept when the per-row σ are rounded up (fewer sampler tables; the
 #: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
-_CHUNK = 1 << 22           # coordinates handled in one stack (bounds the temporaries)
-_EXACT = 2.0**53             # |H_T x| below this: BLAS in float64 is exact
+_CHUNK = 1 << 22  # coordinates handled in one stack (bounds the temporaries)
+_EXACT = 2.0**53  # |H_T x| below this: BLAS in float64 is exact
 #: The exact samplers' largest σ / scale on the integers (:mod:`matmech.privacy.noise`).
 MAX_SIGMA = float(noise.MAX_SIGMA)
 MAX_LAPLACE_SCALE = float(noise.MAX_LAPLACE_SCALE)
@@ -107,20 +124,24 @@ class ResidualMeasurement:
     records: tuple = ()  # the released noisy values (matmech.record.MeasurementRecord), one per residual / table
 
 
-def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_records=None,
-                              scale_bits=DEFAULT_SCALE_BITS):
+def plan_residual_measurement(
+    plan, eps, delta, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS
+):
     """The data-independent plan: σ₁, exactness of H_T x for ``max_records`` records and the
     sampler's range (every τ_j <= :data:`MAX_SIGMA`). Raises before any data or budget."""
     if not isinstance(plan, ResidualPlan):
         raise TypeError(f"plan must be a ResidualPlan, got {type(plan).__name__}")
     eps, delta = check_privacy_params(eps, delta)
     if delta == 0:
-        raise ValueError("the residual measurement is Gaussian: it needs delta > 0 (pure eps marginals go through "
-                         "the Kronecker path of release_factored)")
+        raise ValueError(
+            "the residual measurement is Gaussian: it needs delta > 0 (pure eps marginals go through "
+            "the Kronecker path of release_factored)"
+        )
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (isinstance(scale_bits, bool) or not isinstance(scale_bits, int)
-                                   or not 2 <= scale_bits <= 40):
+    if scale_bits is not None and (
+        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
+    ):
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     lat = plan.lattice
     s2 = float(np.sum(lat.norm2 / plan.variances))
@@ -130,16 +151,24 @@ def plan_residual_measurement(plan, eps, delta, *, neighbors="add_remove", max_r
     for j, T in enumerate(lat.residuals):
         shape = tuple(lat.domain[i] for i in T)
         if shape not in per_shape:
-            per_shape[shape] = (math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
-                                math.prod(float(np.abs(haar_contrasts(n)[0]).max()) for n in shape))
+            per_shape[shape] = (
+                math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
+                math.prod(float(np.abs(haar_contrasts(n)[0]).max()) for n in shape),
+            )
         lam_max, hmax = per_shape[shape]
         tau = math.sqrt(float(plan.variances[j])) * sigma * lam_max * _SCALE_MARGIN * 2.0
         if tau > MAX_SIGMA:
-            raise ValueError(f"residual {T} needs a discrete Gaussian σ of {tau:.4g}, beyond the exact sampler's "
-                             f"{MAX_SIGMA:.4g}; eps={eps!r} is too small for this lattice")
+            raise ValueError(
+                f"residual {T} needs a discrete Gaussian σ of {tau:.4g}, beyond the exact sampler's "
+                f"{MAX_SIGMA:.4g}; eps={eps!r} is too small for this lattice"
+            )
         if max_records * hmax * NEIGHBORS[neighbors] >= 2.0**62:
-            raise ValueError(f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}")
-    return ResidualMeasurementPlan(plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits)
+            raise ValueError(
+                f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}"
+            )
+    return ResidualMeasurementPlan(
+        plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits
+    )
 
 
 def _contrast(tables, domain, T, max_records):
@@ -149,7 +178,9 @@ def _contrast(tables, domain, T, max_records):
     mats = [haar_contrasts(domain[i])[0] for i in T]
     hmax = math.prod(float(np.abs(m).max()) for m in mats)
     if max_records * hmax < _EXACT:
-        return np.rint(apply_axes_batched(tables, [contrast_operators(domain[i])[0] for i in T])).astype(np.int64)
+        return np.rint(
+            apply_axes_batched(tables, [contrast_operators(domain[i])[0] for i in T])
+        ).astype(np.int64)
     arr = tables.astype(np.int64)
     for k, m in enumerate(mats):
         arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k + 1])), 0, k + 1)
@@ -203,7 +234,9 @@ def measure_residuals(mplan, tables, *, rng=None):
             sig = np.array([mplan.residual_sigma(j) for j in J.tolist()])
             tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
             parts.append((shape, J, l2, cls, tau))
-    scales = np.unique(np.concatenate([p[4].reshape(-1) for p in parts]))  # ascending: the draw order
+    scales = np.unique(
+        np.concatenate([p[4].reshape(-1) for p in parts])
+    )  # ascending: the draw order
     total = int(offsets[-1])
     key_all = np.empty(total, dtype=np.uint16 if len(scales) < 1 << 16 else np.int64)  # radix sort
     y = np.empty(total, dtype=np.int64)
@@ -211,7 +244,9 @@ def measure_residuals(mplan, tables, *, rng=None):
         pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
         key_all[pos] = np.searchsorted(scales, tau)[:, cls]
         stack = np.stack([tables[lat.residuals[j]] for j in J.tolist()])
-        y[pos] = _contrast(stack, shape, tuple(range(len(shape))), mplan.max_records).reshape(J.size, -1)
+        y[pos] = _contrast(stack, shape, tuple(range(len(shape))), mplan.max_records).reshape(
+            J.size, -1
+        )
     order = np.argsort(key_all, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(key_all, minlength=len(scales)))])
     var = np.empty(len(scales))
@@ -221,15 +256,27 @@ def measure_residuals(mplan, tables, *, rng=None):
         var[k] = noise.discrete_gaussian_variance(t)
     del order
     records = [None] * len(lat.residuals)
-    event = {"mechanism": "residual (Gaussian)", "eps": mplan.eps, "delta": mplan.delta, "noise": "discrete_gaussian",
-             "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
+    event = {
+        "mechanism": "residual (Gaussian)",
+        "eps": mplan.eps,
+        "delta": mplan.delta,
+        "noise": "discrete_gaussian",
+        "sensitivity": mplan.sensitivity,
+        "neighbors": mplan.neighbors,
+    }
     for shape, J, l2, cls, _ in parts:
         pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
         yg, vg = y[pos], var[key_all[pos].astype(np.int64)]
         query = _residual_query(d, lat.residuals[J[0]])
         for k, j in enumerate(J.tolist()):
-            records[j] = MeasurementRecord(query=query, values=yg[k], variance=vg[k], event=event, domain=tuple(d),
-                                           attributes=tuple(lat.residuals[j]))
+            records[j] = MeasurementRecord(
+                query=query,
+                values=yg[k],
+                variance=vg[k],
+                event=event,
+                domain=tuple(d),
+                attributes=tuple(lat.residuals[j]),
+            )
     del y, key_all
     coords, rowvar = _Scaled(lat, records, "values"), _Scaled(lat, records, "variance")
     return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
@@ -252,7 +299,9 @@ class _Scaled(Mapping):
         if shape not in self._l2:
             l2, cls = _row_keys(shape, range(len(shape)))
             self._l2[shape] = np.sqrt(l2[cls]) if self._field == "values" else l2[cls]
-        out = (getattr(self._records[j], self._field) / self._l2[shape]).reshape(tuple(n - 1 for n in shape))
+        out = (getattr(self._records[j], self._field) / self._l2[shape]).reshape(
+            tuple(n - 1 for n in shape)
+        )
         out.setflags(write=False)
         return out
 
@@ -265,7 +314,11 @@ class _Scaled(Mapping):
 
 def _residual_query(domain, T):
     """The operator of residual T's contrasts on the marginal on T: ⊗_{i ∈ T} Hᵢ (1×1 for T = ∅)."""
-    return Kron(*[Dense(haar_contrasts(domain[i])[0].astype(np.float64)) for i in T]) if T else Dense(np.ones((1, 1)))
+    return (
+        Kron(*[Dense(haar_contrasts(domain[i])[0].astype(np.float64)) for i in T])
+        if T
+        else Dense(np.ones((1, 1)))
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -291,7 +344,9 @@ class LaplaceMeasurementPlan:
     delta: float = 0.0
 
 
-def plan_residual_laplace(plan, eps, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS):
+def plan_residual_laplace(
+    plan, eps, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS
+):
     """Scales, exact variances and combination weights of the pure-ε table measurement;
     raises (before any data or budget) when the scales leave the exact sampler's range."""
     if not isinstance(plan, LaplaceResidualPlan):
@@ -299,28 +354,47 @@ def plan_residual_laplace(plan, eps, *, neighbors="add_remove", max_records=None
     eps, delta = check_privacy_params(eps, 0.0)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (isinstance(scale_bits, bool) or not isinstance(scale_bits, int)
-                                   or not 2 <= scale_bits <= 40):
+    if scale_bits is not None and (
+        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
+    ):
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     lat, theta = plan.lattice, np.asarray(plan.theta, dtype=np.float64)
     factor = NEIGHBORS[neighbors]
     sens = factor * table_sensitivity1(lat.domain, plan.tables, theta)
     scales = bucket_up(sens * SENS_MARGIN / (eps * theta), scale_bits)
     if not np.all(np.isfinite(scales)) or scales.max() > MAX_LAPLACE_SCALE:
-        raise ValueError(f"a table needs a discrete Laplace scale of {float(scales.max()):.4g}, beyond the exact "
-                         f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan")
+        raise ValueError(
+            f"a table needs a discrete Laplace scale of {float(scales.max()):.4g}, beyond the exact "
+            f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan"
+        )
     uniq, counts = np.unique(scales, return_counts=True)
-    loss = factor * sum((Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
-                        Fraction(0))
-    if loss > Fraction(calibrated_eps(eps)):  # the decimal eps charged; cannot happen with the margin
+    loss = factor * sum(
+        (Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
+        Fraction(0),
+    )
+    if loss > Fraction(
+        calibrated_eps(eps)
+    ):  # the decimal eps charged; cannot happen with the margin
         raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     var_of = {b: noise.discrete_laplace_variance(b) for b in uniq.tolist()}
     tvar = np.array([var_of[b] for b in scales.tolist()])
     ps, pt, rest = table_pairs(lat, plan.tables)
     prec = 1.0 / (rest * tvar[ps])
     tot = np.bincount(pt, weights=prec, minlength=len(lat.residuals))
-    out = LaplaceMeasurementPlan(plan, eps, neighbors, scales, tvar, ps, pt, rest, prec / tot[pt], 1.0 / tot,
-                                 float(sens), max_records)
+    out = LaplaceMeasurementPlan(
+        plan,
+        eps,
+        neighbors,
+        scales,
+        tvar,
+        ps,
+        pt,
+        rest,
+        prec / tot[pt],
+        1.0 / tot,
+        float(sens),
+        max_records,
+    )
     for a in (scales, tvar, out.pair_weight, out.row_variance):
         a.setflags(write=False)
     return out
@@ -344,15 +418,32 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
         at = 0
         for j in idx.tolist():
             t = names[j]
-            noisy[t] = np.asarray(tables[t], dtype=np.int64) + z[at : at + sizes[j]].reshape(np.shape(tables[t]))
+            noisy[t] = np.asarray(tables[t], dtype=np.int64) + z[at : at + sizes[j]].reshape(
+                np.shape(tables[t])
+            )
             at += sizes[j]
-    event = {"mechanism": "marginal tables (Laplace)", "eps": mplan.eps, "delta": 0.0, "noise": "discrete_laplace",
-             "sensitivity": mplan.sensitivity, "neighbors": mplan.neighbors}
-    records = tuple(MeasurementRecord(
-        query=Identity(math.prod(d[i] for i in t)), values=noisy[t].reshape(-1), domain=tuple(d), attributes=tuple(t),
-        variance=noise.discrete_laplace_variance(float(mplan.scales[j])), event={**event, "scale": float(mplan.scales[j])})
-        for j, t in enumerate(names))
-    return dataclasses.replace(combine_tables(mplan, noisy, secure=bool(src.secure)), records=records)
+    event = {
+        "mechanism": "marginal tables (Laplace)",
+        "eps": mplan.eps,
+        "delta": 0.0,
+        "noise": "discrete_laplace",
+        "sensitivity": mplan.sensitivity,
+        "neighbors": mplan.neighbors,
+    }
+    records = tuple(
+        MeasurementRecord(
+            query=Identity(math.prod(d[i] for i in t)),
+            values=noisy[t].reshape(-1),
+            domain=tuple(d),
+            attributes=tuple(t),
+            variance=noise.discrete_laplace_variance(float(mplan.scales[j])),
+            event={**event, "scale": float(mplan.scales[j])},
+        )
+        for j, t in enumerate(names)
+    )
+    return dataclasses.replace(
+        combine_tables(mplan, noisy, secure=bool(src.secure)), records=records
+    )
 
 
 def combine_tables(mplan, noisy, *, secure=False):
@@ -369,7 +460,9 @@ def combine_tables(mplan, noisy, *, secure=False):
         acc[R] = acc.get(R, 0.0) + mplan.pair_weight[k] * part.astype(np.float64)
     coords, rowvar = {}, {}
     for j, R in enumerate(lat.residuals):
-        c = apply_axes(np.asarray(acc[R], dtype=np.float64), [contrast_operators(d[i])[1].T.tocsr() for i in R])
+        c = apply_axes(
+            np.asarray(acc[R], dtype=np.float64), [contrast_operators(d[i])[1].T.tocsr() for i in R]
+        )
         v = np.full(c.shape, float(mplan.row_variance[j]))
         c.setflags(write=False)
         v.setflags(write=False)

@@ -24,7 +24,12 @@ import math
 import numpy as np
 
 from matmech.factored.measure import ResidualMeasurement
-from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators, exact_cell_variances
+from matmech.linalg.residual import (
+    apply_axes,
+    apply_axes_batched,
+    contrast_operators,
+    exact_cell_variances,
+)
 
 __all__ = ["MarginalReconstructor", "nonneg_consistent"]
 
@@ -83,7 +88,9 @@ class MarginalReconstructor:
         (the same sums as :meth:`marginal`, in the same order); a marginal's own top residual
         is lifted in the stack and not cached."""
         subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
-        weights = np.ones(len(subsets)) if weights is None else np.asarray(weights, dtype=np.float64)
+        weights = (
+            np.ones(len(subsets)) if weights is None else np.asarray(weights, dtype=np.float64)
+        )
         d = self.lattice.domain
         sizes = np.array([math.prod(d[i] for i in S) for S in subsets], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])

@@ -55,15 +55,31 @@ from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
 from matmech.optimizers.unions import ResidualProductStrategy
-from matmech.optimizers.residual import plan_residuals, plan_residuals_laplace, total_variance_coefficients
+from matmech.optimizers.residual import (
+    plan_residuals,
+    plan_residuals_laplace,
+    total_variance_coefficients,
+)
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.measure import check_counts, check_max_records, check_records, execute, plan_measurement
+from matmech.privacy.measure import (
+    check_counts,
+    check_max_records,
+    check_records,
+    execute,
+    plan_measurement,
+)
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.record import Release, strategy_record
 
-__all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS", "MAX_MEMORY", "SEARCH_ALL_MAX_ATTRIBUTES",
-           "residual_error"]
+__all__ = [
+    "release_factored",
+    "plan_path",
+    "MAX_KRON_CELLS",
+    "MAX_MEMORY",
+    "SEARCH_ALL_MAX_ATTRIBUTES",
+    "residual_error",
+]
 
 #: Largest marginal (cells of the support U) the Kronecker path solves on.
 MAX_KRON_CELLS = 1 << 22
@@ -89,31 +105,48 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
     if isinstance(strategy, LinOp):
         at = as_terms(strategy, name="strategy")
         if at.domain != wt.domain:
-            raise ValueError(f"the strategy's attribute sizes {at.domain} differ from the workload's {wt.domain}")
+            raise ValueError(
+                f"the strategy's attribute sizes {at.domain} differ from the workload's {wt.domain}"
+            )
         U = tuple(sorted(set(wt.support) | set(at.support))) or (0,)
         if _cells(wt.domain, U) > max_cells and isinstance(strategy, GeneralMarginalStrategy):
-            return "gmarginal", wt, strategy, U  # the strategy itself (matmech.factored.gmarginal_release)
+            return (
+                "gmarginal",
+                wt,
+                strategy,
+                U,
+            )  # the strategy itself (matmech.factored.gmarginal_release)
         if _cells(wt.domain, U) > max_cells and isinstance(strategy, ResidualProductStrategy):
-            raise ValueError(f"a ResidualProductStrategy (matmech.optimizers.unions) is released only on the Kronecker "
-                             f"path, and the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
-                             f"(attributes {U}), more than its {max_cells:,}: the factored measurement of residual "
-                             "products is not implemented (nothing was spent); pass the GeneralMarginalStrategy of "
-                             "matmech.optimizers.unions.refine_general_l2, or strategy='auto' for a union of marginals")
+            raise ValueError(
+                f"a ResidualProductStrategy (matmech.optimizers.unions) is released only on the Kronecker "
+                f"path, and the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
+                f"(attributes {U}), more than its {max_cells:,}: the factored measurement of residual "
+                "products is not implemented (nothing was spent); pass the GeneralMarginalStrategy of "
+                "matmech.optimizers.unions.refine_general_l2, or strategy='auto' for a union of marginals"
+            )
         if _cells(wt.domain, U) > max_cells:
-            raise ValueError(f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
-                             f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}")
+            raise ValueError(
+                f"the supports of W and the strategy span {_cells(wt.domain, U):,} cells "
+                f"(attributes {U}); the Kronecker path solves on at most {max_cells:,}"
+            )
         return "kron", wt, at, U
     if not isinstance(strategy, str):
-        raise TypeError(f"strategy must be 'auto', 'residual', a strategy name or a LinOp, got {type(strategy).__name__}")
+        raise TypeError(
+            f"strategy must be 'auto', 'residual', a strategy name or a LinOp, got {type(strategy).__name__}"
+        )
     U = wt.support or (0,)
     big = _cells(wt.domain, U) > max_cells
     if release_route(W, strategy).name == "tables":  # the one rule (matmech.factored.route)
         return "residual", wt, None, U
-    if strategy == "gmarginals" or (strategy == "auto" and big and len(wt.domain) <= MAX_GENERAL_ATTRIBUTES):
+    if strategy == "gmarginals" or (
+        strategy == "auto" and big and len(wt.domain) <= MAX_GENERAL_ATTRIBUTES
+    ):
         return "gmarginal", wt, None, U  # a GeneralMarginalStrategy optimised for W
     if big:
-        raise ValueError(f"this workload: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more "
-                         f"than the Kronecker path's {max_cells:,}; only a union of marginals takes the residual path")
+        raise ValueError(
+            f"this workload: the support of W spans {_cells(wt.domain, U):,} cells (attributes {U}), more "
+            f"than the Kronecker path's {max_cells:,}; only a union of marginals takes the residual path"
+        )
     return "kron", wt, None, U
 
 
@@ -139,12 +172,23 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
     answers, std = W_U.matvec(xhat), np.sqrt(var)
     for a in (answers, std, xhat):
         a.setflags(write=False)
-    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=meas.strategy,
-                   answered_workload=W_U,
-                   strategy_name=name, strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
-                   eps=meas.eps, delta=meas.delta, neighbors=neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=meas, estimate=xhat,
-                   measurements=(strategy_record(meas, domain=tuple(wt.domain), attributes=U),))
+    return Release(
+        answers=answers,
+        std=std,
+        expected_error=float(var.sum()),
+        workload=W,
+        strategy=meas.strategy,
+        answered_workload=W_U,
+        strategy_name=name,
+        strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
+        eps=meas.eps,
+        delta=meas.delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=meas,
+        estimate=xhat,
+        measurements=(strategy_record(meas, domain=tuple(wt.domain), attributes=U),),
+    )
 
 
 def _residual_plan(wt, objective):
@@ -152,7 +196,11 @@ def _residual_plan(wt, objective):
     merged = {}
     for s, w in zip(subsets, rw):
         merged[s] = merged.get(s, 0.0) + w * w  # a row weight w scales the variance by w²
-    return plan_residuals(wt.domain, list(merged), weights=list(merged.values()), objective=objective), subsets, rw
+    return (
+        plan_residuals(wt.domain, list(merged), weights=list(merged.values()), objective=objective),
+        subsets,
+        rw,
+    )
 
 
 def _memory(plan, rows):
@@ -163,7 +211,9 @@ def _memory(plan, rows):
     d = plan.lattice.domain
     res_cells = sum(_cells(d, t) for t in plan.lattice.residuals)
     tables = getattr(plan, "tables", None)
-    tab_cells = sum(_cells(d, t) for t in (tables if tables is not None else plan.lattice.residuals))
+    tab_cells = sum(
+        _cells(d, t) for t in (tables if tables is not None else plan.lattice.residuals)
+    )
     return 8 * 3 * res_cells + 8 * (2 if tables is not None else 1) * tab_cells + 8 * 2 * rows
 
 
@@ -179,14 +229,21 @@ def _search(domain, search):
 def _laplace_plan(wt, objective, search):
     search = _search(wt.domain, search)
     if objective != "sum":
-        raise ValueError(f"pure eps residual releases minimise the total variance only (objective='sum'), "
-                         f"got objective={objective!r}")
+        raise ValueError(
+            f"pure eps residual releases minimise the total variance only (objective='sum'), "
+            f"got objective={objective!r}"
+        )
     subsets, rw = wt.marginals()
     merged = {}
     for s, w in zip(subsets, rw):
         merged[s] = merged.get(s, 0.0) + w * w
-    return (plan_residuals_laplace(wt.domain, list(merged), weights=list(merged.values()), search=search),
-            subsets, rw)
+    return (
+        plan_residuals_laplace(
+            wt.domain, list(merged), weights=list(merged.values()), search=search
+        ),
+        subsets,
+        rw,
+    )
 
 
 def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum", search="auto"):
@@ -200,7 +257,9 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     check_neighbors(neighbors)
     wt = as_terms(W, name="W")
     if wt.marginals() is None:
-        raise ValueError("the residual plan needs W to be a union of marginals (identity and total factors)")
+        raise ValueError(
+            "the residual plan needs W to be a union of marginals (identity and total factors)"
+        )
     if delta == 0:
         plan = _laplace_plan(wt, objective, search)[0]
         mplan = plan_residual_laplace(plan, eps, neighbors=neighbors)
@@ -210,30 +269,57 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     return float(plan.weighted_total * mplan.sigma**2)
 
 
-def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_records, objective, max_memory,
-                      scale_bits, search):
+def _release_residual(
+    data,
+    W,
+    wt,
+    eps,
+    delta,
+    *,
+    budget,
+    rng,
+    neighbors,
+    max_records,
+    objective,
+    max_memory,
+    scale_bits,
+    search,
+):
     pure = delta == 0
-    plan, subsets, rw = _laplace_plan(wt, objective, search) if pure else _residual_plan(wt, objective)
+    plan, subsets, rw = (
+        _laplace_plan(wt, objective, search) if pure else _residual_plan(wt, objective)
+    )
     rows = wt.rows
     need = _memory(plan, rows)
     if need > max_memory:
-        raise ValueError(f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
-                         f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals")
+        raise ValueError(
+            f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
+            f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals"
+        )
     if pure:
-        mplan = plan_residual_laplace(plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits)
+        mplan = plan_residual_laplace(
+            plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+        )
         needed = plan.tables
     else:
-        mplan = plan_residual_measurement(plan, eps, delta, neighbors=neighbors, max_records=max_records,
-                                          scale_bits=scale_bits)
+        mplan = plan_residual_measurement(
+            plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+        )
         needed = plan.lattice.residuals
     what = f"release {rows} marginal queries (residual, factored)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads data from here on -------------------------------------------------------------
     tables = marginal_tables(data, wt.domain, list(needed) + [()])
-    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), mplan.max_records)
+    check_records(
+        check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), mplan.max_records
+    )
     if budget is not None:
         budget.spend(eps, delta, what=what)
-    meas = measure_residuals_laplace(mplan, tables, rng=rng) if pure else measure_residuals(mplan, tables, rng=rng)
+    meas = (
+        measure_residuals_laplace(mplan, tables, rng=rng)
+        if pure
+        else measure_residuals(mplan, tables, rng=rng)
+    )
     del tables
     answers, var = MarginalReconstructor(meas).stacked(subsets, rw)
     expected_error = float(var.sum())
@@ -242,17 +328,34 @@ def _release_residual(data, W, wt, eps, delta, *, budget, rng, neighbors, max_re
     for a in (answers, std):
         a.setflags(write=False)
     if pure:
-        note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
-                f"marginal tables, weights optimised for the sum of variances over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
-                f"L1 sensitivity {mplan.sensitivity:.6g}")
+        note = (
+            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
+            f"marginal tables, weights optimised for the sum of variances over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
+            f"L1 sensitivity {mplan.sensitivity:.6g}"
+        )
     else:
-        note = (f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
-                f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
-                f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}")
-    return Release(answers=answers, std=std, expected_error=expected_error, workload=W, strategy=None,
-                   strategy_name="residual", strategy_note=note, eps=eps, delta=delta, neighbors=neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
-                   measurements=meas.records, measured=_residual_record(plan, mplan, meas, pure))
+        note = (
+            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
+            f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
+            f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}"
+        )
+    return Release(
+        answers=answers,
+        std=std,
+        expected_error=expected_error,
+        workload=W,
+        strategy=None,
+        strategy_name="residual",
+        strategy_note=note,
+        eps=eps,
+        delta=delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=None,
+        estimate=None,
+        measurements=meas.records,
+        measured=_residual_record(plan, mplan, meas, pure),
+    )
 
 
 def _residual_record(plan, mplan, meas, pure):
@@ -260,17 +363,34 @@ def _residual_record(plan, mplan, meas, pure):
     marginal tables (pure ε) or residuals (δ > 0) with their exact noise; no data in it."""
     lat = plan.lattice
     if pure:
-        strategy = {"type": "weighted marginal tables", "tables": [list(t) for t in plan.tables],
-                    "weights": [float(v) for v in np.asarray(plan.theta)]}
-        noise_ = {"distribution": "discrete_laplace", "scale": [float(b) for b in mplan.scales],
-                  "std": [math.sqrt(v) for v in mplan.table_variances], "grid": 1.0,
-                  "sensitivity": mplan.sensitivity, "secure_randomness": meas.secure}
+        strategy = {
+            "type": "weighted marginal tables",
+            "tables": [list(t) for t in plan.tables],
+            "weights": [float(v) for v in np.asarray(plan.theta)],
+        }
+        noise_ = {
+            "distribution": "discrete_laplace",
+            "scale": [float(b) for b in mplan.scales],
+            "std": [math.sqrt(v) for v in mplan.table_variances],
+            "grid": 1.0,
+            "sensitivity": mplan.sensitivity,
+            "secure_randomness": meas.secure,
+        }
     else:
-        strategy = {"type": "residual basis", "residuals": [list(t) for t in lat.residuals],
-                    "variances": [float(v) for v in np.asarray(plan.variances)]}
-        noise_ = {"distribution": "discrete_gaussian", "scale": mplan.sigma, "per": "unit residual variance",
-                  "scale_bits": mplan.scale_bits, "grid": 1.0, "sensitivity": mplan.sensitivity,
-                  "secure_randomness": meas.secure}
+        strategy = {
+            "type": "residual basis",
+            "residuals": [list(t) for t in lat.residuals],
+            "variances": [float(v) for v in np.asarray(plan.variances)],
+        }
+        noise_ = {
+            "distribution": "discrete_gaussian",
+            "scale": mplan.sigma,
+            "per": "unit residual variance",
+            "scale_bits": mplan.scale_bits,
+            "grid": 1.0,
+            "sensitivity": mplan.sensitivity,
+            "secure_randomness": meas.secure,
+        }
     return {"strategy": strategy, "noise": noise_}
 
 
@@ -287,9 +407,24 @@ def _holds_superset(data, U):
     return any(set(U) <= k for k in keys)
 
 
-def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, rng=None, neighbors="add_remove",
-                     max_records=None, objective="sum", max_cells=MAX_KRON_CELLS, max_memory=MAX_MEMORY,
-                     scale_bits=DEFAULT_SCALE_BITS, search="auto", select=None):
+def release_factored(
+    data,
+    W,
+    eps,
+    delta=0.0,
+    *,
+    strategy="auto",
+    budget=None,
+    rng=None,
+    neighbors="add_remove",
+    max_records=None,
+    objective="sum",
+    max_cells=MAX_KRON_CELLS,
+    max_memory=MAX_MEMORY,
+    scale_bits=DEFAULT_SCALE_BITS,
+    search="auto",
+    select=None,
+):
     """Answer W (a union of Kronecker products over many attributes) from marginal tables of
     ``data`` under (ε, δ)-DP → :class:`matmech.release.Release`, never building the histogram.
 
@@ -325,25 +460,79 @@ def release_factored(data, W, eps, delta=0.0, *, strategy="auto", budget=None, r
     if search not in ("auto", "lattice", "all"):
         raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
     if select is not None:
-        return release_selected(data, W, eps, delta, select=select, strategy=strategy, budget=budget, rng=rng,
-                                neighbors=neighbors, max_records=max_records, max_memory=max_memory)
+        return release_selected(
+            data,
+            W,
+            eps,
+            delta,
+            select=select,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+            max_memory=max_memory,
+        )
     rows = W.shape[0] if isinstance(W, MarginalWorkload) else None
     if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
-        raise ValueError(f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
-                         f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent")
+        raise ValueError(
+            f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
+            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent"
+        )
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
-    if path == "kron" and strategy == "auto" and wt.marginals() is not None and not _holds_superset(data, U):
+    if (
+        path == "kron"
+        and strategy == "auto"
+        and wt.marginals() is not None
+        and not _holds_superset(data, U)
+    ):
         path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
     if search == "auto" and not _holds_superset(data, tuple(range(len(wt.domain)))):
         search = "lattice"  # given tables (the keys, not the counts, decide): only W's lattice can be summed out
     if path == "kron":
-        return _release_kron(data, W, wt, at, U, eps, delta, strategy=strategy, budget=budget, rng=rng,
-                             neighbors=neighbors, max_records=max_records)
+        return _release_kron(
+            data,
+            W,
+            wt,
+            at,
+            U,
+            eps,
+            delta,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+        )
     if path == "gmarginal":
         from matmech.factored.gmarginal_release import release_gmarginal
 
-        return release_gmarginal(data, W, wt, at, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
-                                 max_records=max_records, max_memory=max_memory, scale_bits=scale_bits)
-    return _release_residual(data, W, wt, eps, delta, budget=budget, rng=rng, neighbors=neighbors,
-                             max_records=max_records, objective=objective, max_memory=max_memory,
-                             scale_bits=scale_bits, search=search)
+        return release_gmarginal(
+            data,
+            W,
+            wt,
+            at,
+            eps,
+            delta,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+            max_memory=max_memory,
+            scale_bits=scale_bits,
+        )
+    return _release_residual(
+        data,
+        W,
+        wt,
+        eps,
+        delta,
+        budget=budget,
+        rng=rng,
+        neighbors=neighbors,
+        max_records=max_records,
+        objective=objective,
+        max_memory=max_memory,
+        scale_bits=scale_bits,
+        search=search,
+    )

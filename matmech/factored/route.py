@@ -57,9 +57,16 @@ def release_route(W: LinOp, strategy: object = "auto") -> Route:
     marg = _marginal_subsets(W)
     if isinstance(strategy, str) and strategy == "residual":
         if marg is None:
-            raise ValueError("strategy='residual' needs W to be a union of marginals (identity and total factors)")
-        return Route("tables", "strategy='residual': the residual basis, measured from marginal tables")
+            raise ValueError(
+                "strategy='residual' needs W to be a union of marginals (identity and total factors)"
+            )
+        return Route(
+            "tables", "strategy='residual': the residual basis, measured from marginal tables"
+        )
     if isinstance(strategy, str) and strategy == "auto" and marg is not None and len(marg[0]) >= 2:
-        return Route("tables", f"a union of {len(marg[1])} marginals over {len(marg[0])} attributes: the residual "
-                               "basis (Xiao et al. 2023), measured from marginal tables")
+        return Route(
+            "tables",
+            f"a union of {len(marg[1])} marginals over {len(marg[0])} attributes: the residual "
+            "basis (Xiao et al. 2023), measured from marginal tables",
+        )
     return Route("histogram", "the strategy is measured on the histogram of W's support")

@@ -72,12 +72,29 @@ from matmech.privacy.params import NEIGHBORS, rest_of
 from matmech.record import MeasurementRecord, Release, gap_record
 from matmech.svt.combine import combine_selection
 from matmech.svt.curse import DEFAULT_MARGIN, guard
-from matmech.svt.select import (SELECTION_METHODS, SelectionPlan, advised_select_eps, check_select_options, check_selection,
-                                declared_calibration, run_selection, selection_mechanism, shown_select_options, take_rows)
+from matmech.svt.select import (
+    SELECTION_METHODS,
+    SelectionPlan,
+    advised_select_eps,
+    check_select_options,
+    check_selection,
+    declared_calibration,
+    run_selection,
+    selection_mechanism,
+    shown_select_options,
+    take_rows,
+)
 
-__all__ = ["FactoredSelectionPlan", "plan_factored_selection", "release_selected", "row_values", "rows_sensitivity",
-           "row_basis",
-           "MEASURE_STRATEGIES", "CLIQUE_NODE_CAP"]
+__all__ = [
+    "FactoredSelectionPlan",
+    "plan_factored_selection",
+    "release_selected",
+    "row_values",
+    "rows_sensitivity",
+    "row_basis",
+    "MEASURE_STRATEGIES",
+    "CLIQUE_NODE_CAP",
+]
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
 #: measured themselves (the choice the advisor makes for selected marginal cells).
@@ -108,8 +125,9 @@ class _RowRange(LinOp):
         if all(fs is None for fs in t.factors):  # marginals: one cell of each term per column
             return float(np.sum(np.abs(t.weights) ** p)) ** (1 / p)
         d = len(t.domain)
-        return factored_sensitivity([(abs(w), [_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)],
-                                    p).value
+        return factored_sensitivity(
+            [(abs(w), [_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)], p
+        ).value
 
     def _matmat(self, x):
         raise TypeError("a row-range stand-in has no entries")
@@ -193,13 +211,17 @@ def _noise_for(sens, eps_m, delta):
     if delta == 0:
         b = laplace_scale_up(eps_m, sens)
         if b > noise.MAX_LAPLACE_SCALE:
-            raise ValueError(f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
-                             f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small")
+            raise ValueError(
+                f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
+                f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small"
+            )
         return "discrete_laplace", b, noise.discrete_laplace_variance(b)
     s = gaussian_sigma(eps_m, delta, sens)
     if s > noise.MAX_SIGMA:
-        raise ValueError(f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
-                         f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small")
+        raise ValueError(
+            f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
+            f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small"
+        )
     return "discrete_gaussian", s, noise.discrete_gaussian_variance(s)
 
 
@@ -217,7 +239,9 @@ def _worst_case(terms, offsets, c, p):
     if all(fs is None for fs in terms.factors):  # marginals: one cell of each term per column
         maxima = np.ones(k)
     else:
-        maxima = np.array([math.prod(_max_abs(_factor(terms, j, i)) for i in range(d)) for j in range(k)])
+        maxima = np.array(
+            [math.prod(_max_abs(_factor(terms, j, i)) for i in range(d)) for j in range(k)]
+        )
     counts = np.diff(offsets)
     order = np.argsort(-maxima, kind="stable")
     left, top = c, 0.0
@@ -230,12 +254,18 @@ def _worst_case(terms, offsets, c, p):
     if all(fs is None for fs in terms.factors):
         whole = float(k)
     else:
-        whole = factored_sensitivity([(1.0, [_factor(terms, j, i) for i in range(d)]) for j in range(k)], p).value ** p
+        whole = (
+            factored_sensitivity(
+                [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in range(k)], p
+            ).value
+            ** p
+        )
     return min(top, whole), float(maxima.max())
 
 
-def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors="add_remove", max_records,
-                            max_memory):
+def plan_factored_selection(
+    W, eps, delta, *, select, strategy="auto", neighbors="add_remove", max_records, max_memory
+):
     """The data-independent part of :func:`release_selected` → :class:`FactoredSelectionPlan`.
 
     Raises (ValueError/TypeError naming the value) for bad options, a strategy other than
@@ -244,8 +274,10 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
     """
     if not (isinstance(strategy, str) and strategy in MEASURE_STRATEGIES):
         shown = strategy if isinstance(strategy, str) else type(strategy).__name__
-        raise ValueError(f"with select= the factored release measures the selected rows themselves "
-                         f"(strategy='auto'); got strategy={shown!r}")
+        raise ValueError(
+            f"with select= the factored release measures the selected rows themselves "
+            f"(strategy='auto'); got strategy={shown!r}"
+        )
     opts = check_select_options(select, eps)
     terms = as_terms(W, name="W")
     d = len(terms.domain)
@@ -255,9 +287,11 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
         for i in S:
             f = _factor(terms, j, i)
             if not f.integer_valued():
-                raise ValueError(f"term {j} has a non-integer factor on attribute {i} ({type(f).__name__}); the "
-                                 "factored selection measures the selected rows on the integer lattice and needs "
-                                 "integer factors (identity, total, prefix, 0/1)")
+                raise ValueError(
+                    f"term {j} has a non-integer factor on attribute {i} ({type(f).__name__}); the "
+                    "factored selection measures the selected rows on the integer lattice and needs "
+                    "integer factors (identity, total, prefix, 0/1)"
+                )
         subsets.append(S)
         shapes.append(_term_shape(terms, j, S))
     counts = [math.prod(s) for s in shapes]
@@ -265,7 +299,9 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
     rows = int(offsets[-1])
     c = opts["c"]
     if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
-        raise TypeError(f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}")
+        raise TypeError(
+            f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}"
+        )
     if c < 1:
         raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
     # memory: one table per distinct subset (the maximal ones counted, the rest summed out of
@@ -274,16 +310,22 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
     for s in set(subsets):
         cells = math.prod(terms.domain[i] for i in s)
         if cells > MAX_TABLE_CELLS:
-            raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
+            raise ValueError(
+                f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built"
+            )
         table_cells += cells
     need = 8 * table_cells + 8 * 3 * rows
     if need > max_memory:
-        raise ValueError(f"the factored selection would use about {need / 2**30:.2f} GiB (> max_memory "
-                         f"{max_memory / 2**30:.2f} GiB): {rows:,} rows and {table_cells:,} table cells")
+        raise ValueError(
+            f"the factored selection would use about {need / 2**30:.2f} GiB (> max_memory "
+            f"{max_memory / 2**30:.2f} GiB): {rows:,} rows and {table_cells:,} table cells"
+        )
     # W's entry range from its factors (that of the explicit Kron stack)
     lo = hi = 0.0
     for j, w in enumerate(terms.weights):
-        a, b = (0.0, 1.0) if terms.factors[j] is None else (1.0, 1.0)  # a marginal's entries are 0/1
+        a, b = (
+            (0.0, 1.0) if terms.factors[j] is None else (1.0, 1.0)
+        )  # a marginal's entries are 0/1
         for i in range(d if terms.factors[j] is not None else 0):
             fl, fh = _factor(terms, j, i).entry_range()
             prods = (a * fl, a * fh, b * fl, b * fh)
@@ -293,41 +335,106 @@ def plan_factored_selection(W, eps, delta, *, select, strategy="auto", neighbors
         lo, hi = min(lo, a), max(hi, b)
     proxy = _RowRange(rows, lo, hi, terms)
     p = 1 if delta == 0 else 2
-    kmax = SELECTION_METHODS[opts["method"]].max_rows(c)  # Ding et al.: adaptive SVT up to 2c − 1 positives
+    kmax = SELECTION_METHODS[opts["method"]].max_rows(
+        c
+    )  # Ding et al.: adaptive SVT up to 2c − 1 positives
     worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
     worst_sens = _scaled_sens(worst if p == 1 else math.sqrt(worst), p, neighbors)
     if max_records * max_entry >= _EXACT:
-        raise ValueError(f"max_records={max_records:,} is too many for exact integer row answers "
-                         f"(largest row entry {max_entry:g}; need max_records·entry < 2**53)")
+        raise ValueError(
+            f"max_records={max_records:,} is too many for exact integer row answers "
+            f"(largest row entry {max_entry:g}; need max_records·entry < 2**53)"
+        )
     w2 = np.repeat(np.square(np.asarray(terms.weights, dtype=np.float64)), counts)
     if opts["eps"] is None:  # a gap method: the split advised for the worst case (data independent)
         mean_w2 = float(w2.mean())
-        opts["eps"] = advised_select_eps(proxy, eps, opts, lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2],
-                                         neighbors=neighbors,
-                                         integer_values=all(float(w).is_integer() for w in terms.weights))
+        opts["eps"] = advised_select_eps(
+            proxy,
+            eps,
+            opts,
+            lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2],
+            neighbors=neighbors,
+            integer_values=all(float(w).is_integer() for w in terms.weights),
+        )
         opts["_advised"] = True
     eps_m = rest_of(eps, opts["eps"])
-    _, _, worst_var = _noise_for(worst_sens, eps_m, delta)  # raises if some selection could not be measured
+    _, _, worst_var = _noise_for(
+        worst_sens, eps_m, delta
+    )  # raises if some selection could not be measured
     threshold = opts["threshold"]
-    if isinstance(threshold, str):  # "auto": std_i is at most |w_j|·sqrt(worst_var) for any selection
+    if isinstance(
+        threshold, str
+    ):  # "auto": std_i is at most |w_j|·sqrt(worst_var) for any selection
         threshold = np.sqrt(w2 * worst_var) / opts["target_rel_error"]
     del w2
-    sel = dict(c=c, eps=opts["eps"], threshold=threshold, method=opts["method"], monotonic=opts["monotonic"],
-               ratio=opts["ratio"], neighbors=neighbors, sigma=opts["sigma"], vector=opts["vector"])
+    sel = dict(
+        c=c,
+        eps=opts["eps"],
+        threshold=threshold,
+        method=opts["method"],
+        monotonic=opts["monotonic"],
+        ratio=opts["ratio"],
+        neighbors=neighbors,
+        sigma=opts["sigma"],
+        vector=opts["vector"],
+    )
     c, sens, mono, thr = check_selection(proxy, **sel)
-    integer_values = all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT
+    integer_values = (
+        all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT
+    )
     bound = float(max_records) * max(abs(lo), abs(hi))
-    mech, joint = selection_mechanism(proxy, method=opts["method"], c=c, eps=opts["eps"], sensitivity=sens,
-                                      monotonic=mono, ratio=opts["ratio"], neighbors=neighbors, vector=opts["vector"],
-                                      integer_values=integer_values, value_bound=bound)
+    mech, joint = selection_mechanism(
+        proxy,
+        method=opts["method"],
+        c=c,
+        eps=opts["eps"],
+        sensitivity=sens,
+        monotonic=mono,
+        ratio=opts["ratio"],
+        neighbors=neighbors,
+        vector=opts["vector"],
+        integer_values=integer_values,
+        value_bound=bound,
+    )
     # every magnitude check of the selection, from the declaration (max_records, W's entry range)
-    _, bound = declared_calibration(proxy, method=opts["method"], mechanism=mech, c=c, eps=opts["eps"],
-                                    sensitivity=sens, monotonic=mono, ratio=opts["ratio"], sigma=opts["sigma"],
-                                    joint=joint, thr=thr, integer_values=integer_values, max_records=max_records)
-    return FactoredSelectionPlan(terms, MappingProxyType(opts), eps, eps_m, delta, neighbors, max_records,
-                                 MappingProxyType(sel), sens, mono, thr, tuple(subsets), offsets, integer_values,
-                                 float(worst_sens), float(worst_var), int(need), mech, float(joint),
-                                 min(kmax, rows), bound)
+    _, bound = declared_calibration(
+        proxy,
+        method=opts["method"],
+        mechanism=mech,
+        c=c,
+        eps=opts["eps"],
+        sensitivity=sens,
+        monotonic=mono,
+        ratio=opts["ratio"],
+        sigma=opts["sigma"],
+        joint=joint,
+        thr=thr,
+        integer_values=integer_values,
+        max_records=max_records,
+    )
+    return FactoredSelectionPlan(
+        terms,
+        MappingProxyType(opts),
+        eps,
+        eps_m,
+        delta,
+        neighbors,
+        max_records,
+        MappingProxyType(sel),
+        sens,
+        mono,
+        thr,
+        tuple(subsets),
+        offsets,
+        integer_values,
+        float(worst_sens),
+        float(worst_var),
+        int(need),
+        mech,
+        float(joint),
+        min(kmax, rows),
+        bound,
+    )
 
 
 # -- reading the data: W x term by term ------------------------------------------------------
@@ -342,7 +449,9 @@ def row_values(plan, tables):
         for k, i in enumerate(S):
             if terms.kinds[j][i] == "I":
                 continue
-            m = np.rint(terms.factors[j][i].dense()).astype(np.int64)  # integer factor: exact in int64
+            m = np.rint(terms.factors[j][i].dense()).astype(
+                np.int64
+            )  # integer factor: exact in int64
             arr = np.moveaxis(np.tensordot(m, arr, axes=([1], [k])), 0, k)
         out.append(np.ascontiguousarray(arr).reshape(-1))
     return out
@@ -364,7 +473,14 @@ def _locate(plan, rows):
     out = []
     for r, j in zip(rows.tolist(), terms.tolist()):
         shape = _term_shape(plan.terms, j, plan.subsets[j])
-        out.append((j, tuple(int(v) for v in np.unravel_index(r - int(plan.offsets[j]), shape)) if shape else ()))
+        out.append(
+            (
+                j,
+                tuple(int(v) for v in np.unravel_index(r - int(plan.offsets[j]), shape))
+                if shape
+                else (),
+            )
+        )
     return out
 
 
@@ -443,7 +559,13 @@ def rows_sensitivity(plan, rows, p):
     loc = _locate(plan, np.asarray(rows, dtype=np.int64))
     if all(k != "O" for j, _ in loc for k in terms.kinds[j]):
         value, exact = _cells_sensitivity(plan, loc, p)
-        return value, exact, "maximum clique of consistent cells" if exact else "colouring bound of consistent cells"
+        return (
+            value,
+            exact,
+            "maximum clique of consistent cells"
+            if exact
+            else "colouring bound of consistent cells",
+        )
     ones = [Ones(1, n) for n in terms.domain]
     cache, stack = {}, []
     for j, idx in loc:
@@ -455,13 +577,17 @@ def rows_sensitivity(plan, rows, p):
                 if terms.kinds[j][i] == "I":
                     row[0, r] = 1.0
                 else:
-                    row[:] = np.rint(np.asarray(_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64))
+                    row[:] = np.rint(
+                        np.asarray(_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64)
+                    )
                 cache[key] = Dense(row)
             fs[i] = cache[key]
         stack.append((1.0, fs))
     by_rows = factored_sensitivity(stack, p)
     hit = sorted({j for j, _ in loc})
-    by_terms = factored_sensitivity([(1.0, [_factor(terms, j, i) for i in range(d)]) for j in hit], p)
+    by_terms = factored_sensitivity(
+        [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in hit], p
+    )
     if by_rows.exact or by_rows.value <= by_terms.value:
         return by_rows.value, by_rows.exact, by_rows.method
     return by_terms.value, False, "upper bound of the whole terms"
@@ -504,14 +630,38 @@ def _release(plan, W, answers, var, *, name, note, budget, record):
     std = np.sqrt(var)
     for a in (answers, std):
         a.setflags(write=False)
-    return Release(answers=answers, std=std, expected_error=float(var.sum()), workload=W, strategy=None,
-                   strategy_name=name, strategy_note=note, eps=plan.eps, delta=plan.delta, neighbors=plan.neighbors,
-                   budget_remaining=None if budget is None else budget.remaining, measurement=None, estimate=None,
-                   **record)
+    return Release(
+        answers=answers,
+        std=std,
+        expected_error=float(var.sum()),
+        workload=W,
+        strategy=None,
+        strategy_name=name,
+        strategy_note=note,
+        eps=plan.eps,
+        delta=plan.delta,
+        neighbors=plan.neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        measurement=None,
+        estimate=None,
+        **record,
+    )
 
 
-def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=None, rng=None, neighbors="add_remove",
-                     max_records, max_memory):
+def release_selected(
+    data,
+    W,
+    eps,
+    delta,
+    *,
+    select,
+    strategy="auto",
+    budget=None,
+    rng=None,
+    neighbors="add_remove",
+    max_records,
+    max_memory,
+):
     """Select rows of W privately from marginal tables of ``data``, measure only those →
     :class:`matmech.release.Release` (``selected``, ``selection``, ``eps_select`` as for
     :func:`matmech.release` with ``select=``). Called by
@@ -521,8 +671,16 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
     budget's affordability) → the marginal tables and the declared bound on the records →
     W x → one atomic spend of (ε, δ) → the selection's noise → the measurement's noise.
     """
-    plan = plan_factored_selection(W, eps, delta, select=select, strategy=strategy, neighbors=neighbors,
-                                   max_records=max_records, max_memory=max_memory)
+    plan = plan_factored_selection(
+        W,
+        eps,
+        delta,
+        select=select,
+        strategy=strategy,
+        neighbors=neighbors,
+        max_records=max_records,
+        max_memory=max_memory,
+    )
     noise.check_rng(rng)
     opts, n_rows = plan.opts, plan.rows
     what = f"release with selection ({opts['method']}, up to {plan.select['c']} of {n_rows} queries, factored)"
@@ -535,22 +693,48 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
     values = _weighted(plan, parts)
     if budget is not None:
         budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
-    sel = run_selection(SelectionPlan(values=values, threshold=plan.select["threshold"], thr=plan.thr,
-                                      method=plan.select["method"], c=int(plan.select["c"]), eps=float(opts["eps"]),
-                                      sensitivity=plan.sensitivity, monotonic=plan.monotonic,
-                                      ratio=plan.select["ratio"], n_rows=n_rows, sigma=plan.select["sigma"],
-                                      mechanism=plan.mechanism, joint_sensitivity=plan.joint_sensitivity,
-                                      value_bound=plan.value_bound), rng=rng)
+    sel = run_selection(
+        SelectionPlan(
+            values=values,
+            threshold=plan.select["threshold"],
+            thr=plan.thr,
+            method=plan.select["method"],
+            c=int(plan.select["c"]),
+            eps=float(opts["eps"]),
+            sensitivity=plan.sensitivity,
+            monotonic=plan.monotonic,
+            ratio=plan.select["ratio"],
+            n_rows=n_rows,
+            sigma=plan.select["sigma"],
+            mechanism=plan.mechanism,
+            joint_sensitivity=plan.joint_sensitivity,
+            value_bound=plan.value_bound,
+        ),
+        rng=rng,
+    )
     del values
     rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
     rows.setflags(write=False)
     shown = shown_select_options(opts)
-    record = dict(selected=rows, selection=sel, eps_select=float(opts["eps"]), select_options=MappingProxyType(shown))
+    record = dict(
+        selected=rows,
+        selection=sel,
+        eps_select=float(opts["eps"]),
+        select_options=MappingProxyType(shown),
+    )
     if rows.size == 0:
         empty = np.zeros(0)
-        return _release(plan, W, empty, empty, name="none", budget=budget, record=record,
-                        note="no row was selected, so nothing was measured (the measurement's share was reserved "
-                             "with the selection and is spent)")
+        return _release(
+            plan,
+            W,
+            empty,
+            empty,
+            name="none",
+            budget=budget,
+            record=record,
+            note="no row was selected, so nothing was measured (the measurement's share was reserved "
+            "with the selection and is spent)",
+        )
     # -- measure the selected rows: depends on the selection (a DP output) and W only ----------
     p = 1 if delta == 0 else 2
     value, exact, how = rows_sensitivity(plan, rows, p)
@@ -559,7 +743,10 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
         sens = min(sens, plan.worst_sensitivity)
     kind, scale, nvar = _noise_for(sens, plan.eps_measure, delta)
     terms = np.searchsorted(plan.offsets, rows, side="right") - 1
-    u = np.array([int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())], dtype=np.int64)
+    u = np.array(
+        [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],
+        dtype=np.int64,
+    )
     del parts
     if kind == "discrete_laplace":
         z = noise.discrete_laplace(scale, rows.size, rng=rng)
@@ -572,28 +759,54 @@ def release_selected(data, W, eps, delta, *, select, strategy="auto", budget=Non
     answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
     var = np.clip(np.diag(cov), 0.0, None)
     norm = "L1" if p == 1 else "L2"
-    note = (f"the {rows.size} selected rows measured themselves, answers by least squares on them (exact "
-            f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
-            f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
-            f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}")
+    note = (
+        f"the {rows.size} selected rows measured themselves, answers by least squares on them (exact "
+        f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
+        f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
+        f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}"
+    )
     # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
-    records = (MeasurementRecord(query=take_rows(W, rows), values=w * y, variance=nvar * w * w, event={
-        "mechanism": "selected rows", "eps": plan.eps_measure, "delta": delta, "noise": kind, "scale": scale,
-        "sensitivity": sens, "neighbors": neighbors}),)
+    records = (
+        MeasurementRecord(
+            query=take_rows(W, rows),
+            values=w * y,
+            variance=nvar * w * w,
+            event={
+                "mechanism": "selected rows",
+                "eps": plan.eps_measure,
+                "delta": delta,
+                "noise": kind,
+                "scale": scale,
+                "sensitivity": sens,
+                "neighbors": neighbors,
+            },
+        ),
+    )
     if sel.gap is not None:
         measured, mvar = answers, var
-        answers, var, more, gm = combine_selection(answers, cov, rows, sel, plan.select["threshold"],
-                                                   basis=w[:, None] * B)
+        answers, var, more, gm = combine_selection(
+            answers, cov, rows, sel, plan.select["threshold"], basis=w[:, None] * B
+        )
         records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
         note += more
         answers, var, near = guard(measured, mvar, answers, var, rows, sel)
         near.setflags(write=False)
         record["near_threshold"] = near
         if near.any():
-            note += (f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
-                     "measurement alone (flagged in near_threshold)")
+            note += (
+                f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
+                "measurement alone (flagged in near_threshold)"
+            )
         shown["_combined"] = True
         shown["_mechanism"] = sel.mechanism
         record["select_options"] = MappingProxyType(shown)
-    return _release(plan, W, np.asarray(answers, dtype=np.float64), np.asarray(var, dtype=np.float64),
-                    name="selected rows", note=note, budget=budget, record={**record, "measurements": records})
+    return _release(
+        plan,
+        W,
+        np.asarray(answers, dtype=np.float64),
+        np.asarray(var, dtype=np.float64),
+        name="selected rows",
+        note=note,
+        budget=budget,
+        record={**record, "measurements": records},
+    )

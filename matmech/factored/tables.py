@@ -76,7 +76,9 @@ def check_codes(codes, domain):
         codes = codes.to_numpy()
     arr = np.asarray(codes)
     if arr.ndim != 2:
-        raise ValueError(f"records must be a 2-D array of codes (records × attributes), got {arr.ndim} dimensions")
+        raise ValueError(
+            f"records must be a 2-D array of codes (records × attributes), got {arr.ndim} dimensions"
+        )
     if arr.shape[1] != len(domain):
         raise ValueError(f"records have {arr.shape[1]} attributes but the domain has {len(domain)}")
     if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
@@ -93,7 +95,9 @@ def _from_codes(codes, domain, s):
     shape = tuple(domain[i] for i in s)
     cells = math.prod(shape)
     if cells > MAX_TABLE_CELLS:
-        raise ValueError(f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built")
+        raise ValueError(
+            f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built"
+        )
     if not s:
         return np.array(codes.shape[0], dtype=np.int64)
     idx = _from_codes_index(codes, domain, s)
@@ -136,12 +140,18 @@ def _key(k, domain):
     try:
         key = tuple(k)
     except TypeError:
-        raise TypeError(f"a marginal table's key must be a tuple of attribute indices, got {k!r}") from None
-    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)) for a in key):
+        raise TypeError(
+            f"a marginal table's key must be a tuple of attribute indices, got {k!r}"
+        ) from None
+    if not all(
+        isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)) for a in key
+    ):
         raise TypeError(f"a marginal table's key must be a tuple of attribute indices, got {k!r}")
     key = tuple(int(a) for a in key)
     if len(set(key)) != len(key) or any(not 0 <= a < len(domain) for a in key):
-        raise ValueError(f"a marginal table's key must hold distinct attribute indices in 0..{len(domain) - 1}, got {k!r}")
+        raise ValueError(
+            f"a marginal table's key must hold distinct attribute indices in 0..{len(domain) - 1}, got {k!r}"
+        )
     return key
 
 
@@ -154,19 +164,30 @@ def _check_table(t, domain, key):
     try:
         arr = np.asarray(t)
     except (TypeError, ValueError):
-        raise TypeError(f"the table for attributes {key} must be an array of counts, got {type(t).__name__}") from None
+        raise TypeError(
+            f"the table for attributes {key} must be an array of counts, got {type(t).__name__}"
+        ) from None
     shape = tuple(domain[i] for i in key)
     if arr.ndim == 1 and len(key) > 1 and arr.size == math.prod(shape):
         arr = arr.reshape(shape)  # flat, row-major in key order
     if arr.shape != shape:
-        raise ValueError(f"the table for attributes {key} has shape {arr.shape}, expected {shape} "
-                         "(one axis per attribute, in the key's order)")
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-                                   or arr.dtype == bool):
-        raise TypeError(f"the table for attributes {key} must hold integer counts, got dtype {arr.dtype}")
+        raise ValueError(
+            f"the table for attributes {key} has shape {arr.shape}, expected {shape} "
+            "(one axis per attribute, in the key's order)"
+        )
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.integer)
+        or np.issubdtype(arr.dtype, np.floating)
+        or arr.dtype == bool
+    ):
+        raise TypeError(
+            f"the table for attributes {key} must hold integer counts, got dtype {arr.dtype}"
+        )
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
-            raise ValueError(f"the table for attributes {key} holds a non-integer or non-finite entry")
+            raise ValueError(
+                f"the table for attributes {key} holds a non-integer or non-finite entry"
+            )
     if np.any(arr < 0):
         raise ValueError(f"the table for attributes {key} holds a negative entry")
     order = np.argsort(key, kind="stable")
@@ -185,16 +206,20 @@ def _given_tables(data, domain):
         key = _key(k, domain)
         s = tuple(sorted(key))
         if s in given:
-            raise ValueError(f"the marginal on attributes {s} is given twice (as {raw[s]} and {key})")
+            raise ValueError(
+                f"the marginal on attributes {s} is given twice (as {raw[s]} and {key})"
+            )
         given[s], raw[s] = _check_table(v, domain, key), key
     keys = list(given)
     for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
+        for b in keys[i + 1 :]:
             common = tuple(sorted(set(a) & set(b)))
             if not np.array_equal(_sum_out(given[a], a, common), _sum_out(given[b], b, common)):
                 over = f"attributes {common}" if common else "the record total"
-                raise ValueError(f"the marginal tables for attributes {a} and {b} disagree on {over}: inconsistent "
-                                 "tables are refused (pass tables counted from one dataset; nothing was spent)")
+                raise ValueError(
+                    f"the marginal tables for attributes {a} and {b} disagree on {over}: inconsistent "
+                    "tables are refused (pass tables counted from one dataset; nothing was spent)"
+                )
     return given
 
 
@@ -228,12 +253,16 @@ def marginal_tables(data, domain, subsets):
     elif hasattr(data, "marginal_counts") and callable(data.marginal_counts):
         got = data.marginal_counts(top)
         if not isinstance(got, Mapping):
-            raise TypeError(f"marginal_counts must return a dict subset → table, got {type(got).__name__}")
+            raise TypeError(
+                f"marginal_counts must return a dict subset → table, got {type(got).__name__}"
+            )
         return marginal_tables(dict(got), domain, subsets)
     else:
         codes = check_codes(data, domain)
         # contiguous columns; as intp (bincount's index type) when that copy is small
-        codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
+        codes = np.asfortranarray(
+            codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None
+        )
         base = _from_codes_all(codes, domain, top)
     return _down_the_lattice(base, domain, subsets)
 
@@ -257,6 +286,8 @@ def _down_the_lattice(base, domain, subsets):
             have[s] = _sum_out(have[k], k, s)
             continue
         pool = min((holders.get(a, []) for a in s), key=len) if s else list(base)
-        k = min((m for m in pool if set(s) <= set(m)), key=lambda m: math.prod(domain[i] for i in m))
+        k = min(
+            (m for m in pool if set(s) <= set(m)), key=lambda m: math.prod(domain[i] for i in m)
+        )
         have[s] = _sum_out(base[k], k, s)
     return {s: have[s] for s in subsets}

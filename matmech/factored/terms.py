@@ -64,13 +64,18 @@ class Terms:
         """(subsets, row weights) when every term is a marginal, else None."""
         if any(k == "O" for ks in self.kinds for k in ks):
             return None
-        return [tuple(i for i, k in enumerate(ks) if k == "I") for ks in self.kinds], list(self.weights)
+        return [tuple(i for i, k in enumerate(ks) if k == "I") for ks in self.kinds], list(
+            self.weights
+        )
 
     @property
     def rows(self):
-        return sum(math.prod(f.shape[0] for f in fs) if fs is not None
-                   else math.prod(n for n, k in zip(self.domain, ks) if k == "I")
-                   for fs, ks in zip(self.factors, self.kinds))
+        return sum(
+            math.prod(f.shape[0] for f in fs)
+            if fs is not None
+            else math.prod(n for n, k in zip(self.domain, ks) if k == "I")
+            for fs, ks in zip(self.factors, self.kinds)
+        )
 
 
 class MarginalWorkload(LinOp):
@@ -89,10 +94,14 @@ class MarginalWorkload(LinOp):
 
     def _explicit(self):
         if self.shape[1] > 1 << 22:
-            raise ValueError(f"the marginal workload spans {self.shape[1]:.4g} cells; it is applied factor by factor "
-                             "only (release_factored)")
-        blocks = [Kron(*[Identity(n) if i in s else Ones(1, n) for i, n in enumerate(self.domain)])
-                  for s in self.subsets]
+            raise ValueError(
+                f"the marginal workload spans {self.shape[1]:.4g} cells; it is applied factor by factor "
+                "only (release_factored)"
+            )
+        blocks = [
+            Kron(*[Identity(n) if i in s else Ones(1, n) for i, n in enumerate(self.domain)])
+            for s in self.subsets
+        ]
         return VStack(blocks, weights=self.weights)
 
     def _matmat(self, x):
@@ -130,11 +139,15 @@ def as_terms(A, *, name="W"):
     if isinstance(A, MarginalWorkload):
         return _marginal_terms(A)
     if not isinstance(A, LinOp):
-        raise TypeError(f"{name} must be a matmech LinOp (a Kron or a stack of Krons), got {type(A).__name__}")
+        raise TypeError(
+            f"{name} must be a matmech LinOp (a Kron or a stack of Krons), got {type(A).__name__}"
+        )
     terms = kron_terms(A)
     if terms is None:
-        raise ValueError(f"{name} ({type(A).__name__}) is not a Kronecker product or a stack of them; "
-                         "the factored release needs its factors")
+        raise ValueError(
+            f"{name} ({type(A).__name__}) is not a Kronecker product or a stack of them; "
+            "the factored release needs its factors"
+        )
     cache = {}
 
     def kind(f):
@@ -143,8 +156,12 @@ def as_terms(A, *, name="W"):
         return cache[id(f)][1]
 
     domain = tuple(int(f.shape[1]) for f in terms[0][1])
-    return Terms(domain, tuple(float(w) for w, _ in terms), tuple(tuple(fs) for _, fs in terms),
-                 tuple(tuple(kind(f) for f in fs) for _, fs in terms))
+    return Terms(
+        domain,
+        tuple(float(w) for w, _ in terms),
+        tuple(tuple(fs) for _, fs in terms),
+        tuple(tuple(kind(f) for f in fs) for _, fs in terms),
+    )
 
 
 def restrict(terms, U):

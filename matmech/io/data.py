@@ -36,7 +36,7 @@ def _is_pandas(obj, kind):
 
 
 def _where(pos, labels, column):
-    """"column 'age'" (or "the values" for unnamed 1-D data): where a defect is, told by the
+    """ "column 'age'" (or "the values" for unnamed 1-D data): where a defect is, told by the
     column only. The records are private (issue 21): no row position, index label or value
     appears in a message; ``pos`` and ``labels`` are not used for the text."""
     return "the values" if column is None else f"column {column!r}"
@@ -53,7 +53,9 @@ def _numeric(values, labels, column):
     obj = arr.astype(object)
     for i, v in enumerate(obj):
         if v is None:
-            raise ValueError(f"missing value (None) in {_where(i, labels, column)}; drop or impute it first")
+            raise ValueError(
+                f"missing value (None) in {_where(i, labels, column)}; drop or impute it first"
+            )
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(
                 f"non-numeric value in {_where(i, labels, column)}; "
@@ -65,12 +67,16 @@ def _numeric(values, labels, column):
 def _check_spec(spec, attr):
     """('codes', n) for an integer number of categories, ('edges', e) for bin edges."""
     if isinstance(spec, bool):
-        raise TypeError(f"attribute {attr}: expected a number of categories or bin edges, got {spec!r}")
+        raise TypeError(
+            f"attribute {attr}: expected a number of categories or bin edges, got {spec!r}"
+        )
     if isinstance(spec, numbers.Integral):
         return "codes", size(spec, f"attribute {attr}: the number of categories")
     if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__"):
-        raise TypeError(f"attribute {attr}: expected a number of categories (int) or at least two numeric bin edges, "
-                        f"got {type(spec).__name__}")
+        raise TypeError(
+            f"attribute {attr}: expected a number of categories (int) or at least two numeric bin edges, "
+            f"got {type(spec).__name__}"
+        )
     edges = vector(spec, f"attribute {attr} bin edges", finite=False)
     if edges.ndim != 1 or edges.size < 2:
         raise TypeError(
@@ -78,7 +84,9 @@ def _check_spec(spec, attr):
         )
     edges = edges.astype(np.float64)
     if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"attribute {attr}: bin edges must be finite and strictly increasing, got {edges.tolist()}")
+        raise ValueError(
+            f"attribute {attr}: bin edges must be finite and strictly increasing, got {edges.tolist()}"
+        )
     return "edges", edges
 
 
@@ -98,7 +106,9 @@ def _codes(values, spec, labels, column):
     v = _numeric(values, labels, column)
     nan = np.isnan(v)
     if nan.any():
-        raise ValueError(f"missing value (NaN) in {_where(int(np.flatnonzero(nan)[0]), labels, column)}")
+        raise ValueError(
+            f"missing value (NaN) in {_where(int(np.flatnonzero(nan)[0]), labels, column)}"
+        )
     inf = np.isinf(v)
     if inf.any():
         i = int(np.flatnonzero(inf)[0])
@@ -115,7 +125,9 @@ def _codes(values, spec, labels, column):
         out = (v < 0) | (v >= arg)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            raise ValueError(f"a value in {_where(i, labels, column)} is outside the domain 0..{arg - 1}")
+            raise ValueError(
+                f"a value in {_where(i, labels, column)} is outside the domain 0..{arg - 1}"
+            )
         return v.astype(np.int64)
     edges = arg
     out = (v < edges[0]) | (v > edges[-1])
@@ -138,7 +150,9 @@ def _columns(data, specs):
         if isinstance(specs, Mapping):
             missing = [c for c in specs if c not in data.columns]
             if missing:
-                raise ValueError(f"column(s) {missing} not in the data frame (columns: {list(data.columns)})")
+                raise ValueError(
+                    f"column(s) {missing} not in the data frame (columns: {list(data.columns)})"
+                )
             return [(data[c], labels, c) for c in specs], list(specs.values())
         if len(specs) != data.shape[1]:
             raise ValueError(
@@ -149,25 +163,38 @@ def _columns(data, specs):
     if isinstance(specs, Mapping):
         raise TypeError("a mapping {column: bins} domain needs a pandas DataFrame")
     if isinstance(data, (list, tuple)):
-        cols = [(c, list(c.index) if _is_pandas(c, "Series") else None, getattr(c, "name", None) or j) for j, c in enumerate(data)]
+        cols = [
+            (c, list(c.index) if _is_pandas(c, "Series") else None, getattr(c, "name", None) or j)
+            for j, c in enumerate(data)
+        ]
         lengths = {len(c[0]) for c in cols}
         if len(lengths) > 1:
             raise ValueError(f"the columns have different lengths {[len(c[0]) for c in cols]}")
     else:
         arr = np.asarray(data)
         if arr.ndim != 2:
-            raise ValueError(f"multi-dimensional data must be 2-D (records × attributes), got shape {arr.shape}")
+            raise ValueError(
+                f"multi-dimensional data must be 2-D (records × attributes), got shape {arr.shape}"
+            )
         cols = [(arr[:, j], None, j) for j in range(arr.shape[1])]
     if len(cols) != len(specs):
-        raise ValueError(f"the domain has {len(specs)} attributes but the data has {len(cols)} columns")
+        raise ValueError(
+            f"the domain has {len(specs)} attributes but the data has {len(cols)} columns"
+        )
     return cols, list(specs)
 
 
 def cell_index(data, bins):
     """Row-major cell index of every record (see :func:`histogram` for the arguments)."""
-    one_d = _is_pandas(data, "Series") or (
-        not _is_pandas(data, "DataFrame") and not isinstance(data, (list, tuple)) and np.ndim(data) == 1
-    ) or (isinstance(data, (list, tuple)) and not any(np.ndim(c) >= 1 for c in data))
+    one_d = (
+        _is_pandas(data, "Series")
+        or (
+            not _is_pandas(data, "DataFrame")
+            and not isinstance(data, (list, tuple))
+            and np.ndim(data) == 1
+        )
+        or (isinstance(data, (list, tuple)) and not any(np.ndim(c) >= 1 for c in data))
+    )
     if one_d:
         if isinstance(bins, tuple) and len(bins) == 1:  # a one-attribute domain
             bins = bins[0]
@@ -178,7 +205,9 @@ def cell_index(data, bins):
     if isinstance(bins, (numbers.Integral, np.ndarray)) and not isinstance(bins, bool):
         bins = (bins,)
     if not isinstance(bins, (tuple, list, Mapping)) or not bins:
-        raise TypeError(f"multi-dimensional data needs a domain: a sequence or mapping of per-attribute bins, got {bins!r}")
+        raise TypeError(
+            f"multi-dimensional data needs a domain: a sequence or mapping of per-attribute bins, got {bins!r}"
+        )
     cols, raw = _columns(data, bins)
     specs = [_check_spec(s, name) for s, (_, _, name) in zip(raw, cols)]
     sizes = tuple(_spec_size(s) for s in specs)

@@ -78,7 +78,9 @@ def threshold(eps: float, delta: float) -> tuple[int, float]:
     t = 1/ε (rounded up to the sampler's grid)."""
     eps, delta = check_privacy_params(eps, delta)
     if delta <= 0:
-        raise ValueError("partition selection needs delta > 0: the values present are only hidden with probability 1 - delta")
+        raise ValueError(
+            "partition selection needs delta > 0: the values present are only hidden with probability 1 - delta"
+        )
     t = _scale(eps)
     tf = float(t)
     k = max(1, math.ceil(tf * math.log(1.0 / (delta * (1.0 + math.exp(-1.0 / tf))))))
@@ -115,7 +117,9 @@ def _key_counts(source, column, *, encoding, delimiter):
             raise ValueError(f"{where}: no such column; the columns are {available}")
         values = _strings(engine_numpy._column_values(source, kind, 0, column))
         keys = [v for v in values if v is not None]
-        uniq, counts = np.unique(np.array(keys, dtype=object), return_counts=True) if keys else ([], [])
+        uniq, counts = (
+            np.unique(np.array(keys, dtype=object), return_counts=True) if keys else ([], [])
+        )
         return [str(u) for u in uniq], np.asarray(counts, dtype=np.int64)
     if kind in ("csv", "parquet"):
         import duckdb
@@ -132,20 +136,36 @@ def _key_counts(source, column, *, encoding, delimiter):
                 if column not in cols:
                     raise ValueError(f"{where}: no such column; the columns are {cols}")
                 ref = f"trim(CAST({d.ident(column)} AS VARCHAR))"
-                res = con.execute(f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "
-                                  "GROUP BY 1").fetchall()
+                res = con.execute(
+                    f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "
+                    "GROUP BY 1"
+                ).fetchall()
             except duckdb.Error as exc:
-                raise engine_sql._engine_error(where, exc, encoding if kind == "csv" else None) from None
+                raise engine_sql._engine_error(
+                    where, exc, encoding if kind == "csv" else None
+                ) from None
         finally:
             con.close()
         return [str(k) for k, _ in res], np.array([n for _, n in res], dtype=np.int64)
-    raise TypeError(f"discover_categories reads a DataFrame, an Arrow table, a mapping of columns or a CSV/Parquet "
-                    f"path, got {kind}")
+    raise TypeError(
+        f"discover_categories reads a DataFrame, an Arrow table, a mapping of columns or a CSV/Parquet "
+        f"path, got {kind}"
+    )
 
 
-def discover_categories(source, column: str, eps: float, delta: float, *, name: str | None = None, budget=None,
-                        rng=None, other: str | None = "other", encoding: str = "utf-8",
-                        delimiter: str | None = None) -> Discovery:
+def discover_categories(
+    source,
+    column: str,
+    eps: float,
+    delta: float,
+    *,
+    name: str | None = None,
+    budget=None,
+    rng=None,
+    other: str | None = "other",
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
+) -> Discovery:
     """The values of ``column`` released by the threshold mechanism under (ε, δ)-DP
     (add/remove neighbours; see the module docstring) → :class:`Discovery`.
 
@@ -172,14 +192,27 @@ def discover_categories(source, column: str, eps: float, delta: float, *, name: 
     keys, counts = _key_counts(source, column, encoding=encoding, delimiter=delimiter)
     if budget is not None:
         budget.spend(eps, delta, what=what)  # before any noise
-    z = noise.discrete_laplace(_scale(eps), len(keys), rng=src) if len(keys) else np.zeros(0, dtype=np.int64)
-    released = tuple(sorted(k for k, c, e in zip(keys, counts.tolist(), z.tolist()) if c + e >= tau))
+    z = (
+        noise.discrete_laplace(_scale(eps), len(keys), rng=src)
+        if len(keys)
+        else np.zeros(0, dtype=np.int64)
+    )
+    released = tuple(
+        sorted(k for k, c, e in zip(keys, counts.tolist(), z.tolist()) if c + e >= tau)
+    )
     released = tuple(v for v in released if v != other)  # the other cell's label is not a value
     attr = None
     if released:
-        attr = categories(name, list(released), column=column, other=other,
-                          policy="other" if other is not None else "error",
-                          missing="other" if other is not None else "error")
-    note = (f"threshold mechanism (Desfontaines et al., PoPETs 2022): discrete Laplace scale {t:.6g} on each value's "
-            f"count, released when the noisy count is at least {tau}; (eps, delta) = ({eps:g}, {delta:g})")
+        attr = categories(
+            name,
+            list(released),
+            column=column,
+            other=other,
+            policy="other" if other is not None else "error",
+            missing="other" if other is not None else "error",
+        )
+    note = (
+        f"threshold mechanism (Desfontaines et al., PoPETs 2022): discrete Laplace scale {t:.6g} on each value's "
+        f"count, released when the noisy count is at least {tau}; (eps, delta) = ({eps:g}, {delta:g})"
+    )
     return Discovery(column, released, attr, eps, delta, t, tau, note)

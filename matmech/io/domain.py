@@ -39,7 +39,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Attribute", "Domain", "RegularBins", "time_bins", "TIME_UNITS", "integer_range", "numeric_bins", "categories", "POLICIES", "MISSING_POLICIES"]
+__all__ = [
+    "Attribute",
+    "Domain",
+    "RegularBins",
+    "time_bins",
+    "TIME_UNITS",
+    "integer_range",
+    "numeric_bins",
+    "categories",
+    "POLICIES",
+    "MISSING_POLICIES",
+]
 
 #: What becomes of a value outside the declared cells.
 POLICIES = ("clip", "other", "drop", "error")
@@ -109,7 +120,9 @@ class RegularBins(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            raise TypeError("regular bins are computed on demand: index them one at a time (bins[i])")
+            raise TypeError(
+                "regular bins are computed on demand: index them one at a time (bins[i])"
+            )
         if isinstance(i, bool) or not isinstance(i, numbers.Integral):
             raise TypeError(f"bin indices must be integers, got {type(i).__name__}")
         j = int(i) + self.k if i < 0 else int(i)
@@ -156,33 +169,59 @@ class Attribute:
     bins: Any = ()  # a tuple of (lo, hi) pairs, or a lazy RegularBins
     categories: tuple = ()
     labels: tuple | None = None
-    time: str | None = None  # "hour" | "day" | "week" | "month": regular bins of a timestamp (time_bins)
+    time: str | None = (
+        None  # "hour" | "day" | "week" | "month": regular bins of a timestamp (time_bins)
+    )
 
     def __post_init__(self):
         _check_name(self.name)
-        if self.time is not None and (self.time not in TIME_UNITS or self.kind != "bins" or self.width is None):
-            raise ValueError(f"attribute {self.name!r}: time must be one of {list(TIME_UNITS)} on regular bins, got {self.time!r}")
+        if self.time is not None and (
+            self.time not in TIME_UNITS or self.kind != "bins" or self.width is None
+        ):
+            raise ValueError(
+                f"attribute {self.name!r}: time must be one of {list(TIME_UNITS)} on regular bins, got {self.time!r}"
+            )
         _check_name(self.column, "column")
         if self.policy not in POLICIES:
-            raise ValueError(f"attribute {self.name!r}: policy must be one of {list(POLICIES)}, got {self.policy!r}")
+            raise ValueError(
+                f"attribute {self.name!r}: policy must be one of {list(POLICIES)}, got {self.policy!r}"
+            )
         if self.missing not in MISSING_POLICIES:
-            raise ValueError(f"attribute {self.name!r}: missing must be one of {list(MISSING_POLICIES)}, got {self.missing!r}")
+            raise ValueError(
+                f"attribute {self.name!r}: missing must be one of {list(MISSING_POLICIES)}, got {self.missing!r}"
+            )
         if self.other is not None and (not isinstance(self.other, str) or not self.other):
-            raise TypeError(f"attribute {self.name!r}: other must be a non-empty label string, got {self.other!r}")
+            raise TypeError(
+                f"attribute {self.name!r}: other must be a non-empty label string, got {self.other!r}"
+            )
         if "other" in (self.policy, self.missing) and self.other is None:
-            raise ValueError(f"attribute {self.name!r}: policy 'other' needs an other cell: declare other = \"<label>\"")
+            raise ValueError(
+                f"attribute {self.name!r}: policy 'other' needs an other cell: declare other = \"<label>\""
+            )
         if self.policy == "clip" and self.kind == "categories":
-            raise ValueError(f"attribute {self.name!r}: categories have no ends to clip to; use policy 'other', 'drop' or 'error'")
-        if (self.policy == "clip" and self.kind == "bins" and self.width is None
-                and any(b[1] != c[0] for b, c in zip(self.bins, self.bins[1:]))):
-            raise ValueError(f"attribute {self.name!r}: policy 'clip' needs contiguous bins; these leave gaps")
+            raise ValueError(
+                f"attribute {self.name!r}: categories have no ends to clip to; use policy 'other', 'drop' or 'error'"
+            )
+        if (
+            self.policy == "clip"
+            and self.kind == "bins"
+            and self.width is None
+            and any(b[1] != c[0] for b, c in zip(self.bins, self.bins[1:]))
+        ):
+            raise ValueError(
+                f"attribute {self.name!r}: policy 'clip' needs contiguous bins; these leave gaps"
+            )
         if self.labels is not None:
-            if len(self.labels) != self.declared_size or not all(isinstance(s, str) for s in self.labels):
+            if len(self.labels) != self.declared_size or not all(
+                isinstance(s, str) for s in self.labels
+            ):
                 raise ValueError(
                     f"attribute {self.name!r}: labels must be {self.declared_size} strings, one per declared cell, got {list(self.labels)!r}"
                 )
         if self.size > MAX_ATTRIBUTE_CELLS:
-            raise ValueError(f"attribute {self.name!r} declares {self.size:,} cells; at most {MAX_ATTRIBUTE_CELLS:,}")
+            raise ValueError(
+                f"attribute {self.name!r} declares {self.size:,} cells; at most {MAX_ATTRIBUTE_CELLS:,}"
+            )
 
     # -- sizes ----------------------------------------------------------------------------------
 
@@ -242,8 +281,14 @@ class Attribute:
     def cell_label(self, code: int) -> str:
         """``sex=F``, ``age=18``, ``age 18-24``, ``delay -60 to -51``, ``income [20k, 30k)``."""
         text = self.value_label(code)
-        if code != self.other_code and self.labels is None and self.time is None and (
-            self.kind == "bins" or (self.kind == "range" and self._span(code)[0] != self._span(code)[1])
+        if (
+            code != self.other_code
+            and self.labels is None
+            and self.time is None
+            and (
+                self.kind == "bins"
+                or (self.kind == "range" and self._span(code)[0] != self._span(code)[1])
+            )
         ):
             return f"{self.name} {text}"
         return f"{self.name}={text}"
@@ -251,12 +296,19 @@ class Attribute:
     def span_label(self, first: int, last: int) -> str:
         """The label of the cells first … last (inclusive): ``age 18-24``, ``income [20k, 50k)``."""
         if not 0 <= first <= last < self.size:
-            raise IndexError(f"attribute {self.name!r}: need 0 <= first <= last < {self.size}, got ({first}, {last})")
+            raise IndexError(
+                f"attribute {self.name!r}: need 0 <= first <= last < {self.size}, got ({first}, {last})"
+            )
         if first == last:
             return self.cell_label(first)
         if first == 0 and last == self.size - 1:
             return "total"
-        if self.other_code is not None and last == self.other_code or self.labels is not None or self.kind == "categories":
+        if (
+            self.other_code is not None
+            and last == self.other_code
+            or self.labels is not None
+            or self.kind == "categories"
+        ):
             values = [self.value_label(c) for c in range(first, last + 1)]
             shown = values if len(values) <= 6 else [*values[:3], "...", *values[-2:]]
             return f"{self.name} in {{{', '.join(shown)}}}"
@@ -275,14 +327,26 @@ class Attribute:
 
         f, last = np.asarray(firsts), np.asarray(lasts)
         if f.shape != last.shape or f.ndim != 1:
-            raise ValueError(f"firsts and lasts must be 1-D arrays of the same length, got shapes {f.shape} and {last.shape}")
-        if f.size and not (np.issubdtype(f.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)):
-            raise TypeError(f"firsts and lasts must be integer cell indices, got dtypes {f.dtype} and {last.dtype}")
+            raise ValueError(
+                f"firsts and lasts must be 1-D arrays of the same length, got shapes {f.shape} and {last.shape}"
+            )
+        if f.size and not (
+            np.issubdtype(f.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)
+        ):
+            raise TypeError(
+                f"firsts and lasts must be integer cell indices, got dtypes {f.dtype} and {last.dtype}"
+            )
         if f.size and (f.min() < 0 or last.max() >= self.size or np.any(f > last)):
-            raise IndexError(f"attribute {self.name!r}: need 0 <= first <= last < {self.size} for every span")
+            raise IndexError(
+                f"attribute {self.name!r}: need 0 <= first <= last < {self.size} for every span"
+            )
         fl, ll = f.tolist(), last.tolist()
-        if self.labels is not None or self.kind == "categories" or self.time is not None or (
-                self.other_code is not None and f.size and last.max() == self.other_code):
+        if (
+            self.labels is not None
+            or self.kind == "categories"
+            or self.time is not None
+            or (self.other_code is not None and f.size and last.max() == self.other_code)
+        ):
             return [self.span_label(a, b) for a, b in zip(fl, ll)]
         total = (f == 0) & (last == self.size - 1) & (f != last)
         name = self.name
@@ -292,7 +356,10 @@ class Attribute:
             b = np.minimum(lo + (last.astype(np.int64) + 1) * w - 1, hi).tolist()
             out = [f"{name}={x}" if x == y else f"{name} {_range_text(x, y)}" for x, y in zip(a, b)]
         else:
-            out = [f"{name} [{_number(self.bins[x][0])}, {_number(self.bins[y][1])})" for x, y in zip(fl, ll)]
+            out = [
+                f"{name} [{_number(self.bins[x][0])}, {_number(self.bins[y][1])})"
+                for x, y in zip(fl, ll)
+            ]
         for i in np.flatnonzero(total).tolist():
             out[i] = "total"
         return out
@@ -303,7 +370,11 @@ class Attribute:
         if self.column != self.name:
             out["column"] = self.column
         if self.time is not None:
-            out.update(time=self.time, start=_time_iso(self.lo, self.time), end=_time_iso(self.hi, self.time))
+            out.update(
+                time=self.time,
+                start=_time_iso(self.lo, self.time),
+                end=_time_iso(self.hi, self.time),
+            )
         elif self.kind == "range":
             out["range"] = [int(self.lo), int(self.hi)]  # type: ignore[arg-type]  # set for ranges
             if self.width != 1:
@@ -337,23 +408,49 @@ def _labels(labels):
     return None if labels is None else tuple(labels)
 
 
-def integer_range(name, lo, hi, *, width=1, column=None, policy="error", missing=None, other=None, labels=None) -> Attribute:
+def integer_range(
+    name, lo, hi, *, width=1, column=None, policy="error", missing=None, other=None, labels=None
+) -> Attribute:
     """Integers lo … hi (inclusive) in cells of ``width`` consecutive values.
 
     ``missing`` defaults to ``policy`` (``"error"`` when policy is ``"clip"``).
     """
     _check_name(name)
-    lo, hi, width = _check_int(lo, "lo", name), _check_int(hi, "hi", name), _check_int(width, "width", name)
+    lo, hi, width = (
+        _check_int(lo, "lo", name),
+        _check_int(hi, "hi", name),
+        _check_int(width, "width", name),
+    )
     if hi < lo:
         raise ValueError(f"attribute {name!r}: need lo <= hi, got lo = {lo}, hi = {hi}")
     if width < 1:
         raise ValueError(f"attribute {name!r}: width must be a positive integer, got {width}")
-    return Attribute(name, "range", column or name, lo=lo, hi=hi, width=width, labels=_labels(labels),
-                     **_policies(name, policy, missing, other))
+    return Attribute(
+        name,
+        "range",
+        column or name,
+        lo=lo,
+        hi=hi,
+        width=width,
+        labels=_labels(labels),
+        **_policies(name, policy, missing, other),
+    )
 
 
-def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, column=None, policy="error", missing=None,
-                 other=None, labels=None) -> Attribute:
+def numeric_bins(
+    name,
+    *,
+    edges=None,
+    lo=None,
+    hi=None,
+    width=None,
+    bins=None,
+    column=None,
+    policy="error",
+    missing=None,
+    other=None,
+    labels=None,
+) -> Attribute:
     """Half-open numeric bins [a, b), declared by exactly one of ``edges`` (e₀ < … < e_k),
     ``lo``/``hi``/``width`` (regular bins from lo; the last ends at hi; held as
     :class:`RegularBins`, computed on demand, so 10⁹ bins cost no memory to declare) or
@@ -361,35 +458,69 @@ def numeric_bins(name, *, edges=None, lo=None, hi=None, width=None, bins=None, c
     _check_name(name)
     given = [k for k, v in (("edges", edges), ("width", width), ("bins", bins)) if v is not None]
     if len(given) != 1:
-        raise ValueError(f"attribute {name!r}: declare bins by exactly one of edges, lo/hi/width or bins (got {given or 'none'})")
+        raise ValueError(
+            f"attribute {name!r}: declare bins by exactly one of edges, lo/hi/width or bins (got {given or 'none'})"
+        )
     reg_width = None
     if edges is not None:
         e = [_check_real(v, "an edge", name) for v in edges]
         if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
-            raise ValueError(f"attribute {name!r}: edges must be at least two strictly increasing numbers, got {list(edges)!r}")
+            raise ValueError(
+                f"attribute {name!r}: edges must be at least two strictly increasing numbers, got {list(edges)!r}"
+            )
         pairs: Any = tuple(zip(e, e[1:]))
     elif width is not None:
         if lo is None or hi is None:
             raise ValueError(f"attribute {name!r}: width needs lo and hi")
-        lo, hi, reg_width = _check_real(lo, "lo", name), _check_real(hi, "hi", name), _check_real(width, "width", name)
+        lo, hi, reg_width = (
+            _check_real(lo, "lo", name),
+            _check_real(hi, "hi", name),
+            _check_real(width, "width", name),
+        )
         if not (hi > lo and reg_width > 0):
-            raise ValueError(f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}")
+            raise ValueError(
+                f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}"
+            )
         k = math.ceil((hi - lo) / reg_width)
         if k > MAX_ATTRIBUTE_CELLS:
-            raise ValueError(f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
-                             f"need {8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width")
+            raise ValueError(
+                f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
+                f"need {8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width"
+            )
         pairs = RegularBins(lo, hi, reg_width, k)  # lazy: O(1) memory whatever k
     else:
         try:
-            pairs = tuple((_check_real(a, "a bin bound", name), _check_real(b, "a bin bound", name)) for a, b in bins)
+            pairs = tuple(
+                (_check_real(a, "a bin bound", name), _check_real(b, "a bin bound", name))
+                for a, b in bins
+            )
         except (TypeError, ValueError):
-            raise TypeError(f"attribute {name!r}: bins must be a list of [lo, hi) number pairs, got {bins!r}") from None
-        if not pairs or any(a >= b for a, b in pairs) or any(p[1] > q[0] for p, q in zip(pairs, pairs[1:])):
-            raise ValueError(f"attribute {name!r}: bins must be non-empty, increasing and non-overlapping [lo, hi) pairs, got {bins!r}")
+            raise TypeError(
+                f"attribute {name!r}: bins must be a list of [lo, hi) number pairs, got {bins!r}"
+            ) from None
+        if (
+            not pairs
+            or any(a >= b for a, b in pairs)
+            or any(p[1] > q[0] for p, q in zip(pairs, pairs[1:]))
+        ):
+            raise ValueError(
+                f"attribute {name!r}: bins must be non-empty, increasing and non-overlapping [lo, hi) pairs, got {bins!r}"
+            )
     if lo is not None and width is None:
-        raise ValueError(f"attribute {name!r}: lo/hi go with width (edges and bins carry their own bounds)")
-    return Attribute(name, "bins", column or name, lo=lo if reg_width else None, hi=hi if reg_width else None, width=reg_width,
-                     bins=pairs, labels=_labels(labels), **_policies(name, policy, missing, other))
+        raise ValueError(
+            f"attribute {name!r}: lo/hi go with width (edges and bins carry their own bounds)"
+        )
+    return Attribute(
+        name,
+        "bins",
+        column or name,
+        lo=lo if reg_width else None,
+        hi=hi if reg_width else None,
+        width=reg_width,
+        bins=pairs,
+        labels=_labels(labels),
+        **_policies(name, policy, missing, other),
+    )
 
 
 def _epoch_seconds(value, what, name) -> int:
@@ -400,12 +531,16 @@ def _epoch_seconds(value, what, name) -> int:
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError(f"attribute {name!r}: {what} must be an ISO 8601 date or time such as '2013-01-01', "
-                             f"got {value!r}") from None
+            raise ValueError(
+                f"attribute {name!r}: {what} must be an ISO 8601 date or time such as '2013-01-01', "
+                f"got {value!r}"
+            ) from None
     elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
         value = dt.datetime(value.year, value.month, value.day)
     if not isinstance(value, dt.datetime):
-        raise TypeError(f"attribute {name!r}: {what} must be an ISO 8601 string, a date or a datetime, got {value!r}")
+        raise TypeError(
+            f"attribute {name!r}: {what} must be an ISO 8601 string, a date or a datetime, got {value!r}"
+        )
     if value.tzinfo is not None:
         value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return int((value - dt.datetime(1970, 1, 1)) // dt.timedelta(seconds=1))
@@ -439,7 +574,9 @@ def _time_text(x, unit) -> str:
     return ("week of " if unit == "week" else "") + _time_iso(x, unit)
 
 
-def time_bins(name, start, end, unit="day", *, column=None, policy="error", missing=None, other=None) -> Attribute:
+def time_bins(
+    name, start, end, unit="day", *, column=None, policy="error", missing=None, other=None
+) -> Attribute:
     """Timestamps binned by ``unit`` ("hour", "day", "week" from Monday, "month") from ``start``
     (aligned down to its unit) up to ``end`` (exclusive; the last bin is whole). ``start`` /
     ``end``: ISO 8601 strings, dates or datetimes; naive times are UTC, zoned ones are
@@ -447,10 +584,14 @@ def time_bins(name, start, end, unit="day", *, column=None, policy="error", miss
     is ⌊(seconds(v) − start) / width⌋, or its month count since ``start``'s month."""
     _check_name(name)
     if unit not in TIME_UNITS:
-        raise ValueError(f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}")
+        raise ValueError(
+            f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}"
+        )
     s, e = _epoch_seconds(start, "start", name), _epoch_seconds(end, "end", name)
     if e <= s:
-        raise ValueError(f"attribute {name!r}: need start < end, got start = {start!r}, end = {end!r}")
+        raise ValueError(
+            f"attribute {name!r}: need start < end, got start = {start!r}, end = {end!r}"
+        )
     if unit == "month":
         lo, _ = _month_index(s)
         last, exact_end = _month_index(e)
@@ -462,22 +603,43 @@ def time_bins(name, start, end, unit="day", *, column=None, policy="error", miss
         lo = (s - offset) // width * width + offset
         k = -(-(e - lo) // width)
     if k > MAX_ATTRIBUTE_CELLS:
-        raise ValueError(f"attribute {name!r}: {k:,} {unit} bins; at most {MAX_ATTRIBUTE_CELLS:,}: use a coarser unit")
+        raise ValueError(
+            f"attribute {name!r}: {k:,} {unit} bins; at most {MAX_ATTRIBUTE_CELLS:,}: use a coarser unit"
+        )
     hi = lo + k * width
-    return Attribute(name, "bins", column or name, lo=float(lo), hi=float(hi), width=float(width),
-                     bins=RegularBins(lo, hi, width, k), time=unit, **_policies(name, policy, missing, other))
+    return Attribute(
+        name,
+        "bins",
+        column or name,
+        lo=float(lo),
+        hi=float(hi),
+        width=float(width),
+        bins=RegularBins(lo, hi, width, k),
+        time=unit,
+        **_policies(name, policy, missing, other),
+    )
 
 
-def categories(name, values, *, column=None, policy="error", missing=None, other=None, labels=None) -> Attribute:
+def categories(
+    name, values, *, column=None, policy="error", missing=None, other=None, labels=None
+) -> Attribute:
     """String categories, one cell each in the order given (values are trimmed before matching)."""
     _check_name(name)
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise TypeError(f"attribute {name!r}: categories must be a list of strings, got {values!r}")
     vals = tuple(values)
     if not vals or len(set(vals)) != len(vals) or any(v != v.strip() or not v for v in vals):
-        raise ValueError(f"attribute {name!r}: categories must be distinct, non-empty and without surrounding spaces, got {list(vals)!r}")
-    return Attribute(name, "categories", column or name, categories=vals, labels=_labels(labels),
-                     **_policies(name, policy, missing, other))
+        raise ValueError(
+            f"attribute {name!r}: categories must be distinct, non-empty and without surrounding spaces, got {list(vals)!r}"
+        )
+    return Attribute(
+        name,
+        "categories",
+        column or name,
+        categories=vals,
+        labels=_labels(labels),
+        **_policies(name, policy, missing, other),
+    )
 
 
 @dataclass(frozen=True)
@@ -511,7 +673,9 @@ class Domain:
     def __post_init__(self):
         attrs = tuple(self.attributes) if isinstance(self.attributes, Iterable) else ()
         if not attrs or not all(isinstance(a, Attribute) for a in attrs):
-            raise TypeError(f"a Domain needs a non-empty sequence of Attribute, got {self.attributes!r}")
+            raise TypeError(
+                f"a Domain needs a non-empty sequence of Attribute, got {self.attributes!r}"
+            )
         names = [a.name for a in attrs]
         if len(set(names)) != len(names):
             raise ValueError(f"attribute names must be distinct, got {names}")
@@ -552,9 +716,13 @@ class Domain:
         try:
             s = tuple(int(j) for j in subset)
         except TypeError:
-            raise TypeError(f"a subset is a sequence of attribute indices, got {subset!r}") from None
+            raise TypeError(
+                f"a subset is a sequence of attribute indices, got {subset!r}"
+            ) from None
         if any(not 0 <= j < len(self) for j in s) or list(s) != sorted(set(s)):
-            raise ValueError(f"a subset must be distinct increasing attribute indices in 0..{len(self) - 1}, got {subset!r}")
+            raise ValueError(
+                f"a subset must be distinct increasing attribute indices in 0..{len(self) - 1}, got {subset!r}"
+            )
         return s
 
     def unravel(self, cell, subset=None) -> tuple:
@@ -587,13 +755,17 @@ class Domain:
     def interval_label(self, first, last) -> str:
         """The label of cells first … last of a one-attribute domain: ``age 18-24``."""
         if len(self) != 1:
-            raise ValueError(f"interval labels need a one-attribute domain; this one has {len(self)} attributes")
+            raise ValueError(
+                f"interval labels need a one-attribute domain; this one has {len(self)} attributes"
+            )
         return self.attributes[0].span_label(first, last)
 
     def interval_labels(self, firsts, lasts) -> list:
         """:meth:`interval_label` of many intervals (arrays of first / last cells) at once."""
         if len(self) != 1:
-            raise ValueError(f"interval labels need a one-attribute domain; this one has {len(self)} attributes")
+            raise ValueError(
+                f"interval labels need a one-attribute domain; this one has {len(self)} attributes"
+            )
         return self.attributes[0].span_labels(firsts, lasts)
 
     def to_dicts(self) -> list:

@@ -15,12 +15,15 @@ from matmech.io.grouping import DROP, Engine, _actions, _not_spark
 
 __all__ = ["NUMPY"]
 
+
 def _object_missing(obj):
     """None / NaN / pandas NA entries of an object array."""
     try:
         return np.asarray((obj == None) | (obj != obj), dtype=bool)  # noqa: E711 (elementwise)
     except TypeError:  # pandas NA compares to NA, which has no truth value
-        return np.frompyfunc(lambda v: v is None or v != v if type(v).__name__ != "NAType" else True, 1, 1)(obj).astype(bool)
+        return np.frompyfunc(
+            lambda v: v is None or v != v if type(v).__name__ != "NAType" else True, 1, 1
+        )(obj).astype(bool)
 
 
 def _np_numbers(values):
@@ -56,12 +59,18 @@ def _np_times(values, unit):
     else:
         obj = pd.Series(arr.astype(object))
         obj = obj.where(~obj.map(lambda v: isinstance(v, str) and not v.strip()), None)
-        ts = pd.to_datetime(obj.map(lambda v: v.strip() if isinstance(v, str) else v), errors="coerce", utc=True,
-                            format="ISO8601")
+        ts = pd.to_datetime(
+            obj.map(lambda v: v.strip() if isinstance(v, str) else v),
+            errors="coerce",
+            utc=True,
+            format="ISO8601",
+        )
     miss = ts.isna().to_numpy()
     naive = ts.dt.tz_convert(None)
     if unit == "month":
-        v = ((naive.dt.year - 1970) * 12 + naive.dt.month - 1).to_numpy(dtype=np.float64, na_value=np.nan)
+        v = ((naive.dt.year - 1970) * 12 + naive.dt.month - 1).to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
     else:
         ns = naive.to_numpy(dtype="datetime64[ns]").astype(np.int64)
         v = np.floor_divide(ns, 10**9).astype(np.float64)
@@ -127,8 +136,13 @@ def _column_values(source, kind, j, column):
 
 def _numpy_groups(source, kind, domain, sets, where):
     if kind == "array" and source.shape[1] != len(domain):
-        raise ValueError(f"the array has {source.shape[1]} columns but the domain has {len(domain)} attributes {list(domain.names)}")
-    codes = [_np_codes(a, _column_values(source, kind, j, a.column)) for j, a in enumerate(domain.attributes)]
+        raise ValueError(
+            f"the array has {source.shape[1]} columns but the domain has {len(domain)} attributes {list(domain.names)}"
+        )
+    codes = [
+        _np_codes(a, _column_values(source, kind, j, a.column))
+        for j, a in enumerate(domain.attributes)
+    ]
     lengths = {c.size for c in codes}
     if len(lengths) > 1:
         raise ValueError(f"{where}: the columns have different lengths")
@@ -138,12 +152,17 @@ def _numpy_groups(source, kind, domain, sets, where):
     groups = {}
     for s in sets:
         if not s:
-            groups[s] = (np.zeros((2, 0), np.int64), np.array([False, True]),
-                         np.array([np.sum(~dropped), np.sum(dropped)], dtype=np.int64))
+            groups[s] = (
+                np.zeros((2, 0), np.int64),
+                np.array([False, True]),
+                np.array([np.sum(~dropped), np.sum(dropped)], dtype=np.int64),
+            )
             continue
         # one int64 key per record: codes shifted past the sentinels (≥ -3), then the drop bit
         dims = tuple(domain.attributes[j].size + 3 for j in s) + (2,)
-        key = np.ravel_multi_index(tuple(codes[j] + 3 for j in s) + (dropped.astype(np.int64),), dims)
+        key = np.ravel_multi_index(
+            tuple(codes[j] + 3 for j in s) + (dropped.astype(np.int64),), dims
+        )
         if math.prod(dims) <= max(4 * key.size, 1 << 16):
             counts = np.bincount(key, minlength=math.prod(dims))
             uniq = np.flatnonzero(counts)
@@ -151,14 +170,20 @@ def _numpy_groups(source, kind, domain, sets, where):
         else:
             uniq, counts = np.unique(key, return_counts=True)
         parts = np.unravel_index(uniq, dims)
-        groups[s] = (np.column_stack(parts[:-1]) - 3, parts[-1].astype(bool), counts.astype(np.int64))
+        groups[s] = (
+            np.column_stack(parts[:-1]) - 3,
+            parts[-1].astype(bool),
+            counts.astype(np.int64),
+        )
     return groups
 
 
 def _check_kind(kind: str) -> None:
     _not_spark(kind, "numpy")
     if kind in ("csv", "parquet"):
-        raise TypeError(f"the numpy engine counts in-memory columns; read {kind.upper()} files with engine='duckdb'")
+        raise TypeError(
+            f"the numpy engine counts in-memory columns; read {kind.upper()} files with engine='duckdb'"
+        )
 
 
 def _groups(source, kind, domain, sets, *, where, encoding, delimiter):

@@ -22,6 +22,7 @@ __all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES"]
 
 NONE = -9  # a column that is not in a grouping set
 
+
 class _Dialect:
     def __init__(self, name):
         self.name = name
@@ -55,10 +56,15 @@ def _sql_code(a, ref, d):
         whens = " ".join(f"WHEN {ref} < {d.real(b[1])} THEN {i}" for i, b in enumerate(a.bins[:-1]))
         inner = f"CASE {whens} ELSE {a.declared_size - 1} END" if whens else "0"
     else:
-        whens = " ".join(f"WHEN {ref} >= {d.real(b[0])} AND {ref} < {d.real(b[1])} THEN {i}" for i, b in enumerate(a.bins))
+        whens = " ".join(
+            f"WHEN {ref} >= {d.real(b[0])} AND {ref} < {d.real(b[1])} THEN {i}"
+            for i, b in enumerate(a.bins)
+        )
         inner = f"CASE {whens} ELSE {ood} END"
-    return (f"CASE WHEN {ref} IS NULL OR isnan({ref}) THEN {miss} WHEN {ref} < {d.real(lo_bound)} THEN {low} "
-            f"WHEN {ref} >= {d.real(hi_bound)} THEN {high} ELSE {inner} END")
+    return (
+        f"CASE WHEN {ref} IS NULL OR isnan({ref}) THEN {miss} WHEN {ref} < {d.real(lo_bound)} THEN {low} "
+        f"WHEN {ref} >= {d.real(hi_bound)} THEN {high} ELSE {inner} END"
+    )
 
 
 def _sql_time(a, col, d):
@@ -66,7 +72,9 @@ def _sql_time(a, col, d):
     double; NULL when it does not parse. DuckDB only (Spark parses text in its session's
     time zone: refused rather than binned in an unstated zone)."""
     if d.name != "duckdb":
-        raise ValueError(f"attribute {a.name!r}: time attributes are counted by the numpy and duckdb engines, not spark")
+        raise ValueError(
+            f"attribute {a.name!r}: time attributes are counted by the numpy and duckdb engines, not spark"
+        )
     ts = f"TRY_CAST({col} AS TIMESTAMP)"
     if a.time == "month":
         return f"CAST((year({ts}) - 1970) * 12 + month({ts}) - 1 AS DOUBLE)"
@@ -86,13 +94,27 @@ def _sql_int_code(a, ref, d):
     w = int(a.width)
     div = "//" if d.name == "duckdb" else "div"
     inner = f"({ref} - {int(a.lo)})" if w == 1 else f"(({ref} - {int(a.lo)}) {div} {w})"
-    return (f"CASE WHEN {ref} IS NULL THEN {miss} WHEN {ref} < {int(a.lo)} THEN {low} "
-            f"WHEN {ref} > {int(a.hi)} THEN {high} ELSE {inner} END")
+    return (
+        f"CASE WHEN {ref} IS NULL THEN {miss} WHEN {ref} < {int(a.lo)} THEN {low} "
+        f"WHEN {ref} > {int(a.hi)} THEN {high} ELSE {inner} END"
+    )
 
 
 #: Column types (lower case, as DuckDB and Spark name them) holding integers.
-INTEGER_TYPES = ("tinyint", "smallint", "integer", "int", "bigint", "utinyint", "usmallint", "uinteger", "ubigint", "long",
-                 "short", "byte")
+INTEGER_TYPES = (
+    "tinyint",
+    "smallint",
+    "integer",
+    "int",
+    "bigint",
+    "utinyint",
+    "usmallint",
+    "uinteger",
+    "ubigint",
+    "long",
+    "short",
+    "byte",
+)
 
 
 def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
@@ -114,16 +136,26 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         if a.time is not None:
             expr = _sql_time(a, col, d)
         else:
-            expr = f"trim(CAST({col} AS {d.string}))" if a.kind == "categories" else f"TRY_CAST({col} AS DOUBLE)"
+            expr = (
+                f"trim(CAST({col} AS {d.string}))"
+                if a.kind == "categories"
+                else f"TRY_CAST({col} AS DOUBLE)"
+            )
         parsed.append(f"{expr} AS v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
     if _needs_drop_flag(domain):
-        dropped = "CASE WHEN " + " OR ".join(f"c{j} = {DROP}" for j in range(len(domain))) + " THEN 1 ELSE 0 END"
+        dropped = (
+            "CASE WHEN "
+            + " OR ".join(f"c{j} = {DROP}" for j in range(len(domain)))
+            + " THEN 1 ELSE 0 END"
+        )
     else:
         dropped = "0"
     dims = [_key_dims(domain, s) for s in sets]
     if any(math.prod(dm) >= 2**62 for dm in dims):
-        raise ValueError("a marginal's group key would overflow 64 bits; count fewer attributes at once")
+        raise ValueError(
+            "a marginal's group key would overflow 64 bits; count fewer attributes at once"
+        )
     keys = []
     for i, s in enumerate(sets):
         key = "CAST(0 AS BIGINT)"
@@ -131,11 +163,15 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
             key = f"({key} * {domain.attributes[j].size + 3} + (c{j} + 3))"
         keys.append(f"{key} * 2 + dropped AS k{i}")
     inner = f"SELECT {', '.join(codes)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
-    inner = f"SELECT {', '.join(keys)} FROM (SELECT *, {dropped} AS dropped FROM ({inner}) AS q) AS r"
+    inner = (
+        f"SELECT {', '.join(keys)} FROM (SELECT *, {dropped} AS dropped FROM ({inner}) AS q) AS r"
+    )
     if len(sets) == 1:
         return f"SELECT k0, count(*) AS n FROM ({inner}) AS t GROUP BY k0", dims
     group_by = "GROUPING SETS (" + ", ".join(f"(k{i})" for i in range(len(sets))) + ")"
-    select = ", ".join([*(f"coalesce(k{i}, {NONE}) AS k{i}" for i in range(len(sets))), "count(*) AS n"])
+    select = ", ".join(
+        [*(f"coalesce(k{i}, {NONE}) AS k{i}" for i in range(len(sets))), "count(*) AS n"]
+    )
     return f"SELECT {select} FROM ({inner}) AS t GROUP BY {group_by}", dims
 
 
@@ -155,12 +191,19 @@ def _split_groups(sets, dims, keys, counts):
 def _duckdb_source(con, source, kind, d, encoding, delimiter):
     if kind == "csv":
         enc = encoding.lower().replace("_", "-")
-        enc = {"utf8": "utf-8", "utf16": "utf-16", "latin1": "latin-1", "iso-8859-1": "latin-1"}.get(enc, enc)
+        enc = {
+            "utf8": "utf-8",
+            "utf16": "utf-16",
+            "latin1": "latin-1",
+            "iso-8859-1": "latin-1",
+        }.get(enc, enc)
         names, delim = csv_header(source, encoding=encoding, delimiter=delimiter)
         columns = "{" + ", ".join(f"{d.text(c)}: 'VARCHAR'" for c in names) + "}"
-        return (f"read_csv({d.text(str(source))}, header = true, auto_detect = false, columns = {columns}, "
-                f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)}, "
-                f"compression = {d.text('gzip' if str(source).lower().endswith('.gz') else 'none')})")
+        return (
+            f"read_csv({d.text(str(source))}, header = true, auto_detect = false, columns = {columns}, "
+            f"delim = {d.text(delim)}, quote = '\"', escape = '\"', encoding = {d.text(enc)}, "
+            f"compression = {d.text('gzip' if str(source).lower().endswith('.gz') else 'none')})"
+        )
     if kind == "parquet":
         return f"read_parquet({d.text(str(source))})"
     name = "matmech_src_" + uuid.uuid4().hex
@@ -178,10 +221,14 @@ def _duckdb_source(con, source, kind, d, encoding, delimiter):
 def _engine_error(where, exc, encoding=None):
     msg = str(exc).lower()
     if encoding is not None and ("unicode" in msg or "encod" in msg):
-        return ValueError(f"{where}: not valid {encoding} text; give the file's encoding (encoding='latin-1', "
-                          "CLI --encoding latin-1)")
-    return ValueError(f"{where}: the engine could not read the data ({type(exc).__name__}; its message is withheld "
-                      "because it may quote records)")
+        return ValueError(
+            f"{where}: not valid {encoding} text; give the file's encoding (encoding='latin-1', "
+            "CLI --encoding latin-1)"
+        )
+    return ValueError(
+        f"{where}: the engine could not read the data ({type(exc).__name__}; its message is withheld "
+        "because it may quote records)"
+    )
 
 
 def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
@@ -193,7 +240,9 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
     con = duckdb.connect()
     try:
         con.execute("SET preserve_insertion_order = false")
-        with contextlib.suppress(Exception):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
+        with contextlib.suppress(
+            Exception
+        ):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
             con.execute("SET TimeZone = 'UTC'")
         src = _duckdb_source(con, source, kind, d, encoding, delimiter)
         try:
@@ -243,7 +292,9 @@ def _duckdb_check(kind: str) -> None:
 
 def _spark_check(kind: str) -> None:
     if kind != "spark":
-        raise TypeError(f"the spark engine counts a Spark DataFrame; got a {kind} source (use engine='duckdb' or 'auto')")
+        raise TypeError(
+            f"the spark engine counts a Spark DataFrame; got a {kind} source (use engine='duckdb' or 'auto')"
+        )
 
 
 def _duckdb(source, kind, domain, sets, *, where, encoding, delimiter):

@@ -50,11 +50,21 @@ from matmech.io.sources import (
     source_kind,
 )
 
-__all__ = ["histogram", "marginal_counts", "compile_query", "csv_header", "open_text", "ENGINES", "ENGINE_REGISTRY",
-           "source_kind"]
+__all__ = [
+    "histogram",
+    "marginal_counts",
+    "compile_query",
+    "csv_header",
+    "open_text",
+    "ENGINES",
+    "ENGINE_REGISTRY",
+    "source_kind",
+]
 
 #: Engine name → its entry (how it counts, which sources it takes), in the order listed.
-ENGINE_REGISTRY: MappingProxyType[str, Engine] = MappingProxyType({e.name: e for e in (NUMPY, DUCKDB, SPARK)})
+ENGINE_REGISTRY: MappingProxyType[str, Engine] = MappingProxyType(
+    {e.name: e for e in (NUMPY, DUCKDB, SPARK)}
+)
 ENGINES = ("auto", *ENGINE_REGISTRY)
 
 
@@ -70,7 +80,9 @@ def _check_engine(engine, kind):
             import duckdb  # noqa: F401
         except ImportError:
             if kind in ("csv", "parquet"):
-                raise ImportError(f"reading {kind.upper()} files needs DuckDB: {ENGINES_HINT}") from None
+                raise ImportError(
+                    f"reading {kind.upper()} files needs DuckDB: {ENGINES_HINT}"
+                ) from None
             return "numpy"
         return "duckdb"
     ENGINE_REGISTRY[engine].check(kind)
@@ -89,11 +101,15 @@ def _check_memory(cells):
         free = None
     if cells > 2**31 or (free is not None and need > free // 2):
         have = f"; about {free / 2**30:.1f} GiB is free" if free is not None else ""
-        raise SizeError(f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64){have}: too large; "
-                          "count fewer or smaller marginals")
+        raise SizeError(
+            f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64){have}: too large; "
+            "count fewer or smaller marginals"
+        )
 
 
-def marginal_counts(source, domain, subsets, *, engine="auto", encoding="utf-8", delimiter=None) -> dict:
+def marginal_counts(
+    source, domain, subsets, *, engine="auto", encoding="utf-8", delimiter=None
+) -> dict:
     """Counts of the records in each cell of the marginal on each subset of attributes.
 
     ``subsets``: attribute indices in domain order, e.g. ``[(0,), (1, 2), ()]``. Returns
@@ -119,7 +135,9 @@ def marginal_counts(source, domain, subsets, *, engine="auto", encoding="utf-8",
         _check_csv_options(encoding, delimiter)
     _check_columns(domain, _columns_of(source, kind), where)
     sets = _grouping_sets(domain, wanted)
-    groups = ENGINE_REGISTRY[engine].groups(source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter)
+    groups = ENGINE_REGISTRY[engine].groups(
+        source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter
+    )
     return _tables(domain, sets, groups, wanted)
 
 
@@ -133,4 +151,6 @@ def histogram(source, domain, *, engine="auto", encoding="utf-8", delimiter=None
     if not isinstance(domain, Domain):
         raise TypeError(f"domain must be a matmech.io.domain.Domain, got {type(domain).__name__}")
     full = tuple(range(len(domain)))
-    return marginal_counts(source, domain, [full], engine=engine, encoding=encoding, delimiter=delimiter)[full].ravel()
+    return marginal_counts(
+        source, domain, [full], engine=engine, encoding=encoding, delimiter=delimiter
+    )[full].ravel()

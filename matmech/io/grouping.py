@@ -39,7 +39,10 @@ def _not_spark(kind: str, engine: str) -> None:
     if kind == "spark":
         raise TypeError(f"a Spark DataFrame is counted by the spark engine, not {engine!r}")
 
+
 DROP, OOD, MISS = -1, -2, -3
+
+
 def _may(attr, action):
     return action in (attr.policy, attr.missing)
 
@@ -87,11 +90,14 @@ def _tables(domain, sets, groups, wanted):
         out[s] = table.reshape(sizes)
     return out
 
+
 def _actions(a):
     """(code for a missing value, for one below / above / between the declared cells)."""
     other = {"other": a.other_code, "drop": DROP, "error": MISS}
     miss = other[a.missing]
-    ood = {"other": a.other_code, "drop": DROP, "error": OOD, "clip": OOD}[a.policy]  # clip: no gaps
+    ood = {"other": a.other_code, "drop": DROP, "error": OOD, "clip": OOD}[
+        a.policy
+    ]  # clip: no gaps
     low = 0 if a.policy == "clip" else ood
     high = a.declared_size - 1 if a.policy == "clip" else ood
     return miss, low, high, ood

@@ -15,18 +15,26 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["source_kind", "csv_header", "open_text", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "ENGINES_HINT"]
+__all__ = [
+    "source_kind",
+    "csv_header",
+    "open_text",
+    "CSV_SUFFIXES",
+    "PARQUET_SUFFIXES",
+    "ENGINES_HINT",
+]
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ENGINES_HINT = 'pip install "matmech-dp[engines]"'
+
 
 def _module(obj):
     return type(obj).__module__.split(".")[0]
 
 
 def source_kind(source) -> str:
-    """"csv", "parquet", "pandas", "polars", "arrow", "spark", "columns" or "array"."""
+    """ "csv", "parquet", "pandas", "polars", "arrow", "spark", "columns" or "array"."""
     if isinstance(source, (str, os.PathLike)):
         name = str(source).lower()
         if name.endswith(PARQUET_SUFFIXES):
@@ -55,8 +63,15 @@ def source_kind(source) -> str:
 
 def _columns_of(source, kind):
     if kind in ("pandas", "polars", "arrow"):
-        names = source.column_names if kind == "arrow" else (
-            source.collect_schema().names() if type(source).__name__ == "LazyFrame" else source.columns)
+        names = (
+            source.column_names
+            if kind == "arrow"
+            else (
+                source.collect_schema().names()
+                if type(source).__name__ == "LazyFrame"
+                else source.columns
+            )
+        )
         return [str(c) for c in names]
     if kind == "spark":
         return list(source.columns)
@@ -70,7 +85,10 @@ def _check_columns(domain, available, where):
         return
     missing = [c for c in domain.columns if c not in available]
     if missing:
-        raise ValueError(f"{where}: no column(s) {missing} for the domain's attributes; the columns are {available}")
+        raise ValueError(
+            f"{where}: no column(s) {missing} for the domain's attributes; the columns are {available}"
+        )
+
 
 def _check_file(path):
     p = Path(path)
@@ -81,8 +99,18 @@ def _check_file(path):
 
 
 def _check_csv_options(encoding, delimiter):
-    if encoding.lower().replace("_", "-") not in ("utf-8", "utf8", "utf-16", "utf16", "latin-1", "latin1", "iso-8859-1"):
-        raise ValueError(f"encoding must be utf-8, utf-16 or latin-1 for the duckdb engine, got {encoding!r}")
+    if encoding.lower().replace("_", "-") not in (
+        "utf-8",
+        "utf8",
+        "utf-16",
+        "utf16",
+        "latin-1",
+        "latin1",
+        "iso-8859-1",
+    ):
+        raise ValueError(
+            f"encoding must be utf-8, utf-16 or latin-1 for the duckdb engine, got {encoding!r}"
+        )
     if delimiter is not None and (not isinstance(delimiter, str) or len(delimiter) != 1):
         raise ValueError(f"delimiter must be one character, got {delimiter!r}")
 
@@ -112,16 +140,22 @@ def csv_header(path, *, encoding="utf-8", delimiter=None):
             raise FileNotFoundError(f"{path}: no such data file") from None
         if isinstance(exc, PermissionError):
             raise
-        raise ValueError(f"{path}: not a readable gzip file") from None  # gzip.BadGzipFile, a truncated stream
+        raise ValueError(
+            f"{path}: not a readable gzip file"
+        ) from None  # gzip.BadGzipFile, a truncated stream
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such data file") from None
     except LookupError:
         raise ValueError(f"encoding {encoding!r} is not a known text encoding") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not valid {encoding} text; give the file's encoding (encoding='latin-1', "
-                         "CLI --encoding latin-1)") from None
+        raise ValueError(
+            f"{path}: not valid {encoding} text; give the file's encoding (encoding='latin-1', "
+            "CLI --encoding latin-1)"
+        ) from None
     if not first.strip():
-        raise ValueError(f"{path}: the data file is empty (expected a header line naming the columns)")
+        raise ValueError(
+            f"{path}: the data file is empty (expected a header line naming the columns)"
+        )
     if delimiter is None:
         try:
             delimiter = csv.Sniffer().sniff(first, delimiters=",;\t|").delimiter

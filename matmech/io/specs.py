@@ -155,41 +155,85 @@ def _check_keys(source, where, table, allowed):
 
 
 def _int_list(source, key, value):
-    if value is MISSING or not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        value is MISSING
+        or not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         _fail(source, key, "a non-empty list of integers", value)
     return value
 
 
 #: Keys of an ``[[attributes]]`` table.
-ATTRIBUTE_KEYS = ("name", "column", "range", "width", "lo", "hi", "edges", "bins", "categories", "other", "policy",
-                  "missing", "labels", "time", "start", "end")
+ATTRIBUTE_KEYS = (
+    "name",
+    "column",
+    "range",
+    "width",
+    "lo",
+    "hi",
+    "edges",
+    "bins",
+    "categories",
+    "other",
+    "policy",
+    "missing",
+    "labels",
+    "time",
+    "start",
+    "end",
+)
 
 
 def _attribute(source, key, table):
     """One ``[[attributes]]`` table → :class:`~matmech.io.domain.Attribute`."""
     if not isinstance(table, dict):
-        _fail(source, key, "a table with name and one of range, edges, lo/hi/width, bins or categories", table)
+        _fail(
+            source,
+            key,
+            "a table with name and one of range, edges, lo/hi/width, bins or categories",
+            table,
+        )
     _check_keys(source, key, table, ATTRIBUTE_KEYS)
     name = table.get("name", MISSING)
     if not isinstance(name, str) or not name:
         _fail(source, f"{key}.name", "a non-empty string", name)
     common = {k: table[k] for k in ("column", "policy", "missing", "other", "labels") if k in table}
     if "time" in table:
-        extra = [k for k in ("range", "categories", "edges", "bins", "width", "lo", "hi", "labels") if k in table]
+        extra = [
+            k
+            for k in ("range", "categories", "edges", "bins", "width", "lo", "hi", "labels")
+            if k in table
+        ]
         if extra or "start" not in table or "end" not in table:
-            _fail(source, key, "time = \"day\" (or hour, week, month) with start and end only",
-                  {k: table[k] for k in (*extra, "start", "end") if k in table} or MISSING)
+            _fail(
+                source,
+                key,
+                'time = "day" (or hour, week, month) with start and end only',
+                {k: table[k] for k in (*extra, "start", "end") if k in table} or MISSING,
+            )
         try:
-            return time_bins(name, table["start"], table["end"], table["time"],
-                             **{k: v for k, v in common.items() if k != "labels"})
+            return time_bins(
+                name,
+                table["start"],
+                table["end"],
+                table["time"],
+                **{k: v for k, v in common.items() if k != "labels"},
+            )
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{source}: {key}: {exc}") from None
     kinds = [k for k in ("range", "categories", "edges", "bins") if k in table]
     if not kinds and "width" in table:
         kinds = ["width"]
     if len(kinds) != 1:
-        _fail(source, key, "exactly one of range = [lo, hi] (integers, optional width), edges, lo/hi/width, bins or "
-                           "categories", {k: table[k] for k in kinds} or MISSING)
+        _fail(
+            source,
+            key,
+            "exactly one of range = [lo, hi] (integers, optional width), edges, lo/hi/width, bins or "
+            "categories",
+            {k: table[k] for k in kinds} or MISSING,
+        )
     kind = kinds[0]
     try:
         if kind == "range":
@@ -197,22 +241,44 @@ def _attribute(source, key, table):
             if not isinstance(r, list) or len(r) != 2:
                 _fail(source, f"{key}.range", "[lo, hi], two integers (inclusive)", r)
             if "lo" in table or "hi" in table:
-                _fail(source, key, "range = [lo, hi] without lo/hi keys", {k: table[k] for k in ("lo", "hi") if k in table})
+                _fail(
+                    source,
+                    key,
+                    "range = [lo, hi] without lo/hi keys",
+                    {k: table[k] for k in ("lo", "hi") if k in table},
+                )
             return integer_range(name, r[0], r[1], width=table.get("width", 1), **common)
         if kind == "categories":
             extra = [k for k in ("width", "lo", "hi") if k in table]
             if extra:
-                _fail(source, f"{key}.{extra[0]}", "no numeric bounds with categories", table[extra[0]])
+                _fail(
+                    source,
+                    f"{key}.{extra[0]}",
+                    "no numeric bounds with categories",
+                    table[extra[0]],
+                )
             return categories(name, table["categories"], **common)
-        return numeric_bins(name, edges=table.get("edges"), lo=table.get("lo"), hi=table.get("hi"), width=table.get("width"),
-                            bins=table.get("bins"), **common)
+        return numeric_bins(
+            name,
+            edges=table.get("edges"),
+            lo=table.get("lo"),
+            hi=table.get("hi"),
+            width=table.get("width"),
+            bins=table.get("bins"),
+            **common,
+        )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{source}: {key}: {exc}") from None
 
 
 def _schema(source, items):
     if not isinstance(items, list) or not items or not all(isinstance(t, dict) for t in items):
-        _fail(source, "attributes", "a non-empty array of [[attributes]] tables or a list of names", items)
+        _fail(
+            source,
+            "attributes",
+            "a non-empty array of [[attributes]] tables or a list of names",
+            items,
+        )
     attrs = [_attribute(source, f"attributes[{i}]", t) for i, t in enumerate(items)]
     try:
         return Domain(tuple(attrs))
@@ -225,7 +291,9 @@ def _interval_labeller(schema):
     one-attribute domain, else "[lo, hi]"; vectorised (2·10⁶ labels in about a second)."""
     if schema is not None and len(schema) == 1:
         return schema.interval_labels
-    return lambda lo, hi: [f"[{a}, {b}]" for a, b in zip(np.asarray(lo).tolist(), np.asarray(hi).tolist())]
+    return lambda lo, hi: [
+        f"[{a}, {b}]" for a, b in zip(np.asarray(lo).tolist(), np.asarray(hi).tolist())
+    ]
 
 
 def _one_d(source, key, part, n, *, factor=False, label=None):
@@ -237,25 +305,42 @@ def _one_d(source, key, part, n, *, factor=False, label=None):
         _fail(source, key, "a kind name or a table", part)
     kind = part.get("kind", MISSING)
     if kind in ONE_D or kind in ("ranges", "tree"):
-        _check_keys(source, key, part, ("kind", *(() if factor else ("weight",)), *KIND_KEYS.get(kind, ())))
+        _check_keys(
+            source, key, part, ("kind", *(() if factor else ("weight",)), *KIND_KEYS.get(kind, ()))
+        )
     if kind in ONE_D:
         return ONE_D[kind](n), None
     if kind == "ranges":
         pairs = part.get("intervals", MISSING)
-        if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            _fail(source, f"{key}.intervals", "a non-empty list of [lo, hi] pairs (inclusive, 0-based)", pairs)
+        if (
+            not isinstance(pairs, list)
+            or not pairs
+            or not all(isinstance(p, list) and len(p) == 2 for p in pairs)
+        ):
+            _fail(
+                source,
+                f"{key}.intervals",
+                "a non-empty list of [lo, hi] pairs (inclusive, 0-based)",
+                pairs,
+            )
         try:
             w = wl.ranges(n, pairs)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{source}: {key}.intervals: {exc}") from None
         labels = part.get("labels")
         if labels is not None and (not isinstance(labels, list) or len(labels) != len(pairs)):
-            _fail(source, f"{key}.labels", f"a list of {len(pairs)} names, one per interval", labels)
+            _fail(
+                source, f"{key}.labels", f"a list of {len(pairs)} names, one per interval", labels
+            )
         label = label or _interval_labeller(None)
         return w, tuple(labels) if labels else tuple(label(*w.bounds()))
     if kind == "tree":
         edges = part.get("edges", MISSING)
-        if not isinstance(edges, list) or not edges or not all(isinstance(e, list) and len(e) == 2 for e in edges):
+        if (
+            not isinstance(edges, list)
+            or not edges
+            or not all(isinstance(e, list) and len(e) == 2 for e in edges)
+        ):
             _fail(source, f"{key}.edges", "a non-empty list of [parent, child] pairs", edges)
         try:
             import networkx as nx
@@ -264,7 +349,12 @@ def _one_d(source, key, part, n, *, factor=False, label=None):
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{source}: {key}.edges: {exc}") from None
         if tree.n != n:
-            _fail(source, f"{key}.edges", f"a tree with {n} leaves (the domain size)", f"a tree with {tree.n} leaves")
+            _fail(
+                source,
+                f"{key}.edges",
+                f"a tree with {n} leaves (the domain size)",
+                f"a tree with {tree.n} leaves",
+            )
         return tree, tuple(str(v) for v in tree.labels)
     allowed = [k for k in KINDS if k not in ("product", "marginals")]
     _fail(source, f"{key}.kind", f"one of {allowed} for one attribute", kind)
@@ -282,7 +372,9 @@ def parse_spec(data, *, source="<spec>"):
             _fail(source, key, "a string", value)
     domain = data.get("domain", MISSING)
     schema = None
-    if isinstance(data.get("attributes"), list) and any(isinstance(t, dict) for t in data["attributes"]):
+    if isinstance(data.get("attributes"), list) and any(
+        isinstance(t, dict) for t in data["attributes"]
+    ):
         schema = _schema(source, data["attributes"])  # declared domains: the sizes follow from them
         if domain is MISSING:
             domain = list(schema.sizes)
@@ -293,12 +385,26 @@ def parse_spec(data, *, source="<spec>"):
         _fail(source, "domain", "positive attribute sizes", domain)
     if schema is not None:
         if tuple(domain) != schema.sizes:
-            _fail(source, "domain", f"the sizes {list(schema.sizes)} of the declared [[attributes]] (or no domain key)", domain)
+            _fail(
+                source,
+                "domain",
+                f"the sizes {list(schema.sizes)} of the declared [[attributes]] (or no domain key)",
+                domain,
+            )
         attributes = list(schema.names)
     else:
         attributes = data.get("attributes", [f"a{i}" for i in range(len(domain))])
-    if not isinstance(attributes, list) or len(attributes) != len(domain) or not all(isinstance(a, str) for a in attributes):
-        _fail(source, "attributes", f"a list of {len(domain)} names (strings), one per domain attribute", attributes)
+    if (
+        not isinstance(attributes, list)
+        or len(attributes) != len(domain)
+        or not all(isinstance(a, str) for a in attributes)
+    ):
+        _fail(
+            source,
+            "attributes",
+            f"a list of {len(domain)} names (strings), one per domain attribute",
+            attributes,
+        )
     label = _interval_labeller(schema)
     parts = data.get("queries", MISSING)
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
@@ -314,8 +420,12 @@ def parse_spec(data, *, source="<spec>"):
             _fail(source, f"{key}.weight", "a positive number", weight)
         if kind == "marginals":
             if ("k" in part) == ("attrs" in part):
-                _fail(source, key, "exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)",
-                      {k: part[k] for k in ("k", "attrs") if k in part} or MISSING)
+                _fail(
+                    source,
+                    key,
+                    "exactly one of k (all k-way marginals) or attrs (a list of attribute subsets)",
+                    {k: part[k] for k in ("k", "attrs") if k in part} or MISSING,
+                )
             which = "k" if "k" in part else "attrs"
             try:
                 w = wl.marginals(tuple(domain), part.get("k"), attrs=part.get("attrs"))
@@ -327,12 +437,25 @@ def parse_spec(data, *, source="<spec>"):
         elif kind == "product":
             factors = part.get("factors", MISSING)
             if not isinstance(factors, list) or len(factors) != len(domain):
-                _fail(source, f"{key}.factors", f"a list of {len(domain)} per-attribute workloads", factors)
-            built = [_one_d(source, f"{key}.factors[{j}]", f, d, factor=True) for j, (f, d) in enumerate(zip(factors, domain))]
+                _fail(
+                    source,
+                    f"{key}.factors",
+                    f"a list of {len(domain)} per-attribute workloads",
+                    factors,
+                )
+            built = [
+                _one_d(source, f"{key}.factors[{j}]", f, d, factor=True)
+                for j, (f, d) in enumerate(zip(factors, domain))
+            ]
             w, lab = wl.kron(*[b for b, _ in built]), None
         elif kind in KINDS:
             if len(domain) != 1:
-                _fail(source, f"{key}.kind", f"'product' or 'marginals' for a {len(domain)}-attribute domain", kind)
+                _fail(
+                    source,
+                    f"{key}.kind",
+                    f"'product' or 'marginals' for a {len(domain)}-attribute domain",
+                    kind,
+                )
             w, lab = _one_d(source, key, part, domain[0], label=label)
         else:
             _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
@@ -341,9 +464,22 @@ def parse_spec(data, *, source="<spec>"):
         blocks.append(w)
         weights.append(float(weight))
         labels.append(lab)
-    workload = blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
-    all_labels = tuple(x for lab in labels for x in lab) if all(lab is not None for lab in labels) else None
-    return Spec(str(name), str(description), tuple(domain), tuple(attributes), workload, all_labels, source, schema)
+    workload = (
+        blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
+    )
+    all_labels = (
+        tuple(x for lab in labels for x in lab) if all(lab is not None for lab in labels) else None
+    )
+    return Spec(
+        str(name),
+        str(description),
+        tuple(domain),
+        tuple(attributes),
+        workload,
+        all_labels,
+        source,
+        schema,
+    )
 
 
 def load_spec(path: str | os.PathLike) -> Spec:

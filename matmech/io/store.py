@@ -52,10 +52,28 @@ def _registry():
 
 #: The operator types a strategy file may contain.
 TYPES = (
-    "Identity", "Ones", "Dense", "Sparse", "Scaled", "Kron", "VStack", "Sum", "RowSubset",
-    "Intervals", "AllRange", "Prefix", "Tree", "Haar",
-    "RoundedDense", "RoundedSparse", "L2Strategy", "PIdentity", "MarginalStrategy", "ResidualStrategy",
-    "GeneralMarginalStrategy", "ResidualProductStrategy",
+    "Identity",
+    "Ones",
+    "Dense",
+    "Sparse",
+    "Scaled",
+    "Kron",
+    "VStack",
+    "Sum",
+    "RowSubset",
+    "Intervals",
+    "AllRange",
+    "Prefix",
+    "Tree",
+    "Haar",
+    "RoundedDense",
+    "RoundedSparse",
+    "L2Strategy",
+    "PIdentity",
+    "MarginalStrategy",
+    "ResidualStrategy",
+    "GeneralMarginalStrategy",
+    "ResidualProductStrategy",
 )
 
 
@@ -76,14 +94,21 @@ class _Writer:
 
     def sparse(self, m):
         m = sp.csr_matrix(m)
-        return {"data": self.array(m.data), "indices": self.array(m.indices), "indptr": self.array(m.indptr), "shape": list(m.shape)}
+        return {
+            "data": self.array(m.data),
+            "indices": self.array(m.indices),
+            "indptr": self.array(m.indptr),
+            "shape": list(m.shape),
+        }
 
     def node(self, A):
         """The description of A: its registered type name and ``A.to_dict`` (exact type
         match: a subclass may carry state its parent's hook does not know)."""
         name = type(A).store_name
         if name is None or _registry().get(name) is not type(A):
-            raise TypeError(f"cannot save a strategy of type {type(A).__name__}; storable types are {', '.join(TYPES)}")
+            raise TypeError(
+                f"cannot save a strategy of type {type(A).__name__}; storable types are {', '.join(TYPES)}"
+            )
         return {"type": name, **A.to_dict(self)}
 
 
@@ -129,7 +154,9 @@ def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) 
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
     w = _Writer()
     root = w.node(A)
-    meta = json.dumps({"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root})
+    meta = json.dumps(
+        {"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root}
+    )
     buf = io.BytesIO()  # build fully in memory: a failure leaves no half-written file
     np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)  # type: ignore[arg-type]
     with open(path, "wb" if overwrite else "xb") as f:
@@ -161,10 +188,14 @@ class _Reader:
         a = self.arrays[ref]
         if kind == "int" and not np.issubdtype(a.dtype, np.integer):
             self.fail(f"{node.get('type')}.{key} must be an integer array, got dtype {a.dtype}")
-        if kind == "float" and not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        if kind == "float" and not (
+            np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)
+        ):
             self.fail(f"{node.get('type')}.{key} must be a numeric array, got dtype {a.dtype}")
         if ndim is not None and a.ndim != ndim:
-            self.fail(f"{node.get('type')}.{key} must have {ndim} dimension(s), got shape {a.shape}")
+            self.fail(
+                f"{node.get('type')}.{key} must have {ndim} dimension(s), got shape {a.shape}"
+            )
         return a
 
     def ints(self, node, key):
@@ -181,8 +212,13 @@ class _Reader:
 
     def sparse(self, node):
         m = self.field(node, "matrix", dict)
-        parts = {k: self.array(m, k, "int" if k != "data" else "float", 1) for k in ("data", "indices", "indptr")}
-        return sp.csr_matrix((parts["data"], parts["indices"], parts["indptr"]), shape=tuple(self.ints(m, "shape")))
+        parts = {
+            k: self.array(m, k, "int" if k != "data" else "float", 1)
+            for k in ("data", "indices", "indptr")
+        }
+        return sp.csr_matrix(
+            (parts["data"], parts["indices"], parts["indptr"]), shape=tuple(self.ints(m, "shape"))
+        )
 
     def node(self, node):
         if not isinstance(node, dict) or not isinstance(node.get("type"), str):
@@ -237,7 +273,9 @@ def load_strategy(path: str | os.PathLike) -> LinOp:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise ValueError(f"{not_ours}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise ValueError(
+            f"{not_ours}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     meta = arrays.pop(_KEY, None)
     if meta is None or meta.shape != () or meta.dtype.kind != "U":
         raise ValueError(f"{source}: not a matmech strategy file: no {_KEY!r} description inside")
@@ -249,7 +287,9 @@ def load_strategy(path: str | os.PathLike) -> LinOp:
     if not isinstance(desc, dict) or desc.get("format") != FORMAT:
         reader.fail(f"the description does not declare format {FORMAT!r}")
     if desc.get("version") != VERSION:
-        reader.fail(f"version {desc.get('version')!r} is not supported (this matmech reads version {VERSION})")
+        reader.fail(
+            f"version {desc.get('version')!r} is not supported (this matmech reads version {VERSION})"
+        )
     try:
         A = reader.node(desc.get("root"))
     except RecursionError:

@@ -164,8 +164,10 @@ class Kron(LinOp):
             raise ValueError("Kron needs at least one factor")
         self.factors = tuple(as_linop(f) for f in factors)
         # exact Python-int products (np.prod wraps around in int64), within an int64 index
-        self.shape = tuple(check_size(math.prod(int(f.shape[i]) for f in self.factors), f"Kron {what}")
-                           for i, what in enumerate(("rows", "columns")))
+        self.shape = tuple(
+            check_size(math.prod(int(f.shape[i]) for f in self.factors), f"Kron {what}")
+            for i, what in enumerate(("rows", "columns"))
+        )
 
     def _matmat(self, x):
         return _kron_apply(self.factors, x, transpose=False)
@@ -186,7 +188,9 @@ class Kron(LinOp):
 
     def sensitivity_details(self, p=1):
         # the max of a Kronecker product of non-negative vectors is the product of the maxima
-        return SensitivityResult(float(np.prod([f.sensitivity(p) for f in self.factors])), True, "kron")
+        return SensitivityResult(
+            float(np.prod([f.sensitivity(p) for f in self.factors])), True, "kron"
+        )
 
     def _dense(self):
         return reduce(np.kron, [f._dense() for f in self.factors])
@@ -247,10 +251,14 @@ class VStack(LinOp):
             domain = tuple(int(d) for d in domain)
             subsets = tuple(tuple(int(i) for i in s) for s in subsets)
             if len(subsets) != len(blocks):
-                raise ValueError(f"expected one attribute subset per block ({len(blocks)}), got {len(subsets)}")
+                raise ValueError(
+                    f"expected one attribute subset per block ({len(blocks)}), got {len(subsets)}"
+                )
         self.domain, self.subsets = domain, subsets
         self.blocks, self.weights = blocks, weights
-        m = check_size(sum(int(b.shape[0]) for b in blocks), "VStack rows")  # exact, within an int64 index
+        m = check_size(
+            sum(int(b.shape[0]) for b in blocks), "VStack rows"
+        )  # exact, within an int64 index
         self.offsets = np.concatenate([[0], np.cumsum([b.shape[0] for b in blocks])])
         self.shape = (m, n)
 
@@ -259,7 +267,10 @@ class VStack(LinOp):
 
     def _rmatmat(self, y):
         o = self.offsets
-        return sum(w * b.rmatmat(y[o[i] : o[i + 1]]) for i, (w, b) in enumerate(zip(self.weights, self.blocks)))
+        return sum(
+            w * b.rmatmat(y[o[i] : o[i + 1]])
+            for i, (w, b) in enumerate(zip(self.weights, self.blocks))
+        )
 
     def gram(self):
         return Sum([Scaled(b.gram(), w**2) for w, b in zip(self.weights, self.blocks)])
@@ -290,7 +301,9 @@ class VStack(LinOp):
         return np.vstack([w * b._dense() for w, b in zip(self.weights, self.blocks)])
 
     def integer_valued(self):
-        return all(_is_int(w) for w in self.weights) and all(b.integer_valued() for b in self.blocks)
+        return all(_is_int(w) for w in self.weights) and all(
+            b.integer_valued() for b in self.blocks
+        )
 
     def entry_range(self):
         parts = [Scaled(b, w).entry_range() for w, b in zip(self.weights, self.blocks)]
@@ -303,7 +316,10 @@ class VStack(LinOp):
         return sp.vstack([w * sp.csr_matrix(p) for w, p in zip(self.weights, parts)], format="csr")
 
     def rounded_matrix(self, g):
-        parts = [(Scaled(b, w) if w != 1.0 else b).rounded_matrix(g) for w, b in zip(self.weights, self.blocks)]
+        parts = [
+            (Scaled(b, w) if w != 1.0 else b).rounded_matrix(g)
+            for w, b in zip(self.weights, self.blocks)
+        ]
         return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
 
     def row_blocks(self):
@@ -337,7 +353,9 @@ class Sum(LinOp):
             raise ValueError("Sum needs at least one term")
         for t in self.terms:
             if t.shape != self.terms[0].shape:
-                raise ValueError(f"shape mismatch: cannot add operators of shapes {self.terms[0].shape} and {t.shape}")
+                raise ValueError(
+                    f"shape mismatch: cannot add operators of shapes {self.terms[0].shape} and {t.shape}"
+                )
         self.shape = self.terms[0].shape
 
     def _matmat(self, x):

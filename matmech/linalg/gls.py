@@ -25,7 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EXACT_RANK_MAX", "RANK_RTOL", "exact_rank", "gls", "integer_gram", "precision_on", "row_space_basis"]
+__all__ = [
+    "EXACT_RANK_MAX",
+    "RANK_RTOL",
+    "exact_rank",
+    "gls",
+    "integer_gram",
+    "precision_on",
+    "row_space_basis",
+]
 
 #: Eigenvalues of a Gram matrix below this fraction of the largest count as zero (float path).
 RANK_RTOL = 1e-9
@@ -120,7 +128,9 @@ def _chol(M, what):
         return M
     lam = np.linalg.eigvalsh(M)
     if not np.all(np.isfinite(lam)) or not lam[0] > SINGULAR_RTOL * max(float(lam[-1]), 0.0):
-        raise ValueError(f"{what} is not positive definite: the measurements do not determine the answers")
+        raise ValueError(
+            f"{what} is not positive definite: the measurements do not determine the answers"
+        )
     return np.linalg.cholesky(M)
 
 

@@ -43,9 +43,13 @@ class Intervals(LinOp):
         lo, hi = np.asarray(lo), np.asarray(hi)
         for name, a in (("lo", lo), ("hi", hi)):
             if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
-                raise TypeError(f"interval bounds {name} must be a 1-D integer array, got dtype {a.dtype}, shape {a.shape}")
+                raise TypeError(
+                    f"interval bounds {name} must be a 1-D integer array, got dtype {a.dtype}, shape {a.shape}"
+                )
         if lo.shape != hi.shape or lo.size == 0:
-            raise ValueError(f"need the same positive number of lo and hi bounds, got {lo.size} and {hi.size}")
+            raise ValueError(
+                f"need the same positive number of lo and hi bounds, got {lo.size} and {hi.size}"
+            )
         bad = np.flatnonzero((lo < 0) | (hi >= n) | (lo > hi))
         if bad.size:
             i = int(bad[0])
@@ -109,7 +113,11 @@ class Intervals(LinOp):
 
     @classmethod
     def from_dict(cls, node, src):
-        return cls(src.field(node, "n", int), src.array(node, "lo", "int", 1), src.array(node, "hi", "int", 1))
+        return cls(
+            src.field(node, "n", int),
+            src.array(node, "lo", "int", 1),
+            src.array(node, "hi", "int", 1),
+        )
 
     # -- quadratic forms used by error analysis -----------------------------------------
     def laplacian_apply(self, v):
@@ -150,7 +158,12 @@ class Intervals(LinOp):
 
     def block_energy(self, s):
         """Σ_B ‖W 1_B‖² over the aligned blocks of size s: trace(G E_s)·s."""
-        return float(sum(self.block_overlaps(s, start, start + lo.size).sum() for start, lo, _ in self._chunks()))
+        return float(
+            sum(
+                self.block_overlaps(s, start, start + lo.size).sum()
+                for start, lo, _ in self._chunks()
+            )
+        )
 
     def prefix_quadratic(self, c, start=0, stop=None):
         """Per row, w C̃ wᵀ written through C = P̃ M P̃ᵀ: C[hi+1,hi+1] + C[lo,lo] − 2 C[lo,hi+1]."""
@@ -159,7 +172,12 @@ class Intervals(LinOp):
         return d[hi + 1] + d[lo] - 2.0 * c[lo, hi + 1]
 
     def prefix_quadratic_sum(self, c):
-        return float(sum(self.prefix_quadratic(c, start, start + lo.size).sum() for start, lo, _ in self._chunks()))
+        return float(
+            sum(
+                self.prefix_quadratic(c, start, start + lo.size).sum()
+                for start, lo, _ in self._chunks()
+            )
+        )
 
 
 def _ramp_sums(n, s):

@@ -98,7 +98,9 @@ def _max_sum_of_products(weights, vecs, node_cap):
         suffix[i] = suffix[i + 1] * rest[i].max(1)
     root = float(w @ suffix[0])
     # each node costs (cells × terms) flops: bound the work as well as the node count
-    node_cap = min(node_cap, max(1000, SENSITIVITY_WORK_CAP // (w.size * max(V.shape[1] for V in rest))))
+    node_cap = min(
+        node_cap, max(1000, SENSITIVITY_WORK_CAP // (w.size * max(V.shape[1] for V in rest)))
+    )
     best, nodes, stack = -np.inf, 0, [(root, 0, w)]
     while stack:
         bound, i, pre = stack.pop()
@@ -134,6 +136,9 @@ def factored_sensitivity(terms, p=1, *, node_cap=None):
     cap = SENSITIVITY_NODE_CAP if node_cap is None else int(node_cap)
     k = len(terms[0][1])
     weights = np.array([float(w) ** p for w, _ in terms])
-    vecs = [np.array([np.asarray(fs[i].col_norms(p), dtype=np.float64) ** p for _, fs in terms]) for i in range(k)]
+    vecs = [
+        np.array([np.asarray(fs[i].col_norms(p), dtype=np.float64) ** p for _, fs in terms])
+        for i in range(k)
+    ]
     value, exact, method = _max_sum_of_products(weights, vecs, cap)
     return SensitivityResult(value if p == 1 else math.sqrt(value), exact, method)

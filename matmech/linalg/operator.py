@@ -65,7 +65,9 @@ def register(name):
 
     def deco(cls):
         if name in REGISTRY and REGISTRY[name] is not cls:
-            raise ValueError(f"operator type name {name!r} is already registered for {REGISTRY[name].__name__}")
+            raise ValueError(
+                f"operator type name {name!r} is already registered for {REGISTRY[name].__name__}"
+            )
         cls.store_name = name
         REGISTRY[name] = cls
         return cls
@@ -84,7 +86,9 @@ def _rint(m, g):
 def _finite(array, what):
     if not np.all(np.isfinite(array)):
         bad = np.argwhere(~np.isfinite(np.asarray(array)))[0]
-        raise ValueError(f"{what} must be finite; found {np.asarray(array)[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+        raise ValueError(
+            f"{what} must be finite; found {np.asarray(array)[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
+        )
 
 
 class LinOp:
@@ -276,7 +280,9 @@ class LinOp:
                 "Kronecker product of small factors), or strategy='auto' for a union of marginals (marginal tables)"
             )
         step = max(1, 4_000_000 // n)
-        blocks = [sp.csr_matrix(_rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]
+        blocks = [
+            sp.csr_matrix(_rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)
+        ]
         return sp.vstack(blocks, format="csr")
 
     def take_rows(self, rows):
@@ -343,7 +349,9 @@ def as_linop(obj: LinOp | npt.ArrayLike) -> LinOp:
     if isinstance(obj, (np.ndarray, list, tuple)):
         # a nested list: ragged rows and non-numbers named (validate.matrix); finiteness: Dense
         return Dense(validate.matrix(obj, "matrix", finite=False))
-    raise TypeError(f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}")
+    raise TypeError(
+        f"expected a LinOp, numpy array or scipy sparse matrix, got {type(obj).__name__}"
+    )
 
 
 @register("Dense")
@@ -563,7 +571,9 @@ class RowSubset(LinOp):
         self.base = as_linop(base)
         idx = np.asarray(index)
         if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise TypeError(f"row indices must be a 1-D integer array, got dtype {idx.dtype} and shape {idx.shape}")
+            raise TypeError(
+                f"row indices must be a 1-D integer array, got dtype {idx.dtype} and shape {idx.shape}"
+            )
         m = self.base.shape[0]
         if idx.size == 0:
             raise ValueError("a row subset must keep at least one row")
@@ -582,7 +592,11 @@ class RowSubset(LinOp):
         return self.base.rmatmat(full)
 
     def rows(self, start, stop):
-        return np.vstack([self.base.rows(i, i + 1) for i in self.index[start:stop]]) if stop > start else np.zeros((0, self.shape[1]))
+        return (
+            np.vstack([self.base.rows(i, i + 1) for i in self.index[start:stop]])
+            if stop > start
+            else np.zeros((0, self.shape[1]))
+        )
 
     def integer_valued(self):
         return self.base.integer_valued()
@@ -596,5 +610,3 @@ class RowSubset(LinOp):
     @classmethod
     def from_dict(cls, node, src):
         return cls(src.node(src.field(node, "base", dict)), src.array(node, "index", "int", 1))
-
-

@@ -72,7 +72,8 @@ __all__ = [
     "svd_bound",
     "residual_operator",
     "exact_cell_variances",
-    "apply_axes", "apply_axes_batched",
+    "apply_axes",
+    "apply_axes_batched",
     "contrast_operators",
     "MAX_SUBSET_SIZE",
     "max_column_l1",
@@ -154,11 +155,15 @@ def check_lattice(domain, subsets, weights=None):
         s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
         for a in s:
             if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= a < d:
-                raise ValueError(f"attribute {a!r} in subset {s} is not an index in [0, {d - 1}] of the domain")
+                raise ValueError(
+                    f"attribute {a!r} in subset {s} is not an index in [0, {d - 1}] of the domain"
+                )
         if len(set(s)) != len(s):
             raise ValueError(f"attribute subset {s} repeats an attribute")
         if len(s) > MAX_SUBSET_SIZE:
-            raise ValueError(f"attribute subset {s} has {len(s)} attributes; at most {MAX_SUBSET_SIZE} are supported")
+            raise ValueError(
+                f"attribute subset {s} has {len(s)} attributes; at most {MAX_SUBSET_SIZE} are supported"
+            )
         out.append(tuple(sorted(int(a) for a in s)))
     if not out:
         raise ValueError("subsets must name at least one attribute subset")
@@ -232,7 +237,9 @@ def lattice(domain, subsets, weights=None):
     base = d + 1
     kmax = max(len(s) for s in subsets)
     if base ** max(kmax, 1) >= 2**62:
-        raise ValueError(f"{d} attributes with subsets of up to {kmax} attributes are too many for the lattice keys")
+        raise ValueError(
+            f"{d} attributes with subsets of up to {kmax} attributes are too many for the lattice keys"
+        )
     keys, ps, rests = [], [], []
     by_size = {}
     for i, s in enumerate(subsets):
@@ -269,8 +276,18 @@ def lattice(domain, subsets, weights=None):
     sizes = np.array([residual_size(domain, t) for t in residuals], dtype=np.float64)
     norm2 = np.array([column_norm2(domain, t) for t in residuals])
     cells = np.array([math.prod(domain[i] for i in s) for s in subsets], dtype=np.float64)
-    out = Lattice(domain, subsets, w, residuals, sizes, norm2, cells, np.concatenate(ps), rank[inv],
-                  np.concatenate(rests))
+    out = Lattice(
+        domain,
+        subsets,
+        w,
+        residuals,
+        sizes,
+        norm2,
+        cells,
+        np.concatenate(ps),
+        rank[inv],
+        np.concatenate(rests),
+    )
     for a in (w, sizes, norm2, cells, out.pair_s, out.pair_t, out.pair_rest):
         a.setflags(write=False)
     return out
@@ -292,7 +309,9 @@ def marginal_cell_variances(lat, u):
     """Per-cell variance of each marginal (every cell of a marginal has the same one) when
     residual T is measured with noise variance u[T] per orthonormal coordinate."""
     rows, cols, vals = cell_variance_coefficients(lat)
-    return np.bincount(rows, weights=vals * np.asarray(u, dtype=np.float64)[cols], minlength=len(lat.subsets))
+    return np.bincount(
+        rows, weights=vals * np.asarray(u, dtype=np.float64)[cols], minlength=len(lat.subsets)
+    )
 
 
 def total_variance(lat, u, *, weighted=False):
@@ -334,7 +353,9 @@ def apply_axes(arr, mats):
     is rotated to the back (after d rotations the axis order is restored)."""
     t = np.asarray(arr, dtype=np.float64, order="C")  # (ascontiguousarray would make 0-d 1-d)
     if t.ndim != len(mats):
-        raise ValueError(f"expected {t.ndim} matrices for an array of shape {t.shape}, got {len(mats)}")
+        raise ValueError(
+            f"expected {t.ndim} matrices for an array of shape {t.shape}, got {len(mats)}"
+        )
     for m in mats:
         rest = t.shape[1:]
         out = m @ t.reshape(t.shape[0], -1)
@@ -349,8 +370,12 @@ def apply_axes_batched(arr, mats):
     instead of one per member)."""
     t = np.asarray(arr, dtype=np.float64)
     if t.ndim != len(mats) + 1:
-        raise ValueError(f"expected {t.ndim - 1} matrices for a stack of shape {t.shape}, got {len(mats)}")
-    t = np.ascontiguousarray(np.moveaxis(t, 0, -1))  # batch last; each step rotates one axis behind it
+        raise ValueError(
+            f"expected {t.ndim - 1} matrices for a stack of shape {t.shape}, got {len(mats)}"
+        )
+    t = np.ascontiguousarray(
+        np.moveaxis(t, 0, -1)
+    )  # batch last; each step rotates one axis behind it
     for m in mats:
         rest = t.shape[1:]
         out = m @ t.reshape(t.shape[0], -1)
@@ -396,7 +421,9 @@ def table_sensitivity1(domain, subsets, theta, basis="identity"):
     (module notes: the maximum of a monotone sum of products is at the per-attribute maxima)."""
     theta = np.asarray(theta, dtype=np.float64)
     if theta.shape != (len(subsets),) or np.any(theta < 0) or not np.all(np.isfinite(theta)):
-        raise ValueError(f"theta must hold {len(subsets)} non-negative finite weights, got shape {theta.shape}")
+        raise ValueError(
+            f"theta must hold {len(subsets)} non-negative finite weights, got shape {theta.shape}"
+        )
     norms = {}
     total = 0.0
     for t, w in zip(subsets, theta.tolist()):

@@ -27,10 +27,14 @@ class BlockSpectral(LinOp):
         sizes = [int(s) for s in sizes]
         lam = np.asarray(eigenvalues, dtype=np.float64)
         if not sizes or sizes[0] != 1 or lam.shape != (len(sizes),):
-            raise ValueError(f"need block sizes starting at 1 and one eigenvalue per size, got sizes={sizes}, eigenvalues={lam.tolist()}")
+            raise ValueError(
+                f"need block sizes starting at 1 and one eigenvalue per size, got sizes={sizes}, eigenvalues={lam.tolist()}"
+            )
         for a, b in zip(sizes, sizes[1:] + [n]):
             if b % a or (b == a and b != n):
-                raise ValueError(f"block sizes must increase, each dividing the next and n={n}; got {sizes}")
+                raise ValueError(
+                    f"block sizes must increase, each dividing the next and n={n}; got {sizes}"
+                )
         if not np.all(np.isfinite(lam)) or np.any(lam < 0):
             raise ValueError(f"eigenvalues must be finite and non-negative, got {lam.tolist()}")
         self.n, self.sizes, self.eigenvalues = n, tuple(sizes), lam
@@ -76,7 +80,6 @@ class BlockSpectral(LinOp):
         return float(sum(c * block_energy(s) / s for c, s in zip(self.level_weights(), self.sizes)))
 
 
-
 # -- nested partitions of any sizes: trees and Haar for every n --------------------------------------
 #
 # For a strategy whose rows are sums (or, for Haar, left-minus-right differences) of the
@@ -111,9 +114,20 @@ class NestedCovariance(LinOp):
         for parent, q, S in levels:
             parent = np.asarray(parent, dtype=np.int64)
             q, S = np.asarray(q, dtype=np.float64), np.asarray(S, dtype=np.float64)
-            if parent.shape != (size,) or q.shape != (size,) or (size and (parent[0] != 0 or np.any(np.diff(parent) < 0)
-                                                                         or np.any(np.diff(parent) > 1))) or S.shape != (int(parent[-1]) + 1,):
-                raise ValueError("nested levels must map every block below to a contiguous run of parents 0, 1, ...")
+            if (
+                parent.shape != (size,)
+                or q.shape != (size,)
+                or (
+                    size
+                    and (
+                        parent[0] != 0 or np.any(np.diff(parent) < 0) or np.any(np.diff(parent) > 1)
+                    )
+                )
+                or S.shape != (int(parent[-1]) + 1,)
+            ):
+                raise ValueError(
+                    "nested levels must map every block below to a contiguous run of parents 0, 1, ..."
+                )
             first = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])
             Q = np.cumsum(q) - q
             Q -= np.repeat(Q[first], np.diff(np.r_[first, size]))
@@ -211,14 +225,21 @@ class NestedCovariance(LinOp):
         p = self.prefix_variances()
         kind = getattr(W, "kind", None)
         if kind == "all_range":  # (n+1)·Σ_k C_kk − 1ᵀC1, the second through u_i = n − i
-            return float((self.n + 1) * p.sum() - self.functional_variance(np.arange(self.n, 0, -1, dtype=np.float64)))
+            return float(
+                (self.n + 1) * p.sum()
+                - self.functional_variance(np.arange(self.n, 0, -1, dtype=np.float64))
+            )
         if kind == "prefix":
             return float(p.sum())
-        return float(sum(self.interval_variances(lo, hi, p).sum() for _, lo, hi in W._chunks(1 << 16)))
+        return float(
+            sum(self.interval_variances(lo, hi, p).sum() for _, lo, hi in W._chunks(1 << 16))
+        )
 
     def interval_diagonal(self, W):
         p = self.prefix_variances()
-        return np.concatenate([self.interval_variances(lo, hi, p) for _, lo, hi in W._chunks(1 << 16)])
+        return np.concatenate(
+            [self.interval_variances(lo, hi, p) for _, lo, hi in W._chunks(1 << 16)]
+        )
 
     # -- builders -------------------------------------------------------------------------------
     @classmethod
@@ -237,10 +258,16 @@ class NestedCovariance(LinOp):
         has_child = np.zeros(N, dtype=bool)
         has_child[parent[parent >= 0]] = True
         leaves = np.flatnonzero(~has_child)
-        if leaves.size != n or np.any(lo[leaves] != hi[leaves]) or np.any(np.bincount(lo[leaves], minlength=n) != 1):
+        if (
+            leaves.size != n
+            or np.any(lo[leaves] != hi[leaves])
+            or np.any(np.bincount(lo[leaves], minlength=n) != 1)
+        ):
             return None
         roots = np.flatnonzero(parent < 0)
-        if roots.size != 1 or lo[roots[0]] != 0 or hi[roots[0]] != n - 1:  # a forest: virtual root, no row
+        if (
+            roots.size != 1 or lo[roots[0]] != 0 or hi[roots[0]] != n - 1
+        ):  # a forest: virtual root, no row
             lo, hi = np.r_[lo, 0], np.r_[hi, n - 1]
             parent = np.where(parent < 0, N, parent)
             parent = np.r_[parent, -1]
@@ -261,7 +288,13 @@ class NestedCovariance(LinOp):
         carried = np.zeros(0, dtype=np.int64)
         for d in range(D + 1):
             here = by_depth[d]
-            members[d] = here if carried.size == 0 else (lambda m: m[np.argsort(lo[m], kind="stable")])(np.concatenate([here, carried]))
+            members[d] = (
+                here
+                if carried.size == 0
+                else (lambda m: m[np.argsort(lo[m], kind="stable")])(
+                    np.concatenate([here, carried])
+                )
+            )
             if leaf[here].any():
                 carried = np.concatenate([carried, here[leaf[here]]])
         for m in members:
@@ -279,12 +312,18 @@ class NestedCovariance(LinOp):
             pos[up] = np.arange(up.size)
             par_node = np.where(depth[down] == d, parent[down], down)
             par = pos[par_node]
-            if np.any(np.diff(par) < 0) or np.any(lo[down] < lo[up[par]]) or np.any(hi[down] > hi[up[par]]):
+            if (
+                np.any(np.diff(par) < 0)
+                or np.any(lo[down] < lo[up[par]])
+                or np.any(hi[down] > hi[up[par]])
+            ):
                 return None
             first = np.flatnonzero(np.r_[True, par[1:] != par[:-1]])
             S = np.add.reduceat(V, first)
             own = np.where(depth[up] == d - 1, var[up], np.inf)  # a carried leaf has no new row
-            own = np.where(leaf[up] & (depth[up] == d - 1), np.inf, own)  # its row sits at the bottom
+            own = np.where(
+                leaf[up] & (depth[up] == d - 1), np.inf, own
+            )  # its row sits at the bottom
             with np.errstate(invalid="ignore", divide="ignore"):
                 newV = np.where(np.isfinite(own), own * S / (own + S), S)
             levels.append((par, V / S[par], S))

@@ -26,7 +26,17 @@ from matmech.linalg.lazy import sla
 import scipy.sparse as sp
 
 from matmech.linalg.intervals import Intervals
-from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, Sum, VStack, as_linop, register
+from matmech.linalg.linop import (
+    Dense,
+    Identity,
+    Kron,
+    Scaled,
+    Sparse,
+    Sum,
+    VStack,
+    as_linop,
+    register,
+)
 from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
@@ -65,7 +75,9 @@ def pinv_gram(A):
         m, nul = pinv_gram(A.base)
         return Scaled(m, 1.0 / A.c**2), nul
     n = A.shape[1]
-    if n > MAX_DENSE_N and isinstance(A, Dense):  # its gram would be a dense n×n array: refuse before forming it
+    if n > MAX_DENSE_N and isinstance(
+        A, Dense
+    ):  # its gram would be a dense n×n array: refuse before forming it
         raise ValueError(
             f"this strategy is a dense matrix over n={n:,} cells: inverting its gram needs {8 * n * n / 2**30:,.1f} GiB "
             f"(the dense limit is {MAX_DENSE_N} cells); use a structured strategy (identity, hierarchical, Haar, a "
@@ -163,7 +175,9 @@ def _superset_inplace(lam, k):
     length-2^k array ``lam`` holding c, O(k 2^k): level i adds each mask with bit i set to
     the same mask without it, on a strided view (no index arrays)."""
     for i in range(k):
-        v = lam.reshape(-1, 2, 1 << i)  # v[:, 0] has bit i clear, v[:, 1] the same masks with it set
+        v = lam.reshape(
+            -1, 2, 1 << i
+        )  # v[:, 0] has bit i clear, v[:, 1] the same masks with it set
         v[:, 0, :] += v[:, 1, :]
     return lam
 
@@ -234,7 +248,9 @@ def split_diagonal(A, max_rows=None):
         rest = np.flatnonzero(nnz > 1)
         if rest.size > max_rows:
             return None
-        d = np.bincount(m.indices[m.indptr[single]], weights=m.data[m.indptr[single]] ** 2, minlength=n)
+        d = np.bincount(
+            m.indices[m.indptr[single]], weights=m.data[m.indptr[single]] ** 2, minlength=n
+        )
         R = m[rest].toarray()
     else:
         nz = m != 0

@@ -58,7 +58,14 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.linalg.structured import pinv_gram
-from matmech.optimizers import general_marginal_error as gm_error, kronstack as opt_kronstack, l2 as opt_l2, marginals as opt_marginals, pure as opt_pure, unions as opt_unions
+from matmech.optimizers import (
+    general_marginal_error as gm_error,
+    kronstack as opt_kronstack,
+    l2 as opt_l2,
+    marginals as opt_marginals,
+    pure as opt_pure,
+    unions as opt_unions,
+)
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.blas import blas_threads, capped
 from matmech.privacy.calibration import noise_variance
@@ -69,7 +76,17 @@ from matmech import validate
 
 __all__ = ["optimize", "OptimizeResult", "METHODS"]
 
-METHODS = ("auto", "sdp", "l2", "pidentity", "kron", "marginals", "gmarginals", "kronstack", "unions")
+METHODS = (
+    "auto",
+    "sdp",
+    "l2",
+    "pidentity",
+    "kron",
+    "marginals",
+    "gmarginals",
+    "kronstack",
+    "unions",
+)
 _PURE_METHODS = ("pidentity",)
 _L2_METHODS = ("sdp", "l2", "unions")
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
@@ -183,12 +200,19 @@ def _progress_hook(progress):
     if progress is True:
 
         def show(fraction, message):
-            print(f"\r[{fraction:6.1%}] {message[:70]:<70}", end="" if fraction < 1 else "\n", file=sys.stderr, flush=True)
+            print(
+                f"\r[{fraction:6.1%}] {message[:70]:<70}",
+                end="" if fraction < 1 else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
 
         return show
     if callable(progress):
         return progress
-    raise TypeError(f"progress must be True, False or a callable(fraction, message), got {progress!r}")
+    raise TypeError(
+        f"progress must be True, False or a callable(fraction, message), got {progress!r}"
+    )
 
 
 # -- method choice ------------------------------------------------------------------------------
@@ -211,9 +235,13 @@ def _candidates(W, delta):
         if multi and "kron" not in out:
             out.append("kron")
         if multi and len(blocks) > 1:
-            out.append("gmarginals")  # L2 lattice weights; the only family releasable factored on huge domains
+            out.append(
+                "gmarginals"
+            )  # L2 lattice weights; the only family releasable factored on huge domains
             out.append("unions")  # the Gaussian planner for unions (issue 24)
-            out.append("kronstack")  # HDMM's OPT₊ with L2 factors: auto never loses to HDMM's templates
+            out.append(
+                "kronstack"
+            )  # HDMM's OPT₊ with L2 factors: auto never loses to HDMM's templates
         return out or ["l2"]
     if multi:
         # one Kronecker product: kron first, its factor fits seed gmarginals and kronstack
@@ -233,28 +261,73 @@ def _check_method(method, delta, W):
             "the L2 optimum is worse than the identity. Use method='pidentity' (or 'auto')"
         )
     if method in _PURE_METHODS and delta > 0:
-        raise ValueError(f"method={method!r} optimises the pure-eps (L1) error; for delta > 0 use method='l2', 'kron', 'marginals' (or 'auto')")
+        raise ValueError(
+            f"method={method!r} optimises the pure-eps (L1) error; for delta > 0 use method='l2', 'kron', 'marginals' (or 'auto')"
+        )
     if method == "marginals" and opt_marginals.expand_marginals(W) is None:
-        raise ValueError("method='marginals' needs a union of marginals (workloads.marginals); this workload is not one")
-    if method in ("kron", "gmarginals", "kronstack", "unions") and opt_marginals.kron_blocks(W) is None:
-        raise ValueError(f"method={method!r} needs a Kronecker workload or a union of Kronecker products over the same attributes")
+        raise ValueError(
+            "method='marginals' needs a union of marginals (workloads.marginals); this workload is not one"
+        )
+    if (
+        method in ("kron", "gmarginals", "kronstack", "unions")
+        and opt_marginals.kron_blocks(W) is None
+    ):
+        raise ValueError(
+            f"method={method!r} needs a Kronecker workload or a union of Kronecker products over the same attributes"
+        )
 
 
 # -- 1-D solvers --------------------------------------------------------------------------------
 
 
-def _fit_1d(gram_op, delta, *, restarts, rng, maxiter, time_limit, callback, fill_starts=0, quad_fills=0, polish=None):
+def _fit_1d(
+    gram_op,
+    delta,
+    *,
+    restarts,
+    rng,
+    maxiter,
+    time_limit,
+    callback,
+    fill_starts=0,
+    quad_fills=0,
+    polish=None,
+):
     """(strategy, value = sens² · trace(G (AᵀA)⁻¹), params) for one gram."""
     if delta > 0:
         inverse = opt_l2.tridiagonal_inverse(gram_op)
-        fit = opt_l2.dual_l2(gram_op.dense(), maxiter=maxiter or 500, time_limit=time_limit, callback=callback, inverse=inverse)
-        return fit.strategy, fit.value, {"dual": fit.dual, "gap": max(fit.gap, 0.0), "iterations": fit.iterations}
-    fit = opt_pure.fit_pidentity(gram_op, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=callback, fill_starts=fill_starts, quad_fills=quad_fills,
-                                 polish=polish)
+        fit = opt_l2.dual_l2(
+            gram_op.dense(),
+            maxiter=maxiter or 500,
+            time_limit=time_limit,
+            callback=callback,
+            inverse=inverse,
+        )
+        return (
+            fit.strategy,
+            fit.value,
+            {"dual": fit.dual, "gap": max(fit.gap, 0.0), "iterations": fit.iterations},
+        )
+    fit = opt_pure.fit_pidentity(
+        gram_op,
+        restarts=restarts,
+        rng=rng,
+        maxiter=maxiter,
+        time_limit=time_limit,
+        callback=callback,
+        fill_starts=fill_starts,
+        quad_fills=quad_fills,
+        polish=polish,
+    )
     ident = float(gram_op.diag.sum())  # Θ = 0: the identity, also in the family
     if ident <= fit.value:
         return Identity(gram_op.n), ident, {"init": "identity", "p": 0}
-    params = {"p": int(fit.theta.shape[0]), "init": fit.init, "evaluations": fit.evaluations, "starts": fit.starts}
+    params = {
+        "p": int(fit.theta.shape[0]),
+        "init": fit.init,
+        "evaluations": fit.evaluations,
+        "starts": fit.starts,
+    }
     return opt_pure.PIdentity(fit.theta), fit.value, params
 
 
@@ -272,7 +345,9 @@ def check_kron_memory(blocks, limit=None):
     need = 8 * sum(f.shape[1] ** 2 for _, fs in blocks for f in fs)
     big = max(f.shape[1] for _, fs in blocks for f in fs)
     if big > opt_pure.MAX_PIDENTITY_N:
-        raise ValueError(f"method='kron' on a union of Kronecker products needs attribute sizes <= {opt_pure.MAX_PIDENTITY_N}, got {big}")
+        raise ValueError(
+            f"method='kron' on a union of Kronecker products needs attribute sizes <= {opt_pure.MAX_PIDENTITY_N}, got {big}"
+        )
     if need > limit:
         raise ValueError(
             f"method='kron' on this union of {len(blocks)} Kronecker products needs about {need / 2**30:.1f} GiB "
@@ -291,7 +366,11 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
             report(i / d, f"factor {i + 1}/{d} (n={f.shape[1]})")
             op = GramOperator.from_workload(f)
             # equal factors (e.g. all ranges on both axes) are optimised once
-            key = (op.kind, op.n, op.scale) if op.kind != "dense" else (op.kind, op.n, op.dense().tobytes())
+            key = (
+                (op.kind, op.n, op.scale)
+                if op.kind != "dense"
+                else (op.kind, op.n, op.dense().tobytes())
+            )
             if key not in done:
                 # each distinct factor is fitted once here, so small ones get the deterministic
                 # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS), except identity-total
@@ -299,8 +378,17 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
                 if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error._identity_total_gram(op.dense()):
                     quad = 0
-                fa, fv, fp = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None,
-                                     fill_starts=KRON_FILL_STARTS, quad_fills=quad)
+                fa, fv, fp = _fit_1d(
+                    op,
+                    delta,
+                    restarts=restarts,
+                    rng=rng,
+                    maxiter=maxiter,
+                    time_limit=time_limit,
+                    callback=None,
+                    fill_starts=KRON_FILL_STARTS,
+                    quad_fills=quad,
+                )
                 done[key] = (fa, fv, {**fp, "quad_fills": quad} if delta == 0 else fp)
             a, v, p = done[key]
             if delta == 0 and op.n <= SHARE_FIT_MAX_N:
@@ -320,9 +408,13 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
         return Kron(*factors), out
     # a union Σⱼ wⱼ² ⊗ᵢ Gᵢⱼ: block coordinate descent (HDMM §6.2)
     check_kron_memory(blocks)
-    grams = [[f.gram().dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) for f in fs] for _, fs in blocks]
+    grams = [
+        [f.gram().dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) for f in fs] for _, fs in blocks
+    ]
     w2 = np.array([w for w, _ in blocks])
-    costs = np.array([[float(np.trace(g)) for g in row] for row in grams])  # start: identity factors
+    costs = np.array(
+        [[float(np.trace(g)) for g in row] for row in grams]
+    )  # start: identity factors
     factors = [Identity(grams[0][i].shape[0]) for i in range(d)]
     best, history = (math.inf, None), []
     steps, step = KRON_ROUNDS * d, 0
@@ -333,7 +425,16 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
             others = np.prod(np.delete(costs, i, axis=1), axis=1) * w2
             g_eff = sum(c * row[i] for c, row in zip(others, grams))
             op = GramOperator.from_gram(g_eff)
-            a, _, _ = _fit_1d(op, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=None, fill_starts=KRON_FILL_STARTS)
+            a, _, _ = _fit_1d(
+                op,
+                delta,
+                restarts=restarts,
+                rng=rng,
+                maxiter=maxiter,
+                time_limit=time_limit,
+                callback=None,
+                fill_starts=KRON_FILL_STARTS,
+            )
             factors[i] = a
             costs[:, i] = _traces_with([row[i] for row in grams], a)
             total = float((w2 * np.prod(costs, axis=1)).sum())
@@ -341,8 +442,11 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
             if total < best[0]:
                 best = (total, list(factors))
         if cutoff is not None and rnd + 1 < KRON_ROUNDS and best[0] > cutoff:
-            out = {"rounds": rnd + 1, "history": tuple(history),
-                   "stopped": f"after round {rnd + 1} of {KRON_ROUNDS}: above {KRON_CUTOFF_RATIO:g}x the best family so far"}
+            out = {
+                "rounds": rnd + 1,
+                "history": tuple(history),
+                "stopped": f"after round {rnd + 1} of {KRON_ROUNDS}: above {KRON_CUTOFF_RATIO:g}x the best family so far",
+            }
             return Kron(*best[1]), out
     return Kron(*best[1]), {"rounds": KRON_ROUNDS, "history": tuple(history)}
 
@@ -446,7 +550,17 @@ def optimize(
     # -> 0.5 s at n = 1024); on an idle machine a second thread saves at most ~25%
     with blas_threads(1):
         if len(families) == 1:
-            fit = _fit(W, eps, delta, families[0], restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report)
+            fit = _fit(
+                W,
+                eps,
+                delta,
+                families[0],
+                restarts=restarts,
+                rng=rng,
+                maxiter=maxiter,
+                time_limit=time_limit,
+                report=report,
+            )
             return _result(W, eps, delta, families[0], *fit, bound=bound)
         # auto over several families: a family's failure is recorded and the next one tried
         best, failed, tried, spent = None, {}, {}, 0.0
@@ -454,11 +568,33 @@ def optimize(
         for family in families:
             current[0] = family
             # a kron union run is stopped early when far behind the best so far (KRON_CUTOFF_RATIO)
-            cutoff = None if best is None else KRON_CUTOFF_RATIO * best[1][3] / noise_variance(eps, delta, sensitivity=1.0)
+            cutoff = (
+                None
+                if best is None
+                else KRON_CUTOFF_RATIO * best[1][3] / noise_variance(eps, delta, sensitivity=1.0)
+            )
             try:
-                fit = _fit(W, eps, delta, family, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report, cutoff=cutoff,
-                           shared=shared)
-            except (ValueError, TypeError, MemoryError, np.linalg.LinAlgError, OverflowError, RuntimeError) as ex:
+                fit = _fit(
+                    W,
+                    eps,
+                    delta,
+                    family,
+                    restarts=restarts,
+                    rng=rng,
+                    maxiter=maxiter,
+                    time_limit=time_limit,
+                    report=report,
+                    cutoff=cutoff,
+                    shared=shared,
+                )
+            except (
+                ValueError,
+                TypeError,
+                MemoryError,
+                np.linalg.LinAlgError,
+                OverflowError,
+                RuntimeError,
+            ) as ex:
                 failed[family] = f"{type(ex).__name__}: {ex}"
                 continue
             entry = {"error": fit[3], "seconds": fit[4], "gap": fit[1]}
@@ -471,7 +607,10 @@ def optimize(
             if fit[1] is not None and fit[1] <= CERTIFIED_GAP:
                 break
         if best is None:
-            raise ValueError("method='auto': every applicable family failed: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+            raise ValueError(
+                "method='auto': every applicable family failed: "
+                + "; ".join(f"{k}: {v}" for k, v in failed.items())
+            )
         family, (strategy, gap, params, err, _) = best
         params = dict(params)
         params["tried"] = MappingProxyType(tried)
@@ -480,7 +619,9 @@ def optimize(
         return _result(W, eps, delta, family, strategy, gap, params, err, spent, bound=bound)
 
 
-def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
+def _fit(
+    W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None
+):
     """(strategy, gap, params, total error, seconds) of one family."""
     n = W.shape[1]
     t0 = time.perf_counter()
@@ -492,27 +633,44 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         if Wm is not W:
             params["expanded_marginals"] = len(Wm.blocks)
             W_err = Wm
-        fit = opt_marginals.optimize_marginals_pure(Wm, restarts=restarts, rng=rng) if delta == 0 else opt_marginals.optimize_marginals_l2(Wm)
+        fit = (
+            opt_marginals.optimize_marginals_pure(Wm, restarts=restarts, rng=rng)
+            if delta == 0
+            else opt_marginals.optimize_marginals_l2(Wm)
+        )
         strategy, gap = fit.strategy, fit.gap
-        params["theta"] = {tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
+        params["theta"] = {
+            tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t)
+            for m, t in enumerate(fit.theta)
+            if t > 0
+        }
     elif chosen == "gmarginals":
         report(0.0, "generalised marginal lattice")
         kron_factors = None if shared is None else shared.get("kron_factors")
         given = None
         if kron_factors is not None:  # a single Kronecker workload: the kron family's factor fits
-            given = {i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, opt_pure.PIdentity)}
-        fit = opt_marginals.optimize_general_marginals(W, restarts=restarts, rng=rng, factor_thetas=given or None,
-                                                       norm=2 if delta > 0 else 1)
+            given = {
+                i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, opt_pure.PIdentity)
+            }
+        fit = opt_marginals.optimize_general_marginals(
+            W, restarts=restarts, rng=rng, factor_thetas=given or None, norm=2 if delta > 0 else 1
+        )
         strategy = fit.strategy
         k = len(strategy.domain_sizes)
-        params["theta"] = {tuple(i for i in range(k) if (m >> i) & 1): float(t) for m, t in enumerate(fit.theta) if t > 0}
+        params["theta"] = {
+            tuple(i for i in range(k) if (m >> i) & 1): float(t)
+            for m, t in enumerate(fit.theta)
+            if t > 0
+        }
         params["factors"] = tuple(type(f).__name__ for f in strategy.factors)
         params["error_kind"] = "exact (factored)"
         seconds = time.perf_counter() - t0
         report(1.0, f"done in {seconds:.2f} s")
         unit = noise_variance(eps, delta, sensitivity=1.0)
         if delta > 0:
-            params["weights"] = "lattice weights re-optimised for the L2 (Gaussian) error, factors from the pure-eps fit"
+            params["weights"] = (
+                "lattice weights re-optimised for the L2 (Gaussian) error, factors from the pure-eps fit"
+            )
         error = opt_marginals.general_marginal_error(W, strategy, p=2 if delta > 0 else 1)
         return strategy, None, params, unit * error, seconds
     elif chosen == "unions":
@@ -528,17 +686,38 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
     elif chosen == "kronstack":
         report(0.0, "union of Kronecker products")
         prefit = None if shared is None else shared.get("factor_fits")
-        fit = opt_kronstack.optimize_kron_stack(W, prefit=prefit if delta == 0 else None, norm=1 if delta == 0 else 2)
+        fit = opt_kronstack.optimize_kron_stack(
+            W, prefit=prefit if delta == 0 else None, norm=1 if delta == 0 else 2
+        )
         strategy = fit.strategy
-        params = {"terms": fit.terms, "weights": fit.weights, "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)"}
+        params = {
+            "terms": fit.terms,
+            "weights": fit.weights,
+            "error_kind": "exact" if fit.exact else "upper bound (each group from its own term)",
+        }
         if prefit:
             params["reused_factor_fits"] = len(prefit)
         seconds = time.perf_counter() - t0
         report(1.0, f"done in {seconds:.2f} s")
-        return strategy, None, params, noise_variance(eps, delta, sensitivity=1.0) * fit.value, seconds
+        return (
+            strategy,
+            None,
+            params,
+            noise_variance(eps, delta, sensitivity=1.0) * fit.value,
+            seconds,
+        )
     elif chosen == "kron":
-        strategy, params = _kron(W, delta, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, report=report,
-                                 cutoff=cutoff if delta == 0 else None, shared=shared)
+        strategy, params = _kron(
+            W,
+            delta,
+            restarts=restarts,
+            rng=rng,
+            maxiter=maxiter,
+            time_limit=time_limit,
+            report=report,
+            cutoff=cutoff if delta == 0 else None,
+            shared=shared,
+        )
         gap = params.pop("gap", None)
     elif chosen == "sdp":
         if n > opt_l2.MAX_SDP_N:
@@ -548,10 +727,16 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             )
         report(0.0, f"cvxpy SDP, n={n}")
         fit = opt_l2.sdp_l2(W.gram())
-        strategy, gap, params = fit.strategy, max(fit.gap, 0.0), {"trace": fit.value, "dual_trace": fit.dual}
+        strategy, gap, params = (
+            fit.strategy,
+            max(fit.gap, 0.0),
+            {"trace": fit.value, "dual_trace": fit.dual},
+        )
     elif chosen == "l2":
         if n > opt_l2.MAX_L2_N:
-            raise ValueError(f"method='l2' is limited to n <= {opt_l2.MAX_L2_N} cells, got n={n}; use a Kronecker workload (method='kron')")
+            raise ValueError(
+                f"method='l2' is limited to n <= {opt_l2.MAX_L2_N} cells, got n={n}; use a Kronecker workload (method='kron')"
+            )
         cap = maxiter or 500
 
         def cb(it, g):
@@ -563,7 +748,9 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
         strategy, gap = fit.strategy, max(fit.gap, 0.0)
         params = {"trace": fit.value, "dual_trace": fit.dual, "iterations": fit.iterations}
     else:  # pidentity
-        if n > opt_pure.MAX_PIDENTITY_N:  # p-Identity's dense n×n work does not fit: the best exact hierarchy
+        if (
+            n > opt_pure.MAX_PIDENTITY_N
+        ):  # p-Identity's dense n×n work does not fit: the best exact hierarchy
             report(0.0, f"best hierarchy, n={n}")
             strategy, _, hp = opt_pure.best_hierarchy(W)
             params = {"init": "best hierarchy (exact error, any n)", **hp}
@@ -572,7 +759,11 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
             # every start (restarts, plus HDMM's OPT₀ start up to HDMM_START_MAX_N cells) and
             # the polish of the best
             starts = restarts + (n <= opt_pure.HDMM_START_MAX_N) + (n >= opt_pure.WIDE_HAT_MIN_N)
-            polish = opt_pure.ONE_D_POLISH if n <= opt_pure.ONE_D_POLISH_MAX_N else opt_pure.default_polish(n)
+            polish = (
+                opt_pure.ONE_D_POLISH
+                if n <= opt_pure.ONE_D_POLISH_MAX_N
+                else opt_pure.default_polish(n)
+            )
             cap = (maxiter or opt_pure.default_maxiter(n)) * starts + polish
             count = [0]
 
@@ -581,10 +772,21 @@ def _fit(W, eps, delta, chosen, *, restarts, rng, maxiter, time_limit, report, c
                 if count[0] % 10 == 0:
                     report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
 
-            strategy, _, params = _fit_1d(op, 0.0, restarts=restarts, rng=rng, maxiter=maxiter, time_limit=time_limit, callback=cb, polish=polish)
+            strategy, _, params = _fit_1d(
+                op,
+                0.0,
+                restarts=restarts,
+                rng=rng,
+                maxiter=maxiter,
+                time_limit=time_limit,
+                callback=cb,
+                polish=polish,
+            )
     seconds = time.perf_counter() - t0
     report(1.0, f"done in {seconds:.2f} s")
-    err = expected_error(W_err, strategy, eps, delta, noise="continuous")  # the objective's figure (1/ε² scaling)
+    err = expected_error(
+        W_err, strategy, eps, delta, noise="continuous"
+    )  # the objective's figure (1/ε² scaling)
     return strategy, gap, params, err, seconds
 
 
@@ -600,4 +802,6 @@ def _result(W, eps, delta, chosen, strategy, gap, params, err, seconds, *, bound
         if unit is not None and "dual_trace" in params:
             params["dual_bound"] = unit * params["dual_trace"]
     params = MappingProxyType(dict(params))
-    return OptimizeResult(strategy, err, math.sqrt(err / W.shape[0]), lb, chosen, seconds, gap, eps, delta, params)
+    return OptimizeResult(
+        strategy, err, math.sqrt(err / W.shape[0]), lb, chosen, seconds, gap, eps, delta, params
+    )

@@ -14,8 +14,23 @@ import math
 
 import numpy as np
 
-from matmech.linalg.structured import _class_projector_factors, _subset_inplace, _superset_inplace, _superset_sum
-from matmech.linalg.linop import Dense, Identity, Kron, Ones, Scaled, Sum, VStack, as_linop, register
+from matmech.linalg.structured import (
+    _class_projector_factors,
+    _subset_inplace,
+    _superset_inplace,
+    _superset_sum,
+)
+from matmech.linalg.linop import (
+    Dense,
+    Identity,
+    Kron,
+    Ones,
+    Scaled,
+    Sum,
+    VStack,
+    as_linop,
+    register,
+)
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
 __all__ = [
@@ -146,7 +161,9 @@ class _GeneralProblem:
         self.term_idx = np.concatenate(term_idx)
         self.masks = np.concatenate(masks)
         if self.masks.size > MAX_GENERAL_WORK:
-            raise ValueError(f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}")
+            raise ValueError(
+                f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
+            )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
 
     def attribute_numbers(self, i, minv):
@@ -175,7 +192,11 @@ class _GeneralProblem:
         K = self.v2.size
         a_out, a_in, ys = np.empty((K, self.k)), np.empty((K, self.k)), []
         for i in range(self.k):
-            nums = fixed[i] if fixed is not None and i in fixed else self.attribute_numbers(i, minvs[i])
+            nums = (
+                fixed[i]
+                if fixed is not None and i in fixed
+                else self.attribute_numbers(i, minvs[i])
+            )
             g[i], a_out[:, i], a_in[:, i], y = nums
             ys.append(y)
         return g, a_out, a_in, ys
@@ -260,7 +281,11 @@ class _GeneralProblem:
                         Cc += cvec[j] * c
                 cy = Cc @ y
                 one = np.ones(n)
-                gam = Cb + (np.outer(cy, one) + np.outer(one, cy)) / g[i] + (dg - float(y @ cy) / g[i] ** 2) * np.ones((n, n))
+                gam = (
+                    Cb
+                    + (np.outer(cy, one) + np.outer(one, cy)) / g[i]
+                    + (dg - float(y @ cy) / g[i] ** 2) * np.ones((n, n))
+                )
                 grads[i] = 0.5 * (gam + gam.T)
         return F, dth, grads
 
@@ -293,19 +318,28 @@ class GeneralMarginalStrategy(VStack):
         k = len(domain)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
+            raise ValueError(
+                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
+            )
         factors = tuple(Identity(d) if f is None else as_linop(f) for f, d in zip(factors, domain))
         if len(factors) != k:
             raise ValueError(f"need one factor strategy per attribute ({k}), got {len(factors)}")
         for i, (f, d) in enumerate(zip(factors, domain)):
             if f.shape[1] != d:
-                raise ValueError(f"factor {i} has {f.shape[1]} columns, expected the attribute size {d}")
+                raise ValueError(
+                    f"factor {i} has {f.shape[1]} columns, expected the attribute size {d}"
+                )
             if d > MAX_FACTOR_N and not isinstance(f, Identity):
-                raise ValueError(f"factor {i}: attribute size {d} exceeds {MAX_FACTOR_N} for a non-identity factor")
+                raise ValueError(
+                    f"factor {i}: attribute size {d} exceeds {MAX_FACTOR_N} for a non-identity factor"
+                )
         self.theta, self.factors = w, factors
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
-        blocks = [Kron(*[factors[i] if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)]) for m in masks]
+        blocks = [
+            Kron(*[factors[i] if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
+            for m in masks
+        ]
         super().__init__(blocks, weights=w[masks])
         self.domain_sizes = domain
         self.attribute_subsets = subsets
@@ -341,12 +375,22 @@ class GeneralMarginalStrategy(VStack):
             if any((mask >> i) & 1 and parts[i][1] is None for i in range(k)):
                 continue  # an attribute of size 1 has no complement: empty class
             if lam[mask] > 1e-12 * top:
-                pos.append(Scaled(Kron(*[parts[i][(mask >> i) & 1] for i in range(k)]), 1.0 / lam[mask]))
+                pos.append(
+                    Scaled(Kron(*[parts[i][(mask >> i) & 1] for i in range(k)]), 1.0 / lam[mask])
+                )
             else:
                 # a PSD operator whose range is the class's share of null(A): yᵢ on attributes
                 # outside T, the mean-zero vectors on T (its range, not an orthogonal projector)
-                null.append(Kron(*_class_projector_factors(domain, mask)) if all(isinstance(f, Identity) for f in self.factors)
-                            else Kron(*[Dense(np.eye(d) - 1.0 / d) if (mask >> i) & 1 else parts[i][0] for i, d in enumerate(domain)]))
+                null.append(
+                    Kron(*_class_projector_factors(domain, mask))
+                    if all(isinstance(f, Identity) for f in self.factors)
+                    else Kron(
+                        *[
+                            Dense(np.eye(d) - 1.0 / d) if (mask >> i) & 1 else parts[i][0]
+                            for i, d in enumerate(domain)
+                        ]
+                    )
+                )
         return Sum(pos), (Sum(null) if null else None)
 
     def factored_trace(self, W):
@@ -354,16 +398,27 @@ class GeneralMarginalStrategy(VStack):
         a union of Kronecker products over the same attributes, else None. Raises ValueError
         when a query of W is outside the row space. A hook for the error analysis: it costs
         2^k classes × K terms, never a domain-sized vector."""
-        if kron_blocks(W) is None or tuple(f.shape[1] for f in kron_blocks(W)[0][1]) != self.domain_sizes:
+        if (
+            kron_blocks(W) is None
+            or tuple(f.shape[1] for f in kron_blocks(W)[0][1]) != self.domain_sizes
+        ):
             return None
         return _general_trace(W, self)
 
     def to_dict(self, out):
-        return {"domain": list(self.domain_sizes), "theta": out.array(self.theta), "factors": [out.node(f) for f in self.factors]}
+        return {
+            "domain": list(self.domain_sizes),
+            "theta": out.array(self.theta),
+            "factors": [out.node(f) for f in self.factors],
+        }
 
     @classmethod
     def from_dict(cls, node, src):
-        return cls(tuple(src.ints(node, "domain")), src.array(node, "theta", "float", 1), src.children(node, "factors"))
+        return cls(
+            tuple(src.ints(node, "domain")),
+            src.array(node, "theta", "float", 1),
+            src.children(node, "factors"),
+        )
 
 
 def _identity_total_gram(c):
@@ -373,21 +428,34 @@ def _identity_total_gram(c):
         return True
     b = c[0, 1]
     a = c[0, 0] - b
-    return bool(np.allclose(c, a * np.eye(n) + b, rtol=1e-12, atol=1e-12 * max(abs(a) + abs(b), 1e-300)))
+    return bool(
+        np.allclose(c, a * np.eye(n) + b, rtol=1e-12, atol=1e-12 * max(abs(a) + abs(b), 1e-300))
+    )
 
 
 def _problem(W, free=None):
     """(problem, domain) of the generalised marginal error for a union of Kronecker products W."""
     blocks = kron_blocks(W)
     if blocks is None:
-        raise ValueError("generalised marginals need a Kronecker workload or a union of Kronecker products over the same attributes")
+        raise ValueError(
+            "generalised marginals need a Kronecker workload or a union of Kronecker products over the same attributes"
+        )
     domain = tuple(f.shape[1] for f in blocks[0][1])
     k = len(domain)
     if k > MAX_GENERAL_ATTRIBUTES:
-        raise ValueError(f"generalised marginals support at most {MAX_GENERAL_ATTRIBUTES} attributes, got {k}")
-    big = [d for i, d in enumerate(domain) if d > MAX_FACTOR_N and not all(_identity_like(fs[i]) or _total_like(fs[i]) for _, fs in blocks)]
+        raise ValueError(
+            f"generalised marginals support at most {MAX_GENERAL_ATTRIBUTES} attributes, got {k}"
+        )
+    big = [
+        d
+        for i, d in enumerate(domain)
+        if d > MAX_FACTOR_N
+        and not all(_identity_like(fs[i]) or _total_like(fs[i]) for _, fs in blocks)
+    ]
     if big:
-        raise ValueError(f"generalised marginals need attribute sizes <= {MAX_FACTOR_N} for non-identity factors, got {big[0]}")
+        raise ValueError(
+            f"generalised marginals need attribute sizes <= {MAX_FACTOR_N} for non-identity factors, got {big[0]}"
+        )
     grams = _FactorGrams()
     terms = []
     for w2, fs in blocks:
@@ -413,7 +481,9 @@ def general_marginal_error(W, A, *, p=1):
     if p not in (1, 2):
         raise ValueError(f"p must be 1 (pure eps) or 2 (Gaussian), got {p!r}")
     if p == 2:
-        return general_marginal_sensitivity2(A.theta, [factor_col_norm2(f) for f in A.factors]) * _general_trace(W, A)
+        return general_marginal_sensitivity2(
+            A.theta, [factor_col_norm2(f) for f in A.factors]
+        ) * _general_trace(W, A)
     return float(A.sensitivity(1)) ** 2 * _general_trace(W, A)
 
 
@@ -447,7 +517,9 @@ def general_marginal_sensitivity2(theta, col2):
     th = np.asarray(theta, dtype=np.float64)
     c = [float(v) for v in col2]
     if th.shape != (1 << len(c),):
-        raise ValueError(f"need {1 << len(c)} lattice weights for {len(c)} attributes, got shape {th.shape}")
+        raise ValueError(
+            f"need {1 << len(c)} lattice weights for {len(c)} attributes, got shape {th.shape}"
+        )
     return float(np.dot(th * th, _inside_products(c)))
 
 
@@ -455,7 +527,9 @@ def _general_trace(W, A):
     """trace(WᵀW (AᵀA)⁻) of :func:`general_marginal_error` (no sensitivity)."""
     prob, domain, _ = _problem(W, free=())
     if domain != A.domain_sizes:
-        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+        raise ValueError(
+            f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
+        )
     minvs = A.factor_inverses()
     g, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)

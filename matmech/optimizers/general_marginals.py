@@ -33,6 +33,7 @@ __all__ = [
     "reweight_general_marginals_l2",
 ]
 
+
 @dataclass(frozen=True)
 class GeneralMarginalFit:
     """Outcome of :func:`optimize_general_marginals`: value = sens₁² · trace(G (AᵀA)⁻)
@@ -76,7 +77,9 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
     return np.asarray(fit.theta, dtype=np.float64)
 
 
-def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT_ITER, factor_thetas=None, norm=1):
+def optimize_general_marginals(
+    W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT_ITER, factor_thetas=None, norm=1
+):
     """Generalised marginals for a union of Kronecker products W (pure ε): minimise
     (Σθ_S)² trace(G_W (AᵀA)⁻) over the lattice weights θ ≥ 0 and, jointly, the p-Identity
     factors Θᵢ ≥ 0 of the attributes whose workload factors are neither identities nor totals
@@ -106,10 +109,25 @@ def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT
         if not (isinstance(i, (int, np.integer)) and 0 <= i < k):
             raise ValueError(f"factor_thetas keys must be attribute indices 0..{k - 1}, got {i!r}")
         arr = np.asarray(th, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] != domain[i] or arr.shape[0] == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"factor_thetas[{i}] must be a finite non-negative p×{domain[i]} matrix, got shape {arr.shape}")
+        if (
+            arr.ndim != 2
+            or arr.shape[1] != domain[i]
+            or arr.shape[0] == 0
+            or not np.all(np.isfinite(arr))
+            or np.any(arr < 0)
+        ):
+            raise ValueError(
+                f"factor_thetas[{i}] must be a finite non-negative p×{domain[i]} matrix, got shape {arr.shape}"
+            )
     given = {i: th for i, th in given.items() if i in prob.free}
-    thetas = {i: (np.array(given[i], dtype=np.float64) if i in given else _fit_factor(prob, i, supports, restarts=restarts, rng=rng)) for i in prob.free}
+    thetas = {
+        i: (
+            np.array(given[i], dtype=np.float64)
+            if i in given
+            else _fit_factor(prob, i, supports, restarts=restarts, rng=rng)
+        )
+        for i in prob.free
+    }
     minvs = [np.eye(d) for d in domain]
     for i, th in thetas.items():
         minvs[i] = _pidentity_minv(th)
@@ -119,7 +137,11 @@ def optimize_general_marginals(W, *, restarts=1, rng=None, maxiter=GENERAL_JOINT
     order = max(len(s) for s in supports)
     # the variables: every subset up to GENERAL_EXTRA_ORDER attributes above the workload's
     # order (the whole lattice when k ≤ GENERAL_FULL_LATTICE)
-    closure = np.ones(1 << k, dtype=bool) if k <= GENERAL_FULL_LATTICE else sizes <= order + GENERAL_EXTRA_ORDER
+    closure = (
+        np.ones(1 << k, dtype=bool)
+        if k <= GENERAL_FULL_LATTICE
+        else sizes <= order + GENERAL_EXTRA_ORDER
+    )
     idx = np.flatnonzero(closure)
 
     def theta_only(th0, name, minvs):
@@ -266,10 +288,14 @@ def general_marginal_l2_objective(W, A, theta=None):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
     prob, domain, _ = _problem(W, free=())
     if domain != A.domain_sizes:
-        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+        raise ValueError(
+            f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
+        )
     th = A.theta if theta is None else np.asarray(theta, dtype=np.float64)
     if th.shape != A.theta.shape or not np.all(np.isfinite(th)) or np.any(th < 0):
-        raise ValueError(f"theta must be {A.theta.size} non-negative finite weights, got shape {th.shape}")
+        raise ValueError(
+            f"theta must be {A.theta.size} non-negative finite weights, got shape {th.shape}"
+        )
     f, g = _L2Weights(prob, A)(th)
     return float(f), g
 
@@ -286,14 +312,20 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
     prob, domain, blocks = _problem(W, free=())
     if domain != A.domain_sizes:
-        raise ValueError(f"workload attributes {domain} differ from the strategy's {A.domain_sizes}")
+        raise ValueError(
+            f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
+        )
     k = prob.k
     obj = _L2Weights(prob, A)
     root = obj.root
     supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
     sizes = np.array([bin(m).count("1") for m in range(1 << k)])
     order = max(len(s) for s in supports)
-    closure = np.ones(1 << k, dtype=bool) if k <= GENERAL_FULL_LATTICE else (sizes <= order + GENERAL_EXTRA_ORDER) | (A.theta > 0)
+    closure = (
+        np.ones(1 << k, dtype=bool)
+        if k <= GENERAL_FULL_LATTICE
+        else (sizes <= order + GENERAL_EXTRA_ORDER) | (A.theta > 0)
+    )
     idx = np.flatnonzero(closure)
 
     def fun(x):
@@ -305,7 +337,11 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
     own = np.zeros(1 << k)
     for (w2, _), s in zip(blocks, supports):
         own[sum(1 << i for i in s)] += math.sqrt(w2)
-    starts = [("given weights", A.theta), ("workload subsets", own), ("uniform on the lattice", np.ones(1 << k))]
+    starts = [
+        ("given weights", A.theta),
+        ("workload subsets", own),
+        ("uniform on the lattice", np.ones(1 << k)),
+    ]
     records, best = [], None
     for name, th0 in starts:
         phi0 = (th0 * closure * root)[idx]

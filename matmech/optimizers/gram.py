@@ -110,9 +110,13 @@ def check_gram(G, name="gram"):
     if asym > 1e-10 * scale:
         raise ValueError(f"{name} must be symmetric; max |G − Gᵀ| = {asym:.3g}")
     g = (g + g.T) / 2
-    lam_min = float(sla.eigvalsh(g, subset_by_index=[0, 0])[0]) if g.shape[0] > 1 else float(g[0, 0])
+    lam_min = (
+        float(sla.eigvalsh(g, subset_by_index=[0, 0])[0]) if g.shape[0] > 1 else float(g[0, 0])
+    )
     if lam_min < -1e-8 * scale * g.shape[0]:
-        raise ValueError(f"{name} must be positive semidefinite (a WᵀW); its smallest eigenvalue is {lam_min:.3g}")
+        raise ValueError(
+            f"{name} must be positive semidefinite (a WᵀW); its smallest eigenvalue is {lam_min:.3g}"
+        )
     if not np.any(g):
         raise ValueError(f"{name} is zero: the workload has no non-zero query")
     return g

@@ -83,7 +83,9 @@ def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
     stack's Σ)."""
     blocks = kron_blocks(W)
     if blocks is None:
-        raise ValueError("a union of Kronecker products strategy needs a Kronecker workload or a union of them over the same attributes")
+        raise ValueError(
+            "a union of Kronecker products strategy needs a Kronecker workload or a union of them over the same attributes"
+        )
     out = []
     for w2, fs in blocks:
         combos = [(w2, [])]
@@ -91,7 +93,9 @@ def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
             parts = _parts(f) if expand else [(1.0, f)]
             combos = [(c * v, lst + [b]) for c, lst in combos for v, b in parts]
             if len(out) + len(combos) > max_terms:
-                raise ValueError(f"expanding the workload's stacked factors gives more than {max_terms} Kronecker terms")
+                raise ValueError(
+                    f"expanding the workload's stacked factors gives more than {max_terms} Kronecker terms"
+                )
         out += combos
     return out
 
@@ -116,7 +120,9 @@ class _FactorFits:
         if _identity_like(f):
             return Identity(n), ("I", n), float(n)
         if n > MAX_PIDENTITY_N:
-            raise ValueError(f"a union of Kronecker products strategy needs attribute sizes <= {MAX_PIDENTITY_N} for factor workloads other than identity or total, got {n}")
+            raise ValueError(
+                f"a union of Kronecker products strategy needs attribute sizes <= {MAX_PIDENTITY_N} for factor workloads other than identity or total, got {n}"
+            )
         op = GramOperator.from_workload(f)
         g = op.dense()
         key = ("P", n, g.tobytes())
@@ -126,7 +132,11 @@ class _FactorFits:
         if key not in self.fits:
             fit = fit_pidentity(op)
             ident = float(np.trace(g))
-            self.fits[key] = (Identity(n), float(ident)) if ident <= fit.value else (PIdentity(fit.theta), float(fit.value))
+            self.fits[key] = (
+                (Identity(n), float(ident))
+                if ident <= fit.value
+                else (PIdentity(fit.theta), float(fit.value))
+            )
         q, v = self.fits[key]
         return q, ("P", n, id(q)), v
 
@@ -161,7 +171,9 @@ def optimize_kron_stack(W, *, single=None, prefit=None, norm=1):
         value, exact = exact_error(W, strategy, p=norm), True
     if single is not None and single[1] < value:
         return KronStackFit(single[0], float(single[1]), True, bound, 1, (1.0,))
-    return KronStackFit(strategy, float(value), exact, bound, len(weights), tuple(float(w) for w in weights))
+    return KronStackFit(
+        strategy, float(value), exact, bound, len(weights), tuple(float(w) for w in weights)
+    )
 
 
 def _union(terms, fits, norm=1):
@@ -195,7 +207,9 @@ def exact_error(W, A, p=1):
     """sens_p(A)² · trace(WᵀW (AᵀA)⁺) densely (n ≤ :data:`EXACT_N`; p = 1 or 2)."""
     n = A.shape[1]
     if n > EXACT_N:
-        raise ValueError(f"the exact error of a union of Kronecker products is dense: n={n} exceeds {EXACT_N}")
+        raise ValueError(
+            f"the exact error of a union of Kronecker products is dense: n={n} exceeds {EXACT_N}"
+        )
     a = A.dense(max_entries=max(A.shape[0], 1) * n)
     g = as_linop(W).gram().dense(max_entries=n * n)
     sens = float(np.abs(a).sum(0).max()) if p == 1 else math.sqrt(float((a * a).sum(0).max()))

@@ -44,7 +44,16 @@ from matmech.linalg.linop import Dense, as_linop
 from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
 from matmech.linalg.linop import register
 
-__all__ = ["L2Fit", "L2Strategy", "dual_l2", "sdp_l2", "dual_value", "tridiagonal_inverse", "MAX_SDP_N", "MAX_L2_N"]
+__all__ = [
+    "L2Fit",
+    "L2Strategy",
+    "dual_l2",
+    "sdp_l2",
+    "dual_value",
+    "tridiagonal_inverse",
+    "MAX_SDP_N",
+    "MAX_L2_N",
+]
 
 #: Largest domain the cvxpy SDP accepts (interior-point cost grows like n⁶).
 MAX_SDP_N = 64
@@ -75,7 +84,10 @@ class L2Strategy(Dense):
         return Dense(m), (Dense(nul) if nul is not None else None)
 
     def to_dict(self, out):
-        return {"matrix": out.array(self.matrix), "pinv": None if self._pinv is None else out.array(self._pinv)}
+        return {
+            "matrix": out.array(self.matrix),
+            "pinv": None if self._pinv is None else out.array(self._pinv),
+        }
 
     @classmethod
     def from_dict(cls, node, src):
@@ -111,7 +123,9 @@ def _eig_state_tridiagonal(t_diag, t_off, v):
     """:func:`_eig_state` from G⁻¹ = tridiag(t_off, t_diag, t_off): H⁻¹ = V^−½ G⁻¹ V^−½ is
     tridiagonal with the eigenvectors of H and eigenvalues 1/λ."""
     u = np.sqrt(v)
-    mu, q = sla.eigh_tridiagonal(t_diag / v, t_off / (u[:-1] * u[1:]), lapack_driver="stemr", check_finite=False)
+    mu, q = sla.eigh_tridiagonal(
+        t_diag / v, t_off / (u[:-1] * u[1:]), lapack_driver="stemr", check_finite=False
+    )
     if not mu[0] > 0:
         raise np.linalg.LinAlgError("the tridiagonal inverse of the gram is not positive definite")
     sig = 1.0 / np.sqrt(mu)
@@ -147,8 +161,14 @@ def _check_tridiagonal(g, inverse):
     """Arrays (diag, off) if G·T = I for T = tridiag(off, diag, off), checked in O(n²)."""
     n = g.shape[0]
     d, e = (np.asarray(a, dtype=np.float64) for a in inverse)
-    if d.shape != (n,) or e.shape != (max(n - 1, 0),) or not (np.all(np.isfinite(d)) and np.all(np.isfinite(e))):
-        raise ValueError(f"inverse must be (diagonal of length {n}, off-diagonal of length {n - 1}) of finite numbers")
+    if (
+        d.shape != (n,)
+        or e.shape != (max(n - 1, 0),)
+        or not (np.all(np.isfinite(d)) and np.all(np.isfinite(e)))
+    ):
+        raise ValueError(
+            f"inverse must be (diagonal of length {n}, off-diagonal of length {n - 1}) of finite numbers"
+        )
     gt = g * d[None, :]
     gt[:, 1:] += g[:, :-1] * e[None, :]
     gt[:, :-1] += g[:, 1:] * e[None, :]
@@ -203,7 +223,11 @@ def _dual_problem(gram, inverse):
         g_full = check_gram(gram)
     else:
         g_full = np.asarray(gram.dense() if hasattr(gram, "dense") else gram, dtype=np.float64)
-        if g_full.ndim != 2 or g_full.shape[0] != g_full.shape[1] or not np.all(np.isfinite(g_full)):
+        if (
+            g_full.ndim != 2
+            or g_full.shape[0] != g_full.shape[1]
+            or not np.all(np.isfinite(g_full))
+        ):
             raise ValueError(f"gram must be a finite square matrix, got shape {g_full.shape}")
         t_diag, t_off = _check_tridiagonal(g_full, inverse)
     n = g_full.shape[0]
@@ -265,7 +289,9 @@ def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=
         sig, q, diag_s, dual, tr = state(v)
         x = diag_s / v
         if not np.all(np.isfinite(x)) or np.any(x <= 0):
-            raise np.linalg.LinAlgError("the dual iteration produced a non-finite diagonal; is the gram PSD?")
+            raise np.linalg.LinAlgError(
+                "the dual iteration produced a non-finite diagonal; is the gram PSD?"
+            )
         primal = tr * float(x.max())
         improved = primal < best_primal * (1 - 1e-12) or dual > best_dual + 1e-12 * abs(best_dual)
         if primal < best_primal:

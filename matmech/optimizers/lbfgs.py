@@ -44,7 +44,11 @@ def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None
     s_rows, y_rows = list(S), list(Y)
     rho, alpha = [0.0] * memory, [0.0] * memory
     q, xn, step, metric = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
-    pos, neg, free = np.empty(size, dtype=bool), np.empty(size, dtype=bool), np.empty(size, dtype=bool)
+    pos, neg, free = (
+        np.empty(size, dtype=bool),
+        np.empty(size, dtype=bool),
+        np.empty(size, dtype=bool),
+    )
     stored, head, evaluations, it, trail = 0, 0, 1, 0, [f]
     for it in range(1, maxiter + 1):
         np.greater(x, 0.0, out=pos)
@@ -116,7 +120,9 @@ def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None
 
 #: The call signature of scipy's compiled L-BFGS-B step (scipy ≥ 1.15) that
 #: :func:`lbfgsb_nonneg` drives directly; with any other, it calls ``scipy.optimize.minimize``.
-_SETULB_SIGNATURE = "setulb(m,x,l,u,nbd,f,g,factr,pgtol,wa,iwa,task,lsave,isave,dsave,maxls,ln_task)"
+_SETULB_SIGNATURE = (
+    "setulb(m,x,l,u,nbd,f,g,factr,pgtol,wa,iwa,task,lsave,isave,dsave,maxls,ln_task)"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -141,7 +147,9 @@ def _setulb():
         mine, _ = _drive_setulb(fn, quad, np.ones(3), maxcor=10, maxls=20, maxfun=15000, **opts)
     except Exception:  # noqa: BLE001 - any failure of the private routine means: do not use it
         return None
-    ref = minimize(quad, np.ones(3), jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf), options=opts).x
+    ref = minimize(
+        quad, np.ones(3), jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf), options=opts
+    ).x
     return fn if np.array_equal(mine, ref) else None
 
 
@@ -161,11 +169,33 @@ def lbfgsb_nonneg(fun, x0, *, maxiter, ftol, gtol, maxcor=10, maxls=20, maxfun=1
     if setulb is None:  # another scipy: its own wrapper
         from scipy.optimize import Bounds, minimize
 
-        res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf),
-                       options={"maxiter": maxiter, "ftol": ftol, "gtol": gtol, "maxcor": maxcor, "maxls": maxls, "maxfun": maxfun})
+        res = minimize(
+            fun,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=Bounds(0.0, np.inf),
+            options={
+                "maxiter": maxiter,
+                "ftol": ftol,
+                "gtol": gtol,
+                "maxcor": maxcor,
+                "maxls": maxls,
+                "maxfun": maxfun,
+            },
+        )
         return res.x, res.fun
-    return _drive_setulb(setulb, fun, x0, maxiter=maxiter, ftol=ftol, gtol=gtol, maxcor=maxcor, maxls=maxls,
-                         maxfun=maxfun)
+    return _drive_setulb(
+        setulb,
+        fun,
+        x0,
+        maxiter=maxiter,
+        ftol=ftol,
+        gtol=gtol,
+        maxcor=maxcor,
+        maxls=maxls,
+        maxfun=maxfun,
+    )
 
 
 def _drive_setulb(setulb, fun, x0, *, maxiter, ftol, gtol, maxcor, maxls, maxfun):
@@ -191,11 +221,33 @@ def _drive_setulb(setulb, fun, x0, *, maxiter, ftol, gtol, maxcor, maxls, maxfun
     wa = np.zeros(2 * m * n + 5 * n + 11 * m * m + 8 * m, np.float64)
     iwa = np.zeros(3 * n, dtype=np.int32)
     task, ln_task = np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32)
-    lsave, isave, dsave = np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29, dtype=np.float64)
+    lsave, isave, dsave = (
+        np.zeros(4, dtype=np.int32),
+        np.zeros(44, dtype=np.int32),
+        np.zeros(29, dtype=np.float64),
+    )
     iterations = 0
     while True:
         g = g.astype(np.float64)
-        setulb(m, x, low_bnd, upper_bnd, nbd, f, g, factr, gtol, wa, iwa, task, lsave, isave, dsave, maxls, ln_task)
+        setulb(
+            m,
+            x,
+            low_bnd,
+            upper_bnd,
+            nbd,
+            f,
+            g,
+            factr,
+            gtol,
+            wa,
+            iwa,
+            task,
+            lsave,
+            isave,
+            dsave,
+            maxls,
+            ln_task,
+        )
         if task[0] == 3:  # f and ∇f at x, cached while x is unchanged
             if not np.array_equal(x, cache["x"]):
                 cache["x"] = x.astype(np.float64)

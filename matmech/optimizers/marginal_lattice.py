@@ -60,6 +60,7 @@ MAX_GREEDY_ROUNDS = 4
 FIXED_RANDOM_STARTS = 16
 _WEYL_STEP = (math.sqrt(5.0) - 1.0) / 2.0
 
+
 def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
     """(sens_p(θ)², Σ_T m_T μ_T/λ_T(θ)) product and its gradient in θ (pure: p=1, L2: p=2).
 
@@ -121,7 +122,9 @@ class MarginalStrategy(VStack):
         k = len(domain)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
+            raise ValueError(
+                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
+            )
         self.theta = w
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
@@ -170,9 +173,14 @@ class ResidualStrategy(VStack):
         masks = np.flatnonzero(self.lam > 0)
         if masks.size == 0:
             raise ValueError("a residual strategy needs at least one positive eigenvalue")
-        blocks = [Kron(*[bases[d][1] if (m >> i) & 1 else bases[d][0] for i, d in enumerate(domain)]) for m in masks]
+        blocks = [
+            Kron(*[bases[d][1] if (m >> i) & 1 else bases[d][0] for i, d in enumerate(domain)])
+            for m in masks
+        ]
         super().__init__(blocks, weights=np.sqrt(self.lam[masks]))
-        self.domain = domain  # attribute sizes; no subsets: the blocks are eigenspaces, not marginals
+        self.domain = (
+            domain  # attribute sizes; no subsets: the blocks are eigenspaces, not marginals
+        )
 
     def eigenvalues(self):
         return self.lam
@@ -203,10 +211,14 @@ class MarginalFit:
 def _check_marginals(W):
     marg = marginal_workload(W)
     if marg is None:
-        raise ValueError("the workload is not a weighted union of marginals (Kron products of identity/total factors)")
+        raise ValueError(
+            "the workload is not a weighted union of marginals (Kron products of identity/total factors)"
+        )
     terms, domain = marg
     if len(domain) > MAX_ATTRIBUTES:
-        raise ValueError(f"the marginal lattice has 2^{len(domain)} subsets; at most {MAX_ATTRIBUTES} attributes are supported")
+        raise ValueError(
+            f"the marginal lattice has 2^{len(domain)} subsets; at most {MAX_ATTRIBUTES} attributes are supported"
+        )
     return terms, domain
 
 
@@ -242,7 +254,11 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
         inside = [w for w in wanted if w & mask == w]
         th[inside] = 0.0
         th[mask] = own[inside].sum()
-        name = "workload marginals, " + "".join(str(i) for i in range(k) if (mask >> i) & 1) + " replacing its sub-marginals"
+        name = (
+            "workload marginals, "
+            + "".join(str(i) for i in range(k) if (mask >> i) & 1)
+            + " replacing its sub-marginals"
+        )
         starts.append((name, th))
     for r in range(FIXED_RANDOM_STARTS):
         j = np.arange(r * (1 << k) + 1, (r + 1) * (1 << k) + 1, dtype=np.float64)
@@ -279,7 +295,9 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
     for _ in range(MAX_GREEDY_ROUNDS):
         th_best, f_best = best
         improved = False
-        for mask in [m for m in range(1 << k) if sizes[m] == order + 1 and th_best[m] == 0][:MAX_EXTRA_STARTS]:
+        for mask in [m for m in range(1 << k) if sizes[m] == order + 1 and th_best[m] == 0][
+            :MAX_EXTRA_STARTS
+        ]:
             inside = [t for t in range(1 << k) if t != mask and t & mask == t and th_best[t] > 0]
             if not inside:
                 continue

@@ -104,7 +104,9 @@ def expand_marginals(W, *, max_terms=MAX_EXPANDED_TERMS):
     ident = {d: Intervals(d, np.arange(d), np.arange(d)) for d in set(domain)}
     tot = {d: Intervals(d, np.array([0]), np.array([d - 1])) for d in set(domain)}
     subsets = sorted(acc, key=lambda s: (len(s), s))
-    blocks = [Kron(*[ident[d] if i in s else tot[d] for i, d in enumerate(domain)]) for s in subsets]
+    blocks = [
+        Kron(*[ident[d] if i in s else tot[d] for i, d in enumerate(domain)]) for s in subsets
+    ]
     weights = np.sqrt([acc[s] for s in subsets])
     return VStack(blocks, weights=weights, domain=domain, subsets=subsets)
 

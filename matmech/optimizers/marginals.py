@@ -39,7 +39,12 @@ from matmech.optimizers.marginal_lattice import (
     optimize_marginals_l2,
     optimize_marginals_pure,
 )
-from matmech.optimizers.marginal_workloads import MAX_EXPANDED_TERMS, expand_marginals, kron_blocks, marginal_workload
+from matmech.optimizers.marginal_workloads import (
+    MAX_EXPANDED_TERMS,
+    expand_marginals,
+    kron_blocks,
+    marginal_workload,
+)
 
 __all__ = [
     "MarginalStrategy",

@@ -24,7 +24,14 @@ from matmech.linalg.lazy import sla
 
 from matmech.optimizers.lbfgs import WINDOW
 
-__all__ = ["stack_objective", "lockstep_lbfgs", "pidentity_multistart", "lockstep_starts", "MIN_LOCKSTEP", "MAX_LOCKSTEP_SIZE"]
+__all__ = [
+    "stack_objective",
+    "lockstep_lbfgs",
+    "pidentity_multistart",
+    "lockstep_starts",
+    "MIN_LOCKSTEP",
+    "MAX_LOCKSTEP_SIZE",
+]
 
 #: Halvings of the step before a line search gives up (as in projected_lbfgs).
 MAX_HALVINGS = 40
@@ -241,9 +248,13 @@ def pidentity_multistart(gram, thetas, *, maxiter, ftol, memory=6):
         return []
     shape = thetas[0].shape
     if any(th.shape != shape for th in thetas) or len(shape) != 2 or shape[1] != gram.n:
-        raise ValueError(f"all starts must be p×{gram.n} arrays of one shape, got {sorted({th.shape for th in thetas})}")
+        raise ValueError(
+            f"all starts must be p×{gram.n} arrays of one shape, got {sorted({th.shape for th in thetas})}"
+        )
     X0 = np.stack([th.ravel() for th in thetas])
-    out = lockstep_lbfgs(stack_objective(gram, shape[0]), X0, maxiter=maxiter, memory=memory, ftol=ftol)
+    out = lockstep_lbfgs(
+        stack_objective(gram, shape[0]), X0, maxiter=maxiter, memory=memory, ftol=ftol
+    )
     return [None if r is None else (r[0].reshape(shape), r[1], r[2], r[3]) for r in out]
 
 

@@ -165,7 +165,9 @@ class PIdentity(LinOp):
         if not (0 <= start <= stop <= self.shape[0]):
             raise ValueError(f"row range {start}:{stop} is outside 0:{self.shape[0]}")
         top = np.eye(self.n)[start : min(stop, self.n)] * self.d[None, :]
-        bottom = self.theta[max(start, self.n) - self.n : max(stop, self.n) - self.n] * self.d[None, :]
+        bottom = (
+            self.theta[max(start, self.n) - self.n : max(stop, self.n) - self.n] * self.d[None, :]
+        )
         return np.vstack([top, bottom])
 
     def _dense(self):

@@ -118,6 +118,7 @@ def quadratic_fill(n, p=None, block=0):
     k = np.arange(block * p * n + 1, (block + 1) * p * n + 1, dtype=np.float64)
     return np.mod(0.5 + np.mod(k * k * np.sqrt(2.0), 1.0) + k * _WEYL_STEP, 1.0).reshape(p, n)
 
+
 def _depths(tree, rows):
     depth = np.zeros(tree.shape[0], dtype=int)
     for r in range(tree.shape[0]):

@@ -102,7 +102,14 @@ def _fit_level_weights(gram, th, depth, iters=60):
         return f, np.bincount(depth, weights=(g * th).sum(1), minlength=levels)
 
     try:
-        res = minimize(fun, np.ones(levels), jac=True, method="L-BFGS-B", bounds=Bounds(1e-6, np.inf), options={"maxiter": iters})
+        res = minimize(
+            fun,
+            np.ones(levels),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=Bounds(1e-6, np.inf),
+            options={"maxiter": iters},
+        )
         w = res.x if res.fun <= fun(np.ones(levels))[0] else np.ones(levels)
     except np.linalg.LinAlgError:  # a line search stepped to weights with a singular I + ΘΘᵀ
         w = np.ones(levels)
@@ -181,7 +188,9 @@ def _level_weights(gram, b):
         # the p-Identity descent and the level is worth more there than in the tree)
         lower = np.full(len(levels), LEVEL_FLOOR)
         lower[-1] = 0.0
-        res = minimize(fun, w0, method="L-BFGS-B", bounds=Bounds(lower, np.inf), options={"maxiter": 200})
+        res = minimize(
+            fun, w0, method="L-BFGS-B", bounds=Bounds(lower, np.inf), options={"maxiter": 200}
+        )
         f0 = fun(w0)
         w, value = (res.x, float(res.fun)) if res.fun < f0 else (w0, float(f0))
         # depth 0 is the root; level ℓ of `levels` (small to large) is depth L−ℓ
@@ -218,7 +227,11 @@ def _tree_starts(gram, branchings, max_rows):
             yield hat_value, f"hats b={b} (fitted level weights)", hat
         else:
             keep = w[depth] > 1e-9 * max(float(w.max()), 1e-300)
-            yield value, f"hierarchical b={b} (fitted level weights)", (box * w[depth][:, None])[keep]
+            yield (
+                value,
+                f"hierarchical b={b} (fitted level weights)",
+                (box * w[depth][:, None])[keep],
+            )
 
 
 def _lbfgs(gram, th0, maxiter, ftol, deadline, callback):
@@ -229,7 +242,9 @@ def _lbfgs(gram, th0, maxiter, ftol, deadline, callback):
         f, g = obj(x.reshape(shape))
         return f, g.reshape(-1)
 
-    x, f, nit, _ = projected_lbfgs(fun, th0.ravel(), maxiter=maxiter, ftol=ftol, deadline=deadline, callback=callback)
+    x, f, nit, _ = projected_lbfgs(
+        fun, th0.ravel(), maxiter=maxiter, ftol=ftol, deadline=deadline, callback=callback
+    )
     return x.reshape(shape).copy(), f, nit, obj.evaluations
 
 
@@ -324,7 +339,9 @@ def _reliable(th, f, gram):
     return float(np.dot(s * s, gram.diag)) <= MAX_CANCELLATION * f
 
 
-def _starts(gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fill_starts, quad_fills=0):
+def _starts(
+    gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fill_starts, quad_fills=0
+):
     """The named starting points of :func:`fit_pidentity`, in the order they are run."""
     n = gram.n
     # HDMM's start is the first draw from rng (before any random restart), so it is the
@@ -344,15 +361,29 @@ def _starts(gram, *, rng, restarts, branchings, max_rows, p_rand, hdmm_start, fi
     if hdmm is not None:
         starts.append((f"hdmm p={hdmm.shape[0]} U[0,1)", hdmm))
         if n <= QUADRATIC_FILL_MAX_N:
-            starts.append((f"hdmm-like quadratic fill p={hdmm.shape[0]}", quadratic_fill(n, hdmm.shape[0])))
+            starts.append(
+                (f"hdmm-like quadratic fill p={hdmm.shape[0]}", quadratic_fill(n, hdmm.shape[0]))
+            )
     if rng is not None:
         for r in range(restarts - 1):
-            starts.append((f"random p={p_rand} #{r + 1}", rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand)))
+            starts.append(
+                (
+                    f"random p={p_rand} #{r + 1}",
+                    rng.uniform(0.0, 1.0, size=(p_rand, n)) * (4.0 / p_rand),
+                )
+            )
     for r in range(int(fill_starts)):
         k = np.arange((r + 1) * p_rand * n + 1, (r + 2) * p_rand * n + 1, dtype=np.float64)
-        starts.append((f"fill p={p_rand} #{r + 1}", np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand)))
+        starts.append(
+            (
+                f"fill p={p_rand} #{r + 1}",
+                np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand),
+            )
+        )
     for r in range(int(quad_fills)):
-        starts.append((f"fill quadratic p={p_rand} #{r + 1}", quadratic_fill(n, p_rand, block=r + 1)))
+        starts.append(
+            (f"fill quadratic p={p_rand} #{r + 1}", quadratic_fill(n, p_rand, block=r + 1))
+        )
     return starts
 
 
@@ -396,7 +427,9 @@ def fit_pidentity(
     """
     n = gram.n
     if n > MAX_PIDENTITY_N:
-        raise ValueError(f"the p-Identity optimiser handles n <= {MAX_PIDENTITY_N} cells, got n={n}")
+        raise ValueError(
+            f"the p-Identity optimiser handles n <= {MAX_PIDENTITY_N} cells, got n={n}"
+        )
     restarts = check_size(restarts, "restarts")
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + float(time_limit)
@@ -404,8 +437,10 @@ def fit_pidentity(
     max_rows = max(n // 8, 16) if max_rows is None else int(max_rows)
     # Θ, its gradient and four p×n work arrays per start (and a dense n×n gram for a general W)
     rows = max(max_rows + 1, p_rand)
-    check_memory(8 * (6 * rows * n + (n * n if gram.kind == "dense" else 0)),
-                 f"the p-Identity optimiser on n={n:,} cells with up to {rows:,} rows")
+    check_memory(
+        8 * (6 * rows * n + (n * n if gram.kind == "dense" else 0)),
+        f"the p-Identity optimiser on n={n:,} cells with up to {rows:,} rows",
+    )
     maxiter = default_maxiter(n) if maxiter is None else check_size(maxiter, "maxiter")
     polish = default_polish(n) if polish is None else int(polish)
     if polish < 0:
@@ -418,20 +453,39 @@ def fit_pidentity(
         return PIdentityFit(np.zeros((1, 1)), f, "identity", (("identity", 1, f, f, 0),), 1)
 
     with blas_threads(1):
-        starts = _starts(gram, rng=rng, restarts=restarts, branchings=branchings, max_rows=max_rows,
-                         p_rand=p_rand, hdmm_start=hdmm_start, fill_starts=fill_starts, quad_fills=quad_fills)
+        starts = _starts(
+            gram,
+            rng=rng,
+            restarts=restarts,
+            branchings=branchings,
+            max_rows=max_rows,
+            p_rand=p_rand,
+            hdmm_start=hdmm_start,
+            fill_starts=fill_starts,
+            quad_fills=quad_fills,
+        )
         best, records, evals = None, [], 0
         # a large group of same-shape starts (the quadratic-fill multistart) runs in lockstep:
         # the same results per start, without the per-call overhead (matmech.optimizers.multistart)
-        lockstep = lockstep_starts(gram, starts, maxiter=maxiter, ftol=ftol) if deadline is None and callback is None else {}
+        lockstep = (
+            lockstep_starts(gram, starts, maxiter=maxiter, ftol=ftol)
+            if deadline is None and callback is None
+            else {}
+        )
         for i, (name, th0) in enumerate(starts):
             f0 = objective(th0, gram, gradient=False)
             try:
-                th, f, nit, ne = lockstep[i] if i in lockstep else _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
+                th, f, nit, ne = (
+                    lockstep[i]
+                    if i in lockstep
+                    else _lbfgs(gram, th0, maxiter, ftol, deadline, callback)
+                )
             except np.linalg.LinAlgError:
                 if not name.startswith("fill"):
                     raise
-                records.append((name, th0.shape[0], f0, math.inf, 0))  # a fill start that broke down: skipped
+                records.append(
+                    (name, th0.shape[0], f0, math.inf, 0)
+                )  # a fill start that broke down: skipped
                 continue
             evals += ne + 1
             records.append((name, th.shape[0], f0, f, nit))
@@ -445,7 +499,9 @@ def fit_pidentity(
             f0, name, th0 = best
             try:
                 th, f, nit, ne = _lbfgs(gram, th0, polish, ftol, deadline, callback)
-            except np.linalg.LinAlgError:  # a polish that ran away to a singular I + ΘΘᵀ: keep the best
+            except (
+                np.linalg.LinAlgError
+            ):  # a polish that ran away to a singular I + ΘΘᵀ: keep the best
                 th, f, nit, ne = th0, math.inf, 0, 0
             evals += ne
             records.append((f"{name} (polish)", th.shape[0], f0, f, nit))

@@ -54,9 +54,18 @@ from matmech.linalg.residual import (
     total_variance_coefficients,
 )
 
-__all__ = ["ResidualPlan", "plan_residuals", "OBJECTIVES", "MAX_RESIDUALS_CVX", "LaplaceResidualPlan",
-           "plan_residuals_laplace", "laplace_residual_variances", "PRUNE_RELATIVE",
-           "table_pairs", "SEARCHES"]
+__all__ = [
+    "ResidualPlan",
+    "plan_residuals",
+    "OBJECTIVES",
+    "MAX_RESIDUALS_CVX",
+    "LaplaceResidualPlan",
+    "plan_residuals_laplace",
+    "laplace_residual_variances",
+    "PRUNE_RELATIVE",
+    "table_pairs",
+    "SEARCHES",
+]
 
 OBJECTIVES = ("sum", "max")
 #: Largest number of residuals for the cvxpy max-variance program.
@@ -110,8 +119,10 @@ class ResidualPlan(_OnLattice):
     solver: str = "closed form"
 
     def __repr__(self):
-        return (f"ResidualPlan({len(self.subsets)} marginals, {len(self.residuals)} residuals, objective={self.objective!r}, "
-                f"rmse/σ={self.rmse:.6g}, weighted total/bound={self.weighted_total / self.svd_bound:.6f})")
+        return (
+            f"ResidualPlan({len(self.subsets)} marginals, {len(self.residuals)} residuals, objective={self.objective!r}, "
+            f"rmse/σ={self.rmse:.6g}, weighted total/bound={self.weighted_total / self.svd_bound:.6f})"
+        )
 
 
 def _sum_optimal(c, p):
@@ -166,15 +177,23 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
     solver_name = "closed form"
     if objective == "max":
         if len(lat.residuals) > MAX_RESIDUALS_CVX:
-            raise ValueError(f"the max-variance program has {len(lat.residuals):,} residuals; at most "
-                             f"{MAX_RESIDUALS_CVX:,} are supported (use objective='sum')")
+            raise ValueError(
+                f"the max-variance program has {len(lat.residuals):,} residuals; at most "
+                f"{MAX_RESIDUALS_CVX:,} are supported (use objective='sum')"
+            )
         u, solver_name = _max_optimal(lat, u, solver)
     u.setflags(write=False)
     cellv = marginal_cell_variances(lat, u)
     cellv.setflags(write=False)
     return ResidualPlan(
-        lattice=lat, variances=u, objective=objective, cell_variances=cellv, total=total_variance(lat, u),
-        weighted_total=float(np.dot(c, u)), queries=int(lat.cells.sum()), svd_bound=svd_bound(lat),
+        lattice=lat,
+        variances=u,
+        objective=objective,
+        cell_variances=cellv,
+        total=total_variance(lat, u),
+        weighted_total=float(np.dot(c, u)),
+        queries=int(lat.cells.sum()),
+        svd_bound=svd_bound(lat),
         solver=solver_name,
     )
 
@@ -203,8 +222,10 @@ class LaplaceResidualPlan(_OnLattice):
     tables: tuple | None = None
 
     def __repr__(self):
-        return (f"LaplaceResidualPlan({len(self.subsets)} marginals, {len(self.tables)} tables, "
-                f"rmse·ε={self.rmse:.6g}, start {self.start!r})")
+        return (
+            f"LaplaceResidualPlan({len(self.subsets)} marginals, {len(self.tables)} tables, "
+            f"rmse·ε={self.rmse:.6g}, start {self.start!r})"
+        )
 
 
 def table_pairs(lat, tables=None):
@@ -227,7 +248,9 @@ def laplace_residual_variances(lat, theta, table_variances=None, tables=None):
     if table_variances is None:
         theta = np.asarray(theta, dtype=np.float64)
         table_variances = 2.0 / np.maximum(theta, 1e-300) ** 2
-    prec = np.bincount(pt, weights=1.0 / (rest * np.asarray(table_variances)[ps]), minlength=len(lat.residuals))
+    prec = np.bincount(
+        pt, weights=1.0 / (rest * np.asarray(table_variances)[ps]), minlength=len(lat.residuals)
+    )
     return 1.0 / prec
 
 
@@ -236,8 +259,15 @@ def _given_tables(lat, tables, theta):
 
     _, tables, _ = check_lattice(lat.domain, tables)
     theta = np.asarray(theta, dtype=np.float64)
-    if theta.shape != (len(tables),) or not np.all(np.isfinite(theta)) or np.any(theta < 0) or not theta.sum() > 0:
-        raise ValueError(f"theta must hold {len(tables)} non-negative finite weights (one per table), not all zero")
+    if (
+        theta.shape != (len(tables),)
+        or not np.all(np.isfinite(theta))
+        or np.any(theta < 0)
+        or not theta.sum() > 0
+    ):
+        raise ValueError(
+            f"theta must hold {len(tables)} non-negative finite weights (one per table), not all zero"
+        )
     if len(set(tables)) != len(tables):
         raise ValueError("tables repeat an attribute subset")
     live = theta > 0
@@ -246,7 +276,9 @@ def _given_tables(lat, tables, theta):
     ps, pt, _ = table_pairs(lat, tables)
     missing = np.setdiff1d(np.arange(len(lat.residuals)), pt)
     if missing.size:
-        raise ValueError(f"no table with a positive weight contains residual {lat.residuals[int(missing[0])]}")
+        raise ValueError(
+            f"no table with a positive weight contains residual {lat.residuals[int(missing[0])]}"
+        )
     return tables, theta
 
 
@@ -258,10 +290,15 @@ def _all_subsets_theta(lat):
 
     d = len(lat.domain)
     if d > MAX_ATTRIBUTES:
-        raise ValueError(f"search='all' optimises over 2^{d} attribute subsets; at most {MAX_ATTRIBUTES} attributes "
-                         "are supported (use search='lattice')")
+        raise ValueError(
+            f"search='all' optimises over 2^{d} attribute subsets; at most {MAX_ATTRIBUTES} attributes "
+            "are supported (use search='lattice')"
+        )
     # Interval factors: the form optimize_marginals_pure recognises as identity / total
-    blocks = [Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(lat.domain)]) for s in lat.subsets]
+    blocks = [
+        Kron(*[identity(n) if i in s else total(n) for i, n in enumerate(lat.domain)])
+        for s in lat.subsets
+    ]
     W = VStack(blocks, weights=np.sqrt(lat.weights))
     theta = optimize_marginals_pure(W).theta
     live = [m for m in range(1 << d) if theta[m] > 0]
@@ -271,7 +308,9 @@ def _all_subsets_theta(lat):
 SEARCHES = ("lattice", "all")
 
 
-def plan_residuals_laplace(domain, subsets, *, weights=None, tables=None, theta=None, search="lattice", maxiter=500):
+def plan_residuals_laplace(
+    domain, subsets, *, weights=None, tables=None, theta=None, search="lattice", maxiter=500
+):
     """The pure-ε table plan for the marginals on ``subsets`` → :class:`LaplaceResidualPlan`
     (data-independent; see the module notes). ``search``: ``"lattice"`` (tables on the
     lattice's subsets, L-BFGS, fast at any number of attributes) or ``"all"`` (HDMM's
@@ -295,9 +334,18 @@ def plan_residuals_laplace(domain, subsets, *, weights=None, tables=None, theta=
         for a in (theta, u, cellv):
             a.setflags(write=False)
         how = "optimize_marginals_pure" if search == "all" else "given"
-        return LaplaceResidualPlan(lattice=lat, theta=theta, variances=u, cell_variances=cellv,
-                                   total=total_variance(lat, u), weighted_total=float(np.dot(c, u)),
-                                   queries=int(lat.cells.sum()), start=how, solver=how, tables=tables)
+        return LaplaceResidualPlan(
+            lattice=lat,
+            theta=theta,
+            variances=u,
+            cell_variances=cellv,
+            total=total_variance(lat, u),
+            weighted_total=float(np.dot(c, u)),
+            queries=int(lat.cells.sum()),
+            start=how,
+            solver=how,
+            tables=tables,
+        )
     ps, pt, rest = table_pairs(lat)
     n_t = len(lat.residuals)
 
@@ -319,7 +367,13 @@ def plan_residuals_laplace(domain, subsets, *, weights=None, tables=None, theta=
     best = None
     for name, th0 in starts:
         z0 = np.log(th0 / th0.sum())
-        res = minimize(fun, z0, jac=True, method="L-BFGS-B", options={"maxiter": maxiter, "ftol": 1e-13, "gtol": 1e-10})
+        res = minimize(
+            fun,
+            z0,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": maxiter, "ftol": 1e-13, "gtol": 1e-10},
+        )
         f0 = fun(z0)[0]
         z, f = (res.x, float(res.fun)) if res.fun <= f0 else (z0, f0)
         if best is None or f < best[1]:
@@ -339,6 +393,14 @@ def plan_residuals_laplace(domain, subsets, *, weights=None, tables=None, theta=
     cellv = marginal_cell_variances(lat, u)
     for a in (theta, u, cellv):
         a.setflags(write=False)
-    return LaplaceResidualPlan(lattice=lat, theta=theta, variances=u, cell_variances=cellv,
-                               total=total_variance(lat, u), weighted_total=float(np.dot(c, u)),
-                               queries=int(lat.cells.sum()), start=name, tables=tables)
+    return LaplaceResidualPlan(
+        lattice=lat,
+        theta=theta,
+        variances=u,
+        cell_variances=cellv,
+        total=total_variance(lat, u),
+        weighted_total=float(np.dot(c, u)),
+        queries=int(lat.cells.sum()),
+        start=name,
+        tables=tables,
+    )

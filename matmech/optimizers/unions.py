@@ -48,7 +48,15 @@ from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
 
-__all__ = ["OBJECTIVES", "ResidualProductStrategy", "UnionFit", "optimize_unions", "plan_residual_products", "refine_general_l2", "residual_factor"]
+__all__ = [
+    "OBJECTIVES",
+    "ResidualProductStrategy",
+    "UnionFit",
+    "optimize_unions",
+    "plan_residual_products",
+    "refine_general_l2",
+    "residual_factor",
+]
 
 #: Objectives of :func:`plan_residual_products`: the total (sum of the query variances) and the
 #: largest query variance.
@@ -82,7 +90,9 @@ class ResidualProductStrategy(VStack):
         k = len(domain)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero")
+            raise ValueError(
+                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
+            )
         if len(factors) != k:
             raise ValueError(f"need one residual factor per attribute ({k}), got {len(factors)}")
         fs = []
@@ -94,15 +104,22 @@ class ResidualProductStrategy(VStack):
             if m.ndim != 2 or m.shape[1] != d:
                 raise ValueError(f"residual factor {i} must have {d} columns, got shape {m.shape}")
             if float(np.abs(m.sum(1)).max()) > 1e-8 * max(float(np.abs(m).max()), 1e-300) * d:
-                raise ValueError(f"residual factor {i} has rows not orthogonal to the all-ones vector")
+                raise ValueError(
+                    f"residual factor {i} has rows not orthogonal to the all-ones vector"
+                )
             fs.append(m)
         masks = np.flatnonzero(w > 0)
         for m in masks:
             bad = [i for i in range(k) if (m >> i) & 1 and fs[i] is None]
             if bad:
-                raise ValueError(f"weight on a subset with attribute {bad[0]} of size 1 (no residual)")
+                raise ValueError(
+                    f"weight on a subset with attribute {bad[0]} of size 1 (no residual)"
+                )
         self.weights_by_mask, self.residual_factors, self.domain_sizes = w, tuple(fs), domain
-        blocks = [Kron(*[Dense(fs[i]) if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)]) for m in masks]
+        blocks = [
+            Kron(*[Dense(fs[i]) if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
+            for m in masks
+        ]
         super().__init__(blocks, weights=np.sqrt(w[masks]))
 
     def sensitivity2(self):
@@ -111,13 +128,21 @@ class ResidualProductStrategy(VStack):
         return float(np.dot(self.weights_by_mask, gm_error._inside_products(s)))
 
     def to_dict(self, out):
-        return {"domain": list(self.domain_sizes), "weights": out.array(self.weights_by_mask),
-                "factors": [None if f is None else out.array(f) for f in self.residual_factors]}
+        return {
+            "domain": list(self.domain_sizes),
+            "weights": out.array(self.weights_by_mask),
+            "factors": [None if f is None else out.array(f) for f in self.residual_factors],
+        }
 
     @classmethod
     def from_dict(cls, node, src):
         refs = src.field(node, "factors", list)
-        fs = [None if ref is None else src.array({"type": "ResidualProductStrategy", "factor": ref}, "factor", "float", 2) for ref in refs]
+        fs = [
+            None
+            if ref is None
+            else src.array({"type": "ResidualProductStrategy", "factor": ref}, "factor", "float", 2)
+            for ref in refs
+        ]
         return cls(tuple(src.ints(node, "domain")), src.array(node, "weights", "float", 1), fs)
 
 
@@ -217,8 +242,15 @@ def plan_residual_products(W, *, objective="total"):
     if certified:
         ratio = [dv / v if v > 0 else 1.0 for v, dv in zip(values, duals)]
         bound = float((root * np.sqrt(gm_error._inside_products(ratio))).sum()) ** 2
-    params = {"subsets": int((w > 0).sum()), "factor_gaps": tuple(max(0.0, (v - dv) / v) if v > 0 else 0.0 for v, dv in zip(values, duals)),
-              "certified": "within the residual-product class" if certified else "no (attributes with non-proportional grams: heuristic factor fit)"}
+    params = {
+        "subsets": int((w > 0).sum()),
+        "factor_gaps": tuple(
+            max(0.0, (v - dv) / v) if v > 0 else 0.0 for v, dv in zip(values, duals)
+        ),
+        "certified": "within the residual-product class"
+        if certified
+        else "no (attributes with non-proportional grams: heuristic factor fit)",
+    }
     return UnionFit(strategy, value, bound, "residual products", MappingProxyType(params))
 
 
@@ -251,7 +283,11 @@ def _max_variance_plan(blocks, domain, factors):
     xps = [None if r is None else np.linalg.pinv(r.T @ r, hermitian=True) for r in factors]
     rows, cols, vals, nrow = [], [], [], 0
     for v2, fs in blocks:
-        z = [i for i, f in enumerate(fs) if not gm_error._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))]
+        z = [
+            i
+            for i, f in enumerate(fs)
+            if not gm_error._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))
+        ]
         const = v2
         for i in range(k):
             if i not in z:
@@ -259,7 +295,9 @@ def _max_variance_plan(blocks, domain, factors):
         pairs = [_pareto_rows(fs[i], xps[i], domain[i]) for i in z]
         count = math.prod(len(a) for a, _ in pairs)
         if count > MAX_CANDIDATE_ROWS:
-            raise ValueError(f"a term has {count:,} candidate worst queries, more than {MAX_CANDIDATE_ROWS:,} (MAX_CANDIDATE_ROWS)")
+            raise ValueError(
+                f"a term has {count:,} candidate worst queries, more than {MAX_CANDIDATE_ROWS:,} (MAX_CANDIDATE_ROWS)"
+            )
         grids = np.meshgrid(*[np.arange(len(a)) for a, _ in pairs], indexing="ij") if z else []
         idx = [g.ravel() for g in grids]
         for local in range(1 << len(z)):
@@ -278,7 +316,9 @@ def _max_variance_plan(blocks, domain, factors):
         nrow += count
     import scipy.sparse as sp
 
-    F = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nrow, 1 << k))
+    F = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nrow, 1 << k)
+    )
     live = np.flatnonzero(np.asarray(abs(F).sum(0)).ravel() > 0)
     F = F[:, live].tocsr()
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
@@ -292,14 +332,18 @@ def _max_variance_plan(blocks, domain, factors):
     cur = u0
     for _ in range(100):
         sub = F[sorted(active)]
-        prob = cp.Problem(cp.Minimize(t), [sub @ u <= t, cp.sum(cp.multiply(p, cp.inv_pos(u))) <= 1])
+        prob = cp.Problem(
+            cp.Minimize(t), [sub @ u <= t, cp.sum(cp.multiply(p, cp.inv_pos(u))) <= 1]
+        )
         prob.solve()
         if u.value is None:
             raise ValueError(f"the max-variance weight program failed ({prob.status})")
         cur = np.maximum(np.asarray(u.value, dtype=np.float64), 1e-300)
         var = F @ cur
         worst = np.argsort(-var)[:64]
-        new = [int(j) for j in worst if var[j] > float(t.value) * (1 + 1e-7) and int(j) not in active]
+        new = [
+            int(j) for j in worst if var[j] > float(t.value) * (1 + 1e-7) and int(j) not in active
+        ]
         if not new:
             break
         active.update(new)
@@ -308,8 +352,15 @@ def _max_variance_plan(blocks, domain, factors):
     w = w / float(np.dot(w[live], p))  # Δ₂² = 1
     value = scale * float((F @ (1.0 / w[live])).max())
     strategy = ResidualProductStrategy(domain, w, factors)
-    params = {"subsets": int(live.size), "candidate_queries": int(nrow), "cutting_plane_rows": len(active), "objective": "max"}
-    return UnionFit(strategy, value, None, "residual products (max variance)", MappingProxyType(params))
+    params = {
+        "subsets": int(live.size),
+        "candidate_queries": int(nrow),
+        "cutting_plane_rows": len(active),
+        "objective": "max",
+    }
+    return UnionFit(
+        strategy, value, None, "residual products (max variance)", MappingProxyType(params)
+    )
 
 
 def _proportional(c, ref):
@@ -407,17 +458,27 @@ def refine_general_l2(W, *, maxiter=JOINT_ITER, starts=START_KINDS):
             best = fit
     if best is None:
         raise ValueError("starts must name at least one start")
-    return UnionFit(best.strategy, best.value, None, best.kind, MappingProxyType({**best.params, "starts": MappingProxyType(record)}))
+    return UnionFit(
+        best.strategy,
+        best.value,
+        None,
+        best.kind,
+        MappingProxyType({**best.params, "starts": MappingProxyType(record)}),
+    )
 
 
 def _descend(W, *, split, maxiter):
     prob0, domain, _ = gm_error._problem(W, free=())
     k = len(domain)
     qs = _start_factors(prob0, domain, split=split)
-    A0 = gm_error.GeneralMarginalStrategy(domain, np.ones(1 << k), [None if q is None else Dense(q) for q in qs])
+    A0 = gm_error.GeneralMarginalStrategy(
+        domain, np.ones(1 << k), [None if q is None else Dense(q) for q in qs]
+    )
     start = gm_opt.reweight_general_marginals_l2(W, A0)
     # free factors: every non-identity one, and identity ones up to FREE_IDENTITY_MAX_N cells
-    free = [i for i, d in enumerate(domain) if d > 1 and (qs[i] is not None or d <= FREE_IDENTITY_MAX_N)]
+    free = [
+        i for i, d in enumerate(domain) if d > 1 and (qs[i] is not None or d <= FREE_IDENTITY_MAX_N)
+    ]
     while free and sum(domain[i] ** 2 for i in free) > MAX_JOINT_VARIABLES:
         free.pop()
     prob, _, _ = gm_error._problem(W, free=free)
@@ -434,7 +495,7 @@ def _descend(W, *, split, maxiter):
         th[idx] = x[: idx.size] ** 2
         off, zs = idx.size, []
         for i, s in zip(free, sizes):
-            zs.append(x[off: off + s].reshape(domain[i], domain[i]))
+            zs.append(x[off : off + s].reshape(domain[i], domain[i]))
             off += s
         return th, zs
 
@@ -470,6 +531,7 @@ def _descend(W, *, split, maxiter):
     x0 = np.concatenate([np.sqrt(th0[idx])] + [z.ravel() for z in z0])
     f0 = fun(x0)[0]
     scale = f0 if math.isfinite(f0) and f0 > 0 else 1.0
+
     def scaled(v):
         f, g = fun(v)
         return f / scale, None if g is None else g / scale
@@ -485,7 +547,13 @@ def _descend(W, *, split, maxiter):
     if not value <= start.value:  # never worse than the start
         strategy, value = start.strategy, float(start.value)
         params["kept_start"] = True
-    return UnionFit(strategy, float(value), None, "generalised marginals (L2 joint descent)", MappingProxyType(params))
+    return UnionFit(
+        strategy,
+        float(value),
+        None,
+        "generalised marginals (L2 joint descent)",
+        MappingProxyType(params),
+    )
 
 
 def optimize_unions(W, *, maxiter=JOINT_ITER):

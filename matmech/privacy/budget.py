@@ -179,7 +179,9 @@ class PrivacyBudget:
         e = check_eps(eps, allow_zero=True)
         d = check_delta(delta)
         if e == 0 and d == 0:
-            raise ValueError(f"a spend must cost something: eps={eps!r} and delta={delta!r} are both 0")
+            raise ValueError(
+                f"a spend must cost something: eps={eps!r} and delta={delta!r} are both 0"
+            )
         return exact(eps), exact(delta)
 
     @staticmethod
@@ -237,8 +239,10 @@ class PrivacyBudget:
 
     def __repr__(self) -> str:
         s, t = self.spent, self.total
-        return (f"{type(self).__name__}(spent=(eps={s[0]!r}, delta={s[1]!r}) of "
-                f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self.ledger)} spends)")
+        return (
+            f"{type(self).__name__}(spent=(eps={s[0]!r}, delta={s[1]!r}) of "
+            f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self.ledger)} spends)"
+        )
 
 
 # ------------------------------------------------------------------------- advanced composition
@@ -282,7 +286,9 @@ def advanced_composition(eps: float, delta: float, k: int, *, delta_slack: float
     slack = _check_slack(delta_slack)
     eps_total = _advanced_total(e, k, slack)
     if not math.isfinite(eps_total):
-        raise ValueError(f"advanced composition of k={k} steps of eps={eps!r} overflows a float (e^eps); use eps <= 700")
+        raise ValueError(
+            f"advanced composition of k={k} steps of eps={eps!r} overflows a float (e^eps); use eps <= 700"
+        )
     return ApproxDP(eps_total, min(1.0, k * d + slack))
 
 
@@ -311,8 +317,10 @@ def per_step_eps(eps_total, k, *, delta_slack) -> float:
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             if lo == 0:
-                raise ValueError(f"no positive per-step eps composes to eps_total={eps_total!r} over k={k} steps "
-                                 f"with delta_slack={delta_slack!r} (it would be below the smallest float)")
+                raise ValueError(
+                    f"no positive per-step eps composes to eps_total={eps_total!r} over k={k} steps "
+                    f"with delta_slack={delta_slack!r} (it would be below the smallest float)"
+                )
             return lo
         if total(mid) <= target:
             lo = mid
@@ -323,7 +331,9 @@ def per_step_eps(eps_total, k, *, delta_slack) -> float:
 def check_budget(budget):
     """``budget`` if it is None or a :class:`PrivacyBudget` (a Ledger included), else TypeError."""
     if budget is not None and not isinstance(budget, PrivacyBudget):
-        raise TypeError(f"budget must be a matmech.PrivacyBudget or None, got {type(budget).__name__}")
+        raise TypeError(
+            f"budget must be a matmech.PrivacyBudget or None, got {type(budget).__name__}"
+        )
     return budget
 
 

@@ -79,9 +79,12 @@ def _minimise_over_alpha(f):
     best = float(vals[i])
     lo, hi = u[max(i - 1, 0)], u[min(i + 1, u.size - 1)]
     from scipy import optimize
+
     res = optimize.minimize_scalar(
         lambda t: float(f(1.0 + np.exp(np.array([t])))[0]),
-        bounds=(lo, hi), method="bounded", options={"xatol": 1e-12},
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": 1e-12},
     )
     if res.success and math.isfinite(res.fun):
         best = min(best, float(res.fun))
@@ -148,8 +151,11 @@ def _rho_for(eps: float, delta: float) -> float:
             break
         hi += 2.0
     if not (g(lo) <= 0 < g(hi)):
-        raise ValueError(f"no zCDP rho converts to delta={delta!r} at eps={eps!r} (CKS Cor. 13); use eps in [1e-4, 100]")
+        raise ValueError(
+            f"no zCDP rho converts to delta={delta!r} at eps={eps!r} (CKS Cor. 13); use eps in [1e-4, 100]"
+        )
     from scipy import optimize
+
     root = optimize.brentq(g, lo, hi, xtol=1e-13, rtol=1e-13)
     while g(root) > 0:  # keep the feasible side of the root
         root -= 1e-12 * max(1.0, abs(root))
@@ -199,13 +205,16 @@ def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     s = _check_sensitivity(sensitivity)
     if s == 0:
         return 0.0
-    return _usable_scale(s / math.sqrt(2.0 * _rho_for(e, d)) * _SAFETY, f"sigma for sensitivity {s!r}")
+    return _usable_scale(
+        s / math.sqrt(2.0 * _rho_for(e, d)) * _SAFETY, f"sigma for sensitivity {s!r}"
+    )
 
 
 def _balle_wang_log_delta(sigma: float, eps: float) -> float:
     """log δ of the continuous Gaussian with sensitivity 1 (Balle & Wang 2018, Thm. 8):
     δ = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)."""
     from scipy import special
+
     lx = special.log_ndtr(0.5 / sigma - eps * sigma)
     ly = special.log_ndtr(-0.5 / sigma - eps * sigma)
     inner = -math.expm1(eps + ly - lx)
@@ -229,8 +238,11 @@ def _analytic_sigma_unit(eps: float, delta: float) -> float:
             break
         hi += 2.0
     if not (g(lo) >= 0 >= g(hi)):
-        raise ValueError(f"no sigma attains delta={delta!r} at eps={eps!r} (Balle-Wang Thm. 8); use eps in [1e-4, 100]")
+        raise ValueError(
+            f"no sigma attains delta={delta!r} at eps={eps!r} (Balle-Wang Thm. 8); use eps in [1e-4, 100]"
+        )
     from scipy import optimize
+
     root = optimize.brentq(g, lo, hi, xtol=1e-14, rtol=1e-14)
     while g(root) > 0:
         root += 1e-13 * max(1.0, abs(root))

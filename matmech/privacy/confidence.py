@@ -84,7 +84,9 @@ def _check(noise: str, t: float) -> None:
     if noise not in ("discrete_laplace", "discrete_gaussian"):
         raise ValueError(f"noise must be 'discrete_laplace' or 'discrete_gaussian', got {noise!r}")
     if not (isinstance(t, float) and math.isfinite(t) and t > 0):
-        raise ValueError(f"the noise scale in lattice units must be a positive finite float, got {t!r}")
+        raise ValueError(
+            f"the noise scale in lattice units must be a positive finite float, got {t!r}"
+        )
 
 
 def _radius(noise: str, t: float) -> int:
@@ -119,7 +121,11 @@ def noise_cdf(noise: str, t: float, k: np.ndarray) -> np.ndarray:
 
 
 def _variance(noise: str, t: float) -> float:
-    return discrete_laplace_variance(t) if noise == "discrete_laplace" else discrete_gaussian_variance(t)
+    return (
+        discrete_laplace_variance(t)
+        if noise == "discrete_laplace"
+        else discrete_gaussian_variance(t)
+    )
 
 
 def excess_kurtosis(noise: str, t: float) -> float:
@@ -158,7 +164,7 @@ def sum_pmf(noise: str, t: float, weights) -> tuple[np.ndarray, np.ndarray]:
 def _central(pmf_of_r, level):
     """Smallest r with P(|R| ≤ r) ≥ level for a pmf indexed −S..S; (r, P)."""
     S = (pmf_of_r.size - 1) // 2
-    mass = np.concatenate([[pmf_of_r[S]], pmf_of_r[S + 1:] + pmf_of_r[S - 1::-1]])
+    mass = np.concatenate([[pmf_of_r[S]], pmf_of_r[S + 1 :] + pmf_of_r[S - 1 :: -1]])
     cum = np.cumsum(mass)
     r = int(np.searchsorted(cum, level * (1 - 1e-15)))  # guard only against float round-off in cum
     r = min(r, S)
@@ -221,10 +227,14 @@ def normal_intervals(std, level: float = 0.95, *, method: str = "normal") -> Int
     level = _check_level(level)
     std = np.asarray(std, dtype=np.float64)
     z = float(ndtri(0.5 + level / 2))
-    return IntervalLaw(level, z * std, np.full(std.size, np.nan), np.full(std.size, method, dtype=object))
+    return IntervalLaw(
+        level, z * std, np.full(std.size, np.nan), np.full(std.size, method, dtype=object)
+    )
 
 
-def law_intervals(weights: np.ndarray, noise: str, scale: float, grid: float, level: float = 0.95) -> IntervalLaw:
+def law_intervals(
+    weights: np.ndarray, noise: str, scale: float, grid: float, level: float = 0.95
+) -> IntervalLaw:
     """Half-widths at ``level`` for answers with noise ``grid·Σⱼ weights[i, j] zⱼ``.
 
     ``weights``: the m×p noise weights (:func:`matmech.error.noise_weights`), ``noise``/

@@ -79,12 +79,12 @@ class GaussParams:
 # are exact integers computed with interval arithmetic on Python ints; no floating-point
 # number enters a decision.
 
-_TBITS = 128                  # bits of U compared on the fixed-work path (word + spare)
-_WORK = 256                   # working precision of the table builder
-_BLOCK = 1 << 15              # samples per vectorised block (bounds memory; public)
-_GAUSS_BLOCK = 1 << 16        # Gaussian samples per block of rejection rounds (public)
-_LAP_TAIL = 70                # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
-_GAUSS_TAIL = 89              # exp(-89) < 2**-128: such factors have threshold 0
+_TBITS = 128  # bits of U compared on the fixed-work path (word + spare)
+_WORK = 256  # working precision of the table builder
+_BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)
+_GAUSS_BLOCK = 1 << 16  # Gaussian samples per block of rejection rounds (public)
+_LAP_TAIL = 70  # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
+_GAUSS_TAIL = 89  # exp(-89) < 2**-128: such factors have threshold 0
 
 
 def _exp_neg(a: int, b: int, prec: int) -> tuple[int, int]:
@@ -178,8 +178,10 @@ def _bernoulli(key: tuple, src: RandomSource) -> bool:
 def _split(vals) -> tuple[np.ndarray, np.ndarray]:
     """128-bit integers -> (high words, low words) as uint64 arrays."""
     m = (1 << 64) - 1
-    return (np.array([v >> 64 for v in vals], dtype=np.uint64),
-            np.array([v & m for v in vals], dtype=np.uint64))
+    return (
+        np.array([v >> 64 for v in vals], dtype=np.uint64),
+        np.array([v & m for v in vals], dtype=np.uint64),
+    )
 
 
 def _powers(a: int, b: int) -> tuple[list, list]:
@@ -281,7 +283,7 @@ def _digit_search(th, tl, base, wh, wl) -> np.ndarray:
     the sentinel instead caps the count one short, so digit 255 never occurs: issue 21)."""
     pos = np.repeat(base, wh.shape[-1], axis=1)
     for h in (128, 64, 32, 16, 8, 4, 2, 1):
-        i = pos + h                             # <= base + 255
+        i = pos + h  # <= base + 255
         pos += _le(th[i], tl[i], wh, wl) * h
     return pos
 
@@ -296,23 +298,33 @@ def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray
     below 2**-100) or a full 128-bit tie go to the exact path.
     """
     D = tab.digits
-    k = D + 2                                   # digit words, sign/zero word, tail word
+    k = D + 2  # digit words, sign/zero word, tail word
     w = src.words64((k + 1) * n).reshape(k + 1, n)
     wh, spare = w[:k], w[k]
     dh = wh[:D]
     base = np.arange(0, 256 * D, 256, dtype=np.int64)[:, None]
-    pos = _digit_search(tab.th, tab.tl, base, dh, spare)   # index of the largest T <= W
+    pos = _digit_search(tab.th, tab.tl, base, dh, spare)  # index of the largest T <= W
     digit = pos - base
     th_pos = tab.th[pos]
     tie = (digit > 0) & _eq(th_pos, tab.tl[pos], dh, spare)
     hi_tie = (th_pos == dh) | (tab.th[np.minimum(pos + 1, base + 255)] == dh)
-    y = digit[0] if D == 1 else (digit << np.arange(0, 8 * D, 8, dtype=np.int64)[:, None]).sum(axis=0)
+    y = (
+        digit[0]
+        if D == 1
+        else (digit << np.arange(0, 8 * D, 8, dtype=np.int64)[:, None]).sum(axis=0)
+    )
     sh, oh = wh[D], wh[D + 1]
     g = [(np.uint64(v >> 64), np.uint64(v & 0xFFFFFFFFFFFFFFFF)) for v in (*tab.sign, tab.ovf)]
     sgn = _le(*g[0], sh, spare).astype(np.int64) + _le(*g[1], sh, spare) - 1
     n_hi = hi_tie.sum(axis=0) + (sh == g[0][0]) + (sh == g[1][0]) + (oh == g[2][0])
-    rare = (tie.any(axis=0) | _eq(*g[0], sh, spare) | _eq(*g[1], sh, spare) | (n_hi > 1)
-            | ~_le(*g[2], oh, spare) | _eq(*g[2], oh, spare))  # tail non-zero iff U < q**256**D
+    rare = (
+        tie.any(axis=0)
+        | _eq(*g[0], sh, spare)
+        | _eq(*g[1], sh, spare)
+        | (n_hi > 1)
+        | ~_le(*g[2], oh, spare)
+        | _eq(*g[2], oh, spare)
+    )  # tail non-zero iff U < q**256**D
     z = sgn * (y + 1)
     if rare.any():  # probability below 2**-100 per sample
         for i in np.flatnonzero(rare).tolist():
@@ -345,7 +357,10 @@ def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) 
     """One sample from its fixed-path words, resolving ties and the tail exactly."""
     t, s, D = tab.t, tab.s, tab.digits
     tail_key = ("exp", s << (8 * D), t)
-    rows = [(wh[d], tab.vals[d][1:]) for d in range(D)] + [(wh[D], tab.sign), (wh[D + 1], (tab.ovf,))]
+    rows = [(wh[d], tab.vals[d][1:]) for d in range(D)] + [
+        (wh[D], tab.sign),
+        (wh[D + 1], (tab.ovf,)),
+    ]
     pre = _prefixes(rows, spare)
     y = 0
     for d in range(D):
@@ -389,8 +404,10 @@ def _gauss_table(S: int) -> _GaussTable:
     vals = []
     for d in range(L):
         lo, hi = _powers(1 << (8 * d), S)
-        vals.append((0,) + tuple(_table_entry(lo[c], hi[c], ("exp", c << (8 * d), S))
-                                 for c in range(1, 256)))
+        vals.append(
+            (0,)
+            + tuple(_table_entry(lo[c], hi[c], ("exp", c << (8 * d), S)) for c in range(1, 256))
+        )
     th, tl = _split([v for row in vals for v in row])
     return _GaussTable(S, L, L < 8, tuple(vals), th, tl)
 
@@ -416,7 +433,7 @@ def _exp_accept(num: np.ndarray, tab: _GaussTable, src: RandomSource, *, huge=No
     c = (num >> np.arange(0, 8 * L, 8, dtype=np.int64)[:, None]) & 255
     idx = c + np.arange(0, 256 * L, 256, dtype=np.int64)[:, None]
     th, tl = tab.th[idx], tab.tl[idx]
-    live = c != 0                                               # c = 0: probability 1
+    live = c != 0  # c = 0: probability 1
     ok = (~live | ~_le(th, tl, wh[:L], spare)).all(axis=0)
     tie = (live & _eq(th, tl, wh[:L], spare)).any(axis=0)
     n_hi = (live & (th == wh[:L])).sum(axis=0)

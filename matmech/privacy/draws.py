@@ -44,9 +44,11 @@ def check_draws(n: int, kind: str, *, limit: int | None = None) -> int:
         memory(need, f"drawing {int(n):,} {kind} noise values ({per} bytes each)", limit=limit)
     except SizeError:
         most = max(limit - FIXED_BYTES, 0) // per
-        raise SizeError(f"drawing {int(n):,} {kind} noise values needs about {format_bytes(need)} of memory "
-                        f"({per} bytes per draw), more than the {format_bytes(limit)} allowed; at most about "
-                        f"{most:,} fit: draw in batches of at most that many") from None
+        raise SizeError(
+            f"drawing {int(n):,} {kind} noise values needs about {format_bytes(need)} of memory "
+            f"({per} bytes per draw), more than the {format_bytes(limit)} allowed; at most about "
+            f"{most:,} fit: draw in batches of at most that many"
+        ) from None
     return int(n)
 
 

@@ -89,7 +89,13 @@ def _mac(key: bytes, prev: str, fields) -> str:
 
 def _genesis(key: bytes, meta: dict) -> str:
     """The chain's start: a MAC of the ledger's totals and creation time."""
-    return _mac(key, "", [LEDGER_FORMAT, meta.get("total_eps"), meta.get("total_delta"), meta.get("created")])
+    return _mac(
+        key,
+        "",
+        [LEDGER_FORMAT, meta.get("total_eps"), meta.get("total_delta"), meta.get("created")],
+    )
+
+
 _TIMEOUT = 60.0  # seconds to wait for another process's write lock
 
 
@@ -101,7 +107,9 @@ def _parse_frac(text, path, what) -> Fraction:
     try:
         f = Fraction(text)
     except (TypeError, ValueError, ZeroDivisionError):
-        raise ValueError(f"{path}: corrupt ledger: {what} is {text!r}, not a fraction p/q") from None
+        raise ValueError(
+            f"{path}: corrupt ledger: {what} is {text!r}, not a fraction p/q"
+        ) from None
     if f < 0:
         raise ValueError(f"{path}: corrupt ledger: {what} is negative ({text})")
     return f
@@ -152,15 +160,19 @@ class Ledger(PrivacyBudget):
         self._lock = threading.Lock()  # guards the tags only; the file has its own lock
         self._tags: dict[str, str | None] = {"spec": None, "data": None}
         if not self._path.exists():
-            raise FileNotFoundError(f"{self._path}: no such ledger file (create one with Ledger.create or 'matmech budget init')")
+            raise FileNotFoundError(
+                f"{self._path}: no such ledger file (create one with Ledger.create or 'matmech budget init')"
+            )
         with self._connect() as con:
             meta = self._read_meta(con)
             if meta["format"] == _FORMAT_1:
                 meta = self._upgrade(con)
             self._key = _chain_key(meta["fingerprint_key"])
             self._chain(con, meta)  # refuses a broken chain on open
-        self._total = (_parse_frac(meta.get("total_eps"), self._path, "total eps"),
-                       _parse_frac(meta.get("total_delta"), self._path, "total delta"))
+        self._total = (
+            _parse_frac(meta.get("total_eps"), self._path, "total eps"),
+            _parse_frac(meta.get("total_delta"), self._path, "total delta"),
+        )
         self._created = meta.get("created")
 
     # -- files -------------------------------------------------------------------------------
@@ -173,9 +185,13 @@ class Ledger(PrivacyBudget):
         check_delta(delta)
         p = Path(os.fspath(path))
         try:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # atomic: refuse an existing file
+            fd = os.open(
+                p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+            )  # atomic: refuse an existing file
         except FileExistsError:
-            raise FileExistsError(errno.EEXIST, "the file exists (a ledger is never replaced)", str(p)) from None
+            raise FileExistsError(
+                errno.EEXIST, "the file exists (a ledger is never replaced)", str(p)
+            ) from None
         os.close(fd)
         try:
             con = sqlite3.connect(str(p), timeout=_TIMEOUT, isolation_level=None)
@@ -185,9 +201,13 @@ class Ledger(PrivacyBudget):
                 con.execute("BEGIN IMMEDIATE")
                 for stmt in _SCHEMA:
                     con.execute(stmt)
-                meta = {"format": LEDGER_FORMAT, "total_eps": _frac_text(exact(eps)),
-                        "total_delta": _frac_text(exact(delta)), "created": _utc_now(),
-                        "fingerprint_key": secrets.token_hex(32)}
+                meta = {
+                    "format": LEDGER_FORMAT,
+                    "total_eps": _frac_text(exact(eps)),
+                    "total_delta": _frac_text(exact(delta)),
+                    "created": _utc_now(),
+                    "fingerprint_key": secrets.token_hex(32),
+                }
                 meta["chain_head"] = _genesis(_chain_key(meta["fingerprint_key"]), meta)
                 con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
                 con.execute("COMMIT")
@@ -227,7 +247,9 @@ class Ledger(PrivacyBudget):
             yield con
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise OSError(f"{self._path}: the ledger is locked by another process ({exc})") from None
+                raise OSError(
+                    f"{self._path}: the ledger is locked by another process ({exc})"
+                ) from None
             raise ValueError(f"{self._path}: not a usable matmech ledger ({exc})") from None
         finally:
             con.close()
@@ -235,13 +257,17 @@ class Ledger(PrivacyBudget):
     def _read_meta(self, con) -> dict:
         try:
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-            con.execute("SELECT id, what, eps, delta, time, spec, data FROM spends LIMIT 0").fetchall()
+            con.execute(
+                "SELECT id, what, eps, delta, time, spec, data FROM spends LIMIT 0"
+            ).fetchall()
         except sqlite3.DatabaseError:
             meta = {}
         if meta.get("format") not in (LEDGER_FORMAT, _FORMAT_1):
             raise ValueError(f"{self._path}: not a matmech privacy ledger")
         if meta["format"] == LEDGER_FORMAT and not {"fingerprint_key", "chain_head"} <= set(meta):
-            raise LedgerIntegrityError(f"{self._path}: corrupt ledger: its row-chain key or head is missing")
+            raise LedgerIntegrityError(
+                f"{self._path}: corrupt ledger: its row-chain key or head is missing"
+            )
         return meta
 
     def _upgrade(self, con) -> dict:
@@ -255,12 +281,16 @@ class Ledger(PrivacyBudget):
                 meta["format"] = LEDGER_FORMAT
                 key = _chain_key(meta["fingerprint_key"])
                 head = _genesis(key, meta)
-                for row in con.execute("SELECT id, what, eps, delta, time, spec, data FROM spends ORDER BY id").fetchall():
+                for row in con.execute(
+                    "SELECT id, what, eps, delta, time, spec, data FROM spends ORDER BY id"
+                ).fetchall():
                     head = _mac(key, head, row)
                     con.execute("UPDATE spends SET mac = ? WHERE id = ?", (head, row[0]))
                 meta["chain_head"] = head
-                con.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                                [(k, meta[k]) for k in ("format", "fingerprint_key", "chain_head")])
+                con.executemany(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    [(k, meta[k]) for k in ("format", "fingerprint_key", "chain_head")],
+                )
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:
@@ -284,25 +314,38 @@ class Ledger(PrivacyBudget):
             con.execute("COMMIT")
 
     def _verified_rows(self, con, meta):
-        meta = meta if meta is not None else dict(con.execute("SELECT key, value FROM meta").fetchall())
-        if (meta.get("format") != LEDGER_FORMAT or "fingerprint_key" not in meta
-                or _chain_key(meta["fingerprint_key"]) != self._key):
-            raise LedgerIntegrityError(f"{self._path}: the ledger's format or key changed after it was opened")
+        meta = (
+            meta
+            if meta is not None
+            else dict(con.execute("SELECT key, value FROM meta").fetchall())
+        )
+        if (
+            meta.get("format") != LEDGER_FORMAT
+            or "fingerprint_key" not in meta
+            or _chain_key(meta["fingerprint_key"]) != self._key
+        ):
+            raise LedgerIntegrityError(
+                f"{self._path}: the ledger's format or key changed after it was opened"
+            )
         head = _genesis(self._key, meta)
         rows = []
-        for i, (*fields, mac) in enumerate(con.execute(f"SELECT {_ROW_COLUMNS} FROM spends ORDER BY id"), start=1):
+        for i, (*fields, mac) in enumerate(
+            con.execute(f"SELECT {_ROW_COLUMNS} FROM spends ORDER BY id"), start=1
+        ):
             head = _mac(self._key, head, fields)
             if mac is None or not hmac.compare_digest(head, str(mac)):
                 where = "the totals or " if i == 1 else ""
                 raise LedgerIntegrityError(
                     f"{self._path}: the ledger's row chain is broken at spend {i} ({where}that row, or the order of "
                     "the rows, was changed after it was written, or the file is corrupt); refusing to read or spend "
-                    f"from it (spends 1..{i - 1} verify)")
+                    f"from it (spends 1..{i - 1} verify)"
+                )
             rows.append(tuple(fields))
         if not hmac.compare_digest(head, meta.get("chain_head", "")):
             raise LedgerIntegrityError(
                 f"{self._path}: the ledger's row chain does not end at its recorded head (a spend was removed or "
-                f"the totals changed after it was written, or the file is corrupt); refusing to read or spend from it")
+                f"the totals changed after it was written, or the file is corrupt); refusing to read or spend from it"
+            )
         return rows
 
     def _rows(self, con):
@@ -328,19 +371,35 @@ class Ledger(PrivacyBudget):
     def _charge(self, e: Fraction, d: Fraction, entry: LedgerEntry) -> LedgerEntry:
         with self._lock:
             tags = dict(self._tags)
-        row = LedgerEntry(entry.what, entry.eps, entry.delta, _utc_now(), tags["spec"], tags["data"])
+        row = LedgerEntry(
+            entry.what, entry.eps, entry.delta, _utc_now(), tags["spec"], tags["data"]
+        )
         with self._connect() as con:
             con.execute("BEGIN IMMEDIATE")  # the write lock: no other spend can interleave
             try:
                 spent = self._sum(con)
                 if not self._fits(spent, e, d):
                     raise self._refusal(e, d, entry.what, spent)
-                head = con.execute("SELECT value FROM meta WHERE key = 'chain_head'").fetchone()[0]  # verified by _sum
-                last = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spends'").fetchone()
-                fields = (int(last[0]) + 1 if last else 1, row.what, _frac_text(e), _frac_text(d), row.time, row.spec,
-                          row.data)
+                head = con.execute("SELECT value FROM meta WHERE key = 'chain_head'").fetchone()[
+                    0
+                ]  # verified by _sum
+                last = con.execute(
+                    "SELECT seq FROM sqlite_sequence WHERE name = 'spends'"
+                ).fetchone()
+                fields = (
+                    int(last[0]) + 1 if last else 1,
+                    row.what,
+                    _frac_text(e),
+                    _frac_text(d),
+                    row.time,
+                    row.spec,
+                    row.data,
+                )
                 mac = _mac(self._key, head, fields)
-                con.execute(f"INSERT INTO spends ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (*fields, mac))
+                con.execute(
+                    f"INSERT INTO spends ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*fields, mac),
+                )
                 con.execute("UPDATE meta SET value = ? WHERE key = 'chain_head'", (mac,))
                 con.execute("COMMIT")  # durable (synchronous=FULL) before the caller draws noise
             except BaseException:
@@ -353,8 +412,14 @@ class Ledger(PrivacyBudget):
         with self._connect() as con:
             rows = self._rows(con)
         return tuple(
-            LedgerEntry(what, float(_parse_frac(eps, self._path, "eps")), float(_parse_frac(delta, self._path, "delta")),
-                        time, spec, data)
+            LedgerEntry(
+                what,
+                float(_parse_frac(eps, self._path, "eps")),
+                float(_parse_frac(delta, self._path, "delta")),
+                time,
+                spec,
+                data,
+            )
             for what, eps, delta, time, spec, data in rows
         )
 
@@ -367,8 +432,18 @@ class Ledger(PrivacyBudget):
         out = []
         for what, eps, delta, time, spec, data in rows:
             e, d = _parse_frac(eps, self._path, "eps"), _parse_frac(delta, self._path, "delta")
-            out.append({"what": what, "eps": float(e), "delta": float(d), "eps_exact": _frac_text(e),
-                        "delta_exact": _frac_text(d), "time": time, "spec": spec, "data": data})
+            out.append(
+                {
+                    "what": what,
+                    "eps": float(e),
+                    "delta": float(d),
+                    "eps_exact": _frac_text(e),
+                    "delta_exact": _frac_text(d),
+                    "time": time,
+                    "spec": spec,
+                    "data": data,
+                }
+            )
         return out
 
     def status(self) -> dict:
@@ -383,18 +458,31 @@ class Ledger(PrivacyBudget):
         rem = (self._total[0] - spent[0], self._total[1] - spent[1])
 
         def pair(p):
-            return {"eps": float(p[0]), "delta": float(p[1]), "eps_exact": _frac_text(p[0]), "delta_exact": _frac_text(p[1])}
+            return {
+                "eps": float(p[0]),
+                "delta": float(p[1]),
+                "eps_exact": _frac_text(p[0]),
+                "delta_exact": _frac_text(p[1]),
+            }
 
-        return {"ledger": str(self._path), "created": self._created, "total": pair(self._total),
-                "spent": pair(spent), "remaining": pair(rem), "spends": n}
+        return {
+            "ledger": str(self._path),
+            "created": self._created,
+            "total": pair(self._total),
+            "spent": pair(spent),
+            "remaining": pair(rem),
+            "spends": n,
+        }
 
     def fingerprint(self, path) -> str:
         """``"hmac-sha256:<hex>"`` of the bytes of the file at ``path``, keyed by this ledger's
         secret (created with the ledger; added on first use to a ledger made without one)."""
         with self._connect() as con:
             con.execute("BEGIN IMMEDIATE")
-            con.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('fingerprint_key', ?)",
-                        (secrets.token_hex(32),))
+            con.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('fingerprint_key', ?)",
+                (secrets.token_hex(32),),
+            )
             key = con.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()[0]
             con.execute("COMMIT")
         mac = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
@@ -414,5 +502,7 @@ class Ledger(PrivacyBudget):
 
     def __repr__(self) -> str:
         s, t = self.spent, self.total
-        return (f"Ledger({str(self._path)!r}, spent=(eps={s[0]!r}, delta={s[1]!r}) of "
-                f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self.ledger)} spends)")
+        return (
+            f"Ledger({str(self._path)!r}, spent=(eps={s[0]!r}, delta={s[1]!r}) of "
+            f"total=(eps={t[0]!r}, delta={t[1]!r}), {len(self.ledger)} spends)"
+        )

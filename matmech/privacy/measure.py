@@ -72,10 +72,10 @@ __all__ = [
 #: every measurement keeps A_g x exact in float64 for any histogram with at most this total.
 MAX_RECORDS = 2**32
 
-_PRECISION_BITS = 20        # bits of the largest column norm kept when rounding A to a grid
-_EXACT_BITS = 52            # |A_g x| / grid stays at most 2**52: exact in float64
-_LAPLACE_LIMIT_BITS = 46    # scale/grid stays below 2**46 (the sampler allows 2**48)
-_GAUSS_LIMIT_BITS = 22      # sigma/grid stays below 2**22 (the sampler allows 2**24)
+_PRECISION_BITS = 20  # bits of the largest column norm kept when rounding A to a grid
+_EXACT_BITS = 52  # |A_g x| / grid stays at most 2**52: exact in float64
+_LAPLACE_LIMIT_BITS = 46  # scale/grid stays below 2**46 (the sampler allows 2**48)
+_GAUSS_LIMIT_BITS = 22  # sigma/grid stays below 2**22 (the sampler allows 2**24)
 #: Relative margin on a sensitivity computed in floats (summation, sqrt): not needed for
 #: integer L1 norms, which are summed exactly.
 SENS_MARGIN = 1.0 + 1e-9
@@ -178,16 +178,22 @@ def check_counts(x, n=None, *, name="x"):
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise TypeError(f"{name} must be real counts, got complex dtype {arr.dtype}")
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a 1-D vector of counts (the histogram), got shape {arr.shape}"
+        )
     if n is not None and arr.shape[0] != n:
-        raise ValueError(f"{name} has {arr.shape[0]} cells but the strategy/workload has {n} columns")
+        raise ValueError(
+            f"{name} has {arr.shape[0]} cells but the strategy/workload has {n} columns"
+        )
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if np.issubdtype(arr.dtype, np.floating):
         bad = ~np.isfinite(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}[{i}] is not finite; counts must be finite non-negative integers")
+            raise ValueError(
+                f"{name}[{i}] is not finite; counts must be finite non-negative integers"
+            )
         frac = arr != np.floor(arr)
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
@@ -226,7 +232,9 @@ def _round_to_grid(A, g):
         return A
     if isinstance(A, Scaled) and A.base.integer_valued():
         return Scaled(A.base, float(_rint(A.c, g)))  # keeps the base's structure (trees, Haar)
-    structured = getattr(A, "rounded_operator", None)  # e.g. a weighted union of marginals: round the weights
+    structured = getattr(
+        A, "rounded_operator", None
+    )  # e.g. a weighted union of marginals: round the weights
     if structured is not None and (out := structured(g)) is not None:
         return out
     m = A.rounded_matrix(g)  # structured where A has a structured rounding, else by row blocks
@@ -239,7 +247,9 @@ def _grid_for_strategy(sens1, scale0, gaussian, max_records):
     """Data-independent grid: ~20 bits of Δ₁, the sampler's limits, and exactness of A_g x
     in float64 for every histogram of at most ``max_records`` records (Σx·Δ₁/g <= 2**52)."""
     limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
-    g = max(sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS)
+    g = max(
+        sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS
+    )
     return _pow2_at_least(g)
 
 
@@ -306,8 +316,10 @@ def check_max_records(max_records):
     if max_records is None:
         return MAX_RECORDS
     if isinstance(max_records, (bool, np.bool_)) or not isinstance(max_records, numbers.Integral):
-        raise TypeError(f"max_records must be a positive integer (a declared bound on the number of records), "
-                        f"got {type(max_records).__name__}: {max_records!r}")
+        raise TypeError(
+            f"max_records must be a positive integer (a declared bound on the number of records), "
+            f"got {type(max_records).__name__}: {max_records!r}"
+        )
     if not 1 <= int(max_records) <= 2**50:
         raise ValueError(f"max_records must be an integer in [1, 2**50], got {max_records!r}")
     return int(max_records)
@@ -315,7 +327,9 @@ def check_max_records(max_records):
 
 def _exact_total(x):
     """Σx as an exact Python int for int64 counts in [0, 2**62) (no overflow for any length)."""
-    hi, lo = np.divmod(x, np.int64(1 << 31))  # both < 2**31: their sums fit in int64 below 2**32 cells
+    hi, lo = np.divmod(
+        x, np.int64(1 << 31)
+    )  # both < 2**31: their sums fit in int64 below 2**32 cells
     return (int(hi.sum(dtype=np.int64)) << 31) + int(lo.sum(dtype=np.int64))
 
 
@@ -337,7 +351,9 @@ def check_records(x, max_records):
 def _exact_sensitivity(A, p, neighbors, exact_integer):
     s = NEIGHBORS[neighbors] * A.sensitivity(p)
     if not math.isfinite(s) or s <= 0:
-        raise ValueError(f"the measured strategy has L{p} sensitivity {s}; it must be positive and finite")
+        raise ValueError(
+            f"the measured strategy has L{p} sensitivity {s}; it must be positive and finite"
+        )
     # integer-valued strategies have integer L1 sensitivities, summed exactly; anything
     # else (an L2 norm, grid sums, Kronecker products) gets a 1e-9 relative safety margin
     return s if exact_integer and p == 1 else s * SENS_MARGIN
@@ -360,7 +376,13 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     ``max_records`` for which A x cannot be exact, without touching any data or budget.
     """
     A = as_linop(linear(A, "the strategy A"))
-    operator(A, "the strategy", per_row=32, per_col=32, what=f"measuring a strategy of {A.shape[0]:,} rows x {A.shape[1]:,} cells (y, noise: 32 bytes a row)")
+    operator(
+        A,
+        "the strategy",
+        per_row=32,
+        per_col=32,
+        what=f"measuring a strategy of {A.shape[0]:,} rows x {A.shape[1]:,} cells (y, noise: 32 bytes a row)",
+    )
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
@@ -379,18 +401,38 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     if p == 1:
         kind, scale = "discrete_laplace", laplace_scale_up(eps, sens)
         ratio, limit = scale / grid, float(noise.MAX_LAPLACE_SCALE)
-        std = math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid if ratio <= limit else math.inf
+        std = (
+            math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid
+            if ratio <= limit
+            else math.inf
+        )
     else:
         kind, scale = "discrete_gaussian", gaussian_sigma(eps, delta, sens)
         ratio, limit = scale / grid, float(noise.MAX_SIGMA)
-        std = math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid if ratio <= limit else math.inf
+        std = (
+            math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid
+            if ratio <= limit
+            else math.inf
+        )
     if ratio > limit:
         raise ValueError(
             f"the noise scale {scale:.6g} is {ratio:.3g} times the lattice spacing {grid:g}, beyond the exact "
             f"sampler's limit {limit:.3g}; eps={eps!r} is too small for this strategy"
         )
-    return MeasurementPlan(A_m, eps, delta, kind, float(scale), float(std), float(grid), float(sens), float(sens1),
-                           neighbors, rounded, max_records)
+    return MeasurementPlan(
+        A_m,
+        eps,
+        delta,
+        kind,
+        float(scale),
+        float(std),
+        float(grid),
+        float(sens),
+        float(sens1),
+        neighbors,
+        rounded,
+        max_records,
+    )
 
 
 def execute(plan, x, *, rng=None):
@@ -416,15 +458,33 @@ def execute(plan, x, *, rng=None):
         y = ax + z
     y.setflags(write=False)
     return Measurement(
-        strategy=plan.strategy, y=y, eps=plan.eps, delta=plan.delta, noise=plan.noise, scale=plan.scale,
-        std=plan.std, grid=plan.grid, sensitivity=plan.sensitivity, neighbors=plan.neighbors,
-        secure=bool(src.secure), rounded=plan.rounded,
+        strategy=plan.strategy,
+        y=y,
+        eps=plan.eps,
+        delta=plan.delta,
+        noise=plan.noise,
+        scale=plan.scale,
+        std=plan.std,
+        grid=plan.grid,
+        sensitivity=plan.sensitivity,
+        neighbors=plan.neighbors,
+        secure=bool(src.secure),
+        rounded=plan.rounded,
         note="strategy rounded to the grid before measuring" if plan.rounded else "",
     )
 
 
-def measure(x: npt.ArrayLike, A: LinOp | npt.ArrayLike, eps: float, delta: float = 0.0, *, budget: PrivacyBudget | None = None,
-            rng: Rng = None, neighbors: str = "add_remove", max_records: int | None = None) -> Measurement:
+def measure(
+    x: npt.ArrayLike,
+    A: LinOp | npt.ArrayLike,
+    eps: float,
+    delta: float = 0.0,
+    *,
+    budget: PrivacyBudget | None = None,
+    rng: Rng = None,
+    neighbors: str = "add_remove",
+    max_records: int | None = None,
+) -> Measurement:
     """Measure strategy A on counts x with exact discrete noise → :class:`Measurement`.
 
     ``x``: the histogram (non-negative integer counts, length A.shape[1]). δ = 0: discrete

@@ -69,10 +69,10 @@ _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1
 
 # Parameter limits (see the module docstring).
-_EXACT_MAX = 1 << 48          # an exact fraction is used as is below this size
-_LAPLACE_ROUND_BITS = 32      # numerator bound when a Laplace scale must be rounded
-_GAUSS_ROUND_BITS = 40        # numerator bound when sigma**2 >= 1 must be rounded
-_GAUSS_SMALL_DEN_BITS = 25    # denominator when sigma**2 < 1 must be rounded
+_EXACT_MAX = 1 << 48  # an exact fraction is used as is below this size
+_LAPLACE_ROUND_BITS = 32  # numerator bound when a Laplace scale must be rounded
+_GAUSS_ROUND_BITS = 40  # numerator bound when sigma**2 >= 1 must be rounded
+_GAUSS_SMALL_DEN_BITS = 25  # denominator when sigma**2 < 1 must be rounded
 #: The exact samplers' largest discrete Laplace scale and discrete Gaussian σ (grid units).
 MAX_LAPLACE_SCALE = 1 << 48
 MAX_SIGMA = 1 << 24
@@ -165,8 +165,10 @@ def _gauss_params(sigma, name: str = "sigma") -> GaussParams:
         if not (f.numerator <= _EXACT_MAX and f.denominator <= 1 << _GAUSS_ROUND_BITS):
             f = _round_up(f, _GAUSS_ROUND_BITS)
     elif f.denominator > 1 << _GAUSS_SMALL_DEN_BITS:
-        f = Fraction(_ceil_div(f.numerator << _GAUSS_SMALL_DEN_BITS, f.denominator),
-                     1 << _GAUSS_SMALL_DEN_BITS)
+        f = Fraction(
+            _ceil_div(f.numerator << _GAUSS_SMALL_DEN_BITS, f.denominator),
+            1 << _GAUSS_SMALL_DEN_BITS,
+        )
     a, b = f.numerator, f.denominator
     if a >= b:
         # Proposal scale tau = sigma^2 / mu with integer mu = round(sigma) >= 1, so that
@@ -227,8 +229,10 @@ def laplace(scale, size, *, grid, rng=None) -> np.ndarray:
     """
     ratio = _grid_ratio(scale, grid, "scale")
     if ratio > MAX_LAPLACE_SCALE:
-        raise ValueError(f"scale/grid must be at most 2**48, got scale={scale!r}, grid={grid!r};"
-                         " use a coarser grid such as grid_for(scale)")
+        raise ValueError(
+            f"scale/grid must be at most 2**48, got scale={scale!r}, grid={grid!r};"
+            " use a coarser grid such as grid_for(scale)"
+        )
     k = discrete_laplace(ratio, size, rng=rng)
     return k.astype(np.float64) * float(grid)
 
@@ -237,8 +241,10 @@ def gaussian(sigma, size, *, grid, rng=None) -> np.ndarray:
     """Gaussian-like noise on the grid ``grid·Z``: ``grid * discrete_gaussian(sigma/grid)``."""
     ratio = _grid_ratio(sigma, grid, "sigma")
     if ratio > MAX_SIGMA:
-        raise ValueError(f"sigma/grid must be at most 2**24, got sigma={sigma!r}, grid={grid!r};"
-                         " use a coarser grid such as grid_for(sigma)")
+        raise ValueError(
+            f"sigma/grid must be at most 2**24, got sigma={sigma!r}, grid={grid!r};"
+            " use a coarser grid such as grid_for(sigma)"
+        )
     k = discrete_gaussian(ratio, size, rng=rng)
     return k.astype(np.float64) * float(grid)
 
@@ -270,8 +276,10 @@ def snap(values, grid) -> np.ndarray:
     g = float(_check_grid(grid))
     arr = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
-        raise ValueError("values must be finite to snap to a grid, got NaN or inf "
-                         f"at positions {np.argwhere(~np.isfinite(arr)).tolist()[:5]}")
+        raise ValueError(
+            "values must be finite to snap to a grid, got NaN or inf "
+            f"at positions {np.argwhere(~np.isfinite(arr)).tolist()[:5]}"
+        )
     return np.rint(arr / g) * g
 
 
@@ -280,8 +288,12 @@ def snap_sensitivity(sensitivity, grid, *, coords=1, norm="l1") -> float:
     ``sensitivity + sqrt(coords)*grid`` (L2), ``coords`` the most coordinates that can
     differ between neighbouring datasets. See :func:`snap`."""
     g = float(_check_grid(grid))
-    if isinstance(sensitivity, bool) or not isinstance(sensitivity, numbers.Real) \
-            or not math.isfinite(float(sensitivity)) or float(sensitivity) < 0:
+    if (
+        isinstance(sensitivity, bool)
+        or not isinstance(sensitivity, numbers.Real)
+        or not math.isfinite(float(sensitivity))
+        or float(sensitivity) < 0
+    ):
         raise ValueError(f"sensitivity must be a non-negative finite number, got {sensitivity!r}")
     if isinstance(coords, bool) or not isinstance(coords, numbers.Integral) or coords < 1:
         raise ValueError(f"coords must be a positive integer, got {coords!r}")

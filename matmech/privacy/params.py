@@ -100,7 +100,9 @@ def check_noise_delta(delta, *, name: str = "delta") -> float:
     """δ for noise: 0 (pure ε-DP) or in [DELTA_MIN, 1) = [1e-100, 1)."""
     d = check_delta(delta, name=name)
     if 0 < d < DELTA_MIN:
-        raise ValueError(f"{name} must be 0 or in [{DELTA_MIN:g}, 1) for a mechanism or an error figure, got {delta!r}")
+        raise ValueError(
+            f"{name} must be 0 or in [{DELTA_MIN:g}, 1) for a mechanism or an error figure, got {delta!r}"
+        )
     return d
 
 
@@ -108,15 +110,23 @@ def check_privacy_params(eps, delta) -> tuple[float, float]:
     """(ε, δ) as floats for a mechanism or an error figure: ε in [1e-4, 100], δ = 0 or in
     [1e-100, 1); strings, booleans and NaN are refused, naming the value."""
     for name, v in (("eps", eps), ("delta", delta)):
-        if isinstance(v, (str, bytes, bool)) or type(v).__name__ == "bool_" or not isinstance(v, numbers.Real):
-            raise TypeError(f"eps and delta must be real numbers, got {name}={v!r} ({type(v).__name__})")
+        if (
+            isinstance(v, (str, bytes, bool))
+            or type(v).__name__ == "bool_"
+            or not isinstance(v, numbers.Real)
+        ):
+            raise TypeError(
+                f"eps and delta must be real numbers, got {name}={v!r} ({type(v).__name__})"
+            )
     return check_noise_eps(eps), check_noise_delta(delta)
 
 
 def check_neighbors(neighbors) -> str:
     """One of :data:`NEIGHBORS` (``"add_remove"`` or ``"substitute"``)."""
     if not isinstance(neighbors, str):
-        raise TypeError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {type(neighbors).__name__}: {neighbors!r}")
+        raise TypeError(
+            f"neighbors must be one of {sorted(NEIGHBORS)}, got {type(neighbors).__name__}: {neighbors!r}"
+        )
     if neighbors not in NEIGHBORS:
         raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
     return neighbors
@@ -153,7 +163,9 @@ def rest_of(total, part) -> float:
     """total − part as a float, rounded down until part + rest <= total holds exactly both for
     the decimal reading (:func:`exact`, the budget's) and for the binary values (the noise's)."""
     rest = float(exact(total) - exact(part))
-    while rest > 0 and (exact(rest) + exact(part) > exact(total)
-                        or Fraction(rest) + Fraction(float(part)) > Fraction(float(total))):
+    while rest > 0 and (
+        exact(rest) + exact(part) > exact(total)
+        or Fraction(rest) + Fraction(float(part)) > Fraction(float(total))
+    ):
         rest = math.nextafter(rest, 0.0)
     return max(rest, 0.0)

@@ -21,7 +21,7 @@ __all__ = ["RandomSource", "check_rng"]
 
 _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1
-_CHUNK_WORDS = 1 << 13        # 64 KiB: the smallest read from the underlying generator
+_CHUNK_WORDS = 1 << 13  # 64 KiB: the smallest read from the underlying generator
 
 
 class RandomSource:
@@ -53,7 +53,7 @@ class RandomSource:
             if self._pos + n > self._buf.size or pid != self._pid:  # nor two forked processes
                 self._buf = self._generate(_CHUNK_WORDS)
                 self._pos, self._pid = 0, pid
-            out = self._buf[self._pos:self._pos + n]
+            out = self._buf[self._pos : self._pos + n]
             self._pos += n
         return out
 
@@ -127,6 +127,7 @@ class RandomSource:
 #: What an ``rng`` argument may be (for annotations): None (the OS CSPRNG, secure), a numpy
 #: Generator (reproducible, NOT secure) or a :class:`RandomSource`.
 Rng = np.random.Generator | RandomSource | None
+
 
 class _SecureSource(RandomSource):
     __slots__ = ()

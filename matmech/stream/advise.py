@@ -44,8 +44,13 @@ class StreamAdvice:
         return next(c for c in self.choices if c.releasable)
 
 
-def advise_stream(n: int, *, objective: str = "mean", dense: bool | None = None,
-                  names: tuple[str, ...] = ("sqrt", "blt", "banded", "identity", "prefix")) -> StreamAdvice:
+def advise_stream(
+    n: int,
+    *,
+    objective: str = "mean",
+    dense: bool | None = None,
+    names: tuple[str, ...] = ("sqrt", "blt", "banded", "identity", "prefix"),
+) -> StreamAdvice:
     """Rank ``names`` (plus the dense optimum when ``dense``, default n ≤ 1024, and the tree)."""
     n = check_horizon(n)
     if objective not in OBJECTIVES:
@@ -60,7 +65,11 @@ def advise_stream(n: int, *, objective: str = "mean", dense: bool | None = None,
         mean, mx = f.errors()
         rows.append(StreamChoice(name, mean, mx, f.memory_per_step()))
     tm, tx, levels = tree_errors(n)
-    rows.append(StreamChoice("tree+ls", tm, tx, levels, False, "binary tree, online least squares; not a square C"))
+    rows.append(
+        StreamChoice(
+            "tree+ls", tm, tx, levels, False, "binary tree, online least squares; not a square C"
+        )
+    )
     key = 0 if objective == "mean" else 1
     rows.sort(key=lambda c: (c.mean, c.max)[key])
     return StreamAdvice(n, objective, tuple(rows), svd_bound(n), gamma2_bound(n))

@@ -81,7 +81,9 @@ def blt_errors(theta, omega, n: int) -> tuple[float, float]:
     """(mean, max) variance of the BLT in σ² units at unit noise (see the module notes), in
     O(d²) whatever n: b_k = A + Σ_j β_j θ̂_j^k with A = 1/C(1), β_j = −ω̂_j/(1 − θ̂_j), so
     Σ b_k² and Σ (n − k)·b_k² are finite geometric sums."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a diverging C⁻¹ scores inf
+    with np.errstate(
+        over="ignore", invalid="ignore", divide="ignore"
+    ):  # a diverging C⁻¹ scores inf
         return _errors(np.asarray(theta, float), np.asarray(omega, float), n)
 
 
@@ -98,7 +100,9 @@ def _errors(theta: np.ndarray, omega: np.ndarray, n: int) -> tuple[float, float]
     g1, h1 = _geo(th_hat, n)
     g2, h2 = _geo(np.outer(th_hat, th_hat), n)
     total = n * big_a**2 + 2.0 * big_a * float(beta @ g1) + float(beta @ g2 @ beta)
-    weighted = big_a**2 * n * (n + 1) / 2.0 + 2.0 * big_a * float(beta @ h1) + float(beta @ h2 @ beta)
+    weighted = (
+        big_a**2 * n * (n + 1) / 2.0 + 2.0 * big_a * float(beta @ h1) + float(beta @ h2 @ beta)
+    )
     if not (total > 0 and weighted > 0 and math.isfinite(total) and math.isfinite(weighted)):
         return math.inf, math.inf
     return float(sens2 * weighted / n), float(sens2 * total)
@@ -122,7 +126,11 @@ def _starts(n: int, d: int) -> list[np.ndarray]:
     on d nodes from s ≈ a/n to s ≈ 0.8, for two a; normalised so that c_0 = 1."""
     out = []
     for a in (0.5, 2.0):
-        u = np.linspace(math.log(a / n), math.log(4.0), d) if d > 1 else np.array([math.log(1.0 / n) / 2])
+        u = (
+            np.linspace(math.log(a / n), math.log(4.0), d)
+            if d > 1
+            else np.array([math.log(1.0 / n) / 2])
+        )
         sv = 1.0 / (1.0 + np.exp(-u))
         w = np.sqrt(sv * (1.0 - sv))
         theta = np.clip(1.0 - sv, 1e-9, 1 - 1e-12)
@@ -131,8 +139,9 @@ def _starts(n: int, d: int) -> list[np.ndarray]:
     return out
 
 
-def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
-                 maxiter: int = 300, polish: int = 1500) -> tuple[np.ndarray, np.ndarray, float]:
+def optimize_blt(
+    n: int, *, objective: str = "mean", max_buffers: int = 5, maxiter: int = 300, polish: int = 1500
+) -> tuple[np.ndarray, np.ndarray, float]:
     """(θ, ω, error) of the best BLT found for horizon n and ``objective`` ("mean"/"max"),
     over 1..``max_buffers`` buffers, each warm-started from the best with one fewer, the
     best then polished by Nelder–Mead (at most ``polish`` evaluations)."""
@@ -152,13 +161,21 @@ def optimize_blt(n: int, *, objective: str = "mean", max_buffers: int = 5,
             om = np.append(om, 1e-3 * om.min())
             starts.append(np.concatenate([np.log(th / (1 - th)), np.log(om)]))
         for z0 in starts:
-            res = optimize.minimize(_loss, z0, args=(n, which), method="L-BFGS-B",
-                                    options={"maxiter": maxiter})
+            res = optimize.minimize(
+                _loss, z0, args=(n, which), method="L-BFGS-B", options={"maxiter": maxiter}
+            )
             if res.fun < best:
                 best, best_z = float(res.fun), res.x
-    if best_z is not None:  # L-BFGS-B on finite differences stalls on the flat max objective: polish
-        res = optimize.minimize(_loss, best_z, args=(n, which), method="Nelder-Mead",
-                                options={"maxfev": polish, "xatol": 1e-7, "fatol": 1e-12})
+    if (
+        best_z is not None
+    ):  # L-BFGS-B on finite differences stalls on the flat max objective: polish
+        res = optimize.minimize(
+            _loss,
+            best_z,
+            args=(n, which),
+            method="Nelder-Mead",
+            options={"maxfev": polish, "xatol": 1e-7, "fatol": 1e-12},
+        )
         if res.fun < best:
             best, best_z = float(res.fun), res.x
     if best_z is None:

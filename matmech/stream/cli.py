@@ -21,12 +21,23 @@ from matmech.stream.release import StreamRelease
 __all__ = ["SPEC_KEYS", "add_stream_parser", "load_stream_spec"]
 
 #: Keys a stream spec may hold.
-SPEC_KEYS = ("horizon", "categories", "eps", "delta", "rho", "factorization", "objective", "neighbors", "max_records")
+SPEC_KEYS = (
+    "horizon",
+    "categories",
+    "eps",
+    "delta",
+    "rho",
+    "factorization",
+    "objective",
+    "neighbors",
+    "max_records",
+)
 
 
 def load_stream_spec(path) -> StreamSpec:
     """A :class:`StreamSpec` from a TOML file, naming any unknown key."""
     from matmech.io.specs import tomllib
+
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -46,6 +57,7 @@ def _ledger(path):
     if path is None:
         return None
     from matmech.privacy.ledger import Ledger
+
     return Ledger.open(path)
 
 
@@ -53,9 +65,11 @@ def _cmd_init(args) -> int:
     spec = load_stream_spec(args.spec)
     s = StreamRelease.create(args.stream, spec, budget=_ledger(args.ledger))
     st = s.status()
-    print(f"created stream {args.stream}: {st['horizon']} steps x {len(st['categories'])} categories, "
-          f"{st['factorization']} ({st['noise']}, scale {st['scale']:.6g}); charged eps = {st['eps']:g}, "
-          f"delta = {st['delta']:g}{'' if args.ledger else ' (no ledger given: nothing recorded)'}")
+    print(
+        f"created stream {args.stream}: {st['horizon']} steps x {len(st['categories'])} categories, "
+        f"{st['factorization']} ({st['noise']}, scale {st['scale']:.6g}); charged eps = {st['eps']:g}, "
+        f"delta = {st['delta']:g}{'' if args.ledger else ' (no ledger given: nothing recorded)'}"
+    )
     return 0
 
 
@@ -73,8 +87,16 @@ def _cmd_step(args) -> int:
     s = StreamRelease.open(args.stream, budget=_ledger(args.ledger))
     res = s.step(_parse_counts(args.counts), t=args.t)
     if args.json:
-        print(json.dumps({"t": res.t, "totals": dict(zip(res.categories, res.values, strict=True)), "std": res.std,
-                          "replayed": res.replayed}))
+        print(
+            json.dumps(
+                {
+                    "t": res.t,
+                    "totals": dict(zip(res.categories, res.values, strict=True)),
+                    "std": res.std,
+                    "replayed": res.replayed,
+                }
+            )
+        )
         return 0
     note = " (already released: stored values)" if res.replayed else ""
     print(f"step {res.t}{note}: std {res.std:.6g}")
@@ -86,7 +108,12 @@ def _cmd_step(args) -> int:
 def _cmd_status(args) -> int:
     st = StreamRelease.open(args.stream).status()
     if args.json:
-        print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in st.items()}, indent=2))
+        print(
+            json.dumps(
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in st.items()},
+                indent=2,
+            )
+        )
         return 0
     for k, v in st.items():
         print(f"{k:22s} {v}")
@@ -97,19 +124,47 @@ def add_stream_parser(sub) -> None:
     """Register ``stream init|step|status`` on the main parser's subparsers."""
     p = sub.add_parser("stream", help="continual release of running totals: init, step, status")
     ssub = p.add_subparsers(dest="stream_command", required=True)
-    q = ssub.add_parser("init", help="plan a stream from a TOML spec, charge the ledger once, create the stream file")
-    q.add_argument("spec", help="stream spec (TOML): horizon, categories, eps/delta or rho/delta, factorization")
-    q.add_argument("stream", help="the stream file to create (refused if it exists; holds private data)")
-    q.add_argument("--ledger", metavar="FILE", help="charge the whole stream to this privacy ledger, once")
+    q = ssub.add_parser(
+        "init",
+        help="plan a stream from a TOML spec, charge the ledger once, create the stream file",
+    )
+    q.add_argument(
+        "spec",
+        help="stream spec (TOML): horizon, categories, eps/delta or rho/delta, factorization",
+    )
+    q.add_argument(
+        "stream", help="the stream file to create (refused if it exists; holds private data)"
+    )
+    q.add_argument(
+        "--ledger", metavar="FILE", help="charge the whole stream to this privacy ledger, once"
+    )
     q.set_defaults(func=_cmd_init)
-    q = ssub.add_parser("step", help="feed one step's counts; print the noisy running totals and their std")
+    q = ssub.add_parser(
+        "step", help="feed one step's counts; print the noisy running totals and their std"
+    )
     q.add_argument("stream", help="a stream file")
-    q.add_argument("--counts", required=True, metavar="A,B,...", help="this step's count per category, comma-separated")
-    q.add_argument("--t", type=int, metavar="T", help="the step number (default: the next); a released step is replayed")
-    q.add_argument("--ledger", metavar="FILE", help="the ledger given at init (only read to finish an interrupted charge)")
+    q.add_argument(
+        "--counts",
+        required=True,
+        metavar="A,B,...",
+        help="this step's count per category, comma-separated",
+    )
+    q.add_argument(
+        "--t",
+        type=int,
+        metavar="T",
+        help="the step number (default: the next); a released step is replayed",
+    )
+    q.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="the ledger given at init (only read to finish an interrupted charge)",
+    )
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=_cmd_step)
-    q = ssub.add_parser("status", help="public facts: horizon, steps done, privacy, factorization, next std")
+    q = ssub.add_parser(
+        "status", help="public facts: horizon, steps done, privacy, factorization, next std"
+    )
     q.add_argument("stream", help="a stream file")
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=_cmd_status)

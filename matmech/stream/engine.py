@@ -19,13 +19,24 @@ from matmech.io.engines import histogram
 __all__ = ["period_counts"]
 
 
-def period_counts(source, *, period: Attribute, category: Attribute | None = None, engine: str = "auto",
-                  encoding: str = "utf-8", delimiter: str | None = None) -> np.ndarray:
+def period_counts(
+    source,
+    *,
+    period: Attribute,
+    category: Attribute | None = None,
+    engine: str = "auto",
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
+) -> np.ndarray:
     """Counts per period (rows, in the period attribute's cell order) and category (columns):
     an int64 array of shape (period.size, category.size or 1)."""
-    if not isinstance(period, Attribute) or (category is not None and not isinstance(category, Attribute)):
-        raise TypeError("period and category must be declared attributes (matmech.io.domain: integer_range, "
-                        f"numeric_bins, categories), got {type(period).__name__} and {type(category).__name__}")
+    if not isinstance(period, Attribute) or (
+        category is not None and not isinstance(category, Attribute)
+    ):
+        raise TypeError(
+            "period and category must be declared attributes (matmech.io.domain: integer_range, "
+            f"numeric_bins, categories), got {type(period).__name__} and {type(category).__name__}"
+        )
     attrs = (period,) if category is None else (period, category)
     x = histogram(source, Domain(attrs), engine=engine, encoding=encoding, delimiter=delimiter)
     return np.asarray(x, dtype=np.int64).reshape(period.size, -1)

@@ -58,7 +58,9 @@ MAX_N = 2**24
 def check_horizon(n) -> int:
     """The horizon n as an int in [1, MAX_N], or a ValueError/TypeError naming it."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"horizon must be a positive integer (the number of steps), got {type(n).__name__}: {n!r}")
+        raise TypeError(
+            f"horizon must be a positive integer (the number of steps), got {type(n).__name__}: {n!r}"
+        )
     if not 1 <= int(n) <= MAX_N:
         raise ValueError(f"horizon must be in [1, {MAX_N}], got {n!r}")
     return int(n)
@@ -87,7 +89,9 @@ class StreamFactorization:
 
     def __post_init__(self):
         if (self.c is None) == (self.matrix is None):
-            raise ValueError("a StreamFactorization needs exactly one of c (Toeplitz) and matrix (dense)")
+            raise ValueError(
+                "a StreamFactorization needs exactly one of c (Toeplitz) and matrix (dense)"
+            )
         arr = self.c if self.c is not None else self.matrix
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"factorization {self.name!r} has non-finite entries")
@@ -96,7 +100,9 @@ class StreamFactorization:
         if self.matrix is not None:
             m = self.matrix
             if m.shape != (self.n, self.n) or np.any(np.triu(m, 1)) or np.any(np.diag(m) == 0):
-                raise ValueError(f"C must be an invertible lower-triangular {self.n}×{self.n} matrix")
+                raise ValueError(
+                    f"C must be an invertible lower-triangular {self.n}×{self.n} matrix"
+                )
 
     @property
     def toeplitz(self) -> bool:
@@ -124,11 +130,11 @@ class StreamFactorization:
 
     def c_row(self, t: int) -> np.ndarray:
         """C[t, 0..t]."""
-        return self._col()[t::-1] if self.toeplitz else self._mat()[t, :t + 1]
+        return self._col()[t::-1] if self.toeplitz else self._mat()[t, : t + 1]
 
     def b_row(self, t: int) -> np.ndarray:
         """B[t, 0..t]."""
-        return self.b[t::-1] if self.toeplitz else self.b[t, :t + 1]
+        return self.b[t::-1] if self.toeplitz else self.b[t, : t + 1]
 
     def column_norms(self, p: int = 2) -> np.ndarray:
         """Lp norms of the columns of C (Toeplitz: of the prefixes of c, longest first)."""
@@ -147,7 +153,7 @@ class StreamFactorization:
 
     def step_variances(self) -> np.ndarray:
         """‖B_t‖² for every step t (unit noise)."""
-        return np.cumsum(self.b ** 2) if self.toeplitz else np.einsum("ij,ij->i", self.b, self.b)
+        return np.cumsum(self.b**2) if self.toeplitz else np.einsum("ij,ij->i", self.b, self.b)
 
     def errors(self) -> tuple[float, float]:
         """(mean, max) variance in σ² units at unit sensitivity."""
@@ -163,12 +169,17 @@ class StreamFactorization:
 
     def rounded(self, grid: float) -> StreamFactorization:
         """C with every entry rounded to a multiple of ``grid`` (a power of two): what is measured."""
+
         def r(a):
             return np.rint(a / grid) * grid
 
         if self.toeplitz:
-            return StreamFactorization(self.name, self.n, c=r(self._col()), params=self.params, objective=self.objective)
-        return StreamFactorization(self.name, self.n, matrix=r(self._mat()), params=self.params, objective=self.objective)
+            return StreamFactorization(
+                self.name, self.n, c=r(self._col()), params=self.params, objective=self.objective
+            )
+        return StreamFactorization(
+            self.name, self.n, matrix=r(self._mat()), params=self.params, objective=self.objective
+        )
 
     def dense(self) -> np.ndarray:
         """C as a dense matrix (tests, small n)."""
@@ -187,8 +198,14 @@ def _sqrt(n: int, *, objective: str = "mean") -> StreamFactorization:
 
 def _blt(n: int, *, objective: str = "mean", max_buffers: int = 5) -> StreamFactorization:
     theta, omega, _ = optimize_blt(n, objective=objective, max_buffers=max_buffers)
-    params = (("theta", tuple(map(float, theta))), ("omega", tuple(map(float, omega))), ("state", theta.size))
-    return StreamFactorization("blt", n, c=blt_coefs(theta, omega, n), params=params, objective=objective)
+    params = (
+        ("theta", tuple(map(float, theta))),
+        ("omega", tuple(map(float, omega))),
+        ("state", theta.size),
+    )
+    return StreamFactorization(
+        "blt", n, c=blt_coefs(theta, omega, n), params=params, objective=objective
+    )
 
 
 def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> StreamFactorization:
@@ -197,7 +214,9 @@ def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> Str
     def make(b):
         c = full.copy()
         c[b:] = 0.0
-        return StreamFactorization("banded", n, c=c, params=(("bands", b), ("state", b)), objective=objective)
+        return StreamFactorization(
+            "banded", n, c=c, params=(("bands", b), ("state", b)), objective=objective
+        )
 
     if bands is not None:
         if isinstance(bands, bool) or not isinstance(bands, int) or not 1 <= bands <= n:
@@ -210,7 +229,9 @@ def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> Str
 
 def _dense(n: int, *, objective: str = "mean", tol: float = 1e-8) -> StreamFactorization:
     if n > MAX_DENSE_N:
-        raise ValueError(f"the dense optimum needs O(n²) memory and O(n³) time; n={n} is above {MAX_DENSE_N}")
+        raise ValueError(
+            f"the dense optimum needs O(n²) memory and O(n³) time; n={n} is above {MAX_DENSE_N}"
+        )
     w = prefix(n)
     fit = dual_l2(w.gram().dense(), tol=tol, inverse=tridiagonal_inverse(w))
     a = fit.strategy.matrix
@@ -218,7 +239,9 @@ def _dense(n: int, *, objective: str = "mean", tol: float = 1e-8) -> StreamFacto
     # X = CᵀC with C lower-triangular: J X J = L Lᵀ (Cholesky), C = J Lᵀ J, J the reversal
     lo = np.linalg.cholesky(x[::-1, ::-1])
     c = np.ascontiguousarray(lo.T[::-1, ::-1])
-    return StreamFactorization("dense", n, matrix=np.tril(c), params=(("gap", fit.gap),), objective=objective)
+    return StreamFactorization(
+        "dense", n, matrix=np.tril(c), params=(("gap", fit.gap),), objective=objective
+    )
 
 
 def _identity(n: int, *, objective: str = "mean") -> StreamFactorization:
@@ -228,12 +251,19 @@ def _identity(n: int, *, objective: str = "mean") -> StreamFactorization:
 
 
 def _prefix(n: int, *, objective: str = "mean") -> StreamFactorization:
-    return StreamFactorization("prefix", n, c=np.ones(n), params=(("state", 1),), objective=objective)
+    return StreamFactorization(
+        "prefix", n, c=np.ones(n), params=(("state", 1),), objective=objective
+    )
 
 
 #: Factorization builders by name: ``build(n, *, objective, **options)``.
 FACTORIZATIONS: dict[str, Callable[..., StreamFactorization]] = {
-    "sqrt": _sqrt, "blt": _blt, "banded": _banded, "dense": _dense, "identity": _identity, "prefix": _prefix,
+    "sqrt": _sqrt,
+    "blt": _blt,
+    "banded": _banded,
+    "dense": _dense,
+    "identity": _identity,
+    "prefix": _prefix,
 }
 
 
@@ -242,5 +272,7 @@ def build(name: str, n: int, *, objective: str = "mean", **options) -> StreamFac
     n = check_horizon(n)
     _check_objective(objective)
     if name not in FACTORIZATIONS:
-        raise ValueError(f"unknown factorization {name!r}; expected one of {sorted(FACTORIZATIONS)}")
+        raise ValueError(
+            f"unknown factorization {name!r}; expected one of {sorted(FACTORIZATIONS)}"
+        )
     return FACTORIZATIONS[name](n, objective=objective, **options)

@@ -75,27 +75,43 @@ class StreamSpec:
         cats = self.categories
         if isinstance(cats, numbers.Integral) and not isinstance(cats, bool):
             if not 1 <= int(cats) <= MAX_CATEGORIES:
-                raise ValueError(f"categories must be a count in [1, {MAX_CATEGORIES}] or a list of labels, got {cats!r}")
+                raise ValueError(
+                    f"categories must be a count in [1, {MAX_CATEGORIES}] or a list of labels, got {cats!r}"
+                )
             cats = tuple(f"c{i}" for i in range(int(cats))) if int(cats) > 1 else ("count",)
         if isinstance(cats, str) or not all(isinstance(c, str) and c for c in cats):
-            raise TypeError(f"categories must be a count or a list of non-empty string labels, got {cats!r}")
+            raise TypeError(
+                f"categories must be a count or a list of non-empty string labels, got {cats!r}"
+            )
         cats = tuple(cats)
         if not 1 <= len(cats) <= MAX_CATEGORIES or len(set(cats)) != len(cats):
-            raise ValueError(f"categories must be 1..{MAX_CATEGORIES} distinct labels, got {len(cats)} ({len(set(cats))} distinct)")
+            raise ValueError(
+                f"categories must be 1..{MAX_CATEGORIES} distinct labels, got {len(cats)} ({len(set(cats))} distinct)"
+            )
         object.__setattr__(self, "categories", cats)
         need = self.horizon * len(cats) * 3 * 8  # counts, measurements, releases kept in memory
         if need > MAX_STATE_BYTES:
-            raise ValueError(f"a stream of {self.horizon:,} steps x {len(cats):,} categories keeps {need / 2**30:.1f} GiB "
-                             f"of history (3 float64 per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed")
+            raise ValueError(
+                f"a stream of {self.horizon:,} steps x {len(cats):,} categories keeps {need / 2**30:.1f} GiB "
+                f"of history (3 float64 per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed"
+            )
         if self.rho is None:
             if self.eps is None:
-                raise ValueError("declare the stream's privacy: eps (with delta for Gaussian noise) or rho with delta")
+                raise ValueError(
+                    "declare the stream's privacy: eps (with delta for Gaussian noise) or rho with delta"
+                )
             check_privacy_params(self.eps, self.delta)
         else:
             if self.eps is not None:
-                raise ValueError(f"give eps or rho, not both (got eps={self.eps!r}, rho={self.rho!r})")
-            check_delta(self.delta, positive=True, name="delta (needed with rho to charge the ledger)")
-            if not (isinstance(self.rho, numbers.Real) and math.isfinite(self.rho) and self.rho > 0):
+                raise ValueError(
+                    f"give eps or rho, not both (got eps={self.eps!r}, rho={self.rho!r})"
+                )
+            check_delta(
+                self.delta, positive=True, name="delta (needed with rho to charge the ledger)"
+            )
+            if not (
+                isinstance(self.rho, numbers.Real) and math.isfinite(self.rho) and self.rho > 0
+            ):
                 raise ValueError(f"rho must be a positive finite number, got {self.rho!r}")
         check_neighbors(self.neighbors)
         object.__setattr__(self, "max_records", check_max_records(self.max_records))
@@ -145,12 +161,20 @@ def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]
 
 def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = None) -> StreamPlan:
     """Round the factorization to its grid and calibrate the noise (no data, no budget)."""
-    f = factorization if factorization is not None else build(spec.factorization, spec.horizon, objective=spec.objective)
+    f = (
+        factorization
+        if factorization is not None
+        else build(spec.factorization, spec.horizon, objective=spec.objective)
+    )
     if f.n != spec.horizon:
-        raise ValueError(f"the factorization has horizon {f.n} but the spec declares {spec.horizon}")
+        raise ValueError(
+            f"the factorization has horizon {f.n} but the spec declares {spec.horizon}"
+        )
     kind, scale0, _ = _scale(spec, f)
     bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
-    g = _pow2_at_least(max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS))
+    g = _pow2_at_least(
+        max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS)
+    )
     entries = f.c if f.c is not None else f.dense()
     integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
     if integer and g <= 1.0:
@@ -166,6 +190,8 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
         limit = float(noise.MAX_LAPLACE_SCALE)
         std = math.sqrt(noise.discrete_laplace_variance(ratio)) * g if ratio <= limit else math.inf
     if ratio > limit:
-        raise ValueError(f"the noise scale {scale:.6g} is {ratio:.3g} grid steps, beyond the exact sampler's limit "
-                         f"{limit:.3g}; raise eps or lower max_records")
+        raise ValueError(
+            f"the noise scale {scale:.6g} is {ratio:.3g} grid steps, beyond the exact sampler's limit "
+            f"{limit:.3g}; raise eps or lower max_records"
+        )
     return StreamPlan(spec, fg, g, kind, float(scale), float(std), float(sens))

@@ -53,9 +53,19 @@ def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
     f = plan.factorization
     return {
         "spec": json.dumps(asdict(plan.spec), sort_keys=True),
-        "plan": json.dumps({"grid": plan.grid, "noise": plan.noise, "scale": plan.scale, "std": plan.std,
-                            "sensitivity": plan.sensitivity, "name": f.name, "objective": f.objective,
-                            "toeplitz": f.toeplitz, "params": [list(p) for p in f.params]}),
+        "plan": json.dumps(
+            {
+                "grid": plan.grid,
+                "noise": plan.noise,
+                "scale": plan.scale,
+                "std": plan.std,
+                "sensitivity": plan.sensitivity,
+                "name": f.name,
+                "objective": f.objective,
+                "toeplitz": f.toeplitz,
+                "params": [list(p) for p in f.params],
+            }
+        ),
         "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
         "stream_id": stream_id,
         "charged": "0" if budgeted else "1",  # without a budget there is nothing to charge
@@ -70,8 +80,13 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
     arr = np.frombuffer(meta["C"], dtype=np.float64)
     n = spec.horizon
     params = tuple(tuple(v) if isinstance(v, list) else v for v in (tuple(q) for q in p["params"]))
-    f = (StreamFactorization(p["name"], n, c=arr.copy(), params=params, objective=p["objective"]) if p["toeplitz"]
-         else StreamFactorization(p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]))
+    f = (
+        StreamFactorization(p["name"], n, c=arr.copy(), params=params, objective=p["objective"])
+        if p["toeplitz"]
+        else StreamFactorization(
+            p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]
+        )
+    )
     return StreamPlan(spec, f, p["grid"], p["noise"], p["scale"], p["std"], p["sensitivity"])
 
 
@@ -95,8 +110,15 @@ class StreamRelease:
     # -- construction --------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path, spec: StreamSpec, *, budget=None, rng=None,
-               factorization: StreamFactorization | None = None) -> StreamRelease:
+    def create(
+        cls,
+        path,
+        spec: StreamSpec,
+        *,
+        budget=None,
+        rng=None,
+        factorization: StreamFactorization | None = None,
+    ) -> StreamRelease:
         """Plan the stream, check the budget, write the stream file and charge the budget once."""
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
@@ -116,17 +138,25 @@ class StreamRelease:
 
     @staticmethod
     def _what_for(spec: StreamSpec, stream_id: str) -> str:
-        return (f"stream {stream_id}: running totals, {spec.horizon} steps x {len(spec.categories)} categories, "
-                f"{spec.factorization}")
+        return (
+            f"stream {stream_id}: running totals, {spec.horizon} steps x {len(spec.categories)} categories, "
+            f"{spec.factorization}"
+        )
 
     def _ensure_charged(self, meta: dict, budget) -> None:
         if meta["charged"] == "1":
             return
         if budget is None:
-            raise ValueError("this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
-                             "given at creation (the charge is then completed or found, never repeated)")
+            raise ValueError(
+                "this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
+                "given at creation (the charge is then completed or found, never repeated)"
+            )
         what = self._what_for(self.plan.spec, self.stream_id)
-        history = budget.history() if hasattr(budget, "history") else [{"what": e.what} for e in budget.ledger]
+        history = (
+            budget.history()
+            if hasattr(budget, "history")
+            else [{"what": e.what} for e in budget.ledger]
+        )
         if not any(h["what"] == what for h in history):
             eps, delta = self.plan.spec.charge
             budget.spend(eps, delta, what=what)
@@ -143,12 +173,20 @@ class StreamRelease:
         return self.plan.spec.horizon
 
     def _result(self, t: int, replayed: bool) -> StreamStep:
-        return StreamStep(t, tuple(map(float, self._r[t])), float(self._stds[t]), self.plan.spec.categories,
-                          bool(self._src.secure), replayed)
+        return StreamStep(
+            t,
+            tuple(map(float, self._r[t])),
+            float(self._stds[t]),
+            self.plan.spec.categories,
+            bool(self._src.secure),
+            replayed,
+        )
 
     def _counts(self, counts) -> np.ndarray:
         k = len(self.plan.spec.categories)
-        arr = np.atleast_1d(np.asarray(counts) if not hasattr(counts, "to_numpy") else counts.to_numpy())
+        arr = np.atleast_1d(
+            np.asarray(counts) if not hasattr(counts, "to_numpy") else counts.to_numpy()
+        )
         return check_counts(arr, k, name="counts")
 
     def step(self, counts, *, t: int | None = None) -> StreamStep:
@@ -158,7 +196,9 @@ class StreamRelease:
         n = self.horizon
         if t is None:
             if self._done == n:
-                raise ValueError(f"the stream is complete: all {n} steps were released (replay one with t=)")
+                raise ValueError(
+                    f"the stream is complete: all {n} steps were released (replay one with t=)"
+                )
             t = self._done
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n:
             raise ValueError(f"t must be a step in [0, {n}), got {t!r}")
@@ -175,13 +215,15 @@ class StreamRelease:
             self._pending[t] = z
         total = self._records + int(x.sum())
         if total > self.plan.spec.max_records:
-            raise ValueError(f"these counts would take the stream past its declared max_records="
-                             f"{self.plan.spec.max_records:,}; step {t} was not released (no count is shown)")
+            raise ValueError(
+                f"these counts would take the stream past its declared max_records="
+                f"{self.plan.spec.max_records:,}; step {t} was not released (no count is shown)"
+            )
         f = self.plan.factorization
         self._x[t] = x
-        y = f.c_row(t) @ self._x[:t + 1] + z
+        y = f.c_row(t) @ self._x[: t + 1] + z
         self._y[t] = y
-        r = f.b_row(t) @ self._y[:t + 1]
+        r = f.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
         self._r[t] = r
         self._records = total
@@ -208,9 +250,23 @@ class StreamRelease:
         eps, delta = spec.charge
         nxt = float(self._stds[self._done]) if self._done < self.horizon else math.nan
         mean_var, max_var = p.factorization.errors()
-        return {"stream_id": self.stream_id, "horizon": spec.horizon, "steps_done": self._done,
-                "categories": list(spec.categories), "factorization": p.factorization.name,
-                "objective": p.factorization.objective, "eps": eps, "delta": delta, "rho": spec.rho,
-                "noise": p.noise, "scale": p.scale, "noise_std": p.std, "grid": p.grid, "sensitivity": p.sensitivity,
-                "next_step_std": nxt, "final_step_std": float(self._stds[-1]),
-                "mean_variance_sigma2": mean_var, "max_variance_sigma2": max_var}
+        return {
+            "stream_id": self.stream_id,
+            "horizon": spec.horizon,
+            "steps_done": self._done,
+            "categories": list(spec.categories),
+            "factorization": p.factorization.name,
+            "objective": p.factorization.objective,
+            "eps": eps,
+            "delta": delta,
+            "rho": spec.rho,
+            "noise": p.noise,
+            "scale": p.scale,
+            "noise_std": p.std,
+            "grid": p.grid,
+            "sensitivity": p.sensitivity,
+            "next_step_std": nxt,
+            "final_step_std": float(self._stds[-1]),
+            "mean_variance_sigma2": mean_var,
+            "max_variance_sigma2": max_var,
+        }

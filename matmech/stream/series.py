@@ -31,9 +31,9 @@ def series_inverse(t: np.ndarray, n: int | None = None) -> np.ndarray:
     g = np.array([1.0 / t[0]])
     while g.size < n:
         m = min(2 * g.size, n)
-        e = _product(t[:m], g, m)          # t·g = 1 + O(x^len(g))
+        e = _product(t[:m], g, m)  # t·g = 1 + O(x^len(g))
         e[0] -= 2.0
-        g = -_product(g, e, m)             # g·(2 − t·g)
+        g = -_product(g, e, m)  # g·(2 − t·g)
     return g[:n]
 
 

@@ -37,7 +37,11 @@ def _blob(a: np.ndarray) -> bytes:
 
 
 def _array(b: bytes, k: int) -> np.ndarray:
-    return np.frombuffer(b, dtype=np.float64).reshape(-1) if k < 0 else np.frombuffer(b, dtype=np.float64).reshape(k)
+    return (
+        np.frombuffer(b, dtype=np.float64).reshape(-1)
+        if k < 0
+        else np.frombuffer(b, dtype=np.float64).reshape(k)
+    )
 
 
 class StreamStore:
@@ -93,14 +97,18 @@ class StreamStore:
     def open(cls, path) -> StreamStore:
         p = Path(path)
         if not p.is_file():
-            raise FileNotFoundError(f"{p}: no such stream file (create it with 'matmech stream init')")
+            raise FileNotFoundError(
+                f"{p}: no such stream file (create it with 'matmech stream init')"
+            )
         store = cls(p)
         try:
             fmt = store.meta().get("format")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{p}: not a matmech stream file ({exc})") from None
         if fmt != STREAM_FORMAT:
-            raise ValueError(f"{p}: not a matmech stream file (format {fmt!r}, expected {STREAM_FORMAT!r})")
+            raise ValueError(
+                f"{p}: not a matmech stream file (format {fmt!r}, expected {STREAM_FORMAT!r})"
+            )
         return store
 
     def meta(self) -> dict:
@@ -117,7 +125,9 @@ class StreamStore:
             rows = con.execute("SELECT t, z, x, y, r FROM steps ORDER BY t").fetchall()
         done = [row for row in rows if row[3] is not None]
         if [row[0] for row in done] != list(range(len(done))):
-            raise ValueError(f"{self._path}: corrupt stream file: released steps are not 0..{len(done) - 1}")
+            raise ValueError(
+                f"{self._path}: corrupt stream file: released steps are not 0..{len(done) - 1}"
+            )
         pending = {t: _array(z, k) for t, z, x, y, r in rows if y is None}
         x = np.array([_array(row[2], k) for row in done]).reshape(len(done), k)
         y = np.array([_array(row[3], k) for row in done]).reshape(len(done), k)
@@ -131,8 +141,11 @@ class StreamStore:
 
     def put_step(self, t: int, x: np.ndarray, y: np.ndarray, r: np.ndarray) -> None:
         with self._write() as con:
-            cur = con.execute("UPDATE steps SET x = ?, y = ?, r = ? WHERE t = ? AND y IS NULL",
-                              (_blob(x), _blob(y), _blob(r), t))
+            cur = con.execute(
+                "UPDATE steps SET x = ?, y = ?, r = ? WHERE t = ? AND y IS NULL",
+                (_blob(x), _blob(y), _blob(r), t),
+            )
             if cur.rowcount != 1:
-                raise ValueError(f"{self._path}: step {t} has no stored noise or was already released")
-
+                raise ValueError(
+                    f"{self._path}: step {t} has no stored noise or was already released"
+                )

@@ -73,7 +73,12 @@ from matmech.svt.topc import TopCResult, exponential_top_c
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.gap import GapResult, adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.combine import GapMeasurement, advise_split, combine_gaps, gap_measurement
-from matmech.svt.vector import VectorResult, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c
+from matmech.svt.vector import (
+    VectorResult,
+    joint_sensitivity,
+    noisy_vector_threshold,
+    noisy_vector_top_c,
+)
 
 __all__ = [
     "SVTCalibration",

@@ -45,8 +45,10 @@ def _finite_alpha(alpha: float, eps: float, sensitivity: float) -> float:
     """``alpha`` if it is a finite float; otherwise the (finite, but huge) alpha does not fit
     in a float: refuse, naming eps and the sensitivity that caused it."""
     if not math.isfinite(alpha):
-        raise ValueError(f"alpha overflows a float for eps={eps!r} with sensitivity={sensitivity!r} "
-                         f"(it grows as sensitivity / eps); use a larger eps")
+        raise ValueError(
+            f"alpha overflows a float for eps={eps!r} with sensitivity={sensitivity!r} "
+            f"(it grows as sensitivity / eps); use a larger eps"
+        )
     return alpha
 
 
@@ -164,11 +166,15 @@ def sparse_alpha(
     monotonic = check_flag("monotonic", monotonic)
     e1, e2 = split_eps(eps, ratio, c, monotonic)
     if not (e1 > 0 and e2 > 0):  # eps so small that a share of it underflows to 0
-        raise ValueError(f"eps={eps!r} is too small to split into threshold and query shares "
-                         f"(eps1={e1!r}, eps2={e2!r}); use a larger eps")
+        raise ValueError(
+            f"eps={eps!r} is too small to split into threshold and query shares "
+            f"(eps1={e1!r}, eps2={e2!r}); use a larger eps"
+        )
     b1 = d / e1  # Python floats: an overflow is inf (refused below), never an exception
     b2 = (1.0 if monotonic else 2.0) * c * d / e2
-    return _finite_alpha(2.0 * max(b1 * _log_inv(beta), b2 * (math.log(k) + _log_inv(beta))), eps, d)
+    return _finite_alpha(
+        2.0 * max(b1 * _log_inv(beta), b2 * (math.log(k) + _log_inv(beta))), eps, d
+    )
 
 
 def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:

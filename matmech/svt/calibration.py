@@ -28,7 +28,15 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import calibrated_eps
-from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_int, check_ratio, check_sensitivity
+from matmech.svt.checks import (
+    Ratio,
+    check_c,
+    check_eps,
+    check_flag,
+    check_int,
+    check_ratio,
+    check_sensitivity,
+)
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
 __all__ = [
@@ -177,7 +185,9 @@ class DeclarationError(ValueError):
 MAX_SNAP_SHARE = 2.0**-8
 
 
-def declared_grid(g: float, value_bound: float, sensitivity: float, exact_on_grid: bool, coords: int = 1) -> float:
+def declared_grid(
+    g: float, value_bound: float, sensitivity: float, exact_on_grid: bool, coords: int = 1
+) -> float:
     """The calibration grid ``g`` coarsened (never refined) so that every value of magnitude
     <= ``value_bound`` (the declared bound) is at most 2**59 units (:func:`~matmech.svt.grid.grid_for_bound`).
 
@@ -191,10 +201,11 @@ def declared_grid(g: float, value_bound: float, sensitivity: float, exact_on_gri
     cap = 1.0 if exact_on_grid else sensitivity * MAX_SNAP_SHARE / coords
     if need > cap:
         fits = DECLARED_UNITS * _pow2_floor_of(cap)
-        raise DeclarationError(fits,
+        raise DeclarationError(
+            fits,
             f"the declared bound on |values| {value_bound:.6g} (max_records times the workload's largest |entry|) "
             f"needs a grid of {need:g}, coarser than the {cap:.3g} the exact comparison allows here; at most "
-            f"{fits:.6g} fits: declare a smaller max_records"
+            f"{fits:.6g} fits: declare a smaller max_records",
         )
     return need
 
@@ -236,7 +247,10 @@ def make_budget(
     large for exact sampling.  Cached: runs with the same parameters share one
     (immutable) record.
     """
-    nominal = [laplace_scale(e1, threshold_mult * sensitivity), laplace_scale(e2, query_mult * sensitivity)]
+    nominal = [
+        laplace_scale(e1, threshold_mult * sensitivity),
+        laplace_scale(e2, query_mult * sensitivity),
+    ]
     if eps_answer > 0:
         nominal.append(laplace_scale(eps_answer, c * sensitivity))
     g = declared_grid(_grid_for(*nominal), value_bound, sensitivity, exact_on_grid)
@@ -327,9 +341,17 @@ def svt_budget(
     # calibrated for the decimal eps the budget charges (issue 21): parts add up to at most it
     e1, e2 = split_eps(_binary_rest(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
     return make_budget(
-        c=c, eps=eps, eps_answer=eps_answer, e1=e1, e2=e2, sensitivity=sensitivity,
-        monotonic=bool(monotonic), exact_on_grid=bool(integer_values),
-        threshold_mult=1.0, query_mult=(1.0 if monotonic else 2.0) * c, value_bound=float(value_bound),
+        c=c,
+        eps=eps,
+        eps_answer=eps_answer,
+        e1=e1,
+        e2=e2,
+        sensitivity=sensitivity,
+        monotonic=bool(monotonic),
+        exact_on_grid=bool(integer_values),
+        threshold_mult=1.0,
+        query_mult=(1.0 if monotonic else 2.0) * c,
+        value_bound=float(value_bound),
     )
 
 
@@ -405,7 +427,11 @@ class GapCalibration:
     def gap_variance(self, branch: str = "middle") -> float:
         """Exact variance of the discrete noise in one released noisy value of ``branch``
         ("middle", "top", or "threshold"): the variance of DLap(scale/grid) times grid**2."""
-        scale = {"middle": self.query_scale, "top": self.top_scale, "threshold": self.threshold_scale}[branch]
+        scale = {
+            "middle": self.query_scale,
+            "top": self.top_scale,
+            "threshold": self.threshold_scale,
+        }[branch]
         if scale is None:
             raise ValueError(f"{self.method} has no {branch!r} noise")
         return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
@@ -513,17 +539,32 @@ def gap_calibration(
         from matmech.svt.checks import check_real
 
         sigma = check_real("sigma", sigma)
-    n_candidates = check_int("n_candidates", n_candidates, what="the number of candidate rows", minimum=0)
+    n_candidates = check_int(
+        "n_candidates", n_candidates, what="the number of candidate rows", minimum=0
+    )
     value_bound = _check_value_bound(value_bound)
-    return _gap_calibration(method, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-                            sigma=sigma, integer_values=integer_values, n_candidates=n_candidates,
-                            value_bound=value_bound)
+    return _gap_calibration(
+        method,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        integer_values=integer_values,
+        n_candidates=n_candidates,
+        value_bound=value_bound,
+    )
 
 
 def _check_value_bound(value_bound) -> float:
     """A declared bound on abs(values) (0 = none) as a float, or a TypeError/ValueError."""
-    if isinstance(value_bound, bool) or not isinstance(value_bound, (int, float, np.integer, np.floating)):
-        raise TypeError(f"value_bound must be a non-negative number, got {type(value_bound).__name__}")
+    if isinstance(value_bound, bool) or not isinstance(
+        value_bound, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"value_bound must be a non-negative number, got {type(value_bound).__name__}"
+        )
     v = float(value_bound)
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"value_bound must be a non-negative finite number, got {value_bound!r}")
@@ -555,14 +596,20 @@ def _gap_calibration(
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
         if sigma != "auto" or ratio != "optimal":
-            raise ValueError(f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})")
+            raise ValueError(
+                f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})"
+            )
         nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
         g = declared_grid(_grid_for(nominal), value_bound, sensitivity, integer_values)
         if nominal / g > MAX_SCALE_UNITS:
-            raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
-                             f"sensitivity={sensitivity!r}); use a larger eps or rescale the values")
+            raise ValueError(
+                f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
+                f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
+            )
         sens = _gap_sens(sensitivity, g, integer_values)
-        return GapCalibration(method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, ec, g))
+        return GapCalibration(
+            method, eps, c, bool(monotonic), sens, g, _scale_on_grid(k * c, sens, ec, g)
+        )
     ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
@@ -573,8 +620,10 @@ def _gap_calibration(
         scales.append(laplace_scale(e_top, k * sensitivity))
     g = declared_grid(_grid_for(*scales), value_bound, sensitivity, integer_values)
     if max(scales) / g > MAX_SCALE_UNITS:
-        raise ValueError(f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
-                         f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values")
+        raise ValueError(
+            f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
+            f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
+        )
     sens = _gap_sens(sensitivity, g, integer_values)
     q_scale = _scale_on_grid(k, sens, e1, g)
     top = sig = None
@@ -590,8 +639,23 @@ def _gap_calibration(
             sig = check_real("sigma", sigma)
         sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
     elif sigma != "auto":
-        raise ValueError(f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}")
+        raise ValueError(
+            f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}"
+        )
     units = int((Fraction(ec) - Fraction(e0)) / Fraction(e_top))
-    return GapCalibration(method, eps, c, bool(monotonic), sens, g, q_scale,
-                          threshold_scale=_scale_on_grid(1.0, sens, e0, g), top_scale=top, sigma=sig,
-                          eps_threshold=e0, eps_middle=e1, eps_top=e_top, units=units)
+    return GapCalibration(
+        method,
+        eps,
+        c,
+        bool(monotonic),
+        sens,
+        g,
+        q_scale,
+        threshold_scale=_scale_on_grid(1.0, sens, e0, g),
+        top_scale=top,
+        sigma=sig,
+        eps_threshold=e0,
+        eps_middle=e1,
+        eps_top=e_top,
+        units=units,
+    )

@@ -74,7 +74,9 @@ def check_ratio(ratio) -> Ratio:
     """``"optimal"`` or r > 0 in eps1:eps2 = 1:r."""
     if isinstance(ratio, str):
         if ratio != "optimal":
-            raise ValueError(f'ratio must be "optimal" or a number r > 0 (eps1:eps2 = 1:r), got {ratio!r}')
+            raise ValueError(
+                f'ratio must be "optimal" or a number r > 0 (eps1:eps2 = 1:r), got {ratio!r}'
+            )
         return ratio
     return check_real("ratio", ratio)
 
@@ -87,13 +89,19 @@ def check_values(values, name: str = "values") -> np.ndarray:
     """A 1-D array of finite reals (integer dtypes are kept as they are)."""
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name} must be a 1-D sequence of numbers, got {type(values).__name__}")
-    rectangular(values, name)  # a ragged nested list: ValueError naming the row (lengths only, no values)
+    rectangular(
+        values, name
+    )  # a ragged nested list: ValueError naming the row (lengths only, no values)
     try:
         arr = np.asarray(values)
     except (ValueError, OverflowError):
-        raise ValueError(f"{name} must be a 1-D sequence of numbers, got one numpy cannot read as an array") from None
+        raise ValueError(
+            f"{name} must be a 1-D sequence of numbers, got one numpy cannot read as an array"
+        ) from None
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D sequence of numbers, got an array of shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a 1-D sequence of numbers, got an array of shape {arr.shape}"
+        )
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
@@ -105,19 +113,30 @@ def check_values(values, name: str = "values") -> np.ndarray:
 def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
     """A finite scalar, or (when ``n`` is given) one finite threshold per value."""
     if isinstance(threshold, (str, bytes, bool, np.bool_)) or threshold is None:
-        raise TypeError(f"threshold must be a real number or a sequence of them, got {type(threshold).__name__}: "
-                        f"{threshold!r}")
-    if isinstance(threshold, numbers.Integral) and not isinstance(threshold, np.generic) \
-            and not -(2**63) <= int(threshold) < 2**63:
-        threshold = real(threshold, "threshold")  # beyond int64: a float, or ValueError past 1.8e308
+        raise TypeError(
+            f"threshold must be a real number or a sequence of them, got {type(threshold).__name__}: "
+            f"{threshold!r}"
+        )
+    if (
+        isinstance(threshold, numbers.Integral)
+        and not isinstance(threshold, np.generic)
+        and not -(2**63) <= int(threshold) < 2**63
+    ):
+        threshold = real(
+            threshold, "threshold"
+        )  # beyond int64: a float, or ValueError past 1.8e308
     rectangular(threshold, "threshold")
     try:
         t = np.asarray(threshold)
     except (ValueError, OverflowError):
-        raise ValueError("threshold must be a real number or a 1-D sequence of them, got one numpy cannot read "
-                         "as an array") from None
+        raise ValueError(
+            "threshold must be a real number or a 1-D sequence of them, got one numpy cannot read "
+            "as an array"
+        ) from None
     if t.dtype.kind not in "biuf":
-        raise TypeError(f"threshold must be a real number or a sequence of them, got dtype {t.dtype}")
+        raise TypeError(
+            f"threshold must be a real number or a sequence of them, got dtype {t.dtype}"
+        )
     if t.ndim > 1 or (t.ndim == 1 and n is None):
         raise ValueError(f"threshold must be a scalar here, got shape {t.shape}")
     if t.ndim == 1 and t.shape[0] != n:

@@ -53,8 +53,19 @@ from matmech.svt.calibration import GAP_METHODS, gap_calibration
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
 from typing import Any
 
-__all__ = ["GapMeasurement", "gap_measurement", "combine_gaps", "combine_selection", "answer_covariance", "answer_basis", "advise_split",
-           "MAX_COVARIANCE_ENTRIES", "SPLIT_GRID", "AUTO_FLOOR_MAX", "SPLIT_TIE"]
+__all__ = [
+    "GapMeasurement",
+    "gap_measurement",
+    "combine_gaps",
+    "combine_selection",
+    "answer_covariance",
+    "answer_basis",
+    "advise_split",
+    "MAX_COVARIANCE_ENTRIES",
+    "SPLIT_GRID",
+    "AUTO_FLOOR_MAX",
+    "SPLIT_TIE",
+]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
 MAX_COVARIANCE_ENTRIES = 1 << 24
@@ -148,8 +159,12 @@ def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
     cal = result.calibration
     pos = np.asarray(result.positions, dtype=np.int64)
     gaps = np.asarray(result.gaps, dtype=np.float64)
-    if isinstance(result, VectorResult):  # the noisy values themselves: direct measurements, no offset
-        return GapMeasurement(pos, np.asarray(result.values, dtype=np.float64), np.full(pos.size, cal.variance()), 0.0)
+    if isinstance(
+        result, VectorResult
+    ):  # the noisy values themselves: direct measurements, no offset
+        return GapMeasurement(
+            pos, np.asarray(result.values, dtype=np.float64), np.full(pos.size, cal.variance()), 0.0
+        )
     if cal.method == "topc-gap":
         z = -np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if pos.size else np.zeros(0)
         var = np.full(pos.size, cal.gap_variance("middle"))
@@ -157,10 +172,14 @@ def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
     if threshold is None:
         raise ValueError(f"{cal.method} gaps are relative to the threshold: pass threshold=")
     validate.rectangular(threshold, "threshold")
-    t = check_threshold(threshold, None if np.ndim(threshold) == 0 else len(threshold)).astype(np.float64)
+    t = check_threshold(threshold, None if np.ndim(threshold) == 0 else len(threshold)).astype(
+        np.float64
+    )
     if t.ndim and pos.size and t.shape[0] <= int(pos.max()):
-        raise ValueError(f"threshold must be a scalar or one threshold per candidate; it has {t.shape[0]} entries "
-                         f"but position {int(pos.max())} was selected")
+        raise ValueError(
+            f"threshold must be a scalar or one threshold per candidate; it has {t.shape[0]} entries "
+            f"but position {int(pos.max())} was selected"
+        )
     tv = t[pos] if t.ndim else np.full(pos.size, float(t))
     var = np.array([cal.gap_variance(b) for b in result.branches], dtype=np.float64)
     return GapMeasurement(pos, gaps + tv, var, cal.gap_variance("threshold"))
@@ -208,7 +227,9 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     ((2,), True)
     """
     if not isinstance(gap, GapMeasurement):
-        raise TypeError(f"gap must be a GapMeasurement (from gap_measurement), got {type(gap).__name__}")
+        raise TypeError(
+            f"gap must be a GapMeasurement (from gap_measurement), got {type(gap).__name__}"
+        )
     y = validate.vector(y, "y")
     k = y.shape[0]
     if k == 0:
@@ -217,21 +238,31 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     if cov.shape != (k, k):
         raise ValueError(f"cov must be {k}x{k} for the {k} answers in y, got shape {cov.shape}")
     lam = np.linalg.eigvalsh((cov + cov.T) / 2) if np.all(np.isfinite(cov)) else np.array([np.nan])
-    if not np.abs(cov - cov.T).max() <= RANK_RTOL * np.abs(cov).max() or not lam[0] >= -RANK_RTOL * max(float(lam[-1]), 0.0):
+    if not np.abs(cov - cov.T).max() <= RANK_RTOL * np.abs(cov).max() or not lam[
+        0
+    ] >= -RANK_RTOL * max(float(lam[-1]), 0.0):
         raise ValueError("cov must be a symmetric positive semidefinite covariance matrix")
     if order is None:
         idx = np.arange(k)
     else:
-        idx = np.asarray(validate.sequence(order, "order") if not isinstance(order, np.ndarray) else order)
+        idx = np.asarray(
+            validate.sequence(order, "order") if not isinstance(order, np.ndarray) else order
+        )
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise TypeError(f"order must be a 1-D sequence of integer indices into y, got {order!r:.80}")
+            raise TypeError(
+                f"order must be a 1-D sequence of integer indices into y, got {order!r:.80}"
+            )
         idx = idx.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= k or np.unique(idx).size != idx.size):
-            raise ValueError(f"order must name distinct answers of y (indices in [0, {k - 1}]), got {order!r:.80}")
+            raise ValueError(
+                f"order must name distinct answers of y (indices in [0, {k - 1}]), got {order!r:.80}"
+            )
     if idx.shape[0] != gap.z.shape[0]:
         what = "y holds" if order is None else "order names"
-        raise ValueError(f"{gap.z.shape[0]} gap measurements but {what} {idx.shape[0]} answers: "
-                         f"pass y for the selected rows, or order= mapping each gap position to its answer")
+        raise ValueError(
+            f"{gap.z.shape[0]} gap measurements but {what} {idx.shape[0]} answers: "
+            f"pass y for the selected rows, or order= mapping each gap position to its answer"
+        )
     B = row_space_basis(cov) if basis is None else np.asarray(basis, dtype=np.float64)
     if B.ndim != 2 or B.shape[0] != k or B.shape[1] > k:
         raise ValueError(f"basis must be a {k} x r matrix (r <= {k}), got shape {B.shape}")
@@ -251,11 +282,15 @@ def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=No
     from matmech.svt.vector import VECTOR_METHODS
 
     gm = gap_measurement(selection.gap, threshold=threshold)
-    est, cov_c = combine_gaps(answers, cov, gm, order=np.searchsorted(rows, gm.positions), basis=basis)
+    est, cov_c = combine_gaps(
+        answers, cov, gm, order=np.searchsorted(rows, gm.positions), basis=basis
+    )
     if selection.mechanism in VECTOR_METHODS.values():
-        note = (f"; selected by the Laplace mechanism on the whole vector ({selection.mechanism} in place of "
-                f"{selection.method}, joint L1 sensitivity {selection.gap.calibration.sensitivity:g}), its noisy "
-                "values combined (GLS)")
+        note = (
+            f"; selected by the Laplace mechanism on the whole vector ({selection.mechanism} in place of "
+            f"{selection.method}, joint L1 sensitivity {selection.gap.calibration.sensitivity:g}), its noisy "
+            "values combined (GLS)"
+        )
     else:
         note = "; combined with the selection's free gaps (GLS)"
     return est, np.clip(np.diag(cov_c), 0.0, None), note, gm
@@ -268,8 +303,10 @@ def answer_covariance(sub, strategy, variance):
     sub, A = as_linop(sub), as_linop(strategy)
     k, n = sub.shape
     if n * k > MAX_COVARIANCE_ENTRIES:
-        raise ValueError(f"the covariance of {k} answers over {n} cells needs {n * k:,} entries per block "
-                         f"(limit {MAX_COVARIANCE_ENTRIES:,})")
+        raise ValueError(
+            f"the covariance of {k} answers over {n} cells needs {n * k:,} entries per block "
+            f"(limit {MAX_COVARIANCE_ENTRIES:,})"
+        )
     M, _ = pinv_gram(A)
     U = sub.rmatvec(np.eye(k))
     F = getattr(M, "gram_factor", None)
@@ -288,13 +325,28 @@ def answer_basis(sub) -> np.ndarray:
     sub = as_linop(sub)
     k, n = sub.shape
     if n * k > MAX_COVARIANCE_ENTRIES:
-        raise ValueError(f"the rows of {k} answers over {n} cells need {n * k:,} entries (limit {MAX_COVARIANCE_ENTRIES:,})")
+        raise ValueError(
+            f"the rows of {k} answers over {n} cells need {n * k:,} entries (limit {MAX_COVARIANCE_ENTRIES:,})"
+        )
     R = np.asarray(sub.rmatvec(np.eye(k)), dtype=np.float64).T
     return row_space_basis(R @ R.T, exact=integer_gram(R))
 
 
-def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=False, floor="auto",
-                 joint_sensitivity=None, vector="auto", n_values=1, integer_values=True, ratio="optimal"):
+def advise_split(
+    row_variance,
+    *,
+    method,
+    eps,
+    c,
+    sensitivity=1.0,
+    monotonic=False,
+    floor="auto",
+    joint_sensitivity=None,
+    vector="auto",
+    n_values=1,
+    integer_values=True,
+    ratio="optimal",
+):
     """The selection share f of ``eps`` for a free-gap selection; data independent → (f, {f: objective}).
 
     ``row_variance(eps_m)``: the mean Matrix-Mechanism variance v of one answer measured with
@@ -372,20 +424,26 @@ def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=Fal
     True
     """
     if not callable(row_variance):
-        raise TypeError(f"row_variance must be a function of eps (the variance of one answer), "
-                        f"got {type(row_variance).__name__}: {row_variance!r}")
+        raise TypeError(
+            f"row_variance must be a function of eps (the variance of one answer), "
+            f"got {type(row_variance).__name__}: {row_variance!r}"
+        )
     validate.choice(method, "method", GAP_METHODS)
     eps = check_noise_eps(eps)
     k = c = check_c(c)
     if not (isinstance(floor, str) and floor == "auto"):
         floor = validate.real(floor, "floor")
         if not 0 <= floor <= SPLIT_GRID[-1]:
-            raise ValueError(f"floor must be 'auto' or in [0, {SPLIT_GRID[-1]}] (the largest selection share "
-                             f"searched), got {floor!r}")
+            raise ValueError(
+                f"floor must be 'auto' or in [0, {SPLIT_GRID[-1]}] (the largest selection share "
+                f"searched), got {floor!r}"
+            )
     if joint_sensitivity is not None:
         joint_sensitivity = validate.real(joint_sensitivity, "joint_sensitivity")
         if not joint_sensitivity > 0:
-            raise ValueError(f"joint_sensitivity must be positive (the L1 sensitivity of W x), got {joint_sensitivity!r}")
+            raise ValueError(
+                f"joint_sensitivity must be positive (the L1 sensitivity of W x), got {joint_sensitivity!r}"
+            )
     kw = {} if method == "topc-gap" else {"ratio": ratio}
     table, sel_var = {}, {}
     for f in SPLIT_GRID:
@@ -393,24 +451,58 @@ def advise_split(row_variance, *, method, eps, c, sensitivity=1.0, monotonic=Fal
             continue
         e_s, e_m = f * eps, (1 - f) * eps
         vm = row_variance(e_m)
-        if isinstance(vm, (bool, np.bool_)) or not isinstance(vm, (numbers.Real, np.ndarray)) \
-                or np.ndim(vm) != 0 or not (math.isfinite(float(vm)) and float(vm) > 0):
-            raise ValueError(f"row_variance({e_m!r}) must return a positive finite variance, got {vm!r}")
+        if (
+            isinstance(vm, (bool, np.bool_))
+            or not isinstance(vm, (numbers.Real, np.ndarray))
+            or np.ndim(vm) != 0
+            or not (math.isfinite(float(vm)) and float(vm) > 0)
+        ):
+            raise ValueError(
+                f"row_variance({e_m!r}) must return a positive finite variance, got {vm!r}"
+            )
         vm = float(vm)
-        vec = joint_sensitivity is not None and vector is not False and method in VECTOR_METHODS and (vector is True or prefer_vector(
-            method, c=c, eps=e_s, row_sensitivity=sensitivity, joint=joint_sensitivity, monotonic=monotonic,
-            n_values=n_values, integer_values=integer_values, ratio=ratio))
+        vec = (
+            joint_sensitivity is not None
+            and vector is not False
+            and method in VECTOR_METHODS
+            and (
+                vector is True
+                or prefer_vector(
+                    method,
+                    c=c,
+                    eps=e_s,
+                    row_sensitivity=sensitivity,
+                    joint=joint_sensitivity,
+                    monotonic=monotonic,
+                    n_values=n_values,
+                    integer_values=integer_values,
+                    ratio=ratio,
+                )
+            )
+        )
         if vec:
-            vv = vector_calibration(VECTOR_METHODS[method], c=c, eps=e_s, sensitivity=joint_sensitivity,
-                                    n_values=n_values, integer_values=integer_values).variance()
+            vv = vector_calibration(
+                VECTOR_METHODS[method],
+                c=c,
+                eps=e_s,
+                sensitivity=joint_sensitivity,
+                n_values=n_values,
+                integer_values=integer_values,
+            ).variance()
             table[f] = 1.0 / (1.0 / vm + 1.0 / vv)
             sel_var[f] = (vv, vm)
             continue
-        cal = gap_calibration(method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw)
+        cal = gap_calibration(
+            method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw
+        )
         # adaptive SVT: rows worth answering clear the threshold by a margin and take the top
         # branch, whose gap has 4x the middle variance (the release uses the branch that fired)
         vg = cal.gap_variance("top" if method == "adaptive-svt" else "middle")
-        level = 1.0 / vm if method == "topc-gap" else 1.0 / vm + 1.0 / (vg + k * cal.gap_variance("threshold"))
+        level = (
+            1.0 / vm
+            if method == "topc-gap"
+            else 1.0 / vm + 1.0 / (vg + k * cal.gap_variance("threshold"))
+        )
         table[f] = (1.0 / level + (k - 1) / (1.0 / vm + 1.0 / vg)) / k
         sel_var[f] = (vg + (0.0 if method == "topc-gap" else cal.gap_variance("threshold")), vm)
     if isinstance(floor, str):

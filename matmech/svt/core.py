@@ -22,8 +22,15 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio, check_threshold, check_values
-from matmech.svt.grid import (checked_or_declared, chunk_bounds, draw, noise_chunks, threshold_units, to_units,
-                              worker_sources)
+from matmech.svt.grid import (
+    checked_or_declared,
+    chunk_bounds,
+    draw,
+    noise_chunks,
+    threshold_units,
+    to_units,
+    worker_sources,
+)
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -217,8 +224,14 @@ def sparse_vector(
     """
     arr, t = prepare(values, threshold)
     budget = svt_budget(
-        c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-        eps_answer=eps_answer, integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        eps_answer=eps_answer,
+        integer_values=arr.dtype.kind in "biu",
+        value_bound=value_bound or 0.0,
     )
     arr = checked_or_declared(arr, t, budget.grid, value_bound)
     src = noise.check_rng(rng)
@@ -285,5 +298,13 @@ def above_threshold(
     >>> above_threshold([3, 500, 2], 100, eps=1.0, rng=np.random.default_rng(0)).positions
     (1,)
     """
-    return sparse_vector(values, threshold, c=1, eps=eps, sensitivity=sensitivity,
-                         monotonic=monotonic, ratio=1.0, rng=rng)
+    return sparse_vector(
+        values,
+        threshold,
+        c=1,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=1.0,
+        rng=rng,
+    )

@@ -60,7 +60,16 @@ def selection_margins(selection) -> np.ndarray:
     return gaps / sd
 
 
-def guard(measured, measured_var, combined, combined_var, rows, selection, *, margin: float = DEFAULT_MARGIN):
+def guard(
+    measured,
+    measured_var,
+    combined,
+    combined_var,
+    rows,
+    selection,
+    *,
+    margin: float = DEFAULT_MARGIN,
+):
     """(answers, variances, near): the combined answer where the row's selection margin is at
     least ``margin``, else the measured one; ``near`` flags the latter rows. All arrays follow
     the sorted selected ``rows``."""

@@ -44,7 +44,14 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
-from matmech.svt.grid import check_public_units, checked_or_declared, chunk_bounds, draw, threshold_units, to_units
+from matmech.svt.grid import (
+    check_public_units,
+    checked_or_declared,
+    chunk_bounds,
+    draw,
+    threshold_units,
+    to_units,
+)
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -116,9 +123,13 @@ def _top_c_input(values, c):
     c = check_c(c)
     n = arr.shape[0]
     if n < 2:
-        raise ValueError(f"values must hold at least two candidates (a selection and its runner-up), got {n}")
+        raise ValueError(
+            f"values must hold at least two candidates (a selection and its runner-up), got {n}"
+        )
     if c >= n:
-        raise ValueError(f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}")
+        raise ValueError(
+            f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}"
+        )
     return arr, c, n
 
 
@@ -129,8 +140,16 @@ def _top_c_order(noisy, c):
     return cand[np.lexsort((cand, -noisy[cand]))][: c + 1]
 
 
-def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float = 1.0, monotonic: bool = False,
-                    rng: Rng = None, value_bound: float | None = None) -> GapResult:
+def noisy_top_c_gap(
+    values: npt.ArrayLike,
+    c: int,
+    eps: float,
+    *,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    rng: Rng = None,
+    value_bound: float | None = None,
+) -> GapResult:
     """[DWZK19] Noisy Top-K with Gap: the c largest noisy scores and the gaps between them; eps-DP.
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
@@ -176,26 +195,61 @@ def noisy_top_c_gap(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: f
     ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
-    cal = gap_calibration("topc-gap", c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                          integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0)
+    cal = gap_calibration(
+        "topc-gap",
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        integer_values=arr.dtype.kind in "biu",
+        value_bound=value_bound or 0.0,
+    )
     g = cal.grid
     arr = checked_or_declared(arr, None, g, value_bound)
     src = noise.check_rng(rng)
     noisy = to_units(arr, g) + draw(cal.query_scale, n, g, src)
     order = _top_c_order(noisy, c)
     gaps = noisy[order[:-1]] - noisy[order[1:]]
-    return GapResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in gaps), ("rank",) * c,
-                     cal.eps, cal.eps, True, n, cal)
+    return GapResult(
+        tuple(int(i) for i in order[:-1]),
+        tuple(float(v) * g for v in gaps),
+        ("rank",) * c,
+        cal.eps,
+        cal.eps,
+        True,
+        n,
+        cal,
+    )
 
 
-def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, ratio, sigma, rng,
-                 value_bound=None) -> GapResult:
+def _svt_gap_run(
+    method,
+    values,
+    threshold,
+    *,
+    c,
+    eps,
+    sensitivity,
+    monotonic,
+    ratio,
+    sigma,
+    rng,
+    value_bound=None,
+) -> GapResult:
     arr = check_values(values)
     t = check_threshold(threshold, arr.shape[0])
-    cal = gap_calibration(method, c=check_c(c), eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                          ratio=ratio, sigma=sigma, integer_values=arr.dtype.kind in "biu",
-                          n_candidates=arr.shape[0] if method == "adaptive-svt" else 0,
-                          value_bound=value_bound or 0.0)
+    cal = gap_calibration(
+        method,
+        c=check_c(c),
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        integer_values=arr.dtype.kind in "biu",
+        n_candidates=arr.shape[0] if method == "adaptive-svt" else 0,
+        value_bound=value_bound or 0.0,
+    )
     g = cal.grid
     arr = checked_or_declared(arr, t, g, value_bound)
     if cal.sigma is not None:
@@ -239,12 +293,30 @@ def _svt_gap_run(method, values, threshold, *, c, eps, sensitivity, monotonic, r
         if stopped:
             break
     eps_used = cal.eps_threshold + used * cal.eps_top
-    return GapResult(tuple(int(i) for i in pos_out), tuple(gap_out), tuple(br_out), cal.eps,
-                     min(eps_used, cal.eps), stopped, processed, cal)
+    return GapResult(
+        tuple(int(i) for i in pos_out),
+        tuple(gap_out),
+        tuple(br_out),
+        cal.eps,
+        min(eps_used, cal.eps),
+        stopped,
+        processed,
+        cal,
+    )
 
 
-def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0, monotonic: bool = False,
-                      ratio: Ratio = "optimal", rng: Rng = None, value_bound: float | None = None) -> GapResult:
+def sparse_vector_gap(
+    values: npt.ArrayLike,
+    threshold: Any,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    rng: Rng = None,
+    value_bound: float | None = None,
+) -> GapResult:
     """[DWZK19] Sparse Vector with Gap: [LSL17] Alg. 7 whose positives return their noisy gap; eps-DP.
 
     rho ~ Lap(D/eps0) once, nu_i ~ Lap(2D/eps1) per value (D/eps1 if ``monotonic``),
@@ -292,12 +364,34 @@ def sparse_vector_gap(values: npt.ArrayLike, threshold: Any, *, c: int, eps: flo
     ...                   rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    return _svt_gap_run("svt-gap", values, threshold, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                        ratio=ratio, sigma="auto", rng=rng, value_bound=value_bound)
+    return _svt_gap_run(
+        "svt-gap",
+        values,
+        threshold,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma="auto",
+        rng=rng,
+        value_bound=value_bound,
+    )
 
 
-def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float = 1.0,
-                           monotonic: bool = False, ratio: Ratio = "optimal", sigma="auto", rng: Rng = None, value_bound: float | None = None) -> GapResult:
+def adaptive_sparse_vector(
+    values: npt.ArrayLike,
+    threshold: Any,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    sigma="auto",
+    rng: Rng = None,
+    value_bound: float | None = None,
+) -> GapResult:
     """[DWZK19] Adaptive Sparse Vector with Gap; eps-DP, at least c and up to 2c - 1 positives.
 
     As :func:`sparse_vector_gap`, but each value first tries the top branch (noise
@@ -350,5 +444,16 @@ def adaptive_sparse_vector(values: npt.ArrayLike, threshold: Any, *, c: int, eps
     >>> r.positions, r.branches
     ((1, 3), ('top', 'top'))
     """
-    return _svt_gap_run("adaptive-svt", values, threshold, c=c, eps=eps, sensitivity=sensitivity,
-                        monotonic=monotonic, ratio=ratio, sigma=sigma, rng=rng, value_bound=value_bound)
+    return _svt_gap_run(
+        "adaptive-svt",
+        values,
+        threshold,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        rng=rng,
+        value_bound=value_bound,
+    )

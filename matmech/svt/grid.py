@@ -78,7 +78,9 @@ def grid_for_bound(value_bound: float) -> float:
     calibration's grid to at least this, so no input within the declaration can overflow it."""
     b = float(value_bound)
     if not (math.isfinite(b) and b >= 0):
-        raise ValueError(f"value_bound must be a finite non-negative number (a declared bound on |values|), got {value_bound!r}")
+        raise ValueError(
+            f"value_bound must be a finite non-negative number (a declared bound on |values|), got {value_bound!r}"
+        )
     if b == 0:
         return 0.0
     m, e = math.frexp(b / DECLARED_UNITS)  # b / 2**59 = m * 2**e, 0.5 <= m < 1
@@ -222,13 +224,17 @@ def noise_chunks(scale_units: int, bounds, src, workers):
             ab = next(bounds, None)
             if ab is None:
                 break
-            pending.append((ex.submit(noise.discrete_laplace, scale_units, ab[1] - ab[0], rng=w), w))
+            pending.append(
+                (ex.submit(noise.discrete_laplace, scale_units, ab[1] - ab[0], rng=w), w)
+            )
         while pending:
             fut, w = pending.popleft()
             out = fut.result()
             ab = next(bounds, None)
             if ab is not None:
-                pending.append((ex.submit(noise.discrete_laplace, scale_units, ab[1] - ab[0], rng=w), w))
+                pending.append(
+                    (ex.submit(noise.discrete_laplace, scale_units, ab[1] - ab[0], rng=w), w)
+                )
             yield out
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
@@ -247,7 +253,9 @@ class NoiseBuffer:
 
     __slots__ = ("_units", "_src", "_buf", "_pos", "_block", "_largest")
 
-    def __init__(self, scale: float, g: float, src, *, first: int = 4, largest: int = CHUNK_FIRST) -> None:
+    def __init__(
+        self, scale: float, g: float, src, *, first: int = 4, largest: int = CHUNK_FIRST
+    ) -> None:
         self._units = int(round(scale / g))
         self._src = src
         self._buf = np.empty(0, dtype=np.int64)
@@ -263,10 +271,12 @@ class NoiseBuffer:
         while k > 0:
             if self._pos == self._buf.size:
                 size = max(self._block, min(k, self._largest))
-                self._buf = np.asarray(noise.discrete_laplace(self._units, size, rng=self._src), dtype=np.int64)
+                self._buf = np.asarray(
+                    noise.discrete_laplace(self._units, size, rng=self._src), dtype=np.int64
+                )
                 self._pos = 0
                 self._block = min(2 * self._block, self._largest)
-            part = self._buf[self._pos:self._pos + k]
+            part = self._buf[self._pos : self._pos + k]
             self._pos += part.size
             k -= part.size
             out.append(part)

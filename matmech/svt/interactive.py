@@ -136,8 +136,14 @@ class SparseVector:
             value_bound = check_real("value_bound", value_bound, allow_zero=True)
         self._value_bound = value_bound
         self._budget = svt_budget(
-            c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-            eps_answer=eps_answer, integer_values=False, value_bound=value_bound or 0.0,
+            c=c,
+            eps=eps,
+            sensitivity=sensitivity,
+            monotonic=monotonic,
+            ratio=ratio,
+            eps_answer=eps_answer,
+            integer_values=False,
+            value_bound=value_bound or 0.0,
         )
         g = self._budget.grid
         range_check(abs(float(t)), g, "threshold")
@@ -193,8 +199,12 @@ class SparseVector:
     def result(self) -> SVTResult:
         """The interaction so far as an :class:`~matmech.svt.SVTResult`."""
         return SVTResult(
-            positions=self.positions, answers=self.answers, eps=self.eps,
-            stopped=self.exhausted, n_processed=self._n, budget=self._budget,
+            positions=self.positions,
+            answers=self.answers,
+            eps=self.eps,
+            stopped=self.exhausted,
+            n_processed=self._n,
+            budget=self._budget,
         )
 
     # -- the mechanism ----------------------------------------------------
@@ -230,5 +240,7 @@ class SparseVector:
         return False
 
     def __repr__(self) -> str:
-        return (f"SparseVector(c={self._budget.c}, eps={self._budget.eps}, "
-                f"n_processed={self._n}, positives={len(self._positions)})")
+        return (
+            f"SparseVector(c={self._budget.c}, eps={self._budget.eps}, "
+            f"n_processed={self._n}, positives={len(self._positions)})"
+        )

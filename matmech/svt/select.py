@@ -31,8 +31,14 @@ from matmech.svt.calibration import DeclarationError, gap_calibration
 from matmech.svt.grid import check_public_units
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
-from matmech.svt.vector import (VECTOR_METHODS, joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c,
-                                prefer_vector, vector_calibration)
+from matmech.svt.vector import (
+    VECTOR_METHODS,
+    joint_sensitivity,
+    noisy_vector_threshold,
+    noisy_vector_top_c,
+    prefer_vector,
+    vector_calibration,
+)
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -41,7 +47,31 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
 
-__all__ = ["SelectionMethod", "SELECTION_METHODS", "GAP_METHODS", "THRESHOLD_METHODS", "Selection", "SelectionPlan", "select_rows", "plan_selection", "run_selection", "check_selection", "take_rows", "entry_range", "METHODS", "SELECT_OPTIONS", "DEFAULT_TARGET_REL_ERROR", "check_select_options", "shown_select_options", "row_noise_rule", "advised_select_eps", "declared_calibration", "selection_mechanism", "MECHANISMS"]
+__all__ = [
+    "SelectionMethod",
+    "SELECTION_METHODS",
+    "GAP_METHODS",
+    "THRESHOLD_METHODS",
+    "Selection",
+    "SelectionPlan",
+    "select_rows",
+    "plan_selection",
+    "run_selection",
+    "check_selection",
+    "take_rows",
+    "entry_range",
+    "METHODS",
+    "SELECT_OPTIONS",
+    "DEFAULT_TARGET_REL_ERROR",
+    "check_select_options",
+    "shown_select_options",
+    "row_noise_rule",
+    "advised_select_eps",
+    "declared_calibration",
+    "selection_mechanism",
+    "MECHANISMS",
+]
+
 
 @dataclass(frozen=True)
 class SelectionMethod:
@@ -68,14 +98,25 @@ class SelectionMethod:
 
 
 #: The selection methods, by name. A new method is one entry here plus its runner.
-SELECTION_METHODS = {m.name: m for m in (
-    SelectionMethod("svt", "sparse-vector", gap=False, threshold=True),
-    SelectionMethod("em", "exponential", gap=False, threshold=False),
-    SelectionMethod("topc-gap", "noisy-top-c-gap", gap=True, threshold=False),
-    SelectionMethod("svt-gap", "sparse-vector-gap", gap=True, threshold=True),
-    SelectionMethod("adaptive-svt", "adaptive-sparse-vector", gap=True, threshold=True, max_rows_factor=2,
-                    max_rows_offset=1, stop_reason="budget used up", own_options=("sigma",)),
-)}
+SELECTION_METHODS = {
+    m.name: m
+    for m in (
+        SelectionMethod("svt", "sparse-vector", gap=False, threshold=True),
+        SelectionMethod("em", "exponential", gap=False, threshold=False),
+        SelectionMethod("topc-gap", "noisy-top-c-gap", gap=True, threshold=False),
+        SelectionMethod("svt-gap", "sparse-vector-gap", gap=True, threshold=True),
+        SelectionMethod(
+            "adaptive-svt",
+            "adaptive-sparse-vector",
+            gap=True,
+            threshold=True,
+            max_rows_factor=2,
+            max_rows_offset=1,
+            stop_reason="budget used up",
+            own_options=("sigma",),
+        ),
+    )
+}
 METHODS = tuple(SELECTION_METHODS)
 #: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
 GAP_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.gap)
@@ -87,7 +128,17 @@ MECHANISMS = {n: m.mechanism for n, m in SELECTION_METHODS.items()}
 
 
 #: Keys of ``release(..., select=...)`` (the rest of select_rows' options come from release).
-SELECT_OPTIONS = ("method", "eps", "c", "threshold", "target_rel_error", "monotonic", "ratio", "sigma", "vector")
+SELECT_OPTIONS = (
+    "method",
+    "eps",
+    "c",
+    "threshold",
+    "target_rel_error",
+    "monotonic",
+    "ratio",
+    "sigma",
+    "vector",
+)
 #: threshold="auto" answers a row when its std is at most this fraction of its count.
 DEFAULT_TARGET_REL_ERROR = 0.1
 
@@ -110,8 +161,15 @@ def check_select_options(select, eps):
     for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(method="svt", threshold=None, target_rel_error=None, monotonic="auto", ratio="optimal", sigma="auto",
-                vector="auto")
+    opts = dict(
+        method="svt",
+        threshold=None,
+        target_rel_error=None,
+        monotonic="auto",
+        ratio="optimal",
+        sigma="auto",
+        vector="auto",
+    )
     opts.update(select)
     if opts["method"] not in METHODS:
         raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
@@ -133,16 +191,26 @@ def _check_threshold_options(opts):
     is_auto = isinstance(thr, str) and thr == "auto"
     if opts["method"] in THRESHOLD_METHODS:
         if thr is None or (isinstance(thr, str) and not is_auto):
-            raise ValueError(f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
-                             f"or 'auto'; got {thr!r}")
+            raise ValueError(
+                f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
+                f"or 'auto'; got {thr!r}"
+            )
     elif thr is not None:
-        raise ValueError(f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
-                         f"got threshold={thr!r}")
+        raise ValueError(
+            f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
+            f"got threshold={thr!r}"
+        )
     if is_auto:
-        t = DEFAULT_TARGET_REL_ERROR if opts["target_rel_error"] is None else opts["target_rel_error"]
+        t = (
+            DEFAULT_TARGET_REL_ERROR
+            if opts["target_rel_error"] is None
+            else opts["target_rel_error"]
+        )
         opts["target_rel_error"] = positive_real(t, "select target_rel_error")
     elif opts["target_rel_error"] is not None:
-        raise ValueError(f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})")
+        raise ValueError(
+            f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})"
+        )
     return opts
 
 
@@ -211,7 +279,9 @@ class Selection:
     monotonic: bool
     stopped: bool
     n_candidates: int
-    gap: object = field(default=None, repr=False)  # the GapResult / VectorResult of a free-gap method (public)
+    gap: object = field(
+        default=None, repr=False
+    )  # the GapResult / VectorResult of a free-gap method (public)
     mechanism: str = ""  # which mechanism ran (:data:`MECHANISMS`); "" = the method's own
 
 
@@ -229,7 +299,9 @@ def take_rows(W, rows):
 
 def _check_c(c):
     if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
-        raise TypeError(f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}")
+        raise TypeError(
+            f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}"
+        )
     if c < 1:
         raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
     return int(c)
@@ -254,9 +326,13 @@ class SelectionPlan:
     ratio: object
     n_rows: int
     sigma: object = "auto"  # adaptive-svt's top-branch margin
-    mechanism: str = ""  # :data:`MECHANISMS` entry chosen by :func:`selection_mechanism`; "" = the method's own
+    mechanism: str = (
+        ""  # :data:`MECHANISMS` entry chosen by :func:`selection_mechanism`; "" = the method's own
+    )
     joint_sensitivity: float = 0.0  # Delta_W of the vector selection (0 when it does not run)
-    value_bound: float | None = None  # declared bound on abs(values) (max_records x largest abs(entry)) the grid holds
+    value_bound: float | None = (
+        None  # declared bound on abs(values) (max_records x largest abs(entry)) the grid holds
+    )
 
 
 def _check_vector(vector, method):
@@ -264,15 +340,31 @@ def _check_vector(vector, method):
         if vector != "auto":
             raise ValueError(f"vector must be 'auto', True or False, got {vector!r}")
     elif vector is not True and vector is not False:
-        raise TypeError(f"vector must be 'auto', True or False, got {type(vector).__name__}: {vector!r}")
+        raise TypeError(
+            f"vector must be 'auto', True or False, got {type(vector).__name__}: {vector!r}"
+        )
     elif vector is True and method not in VECTOR_METHODS:
-        raise ValueError(f"vector=True (the Laplace mechanism on the whole vector) replaces 'topc-gap' or 'svt-gap', "
-                         f"not method={method!r}")
+        raise ValueError(
+            f"vector=True (the Laplace mechanism on the whole vector) replaces 'topc-gap' or 'svt-gap', "
+            f"not method={method!r}"
+        )
     return vector
 
 
-def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="optimal", neighbors="add_remove",
-                        vector="auto", integer_values=True, value_bound=0.0):
+def selection_mechanism(
+    W,
+    *,
+    method,
+    c,
+    eps,
+    sensitivity,
+    monotonic,
+    ratio="optimal",
+    neighbors="add_remove",
+    vector="auto",
+    integer_values=True,
+    value_bound=0.0,
+):
     """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours,
     the declared ``value_bound`` on abs(W x)).
 
@@ -285,17 +377,40 @@ def selection_mechanism(W, *, method, c, eps, sensitivity, monotonic, ratio="opt
     if method not in VECTOR_METHODS or vector is False:
         return MECHANISMS[method], 0.0
     joint = joint_sensitivity(W, neighbors)
-    if vector is True or prefer_vector(method, c=c, eps=eps, row_sensitivity=sensitivity, joint=joint,
-                                       monotonic=monotonic, n_values=W.shape[0], integer_values=integer_values,
-                                       ratio=ratio, value_bound=value_bound):
+    if vector is True or prefer_vector(
+        method,
+        c=c,
+        eps=eps,
+        row_sensitivity=sensitivity,
+        joint=joint,
+        monotonic=monotonic,
+        n_values=W.shape[0],
+        integer_values=integer_values,
+        ratio=ratio,
+        value_bound=value_bound,
+    ):
         # a scale too large for exact sampling, or a declaration too large for the grid, is
         # refused by declared_calibration before anything is read or spent
         return VECTOR_METHODS[method], joint
     return MECHANISMS[method], 0.0
 
 
-def declared_calibration(W, *, method, mechanism, c, eps, sensitivity, monotonic, ratio="optimal", sigma="auto",
-                         joint=0.0, thr=None, integer_values, max_records):
+def declared_calibration(
+    W,
+    *,
+    method,
+    mechanism,
+    c,
+    eps,
+    sensitivity,
+    monotonic,
+    ratio="optimal",
+    sigma="auto",
+    joint=0.0,
+    thr=None,
+    integer_values,
+    max_records,
+):
     """(calibration, value_bound): the calibration the selection will run with and the declared
     bound on abs(W x) (``max_records`` times W's largest abs(entry)) its grid is chosen to hold.
 
@@ -312,16 +427,38 @@ def declared_calibration(W, *, method, mechanism, c, eps, sensitivity, monotonic
         return None, bound
     try:
         if mechanism in VECTOR_METHODS.values():
-            cal = vector_calibration(mechanism, c=c, eps=eps, sensitivity=joint, n_values=W.shape[0],
-                                     integer_values=integer_values, value_bound=bound)
+            cal = vector_calibration(
+                mechanism,
+                c=c,
+                eps=eps,
+                sensitivity=joint,
+                n_values=W.shape[0],
+                integer_values=integer_values,
+                value_bound=bound,
+            )
         elif method == "svt":
-            cal = svt_budget(c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
-                             integer_values=integer_values, value_bound=bound)
+            cal = svt_budget(
+                c=c,
+                eps=eps,
+                sensitivity=sensitivity,
+                monotonic=monotonic,
+                ratio=ratio,
+                integer_values=integer_values,
+                value_bound=bound,
+            )
         else:
             kw = {} if method == "topc-gap" else dict(ratio=ratio, sigma=sigma)
-            cal = gap_calibration(method, c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic,
-                                  integer_values=integer_values, value_bound=bound,
-                                  n_candidates=W.shape[0] if method == "adaptive-svt" else 0, **kw)
+            cal = gap_calibration(
+                method,
+                c=c,
+                eps=eps,
+                sensitivity=sensitivity,
+                monotonic=monotonic,
+                integer_values=integer_values,
+                value_bound=bound,
+                n_candidates=W.shape[0] if method == "adaptive-svt" else 0,
+                **kw,
+            )
     except DeclarationError as exc:
         raise ValueError(
             f"max_records={max_records:,} times the workload's largest |entry| {entry:g} is more than exact grid "
@@ -342,7 +479,9 @@ def row_noise_rule(W, monotonic, neighbors):
     lo, hi = entry_range(W)
     sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
     if not sens > 0:
-        raise ValueError("the workload's rows are all zero (row sensitivity 0): there is nothing to select")
+        raise ValueError(
+            "the workload's rows are all zero (row sensitivity 0): there is nothing to select"
+        )
     valid_monotonic = lo >= 0 and neighbors == "add_remove"
     if isinstance(monotonic, str) and monotonic == "auto":
         monotonic = valid_monotonic
@@ -352,7 +491,9 @@ def row_noise_rule(W, monotonic, neighbors):
             f"(rows have entries in [{lo:g}, {hi:g}], neighbors={neighbors!r}); use monotonic=False"
         )
     elif monotonic is not True and monotonic is not False:
-        raise TypeError(f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}")
+        raise TypeError(
+            f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}"
+        )
     return float(sens), bool(monotonic)
 
 
@@ -366,13 +507,25 @@ def advised_select_eps(W, eps, opts, row_variance, *, neighbors, integer_values)
 
     sens, mono = row_noise_rule(W, opts["monotonic"], neighbors)
     vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
-    f, _ = advise_split(row_variance, method=opts["method"], eps=eps, c=opts["c"], sensitivity=sens, monotonic=mono,
-                        joint_sensitivity=joint_sensitivity(W, neighbors) if vec else None, vector=opts["vector"],
-                        n_values=W.shape[0], integer_values=integer_values, ratio=opts["ratio"])
+    f, _ = advise_split(
+        row_variance,
+        method=opts["method"],
+        eps=eps,
+        c=opts["c"],
+        sensitivity=sens,
+        monotonic=mono,
+        joint_sensitivity=joint_sensitivity(W, neighbors) if vec else None,
+        vector=opts["vector"],
+        n_values=W.shape[0],
+        integer_values=integer_values,
+        ratio=opts["ratio"],
+    )
     return f * eps
 
 
-def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"):
+def check_selection(
+    W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"
+):
     """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
     raises before anything is read or spent."""
     if method not in METHODS:
@@ -384,31 +537,46 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
     thr = None
     if method in THRESHOLD_METHODS:
         if threshold is None or isinstance(threshold, str):
-            raise ValueError(f"method={method!r} needs a numeric threshold (scalar or one per row), got {threshold!r}")
+            raise ValueError(
+                f"method={method!r} needs a numeric threshold (scalar or one per row), got {threshold!r}"
+            )
         if isinstance(threshold, (bool, np.bool_)):
             raise TypeError(f"threshold must be a real number or one per row, got {threshold!r}")
         thr = check_threshold(threshold, W.shape[0]).astype(np.float64)
     elif threshold is not None:
-        raise ValueError(f"method={method!r} picks the c largest rows and takes no threshold; got threshold={threshold!r}")
+        raise ValueError(
+            f"method={method!r} picks the c largest rows and takes no threshold; got threshold={threshold!r}"
+        )
     if c > W.shape[0]:
         raise ValueError(f"c = {c} is more than the {W.shape[0]} rows of the workload")
     if not (isinstance(sigma, str) and sigma == "auto"):
         if "sigma" not in SELECTION_METHODS[method].own_options:
-            raise ValueError(f"sigma (the top-branch margin) is an option of method='adaptive-svt' only, got "
-                             f"sigma={sigma!r} for method={method!r}")
-        if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real) \
-                or not (np.isfinite(float(sigma)) and float(sigma) > 0):
-            raise ValueError(f"sigma must be 'auto' or a positive finite number (the top-branch margin in the "
-                             f"values' units), got {sigma!r}")
+            raise ValueError(
+                f"sigma (the top-branch margin) is an option of method='adaptive-svt' only, got "
+                f"sigma={sigma!r} for method={method!r}"
+            )
+        if (
+            isinstance(sigma, (bool, np.bool_))
+            or not isinstance(sigma, numbers.Real)
+            or not (np.isfinite(float(sigma)) and float(sigma) > 0)
+        ):
+            raise ValueError(
+                f"sigma must be 'auto' or a positive finite number (the top-branch margin in the "
+                f"values' units), got {sigma!r}"
+            )
         sigma = float(sigma)
     if method == "topc-gap" and c >= W.shape[0]:
-        raise ValueError(f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}")
+        raise ValueError(
+            f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}"
+        )
     if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
         svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     elif method == "topc-gap":
         gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic)
     elif method == "adaptive-svt":
-        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, sigma=sigma)
+        gap_calibration(
+            method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, sigma=sigma
+        )
     elif method in GAP_METHODS:
         gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     else:
@@ -416,8 +584,21 @@ def check_selection(W, *, c, eps, threshold, method, monotonic, ratio, neighbors
     return c, float(sens), bool(monotonic), thr
 
 
-def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="auto", ratio="optimal",
-                   neighbors="add_remove", max_records=None, sigma="auto", vector="auto"):
+def plan_selection(
+    W,
+    x,
+    *,
+    c,
+    eps,
+    threshold=None,
+    method="svt",
+    monotonic="auto",
+    ratio="optimal",
+    neighbors="add_remove",
+    max_records=None,
+    sigma="auto",
+    vector="auto",
+):
     """Check a selection and compute the true answers W x → :class:`SelectionPlan`.
 
     Reads x but draws nothing and spends nothing; every refusal happens here, and no message
@@ -426,8 +607,17 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     """
     W = as_linop(validate.linear(W, "W"))
     c, sens, monotonic, thr = check_selection(
-        W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio, neighbors=neighbors,
-        sigma=sigma, vector=vector)
+        W,
+        c=c,
+        eps=eps,
+        threshold=threshold,
+        method=method,
+        monotonic=monotonic,
+        ratio=ratio,
+        neighbors=neighbors,
+        sigma=sigma,
+        vector=vector,
+    )
     max_records = check_max_records(max_records)
     # Integer rows times at most max_records records: the float sums are exact integers, and as
     # int64 they are on every SVT grid (no snapping, no grid step in the sensitivity). Decided
@@ -435,20 +625,56 @@ def plan_selection(W, x, *, c, eps, threshold=None, method="svt", monotonic="aut
     exact = integer_valued(W) and max_records * sens < 2.0**53
     lo, hi = entry_range(W)
     bound = float(max_records) * max(abs(lo), abs(hi))
-    mech, joint = selection_mechanism(W, method=method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic,
-                                      ratio=ratio, neighbors=neighbors, vector=vector, integer_values=exact,
-                                      value_bound=bound)
+    mech, joint = selection_mechanism(
+        W,
+        method=method,
+        c=c,
+        eps=eps,
+        sensitivity=sens,
+        monotonic=monotonic,
+        ratio=ratio,
+        neighbors=neighbors,
+        vector=vector,
+        integer_values=exact,
+        value_bound=bound,
+    )
     # every magnitude check of the run, from the declaration: before x is read or anything spent
-    _, bound = declared_calibration(W, method=method, mechanism=mech, c=c, eps=eps, sensitivity=sens,
-                                    monotonic=monotonic, ratio=ratio, sigma=sigma, joint=joint, thr=thr,
-                                    integer_values=exact, max_records=max_records)
+    _, bound = declared_calibration(
+        W,
+        method=method,
+        mechanism=mech,
+        c=c,
+        eps=eps,
+        sensitivity=sens,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        joint=joint,
+        thr=thr,
+        integer_values=exact,
+        max_records=max_records,
+    )
     x = check_counts(x, W.shape[1])
     check_records(x, max_records)
     values = W.matvec(x.astype(np.float64))
     if exact:
         values = np.rint(values).astype(np.int64)
-    return SelectionPlan(values, threshold, thr, method, c, float(eps), sens, monotonic, ratio, W.shape[0],
-                         sigma=sigma, mechanism=mech, joint_sensitivity=joint, value_bound=bound)
+    return SelectionPlan(
+        values,
+        threshold,
+        thr,
+        method,
+        c,
+        float(eps),
+        sens,
+        monotonic,
+        ratio,
+        W.shape[0],
+        sigma=sigma,
+        mechanism=mech,
+        joint_sensitivity=joint,
+        value_bound=bound,
+    )
 
 
 def run_selection(plan, *, rng=None):
@@ -456,35 +682,84 @@ def run_selection(plan, *, rng=None):
     if plan.method in GAP_METHODS:
         mech = plan.mechanism or MECHANISMS[plan.method]
         if mech in VECTOR_METHODS.values():
-            kw = dict(eps=plan.eps, sensitivity=plan.joint_sensitivity, rng=rng, value_bound=plan.value_bound)
+            kw = dict(
+                eps=plan.eps,
+                sensitivity=plan.joint_sensitivity,
+                rng=rng,
+                value_bound=plan.value_bound,
+            )
             if mech == "vector-top-c":
                 res = noisy_vector_top_c(plan.values, plan.c, **kw)
             else:
                 res = noisy_vector_threshold(plan.values, plan.thr, c=plan.c, **kw)
         else:
-            kw = dict(eps=plan.eps, sensitivity=plan.sensitivity, monotonic=plan.monotonic, rng=rng,
-                      value_bound=plan.value_bound)
+            kw = dict(
+                eps=plan.eps,
+                sensitivity=plan.sensitivity,
+                monotonic=plan.monotonic,
+                rng=rng,
+                value_bound=plan.value_bound,
+            )
             if plan.method == "topc-gap":
                 res = noisy_top_c_gap(plan.values, plan.c, **kw)
             elif plan.method == "svt-gap":
                 res = sparse_vector_gap(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, **kw)
             else:
-                res = adaptive_sparse_vector(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, sigma=plan.sigma, **kw)
+                res = adaptive_sparse_vector(
+                    plan.values, plan.thr, c=plan.c, ratio=plan.ratio, sigma=plan.sigma, **kw
+                )
         rows = np.asarray(res.positions, dtype=np.int64)
         rows.setflags(write=False)
-        return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
-                         bool(res.stopped), plan.n_rows, res, mech)
+        return Selection(
+            rows,
+            plan.method,
+            plan.eps,
+            plan.c,
+            plan.threshold,
+            plan.sensitivity,
+            plan.monotonic,
+            bool(res.stopped),
+            plan.n_rows,
+            res,
+            mech,
+        )
     if plan.method == "svt":
-        res = sparse_vector(plan.values, plan.thr, c=plan.c, eps=plan.eps, sensitivity=plan.sensitivity,
-                            monotonic=plan.monotonic, ratio=plan.ratio, rng=rng, value_bound=plan.value_bound)
+        res = sparse_vector(
+            plan.values,
+            plan.thr,
+            c=plan.c,
+            eps=plan.eps,
+            sensitivity=plan.sensitivity,
+            monotonic=plan.monotonic,
+            ratio=plan.ratio,
+            rng=rng,
+            value_bound=plan.value_bound,
+        )
         rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
     else:
-        res = exponential_top_c(plan.values, plan.c, plan.eps, sensitivity=plan.sensitivity,
-                                monotonic=plan.monotonic, rng=rng)
+        res = exponential_top_c(
+            plan.values,
+            plan.c,
+            plan.eps,
+            sensitivity=plan.sensitivity,
+            monotonic=plan.monotonic,
+            rng=rng,
+        )
         rows, stopped = np.asarray(res.positions, dtype=np.int64), True
     rows.setflags(write=False)
-    return Selection(rows, plan.method, plan.eps, plan.c, plan.threshold, plan.sensitivity, plan.monotonic,
-                     bool(stopped), plan.n_rows, None, MECHANISMS[plan.method])
+    return Selection(
+        rows,
+        plan.method,
+        plan.eps,
+        plan.c,
+        plan.threshold,
+        plan.sensitivity,
+        plan.monotonic,
+        bool(stopped),
+        plan.n_rows,
+        None,
+        MECHANISMS[plan.method],
+    )
 
 
 def select_rows(
@@ -575,11 +850,33 @@ def select_rows(
     check_budget(budget)
     noise.check_rng(rng)
     what = f"select up to {c} of {W.shape[0]} rows ({method})"
-    check_selection(W, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic, ratio=ratio,
-                       neighbors=neighbors, sigma=sigma, vector=vector)
+    check_selection(
+        W,
+        c=c,
+        eps=eps,
+        threshold=threshold,
+        method=method,
+        monotonic=monotonic,
+        ratio=ratio,
+        neighbors=neighbors,
+        sigma=sigma,
+        vector=vector,
+    )
     check_affordable(budget, eps, 0.0, what=what)
-    plan = plan_selection(W, x, c=c, eps=eps, threshold=threshold, method=method, monotonic=monotonic,
-                          ratio=ratio, neighbors=neighbors, max_records=max_records, sigma=sigma, vector=vector)
+    plan = plan_selection(
+        W,
+        x,
+        c=c,
+        eps=eps,
+        threshold=threshold,
+        method=method,
+        monotonic=monotonic,
+        ratio=ratio,
+        neighbors=neighbors,
+        max_records=max_records,
+        sigma=sigma,
+        vector=vector,
+    )
     if budget is not None:  # every check has passed: charge before any noise is drawn
         budget.spend(eps, 0.0, what=what)
     return run_selection(plan, rng=rng)

@@ -139,7 +139,9 @@ def exponential_top_c(
         raise ValueError("values must hold at least one candidate, got an empty sequence")
     if c > n:
         raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
-    scale = calibrated_eps(eps) / ((1.0 if monotonic else 2.0) * c * sensitivity)  # the decimal eps charged
+    scale = calibrated_eps(eps) / (
+        (1.0 if monotonic else 2.0) * c * sensitivity
+    )  # the decimal eps charged
     src = noise.check_rng(rng)
     workers = worker_sources(rng, n)
     if workers is None:
@@ -147,8 +149,9 @@ def exponential_top_c(
     else:
         top, score = _parallel_top(arr, scale, c, workers)
     top = top[np.argsort(-score, kind="stable")]
-    return TopCResult(positions=tuple(int(i) for i in top), eps=eps, c=c,
-                      n_candidates=n, score_scale=scale)
+    return TopCResult(
+        positions=tuple(int(i) for i in top), eps=eps, c=c, n_candidates=n, score_scale=scale
+    )
 
 
 def _block_top(values: np.ndarray, scale: float, c: int, src) -> tuple[np.ndarray, np.ndarray]:
@@ -172,13 +175,17 @@ def _parallel_top(arr: np.ndarray, scale: float, c: int, workers) -> tuple[np.nd
 
     def work(k0: int, src):
         out = []
-        for start in starts[k0::len(workers)]:
-            top, score = _block_top(arr[start:start + CHUNK_MAX], scale, c, src)
+        for start in starts[k0 :: len(workers)]:
+            top, score = _block_top(arr[start : start + CHUNK_MAX], scale, c, src)
             out.append((top + start, score))
         return out
 
     with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="matmech-em-noise") as ex:
-        parts = [p for fut in [ex.submit(work, k, w) for k, w in enumerate(workers)] for p in fut.result()]
+        parts = [
+            p
+            for fut in [ex.submit(work, k, w) for k, w in enumerate(workers)]
+            for p in fut.result()
+        ]
     idx = np.concatenate([p[0] for p in parts])
     score = np.concatenate([p[1] for p in parts])
     best = np.argpartition(-score, c - 1)[:c] if c < score.size else np.arange(score.size)

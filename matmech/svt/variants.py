@@ -103,9 +103,16 @@ def sparse_vector_dpbook(
     e1 = calibrated_eps(eps) / 2.0  # the decimal eps a caller charges (issue 21)
     e2 = calibrated_eps(eps) - e1  # exact: e1 is eps with the exponent lowered by one
     budget = make_budget(
-        c=c, eps=eps, eps_answer=0.0, e1=e1, e2=e2, sensitivity=sensitivity,
-        monotonic=False, exact_on_grid=arr.dtype.kind in "biu",
-        threshold_mult=float(c), query_mult=2.0 * c,  # e1 == e2, so 2cD/e2 == 2cD/e1
+        c=c,
+        eps=eps,
+        eps_answer=0.0,
+        e1=e1,
+        e2=e2,
+        sensitivity=sensitivity,
+        monotonic=False,
+        exact_on_grid=arr.dtype.kind in "biu",
+        threshold_mult=float(c),
+        query_mult=2.0 * c,  # e1 == e2, so 2cD/e2 == 2cD/e1
     )
     range_checks(arr, t, budget.grid)
     src = noise.check_rng(rng)
@@ -142,8 +149,12 @@ def sparse_vector_dpbook(
             if len(hits) == c:
                 break
     return SVTResult(
-        positions=tuple(hits), answers=None, eps=eps, stopped=len(hits) >= c,
-        n_processed=int(processed), budget=budget,
+        positions=tuple(hits),
+        answers=None,
+        eps=eps,
+        stopped=len(hits) >= c,
+        n_processed=int(processed),
+        budget=budget,
     )
 
 
@@ -220,15 +231,22 @@ def sparse_vector_retraversal(
     boost = check_real("boost", boost, positive=False)
     max_passes = check_int("max_passes", max_passes, what="the most passes over the candidates")
     budget = svt_budget(
-        c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
         integer_values=arr.dtype.kind in "biu",
     )
     range_checks(arr, t, budget.grid)
     shift = boost * math.sqrt(2.0) * budget.query_scale  # boost standard deviations of nu
     tt = np.atleast_1d(t).astype(np.float64)
     if tt.size:
-        range_check(max(abs(float(tt.min()) + shift), abs(float(tt.max()) + shift)), budget.grid,
-                    "threshold + boost * noise std")
+        range_check(
+            max(abs(float(tt.min()) + shift), abs(float(tt.max()) + shift)),
+            budget.grid,
+            "threshold + boost * noise std",
+        )
     src = noise.check_rng(rng)
 
     g = budget.grid
@@ -238,13 +256,19 @@ def sparse_vector_retraversal(
     hits, total = scan(arr, None, t_units, rho, budget.c, budget, src, rng)
     passes = 1
     if len(hits) < budget.c and passes < max_passes and len(hits) < n:
-        more, processed = _retraverse(arr, t_units, rho, hits, budget, src, rng, max_passes - passes)
+        more, processed = _retraverse(
+            arr, t_units, rho, hits, budget, src, rng, max_passes - passes
+        )
         hits.extend(more)
         total += processed
     positions = tuple(int(i) for i in hits)
     return SVTResult(
-        positions=positions, answers=None, eps=budget.eps, stopped=len(positions) >= budget.c,
-        n_processed=int(total), budget=budget,
+        positions=positions,
+        answers=None,
+        eps=budget.eps,
+        stopped=len(positions) >= budget.c,
+        n_processed=int(total),
+        budget=budget,
     )
 
 
@@ -260,8 +284,9 @@ def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
     n = arr.shape[0]
     g = budget.grid
     need = budget.c - len(hits)
-    remaining = np.setdiff1d(np.arange(n, dtype=np.int64), np.asarray(hits, dtype=np.int64),
-                             assume_unique=True)
+    remaining = np.setdiff1d(
+        np.arange(n, dtype=np.int64), np.asarray(hits, dtype=np.int64), assume_unique=True
+    )
     found: list[int] = []
     total = 0
     base = None  # units of value - threshold for the remaining candidates (small passes)
@@ -275,7 +300,9 @@ def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
             if base is None:
                 t_rem = t_units if t_units.shape[0] == 1 else t_units[remaining]
                 base = to_units(arr[remaining], g) - t_rem
-                buf = NoiseBuffer(budget.query_scale, g, src, first=min(4 * remaining.size, CHUNK_FIRST))
+                buf = NoiseBuffer(
+                    budget.query_scale, g, src, first=min(4 * remaining.size, CHUNK_FIRST)
+                )
             nu = buf.take(remaining.size)
             sel = np.flatnonzero(base + nu >= rho)[:need]
             more = remaining[sel]

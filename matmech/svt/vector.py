@@ -50,9 +50,22 @@ from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale
 from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors
-from matmech.svt.calibration import MAX_SCALE_UNITS, _check_value_bound, _scale_on_grid, declared_grid, gap_calibration
+from matmech.svt.calibration import (
+    MAX_SCALE_UNITS,
+    _check_value_bound,
+    _scale_on_grid,
+    declared_grid,
+    gap_calibration,
+)
 from matmech.svt.gap import _top_c_input, _top_c_order
-from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_threshold, check_values
+from matmech.svt.checks import (
+    check_c,
+    check_eps,
+    check_flag,
+    check_sensitivity,
+    check_threshold,
+    check_values,
+)
 from matmech.svt.grid import checked_or_declared, chunk_bounds, draw, threshold_units, to_units
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +206,9 @@ def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -
     check_neighbors(neighbors)
     s = float(as_linop(W).sensitivity(1))
     if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"the workload's largest column L1 norm must be positive and finite, got {s}")
+        raise ValueError(
+            f"the workload's largest column L1 norm must be positive and finite, got {s}"
+        )
     return NEIGHBORS[neighbors] * s
 
 
@@ -202,8 +217,16 @@ def _pow2_floor(v: float) -> float:
     return math.ldexp(1.0, e - 1)
 
 
-def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n_values: int,
-                       integer_values: bool, value_bound: float = 0.0) -> VectorCalibration:
+def vector_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float,
+    n_values: int,
+    integer_values: bool,
+    value_bound: float = 0.0,
+) -> VectorCalibration:
     """Calibration of a vector selection (see :func:`_vector_calibration`); every option is
     checked before the cache (issue 23: an equality-keyed cache accepted ``eps=True`` after
     a valid ``eps=1.0``)."""
@@ -212,17 +235,38 @@ def vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n
     c = check_c(c)
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)
-    if isinstance(n_values, (bool, np.bool_)) or not isinstance(n_values, (int, np.integer)) or n_values < 1:
-        raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
+    if (
+        isinstance(n_values, (bool, np.bool_))
+        or not isinstance(n_values, (int, np.integer))
+        or n_values < 1
+    ):
+        raise ValueError(
+            f"n_values must be a positive integer (the number of candidate values), got {n_values!r}"
+        )
     integer_values = check_flag("integer_values", integer_values)
     value_bound = _check_value_bound(value_bound)
-    return _vector_calibration(method, c=c, eps=eps, sensitivity=sensitivity, n_values=int(n_values),
-                               integer_values=integer_values, value_bound=value_bound)
+    return _vector_calibration(
+        method,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        n_values=int(n_values),
+        integer_values=integer_values,
+        value_bound=value_bound,
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, n_values: int,
-                        integer_values: bool, value_bound: float = 0.0) -> VectorCalibration:
+def _vector_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float,
+    n_values: int,
+    integer_values: bool,
+    value_bound: float = 0.0,
+) -> VectorCalibration:
     """Calibration of a vector selection over ``n_values`` values with L1 sensitivity
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
     large for exact sampling on the grid, or when the declared bound on abs(values)
@@ -234,23 +278,43 @@ def _vector_calibration(method: str, *, c: int, eps: float, sensitivity: float, 
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)
     if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
-        raise ValueError(f"n_values must be a positive integer (the number of candidate values), got {n_values!r}")
+        raise ValueError(
+            f"n_values must be a positive integer (the number of candidate values), got {n_values!r}"
+        )
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
-    nominal = laplace_scale(eps, sensitivity)  # the grid's scale (validates eps); exact scale below uses ec
+    nominal = laplace_scale(
+        eps, sensitivity
+    )  # the grid's scale (validates eps); exact scale below uses ec
     g = min(1.0, noise.grid_for(nominal))
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
         g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))
     g = declared_grid(g, value_bound, sensitivity, integer_values, coords=n_values)
     if nominal / g > MAX_SCALE_UNITS:
-        raise ValueError(f"noise scale {nominal:.3g} is too large for exact sampling on a grid fine enough for "
-                         f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
-                         "rescale the values")
-    sens = sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
+        raise ValueError(
+            f"noise scale {nominal:.3g} is too large for exact sampling on a grid fine enough for "
+            f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
+            "rescale the values"
+        )
+    sens = (
+        sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
+    )
     return VectorCalibration(method, eps, c, float(sens), g, _scale_on_grid(1.0, sens, ec, g))
 
 
-def prefer_vector(method: str, *, c: int, eps: float, row_sensitivity: float, joint: float, monotonic: bool,
-                  n_values: int, integer_values: bool, ratio="optimal", sigma="auto", value_bound: float = 0.0) -> bool:
+def prefer_vector(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    row_sensitivity: float,
+    joint: float,
+    monotonic: bool,
+    n_values: int,
+    integer_values: bool,
+    ratio="optimal",
+    sigma="auto",
+    value_bound: float = 0.0,
+) -> bool:
     """True when the vector selection's released values have at most the per-score noise
     variance of the [DWZK19] mechanism ``method`` ("topc-gap" or "svt-gap") at the same eps.
 
@@ -264,12 +328,29 @@ def prefer_vector(method: str, *, c: int, eps: float, row_sensitivity: float, jo
     if method not in VECTOR_METHODS:
         return False
     kw = {} if method == "topc-gap" else {"ratio": ratio}
-    gap = gap_calibration(method, c=c, eps=eps, sensitivity=row_sensitivity, monotonic=monotonic,
-                          integer_values=integer_values, value_bound=value_bound, **kw)  # raises on bad arguments
+    gap = gap_calibration(
+        method,
+        c=c,
+        eps=eps,
+        sensitivity=row_sensitivity,
+        monotonic=monotonic,
+        integer_values=integer_values,
+        value_bound=value_bound,
+        **kw,
+    )  # raises on bad arguments
     try:
-        vec = vector_calibration(VECTOR_METHODS[method], c=c, eps=eps, sensitivity=joint, n_values=n_values,
-                                 integer_values=integer_values, value_bound=value_bound)
-    except ValueError:  # a scale (or a declared bound) too large for exact sampling on the grid the m values need
+        vec = vector_calibration(
+            VECTOR_METHODS[method],
+            c=c,
+            eps=eps,
+            sensitivity=joint,
+            n_values=n_values,
+            integer_values=integer_values,
+            value_bound=value_bound,
+        )
+    except (
+        ValueError
+    ):  # a scale (or a declared bound) too large for exact sampling on the grid the m values need
         return False
     return vec.variance() <= gap.gap_variance("middle")
 
@@ -278,7 +359,15 @@ def _noisy_units(arr, cal, src, lo=0, hi=None):
     return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
 
 
-def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity: float, rng: Rng = None, value_bound: float | None = None) -> VectorResult:
+def noisy_vector_top_c(
+    values: npt.ArrayLike,
+    c: int,
+    eps: float,
+    *,
+    sensitivity: float,
+    rng: Rng = None,
+    value_bound: float | None = None,
+) -> VectorResult:
     """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
@@ -323,19 +412,44 @@ def noisy_vector_top_c(values: npt.ArrayLike, c: int, eps: float, *, sensitivity
     ((3, 1), 2)
     """
     arr, c, n = _top_c_input(values, c)
-    cal = vector_calibration("vector-top-c", c=c, eps=eps, sensitivity=sensitivity, n_values=n,
-                             integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0)
+    cal = vector_calibration(
+        "vector-top-c",
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        n_values=n,
+        integer_values=arr.dtype.kind in "biu",
+        value_bound=value_bound or 0.0,
+    )
     g = cal.grid
     arr = checked_or_declared(arr, None, g, value_bound)
     src = noise.check_rng(rng)
     noisy = _noisy_units(arr, cal, src)
     order = _top_c_order(noisy, c)  # the tie rule of Noisy Top-c with Gap
     gaps = noisy[order[:-1]] - noisy[order[1:]]
-    return VectorResult(tuple(int(i) for i in order[:-1]), tuple(float(v) * g for v in noisy[order[:-1]]),
-                        tuple(float(v) * g for v in gaps), ("value",) * c, cal.eps, cal.eps, True, n, cal)
+    return VectorResult(
+        tuple(int(i) for i in order[:-1]),
+        tuple(float(v) * g for v in noisy[order[:-1]]),
+        tuple(float(v) * g for v in gaps),
+        ("value",) * c,
+        cal.eps,
+        cal.eps,
+        True,
+        n,
+        cal,
+    )
 
 
-def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps: float, sensitivity: float, rng: Rng = None, value_bound: float | None = None) -> VectorResult:
+def noisy_vector_threshold(
+    values: npt.ArrayLike,
+    threshold: Any,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float,
+    rng: Rng = None,
+    value_bound: float | None = None,
+) -> VectorResult:
     """The first c rows whose value + Lap(sensitivity/eps) is at least the public
     ``threshold`` (scalar or one per value), their noisy values and gaps to the threshold;
     eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
@@ -383,8 +497,15 @@ def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps
     t = check_threshold(threshold, arr.shape[0])
     c = check_c(c)
     n = arr.shape[0]
-    cal = vector_calibration("vector-threshold", c=c, eps=eps, sensitivity=sensitivity, n_values=max(n, 1),
-                             integer_values=arr.dtype.kind in "biu", value_bound=value_bound or 0.0)
+    cal = vector_calibration(
+        "vector-threshold",
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        n_values=max(n, 1),
+        integer_values=arr.dtype.kind in "biu",
+        value_bound=value_bound or 0.0,
+    )
     g = cal.grid
     arr = checked_or_declared(arr, t, g, value_bound)
     src = noise.check_rng(rng)
@@ -399,9 +520,20 @@ def noisy_vector_threshold(values: npt.ArrayLike, threshold: Any, *, c: int, eps
         idx = np.flatnonzero(margin >= 0)[: c - len(pos)]
         pos.extend((idx + a).tolist())
         gap.extend((margin[idx].astype(np.float64) * g).tolist())
-        val.extend(((margin[idx] + (tu if np.ndim(tu) == 0 else tu[idx])).astype(np.float64) * g).tolist())
+        val.extend(
+            ((margin[idx] + (tu if np.ndim(tu) == 0 else tu[idx])).astype(np.float64) * g).tolist()
+        )
         if len(pos) == c:
             stopped, processed = True, pos[-1] + 1
             break
-    return VectorResult(tuple(int(i) for i in pos), tuple(val), tuple(gap), ("value",) * len(pos), cal.eps, cal.eps,
-                        stopped, processed, cal)
+    return VectorResult(
+        tuple(int(i) for i in pos),
+        tuple(val),
+        tuple(gap),
+        ("value",) * len(pos),
+        cal.eps,
+        cal.eps,
+        stopped,
+        processed,
+        cal,
+    )

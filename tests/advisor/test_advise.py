@@ -38,7 +38,11 @@ WORKLOADS = {
 
 @pytest.fixture(scope="module")
 def advice():
-    return {(name, delta): advise(W, 1.0, delta) for name, W in WORKLOADS.items() for delta in (0.0, DELTA)}
+    return {
+        (name, delta): advise(W, 1.0, delta)
+        for name, W in WORKLOADS.items()
+        for delta in (0.0, DELTA)
+    }
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -50,7 +54,9 @@ def test_ranked_best_first_and_best_is_the_top_strategy(advice, name, delta):
     assert errors == sorted(errors)
     assert a.best is a.rows[0].strategy and a.best_row is a.rows[0]
     # advise ranks by the continuous figure (it scales as 1/ε² and sits above the SVD bound)
-    assert a.rows[0].error == pytest.approx(expected_error(W, a.best, 1.0, delta, noise="continuous"), rel=1e-9)
+    assert a.rows[0].error == pytest.approx(
+        expected_error(W, a.best, 1.0, delta, noise="continuous"), rel=1e-9
+    )
     for r in a.rows:
         assert r.rmse == pytest.approx(math.sqrt(r.error / W.shape[0]))
         assert r.ratio == pytest.approx(r.error / a.lower_bound)
@@ -81,10 +87,16 @@ def test_hierarchy_branching_is_chosen_by_exact_error():
     by_name = {r.name: r for r in a.rows}
     rows, _ = compare(W)
     for root, name in ((True, "hierarchical"), (False, "hierarchical, no root")):
-        listed = [r.total for r in rows if r.name.startswith("hierarchical") and r.name.endswith("no root") != root]
+        listed = [
+            r.total
+            for r in rows
+            if r.name.startswith("hierarchical") and r.name.endswith("no root") != root
+        ]
         assert by_name[name].error <= min(listed) * (1 + 1e-12)
         b = by_name[name].params["branching"]
-        assert by_name[name].error == pytest.approx(expected_error(W, S.hierarchical(64, b, root), noise="continuous"), rel=1e-12)
+        assert by_name[name].error == pytest.approx(
+            expected_error(W, S.hierarchical(64, b, root), noise="continuous"), rel=1e-12
+        )
 
 
 def test_compare_and_advise_share_the_fixed_family():
@@ -120,7 +132,11 @@ def test_one_record_and_one_printer(advice):
     with pytest.raises(AttributeError):
         r.total = 0.0
     plain = format_table(rows, bound_rmse=1.0, skipped=[("x", "why")]).splitlines()
-    assert plain[0].startswith("strategy") and plain[-1] == "skipped x: why" and "SVD lower bound" in plain[-2]
+    assert (
+        plain[0].startswith("strategy")
+        and plain[-1] == "skipped x: why"
+        and "SVD lower bound" in plain[-2]
+    )
     detail = a.table().splitlines()[1]
     assert detail.split()[:3] == ["#", "strategy", "parameters"] and detail.split()[-1] == "seconds"
 
@@ -128,11 +144,32 @@ def test_one_record_and_one_printer(advice):
 def test_json_round_trip(advice):
     a = advice[("kron", 0.0)]
     data = json.loads(a.to_json())
-    assert set(data) >= {"eps", "delta", "neighbors", "noise", "queries", "cells", "lower_bound", "lower_bound_rmse", "best", "ranked", "skipped"}
+    assert set(data) >= {
+        "eps",
+        "delta",
+        "neighbors",
+        "noise",
+        "queries",
+        "cells",
+        "lower_bound",
+        "lower_bound_rmse",
+        "best",
+        "ranked",
+        "skipped",
+    }
     assert data["best"] == a.rows[0].name and data["queries"] == a.queries and data["cells"] == 128
     assert [r["name"] for r in data["ranked"]] == [r.name for r in a.rows]
     row = data["ranked"][0]
-    assert set(row) >= {"name", "params", "sensitivity", "total_error", "rmse", "max_variance", "ratio_to_lower_bound", "seconds"}
+    assert set(row) >= {
+        "name",
+        "params",
+        "sensitivity",
+        "total_error",
+        "rmse",
+        "max_variance",
+        "ratio_to_lower_bound",
+        "seconds",
+    }
     assert row["total_error"] == pytest.approx(a.rows[0].error)
     assert data["lower_bound_rmse"] == pytest.approx(math.sqrt(a.lower_bound / a.queries))
     text = a.table()
@@ -185,7 +222,9 @@ def test_time_budget_caps_the_optimiser(monkeypatch):
     monkeypatch.setattr(advise_module, "time", clock)
     monkeypatch.setattr(advise_module, "optimize", spy)
     a = advise(wl.prefix(64), time_budget=100.0)
-    assert len(seen) == 1 and 0 < seen[0] < 100.0  # the fixed candidates' (fake) seconds were deducted
+    assert (
+        len(seen) == 1 and 0 < seen[0] < 100.0
+    )  # the fixed candidates' (fake) seconds were deducted
     assert a.rows
 
 

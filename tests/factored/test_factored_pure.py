@@ -46,7 +46,9 @@ def test_sensitivity_from_factors_equals_the_dense_stack(domain, data):
     d = len(domain)
     all_subsets = [s for k in range(d + 1) for s in itertools.combinations(range(d), k)]
     subsets = data.draw(st.lists(st.sampled_from(all_subsets), min_size=1, max_size=6, unique=True))
-    theta = np.array(data.draw(st.lists(st.floats(0.01, 5.0), min_size=len(subsets), max_size=len(subsets))))
+    theta = np.array(
+        data.draw(st.lists(st.floats(0.01, 5.0), min_size=len(subsets), max_size=len(subsets)))
+    )
     basis = data.draw(st.sampled_from(["identity", "contrasts", "integer"]))
     blocks = []
     for w, t in zip(theta, subsets):
@@ -57,8 +59,13 @@ def test_sensitivity_from_factors_equals_the_dense_stack(domain, data):
     dense = float(np.abs(np.vstack(blocks)).sum(axis=0).max())
     assert table_sensitivity1(domain, subsets, theta, basis) == pytest.approx(dense, rel=1e-12)
     # and the branch and bound of the Kronecker stacks agrees (a second method from factors)
-    terms = [(float(w), [Dense(_factor(n, basis)) if i in t else Ones(1, n) for i, n in enumerate(domain)])
-             for w, t in zip(theta, subsets)]
+    terms = [
+        (
+            float(w),
+            [Dense(_factor(n, basis)) if i in t else Ones(1, n) for i, n in enumerate(domain)],
+        )
+        for w, t in zip(theta, subsets)
+    ]
     res = factored_sensitivity(terms, 1)
     assert res.exact and res.value == pytest.approx(dense, rel=1e-12)
 
@@ -86,8 +93,11 @@ def test_plan_variances_equal_the_dense_gls_of_the_weighted_tables():
     cov = 2.0 * np.linalg.pinv(A.T @ A)  # continuous Laplace at ε = 1, unit L1 sensitivity
     assert np.abs(A).sum(axis=0).max() == pytest.approx(1.0)
     W = np.vstack([_marginal(DOM, s) for s in plan.lattice.subsets])
-    np.testing.assert_allclose(np.repeat(plan.cell_variances, plan.lattice.cells.astype(int)),
-                               np.einsum("ij,jk,ik->i", W, cov, W), rtol=1e-9)
+    np.testing.assert_allclose(
+        np.repeat(plan.cell_variances, plan.lattice.cells.astype(int)),
+        np.einsum("ij,jk,ik->i", W, cov, W),
+        rtol=1e-9,
+    )
     assert plan.total == pytest.approx(np.trace(W @ cov @ W.T), rel=1e-9)
 
 
@@ -98,15 +108,31 @@ def test_plan_is_no_worse_than_its_starts_and_matches_the_marginal_optimiser_whe
     plan = plan_residuals_laplace(DOM, subsets)
     lat = plan.lattice
     own = laplace_residual_variances(lat, np.full(len(lat.residuals), 1.0 / len(lat.residuals)))
-    assert plan.total <= float(np.sum(lat.cells * np.bincount(lat.pair_s, weights=(lat.norm2[lat.pair_t]
-                               / lat.pair_rest**2) * own[lat.pair_t], minlength=len(lat.subsets)))) + 1e-9
+    assert (
+        plan.total
+        <= float(
+            np.sum(
+                lat.cells
+                * np.bincount(
+                    lat.pair_s,
+                    weights=(lat.norm2[lat.pair_t] / lat.pair_rest**2) * own[lat.pair_t],
+                    minlength=len(lat.subsets),
+                )
+            )
+        )
+        + 1e-9
+    )
     fit = optimize_marginals_pure(W)
     k = len(DOM)
     tables = [tuple(i for i in range(k) if m >> i & 1) for m in range(1 << k) if fit.theta[m] > 0]
     theta = [fit.theta[m] for m in range(1 << k) if fit.theta[m] > 0]
     given_plan = plan_residuals_laplace(DOM, subsets, tables=tables, theta=theta)
-    searched = plan_residuals_laplace(DOM, subsets, search="all")  # the same optimiser, called inside
-    assert searched.tables == given_plan.tables and searched.total == pytest.approx(given_plan.total, rel=1e-9)
+    searched = plan_residuals_laplace(
+        DOM, subsets, search="all"
+    )  # the same optimiser, called inside
+    assert searched.tables == given_plan.tables and searched.total == pytest.approx(
+        given_plan.total, rel=1e-9
+    )
     # the optimiser's own value is σ²-free (noise variance 1 per unit L1): ours is 2× (Laplace 2b²)
     assert given_plan.total == pytest.approx(2 * fit.value, rel=1e-6)
     A = np.vstack([w * _marginal(DOM, t) for w, t in zip(given_plan.theta, given_plan.tables)])
@@ -122,10 +148,14 @@ def test_plan_is_no_worse_than_its_starts_and_matches_the_marginal_optimiser_whe
         plan_residuals_laplace(DOM, subsets, search="greedy")
     # the release with search="all" answers with the searched plan's error
     codes = _codes(DOM, 500)
-    r = release_factored(codes, W, 1.0, strategy="residual", search="all", rng=np.random.default_rng(0))
+    r = release_factored(
+        codes, W, 1.0, strategy="residual", search="all", rng=np.random.default_rng(0)
+    )
     from matmech.linalg.residual import total_variance
 
-    exact = total_variance(searched.lattice, plan_residual_laplace(searched, 1.0).row_variance)  # discrete noise
+    exact = total_variance(
+        searched.lattice, plan_residual_laplace(searched, 1.0).row_variance
+    )  # discrete noise
     assert r.expected_error == pytest.approx(exact, rel=1e-9) and exact < searched.total
 
 
@@ -135,7 +165,9 @@ def test_rounded_scales_spend_at_most_eps_exactly():
         for bits in (None, 4, 9):
             mp = plan_residual_laplace(plan, 0.7, neighbors=neighbors, scale_bits=bits)
             loss = factor * sum(Fraction(1) / Fraction(float(b)) for b in mp.scales)
-            assert loss <= Fraction(0.7) and loss > Fraction(0.7) * Fraction(99, 100) ** (1 if bits is None else 20)
+            assert loss <= Fraction(0.7) and loss > Fraction(0.7) * Fraction(99, 100) ** (
+                1 if bits is None else 20
+            )
     with pytest.raises(ValueError, match="too small"):
         plan_residual_laplace(plan, 1e-15)
     with pytest.raises(TypeError, match="LaplaceResidualPlan"):
@@ -145,8 +177,10 @@ def test_rounded_scales_spend_at_most_eps_exactly():
 # -- the release -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("domain,subsets", [((3, 4, 2, 5), [(0, 1), (1, 2), (3,), (0, 2, 3)]),
-                                            ((2, 1, 6), [(0, 1, 2), (2,)])])
+@pytest.mark.parametrize(
+    "domain,subsets",
+    [((3, 4, 2, 5), [(0, 1), (1, 2), (3,), (0, 2, 3)]), ((2, 1, 6), [(0, 1, 2), (2,)])],
+)
 def test_pure_release_equals_dense_gls_on_the_noisy_tables(domain, subsets, monkeypatch):
     codes = _codes(domain, 2000, seed=3)
     W = Wl.marginals(domain, attrs=subsets)
@@ -188,8 +222,9 @@ def test_combine_tables_is_exact_without_noise():
 
     rec = MarginalReconstructor(combine_tables(mp, tables))
     for s in subsets:
-        np.testing.assert_allclose(rec.marginal(s)[0], x.sum(axis=tuple(i for i in range(4) if i not in s)),
-                                   atol=1e-9)
+        np.testing.assert_allclose(
+            rec.marginal(s)[0], x.sum(axis=tuple(i for i in range(4) if i not in s)), atol=1e-9
+        )
 
 
 def test_monte_carlo_pure_residual():
@@ -208,13 +243,19 @@ def test_monte_carlo_pure_residual():
     tables = marginal_tables(codes, domain, mp.plan.tables)
 
     def answers(k):
-        rec = MarginalReconstructor(measure_residuals_laplace(mp, tables, rng=np.random.default_rng(100 + k)))
+        rec = MarginalReconstructor(
+            measure_residuals_laplace(mp, tables, rng=np.random.default_rng(100 + k))
+        )
         return np.concatenate([rec.marginal(s)[0].reshape(-1) for s in subsets])
 
-    rec0 = MarginalReconstructor(measure_residuals_laplace(mp, tables, rng=np.random.default_rng(0)))
+    rec0 = MarginalReconstructor(
+        measure_residuals_laplace(mp, tables, rng=np.random.default_rng(0))
+    )
     exp = float(sum(rec0.marginal(s)[1].sum() for s in subsets))
     assert exp == pytest.approx(r.expected_error, rel=1e-12)
-    np.testing.assert_allclose(answers(-100), r.answers, rtol=1e-12, atol=1e-9)  # the release is this
+    np.testing.assert_allclose(
+        answers(-100), r.answers, rtol=1e-12, atol=1e-9
+    )  # the release is this
     runs = 2000
     errs = np.array([np.sum((answers(k) - truth) ** 2) for k in range(runs)])
     se = errs.std(ddof=1) / math.sqrt(runs)
@@ -234,7 +275,11 @@ def test_budget_is_charged_before_noise_and_refusals_draw_nothing():
     bad[0, 2] = 9
     with pytest.raises(ValueError, match="attribute 2") as e:
         release_factored(bad, W, 0.5, strategy="residual", budget=budget, rng=rng)
-    assert rng.bit_generator.state == state and budget.spent == pytest.approx((0.0, 0.0)) and "300" not in str(e.value)
+    assert (
+        rng.bit_generator.state == state
+        and budget.spent == pytest.approx((0.0, 0.0))
+        and "300" not in str(e.value)
+    )
     order = []
     real_spend = budget.spend
 
@@ -282,7 +327,13 @@ def test_release_labels_with_and_without_a_domain():
     from matmech.io.domain import Domain, categories, integer_range
     from matmech.release import release_table
 
-    dom = Domain((categories("sex", ["F", "M"]), integer_range("age", 18, 41, width=8), categories("x", ["a", "b", "c"])))
+    dom = Domain(
+        (
+            categories("sex", ["F", "M"]),
+            integer_range("age", 18, 41, width=8),
+            categories("x", ["a", "b", "c"]),
+        )
+    )
     assert dom.sizes == (2, 3, 3)
     codes = np.column_stack([np.arange(60) % 2, np.arange(60) % 3, (np.arange(60) // 2) % 3])
     W = marginal_workload(dom.sizes, [(), (0, 1), (2,)])
@@ -294,13 +345,19 @@ def test_release_labels_with_and_without_a_domain():
     import json
 
     assert json.loads(rel.to_json(labels=labels))["queries"][1]["query"] == "sex=F, age 18-25"
-    assert release_labels(W) == W.labels() and release_labels(W, names=["s", "g", "y"])[1] == "s=0, g=0"
+    assert (
+        release_labels(W) == W.labels()
+        and release_labels(W, names=["s", "g", "y"])[1] == "s=0, g=0"
+    )
     # Kronecker terms: a prefix factor's rows are numbered, identity rows labelled, totals skipped
     K = Kron(Wl.prefix(2), Wl.total(3), Wl.identity(3))
     assert release_labels(K, dom)[:4] == ["sex#0, x=a", "sex#0, x=b", "sex#0, x=c", "sex#1, x=a"]
     # and a stack of marginals built with matmech.workloads gives the same labels as the subsets
     M = Wl.marginals(dom.sizes, 2)
-    assert release_labels(M) == marginal_workload(dom.sizes, list(itertools.combinations(range(3), 2))).labels()
+    assert (
+        release_labels(M)
+        == marginal_workload(dom.sizes, list(itertools.combinations(range(3), 2))).labels()
+    )
     with pytest.raises(ValueError, match="attribute sizes"):
         release_labels(marginal_workload((2, 3, 4), [(0,)]), dom)
     with pytest.raises(TypeError, match="Domain"):

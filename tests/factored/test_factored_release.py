@@ -32,8 +32,12 @@ class _Engine:
 
     def marginal_counts(self, subsets):
         self.calls.append(list(subsets))
-        return {s: _hist(self.codes[:, list(s)], tuple(self.domain[i] for i in s)).reshape([self.domain[i] for i in s])
-                for s in subsets}
+        return {
+            s: _hist(self.codes[:, list(s)], tuple(self.domain[i] for i in s)).reshape(
+                [self.domain[i] for i in s]
+            )
+            for s in subsets
+        }
 
 
 def test_tables_from_codes_engine_and_mapping_agree_with_the_histogram():
@@ -75,11 +79,21 @@ def _census_like():
     (the fourth attribute is a total everywhere)."""
     rng = np.random.default_rng(4)
     D = Dense(rng.integers(0, 2, size=(4, 3)).astype(float))
-    W = VStack([Kron(D, Wl.total(4), Wl.prefix(2), Wl.total(5)),
-                Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.total(5)),
-                Kron(Wl.identity(3), Wl.prefix(4), Wl.total(2), Wl.total(5))], weights=[1.0, 2.0, 1.0])
-    A = VStack([Kron(S.identity(3), S.hierarchical(4), S.identity(2), Wl.total(5)),
-                Kron(Wl.total(3), Wl.total(4), Wl.identity(2), Wl.total(5))], weights=[0.75, 0.5])
+    W = VStack(
+        [
+            Kron(D, Wl.total(4), Wl.prefix(2), Wl.total(5)),
+            Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.total(5)),
+            Kron(Wl.identity(3), Wl.prefix(4), Wl.total(2), Wl.total(5)),
+        ],
+        weights=[1.0, 2.0, 1.0],
+    )
+    A = VStack(
+        [
+            Kron(S.identity(3), S.hierarchical(4), S.identity(2), Wl.total(5)),
+            Kron(Wl.total(3), Wl.total(4), Wl.identity(2), Wl.total(5)),
+        ],
+        weights=[0.75, 0.5],
+    )
     return W, A
 
 
@@ -90,7 +104,11 @@ def _cases():
     pxi_w = Kron(Wl.prefix(3), Wl.identity(4), Wl.total(2), Wl.total(5))
     pxi_a = Kron(real, S.identity(4), Wl.total(2), Wl.total(5))
     census_w, census_a = _census_like()
-    return {"marginals": (marg, marg), "prefix x identity": (pxi_w, pxi_a), "census union": (census_w, census_a)}
+    return {
+        "marginals": (marg, marg),
+        "prefix x identity": (pxi_w, pxi_a),
+        "census union": (census_w, census_a),
+    }
 
 
 @pytest.mark.parametrize("case", ["marginals", "prefix x identity", "census union"])
@@ -99,14 +117,18 @@ def test_kron_path_equals_the_explicit_release(case, delta):
     W, A = _cases()[case]
     codes = _codes(DOM, 2000, seed=3)
     x = _hist(codes, DOM)
-    path, *_ , U = plan_path(W, 1.0, delta, strategy=A)
+    path, *_, U = plan_path(W, 1.0, delta, strategy=A)
     assert path == "kron" and len(U) < len(DOM)  # solved on a proper marginal
     ex = mm.release(x, W, 1.0, delta, strategy=A, rng=np.random.default_rng(11))
     fa = release_factored(codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(11))
-    np.testing.assert_allclose(fa.answers, ex.answers, rtol=0, atol=1e-9 * max(1.0, np.abs(ex.answers).max()))
+    np.testing.assert_allclose(
+        fa.answers, ex.answers, rtol=0, atol=1e-9 * max(1.0, np.abs(ex.answers).max())
+    )
     np.testing.assert_allclose(fa.std, ex.std, rtol=1e-9)
     assert fa.expected_error == pytest.approx(ex.expected_error, rel=1e-9)
-    assert fa.measurement.noise == ex.measurement.noise and fa.measurement.grid == ex.measurement.grid
+    assert (
+        fa.measurement.noise == ex.measurement.noise and fa.measurement.grid == ex.measurement.grid
+    )
     assert fa.measurement.sensitivity == pytest.approx(ex.measurement.sensitivity, rel=1e-12)
 
 
@@ -125,6 +147,7 @@ def _dense_residual_check(domain, subsets, rel, codes):
 
     fmeasure_spy = pytest.MonkeyPatch()
     import matmech.factored.release as frel
+
     fmeasure_spy.setattr(frel, "measure_residuals", spy)
     try:
         r = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(5))
@@ -156,8 +179,10 @@ def _dense_residual_check(domain, subsets, rel, codes):
     return r
 
 
-@pytest.mark.parametrize("domain,subsets", [((3, 4, 2, 5), [(0, 1), (1, 2), (3,), (0, 2, 3)]),
-                                            ((2, 1, 6), [(0, 1, 2), (2,)])])
+@pytest.mark.parametrize(
+    "domain,subsets",
+    [((3, 4, 2, 5), [(0, 1), (1, 2), (3,), (0, 2, 3)]), ((2, 1, 6), [(0, 1, 2), (2,)])],
+)
 def test_residual_release_equals_dense_gls_on_the_measured_integers(domain, subsets):
     _dense_residual_check(domain, subsets, 1e-8, _codes(domain, 3000, seed=2))
 
@@ -185,8 +210,12 @@ def test_monte_carlo_residual_gaussian():
     W = Wl.marginals(domain, 2)
     truth = W.matvec(_hist(codes, domain))
     exp = release_factored(codes, W, 1.0, 1e-5, rng=np.random.default_rng(0)).expected_error
-    _monte_carlo(lambda k: release_factored(codes, W, 1.0, 1e-5, rng=np.random.default_rng(100 + k)).answers,
-                 truth, exp, 300)
+    _monte_carlo(
+        lambda k: release_factored(codes, W, 1.0, 1e-5, rng=np.random.default_rng(100 + k)).answers,
+        truth,
+        exp,
+        300,
+    )
 
 
 @pytest.mark.parametrize("delta", [0.0, 1e-5])
@@ -194,9 +223,19 @@ def test_monte_carlo_kron_path(delta):
     W, A = _cases()["prefix x identity"]
     codes = _codes(DOM, 400)
     truth = W.matvec(_hist(codes, DOM))
-    exp = release_factored(codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(0)).expected_error
-    _monte_carlo(lambda k: release_factored(codes, W, 1.0, delta, strategy=A,
-                                            rng=np.random.default_rng(200 + k)).answers, truth, exp, 300)
+    exp = release_factored(
+        codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(0)
+    ).expected_error
+    _monte_carlo(
+        lambda k: (
+            release_factored(
+                codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(200 + k)
+            ).answers
+        ),
+        truth,
+        exp,
+        300,
+    )
 
 
 # -- budget order -----------------------------------------------------------------------------
@@ -242,7 +281,9 @@ def test_overspending_is_refused_and_draws_nothing(delta):
 def test_too_many_records_for_the_declared_bound_is_refused_without_the_count():
     codes = _codes(DOM, 300)
     with pytest.raises(ValueError, match="max_records") as e:
-        release_factored(codes, Wl.marginals(DOM, 1), 1.0, 1e-6, max_records=100, rng=np.random.default_rng(0))
+        release_factored(
+            codes, Wl.marginals(DOM, 1), 1.0, 1e-6, max_records=100, rng=np.random.default_rng(0)
+        )
     assert "300" not in str(e.value)
 
 
@@ -254,8 +295,15 @@ def test_paths_and_refusals():
     # small too: the route follows from W and the strategy, never from a cell count (issue 22)
     assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0)[0] == "residual"
     assert plan_path(Wl.marginals(DOM, 2), 1.0, 0.0, strategy="residual")[0] == "residual"
-    prefix = Kron(*[Wl.prefix(10) if i == 0 else Wl.identity(10) if i < 8 else Wl.total(10) for i in range(12)])
-    assert plan_path(prefix, 1.0, 0.0)[0] == "gmarginal"  # a generalised marginal strategy, factored GLS
+    prefix = Kron(
+        *[
+            Wl.prefix(10) if i == 0 else Wl.identity(10) if i < 8 else Wl.total(10)
+            for i in range(12)
+        ]
+    )
+    assert (
+        plan_path(prefix, 1.0, 0.0)[0] == "gmarginal"
+    )  # a generalised marginal strategy, factored GLS
     with pytest.raises(ValueError, match="union of marginals"):
         plan_path(prefix, 1.0, 0.0, strategy="residual")
     with pytest.raises(ValueError, match="not a Kronecker"):
@@ -265,8 +313,10 @@ def test_paths_and_refusals():
 def test_marginal_workload_for_any_domain_matches_the_stack_of_marginals():
     subsets = [(0, 2), (1,), ()]
     M = marginal_workload(DOM, subsets, weights=[1.0, 2.0, 0.5])
-    ref = VStack([Wl.marginals(DOM, attrs=[s]) if s else Kron(*[Wl.total(n) for n in DOM]) for s in subsets],
-                 weights=[1.0, 2.0, 0.5])
+    ref = VStack(
+        [Wl.marginals(DOM, attrs=[s]) if s else Kron(*[Wl.total(n) for n in DOM]) for s in subsets],
+        weights=[1.0, 2.0, 0.5],
+    )
     np.testing.assert_array_equal(M.dense(), ref.dense())
     codes = _codes(DOM, 500)
     a = release_factored(codes, M, 1.0, 1e-6, rng=np.random.default_rng(3))
@@ -294,7 +344,9 @@ def test_answers_that_cannot_fit_are_refused_before_planning_reading_or_spending
         def marginal_counts(self, subsets):
             raise AssertionError("data read")
 
-    with pytest.raises(ValueError, match=r"4,060,000 answers: with their std 0\.1 GiB alone \(> max_memory"):
+    with pytest.raises(
+        ValueError, match=r"4,060,000 answers: with their std 0\.1 GiB alone \(> max_memory"
+    ):
         release_factored(NoData(), W, 1.0, 1e-6, budget=budget, max_memory=16 * 4_060_000 - 1)
     assert budget.remaining == (1.0, 1e-6)
     monkeypatch.undo()

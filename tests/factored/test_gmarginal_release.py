@@ -33,16 +33,31 @@ from factored_data import hist as _hist
 def _prefix_identity():
     """Prefix × identity products (2-way, as adult_W2) and a total, with a hand-made strategy:
     p-Identity factors on the prefix attributes, two of them together in some subsets."""
-    W = VStack([Kron(Wl.prefix(3), Wl.identity(4), Wl.total(2), Wl.total(5)),
-                Kron(Wl.prefix(3), Wl.total(4), Wl.total(2), Wl.prefix(5)),
-                Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.total(5)),
-                Kron(Wl.total(3), Wl.total(4), Wl.total(2), Wl.total(5))], weights=[1.0, 2.0, 0.5, 1.0])
+    W = VStack(
+        [
+            Kron(Wl.prefix(3), Wl.identity(4), Wl.total(2), Wl.total(5)),
+            Kron(Wl.prefix(3), Wl.total(4), Wl.total(2), Wl.prefix(5)),
+            Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.total(5)),
+            Kron(Wl.total(3), Wl.total(4), Wl.total(2), Wl.total(5)),
+        ],
+        weights=[1.0, 2.0, 0.5, 1.0],
+    )
     rng = np.random.default_rng(7)
     theta = np.zeros(16)
-    for m, t in [(0b0011, 0.5), (0b1001, 0.8), (0b0110, 0.3), (0b1011, 0.2), (0b0001, 0.1), (0, 0.05)]:
+    for m, t in [
+        (0b0011, 0.5),
+        (0b1001, 0.8),
+        (0b0110, 0.3),
+        (0b1011, 0.2),
+        (0b0001, 0.1),
+        (0, 0.05),
+    ]:
         theta[m] = t
-    A = GeneralMarginalStrategy(DOM, theta, [PIdentity(rng.uniform(0, 1, (2, 3))), None, None,
-                                             PIdentity(rng.uniform(0, 1, (2, 5)))])
+    A = GeneralMarginalStrategy(
+        DOM,
+        theta,
+        [PIdentity(rng.uniform(0, 1, (2, 3))), None, None, PIdentity(rng.uniform(0, 1, (2, 5)))],
+    )
     return W, A
 
 
@@ -52,15 +67,23 @@ def _census_union():
     rng = np.random.default_rng(4)
     D = Dense(rng.integers(0, 2, size=(4, 3)).astype(float))
     IT = Wl.stack(Wl.identity(4), Wl.total(4))
-    W = VStack([Kron(D, IT, Wl.prefix(2), Wl.total(5)),
-                Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.prefix(5)),
-                Kron(Wl.identity(3), Wl.prefix(4), Wl.total(2), Wl.total(5))], weights=[1.0, 2.0, 1.0])
+    W = VStack(
+        [
+            Kron(D, IT, Wl.prefix(2), Wl.total(5)),
+            Kron(Wl.total(3), Wl.identity(4), Wl.identity(2), Wl.prefix(5)),
+            Kron(Wl.identity(3), Wl.prefix(4), Wl.total(2), Wl.total(5)),
+        ],
+        weights=[1.0, 2.0, 1.0],
+    )
     A = mm.optimize(W, 1.0, method="gmarginals").strategy
     assert isinstance(A, GeneralMarginalStrategy)
     # its lattice weights with real-valued p-Identity factors on attributes 0 and 1 (measured
     # together), so that the grid rounding is exercised
-    return W, GeneralMarginalStrategy(DOM, A.theta, [PIdentity(rng.uniform(0, 1, (2, 3))),
-                                                     PIdentity(rng.uniform(0, 1, (3, 4))), None, None])
+    return W, GeneralMarginalStrategy(
+        DOM,
+        A.theta,
+        [PIdentity(rng.uniform(0, 1, (2, 3))), PIdentity(rng.uniform(0, 1, (3, 4))), None, None],
+    )
 
 
 CASES = {"prefix x identity": _prefix_identity, "census union": _census_union}
@@ -118,7 +141,9 @@ def test_release_equals_dense_gls_on_the_measured_y_and_is_exact(case, delta, mo
         return seen["m"]
 
     monkeypatch.setattr(grel, "measure_gmarginal", spy)
-    rel = release_factored(codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(11), max_cells=1)
+    rel = release_factored(
+        codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(11), max_cells=1
+    )
     m = seen["m"]
     plan = m.plan
     assert rel.strategy_name == "gmarginals" and "generalised least squares" in rel.strategy_note
@@ -143,13 +168,20 @@ def test_sensitivity_and_privacy_loss_match_the_dense_strategy(case, delta):
     blocks = _dense_blocks(plan)
     if delta == 0:
         # every cell: Σ_S ‖column of block S‖₁ / b_S, exact rationals, at most ε (factor 2)
-        worst = max(sum(Fraction(float(np.abs(b[:, c]).sum())) / (Fraction(float(u)) * Fraction(float(h)))
-                        for b, u, h in zip(blocks, plan.units, plan.lattice)) for c in range(math.prod(DOM)))
+        worst = max(
+            sum(
+                Fraction(float(np.abs(b[:, c]).sum())) / (Fraction(float(u)) * Fraction(float(h)))
+                for b, u, h in zip(blocks, plan.units, plan.lattice)
+            )
+            for c in range(math.prod(DOM))
+        )
         assert 2 * worst <= Fraction(0.7) and 2 * worst > Fraction(0.7) * Fraction(99, 100)
         dense = sum(t * np.abs(b).sum(axis=0) for t, b in zip(plan.theta, blocks)).max()
         assert plan.sensitivity == pytest.approx(2 * dense, rel=1e-8)
     else:
-        dense = math.sqrt(sum(t * t * (b * b).sum(axis=0) for t, b in zip(plan.theta, blocks)).max())
+        dense = math.sqrt(
+            sum(t * t * (b * b).sum(axis=0) for t, b in zip(plan.theta, blocks)).max()
+        )
         assert plan.sensitivity == pytest.approx(2 * dense, rel=1e-8)
         sigma1 = mm.privacy.calibration.gaussian_sigma(0.7, delta, plan.sensitivity)
         # every block's σ (units × lattice) is at least σ₁/θ_S: ρ <= Δ₂²/(2σ₁²)
@@ -172,7 +204,9 @@ def test_monte_carlo_error_matches_the_analytic_variances(delta):
     solver = GMarginalSolver(plan.gls_strategy(), plan.subsets)
     wt = as_terms(W)
     expected = float(solver.variances(wt).sum())
-    rel = release_factored(codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(0), max_cells=1)
+    rel = release_factored(
+        codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(0), max_cells=1
+    )
     assert rel.expected_error == pytest.approx(expected, rel=1e-12)
 
     def run(k):
@@ -194,7 +228,9 @@ def test_budget_is_charged_once_before_the_first_noise_draw(monkeypatch):
         return real(scale, size, rng=rng)
 
     monkeypatch.setattr(noise, "discrete_laplace", spy)
-    rel = release_factored(codes, W, 1.0, strategy=A, budget=budget, rng=np.random.default_rng(0), max_cells=1)
+    rel = release_factored(
+        codes, W, 1.0, strategy=A, budget=budget, rng=np.random.default_rng(0), max_cells=1
+    )
     assert len(seen) >= 2 and all(s == pytest.approx((1.0, 0.0)) for s in seen)
     assert len(budget.ledger) == 1 and rel.budget_remaining == pytest.approx((1.0, 0.0))
 
@@ -210,7 +246,9 @@ def test_refusals_draw_nothing_spend_nothing_and_carry_no_counts(delta):
     with pytest.raises(mm.BudgetExceededError):
         release_factored(codes, W, 0.5, delta, strategy=A, budget=budget, rng=rng, max_cells=1)
     with pytest.raises(ValueError, match="max_records") as e:
-        release_factored(codes, W, 0.2, delta, strategy=A, budget=budget, rng=rng, max_cells=1, max_records=100)
+        release_factored(
+            codes, W, 0.2, delta, strategy=A, budget=budget, rng=rng, max_cells=1, max_records=100
+        )
     assert "357" not in str(e.value)
     bad = codes.copy()
     bad[5, 3] = 9
@@ -218,13 +256,17 @@ def test_refusals_draw_nothing_spend_nothing_and_carry_no_counts(delta):
         release_factored(bad, W, 0.2, delta, strategy=A, budget=budget, rng=rng, max_cells=1)
     assert "9" not in str(e.value)
     with pytest.raises(ValueError, match="GiB"):
-        release_factored(codes, W, 0.2, delta, strategy=A, budget=budget, rng=rng, max_cells=1, max_memory=1000)
+        release_factored(
+            codes, W, 0.2, delta, strategy=A, budget=budget, rng=rng, max_cells=1, max_memory=1000
+        )
     assert rng.bit_generator.state == state and budget.spent == pytest.approx((0.7, 0.0))
 
 
 def test_a_workload_outside_the_row_space_is_refused_before_the_data_is_read():
     _, A = _prefix_identity()
-    W = Kron(Wl.identity(3), Wl.identity(4), Wl.identity(2), Wl.identity(5))  # the 4-way class is not measured
+    W = Kron(
+        Wl.identity(3), Wl.identity(4), Wl.identity(2), Wl.identity(5)
+    )  # the 4-way class is not measured
 
     class Source:
         called = False
@@ -240,12 +282,16 @@ def test_a_workload_outside_the_row_space_is_refused_before_the_data_is_read():
 
 def test_paths():
     W, A = _prefix_identity()
-    assert plan_path(W, 1.0, 0.0, strategy=A)[0] == "kron"  # small: the explicit solve on the support
+    assert (
+        plan_path(W, 1.0, 0.0, strategy=A)[0] == "kron"
+    )  # small: the explicit solve on the support
     path, wt, at, U = plan_path(W, 1.0, 0.0, strategy=A, max_cells=10)
     assert path == "gmarginal" and at is A and U == (0, 1, 2, 3)
     assert plan_path(W, 1.0, 1e-6, max_cells=10)[0] == "gmarginal"  # auto: optimised
     assert plan_path(W, 1.0, 0.0, strategy="gmarginals")[0] == "gmarginal"
-    big = Kron(*[Wl.prefix(2) if i == 0 else Wl.identity(2) if i < 3 else Wl.total(2) for i in range(17)])
+    big = Kron(
+        *[Wl.prefix(2) if i == 0 else Wl.identity(2) if i < 3 else Wl.total(2) for i in range(17)]
+    )
     with pytest.raises(ValueError, match="residual path"):  # beyond the optimiser's 16 attributes
         plan_path(big, 1.0, 0.0, max_cells=4)
 
@@ -257,7 +303,9 @@ def test_auto_optimises_and_releases():
     assert rel.strategy_name == "gmarginals" and "optimised" in rel.strategy_note
     assert isinstance(rel.strategy, GeneralMarginalStrategy) and rel.answers.shape == (W.shape[0],)
     truth = W.matvec(_hist(codes, DOM))
-    assert np.sqrt(np.mean((rel.answers - truth) ** 2)) < 10 * np.sqrt(rel.expected_error / W.shape[0])
+    assert np.sqrt(np.mean((rel.answers - truth) ** 2)) < 10 * np.sqrt(
+        rel.expected_error / W.shape[0]
+    )
 
 
 def test_a_domain_of_a_trillion_cells_is_released_from_small_tables():
@@ -268,22 +316,40 @@ def test_a_domain_of_a_trillion_cells_is_released_from_small_tables():
     theta = np.zeros(1 << 12)
     for a, b in itertools.combinations(range(8), 2):  # support 10⁸ cells: beyond the Kronecker path
         theta[(1 << a) | (1 << b)] = rng.uniform(0.5, 1.0)
-    A = GeneralMarginalStrategy(dom, theta, [PIdentity(rng.uniform(0, 1, (3, 10))),
-                                             PIdentity(rng.uniform(0, 1, (3, 10)))] + [None] * 10)
+    A = GeneralMarginalStrategy(
+        dom,
+        theta,
+        [PIdentity(rng.uniform(0, 1, (3, 10))), PIdentity(rng.uniform(0, 1, (3, 10)))]
+        + [None] * 10,
+    )
 
     def term(a, fa, b, fb):
         return Kron(*[fa if i == a else fb if i == b else Wl.total(10) for i in range(12)])
 
-    W = VStack([term(0, Wl.prefix(10), 1, Wl.prefix(10)), term(0, Wl.prefix(10), 2, Wl.identity(10)),
-                term(2, Wl.identity(10), 3, Wl.identity(10)), term(6, Wl.prefix(10), 7, Wl.identity(10))],
-               weights=[1.0, 1.0, 2.0, 1.0])
+    W = VStack(
+        [
+            term(0, Wl.prefix(10), 1, Wl.prefix(10)),
+            term(0, Wl.prefix(10), 2, Wl.identity(10)),
+            term(2, Wl.identity(10), 3, Wl.identity(10)),
+            term(6, Wl.prefix(10), 7, Wl.identity(10)),
+        ],
+        weights=[1.0, 1.0, 2.0, 1.0],
+    )
     codes = _codes(dom, 3000, seed=5)
     assert plan_path(W, 1.0, 0.0, strategy=A)[0] == "gmarginal"
     for delta in (0.0, 1e-6):
         rel = release_factored(codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(1))
         tabs = marginal_tables(codes, dom, [(0, 1), (0, 2), (2, 3), (6, 7)])
         P = np.tril(np.ones((10, 10)))
-        truth = np.concatenate([(P @ tabs[(0, 1)] @ P.T).reshape(-1), (P @ tabs[(0, 2)]).reshape(-1),
-                                2.0 * tabs[(2, 3)].reshape(-1), (P @ tabs[(6, 7)]).reshape(-1)])
+        truth = np.concatenate(
+            [
+                (P @ tabs[(0, 1)] @ P.T).reshape(-1),
+                (P @ tabs[(0, 2)]).reshape(-1),
+                2.0 * tabs[(2, 3)].reshape(-1),
+                (P @ tabs[(6, 7)]).reshape(-1),
+            ]
+        )
         z2 = ((rel.answers - truth) / rel.std) ** 2
-        assert abs(z2.mean() - 1.0) <= 4 * z2.std(ddof=1) / math.sqrt(z2.size) + 0.05  # correlated answers: slack
+        assert (
+            abs(z2.mean() - 1.0) <= 4 * z2.std(ddof=1) / math.sqrt(z2.size) + 0.05
+        )  # correlated answers: slack

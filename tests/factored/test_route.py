@@ -34,17 +34,26 @@ def _records(domain, n, seed):
 
 
 def _hist(codes, domain):
-    return np.bincount(np.ravel_multi_index(codes.T, domain), minlength=int(np.prod(domain))).astype(np.int64)
+    return np.bincount(
+        np.ravel_multi_index(codes.T, domain), minlength=int(np.prod(domain))
+    ).astype(np.int64)
 
 
-@pytest.mark.parametrize("W, strategy, route", [
-    (wl.marginals((2, 2), 1), "auto", "tables"),  # a tiny domain: no cell count decides
-    (wl.marginals(DOM, 2), "auto", "tables"),
-    (wl.marginals(DOM, 3), "residual", "tables"),
-    (wl.marginals(DOM, 2), "identity", "histogram"),  # a named strategy is measured on the histogram
-    (wl.identity(16), "auto", "histogram"),  # one attribute: the histogram is the table
-    (wl.kron(wl.prefix(4), wl.identity(3)), "auto", "histogram"),  # not a union of marginals
-])
+@pytest.mark.parametrize(
+    "W, strategy, route",
+    [
+        (wl.marginals((2, 2), 1), "auto", "tables"),  # a tiny domain: no cell count decides
+        (wl.marginals(DOM, 2), "auto", "tables"),
+        (wl.marginals(DOM, 3), "residual", "tables"),
+        (
+            wl.marginals(DOM, 2),
+            "identity",
+            "histogram",
+        ),  # a named strategy is measured on the histogram
+        (wl.identity(16), "auto", "histogram"),  # one attribute: the histogram is the table
+        (wl.kron(wl.prefix(4), wl.identity(3)), "auto", "histogram"),  # not a union of marginals
+    ],
+)
 def test_the_route_rule(W, strategy, route):
     assert release_route(W, strategy).name == route
     if W.shape[1] > 16:  # the factored path follows the same rule
@@ -66,8 +75,12 @@ def test_every_data_form_takes_the_same_mechanism(delta):
     domain = Domain(tuple(integer_range(f"a{i}", 0, d - 1) for i, d in enumerate(DOM)))
     frame = pd.DataFrame(codes, columns=[f"a{i}" for i in range(len(DOM))])
     forms = [x, codes, {tuple(range(len(DOM))): x.reshape(DOM)}, frame]
-    out = [mm.release(f, W, 1.0, delta, rng=np.random.default_rng(7), domain=domain if f is frame else None)
-           for f in forms]
+    out = [
+        mm.release(
+            f, W, 1.0, delta, rng=np.random.default_rng(7), domain=domain if f is frame else None
+        )
+        for f in forms
+    ]
     for r in out[1:]:
         np.testing.assert_array_equal(r.answers, out[0].answers)
         np.testing.assert_array_equal(r.std, out[0].std)
@@ -88,7 +101,9 @@ def test_selection_takes_the_tables_route_from_a_histogram():
     codes = _records(DOM, 800, 5)
     budget = mm.PrivacyBudget(2.0)
     sel = {"method": "em", "c": 3, "eps": 0.2}
-    a = mm.release(_hist(codes, DOM), W, 1.0, select=sel, budget=budget, rng=np.random.default_rng(2))
+    a = mm.release(
+        _hist(codes, DOM), W, 1.0, select=sel, budget=budget, rng=np.random.default_rng(2)
+    )
     b = mm.release(codes, W, 1.0, select=sel, rng=np.random.default_rng(2))
     np.testing.assert_array_equal(a.selected, b.selected)
     np.testing.assert_array_equal(a.answers, b.answers)
@@ -110,7 +125,9 @@ def test_pure_eps_table_search_is_as_good_as_the_explicit_optimum():
     assert auto.expected_error <= explicit * 1.05  # discrete noise and the two optimisers' starts
 
 
-@pytest.mark.parametrize("eps, delta, neighbors", [(1.0, 0.0, "add_remove"), (0.5, 1e-6, "substitute")])
+@pytest.mark.parametrize(
+    "eps, delta, neighbors", [(1.0, 0.0, "add_remove"), (0.5, 1e-6, "substitute")]
+)
 def test_residual_error_is_the_release_figure(eps, delta, neighbors):
     """The data-free figure matmech advise prints for the tables route is the release's
     expected error: exactly under pure ε; under (ε, δ) below it by the rounding of the

@@ -33,7 +33,9 @@ def test_maximal_subsets_of_a_lattice_and_the_empty_subset():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sets(st.integers(0, 4), max_size=5), min_size=1, max_size=10), st.integers(0, 2**31))
+@given(
+    st.lists(st.sets(st.integers(0, 4), max_size=5), min_size=1, max_size=10), st.integers(0, 2**31)
+)
 def test_marginal_tables_down_the_lattice_equal_direct_counts(subsets, seed):
     # subsets need not be closed downwards: (0, 1, 2) and (0,) without (0, 1) take the
     # fallback through the counted superset; the others are summed one axis at a time
@@ -71,7 +73,9 @@ def test_a_table_keyed_in_non_sorted_order_is_transposed_not_reshaped():
     # a three-way table in a rotated order, and a flat one read row-major in key order
     t120 = np.transpose(x, (1, 2, 0))
     assert np.array_equal(marginal_tables({(1, 2, 0): t120}, _DOM, [(0, 1, 2)])[(0, 1, 2)], x)
-    assert np.array_equal(marginal_tables({(1, 2, 0): t120.ravel()}, _DOM, [(0, 1, 2)])[(0, 1, 2)], x)
+    assert np.array_equal(
+        marginal_tables({(1, 2, 0): t120.ravel()}, _DOM, [(0, 1, 2)])[(0, 1, 2)], x
+    )
 
 
 def test_a_table_in_the_wrong_orientation_is_refused_not_reshaped():
@@ -87,7 +91,9 @@ def test_inconsistent_tables_are_refused_naming_only_the_subsets():
     y = x.copy()
     y[0, 0, 0] += 1  # another dataset: one record more
     tables = {(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)}
-    with pytest.raises(ValueError, match=r"\(0, 1\) and \(1, 2\) disagree on attributes \(1,\)") as exc:
+    with pytest.raises(
+        ValueError, match=r"\(0, 1\) and \(1, 2\) disagree on attributes \(1,\)"
+    ) as exc:
         marginal_tables(tables, _DOM, [(0, 1), (1, 2)])
     for count in {str(int(v)) for v in np.concatenate([x.ravel(), y.ravel()]) if v > 9}:
         assert count not in str(exc.value)
@@ -125,8 +131,14 @@ def test_inconsistent_tables_spend_nothing():
     W = marginals(_DOM, attrs=[(0, 1), (1, 2)])
     budget = PrivacyBudget(1.0, 1e-6)
     with pytest.raises(ValueError, match="disagree"):
-        mm.release({(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)}, W, 0.5, 1e-7, budget=budget,
-                   rng=np.random.default_rng(1))
+        mm.release(
+            {(0, 1): x.sum(axis=2), (1, 2): y.sum(axis=0)},
+            W,
+            0.5,
+            1e-7,
+            budget=budget,
+            rng=np.random.default_rng(1),
+        )
     assert budget.spent == (0.0, 0.0)
 
 
@@ -136,7 +148,9 @@ def test_tables_sharing_a_prefix_with_last_attributes_of_different_sizes_equal_t
     domain = (3, 1, 4, 2, 5, 3)
     rng = np.random.default_rng(11)
     codes = np.column_stack([rng.integers(0, n, size=500) for n in domain]).astype(np.int32)
-    x = np.bincount(np.ravel_multi_index(codes.T, domain), minlength=int(np.prod(domain))).reshape(domain)
+    x = np.bincount(np.ravel_multi_index(codes.T, domain), minlength=int(np.prod(domain))).reshape(
+        domain
+    )
     subsets = [s for k in range(4) for s in itertools.combinations(range(len(domain)), k)]
     got = marginal_tables(codes, domain, subsets)
     for s in subsets:

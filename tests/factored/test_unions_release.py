@@ -16,7 +16,11 @@ from matmech import workloads as Wl
 from matmech.factored.release import plan_path, release_factored
 from matmech.linalg.linop import Kron, VStack
 from matmech.optimizers.marginals import GeneralMarginalStrategy
-from matmech.optimizers.unions import ResidualProductStrategy, plan_residual_products, refine_general_l2
+from matmech.optimizers.unions import (
+    ResidualProductStrategy,
+    plan_residual_products,
+    refine_general_l2,
+)
 from matmech.privacy.budget import PrivacyBudget
 
 from factored_data import DOM
@@ -32,7 +36,12 @@ def _workload():
             return Wl.total(DOM[i])
         return Wl.prefix(DOM[i]) if i in (0, 3) else Wl.identity(DOM[i])
 
-    return VStack([Kron(*[fac(i, i in S) for i in range(len(DOM))]) for S in itertools.combinations(range(len(DOM)), 2)])
+    return VStack(
+        [
+            Kron(*[fac(i, i in S) for i in range(len(DOM))])
+            for S in itertools.combinations(range(len(DOM)), 2)
+        ]
+    )
 
 
 def _dense_gls(rel, W):
@@ -48,23 +57,30 @@ def _dense_gls(rel, W):
 @pytest.fixture(scope="module")
 def plans():
     W = _workload()
-    return W, {"residual products": plan_residual_products(W).strategy,
-               "residual products, max": plan_residual_products(W, objective="max").strategy,
-               "general marginals": refine_general_l2(W, maxiter=40).strategy}
+    return W, {
+        "residual products": plan_residual_products(W).strategy,
+        "residual products, max": plan_residual_products(W, objective="max").strategy,
+        "general marginals": refine_general_l2(W, maxiter=40).strategy,
+    }
 
 
-@pytest.mark.parametrize("name, max_cells, path", [
-    ("residual products", 1 << 22, "kron"),
-    ("residual products, max", 1 << 22, "kron"),
-    ("general marginals", 1 << 22, "kron"),
-    ("general marginals", 10, "gmarginal"),
-])
+@pytest.mark.parametrize(
+    "name, max_cells, path",
+    [
+        ("residual products", 1 << 22, "kron"),
+        ("residual products, max", 1 << 22, "kron"),
+        ("general marginals", 1 << 22, "kron"),
+        ("general marginals", 10, "gmarginal"),
+    ],
+)
 def test_release_equals_dense_gls_of_its_records(plans, name, max_cells, path):
     W, strategies = plans
     A = strategies[name]
     assert plan_path(W, 1.0, 1e-6, strategy=A, max_cells=max_cells)[0] == path
     codes = _codes(DOM, 400, seed=3)
-    rel = release_factored(codes, W, 1.0, 1e-6, strategy=A, max_cells=max_cells, rng=np.random.default_rng(5))
+    rel = release_factored(
+        codes, W, 1.0, 1e-6, strategy=A, max_cells=max_cells, rng=np.random.default_rng(5)
+    )
     want, want_var = _dense_gls(rel, W)
     assert rel.answers.shape == (W.shape[0],)
     np.testing.assert_allclose(rel.answers, want, rtol=1e-9, atol=1e-8)
@@ -80,7 +96,17 @@ def test_residual_products_beyond_the_kron_path_are_refused_before_any_spend(pla
     assert isinstance(A, ResidualProductStrategy) and not isinstance(A, GeneralMarginalStrategy)
     budget = PrivacyBudget(1.0, 1e-6)
 
-    with pytest.raises(ValueError, match="ResidualProductStrategy.*not implemented.*nothing was spent"):
-        release_factored(_codes(DOM, 50), W, 1.0, 1e-6, strategy=A, max_cells=10, budget=budget,
-                         rng=np.random.default_rng(0))
+    with pytest.raises(
+        ValueError, match="ResidualProductStrategy.*not implemented.*nothing was spent"
+    ):
+        release_factored(
+            _codes(DOM, 50),
+            W,
+            1.0,
+            1e-6,
+            strategy=A,
+            max_cells=10,
+            budget=budget,
+            rng=np.random.default_rng(0),
+        )
     assert budget.remaining == (1.0, 1e-6)

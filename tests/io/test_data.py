@@ -46,7 +46,9 @@ def test_multidimensional_is_row_major_like_kron():
     assert np.array_equal(histogram(df, (3, 4, 2)), x)
     assert np.array_equal(histogram(df, {"a": 3, "b": 4, "c": 2}), x)
     # a mapping selects and orders columns
-    assert np.array_equal(histogram(df, {"c": 2, "a": 3}), histogram(np.column_stack([c, a]), (2, 3)))
+    assert np.array_equal(
+        histogram(df, {"c": 2, "a": 3}), histogram(np.column_stack([c, a]), (2, 3))
+    )
 
 
 def test_mixed_codes_and_edges():
@@ -65,14 +67,34 @@ def test_categorical_series_uses_codes():
 @pytest.mark.parametrize(
     "values, bins, exc, pattern",
     [
-        (np.array([0, 1, 5]), 5, ValueError, r"^a value in the values is outside the domain 0\.\.4$"),
+        (
+            np.array([0, 1, 5]),
+            5,
+            ValueError,
+            r"^a value in the values is outside the domain 0\.\.4$",
+        ),
         (np.array([0, -1]), 5, ValueError, r"^a value in the values is outside"),
         (np.array([0.0, np.nan]), 5, ValueError, r"^missing value \(NaN\) in the values$"),
         (np.array([0.0, np.inf]), 5, ValueError, r"^infinite value in the values$"),
-        (np.array([0.0, 1.5]), 5, ValueError, r"^non-integer value in the values: with 5 categories"),
-        (np.array(["0", "x"], dtype=object), 5, TypeError, r"^non-numeric value in the values; encode"),
+        (
+            np.array([0.0, 1.5]),
+            5,
+            ValueError,
+            r"^non-integer value in the values: with 5 categories",
+        ),
+        (
+            np.array(["0", "x"], dtype=object),
+            5,
+            TypeError,
+            r"^non-numeric value in the values; encode",
+        ),
         ([0, None], 5, ValueError, r"^missing value \(None\) in the values;"),
-        (np.array([1.0, 11.0]), [0, 5, 10], ValueError, r"^a value in the values is outside the bin edges \[0, 10\]$"),
+        (
+            np.array([1.0, 11.0]),
+            [0, 5, 10],
+            ValueError,
+            r"^a value in the values is outside the bin edges \[0, 10\]$",
+        ),
         (np.array([1, 2]), 0, ValueError, "positive"),
         (np.array([1, 2]), [3, 1], ValueError, "strictly increasing"),
         (np.array([1, 2]), "abc", TypeError, "categories"),
@@ -87,8 +109,10 @@ def test_bad_values_name_the_kind_of_defect_never_the_row_or_value(values, bins,
 def test_errors_name_the_column_never_a_pandas_label_row_or_value():
     # issue 21: the index labels and values are private; a message names the column and the defect
     df = pd.DataFrame({"age": [1, 2, 99], "zip": ["a", "secret", "c"]}, index=["p", "alice", "r"])
-    for frame, bins, exc, pattern in [(df[["age"]], (10,), ValueError, r"^a value in column 'age' is outside the domain 0\.\.9$"),
-                                      (df, {"age": 100, "zip": 10}, TypeError, r"^non-numeric value in column 'zip'; ")]:
+    for frame, bins, exc, pattern in [
+        (df[["age"]], (10,), ValueError, r"^a value in column 'age' is outside the domain 0\.\.9$"),
+        (df, {"age": 100, "zip": 10}, TypeError, r"^non-numeric value in column 'zip'; "),
+    ]:
         with pytest.raises(exc, match=pattern) as info:
             histogram(frame, bins)
         text = str(info.value)

@@ -26,8 +26,12 @@ def test_the_threshold_is_the_smallest_that_hides_a_single_record(eps, delta):
     for k in (tau - 1, tau - 2):
         if k >= 1:
             assert release_probability(k, t) == pytest.approx(_pmf_tail(k, t), rel=1e-9)
-    assert release_probability(tau - 1, t) <= delta  # a one-record value passes with probability <= δ
-    assert tau == 2 or release_probability(tau - 2, t) > delta  # and τ is the smallest such threshold
+    assert (
+        release_probability(tau - 1, t) <= delta
+    )  # a one-record value passes with probability <= δ
+    assert (
+        tau == 2 or release_probability(tau - 2, t) > delta
+    )  # and τ is the smallest such threshold
 
 
 def test_a_one_record_value_is_released_with_the_stated_probability():
@@ -43,7 +47,9 @@ def test_a_one_record_value_is_released_with_the_stated_probability():
 
 
 def test_common_values_are_found_sorted_and_rare_ones_hidden():
-    df = pd.DataFrame({"carrier": ["UA"] * 300 + [" AA "] * 200 + ["B6"] * 150 + ["ZZ"] + [None, "", "  "]})
+    df = pd.DataFrame(
+        {"carrier": ["UA"] * 300 + [" AA "] * 200 + ["B6"] * 150 + ["ZZ"] + [None, "", "  "]}
+    )
     got = discover_categories(df, "carrier", 1.0, 1e-6, rng=np.random.default_rng(1))
     assert got.values == ("AA", "B6", "UA")  # trimmed, sorted; the one-record value is not released
     assert got.attribute.categories == ("AA", "B6", "UA") and got.attribute.other == "other"
@@ -55,8 +61,13 @@ def test_a_csv_file_gives_the_same_candidates(tmp_path):
     path = tmp_path / "f.csv"
     path.write_text("dest,x\n" + "".join(f"{d},1\n" for d in ["IAH"] * 50 + ["MIA"] * 60 + ["BQN"]))
     a = discover_categories(str(path), "dest", 1.0, 1e-6, rng=np.random.default_rng(3))
-    b = discover_categories({"dest": ["IAH"] * 50 + ["MIA"] * 60 + ["BQN"]}, "dest", 1.0, 1e-6,
-                            rng=np.random.default_rng(3))
+    b = discover_categories(
+        {"dest": ["IAH"] * 50 + ["MIA"] * 60 + ["BQN"]},
+        "dest",
+        1.0,
+        1e-6,
+        rng=np.random.default_rng(3),
+    )
     assert a.values == b.values == ("IAH", "MIA")
     with pytest.raises(ValueError, match="no such column"):
         discover_categories(str(path), "origin", 1.0, 1e-6)
@@ -67,7 +78,11 @@ class _Spy(RandomSource):
 
     def __init__(self, budget):
         super().__init__()
-        self.inner, self.budget, self.spent_at_first_draw = check_rng(np.random.default_rng(0)), budget, None
+        self.inner, self.budget, self.spent_at_first_draw = (
+            check_rng(np.random.default_rng(0)),
+            budget,
+            None,
+        )
 
     def _generate(self, n):
         if self.spent_at_first_draw is None:

@@ -10,12 +10,14 @@ from matmech.io.specs import SpecError, parse_spec
 
 
 def people():
-    return Domain((
-        integer_range("age", 0, 99, width=10, policy="clip", missing="drop"),
-        categories("sex", ["F", "M"], other="other", policy="other"),
-        numeric_bins("income", edges=[0, 20000, 30000, 1e6], policy="clip", missing="drop"),
-        categories("state", ["CA", "NY", "TX"], policy="drop"),
-    ))
+    return Domain(
+        (
+            integer_range("age", 0, 99, width=10, policy="clip", missing="drop"),
+            categories("sex", ["F", "M"], other="other", policy="other"),
+            numeric_bins("income", edges=[0, 20000, 30000, 1e6], policy="clip", missing="drop"),
+            categories("state", ["CA", "NY", "TX"], policy="drop"),
+        )
+    )
 
 
 def test_sizes_and_row_major_cells_match_numpy():
@@ -40,19 +42,28 @@ def test_range_and_bins_sizes():
 def test_labels():
     d = people()
     age, sex, income, state = d.attributes
-    assert age.cell_label(1) == "age 10-19" and integer_range("age", 0, 99).cell_label(18) == "age=18"
+    assert (
+        age.cell_label(1) == "age 10-19" and integer_range("age", 0, 99).cell_label(18) == "age=18"
+    )
     assert integer_range("age", 0, 99).span_label(18, 24) == "age 18-24"
     assert age.span_label(1, 2) == "age 10-29"
-    assert income.cell_label(1) == "income [20k, 30k)" and income.span_label(0, 1) == "income [0, 30k)"
+    assert (
+        income.cell_label(1) == "income [20k, 30k)" and income.span_label(0, 1) == "income [0, 30k)"
+    )
     assert income.cell_label(2) == "income [30k, 1M)"
     assert sex.cell_label(0) == "sex=F" and sex.cell_label(2) == "sex=other"
     assert state.span_label(0, 1) == "state in {CA, NY}"
     assert numeric_bins("x", edges=[0, 0.5, 1.25]).cell_label(1) == "x [0.5, 1.25)"
     assert numeric_bins("w", edges=[0, 1500, 2500000]).cell_label(1) == "w [1.5k, 2.5M)"
-    assert integer_range("age", 0, 3, labels=["baby", "one", "two", "three"]).cell_label(2) == "age=two"
+    assert (
+        integer_range("age", 0, 3, labels=["baby", "one", "two", "three"]).cell_label(2)
+        == "age=two"
+    )
     # every marginal cell label, against an independent enumeration (itertools.product is row-major)
     labels = d.marginal_labels((1, 3))
-    expected = [f"sex={s}, state={t}" for s, t in itertools.product(["F", "M", "other"], ["CA", "NY", "TX"])]
+    expected = [
+        f"sex={s}, state={t}" for s, t in itertools.product(["F", "M", "other"], ["CA", "NY", "TX"])
+    ]
     assert labels == expected and "sex=F, state=CA" in labels
     assert d.marginal_labels(()) == ["total"]
     assert d.cell_label(0) == "age 0-9, sex=F, income [0, 20k), state=CA"
@@ -62,27 +73,34 @@ def test_labels():
         d.interval_label(0, 1)
 
 
-@pytest.mark.parametrize("make, exc, text", [
-    (lambda: integer_range("a", 5, 1), ValueError, "need lo <= hi"),
-    (lambda: integer_range("a", 0, 9, width=0), ValueError, "width must be a positive integer"),
-    (lambda: integer_range("a", 0.5, 9), TypeError, "lo must be an integer"),
-    (lambda: integer_range("a", 0, 9, policy="clamp"), ValueError, "policy must be one of"),
-    (lambda: integer_range("a", 0, 9, missing="clip"), ValueError, "missing must be one of"),
-    (lambda: integer_range("a", 0, 9, policy="other"), ValueError, "needs an other cell"),
-    (lambda: categories("s", ["F", "F"]), ValueError, "distinct"),
-    (lambda: categories("s", "FM"), TypeError, "list of strings"),
-    (lambda: categories("s", ["F"], policy="clip"), ValueError, "no ends to clip"),
-    (lambda: numeric_bins("x", edges=[0, 0]), ValueError, "strictly increasing"),
-    (lambda: numeric_bins("x", edges=[0, 1], width=1), ValueError, "exactly one of"),
-    (lambda: numeric_bins("x", width=1), ValueError, "width needs lo and hi"),
-    (lambda: numeric_bins("x", bins=[(0, 2), (1, 3)]), ValueError, "non-overlapping"),
-    (lambda: numeric_bins("x", bins=[(0, 1), (2, 3)], policy="clip"), ValueError, "contiguous"),
-    (lambda: numeric_bins("x", edges=[0, float("inf")]), TypeError, "finite"),
-    (lambda: integer_range("a", 0, 2, labels=["x"]), ValueError, "3 strings"),
-    (lambda: Domain((integer_range("a", 0, 1), integer_range("a", 0, 1))), ValueError, "distinct"),
-    (lambda: Domain(()), TypeError, "non-empty"),
-    (lambda: integer_range("a", 0, 2**40), ValueError, "at most"),
-])
+@pytest.mark.parametrize(
+    "make, exc, text",
+    [
+        (lambda: integer_range("a", 5, 1), ValueError, "need lo <= hi"),
+        (lambda: integer_range("a", 0, 9, width=0), ValueError, "width must be a positive integer"),
+        (lambda: integer_range("a", 0.5, 9), TypeError, "lo must be an integer"),
+        (lambda: integer_range("a", 0, 9, policy="clamp"), ValueError, "policy must be one of"),
+        (lambda: integer_range("a", 0, 9, missing="clip"), ValueError, "missing must be one of"),
+        (lambda: integer_range("a", 0, 9, policy="other"), ValueError, "needs an other cell"),
+        (lambda: categories("s", ["F", "F"]), ValueError, "distinct"),
+        (lambda: categories("s", "FM"), TypeError, "list of strings"),
+        (lambda: categories("s", ["F"], policy="clip"), ValueError, "no ends to clip"),
+        (lambda: numeric_bins("x", edges=[0, 0]), ValueError, "strictly increasing"),
+        (lambda: numeric_bins("x", edges=[0, 1], width=1), ValueError, "exactly one of"),
+        (lambda: numeric_bins("x", width=1), ValueError, "width needs lo and hi"),
+        (lambda: numeric_bins("x", bins=[(0, 2), (1, 3)]), ValueError, "non-overlapping"),
+        (lambda: numeric_bins("x", bins=[(0, 1), (2, 3)], policy="clip"), ValueError, "contiguous"),
+        (lambda: numeric_bins("x", edges=[0, float("inf")]), TypeError, "finite"),
+        (lambda: integer_range("a", 0, 2, labels=["x"]), ValueError, "3 strings"),
+        (
+            lambda: Domain((integer_range("a", 0, 1), integer_range("a", 0, 1))),
+            ValueError,
+            "distinct",
+        ),
+        (lambda: Domain(()), TypeError, "non-empty"),
+        (lambda: integer_range("a", 0, 2**40), ValueError, "at most"),
+    ],
+)
 def test_bad_declarations_are_refused(make, exc, text):
     with pytest.raises(exc, match=text.replace("(", r"\(")):
         make()
@@ -90,28 +108,62 @@ def test_bad_declarations_are_refused(make, exc, text):
 
 def test_spec_attribute_tables_round_trip_and_label_queries():
     d = people()
-    spec = parse_spec({"attributes": d.to_dicts(), "queries": [{"kind": "marginals", "attrs": [[1, 3], []]}]}, source="p.toml")
+    spec = parse_spec(
+        {"attributes": d.to_dicts(), "queries": [{"kind": "marginals", "attrs": [[1, 3], []]}]},
+        source="p.toml",
+    )
     assert spec.schema == d and spec.domain == d.sizes and spec.attributes == d.names
     assert spec.labels == (*d.marginal_labels((1, 3)), "total")
-    spec = parse_spec({"attributes": [{"name": "age", "range": [0, 99], "policy": "clip", "missing": "drop"}],
-                       "queries": [{"kind": "ranges", "intervals": [[18, 24], [25, 99]]}, {"kind": "total"}]})
+    spec = parse_spec(
+        {
+            "attributes": [{"name": "age", "range": [0, 99], "policy": "clip", "missing": "drop"}],
+            "queries": [{"kind": "ranges", "intervals": [[18, 24], [25, 99]]}, {"kind": "total"}],
+        }
+    )
     assert spec.labels == ("age 18-24", "age 25-99", "total") and spec.domain == (100,)
-    spec = parse_spec({"attributes": [{"name": "inc", "lo": 0, "hi": 100000, "width": 10000, "column": "income"}],
-                       "queries": [{"kind": "identity"}]})
+    spec = parse_spec(
+        {
+            "attributes": [
+                {"name": "inc", "lo": 0, "hi": 100000, "width": 10000, "column": "income"}
+            ],
+            "queries": [{"kind": "identity"}],
+        }
+    )
     assert spec.schema.attributes[0].column == "income" and spec.labels[2] == "inc [20k, 30k)"
     # a spec with bare sizes is unchanged
-    old = parse_spec({"domain": [4], "attributes": ["age"], "queries": [{"kind": "ranges", "intervals": [[0, 1]]}]})
+    old = parse_spec(
+        {
+            "domain": [4],
+            "attributes": ["age"],
+            "queries": [{"kind": "ranges", "intervals": [[0, 1]]}],
+        }
+    )
     assert old.schema is None and old.labels == ("[0, 1]",)
 
 
-@pytest.mark.parametrize("attrs, text", [
-    ([{"name": "a", "range": [0, 9], "edges": [1, 2]}], "attributes[0]: expected exactly one of"),
-    ([{"name": "a", "range": [0, 9], "polcy": "clip"}], "attributes[0].polcy: unknown key (did you mean 'policy'?)"),
-    ([{"name": "a", "categories": ["x"], "policy": "clip"}], "attributes[0]: attribute 'a': categories have no ends"),
-    ([{"range": [0, 9]}], "attributes[0].name: expected a non-empty string"),
-    ([{"name": "a", "range": [0]}], "attributes[0].range: expected [lo, hi]"),
-    ([{"name": "a", "range": [0, 9]}, {"name": "a", "range": [0, 9]}], "attributes: attribute names must be distinct"),
-])
+@pytest.mark.parametrize(
+    "attrs, text",
+    [
+        (
+            [{"name": "a", "range": [0, 9], "edges": [1, 2]}],
+            "attributes[0]: expected exactly one of",
+        ),
+        (
+            [{"name": "a", "range": [0, 9], "polcy": "clip"}],
+            "attributes[0].polcy: unknown key (did you mean 'policy'?)",
+        ),
+        (
+            [{"name": "a", "categories": ["x"], "policy": "clip"}],
+            "attributes[0]: attribute 'a': categories have no ends",
+        ),
+        ([{"range": [0, 9]}], "attributes[0].name: expected a non-empty string"),
+        ([{"name": "a", "range": [0]}], "attributes[0].range: expected [lo, hi]"),
+        (
+            [{"name": "a", "range": [0, 9]}, {"name": "a", "range": [0, 9]}],
+            "attributes: attribute names must be distinct",
+        ),
+    ],
+)
 def test_spec_attribute_errors_name_the_key(attrs, text):
     with pytest.raises(SpecError) as info:
         parse_spec({"attributes": attrs, "queries": [{"kind": "total"}]}, source="s.toml")
@@ -120,8 +172,20 @@ def test_spec_attribute_errors_name_the_key(attrs, text):
 
 def test_spec_domain_must_match_the_declaration():
     with pytest.raises(SpecError, match=r"domain: expected the sizes \[10\]"):
-        parse_spec({"domain": [5], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
-    spec = parse_spec({"domain": [10], "attributes": [{"name": "a", "range": [0, 9]}], "queries": [{"kind": "total"}]})
+        parse_spec(
+            {
+                "domain": [5],
+                "attributes": [{"name": "a", "range": [0, 9]}],
+                "queries": [{"kind": "total"}],
+            }
+        )
+    spec = parse_spec(
+        {
+            "domain": [10],
+            "attributes": [{"name": "a", "range": [0, 9]}],
+            "queries": [{"kind": "total"}],
+        }
+    )
     assert spec.domain == (10,)
 
 
@@ -139,9 +203,13 @@ def test_regular_bins_are_lazy_and_equal_the_materialised_ones():
         a.bins[16]
     with pytest.raises(TypeError, match="one at a time"):
         a.bins[1:]
-    assert a == numeric_bins("x", lo=-1.5, hi=10.0, width=0.75) and hash(a) == hash(numeric_bins("x", lo=-1.5, hi=10.0, width=0.75))
+    assert a == numeric_bins("x", lo=-1.5, hi=10.0, width=0.75) and hash(a) == hash(
+        numeric_bins("x", lo=-1.5, hi=10.0, width=0.75)
+    )
     assert a != numeric_bins("x", lo=-1.5, hi=10.0, width=0.5)
-    huge = numeric_bins("t", lo=0, hi=1e9, width=1, policy="clip")  # 10⁹ bins: declared in O(1) memory
+    huge = numeric_bins(
+        "t", lo=0, hi=1e9, width=1, policy="clip"
+    )  # 10⁹ bins: declared in O(1) memory
     assert huge.size == 10**9 and sys.getsizeof(huge.bins) < 200
     assert huge.bins[123_456_789] == (123456789.0, 123456790.0)
     assert huge.span_label(0, 9) == "t [0, 10)" and huge.to_dict()["width"] == 1.0
@@ -187,4 +255,7 @@ def test_negative_ranges_have_readable_labels():
     assert a.span_label(0, 1) == "dep_delay -60 to -57"
     b = integer_range("x", -3, 3)
     assert b.cell_label(0) == "x=-3" and b.span_label(1, 5) == "x -2 to 2"
-    assert Domain((a,)).interval_labels([0, 30], [1, 30]) == ["dep_delay -60 to -57", "dep_delay 0-1"]
+    assert Domain((a,)).interval_labels([0, 30], [1, 30]) == [
+        "dep_delay -60 to -57",
+        "dep_delay 0-1",
+    ]

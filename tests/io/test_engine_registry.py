@@ -15,9 +15,16 @@ def _domain():
 
 
 def test_the_engine_names_are_the_registry():
-    assert engines.ENGINES == ("auto", "numpy", "duckdb", "spark") == ("auto", *engines.ENGINE_REGISTRY)
+    assert (
+        engines.ENGINES
+        == ("auto", "numpy", "duckdb", "spark")
+        == ("auto", *engines.ENGINE_REGISTRY)
+    )
     assert all(isinstance(e, Engine) and e.name == k for k, e in engines.ENGINE_REGISTRY.items())
-    with pytest.raises(ValueError, match=r"engine must be one of \['auto', 'numpy', 'duckdb', 'spark'\], got 'polars'"):
+    with pytest.raises(
+        ValueError,
+        match=r"engine must be one of \['auto', 'numpy', 'duckdb', 'spark'\], got 'polars'",
+    ):
         engines.histogram({"a": [0], "b": ["x"]}, _domain(), engine="polars")
 
 
@@ -26,7 +33,9 @@ def test_a_new_engine_is_one_registry_entry(monkeypatch):
 
     def groups(source, kind, domain, sets, *, where, encoding, delimiter):
         calls.append((kind, tuple(sets)))
-        return NUMPY.groups(source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter)
+        return NUMPY.groups(
+            source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter
+        )
 
     def check(kind):
         if kind != "columns":
@@ -43,11 +52,18 @@ def test_a_new_engine_is_one_registry_entry(monkeypatch):
         engines.histogram(np.array([[0, 0]]), _domain(), engine="spy")
 
 
-@pytest.mark.parametrize("engine, kind_source, message", [
-    ("numpy", "data.csv", "the numpy engine counts in-memory columns"),
-    ("duckdb", np.zeros((1, 2)), "a 2-D numpy array is counted by the numpy engine"),
-    ("spark", {"a": [0], "b": ["x"]}, "the spark engine counts a Spark DataFrame; got a columns source"),
-])
+@pytest.mark.parametrize(
+    "engine, kind_source, message",
+    [
+        ("numpy", "data.csv", "the numpy engine counts in-memory columns"),
+        ("duckdb", np.zeros((1, 2)), "a 2-D numpy array is counted by the numpy engine"),
+        (
+            "spark",
+            {"a": [0], "b": ["x"]},
+            "the spark engine counts a Spark DataFrame; got a columns source",
+        ),
+    ],
+)
 def test_each_entry_refuses_the_sources_it_cannot_count(engine, kind_source, message, tmp_path):
     source = kind_source
     if isinstance(source, str):

@@ -24,7 +24,9 @@ def raw_table(n=700, seed=0):
     age[rng.random(n) < 0.05] = None
     age[rng.random(n) < 0.03] = "n/a"
     age[::53] = 34.5
-    sex = rng.choice(np.array(["F", "M", "U", "", " F "], dtype=object), n, p=[0.45, 0.45, 0.04, 0.03, 0.03])
+    sex = rng.choice(
+        np.array(["F", "M", "U", "", " F "], dtype=object), n, p=[0.45, 0.45, 0.04, 0.03, 0.03]
+    )
     sex[rng.random(n) < 0.03] = None
     income = np.round(rng.lognormal(10, 1, n), 2)
     income[rng.random(n) < 0.04] = np.nan
@@ -36,19 +38,37 @@ def raw_table(n=700, seed=0):
 
 def domain(age_policy="clip"):
     other = "?" if age_policy == "other" else None
-    return Domain((
-        integer_range("age", 0, 99, width=10, policy=age_policy, missing="other" if other else "drop", other=other),
-        categories("sex", ["F", "M"], other="?", policy="other", missing="other"),
-        numeric_bins("income", edges=[0, 20000, 30000, 50000, 1e6], policy="drop", missing="drop"),
-        categories("state", ["CA", "NY", "TX", "O'Hare"], other="other", policy="other", missing="drop"),
-    ))
+    return Domain(
+        (
+            integer_range(
+                "age",
+                0,
+                99,
+                width=10,
+                policy=age_policy,
+                missing="other" if other else "drop",
+                other=other,
+            ),
+            categories("sex", ["F", "M"], other="?", policy="other", missing="other"),
+            numeric_bins(
+                "income", edges=[0, 20000, 30000, 50000, 1e6], policy="drop", missing="drop"
+            ),
+            categories(
+                "state", ["CA", "NY", "TX", "O'Hare"], other="other", policy="other", missing="drop"
+            ),
+        )
+    )
 
 
 # -- a per-record reference, written independently of the engines ------------------------------
 
 
 def _missing(v):
-    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v.strip(" ") == "")
+    return (
+        v is None
+        or (isinstance(v, float) and math.isnan(v))
+        or (isinstance(v, str) and v.strip(" ") == "")
+    )
 
 
 def ref_code(a, v):
@@ -106,8 +126,14 @@ def write_csv(path, cols, *, delimiter=",", encoding="utf-8", bom=False):
         w = csv.writer(f, delimiter=delimiter)
         w.writerow(list(cols))
         for i in range(n):
-            w.writerow(["" if _missing(cols[c][i]) else (repr(float(cols[c][i])) if isinstance(cols[c][i], float) else cols[c][i])
-                        for c in cols])
+            w.writerow(
+                [
+                    ""
+                    if _missing(cols[c][i])
+                    else (repr(float(cols[c][i])) if isinstance(cols[c][i], float) else cols[c][i])
+                    for c in cols
+                ]
+            )
     return path
 
 
@@ -119,8 +145,13 @@ def data(tmp_path_factory):
     table = pa.Table.from_pandas(df, preserve_index=False)
     pq.write_table(table, d / "people.parquet")
     write_csv(d / "people.csv", cols)
-    sources = {"pandas": df, "polars": pl.from_arrow(table), "arrow": table,
-               "csv": str(d / "people.csv"), "parquet": str(d / "people.parquet")}
+    sources = {
+        "pandas": df,
+        "polars": pl.from_arrow(table),
+        "arrow": table,
+        "csv": str(d / "people.csv"),
+        "parquet": str(d / "people.parquet"),
+    }
     return cols, sources, d
 
 
@@ -160,14 +191,20 @@ def test_marginal_counts_are_marginals_of_the_histogram(data, kind):
 
 def test_the_error_policy_refuses_without_naming_values_or_counts(data):
     cols, sources, _ = data
-    dom = Domain((integer_range("age", 0, 99, policy="error", missing="drop"),
-                  categories("sex", ["F", "M"], other="?", policy="other", missing="other")))
+    dom = Domain(
+        (
+            integer_range("age", 0, 99, policy="error", missing="drop"),
+            categories("sex", ["F", "M"], other="?", policy="other", missing="other"),
+        )
+    )
     for src in [cols, *sources.values()]:
         with pytest.raises(ValueError) as info:
             histogram(src, dom)
         msg = str(info.value)
         assert "column 'age'" in msg and "outside its declared domain" in msg
-        assert not any(ch.isdigit() for ch in msg.replace(str(src), "")), msg  # no value, row or count
+        assert not any(ch.isdigit() for ch in msg.replace(str(src), "")), (
+            msg
+        )  # no value, row or count
     dom = Domain((integer_range("age", -10, 200, policy="error", missing="error"),))
     for src in [cols, sources["parquet"]]:
         with pytest.raises(ValueError, match="column 'age' .*has missing values"):
@@ -188,21 +225,41 @@ def test_clean_data_passes_the_error_policy_and_matches_numpy_binning():
     # numpy's own histogram on edges lo + i*width (a second method; agreement away from the edges)
     np.testing.assert_array_equal(x, np.histogram(v, bins=np.linspace(0, 1, 11))[0])
     gaps = Domain((numeric_bins("v", bins=[(0, 0.2), (0.5, 0.6)], policy="drop"),))
-    np.testing.assert_array_equal(histogram({"v": v}, gaps), [np.sum(v < 0.2), np.sum((v >= 0.5) & (v < 0.6))])
-    np.testing.assert_array_equal(histogram(pd.DataFrame({"v": v}), gaps), histogram({"v": v}, gaps))
+    np.testing.assert_array_equal(
+        histogram({"v": v}, gaps), [np.sum(v < 0.2), np.sum((v >= 0.5) & (v < 0.6))]
+    )
+    np.testing.assert_array_equal(
+        histogram(pd.DataFrame({"v": v}), gaps), histogram({"v": v}, gaps)
+    )
 
 
 def test_csv_bom_delimiters_encodings(tmp_path):
-    cols = {"age": np.array([3.0, 40.0, np.nan, 12.0], dtype=object), "city": np.array(["Zürich", "Genève", "Zürich", "Bern"], dtype=object)}
-    dom = Domain((integer_range("age", 0, 99, missing="drop"), categories("city", ["Zürich", "Genève"], other="x", policy="other")))
+    cols = {
+        "age": np.array([3.0, 40.0, np.nan, 12.0], dtype=object),
+        "city": np.array(["Zürich", "Genève", "Zürich", "Bern"], dtype=object),
+    }
+    dom = Domain(
+        (
+            integer_range("age", 0, 99, missing="drop"),
+            categories("city", ["Zürich", "Genève"], other="x", policy="other"),
+        )
+    )
     want = histogram(cols, dom, engine="numpy")
-    np.testing.assert_array_equal(histogram(str(write_csv(tmp_path / "bom.csv", cols, delimiter=";", bom=True)), dom), want)
-    np.testing.assert_array_equal(histogram(str(write_csv(tmp_path / "tab.tsv", cols, delimiter="\t")), dom, delimiter="\t"), want)
+    np.testing.assert_array_equal(
+        histogram(str(write_csv(tmp_path / "bom.csv", cols, delimiter=";", bom=True)), dom), want
+    )
+    np.testing.assert_array_equal(
+        histogram(str(write_csv(tmp_path / "tab.tsv", cols, delimiter="\t")), dom, delimiter="\t"),
+        want,
+    )
     latin = str(write_csv(tmp_path / "latin.csv", cols, encoding="latin-1"))
     np.testing.assert_array_equal(histogram(latin, dom, encoding="latin-1"), want)
     with pytest.raises(ValueError) as info:
         histogram(latin, dom)
-    assert "latin.csv: not valid utf-8 text" in str(info.value) and "Z" not in str(info.value).split("latin.csv")[1]
+    assert (
+        "latin.csv: not valid utf-8 text" in str(info.value)
+        and "Z" not in str(info.value).split("latin.csv")[1]
+    )
     with pytest.raises(ValueError, match="encoding must be utf-8, utf-16 or latin-1"):
         histogram(latin, dom, encoding="cp1252")
 
@@ -213,11 +270,20 @@ def test_engine_messages_are_withheld_and_files_are_checked(tmp_path):
     dom = Domain((integer_range("age", 0, 9),))
     with pytest.raises(ValueError) as info:
         histogram(str(ragged), dom)
-    assert "ragged.csv" in str(info.value) and "secret" not in str(info.value) and "withheld" in str(info.value)
+    assert (
+        "ragged.csv" in str(info.value)
+        and "secret" not in str(info.value)
+        and "withheld" in str(info.value)
+    )
     with pytest.raises(FileNotFoundError, match="nope.parquet: no such data file"):
         histogram(str(tmp_path / "nope.parquet"), dom)
-    with pytest.raises(ValueError, match=r"no column\(s\) \['height'\].*the columns are \['age', 'city'\]"):
-        histogram(str(write_csv(tmp_path / "c.csv", {"age": [1.0], "city": ["x"]})), Domain((integer_range("height", 0, 9),)))
+    with pytest.raises(
+        ValueError, match=r"no column\(s\) \['height'\].*the columns are \['age', 'city'\]"
+    ):
+        histogram(
+            str(write_csv(tmp_path / "c.csv", {"age": [1.0], "city": ["x"]})),
+            Domain((integer_range("height", 0, 9),)),
+        )
     with pytest.raises(ValueError, match="expected a .csv"):
         histogram(str(tmp_path / "data.xlsx"), dom)
 
@@ -241,7 +307,9 @@ def test_argument_checks():
 
 def test_quoting_in_generated_sql():
     df = pd.DataFrame({'we"ird col': ["O'Brien", "x", "O'Brien", None]})
-    dom = Domain((categories("who", ["O'Brien", "x"], column='we"ird col', policy="error", missing="drop"),))
+    dom = Domain(
+        (categories("who", ["O'Brien", "x"], column='we"ird col', policy="error", missing="drop"),)
+    )
     np.testing.assert_array_equal(histogram(df, dom), [2, 1])
     np.testing.assert_array_equal(histogram(df, dom, engine="numpy"), [2, 1])
 
@@ -249,7 +317,9 @@ def test_quoting_in_generated_sql():
 def test_matmech_histogram_accepts_a_domain(data):
     cols, sources, _ = data
     dom = domain("other")
-    np.testing.assert_array_equal(data_histogram(sources["pandas"], dom), histogram(cols, dom, engine="numpy"))
+    np.testing.assert_array_equal(
+        data_histogram(sources["pandas"], dom), histogram(cols, dom, engine="numpy")
+    )
     arr = np.column_stack([np.arange(10) % 4, np.arange(10) % 3])
     d2 = Domain((integer_range("a", 0, 3), integer_range("b", 0, 2)))
     np.testing.assert_array_equal(data_histogram(arr, d2), data_histogram(arr, (4, 3)))
@@ -260,16 +330,27 @@ def test_integer_typed_columns_take_the_integer_path_with_the_same_cells(policy,
     rng = np.random.default_rng(11)
     a = rng.integers(-20, 130, 3000)
     other = "x" if policy == "other" else None
-    dom = Domain((integer_range("a", 0, 99, width=7, policy=policy, other=other, missing="drop"),
-                  integer_range("b", 5, 9, policy=policy, other=other, missing="drop")))
+    dom = Domain(
+        (
+            integer_range("a", 0, 99, width=7, policy=policy, other=other, missing="drop"),
+            integer_range("b", 5, 9, policy=policy, other=other, missing="drop"),
+        )
+    )
     b = pd.array(rng.integers(0, 15, 3000), dtype="Int64")
     b[::17] = pd.NA
     df = pd.DataFrame({"a": a.astype(np.int32), "b": b})
-    want = histogram({"a": a.astype(float), "b": b.to_numpy(dtype=float, na_value=np.nan)}, dom, engine="numpy")
+    want = histogram(
+        {"a": a.astype(float), "b": b.to_numpy(dtype=float, na_value=np.nan)}, dom, engine="numpy"
+    )
     np.testing.assert_array_equal(histogram(df, dom), want)
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "ints.parquet")
     np.testing.assert_array_equal(histogram(str(tmp_path / "ints.parquet"), dom), want)
-    np.testing.assert_array_equal(want, ref_histogram({"a": list(a.astype(float)), "b": [None if v is pd.NA else float(v) for v in b]}, dom))
+    np.testing.assert_array_equal(
+        want,
+        ref_histogram(
+            {"a": list(a.astype(float)), "b": [None if v is pd.NA else float(v) for v in b]}, dom
+        ),
+    )
 
 
 def test_a_gzip_csv_is_counted_like_the_plain_file(tmp_path):
@@ -281,8 +362,12 @@ def test_a_gzip_csv_is_counted_like_the_plain_file(tmp_path):
     from matmech.io.domain import Domain, categories, integer_range
     from matmech.io.engines import histogram as engine_histogram
 
-    dom = Domain((integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
-                  categories("sex", ["F", "M"], other="other", policy="other", missing="other")))
+    dom = Domain(
+        (
+            integer_range("age", 0, 29, width=10, policy="clip", missing="drop"),
+            categories("sex", ["F", "M"], other="other", policy="other", missing="other"),
+        )
+    )
     text = "age;sex\n3;F\n15;M\n27;M\n40;F\n;F\n12;U\n"
     plain, packed = tmp_path / "p.csv", tmp_path / "p.csv.gz"
     plain.write_text(text)

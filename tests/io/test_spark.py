@@ -6,15 +6,22 @@ import pytest
 from matmech.io.domain import Domain, categories, integer_range, numeric_bins
 from matmech.io.engines import compile_query, histogram, marginal_counts
 
-pyspark = pytest.importorskip("pyspark", reason="the spark extra (pip install 'matmech-dp[spark]') is not installed")
+pyspark = pytest.importorskip(
+    "pyspark", reason="the spark extra (pip install 'matmech-dp[spark]') is not installed"
+)
 
 
 @pytest.fixture(scope="module")
 def spark():
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[1]").appName("matmech-tests").config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("matmech-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -29,21 +36,33 @@ def records(n=800, seed=5):
     state = rng.choice(["CA", "NY", "TX", "O'Hare", "ZZ"], n)
     rows = []
     for i in range(n):
-        rows.append((None if i % 31 == 0 else float(age[i]), None if i % 37 == 0 else str(sex[i]),
-                     None if i % 29 == 0 else float(-income[i] if i % 41 == 0 else income[i]), str(state[i])))
-    cols = {"age": np.array([np.nan if r[0] is None else r[0] for r in rows]),
-            "sex": np.array([r[1] for r in rows], dtype=object),
-            "income": np.array([np.nan if r[2] is None else r[2] for r in rows]),
-            "state": np.array([r[3] for r in rows], dtype=object)}
+        rows.append(
+            (
+                None if i % 31 == 0 else float(age[i]),
+                None if i % 37 == 0 else str(sex[i]),
+                None if i % 29 == 0 else float(-income[i] if i % 41 == 0 else income[i]),
+                str(state[i]),
+            )
+        )
+    cols = {
+        "age": np.array([np.nan if r[0] is None else r[0] for r in rows]),
+        "sex": np.array([r[1] for r in rows], dtype=object),
+        "income": np.array([np.nan if r[2] is None else r[2] for r in rows]),
+        "state": np.array([r[3] for r in rows], dtype=object),
+    }
     return rows, cols
 
 
-DOMAIN = Domain((
-    integer_range("age", 0, 99, width=10, policy="clip", missing="drop"),
-    categories("sex", ["F", "M"], other="?", policy="other", missing="other"),
-    numeric_bins("income", edges=[0, 20000, 30000, 50000, 1e6], policy="drop", missing="drop"),
-    categories("state", ["CA", "NY", "TX", "O'Hare"], other="other", policy="other", missing="drop"),
-))
+DOMAIN = Domain(
+    (
+        integer_range("age", 0, 99, width=10, policy="clip", missing="drop"),
+        categories("sex", ["F", "M"], other="?", policy="other", missing="other"),
+        numeric_bins("income", edges=[0, 20000, 30000, 50000, 1e6], policy="drop", missing="drop"),
+        categories(
+            "state", ["CA", "NY", "TX", "O'Hare"], other="other", policy="other", missing="drop"
+        ),
+    )
+)
 
 
 def test_spark_histogram_and_marginals_equal_numpy(spark):
@@ -56,17 +75,31 @@ def test_spark_histogram_and_marginals_equal_numpy(spark):
     np.testing.assert_array_equal(got[(0, 1, 2, 3)].ravel(), want)
     full = want.reshape(DOMAIN.sizes)
     for s in subsets[1:]:
-        np.testing.assert_array_equal(got[s], full.sum(axis=tuple(j for j in range(4) if j not in s)))
+        np.testing.assert_array_equal(
+            got[s], full.sum(axis=tuple(j for j in range(4) if j not in s))
+        )
     # the whole mapping is one Spark SQL statement (one aggregation with grouping sets)
     query, _ = compile_query(DOMAIN, subsets, "`t`", "spark")
     assert query.count("GROUP BY") == 1 and "GROUPING SETS" in query and "O\\'Hare" in query
 
 
 def test_spark_histogram_and_the_error_policy(spark):
-    df = spark.createDataFrame([(1.0, "a"), (250.0, "b"), (None, "a"), (7.5, "c")], "age double, k string")
-    dom = Domain((integer_range("age", 0, 9, policy="other", missing="drop", other="10+"),
-                  categories("k", ["a", "b"], policy="drop")))
-    want = histogram({"age": np.array([1.0, 250.0, np.nan, 7.5]), "k": np.array(["a", "b", "a", "c"], dtype=object)}, dom)
+    df = spark.createDataFrame(
+        [(1.0, "a"), (250.0, "b"), (None, "a"), (7.5, "c")], "age double, k string"
+    )
+    dom = Domain(
+        (
+            integer_range("age", 0, 9, policy="other", missing="drop", other="10+"),
+            categories("k", ["a", "b"], policy="drop"),
+        )
+    )
+    want = histogram(
+        {
+            "age": np.array([1.0, 250.0, np.nan, 7.5]),
+            "k": np.array(["a", "b", "a", "c"], dtype=object),
+        },
+        dom,
+    )
     np.testing.assert_array_equal(histogram(df, dom), want)
     assert want.sum() == 2 and want[1 * 2 + 0] == 1 and want[10 * 2 + 1] == 1
     dom = Domain((integer_range("age", 0, 99, policy="error"),))

@@ -21,7 +21,16 @@ def _geo_tree():
     import networkx as nx
 
     g = nx.DiGraph()
-    g.add_edges_from([("all", "north"), ("all", "south"), ("north", "a"), ("north", "b"), ("north", "c"), ("south", "d")])
+    g.add_edges_from(
+        [
+            ("all", "north"),
+            ("all", "south"),
+            ("north", "a"),
+            ("north", "b"),
+            ("north", "c"),
+            ("south", "d"),
+        ]
+    )
     return S.hierarchical(g)
 
 
@@ -41,19 +50,42 @@ CASES = {
     "sparse": (Wk.prefix(6), lambda: Sparse(sp.csr_matrix(np.eye(6) * 2.0))),
     "scaled": (Wk.prefix(6), lambda: Scaled(S.identity(6), 0.5)),
     "vstack": (Wk.prefix(6), lambda: VStack([S.identity(6), Ones(1, 6)], weights=[1.0, 2.0])),
-    "row subset": (Wk.prefix(6), lambda: RowSubset(S.hierarchical(6, 2), np.array([6, 7, 8, 9, 10, 11, 0]))),
-    "kron": (Wk.kron(Wk.all_range(4), Wk.prefix(8)), lambda: S.kron(S.haar(4), S.hierarchical(8, 2))),
+    "row subset": (
+        Wk.prefix(6),
+        lambda: RowSubset(S.hierarchical(6, 2), np.array([6, 7, 8, 9, 10, 11, 0])),
+    ),
+    "kron": (
+        Wk.kron(Wk.all_range(4), Wk.prefix(8)),
+        lambda: S.kron(S.haar(4), S.hierarchical(8, 2)),
+    ),
     "workload": (Wk.all_range(8), lambda: Wk.all_range(8)),
-    "interval list": (Wk.identity(8), lambda: Wk.ranges(8, [(0, 7), (0, 3), (4, 7), *[(i, i) for i in range(8)]])),
+    "interval list": (
+        Wk.identity(8),
+        lambda: Wk.ranges(8, [(0, 7), (0, 3), (4, 7), *[(i, i) for i in range(8)]]),
+    ),
     "p-identity": (Wk.all_range(16), lambda: PIdentity(R.random((3, 16)))),
     "optimised pure": (Wk.all_range(64), lambda: _optimised(Wk.all_range(64), 0.0)),
     "optimised l2": (Wk.all_range(32), lambda: _optimised(Wk.all_range(32), 1e-6)),
-    "marginal lattice": (Wk.marginals((3, 4, 2), 2), lambda: _optimised(Wk.marginals((3, 4, 2), 2), 0.0)),
-    "residual basis": (Wk.marginals((3, 4, 2), 2), lambda: _optimised(Wk.marginals((3, 4, 2), 2), 1e-6)),
-    "kron optimised": (Wk.kron(Wk.all_range(8), Wk.prefix(6)), lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "kron")),
-    "general marginals": (Wk.kron(Wk.all_range(8), Wk.prefix(6)),
-                          lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "gmarginals")),
-    "rounded to the grid": (Wk.all_range(16), lambda: plan_measurement(PIdentity(R.random((2, 16))), 1.0).strategy),
+    "marginal lattice": (
+        Wk.marginals((3, 4, 2), 2),
+        lambda: _optimised(Wk.marginals((3, 4, 2), 2), 0.0),
+    ),
+    "residual basis": (
+        Wk.marginals((3, 4, 2), 2),
+        lambda: _optimised(Wk.marginals((3, 4, 2), 2), 1e-6),
+    ),
+    "kron optimised": (
+        Wk.kron(Wk.all_range(8), Wk.prefix(6)),
+        lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "kron"),
+    ),
+    "general marginals": (
+        Wk.kron(Wk.all_range(8), Wk.prefix(6)),
+        lambda: _optimised(Wk.kron(Wk.all_range(8), Wk.prefix(6)), 0.0, "gmarginals"),
+    ),
+    "rounded to the grid": (
+        Wk.all_range(16),
+        lambda: plan_measurement(PIdentity(R.random((2, 16))), 1.0).strategy,
+    ),
 }
 
 
@@ -129,16 +161,34 @@ def test_bad_files_give_clear_errors(tmp_path):
         junk: "not a matmech strategy file",
         _npz(tmp_path / "plain.npz", a=np.eye(3)): "no '__matmech_strategy__' description",
         _npz(tmp_path / "json.npz", __matmech_strategy__=np.array("{not json")): "not valid JSON",
-        _npz(tmp_path / "fmt.npz", __matmech_strategy__=np.array('{"format": "other"}')): "does not declare format",
-        _npz(tmp_path / "ver.npz", __matmech_strategy__=_desc({"type": "Identity", "n": 3}, version=99)): "version",
-        _npz(tmp_path / "type.npz", __matmech_strategy__=_desc({"type": "Evil", "n": 3})): "unknown operator type 'Evil'",
-        _npz(tmp_path / "arr.npz", __matmech_strategy__=_desc({"type": "Dense", "matrix": "a0"})): "missing array 'a0'",
-        _npz(tmp_path / "key.npz", __matmech_strategy__=_desc({"type": "Identity"})): "has no 'n'",
-        _npz(tmp_path / "n.npz", __matmech_strategy__=_desc({"type": "Identity", "n": "3"})): "wrong type",
-        _npz(tmp_path / "neg.npz", __matmech_strategy__=_desc({"type": "Identity", "n": -3})): "not a valid matmech strategy",
-        _npz(tmp_path / "dt.npz", __matmech_strategy__=_desc({"type": "Dense", "matrix": "a0"}), a0=np.array(["x"])): "numeric array",
         _npz(
-            tmp_path / "shape.npz", __matmech_strategy__=_desc({"type": "Identity", "n": 3}, shape=[4, 3])
+            tmp_path / "fmt.npz", __matmech_strategy__=np.array('{"format": "other"}')
+        ): "does not declare format",
+        _npz(
+            tmp_path / "ver.npz",
+            __matmech_strategy__=_desc({"type": "Identity", "n": 3}, version=99),
+        ): "version",
+        _npz(
+            tmp_path / "type.npz", __matmech_strategy__=_desc({"type": "Evil", "n": 3})
+        ): "unknown operator type 'Evil'",
+        _npz(
+            tmp_path / "arr.npz", __matmech_strategy__=_desc({"type": "Dense", "matrix": "a0"})
+        ): "missing array 'a0'",
+        _npz(tmp_path / "key.npz", __matmech_strategy__=_desc({"type": "Identity"})): "has no 'n'",
+        _npz(
+            tmp_path / "n.npz", __matmech_strategy__=_desc({"type": "Identity", "n": "3"})
+        ): "wrong type",
+        _npz(
+            tmp_path / "neg.npz", __matmech_strategy__=_desc({"type": "Identity", "n": -3})
+        ): "not a valid matmech strategy",
+        _npz(
+            tmp_path / "dt.npz",
+            __matmech_strategy__=_desc({"type": "Dense", "matrix": "a0"}),
+            a0=np.array(["x"]),
+        ): "numeric array",
+        _npz(
+            tmp_path / "shape.npz",
+            __matmech_strategy__=_desc({"type": "Identity", "n": 3}, shape=[4, 3]),
         ): "the file says",
     }
     np.save(tmp_path / "single.npy", np.eye(2))

@@ -73,7 +73,9 @@ def test_factored_sensitivity_equals_dense(case, p):
     assert V.sensitivity(p) == pytest.approx(cn.max(), rel=1e-12)
     # a scaled stack and a nested stack factor the same way
     nested = VStack([Scaled(V, -2.0), V.blocks[0]], weights=[1.0, 0.5])
-    assert factored_sensitivity(kron_terms(nested), p).value == pytest.approx(_dense_colnorm_max(nested, p), rel=1e-9, abs=1e-12)
+    assert factored_sensitivity(kron_terms(nested), p).value == pytest.approx(
+        _dense_colnorm_max(nested, p), rel=1e-9, abs=1e-12
+    )
 
 
 @SETTINGS
@@ -86,7 +88,9 @@ def test_node_cap_falls_back_to_certified_bound(case, p):
     assert res.value >= true * (1 - 1e-12)
     if not res.exact:
         assert res.method == "upper bound"
-        bound = sum(w**p * math.prod(float(f.col_norms(p).max()) ** p for f in fs) for w, fs in terms)
+        bound = sum(
+            w**p * math.prod(float(f.col_norms(p).max()) ** p for f in fs) for w, fs in terms
+        )
         assert res.value == pytest.approx(bound if p == 1 else math.sqrt(bound), rel=1e-12)
     else:
         assert res.value == pytest.approx(true, rel=1e-9, abs=1e-12)
@@ -97,12 +101,21 @@ def test_constant_and_single_term_methods():
     assert factored_sensitivity(kron_terms(M), 1) == (3.0, True, "constant")
     K = Kron(Dense(np.array([[1.0, -2.0], [0.0, 1.0]])), workloads.prefix(3))
     r = factored_sensitivity(kron_terms(Scaled(K, 2.0)), 1)
-    assert r.exact and r.method == "single term" and r.value == pytest.approx(2 * _dense_colnorm_max(K, 1))
+    assert (
+        r.exact
+        and r.method == "single term"
+        and r.value == pytest.approx(2 * _dense_colnorm_max(K, 1))
+    )
 
 
 def _full_rank_kron(sizes, rng):
     # identity rows keep every factor well conditioned, so that the dense reference is accurate
-    return Kron(*[Dense(np.vstack([np.eye(n), 0.5 * rng.normal(size=(int(rng.integers(0, 3)), n))])) for n in sizes])
+    return Kron(
+        *[
+            Dense(np.vstack([np.eye(n), 0.5 * rng.normal(size=(int(rng.integers(0, 3)), n))]))
+            for n in sizes
+        ]
+    )
 
 
 @SETTINGS
@@ -115,14 +128,23 @@ def test_kron_strategy_error_equals_dense(case, delta):
         got = mm.expected_error(W, A, eps=0.7, delta=delta, measure=measure, noise="continuous")
         want = mm.expected_error(Wd, Ad, eps=0.7, delta=delta, measure=measure, noise="continuous")
         assert got == pytest.approx(want, rel=1e-7)
-    np.testing.assert_allclose(mm.per_query_variance(W, A, delta=delta), mm.per_query_variance(Wd, Ad, delta=delta), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(
+        mm.per_query_variance(W, A, delta=delta),
+        mm.per_query_variance(Wd, Ad, delta=delta),
+        rtol=1e-7,
+        atol=1e-9,
+    )
 
 
 @st.composite
 def marginal_cases(draw):
     k = draw(st.integers(2, 4))
     sizes = tuple(draw(st.integers(2, 5)) for _ in range(k))
-    subsets = draw(st.lists(st.sets(st.integers(0, k - 1), max_size=k), min_size=1, max_size=4, unique_by=frozenset))
+    subsets = draw(
+        st.lists(
+            st.sets(st.integers(0, k - 1), max_size=k), min_size=1, max_size=4, unique_by=frozenset
+        )
+    )
     seed = draw(st.integers(0, 2**31 - 1))
     return sizes, [tuple(sorted(s)) for s in subsets], np.random.default_rng(seed)
 
@@ -144,9 +166,16 @@ def test_marginal_strategies_error_equals_dense(case, delta):
             got = mm.expected_error(W, A, delta=delta, measure=measure, noise="continuous")
             want = mm.expected_error(Wd, Ad, delta=delta, measure=measure, noise="continuous")
             assert got == pytest.approx(want, rel=1e-7)
-        np.testing.assert_allclose(mm.per_query_variance(W, A, delta=delta), mm.per_query_variance(Wd, Ad, delta=delta), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(
+            mm.per_query_variance(W, A, delta=delta),
+            mm.per_query_variance(Wd, Ad, delta=delta),
+            rtol=1e-7,
+            atol=1e-9,
+        )
     # (the dense SVD reference takes square roots of round-off eigenvalues: ~1e-7 relative noise)
-    assert mm.lower_bound(W, delta=delta) == pytest.approx(mm.lower_bound(Dense(W.dense()), delta=delta), rel=1e-5)
+    assert mm.lower_bound(W, delta=delta) == pytest.approx(
+        mm.lower_bound(Dense(W.dense()), delta=delta), rel=1e-5
+    )
 
 
 def test_marginal_strategy_outside_row_space_raises():
@@ -167,15 +196,28 @@ def test_marginal_workload_as_its_own_strategy():
     same = MarginalStrategy((10,) * 4, theta)
     for delta in (0.0, 1e-6):
         for measure in ("total", "max", "rmse"):
-            assert mm.expected_error(M, M, delta=delta, measure=measure, noise="continuous") == pytest.approx(
-                mm.expected_error(M, same, delta=delta, measure=measure, noise="continuous"), rel=1e-9
+            assert mm.expected_error(
+                M, M, delta=delta, measure=measure, noise="continuous"
+            ) == pytest.approx(
+                mm.expected_error(M, same, delta=delta, measure=measure, noise="continuous"),
+                rel=1e-9,
             )
-    np.testing.assert_allclose(mm.per_query_variance(M, M), mm.per_query_variance(M, same), rtol=1e-9)
+    np.testing.assert_allclose(
+        mm.per_query_variance(M, M), mm.per_query_variance(M, same), rtol=1e-9
+    )
 
 
 def test_sensitivity_of_stack_of_krons_over_1e17_cells():
     sizes = (10,) * 17
-    blocks = [Kron(*[workloads.prefix(n) if i in (j, j + 1) else workloads.total(n) for i, n in enumerate(sizes)]) for j in range(16)]
+    blocks = [
+        Kron(
+            *[
+                workloads.prefix(n) if i in (j, j + 1) else workloads.total(n)
+                for i, n in enumerate(sizes)
+            ]
+        )
+        for j in range(16)
+    ]
     V = VStack(blocks, weights=np.linspace(1.0, 2.0, 16))
     tracemalloc.start()
     try:
@@ -205,7 +247,9 @@ def test_large_marginal_domain_factored(delta):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 50e6  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
+    assert (
+        peak < 50e6
+    )  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
     assert bound <= total * (1 + 1e-9) and worst * M.shape[0] >= total * (1 - 1e-9)
 
 
@@ -214,7 +258,15 @@ def test_adult_like_domain_factored():
     assert n > 6e17
     W = workloads.marginals(ADULT, 2)
     P = VStack(
-        [Kron(*[workloads.prefix(d) if i in s else workloads.total(d) for i, d in enumerate(ADULT)]) for s in [(0, 2), (2, 9), (9, 10), (10, 11)]],
+        [
+            Kron(
+                *[
+                    workloads.prefix(d) if i in s else workloads.total(d)
+                    for i, d in enumerate(ADULT)
+                ]
+            )
+            for s in [(0, 2), (2, 9), (9, 10), (10, 11)]
+        ],
         weights=[1.0, 2.0, 0.5, 1.5],
     )
     A = Kron(*[Identity(d) for d in ADULT])
@@ -227,7 +279,9 @@ def test_adult_like_domain_factored():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 50e6  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
+    assert (
+        peak < 50e6
+    )  # nothing domain-sized (10**14 or 6.4e17 cells) is built; timings: benchmarks/factored_timing.py
     assert s_w == (91.0, True, "constant")
     assert s_p.exact and s_p.method == "branch and bound"
     # identity strategy: total = 2 · Σ_j w_j² · Π_i ‖factor columns‖² summed over cells

@@ -30,7 +30,9 @@ def test_exact_rank_equals_the_rank_over_the_rationals():
 def test_the_rank_does_not_follow_rounding():
     """A duplicated row: the Gram perturbed at rounding level (what another BLAS kernel would
     compute) keeps the exact rank; the float path's tolerance is far above rounding too."""
-    R = np.array([[1.0, 1, 0, 1], [0, 1, 1, 1], [1, 1, 0, 1], [1, 2, 1, 2]])  # row 2 = row 0, row 3 = 0 + 1
+    R = np.array(
+        [[1.0, 1, 0, 1], [0, 1, 1, 1], [1, 1, 0, 1], [1, 2, 1, 2]]
+    )  # row 2 = row 0, row 3 = 0 + 1
     G = R @ R.T
     rng = np.random.default_rng(1)
     for _ in range(50):
@@ -47,7 +49,12 @@ def _dense_gls(Wd, A, sigma2, y_meas, S, z, D, s):
     k = Wd.shape[0]
     Cz = np.diag(D) + s * np.ones((len(z), len(z)))
     M = np.vstack([A, S @ Wd])
-    C = np.block([[sigma2 * np.eye(A.shape[0]), np.zeros((A.shape[0], len(z)))], [np.zeros((len(z), A.shape[0])), Cz]])
+    C = np.block(
+        [
+            [sigma2 * np.eye(A.shape[0]), np.zeros((A.shape[0], len(z)))],
+            [np.zeros((len(z), A.shape[0])), Cz],
+        ]
+    )
     Ci = np.linalg.inv(C)
     F = np.linalg.pinv(M.T @ Ci @ M)
     xhat = F @ M.T @ Ci @ np.concatenate([y_meas, z])

@@ -7,7 +7,19 @@ import scipy.sparse as sp
 from matmech import strategies as S
 from matmech import workloads as wl
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
-from matmech.linalg.linop import REGISTRY, Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack
+from matmech.linalg.linop import (
+    REGISTRY,
+    Dense,
+    Identity,
+    Kron,
+    LinOp,
+    Ones,
+    RowSubset,
+    Scaled,
+    Sparse,
+    Sum,
+    VStack,
+)
 from matmech.linalg.structured import RoundedDense, RoundedSparse, pinv_gram
 from matmech.optimizers.l2 import L2Strategy
 from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
@@ -20,7 +32,10 @@ def _ops():
     return {
         "dense": Dense(R.normal(size=(5, 4))),
         "dense int": Dense(np.array([[2.0, -1.0, 0.0], [1.0, 3.0, 0.0]])),
-        "sparse": Sparse(sp.random(6, 4, density=0.5, random_state=1) - sp.random(6, 4, density=0.3, random_state=2)),
+        "sparse": Sparse(
+            sp.random(6, 4, density=0.5, random_state=1)
+            - sp.random(6, 4, density=0.3, random_state=2)
+        ),
         "identity": Identity(4),
         "ones": Ones(2, 4),
         "scaled": Scaled(Dense(R.normal(size=(3, 4))), -1.5),
@@ -53,13 +68,26 @@ OPS = _ops()
 def test_integer_valued_and_entry_range(name):
     A = OPS[name]
     d = A.dense()
-    assert A.integer_valued() <= bool(np.all(d == np.rint(d)))  # never claims a real entry is an integer
+    assert A.integer_valued() <= bool(
+        np.all(d == np.rint(d))
+    )  # never claims a real entry is an integer
     lo, hi = A.entry_range()
     assert (lo, hi) == pytest.approx((min(0.0, d.min()), max(0.0, d.max())))
 
 
 def test_integer_valued_where_known():
-    for name in ("dense int", "identity", "ones", "scaled int", "intervals", "all range", "prefix", "tree", "haar", "marginal workload"):
+    for name in (
+        "dense int",
+        "identity",
+        "ones",
+        "scaled int",
+        "intervals",
+        "all range",
+        "prefix",
+        "tree",
+        "haar",
+        "marginal workload",
+    ):
         assert OPS[name].integer_valued(), name
     for name in ("dense", "scaled", "pidentity", "l2"):
         assert not OPS[name].integer_valued(), name

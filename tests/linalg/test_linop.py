@@ -8,7 +8,19 @@ from hypothesis import strategies as st
 from scipy.sparse.linalg import aslinearoperator
 
 from matmech import workloads as wl
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, RowSubset, Scaled, Sparse, Sum, VStack, as_linop
+from matmech.linalg.linop import (
+    Dense,
+    Identity,
+    Kron,
+    LinOp,
+    Ones,
+    RowSubset,
+    Scaled,
+    Sparse,
+    Sum,
+    VStack,
+    as_linop,
+)
 from matmech.strategies import haar, hierarchical
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -48,7 +60,11 @@ def dense_ops(draw):
 @st.composite
 def structured_ops(draw):
     n = draw(st.integers(1, 9))
-    kind = draw(st.sampled_from(["all_range", "prefix", "identity", "total", "ranges", "hier", "haar", "ones", "eye"]))
+    kind = draw(
+        st.sampled_from(
+            ["all_range", "prefix", "identity", "total", "ranges", "hier", "haar", "ones", "eye"]
+        )
+    )
     if kind == "ranges":
         seed = draw(st.integers(0, 2**31))
         r = np.random.default_rng(seed)
@@ -61,7 +77,13 @@ def structured_ops(draw):
         return Ones(draw(small), n)
     if kind == "eye":
         return Identity(n)
-    return {"all_range": wl.all_range, "prefix": wl.prefix, "identity": wl.identity, "total": wl.total, "haar": haar}[kind](n)
+    return {
+        "all_range": wl.all_range,
+        "prefix": wl.prefix,
+        "identity": wl.identity,
+        "total": wl.total,
+        "haar": haar,
+    }[kind](n)
 
 
 @SETTINGS
@@ -71,7 +93,11 @@ def test_base_operators_match_dense(op, seed):
 
 
 @SETTINGS
-@given(a=st.one_of(dense_ops(), structured_ops()), b=st.one_of(dense_ops(), structured_ops()), seed=st.integers(0, 2**31))
+@given(
+    a=st.one_of(dense_ops(), structured_ops()),
+    b=st.one_of(dense_ops(), structured_ops()),
+    seed=st.integers(0, 2**31),
+)
 def test_kron_matches_dense(a, b, seed):
     k = Kron(a, b)
     np.testing.assert_allclose(k.dense(), np.kron(a.dense(), b.dense()))
@@ -111,11 +137,18 @@ def test_sparse_and_scipy_interop():
     m = sp.random(7, 5, density=0.5, random_state=3)
     op = Sparse(m)
     check_against_dense(op, rng)
-    for o in [op, wl.all_range(6), Kron(wl.prefix(2), haar(4)), VStack([wl.identity(5), wl.total(5)])]:
+    for o in [
+        op,
+        wl.all_range(6),
+        Kron(wl.prefix(2), haar(4)),
+        VStack([wl.identity(5), wl.total(5)]),
+    ]:
         lin = aslinearoperator(o)
         x = rng.normal(size=o.shape[1])
         np.testing.assert_allclose(lin @ x, o.dense() @ x)
-        np.testing.assert_allclose(lin.rmatvec(rng.normal(size=o.shape[0]).copy()).shape, (o.shape[1],))
+        np.testing.assert_allclose(
+            lin.rmatvec(rng.normal(size=o.shape[0]).copy()).shape, (o.shape[1],)
+        )
 
 
 def test_all_range_rows_are_never_built_for_shape():
@@ -129,7 +162,9 @@ def test_all_range_rows_are_never_built_for_shape():
 def test_closed_form_grams():
     n = 9
     i = np.arange(1, n + 1)
-    np.testing.assert_allclose(wl.all_range(n).gram().dense(), np.minimum.outer(i, i) * (n - np.maximum.outer(i, i) + 1))
+    np.testing.assert_allclose(
+        wl.all_range(n).gram().dense(), np.minimum.outer(i, i) * (n - np.maximum.outer(i, i) + 1)
+    )
     np.testing.assert_allclose(wl.prefix(n).gram().dense(), n - np.maximum.outer(i, i) + 1)
 
 
@@ -162,14 +197,22 @@ def test_sizes_follow_the_validation_layer_up_to_an_int64_index():
 
     assert check_size(np.int64(8)) == 8 and type(check_size(np.int64(8))) is int
     assert Identity(2**62).shape == (2**62, 2**62) and Ones(1, 2**62).shape == (1, 2**62)
-    for bad, err in [(True, TypeError), (8.0, TypeError), ("8", TypeError), (0, ValueError), (-3, ValueError)]:
+    for bad, err in [
+        (True, TypeError),
+        (8.0, TypeError),
+        ("8", TypeError),
+        (0, ValueError),
+        (-3, ValueError),
+    ]:
         with pytest.raises(err, match=f"n must be a positive integer, got .*{bad!s}"):
             Identity(bad)
     with pytest.raises(SizeError, match="n must be at most 2\\*\\*62 .*got 9223372036854775808"):
         Identity(2**63)
     # products and stacks: exact Python-int sizes (np.prod would wrap around to a negative int64)
     assert Kron([Identity(2**31), Identity(2**31)]).shape == (2**62, 2**62)
-    with pytest.raises(SizeError, match="Kron rows must be at most 2\\*\\*62 .*got 9223372036854775808"):
+    with pytest.raises(
+        SizeError, match="Kron rows must be at most 2\\*\\*62 .*got 9223372036854775808"
+    ):
         Kron([Identity(2**31), Identity(2**32)])
     with pytest.raises(SizeError, match="VStack rows must be at most 2\\*\\*62"):
         VStack([Identity(2**61)] * 3)
@@ -178,7 +221,9 @@ def test_sizes_follow_the_validation_layer_up_to_an_int64_index():
 def test_as_linop_names_ragged_rows_and_non_numbers():
     with pytest.raises(ValueError, match="matrix is ragged: row 1 has 1 entries, row 0 has 2"):
         as_linop([[1.0, 2.0], [1.0]])
-    with pytest.raises(ValueError, match=r"matrix must be a 2-D array with at least one row .* shape \(0,\)"):
+    with pytest.raises(
+        ValueError, match=r"matrix must be a 2-D array with at least one row .* shape \(0,\)"
+    ):
         as_linop([])
     with pytest.raises(TypeError, match="matrix must be numeric"):
         as_linop([["1", "2"]])

@@ -44,7 +44,11 @@ def _lift(domain, S, T):
     """⊗_{i∈T} Qᵢᵀ ⊗_{i∈S∖T} 1/nᵢ (the map from residual T's coordinates to S's cells)."""
     out = np.ones((1, 1))
     for i in S:
-        f = orthonormal_contrasts(domain[i]).T if i in T else np.full((domain[i], 1), 1.0 / domain[i])
+        f = (
+            orthonormal_contrasts(domain[i]).T
+            if i in T
+            else np.full((domain[i], 1), 1.0 / domain[i])
+        )
         out = np.kron(out, f)
     return out
 
@@ -61,7 +65,10 @@ def test_every_marginal_is_the_sum_of_its_lifted_residuals(domain):
             for j in range(len(S) + 1):
                 for T in itertools.combinations(S, j):
                     if all(domain[i] > 1 for i in T):
-                        total += _lift(domain, S, T) @ residual_operator(domain, T, integer=False).dense()
+                        total += (
+                            _lift(domain, S, T)
+                            @ residual_operator(domain, T, integer=False).dense()
+                        )
             np.testing.assert_allclose(total, _marginal(domain, S), atol=1e-12)
 
 
@@ -70,12 +77,22 @@ def test_cell_variances_and_sensitivity_equal_the_dense_covariance(seed):
     rng = np.random.default_rng(seed)
     d = int(rng.integers(2, 4))
     domain = tuple(int(v) for v in rng.integers(1, 5, size=d))
-    subsets = [s for s in itertools.chain.from_iterable(itertools.combinations(range(d), k) for k in range(d + 1))
-               if rng.random() < 0.6] or [(0,)]
+    subsets = [
+        s
+        for s in itertools.chain.from_iterable(
+            itertools.combinations(range(d), k) for k in range(d + 1)
+        )
+        if rng.random() < 0.6
+    ] or [(0,)]
     lat = lattice(domain, subsets)
     u = rng.uniform(0.5, 3.0, size=len(lat.residuals))
     # dense: strategy A = [R_T / sqrt(u_T)], unit noise; covariance of the GLS estimate of M_S
-    A = np.vstack([residual_operator(domain, T, integer=False).dense() / math.sqrt(uu) for T, uu in zip(lat.residuals, u)])
+    A = np.vstack(
+        [
+            residual_operator(domain, T, integer=False).dense() / math.sqrt(uu)
+            for T, uu in zip(lat.residuals, u)
+        ]
+    )
     cols = (A**2).sum(0)
     np.testing.assert_allclose(cols, sensitivity2(lat, u), rtol=1e-12)  # the same on every cell
     cov = np.linalg.pinv(A.T @ A)
@@ -101,10 +118,16 @@ def test_svd_bound_equals_the_dense_spectrum_and_error_lower_bound(seed):
     rng = np.random.default_rng(100 + seed)
     d = int(rng.integers(2, 4))
     domain = tuple(int(v) for v in rng.integers(2, 5, size=d))
-    subsets = sorted({tuple(sorted(rng.choice(d, size=int(rng.integers(0, d + 1)), replace=False).tolist()))
-                      for _ in range(3)})
+    subsets = sorted(
+        {
+            tuple(sorted(rng.choice(d, size=int(rng.integers(0, d + 1)), replace=False).tolist()))
+            for _ in range(3)
+        }
+    )
     w = rng.uniform(0.5, 2.0, size=len(subsets))
-    W = mm.workloads.stack([mm.workloads.marginals(domain, attrs=[s]) for s in subsets], weights=np.sqrt(w))
+    W = mm.workloads.stack(
+        [mm.workloads.marginals(domain, attrs=[s]) for s in subsets], weights=np.sqrt(w)
+    )
     lam = np.linalg.eigvalsh(W.dense().T @ W.dense())
     lam[lam < 1e-9 * lam.max()] = 0.0  # round-off around the zero eigenvalues
     dense_bound = np.sqrt(lam).sum() ** 2 / math.prod(domain)
@@ -112,7 +135,9 @@ def test_svd_bound_equals_the_dense_spectrum_and_error_lower_bound(seed):
     assert svd_bound(lat) == pytest.approx(dense_bound, rel=1e-10)
     # matmech.error.lower_bound in the Gaussian unit (σ² at unit sensitivity)
     sigma2 = gaussian_sigma(1.0, 1e-6, 1.0) ** 2
-    assert svd_bound(lat) * sigma2 == pytest.approx(lower_bound(W, 1.0, 1e-6), rel=1e-6)  # its dense path clips round-off
+    assert svd_bound(lat) * sigma2 == pytest.approx(
+        lower_bound(W, 1.0, 1e-6), rel=1e-6
+    )  # its dense path clips round-off
     plan = plan_residuals(domain, subsets, weights=w)
     assert plan.weighted_total == pytest.approx(svd_bound(lat), rel=1e-12)
     assert sensitivity2(plan.lattice, plan.variances) == pytest.approx(1.0, rel=1e-12)
@@ -120,6 +145,7 @@ def test_svd_bound_equals_the_dense_spectrum_and_error_lower_bound(seed):
 
 def test_adult_w1_reaches_the_svd_bound_and_residualplanners_figure():
     import json
+
     z = np.load("/work/shared/benchmarks/hdmm-journal/adult_W1.npz", allow_pickle=False)
     meta = json.loads(str(z["meta"]))
     subsets = [tuple(i for i, k in enumerate(t["kinds"]) if k == "I") for t in meta["terms"]]
@@ -161,8 +187,13 @@ def test_max_objective_matches_an_independent_solver():
         return np.concatenate([[1 - sensitivity2(lat, u)], z[k] - marginal_cell_variances(lat, u)])
 
     z0 = np.concatenate([np.log(u0), [marginal_cell_variances(lat, u0).max()]])
-    res = minimize(lambda z: z[k], z0, constraints=[{"type": "ineq", "fun": cons}], method="SLSQP",
-                   options={"ftol": 1e-12, "maxiter": 500})
+    res = minimize(
+        lambda z: z[k],
+        z0,
+        constraints=[{"type": "ineq", "fun": cons}],
+        method="SLSQP",
+        options={"ftol": 1e-12, "maxiter": 500},
+    )
     assert res.success
     assert plan.cell_variances.max() == pytest.approx(res.x[k], rel=1e-4)
     assert plan.cell_variances.max() < plan_residuals(domain, subsets).cell_variances.max()
@@ -198,11 +229,15 @@ def test_apply_axes_batched_equals_apply_axes_member_by_member():
     rng = np.random.default_rng(4)
     sizes = (3, 5, 2)
     stack = rng.normal(size=(7, *sizes))
-    mats = [contrast_operators(n)[0] for n in sizes[:2]] + [rng.normal(size=(4, 2))]  # sparse and dense
+    mats = [contrast_operators(n)[0] for n in sizes[:2]] + [
+        rng.normal(size=(4, 2))
+    ]  # sparse and dense
     got = apply_axes_batched(stack, mats)
     assert got.shape == (7, 2, 4, 4)
     for b in range(7):
         np.testing.assert_allclose(got[b], apply_axes(stack[b], mats), rtol=1e-13, atol=1e-13)
-    np.testing.assert_array_equal(apply_axes_batched(np.arange(3.0), []), np.arange(3.0))  # a stack of scalars
+    np.testing.assert_array_equal(
+        apply_axes_batched(np.arange(3.0), []), np.arange(3.0)
+    )  # a stack of scalars
     with pytest.raises(ValueError, match="expected 2 matrices"):
         apply_axes_batched(stack[:, :, :, 0], mats)

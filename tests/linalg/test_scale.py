@@ -20,22 +20,48 @@ from matmech.optimizers.pure import best_hierarchy
 
 R = np.random.default_rng(5)
 
-TREES = [(n, b, root) for n, b, root in [(2, 2, True), (10, 3, True), (10, 3, False), (13, 2, True), (31, 4, False),
-                                          (50, 7, True), (64, 4, True), (97, 16, False)]]
+TREES = [
+    (n, b, root)
+    for n, b, root in [
+        (2, 2, True),
+        (10, 3, True),
+        (10, 3, False),
+        (13, 2, True),
+        (31, 4, False),
+        (50, 7, True),
+        (64, 4, True),
+        (97, 16, False),
+    ]
+]
 
 
 def _graph_tree():
     """An unbalanced geography-like tree: leaves at depths 1, 2 and 3."""
     g = nx.DiGraph()
-    g.add_edges_from([("r", "a"), ("r", "b"), ("r", "c"), ("a", "a1"), ("a", "a2"), ("a2", "x"), ("a2", "y"), ("a2", "z"),
-                      ("b", "b1"), ("b", "b2")])
+    g.add_edges_from(
+        [
+            ("r", "a"),
+            ("r", "b"),
+            ("r", "c"),
+            ("a", "a1"),
+            ("a", "a2"),
+            ("a2", "x"),
+            ("a2", "y"),
+            ("a2", "z"),
+            ("b", "b1"),
+            ("b", "b2"),
+        ]
+    )
     return g
 
 
 def _cases():
     out = [(f"tree n={n} b={b} root={root}", S.hierarchical(n, b, root)) for n, b, root in TREES]
     out += [(f"haar n={n}", S.haar(n)) for n in (1, 2, 3, 5, 6, 7, 12, 33, 100)]
-    out += [("graph tree", S.hierarchical(_graph_tree())), ("graph tree, no root", S.hierarchical(_graph_tree(), root=False))]
+    out += [
+        ("graph tree", S.hierarchical(_graph_tree())),
+        ("graph tree, no root", S.hierarchical(_graph_tree(), root=False)),
+    ]
     return out
 
 
@@ -81,7 +107,9 @@ def test_error_of_interval_workloads_on_any_n(name, A):
         wd = w.dense()
         ref = 2 * sens**2 * np.einsum("ij,jk,ik->i", wd, M, wd)
         # the continuous figure 2Δ₁²/ε² of the reference (the discrete default: tests/test_intervals.py)
-        np.testing.assert_allclose(mm.per_query_variance(w, A, noise="continuous"), ref, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            mm.per_query_variance(w, A, noise="continuous"), ref, rtol=1e-9, atol=1e-12
+        )
         assert mm.expected_error(w, A, noise="continuous") == pytest.approx(ref.sum(), rel=1e-9)
 
 
@@ -133,12 +161,16 @@ def test_release_and_least_squares_on_uneven_n():
         rel = mm.release(x, W.prefix(n), 1.0, strategy=strategy, rng=np.random.default_rng(0))
         ref = mm.per_query_variance(W.prefix(n), strategy, 1.0)
         assert rel.answers.shape == (n,) and np.all(np.isfinite(rel.answers))
-        ratio = rel.std**2 / ref  # the exact discrete noise's variance over the Laplace 2b²: one constant
+        ratio = (
+            rel.std**2 / ref
+        )  # the exact discrete noise's variance over the Laplace 2b²: one constant
         assert np.ptp(ratio) < 1e-9 * ratio.mean() and abs(ratio.mean() - 1) < 0.01
 
 
 def test_sizes_beyond_memory_are_refused_with_the_estimate():
-    with pytest.raises(ValueError, match=r"needs about [\d.]+ [KMGTPE]iB|more than the [\d,]+ cells"):
+    with pytest.raises(
+        ValueError, match=r"needs about [\d.]+ [KMGTPE]iB|more than the [\d,]+ cells"
+    ):
         S.hierarchical(10**12, 2)
     from matmech.optimizers.gram import GramOperator
     from matmech.optimizers.pure import fit_pidentity
@@ -150,12 +182,18 @@ def test_sizes_beyond_memory_are_refused_with_the_estimate():
 
 
 def test_no_cliff_past_8192_cells():
-    a, b = mm.advise(W.prefix(8192), candidates="fixed"), mm.advise(W.prefix(8193), candidates="fixed")
+    a, b = (
+        mm.advise(W.prefix(8192), candidates="fixed"),
+        mm.advise(W.prefix(8193), candidates="fixed"),
+    )
     assert a.best_row.name != "identity" and b.best_row.name != "identity"
     assert b.best_row.rmse <= 1.01 * a.best_row.rmse
     big = mm.advise(W.all_range(100_000), candidates="fixed")
-    assert big.best_row.name.startswith("hierarchical") and big.best_row.rmse < 0.2 * mm.expected_error(
-        W.all_range(100_000), S.identity(100_000), measure="rmse")
+    assert big.best_row.name.startswith(
+        "hierarchical"
+    ) and big.best_row.rmse < 0.2 * mm.expected_error(
+        W.all_range(100_000), S.identity(100_000), measure="rmse"
+    )
 
 
 def test_best_hierarchy_is_the_least_error_hierarchy():
@@ -163,9 +201,14 @@ def test_best_hierarchy_is_the_least_error_hierarchy():
     w = W.all_range(n)
     A, err, params = best_hierarchy(w)
     # best_hierarchy ranks by the continuous figure, like advise and optimize
-    others = [mm.expected_error(w, S.hierarchical(n, b, r), noise="continuous") for b in (2, 4, 8, 16, 32)
-              for r in (True, False)]
-    assert err == pytest.approx(mm.expected_error(w, A, noise="continuous")) and err <= min(others) * (1 + 1e-12)
+    others = [
+        mm.expected_error(w, S.hierarchical(n, b, r), noise="continuous")
+        for b in (2, 4, 8, 16, 32)
+        for r in (True, False)
+    ]
+    assert err == pytest.approx(mm.expected_error(w, A, noise="continuous")) and err <= min(
+        others
+    ) * (1 + 1e-12)
     assert params["branching"] >= 2
 
 

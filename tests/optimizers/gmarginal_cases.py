@@ -35,5 +35,8 @@ def random_case(seed, zero_frac=0.0):
     th = rng.uniform(0.1, 1.0, 1 << k)
     th[rng.uniform(size=th.size) < zero_frac] = 0.0
     th[-1] = max(th[-1], 0.1)  # the full subset: every query answerable
-    factors = [PIdentity(rng.uniform(0, 1, (int(rng.integers(1, 3)), d))) if rng.uniform() < 0.6 else None for d in dom]
+    factors = [
+        PIdentity(rng.uniform(0, 1, (int(rng.integers(1, 3)), d))) if rng.uniform() < 0.6 else None
+        for d in dom
+    ]
     return W, M.GeneralMarginalStrategy(dom, th, factors)

@@ -51,7 +51,9 @@ def _it(n):
 # -- auto on one Kronecker product ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("W", [Kron(wl.prefix(12), _it(3)), Kron(wl.all_range(8), wl.prefix(6), _it(2))])
+@pytest.mark.parametrize(
+    "W", [Kron(wl.prefix(12), _it(3)), Kron(wl.all_range(8), wl.prefix(6), _it(2))]
+)
 def test_single_kron_auto_runs_kron_first_and_never_loses_to_it(W):
     res = optimize(W, bound=False)
     tried = {k: dict(v) for k, v in res.params["tried"].items()}
@@ -189,7 +191,9 @@ def test_lattice_objective_is_bitwise_the_reference(seed):
         rf, rg = _reference_marginal_objective(theta, mu, mult, out_prod, k, p)
         assert f == rf or (math.isinf(f) and math.isinf(rf))
         np.testing.assert_array_equal(g, rg)
-        assert ML.marginal_objective(theta, mu, mult, out_prod, k, p=p, gradient=False) == f or math.isinf(f)
+        assert ML.marginal_objective(
+            theta, mu, mult, out_prod, k, p=p, gradient=False
+        ) == f or math.isinf(f)
     c = rng.standard_normal(1 << k)
     np.testing.assert_array_equal(ML._superset_inplace(c.copy(), k), _superset_sum(c, k))
     np.testing.assert_array_equal(ML._subset_inplace(c.copy(), k), _subset_sum(c, k))

@@ -44,7 +44,9 @@ def test_prefix_100_factor_reaches_the_better_basin_deterministically():
     assert fit.value <= 1767.6
     assert fit.init.startswith("fill quadratic")
     np.testing.assert_array_equal(fit.theta, again.theta)
-    assert _dense_trace(fit.theta, wl.prefix(100).gram().dense()) == pytest.approx(fit.value, rel=1e-8)
+    assert _dense_trace(fit.theta, wl.prefix(100).gram().dense()) == pytest.approx(
+        fit.value, rel=1e-8
+    )
 
 
 def test_kron_factor_fit_uses_the_multistart():
@@ -53,7 +55,11 @@ def test_kron_factor_fit_uses_the_multistart():
     # Laplace unit 2/ε², identity factor trace 2: 2 · 2 · 1767.57 = 7070.3
     assert res.error <= 2.0 * 2.0 * 1767.6
     assert expected_error(W, res.strategy) == pytest.approx(res.error, rel=1e-9)
-    dense = 2.0 * np.abs(res.strategy.dense()).sum(0).max() ** 2 * float(np.trace(W.gram().dense() @ np.linalg.inv(res.strategy.gram().dense())))
+    dense = (
+        2.0
+        * np.abs(res.strategy.dense()).sum(0).max() ** 2
+        * float(np.trace(W.gram().dense() @ np.linalg.inv(res.strategy.gram().dense())))
+    )
     assert dense == pytest.approx(res.error, rel=1e-7)
 
 
@@ -69,7 +75,9 @@ def test_auto_stops_a_far_behind_kron_union_after_one_round(monkeypatch):
     best_other = min(v["error"] for k, v in tried.items() if k != "kron")
     assert tried["kron"]["error"] > dispatch.KRON_CUTOFF_RATIO * best_other
     assert res.error == pytest.approx(best_other)
-    full = optimize(W, method="kron", bound=False)  # alone: all rounds, never worse than the stopped run
+    full = optimize(
+        W, method="kron", bound=False
+    )  # alone: all rounds, never worse than the stopped run
     assert "stopped" not in full.params and full.params["rounds"] == dispatch.KRON_ROUNDS
     assert full.error <= tried["kron"]["error"] * (1 + 1e-12)
     assert res.error <= full.error
@@ -79,7 +87,9 @@ def test_auto_does_not_stop_a_competitive_kron_union():
     W = wl.marginals((4, 4, 4, 4), 2)  # kron ties with the marginals here
     tried = {k: dict(v) for k, v in optimize(W, bound=False).params["tried"].items()}
     assert "stopped" not in tried["kron"]
-    assert tried["kron"]["error"] <= dispatch.KRON_CUTOFF_RATIO * min(v["error"] for v in tried.values())
+    assert tried["kron"]["error"] <= dispatch.KRON_CUTOFF_RATIO * min(
+        v["error"] for v in tried.values()
+    )
 
 
 def test_singular_steps_in_level_weights_and_polish_fall_back(monkeypatch):
@@ -111,5 +121,9 @@ def test_singular_steps_in_level_weights_and_polish_fall_back(monkeypatch):
 
     monkeypatch.setattr(pure, "_lbfgs", polish_breaks)
     fit = fit_pidentity(op, polish=77)
-    assert fit.value == ref.value and fit.starts[-1][0].endswith("(polish)") and fit.starts[-1][3] == np.inf
+    assert (
+        fit.value == ref.value
+        and fit.starts[-1][0].endswith("(polish)")
+        and fit.starts[-1][3] == np.inf
+    )
     np.testing.assert_array_equal(fit.theta, ref.theta)

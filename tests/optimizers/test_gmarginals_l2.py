@@ -31,8 +31,15 @@ def _dense_l2(W, A):
 def _prefix_union():
     """adult_W2-like: prefixes on two ordered attributes inside 2-way products with identities."""
     P, I, T = wl.prefix, wl.identity, wl.total
-    return VStack([Kron(P(6), I(3), T(4)), Kron(P(6), T(3), P(4)), Kron(T(6), I(3), P(4)), Kron(I(6), T(3), T(4))],
-                  weights=[1.0, 1.0, 1.5, 0.7])
+    return VStack(
+        [
+            Kron(P(6), I(3), T(4)),
+            Kron(P(6), T(3), P(4)),
+            Kron(T(6), I(3), P(4)),
+            Kron(I(6), T(3), T(4)),
+        ],
+        weights=[1.0, 1.0, 1.5, 0.7],
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -61,7 +68,10 @@ def test_l2_gradient_matches_finite_differences(seed):
         up, dn = th.copy(), th.copy()
         up[j] += h
         dn[j] -= h
-        fd = (M.general_marginal_l2_objective(W, A, up)[0] - M.general_marginal_l2_objective(W, A, dn)[0]) / (2 * h)
+        fd = (
+            M.general_marginal_l2_objective(W, A, up)[0]
+            - M.general_marginal_l2_objective(W, A, dn)[0]
+        ) / (2 * h)
         assert g[j] == pytest.approx(fd, rel=1e-5, abs=1e-7 * abs(f))
 
 
@@ -97,11 +107,15 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="norm"):
         M.optimize_general_marginals(W, norm=3)
     with pytest.raises(ValueError, match="p must be"):
-        M.general_marginal_error(W, M.GeneralMarginalStrategy((6, 3, 4), np.ones(8), [None] * 3), p=3)
+        M.general_marginal_error(
+            W, M.GeneralMarginalStrategy((6, 3, 4), np.ones(8), [None] * 3), p=3
+        )
     with pytest.raises(TypeError):
         M.reweight_general_marginals_l2(W, wl.identity(72))
     with pytest.raises(ValueError, match="attributes"):
-        M.reweight_general_marginals_l2(W, M.GeneralMarginalStrategy((6, 3, 5), np.ones(8), [None] * 3))
+        M.reweight_general_marginals_l2(
+            W, M.GeneralMarginalStrategy((6, 3, 5), np.ones(8), [None] * 3)
+        )
     with pytest.raises(ValueError, match="lattice weights"):
         M.general_marginal_sensitivity2(np.ones(4), [1.0, 1.0, 1.0])
 

@@ -21,10 +21,23 @@ def _dense_error(W, A):
 
 def _cases():
     rng = np.random.default_rng(0)
-    yield VStack([Kron(wl.prefix(6), wl.total(4)), Kron(wl.total(6), wl.identity(4)), Kron(wl.prefix(6), wl.identity(4))],
-                 weights=[1.0, 2.0, 0.7])
-    yield Kron(wl.prefix(5), VStack([wl.identity(3), wl.total(3)]), VStack([wl.identity(2), wl.total(2)]))
-    yield VStack([Kron(Dense(rng.standard_normal((3, 5))), wl.total(3)), Kron(wl.all_range(5), wl.identity(3))])
+    yield VStack(
+        [
+            Kron(wl.prefix(6), wl.total(4)),
+            Kron(wl.total(6), wl.identity(4)),
+            Kron(wl.prefix(6), wl.identity(4)),
+        ],
+        weights=[1.0, 2.0, 0.7],
+    )
+    yield Kron(
+        wl.prefix(5), VStack([wl.identity(3), wl.total(3)]), VStack([wl.identity(2), wl.total(2)])
+    )
+    yield VStack(
+        [
+            Kron(Dense(rng.standard_normal((3, 5))), wl.total(3)),
+            Kron(wl.all_range(5), wl.identity(3)),
+        ]
+    )
 
 
 @pytest.mark.parametrize("W", list(_cases()))
@@ -55,7 +68,12 @@ def test_never_worse_than_the_best_single_kron(W):
 
 
 def test_large_domain_reports_the_upper_bound():
-    W = VStack([Kron(wl.prefix(60), wl.total(60), wl.identity(60)), Kron(wl.total(60), wl.prefix(60), wl.total(60))])
+    W = VStack(
+        [
+            Kron(wl.prefix(60), wl.total(60), wl.identity(60)),
+            Kron(wl.total(60), wl.prefix(60), wl.total(60)),
+        ]
+    )
     fit = KS.optimize_kron_stack(W)
     assert not fit.exact and fit.value == fit.bound and fit.terms == 2
     res = optimize(W, eps=1.0, method="kronstack", bound=False)

@@ -65,9 +65,15 @@ def test_identity_factors_are_the_marginal_lattice():
 def test_gradient_equals_finite_differences(seed):
     rng = np.random.default_rng(seed)
     dom = (5, 3, 4)
-    W = VStack([Kron(wl.prefix(5), wl.total(3), wl.identity(4)), Kron(wl.prefix(5), wl.identity(3), wl.total(4)),
-                Kron(wl.total(5), VStack([wl.identity(3), wl.total(3)]), wl.all_range(4)),
-                Kron(Dense(rng.standard_normal((2, 5))), wl.total(3), wl.prefix(4))], weights=[1.0, 2.0, 0.5, 1.3])
+    W = VStack(
+        [
+            Kron(wl.prefix(5), wl.total(3), wl.identity(4)),
+            Kron(wl.prefix(5), wl.identity(3), wl.total(4)),
+            Kron(wl.total(5), VStack([wl.identity(3), wl.total(3)]), wl.all_range(4)),
+            Kron(Dense(rng.standard_normal((2, 5))), wl.total(3), wl.prefix(4)),
+        ],
+        weights=[1.0, 2.0, 0.5, 1.3],
+    )
     prob, _, _ = GE._problem(W)
     assert prob.free == (0, 2)
     th = rng.uniform(0.1, 1, 8)
@@ -81,7 +87,9 @@ def test_gradient_equals_finite_differences(seed):
 
     f, dth, grads = full(th, thetas)
     h = 1e-6
-    num = np.array([(full(th + h * e, thetas)[0] - full(th - h * e, thetas)[0]) / (2 * h) for e in np.eye(8)])
+    num = np.array(
+        [(full(th + h * e, thetas)[0] - full(th - h * e, thetas)[0]) / (2 * h) for e in np.eye(8)]
+    )
     assert np.allclose(num, dth, rtol=1e-5, atol=1e-6 * abs(f))
     for i, t in thetas.items():
         gam = grads[i]
@@ -94,8 +102,14 @@ def test_gradient_equals_finite_differences(seed):
 
 
 def test_optimiser_value_is_the_dense_error_and_beats_its_starts():
-    W = VStack([Kron(wl.prefix(8), wl.identity(3), wl.total(4)), Kron(wl.prefix(8), wl.total(3), wl.identity(4)),
-                Kron(wl.total(8), wl.identity(3), wl.identity(4)), Kron(wl.prefix(8), wl.total(3), wl.total(4))])
+    W = VStack(
+        [
+            Kron(wl.prefix(8), wl.identity(3), wl.total(4)),
+            Kron(wl.prefix(8), wl.total(3), wl.identity(4)),
+            Kron(wl.total(8), wl.identity(3), wl.identity(4)),
+            Kron(wl.prefix(8), wl.total(3), wl.total(4)),
+        ]
+    )
     fit = M.optimize_general_marginals(W)
     assert fit.value == pytest.approx(_dense_error(W, fit.strategy), rel=1e-7)
     assert any(isinstance(f, PIdentity) for f in fit.strategy.factors)  # the prefix attribute
@@ -129,7 +143,10 @@ def test_huge_domain_is_factored():
     import itertools
 
     kinds = [wl.prefix(100)] * 4 + [wl.identity(100)] * 4
-    blocks = [Kron(*[kinds[i] if i in pair else wl.total(100) for i in range(8)]) for pair in itertools.combinations(range(8), 2)]
+    blocks = [
+        Kron(*[kinds[i] if i in pair else wl.total(100) for i in range(8)])
+        for pair in itertools.combinations(range(8), 2)
+    ]
     W = VStack(blocks)
     fit = M.optimize_general_marginals(W)
     A = fit.strategy

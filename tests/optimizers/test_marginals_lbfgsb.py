@@ -14,8 +14,14 @@ from matmech.optimizers.lbfgs import _setulb, lbfgsb_nonneg
 
 
 def _scipy(fun, x0, maxiter, ftol, gtol):
-    res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf),
-                   options={"maxiter": maxiter, "ftol": ftol, "gtol": gtol})
+    res = minimize(
+        fun,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=Bounds(0.0, np.inf),
+        options={"maxiter": maxiter, "ftol": ftol, "gtol": gtol},
+    )
     return res.x, res.fun
 
 

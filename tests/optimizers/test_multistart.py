@@ -42,7 +42,9 @@ def _sequential(gram, th, maxiter, ftol):
 
 
 @pytest.mark.parametrize("kind", ["prefix", "range", "random"])
-@pytest.mark.parametrize("n,count,maxiter", [(8, 12, 200), (50, 10, 200), (100, 8, 120), (128, 6, 80)])
+@pytest.mark.parametrize(
+    "n,count,maxiter", [(8, 12, 200), (50, 10, 200), (100, 8, 120), (128, 6, 80)]
+)
 def test_each_start_ends_where_it_ends_alone(kind, n, count, maxiter):
     gram = _gram(kind, n)
     starts = _starts(n, count)
@@ -59,7 +61,9 @@ def test_each_start_ends_where_it_ends_alone(kind, n, count, maxiter):
         assert (nit_b, ev_b) == (nit_a, ev_a), f"start {i}: iterations/evaluations differ"
         if np.isfinite(f_a) and abs(f_a) < 1e12:
             assert f_b == pytest.approx(f_a, rel=1e-8, abs=0), f"start {i}"
-            np.testing.assert_allclose(th_b, th_a, rtol=1e-8, atol=1e-12 * max(1.0, np.abs(th_a).max()))
+            np.testing.assert_allclose(
+                th_b, th_a, rtol=1e-8, atol=1e-12 * max(1.0, np.abs(th_a).max())
+            )
         else:  # a runaway start (filtered later by fit_pidentity's _reliable): same value anyway
             assert f_b == f_a or (np.isnan(f_a) and np.isnan(f_b))
     if kind != "random":  # (random grams: all starts converge in the same ~13 iterations)
@@ -77,7 +81,9 @@ def test_stack_objective_is_the_objective(kind):
     for i, th in enumerate(thetas):
         f1, g1 = pure.objective(th, gram)
         assert f[i] == pytest.approx(f1, rel=1e-12)
-        np.testing.assert_allclose(g[i].reshape(p, n), g1, rtol=1e-10, atol=1e-10 * np.abs(g1).max())
+        np.testing.assert_allclose(
+            g[i].reshape(p, n), g1, rtol=1e-10, atol=1e-10 * np.abs(g1).max()
+        )
     # and against the definition trace(G (AᵀA)⁻¹), A = [I; Θ] D with D the column sums
     th = thetas[1]
     a = np.vstack([np.eye(n), th]) / (1.0 + th.sum(0))
@@ -103,7 +109,9 @@ def test_lockstep_starts_takes_the_largest_same_shape_group():
     n = 32
     gram = _gram("range", n)
     p = n // 16
-    starts = [("tree", pure.quadratic_fill(n, 5))] + [(f"q{b}", pure.quadratic_fill(n, p, block=b)) for b in range(MIN_LOCKSTEP)]
+    starts = [("tree", pure.quadratic_fill(n, 5))] + [
+        (f"q{b}", pure.quadratic_fill(n, p, block=b)) for b in range(MIN_LOCKSTEP)
+    ]
     out = lockstep_starts(gram, starts, maxiter=30, ftol=1e-8)
     assert set(out) == set(range(1, MIN_LOCKSTEP + 1))  # indices into starts; not the tree
     for i in (1, MIN_LOCKSTEP):
@@ -131,6 +139,10 @@ def test_fit_pidentity_same_fit_with_and_without_lockstep(W, quad):
     assert [r[0] for r in fast.starts] == [r[0] for r in slow.starts]
     for a, b in zip(fast.starts, slow.starts):
         assert a[1:3] == b[1:3] and a[4] == b[4]
-        assert a[3] == pytest.approx(b[3], rel=1e-9) or (not np.isfinite(a[3]) and not np.isfinite(b[3]))
-    if quad == 20:  # the basin behind cps_W2 (pure.QUAD_FILL_STARTS): below the 1773.4 of the other starts
+        assert a[3] == pytest.approx(b[3], rel=1e-9) or (
+            not np.isfinite(a[3]) and not np.isfinite(b[3])
+        )
+    if (
+        quad == 20
+    ):  # the basin behind cps_W2 (pure.QUAD_FILL_STARTS): below the 1773.4 of the other starts
         assert fast.value < 1768.0

@@ -79,7 +79,14 @@ def best_fixed_error(W, delta):
         lambda rng: np.eye(14) + np.ones((14, 14)),
         lambda rng: np.kron(AllRange(4).gram().dense(), Prefix(4).gram().dense()),
     ],
-    ids=["all_range_12", "prefix_16", "random_full_rank", "random_rank_5", "identity_plus_total", "kron_4x4"],
+    ids=[
+        "all_range_12",
+        "prefix_16",
+        "random_full_rank",
+        "random_rank_5",
+        "identity_plus_total",
+        "kron_4x4",
+    ],
 )
 def test_sdp_and_dual_iteration_agree(make):
     gram = make(np.random.default_rng(0))
@@ -129,7 +136,11 @@ def test_dual_iteration_measures_unqueried_cells_with_identity_rows():
     assert res.error == pytest.approx(expected_error(W, res.strategy, 1.0, DELTA), rel=1e-9)
 
 
-@pytest.mark.parametrize("W", [AllRange(24), Prefix(24), Scaled(Prefix(20), 3.0), VStack([AllRange(16)], weights=[0.5])], ids=["all_range", "prefix", "scaled", "stacked"])
+@pytest.mark.parametrize(
+    "W",
+    [AllRange(24), Prefix(24), Scaled(Prefix(20), 3.0), VStack([AllRange(16)], weights=[0.5])],
+    ids=["all_range", "prefix", "scaled", "stacked"],
+)
 def test_tridiagonal_inverse_of_interval_grams(W):
     d, e = tridiagonal_inverse(W)
     t = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
@@ -176,11 +187,16 @@ def test_pidentity_gradient_matches_finite_differences(kind):
     h = 1e-6
     for _ in range(6):
         d = rng.standard_normal((p, n))
-        numeric = (objective(theta + h * d, gram, gradient=False) - objective(theta - h * d, gram, gradient=False)) / (2 * h)
+        numeric = (
+            objective(theta + h * d, gram, gradient=False)
+            - objective(theta - h * d, gram, gradient=False)
+        ) / (2 * h)
         assert np.sum(g * d) == pytest.approx(numeric, rel=1e-6, abs=1e-6 * abs(f))
 
 
-@pytest.mark.parametrize("W", [AllRange(40), Prefix(40), Scaled(AllRange(40), 3.0), VStack([Prefix(40)], weights=[2.0])])
+@pytest.mark.parametrize(
+    "W", [AllRange(40), Prefix(40), Scaled(AllRange(40), 3.0), VStack([Prefix(40)], weights=[2.0])]
+)
 def test_structured_gram_rows_match_dense(W):
     fast = GramOperator.from_workload(W)
     dense = GramOperator.from_gram(W.gram().dense())
@@ -226,7 +242,9 @@ def test_tree_start_is_the_hierarchical_strategy():
             exact = expected_error(W, S.hierarchical(64, b, root))
             assert 2 * objective(theta, gram, gradient=False) == pytest.approx(exact, rel=1e-10)
         sizes = [4, 16, 64]
-        assert 2 * weighted_tree_value(gram, sizes, [1, 1, 1]) == pytest.approx(expected_error(W, S.hierarchical(64, 4, True)), rel=1e-10)
+        assert 2 * weighted_tree_value(gram, sizes, [1, 1, 1]) == pytest.approx(
+            expected_error(W, S.hierarchical(64, 4, True)), rel=1e-10
+        )
 
 
 def test_hat_start_sits_on_the_hierarchy_and_spreads_evenly_otherwise():
@@ -238,12 +256,18 @@ def test_hat_start_sits_on_the_hierarchy_and_spreads_evenly_otherwise():
     for h, b in zip(hats, boxes):
         lo, hi = np.flatnonzero(b)[[0, -1]]
         centre, size = (lo + hi + 1) / 2, hi - lo + 1
-        np.testing.assert_array_equal(np.flatnonzero(h), np.flatnonzero(np.abs(cells - centre) < size))
+        np.testing.assert_array_equal(
+            np.flatnonzero(h), np.flatnonzero(np.abs(cells - centre) < size)
+        )
         assert h.max() == pytest.approx(1 - 0.5 / size)
     # interior cells of a level are covered with total weight 1
     np.testing.assert_allclose(hats[depth == 1].sum(0)[16:-16], 1.0)
     uneven, d = hat_theta(1000, 16)
-    assert np.bincount(d).tolist() == [1, 4, 62]  # round(1000/16) evenly spread hats, no tiny blocks
+    assert np.bincount(d).tolist() == [
+        1,
+        4,
+        62,
+    ]  # round(1000/16) evenly spread hats, no tiny blocks
     np.testing.assert_allclose(uneven[d == 2].sum(0)[16:-16], 1.0)
     assert hat_theta(3, 16)[0].shape == (1, 3) and hat_theta(3, 16, root=False)[0].shape == (0, 3)
 
@@ -266,10 +290,14 @@ def test_hdmm_start_is_uniform_and_drawn_first_from_the_rng():
     assert a.shape == (16, 256) and a.min() >= 0 and a.max() < 1
     assert np.histogram(a, bins=10, range=(0, 1))[0].min() > 0.09 * a.size
     # the optimiser takes HDMM's start as the first draw of the caller's generator
-    fit = fit_pidentity(GramOperator.from_workload(wl.prefix(64)), rng=np.random.default_rng(3), polish=0)
+    fit = fit_pidentity(
+        GramOperator.from_workload(wl.prefix(64)), rng=np.random.default_rng(3), polish=0
+    )
     start = next(r for r in fit.starts if r[0].startswith("hdmm"))
     gram = GramOperator.from_workload(wl.prefix(64))
-    assert start[2] == pytest.approx(objective(hdmm_theta(64, rng=np.random.default_rng(3)), gram, gradient=False), rel=1e-12)
+    assert start[2] == pytest.approx(
+        objective(hdmm_theta(64, rng=np.random.default_rng(3)), gram, gradient=False), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("seed", [None, 0, 1, 2])
@@ -311,7 +339,9 @@ def test_pure_optimum_on_sizes_that_are_not_powers_of_the_branching(n):
     assert res.params["init"].startswith(("hats b=16", "hdmm p="))
     assert res.params["starts"][0][0].startswith("hats b=16")
     with blas_threads(1):  # irregular trees: dense pseudo-inverses, fast on one thread
-        best_tree = min(expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False))
+        best_tree = min(
+            expected_error(W, S.hierarchical(n, b, root)) for b in (4, 16) for root in (True, False)
+        )
     assert res.error < 0.9 * best_tree
     assert default_maxiter(n) == (200 if n <= 512 else 40)
 
@@ -328,7 +358,11 @@ def test_projected_lbfgs_solves_a_bound_constrained_quadratic():
     np.testing.assert_allclose(x, np.maximum(c, 0), atol=1e-6)
 
 
-@pytest.mark.parametrize("W", [wl.all_range(48), wl.prefix(48), wl.stack(wl.prefix(32), wl.total(32), weights=[1.0, 3.0])], ids=["all_range", "prefix", "union"])
+@pytest.mark.parametrize(
+    "W",
+    [wl.all_range(48), wl.prefix(48), wl.stack(wl.prefix(32), wl.total(32), weights=[1.0, 3.0])],
+    ids=["all_range", "prefix", "union"],
+)
 def test_pure_optimum_beats_every_fixed_strategy(W):
     res = optimize(W, 1.0, 0.0)
     assert res.method == "pidentity"
@@ -348,7 +382,9 @@ def test_pure_optimum_is_not_the_l2_optimum():
     W = wl.all_range(64)
     l2 = optimize(W, 1.0, DELTA).strategy
     pure = optimize(W, 1.0, 0.0)
-    assert expected_error(W, l2, 1.0, 0.0) > expected_error(W, S.identity(64), 1.0, 0.0) > pure.error
+    assert (
+        expected_error(W, l2, 1.0, 0.0) > expected_error(W, S.identity(64), 1.0, 0.0) > pure.error
+    )
 
 
 # -- results and bookkeeping ------------------------------------------------------------------
@@ -394,13 +430,18 @@ def test_kron_is_factorwise_optimal_and_certified():
     assert res.error / W.shape[0] == pytest.approx(2 * (one.error / 2 / 136) ** 2, rel=1e-9)
     res2 = optimize(W, delta=DELTA)
     assert res2.gap is not None and res2.gap <= 1e-6
-    assert res2.error <= expected_error(W, Kron(S.hierarchical(16, 2), S.hierarchical(16, 2)), 1.0, DELTA)
+    assert res2.error <= expected_error(
+        W, Kron(S.hierarchical(16, 2), S.hierarchical(16, 2)), 1.0, DELTA
+    )
 
 
 def test_union_of_kron_products_improves_on_identity_and_fixed_products():
     W = wl.stack(wl.kron(wl.prefix(12), wl.identity(8)), wl.kron(wl.total(12), wl.all_range(8)))
     res = optimize(W, method="kron")
-    for A in (Kron(S.identity(12), S.identity(8)), Kron(S.hierarchical(12, 4), S.hierarchical(8, 2))):
+    for A in (
+        Kron(S.identity(12), S.identity(8)),
+        Kron(S.hierarchical(12, 4), S.hierarchical(8, 2)),
+    ):
         assert res.error <= expected_error(W, A)
     assert len(res.params["history"]) >= 2
 
@@ -408,7 +449,9 @@ def test_union_of_kron_products_improves_on_identity_and_fixed_products():
 def test_marginal_lattice_beats_measuring_the_marginals():
     W = wl.marginals((4, 4, 4, 4), 3)
     res = optimize(W)
-    workload_marginals = MarginalStrategy((4, 4, 4, 4), np.array([1.0 if bin(m).count("1") == 3 else 0.0 for m in range(16)]))
+    workload_marginals = MarginalStrategy(
+        (4, 4, 4, 4), np.array([1.0 if bin(m).count("1") == 3 else 0.0 for m in range(16)])
+    )
     assert res.error <= expected_error(W, workload_marginals) * (1 + 1e-12)
     assert res.error <= expected_error(W, S.identity(256))
 
@@ -437,7 +480,10 @@ def test_marginal_objective_gradient(p):
     for i in range(8):
         e = np.zeros(8)
         e[i] = h
-        num = (marginal_objective(theta + e, mu, mult, out_prod, 3, p=p, gradient=False) - marginal_objective(theta - e, mu, mult, out_prod, 3, p=p, gradient=False)) / (2 * h)
+        num = (
+            marginal_objective(theta + e, mu, mult, out_prod, 3, p=p, gradient=False)
+            - marginal_objective(theta - e, mu, mult, out_prod, 3, p=p, gradient=False)
+        ) / (2 * h)
         assert g[i] == pytest.approx(num, rel=1e-5)
 
 
@@ -477,7 +523,9 @@ def test_restarts_are_deterministic_under_a_seeded_rng():
     names = [r[0] for r in runs[0].params["starts"]]
     assert sum(name.startswith("random") for name in names) == 2  # restarts - 1
     assert sum(name.startswith("hdmm p=") for name in names) == 1  # HDMM's OPT_0 start
-    assert sum(name.startswith("hdmm-like quadratic fill") for name in names) == 1  # its deterministic cousin
+    assert (
+        sum(name.startswith("hdmm-like quadratic fill") for name in names) == 1
+    )  # its deterministic cousin
     # a different seed explores different random starts
     other = optimize(W, restarts=3, rng=np.random.default_rng(43), maxiter=60)
     assert other.params["starts"][1][2] != runs[0].params["starts"][1][2]
@@ -549,7 +597,11 @@ def test_workloads_too_large_for_the_method():
     # beyond p-Identity's dense limit the pure-eps answer is the best exact hierarchy
     res = optimize(wl.prefix(9000), method="pidentity")
     assert res.params["init"].startswith("best hierarchy")
-    best_fixed = min(expected_error(wl.prefix(9000), S.hierarchical(9000, b, r)) for b in (2, 4, 8, 16, 32) for r in (True, False))
+    best_fixed = min(
+        expected_error(wl.prefix(9000), S.hierarchical(9000, b, r))
+        for b in (2, 4, 8, 16, 32)
+        for r in (True, False)
+    )
     assert res.error <= best_fixed * (1 + 1e-12)
 
 
@@ -588,7 +640,11 @@ def _it(n, w=1.0):
 def test_products_of_identity_total_factors_expand_to_marginals_with_the_same_gram():
     from matmech.optimizers.marginals import expand_marginals, marginal_workload
 
-    W = wl.stack(wl.kron(_it(3, 2.0), wl.identity(4), wl.total(2)), wl.kron(wl.total(3), _it(4), _it(2)), weights=[1.0, 3.0])
+    W = wl.stack(
+        wl.kron(_it(3, 2.0), wl.identity(4), wl.total(2)),
+        wl.kron(wl.total(3), _it(4), _it(2)),
+        weights=[1.0, 3.0],
+    )
     E = expand_marginals(W)
     assert marginal_workload(E) is not None
     assert set(E.subsets) == {(), (1,), (2,), (0, 1), (1, 2)}
@@ -603,7 +659,12 @@ def test_auto_tries_marginals_on_kron_of_identity_total_and_keeps_the_best():
     # HDMM's cps_W1 shape Kron[IT, ..., IT]: the marginal lattice beats the Kronecker fit
     W = wl.kron(_it(50), _it(20), _it(7), _it(2))
     res = optimize(W)
-    assert res.method == "marginals" and set(res.params["tried"]) == {"marginals", "gmarginals", "kron", "kronstack"}
+    assert res.method == "marginals" and set(res.params["tried"]) == {
+        "marginals",
+        "gmarginals",
+        "kron",
+        "kronstack",
+    }
     assert res.error < res.params["tried"]["kron"]["error"]
     assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
     assert res.seconds == pytest.approx(sum(t["seconds"] for t in res.params["tried"].values()))
@@ -630,7 +691,10 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
     monkeypatch.setattr(opt_marginals, "optimize_marginals_pure", boom)
     W = wl.marginals((3, 4, 2), 2)
     res = optimize(W)
-    assert "MemoryError" in res.params["failed"]["marginals"] and "marginals" not in res.params["tried"]
+    assert (
+        "MemoryError" in res.params["failed"]["marginals"]
+        and "marginals" not in res.params["tried"]
+    )
     assert res.method == min(res.params["tried"], key=lambda k: res.params["tried"][k]["error"])
     assert res.error == pytest.approx(expected_error(W, res.strategy), rel=1e-9)
     with pytest.raises(MemoryError):  # an explicit method is not caught
@@ -639,7 +703,11 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
     monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
     monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1)
     res = optimize(W)
-    assert res.method == "kronstack" and set(res.params["failed"]) == {"marginals", "gmarginals", "kron"}
+    assert res.method == "kronstack" and set(res.params["failed"]) == {
+        "marginals",
+        "gmarginals",
+        "kron",
+    }
     monkeypatch.setattr("matmech.optimizers.kronstack.optimize_kron_stack", boom)
     with pytest.raises(ValueError, match="every applicable family failed"):
         optimize(W)
@@ -655,7 +723,9 @@ def test_kron_union_memory_is_refused_up_front(monkeypatch):
     with pytest.raises(ValueError, match="GiB of dense factor grams"):
         optimize(W, method="kron")
     with pytest.raises(ValueError, match="attribute sizes"):
-        check_kron_memory([(1.0, [wl.identity(2), wl.identity(10**5)]), (1.0, [wl.total(2), wl.total(10**5)])])
+        check_kron_memory(
+            [(1.0, [wl.identity(2), wl.identity(10**5)]), (1.0, [wl.total(2), wl.total(10**5)])]
+        )
 
 
 def test_pure_kron_union_uses_deterministic_fill_starts_and_is_reproducible():
@@ -666,7 +736,10 @@ def test_pure_kron_union_uses_deterministic_fill_starts_and_is_reproducible():
     assert [r[0] for r in fit.starts if r[0].startswith("fill")] == ["fill p=4 #1", "fill p=4 #2"]
     again = fit_pidentity(GramOperator.from_workload(wl.prefix(64)), fill_starts=2, polish=0)
     np.testing.assert_array_equal(fit.theta, again.theta)
-    for A in (Kron(S.identity(12), S.identity(8)), Kron(S.hierarchical(12, 4), S.hierarchical(8, 2))):
+    for A in (
+        Kron(S.identity(12), S.identity(8)),
+        Kron(S.hierarchical(12, 4), S.hierarchical(8, 2)),
+    ):
         assert a.error <= expected_error(W, A)
 
 
@@ -677,7 +750,9 @@ _HDMM = __import__("pathlib").Path("/work/shared/benchmarks/hdmm-journal/cps_W1.
 def test_hdmm_cps_w1_beats_hdmm():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("highdim", __import__("pathlib").Path(__file__).parents[2] / "benchmarks" / "highdim.py")
+    spec = importlib.util.spec_from_file_location(
+        "highdim", __import__("pathlib").Path(__file__).parents[2] / "benchmarks" / "highdim.py"
+    )
     highdim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(highdim)
     W, meta = highdim.load("cps_W1")
@@ -690,8 +765,13 @@ def test_hdmm_cps_w1_beats_hdmm():
 
 
 def _prefix_products():
-    return VStack([Kron(wl.prefix(8), wl.identity(3), wl.total(4)), Kron(wl.prefix(8), wl.total(3), wl.prefix(4)),
-                   Kron(wl.total(8), wl.identity(3), wl.identity(4))])
+    return VStack(
+        [
+            Kron(wl.prefix(8), wl.identity(3), wl.total(4)),
+            Kron(wl.prefix(8), wl.total(3), wl.prefix(4)),
+            Kron(wl.total(8), wl.identity(3), wl.identity(4)),
+        ]
+    )
 
 
 def test_auto_keeps_the_lowest_exact_error_over_all_families():
@@ -716,7 +796,9 @@ def test_auto_survives_a_failing_family(monkeypatch):
 
     monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
     res = optimize(_prefix_products(), eps=1.0)
-    assert "gmarginals" in res.params["failed"] and "simulated" in res.params["failed"]["gmarginals"]
+    assert (
+        "gmarginals" in res.params["failed"] and "simulated" in res.params["failed"]["gmarginals"]
+    )
     assert res.method in ("kron", "kronstack")
 
 

@@ -36,8 +36,16 @@ def _dense_trace(theta, gram):
 def _names(gram):
     n = gram.n
     with blas_threads(1):
-        starts = _starts(gram, rng=None, restarts=1, branchings=START_BRANCHINGS, max_rows=n // 8,
-                         p_rand=n // 16, hdmm_start=True, fill_starts=0)
+        starts = _starts(
+            gram,
+            rng=None,
+            restarts=1,
+            branchings=START_BRANCHINGS,
+            max_rows=n // 8,
+            p_rand=n // 16,
+            hdmm_start=True,
+            fill_starts=0,
+        )
     return [name for name, _ in starts], starts
 
 
@@ -55,7 +63,9 @@ def test_wide_hat_start_is_deterministic_nonnegative_and_scored_right():
         match = [h for h in hat if np.array_equal(h > 0, row > 0)]
         assert match and np.allclose(row, match[0] * row.max() / match[0].max())
     # the objective it is ranked by equals the dense trace of the strategy
-    assert objective(th, gram, gradient=False) == pytest.approx(_dense_trace(th, gram.dense()), rel=1e-9)
+    assert objective(th, gram, gradient=False) == pytest.approx(
+        _dense_trace(th, gram.dense()), rel=1e-9
+    )
 
 
 def test_wide_hat_start_joins_from_its_threshold_only():
@@ -83,7 +93,14 @@ def _released_opt0(gram, seed):
         return (f, g.ravel()) if f >= 0 else (math.inf, np.zeros_like(x))
 
     with blas_threads(1):
-        res = minimize(fun, th0.ravel(), jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * th0.size, options={"ftol": 1e-4})
+        res = minimize(
+            fun,
+            th0.ravel(),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0.0, None)] * th0.size,
+            options={"ftol": 1e-4},
+        )
     return float(res.fun)
 
 

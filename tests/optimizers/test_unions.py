@@ -32,7 +32,9 @@ def _union(domain, kinds, orders, weights=None):
     blocks = []
     for k in orders:
         for T in itertools.combinations(range(len(domain)), k):
-            blocks.append(Kron(*[make[kinds[i]](n) if i in T else wl.total(n) for i, n in enumerate(domain)]))
+            blocks.append(
+                Kron(*[make[kinds[i]](n) if i in T else wl.total(n) for i, n in enumerate(domain)])
+            )
     return VStack(blocks, weights=weights(len(blocks)) if weights else None)
 
 
@@ -71,7 +73,13 @@ def test_residual_weights_are_optimal_for_the_factors():
 
 def test_residual_plan_with_mixed_grams_is_exact_but_not_certified():
     # attribute 0 is queried by prefixes in one term and all ranges in another
-    W = VStack([Kron(wl.prefix(4), wl.identity(3)), Kron(wl.all_range(4), wl.total(3)), Kron(wl.total(4), wl.prefix(3))])
+    W = VStack(
+        [
+            Kron(wl.prefix(4), wl.identity(3)),
+            Kron(wl.all_range(4), wl.total(3)),
+            Kron(wl.total(4), wl.prefix(3)),
+        ]
+    )
     fit = U.plan_residual_products(W)
     assert fit.bound is None
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
@@ -135,7 +143,9 @@ def test_residual_strategy_validates_its_factors():
     with pytest.raises(ValueError, match="weights"):
         U.ResidualProductStrategy((3, 2), np.ones(3), [None, None])
     with pytest.raises(ValueError, match="size 1"):
-        U.ResidualProductStrategy((1, 2), np.array([0.0, 1.0, 0.0, 0.0]), [None, np.array([[1.0, -1.0]])])
+        U.ResidualProductStrategy(
+            (1, 2), np.array([0.0, 1.0, 0.0, 0.0]), [None, np.array([[1.0, -1.0]])]
+        )
 
 
 def test_auto_tries_unions_beyond_the_dense_l2_limit():
@@ -157,7 +167,9 @@ def test_kronstack_under_l2_is_exact_and_below_its_bound(domain, kinds, orders):
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
     assert fit.value <= fit.bound * (1 + 1e-9)
     res = optimize(W, 1.0, 1e-6, method="kronstack", bound=False)
-    assert res.error == pytest.approx(noise_variance(1.0, 1e-6, sensitivity=1.0) * fit.value, rel=1e-9)
+    assert res.error == pytest.approx(
+        noise_variance(1.0, 1e-6, sensitivity=1.0) * fit.value, rel=1e-9
+    )
 
 
 def _dense_max(W, A):
@@ -167,7 +179,9 @@ def _dense_max(W, A):
 
 
 @pytest.mark.parametrize("domain,kinds,orders", CASES)
-def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objective(domain, kinds, orders):
+def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objective(
+    domain, kinds, orders
+):
     W = _union(domain, kinds, orders)
     fit = U.plan_residual_products(W, objective="max")
     assert fit.value == pytest.approx(_dense_max(W, fit.strategy), rel=1e-7)
@@ -180,7 +194,9 @@ def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objectiv
     live = S.weights_by_mask > 0
     for _ in range(3):
         w = S.weights_by_mask * np.where(live, np.exp(rng.normal(scale=0.3, size=live.size)), 1.0)
-        assert _dense_max(W, U.ResidualProductStrategy(S.domain_sizes, w, S.residual_factors)) >= fit.value * (1 - 1e-6)
+        assert _dense_max(
+            W, U.ResidualProductStrategy(S.domain_sizes, w, S.residual_factors)
+        ) >= fit.value * (1 - 1e-6)
 
 
 def test_unknown_objective_is_refused():
@@ -191,7 +207,12 @@ def test_unknown_objective_is_refused():
 def test_residual_plans_round_trip_through_the_strategy_store(tmp_path):
     from matmech.io.store import load_strategy, save_strategy
 
-    W = VStack([Kron(wl.prefix(4), wl.identity(3), wl.total(1)), Kron(wl.total(4), wl.identity(3), wl.identity(1))])
+    W = VStack(
+        [
+            Kron(wl.prefix(4), wl.identity(3), wl.total(1)),
+            Kron(wl.total(4), wl.identity(3), wl.identity(1)),
+        ]
+    )
     S = U.plan_residual_products(W).strategy
     save_strategy(tmp_path / "s.npz", S)
     back = load_strategy(tmp_path / "s.npz")
@@ -215,7 +236,11 @@ def test_release_with_a_union_plan_reports_the_planned_variances(plan):
     from matmech.error import per_query_variance
 
     W = _union((5, 3, 4), "PIR", (2,))
-    A = U.plan_residual_products(W).strategy if plan == "residual" else U.refine_general_l2(W, maxiter=30).strategy
+    A = (
+        U.plan_residual_products(W).strategy
+        if plan == "residual"
+        else U.refine_general_l2(W, maxiter=30).strategy
+    )
     x = np.bincount(np.random.default_rng(1).integers(0, 60, 200), minlength=60)
     rel = mm.release(x, W, 1.0, 1e-6, strategy=A, rng=np.random.default_rng(2), max_records=200)
     planned = per_query_variance(W, A, 1.0, 1e-6)

@@ -41,8 +41,11 @@ from matmech.workloads import identity, prefix
 
 #: (name, select_rows method, vector option): every method as a user calls it (vector="auto"),
 #: the two free-gap methods forced to their [DWZK19] mechanism and to the vector selection.
-SELECTIONS = [(m, m, "auto") for m in METHODS] + [(f"{m}(vector=False)", m, False) for m in VECTOR_METHODS] + [
-    (vm, m, True) for m, vm in VECTOR_METHODS.items()]
+SELECTIONS = (
+    [(m, m, "auto") for m in METHODS]
+    + [(f"{m}(vector=False)", m, False) for m in VECTOR_METHODS]
+    + [(vm, m, True) for m, vm in VECTOR_METHODS.items()]
+)
 PATHS = ("select_rows", "release", "factored")
 #: The limits every pair is run at (see the module docstring), before adding each case's own.
 BASE_KS = (1, 2, 12, 20, 22, 27, 28, 29, 31, 32, 33, 44, 45, 46, 47, 48, 49, 50)
@@ -54,7 +57,7 @@ DECISIVE_K = 14
 
 @dataclass(frozen=True)
 class Case:
-    name: str        # selection name (a method or a vector mechanism)
+    name: str  # selection name (a method or a vector mechanism)
     method: str
     vector: object
     path: str
@@ -69,8 +72,10 @@ def workloads(path):
     """{name: W} per path: a real-valued one (its values are snapped to the grid) and an
     integer one; the factored path takes marginal workloads (the issue's weight 0.5 and 1)."""
     if path == "factored":
-        return {"marginal(64x2)*0.5": marginal_workload((64, 2), [(0,)], weights=[0.5]),
-                "marginals(16x2)": marginal_workload((16, 2), [(0,), (0, 1)])}
+        return {
+            "marginal(64x2)*0.5": marginal_workload((64, 2), [(0,)], weights=[0.5]),
+            "marginals(16x2)": marginal_workload((16, 2), [(0,), (0, 1)]),
+        }
     return {"identity(64)*0.5": Scaled(identity(64), 0.5), "prefix(16)": prefix(16)}
 
 
@@ -87,7 +92,9 @@ def _selection_params(case):
     """(rows, largest |entry|, row sensitivity, monotonic, integer values, joint sensitivity) of
     the case's workload: what the selection's calibration reads (add/remove neighbours)."""
     W = workloads(case.path)[case.workload]
-    if case.path == "factored":  # marginals: 0/1 cells times the term's weight, one cell per term per column
+    if (
+        case.path == "factored"
+    ):  # marginals: 0/1 cells times the term's weight, one cell per term per column
         w = np.abs(np.asarray(W.weights, dtype=np.float64))
         rows = sum(math.prod(W.domain[i] for i in s) for s in W.subsets)
         integer = all(float(v).is_integer() for v in W.weights)
@@ -103,17 +110,40 @@ def old_limits(case):
     if case.method == "em":
         return set()
     rows, entry, sens, mono, integer, joint = _selection_params(case)
-    vector = case.vector is True or (case.vector == "auto" and prefer_vector(
-        case.method, c=C, eps=EPS, row_sensitivity=sens, joint=joint, monotonic=mono,
-        n_values=rows, integer_values=integer))  # the choice before issue 21 (no declared bound)
+    vector = case.vector is True or (
+        case.vector == "auto"
+        and prefer_vector(
+            case.method,
+            c=C,
+            eps=EPS,
+            row_sensitivity=sens,
+            joint=joint,
+            monotonic=mono,
+            n_values=rows,
+            integer_values=integer,
+        )
+    )  # the choice before issue 21 (no declared bound)
     if vector:
-        g = vector_calibration(VECTOR_METHODS[case.method], c=C, eps=EPS, sensitivity=joint,
-                               n_values=rows, integer_values=integer).grid
+        g = vector_calibration(
+            VECTOR_METHODS[case.method],
+            c=C,
+            eps=EPS,
+            sensitivity=joint,
+            n_values=rows,
+            integer_values=integer,
+        ).grid
     elif case.method == "svt":
         g = svt_budget(c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer).grid
     else:
-        g = gap_calibration(case.method, c=C, eps=EPS, sensitivity=sens, monotonic=mono, integer_values=integer,
-                            n_candidates=rows if case.method == "adaptive-svt" else 0).grid
+        g = gap_calibration(
+            case.method,
+            c=C,
+            eps=EPS,
+            sensitivity=sens,
+            monotonic=mono,
+            integer_values=integer,
+            n_candidates=rows if case.method == "adaptive-svt" else 0,
+        ).grid
     k = math.ceil(60 + math.log2(g) - math.log2(entry))
     return {j for j in (k - 1, k, k + 1) if 1 <= j <= 50}
 
@@ -148,8 +178,15 @@ def run_side(case, k, records, *, seed=0, strategy="auto"):
             W = workloads("factored")[case.workload]
             table = np.zeros(W.domain, dtype=np.int64)
             table[0, 0] = records
-            r = mm.release({(0, 1): table}, W, EPS_TOTAL, select=_select(case), budget=budget, rng=rng,
-                           max_records=max_records)
+            r = mm.release(
+                {(0, 1): table},
+                W,
+                EPS_TOTAL,
+                select=_select(case),
+                budget=budget,
+                rng=rng,
+                max_records=max_records,
+            )
             out.update(_release_fields(r))
         else:
             W = workloads(case.path)[case.workload]
@@ -158,11 +195,25 @@ def run_side(case, k, records, *, seed=0, strategy="auto"):
             if case.path == "select_rows":
                 opts = _select(case)
                 s = mm.select_rows(W, x, budget=budget, rng=rng, max_records=max_records, **opts)
-                out.update(outcome="returns", rows=tuple(int(i) for i in s.rows), mechanism=s.mechanism,
-                           stopped=s.stopped, n_rows=len(s.rows), eps=s.eps)
+                out.update(
+                    outcome="returns",
+                    rows=tuple(int(i) for i in s.rows),
+                    mechanism=s.mechanism,
+                    stopped=s.stopped,
+                    n_rows=len(s.rows),
+                    eps=s.eps,
+                )
             else:
-                r = mm.release(x, W, EPS_TOTAL, select=_select(case), budget=budget, rng=rng, max_records=max_records,
-                               strategy=strategy)
+                r = mm.release(
+                    x,
+                    W,
+                    EPS_TOTAL,
+                    select=_select(case),
+                    budget=budget,
+                    rng=rng,
+                    max_records=max_records,
+                    strategy=strategy,
+                )
                 out.update(_release_fields(r))
     except Exception as exc:  # noqa: BLE001 - the outcome itself is what is compared
         out.update(outcome="raises", error=f"{type(exc).__name__}: {exc}")
@@ -172,10 +223,19 @@ def run_side(case, k, records, *, seed=0, strategy="auto"):
 
 
 def _release_fields(r):
-    return dict(outcome="returns", rows=tuple(int(i) for i in r.selected), mechanism=r.selection.mechanism,
-                stopped=r.selection.stopped, n_rows=len(r.selected), answers_shape=r.answers.shape,
-                std=tuple(np.round(r.std, 12)), strategy_name=r.strategy_name, note=r.strategy_note,
-                eps=r.eps, eps_select=r.eps_select)
+    return dict(
+        outcome="returns",
+        rows=tuple(int(i) for i in r.selected),
+        mechanism=r.selection.mechanism,
+        stopped=r.selection.stopped,
+        n_rows=len(r.selected),
+        answers_shape=r.answers.shape,
+        std=tuple(np.round(r.std, 12)),
+        strategy_name=r.strategy_name,
+        note=r.strategy_note,
+        eps=r.eps,
+        eps_select=r.eps_select,
+    )
 
 
 #: Fields that do not depend on the noise whatever the data; the rest (rows and what follows
@@ -188,8 +248,11 @@ def compare(case, k, seed=0, strategy="auto"):
     left = run_side(case, k, 2**k - 1, seed=seed, strategy=strategy)
     right = run_side(case, k, 2**k, seed=seed, strategy=strategy)
     keys = set(left) | set(right)
-    fields = keys if k >= DECISIVE_K else [f for f in ALWAYS if f in keys] + (
-        ["mechanism"] if "mechanism" in keys else [])
+    fields = (
+        keys
+        if k >= DECISIVE_K
+        else [f for f in ALWAYS if f in keys] + (["mechanism"] if "mechanism" in keys else [])
+    )
     diff = sorted(f for f in fields if left.get(f) != right.get(f))
     return left, right, diff
 
@@ -201,8 +264,15 @@ def repro_scaled_identity(side, budget):
     """select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap"), x0 = 2**28 - 1 vs 2**28."""
     x = np.zeros(4096, dtype=np.int64)
     x[0] = 2**28 - 1 + side
-    return mm.select_rows(Scaled(identity(4096), 0.5), x, c=1, eps=1, method="topc-gap", budget=budget,
-                          rng=np.random.default_rng(5))
+    return mm.select_rows(
+        Scaled(identity(4096), 0.5),
+        x,
+        c=1,
+        eps=1,
+        method="topc-gap",
+        budget=budget,
+        rng=np.random.default_rng(5),
+    )
 
 
 def repro_factored_marginal(side, budget):
@@ -210,22 +280,45 @@ def repro_factored_marginal(side, budget):
     W = marginal_workload((2**20, 2), [(0,)], weights=[0.5])
     t = np.zeros((2**20,), dtype=np.int64)
     t[0] = 2**20 - 1 + side
-    return mm.release({(0,): t}, W, 2.0, select=dict(method="topc-gap", c=1, eps=1.0), budget=budget,
-                      rng=np.random.default_rng(5))
+    return mm.release(
+        {(0,): t},
+        W,
+        2.0,
+        select=dict(method="topc-gap", c=1, eps=1.0),
+        budget=budget,
+        rng=np.random.default_rng(5),
+    )
 
 
 def repro_svt_2_50(side, budget):
     """plain SVT, prefix(16), max_records=2**50, 2**45 - 1 vs 2**45 records in one cell."""
     x = np.zeros(16, dtype=np.int64)
     x[3] = 2**45 - 1 + side
-    return mm.select_rows(prefix(16), x, c=1, eps=1.0, threshold=10.0, method="svt", budget=budget,
-                          max_records=2**50, rng=np.random.default_rng(5))
+    return mm.select_rows(
+        prefix(16),
+        x,
+        c=1,
+        eps=1.0,
+        threshold=10.0,
+        method="svt",
+        budget=budget,
+        max_records=2**50,
+        rng=np.random.default_rng(5),
+    )
 
 
 def repro_threshold(side, budget):
     """select_rows(prefix(16), x, c=3, eps=1.0, threshold=1e300, method="svt") (one dataset)."""
-    return mm.select_rows(prefix(16), np.arange(16), c=3, eps=1.0, threshold=1e300, method="svt", budget=budget,
-                          rng=np.random.default_rng(5))
+    return mm.select_rows(
+        prefix(16),
+        np.arange(16),
+        c=3,
+        eps=1.0,
+        threshold=1e300,
+        method="svt",
+        budget=budget,
+        rng=np.random.default_rng(5),
+    )
 
 
 REPRODUCERS = [repro_scaled_identity, repro_factored_marginal, repro_svt_2_50, repro_threshold]

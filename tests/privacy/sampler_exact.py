@@ -27,8 +27,17 @@ from scipy import stats
 from matmech.privacy import discrete
 from matmech.privacy.randomness import RandomSource, check_rng
 
-__all__ = ["ScriptedSource", "digit_classes", "digit_outputs", "laplace_digit_pmfs",
-           "sign_outputs", "laplace_loss_bound", "accept_outputs", "chi2_p", "TWO128"]
+__all__ = [
+    "ScriptedSource",
+    "digit_classes",
+    "digit_outputs",
+    "laplace_digit_pmfs",
+    "sign_outputs",
+    "laplace_loss_bound",
+    "accept_outputs",
+    "chi2_p",
+    "TWO128",
+]
 
 TWO128 = 1 << 128
 M64 = (1 << 64) - 1
@@ -96,8 +105,8 @@ def _digit_rows(tab, d: int, words128) -> np.ndarray:
     for j in range(D):
         rows[j] = _quiet_digit0_word(tab, j)
     rows[d] = [w >> 64 for w in words128]
-    rows[D] = M64          # U >= 1/(1+q): positive
-    rows[D + 1] = M64      # U >= q**(256**D): no tail
+    rows[D] = M64  # U >= 1/(1+q): positive
+    rows[D + 1] = M64  # U >= q**(256**D): no tail
     rows[D + 2] = [w & M64 for w in words128]
     return rows
 
@@ -205,7 +214,7 @@ def laplace_loss_bound(tab, shift: int) -> float:
     pmfs = laplace_digit_pmfs(tab)
     D = tab.digits
     level = []
-    carry_up, carry_down = 0.0, 0.0   # log prod_{i<j} p_i(255)/p_i(0), both directions
+    carry_up, carry_down = 0.0, 0.0  # log prod_{i<j} p_i(255)/p_i(0), both directions
     for j in range(D):
         p = pmfs[j]
         if any(v == 0 for v in p):
@@ -224,10 +233,10 @@ def laplace_loss_bound(tab, shift: int) -> float:
         ctx.prec = 60
         q = Fraction((-Decimal(tab.s) / Decimal(tab.t)).exp())
         q_D = Fraction((-Decimal(tab.s << (8 * D)) / Decimal(tab.t)).exp())
-    t0, t1 = 1 - q_D, q_D * (1 - q_D)          # P[tail = 0], P[tail = 1]
+    t0, t1 = 1 - q_D, q_D * (1 - q_D)  # P[tail = 0], P[tail = 1]
     last = max(abs(_lr(t0, t1) + carry_up), abs(_lr(t1, t0) + carry_down))
     p_side, p_zero = q / (1 + q), (1 - q) / (1 + q)
-    y0 = math.prod(Fraction(p[0], TWO128) for p in pmfs) * t0   # P[Y = 0]
+    y0 = math.prod(Fraction(p[0], TWO128) for p in pmfs) * t0  # P[Y = 0]
     zero = abs(_lr(p_zero, p_side * y0))
     # every pair costs at most level[0]; carries, the last digit and the zero crossing
     # add what they cost beyond it

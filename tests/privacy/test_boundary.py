@@ -28,7 +28,9 @@ from matmech.svt import exponential_top_c, sparse_vector
 def _public(rel):
     """Everything in a Release that is not a noisy number."""
     d = rel.to_dict()
-    d["queries"] = [{k: v for k, v in q.items() if k not in ("answer", "lower", "upper")} for q in d["queries"]]
+    d["queries"] = [
+        {k: v for k, v in q.items() if k not in ("answer", "lower", "upper")} for q in d["queries"]
+    ]
     d["noise"] = dict(d["noise"] or {})
     return d, rel.strategy_name, rel.strategy_note, repr(rel).split("rmse=")[0]
 
@@ -62,8 +64,15 @@ def test_auto_strategy_after_selection_is_the_same_at_the_old_record_limit(max_r
     out = []
     for data in (x, x2):
         bound = {} if max_records is None else dict(max_records=max_records)
-        rel = mm.release(data, W, 1.0, strategy="auto", rng=np.random.default_rng(7),
-                         select=dict(method="em", c=1, eps=0.25), **bound)
+        rel = mm.release(
+            data,
+            W,
+            1.0,
+            strategy="auto",
+            rng=np.random.default_rng(7),
+            select=dict(method="em", c=1, eps=0.25),
+            **bound,
+        )
         out.append(_public(rel))
         assert "67,108,86" not in json.dumps(rel.to_dict()) and "6710886" not in rel.strategy_note
     assert out[0] == out[1]
@@ -75,8 +84,14 @@ def test_auto_strategy_after_selection_is_the_same_at_the_old_record_limit(max_r
 def test_release_at_the_declared_bound_reveals_nothing_but_noise(strategy, max_records):
     W = Wk.all_range(32)
     x, x2 = _neighbours(32, max_records, cell=5)
-    out = [_public(mm.release(d, W, 1.0, strategy=strategy, rng=np.random.default_rng(3), max_records=max_records))
-           for d in (x, x2)]
+    out = [
+        _public(
+            mm.release(
+                d, W, 1.0, strategy=strategy, rng=np.random.default_rng(3), max_records=max_records
+            )
+        )
+        for d in (x, x2)
+    ]
     assert out[0] == out[1]
 
 
@@ -84,9 +99,20 @@ def test_release_at_the_declared_bound_reveals_nothing_but_noise(strategy, max_r
 def test_selected_release_at_the_declared_bound_reveals_nothing_but_noise(method, extra):
     W = Wk.prefix(16)
     x, x2 = _neighbours(16, 5000, cell=0)
-    out = [_public(mm.release(d, W, 2.0, strategy="auto", rng=np.random.default_rng(4), max_records=5000,
-                              select=dict(method=method, c=2, eps=0.5, **extra)))
-           for d in (x, x2)]
+    out = [
+        _public(
+            mm.release(
+                d,
+                W,
+                2.0,
+                strategy="auto",
+                rng=np.random.default_rng(4),
+                max_records=5000,
+                select=dict(method=method, c=2, eps=0.5, **extra),
+            )
+        )
+        for d in (x, x2)
+    ]
     assert out[0] == out[1]
 
 
@@ -95,8 +121,12 @@ def test_selection_values_are_cast_by_the_declared_bound_not_by_the_data():
     data-dependent change of calibration); now the declared bound decides."""
     W = (2.0**30) * Wk.identity(4)
     x, x2 = _neighbours(4, 2**23, cell=1)  # 2**30·2**23 = 2**53: the old branch point
-    sels = [select_rows(W, d, c=1, eps=1.0, method="em", rng=np.random.default_rng(5), max_records=2**23)
-            for d in (x, x2)]
+    sels = [
+        select_rows(
+            W, d, c=1, eps=1.0, method="em", rng=np.random.default_rng(5), max_records=2**23
+        )
+        for d in (x, x2)
+    ]
     assert sels[0] == sels[1]
 
 
@@ -130,9 +160,19 @@ def test_exhausted_budget_gives_the_same_error_whatever_x_is(select):
     """Issue 10 finding 2: after a spend, the next call raised a message with the count."""
     W = Wk.prefix(8)
     budget = PrivacyBudget(1.0)
-    mm.release(np.ones(8, dtype=np.int64), W, 1.0, strategy="identity", budget=budget, rng=np.random.default_rng(0))
+    mm.release(
+        np.ones(8, dtype=np.int64),
+        W,
+        1.0,
+        strategy="identity",
+        budget=budget,
+        rng=np.random.default_rng(0),
+    )
     xs = [np.ones(8, dtype=np.int64), np.full(8, 10**12, dtype=np.int64), np.r_[np.ones(7), -1]]
-    errs = [_error(lambda x=x: mm.release(x, W, 0.5, strategy="identity", budget=budget, select=select)) for x in xs]
+    errs = [
+        _error(lambda x=x: mm.release(x, W, 0.5, strategy="identity", budget=budget, select=select))
+        for x in xs
+    ]
     assert all(e == errs[0] for e in errs) and errs[0][0] is BudgetExceededError
 
 
@@ -147,26 +187,56 @@ def test_bad_counts_name_the_position_never_the_value():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "matmech.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "matmech.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_output_is_identical_on_neighbouring_files(tmp_path):
     spec = tmp_path / "bands.toml"
-    spec.write_text('name = "bands"\ndomain = [16]\nattributes = ["age"]\n[[queries]]\nkind = "ranges"\n'
-                    'intervals = [[0, 3], [4, 7], [8, 15]]\n', encoding="utf-8")
+    spec.write_text(
+        'name = "bands"\ndomain = [16]\nattributes = ["age"]\n[[queries]]\nkind = "ranges"\n'
+        "intervals = [[0, 3], [4, 7], [8, 15]]\n",
+        encoding="utf-8",
+    )
     rows = "\n".join(str(i % 16) for i in range(300))
     texts, docs = [], []
     for k, extra in enumerate(("", "\n5")):
         data = tmp_path / f"d{k}.csv"
         data.write_text("age\n" + rows + extra + "\n", encoding="utf-8")
         out = tmp_path / f"out{k}.csv"
-        res = _cli("release", spec, "--data", data, "--column", "age", "--eps", "1", "--strategy", "identity",
-                   "--out", out)
+        res = _cli(
+            "release",
+            spec,
+            "--data",
+            data,
+            "--column",
+            "age",
+            "--eps",
+            "1",
+            "--strategy",
+            "identity",
+            "--out",
+            out,
+        )
         assert res.returncode == 0, res.stderr
         texts.append(res.stdout.replace(str(data), "DATA").replace(str(out), "OUT"))
-        res = _cli("release", spec, "--data", data, "--column", "age", "--eps", "1", "--strategy", "identity",
-                   "--json")
+        res = _cli(
+            "release",
+            spec,
+            "--data",
+            data,
+            "--column",
+            "age",
+            "--eps",
+            "1",
+            "--strategy",
+            "identity",
+            "--json",
+        )
         assert res.returncode == 0, res.stderr
         doc = json.loads(res.stdout)
         doc["data"] = "DATA"
@@ -192,9 +262,11 @@ def test_flags_must_be_real_booleans():
 
 def test_counts_whose_sum_overflows_are_refused_before_any_spend():
     x = np.full(2, 2**63 - 1, dtype=np.int64)
-    for call in (lambda b: mm.release(x, Wk.identity(2), 1.0, budget=b, rng=np.random.default_rng(0)),
-                 lambda b: mm.measure(x, S.identity(2), 1.0, budget=b),
-                 lambda b: select_rows(Wk.identity(2), x, c=1, eps=1.0, method="em", budget=b)):
+    for call in (
+        lambda b: mm.release(x, Wk.identity(2), 1.0, budget=b, rng=np.random.default_rng(0)),
+        lambda b: mm.measure(x, S.identity(2), 1.0, budget=b),
+        lambda b: select_rows(Wk.identity(2), x, c=1, eps=1.0, method="em", budget=b),
+    ):
         budget = PrivacyBudget(2.0)
         with pytest.raises(ValueError):
             call(budget)
@@ -210,7 +282,9 @@ def test_bad_selection_options_spend_nothing():
     budget = PrivacyBudget(1.0)
     x = np.arange(3, dtype=np.int64)
     with pytest.raises(ValueError, match="threshold must be finite"):
-        mm.release(x, Wk.identity(3), 1.0, budget=budget, select=dict(threshold=float("nan"), c=1, eps=0.1))
+        mm.release(
+            x, Wk.identity(3), 1.0, budget=budget, select=dict(threshold=float("nan"), c=1, eps=0.1)
+        )
     with pytest.raises(ValueError, match="all zero"):
         select_rows(Dense(np.zeros((1, 3))), x, c=1, eps=0.5, method="em", budget=budget)
     assert budget.spent == (0.0, 0.0) and not budget.ledger
@@ -226,8 +300,17 @@ def test_concurrent_releases_never_leave_a_selection_paid_for_and_unmeasured():
     def work(seed):
         barrier.wait()
         try:
-            results.append(mm.release(x, W, 0.3, strategy="identity", budget=budget, rng=np.random.default_rng(seed),
-                                      select=dict(method="em", c=2, eps=0.1)))
+            results.append(
+                mm.release(
+                    x,
+                    W,
+                    0.3,
+                    strategy="identity",
+                    budget=budget,
+                    rng=np.random.default_rng(seed),
+                    select=dict(method="em", c=2, eps=0.1),
+                )
+            )
         except BudgetExceededError as exc:
             errors.append(exc)
 

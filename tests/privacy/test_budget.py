@@ -174,8 +174,9 @@ def test_advanced_beats_basic_for_many_small_steps():
     assert advanced_composition(eps, 0.0, k, delta_slack=1e-6).eps < k * eps / 4
 
 
-@pytest.mark.parametrize("eps_total, k, slack", [(1.0, 100, 1e-6), (0.5, 10, 1e-9),
-                                                  (3.0, 1000, 1e-5), (2.0, 1, 0.9)])
+@pytest.mark.parametrize(
+    "eps_total, k, slack", [(1.0, 100, 1e-6), (0.5, 10, 1e-9), (3.0, 1000, 1e-5), (2.0, 1, 0.9)]
+)
 def test_per_step_eps_round_trips(eps_total, k, slack):
     e = per_step_eps(eps_total, k, delta_slack=slack)
     back = advanced_composition(e, 0.0, k, delta_slack=slack).eps

@@ -58,7 +58,9 @@ def test_zero_rho_is_free():
     assert zcdp_to_approx_dp(0.0, 1e-6) == 0.0
 
 
-@pytest.mark.parametrize("eps, delta", [(1.0, 1e-6), (0.1, 1e-6), (1.0, 1e-10), (5.0, 1e-5), (0.01, 1e-3)])
+@pytest.mark.parametrize(
+    "eps, delta", [(1.0, 1e-6), (0.1, 1e-6), (1.0, 1e-10), (5.0, 1e-5), (0.01, 1e-3)]
+)
 def test_gaussian_sigma_is_minimal_and_valid(eps, delta):
     sigma = gaussian_sigma(eps, delta, 1.0)
     rho = 1.0 / (2 * sigma**2)
@@ -105,7 +107,9 @@ def test_sigma_monotone_in_eps_and_delta_and_linear_in_sensitivity():
     delta_grid = [1e-12, 1e-9, 1e-6, 1e-3, 0.1]
     sig = [gaussian_sigma(1.0, d, 1.0) for d in delta_grid]
     assert all(a > b for a, b in zip(sig, sig[1:]))
-    assert gaussian_sigma(1.0, 1e-6, 3.0) == pytest.approx(3 * gaussian_sigma(1.0, 1e-6, 1.0), rel=1e-12)
+    assert gaussian_sigma(1.0, 1e-6, 3.0) == pytest.approx(
+        3 * gaussian_sigma(1.0, 1e-6, 1.0), rel=1e-12
+    )
     assert gaussian_sigma(1.0, 1e-6, 0.0) == 0.0
 
 
@@ -120,9 +124,12 @@ def test_laplace_scale_and_noise_variance():
 
 @pytest.mark.parametrize("eps", [0, -1.0, float("nan"), float("inf")])
 def test_bad_eps(eps):
-    for call in (lambda: laplace_scale(eps, 1.0), lambda: gaussian_sigma(eps, 1e-6, 1.0),
-                 lambda: analytic_gaussian_sigma(eps, 1e-6, 1.0),
-                 lambda: noise_variance(eps, sensitivity=1.0)):
+    for call in (
+        lambda: laplace_scale(eps, 1.0),
+        lambda: gaussian_sigma(eps, 1e-6, 1.0),
+        lambda: analytic_gaussian_sigma(eps, 1e-6, 1.0),
+        lambda: noise_variance(eps, sensitivity=1.0),
+    ):
         with pytest.raises(ValueError, match="eps") as err:
             call()
         assert repr(eps) in str(err.value)

@@ -28,7 +28,11 @@ def raw_rows(path):
 
 def raw_sum(path):
     rows = raw_rows(path)
-    return sum((Fraction(e) for _, e, _ in rows), Fraction(0)), sum((Fraction(d) for _, _, d in rows), Fraction(0)), len(rows)
+    return (
+        sum((Fraction(e) for _, e, _ in rows), Fraction(0)),
+        sum((Fraction(d) for _, _, d in rows), Fraction(0)),
+        len(rows),
+    )
 
 
 # -- accounting ----------------------------------------------------------------------------------
@@ -79,13 +83,23 @@ def test_reopening_shows_the_same_history(tmp_path):
     again = Ledger.open(str(path))
     assert again.ledger == L.ledger and again.total == (2.0, 1e-6) and again.spent == (0.75, 1e-7)
     first, second = again.ledger
-    assert (first.what, first.eps, first.delta, first.spec, first.data) == ("one", 0.5, 1e-7, "sha256:aa", "sha256:bb")
+    assert (first.what, first.eps, first.delta, first.spec, first.data) == (
+        "one",
+        0.5,
+        1e-7,
+        "sha256:aa",
+        "sha256:bb",
+    )
     assert second.spec is None and second.time.endswith("+00:00") and first.time <= second.time
     assert isinstance(first, LedgerEntry)
     hist = again.history()
-    assert [h["eps_exact"] for h in hist] == ["1/2", "1/4"] and hist[0]["delta_exact"] == "1/10000000"
+    assert [h["eps_exact"] for h in hist] == ["1/2", "1/4"] and hist[0][
+        "delta_exact"
+    ] == "1/10000000"
     st = again.status()
-    assert st["spends"] == 2 and st["remaining"]["eps_exact"] == "5/4" and st["total"]["delta"] == 1e-6
+    assert (
+        st["spends"] == 2 and st["remaining"]["eps_exact"] == "5/4" and st["total"]["delta"] == 1e-6
+    )
     assert "Ledger(" in repr(again) and "2 spends" in repr(again)
 
 
@@ -132,7 +146,11 @@ def test_threads_share_one_ledger_exactly(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert len(ok) == 20 and L.spent == (1.0, 0.0) and raw_sum(L.path)[:2] == (Fraction(1), Fraction(0))
+    assert (
+        len(ok) == 20
+        and L.spent == (1.0, 0.0)
+        and raw_sum(L.path)[:2] == (Fraction(1), Fraction(0))
+    )
 
 
 def test_release_and_measure_charge_a_ledger(tmp_path):
@@ -187,7 +205,9 @@ def test_sigkill_at_random_points_never_loses_or_double_counts_a_spend(tmp_path)
         time.sleep(rng.uniform(0.0, 0.03))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"run {run}: the child failed"
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+            f"run {run}: the child failed"
+        )
         reported = b""
         while chunk := os.read(rfd, 4096):
             reported += chunk
@@ -198,8 +218,12 @@ def test_sigkill_at_random_points_never_loses_or_double_counts_a_spend(tmp_path)
         L = Ledger.open(path)
         spent = L._spent_exact()
         e, d, n = raw_sum(path)
-        assert (e, d) == spent and spent[0] == n * amount, f"run {run}: total is not the sum of the rows"
-        assert rows + committed <= n <= rows + committed + 1, f"run {run}: {committed} reported, {n - rows} rows"
+        assert (e, d) == spent and spent[0] == n * amount, (
+            f"run {run}: total is not the sum of the rows"
+        )
+        assert rows + committed <= n <= rows + committed + 1, (
+            f"run {run}: {committed} reported, {n - rows} rows"
+        )
         assert spent[0] <= 1 and d == 0, f"run {run}: overspent"
         rows = n
     assert rows > 0
@@ -253,7 +277,9 @@ def test_fingerprints_are_keyed_per_ledger(tmp_path):
     fa = a.fingerprint(data)
     assert fa.startswith("hmac-sha256:") and fa == Ledger.open(tmp_path / "a.db").fingerprint(data)
     assert fa != b.fingerprint(data)  # another ledger's key: not linkable across ledgers
-    assert hashlib.sha256(data.read_bytes()).hexdigest() not in fa  # not the plain digest anyone can recompute
+    assert (
+        hashlib.sha256(data.read_bytes()).hexdigest() not in fa
+    )  # not the plain digest anyone can recompute
     data.write_bytes(b"age\n31\n48\n")
     assert a.fingerprint(data) != fa
 
@@ -278,21 +304,32 @@ def _three_spends(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("tamper, where", [
-    ("UPDATE spends SET eps = '1/40' WHERE what = 's1'", "spend 2"),           # a refund by editing an amount
-    ("UPDATE spends SET what = 'other' WHERE what = 's0'", "spend 1"),
-    ("DELETE FROM spends WHERE what = 's1'", "spend 2"),                       # a row removed in the middle
-    ("DELETE FROM spends WHERE what = 's2'", "recorded head"),                 # the tail truncated
-    ("UPDATE meta SET value = '2/1' WHERE key = 'total_eps'", "spend 1"),      # a larger total
-    ("UPDATE spends SET id = id + 10 WHERE what = 's0'", "spend"),             # reordered
-])
+@pytest.mark.parametrize(
+    "tamper, where",
+    [
+        (
+            "UPDATE spends SET eps = '1/40' WHERE what = 's1'",
+            "spend 2",
+        ),  # a refund by editing an amount
+        ("UPDATE spends SET what = 'other' WHERE what = 's0'", "spend 1"),
+        ("DELETE FROM spends WHERE what = 's1'", "spend 2"),  # a row removed in the middle
+        ("DELETE FROM spends WHERE what = 's2'", "recorded head"),  # the tail truncated
+        ("UPDATE meta SET value = '2/1' WHERE key = 'total_eps'", "spend 1"),  # a larger total
+        ("UPDATE spends SET id = id + 10 WHERE what = 's0'", "spend"),  # reordered
+    ],
+)
 def test_a_tampered_row_is_detected_and_nothing_is_spent_from_it(tmp_path, tamper, where):
     path = _three_spends(tmp_path)
     L = Ledger.open(path)
     _edit(path, tamper)
     before = raw_rows(path)
-    for call in (lambda: L.spent, lambda: L.history(), lambda: L.status(), lambda: L.spend(0.01, what="x"),
-                 lambda: Ledger.open(path)):
+    for call in (
+        lambda: L.spent,
+        lambda: L.history(),
+        lambda: L.status(),
+        lambda: L.spend(0.01, what="x"),
+        lambda: Ledger.open(path),
+    ):
         with pytest.raises(LedgerIntegrityError, match=where):
             call()
     assert raw_rows(path) == before  # no spend was added to a broken chain
@@ -304,7 +341,7 @@ def test_every_flipped_byte_of_an_amount_is_detected_or_refused(tmp_path):
     text = raw_rows(path)[1][1]  # '1/8'
     for k in range(len(text)):
         for bit in range(7):
-            flipped = text[:k] + chr(ord(text[k]) ^ (1 << bit)) + text[k + 1:]
+            flipped = text[:k] + chr(ord(text[k]) ^ (1 << bit)) + text[k + 1 :]
             _edit(path, "UPDATE spends SET eps = ? WHERE what = 's1'", flipped)
             with pytest.raises(ValueError):  # LedgerIntegrityError (or an unparseable amount)
                 _ = Ledger.open(path).spent
@@ -316,10 +353,19 @@ def test_a_first_format_ledger_is_chained_on_open(tmp_path):
     path = tmp_path / "old.db"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    con.execute("CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, eps TEXT NOT NULL, "
-                "delta TEXT NOT NULL, time TEXT NOT NULL, spec TEXT, data TEXT)")
-    con.executemany("INSERT INTO meta VALUES (?, ?)", [("format", "matmech-privacy-ledger-1"), ("total_eps", "1/1"),
-                                                       ("total_delta", "0/1"), ("created", "2026-01-01")])
+    con.execute(
+        "CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL, eps TEXT NOT NULL, "
+        "delta TEXT NOT NULL, time TEXT NOT NULL, spec TEXT, data TEXT)"
+    )
+    con.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [
+            ("format", "matmech-privacy-ledger-1"),
+            ("total_eps", "1/1"),
+            ("total_delta", "0/1"),
+            ("created", "2026-01-01"),
+        ],
+    )
     con.execute("INSERT INTO spends (what, eps, delta, time) VALUES ('a', '1/4', '0/1', 't')")
     con.commit()
     con.close()

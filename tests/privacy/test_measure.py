@@ -14,7 +14,13 @@ from matmech import strategies as S
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, VStack
-from matmech.privacy.measure import Measurement, check_counts, integer_valued, measure, plan_measurement
+from matmech.privacy.measure import (
+    Measurement,
+    check_counts,
+    integer_valued,
+    measure,
+    plan_measurement,
+)
 
 X = np.array([3, 0, 7, 1, 0, 0, 2, 9])
 
@@ -74,7 +80,9 @@ def test_reproducible_with_a_generator():
         lambda r: VStack([S.identity(8), Dense(r.random((3, 8)))], weights=[0.7, 1.3]),
         lambda r: Kron(Dense(r.random((3, 2))), S.hierarchical(4, 2)),
         lambda r: Scaled(S.hierarchical(8, 2), 0.3),
-        lambda r: Dense(r.random((12, 8))) @ Identity(8),  # a generic operator: rounded row block by row block
+        lambda r: (
+            Dense(r.random((12, 8))) @ Identity(8)
+        ),  # a generic operator: rounded row block by row block
     ],
 )
 def test_real_strategy_is_rounded_to_a_grid(make, delta):
@@ -104,7 +112,11 @@ def test_plan_is_data_independent_and_checks_sampler_limits():
 
 
 def test_integer_valued_detection():
-    assert integer_valued(S.haar(8)) and integer_valued(S.hierarchical(9, 3)) and integer_valued(Identity(3))
+    assert (
+        integer_valued(S.haar(8))
+        and integer_valued(S.hierarchical(9, 3))
+        and integer_valued(Identity(3))
+    )
     assert integer_valued(Kron(S.identity(2), Dense([[2.0, -1.0]])))
     assert integer_valued(VStack([S.identity(3), S.identity(3)], weights=[1, 2]))
     assert not integer_valued(Scaled(S.identity(3), 0.5))
@@ -180,8 +192,22 @@ def test_check_counts_accepts_integral_floats_and_bools():
 # -- no floating-point noise anywhere on the release path -----------------------------------
 
 MODULES = ["io/data.py", "privacy/measure.py", "inference.py", "release.py", "svt/select.py"]
-FLOAT_SAMPLERS = {"laplace", "normal", "standard_normal", "exponential", "standard_exponential", "gumbel",
-                  "logistic", "random", "uniform", "rand", "randn", "random_sample", "gamma", "standard_cauchy"}
+FLOAT_SAMPLERS = {
+    "laplace",
+    "normal",
+    "standard_normal",
+    "exponential",
+    "standard_exponential",
+    "gumbel",
+    "logistic",
+    "random",
+    "uniform",
+    "rand",
+    "randn",
+    "random_sample",
+    "gamma",
+    "standard_cauchy",
+}
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -193,9 +219,17 @@ def test_no_floating_point_noise_from_numpy(module):
         if isinstance(node, ast.Attribute) and node.attr == "random":
             pytest.fail(f"{module}:{node.lineno} refers to .random (numpy.random or random module)")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
-            assert not any(n == "random" or n.endswith(".random") or n == "secrets" for n in names), f"{module}:{node.lineno}"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FLOAT_SAMPLERS:
+            names = [a.name for a in node.names] + (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            )
+            assert not any(
+                n == "random" or n.endswith(".random") or n == "secrets" for n in names
+            ), f"{module}:{node.lineno}"
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in FLOAT_SAMPLERS
+        ):
             owner = node.func.value
             assert isinstance(owner, ast.Name) and owner.id == "noise", (
                 f"{module}:{node.lineno} calls .{node.func.attr}() on something other than matmech.privacy.noise"

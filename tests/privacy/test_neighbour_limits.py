@@ -34,11 +34,16 @@ def test_neighbours_at_every_limit_see_the_same(case):
         left, right, diff = nc.compare(case, k, strategy="identity")
         assert not diff, (case.label, k, {f: (left.get(f), right.get(f)) for f in diff})
         for side in (left, right):
-            if side["outcome"] == "raises":  # a refusal is made from the declaration, before any spend
+            if (
+                side["outcome"] == "raises"
+            ):  # a refusal is made from the declaration, before any spend
                 assert side["spent"] == (0.0, 0.0) and not side["ledger"], (case.label, k, side)
                 assert "max_records=" in side["error"] and "fits" in side["error"], side["error"]
             else:
-                assert side["spent"] == (nc.EPS if case.path == "select_rows" else nc.EPS_TOTAL, 0.0)
+                assert side["spent"] == (
+                    nc.EPS if case.path == "select_rows" else nc.EPS_TOTAL,
+                    0.0,
+                )
 
 
 def test_the_sweep_reaches_the_old_limits():
@@ -60,7 +65,9 @@ def test_the_sweep_reaches_the_old_limits():
 def test_release_with_auto_strategy_at_the_old_limits(name):
     """strategy='auto' chooses the strategy for the selected rows after the spend (from the
     selection only): the same at the old limits."""
-    case = next(c for c in CASES if c.name == name and c.path == "release" and c.workload == "prefix(16)")
+    case = next(
+        c for c in CASES if c.name == name and c.path == "release" and c.workload == "prefix(16)"
+    )
     for k in sorted(nc.old_limits(case) | {50}):
         left, _, diff = nc.compare(case, k, strategy="auto")
         assert not diff, (k, diff)
@@ -87,17 +94,23 @@ def test_the_issue_threshold_reproducer_is_refused_with_nothing_charged():
 # -- public inputs and declarations are refused before the spend --------------------------------
 
 
-@pytest.mark.parametrize("method, extra, name", [
-    ("svt", dict(threshold=1e300), "threshold"),
-    ("svt-gap", dict(threshold=[0.0] * 15 + [-1e200]), r"threshold \(index 15\)"),
-    ("adaptive-svt", dict(threshold=5.0, sigma=1e300), r"sigma \(the top-branch margin\)"),
-    ("svt-gap", dict(threshold=1e300, vector=True), "threshold"),
-])
+@pytest.mark.parametrize(
+    "method, extra, name",
+    [
+        ("svt", dict(threshold=1e300), "threshold"),
+        ("svt-gap", dict(threshold=[0.0] * 15 + [-1e200]), r"threshold \(index 15\)"),
+        ("adaptive-svt", dict(threshold=5.0, sigma=1e300), r"sigma \(the top-branch margin\)"),
+        ("svt-gap", dict(threshold=1e300, vector=True), "threshold"),
+    ],
+)
 def test_public_magnitudes_beyond_the_grid_are_refused_with_nothing_charged(method, extra, name):
     b = mm.PrivacyBudget(2.0)
     x = np.arange(16)
-    with pytest.raises(ValueError, match=rf"^{name} = .* too large in magnitude for exact grid arithmetic: with "
-                                         r"grid \S+ it must be at most \S+ in magnitude$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{name} = .* too large in magnitude for exact grid arithmetic: with "
+        r"grid \S+ it must be at most \S+ in magnitude$",
+    ):
         mm.select_rows(prefix(16), x, c=3, eps=1.0, method=method, budget=b, **extra)
     assert b.spent == (0.0, 0.0) and not b.ledger
     with pytest.raises(ValueError, match=name):  # the release path refuses it the same way
@@ -111,17 +124,39 @@ def test_a_declaration_no_grid_holds_is_refused_naming_what_fits():
     b = mm.PrivacyBudget(5.0)
     pattern = r"max_records=1,125,899,906,842,624 .* at most max_records=([\d,]+) fits"
     with pytest.raises(ValueError, match=pattern) as info:
-        mm.select_rows(W, x, c=2, eps=1.0, method="topc-gap", vector=True, budget=b, max_records=2**50)
+        mm.select_rows(
+            W, x, c=2, eps=1.0, method="topc-gap", vector=True, budget=b, max_records=2**50
+        )
     assert b.spent == (0.0, 0.0)
     fits = int(re.search(pattern, str(info.value)).group(1).replace(",", ""))
-    s = mm.select_rows(W, x, c=2, eps=1.0, method="topc-gap", vector=True, budget=b, max_records=fits,
-                       rng=np.random.default_rng(0))
+    s = mm.select_rows(
+        W,
+        x,
+        c=2,
+        eps=1.0,
+        method="topc-gap",
+        vector=True,
+        budget=b,
+        max_records=fits,
+        rng=np.random.default_rng(0),
+    )
     assert s.mechanism == "vector-top-c" and b.spent == (1.0, 0.0)
     with pytest.raises(ValueError, match="fits"):
-        mm.select_rows(W, x, c=2, eps=1.0, method="topc-gap", vector=True, budget=b, max_records=fits + 1)
+        mm.select_rows(
+            W, x, c=2, eps=1.0, method="topc-gap", vector=True, budget=b, max_records=fits + 1
+        )
     assert b.spent == (1.0, 0.0)
     # vector="auto" never picks a vector its grid cannot hold: the [DWZK19] mechanism runs
-    s = mm.select_rows(W, x, c=2, eps=1.0, method="topc-gap", budget=b, max_records=2**50, rng=np.random.default_rng(0))
+    s = mm.select_rows(
+        W,
+        x,
+        c=2,
+        eps=1.0,
+        method="topc-gap",
+        budget=b,
+        max_records=2**50,
+        rng=np.random.default_rng(0),
+    )
     assert s.mechanism == "noisy-top-c-gap"
 
 
@@ -130,7 +165,9 @@ def test_a_declaration_no_grid_holds_is_refused_naming_what_fits():
 
 def test_grid_for_bound_is_the_finest_power_of_two_that_holds_the_bound():
     rng = np.random.default_rng(21)
-    for b in np.concatenate([2.0 ** rng.uniform(-30, 70, 300), [2.0**59, 2.0**60, 1.0, 3.0 * 2**50]]):
+    for b in np.concatenate(
+        [2.0 ** rng.uniform(-30, 70, 300), [2.0**59, 2.0**60, 1.0, 3.0 * 2**50]]
+    ):
         g = grid_for_bound(float(b))
         assert math.frexp(g)[0] == 0.5  # a power of two
         assert b / g <= DECLARED_UNITS < b / (g / 2)
@@ -141,7 +178,7 @@ def test_grid_for_bound_is_the_finest_power_of_two_that_holds_the_bound():
 
 def test_declared_grid_coarsens_never_refines_and_keeps_integers_on_it():
     assert declared_grid(2.0**-10, 2.0**40, 1.0, True) == 2.0**-10  # 2**50 units: already fine
-    assert declared_grid(2.0**-20, 2.0**50, 1.0, True) == 2.0**-9   # coarsened to hold 2**50
+    assert declared_grid(2.0**-20, 2.0**50, 1.0, True) == 2.0**-9  # coarsened to hold 2**50
     with pytest.raises(DeclarationError) as info:  # integers need a grid <= 1
         declared_grid(2.0**-20, 2.0**61, 1.0, True)
     assert info.value.fits == DECLARED_UNITS
@@ -152,13 +189,22 @@ def test_declared_grid_coarsens_never_refines_and_keeps_integers_on_it():
 def test_a_planned_run_holds_values_to_the_declaration_and_never_raises_on_them():
     """Given the declared value_bound the mechanisms neither check nor overflow on the values
     (the plan checked the declaration before the spend); without it they refuse before any draw."""
-    values = np.array([2.0**62, 3.0, 1.0])  # beyond any grid: only reachable by breaking the declaration
+    values = np.array(
+        [2.0**62, 3.0, 1.0]
+    )  # beyond any grid: only reachable by breaking the declaration
     out = gap.noisy_top_c_gap(values, 1, 1.0, value_bound=2.0**40, rng=np.random.default_rng(0))
     assert out.positions == (0,)
     with pytest.raises(ValueError, match="too large in magnitude"):
         gap.noisy_top_c_gap(values, 1, 1.0, rng=np.random.default_rng(0))
-    out = vector.noisy_vector_threshold(values, 10.0, c=1, eps=1.0, sensitivity=1.0, value_bound=2.0**40,
-                                        rng=np.random.default_rng(0))
+    out = vector.noisy_vector_threshold(
+        values,
+        10.0,
+        c=1,
+        eps=1.0,
+        sensitivity=1.0,
+        value_bound=2.0**40,
+        rng=np.random.default_rng(0),
+    )
     assert out.positions == (0,) and abs(out.values[0] - 2.0**40) < 1e6
     assert MAX_UNITS == 2 * DECLARED_UNITS
 
@@ -183,13 +229,23 @@ def test_noise_is_calibrated_for_the_decimal_eps_the_budget_charges(eps):
     for A in (identity(8), hierarchical(8, 2), Scaled(identity(8), 0.3)):
         p = plan_measurement(A, eps)
         assert Fraction(p.scale) * dec >= Fraction(p.sensitivity)
-    cal = svt_budget(c=3, eps=eps, sensitivity=1.0, integer_values=True)  # [LSL17] Alg. 7: eps1 + eps2
-    assert Fraction(1) / Fraction(cal.threshold_scale) + Fraction(2 * 3) / Fraction(cal.query_scale) <= dec
+    cal = svt_budget(
+        c=3, eps=eps, sensitivity=1.0, integer_values=True
+    )  # [LSL17] Alg. 7: eps1 + eps2
+    assert (
+        Fraction(1) / Fraction(cal.threshold_scale) + Fraction(2 * 3) / Fraction(cal.query_scale)
+        <= dec
+    )
     cal = gap_calibration("topc-gap", c=2, eps=eps, sensitivity=1.0, integer_values=True)
     assert Fraction(2 * 2) / Fraction(cal.query_scale) <= dec
     cal = gap_calibration("svt-gap", c=2, eps=eps, sensitivity=1.0, integer_values=True)
-    assert Fraction(1) / Fraction(cal.threshold_scale) + 2 * Fraction(2) / Fraction(cal.query_scale) <= dec
-    cal = vector_calibration("vector-top-c", c=2, eps=eps, sensitivity=1.0, n_values=8, integer_values=True)
+    assert (
+        Fraction(1) / Fraction(cal.threshold_scale) + 2 * Fraction(2) / Fraction(cal.query_scale)
+        <= dec
+    )
+    cal = vector_calibration(
+        "vector-top-c", c=2, eps=eps, sensitivity=1.0, n_values=8, integer_values=True
+    )
     assert Fraction(1) / Fraction(cal.scale) <= dec
     b = mm.PrivacyBudget(eps)  # the budget charges the decimal: one spend of eps fits exactly
     b.spend(eps)

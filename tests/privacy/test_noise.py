@@ -42,8 +42,8 @@ def laplace_pmf(scale, ks):
 def gaussian_pmf(sigma, ks):
     s2 = float(sigma) ** 2
     kmax = int(40 * float(sigma)) + 10
-    z = np.exp(-np.arange(-kmax, kmax + 1, dtype=float) ** 2 / (2 * s2)).sum()
-    return np.exp(-ks.astype(float) ** 2 / (2 * s2)) / z
+    z = np.exp(-(np.arange(-kmax, kmax + 1, dtype=float) ** 2) / (2 * s2)).sum()
+    return np.exp(-(ks.astype(float) ** 2) / (2 * s2)) / z
 
 
 def chisquare_pvalue(samples, pmf, span, bins=60):
@@ -142,7 +142,8 @@ def test_discrete_gaussian_variance_values():
     pmf = gaussian_pmf(math.sqrt(p.a / p.b), k)
     assert discrete_gaussian_variance(0.4) == pytest.approx(float(np.sum(k**2 * pmf)), rel=1e-12)
     assert discrete_gaussian_variance(0.4) == pytest.approx(
-        float(np.sum(k**2 * gaussian_pmf(0.4, k))), rel=1e-5)
+        float(np.sum(k**2 * gaussian_pmf(0.4, k))), rel=1e-5
+    )
     assert discrete_gaussian_variance(0.4) < 0.4**2 * 0.9
     assert discrete_gaussian_variance(1000) == pytest.approx(1e6, rel=1e-12)
 
@@ -162,8 +163,19 @@ def _freq_ok(hits, n, p):
     return abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n) + 1e-12
 
 
-@pytest.mark.parametrize("a, b", [(1, 1), (7, 10), (1, 2**48), (3, 1), (10**6 + 7, 10**6),
-                                  (100 * 256, 1), (5 << 56, 3), (2**62, 1)])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (1, 1),
+        (7, 10),
+        (1, 2**48),
+        (3, 1),
+        (10**6 + 7, 10**6),
+        (100 * 256, 1),
+        (5 << 56, 3),
+        (2**62, 1),
+    ],
+)
 def test_exp_neg_encloses_exp(a, b):
     # an independent decimal computation at 300 digits
     ctx = decimal.Context(prec=300)
@@ -175,8 +187,14 @@ def test_exp_neg_encloses_exp(a, b):
 
 
 def test_floor_bits_are_consistent_across_precisions():
-    keys = [("exp", 7, 10), ("cdf", 256, 10, 3), ("cdf", 1, 2**40, 200),
-            ("neg", 1, 1), ("nonpos", 100, 1), ("cdf", 100, 1, 255)]
+    keys = [
+        ("exp", 7, 10),
+        ("cdf", 256, 10, 3),
+        ("cdf", 1, 2**40, 200),
+        ("neg", 1, 1),
+        ("nonpos", 100, 1),
+        ("cdf", 100, 1, 255),
+    ]
     for key in keys:
         f128, f500 = discrete._floor_bits(key, 128), discrete._floor_bits(key, 500)
         assert f500 >> 372 == f128 and 0 <= f128 < 2**128
@@ -357,8 +375,14 @@ def test_integers_uniform(d):
     assert x.dtype == np.int64 and x.min() >= 0 and x.max() < d
     bins = min(d, 30)
     counts = np.bincount((x.astype(object) * bins // d).astype(np.int64), minlength=bins)
-    expected = np.array([((i + 1) * d + bins - 1) // bins - (i * d + bins - 1) // bins
-                         for i in range(bins)], dtype=float) / d * x.size
+    expected = (
+        np.array(
+            [((i + 1) * d + bins - 1) // bins - (i * d + bins - 1) // bins for i in range(bins)],
+            dtype=float,
+        )
+        / d
+        * x.size
+    )
     assert stats.chisquare(counts, expected).pvalue > 1e-4
     if d % 8 == 0:  # low bits uniform too
         assert stats.chisquare(np.bincount(x % 8, minlength=8)).pvalue > 1e-4
@@ -476,8 +500,9 @@ def test_same_seed_same_samples():
         b = f(arg, 1000, rng=np.random.default_rng(5))
         c = f(arg, 1000, rng=np.random.default_rng(6))
         assert np.array_equal(a, b) and not np.array_equal(a, c)
-    assert np.array_equal(uniform(10, rng=np.random.default_rng(5)),
-                          uniform(10, rng=np.random.default_rng(5)))
+    assert np.array_equal(
+        uniform(10, rng=np.random.default_rng(5)), uniform(10, rng=np.random.default_rng(5))
+    )
 
 
 def test_check_rng():
@@ -581,12 +606,20 @@ def _insecure_calls(tree):
         seeded = any(_fixed_seed(a) for a in [*node.args, *(k.value for k in node.keywords)])
         if isinstance(f, ast.Attribute):
             global_numpy = ast.unparse(f.value) in {"np.random", "numpy.random"} and f.attr not in {
-                "default_rng", "Generator", "SeedSequence", "PCG64"
+                "default_rng",
+                "Generator",
+                "SeedSequence",
+                "PCG64",
             }  # np.random.rand, np.random.seed, ...: the hidden global generator
             receiver = ast.unparse(f.value)
-            ours = receiver == "noise" or receiver.endswith(".noise")  # matmech.privacy.noise.laplace
-            if ((f.attr in FORBIDDEN_METHODS and not ours) or global_numpy
-                    or (f.attr == "default_rng" and seeded)):
+            ours = receiver == "noise" or receiver.endswith(
+                ".noise"
+            )  # matmech.privacy.noise.laplace
+            if (
+                (f.attr in FORBIDDEN_METHODS and not ours)
+                or global_numpy
+                or (f.attr == "default_rng" and seeded)
+            ):
                 bad.append((node.lineno, ast.unparse(node)))
         elif isinstance(f, ast.Name) and f.id == "default_rng" and seeded:
             bad.append((node.lineno, ast.unparse(node)))
@@ -629,7 +662,9 @@ def test_check_draws_refuses_what_does_not_fit_with_an_estimate():
     from matmech.privacy import draws
     from matmech.validate import SizeError
 
-    with pytest.raises(SizeError, match=r"drawing 1,000,000,000,000 laplace noise values needs about 14\.6 TiB"):
+    with pytest.raises(
+        SizeError, match=r"drawing 1,000,000,000,000 laplace noise values needs about 14\.6 TiB"
+    ):
         draws.check_draws(10**12, "laplace")
     fixed = draws.FIXED_BYTES
     with pytest.raises(SizeError, match="at most about 1,000 fit: draw in batches"):
@@ -642,9 +677,11 @@ def test_check_draws_refuses_what_does_not_fit_with_an_estimate():
         draws.check_draws(3, "cauchy")
     # the bytes per draw bound the samplers' measured peak (the estimate is not optimistic)
     rng = np.random.default_rng(0)
-    for kind, call in (("laplace", lambda: noise.discrete_laplace(1e6 + 0.3, 200_000, rng=rng)),
-                       ("gaussian", lambda: noise.discrete_gaussian(1000.3, 200_000, rng=rng)),
-                       ("uniform", lambda: noise.uniform(200_000, rng=rng))):
+    for kind, call in (
+        ("laplace", lambda: noise.discrete_laplace(1e6 + 0.3, 200_000, rng=rng)),
+        ("gaussian", lambda: noise.discrete_gaussian(1000.3, 200_000, rng=rng)),
+        ("uniform", lambda: noise.uniform(200_000, rng=rng)),
+    ):
         tracemalloc.start()
         call()
         peak = tracemalloc.get_traced_memory()[1]
@@ -652,10 +689,15 @@ def test_check_draws_refuses_what_does_not_fit_with_an_estimate():
         assert peak <= draws.FIXED_BYTES + draws.BYTES_PER_DRAW[kind] * 200_000, (kind, peak)
 
 
-@pytest.mark.parametrize("call", [lambda src: noise.discrete_laplace(3.0, 10**12, rng=src),
-                                  lambda src: noise.discrete_gaussian(3.0, (10**6, 10**6), rng=src),
-                                  lambda src: noise.laplace(3.0, 10**12, grid=2.0**-10, rng=src),
-                                  lambda src: noise.uniform(10**12, rng=src)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda src: noise.discrete_laplace(3.0, 10**12, rng=src),
+        lambda src: noise.discrete_gaussian(3.0, (10**6, 10**6), rng=src),
+        lambda src: noise.laplace(3.0, 10**12, grid=2.0**-10, rng=src),
+        lambda src: noise.uniform(10**12, rng=src),
+    ],
+)
 def test_samplers_refuse_what_does_not_fit_before_reading_randomness(call):
     from matmech.validate import SizeError
 

@@ -15,16 +15,35 @@ import pytest
 import matmech as mm
 from matmech import workloads as W
 from matmech.privacy import discrete, noise
-from sampler_exact import (TWO128, ScriptedSource, accept_outputs, chi2_p,
-                           digit_classes, digit_outputs, laplace_digit_pmfs,
-                           laplace_loss_bound, sign_outputs)
+from sampler_exact import (
+    TWO128,
+    ScriptedSource,
+    accept_outputs,
+    chi2_p,
+    digit_classes,
+    digit_outputs,
+    laplace_digit_pmfs,
+    laplace_loss_bound,
+    sign_outputs,
+)
 
 #: Discrete Laplace scales (grid units) the library uses: integer strategies (1 .. ~30),
 #: the old hole's edge (255, 256), SVT / selections (~2**16), real-valued strategies
 #: (~2**20), the rounding regime (> 2**32 numerator) and the limit 2**48; plus the
 #: Gaussian's proposal scales (sigma**2 / round(sigma)).
-LAPLACE_SCALES = [Fraction(1, 3), 1, Fraction(18, 5), 30, 255, 256, 1000, 2**16, 2**20,
-                  Fraction(2**33 + 1, 3), 2**48]
+LAPLACE_SCALES = [
+    Fraction(1, 3),
+    1,
+    Fraction(18, 5),
+    30,
+    255,
+    256,
+    1000,
+    2**16,
+    2**20,
+    Fraction(2**33 + 1, 3),
+    2**48,
+]
 SIGMAS = [0.7, 3.25, 30, 1000, 2**16, 2**24]
 #: Slack for comparing a 128-bit floor with a 100-digit Decimal value.
 TOL = Fraction(TWO128, 10**90)
@@ -85,7 +104,7 @@ def test_digit_tables_are_the_exact_truncated_geometric(scale):
     for d in range(tab.digits):
         a = tab.s << (8 * d)
         for c in (1, 2, 127, 128, 254, 255):
-            exact = _exact_cdf(a, tab.t, c) * TWO128      # to ~1e-100 relative
+            exact = _exact_cdf(a, tab.t, c) * TWO128  # to ~1e-100 relative
             assert exact - 1 - TOL < tab.vals[d][c] <= exact + TOL, (d, c)
     g0, g1 = tab.sign
     with localcontext() as ctx:
@@ -129,12 +148,15 @@ def test_the_tail_event_is_decided_on_both_sides(scale):
     below, above = max(tab.ovf - 1, 0), tab.ovf + 1
     out = []
     for w in (below, above):
-        rows = np.array([tab.vals[j][1] >> 65 for j in range(D)] + [(1 << 64) - 1, w >> 64,
-                        w & ((1 << 64) - 1)], dtype=np.uint64)
+        rows = np.array(
+            [tab.vals[j][1] >> 65 for j in range(D)]
+            + [(1 << 64) - 1, w >> 64, w & ((1 << 64) - 1)],
+            dtype=np.uint64,
+        )
         out.append(int(discrete._dlaplace_block(tab, 1, ScriptedSource(rows, seed=3))[0]))
     if tab.ovf > 0:
-        assert out[0] > 256**D      # U < q**(256**D): beyond the last digit
-    assert out[1] == 1              # otherwise not
+        assert out[0] > 256**D  # U < q**(256**D): beyond the last digit
+    assert out[1] == 1  # otherwise not
 
 
 # --------------------------------------------------- enumeration: the Gaussian's test
@@ -237,7 +259,7 @@ def _gauss_log_pmf(sigma, span):
         logq += pd[(y >> (8 * d)) & 255]
     logq += math.log1p(-lap.ovf / TWO128)
     g0, g1 = lap.sign
-    log_side = math.log((TWO128 - g1) / TWO128)         # P[Z > 0] = P[Z < 0] up to 2**-128
+    log_side = math.log((TWO128 - g1) / TWO128)  # P[Z > 0] = P[Z < 0] up to 2**-128
     log_zero = math.log((g1 - g0) / TWO128)
     logprop = np.where(k == 0, log_zero, log_side + logq)
     tab = discrete._gauss_table(p.S)
@@ -246,8 +268,13 @@ def _gauss_log_pmf(sigma, span):
     for d in range(tab.positions):
         # a factor's probability is its table entry / 2**128 where that entry has >= 100
         # significant bits; below, only tie points (settled exactly) remain: exp(-c 256**d/S)
-        row = np.array([0.0] + [math.log(v / TWO128) if v >= 1 << 100 else -(c << (8 * d)) / p.S
-                                for c, v in enumerate(tab.vals[d][1:], start=1)])
+        row = np.array(
+            [0.0]
+            + [
+                math.log(v / TWO128) if v >= 1 << 100 else -(c << (8 * d)) / p.S
+                for c, v in enumerate(tab.vals[d][1:], start=1)
+            ]
+        )
         logacc += row[(num >> (8 * d)) & 255]
     if tab.high:  # digits above the table: a factor below exp(-89), decided on ties only
         hi = (num >> (8 * tab.positions)) != 0
@@ -265,7 +292,7 @@ def test_gaussian_as_implemented_matches_the_ideal_and_its_renyi_bound(sigma):
     k = np.arange(-span, span + 1, dtype=np.float64)
     ideal = -k * k / (2 * float(s2))
     ideal -= np.logaddexp.reduce(ideal)
-    mass = ideal > -230   # P >= 2**-332: every factor's table entry has >= 100 bits
+    mass = ideal > -230  # P >= 2**-332: every factor's table entry has >= 100 bits
     assert np.max(np.abs(logp[mass] - ideal[mass])) < 1e-9
     # Renyi divergence of a shift by delta: at most alpha delta**2 / (2 sigma**2) (CKS 2020)
     for shift in {1, max(1, round(sigma))}:

@@ -45,23 +45,37 @@ def _laplace_eps(v, t):
 def _log_theta_ratio(c, s):
     j = np.arange(1, 8)
     w = np.exp(-2.0 * math.pi**2 * s * s * j * j)
-    return math.log1p(2.0 * np.sum(w * (np.cos(2.0 * math.pi * j * c) - 1.0)) / (1.0 + 2.0 * np.sum(w)))
+    return math.log1p(
+        2.0 * np.sum(w * (np.cos(2.0 * math.pi * j * c) - 1.0)) / (1.0 + 2.0 * np.sum(w))
+    )
 
 
 def _renyi(v, s, alpha):
-    return sum(alpha * m * m / (2 * s * s) + _log_theta_ratio(alpha * m, s) / (alpha - 1.0) for m in v if m)
+    return sum(
+        alpha * m * m / (2 * s * s) + _log_theta_ratio(alpha * m, s) / (alpha - 1.0) for m in v if m
+    )
 
 
 def _gauss_delta(v, s, eps):
     def log_delta(log_am1):
         a = 1.0 + math.exp(log_am1)
         return (a - 1.0) * (_renyi(v, s, a) - eps) + (a - 1.0) * math.log1p(-1.0 / a) - math.log(a)
-    res = optimize.minimize_scalar(log_delta, bounds=(-12.0, 8.0), method="bounded", options={"xatol": 1e-10})
+
+    res = optimize.minimize_scalar(
+        log_delta, bounds=(-12.0, 8.0), method="bounded", options={"xatol": 1e-10}
+    )
     return math.exp(min(res.fun, log_delta(res.x)))
 
 
-@pytest.mark.parametrize("kw", [dict(factorization="sqrt"), dict(factorization="banded"),
-                                dict(factorization="identity"), dict(factorization="sqrt", neighbors="substitute")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(factorization="sqrt"),
+        dict(factorization="banded"),
+        dict(factorization="identity"),
+        dict(factorization="sqrt", neighbors="substitute"),
+    ],
+)
 def test_laplace_stream_is_eps_dp_and_halved_noise_is_not(kw):
     spec = StreamSpec(16, eps=0.7, **kw)
     plan = plan_stream(spec)
@@ -72,8 +86,15 @@ def test_laplace_stream_is_eps_dp_and_halved_noise_is_not(kw):
     assert _laplace_eps(v, t / 2) > 0.7
 
 
-@pytest.mark.parametrize("kw", [dict(eps=1.0, delta=1e-6), dict(eps=0.3, delta=1e-9, factorization="banded"),
-                                dict(rho=0.2, delta=1e-6), dict(eps=2.0, delta=1e-5, factorization="identity")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(eps=1.0, delta=1e-6),
+        dict(eps=0.3, delta=1e-9, factorization="banded"),
+        dict(rho=0.2, delta=1e-6),
+        dict(eps=2.0, delta=1e-5, factorization="identity"),
+    ],
+)
 def test_gaussian_stream_meets_eps_delta_and_halved_noise_does_not(kw):
     spec = StreamSpec(16, **kw)
     plan = plan_stream(spec)

@@ -32,8 +32,19 @@ sys.exit(main(sys.argv[2:]))
 
 
 def _cli(*args, kill_at=None):
-    cmd = [sys.executable, "-c", _KILLER, kill_at] if kill_at else [sys.executable, "-m", "matmech.cli"]
-    return subprocess.run(cmd + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    cmd = (
+        [sys.executable, "-c", _KILLER, kill_at]
+        if kill_at
+        else [sys.executable, "-m", "matmech.cli"]
+    )
+    return subprocess.run(
+        cmd + [str(a) for a in args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _rows(path):
@@ -116,5 +127,7 @@ def test_interrupted_charge_needs_the_budget_to_resume(tmp_path):
     spec, ledger, db = _setup(tmp_path)
     r = _cli("stream", "init", spec, db, "--ledger", ledger, kill_at="set_meta")
     assert r.returncode == -signal.SIGKILL
-    assert main(["stream", "step", str(db), "--counts", "1,1"]) == 2  # no ledger: refused, nothing drawn
+    assert (
+        main(["stream", "step", str(db), "--counts", "1,1"]) == 2
+    )  # no ledger: refused, nothing drawn
     assert _rows(db) == []

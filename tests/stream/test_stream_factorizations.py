@@ -31,8 +31,18 @@ def _dense_errors(C):
     return var, s2, np.abs(C).sum(axis=0).max()
 
 
-@pytest.mark.parametrize("name,opts", [("sqrt", {}), ("banded", {"bands": 4}), ("banded", {}), ("identity", {}),
-                                       ("prefix", {}), ("blt", {"max_buffers": 2}), ("dense", {})])
+@pytest.mark.parametrize(
+    "name,opts",
+    [
+        ("sqrt", {}),
+        ("banded", {"bands": 4}),
+        ("banded", {}),
+        ("identity", {}),
+        ("prefix", {}),
+        ("blt", {"max_buffers": 2}),
+        ("dense", {}),
+    ],
+)
 @pytest.mark.parametrize("objective", ["mean", "max"])
 def test_variances_and_sensitivity_match_dense_B_C(name, opts, objective):
     n = 24
@@ -42,11 +52,16 @@ def test_variances_and_sensitivity_match_dense_B_C(name, opts, objective):
     assert f.sensitivity(2) ** 2 == pytest.approx(s2, rel=1e-12)
     assert f.sensitivity(1) == pytest.approx(s1, rel=1e-12)
     mean, mx = f.errors()
-    assert mean == pytest.approx(s2 * var.mean(), rel=1e-10) and mx == pytest.approx(s2 * var.max(), rel=1e-10)
+    assert mean == pytest.approx(s2 * var.mean(), rel=1e-10) and mx == pytest.approx(
+        s2 * var.max(), rel=1e-10
+    )
     for t in (0, 5, n - 1):  # the rows the release uses
-        np.testing.assert_array_equal(f.c_row(t), f.dense()[t, :t + 1])
-        np.testing.assert_allclose(f.b_row(t), (np.tril(np.ones((n, n))) @ np.linalg.inv(f.dense()))[t, :t + 1],
-                                   atol=1e-10)
+        np.testing.assert_array_equal(f.c_row(t), f.dense()[t, : t + 1])
+        np.testing.assert_allclose(
+            f.b_row(t),
+            (np.tril(np.ones((n, n))) @ np.linalg.inv(f.dense()))[t, : t + 1],
+            atol=1e-10,
+        )
 
 
 def test_square_root_targets_of_the_issue():
@@ -78,9 +93,13 @@ def test_blt_closed_forms():
     n = 200
     k = np.arange(1, n)
     c = blt_coefs(theta, omega, n)
-    np.testing.assert_allclose(c[1:], (omega[None, :] * theta[None, :] ** (k[:, None] - 1)).sum(1), rtol=1e-12)
+    np.testing.assert_allclose(
+        c[1:], (omega[None, :] * theta[None, :] ** (k[:, None] - 1)).sum(1), rtol=1e-12
+    )
     assert c[0] == 1.0
-    np.testing.assert_allclose(blt_prefix_coefs(theta, omega, n), prefix_coefs(c), rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(
+        blt_prefix_coefs(theta, omega, n), prefix_coefs(c), rtol=1e-9, atol=1e-13
+    )
     f = StreamFactorization("blt", n, c=c)
     np.testing.assert_allclose(blt_errors(theta, omega, n), f.errors(), rtol=1e-9)
     # the O(d²) geometric sums against the coefficients, with decays near 1 at a long horizon
@@ -114,8 +133,11 @@ def test_dense_optimum_is_the_certified_l2_optimum_and_beats_all():
 
 def test_bounds_hold_and_singular_values_are_right():
     n = 50
-    np.testing.assert_allclose(np.sort(prefix_singular_values(n)),
-                               np.sort(np.linalg.svd(np.tril(np.ones((n, n))), compute_uv=False)), rtol=1e-10)
+    np.testing.assert_allclose(
+        np.sort(prefix_singular_values(n)),
+        np.sort(np.linalg.svd(np.tril(np.ones((n, n))), compute_uv=False)),
+        rtol=1e-10,
+    )
     assert svd_bound(1024) == pytest.approx(8.466, abs=5e-4)  # the issue's figure
     n = 64
     g2 = gamma2_bound(n)
@@ -136,7 +158,9 @@ def test_tree_least_squares_matches_dense_blue():
         var.append(s @ np.linalg.pinv(rows.T @ rows) @ s)
     mean, mx, levels = tree_errors(n)
     assert levels == 4
-    assert mean == pytest.approx(levels * np.mean(var), rel=1e-10) and mx == pytest.approx(levels * max(var), rel=1e-10)
+    assert mean == pytest.approx(levels * np.mean(var), rel=1e-10) and mx == pytest.approx(
+        levels * max(var), rel=1e-10
+    )
     plain = tree_errors(n, least_squares=False)
     assert plain[1] == levels * 3  # t = 7 sums three nodes
 
@@ -145,21 +169,27 @@ def test_advisor_ranks_by_objective():
     adv = advise_stream(64, objective="mean", dense=True)
     means = [c.mean for c in adv.choices]
     assert means == sorted(means) and adv.best.name == "dense"
-    assert all(c.mean >= adv.mean_bound * (1 - 1e-9) and c.max >= adv.max_bound * (1 - 1e-9) for c in adv.choices)
+    assert all(
+        c.mean >= adv.mean_bound * (1 - 1e-9) and c.max >= adv.max_bound * (1 - 1e-9)
+        for c in adv.choices
+    )
     adv = advise_stream(64, objective="max", dense=False)
     assert [c.max for c in adv.choices] == sorted(c.max for c in adv.choices)
     assert {c.name for c in adv.choices} >= {"sqrt", "blt", "tree+ls"}
 
 
-@pytest.mark.parametrize("call,err,match", [
-    (lambda: build("sqrt", 0), ValueError, "horizon"),
-    (lambda: build("sqrt", 1.5), TypeError, "horizon"),
-    (lambda: build("nope", 8), ValueError, "unknown factorization"),
-    (lambda: build("sqrt", 8, objective="median"), ValueError, "objective"),
-    (lambda: build("dense", 5000), ValueError, "above 4096"),
-    (lambda: build("banded", 8, bands=9), ValueError, "bands"),
-    (lambda: advise_stream(8, objective="p99"), ValueError, "objective"),
-])
+@pytest.mark.parametrize(
+    "call,err,match",
+    [
+        (lambda: build("sqrt", 0), ValueError, "horizon"),
+        (lambda: build("sqrt", 1.5), TypeError, "horizon"),
+        (lambda: build("nope", 8), ValueError, "unknown factorization"),
+        (lambda: build("sqrt", 8, objective="median"), ValueError, "objective"),
+        (lambda: build("dense", 5000), ValueError, "above 4096"),
+        (lambda: build("banded", 8, bands=9), ValueError, "bands"),
+        (lambda: advise_stream(8, objective="p99"), ValueError, "objective"),
+    ],
+)
 def test_bad_input_is_named(call, err, match):
     with pytest.raises(err, match=match):
         call()

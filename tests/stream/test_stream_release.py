@@ -17,14 +17,17 @@ def _stored_noise(path, k):
     return {t: np.frombuffer(z, dtype=np.float64).reshape(k) for t, z in rows}
 
 
-@pytest.mark.parametrize("spec_kw", [
-    dict(eps=1.0, delta=1e-6, factorization="sqrt"),
-    dict(eps=2.0, factorization="sqrt"),                      # pure ε: discrete Laplace, L1 sensitivity
-    dict(rho=0.3, delta=1e-7, factorization="banded"),
-    dict(eps=1.0, delta=1e-6, factorization="dense"),
-    dict(eps=1.0, delta=1e-6, factorization="identity"),      # integer C: grid 1
-    dict(eps=0.5, delta=1e-6, factorization="sqrt", neighbors="substitute"),
-])
+@pytest.mark.parametrize(
+    "spec_kw",
+    [
+        dict(eps=1.0, delta=1e-6, factorization="sqrt"),
+        dict(eps=2.0, factorization="sqrt"),  # pure ε: discrete Laplace, L1 sensitivity
+        dict(rho=0.3, delta=1e-7, factorization="banded"),
+        dict(eps=1.0, delta=1e-6, factorization="dense"),
+        dict(eps=1.0, delta=1e-6, factorization="identity"),  # integer C: grid 1
+        dict(eps=0.5, delta=1e-6, factorization="sqrt", neighbors="substitute"),
+    ],
+)
 def test_release_equals_dense_oracle(tmp_path, spec_kw):
     n, k = 12, 3
     spec = StreamSpec(n, categories=k, **spec_kw)
@@ -45,7 +48,9 @@ def test_release_equals_dense_oracle(tmp_path, spec_kw):
     # the calibration: sensitivity of the rounded C under the spec's neighbours and norm
     factor = 2.0 if spec.neighbors == "substitute" else 1.0
     norm = 1 if spec.charge[1] == 0 else 2
-    assert p.sensitivity == pytest.approx(factor * np.linalg.norm(C, ord=norm, axis=0).max(), rel=2e-9)
+    assert p.sensitivity == pytest.approx(
+        factor * np.linalg.norm(C, ord=norm, axis=0).max(), rel=2e-9
+    )
     assert p.noise == ("discrete_laplace" if norm == 1 else "discrete_gaussian")
     assert not out[0].secure
 
@@ -78,7 +83,11 @@ def test_budget_charged_once_before_the_first_draw(tmp_path, monkeypatch):
 
     for name in ("gaussian", "laplace"):  # the grid samplers (they call the discrete ones)
         real = getattr(noise, name)
-        monkeypatch.setattr(noise, name, lambda *a, _real=real, _n=name, **kw: (events.append(("draw", _n)), _real(*a, **kw))[1])
+        monkeypatch.setattr(
+            noise,
+            name,
+            lambda *a, _real=real, _n=name, **kw: (events.append(("draw", _n)), _real(*a, **kw))[1],
+        )
     budget = SpyBudget(3.0, 1e-5)
     spec = StreamSpec(5, eps=1.0, delta=1e-6)
     s = StreamRelease.create(tmp_path / "a.db", spec, budget=budget, rng=np.random.default_rng(0))
@@ -118,26 +127,31 @@ def test_replay_ahead_and_max_records(tmp_path, monkeypatch):
     np.testing.assert_array_equal(_stored_noise(tmp_path / "c.db", 1)[1], z)
 
 
-@pytest.mark.parametrize("kw,err,match", [
-    (dict(horizon=0, eps=1.0), ValueError, "horizon"),
-    (dict(horizon=8), ValueError, "declare the stream's privacy"),
-    (dict(horizon=8, eps=1.0, rho=0.1, delta=1e-6), ValueError, "not both"),
-    (dict(horizon=8, rho=0.1), ValueError, "delta"),
-    (dict(horizon=8, eps=-1.0), ValueError, "eps"),
-    (dict(horizon=8, eps=1.0, categories=0), ValueError, "categories"),
-    (dict(horizon=8, eps=1.0, categories=("a", "a")), ValueError, "distinct"),
-    (dict(horizon=8, eps=1.0, categories="abc"), TypeError, "categories"),
-    (dict(horizon=8, eps=1.0, neighbors="swap"), ValueError, "neighbors"),
-    (dict(horizon=8, eps=1.0, max_records=0), ValueError, "max_records"),
-    (dict(horizon=2**24, eps=1.0, categories=2**10), ValueError, "GiB of history"),
-])
+@pytest.mark.parametrize(
+    "kw,err,match",
+    [
+        (dict(horizon=0, eps=1.0), ValueError, "horizon"),
+        (dict(horizon=8), ValueError, "declare the stream's privacy"),
+        (dict(horizon=8, eps=1.0, rho=0.1, delta=1e-6), ValueError, "not both"),
+        (dict(horizon=8, rho=0.1), ValueError, "delta"),
+        (dict(horizon=8, eps=-1.0), ValueError, "eps"),
+        (dict(horizon=8, eps=1.0, categories=0), ValueError, "categories"),
+        (dict(horizon=8, eps=1.0, categories=("a", "a")), ValueError, "distinct"),
+        (dict(horizon=8, eps=1.0, categories="abc"), TypeError, "categories"),
+        (dict(horizon=8, eps=1.0, neighbors="swap"), ValueError, "neighbors"),
+        (dict(horizon=8, eps=1.0, max_records=0), ValueError, "max_records"),
+        (dict(horizon=2**24, eps=1.0, categories=2**10), ValueError, "GiB of history"),
+    ],
+)
 def test_bad_spec_is_named(kw, err, match):
     with pytest.raises(err, match=match):
         StreamSpec(**kw)
 
 
 def test_bad_counts_are_named_without_values(tmp_path):
-    s = StreamRelease.create(tmp_path / "d.db", StreamSpec(4, eps=1.0, categories=2), rng=np.random.default_rng(0))
+    s = StreamRelease.create(
+        tmp_path / "d.db", StreamSpec(4, eps=1.0, categories=2), rng=np.random.default_rng(0)
+    )
     with pytest.raises(ValueError, match="2 columns"):
         s.step([1, 2, 3])
     with pytest.raises(ValueError, match=r"counts\[1\] is negative"):

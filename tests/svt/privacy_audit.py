@@ -160,8 +160,9 @@ def audit(
     rng_d, rng_dp = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     out_d = sampler(d, trials, rng_d)
     out_dp = sampler(d_prime, trials, rng_dp)
-    return audit_outputs(out_d, out_dp, events, eps=eps, confidence=confidence,
-                         both_orders=both_orders)
+    return audit_outputs(
+        out_d, out_dp, events, eps=eps, confidence=confidence, both_orders=both_orders
+    )
 
 
 def audit_outputs(
@@ -198,7 +199,11 @@ def audit_outputs(
         for order, ka, kb in pairs:
             checks.append(
                 EventCheck(
-                    event=name, order=order, count_a=ka, count_b=kb, trials=trials,
+                    event=name,
+                    order=order,
+                    count_a=ka,
+                    count_b=kb,
+                    trials=trials,
                     lower_a=clopper_pearson_lower(ka, trials, alpha),
                     upper_b=clopper_pearson_upper(kb, trials, alpha),
                 )

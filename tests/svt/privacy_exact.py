@@ -150,7 +150,9 @@ def above(d: int, t2: Optional[float]) -> Factor:
     if t2 is None:  # no query noise (Alg. 5): 1[rho <= -d]
         return Factor(1 - d, (1.0, 0.0, 0), (0.0, 0.0, 0))
     a = math.exp(-1.0 / t2)
-    return Factor(1 - d, (1.0, -math.exp(-(1 - d) / t2) / (1 + a), -1), (0.0, math.exp(-d / t2) / (1 + a), 1))
+    return Factor(
+        1 - d, (1.0, -math.exp(-(1 - d) / t2) / (1 + a), -1), (0.0, math.exp(-d / t2) / (1 + a), 1)
+    )
 
 
 def below(d: int, t2: Optional[float]) -> Factor:
@@ -191,7 +193,9 @@ def integrate(factors: Sequence[Factor], t1: float, t2: Optional[float]) -> floa
     geometric series summed in closed form (:func:`_geom`).
     """
     breaks = sorted({f.b for f in factors} | {0})
-    segments = [(-INF, breaks[0] - 1)] + [(breaks[i], breaks[i + 1] - 1) for i in range(len(breaks) - 1)]
+    segments = [(-INF, breaks[0] - 1)] + [
+        (breaks[i], breaks[i + 1] - 1) for i in range(len(breaks) - 1)
+    ]
     segments.append((breaks[-1], INF))
     inv2 = 0.0 if t2 is None else 1.0 / t2
     total = 0.0
@@ -322,8 +326,15 @@ def _permutations(n: int, c: int):
     return permutations(range(n), c)
 
 
-def variant_pmf(v, q_units: Sequence[int], t_units: int, c: int, eps: float, grid: float,
-                answers: Sequence[int] = ()) -> dict:
+def variant_pmf(
+    v,
+    q_units: Sequence[int],
+    t_units: int,
+    c: int,
+    eps: float,
+    grid: float,
+    answers: Sequence[int] = (),
+) -> dict:
     """A [LSL17] Fig. 1-2 variant ``v`` (:class:`svt_fixtures.Variant`) on the grid ``grid``, D = 1.
 
     Scales come from the variant's row of the paper's table; no cutoff when
@@ -355,7 +366,9 @@ def variant_pmf(v, q_units: Sequence[int], t_units: int, c: int, eps: float, gri
 # --------------------------------------------------------------------------
 # Privacy loss
 # --------------------------------------------------------------------------
-def answer_loss(pos: Sequence[int], q: Sequence[int], q2: Sequence[int], t3: Optional[float]) -> float:
+def answer_loss(
+    pos: Sequence[int], q: Sequence[int], q2: Sequence[int], t3: Optional[float]
+) -> float:
     """sup over released answers of their log-likelihood ratio ([LSL17] Alg. 7 line 8).
 
     Given the positions, the answers a_j = q_j + DLap(t3) are independent of
@@ -500,15 +513,24 @@ def _first_run(fn):
     return fn(np.random.default_rng(0))
 
 
-def svt_case(name, *, c, eps=1.0, monotonic=False, ratio="optimal", eps_answer=0.0, dtype=np.int64,
-             shift=0.0) -> Case:
+def svt_case(
+    name, *, c, eps=1.0, monotonic=False, ratio="optimal", eps_answer=0.0, dtype=np.int64, shift=0.0
+) -> Case:
     """``sparse_vector`` ([LSL17] Alg. 7), scales from its returned budget."""
     from matmech import svt
 
     def run(key, rng):
         t, q = key
-        return svt.sparse_vector(np.asarray(q, dtype=dtype) + shift, t + shift, c=c, eps=eps,
-                                 monotonic=monotonic, ratio=ratio, eps_answer=eps_answer, rng=rng)
+        return svt.sparse_vector(
+            np.asarray(q, dtype=dtype) + shift,
+            t + shift,
+            c=c,
+            eps=eps,
+            monotonic=monotonic,
+            ratio=ratio,
+            eps_answer=eps_answer,
+            rng=rng,
+        )
 
     def build(factor):
         budget = _first_run(lambda r: run((0, (0, 0)), r)).budget
@@ -523,7 +545,9 @@ def above_threshold_case(name, *, eps=1.0, monotonic=False) -> Case:
 
     def run(key, rng):
         t, q = key
-        return svt.above_threshold(np.asarray(q, dtype=np.int64), t, eps=eps, monotonic=monotonic, rng=rng)
+        return svt.above_threshold(
+            np.asarray(q, dtype=np.int64), t, eps=eps, monotonic=monotonic, rng=rng
+        )
 
     def build(factor):
         budget = _first_run(lambda r: run((0, (0, 0)), r)).budget
@@ -538,7 +562,9 @@ def interactive_case(name, *, c, eps=1.0, monotonic=False, eps_answer=0.0) -> Ca
 
     def run(key, rng):
         t, q = key
-        sv = svt.SparseVector(float(t), c=c, eps=eps, monotonic=monotonic, eps_answer=eps_answer, rng=rng)
+        sv = svt.SparseVector(
+            float(t), c=c, eps=eps, monotonic=monotonic, eps_answer=eps_answer, rng=rng
+        )
         for v in q:
             if sv.exhausted:
                 break
@@ -546,8 +572,11 @@ def interactive_case(name, *, c, eps=1.0, monotonic=False, eps_answer=0.0) -> Ca
         return sv.result()
 
     def build(factor):
-        budget = _first_run(lambda r: svt.SparseVector(0.0, c=c, eps=eps, monotonic=monotonic,
-                                                       eps_answer=eps_answer, rng=r)).budget
+        budget = _first_run(
+            lambda r: svt.SparseVector(
+                0.0, c=c, eps=eps, monotonic=monotonic, eps_answer=eps_answer, rng=r
+            )
+        ).budget
         return _alg7_model(budget, factor, eps, c, monotonic, run)
 
     return Case(name, build, (0, (-3, 1, -1, 2)))
@@ -566,9 +595,10 @@ def lyu_blocks(c: int, k: int = 3, monotonic: bool = False) -> tuple:
 def _svt_pairs(monotonic: bool, c: int = 1) -> list:
     blocks = [lyu_blocks(c, 3, monotonic)] if c > 1 else []
     if monotonic:
-        return keyed(monotonic_pairs(4) + [(a, b) for a, b in statdp_pairs(5)
-                                           if all(y - x in (0, 1) for x, y in zip(a, b))]) \
-            + keyed(blocks, thresholds=(-4, 0))
+        return keyed(
+            monotonic_pairs(4)
+            + [(a, b) for a, b in statdp_pairs(5) if all(y - x in (0, 1) for x, y in zip(a, b))]
+        ) + keyed(blocks, thresholds=(-4, 0))
     return keyed(exhaustive_pairs(4) + statdp_pairs(5)) + keyed(blocks, thresholds=(-4, 0))
 
 
@@ -584,6 +614,7 @@ def _alg7_model(budget, factor, eps, c, monotonic, run) -> Model:
     extra = sample_pmf = None
     sample = lambda key, rng: run(key, rng).positions  # noqa: E731
     if sc.answer is not None:
+
         def extra(o, k, k2):
             return answer_loss(o, units(k[1], g), units(k2[1], g), sc.answer)
 
@@ -603,8 +634,10 @@ def _alg7_model(budget, factor, eps, c, monotonic, run) -> Model:
             res = run(key, rng)
             qs = units(key[1], g)
             cuts = _answer_cuts(sc.answer)
-            bins = tuple(int(np.searchsorted(cuts, units([a], g)[0] - qs[i], side="right"))
-                         for i, a in zip(res.positions, res.answers))
+            bins = tuple(
+                int(np.searchsorted(cuts, units([a], g)[0] - qs[i], side="right"))
+                for i, a in zip(res.positions, res.answers)
+            )
             return (res.positions, bins)
 
     return Model(eps, pmf, _svt_pairs(monotonic, c), sample, extra, sample_pmf)
@@ -652,8 +685,16 @@ def retraversal_case(name, *, c, eps=1.0, boost=0.5, monotonic=False, max_passes
 
     def run(key, rng):
         t, q = key
-        return svt.sparse_vector_retraversal(np.asarray(q, dtype=np.int64), t, c=c, eps=eps, boost=boost,
-                                             monotonic=monotonic, max_passes=max_passes, rng=rng)
+        return svt.sparse_vector_retraversal(
+            np.asarray(q, dtype=np.int64),
+            t,
+            c=c,
+            eps=eps,
+            boost=boost,
+            monotonic=monotonic,
+            max_passes=max_passes,
+            rng=rng,
+        )
 
     def build(factor):
         budget = _first_run(lambda r: run((0, (0, 0)), r)).budget
@@ -677,15 +718,24 @@ def em_case(name, *, c, eps=1.0, monotonic=False, n=4) -> Case:
     from matmech import svt
 
     def run(key, rng):
-        return svt.exponential_top_c(np.asarray(key[1], dtype=np.int64), c, eps, monotonic=monotonic, rng=rng)
+        return svt.exponential_top_c(
+            np.asarray(key[1], dtype=np.int64), c, eps, monotonic=monotonic, rng=rng
+        )
 
     def build(factor):
         # Gumbel noise times factor = scores divided by factor.
         scale = _first_run(lambda r: run((None, (0,) * n), r)).score_scale / factor
         base = monotonic_pairs(n) if monotonic else exhaustive_pairs(n)
-        extra_pairs = [([1] + [0] * (m - 1), [0] * m if monotonic else [0] + [1] * (m - 1)) for m in (n + 2,)]
+        extra_pairs = [
+            ([1] + [0] * (m - 1), [0] * m if monotonic else [0] + [1] * (m - 1)) for m in (n + 2,)
+        ]
         pairs = keyed(base + extra_pairs, thresholds=(None,))
-        return Model(eps, lambda key: em_pmf(key[1], c, scale), pairs, lambda key, rng: run(key, rng).positions)
+        return Model(
+            eps,
+            lambda key: em_pmf(key[1], c, scale),
+            pairs,
+            lambda key, rng: run(key, rng).positions,
+        )
 
     return Case(name, build, (None, (1, 0, 0, 1)))
 
@@ -723,8 +773,16 @@ def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Cas
     def run(key, rng):
         t, x = key
         kw = {} if method == "em" else {"threshold": t}
-        return selection.select_rows(W, np.asarray(x, dtype=np.int64), c=c, eps=eps, method=method,
-                                     neighbors=neighbors, rng=rng, **kw)
+        return selection.select_rows(
+            W,
+            np.asarray(x, dtype=np.int64),
+            c=c,
+            eps=eps,
+            method=method,
+            neighbors=neighbors,
+            rng=rng,
+            **kw,
+        )
 
     def build(factor):
         seen = {}
@@ -746,8 +804,12 @@ def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Cas
         sample = lambda key, rng: tuple(int(i) for i in run(key, rng).rows)  # noqa: E731
         if method == "em":
             scale = res.score_scale / factor
-            return Model(eps, lambda key: em_pmf(answers(key[1]), c, scale),
-                         keyed(neighbours(), thresholds=(None,)), sample)
+            return Model(
+                eps,
+                lambda key: em_pmf(answers(key[1]), c, scale),
+                keyed(neighbours(), thresholds=(None,)),
+                sample,
+            )
         budget = res.budget
         sc = Scales.of(budget, factor)
         g = budget.grid
@@ -790,7 +852,9 @@ def shipped_cases() -> list:
         em_case("exponential_top_c monotonic c=1", c=1, monotonic=True),
         em_case("exponential_top_c monotonic c=2", c=2, monotonic=True),
         select_rows_case("select_rows svt c=2", method="svt", c=2),
-        select_rows_case("select_rows svt substitution c=1", method="svt", c=1, neighbors="substitute"),
+        select_rows_case(
+            "select_rows svt substitution c=1", method="svt", c=1, neighbors="substitute"
+        ),
         select_rows_case("select_rows em c=2", method="em", c=2),
     ]
 
@@ -814,9 +878,14 @@ def variant_model(v, *, c: int = 1, eps: float = 1.0, factor: float = 1.0) -> Mo
     All: the pairs around 0^4 and StatDP's, as for the shipped SVTs.
     """
     g = VARIANT_GRID
-    scaled = type(v)(v.alg, lambda e, cc: v.threshold_scale(e, cc) * factor,
-                     None if v.query_scale is None else (lambda e, cc: v.query_scale(e, cc) * factor),
-                     v.cutoff, v.releases, v.private)
+    scaled = type(v)(
+        v.alg,
+        lambda e, cc: v.threshold_scale(e, cc) * factor,
+        None if v.query_scale is None else (lambda e, cc: v.query_scale(e, cc) * factor),
+        v.cutoff,
+        v.releases,
+        v.private,
+    )
     answers = (0, int(1 / g)) if v.releases else ()
 
     def pmf(key):
@@ -838,7 +907,11 @@ def variant_model(v, *, c: int = 1, eps: float = 1.0, factor: float = 1.0) -> Mo
 def _piece_tail(shift: int, t: float, m: int) -> Factor:
     """P[nu >= rho + shift], nu ~ DLap(t), t = B/m."""
     a = math.exp(-1.0 / t)
-    return Factor(1 - shift, (1.0, -math.exp(-(1 - shift) / t) / (1 + a), -m), (0.0, math.exp(-shift / t) / (1 + a), m))
+    return Factor(
+        1 - shift,
+        (1.0, -math.exp(-(1 - shift) / t) / (1 + a), -m),
+        (0.0, math.exp(-shift / t) / (1 + a), m),
+    )
 
 
 def _piece_fail(shift: int, t: float, m: int) -> Factor:
@@ -856,7 +929,9 @@ def _piece_point(shift: int, t: float, m: int) -> Factor:
 def integrate_mixed(factors: Sequence[Factor], t1: float, base: float) -> float:
     """sum over rho of DLap(t1)(rho) * prod(factors)(rho), factors in (c0, c1, k) pieces (exact)."""
     breaks = sorted({f.b for f in factors} | {0})
-    segments = [(-INF, breaks[0] - 1)] + [(breaks[i], breaks[i + 1] - 1) for i in range(len(breaks) - 1)]
+    segments = [(-INF, breaks[0] - 1)] + [
+        (breaks[i], breaks[i + 1] - 1) for i in range(len(breaks) - 1)
+    ]
     segments.append((breaks[-1], INF))
     total = 0.0
     for lo, hi in segments:
@@ -883,12 +958,13 @@ def integrate_mixed(factors: Sequence[Factor], t1: float, base: float) -> float:
 def _gap_svt_outputs(n: int, limit: int, adaptive: bool):
     """(positions, branches, processed) of a gap SVT: a positive costs 1 (top) or 2 (middle)
     units and the run stops at the positive that takes the units used above ``limit``."""
+
     def rec(i, pos, br, used):
         if i == n:
             yield pos, br, n
             return
         yield from rec(i + 1, pos, br, used)
-        for b in (("top", "middle") if adaptive else ("middle",)):
+        for b in ("top", "middle") if adaptive else ("middle",):
             u = used + (1 if b == "top" else 2)
             if u > limit:
                 yield pos + (i,), br + (b,), i + 1
@@ -912,9 +988,14 @@ class GapScales:
     @classmethod
     def of(cls, cal, factor: float = 1.0) -> "GapScales":
         g = cal.grid
-        return cls(None if cal.threshold_scale is None else cal.threshold_scale / g * factor,
-                   cal.query_scale / g * factor, None if cal.top_scale is None else cal.top_scale / g * factor,
-                   0 if cal.sigma is None else int(round(cal.sigma / g)), cal.units - 2, g)
+        return cls(
+            None if cal.threshold_scale is None else cal.threshold_scale / g * factor,
+            cal.query_scale / g * factor,
+            None if cal.top_scale is None else cal.top_scale / g * factor,
+            0 if cal.sigma is None else int(round(cal.sigma / g)),
+            cal.units - 2,
+            g,
+        )
 
 
 def gap_svt_pmf(d: Sequence[int], sc: GapScales, gap_values=None) -> dict:
@@ -1022,14 +1103,19 @@ def gap_case(name, *, method, c, eps=1.0, monotonic=False, n=None) -> Case:
 
             m = n or 3
             base = monotonic_pairs(m) if monotonic else exhaustive_pairs(m)
-            pairs = keyed(base + [([0] * m, [1] + [0] * (m - 1)), ([1, 0, 0], [0, 1, 0])], thresholds=(None,))
+            pairs = keyed(
+                base + [([0] * m, [1] + [0] * (m - 1)), ([1, 0, 0], [0, 1, 0])], thresholds=(None,)
+            )
 
             def sample(key, rng):
                 res = run(key, rng)
                 return res.positions
+
             return Model(eps, pmf, pairs, sample)
-        gvals = {"middle": (0, u, 4 * u, sc.sigma + u, 60 * u),
-                 "top": (sc.sigma, sc.sigma + 4 * u, sc.sigma + 60 * u)}
+        gvals = {
+            "middle": (0, u, 4 * u, sc.sigma + u, 60 * u),
+            "top": (sc.sigma, sc.sigma + 4 * u, sc.sigma + 60 * u),
+        }
 
         def pmf(key):
             tu = units([key[0]], g)[0]
@@ -1037,7 +1123,10 @@ def gap_case(name, *, method, c, eps=1.0, monotonic=False, n=None) -> Case:
 
         def sample_pmf(key):
             tu = units([key[0]], g)[0]
-            return {k[:2]: p for k, p in gap_svt_pmf([tu - x for x in units(key[1], g)], sc, None).items()}
+            return {
+                k[:2]: p
+                for k, p in gap_svt_pmf([tu - x for x in units(key[1], g)], sc, None).items()
+            }
 
         def sample(key, rng):
             res = run(key, rng)
@@ -1095,7 +1184,10 @@ def vector_top_c_pmf(q: Sequence[int], c: int, t: float, value_points: Sequence[
     for J in permutations(range(n), c):
         rest = [i for i in range(n) if i not in J]
         for vals in product(pts, repeat=c):
-            if any(vals[k] < vals[k + 1] or (vals[k] == vals[k + 1] and J[k] > J[k + 1]) for k in range(c - 1)):
+            if any(
+                vals[k] < vals[k + 1] or (vals[k] == vals[k + 1] and J[k] > J[k + 1])
+                for k in range(c - 1)
+            ):
                 continue
             head = math.prod(dlap_pmf(v - q[j], t) for j, v in zip(J, vals))
             vc = vals[-1]
@@ -1103,18 +1195,23 @@ def vector_top_c_pmf(q: Sequence[int], c: int, t: float, value_points: Sequence[
                 if m > vc:
                     continue
                 if m < vc:
-                    tail = math.prod(_dlap_cdf(m - q[i], t) for i in rest) \
-                        - math.prod(_dlap_cdf(m - 1 - q[i], t) for i in rest)
+                    tail = math.prod(_dlap_cdf(m - q[i], t) for i in rest) - math.prod(
+                        _dlap_cdf(m - 1 - q[i], t) for i in rest
+                    )
                 else:
                     lo = [i for i in rest if i < J[-1]]
                     hi = [i for i in rest if i > J[-1]]
                     tail = math.prod(_dlap_cdf(m - 1 - q[i], t) for i in lo) * (
-                        math.prod(_dlap_cdf(m - q[i], t) for i in hi) - math.prod(_dlap_cdf(m - 1 - q[i], t) for i in hi))
+                        math.prod(_dlap_cdf(m - q[i], t) for i in hi)
+                        - math.prod(_dlap_cdf(m - 1 - q[i], t) for i in hi)
+                    )
                 out[(J, vals, m)] = head * tail
     return out
 
 
-def vector_threshold_pmf(q: Sequence[int], thr: int, c: int, t: float, value_points: Sequence[int]) -> dict:
+def vector_threshold_pmf(
+    q: Sequence[int], thr: int, c: int, t: float, value_points: Sequence[int]
+) -> dict:
     """Vector threshold: (positions, their noisy values) -> P; the first c rows (in order)
     with y_i >= thr, y_i = q_i + DLap(t); rows after the c-th positive are not examined."""
     pts = [v for v in sorted(set(value_points)) if v >= thr]
@@ -1130,7 +1227,11 @@ def vector_threshold_pmf(q: Sequence[int], thr: int, c: int, t: float, value_poi
 def l1_pairs(n: int, sens: int) -> list:
     """(0^n, delta) for every integer delta with 0 < ||delta||_1 <= sens (both orders are audited)."""
     zero = [0] * n
-    return [(zero, list(dl)) for dl in product(range(-sens, sens + 1), repeat=n) if 0 < sum(map(abs, dl)) <= sens]
+    return [
+        (zero, list(dl))
+        for dl in product(range(-sens, sens + 1), repeat=n)
+        if 0 < sum(map(abs, dl)) <= sens
+    ]
 
 
 def _vector_model(run_first, method, c, eps, factor, pairs, values_of):
@@ -1143,11 +1244,14 @@ def _vector_model(run_first, method, c, eps, factor, pairs, values_of):
     pts = (-2 * u, 0, 1, u, 2 * u, 3 * u, 8 * u)
 
     if method == "vector-top-c":
+
         def pmf(key):
             return vector_top_c_pmf(units(values_of(key), g), c, t, pts)
     else:
+
         def pmf(key):
             return vector_threshold_pmf(units(values_of(key), g), units([key[0]], g)[0], c, t, pts)
+
     # no sampling check (values are point masses on a grid of ~2**16 steps per scale unit):
     # test_vector_runs_match_the_model_moments checks seeded runs by their moments instead
     return Model(eps, pmf, pairs, None)
@@ -1168,8 +1272,15 @@ def vector_case(name, *, method, c, eps=1.0, sensitivity=2, n=3) -> Case:
     def build(factor):
         thresholds = (None,) if method == "vector-top-c" else (-1, 0, 1, 2)
         pairs = keyed(l1_pairs(n, sensitivity), thresholds=thresholds)
-        return _vector_model(lambda: _first_run(lambda r: run((0, (0,) * n), r)), method, c, eps, factor, pairs,
-                             lambda key: key[1])
+        return _vector_model(
+            lambda: _first_run(lambda r: run((0, (0,) * n), r)),
+            method,
+            c,
+            eps,
+            factor,
+            pairs,
+            lambda key: key[1],
+        )
 
     return Case(name, build)
 
@@ -1189,16 +1300,31 @@ def select_vector_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> C
     def run(key, rng):
         t, x = key
         kw = {} if method == "topc-gap" else {"threshold": t}
-        return selection.select_rows(W, np.asarray(x, dtype=np.int64), c=c, eps=eps, method=method,
-                                     neighbors=neighbors, rng=rng, **kw)
+        return selection.select_rows(
+            W,
+            np.asarray(x, dtype=np.int64),
+            c=c,
+            eps=eps,
+            method=method,
+            neighbors=neighbors,
+            rng=rng,
+            **kw,
+        )
 
     def build(factor):
         sel = _first_run(lambda r: run((2, tuple(base)), r))
         assert sel.mechanism in ("vector-top-c", "vector-threshold"), sel.mechanism
         thresholds = (None,) if method == "topc-gap" else (0, 1, 2, 3, 4)
         answers = lambda key: (W @ np.asarray(key[1], dtype=np.float64)).astype(np.int64).tolist()  # noqa: E731
-        return _vector_model(lambda: sel.gap, sel.mechanism, c, eps, factor,
-                             keyed(neighbours(), thresholds=thresholds), answers)
+        return _vector_model(
+            lambda: sel.gap,
+            sel.mechanism,
+            c,
+            eps,
+            factor,
+            keyed(neighbours(), thresholds=thresholds),
+            answers,
+        )
 
     return Case(name, build)
 
@@ -1211,9 +1337,17 @@ def vector_cases() -> list:
         vector_case("vector_threshold c=1 sens=2", method="vector-threshold", c=1),
         vector_case("vector_threshold c=2 sens=2", method="vector-threshold", c=2),
         select_vector_case("select_rows topc-gap vector c=2", method="topc-gap", c=2),
-        select_vector_case("select_rows topc-gap vector substitution c=2", method="topc-gap", c=2,
-                           neighbors="substitute"),
+        select_vector_case(
+            "select_rows topc-gap vector substitution c=2",
+            method="topc-gap",
+            c=2,
+            neighbors="substitute",
+        ),
         select_vector_case("select_rows svt-gap vector c=2", method="svt-gap", c=2),
-        select_vector_case("select_rows svt-gap vector substitution c=2", method="svt-gap", c=2,
-                           neighbors="substitute"),
+        select_vector_case(
+            "select_rows svt-gap vector substitution c=2",
+            method="svt-gap",
+            c=2,
+            neighbors="substitute",
+        ),
     ]

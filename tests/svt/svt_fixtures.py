@@ -46,8 +46,16 @@ def _cutoff(above: np.ndarray, c: Optional[int]) -> np.ndarray:
     return flags
 
 
-def alg1_batch(values: Sequence[float], threshold: float, *, c: int, eps: float,
-               n: int, rng: np.random.Generator, sensitivity: float = 1.0) -> Batch:
+def alg1_batch(
+    values: Sequence[float],
+    threshold: float,
+    *,
+    c: int,
+    eps: float,
+    n: int,
+    rng: np.random.Generator,
+    sensitivity: float = 1.0,
+) -> Batch:
     """[LSL17] Alg. 1 (private, eps-DP): rho ~ Lap(D/eps1), nu ~ Lap(2cD/eps2), eps1 = eps2 = eps/2."""
     q = np.asarray(values, dtype=float)
     e1 = e2 = eps / 2
@@ -56,8 +64,16 @@ def alg1_batch(values: Sequence[float], threshold: float, *, c: int, eps: float,
     return Batch(_cutoff(q + nu >= threshold + rho, c))
 
 
-def alg3_batch(values: Sequence[float], threshold: float, *, c: int, eps: float,
-               n: int, rng: np.random.Generator, sensitivity: float = 1.0) -> Batch:
+def alg3_batch(
+    values: Sequence[float],
+    threshold: float,
+    *,
+    c: int,
+    eps: float,
+    n: int,
+    rng: np.random.Generator,
+    sensitivity: float = 1.0,
+) -> Batch:
     """[LSL17] Alg. 3 (NOT private): nu ~ Lap(cD/eps2) and it outputs q_i + nu_i for positives.
 
     Releasing q_i + nu_i >= T + rho leaks an upper bound on the threshold
@@ -73,8 +89,15 @@ def alg3_batch(values: Sequence[float], threshold: float, *, c: int, eps: float,
     return Batch(flags, answers)
 
 
-def alg5_batch(values: Sequence[float], threshold: float, *, eps: float,
-               n: int, rng: np.random.Generator, sensitivity: float = 1.0) -> Batch:
+def alg5_batch(
+    values: Sequence[float],
+    threshold: float,
+    *,
+    eps: float,
+    n: int,
+    rng: np.random.Generator,
+    sensitivity: float = 1.0,
+) -> Batch:
     """[LSL17] Alg. 5 (NOT private): rho ~ Lap(D/eps1), nu_i = 0, no cutoff (Thm. 3.5)."""
     q = np.asarray(values, dtype=float)
     e1 = eps / 2
@@ -85,7 +108,9 @@ def alg5_batch(values: Sequence[float], threshold: float, *, eps: float,
 def alg3(values, threshold, *, c, eps, rng, sensitivity=1.0):
     """One run of Alg. 3 in the paper's output format: None (bottom) or the released number."""
     b = alg3_batch(values, threshold, c=c, eps=eps, n=1, rng=rng, sensitivity=sensitivity)
-    return [None if f == BELOW else float(a) for f, a in zip(b.flags[0], b.answers[0]) if f != UNSEEN]
+    return [
+        None if f == BELOW else float(a) for f, a in zip(b.flags[0], b.answers[0]) if f != UNSEEN
+    ]
 
 
 def alg5(values, threshold, *, eps, rng, sensitivity=1.0):

@@ -32,11 +32,19 @@ CASES = pe.shipped_cases()
 IDS = [c.name for c in CASES]
 # The sampling check runs on one configuration of each code path.
 SAMPLED = [
-    "sparse_vector c=2", "sparse_vector monotonic c=1", "sparse_vector float values c=2",
-    "sparse_vector c=1 eps_answer=0.5", "above_threshold", "SparseVector c=2",
-    "SparseVector c=1 eps_answer=0.5", "sparse_vector_dpbook c=2",
-    "sparse_vector_retraversal c=2 boost=0.5", "exponential_top_c c=2",
-    "exponential_top_c monotonic c=1", "select_rows svt c=2", "select_rows em c=2",
+    "sparse_vector c=2",
+    "sparse_vector monotonic c=1",
+    "sparse_vector float values c=2",
+    "sparse_vector c=1 eps_answer=0.5",
+    "above_threshold",
+    "SparseVector c=2",
+    "SparseVector c=1 eps_answer=0.5",
+    "sparse_vector_dpbook c=2",
+    "sparse_vector_retraversal c=2 boost=0.5",
+    "exponential_top_c c=2",
+    "exponential_top_c monotonic c=1",
+    "select_rows svt c=2",
+    "select_rows em c=2",
 ]
 RUNS = 3000
 
@@ -122,12 +130,19 @@ def test_mutant_through_patched_calibration_is_rejected_and_matches_samples(monk
 
     def halved(**kw):
         b = real(**kw)
-        return type(b)(**{**b.__dict__, "threshold_scale": b.threshold_scale / 2,
-                          "query_scale": b.query_scale / 2})
+        return type(b)(
+            **{
+                **b.__dict__,
+                "threshold_scale": b.threshold_scale / 2,
+                "query_scale": b.query_scale / 2,
+            }
+        )
 
     monkeypatch.setattr(svt_core, "svt_budget", halved)
     model = case.build(1.0)  # reads the (now halved) budget from a shipped run
-    assert pe.Scales.of(svt.sparse_vector([0], 0, c=2, eps=1.0).budget) == pe.Scales.of(correct, 0.5)
+    assert pe.Scales.of(svt.sparse_vector([0], 0, c=2, eps=1.0).budget) == pe.Scales.of(
+        correct, 0.5
+    )
     assert pe.audit_model(model).value > model.eps + 0.1
     _check_sampling(model, case.sample_key, seed=99)
 
@@ -161,7 +176,9 @@ def _chi2_pvalue(counts, probs, runs):
 def _check_sampling(model, key, seed, runs=RUNS):
     probs = (model.sample_pmf or model.pmf)(key)
     counts = _counts(model, key, seed, runs)
-    assert set(counts) <= set(probs), f"outputs the model gives probability 0: {set(counts) - set(probs)}"
+    assert set(counts) <= set(probs), (
+        f"outputs the model gives probability 0: {set(counts) - set(probs)}"
+    )
     for o, p in probs.items():
         k, mean = counts.get(o, 0), p * runs
         assert abs(k - mean) <= 5 * math.sqrt(mean * (1 - p)) + 1, (o, k, mean)
@@ -248,7 +265,9 @@ def test_gap_mechanism_noise_halved_is_rejected(case, gap_models):
 def test_gap_svt_model_sums_to_one_and_integrates_its_point_masses():
     """The gap-integrated model sums to 1, and summing the point masses over every gap value
     (a fine run of gaps, for a coarse-grid configuration) reproduces it."""
-    sc = pe.GapScales(threshold=3.0, query=4.0, top=8.0, sigma=5, limit=0, grid=1.0)  # one positive at most
+    sc = pe.GapScales(
+        threshold=3.0, query=4.0, top=8.0, sigma=5, limit=0, grid=1.0
+    )  # one positive at most
     d = [-1, 2, 0]
     full = pe.gap_svt_pmf(d, sc, None)
     assert math.isclose(sum(full.values()), 1.0, abs_tol=1e-12)
@@ -285,7 +304,9 @@ def test_topc_gap_runs_match_the_model_and_gap_moments():
     u = int(round(1 / cal.grid))
     # P[j_1 = i]: sum the exact point masses over all gaps (coarsened: the pmf is summed in blocks)
     runs = 3000
-    hits = np.bincount([noisy_top_c_gap(q, 1, 1.0, rng=rng).positions[0] for _ in range(runs)], minlength=3)
+    hits = np.bincount(
+        [noisy_top_c_gap(q, 1, 1.0, rng=rng).positions[0] for _ in range(runs)], minlength=3
+    )
     big = np.array([60 * u, 0, 30 * u], dtype=np.int64)
     gaps = np.array([noisy_top_c_gap(big // u, 1, 1.0, rng=rng).gaps[0] for _ in range(runs)])
     var = 2 * cal.gap_variance("middle")
@@ -298,7 +319,9 @@ def test_topc_gap_runs_match_the_model_and_gap_moments():
     b = cal.query_scale
     f = lambda e: math.exp(-abs(e) / b) / (2 * b)  # noqa: E731
     F = lambda e: 1 - 0.5 * math.exp(-e / b) if e >= 0 else 0.5 * math.exp(e / b)  # noqa: E731
-    p0 = si.quad(lambda e: f(e) * F(e + 2) * F(e + 1), -60 * b, 60 * b, points=[-2, -1, 0], limit=200)[0]
+    p0 = si.quad(
+        lambda e: f(e) * F(e + 2) * F(e + 1), -60 * b, 60 * b, points=[-2, -1, 0], limit=200
+    )[0]
     assert abs(hits[0] - runs * p0) <= 5 * math.sqrt(runs * p0 * (1 - p0)) + 1, (hits, p0)
 
 

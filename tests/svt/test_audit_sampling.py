@@ -94,83 +94,120 @@ CASES = [
     (
         "sparse_vector c=1 (optimal ratio)",
         lambda d, r: svt.sparse_vector(d, 0.0, c=1, eps=EPS, rng=r),
-        [0, 0, 0, 1], [1, 1, 1, 0],
+        [0, 0, 0, 1],
+        [1, 1, 1, 0],
         {"(3,)": positions_equal([3]), "()": positions_equal([])},
         SVT_TRIALS,
     ),
     (
         "sparse_vector c=2 (optimal ratio)",
         lambda d, r: svt.sparse_vector(d, 0.0, c=2, eps=EPS, rng=r),
-        [0, 1, 0, 1], [1, 0, 1, 0],
-        {"(1, 3)": positions_equal([1, 3]), "(1,)": positions_equal([1]), "(3,)": positions_equal([3])},
+        [0, 1, 0, 1],
+        [1, 0, 1, 0],
+        {
+            "(1, 3)": positions_equal([1, 3]),
+            "(1,)": positions_equal([1]),
+            "(3,)": positions_equal([3]),
+        },
         SVT_TRIALS,
     ),
     (
         "sparse_vector monotonic c=1",
         lambda d, r: svt.sparse_vector(d, 0.0, c=1, eps=EPS, monotonic=True, rng=r),
-        [0, 0, 0, 1], [1, 1, 1, 1],
+        [0, 0, 0, 1],
+        [1, 1, 1, 1],
         {"(3,)": positions_equal([3]), "()": positions_equal([])},
         SVT_TRIALS,
     ),
     (
         "sparse_vector with eps_answer=0.5",
         lambda d, r: svt.sparse_vector(d, 0.0, c=1, eps=EPS, eps_answer=0.5, rng=r),
-        [0, 0, 0, 1], [1, 1, 1, 0],
-        {"(3,) & answer>=1": answer_at_least([3], 1.0), "(3,) & answer<0": answer_below([3], 0.0),
-         "()": positions_equal([])},
+        [0, 0, 0, 1],
+        [1, 1, 1, 0],
+        {
+            "(3,) & answer>=1": answer_at_least([3], 1.0),
+            "(3,) & answer<0": answer_below([3], 0.0),
+            "()": positions_equal([]),
+        },
         SVT_TRIALS,
     ),
     (
         "SparseVector (interactive) c=2",
         _Interactive(c=2, eps=EPS),
-        [0, 1, 0, 1], [1, 0, 1, 0],
-        {"(1, 3)": positions_equal([1, 3]), "(1,)": positions_equal([1]), "(3,)": positions_equal([3])},
+        [0, 1, 0, 1],
+        [1, 0, 1, 0],
+        {
+            "(1, 3)": positions_equal([1, 3]),
+            "(1,)": positions_equal([1]),
+            "(3,)": positions_equal([3]),
+        },
         SVT_TRIALS,
     ),
     (
         "sparse_vector_dpbook c=2",
         lambda d, r: svt.sparse_vector_dpbook(d, 0.0, c=2, eps=EPS, rng=r),
-        [0, 1, 0, 1], [1, 0, 1, 0],
-        {"(1, 3)": positions_equal([1, 3]), "(1,)": positions_equal([1]), "(3,)": positions_equal([3])},
+        [0, 1, 0, 1],
+        [1, 0, 1, 0],
+        {
+            "(1, 3)": positions_equal([1, 3]),
+            "(1,)": positions_equal([1]),
+            "(3,)": positions_equal([3]),
+        },
         SVT_TRIALS,
     ),
     (
         "sparse_vector_retraversal c=2 boost=0.5",
         lambda d, r: svt.sparse_vector_retraversal(d, 0.0, c=2, eps=EPS, boost=0.5, rng=r),
-        [0, 1, 0, 1], [1, 0, 1, 0],
-        {"(1, 3)": positions_equal([1, 3]), "(3, 1)": positions_equal([3, 1]),
-         "(0, 2)": positions_equal([0, 2])},
+        [0, 1, 0, 1],
+        [1, 0, 1, 0],
+        {
+            "(1, 3)": positions_equal([1, 3]),
+            "(3, 1)": positions_equal([3, 1]),
+            "(0, 2)": positions_equal([0, 2]),
+        },
         RETRAVERSAL_TRIALS,
     ),
     (
         "exponential_top_c c=1",
         lambda d, r: svt.exponential_top_c(d, 1, EPS, rng=r),
-        [1] + [0] * 19, [0] + [1] * 19,
+        [1] + [0] * 19,
+        [0] + [1] * 19,
         {"(0,)": positions_equal([0])},
         EM_TRIALS,
     ),
     (
         "exponential_top_c c=2",
         lambda d, r: svt.exponential_top_c(d, 2, EPS, rng=r),
-        [1, 1] + [0] * 8, [0, 0] + [1] * 8,
+        [1, 1] + [0] * 8,
+        [0, 0] + [1] * 8,
         {"(0, 1)": positions_equal([0, 1]), "first is 0": where(lambda o: o.positions[0] == 0)},
         EM_TRIALS,
     ),
     (
         "exponential_top_c monotonic c=1",
         lambda d, r: svt.exponential_top_c(d, 1, EPS, monotonic=True, rng=r),
-        [1] + [0] * 19, [0] * 20,
+        [1] + [0] * 19,
+        [0] * 20,
         {"(0,)": positions_equal([0])},
         EM_TRIALS,
     ),
 ]
 
 
-@pytest.mark.parametrize("name, mechanism, d, d_prime, events, trials", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "name, mechanism, d, d_prime, events, trials", CASES, ids=[c[0] for c in CASES]
+)
 def test_shipped_mechanism_passes_at_its_eps(name, mechanism, d, d_prime, events, trials):
-    report = audit(shipped(mechanism), d, d_prime, events, eps=EPS, trials=trials,
-                   seed=sum(map(ord, name)),
-                   confidence=CONFIDENCE)
+    report = audit(
+        shipped(mechanism),
+        d,
+        d_prime,
+        events,
+        eps=EPS,
+        trials=trials,
+        seed=sum(map(ord, name)),
+        confidence=CONFIDENCE,
+    )
     assert not report.rejected, report.summary()
     # The events are informative: each case shows a real, positive privacy loss
     # (a wrong event or a mechanism ignoring its input would show ~0).
@@ -189,8 +226,16 @@ def test_alg5_without_query_noise_is_rejected():
     def sampler(data, n, rng):
         return fx.alg5_batch(data, 0.0, eps=EPS, n=n, rng=rng)
 
-    report = audit(sampler, [0, 1], [1, 0], {"(bottom, top)": fx.flags_equal([0, 1])},
-                   eps=EPS, trials=100_000, seed=5, confidence=CONFIDENCE)
+    report = audit(
+        sampler,
+        [0, 1],
+        [1, 0],
+        {"(bottom, top)": fx.flags_equal([0, 1])},
+        eps=EPS,
+        trials=100_000,
+        seed=5,
+        confidence=CONFIDENCE,
+    )
     assert report.rejected, report.summary()
     assert report.eps_lower > 5 * EPS, report.summary()
 
@@ -207,8 +252,16 @@ def test_alg3_releasing_noisy_answer_is_rejected():
         return fx.alg3_batch(data, 0.0, c=1, eps=EPS, n=n, rng=rng)
 
     event = fx.flags_equal_and_answer_at_most([0] * m + [1], m, 1.0)
-    report = audit(sampler, [0] * m + [1], [1] * m + [0], {"bottom^6, answer <= 1": event},
-                   eps=EPS, trials=1_000_000, seed=6, confidence=CONFIDENCE)
+    report = audit(
+        sampler,
+        [0] * m + [1],
+        [1] * m + [0],
+        {"bottom^6, answer <= 1": event},
+        eps=EPS,
+        trials=1_000_000,
+        seed=6,
+        confidence=CONFIDENCE,
+    )
     assert report.rejected, report.summary()
     assert report.eps_lower > 2 * EPS, report.summary()
 
@@ -311,6 +364,15 @@ def test_audit_validates_its_arguments():
     with pytest.raises(ValueError, match="event"):
         audit(sampler, [0], [1], {}, eps=1.0, trials=10, seed=0)
     with pytest.raises(ValueError, match="confidence"):
-        audit(sampler, [0], [1], {"e": positions_equal([0])}, eps=1.0, trials=10, seed=0, confidence=1.0)
+        audit(
+            sampler,
+            [0],
+            [1],
+            {"e": positions_equal([0])},
+            eps=1.0,
+            trials=10,
+            seed=0,
+            confidence=1.0,
+        )
     with pytest.raises(ValueError, match="shape"):
         audit(sampler, [0], [1], {"bad": lambda outs: np.ones(3, bool)}, eps=1.0, trials=10, seed=0)

@@ -25,18 +25,35 @@ def test_gap_calibration_refuses_a_bool_after_an_equal_valid_call(method):
 
 
 def test_vector_calibration_refuses_a_bool_after_an_equal_valid_call():
-    vector_calibration("vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=4, integer_values=True)
+    vector_calibration(
+        "vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=4, integer_values=True
+    )
     with pytest.raises(TypeError, match="eps"):
-        vector_calibration("vector-top-c", c=1, eps=True, sensitivity=1.0, n_values=4, integer_values=True)
+        vector_calibration(
+            "vector-top-c", c=1, eps=True, sensitivity=1.0, n_values=4, integer_values=True
+        )
     with pytest.raises(TypeError, match="integer_values"):
-        vector_calibration("vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=4, integer_values=1)
+        vector_calibration(
+            "vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=4, integer_values=1
+        )
     with pytest.raises(ValueError, match="n_values"):
-        vector_calibration("vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=True, integer_values=True)
+        vector_calibration(
+            "vector-top-c", c=1, eps=1.0, sensitivity=1.0, n_values=True, integer_values=True
+        )
 
 
 def test_make_budget_cache_is_typed():
-    kw = dict(c=1, eps=1.0, eps_answer=0.0, e1=0.5, e2=0.5, sensitivity=1.0, exact_on_grid=True,
-              threshold_mult=1.0, query_mult=2.0)
+    kw = dict(
+        c=1,
+        eps=1.0,
+        eps_answer=0.0,
+        e1=0.5,
+        e2=0.5,
+        sensitivity=1.0,
+        exact_on_grid=True,
+        threshold_mult=1.0,
+        query_mult=2.0,
+    )
     a = make_budget(monotonic=False, **kw)
     b = make_budget(monotonic=0, **kw)  # not the cached record of monotonic=False
     assert a is not b

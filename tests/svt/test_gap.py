@@ -16,7 +16,14 @@ import pytest
 from matmech import strategies as S
 from matmech.error import measured_variances
 from matmech.release import release, release_table
-from matmech.svt.combine import AUTO_FLOOR_MAX, SPLIT_TIE, GapMeasurement, advise_split, answer_covariance, combine_gaps
+from matmech.svt.combine import (
+    AUTO_FLOOR_MAX,
+    SPLIT_TIE,
+    GapMeasurement,
+    advise_split,
+    answer_covariance,
+    combine_gaps,
+)
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.select import select_rows
 from matmech.workloads import ranges
@@ -76,43 +83,78 @@ def _mc(method, runs=300, **extra):
     return np.array(se), float(np.mean(var)), r
 
 
-@pytest.mark.parametrize("method,extra", [("topc-gap", {}), ("svt-gap", {"threshold": 150}),
-                                          ("adaptive-svt", {"threshold": 150}),
-                                          ("topc-gap", {"vector": False}),
-                                          ("svt-gap", {"threshold": 150, "vector": False})])
+@pytest.mark.parametrize(
+    "method,extra",
+    [
+        ("topc-gap", {}),
+        ("svt-gap", {"threshold": 150}),
+        ("adaptive-svt", {"threshold": 150}),
+        ("topc-gap", {"vector": False}),
+        ("svt-gap", {"threshold": 150, "vector": False}),
+    ],
+)
 def test_monte_carlo_mse_matches_analytic_variance(method, extra):
     """Every cell of X touches at most 3 rows of W (joint sensitivity 3 <= c = 3), so with
     vector="auto" topc-gap / svt-gap run the vector selection; vector=False the paper's."""
     se, var, r = _mc(method, **extra)
     assert abs(se.mean() - var) <= 4 * se.std(ddof=1) / math.sqrt(se.size), (se.mean(), var)
     vec = method != "adaptive-svt" and extra.get("vector", "auto") == "auto"
-    assert r.selection.mechanism == ({"topc-gap": "vector-top-c", "svt-gap": "vector-threshold"}[method] if vec
-                                     else {"topc-gap": "noisy-top-c-gap", "svt-gap": "sparse-vector-gap",
-                                           "adaptive-svt": "adaptive-sparse-vector"}[method])
+    assert r.selection.mechanism == (
+        {"topc-gap": "vector-top-c", "svt-gap": "vector-threshold"}[method]
+        if vec
+        else {
+            "topc-gap": "noisy-top-c-gap",
+            "svt-gap": "sparse-vector-gap",
+            "adaptive-svt": "adaptive-sparse-vector",
+        }[method]
+    )
     assert ("Laplace mechanism on the whole vector" in r.strategy_note) == vec
     assert ("free gaps" in r.strategy_note) == (not vec)
 
 
 def test_gaps_lower_the_variance_of_the_selected_answers():
     W = ranges(12, RANGES)
-    for method, extra in (("topc-gap", {}), ("svt-gap", {"threshold": 150}), ("topc-gap", {"vector": False}),
-                          ("svt-gap", {"threshold": 150, "vector": False})):
-        r = release(X, W, 1.0, strategy="identity", select=dict(method=method, c=3, eps=0.5, **extra),
-                    rng=np.random.default_rng(0))
+    for method, extra in (
+        ("topc-gap", {}),
+        ("svt-gap", {"threshold": 150}),
+        ("topc-gap", {"vector": False}),
+        ("svt-gap", {"threshold": 150, "vector": False}),
+    ):
+        r = release(
+            X,
+            W,
+            1.0,
+            strategy="identity",
+            select=dict(method=method, c=3, eps=0.5, **extra),
+            rng=np.random.default_rng(0),
+        )
         base = measured_variances(W.take_rows(r.selected), r.strategy, r.measurement.std**2)
         assert np.all(r.std**2 < base) and r.expected_error < base.sum()
 
 
 def test_release_json_and_table_for_gap_methods():
     W = ranges(12, RANGES)
-    r = release(X, W, 1.0, select=dict(method="adaptive-svt", c=2, eps=0.5, threshold=150),
-                rng=np.random.default_rng(0))
+    r = release(
+        X,
+        W,
+        1.0,
+        select=dict(method="adaptive-svt", c=2, eps=0.5, threshold=150),
+        rng=np.random.default_rng(0),
+    )
     d = r.to_dict()["selection"]
-    assert d["method"] == "adaptive-svt" and d["gaps_combined"] and len(d["gaps"]) == r.selected.size
+    assert (
+        d["method"] == "adaptive-svt" and d["gaps_combined"] and len(d["gaps"]) == r.selected.size
+    )
     assert {g["branch"] for g in d["gaps"]} <= {"top", "middle"}
     statuses = {row["status"] for row in release_table(r)}
-    assert "answered" in statuses and statuses <= {"answered", "below threshold", "not examined (budget used up)"}
-    r2 = release(X, W, 1.0, select=dict(method="topc-gap", c=2, eps=0.5), rng=np.random.default_rng(0))
+    assert "answered" in statuses and statuses <= {
+        "answered",
+        "below threshold",
+        "not examined (budget used up)",
+    }
+    r2 = release(
+        X, W, 1.0, select=dict(method="topc-gap", c=2, eps=0.5), rng=np.random.default_rng(0)
+    )
     assert {row["status"] for row in release_table(r2)} == {"answered", "not among the top c"}
 
 
@@ -137,12 +179,24 @@ def test_advised_split_is_used_when_select_eps_is_absent():
     assert f2 == 0.8
     # the vector selection on an identity workload (joint sensitivity 1 < c): its values measure
     # the selected rows directly, objective 1/(eps_m^2/2 + eps_s^2/2); the largest share wins
-    f3, t3 = advise_split(lambda e: 2.0 / e**2, method="topc-gap", eps=1.0, c=3, monotonic=True,
-                          joint_sensitivity=1.0)
+    f3, t3 = advise_split(
+        lambda e: 2.0 / e**2, method="topc-gap", eps=1.0, c=3, monotonic=True, joint_sensitivity=1.0
+    )
     assert f3 == 0.8 and math.isclose(t3[0.8], 1 / (0.2**2 / 2 + 0.8**2 / 2), rel_tol=1e-3)
-    f4, t4 = advise_split(lambda e: 2.0 / e**2, method="topc-gap", eps=1.0, c=3, monotonic=True,
-                          joint_sensitivity=1.0, vector=False)
-    assert t4 == advise_split(lambda e: 2.0 / e**2, method="topc-gap", eps=1.0, c=3, monotonic=True)[1] != t3
+    f4, t4 = advise_split(
+        lambda e: 2.0 / e**2,
+        method="topc-gap",
+        eps=1.0,
+        c=3,
+        monotonic=True,
+        joint_sensitivity=1.0,
+        vector=False,
+    )
+    assert (
+        t4
+        == advise_split(lambda e: 2.0 / e**2, method="topc-gap", eps=1.0, c=3, monotonic=True)[1]
+        != t3
+    )
 
 
 def test_bad_select_options_raise_before_anything():
@@ -174,7 +228,9 @@ def test_budget_charged_once_and_nothing_on_bad_options():
     W = ranges(12, RANGES)
     b = PrivacyBudget(2.0)
     with pytest.raises(ValueError):
-        release(X, W, 1.0, budget=b, select=dict(method="adaptive-svt", c=2, eps=0.5, threshold="nope"))
+        release(
+            X, W, 1.0, budget=b, select=dict(method="adaptive-svt", c=2, eps=0.5, threshold="nope")
+        )
     assert b.remaining[0] == 2.0
     release(X, W, 1.0, budget=b, select=dict(method="topc-gap", c=2), rng=np.random.default_rng(0))
     assert math.isclose(b.remaining[0], 1.0)
@@ -185,7 +241,9 @@ def test_cli_select_arg_accepts_gap_methods_without_select_eps():
 
     from matmech.cli import _select_arg
 
-    args = SimpleNamespace(select="topc-gap", c=3, select_eps=None, threshold=None, target_rel_error=None)
+    args = SimpleNamespace(
+        select="topc-gap", c=3, select_eps=None, threshold=None, target_rel_error=None
+    )
     assert _select_arg(args) == {"method": "topc-gap", "c": 3}
     args = SimpleNamespace(select="svt", c=3, select_eps=None, threshold="5", target_rel_error=None)
     with pytest.raises(ValueError, match="select-eps"):
@@ -215,25 +273,36 @@ def test_gap_functions_refuse_bad_arguments_naming_them():
     (issue 15): ValueError/TypeError naming the argument, never a numpy or Cholesky error."""
     from matmech.svt.combine import gap_measurement
 
-    res = sparse_vector_gap([1.0, 50.0, 3.0, 80.0], 10.0, c=2, eps=1.0, rng=np.random.default_rng(0))
+    res = sparse_vector_gap(
+        [1.0, 50.0, 3.0, 80.0], 10.0, c=2, eps=1.0, rng=np.random.default_rng(0)
+    )
     assert res.positions  # the checks below are about a run that selected something
     gm = gap_measurement(res, 10.0)
     per_row = gap_measurement(res, [10.0] * 4)
     assert np.array_equal(gm.z, per_row.z)  # a scalar and one threshold per candidate agree
-    for bad, match in [(float("nan"), "threshold must be finite"), (float("inf"), "threshold must be finite"),
-                       ([], "threshold .* 0 entries but position"), ([10.0] * 2, "threshold .* 2 entries"),
-                       ([[1.0, 2.0], [1.0]], "threshold is ragged: row 1"), ("10", "threshold must be a real")]:
+    for bad, match in [
+        (float("nan"), "threshold must be finite"),
+        (float("inf"), "threshold must be finite"),
+        ([], "threshold .* 0 entries but position"),
+        ([10.0] * 2, "threshold .* 2 entries"),
+        ([[1.0, 2.0], [1.0]], "threshold is ragged: row 1"),
+        ("10", "threshold must be a real"),
+    ]:
         with pytest.raises((ValueError, TypeError), match=match):
             gap_measurement(res, bad)
     k = len(res.positions)
     y, cov = np.full(k, 40.0), np.eye(k)
     est, c = combine_gaps(y, cov, gm)
     assert np.all(np.isfinite(est)) and np.all(np.diag(c) < 1.0)  # the gaps add information
-    for args, match in [((1.0, cov), "y must be 1-D"), ((None, cov), "y must be a 1-D sequence"),
-                        (([], cov), "y must hold at least one"), ((y, [[1.0, 2.0], [1.0]]), "cov is ragged: row 1"),
-                        ((y, np.eye(k + 1)), f"cov must be {k}x{k}"),
-                        ((y, [[1.0, 2.0], [2.0, 1.0]]), "cov must be a symmetric positive semidefinite"),
-                        ((np.append(y, 1.0), np.eye(k + 1)), "gap measurements but y holds")]:
+    for args, match in [
+        ((1.0, cov), "y must be 1-D"),
+        ((None, cov), "y must be a 1-D sequence"),
+        (([], cov), "y must hold at least one"),
+        ((y, [[1.0, 2.0], [1.0]]), "cov is ragged: row 1"),
+        ((y, np.eye(k + 1)), f"cov must be {k}x{k}"),
+        ((y, [[1.0, 2.0], [2.0, 1.0]]), "cov must be a symmetric positive semidefinite"),
+        ((np.append(y, 1.0), np.eye(k + 1)), "gap measurements but y holds"),
+    ]:
         with pytest.raises((ValueError, TypeError), match=match):
             combine_gaps(*args, gm)
     with pytest.raises(ValueError, match="order must name distinct answers"):
@@ -243,12 +312,17 @@ def test_gap_functions_refuse_bad_arguments_naming_them():
     with pytest.raises(TypeError, match="gap must be a GapMeasurement"):
         combine_gaps(y, cov, res)
     rv = lambda e: 2.0 / e**2  # noqa: E731
-    for kw, err, match in [(dict(eps=0.0), ValueError, "eps"), (dict(eps=True), TypeError, "eps"),
-                           (dict(eps="1"), TypeError, "eps"), (dict(eps=1e-300), ValueError, "eps=1e-300 is too small"),
-                           (dict(c=float("inf")), TypeError, "c .* must be an integer"),
-                           (dict(c=2.0), TypeError, "c .* must be an integer"), (dict(method="svt"), ValueError, "method"),
-                           (dict(floor=0.9), ValueError, "floor must be 'auto' or in"),
-                           (dict(joint_sensitivity=0.0), ValueError, "joint_sensitivity must be positive")]:
+    for kw, err, match in [
+        (dict(eps=0.0), ValueError, "eps"),
+        (dict(eps=True), TypeError, "eps"),
+        (dict(eps="1"), TypeError, "eps"),
+        (dict(eps=1e-300), ValueError, "eps=1e-300 is too small"),
+        (dict(c=float("inf")), TypeError, "c .* must be an integer"),
+        (dict(c=2.0), TypeError, "c .* must be an integer"),
+        (dict(method="svt"), ValueError, "method"),
+        (dict(floor=0.9), ValueError, "floor must be 'auto' or in"),
+        (dict(joint_sensitivity=0.0), ValueError, "joint_sensitivity must be positive"),
+    ]:
         with pytest.raises(err, match=match):
             advise_split(rv, **{"method": "svt-gap", "eps": 1.0, "c": 2, **kw})
     with pytest.raises(TypeError, match="row_variance must be a function"):

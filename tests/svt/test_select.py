@@ -25,7 +25,9 @@ def test_em_selects_top_rows_and_per_row_thresholds():
     x, w = counts(), W.ranges(64, [(0, 5), (10, 11), (12, 13), (20, 30)])
     sel = select_rows(w, x, c=2, eps=5.0, method="em", rng=np.random.default_rng(2))
     assert sorted(sel.rows.tolist()) == [1, 2]
-    sel = select_rows(w, x, c=4, eps=5.0, threshold=[10, 2000, 500, 10], rng=np.random.default_rng(3))
+    sel = select_rows(
+        w, x, c=4, eps=5.0, threshold=[10, 2000, 500, 10], rng=np.random.default_rng(3)
+    )
     assert sorted(sel.rows.tolist()) == [0, 2, 3] and not sel.stopped
 
 
@@ -44,14 +46,35 @@ def test_budget_is_charged_and_refusal_draws_nothing():
 def test_monotonic_only_where_valid():
     x = counts()
     signed = Dense(np.vstack([np.ones(64), np.r_[np.ones(32), -np.ones(32)]]))
-    assert not select_rows(signed, x, c=1, eps=1.0, threshold=0, rng=np.random.default_rng(0)).monotonic
+    assert not select_rows(
+        signed, x, c=1, eps=1.0, threshold=0, rng=np.random.default_rng(0)
+    ).monotonic
     b = PrivacyBudget(1.0)
     with pytest.raises(ValueError, match="monotonic=True needs non-negative counting rows"):
         select_rows(signed, x, c=1, eps=1.0, threshold=0, monotonic=True, budget=b)
     with pytest.raises(ValueError, match="neighbors='substitute'"):
-        select_rows(W.identity(64), x, c=1, eps=1.0, threshold=0, monotonic=True, neighbors="substitute", budget=b)
-    sel = select_rows(W.identity(64), x, c=1, eps=1.0, threshold=0, neighbors="substitute", rng=np.random.default_rng(0))
-    assert not sel.monotonic and sel.sensitivity == 1.0  # a 0/1 row moves by at most 1 under substitution
+        select_rows(
+            W.identity(64),
+            x,
+            c=1,
+            eps=1.0,
+            threshold=0,
+            monotonic=True,
+            neighbors="substitute",
+            budget=b,
+        )
+    sel = select_rows(
+        W.identity(64),
+        x,
+        c=1,
+        eps=1.0,
+        threshold=0,
+        neighbors="substitute",
+        rng=np.random.default_rng(0),
+    )
+    assert (
+        not sel.monotonic and sel.sensitivity == 1.0
+    )  # a 0/1 row moves by at most 1 under substitution
     assert b.spent == (0.0, 0.0)
 
 
@@ -86,7 +109,13 @@ def test_bad_input_raises_and_spends_nothing(kwargs, exc, text):
 
 def test_entry_range_and_take_rows_against_dense():
     rng = np.random.default_rng(0)
-    cases = [W.all_range(5), W.kron(W.prefix(3), W.total(2)), W.stack(W.identity(4), W.total(4), weights=[1, 3]), Dense(rng.normal(size=(3, 4))), -2.0 * W.prefix(3)]
+    cases = [
+        W.all_range(5),
+        W.kron(W.prefix(3), W.total(2)),
+        W.stack(W.identity(4), W.total(4), weights=[1, 3]),
+        Dense(rng.normal(size=(3, 4))),
+        -2.0 * W.prefix(3),
+    ]
     for w in cases:
         d = w.dense()
         assert entry_range(w) == pytest.approx((min(0, d.min()), max(0, d.max())))
@@ -107,7 +136,11 @@ def test_integer_workloads_reach_svt_as_exact_integers(monkeypatch):
         return real(values, *args, **kw)
 
     monkeypatch.setattr(S, "sparse_vector", spy)
-    select_rows(W.all_range(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0))
+    select_rows(
+        W.all_range(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0)
+    )
     assert seen["dtype"] == np.int64  # no grid rounding, sensitivity stays exactly 1
-    select_rows(0.5 * W.prefix(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0))
+    select_rows(
+        0.5 * W.prefix(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0)
+    )
     assert seen["dtype"] == np.float64

@@ -63,8 +63,15 @@ def test_budget_split_sums_to_eps(ratio, eps_answer):
 @pytest.mark.parametrize("monotonic", [False, True])
 def test_noise_scales_follow_alg7(monotonic):
     c, eps, d = 4, 0.9, 2.5
-    b = svt.svt_budget(c=c, eps=eps, sensitivity=d, monotonic=monotonic, ratio=2.0,
-                       eps_answer=0.2, integer_values=True)
+    b = svt.svt_budget(
+        c=c,
+        eps=eps,
+        sensitivity=d,
+        monotonic=monotonic,
+        ratio=2.0,
+        eps_answer=0.2,
+        integer_values=True,
+    )
     e1, e2 = 0.7 / 3, 0.7 * 2 / 3
     assert b.sensitivity == d
     # Scales are rounded UP to whole grid steps: at most 2**-16 relative.
@@ -97,7 +104,7 @@ def test_above_threshold_uses_the_book_split():
     # halves of the float calibrated for the decimal 0.8 the budget charges (issue 21): 0.8 - 1 ulp
     assert b.c == 1 and b.eps_threshold == b.eps_queries == math.nextafter(eps, 0) / 2
     assert math.isclose(b.threshold_scale, 2 / eps, rel_tol=2.0**-15)  # Lap(2/eps)
-    assert math.isclose(b.query_scale, 4 / eps, rel_tol=2.0**-15)      # Lap(4/eps)
+    assert math.isclose(b.query_scale, 4 / eps, rel_tol=2.0**-15)  # Lap(4/eps)
     bm = svt.above_threshold([1, 2], 0, eps=eps, monotonic=True, rng=gen()).budget
     assert math.isclose(bm.query_scale, 2 / eps, rel_tol=2.0**-15)
 
@@ -119,8 +126,17 @@ def test_query_noise_scale_seen_in_behaviour(monotonic):
     t = 4000.0  # = c D / eps2: one query-noise scale above for monotonic, half of one otherwise
     rng = gen(42)
     hits = sum(
-        len(svt.sparse_vector(np.zeros(n, dtype=np.int64), t, c=n, eps=eps, monotonic=monotonic,
-                              ratio=1.0, rng=rng).positions)
+        len(
+            svt.sparse_vector(
+                np.zeros(n, dtype=np.int64),
+                t,
+                c=n,
+                eps=eps,
+                monotonic=monotonic,
+                ratio=1.0,
+                rng=rng,
+            ).positions
+        )
         for _ in range(runs)
     )
     p_hat = hits / (n * runs)
@@ -213,8 +229,10 @@ def test_numeric_answers_with_eps_answer():
 
 
 def test_numeric_answers_are_unbiased():
-    answers = [svt.sparse_vector([1000], 0, c=1, eps=1.0, eps_answer=0.5, rng=gen(s)).answers[0]
-               for s in range(400)]
+    answers = [
+        svt.sparse_vector([1000], 0, c=1, eps=1.0, eps_answer=0.5, rng=gen(s)).answers[0]
+        for s in range(400)
+    ]
     # Lap(2) noise: sd 2*sqrt(2); mean within 5 standard errors of 1000.
     assert abs(np.mean(answers) - 1000) < 5 * 2 * math.sqrt(2) / math.sqrt(400)
 
@@ -231,7 +249,9 @@ def test_result_is_frozen():
         lambda r: svt.sparse_vector(np.arange(50) % 7, 4.0, c=3, eps=0.5, eps_answer=0.1, rng=r),
         lambda r: svt.above_threshold(np.arange(50) % 7, 4.0, eps=0.5, rng=r),
         lambda r: svt.sparse_vector_dpbook(np.arange(50) % 7, 4.0, c=3, eps=0.5, rng=r),
-        lambda r: svt.sparse_vector_retraversal(np.arange(50) % 7, 4.0, c=3, eps=0.5, boost=2.0, rng=r),
+        lambda r: svt.sparse_vector_retraversal(
+            np.arange(50) % 7, 4.0, c=3, eps=0.5, boost=2.0, rng=r
+        ),
         lambda r: svt.exponential_top_c(np.arange(50) % 7, 3, 0.5, rng=r),
     ],
     ids=["sparse_vector", "above_threshold", "dpbook", "retraversal", "exponential_top_c"],
@@ -261,8 +281,12 @@ def test_default_rng_is_the_os_csprng(monkeypatch):
 # Retraversal, DPBook, EM
 # --------------------------------------------------------------------------
 def test_retraversal_finds_c_by_going_around_again():
-    runs = [svt.sparse_vector_retraversal(np.zeros(5, dtype=np.int64), 0, c=4, eps=1.0, boost=1.0, rng=gen(s))
-            for s in range(20)]
+    runs = [
+        svt.sparse_vector_retraversal(
+            np.zeros(5, dtype=np.int64), 0, c=4, eps=1.0, boost=1.0, rng=gen(s)
+        )
+        for s in range(20)
+    ]
     for r in runs:
         assert len(r.positions) == 4 and len(set(r.positions)) == 4 and r.stopped
     # at a threshold raised by 1 std, 4 of 5 zeros rarely clear in one pass (~3% of runs)
@@ -273,7 +297,7 @@ def test_retraversal_boost_is_in_query_noise_standard_deviations():
     # Values 30 std above T: found in one pass with boost 0; never (in one pass) with boost 60.
     b = svt.svt_budget(c=2, eps=1.0, integer_values=True)
     std = math.sqrt(2) * b.query_scale
-    v = np.array([-10**6, int(30 * std), -10**6, int(30 * std)])
+    v = np.array([-(10**6), int(30 * std), -(10**6), int(30 * std)])
     r0 = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=0.0, max_passes=1, rng=gen())
     assert r0.positions == (1, 3)
     r60 = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=60.0, max_passes=1, rng=gen())
@@ -296,7 +320,13 @@ def test_dpbook_is_noisier_than_alg7():
     miss = {"S": 0, "DPBook": 0}
     for _ in range(60):
         perm = rng.permutation(100)
-        s = set(perm[list(svt.sparse_vector(v[perm], 30, c=10, eps=2.0, monotonic=True, rng=rng).positions)])
+        s = set(
+            perm[
+                list(
+                    svt.sparse_vector(v[perm], 30, c=10, eps=2.0, monotonic=True, rng=rng).positions
+                )
+            ]
+        )
         d = set(perm[list(svt.sparse_vector_dpbook(v[perm], 30, c=10, eps=2.0, rng=rng).positions)])
         miss["S"] += len(set(range(10)) - s)
         miss["DPBook"] += len(set(range(10)) - d)
@@ -337,10 +367,13 @@ def test_gumbel_top_c_equals_sequential_em_without_replacement():
 # Accuracy helpers vs Monte Carlo
 # --------------------------------------------------------------------------
 def test_above_threshold_alpha_is_dr14_thm_3_24():
-    assert math.isclose(svt.above_threshold_alpha(0.1, k=100, eps=0.5),
-                        8 * (math.log(100) + math.log(20)) / 0.5)
-    assert math.isclose(svt.above_threshold_alpha(0.1, k=100, eps=0.5, sensitivity=3),
-                        3 * 8 * (math.log(100) + math.log(20)) / 0.5)
+    assert math.isclose(
+        svt.above_threshold_alpha(0.1, k=100, eps=0.5), 8 * (math.log(100) + math.log(20)) / 0.5
+    )
+    assert math.isclose(
+        svt.above_threshold_alpha(0.1, k=100, eps=0.5, sensitivity=3),
+        3 * 8 * (math.log(100) + math.log(20)) / 0.5,
+    )
 
 
 def test_sparse_alpha_is_the_slides_formula():
@@ -350,8 +383,10 @@ def test_sparse_alpha_is_the_slides_formula():
     # Alg. 7's general query noise Lap(2cD/eps2) doubles it; c = 1 gives DR14's 8(...)/eps.
     a2 = svt.sparse_alpha(0.05, k=1000, c=7, eps=0.3, monotonic=False, ratio=1.0)
     assert math.isclose(a2, 2 * a)
-    assert math.isclose(svt.sparse_alpha(0.1, k=50, c=1, eps=1.0, monotonic=False, ratio=1.0),
-                        svt.above_threshold_alpha(0.1, k=50, eps=1.0))
+    assert math.isclose(
+        svt.sparse_alpha(0.1, k=50, c=1, eps=1.0, monotonic=False, ratio=1.0),
+        svt.above_threshold_alpha(0.1, k=50, eps=1.0),
+    )
 
 
 def test_alpha_at_a_subnormal_beta_is_the_finite_closed_form():
@@ -362,17 +397,29 @@ def test_alpha_at_a_subnormal_beta_is_the_finite_closed_form():
 
     getcontext().prec = 40
     beta = 5e-324
-    ln_inv = float((Decimal(2) / Decimal(Fraction(beta).numerator) * Decimal(Fraction(beta).denominator)).ln())
-    assert math.isclose(svt.above_threshold_alpha(beta, k=10, eps=1.0), 8 * (math.log(10) + ln_inv), rel_tol=1e-12)
-    assert math.isclose(svt.sparse_alpha(beta, k=10, c=7, eps=0.3, monotonic=True, ratio=1.0),
-                        4 * 7 * (math.log(10) + ln_inv) / 0.3, rel_tol=1e-12)
-    ln_odds = float((Decimal(1) - Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln()) \
-        - float((Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln())
-    assert math.isclose(svt.exponential_alpha(beta, k=10, eps=1.0), math.log(9) + ln_odds, rel_tol=1e-12)
+    ln_inv = float(
+        (Decimal(2) / Decimal(Fraction(beta).numerator) * Decimal(Fraction(beta).denominator)).ln()
+    )
+    assert math.isclose(
+        svt.above_threshold_alpha(beta, k=10, eps=1.0), 8 * (math.log(10) + ln_inv), rel_tol=1e-12
+    )
+    assert math.isclose(
+        svt.sparse_alpha(beta, k=10, c=7, eps=0.3, monotonic=True, ratio=1.0),
+        4 * 7 * (math.log(10) + ln_inv) / 0.3,
+        rel_tol=1e-12,
+    )
+    ln_odds = float(
+        (Decimal(1) - Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln()
+    ) - float((Decimal(Fraction(beta).numerator) / Decimal(Fraction(beta).denominator)).ln())
+    assert math.isclose(
+        svt.exponential_alpha(beta, k=10, eps=1.0), math.log(9) + ln_odds, rel_tol=1e-12
+    )
 
 
-@pytest.mark.parametrize("fn, kw", [(svt.above_threshold_alpha, {}), (svt.sparse_alpha, {"c": 2}),
-                                    (svt.exponential_alpha, {})])
+@pytest.mark.parametrize(
+    "fn, kw",
+    [(svt.above_threshold_alpha, {}), (svt.sparse_alpha, {"c": 2}), (svt.exponential_alpha, {})],
+)
 def test_alpha_refuses_an_eps_whose_alpha_overflows(fn, kw):
     """eps = 5e-324 makes alpha (finite in the reals) too large for a float: a ValueError
     naming eps, never inf or ZeroDivisionError; an eps no float can hold names it too."""
@@ -386,10 +433,16 @@ def test_alpha_refuses_an_eps_whose_alpha_overflows(fn, kw):
 def test_checks_refuse_huge_ints_and_ragged_lists_naming_them():
     """10**400 (no float holds it) is a ValueError naming the argument, not OverflowError;
     a ragged nested list names its row, never numpy's 'inhomogeneous shape'."""
-    for kw, name in [(dict(c=10**400), "c"), (dict(eps=10**400), "eps"), (dict(sensitivity=10**400), "sensitivity")]:
+    for kw, name in [
+        (dict(c=10**400), "c"),
+        (dict(eps=10**400), "eps"),
+        (dict(sensitivity=10**400), "sensitivity"),
+    ]:
         with pytest.raises(ValueError, match=name):
             svt.svt_budget(**{"c": 1, "eps": 1.0, **kw})
-    with pytest.raises(ValueError, match=r"c \(the number of positives to report\) must be an integer >= 1 and <= "):
+    with pytest.raises(
+        ValueError, match=r"c \(the number of positives to report\) must be an integer >= 1 and <= "
+    ):
         svt.optimal_ratio(2**63)
     with pytest.raises(ValueError, match="values is ragged: row 1 has 1 entries, row 0 has 2"):
         svt.sparse_vector([[1.0, 2.0], [1.0]], 0.0, c=1, eps=1.0)
@@ -445,7 +498,8 @@ def test_above_threshold_meets_its_accuracy_guarantee():
     a = svt.above_threshold_alpha(beta, k=k, eps=eps)
     v = np.r_[np.full(k - 1, -a - 1e-3), a + 1e-3]
     fails, lower = _failure_rate(
-        lambda s: svt.above_threshold(v, 0.0, eps=eps, rng=gen(s)).positions, (k - 1,), trials)
+        lambda s: svt.above_threshold(v, 0.0, eps=eps, rng=gen(s)).positions, (k - 1,), trials
+    )
     assert lower <= beta, fails
 
 
@@ -458,8 +512,14 @@ def test_sparse_vector_meets_the_slides_accuracy_guarantee(monotonic):
     big = (5, 17, 29)
     v[list(big)] = a + 1e-3
     fails, lower = _failure_rate(
-        lambda s: svt.sparse_vector(v, 0.0, c=c, eps=eps, monotonic=monotonic, ratio=1.0,
-                                    rng=gen(s)).positions, big, trials)
+        lambda s: (
+            svt.sparse_vector(
+                v, 0.0, c=c, eps=eps, monotonic=monotonic, ratio=1.0, rng=gen(s)
+            ).positions
+        ),
+        big,
+        trials,
+    )
     assert lower <= beta, fails
 
 
@@ -482,9 +542,9 @@ def test_exponential_alpha_is_exact_by_monte_carlo():
 # --------------------------------------------------------------------------
 def test_sparse_vector_object_answers_a_stream_and_refuses_after_c():
     sv = svt.SparseVector(0.0, c=2, eps=1.0, eps_answer=0.2, rng=gen())
-    assert sv.test(-10**6) is False
+    assert sv.test(-(10**6)) is False
     assert sv.test(10**6) is True
-    assert sv.test(-10**6, threshold=-2 * 10**6) is True  # per-query threshold
+    assert sv.test(-(10**6), threshold=-2 * 10**6) is True  # per-query threshold
     assert sv.exhausted and sv.remaining == 0
     assert sv.positions == (1, 2) and sv.n_processed == 3
     assert len(sv.answers) == 2 and abs(sv.answers[0] - 10**6) < 1000
@@ -511,7 +571,12 @@ def test_sparse_vector_object_rejects_bad_values_without_drawing():
     rng = gen()
     sv = svt.SparseVector(0.0, c=1, eps=1.0, rng=rng)
     state = rng.bit_generator.state
-    for bad, exc in [(float("nan"), ValueError), (float("inf"), ValueError), ("3", TypeError), (None, TypeError)]:
+    for bad, exc in [
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        ("3", TypeError),
+        (None, TypeError),
+    ]:
         with pytest.raises(exc, match="value"):
             sv.test(bad)
     with pytest.raises(ValueError, match="threshold"):
@@ -583,7 +648,10 @@ def test_sparse_vector_rejects_bad_input_before_drawing(bad, exc, match):
 OTHERS = {
     "above_threshold": (svt.above_threshold, ("c", "eps_answer", "ratio")),
     "dpbook": (svt.sparse_vector_dpbook, ("eps_answer", "ratio")),
-    "retraversal": (lambda v, t, **kw: svt.sparse_vector_retraversal(v, t, boost=1.0, **kw), ("eps_answer",)),
+    "retraversal": (
+        lambda v, t, **kw: svt.sparse_vector_retraversal(v, t, boost=1.0, **kw),
+        ("eps_answer",),
+    ),
 }
 
 
@@ -595,7 +663,9 @@ OTHER_BAD = [
 ]
 
 
-@pytest.mark.parametrize("name, bad, exc, match", OTHER_BAD, ids=[f"{n}-{b}" for n, b, _, _ in OTHER_BAD])
+@pytest.mark.parametrize(
+    "name, bad, exc, match", OTHER_BAD, ids=[f"{n}-{b}" for n, b, _, _ in OTHER_BAD]
+)
 def test_other_svts_reject_bad_input_before_drawing(name, bad, exc, match):
     fn, unsupported = OTHERS[name]
     rng = gen()
@@ -688,9 +758,17 @@ def test_accuracy_helpers_validate(fn, kw):
 
 def test_public_names():
     assert set(svt.__all__) >= {
-        "sparse_vector", "SparseVector", "above_threshold", "sparse_vector_dpbook",
-        "sparse_vector_retraversal", "exponential_top_c", "SVTResult", "TopCResult",
-        "above_threshold_alpha", "sparse_alpha", "exponential_alpha",
+        "sparse_vector",
+        "SparseVector",
+        "above_threshold",
+        "sparse_vector_dpbook",
+        "sparse_vector_retraversal",
+        "exponential_top_c",
+        "SVTResult",
+        "TopCResult",
+        "above_threshold_alpha",
+        "sparse_alpha",
+        "exponential_alpha",
     }
     for name in svt.__all__:
         assert getattr(svt, name).__doc__
@@ -737,7 +815,16 @@ def test_signatures_match_the_issue():
 def test_public_namespace_re_exports_the_concept_modules():
     import importlib
 
-    for mod_name in ("checks", "calibration", "grid", "core", "interactive", "variants", "topc", "accuracy"):
+    for mod_name in (
+        "checks",
+        "calibration",
+        "grid",
+        "core",
+        "interactive",
+        "variants",
+        "topc",
+        "accuracy",
+    ):
         mod = importlib.import_module(f"matmech.svt.{mod_name}")
         assert mod.__doc__ and isinstance(mod.__all__, list), mod_name
         for name in mod.__all__:
@@ -763,7 +850,9 @@ def test_accuracy_helpers_reproduce_the_reference_numbers():
     assert svt.exponential_alpha(0.05, k=100, eps=1.0) == pytest.approx(7.53955883, rel=1e-9)
     for k in (2, 10, 10**3, 10**6):
         for beta in (0.001, 0.05, 0.5, 0.9):
-            ratio = svt.exponential_alpha(beta, k=k, eps=0.3) / svt.above_threshold_alpha(beta, k=k, eps=0.3)
+            ratio = svt.exponential_alpha(beta, k=k, eps=0.3) / svt.above_threshold_alpha(
+                beta, k=k, eps=0.3
+            )
             assert ratio < 1 / 8, (k, beta)
 
 
@@ -782,8 +871,15 @@ def test_scales_are_at_least_nominal_and_shares_sum_to_at_most_eps_exactly():
         ratio = rng.choice(["optimal", 1.0, 3.0, float(c)])
         ratio = ratio if ratio == "optimal" else float(ratio)
         d = float(rng.choice([1.0, 2.0, 0.3]))
-        b = svt.svt_budget(c=c, eps=eps, sensitivity=d, monotonic=mono, ratio=ratio, eps_answer=e3,
-                           integer_values=bool(rng.integers(2)))
+        b = svt.svt_budget(
+            c=c,
+            eps=eps,
+            sensitivity=d,
+            monotonic=mono,
+            ratio=ratio,
+            eps_answer=e3,
+            integer_values=bool(rng.integers(2)),
+        )
         assert F(b.eps_threshold) + F(b.eps_queries) + F(b.eps_answer) <= F(eps)
         assert F(b.threshold_scale) * F(b.eps_threshold) >= F(b.sensitivity)
         assert F(b.query_scale) * F(b.eps_queries) >= (1 if mono else 2) * c * F(b.sensitivity)
@@ -812,7 +908,9 @@ def test_worker_sources_spawn_children_without_drawing_from_the_parent():
     assert [s.words64(4).tolist() for s in w2] == [a, b]  # reproducible from the same seed
     # Secure in, secure out; small inputs and other sources stay single-threaded.
     assert all(s.secure for s in svt_noise.worker_sources(None, svt_noise.PARALLEL_MIN))
-    assert all(s.secure for s in svt_noise.worker_sources(noise.check_rng(None), svt_noise.PARALLEL_MIN))
+    assert all(
+        s.secure for s in svt_noise.worker_sources(noise.check_rng(None), svt_noise.PARALLEL_MIN)
+    )
     assert svt_noise.worker_sources(g, svt_noise.PARALLEL_MIN - 1) is None
     assert svt_noise.worker_sources(noise.check_rng(gen()), svt_noise.PARALLEL_MIN) is None
     # A Generator over a legacy-seeded bit generator cannot spawn: one thread, no made-up seeds.
@@ -829,9 +927,16 @@ def test_library_code_makes_no_seeds():
     paths = sorted(root.glob("*.py"))
     assert root / "topc.py" in paths and root / "core.py" in paths
     for path in paths:
-        calls = [ast.unparse(node.func) for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.Call)]
-        made = [f for f in calls if f.split(".")[-1] in {"default_rng", "SeedSequence", "seed", "RandomState"}]
+        calls = [
+            ast.unparse(node.func)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call)
+        ]
+        made = [
+            f
+            for f in calls
+            if f.split(".")[-1] in {"default_rng", "SeedSequence", "seed", "RandomState"}
+        ]
         assert not made, (path.name, made)
 
 
@@ -844,7 +949,9 @@ def test_noise_buffer_hands_out_iid_draws_across_blocks():
     draws = np.concatenate(parts)
     assert draws.dtype == np.int64 and draws.size == 32
     many = svt_noise.NoiseBuffer(3.0, 1.0, noise.check_rng(gen(4))).take(40000)
-    assert abs(many.var() - noise.discrete_laplace_variance(3)) < 0.05 * noise.discrete_laplace_variance(3)
+    assert abs(
+        many.var() - noise.discrete_laplace_variance(3)
+    ) < 0.05 * noise.discrete_laplace_variance(3)
 
 
 # --------------------------------------------------------------------------
@@ -861,7 +968,9 @@ def test_retraversal_counts_passes_over_long_and_short_remainders():
     r = svt.sparse_vector_retraversal(v, 0, c=2, eps=1.0, boost=60.0, max_passes=3, rng=gen())
     assert r.positions == () and r.n_processed == 3 * 4100
     # Short remainders share buffered noise; every candidate is picked once.
-    r = svt.sparse_vector_retraversal(np.zeros(7, dtype=np.int64), 0, c=7, eps=1.0, boost=1.0, rng=gen(6))
+    r = svt.sparse_vector_retraversal(
+        np.zeros(7, dtype=np.int64), 0, c=7, eps=1.0, boost=1.0, rng=gen(6)
+    )
     assert sorted(r.positions) == list(range(7)) and r.stopped and r.n_processed >= 7
     # The large-pass path hands over to the short-pass path as candidates are selected.
     v = np.zeros(5000, dtype=np.int64)
@@ -882,5 +991,8 @@ def test_exponential_top_c_on_many_candidates_uses_two_sources_reproducibly():
     assert svt.exponential_top_c(v, 2, 1.0).positions == tuple(planted[:2])  # secure default
     # Away from the planted values the selection is random, and differs between seeds.
     rest = svt.exponential_top_c(np.zeros(n, dtype=np.int64), 3, 1.0, rng=gen(12)).positions
-    assert len(set(rest)) == 3 and rest != svt.exponential_top_c(np.zeros(n, dtype=np.int64), 3, 1.0,
-                                                                 rng=gen(13)).positions
+    assert (
+        len(set(rest)) == 3
+        and rest
+        != svt.exponential_top_c(np.zeros(n, dtype=np.int64), 3, 1.0, rng=gen(13)).positions
+    )

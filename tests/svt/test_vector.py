@@ -19,8 +19,13 @@ from matmech.privacy.budget import PrivacyBudget
 from matmech.release import release
 from matmech.svt.calibration import gap_calibration
 from matmech.svt.select import plan_selection, select_rows
-from matmech.svt.vector import (joint_sensitivity, noisy_vector_threshold, noisy_vector_top_c, prefer_vector,
-                                vector_calibration)
+from matmech.svt.vector import (
+    joint_sensitivity,
+    noisy_vector_threshold,
+    noisy_vector_top_c,
+    prefer_vector,
+    vector_calibration,
+)
 from matmech.workloads import ranges
 
 X = np.array([800, 3, 500, 10, 0, 300, 7, 1, 12, 0, 4, 2], dtype=np.int64)
@@ -34,8 +39,14 @@ def _dense_joint(Wd, neighbors):
     return max(np.abs(Wd[:, j] - Wd[:, k]).sum() for j in range(n) for k in range(n) if j != k)
 
 
-@pytest.mark.parametrize("spec", [[(i, i) for i in range(12)], [(i, i + 3) for i in range(0, 9, 2)],
-                                  [(0, 11), (2, 5), (3, 3), (6, 7)]])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        [(i, i) for i in range(12)],
+        [(i, i + 3) for i in range(0, 9, 2)],
+        [(0, 11), (2, 5), (3, 3), (6, 7)],
+    ],
+)
 def test_joint_sensitivity_matches_dense_enumeration(spec):
     W = ranges(12, spec)
     Wd = W.dense()
@@ -48,7 +59,9 @@ def test_joint_sensitivity_matches_dense_enumeration(spec):
 
 
 def test_joint_sensitivity_of_a_large_structured_workload_needs_no_dense_matrix():
-    W = ranges(2_000_000, [(i, i + 63) for i in range(0, 2_000_000 - 63, 8)])  # 250k rows x 2M cells
+    W = ranges(
+        2_000_000, [(i, i + 63) for i in range(0, 2_000_000 - 63, 8)]
+    )  # 250k rows x 2M cells
     assert joint_sensitivity(W) == 8.0  # each cell lies in at most 64/8 windows
 
 
@@ -60,8 +73,12 @@ def test_vector_top_c_outputs_and_variance():
     assert math.isclose(res.gaps[0], res.values[0] - res.values[1])
     assert res.gaps[1] > 0  # to the unselected runner-up
     cal = res.calibration
-    assert cal.scale >= 3.0 and cal.scale / cal.grid == int(cal.scale / cal.grid)  # whole grid steps, >= nominal
-    draws = np.array([noisy_vector_top_c(q, 2, 1.0, sensitivity=3.0, rng=rng).values for _ in range(2000)])
+    assert cal.scale >= 3.0 and cal.scale / cal.grid == int(
+        cal.scale / cal.grid
+    )  # whole grid steps, >= nominal
+    draws = np.array(
+        [noisy_vector_top_c(q, 2, 1.0, sensitivity=3.0, rng=rng).values for _ in range(2000)]
+    )
     err = draws - q[[0, 2]]
     assert np.all(np.abs(err.mean(0)) < 5 * math.sqrt(cal.variance() / 2000))
     assert np.all(np.abs(err.var(0) / cal.variance() - 1) < 0.15)
@@ -81,14 +98,20 @@ def test_vector_threshold_takes_the_first_c_in_row_order():
     assert np.allclose(np.array(res.values) - 200, res.gaps)
     none = noisy_vector_threshold(q, 10_000, c=2, eps=1.0, sensitivity=1.0, rng=rng)
     assert none.positions == () and not none.stopped and none.n_processed == q.size
-    per_row = noisy_vector_threshold(q, [1e9, 0, 1e9, 1e9, 1e9, 0], c=3, eps=1.0, sensitivity=1.0, rng=rng)
+    per_row = noisy_vector_threshold(
+        q, [1e9, 0, 1e9, 1e9, 1e9, 0], c=3, eps=1.0, sensitivity=1.0, rng=rng
+    )
     assert per_row.positions == (1, 5)
 
 
 def test_non_integer_values_are_snapped_with_their_sensitivity():
-    cal = vector_calibration("vector-top-c", c=1, eps=1.0, sensitivity=2.0, n_values=1000, integer_values=False)
+    cal = vector_calibration(
+        "vector-top-c", c=1, eps=1.0, sensitivity=2.0, n_values=1000, integer_values=False
+    )
     assert cal.sensitivity == 2.0 + 1000 * cal.grid and 1000 * cal.grid <= 2.0 * 2.0**-20
-    res = noisy_vector_top_c(np.array([0.3, 9.7, 4.1]), 1, 1.0, sensitivity=2.0, rng=np.random.default_rng(2))
+    res = noisy_vector_top_c(
+        np.array([0.3, 9.7, 4.1]), 1, 1.0, sensitivity=2.0, rng=np.random.default_rng(2)
+    )
     assert res.positions == (1,) and res.calibration.sensitivity > 2.0
 
 
@@ -97,9 +120,15 @@ def test_prefer_vector_compares_the_two_calibrations():
     for c in (1, 2, 5):
         gap = gap_calibration("topc-gap", c=c, eps=0.5, monotonic=True, integer_values=True)
         for joint in (1.0, 2.0, 8.0):
-            vec = vector_calibration("vector-top-c", c=c, eps=0.5, sensitivity=joint, n_values=100, integer_values=True)
-            assert prefer_vector("topc-gap", c=c, joint=joint, **kw) == (vec.variance() <= gap.gap_variance("middle"))
-            assert prefer_vector("topc-gap", c=c, joint=joint, **kw) == (joint <= c)  # scales c*D/eps vs joint/eps
+            vec = vector_calibration(
+                "vector-top-c", c=c, eps=0.5, sensitivity=joint, n_values=100, integer_values=True
+            )
+            assert prefer_vector("topc-gap", c=c, joint=joint, **kw) == (
+                vec.variance() <= gap.gap_variance("middle")
+            )
+            assert prefer_vector("topc-gap", c=c, joint=joint, **kw) == (
+                joint <= c
+            )  # scales c*D/eps vs joint/eps
     assert prefer_vector("svt-gap", c=2, joint=2.0, **kw)
     assert not prefer_vector("adaptive-svt", c=2, joint=1.0, **kw)
 
@@ -109,10 +138,19 @@ def test_selection_picks_the_mechanism_from_W_not_from_x():
     W_win = ranges(12, [(i, i + 7) for i in range(5)])  # cells in up to 5 windows
     for x in (X, np.zeros(12, dtype=np.int64)):
         assert plan_selection(W_id, x, c=2, eps=0.5, method="topc-gap").mechanism == "vector-top-c"
-        assert plan_selection(W_win, x, c=2, eps=0.5, method="topc-gap").mechanism == "noisy-top-c-gap"
-        assert plan_selection(W_win, x, c=2, eps=0.5, method="topc-gap", vector=True).mechanism == "vector-top-c"
-        assert plan_selection(W_id, x, c=2, eps=0.5, method="svt-gap", threshold=5,
-                              vector=False).mechanism == "sparse-vector-gap"
+        assert (
+            plan_selection(W_win, x, c=2, eps=0.5, method="topc-gap").mechanism == "noisy-top-c-gap"
+        )
+        assert (
+            plan_selection(W_win, x, c=2, eps=0.5, method="topc-gap", vector=True).mechanism
+            == "vector-top-c"
+        )
+        assert (
+            plan_selection(
+                W_id, x, c=2, eps=0.5, method="svt-gap", threshold=5, vector=False
+            ).mechanism
+            == "sparse-vector-gap"
+        )
     p = plan_selection(W_id, X, c=2, eps=0.5, method="topc-gap", neighbors="substitute")
     assert p.mechanism == "vector-top-c" and p.joint_sensitivity == 2.0
 
@@ -120,42 +158,77 @@ def test_selection_picks_the_mechanism_from_W_not_from_x():
 def test_release_with_vector_selection_records_it_and_charges_once():
     W = ranges(12, [(i, i) for i in range(12)])
     b = PrivacyBudget(3.0)
-    r = release(X, W, 1.0, strategy="identity", budget=b, select=dict(method="topc-gap", c=3, eps=0.5),
-                rng=np.random.default_rng(0))
+    r = release(
+        X,
+        W,
+        1.0,
+        strategy="identity",
+        budget=b,
+        select=dict(method="topc-gap", c=3, eps=0.5),
+        rng=np.random.default_rng(0),
+    )
     assert r.selection.mechanism == "vector-top-c" and r.selected.tolist() == [0, 2, 5]
-    assert "Laplace mechanism on the whole vector (vector-top-c in place of topc-gap, joint L1 sensitivity 1)" \
+    assert (
+        "Laplace mechanism on the whole vector (vector-top-c in place of topc-gap, joint L1 sensitivity 1)"
         in r.strategy_note
+    )
     assert math.isclose(b.remaining[0], 2.0) and len(b.ledger) == 1
     # identity + vector: the GLS of two independent Laplace measurements, exactly
     v_m = r.measurement.std**2
     v_s = r.selection.gap.calibration.variance()
     assert np.allclose(r.std**2, 1 / (1 / v_m + 1 / v_s))
     d = r.to_dict()["selection"]
-    assert d["gaps_combined"] and len(d["gaps"]) == 3 and {g["branch"] for g in d["gaps"]} == {"value"}
+    assert (
+        d["gaps_combined"] and len(d["gaps"]) == 3 and {g["branch"] for g in d["gaps"]} == {"value"}
+    )
     # bad vector option: refused before anything is spent
     for bad, err in (("yes", ValueError), (1, TypeError)):
         with pytest.raises(err, match="vector must be"):
             release(X, W, 1.0, budget=b, select=dict(method="topc-gap", c=3, eps=0.5, vector=bad))
     with pytest.raises(ValueError, match="replaces 'topc-gap' or 'svt-gap'"):
-        release(X, W, 1.0, budget=b, select=dict(method="adaptive-svt", c=3, eps=0.5, threshold=10, vector=True))
+        release(
+            X,
+            W,
+            1.0,
+            budget=b,
+            select=dict(method="adaptive-svt", c=3, eps=0.5, threshold=10, vector=True),
+        )
     assert math.isclose(b.remaining[0], 2.0)
 
 
 def test_adaptive_sigma_is_settable_through_release_and_select_rows():
     W = ranges(12, [(i, i) for i in range(12)])
-    r = release(X, W, 1.0, strategy="identity", select=dict(method="adaptive-svt", c=2, eps=0.5, threshold=100,
-                                                             sigma=37.0), rng=np.random.default_rng(0))
+    r = release(
+        X,
+        W,
+        1.0,
+        strategy="identity",
+        select=dict(method="adaptive-svt", c=2, eps=0.5, threshold=100, sigma=37.0),
+        rng=np.random.default_rng(0),
+    )
     cal = r.selection.gap.calibration
     assert cal.sigma >= 37.0 and cal.sigma - 37.0 < cal.grid  # rounded up onto the grid
-    auto = select_rows(W, X, c=2, eps=0.5, method="adaptive-svt", threshold=100, rng=np.random.default_rng(0))
+    auto = select_rows(
+        W, X, c=2, eps=0.5, method="adaptive-svt", threshold=100, rng=np.random.default_rng(0)
+    )
     assert auto.gap.calibration.sigma != cal.sigma
-    huge = select_rows(W, X, c=2, eps=0.5, method="adaptive-svt", threshold=100, sigma=1e6,
-                       rng=np.random.default_rng(0))
+    huge = select_rows(
+        W,
+        X,
+        c=2,
+        eps=0.5,
+        method="adaptive-svt",
+        threshold=100,
+        sigma=1e6,
+        rng=np.random.default_rng(0),
+    )
     assert set(huge.gap.branches) == {"middle"}  # no margin of 1e6: the top branch never fires
     b = PrivacyBudget(2.0)
-    for sel, match in ((dict(method="topc-gap", c=2, eps=0.5, sigma=3.0), "adaptive-svt' only"),
-                       (dict(method="adaptive-svt", c=2, eps=0.5, threshold=5, sigma=-1.0), "sigma must be"),
-                       (dict(method="adaptive-svt", c=2, eps=0.5, threshold=5, sigma=[1]), "sigma must be")):
+    for sel, match in (
+        (dict(method="topc-gap", c=2, eps=0.5, sigma=3.0), "adaptive-svt' only"),
+        (dict(method="adaptive-svt", c=2, eps=0.5, threshold=5, sigma=-1.0), "sigma must be"),
+        (dict(method="adaptive-svt", c=2, eps=0.5, threshold=5, sigma=[1]), "sigma must be"),
+    ):
         with pytest.raises(ValueError, match=match):
             release(X, W, 1.0, budget=b, select=sel)
     assert b.remaining[0] == 2.0
@@ -164,17 +237,59 @@ def test_adaptive_sigma_is_settable_through_release_and_select_rows():
 def test_cli_select_sigma():
     from matmech.cli import _select_arg, build_parser
 
-    args = SimpleNamespace(select="adaptive-svt", c=3, select_eps=0.2, threshold="50", target_rel_error=None,
-                           select_sigma=12.5)
-    assert _select_arg(args) == {"method": "adaptive-svt", "c": 3, "eps": 0.2, "threshold": 50.0, "sigma": 12.5}
+    args = SimpleNamespace(
+        select="adaptive-svt",
+        c=3,
+        select_eps=0.2,
+        threshold="50",
+        target_rel_error=None,
+        select_sigma=12.5,
+    )
+    assert _select_arg(args) == {
+        "method": "adaptive-svt",
+        "c": 3,
+        "eps": 0.2,
+        "threshold": 50.0,
+        "sigma": 12.5,
+    }
     with pytest.raises(ValueError, match="--select-sigma"):
-        _select_arg(SimpleNamespace(select="svt-gap", c=3, select_eps=None, threshold="5", target_rel_error=None,
-                                    select_sigma=1.0))
+        _select_arg(
+            SimpleNamespace(
+                select="svt-gap",
+                c=3,
+                select_eps=None,
+                threshold="5",
+                target_rel_error=None,
+                select_sigma=1.0,
+            )
+        )
     with pytest.raises(ValueError, match="--select-sigma: only used with --select"):
-        _select_arg(SimpleNamespace(select=None, c=None, select_eps=None, threshold=None, target_rel_error=None,
-                                    select_sigma=1.0))
-    ns = build_parser().parse_args(["release", "spec.json", "--data", "data.csv", "--eps", "1", "--select", "adaptive-svt", "--c", "2",
-                                    "--select-sigma", "7"])
+        _select_arg(
+            SimpleNamespace(
+                select=None,
+                c=None,
+                select_eps=None,
+                threshold=None,
+                target_rel_error=None,
+                select_sigma=1.0,
+            )
+        )
+    ns = build_parser().parse_args(
+        [
+            "release",
+            "spec.json",
+            "--data",
+            "data.csv",
+            "--eps",
+            "1",
+            "--select",
+            "adaptive-svt",
+            "--c",
+            "2",
+            "--select-sigma",
+            "7",
+        ]
+    )
     assert ns.select_sigma == 7.0
 
 
@@ -203,13 +318,25 @@ def test_advised_split_is_no_worse_than_even_on_identity(method, extra):
 def test_advised_split_is_no_worse_than_even_on_windows():
     """Range windows (joint sensitivity 4 > c = 2: the paper mechanism): the advised split's
     analytic variance is at most the even split's."""
-    x = np.random.default_rng(3).multinomial(20_000, np.arange(1, 129) ** -1.0 / np.sum(np.arange(1, 129) ** -1.0))
+    x = np.random.default_rng(3).multinomial(
+        20_000, np.arange(1, 129) ** -1.0 / np.sum(np.arange(1, 129) ** -1.0)
+    )
     W = ranges(128, [(i, i + 15) for i in range(0, 113, 4)])
-    for method, extra in (("topc-gap", {}), ("svt-gap", {"threshold": 3000}), ("adaptive-svt", {"threshold": 3000})):
+    for method, extra in (
+        ("topc-gap", {}),
+        ("svt-gap", {"threshold": 3000}),
+        ("adaptive-svt", {"threshold": 3000}),
+    ):
         out = {}
         for key, e in (("advised", {}), ("even", {"eps": 0.5})):
-            r = release(x, W, 1.0, strategy=S.hierarchical(128, 2), select=dict(method=method, c=2, **extra, **e),
-                        rng=np.random.default_rng(0))
+            r = release(
+                x,
+                W,
+                1.0,
+                strategy=S.hierarchical(128, 2),
+                select=dict(method=method, c=2, **extra, **e),
+                rng=np.random.default_rng(0),
+            )
             assert r.selected.size
             out[key] = r.expected_error / r.selected.size
         assert out["advised"] < out["even"], (method, out)
@@ -228,5 +355,16 @@ def test_forced_vector_with_an_unsamplable_scale_is_refused_before_spending():
     with pytest.raises(ValueError, match="too large for exact sampling"):
         select_rows(W, x, c=2, eps=1e-4, method="topc-gap", vector=True, budget=b, max_records=m)
     assert b.remaining[0] == 1.0 and not b.ledger
-    assert select_rows(W, x, c=2, eps=1e-4, method="topc-gap", budget=b, rng=np.random.default_rng(0),
-                       max_records=m).mechanism == "noisy-top-c-gap"  # "auto" never picks a vector it cannot sample
+    assert (
+        select_rows(
+            W,
+            x,
+            c=2,
+            eps=1e-4,
+            method="topc-gap",
+            budget=b,
+            rng=np.random.default_rng(0),
+            max_records=m,
+        ).mechanism
+        == "noisy-top-c-gap"
+    )  # "auto" never picks a vector it cannot sample
