@@ -69,6 +69,7 @@ from matmech.svt.select import (
     SELECT_OPTIONS,
     advised_select_eps,
     check_select_options,
+    selection_arguments,
     shown_select_options,
     check_selection,
     plan_selection,
@@ -321,17 +322,7 @@ def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
     if auto_thr:
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
         threshold = np.sqrt(var_full) / opts["target_rel_error"]
-    sel = dict(
-        c=opts["c"],
-        eps=opts["eps"],
-        threshold=threshold,
-        method=opts["method"],
-        monotonic=opts["monotonic"],
-        ratio=opts["ratio"],
-        neighbors=neighbors,
-        sigma=opts["sigma"],
-        vector=opts["vector"],
-    )
+    sel = selection_arguments(opts, c=opts["c"], threshold=threshold, neighbors=neighbors)
     check_selection(W, **sel)
     return _SelectedPlan(
         MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note

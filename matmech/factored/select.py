@@ -81,6 +81,7 @@ from matmech.svt.select import (
     declared_calibration,
     run_selection,
     selection_mechanism,
+    selection_arguments,
     shown_select_options,
     take_rows,
 )
@@ -367,17 +368,7 @@ def plan_factored_selection(
     ):  # "auto": std_i is at most |w_j|·sqrt(worst_var) for any selection
         threshold = np.sqrt(w2 * worst_var) / opts["target_rel_error"]
     del w2
-    sel = dict(
-        c=c,
-        eps=opts["eps"],
-        threshold=threshold,
-        method=opts["method"],
-        monotonic=opts["monotonic"],
-        ratio=opts["ratio"],
-        neighbors=neighbors,
-        sigma=opts["sigma"],
-        vector=opts["vector"],
-    )
+    sel = selection_arguments(opts, c=c, threshold=threshold, neighbors=neighbors)
     c, sens, mono, thr = check_selection(proxy, **sel)
     integer_values = (
         all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT

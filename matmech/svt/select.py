@@ -65,6 +65,7 @@ __all__ = [
     "DEFAULT_TARGET_REL_ERROR",
     "check_select_options",
     "shown_select_options",
+    "selection_arguments",
     "row_noise_rule",
     "advised_select_eps",
     "declared_calibration",
@@ -212,6 +213,24 @@ def _check_threshold_options(opts):
             f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})"
         )
     return opts
+
+
+def selection_arguments(opts, *, c, threshold, neighbors) -> dict:
+    """The keyword arguments of :func:`check_selection` / :func:`select_rows` for checked
+    ``release(select=...)`` options ``opts`` (:func:`check_select_options`), with the
+    selection's ``c``, its (resolved) ``threshold`` and the neighbour relation: one place
+    for both release paths."""
+    return dict(
+        c=c,
+        eps=opts["eps"],
+        threshold=threshold,
+        method=opts["method"],
+        monotonic=opts["monotonic"],
+        ratio=opts["ratio"],
+        neighbors=neighbors,
+        sigma=opts["sigma"],
+        vector=opts["vector"],
+    )
 
 
 def shown_select_options(opts):
