@@ -329,23 +329,8 @@ def plan_residuals_laplace(
         tables, theta = _all_subsets_theta(lat)
     if tables is not None:
         tables, theta = _given_tables(lat, tables, theta)
-        u = laplace_residual_variances(lat, theta, tables=tables)
-        cellv = marginal_cell_variances(lat, u)
-        for a in (theta, u, cellv):
-            a.setflags(write=False)
         how = "optimize_marginals_pure" if search == "all" else "given"
-        return LaplaceResidualPlan(
-            lattice=lat,
-            theta=theta,
-            variances=u,
-            cell_variances=cellv,
-            total=total_variance(lat, u),
-            weighted_total=float(np.dot(c, u)),
-            queries=int(lat.cells.sum()),
-            start=how,
-            solver=how,
-            tables=tables,
-        )
+        return _laplace_plan(lat, c, theta, tables, start=how, solver=how)
     ps, pt, rest = table_pairs(lat)
     n_t = len(lat.residuals)
 
@@ -389,6 +374,12 @@ def plan_residuals_laplace(
     theta = np.where(keep, np.maximum(theta, PRUNE_RELATIVE), 0.0)
     tables = tuple(t for t, k in zip(lat.residuals, keep) if k)
     theta = theta[keep] / theta[keep].sum()
+    return _laplace_plan(lat, c, theta, tables, start=name)
+
+
+def _laplace_plan(lat, c, theta, tables, *, start, solver="L-BFGS-B"):
+    """The :class:`LaplaceResidualPlan` of table weights ``theta`` on ``tables`` (frozen
+    arrays: residual and per-cell variances, totals)."""
     u = laplace_residual_variances(lat, theta, tables=tables)
     cellv = marginal_cell_variances(lat, u)
     for a in (theta, u, cellv):
@@ -401,6 +392,7 @@ def plan_residuals_laplace(
         total=total_variance(lat, u),
         weighted_total=float(np.dot(c, u)),
         queries=int(lat.cells.sum()),
-        start=name,
+        start=start,
+        solver=solver,
         tables=tables,
     )
