@@ -89,19 +89,19 @@ def limbs_of(x: np.ndarray, layout: LimbLayout) -> np.ndarray:
 
 
 def exact_measurement(
-    k_row: np.ndarray, limbs: np.ndarray, m: np.ndarray, layout: LimbLayout
-) -> list[int]:
-    """[K_t·x_c + m_c for each category c] as exact Python integers.
+    k_row: np.ndarray, limbs: np.ndarray, z: np.ndarray, grid: float, layout: LimbLayout
+) -> np.ndarray:
+    """y_t = g·(K_t·x + z_t/g) per category: exact in integers, then rounded once to float64.
 
     ``k_row``: K[t, 0..t] (int64, oldest step first); ``limbs``: the counts' limbs for steps
-    0..t, shape (limbs, t + 1, k); ``m``: the noise in grid units (integral floats, length k).
+    0..t, shape (limbs, t + 1, k); ``z``: the noise drawn on the grid (length k).
     """
-    total = [int(v) for v in m]
+    total = [int(v) for v in z / grid]  # integral floats: exact
     for j in range(layout.limbs):
-        part = k_row @ limbs[j]  # exact: |K_t|·(2^w − 1) < 2^62 (see the module notes)
+        part = k_row @ limbs[j]  # exact: ‖K_t‖₁·(2^w − 1) < 2^62 (see the module notes)
         shift = layout.width * j
         total = [a + (int(b) << shift) for a, b in zip(total, part, strict=True)]
-    return total
+    return np.array([float(v) for v in total]) * grid  # float(int) rounds correctly; g = 2^e
 
 
 def clamp_counts(counts, k: int, cap: int) -> np.ndarray:

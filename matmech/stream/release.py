@@ -231,8 +231,7 @@ class StreamRelease:
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
         k_row = self._k[t::-1] if self.plan.factorization.toeplitz else self._k[t, : t + 1]
-        exact = exact_measurement(k_row, self._limbs[:, : t + 1], z / g, self._layout)
-        y = np.array([float(v) for v in exact]) * g  # one correct rounding of the exact y_t
+        y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
         r = self.plan.factorization.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
