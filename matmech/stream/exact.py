@@ -93,14 +93,16 @@ def exact_measurement(
 ) -> np.ndarray:
     """y_t = g·(K_t·x + z_t/g) per category: exact in integers, then rounded once to float64.
 
-    ``k_row``: K[t, 0..t] (int64, oldest step first); ``limbs``: the counts' limbs for steps
+    ``k_row``: K[t, 0..t] (int64, oldest step first, contiguous); ``limbs``: the counts' limbs for steps
     0..t, shape (limbs, t + 1, k); ``z``: the noise drawn on the grid (length k).
     """
+    # int64, exact: ‖K_t‖₁·(2^w − 1) < 2^62 (see the module notes); einsum never uses BLAS
+    # for integers, and with a contiguous k_row it is as fast as a float gemv
+    parts = np.einsum("s,lsc->lc", k_row, limbs)
     total = [int(v) for v in z / grid]  # integral floats: exact
     for j in range(layout.limbs):
-        part = k_row @ limbs[j]  # exact: ‖K_t‖₁·(2^w − 1) < 2^62 (see the module notes)
         shift = layout.width * j
-        total = [a + (int(b) << shift) for a, b in zip(total, part, strict=True)]
+        total = [a + (int(b) << shift) for a, b in zip(total, parts[j], strict=True)]
     return np.array([float(v) for v in total]) * grid  # float(int) rounds correctly; g = 2^e
 
 

@@ -110,7 +110,8 @@ class StreamRelease:
         self.stream_id = meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
         self._layout = limb_layout(plan.factorization, plan.grid, plan.spec.max_records)
-        self._k = integer_factor(plan.factorization, plan.grid)
+        k_int = integer_factor(plan.factorization, plan.grid)  # Toeplitz: reversed, contiguous rows
+        self._k = np.ascontiguousarray(k_int[::-1]) if plan.factorization.toeplitz else k_int
         self._ensure_charged(meta, budget)
         done, self._pending, x, y, r = store.load(k)
         # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
@@ -230,7 +231,7 @@ class StreamRelease:
             self._store.put_noise(t, z)
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
-        k_row = self._k[t::-1] if self.plan.factorization.toeplitz else self._k[t, : t + 1]
+        k_row = self._k[n - 1 - t :] if self.plan.factorization.toeplitz else self._k[t, : t + 1]
         y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
         r = self.plan.factorization.b_row(t) @ self._y[: t + 1]
