@@ -81,8 +81,8 @@ SPECS = {
 
 def _limits(spec):
     """(a, rows-builder) pairs: the cell (T0, C0) holds a on one side and a + 1 on the other."""
-    m = spec.max_records
-    w = limb_layout(plan_stream(spec).factorization, plan_stream(spec).grid, m).width
+    m, plan = spec.max_records, plan_stream(spec)
+    w = limb_layout(plan.factorization, plan.grid, m).width
     cases = {
         "total at max_records": m - 3 * N * K + 3,  # the rest holds 3·(N·K − 1) records
         "cell at max_records": m,
