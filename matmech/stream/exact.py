@@ -7,7 +7,7 @@ K_t·x + m_t, and computing that integer exactly is what makes the discrete nois
 analysis hold for the floats actually computed (a rounding that depended on x would shift
 y off the lattice; Mironov, CCS 2012). The released totals B_g·y are post-processing of y.
 
-Nothing here reads a bound on the data. Counts are clamped per cell to a public ``cap``
+Nothing here checks the data against a bound. Counts are clamped per cell to a public ``cap``
 (the declared ``max_records``; no cell of a stream within its declaration exceeds it), a
 1-Lipschitz map of each cell, so neighbouring streams stay neighbours and the sensitivity is
 unchanged; the total over the stream is not bounded at all. K_t·x is split into limbs:
@@ -67,7 +67,7 @@ def limb_layout(f: StreamFactorization, grid: float, cap: int) -> LimbLayout:
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap < 2**62:
         raise ValueError(f"cap must be an integer in [1, 2**62), got {cap!r}")
     k = np.abs(integer_factor(f, grid)).astype(np.float64)
-    # the largest row sum of |K|, as an upper bound (float sums of ≤ 2^24 integers: rel. err < 2^-28)
+    # the largest row sum of |K|, bounded above (a float sum of ≤ 2^24 integers: rel. err < 2^-28)
     l1 = float(k.sum()) if f.toeplitz else float(k.sum(axis=1).max())
     l1 = l1 * (1.0 + 2.0**-20) + 1.0
     width = math.floor(_WORD_BITS - math.log2(l1))
@@ -93,8 +93,9 @@ def exact_measurement(
 ) -> np.ndarray:
     """y_t = g·(K_t·x + z_t/g) per category: exact in integers, then rounded once to float64.
 
-    ``k_row``: K[t, 0..t] (int64, oldest step first, contiguous); ``limbs``: the counts' limbs for steps
-    0..t, shape (limbs, t + 1, k); ``z``: the noise drawn on the grid (length k).
+    ``k_row``: K[t, 0..t] (int64, oldest step first, contiguous); ``limbs``: the counts'
+    limbs for steps 0..t, shape (limbs, t + 1, k); ``z``: the noise drawn on the grid
+    (length k).
     """
     # int64, exact: ‖K_t‖₁·(2^w − 1) < 2^62 (see the module notes); einsum never uses BLAS
     # for integers, and with a contiguous k_row it is as fast as a float gemv

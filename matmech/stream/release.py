@@ -110,8 +110,12 @@ class StreamRelease:
         self.stream_id = meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
         self._layout = limb_layout(plan.factorization, plan.grid, plan.spec.max_records)
-        k_int = integer_factor(plan.factorization, plan.grid)  # Toeplitz: reversed, contiguous rows
-        self._k = np.ascontiguousarray(k_int[::-1]) if plan.factorization.toeplitz else k_int
+        # K = C_g/g: a Toeplitz column reversed (contiguous rows); a dense row is cut per step
+        self._k = (
+            np.ascontiguousarray(integer_factor(plan.factorization, plan.grid)[::-1])
+            if plan.factorization.toeplitz
+            else None
+        )
         self._ensure_charged(meta, budget)
         done, self._pending, x, y, r = store.load(k)
         # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
@@ -231,10 +235,15 @@ class StreamRelease:
             self._store.put_noise(t, z)
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
-        k_row = self._k[n - 1 - t :] if self.plan.factorization.toeplitz else self._k[t, : t + 1]
+        f = self.plan.factorization
+        k_row = (  # on the grid: limb_layout checked every entry when the stream opened
+            self._k[n - 1 - t :]
+            if self._k is not None
+            else np.rint(f.c_row(t) / g).astype(np.int64)
+        )
         y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
-        r = self.plan.factorization.b_row(t) @ self._y[: t + 1]
+        r = f.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
         self._r[t] = r
         self._done = t + 1
