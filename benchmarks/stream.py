@@ -4,9 +4,10 @@ For n = 2^10 … 2^20: mean and max variance of the running totals in σ² units
 sensitivity (the exact closed forms of matmech.stream) per factorization, the SVD bound
 (mean) and the γ₂ bound (max); the factorization's own state per step (numbers kept by its
 recurrence: BLT buffers, band width; n for the square root and the dense optimum); the
-time of one step's arithmetic at t = n − 1 (C_g[t]·x history + noise + B_g[t]·y history,
-matmech's release keeps the histories) and of a whole real step with its two SQLite commits
-(median of 40 early steps). jax_privacy's optimised BLT losses, if present in
+time of one step's arithmetic at t = n − 1 (the exact integer C_g[t]·x over the history,
+noise and B_g[t]·y over the history, as benchmarks/stream_step.py; matmech's release keeps
+the histories) and of a whole real step with its two SQLite commits (median of 40 early
+steps). jax_privacy's optimised BLT losses, if present in
 /work/scratch/stream/jp_results.json (run there, in a scratch venv, by run_jp*.py), are
 printed beside ours.
 
@@ -31,35 +32,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from matmech.privacy import noise  # noqa: E402
 from matmech.stream.bounds import gamma2_bound, svd_bound, tree_errors  # noqa: E402
 from matmech.stream.factorizations import build  # noqa: E402
-from matmech.stream.plan import StreamSpec, plan_stream  # noqa: E402
+from matmech.stream.plan import StreamSpec  # noqa: E402
 from matmech.stream.release import StreamRelease  # noqa: E402
+from stream_step import step_times_ms  # noqa: E402  (benchmarks/ is the script's directory)
 
 RESULTS = ROOT / "benchmarks" / "results"
 JP = Path("/work/scratch/stream/jp_results.json")
 
 
 def _step_compute_ms(f, reps=15):
-    """Median ms of one step's arithmetic at t = n − 1 on full histories (one category)."""
-    n = f.n
-    t = n - 1
-    x = np.random.default_rng(0).integers(0, 5, size=(n, 1)).astype(float)
-    y = np.random.default_rng(1).normal(size=(n, 1))
-    spec = StreamSpec(n, eps=1.0, delta=1e-6)
-    plan = plan_stream(spec, f)
-    fg = plan.factorization
-    _ = fg.b  # B is computed once when the stream opens, not per step
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        z = noise.gaussian(plan.scale, 1, grid=plan.grid)
-        yt = fg.c_row(t) @ x[: t + 1] + z
-        y[t] = yt
-        _ = fg.b_row(t) @ y[: t + 1]
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    """Median ms of one step's arithmetic at t = n − 1 on full histories (one category):
+    the exact integer measurement of benchmarks/stream_step.py."""
+    return step_times_ms(f, StreamSpec(f.n, eps=1.0, delta=1e-6), 1, reps)[1]
 
 
 def _real_step_ms(n, steps=40):

@@ -12,10 +12,10 @@ rounded up; δ > 0 → discrete Gaussian with σ = ``gaussian_sigma(ε, δ, Δ�
 ρ given → charged as ε = ``zcdp_to_approx_dp(ρ, δ)`` at that δ and calibrated the same way.
 Sensitivities carry :data:`~matmech.privacy.measure.SENS_MARGIN`.
 
-The grid: g is the smallest power of two with scale/g ≤ 2^22 (Gaussian) or 2^46 (Laplace) and
-sup|C|·max_records/g ≤ 2^52, so every C_g·x over at most ``max_records`` records is exact
-in float64 (each partial sum is a multiple of g below 2^53·g). Integer C (identity, prefix)
-keep g = 1 when that suffices.
+The grid: g is the smallest power of two with scale/g ≤ 2^22 (Gaussian) or 2^46 (Laplace),
+a function of the privacy parameters and C only. C_g·x is computed exactly in integers for
+any counts (:mod:`matmech.stream.exact`), so no bound on the data enters the grid. Integer C
+(identity, prefix) keep g = 1 when that suffices.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ __all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
 MAX_CATEGORIES = 2**16
 #: Largest history a stream keeps (bytes), checked when the spec is declared.
 MAX_STATE_BYTES = 2**32
-_GAUSS_BITS, _LAPLACE_BITS, _EXACT_BITS = 22, 46, 52
+_GAUSS_BITS, _LAPLACE_BITS = 22, 46
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class StreamSpec:
 
     ``eps``/``delta``: the whole stream's (ε, δ); or ``rho`` (zCDP) with ``delta`` for the
     ledger's (ε, δ) charge. ``categories``: a count k or a tuple of labels.
-    ``max_records``: a bound on the records over the whole stream (exact arithmetic).
+    ``max_records``: a bound on the records over the whole stream; a step's cell above it is
+    clamped to it (:func:`~matmech.stream.exact.clamp_counts`), never refused.
     """
 
     horizon: int
@@ -172,9 +173,7 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
         )
     kind, scale0, _ = _scale(spec, f)
     bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
-    g = _pow2_at_least(
-        max(scale0 * 2.0**-bits, f.sup_norm() * spec.max_records * 2.0**-_EXACT_BITS)
-    )
+    g = _pow2_at_least(scale0 * 2.0**-bits)
     entries = f.c if f.c is not None else f.dense()
     integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
     if integer and g <= 1.0:

@@ -4,13 +4,17 @@
 budget can pay for the whole stream, writes the stream file and charges the budget ONCE,
 before any noise exists. :meth:`StreamRelease.step` then, for step t:
 
-1. checks the counts' shape and type (never their values in a message);
+1. checks that the counts are counts (k finite non-negative integers; never their values
+   in a message) and clamps each cell to the declared ``max_records``
+   (:func:`~matmech.stream.exact.clamp_counts`: stability-preserving, nothing refused);
 2. takes z_t from the file, or draws it (exact discrete Gaussian / Laplace on the plan's
    grid, ``rng``: None = the OS CSPRNG) and commits it before reading the counts;
-3. refuses counts that would take the stream past its declared ``max_records`` (exact
-   arithmetic needs the bound; the message never contains a count and nothing is released);
-4. y_t = C_g[t]·x + z_t (exact on the grid), r_t = B_g[t]·y (post-processing), std_t =
-   std·‖B_g[t]‖, commits x_t, y_t, r_t, and only then returns r_t.
+3. y_t = C_g[t]·x + z_t in exact integers whatever the counts
+   (:func:`~matmech.stream.exact.exact_measurement`), r_t = B_g[t]·y (post-processing),
+   std_t = std·‖B_g[t]‖, commits x_t, y_t, r_t, and only then returns r_t.
+
+After the charge nothing branches on the counts' values: a step either fails on the
+input's shape or type (public: no valid count vector fails) or is released.
 
 Asking again for a released step returns the stored release without reading anything.
 Reopening the file after a crash resumes: a charged stream is never charged again (if a
@@ -29,9 +33,15 @@ import numpy as np
 
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.measure import check_counts
+from matmech.stream.exact import (
+    clamp_counts,
+    exact_measurement,
+    integer_factor,
+    limb_layout,
+    limbs_of,
+)
 from matmech.stream.factorizations import StreamFactorization
-from matmech.stream.plan import StreamPlan, StreamSpec, plan_stream
+from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, plan_stream
 from matmech.stream.state import StreamStore
 
 __all__ = ["StreamRelease", "StreamStep"]
@@ -99,12 +109,21 @@ class StreamRelease:
         meta = store.meta()
         self.stream_id = meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
+        self._layout = limb_layout(plan.factorization, plan.grid, plan.spec.max_records)
+        # K = C_g/g: a Toeplitz column reversed (contiguous rows); a dense row is cut per step
+        self._k = (
+            np.ascontiguousarray(integer_factor(plan.factorization, plan.grid)[::-1])
+            if plan.factorization.toeplitz
+            else None
+        )
         self._ensure_charged(meta, budget)
         done, self._pending, x, y, r = store.load(k)
-        self._x, self._y, self._r = (np.zeros((n, k)) for _ in range(3))
-        self._x[:done], self._y[:done], self._r[:done] = x, y, r
+        # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
+        self._limbs = np.zeros((self._layout.limbs, n, k), dtype=np.int64)
+        self._limbs[:, :done] = limbs_of(x.astype(np.int64), self._layout)
+        self._y, self._r = np.zeros((n, k)), np.zeros((n, k))
+        self._y[:done], self._r[:done] = y, r
         self._done = done
-        self._records = int(x.sum()) if done else 0
         self._stds = plan.step_stds()
 
     # -- construction --------------------------------------------------------------------
@@ -125,6 +144,14 @@ class StreamRelease:
         check_budget(budget)
         noise.check_rng(rng)
         plan = plan_stream(spec, factorization)
+        layout = limb_layout(plan.factorization, plan.grid, spec.max_records)
+        need = (layout.limbs + 2) * 8 * spec.horizon * len(spec.categories)
+        if need > MAX_STATE_BYTES:
+            raise ValueError(
+                f"this stream keeps {need / 2**30:.1f} GiB of history ({layout.limbs} int64 limbs of "
+                f"the counts, y and r per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed: "
+                "lower max_records, the horizon or the categories"
+            )
         eps, delta = spec.charge
         check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
         store = StreamStore.create(path, _plan_meta(plan, secrets.token_hex(8), budget is not None))
@@ -182,13 +209,6 @@ class StreamRelease:
             replayed,
         )
 
-    def _counts(self, counts) -> np.ndarray:
-        k = len(self.plan.spec.categories)
-        arr = np.atleast_1d(
-            np.asarray(counts) if not hasattr(counts, "to_numpy") else counts.to_numpy()
-        )
-        return check_counts(arr, k, name="counts")
-
     def step(self, counts, *, t: int | None = None) -> StreamStep:
         """Feed step t's counts (one per category; t defaults to the next step) and return
         the noisy running totals with their exact std. A step already released is returned
@@ -207,26 +227,25 @@ class StreamRelease:
             return self._result(t, True)
         if t > self._done:
             raise ValueError(f"step {t} is ahead of the stream: the next step is {self._done}")
-        x = self._counts(counts)
+        spec, g = self.plan.spec, self.plan.grid
+        x = clamp_counts(counts, len(spec.categories), spec.max_records)
         z = self._pending.get(t)
         if z is None:
             z = self._draw()
             self._store.put_noise(t, z)
             self._pending[t] = z
-        total = self._records + int(x.sum())
-        if total > self.plan.spec.max_records:
-            raise ValueError(
-                f"these counts would take the stream past its declared max_records="
-                f"{self.plan.spec.max_records:,}; step {t} was not released (no count is shown)"
-            )
+        self._limbs[:, t] = limbs_of(x, self._layout)
         f = self.plan.factorization
-        self._x[t] = x
-        y = f.c_row(t) @ self._x[: t + 1] + z
+        k_row = (  # on the grid: limb_layout checked every entry when the stream opened
+            self._k[n - 1 - t :]
+            if self._k is not None
+            else np.rint(f.c_row(t) / g).astype(np.int64)
+        )
+        y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
         r = f.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
         self._r[t] = r
-        self._records = total
         self._done = t + 1
         del self._pending[t]
         return self._result(t, False)

@@ -6,7 +6,7 @@ vector in grid units; the mechanism is private iff it is for the worst column j.
 
 * Discrete Laplace, P[k] ∝ exp(−|k|/t): the log-ratio of output probabilities is
   Σ_i (|k_i − v_i| − |k_i|)/t, whose maximum over outputs is exactly ‖v‖₁/t. We evaluate the
-  pmf ratio on every output coordinate around the shift (not the formula) and sum.
+  pmf ratio per coordinate at its kinks and between them (not the formula) and sum.
 * Discrete Gaussian: coordinates are independent, so D_α(P_v ‖ P_0) = Σ_i D_α of one shift;
   for an integer shift m and s = σ/g, D_α = α m²/(2s²) + log(θ(αm)/θ(0))/(α − 1) with
   θ(c) = Σ_k exp(−(k − c)²/(2s²)), evaluated by Poisson summation (an identity, not an
@@ -36,9 +36,18 @@ def _worst_shift(plan, p):
 def _laplace_eps(v, t):
     total = 0.0
     for m in v:
-        k = np.arange(-abs(int(m)) - 3, abs(int(m)) + 4)
-        # log p(k) = -|k| / t + const (the normaliser cancels)
-        total += float(np.max(-np.abs(k - m) / t + np.abs(k) / t))
+        m = int(m)
+        # log p(k) = -|k| / t + const (the normaliser cancels). The log-ratio is piecewise
+        # linear in k with kinks at 0 and m only, so its maximum over all integers is taken
+        # at one of them: evaluate around both and on 1001 points between (every point when
+        # |m| is small), not the formula.
+        k = np.unique(
+            np.concatenate(
+                [np.arange(-3, 4), m + np.arange(-3, 4), np.linspace(0, m, 1001).round()]
+            ).astype(np.int64)
+        )
+        kf = k.astype(np.float64)
+        total += float(np.max(-np.abs(kf - m) / t + np.abs(kf) / t))
     return total
 
 
