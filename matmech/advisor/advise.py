@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
-__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "unmeasurable"]
+__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "optimize_for_histogram", "unmeasurable"]
 
 #: Candidate families, in the order they are evaluated.
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
@@ -107,6 +107,31 @@ def unmeasurable(A):
     if type(A).rounded_matrix is LinOp.rounded_matrix and m * n > MAX_DENSE_ROUNDING:
         return f"release cannot round this real-valued strategy to a grid without materialising {m * n:,} entries"
     return None
+
+
+def optimize_for_histogram(W: LinOp, eps: float, delta: float) -> tuple[Any, str]:
+    """(result, note): :func:`matmech.optimize` over the families whose strategy a release can
+    measure on the histogram of W's columns, decided before optimising
+    (:func:`matmech.optimizers.families.histogram_refusal`); the note names the families left
+    out. ValueError, before any optimisation, when every family that fits W is left out."""
+    from matmech.optimizers.families import _candidates, histogram_refusal
+
+    tried = _candidates(W, delta)
+    refused = {f: histogram_refusal(f, W, delta) for f in tried}
+    keep = [f for f in tried if refused[f] is None]
+    why = "; ".join(r for r in refused.values() if r)
+    if not keep:
+        raise ValueError(
+            f"strategy='optimize': release measures the optimised strategy on the histogram of W's "
+            f"{W.shape[1]:,} cells, and no optimiser family that fits W gives one it can measure "
+            f"there ({why}); use strategy='auto' (marginal tables for a union of marginals) or a "
+            "structured strategy (identity, hierarchical, Haar)"
+        )
+    note = "optimised by matmech.optimize"
+    if len(keep) == len(tried):
+        return optimize(W, eps, delta), note
+    res = optimize(W, eps, delta, families=keep)
+    return res, f"{note} over the families a histogram release can measure (left out: {why})"
 
 
 def _skip(name, params, reason, seconds=0.0):

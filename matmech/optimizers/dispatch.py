@@ -139,6 +139,7 @@ def optimize(
     maxiter=None,
     time_limit=None,
     bound=True,
+    families=None,
 ):
     """Optimise a strategy for workload W under ε-DP (δ = 0) or (ε, δ)-DP (δ > 0).
 
@@ -177,6 +178,10 @@ def optimize(
         Seconds per 1-D optimisation.
     bound : bool, default True
         Compute the SVD lower bound.
+    families : sequence of str, optional
+        With ``method="auto"``: try only these of the families ``auto`` would try (e.g. the
+        ones a release can measure, :func:`matmech.optimizers.families.histogram_refusal`);
+        ValueError when none of them fits W.
 
     Returns
     -------
@@ -208,7 +213,16 @@ def optimize(
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     _check_method(method, delta, W)
+    if families is not None and method != "auto":
+        raise ValueError(f"families= restricts method='auto', not method={method!r}")
+    wanted = families
     families = _candidates(W, delta) if method == "auto" else [method]
+    if wanted is not None:
+        families = [f for f in families if f in set(wanted)]
+        if not families:
+            raise ValueError(
+                f"method='auto' restricted to {list(wanted)}: none of them fits this workload and privacy model"
+            )
     hook = _progress_hook(progress)
     current = [families[0]]
 

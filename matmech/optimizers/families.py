@@ -2,8 +2,11 @@
 
 A family is a :class:`Family` record under its name in :data:`FAMILIES`: a fit function
 (workload and privacy parameters → :class:`FamilyFit`), the privacy models it optimises for
-(``"pure"``: ε-DP, L1; ``"l2"``: (ε, δ), Gaussian), an optional check that the workload fits
-it and an optional rule for ``method="auto"``. ``optimize(W, method=name)`` looks the name up
+(``"pure"``: ε-DP, L1; ``"l2"``: (ε, δ), Gaussian), whether its strategies keep a structured
+inverse on any domain (else a release inverts their gram densely, up to
+:data:`~matmech.linalg.structured.MAX_DENSE_N` cells: :func:`histogram_refusal`, decided
+before optimising), an optional check that the workload fits it and an optional rule for
+``method="auto"``. ``optimize(W, method=name)`` looks the name up
 here; a new family is one :func:`register_family` call (docs/guide/extending.md). The
 built-in families (the maths is in their modules) are listed in
 :mod:`matmech.optimizers.dispatch`; their order under ``auto`` is :func:`_candidates`.
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matmech.linalg.linop import LinOp, VStack
+from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers import (
     kronstack as opt_kronstack,
     l2 as opt_l2,
@@ -27,7 +31,7 @@ from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.kronfit import _fit_1d, _kron
 from matmech.privacy.calibration import noise_variance
 
-__all__ = ["FAMILIES", "Family", "FamilyFit", "register_family"]
+__all__ = ["FAMILIES", "Family", "FamilyFit", "histogram_refusal", "register_family"]
 
 #: The privacy models: pure ε (Laplace noise, L1 sensitivity) and (ε, δ) (Gaussian, L2).
 MODELS = ("pure", "l2")
@@ -52,12 +56,16 @@ class FamilyFit:
 class Family:
     """One optimiser family: ``fit(W, eps, delta, *, restarts, rng, maxiter, time_limit,
     report, cutoff, shared) -> FamilyFit``; ``models`` the privacy models it optimises for;
-    ``check(W)`` a reason the workload does not fit (None when it does); ``auto(W, delta)``
-    whether ``method="auto"`` also tries it (after the built-in families)."""
+    ``structured(delta)`` (or a bool) whether its strategy keeps a structured inverse and
+    rounding on any domain (default False: a histogram release measures it only up to
+    :data:`~matmech.linalg.structured.MAX_DENSE_N` cells); ``check(W)`` a reason the
+    workload does not fit (None when it does); ``auto(W, delta)`` whether ``method="auto"``
+    also tries it (after the built-in families)."""
 
     name: str
     fit: Callable[..., FamilyFit]
     models: tuple = MODELS
+    structured: bool | Callable[[float], bool] = False
     check: Callable[[LinOp], str | None] | None = None
     auto: Callable[[LinOp, float], bool] | None = None
 
@@ -272,9 +280,12 @@ def _fit_pidentity(W, eps, delta, *, restarts, rng, maxiter, time_limit, report,
 for _family in (
     Family("sdp", _fit_sdp, models=("l2",)),
     Family("l2", _fit_l2, models=("l2",)),
-    Family("pidentity", _fit_pidentity, models=("pure",)),
-    Family("kron", _fit_kron, check=_needs_kron("kron")),
-    Family("marginals", _fit_marginals, check=_needs_marginals),
+    # p-Identity up to MAX_PIDENTITY_N cells (within the dense limit), above it a hierarchy
+    Family("pidentity", _fit_pidentity, models=("pure",), structured=True),
+    # Kronecker products of 1-D fits (each factor within the dense limit): structured
+    Family("kron", _fit_kron, structured=True, check=_needs_kron("kron")),
+    # pure ε: weighted marginals, rounded to a structured operator; L2: the residual basis
+    Family("marginals", _fit_marginals, structured=lambda d: d == 0, check=_needs_marginals),
     Family("gmarginals", _fit_gmarginals, check=_needs_kron("gmarginals")),
     Family("kronstack", _fit_kronstack, check=_needs_kron("kronstack")),
     Family("unions", _fit_unions, models=("l2",), check=_needs_kron("unions")),
@@ -283,6 +294,22 @@ for _family in (
 
 
 # -- method choice ------------------------------------------------------------------------------
+
+
+def histogram_refusal(name: str, W: LinOp, delta: float) -> str | None:
+    """Why a release could not measure family ``name``'s strategy for W on the histogram of
+    W's columns, or None; decided from the family's record and W's size alone, before
+    optimising (a real-valued strategy without a structured inverse has its gram inverted
+    densely: :func:`matmech.linalg.structured.pinv_gram`)."""
+    family = FAMILIES[name]
+    structured = family.structured(delta) if callable(family.structured) else family.structured
+    n = W.shape[1]
+    if structured or n <= MAX_DENSE_N:
+        return None
+    return (
+        f"{name}: its strategy has no structured inverse, and measuring it on the histogram of "
+        f"{n:,} cells would invert its gram densely (limit {MAX_DENSE_N:,} cells)"
+    )
 
 
 def method_names() -> tuple:
