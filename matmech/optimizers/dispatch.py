@@ -165,7 +165,9 @@ def optimize(
         0 for pure ε-DP, else in [1e-100, 1).
     method : str, default "auto"
         ``"auto"`` (every family that fits, lowest exact error kept), ``"pidentity"``,
-        ``"l2"``, ``"sdp"``, ``"kron"``, ``"marginals"``, ``"gmarginals"``, ``"kronstack"``.
+        ``"l2"``, ``"sdp"``, ``"kron"``, ``"marginals"``, ``"gmarginals"``, ``"kronstack"``,
+        ``"unions"``, or the name of a family added with
+        :func:`matmech.optimizers.families.register_family`.
     restarts : int, default 1
         Starting points per optimisation.
     rng : numpy.random.Generator, optional
