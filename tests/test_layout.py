@@ -76,6 +76,8 @@ DATA_INDEPENDENT = [
     "advisor",
     "plot",
     "io.domain",
+    "io.attribute",
+    "io.declare",
     "stream.series",
     "stream.blt",
     "stream.bounds",

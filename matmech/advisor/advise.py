@@ -11,31 +11,25 @@ A candidate that cannot answer the workload, or is too big to evaluate, is skipp
 reason recorded, never raised.
 
 Stages: :func:`_fixed_candidates` builds, :class:`_Scorer` scores under a :class:`_Budget`
-(time and progress), :func:`_rank` orders into an :class:`Advice`.
+(time and progress), :func:`_rank` orders into an :class:`Advice`. The record is
+:mod:`matmech.advisor.advice`, the candidates' construction :mod:`matmech.advisor.candidates`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from matmech.advisor.compare import (
-    Candidate,
-    distinct,
-    evaluate,
-    family_branchings,
-    fixed_family,
-    format_table,
-)
-from matmech.error import error_figures, lower_bound
+from matmech.advisor.advice import Advice
+from matmech.advisor.candidates import _attributes, _fixed_candidates, _workload_candidate
+from matmech.advisor.compare import Candidate, evaluate
+from matmech.error import lower_bound
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, VStack, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, as_linop
 from matmech.linalg.structured import MAX_DENSE_N
-from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 from matmech.optimizers.blas import blas_threads, capped
 from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
@@ -46,7 +40,7 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
-__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "unmeasurable"]
+__all__ = ["advise", "Advice", "Candidate", "CANDIDATES", "optimize_for_histogram", "unmeasurable"]
 
 #: Candidate families, in the order they are evaluated.
 CANDIDATES = ("identity", "hierarchical", "haar", "workload", "optimized")
@@ -63,236 +57,6 @@ DEFAULT_TIME_BUDGET = None
 DEFAULT_PIDENTITY_N = 4096
 #: The fixed families among :data:`CANDIDATES`.
 FIXED = ("identity", "hierarchical", "haar")
-#: ``Advice.to_dict()`` names of the record's fields that it renames.
-_ADVICE_KEYS = {"total": "total_error", "ratio_to_bound": "ratio_to_lower_bound"}
-
-
-@dataclass(frozen=True)
-class Advice:
-    """Ranked candidates (best first), the skipped ones with reasons, and the context.
-
-    Parameters
-    ----------
-    rows : tuple
-        Ranking records, best first (``name``, ``strategy``, ``total``, ``rmse``, ...).
-    skipped : tuple of (str, str)
-        Candidates not scored, with the reason.
-    eps, delta : float
-        The privacy parameters.
-    lower_bound : float or None
-        The SVD lower bound (total).
-    queries, cells : int
-        The workload's shape.
-    neighbors : str
-        The neighbouring relation.
-
-    Returns
-    -------
-    Advice
-        A frozen record; :func:`advise` makes it. ``best``, ``best_row``, ``table()``,
-        ``to_json()`` and ``plot()`` read it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
-
-    Examples
-    --------
-    >>> from matmech import workloads as W
-    >>> advice = advise(W.prefix(16), eps=1.0, candidates="fixed")
-    >>> advice.best.shape[1], advice.cells
-    (16, 16)
-    """
-
-    rows: tuple
-    skipped: tuple
-    eps: float
-    delta: float
-    lower_bound: float | None
-    queries: int
-    cells: int
-    neighbors: str = "add_remove"
-    #: The wall-clock budget in seconds the ranking ran under, or None (deterministic).
-    time_budget: float | None = None
-
-    @property
-    def best(self):
-        """The strategy (a LinOp) with the lowest total error."""
-        return self.rows[0].strategy
-
-    @property
-    def best_row(self):
-        """The :class:`Candidate` with the lowest total error."""
-        return self.rows[0]
-
-    @property
-    def lower_bound_rmse(self):
-        """The SVD lower bound as a per-query RMSE (None without a bound)."""
-        return None if self.lower_bound is None else math.sqrt(self.lower_bound / self.queries)
-
-    def plot(self, **kwargs):
-        """Per-query RMSE bars of the candidates with the lower bound (needs matplotlib); see :func:`matmech.plot.plot_advice`."""
-        from matmech.plot import plot_advice
-
-        return plot_advice(self, **kwargs)
-
-    def to_dict(self):
-        """JSON-ready context, ranked rows and skipped candidates."""
-        return {
-            "eps": self.eps,
-            "delta": self.delta,
-            "neighbors": self.neighbors,
-            "noise": "laplace (L1)" if self.delta == 0 else "gaussian (L2)",
-            "queries": self.queries,
-            "cells": self.cells,
-            "lower_bound": self.lower_bound,
-            "lower_bound_rmse": self.lower_bound_rmse,
-            "best": self.rows[0].name if self.rows else None,
-            "time_budget": self.time_budget,
-            "deterministic": self.time_budget is None,
-            "ranked": [
-                {_ADVICE_KEYS.get(k, k): v for k, v in r.as_dict().items()} for r in self.rows
-            ],
-            "skipped": [{"name": r.name, "reason": r.skipped} for r in self.skipped],
-        }
-
-    def to_json(self, indent=2):
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def table(self):
-        """A plain-text table, best first, with the lower bound and the skipped candidates."""
-        model = f"eps={self.eps:g}, " + (
-            "pure eps-DP (Laplace, L1 sensitivity)"
-            if self.delta == 0
-            else f"delta={self.delta:g} (Gaussian, L2 sensitivity)"
-        )
-        body = format_table(
-            self.rows,
-            bound_total=self.lower_bound,
-            bound_rmse=self.lower_bound_rmse,
-            skipped=[(r.name, r.skipped) for r in self.skipped],
-            detail=True,
-        )
-        clock = (
-            ""
-            if self.time_budget is None
-            else (
-                f"\nranked under a {self.time_budget:g} s wall-clock budget: "
-                "what it skipped depends on machine load"
-            )
-        )
-        return f"{self.queries:,} queries over {self.cells:,} cells; {model}\n{body}{clock}"
-
-
-# -- candidate construction ---------------------------------------------------------------------
-
-
-def _attributes(W):
-    """Per-attribute effective 1-D workloads [(n_i, workload_i)] for a Kronecker/union W, else None."""
-    blocks = kron_blocks(W)
-    if blocks is None:
-        return None
-    d = len(blocks[0][1])
-    out = []
-    for i in range(d):
-        parts, weights = [], []
-        for w2, fs in blocks:
-            parts.append(fs[i])
-            weights.append(math.sqrt(w2))
-        eff = parts[0] if len(parts) == 1 else VStack(parts, weights=weights)
-        out.append((fs[i].shape[1], eff))
-    return out
-
-
-def _unit_error(W, A, delta):
-    """sens² · trace term in the units of :func:`error_figures` (ε = 1)."""
-    return error_figures(W, A, 1.0, delta, measures=("total",), noise="continuous")["total"]
-
-
-def _best_hierarchy(family, W, delta, root):
-    """(params, strategy) of the family's hierarchy (with or without root) of least exact error, or None."""
-    best = None
-    for name, params, A in family:
-        if not name.startswith("hierarchical") or params["root"] != root:
-            continue
-        try:
-            e = _unit_error(W, A, delta)
-        except ValueError:
-            continue
-        if best is None or e < best[0]:
-            best = (e, params, A)
-    return None if best is None else best[1:]
-
-
-def _fixed_1d(n, W, delta):
-    """[(name, params, strategy)] for the 1-D workload W on n cells: the identity, the
-    hierarchy with the lowest exact error with and without its root, and Haar."""
-    family = distinct(fixed_family(n, family_branchings(n, search=True)), (n,))
-    out = [family[0]]  # the identity
-    for root in (True, False):
-        best = _best_hierarchy(family, W, delta, root)
-        if best is not None:
-            out.append(("hierarchical" if root else "hierarchical, no root", *best))
-    if n > 1:
-        out.append(family[-1])  # Haar
-    return out
-
-
-def _products(per):
-    """[(name, params, Kron)] of the per-attribute candidates of the same name (names every attribute has)."""
-    out = []
-    for name, _, _ in per[0]:
-        chosen = [next(((p, a) for nm, p, a in cands if nm == name), None) for cands in per]
-        if any(c is None for c in chosen):
-            continue
-        params = {"per_attribute": [c[0] for c in chosen]} if any(c[0] for c in chosen) else {}
-        out.append((name, params, Kron(*[c[1] for c in chosen])))
-    return out
-
-
-def _best_per_attribute(attrs, per, delta):
-    """("best fixed per attribute", params, Kron): each attribute's fixed 1-D strategy of least 1-D error."""
-    picks = []
-    for (_, eff), cands in zip(attrs, per):
-        scored = []
-        for name, params, A in cands:
-            try:
-                scored.append((_unit_error(eff, A, delta), name, params, A))
-            except ValueError:
-                continue
-        picks.append(min(scored, key=lambda r: r[0]))
-    return (
-        "best fixed per attribute",
-        {"per_attribute": [dict(name=p[1], **p[2]) for p in picks]},
-        Kron(*[p[3] for p in picks]),
-    )
-
-
-def _fixed_candidates(W, delta):
-    """[(name, params, strategy)]: the fixed candidates of W (per attribute on a product domain)."""
-    attrs = _attributes(W)
-    if attrs is None or len(attrs) == 1:
-        return _fixed_1d(W.shape[1], attrs[0][1] if attrs else W, delta)
-    per = [_fixed_1d(n, eff, delta) for n, eff in attrs]
-    return [*_products(per), _best_per_attribute(attrs, per, delta)]
-
-
-def _workload_candidate(W):
-    """W itself; a union of marginals as the equal :class:`MarginalStrategy` (same rows, with a
-    structured pseudo-inverse)."""
-    marg = marginal_workload(W)
-    if marg is not None:
-        terms, domain = marg
-        theta = np.zeros(1 << len(domain))
-        for w2, subset in terms:
-            theta[sum(1 << i for i in subset)] += math.sqrt(w2)
-        if np.all(
-            np.bincount([sum(1 << i for i in s) for _, s in terms], minlength=theta.size) <= 1
-        ):
-            return MarginalStrategy(domain, theta)
-    return W.base if isinstance(W, Scaled) else W
-
 
 # -- timing and scoring -----------------------------------------------------------------------------
 
@@ -343,6 +107,31 @@ def unmeasurable(A):
     if type(A).rounded_matrix is LinOp.rounded_matrix and m * n > MAX_DENSE_ROUNDING:
         return f"release cannot round this real-valued strategy to a grid without materialising {m * n:,} entries"
     return None
+
+
+def optimize_for_histogram(W: LinOp, eps: float, delta: float) -> tuple[Any, str]:
+    """(result, note): :func:`matmech.optimize` over the families whose strategy a release can
+    measure on the histogram of W's columns, decided before optimising
+    (:func:`matmech.optimizers.families.histogram_refusal`); the note names the families left
+    out. ValueError, before any optimisation, when every family that fits W is left out."""
+    from matmech.optimizers.families import _candidates, histogram_refusal
+
+    tried = _candidates(W, delta)
+    refused = {f: histogram_refusal(f, W, delta) for f in tried}
+    keep = [f for f in tried if refused[f] is None]
+    why = "; ".join(r for r in refused.values() if r)
+    if not keep:
+        raise ValueError(
+            f"strategy='optimize': release measures the optimised strategy on the histogram of W's "
+            f"{W.shape[1]:,} cells, and no optimiser family that fits W gives one it can measure "
+            f"there ({why}); use strategy='auto' (marginal tables for a union of marginals) or a "
+            "structured strategy (identity, hierarchical, Haar)"
+        )
+    note = "optimised by matmech.optimize"
+    if len(keep) == len(tried):
+        return optimize(W, eps, delta), note
+    res = optimize(W, eps, delta, families=keep)
+    return res, f"{note} over the families a histogram release can measure (left out: {why})"
 
 
 def _skip(name, params, reason, seconds=0.0):

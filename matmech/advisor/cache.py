@@ -3,7 +3,8 @@
 Choosing a strategy reads only (W, ε, δ, neighbours), never data, so the choice can be kept
 and reused: a second release of the same workload does not re-run the advisor (≈ 2 s on
 2-way marginals over 2,916 cells). The key is a SHA-256 over the operator's registered
-description (``LinOp.to_dict``, the form :func:`matmech.save_strategy` writes) and its arrays;
+description (``LinOp.to_dict``, the form :func:`matmech.save_strategy` writes, walked by
+:class:`matmech.linalg.storage.OperatorWalk`) and its arrays;
 operators without one are not cached. Least recently used entries go first.
 """
 
@@ -15,9 +16,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
-import scipy.sparse as sp
 
 from matmech.linalg.linop import LinOp
+from matmech.linalg.storage import OperatorWalk
 
 __all__ = ["MAX_ENTRIES", "cached_choice", "clear", "fingerprint"]
 
@@ -26,8 +27,8 @@ MAX_ENTRIES = 32
 _CACHE: OrderedDict = OrderedDict()
 
 
-class _Hasher:
-    """The ``out`` of ``LinOp.to_dict`` that digests arrays instead of storing them."""
+class _Hasher(OperatorWalk):
+    """The walk of ``LinOp.to_dict`` that digests arrays instead of storing them."""
 
     def __init__(self):
         self.h = hashlib.sha256()
@@ -39,25 +40,6 @@ class _Hasher:
         self.h.update(f"{a.dtype.str}{a.shape}".encode())
         self.h.update(a.tobytes())
         return "#"
-
-    def sparse(self, m):
-        m = sp.csr_matrix(m)
-        return {
-            "data": self.array(m.data),
-            "indices": self.array(m.indices),
-            "indptr": self.array(m.indptr),
-            "shape": list(m.shape),
-        }
-
-    def node(self, A):
-        name = getattr(type(A), "store_name", None)
-        if name is None:
-            raise TypeError(f"no stored form for {type(A).__name__}")
-        return {
-            "type": name,
-            "cls": f"{type(A).__module__}.{type(A).__qualname__}",
-            **A.to_dict(self),
-        }
 
 
 def fingerprint(W: LinOp) -> str | None:

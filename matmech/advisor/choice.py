@@ -10,12 +10,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech import strategies as S
-from matmech.advisor.advise import advise
+from matmech.advisor.advise import advise, optimize_for_histogram
 from matmech.advisor.cache import cached_choice
 from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidates
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.optimizers.dispatch import optimize
 from matmech.validate import linear
 
 __all__ = ["choose_strategy", "fixed_choice", "per_attribute", "STRATEGY_NAMES"]
@@ -71,8 +70,9 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
         )
     if strategy == "haar":
         return per_attribute(W, S.haar), "haar", "given by name"
-    if strategy == "optimize":
-        return optimize(W, eps, delta).strategy, "optimized", "optimised by matmech.optimize"
+    if strategy == "optimize":  # only families the histogram can measure, refused up front
+        res, note = optimize_for_histogram(W, eps, delta)
+        return res.strategy, "optimized", note
     A, note = cached_choice(
         W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors)
     )

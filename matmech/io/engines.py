@@ -22,7 +22,8 @@ value, a row or a count; an engine's own error text (which may quote records) is
 The engines are entries of :data:`ENGINE_REGISTRY` (:class:`matmech.io.grouping.Engine`):
 :mod:`matmech.io.engine_numpy` and :mod:`matmech.io.engine_sql` count, :mod:`matmech.io.grouping`
 holds the plan they share and :mod:`matmech.io.sources` recognises the data source; a new
-engine is one module with its entry plus one line here.
+engine is one module with its entry and one :func:`register_engine` call
+(docs/guide/extending.md).
 """
 
 from __future__ import annotations
@@ -58,14 +59,28 @@ __all__ = [
     "open_text",
     "ENGINES",
     "ENGINE_REGISTRY",
+    "register_engine",
     "source_kind",
 ]
 
-#: Engine name → its entry (how it counts, which sources it takes), in the order listed.
-ENGINE_REGISTRY: MappingProxyType[str, Engine] = MappingProxyType(
-    {e.name: e for e in (NUMPY, DUCKDB, SPARK)}
-)
+_ENGINES: dict[str, Engine] = {e.name: e for e in (NUMPY, DUCKDB, SPARK)}
+#: Engine name → its entry (how it counts, which sources it takes), in the order registered;
+#: a read-only view, extended by :func:`register_engine`.
+ENGINE_REGISTRY: MappingProxyType[str, Engine] = MappingProxyType(_ENGINES)
+#: ``"auto"`` and the built-in engines.
 ENGINES = ("auto", *ENGINE_REGISTRY)
+
+
+def register_engine(engine: Engine, *, replace: bool = False) -> Engine:
+    """Add a counting engine to :data:`ENGINE_REGISTRY` (a name taken is refused unless
+    ``replace``); ``engine="<name>"`` then selects it in :func:`histogram` and
+    :func:`marginal_counts` (``"auto"`` keeps choosing among the built-in engines)."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"register_engine takes a matmech.io.grouping.Engine, got {engine!r}")
+    if engine.name == "auto" or (engine.name in _ENGINES and not replace):
+        raise ValueError(f"an engine named {engine.name!r} is registered already")
+    _ENGINES[engine.name] = engine
+    return engine
 
 
 def _check_engine(engine, kind):

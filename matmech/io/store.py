@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
 from matmech.linalg.linop import REGISTRY, LinOp
+from matmech.linalg.storage import OperatorWalk
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -80,7 +81,9 @@ TYPES = (
 # -- saving ------------------------------------------------------------------------------------
 
 
-class _Writer:
+class _Writer(OperatorWalk):
+    """The walk that keeps the arrays, named ``a0``, ``a1``, … in the file."""
+
     def __init__(self):
         self.arrays = {}
 
@@ -92,24 +95,15 @@ class _Writer:
         self.arrays[key] = a
         return key
 
-    def sparse(self, m):
-        m = sp.csr_matrix(m)
-        return {
-            "data": self.array(m.data),
-            "indices": self.array(m.indices),
-            "indptr": self.array(m.indptr),
-            "shape": list(m.shape),
-        }
-
-    def node(self, A):
-        """The description of A: its registered type name and ``A.to_dict`` (exact type
-        match: a subclass may carry state its parent's hook does not know)."""
-        name = type(A).store_name
-        if name is None or _registry().get(name) is not type(A):
+    def type_name(self, A):
+        """Only the registered types (exact type match), their modules imported first."""
+        _registry()
+        try:
+            return super().type_name(A)
+        except TypeError:
             raise TypeError(
                 f"cannot save a strategy of type {type(A).__name__}; storable types are {', '.join(TYPES)}"
-            )
-        return {"type": name, **A.to_dict(self)}
+            ) from None
 
 
 def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p
+from matmech.linalg.storage import REGISTRY, register
 from matmech import validate
 from typing import TYPE_CHECKING
 
@@ -53,26 +54,6 @@ MAX_DENSE_ROUNDING = 50_000_000
 #: Domains above this many cells take the sensitivity of Kronecker products and stacks of
 #: them from the factors (:func:`factored_sensitivity`); up to it the column-norm vector is built.
 FACTORED_SENSITIVITY_N = 1 << 22
-
-#: Type name → operator class, for every class a strategy file may hold (:mod:`matmech.io.store`).
-REGISTRY: dict[str, type] = {}
-
-
-def register(name):
-    """Class decorator: store and load the class under the type ``name`` (its own
-    ``to_dict``/``from_dict``). Only that exact class is storable; a subclass may carry
-    state the hooks do not know and must register itself."""
-
-    def deco(cls):
-        if name in REGISTRY and REGISTRY[name] is not cls:
-            raise ValueError(
-                f"operator type name {name!r} is already registered for {REGISTRY[name].__name__}"
-            )
-        cls.store_name = name
-        REGISTRY[name] = cls
-        return cls
-
-    return deco
 
 
 def _is_int(c):

@@ -6,7 +6,7 @@ import pytest
 
 from matmech import workloads as wl
 from matmech.error import expected_error
-from matmech.optimizers import dispatch
+from matmech.optimizers import dispatch, kronfit
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.pure import QUAD_FILL_STARTS, fit_pidentity, quadratic_fill
@@ -67,13 +67,13 @@ def test_auto_stops_a_far_behind_kron_union_after_one_round(monkeypatch):
     W = wl.marginals((3, 3, 3, 3, 3), 1)  # kron ends ~5× above the marginals in squared error
     full_auto = optimize(W, bound=False)
     assert "stopped" not in dict(full_auto.params["tried"]["kron"])  # below the default ratio
-    monkeypatch.setattr(dispatch, "KRON_CUTOFF_RATIO", 2.0)
+    monkeypatch.setattr(kronfit, "KRON_CUTOFF_RATIO", 2.0)
     res = optimize(W, bound=False)
     assert res.error == full_auto.error
     tried = {k: dict(v) for k, v in res.params["tried"].items()}
     assert "stopped" in tried["kron"] and "round 1 of" in tried["kron"]["stopped"]
     best_other = min(v["error"] for k, v in tried.items() if k != "kron")
-    assert tried["kron"]["error"] > dispatch.KRON_CUTOFF_RATIO * best_other
+    assert tried["kron"]["error"] > kronfit.KRON_CUTOFF_RATIO * best_other
     assert res.error == pytest.approx(best_other)
     full = optimize(
         W, method="kron", bound=False
@@ -87,7 +87,7 @@ def test_auto_does_not_stop_a_competitive_kron_union():
     W = wl.marginals((4, 4, 4, 4), 2)  # kron ties with the marginals here
     tried = {k: dict(v) for k, v in optimize(W, bound=False).params["tried"].items()}
     assert "stopped" not in tried["kron"]
-    assert tried["kron"]["error"] <= dispatch.KRON_CUTOFF_RATIO * min(
+    assert tried["kron"]["error"] <= kronfit.KRON_CUTOFF_RATIO * min(
         v["error"] for v in tried.values()
     )
 

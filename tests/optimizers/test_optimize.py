@@ -701,7 +701,7 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
         optimize(W, method="marginals")
     # every family failing but one: that one is the result
     monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
-    monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1)
+    monkeypatch.setattr("matmech.optimizers.kronfit.MAX_KRON_GRAM_BYTES", 1)
     res = optimize(W)
     assert res.method == "kronstack" and set(res.params["failed"]) == {
         "marginals",
@@ -719,7 +719,7 @@ def test_kron_union_memory_is_refused_up_front(monkeypatch):
 
     W = wl.stack(wl.kron(wl.prefix(12), wl.identity(8)), wl.kron(wl.total(12), wl.all_range(8)))
     assert check_kron_memory(kron_blocks(W)) == 8 * 2 * (144 + 64)
-    monkeypatch.setattr("matmech.optimizers.dispatch.MAX_KRON_GRAM_BYTES", 1000)
+    monkeypatch.setattr("matmech.optimizers.kronfit.MAX_KRON_GRAM_BYTES", 1000)
     with pytest.raises(ValueError, match="GiB of dense factor grams"):
         optimize(W, method="kron")
     with pytest.raises(ValueError, match="attribute sizes"):

@@ -1,169 +1,20 @@
-"""Every CLI command runs as a subprocess, including its error paths."""
+"""``matmech release``: answer files, strategies, selection, declared domains, CSV and
+Parquet inputs, and every error path spending nothing."""
 
 import csv
-import io
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from matmech.cli import _Progress, main
+from matmech.cli import main
 from matmech.io.store import load_strategy
 
+import cli_cases
+from cli_cases import run, read_csv, _main_error, _spends, _umask, PEOPLE
 
-def run(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "matmech.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
-
-
-def test_compare_prints_ranked_table(root):
-    out = run("compare", str(root / "workloads/all_range_1024.toml"), "--eps", "1")
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert "524,800 queries over 1,024 cells" in lines[0]
-    body = [line for line in lines[3:] if line.startswith(("hier", "haar", "identity", "workload"))]
-    rmse = [float(line.split()[-3]) for line in body]
-    assert rmse == sorted(rmse) and len(body) == 13
-    assert "SVD lower bound" in out.stdout and "squared counts" in out.stdout
-
-
-def test_compare_json_and_delta(root):
-    out = run(
-        "compare",
-        str(root / "workloads/ranges_2d_64x64.toml"),
-        "--eps",
-        "0.5",
-        "--delta",
-        "1e-6",
-        "--json",
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    assert data["delta"] == 1e-6 and data["cells"] == 4096
-    totals = [r["total"] for r in data["rows"]]
-    assert totals == sorted(totals) and all(r["ratio_to_bound"] >= 1 for r in data["rows"])
-
-
-def test_cli_errors_are_one_line(root, tmp_path):
-    bad = tmp_path / "bad.toml"
-    bad.write_text('domain = [4]\n[[queries]]\nkind = "cube"\n')
-    for args, text in [
-        (["compare", str(tmp_path / "missing.toml")], "no such spec file"),
-        (["compare", str(bad)], "queries[0].kind: expected one of"),
-        (
-            ["compare", str(root / "workloads/prefix_4096.toml"), "--eps", "0"],
-            "eps must be a positive finite number, got 0",
-        ),
-        (
-            ["compare", str(root / "workloads/prefix_4096.toml"), "--delta", "1"],
-            "delta must be in [0, 1)",
-        ),
-    ]:
-        out = run(*args)
-        assert out.returncode == 2
-        assert out.stderr.count("\n") == 1 and text in out.stderr and "Traceback" not in out.stderr
-
-
-def test_plot_writes_png(root, tmp_path):
-    out_file = tmp_path / "err.png"
-    out = run("plot", str(root / "workloads/age_bands.toml"), "--out", str(out_file))
-    assert out.returncode == 0, out.stderr
-    assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_file.stat().st_size > 10_000
-    bad = run(
-        "plot", str(root / "workloads/age_bands.toml"), "--out", str(tmp_path / "no/such/dir/x.png")
-    )
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
-
-
-# -- advise and release ------------------------------------------------------------------------
-
-BANDS_SPEC = """
-name = "bands"
-domain = [32]
-attributes = ["age"]
-[[queries]]
-kind = "ranges"
-intervals = [[0, 7], [8, 15], [16, 23], [24, 31], [0, 31]]
-labels = ["0-7", "8-15", "16-23", "24-31", "all"]
-"""
-GRID_SPEC = """
-domain = [8, 4]
-attributes = ["age", "city"]
-[[queries]]
-kind = "marginals"
-attrs = [[0], [1], []]
-"""
-
-
-@pytest.fixture
-def files(tmp_path):
-    """A 1-D and a 2-D spec, and a data file whose ages are heavy in 0-15 and light above."""
-    r = np.random.default_rng(0)
-    age = np.concatenate([r.integers(0, 16, 3000), r.integers(16, 32, 40)])
-    city = r.integers(0, 4, age.size)
-    data = tmp_path / "people.csv"
-    with open(data, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["id", "age", "city", "age8"])
-        for i, (a, c) in enumerate(zip(age, city)):
-            w.writerow([i, a, c, a // 4])
-    (tmp_path / "bands.toml").write_text(BANDS_SPEC)
-    (tmp_path / "grid.toml").write_text(GRID_SPEC)
-    truth = np.array(
-        [
-            np.sum((age >= lo) & (age <= hi))
-            for lo, hi in [(0, 7), (8, 15), (16, 23), (24, 31), (0, 31)]
-        ]
-    )
-    return tmp_path, data, truth, (age // 4, city)
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def test_advise_prints_table_and_saves_the_best_strategy(files):
-    d, _, _, _ = files
-    out = run("advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "best.npz"))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("bands: 5 queries over 32 cells") and "RMSE/query" in out.stdout
-    assert "SVD lower bound" in out.stdout and "saved the best strategy" in out.stdout
-    assert out.stderr == ""  # no progress bar when stderr is not a terminal
-    assert load_strategy(d / "best.npz").shape[1] == 32
-    js = run("advise", str(d / "bands.toml"), "--eps", "0.5", "--delta", "1e-6", "--json")
-    assert js.returncode == 0, js.stderr
-    data = json.loads(js.stdout)
-    assert data["spec"] == "bands" and data["delta"] == 1e-6 and data["saved_strategy"] is None
-    totals = [r["total_error"] for r in data["ranked"]]
-    assert totals == sorted(totals) and data["noise"] == "gaussian (L2)"
-
-
-def test_progress_bar_draws_after_its_delay_and_ends_its_line():
-    s = io.StringIO()
-    bar = _Progress(True, delay=0.0, stream=s)
-    bar(0.5, "optimising")
-    bar(1.0, "done")
-    bar.close()
-    text = s.getvalue()
-    assert (
-        text.count("\r") == 2
-        and "[###############...............]  50% optimising" in text
-        and text.endswith("\n")
-    )
-    quiet = io.StringIO()
-    bar = _Progress(True, delay=60.0, stream=quiet)
-    bar(0.5, "x")
-    bar.close()
-    assert quiet.getvalue() == ""
+files = cli_cases.files  # the fixture, bound by name
+people = cli_cases.people  # the fixture, bound by name
 
 
 def test_release_writes_one_row_per_query(files):
@@ -391,13 +242,6 @@ def test_release_and_advise_errors_as_subprocesses(files):
     assert not (d / "o.csv").exists()
 
 
-def _main_error(capsys, *args):
-    code = main(list(args))
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and err.startswith("matmech: error: "), err
-    return err
-
-
 def test_more_error_paths_in_process(files, capsys):
     d, data, _, _ = files
     for name, text in [
@@ -468,171 +312,6 @@ def test_more_error_paths_in_process(files, capsys):
     assert not (d / "o.csv").exists()
 
 
-# -- budget: a persistent privacy ledger --------------------------------------------------------
-
-
-def _spends(path):
-    from matmech.privacy.ledger import Ledger
-
-    return Ledger.open(path).ledger
-
-
-def test_budget_ledger_init_release_status_history(files, capsys):
-    d, data, _, _ = files
-    led = str(d / "budget.db")
-    assert main(["budget", "init", led, "--eps", "1", "--delta", "1e-6"]) == 0
-    assert "created ledger" in capsys.readouterr().out
-    rel = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--strategy",
-        "identity",
-        "--ledger",
-        led,
-    ]
-    assert main([*rel, "--eps", "0.6", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["ledger"] == led and out["budget_remaining"] == [0.4, 1e-6] and out["eps"] == 0.6
-    assert main([*rel, "--eps", "0.3", "--delta", "1e-6", "--out", str(d / "a.csv")]) == 0
-    text = capsys.readouterr().out
-    assert f"ledger {led}: charged eps = 0.3, delta = 1e-06; remaining eps = 0.1, delta = 0" in text
-    # a release the ledger cannot afford: exit 2, nothing written, nothing spent
-    before = _spends(led)
-    err = _main_error(capsys, *rel, "--eps", "0.2", "--out", str(d / "b.csv"))
-    assert "cannot spend (eps=0.2" in err and "only (eps=0.1" in err
-    assert _spends(led) == before and not (d / "b.csv").exists()
-    assert main(["budget", "status", led, "--json"]) == 0
-    st = json.loads(capsys.readouterr().out)
-    assert (
-        st["spends"] == 2 and st["spent"]["eps_exact"] == "9/10" and st["remaining"]["eps"] == 0.1
-    )
-    assert main(["budget", "status", led]) == 0
-    assert "2 spend(s)" in capsys.readouterr().out
-    assert main(["budget", "history", led, "--json"]) == 0
-    hist = json.loads(capsys.readouterr().out)["spends"]
-    assert [h["eps_exact"] for h in hist] == ["3/5", "3/10"] and hist[1][
-        "delta_exact"
-    ] == "1/1000000"
-    assert all(
-        h["spec"].startswith("hmac-sha256:") and h["data"].startswith("hmac-sha256:") for h in hist
-    )
-    assert main(["budget", "history", led]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and "release 5 queries (identity)" in lines[1]
-
-
-def test_release_error_paths_spend_nothing_from_the_ledger(files, capsys):
-    d, data, _, _ = files
-    led = str(d / "budget.db")
-    assert main(["budget", "init", led, "--eps", "2"]) == 0
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--ledger",
-        led,
-        "--out",
-        str(d / "o.csv"),
-    ]
-    for args, text in [
-        ([*base[:-1], str(d / "no/dir/o.csv")], "does not exist"),
-        ([*base[:3], str(d / "nope.csv"), *base[4:]], "no such data file"),
-        ([*base[:5], "height", *base[6:]], "no column 'height'"),
-        ([*base, "--strategy", "wavelets"], "'wavelets' is neither"),
-        (
-            [*base, "--select", "svt", "--c", "2", "--select-eps", "1"],
-            "must be less than release's total eps",
-        ),
-        ([*base, "--delta", "1e-6"], "cannot spend"),  # the ledger has no delta
-        ([*base, "--eps", "3"], "cannot spend (eps=3.0"),
-        ([*base[:-3], str(d / "missing.db"), *base[-2:]], "no such ledger file"),
-    ]:
-        assert text in _main_error(capsys, *args), args
-        assert _spends(led) == ()
-    assert not (d / "o.csv").exists() and not (d / "missing.db").exists()
-
-
-def test_budget_command_errors(files, capsys):
-    d, _, _, _ = files
-    led = str(d / "budget.db")
-    assert "eps must be a positive finite number, got 0" in _main_error(
-        capsys, "budget", "init", led, "--eps", "0"
-    )
-    assert "delta must be in [0, 1)" in _main_error(
-        capsys, "budget", "init", led, "--eps", "1", "--delta", "1"
-    )
-    assert not (d / "budget.db").exists()
-    assert main(["budget", "init", led, "--eps", "1"]) == 0
-    capsys.readouterr()
-    assert "the file exists" in _main_error(capsys, "budget", "init", led, "--eps", "5")
-    assert "no such ledger file" in _main_error(capsys, "budget", "status", str(d / "missing.db"))
-    (d / "junk.db").write_text("hello")
-    assert "junk.db" in _main_error(capsys, "budget", "history", str(d / "junk.db"))
-    assert main(["budget", "history", led]) == 0 and "no spends yet" in capsys.readouterr().out
-
-
-def test_release_requires_eps_and_ledger_spends_as_a_subprocess(files):
-    d, data, _, _ = files
-    led = str(d / "budget.db")
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--strategy",
-        "identity",
-        "--json",
-    ]
-    out = run(*base)
-    assert (
-        out.returncode == 2
-        and "the following arguments are required: --eps" in out.stderr
-        and not out.stdout
-    )
-    assert run("budget", "init", led, "--eps", "0.5").returncode == 0
-    out = run(*base, "--eps", "0.5", "--ledger", led)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["budget_remaining"] == [0.0, 0.0]
-    out = run(*base, "--eps", "0.5", "--ledger", led)
-    assert (
-        out.returncode == 2
-        and "cannot spend" in out.stderr
-        and out.stderr.count("\n") == 1
-        and not out.stdout
-    )
-    st = json.loads(run("budget", "status", led, "--json").stdout)
-    assert st["spends"] == 1 and st["remaining"]["eps_exact"] == "0/1"
-
-
-# -- raw tables: declared domains, CSV / Parquet, outputs checked before any spend ---------------
-
-PEOPLE = Path(__file__).resolve().parents[1] / "examples" / "data"
-
-
-@pytest.fixture
-def people(tmp_path):
-    """The shipped people table (CSV and a Parquet copy), its specs and a ledger with eps = 2."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    parquet = tmp_path / "people.parquet"
-    pq.write_table(pacsv.read_csv(PEOPLE / "people.csv"), parquet)
-    led = str(tmp_path / "budget.db")
-    assert main(["budget", "init", led, "--eps", "2"]) == 0
-    return tmp_path, PEOPLE / "people.csv", parquet, led
-
-
 def test_release_people_csv_with_declared_domains_labels_and_postprocessing(people, capsys):
     d, csv_path, _, led = people
     capsys.readouterr()
@@ -676,14 +355,6 @@ def test_release_people_csv_with_declared_domains_labels_and_postprocessing(peop
         "people.parquet",
         "tables.csv",
     ]  # no temporary file left
-
-
-def _umask():
-    import os
-
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 def test_release_people_parquet_age_bands_json(people, capsys):
@@ -939,7 +610,6 @@ def test_no_command_overwrites_an_existing_file_unless_told(files, capsys):
     assert main([*base, "--out", str(out_csv), "--overwrite"]) == 0
     assert out_csv.read_text().startswith("query,answer,std")
     assert main(["advise", spec, "--eps", "1", "--save-strategy", str(victim), "--overwrite"]) == 0
-    from matmech.io.store import load_strategy
 
     assert load_strategy(victim).shape[1] == 32
 
@@ -949,7 +619,7 @@ def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(
 ):
     import errno
 
-    import matmech.cli as cli
+    import matmech.cli.release as cli  # the release command writes through its own name
 
     d, data, _, _ = files
     led = str(d / "budget.db")

@@ -1,0 +1,126 @@
+"""The advisor's fixed candidates: the identity, the best hierarchy with and without its root
+and Haar for a 1-D workload; on a product domain their Kronecker products per attribute and
+the best fixed strategy per attribute; and the workload itself as a strategy (Li, Miklau,
+Hay, McGregor and Rastogi, "The matrix mechanism", VLDB J. 2015, §5: the workload and the
+identity as strategies)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from matmech.advisor.compare import distinct, family_branchings, fixed_family
+from matmech.error import error_figures
+from matmech.linalg.linop import Kron, Scaled, VStack
+from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
+
+__all__: list[str] = []  # internal: matmech.advisor.advise builds its candidates here
+
+# -- candidate construction ---------------------------------------------------------------------
+
+
+def _attributes(W):
+    """Per-attribute effective 1-D workloads [(n_i, workload_i)] for a Kronecker/union W, else None."""
+    blocks = kron_blocks(W)
+    if blocks is None:
+        return None
+    d = len(blocks[0][1])
+    out = []
+    for i in range(d):
+        parts, weights = [], []
+        for w2, fs in blocks:
+            parts.append(fs[i])
+            weights.append(math.sqrt(w2))
+        eff = parts[0] if len(parts) == 1 else VStack(parts, weights=weights)
+        out.append((fs[i].shape[1], eff))
+    return out
+
+
+def _unit_error(W, A, delta):
+    """sens² · trace term in the units of :func:`error_figures` (ε = 1)."""
+    return error_figures(W, A, 1.0, delta, measures=("total",), noise="continuous")["total"]
+
+
+def _best_hierarchy(family, W, delta, root):
+    """(params, strategy) of the family's hierarchy (with or without root) of least exact error, or None."""
+    best = None
+    for name, params, A in family:
+        if not name.startswith("hierarchical") or params["root"] != root:
+            continue
+        try:
+            e = _unit_error(W, A, delta)
+        except ValueError:
+            continue
+        if best is None or e < best[0]:
+            best = (e, params, A)
+    return None if best is None else best[1:]
+
+
+def _fixed_1d(n, W, delta):
+    """[(name, params, strategy)] for the 1-D workload W on n cells: the identity, the
+    hierarchy with the lowest exact error with and without its root, and Haar."""
+    family = distinct(fixed_family(n, family_branchings(n, search=True)), (n,))
+    out = [family[0]]  # the identity
+    for root in (True, False):
+        best = _best_hierarchy(family, W, delta, root)
+        if best is not None:
+            out.append(("hierarchical" if root else "hierarchical, no root", *best))
+    if n > 1:
+        out.append(family[-1])  # Haar
+    return out
+
+
+def _products(per):
+    """[(name, params, Kron)] of the per-attribute candidates of the same name (names every attribute has)."""
+    out = []
+    for name, _, _ in per[0]:
+        chosen = [next(((p, a) for nm, p, a in cands if nm == name), None) for cands in per]
+        if any(c is None for c in chosen):
+            continue
+        params = {"per_attribute": [c[0] for c in chosen]} if any(c[0] for c in chosen) else {}
+        out.append((name, params, Kron(*[c[1] for c in chosen])))
+    return out
+
+
+def _best_per_attribute(attrs, per, delta):
+    """("best fixed per attribute", params, Kron): each attribute's fixed 1-D strategy of least 1-D error."""
+    picks = []
+    for (_, eff), cands in zip(attrs, per):
+        scored = []
+        for name, params, A in cands:
+            try:
+                scored.append((_unit_error(eff, A, delta), name, params, A))
+            except ValueError:
+                continue
+        picks.append(min(scored, key=lambda r: r[0]))
+    return (
+        "best fixed per attribute",
+        {"per_attribute": [dict(name=p[1], **p[2]) for p in picks]},
+        Kron(*[p[3] for p in picks]),
+    )
+
+
+def _fixed_candidates(W, delta):
+    """[(name, params, strategy)]: the fixed candidates of W (per attribute on a product domain)."""
+    attrs = _attributes(W)
+    if attrs is None or len(attrs) == 1:
+        return _fixed_1d(W.shape[1], attrs[0][1] if attrs else W, delta)
+    per = [_fixed_1d(n, eff, delta) for n, eff in attrs]
+    return [*_products(per), _best_per_attribute(attrs, per, delta)]
+
+
+def _workload_candidate(W):
+    """W itself; a union of marginals as the equal :class:`MarginalStrategy` (same rows, with a
+    structured pseudo-inverse)."""
+    marg = marginal_workload(W)
+    if marg is not None:
+        terms, domain = marg
+        theta = np.zeros(1 << len(domain))
+        for w2, subset in terms:
+            theta[sum(1 << i for i in subset)] += math.sqrt(w2)
+        if np.all(
+            np.bincount([sum(1 << i for i in s) for _, s in terms], minlength=theta.size) <= 1
+        ):
+            return MarginalStrategy(domain, theta)
+    return W.base if isinstance(W, Scaled) else W

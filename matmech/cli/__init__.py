@@ -1,0 +1,73 @@
+"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release``, ``budget`` and ``stream``
+(:mod:`matmech.stream.cli`).
+
+Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
+a one-line message on stderr and exit status 2, never a traceback.
+
+``release`` is the only command that reads data. Its noise always comes from the operating
+system's CSPRNG (there is deliberately no seed option). Its data file is a CSV (read with a
+real parser: a UTF-8 BOM, ``--encoding``, ``--delimiter``) or a Parquet file. A spec that
+declares its domain (``[[attributes]]``: ranges, bins, categories and their policies) is
+applied to the raw columns inside an engine (DuckDB); a spec with bare sizes reads one
+``--column`` per attribute holding integer codes 0 … n−1. Every output path is checked and
+opened before anything is spent. ``release --ledger FILE`` charges a persistent privacy
+ledger (``matmech budget init FILE --eps E``) before any noise. ``--round`` and
+``--nonnegative`` are post-processing of the published answers (no privacy cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from matmech.cli import advise, budget, compare, release
+from matmech.cli.common import _ACTIVE, _one_line
+from matmech.cli.common import _Progress as _Progress  # the old single-module names
+from matmech.cli.files import _write_answers as _write_answers
+from matmech.cli.release import FACTORED_CELLS
+from matmech.cli.release import _select_arg as _select_arg
+
+__all__ = ["FACTORED_CELLS", "build_parser", "main"]
+
+#: One module per subcommand group; each adds its subcommands to the parser.
+SUBCOMMANDS = (compare, advise, release, budget)
+
+
+def build_parser():
+    """The ``matmech`` argument parser (its reference page is generated from it)."""
+    parser = argparse.ArgumentParser(
+        prog="matmech",
+        description="The Matrix Mechanism for linear queries under differential privacy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in SUBCOMMANDS:
+        group.add_parsers(sub)
+    from matmech.stream.cli import add_stream_parser
+
+    add_stream_parser(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `matmech release ... --json | head`: stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (ValueError, TypeError, OSError, ImportError, csv.Error, MemoryError) as exc:
+        for bar in _ACTIVE:
+            bar.close()
+        msg = _one_line(exc)
+        print(f"matmech: error: {msg}", file=sys.stderr)
+        return 2
+    finally:
+        _ACTIVE.clear()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""``matmech advise`` and ``matmech plot``: strategies ranked with the optimiser included,
+saved for ``release --strategy FILE.npz`` or drawn."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from matmech.cli.common import (
+    CONVENTIONS,
+    _check_writable,
+    _overwrite_arg,
+    _privacy_args,
+    _progress,
+    _progress_arg,
+)
+from matmech.io.specs import load_spec
+from matmech.privacy.params import check_privacy_params
+
+__all__ = ["add_parsers"]
+
+
+def _cmd_plot(args):
+    """The strategies of ``matmech advise`` (the optimiser included: the best bar is advise's
+    choice) drawn to the exact file reported (``--out DIR`` → DIR/<spec>-error.png; a name
+    without an image suffix gets .png); the path is checked before the ranking runs."""
+    from pathlib import Path
+
+    from matmech.advisor.advise import advise
+    from matmech.plot import figure_path, plot_rows, require_matplotlib
+
+    require_matplotlib()
+    spec = load_spec(args.spec)
+    eps, delta = check_privacy_params(args.eps, args.delta)
+    path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
+    _check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
+    progress = _progress(args)
+    advice = advise(
+        spec.workload,
+        eps,
+        delta,
+        neighbors=args.neighbors,
+        time_budget="default" if args.time_budget is None else args.time_budget,
+        progress=progress,
+    )
+    progress.close()
+    fig = plot_rows(
+        spec.workload,
+        advice.rows,
+        eps=eps,
+        delta=delta,
+        bound_rmse=advice.lower_bound_rmse,
+        title=f"{spec.name}: eps = {eps:g}, delta = {delta:g}",
+    )
+    with open(
+        path, "wb" if args.overwrite else "xb"
+    ) as handle:  # exclusive: never replace a file unasked
+        fig.savefig(handle, format=fmt, dpi=110)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "wrote": str(path),
+                    "format": fmt,
+                    "spec": spec.name,
+                    "source": spec.source,
+                    **advice.to_dict(),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"wrote {path} (best: {advice.rows[0].name}, as matmech advise ranks it)")
+    return 0
+
+
+def _cmd_advise(args):
+    from matmech.advisor.advise import advise
+    from matmech.io.store import save_strategy
+
+    spec = load_spec(args.spec)
+    eps, delta = check_privacy_params(args.eps, args.delta)
+    if args.save_strategy:
+        _check_writable(args.save_strategy, "--save-strategy", overwrite=args.overwrite)
+    if args.time_budget is not None and not (
+        math.isfinite(args.time_budget) and args.time_budget > 0
+    ):
+        raise ValueError(
+            f"--time-budget must be a positive number of seconds, got {args.time_budget!r}"
+        )
+    bar = _progress(args)
+    advice = advise(
+        spec.workload,
+        eps,
+        delta,
+        time_budget="default" if args.time_budget is None else args.time_budget,
+        progress=bar,
+        neighbors=args.neighbors,
+    )
+    bar.close()
+    saved = None
+    if args.save_strategy:
+        save_strategy(args.save_strategy, advice.best, overwrite=args.overwrite)
+        saved = args.save_strategy
+    route = _auto_route(spec.workload, eps, delta, args.neighbors)
+    if args.json:
+        out = {
+            "spec": spec.name,
+            "source": spec.source,
+            **advice.to_dict(),
+            "saved_strategy": saved,
+            "auto_route": route,
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{spec.name}: {advice.table()}")
+    if route["route"] == "tables":
+        print(
+            f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
+            f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)"
+        )
+    if saved:
+        print(
+            f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ..."
+        )
+    print(CONVENTIONS)
+    return 0
+
+
+def _auto_route(W, eps, delta, neighbors):
+    """What ``release --strategy auto`` does with W: its route and, for the tables route, the
+    residual plan's analytic error (data-independent)."""
+    from matmech.factored.release import residual_error
+    from matmech.factored.route import release_route
+
+    route = release_route(W, "auto")
+    out = {"route": route.name, "reason": route.reason}
+    if route.name == "tables":
+        total = residual_error(W, eps, delta, neighbors=neighbors)
+        out.update(total_error=total, rmse=math.sqrt(total / W.shape[0]))
+    return out
+
+
+def add_parsers(sub):
+    """The ``plot`` and ``advise`` subcommands."""
+    p = sub.add_parser(
+        "plot",
+        help="plot per-query error of the advised strategies (optimiser included) for a workload spec (needs matplotlib)",
+    )
+    p.add_argument("spec", help="a workload spec file (TOML)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
+        "or a name without suffix (.png is added); the exact path is printed",
+    )
+    _privacy_args(p)
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic",
+    )
+    _progress_arg(p)
+    _overwrite_arg(p)
+    p.set_defaults(func=_cmd_plot)
+    p = sub.add_parser(
+        "advise", help="rank strategies, optimised ones included, for a workload spec"
+    )
+    p.add_argument("spec", help="a workload spec file (TOML)")
+    _privacy_args(p)
+    p.add_argument(
+        "--save-strategy",
+        metavar="FILE.npz",
+        help="save the best strategy for 'matmech release --strategy FILE.npz'",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic",
+    )
+    _progress_arg(p)
+    _overwrite_arg(p)
+    p.set_defaults(func=_cmd_advise)

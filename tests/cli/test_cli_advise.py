@@ -1,0 +1,47 @@
+"""``matmech advise`` (ranking, saved strategy) and the progress bar."""
+
+import io
+import json
+
+from matmech.cli import _Progress
+from matmech.io.store import load_strategy
+
+import cli_cases
+from cli_cases import run
+
+files = cli_cases.files  # the fixture, bound by name
+
+
+def test_advise_prints_table_and_saves_the_best_strategy(files):
+    d, _, _, _ = files
+    out = run("advise", str(d / "bands.toml"), "--eps", "1", "--save-strategy", str(d / "best.npz"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("bands: 5 queries over 32 cells") and "RMSE/query" in out.stdout
+    assert "SVD lower bound" in out.stdout and "saved the best strategy" in out.stdout
+    assert out.stderr == ""  # no progress bar when stderr is not a terminal
+    assert load_strategy(d / "best.npz").shape[1] == 32
+    js = run("advise", str(d / "bands.toml"), "--eps", "0.5", "--delta", "1e-6", "--json")
+    assert js.returncode == 0, js.stderr
+    data = json.loads(js.stdout)
+    assert data["spec"] == "bands" and data["delta"] == 1e-6 and data["saved_strategy"] is None
+    totals = [r["total_error"] for r in data["ranked"]]
+    assert totals == sorted(totals) and data["noise"] == "gaussian (L2)"
+
+
+def test_progress_bar_draws_after_its_delay_and_ends_its_line():
+    s = io.StringIO()
+    bar = _Progress(True, delay=0.0, stream=s)
+    bar(0.5, "optimising")
+    bar(1.0, "done")
+    bar.close()
+    text = s.getvalue()
+    assert (
+        text.count("\r") == 2
+        and "[###############...............]  50% optimising" in text
+        and text.endswith("\n")
+    )
+    quiet = io.StringIO()
+    bar = _Progress(True, delay=60.0, stream=quiet)
+    bar(0.5, "x")
+    bar.close()
+    assert quiet.getvalue() == ""
