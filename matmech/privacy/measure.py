@@ -164,11 +164,12 @@ class Measurement:
 
 
 def check_counts(x, n=None, *, name="x"):
-    """Return x as an int64 vector of non-negative integer counts, or raise naming the entry.
+    """Return x as an int64 vector of non-negative integer counts, or raise naming the defect.
 
     Accepts integer, boolean and integral float arrays (and pandas Series); rejects NaN,
     infinities, negative or fractional entries and, when ``n`` is given, a wrong length.
-    A message names the position of a bad entry, never its value (x is private).
+    A message names the kind of defect and the expected form only: never the position of a
+    bad cell (that would say which cell of the private histogram is malformed) nor a value.
     """
     if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray):
         x = x.to_numpy()
@@ -188,26 +189,23 @@ def check_counts(x, n=None, *, name="x"):
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        if not np.isfinite(arr).all():
             raise ValueError(
-                f"{name}[{i}] is not finite; counts must be finite non-negative integers"
+                f"{name} holds an entry that is not finite; counts must be finite non-negative integers"
             )
-        frac = arr != np.floor(arr)
-        if frac.any():
-            i = int(np.flatnonzero(frac)[0])
+        if (arr != np.floor(arr)).any():
             raise ValueError(
-                f"{name}[{i}] is not an integer; the mechanism needs counts (build x with matmech.histogram)"
+                f"{name} holds an entry that is not an integer; counts must be non-negative "
+                "integers (build x with matmech.histogram)"
             )
         if np.abs(arr).max() >= 2.0**62:
             raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**62:
         raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
-    neg = arr < 0
-    if neg.any():
-        i = int(np.flatnonzero(neg)[0])
-        raise ValueError(f"{name}[{i}] is negative; counts must be non-negative")
+    if (arr < 0).any():
+        raise ValueError(
+            f"{name} holds an entry that is negative; counts must be non-negative integers"
+        )
     return arr.astype(np.int64)
 
 
