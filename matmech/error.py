@@ -29,9 +29,12 @@ from functools import reduce
 import numpy as np
 from matmech.linalg.lazy import sla
 
-from matmech.privacy.calibration import noise_variance
-from matmech.privacy.noise import discrete_gaussian_variance, discrete_laplace_variance
-from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor
+from matmech.privacy.calibration import (
+    measurement_variance,
+    neighbor_sensitivity,
+    noise_variance,
+)
+from matmech.privacy.params import check_privacy_params
 from matmech.linalg.intervals import Intervals, _prefix_apply
 from matmech.linalg.linop import Identity, Kron, Scaled, VStack, as_linop
 from matmech.linalg.spectral import BlockSpectral, NestedCovariance
@@ -115,7 +118,7 @@ def sensitivity(A: LinOp | npt.ArrayLike, p: int = 1, neighbors: str = "add_remo
     >>> sensitivity(S.identity(4), neighbors="substitute")
     2.0
     """
-    return _neighbor_factor(neighbors) * as_linop(linear(A, "A")).sensitivity(p)
+    return neighbor_sensitivity(as_linop(linear(A, "A")).sensitivity(p), neighbors)
 
 
 def _unit_variance(A, eps, delta, neighbors, noise="discrete"):
@@ -128,12 +131,8 @@ def _unit_variance(A, eps, delta, neighbors, noise="discrete"):
         raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
     eps, delta = check_privacy_params(eps, delta)
     sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
-    cont = noise_variance(eps, delta, sensitivity=sens)
-    if noise == "continuous" or not as_linop(A).integer_valued() or sens == 0:
-        return cont
-    if delta == 0:
-        return discrete_laplace_variance(sens / eps)
-    return discrete_gaussian_variance(math.sqrt(cont))
+    discrete = noise == "discrete" and as_linop(A).integer_valued()
+    return measurement_variance(eps, delta, sens, discrete=discrete)
 
 
 def _as_dense(M):
@@ -694,7 +693,7 @@ def lower_bound(
     _check_measure(measure)
     W = as_linop(linear(W, "W"))
     eps, delta = check_privacy_params(eps, delta)
-    unit = noise_variance(eps, delta, sensitivity=_neighbor_factor(neighbors))
+    unit = noise_variance(eps, delta, sensitivity=neighbor_sensitivity(1.0, neighbors))
     total = unit * _nuclear_norm(W) ** 2 / W.shape[1]
     return (
         total

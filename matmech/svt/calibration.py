@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.privacy.calibration import laplace_scale
+from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import (
     Ratio,
@@ -163,12 +163,9 @@ def _binary_rest(total: float, part: float) -> float:
     return max(r, 0.0)
 
 
-def _grid_for(*scales: float) -> float:
-    """One power-of-two grid for all noises of a run, never coarser than 1.
-
-    ``g <= 1`` keeps integer counts exactly on the grid (no extra sensitivity).
-    """
-    return min([1.0] + [noise.grid_for(s) for s in scales])
+#: One power-of-two grid for all noises of a run, never coarser than 1 (the library's rule,
+#: :func:`matmech.privacy.calibration.run_grid`).
+_grid_for = run_grid
 
 
 class DeclarationError(ValueError):
@@ -215,15 +212,9 @@ def _pow2_floor_of(v: float) -> float:
     return math.ldexp(1.0, e - 1)
 
 
-def _scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -> float:
-    """mult * sensitivity / eps_part rounded UP to a whole number of grid steps, exactly.
-
-    More noise than the calibration asks for (relative change <= 2**-16 with
-    the default grid), so privacy is unaffected; the sampler gets an integer
-    scale in grid units, which is exact and fast.
-    """
-    units = Fraction(mult) * Fraction(sensitivity) / (Fraction(eps_part) * Fraction(g))
-    return math.ceil(units) * g
+#: mult·sensitivity/eps_part rounded up to whole grid steps
+#: (:func:`matmech.privacy.calibration.scale_on_grid`).
+_scale_on_grid = scale_on_grid
 
 
 @functools.lru_cache(maxsize=512, typed=True)  # typed: True / 1 / 1.0 are distinct keys
