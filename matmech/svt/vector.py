@@ -55,12 +55,8 @@ from matmech.privacy.calibration import (
     scale_on_grid,
 )
 from matmech.privacy.params import calibrated_eps, check_neighbors
-from matmech.svt.calibration import (
-    MAX_SCALE_UNITS,
-    _check_value_bound,
-    declared_grid,
-    gap_calibration,
-)
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.split import MAX_SCALE_UNITS, _check_value_bound, declared_grid
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import (
     check_c,
