@@ -38,6 +38,7 @@ from matmech.privacy.params import (
     calibrated_eps,
     check_delta,
     check_eps,
+    check_neighbors,
     check_noise_delta,
     check_noise_eps,
     neighbor_factor,
@@ -53,6 +54,7 @@ __all__ = [
     "noise_variance",
     "SENS_MARGIN",
     "neighbor_sensitivity",
+    "row_sensitivity",
     "laplace_scale_up",
     "noise_for",
     "measurement_variance",
@@ -371,6 +373,16 @@ def neighbor_sensitivity(
     """
     s = neighbor_factor(neighbors) * norm
     return s * SENS_MARGIN if margin else s
+
+
+def row_sensitivity(lo: float, hi: float, neighbors: str = "add_remove") -> float:
+    """The sensitivity of one query row with entries in [``lo``, ``hi``] (and 0): a record
+    moves the row's answer by one entry (add/remove: max(|lo|, |hi|)) or by the difference
+    of two entries (substitution: hi − lo), the rule of private selection's per-row noise
+    (:mod:`matmech.svt.select`)."""
+    if check_neighbors(neighbors) == "add_remove":
+        return max(abs(lo), abs(hi))
+    return hi - lo
 
 
 def laplace_scale_up(eps: float, sens: float) -> float:

@@ -233,3 +233,16 @@ def test_run_grid_and_scale_on_grid():
     s = scale_on_grid(2.0, 1.0, 0.7, g)
     assert Fraction(s) >= Fraction(2) / Fraction(0.7) and Fraction(s) / Fraction(g) == int(s / g)
     assert Fraction(s) - Fraction(2) / Fraction(0.7) < Fraction(g)
+
+
+def test_row_sensitivity_by_enumerating_neighbours():
+    """A row with entries in [lo, hi] (and a 0 cell): the largest change of its answer over
+    every add/remove (one entry) or substitution (one entry out, one in) of a record."""
+    from matmech.privacy.calibration import row_sensitivity
+
+    for row in ([0.0, 1.0, 3.0], [-2.0, 0.0, 1.5], [0.5, 2.0, 0.0]):
+        lo, hi = min(row), max(row)
+        add = max(abs(v) for v in row)
+        sub = max(abs(a - b) for a in row for b in row)
+        assert row_sensitivity(lo, hi) == add
+        assert row_sensitivity(lo, hi, "substitute") == sub
