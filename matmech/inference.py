@@ -83,9 +83,7 @@ def _record_parts(rec):
     values = np.asarray(rec.values, dtype=np.float64)
     var = np.broadcast_to(np.asarray(rec.variance, dtype=np.float64), values.shape)
     if values.ndim != 1 or values.shape[0] != query.shape[0]:
-        raise ValueError(
-            f"a record has {values.shape} values for a query of {query.shape[0]} rows"
-        )
+        raise ValueError(f"a record has {values.shape} values for a query of {query.shape[0]} rows")
     if not (np.all(np.isfinite(var)) and np.all(var > 0)):
         raise ValueError("a record's noise variances must be positive and finite")
     return query, values, var, float(getattr(rec, "common_variance", 0.0))
@@ -312,9 +310,7 @@ def _(A, B):
 def _(A, B):
     la, ha = A.bounds()
     lb, hb = B.bounds()
-    return (
-        np.array_equal(la, lb) and np.array_equal(ha, hb) and np.array_equal(A.parent, B.parent)
-    )
+    return np.array_equal(la, lb) and np.array_equal(ha, hb) and np.array_equal(A.parent, B.parent)
 
 
 def _same(A, B):
@@ -335,9 +331,7 @@ def _same(A, B):
         return len(fa) == len(fb) and all(_same(a, b) for a, b in zip(fa, fb))
     ta, tb = A.linear_terms(), B.linear_terms()
     if ta is not None and tb is not None:
-        return (
-            len(ta) == len(tb) == 1 and ta[0][0] == tb[0][0] and _same(ta[0][1], tb[0][1])
-        )
+        return len(ta) == len(tb) == 1 and ta[0][0] == tb[0][0] and _same(ta[0][1], tb[0][1])
     if getattr(A, "bounds", None) is not None and A.row_blocks() is None:  # interval rows
         la, ha = A.bounds()
         lb, hb = B.bounds()
