@@ -70,7 +70,7 @@ class Identity(LinOp):
     def _dense(self):
         return np.eye(self.shape[0])
 
-    # -- quadratic-form and solve hooks (matmech.linalg.quadratic, matmech.inference) ----------
+    # -- quadratic-form hooks (matmech.linalg.quadratic) ---------------------------------------
     def covariance_trace(self, W):
         """trace(W I Wᵀ) = Σ squared column norms of W."""
         return float((W.col_norms(2) ** 2).sum())
@@ -83,10 +83,6 @@ class Identity(LinOp):
     def split_like(self, factors):
         """I_n as ⊗ I_{nᵢ} over the column sizes of ``factors`` (a Kronecker workload's)."""
         return [Identity(f.shape[1]) for f in factors]
-
-    def pinv_apply(self, Y, solve):
-        """A⁺Y = Y."""
-        return Y.copy()
 
     def gram_pinv(self):
         return self, None  # IᵀI = I is its own inverse
