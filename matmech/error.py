@@ -24,26 +24,33 @@ these builds a domain-length vector.
 from __future__ import annotations
 
 import math
-from functools import reduce
 
 import numpy as np
-from matmech.linalg.lazy import sla
 
-from matmech.privacy.calibration import noise_variance
-from matmech.privacy.noise import discrete_gaussian_variance, discrete_laplace_variance
-from matmech.privacy.params import check_privacy_params, neighbor_factor as _neighbor_factor
-from matmech.linalg.intervals import Intervals, _prefix_apply
-from matmech.linalg.linop import Identity, Kron, Scaled, VStack, as_linop
-from matmech.linalg.spectral import BlockSpectral, NestedCovariance
+from matmech.privacy.calibration import (
+    measurement_variance,
+    neighbor_sensitivity,
+    noise_variance,
+)
+from matmech.privacy.params import check_privacy_params
+from matmech.linalg.linop import as_linop
+from matmech.linalg.marginal_spectrum import (
+    lattice_diag as _lattice_diag,
+    lattice_pair as _lattice_pair,
+    marginal_spectrum,
+    nuclear_norm as _nuclear_norm,
+)
+from matmech.linalg.quadratic import (
+    MAX_VARIANCE_ROWS,
+    covariance as _covariance,
+    quadratic_diag as _diag,
+    quadratic_max as _max,
+    quadratic_trace as _trace,
+    woodbury_diag,
+)
 from matmech.linalg.structured import (
     MAX_DENSE_N,
-    MAX_LATTICE_ATTRIBUTES,
-    _marginal_terms,
-    _subset_sum,
-    _workload_spectrum,
-    pinv_gram,
-    split_diagonal,
-    woodbury_factor,
+    _marginal_terms,  # noqa: F401 (re-exported: matmech.optimizers.marginal_workloads)
 )
 from matmech.validate import linear
 from typing import TYPE_CHECKING
@@ -66,8 +73,6 @@ __all__ = [
     "NOISE_MODELS",
 ]
 
-#: Largest number of per-query variances returned as a vector.
-MAX_VARIANCE_ROWS = 50_000_000
 #: Above this many cells, the largest per-query variance of a rank-deficient interval workload
 #: used as its own strategy (a dense n×n pseudo-inverse) is left out of :func:`error_figures`
 #: (None) unless ``measure="max"`` is asked for alone.
@@ -115,7 +120,7 @@ def sensitivity(A: LinOp | npt.ArrayLike, p: int = 1, neighbors: str = "add_remo
     >>> sensitivity(S.identity(4), neighbors="substitute")
     2.0
     """
-    return _neighbor_factor(neighbors) * as_linop(linear(A, "A")).sensitivity(p)
+    return neighbor_sensitivity(as_linop(linear(A, "A")).sensitivity(p), neighbors)
 
 
 def _unit_variance(A, eps, delta, neighbors, noise="discrete"):
@@ -128,144 +133,8 @@ def _unit_variance(A, eps, delta, neighbors, noise="discrete"):
         raise ValueError(f"noise must be one of {NOISE_MODELS}, got {noise!r}")
     eps, delta = check_privacy_params(eps, delta)
     sens = sensitivity(A, 1 if delta == 0 else 2, neighbors)
-    cont = noise_variance(eps, delta, sensitivity=sens)
-    if noise == "continuous" or not as_linop(A).integer_valued() or sens == 0:
-        return cont
-    if delta == 0:
-        return discrete_laplace_variance(sens / eps)
-    return discrete_gaussian_variance(math.sqrt(cont))
-
-
-def _as_dense(M):
-    return M.dense(max_entries=MAX_DENSE_N**2)
-
-
-# -- quadratic forms W M Wᵀ: trace, diagonal, max ---------------------------------------------
-
-
-def _kron_match(W, M):
-    return (
-        isinstance(W, Kron)
-        and isinstance(M, Kron)
-        and len(W.factors) == len(M.factors)
-        and all(w.shape[1] == m.shape[0] for w, m in zip(W.factors, M.factors))
-    )
-
-
-def _prefix_cov(M, n):
-    """C = P̃ M P̃ᵀ ((n+1)×(n+1)), so that interval rows read their variance from C."""
-    md = _as_dense(M)
-    return _prefix_apply(_prefix_apply(md).T)
-
-
-def _trace(W, M):
-    """trace(W M Wᵀ): split over W's row blocks and M's terms, then the pairwise fast paths."""
-    blocks = W.row_blocks()
-    if blocks is not None:
-        return sum(w**2 * _trace(b, M) for w, b in blocks)
-    terms = M.linear_terms()
-    if terms is not None:
-        return sum(c * _trace(W, t) for c, t in terms)
-    if _kron_match(W, M):
-        return float(np.prod([_trace(w, m) for w, m in zip(W.factors, M.factors)]))
-    if isinstance(M, Identity):
-        return float((W.col_norms(2) ** 2).sum())
-    if isinstance(W, Intervals):
-        if isinstance(M, BlockSpectral):
-            return M.trace_against(W.block_energy)
-        if isinstance(M, NestedCovariance):
-            return M.interval_trace(W)
-        return W.prefix_quadratic_sum(_prefix_cov(M, W.n))
-    if isinstance(M, NestedCovariance) and isinstance(W, Identity):
-        return float(M.diagonal().sum())
-    g = W.gram().dense(max_entries=MAX_DENSE_N**2)
-    return float((g * _as_dense(M)).sum())
-
-
-def _row_chunks(W, size=None):
-    m, n = W.shape
-    size = size or max(1, 4_000_000 // n)
-    for start in range(0, m, size):
-        yield start, min(m, start + size)
-
-
-def _diag(W, M):
-    """diag(W M Wᵀ) as a vector of length m."""
-    blocks = W.row_blocks()
-    if blocks is not None:
-        return np.concatenate([w**2 * _diag(b, M) for w, b in blocks])
-    terms = M.linear_terms()
-    if terms is not None:
-        return sum(c * _diag(W, t) for c, t in terms)
-    if _kron_match(W, M):
-        return reduce(np.kron, [_diag(w, m) for w, m in zip(W.factors, M.factors)])
-    if isinstance(W, Kron) and isinstance(M, Identity):
-        return reduce(np.kron, [_diag(w, Identity(w.shape[1])) for w in W.factors])
-    if isinstance(W, Intervals):
-        if isinstance(M, Identity):
-            lo, hi = W.bounds()
-            return (hi - lo + 1).astype(np.float64)
-        if isinstance(M, BlockSpectral):
-            return sum(c * W.block_overlaps(s) / s for c, s in zip(M.level_weights(), M.sizes))
-        if isinstance(M, NestedCovariance):
-            return M.interval_diagonal(W)
-        return W.prefix_quadratic(_prefix_cov(M, W.n))
-    F = getattr(M, "gram_factor", None)
-    if F is not None:  # M = F Fᵀ: sums of squares (no cancellation)
-        out = np.empty(W.shape[0])
-        for start, stop in _row_chunks(W):
-            out[start:stop] = np.square(np.asarray(W.rows(start, stop)) @ F).sum(1)
-        return out
-    md = None if isinstance(M, Identity) else _as_dense(M)
-    out = np.empty(W.shape[0])
-    for start, stop in _row_chunks(W):
-        r = W.rows(start, stop)
-        out[start:stop] = (r * r).sum(1) if md is None else ((r @ md) * r).sum(1)
-    return out
-
-
-def _max(W, M):
-    """max diag(W M Wᵀ), through the structure where the vector would be too long."""
-    blocks = W.row_blocks()
-    if blocks is not None:
-        return max(w**2 * _max(b, M) for w, b in blocks)
-    terms = M.linear_terms()
-    if terms is not None and len(terms) == 1:  # a scaling (c ≥ 0 for a covariance)
-        c, t = terms[0]
-        return c * _max(W, t)
-    if _kron_match(W, M):
-        return float(np.prod([_max(w, m) for w, m in zip(W.factors, M.factors)]))
-    if isinstance(W, Kron) and isinstance(M, Identity):
-        return float(np.prod([_max(w, Identity(w.shape[1])) for w in W.factors]))
-    if W.shape[0] > MAX_VARIANCE_ROWS:
-        raise ValueError(
-            f"the largest per-query variance of a workload with {W.shape[0]:,} rows is not computed row by row "
-            f"(limit {MAX_VARIANCE_ROWS:,}); use measure='total' or 'rmse'"
-        )
-    return float(_diag(W, M).max())
-
-
-def _rowspace_residual(W, A, nul):
-    """trace(G_W N_A) / trace(G_W): 0 when every row of W lies in A's row space."""
-    if nul is None:
-        return 0.0
-    if isinstance(nul, tuple):  # Kronecker strategy: factor by factor where W factors too
-        if all(x is None for x in nul[1]):
-            return 0.0
-        if isinstance(W, VStack):
-            return max(_rowspace_residual(b, A, nul) for b in W.blocks)
-        if isinstance(W, Kron) and len(W.factors) == len(A.factors):
-            return max(_rowspace_residual(w, a, x) for w, a, x in zip(W.factors, A.factors, nul[1]))
-        proj = reduce(
-            np.kron,
-            [
-                np.eye(a.shape[1]) - (0 if x is None else _as_dense(x))
-                for a, x in zip(A.factors, nul[1])
-            ],
-        )
-        nul = as_linop(np.eye(A.shape[1]) - proj)
-    scale = _trace(W, Identity(W.shape[1]))
-    return _trace(W, nul) / scale if scale > 0 else 0.0
+    discrete = noise == "discrete" and as_linop(A).integer_valued()
+    return measurement_variance(eps, delta, sens, discrete=discrete)
 
 
 def _check_pair(W, A):
@@ -276,81 +145,6 @@ def _check_pair(W, A):
             f"(shapes {W.shape} and {A.shape})"
         )
     return W, A
-
-
-def _covariance(W, A):
-    M, nul = pinv_gram(A)
-    r = _rowspace_residual(W, A, nul)
-    if r > 1e-8:
-        raise ValueError(
-            f"the workload's rows are not in the strategy's row space (relative residual {r:.3g}): "
-            "some queries cannot be answered from these measurements; add rows to the strategy "
-            "(e.g. stack it with identity) or choose another"
-        )
-    return M
-
-
-# -- marginal workloads on marginal-lattice strategies: the spectrum advise scores with ---------------
-
-
-def _lattice_eigenvalues(A, domain):
-    """λ_T of AᵀA on the classes of :func:`marginal_spectrum` when A is a marginal-lattice
-    strategy over ``domain`` (a :class:`~matmech.optimizers.marginals.MarginalStrategy`,
-    ResidualStrategy or a plain weighted union of marginals), else None."""
-    if (
-        getattr(A, "domain", None) is not None
-        and hasattr(A, "eigenvalues")
-        and tuple(A.domain) == tuple(domain)
-    ):
-        return np.asarray(A.eigenvalues(), dtype=np.float64)
-    if isinstance(A, (VStack, Kron)):
-        marg = _marginal_terms(A)
-        if marg is not None and marg[1] == tuple(domain):
-            return _workload_spectrum(*marg)[0]
-    return None
-
-
-def _lattice_pair(W, A):
-    """For a union of marginals W on a marginal-lattice strategy A: per W block (weight²,
-    rows, trace of the block's W M Wᵀ) with M = (AᵀA)⁺, from the eigenvalues λ_T (the
-    structure :class:`~matmech.optimizers.marginals.MarginalStrategy` is scored with); None
-    when the pair has no such structure. Raises when W is not in A's row space."""
-    if not isinstance(W, (VStack, Kron)) or not isinstance(A, (VStack, Kron)):
-        return None
-    marg = _marginal_terms(W)
-    if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
-        return None
-    terms, domain = marg
-    lam = _lattice_eigenvalues(A, domain)
-    if lam is None:
-        return None
-    k = len(domain)
-    mu, mult, out_prod = _workload_spectrum(terms, domain)
-    need = (mu > 0) & (mult > 0)
-    zero = lam <= 1e-12 * max(float(lam.max()), 1e-300)
-    null = need & zero
-    if null.any():
-        r = float((mult * mu)[null].sum() / (mult * mu)[need].sum())
-        raise ValueError(
-            f"the workload's rows are not in the strategy's row space (relative residual {r:.3g}): "
-            "some queries cannot be answered from these measurements; add rows to the strategy "
-            "(e.g. stack it with identity) or choose another"
-        )
-    q = np.zeros_like(lam)
-    ok = (mult > 0) & ~zero  # classes with λ_T = 0 are outside every W subset here
-    q[ok] = mult[ok] / lam[ok]
-    per_subset = _subset_sum(q, k)  # Σ_{T ⊆ S} m_T / λ_T
-    out = []
-    for w2, s in terms:
-        mask = sum(1 << i for i in s)
-        rows = math.prod(domain[i] for i in s)
-        out.append((w2, rows, float(out_prod[mask] * per_subset[mask])))
-    return out
-
-
-def _lattice_diag(blocks):
-    """diag(W M Wᵀ): constant within each marginal (M commutes with relabelling each attribute's values)."""
-    return np.concatenate([np.full(rows, w2 * tr / rows) for w2, rows, tr in blocks])
 
 
 def _check_measure(measure):
@@ -438,7 +232,7 @@ def error_figures(
     W, A = _check_pair(W, A)
     unit = _unit_variance(A, eps, delta, neighbors, noise)
     out, M = {}, None
-    if A is W and isinstance(W, Intervals):
+    if A is W and getattr(W, "rank", None) is not None:
         # A = W (Li et al. 2010's extreme strategy): trace(G G⁺) = rank W; with linearly
         # independent rows W W⁺ = I, so every query has exactly the unit variance.
         rank = W.rank()
@@ -454,7 +248,11 @@ def error_figures(
         total = unit * tr  # e.g. GeneralMarginalStrategy: exact, from its factors
     else:
         M = _covariance(W, A)
-        if "max" in measures and isinstance(W, Intervals) and W.shape[0] <= MAX_VARIANCE_ROWS:
+        if (
+            "max" in measures
+            and getattr(W, "prefix_quadratic", None) is not None
+            and W.shape[0] <= MAX_VARIANCE_ROWS
+        ):
             # one pass: interval rows get their variances through the same block sums the
             # trace uses, so the total is their sum (compare on 2·10⁶ intervals: half the time)
             d = _diag(W, M)
@@ -540,14 +338,11 @@ def measured_variances(W, A, variance):
     measured with noise of that (exact) variance (Li et al., PODS 2010).
 
     Interval workloads on diagonal-plus-rows strategies (p-Identity) use the Woodbury form of
-    :func:`_interval_diag_split`, O(n r² + m r), instead of the n×n inverse.
+    :func:`matmech.linalg.quadratic.woodbury_diag`, O(n r² + m r), instead of the n×n inverse.
     """
     W, A = _check_pair(W, A)
-    if isinstance(W, Intervals):
-        split = split_diagonal(A)
-        if split is not None:
-            return _interval_diag_split(W, split) * variance
-    return _query_diag(W, A) * variance
+    d = woodbury_diag(W, A)
+    return (_query_diag(W, A) if d is None else d) * variance
 
 
 def noise_weights(W, A):
@@ -560,88 +355,13 @@ def noise_weights(W, A):
     if max(m * p, m * n, n * n) > MAX_WEIGHT_ENTRIES:
         return None
     Wd = W.dense(max_entries=MAX_WEIGHT_ENTRIES)
-    if isinstance(A, Identity):
+    if getattr(A, "is_identity", False):
         return Wd
     M = _covariance(W, A)
     B = (
-        Wd.T if isinstance(M, Identity) else np.asarray(as_linop(M).matmat(Wd.T))
+        Wd.T if getattr(M, "is_identity", False) else np.asarray(as_linop(M).matmat(Wd.T))
     )  # n×m, structured M
     return np.asarray(A.matmat(B)).T
-
-
-def _interval_diag_split(W, split):
-    """diag(W (D + RᵀR)⁻¹ Wᵀ) for interval rows without the n×n inverse.
-
-    With (D + RᵀR)⁻¹ = D⁻¹ − D⁻¹Rᵀ C⁻¹ R D⁻¹ (C = I + RD⁻¹Rᵀ = LLᵀ) and a row w = 1[lo, hi]:
-    w D⁻¹ wᵀ = Σ_{lo..hi} 1/d, and the low-rank part is ‖L⁻¹ R D⁻¹ wᵀ‖² = ‖Z_{hi+1} − Z_lo‖²
-    with Z = P̃ D⁻¹ Rᵀ L⁻ᵀ (prefix sums, (n+1)×r). O(n r² + m r).
-    """
-    d, R = split
-    dinv, RD, (L, _) = woodbury_factor(d, R)
-    Z = np.zeros((W.n + 1, R.shape[0]))
-    np.cumsum(sla.solve_triangular(L, RD, lower=True, check_finite=False).T, axis=0, out=Z[1:])
-    cd = np.concatenate([[0.0], np.cumsum(dinv)])
-    out = np.empty(W.shape[0])
-    for start in range(0, W.shape[0], 16384):
-        lo, hi = W.bounds(start, min(W.shape[0], start + 16384))
-        diff = Z[hi + 1] - Z[lo]
-        out[start : start + lo.size] = cd[hi + 1] - cd[lo] - np.einsum("ij,ij->i", diff, diff)
-    return out
-
-
-def marginal_spectrum(terms, domain):
-    """Eigenvalues of G = Σ_S w_S² ⊗ᵢ (I if i ∈ S else 11ᵀ) with their multiplicities.
-
-    In the basis that is constant or mean-zero per attribute, the eigenvector class T
-    (mean-zero on the attributes in T) has λ_T = Σ_{S ⊇ T} w_S² Πᵢ∉S dᵢ and multiplicity
-    Πᵢ∈T (dᵢ − 1).
-    """
-    k = len(domain)
-    out = []
-    for mask in range(1 << k):
-        t = frozenset(i for i in range(k) if mask >> i & 1)
-        lam = sum(
-            w2 * math.prod(d for i, d in enumerate(domain) if i not in s)
-            for w2, s in terms
-            if t <= s
-        )
-        out.append((t, lam, math.prod(domain[i] - 1 for i in t)))
-    return out
-
-
-def _singular_value_sum(W):
-    """Σ σᵢ(W) (the nuclear norm), factor by factor for Kronecker products."""
-    marg = _marginal_terms(W) if isinstance(W, (VStack, Kron)) else None
-    if marg is not None and not isinstance(W, Kron):
-        mu, mult, _ = _workload_spectrum(*marg)  # vectorised marginal_spectrum
-        return float((mult * np.sqrt(np.clip(mu, 0, None))).sum())
-    if isinstance(W, Kron):
-        return float(np.prod([_singular_value_sum(f) for f in W.factors]))
-    if isinstance(W, Scaled):
-        return abs(W.c) * _singular_value_sum(W.base)
-    lam = W.gram_eigenvalues()
-    if lam is not None:
-        return float(np.sqrt(lam).sum())
-    n = W.shape[1]
-    if n > MAX_DENSE_N:
-        raise ValueError(
-            f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}"
-        )
-    lam = np.linalg.eigvalsh(W.gram().dense(max_entries=MAX_DENSE_N**2))
-    return float(np.sqrt(np.clip(lam, 0, None)).sum())
-
-
-def _nuclear_norm(W):
-    """:func:`_singular_value_sum`, kept on the (immutable) operator: ``matmech compare``
-    asks twice, and a dense n = 4096 eigendecomposition takes ~15 s on one core."""
-    v = getattr(W, "_mm_nuclear_norm", None)
-    if v is None:
-        v = _singular_value_sum(W)
-        try:
-            object.__setattr__(W, "_mm_nuclear_norm", v)
-        except (AttributeError, TypeError):  # an operator with __slots__: not kept
-            pass
-    return v
 
 
 def lower_bound(
@@ -694,7 +414,7 @@ def lower_bound(
     _check_measure(measure)
     W = as_linop(linear(W, "W"))
     eps, delta = check_privacy_params(eps, delta)
-    unit = noise_variance(eps, delta, sensitivity=_neighbor_factor(neighbors))
+    unit = noise_variance(eps, delta, sensitivity=neighbor_sensitivity(1.0, neighbors))
     total = unit * _nuclear_norm(W) ** 2 / W.shape[1]
     return (
         total

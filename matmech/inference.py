@@ -32,28 +32,184 @@ reduces to x̂ = A⁺ ȳ, for which structure gives fast exact paths:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
-import weakref
 
 import numpy as np
 from matmech.linalg.lazy import sla
 
-from matmech.linalg.intervals import Intervals
-from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Scaled, Sparse, VStack
+from matmech.error import measured_variances
+from matmech.linalg.answers import Answers
+from matmech.linalg.gls import cell_gls, precision, psd_solve
+from matmech.linalg.linop import Identity, LinOp, VStack, as_linop
 from matmech.linalg.structured import split_diagonal, woodbury_solve
-from matmech.linalg.spectral import tree_depths
+from matmech.linalg.tree_solve import haar_solve as _haar_solve
+from matmech.linalg.tree_solve import tree_plan
+from matmech.linalg.tree_solve import tree_solve as _tree_solve
 from matmech.privacy.measure import Measurement
 from matmech.strategies import Haar, Tree
 from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
 
-__all__ = ["least_squares", "solve", "tree_plan", "DENSE_SOLVE_N", "LSMR_TOL"]
+__all__ = [
+    "estimate",
+    "least_squares",
+    "solve",
+    "tree_plan",
+    "DENSE_SOLVE_N",
+    "LSMR_TOL",
+    "MAX_DENSE_GLS_N",
+]
 
 #: Largest number of cells for which the generic path factorises the normal equations densely.
 DENSE_SOLVE_N = 4096
 #: Default LSMR tolerances (atol = btol) for the large generic path.
 LSMR_TOL = 1e-10
+#: Largest number of cells of the dense GLS of records with per-row or correlated noise.
+MAX_DENSE_GLS_N = 4096
+
+
+# -- the estimator over measurement records ----------------------------------------------------
+
+
+def _record_parts(rec):
+    """(query over the cells, values, per-row variances, common variance) of a record:
+    a :class:`matmech.record.MeasurementRecord` or anything with the same fields."""
+    on_cells = getattr(rec, "on_cells", None)
+    query = on_cells() if on_cells is not None else rec.query
+    if not isinstance(query, LinOp):
+        raise TypeError(f"a record's query must be a LinOp, got {type(query).__name__}")
+    values = np.asarray(rec.values, dtype=np.float64)
+    var = np.broadcast_to(np.asarray(rec.variance, dtype=np.float64), values.shape)
+    if values.ndim != 1 or values.shape[0] != query.shape[0]:
+        raise ValueError(f"a record has {values.shape} values for a query of {query.shape[0]} rows")
+    if not (np.all(np.isfinite(var)) and np.all(var > 0)):
+        raise ValueError("a record's noise variances must be positive and finite")
+    return query, values, var, float(getattr(rec, "common_variance", 0.0))
+
+
+def estimate(
+    records,
+    workload: LinOp | None = None,
+    *,
+    nonneg: bool = False,
+    variances: bool = True,
+    tol: float = LSMR_TOL,
+    maxiter: int | None = None,
+) -> Answers:
+    """The generalised least squares of measurement records → :class:`~matmech.linalg.answers.Answers`.
+
+    Every record says ``values = Q x + e`` with Cov(e) = diag(variance) + common_variance·11ᵀ
+    (:class:`matmech.record.MeasurementRecord`; ``Q`` over the cells of x, or composed with
+    the marginalisation on its ``attributes``). The estimate is x̂ = J⁺ Σᵢ Qᵢᵀ Pᵢ yᵢ,
+    J = Σᵢ Qᵢᵀ Pᵢ Qᵢ (Aitken 1935; Li et al., PODS 2010), the minimum-norm solution when J
+    is singular; with ``workload`` W the answers W x̂ with covariance W J⁺ Wᵀ.
+
+    Records whose noise is i.i.d. per record (one variance, no common offset, as every
+    strategy measurement) take the structured paths of :func:`solve` (module notes) and the
+    structured variances of :func:`matmech.error.measured_variances`; records with per-row or
+    correlated noise (a selection's free gaps) the dense GLS
+    (:func:`matmech.linalg.gls.cell_gls`, at most :data:`MAX_DENSE_GLS_N` cells).
+
+    Parameters
+    ----------
+    records : sequence of MeasurementRecord
+        The noisy measurements of one histogram.
+    workload : LinOp, optional
+        W: return the answers W x̂ instead of x̂.
+    nonneg : bool, default False
+        Clip negative estimates at 0 (biased post-processing; the variances no longer
+        describe them).
+    variances : bool, default True
+        Compute the variances (False: the values alone, as :func:`least_squares`).
+    tol, maxiter
+        The LSMR path's tolerance and iteration cap (large n without structure).
+
+    Returns
+    -------
+    Answers
+        ``values`` (x̂ or W x̂), ``variances`` (None when not asked for), ``method``; the
+        dense GLS also keeps the covariance.
+
+    Raises
+    ------
+    ValueError
+        No record, records over different domains, a row of W the records do not
+        determine, or a dense GLS beyond its size limit.
+    TypeError
+        A record without a LinOp query.
+
+    Examples
+    --------
+    >>> from matmech import strategies as S, workloads as W
+    >>> from matmech.record import strategy_record
+    >>> m = measure([1, 2, 0, 1], S.identity(4), 1.0, rng=np.random.default_rng(0))
+    >>> a = estimate([strategy_record(m)], W.prefix(4))
+    >>> bool(np.allclose(a.variances, m.variance * np.arange(1, 5)))
+    True
+    """
+    parts = [_record_parts(r) for r in records]
+    if not parts:
+        raise ValueError("estimate needs at least one measurement record")
+    n = parts[0][0].shape[1]
+    for i, p in enumerate(parts):
+        if p[0].shape[1] != n:
+            raise ValueError(
+                f"records cover different domains: record 0 has {n} cells, record {i} has "
+                f"{p[0].shape[1]}"
+            )
+    W = None if workload is None else as_linop(workload)
+    if W is not None and W.shape[1] != n:
+        raise ValueError(f"the workload has {W.shape[1]} columns but the records {n} cells")
+    if not isinstance(nonneg, (bool, np.bool_)):
+        raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
+    _check_tol(tol, maxiter)
+    iid = all(c == 0 and np.all(v == v[0]) for _, y, v, c in parts if y.size)
+    if iid:
+        out = _structured(
+            [(Q, y, math.sqrt(float(v[0])) if v.size else 1.0) for Q, y, v, _ in parts],
+            W,
+            variances,
+            tol,
+            maxiter,
+        )
+    else:
+        if n > MAX_DENSE_GLS_N:
+            raise ValueError(
+                f"records with per-row or correlated noise are combined densely; {n:,} cells "
+                f"exceed the limit {MAX_DENSE_GLS_N:,}"
+            )
+        dense = [(Q.dense(), y, precision(v, c)) for Q, y, v, c in parts]
+        out = cell_gls(dense, None if W is None else W.dense(), variances=variances)
+    if nonneg:
+        vals = np.clip(out.values, 0.0, None)
+        out = Answers(vals, out.variances, out.covariance, out.method + ", clipped at 0")
+    return out
+
+
+def _structured(items, W, variances, tol, maxiter):
+    """x̂ (or W x̂) of i.i.d.-noise records by the structured paths, with their variances."""
+    groups = _merge(items)
+    if len(groups) == 1:
+        A, y, std = groups[0]
+        xhat = solve(A, y, tol=tol, maxiter=maxiter)
+        gram_op, unit = A, std**2
+    else:
+        xhat = _generic(
+            [g[0] for g in groups],
+            [g[1][:, None] for g in groups],
+            [g[2] for g in groups],
+            tol,
+            maxiter,
+        )[:, 0]
+        gram_op, unit = VStack([g[0] for g in groups], weights=[1.0 / g[2] for g in groups]), 1.0
+    values = xhat if W is None else W.matvec(xhat)
+    var = None
+    if variances:
+        rows = Identity(xhat.shape[0]) if W is None else W
+        var = measured_variances(rows, gram_op, unit)
+    return Answers(values, var, method="least squares (structured)")
 
 
 def least_squares(
@@ -69,6 +225,7 @@ def least_squares(
     ``nonneg=True`` clips negative cells to 0 afterwards: post-processing that keeps
     privacy but makes x̂ biased, so the analytic variances no longer describe it.
     ``tol``/``maxiter`` only affect the LSMR path (n > DENSE_SOLVE_N without structure).
+    The values of :func:`estimate` over the measurements' records.
 
     Parameters
     ----------
@@ -118,20 +275,8 @@ def least_squares(
     if not isinstance(nonneg, (bool, np.bool_)):
         raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
     _check_tol(tol, maxiter)
-    groups = _merge(
-        [(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements]
-    )
-    if len(groups) == 1:
-        A, y, _ = groups[0]
-        xhat = solve(A, y, tol=tol, maxiter=maxiter)
-    else:
-        xhat = _generic(
-            [g[0] for g in groups],
-            [g[1][:, None] for g in groups],
-            [g[2] for g in groups],
-            tol,
-            maxiter,
-        )[:, 0]
+    items = [(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements]
+    xhat = np.array(_structured(items, None, False, tol, maxiter).values)
     if nonneg:
         np.clip(xhat, 0.0, None, out=xhat)
     return xhat
@@ -149,31 +294,54 @@ def _check_tol(tol, maxiter):
 # -- merging measurements of the same strategy ----------------------------------------------
 
 
+@functools.singledispatch
+def _same_kind(A, B):
+    """Hook: whether A and B (same type and shape) are the same matrix, for strategy classes
+    outside :mod:`matmech.linalg`; the default: unknown (None)."""
+    return None
+
+
+@_same_kind.register(Haar)
+def _(A, B):
+    return True  # same type and shape: the same matrix
+
+
+@_same_kind.register(Tree)
+def _(A, B):
+    la, ha = A.bounds()
+    lb, hb = B.bounds()
+    return np.array_equal(la, lb) and np.array_equal(ha, hb) and np.array_equal(A.parent, B.parent)
+
+
 def _same(A, B):
-    """Whether two operators are the same matrix (cheap structural comparison; False if unsure)."""
+    """Whether two operators are the same matrix (cheap structural comparison through the
+    operator hooks; False if unsure)."""
     if A is B:
         return True
     if type(A) is not type(B) or A.shape != B.shape:
         return False
-    if isinstance(A, (Identity, Haar)):
-        return True  # same type and shape: the same matrix
-    if isinstance(A, Intervals) and type(A) is type(B):
+    kind = _same_kind(A, B)
+    if kind is not None:
+        return bool(kind)
+    if getattr(A, "is_identity", False):
+        return True
+    fa, fb = getattr(A, "kron_factors", None), getattr(B, "kron_factors", None)
+    if fa is not None and fb is not None:
+        fa, fb = fa(), fb()
+        return len(fa) == len(fb) and all(_same(a, b) for a, b in zip(fa, fb))
+    ta, tb = A.linear_terms(), B.linear_terms()
+    if ta is not None and tb is not None:
+        return len(ta) == len(tb) == 1 and ta[0][0] == tb[0][0] and _same(ta[0][1], tb[0][1])
+    if getattr(A, "bounds", None) is not None and A.row_blocks() is None:  # interval rows
         la, ha = A.bounds()
         lb, hb = B.bounds()
-        same = np.array_equal(la, lb) and np.array_equal(ha, hb)
-        if isinstance(A, Tree):
-            same = same and np.array_equal(A.parent, B.parent)
-        return same
-    if isinstance(A, Dense):
-        return np.array_equal(A.matrix, B.matrix)
-    if isinstance(A, Sparse):
-        return (A.matrix != B.matrix).nnz == 0
-    if isinstance(A, Scaled):
-        return A.c == B.c and _same(A.base, B.base)
-    if isinstance(A, Kron):
-        return len(A.factors) == len(B.factors) and all(
-            _same(a, b) for a, b in zip(A.factors, B.factors)
-        )
+        return np.array_equal(la, lb) and np.array_equal(ha, hb)
+    ea = getattr(A, "matrix", None)
+    eb = getattr(B, "matrix", None)
+    if ea is not None and eb is not None:
+        if hasattr(ea, "nnz"):
+            return (ea != eb).nnz == 0
+        return np.array_equal(ea, eb)
     return False
 
 
@@ -199,10 +367,6 @@ def _merge(items):
 # -- x̂ = A⁺ Y for one strategy ---------------------------------------------------------------
 
 
-#: Strategies whose gram pseudo-inverse is the spectral form over the marginal lattice.
-_SPECTRAL = (MarginalStrategy, ResidualStrategy)
-
-
 def solve(A, y, *, tol=LSMR_TOL, maxiter=None):
     """Minimum-norm least-squares solution A⁺ y (y a vector or a p×k block), fastest path."""
     if not isinstance(A, LinOp):
@@ -216,25 +380,53 @@ def solve(A, y, *, tol=LSMR_TOL, maxiter=None):
     return out[:, 0] if y.ndim == 1 else out
 
 
+@functools.singledispatch
+def _strategy_solve(A, Y, tol, maxiter):
+    """Hook: A⁺Y by a strategy family's own fast path (registered per class below); the
+    default None means "no such path" (the generic one is taken)."""
+    return None
+
+
+@_strategy_solve.register(Tree)
+def _(A, Y, tol, maxiter):
+    plan = tree_plan(A)
+    return None if plan is None else _tree_solve(plan, Y)
+
+
+@_strategy_solve.register(Haar)
+def _(A, Y, tol, maxiter):
+    return _haar_solve(A, Y)
+
+
+@_strategy_solve.register(MarginalStrategy)
+@_strategy_solve.register(ResidualStrategy)
+def _(A, Y, tol, maxiter):
+    # (AᵀA)⁺Aᵀ Y with the lattice's spectral (AᵀA)⁺: no n×n matrix
+    return A.gram_pinv()[0].matmat(A.rmatmat(Y))
+
+
 def _pinv_apply(A, Y, tol=LSMR_TOL, maxiter=None):
-    if isinstance(A, Identity):
+    """A⁺Y through the operator hooks, in this order: the identity (``is_identity``), a
+    scaling (``linear_terms`` of one term), a strategy family's own path
+    (:func:`_strategy_solve`), a Kronecker product (``kron_factors``, one attribute at a
+    time), a square non-singular explicit matrix (LU), else the generic path."""
+    if getattr(A, "is_identity", False):
         return Y.copy()
-    if isinstance(A, Scaled):
-        if A.c == 0:
+    terms = A.linear_terms()
+    if terms is not None and len(terms) == 1:
+        c, base = terms[0]
+        if c == 0:
             return np.zeros((A.shape[1], Y.shape[1]))
-        return _pinv_apply(A.base, Y, tol, maxiter) / A.c
-    if isinstance(A, Tree):
-        plan = tree_plan(A)
-        if plan is not None:
-            return _tree_solve(plan, Y)
-    if isinstance(A, Haar):
-        return _haar_solve(A, Y)
-    if isinstance(A, Kron):
-        return _kron_solve(A, Y, tol, maxiter)
-    if isinstance(A, _SPECTRAL):  # (AᵀA)⁺Aᵀ Y with the lattice's spectral (AᵀA)⁺: no n×n matrix
-        return A.gram_pinv()[0].matmat(A.rmatmat(Y))
-    if isinstance(A, Dense) and A.shape[0] == A.shape[1]:
-        out = _square_solve(A.matrix, Y)
+        return _pinv_apply(base, Y, tol, maxiter) / c
+    out = _strategy_solve(A, Y, tol, maxiter)
+    if out is not None:
+        return out
+    factors = getattr(A, "kron_factors", None)
+    if factors is not None:
+        return _kron_solve(factors(), A.shape[1], Y, tol, maxiter)
+    mat = getattr(A, "matrix", None)
+    if isinstance(mat, np.ndarray) and A.shape[0] == A.shape[1]:
+        out = _square_solve(mat, Y)
         if out is not None:
             return out
     return _generic([A], [Y], [1.0], tol, maxiter)
@@ -256,154 +448,19 @@ def _square_solve(a, Y):
     return sla.lu_solve(lu, Y, check_finite=False)
 
 
-# -- trees: two passes (Hay et al. 2010) ---------------------------------------------------------
-
-
-class _TreePlan:
-    """Levels of a tree grouped by parent, the leaf → cell map; None from tree_plan if invalid."""
-
-    __slots__ = ("n", "levels", "leaves", "cells", "size")
-
-    def __init__(self, n, levels, leaves, cells, size):
-        self.n, self.levels, self.leaves, self.cells, self.size = n, levels, leaves, cells, size
-
-
-def tree_plan(T):
-    """Check that T's rows form a tree whose leaves are the n cells, and group it by level.
-
-    Returns None (so callers fall back to the generic path) when ``parent`` is not a tree
-    or a node's interval is not the disjoint union of its children's intervals. The result
-    is cached per Tree object (keyed weakly, checked against its arrays).
-    """
-    key = (id(T.parent), id(T._lo) if hasattr(T, "_lo") else None, T.shape)
-    hit = _PLANS.get(T)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    plan = _tree_plan(T)
-    try:
-        _PLANS[T] = (key, plan)
-    except TypeError:  # not weak-referenceable
-        pass
-    return plan
-
-
-_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _tree_plan(T):
-    N, n = T.shape
-    parent = np.asarray(T.parent)
-    if parent.shape != (N,) or (N and (parent.min() < -1 or parent.max() >= N)):
-        return None
-    depth = tree_depths(parent)
-    if depth is None:
-        return None
-    lo, hi = T.bounds()
-    child = parent >= 0
-    has_child = np.bincount(parent[child], minlength=N) > 0
-    leaves = np.flatnonzero(~has_child)
-    if leaves.size != n or np.any(lo[leaves] != hi[leaves]):
-        return None
-    cells = lo[leaves]
-    if np.any(np.bincount(cells, minlength=n) != 1):
-        return None
-    # children of each node, sorted by their left end, must tile the node's interval
-    kids = np.flatnonzero(child)
-    pk, lk, dk = parent[kids], lo[kids], depth[kids]
-    # breadth-first trees (hierarchical()) are already sorted: skip the O(N log N) sorts
-    if np.all((pk[1:] > pk[:-1]) | ((pk[1:] == pk[:-1]) & (lk[1:] > lk[:-1]))):
-        order = kids
-    else:
-        order = kids[np.lexsort((lk, pk))]
-    par = parent[order]
-    first = np.r_[True, par[1:] != par[:-1]] if order.size else np.zeros(0, bool)
-    last = np.r_[par[1:] != par[:-1], True] if order.size else np.zeros(0, bool)
-    if order.size:
-        if np.any(lo[order[first]] != lo[par[first]]) or np.any(hi[order[last]] != hi[par[last]]):
-            return None
-        inner = ~first
-        if np.any(lo[order[inner]] != hi[order[np.flatnonzero(inner) - 1]] + 1):
-            return None
-    levels = []
-    if np.all((dk[1:] > dk[:-1]) | ((dk[1:] == dk[:-1]) & (pk[1:] >= pk[:-1]))):
-        by_depth = kids
-    else:
-        by_depth = kids[np.lexsort((pk, dk))]
-    dsort = depth[by_depth]
-    for d in range(int(dsort.max()) if dsort.size else 0, 0, -1):
-        a, b = np.searchsorted(dsort, [d, d + 1])
-        seg = by_depth[a:b]
-        p = parent[seg]
-        starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
-        levels.append((seg, starts, p[starts]))
-    return _TreePlan(n, levels, leaves, cells, N)
-
-
-def _tree_solve(plan, Y, node_var=None):
-    """x̂ = T⁺Y for a tree with independent per-node noise variances (default all equal).
-
-    Bottom-up: z_v = (y_v·S_V + S_z·v_v)/(S_V + v_v), V_v = v_v·S_V/(v_v + S_V) with S_z, S_V
-    the sums over the children of their z and V. Top-down: x̂_c = z_c + V_c/S_V·(x̂_p − S_z).
-    This is the generalised least-squares (BLUE) solution (Hay et al. 2010, Sec. 4).
-    """
-    N, k = plan.size, Y.shape[1]
-    var = np.ones(N) if node_var is None else np.asarray(node_var, dtype=np.float64)
-    z = Y.copy()
-    V = var.copy()
-    sum_z = np.zeros((N, k))
-    sum_v = np.ones(N)
-    for seg, starts, parents in plan.levels:  # deepest level first
-        sz = np.add.reduceat(z[seg], starts, axis=0)
-        sv = np.add.reduceat(V[seg], starts)
-        own = var[parents]
-        z[parents] = (Y[parents] * sv[:, None] + sz * own[:, None]) / (sv + own)[:, None]
-        V[parents] = own * sv / (own + sv)
-        sum_z[parents], sum_v[parents] = sz, sv
-    est = z  # roots keep their bottom-up estimate; refine every other node top-down
-    for seg, starts, parents in reversed(plan.levels):  # shallowest level first
-        counts = np.diff(np.r_[starts, seg.size])
-        par = np.repeat(parents, counts)
-        est[seg] = z[seg] + (V[seg] / sum_v[par])[:, None] * (est[par] - sum_z[par])
-    out = np.empty((plan.n, k))
-    out[plan.cells] = est[plan.leaves]
-    return out
-
-
-# -- Haar: split block sums top-down --------------------------------------------------------------
-
-
-def _haar_solve(A, Y):
-    """A⁻¹Y for the Haar matrix (:class:`matmech.strategies.Haar`, any n): the total, then per
-    dyadic level the block sums split top-down, left = (sum + detail)/2, right = (sum − detail)/2;
-    a block without a right half passes its sum to its left half. O(n) after the levels."""
-    n, k = A.n, Y.shape[1]
-    sums = Y[0:1]
-    r = 1
-    for s, kept in A.levels:
-        blocks = -(-n // (s // 2))  # blocks of size s/2 below
-        nxt = np.empty((blocks, k))
-        d = Y[r : r + kept]
-        nxt[0 : 2 * kept : 2] = (sums[:kept] + d) / 2.0
-        nxt[1 : 2 * kept : 2] = (sums[:kept] - d) / 2.0
-        if 2 * kept < blocks:  # the last block at this level has no right half
-            nxt[2 * kept :] = sums[kept:]
-        sums, r = nxt, r + kept
-    return sums
-
-
 # -- Kronecker: one attribute at a time --------------------------------------------------------------
 
 
-def _kron_solve(A, Y, tol, maxiter):
+def _kron_solve(factors, n, Y, tol, maxiter):
     """(⊗Aᵢ)⁺ Y = (⊗Aᵢ⁺) Y, applying Aᵢ⁺ along attribute i (cells row-major, last fastest)."""
     k = Y.shape[1]
-    t = Y.reshape(*[f.shape[0] for f in A.factors], k)
-    for axis, f in enumerate(A.factors):
+    t = Y.reshape(*[f.shape[0] for f in factors], k)
+    for axis, f in enumerate(factors):
         t = np.moveaxis(t, axis, 0)
         rest = t.shape[1:]
         flat = _pinv_apply(f, np.ascontiguousarray(t).reshape(t.shape[0], -1), tol, maxiter)
         t = np.moveaxis(flat.reshape(f.shape[1], *rest), 0, axis)
-    return t.reshape(A.shape[1], k)
+    return t.reshape(n, k)
 
 
 # -- generic: dense normal equations or LSMR --------------------------------------------------------
@@ -426,19 +483,9 @@ def _generic(As, Ys, stds, tol, maxiter):
 
 
 def _dense_normal(B, b):
-    gram = B.gram().dense(max_entries=DENSE_SOLVE_N**2)
-    gram = 0.5 * (gram + gram.T)
-    rhs = B.rmatvec(b)
-    try:
-        L = sla.cholesky(gram, lower=True, check_finite=False)
-        d = np.diag(L) ** 2
-        if d.min() > 1e-10 * d.max():
-            return sla.cho_solve((L, True), rhs, check_finite=False)
-    except sla.LinAlgError:
-        pass
-    lam, vec = np.linalg.eigh(gram)
-    keep = lam > 1e-10 * max(lam.max(), 1e-300)
-    return vec[:, keep] @ ((vec[:, keep].T @ rhs) / lam[keep][:, None])
+    """The normal equations BᵀB x = Bᵀb solved densely by the one PSD kernel
+    (:func:`matmech.linalg.gls.psd_solve`, shared with the dense GLS of records)."""
+    return psd_solve(B.gram().dense(max_entries=DENSE_SOLVE_N**2), B.rmatvec(b))
 
 
 def _lsmr(B, b, tol, maxiter):

@@ -8,7 +8,7 @@ from matmech import inference
 from matmech.linalg import structured
 from matmech import strategies as S
 from matmech.inference import least_squares, solve, tree_plan
-from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, VStack
+from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, Sparse, VStack
 from matmech.privacy.measure import Measurement, measure
 from matmech.strategies import Tree
 
@@ -229,7 +229,7 @@ def p_identity(n, p, seed):
         lambda: VStack(
             [Scaled(S.identity(40), 0.7), Dense(np.random.default_rng(2).random((5, 40)))]
         ),
-        lambda: inference.Sparse(p_identity(40, 3, 3)),
+        lambda: Sparse(p_identity(40, 3, 3)),
     ],
 )
 def test_diagonal_plus_rows_uses_woodbury(make, monkeypatch):
@@ -268,3 +268,88 @@ def test_gram_inverse_cholesky_and_singular():
     M, _ = structured.gram_inverse(A)
     np.testing.assert_allclose(M.dense(), np.linalg.inv(A.matrix.T @ A.matrix), rtol=1e-7)
     assert structured.gram_inverse(Dense(np.ones((5, 3)))) is None
+
+
+# -- the estimator over measurement records (issue 22): one Answers type ------------------------
+
+import oracle_problems as op  # noqa: E402
+
+from matmech.inference import estimate  # noqa: E402
+from matmech.linalg.answers import Answers  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "path,model,method",
+    [
+        ("histogram", "pure", "none"),
+        ("histogram", "approx", "none"),
+        ("histogram", "pure", "topc-gap"),  # gaps with an unknown common offset
+        ("histogram", "pure", "svt-gap"),  # gaps with a common threshold noise
+        ("histogram", "approx", "adaptive-svt"),  # per-row gap variances
+        ("histogram", "pure", "vector"),
+        ("records", "approx", "none"),  # a record on the marginal of the support
+        ("records", "pure", "svt-gap"),
+        ("residual", "approx", "none"),  # one record per residual
+        ("residual", "pure", "none"),  # one record per noisy table
+        ("gmarginal", "approx", "none"),
+    ],
+)
+def test_estimate_of_the_records_equals_the_dense_oracle(path, model, method):
+    """estimate(records, W) is the GLS of every record, equal to an independent dense SVD
+    least squares of the same records (tests/oracle_problems.py) to 1e-8 relative."""
+    for seed in range(3):
+        rel, W, _ = op.run(path, model, method, seed)
+        Wd = W.dense() if rel.selected is None else W.dense()[rel.selected]
+        if Wd.shape[0] == 0:
+            continue
+        a, v = op.dense_gls(rel.measurements, Wd)
+        got = estimate(rel.measurements, Dense(Wd))
+        assert isinstance(got, Answers)
+        assert np.abs(got.values - a).max() <= op.RTOL * max(1.0, np.abs(a).max())
+        assert np.abs(got.variances - v).max() <= op.RTOL * v.max()
+
+
+def test_estimate_with_iid_records_takes_the_structured_path_and_its_variances(monkeypatch):
+    """One strategy measurement: least_squares' x̂ exactly, and the Matrix Mechanism's
+    variances σ²·diag(W (AᵀA)⁺ Wᵀ) against the dense pseudo-inverse."""
+    from matmech import workloads as W
+    from matmech.record import strategy_record
+
+    A = S.hierarchical(16)
+    m = measure(np.arange(16), A, 1.0, rng=np.random.default_rng(0))
+    monkeypatch.setattr(inference, "cell_gls", lambda *a, **k: pytest.fail("dense GLS used"))
+    ans = estimate([strategy_record(m)], W.prefix(16))
+    np.testing.assert_array_equal(ans.values, W.prefix(16).matvec(least_squares(m)))
+    Ad, Wd = A.dense(), W.prefix(16).dense()
+    want = m.variance * np.einsum("ij,jk,ik->i", Wd, np.linalg.pinv(Ad.T @ Ad), Wd)
+    np.testing.assert_allclose(ans.variances, want, rtol=1e-10)
+    cells = estimate([strategy_record(m)])
+    np.testing.assert_array_equal(cells.values, least_squares(m))
+    assert estimate([strategy_record(m)], variances=False).variances is None
+
+
+def test_estimate_refuses_answers_the_records_do_not_determine():
+    from matmech.record import MeasurementRecord
+
+    rec = MeasurementRecord(query=Dense(np.eye(4)[:2]), values=[1.0, 2.0], variance=[1.0, 2.0])
+    got = estimate([rec], Dense(np.eye(4)[:2]))
+    np.testing.assert_allclose(got.values, [1.0, 2.0])
+    np.testing.assert_allclose(got.variances, [1.0, 2.0])
+    with pytest.raises(ValueError, match="row space"):
+        estimate([rec], Dense(np.eye(4)[1:3]))
+    with pytest.raises(ValueError, match="at least one"):
+        estimate([])
+
+
+def test_answers_is_frozen_and_keeps_or_computes_its_covariance():
+    a = Answers(
+        np.array([1.0, 2.0]), np.array([1.0, 4.0]), covariance_of=lambda: np.diag([1.0, 4.0])
+    )
+    assert a.std.tolist() == [1.0, 2.0]
+    np.testing.assert_array_equal(a.cov(), np.diag([1.0, 4.0]))
+    with pytest.raises(ValueError):
+        a.values[0] = 3.0
+    with pytest.raises(ValueError, match="one entry per value"):
+        Answers(np.zeros(2), np.zeros(3))
+    with pytest.raises(ValueError, match="full covariance"):
+        Answers(np.zeros(2), np.zeros(2)).cov()

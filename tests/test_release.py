@@ -149,8 +149,8 @@ def test_overspend_refused_and_nothing_drawn():
 
 
 BAD = [
-    (dict(x=np.r_[X[:-1], -1]), ValueError, r"x\[31\] is negative"),
-    (dict(x=np.r_[X[:-1], 0.5]), ValueError, r"x\[31\] is not an integer"),
+    (dict(x=np.r_[X[:-1], -1]), ValueError, r"x holds an entry that is negative"),
+    (dict(x=np.r_[X[:-1], 0.5]), ValueError, r"x holds an entry that is not an integer"),
     (dict(x=np.r_[X[:-1], np.nan]), ValueError, "not finite"),
     (dict(x=np.r_[X[:-1], np.inf]), ValueError, "not finite"),
     (dict(x=X[:-1]), ValueError, "the workload has 32 columns but x has 31 cells"),

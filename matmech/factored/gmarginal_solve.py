@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from matmech.factored.terms import Terms
+from matmech.linalg.answers import Answers
 from matmech.linalg.linop import Identity
 from matmech.optimizers.marginals import GeneralMarginalStrategy
 
@@ -232,6 +233,31 @@ class GMarginalSolver:
                 acc += np.transpose(t, perm) if perm else t
             out.append((w * outside) * acc.reshape(-1))
         return np.concatenate(out) if out else np.zeros(0)
+
+    def solve(self, terms, records) -> Answers:
+        """The answers to W (``terms``) from the measurement records, one per measured subset
+        S in order (:func:`matmech.factored.gmarginal_release` makes them: values = y_S
+        row-major, variance v_S), with their variances diag(W G⁻ Wᵀ):
+        :class:`~matmech.linalg.answers.Answers`. Post-processing only."""
+        records = tuple(records)
+        if len(records) != len(self.subsets):
+            raise ValueError(
+                f"expected one record per measured subset ({len(self.subsets)}), got {len(records)}"
+            )
+        y, variances = {}, []
+        for S, rec in zip(self.subsets, records):
+            if tuple(rec.attributes or ()) != tuple(S):
+                raise ValueError(
+                    f"the records are not in the plan's subset order: {rec.attributes} for {S}"
+                )
+            shape = tuple(self.strategy.factors[i].shape[0] for i in S)
+            y[S] = np.asarray(rec.values, dtype=np.float64).reshape(shape)
+            v = np.asarray(rec.variance, dtype=np.float64)
+            if v.size and not np.all(v == v.flat[0]):
+                raise ValueError(f"the record of subset {S} must have one noise variance")
+            variances.append(float(v.flat[0]) if v.size else 1.0)
+        values = self.answers(terms, self.estimate(y, variances))
+        return Answers(values, self.variances(terms), method="factored GLS (generalised marginals)")
 
     def memory(self, terms):
         """Bytes the estimate and the answers need (tables of the subsets and classes, answers)."""

@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from matmech.factored.measure import ResidualMeasurement
+from matmech.linalg.answers import Answers
 from matmech.linalg.residual import (
     apply_axes,
     apply_axes_batched,
@@ -108,6 +109,13 @@ class MarginalReconstructor:
                 answers[pos] = w * est.reshape(len(K), -1)
                 var[pos] = w * w * v.reshape(len(K), -1)
         return answers, var
+
+    def answers(self, subsets, weights=None) -> Answers:
+        """:meth:`stacked` as :class:`~matmech.linalg.answers.Answers` (the answers of the
+        weighted marginals ``subsets`` and their exact variances), computed from the
+        measurement's records (:attr:`ResidualMeasurement.records`)."""
+        values, var = self.stacked(subsets, weights)
+        return Answers(values, var, method="residual closed form (Xiao et al. 2023)")
 
     def _stack(self, Ss, shape):
         """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes

@@ -45,6 +45,9 @@ def check_size(n, name="n"):
 class Identity(LinOp):
     """The n×n identity."""
 
+    #: Hook flag: the operator is the identity on the cells (:mod:`matmech.linalg.quadratic`).
+    is_identity = True
+
     def __init__(self, n):
         n = check_size(n)
         self.shape = (n, n)
@@ -66,6 +69,20 @@ class Identity(LinOp):
 
     def _dense(self):
         return np.eye(self.shape[0])
+
+    # -- quadratic-form hooks (matmech.linalg.quadratic) ---------------------------------------
+    def covariance_trace(self, W):
+        """trace(W I Wᵀ) = Σ squared column norms of W."""
+        return float((W.col_norms(2) ** 2).sum())
+
+    def covariance_diag(self, W):
+        """diag(W Wᵀ) from W's squared row norms when W knows them (``row_norms2``), else None."""
+        rn = getattr(W, "row_norms2", None)
+        return None if rn is None else rn()
+
+    def split_like(self, factors):
+        """I_n as ⊗ I_{nᵢ} over the column sizes of ``factors`` (a Kronecker workload's)."""
+        return [Identity(f.shape[1]) for f in factors]
 
     def gram_pinv(self):
         return self, None  # IᵀI = I is its own inverse
@@ -194,6 +211,10 @@ class Kron(LinOp):
 
     def _dense(self):
         return reduce(np.kron, [f._dense() for f in self.factors])
+
+    def kron_factors(self):
+        """The factors (hook of :mod:`matmech.linalg.quadratic` and :mod:`matmech.inference`)."""
+        return self.factors
 
     def gram_eigenvalues(self):
         lams = [f.gram_eigenvalues() for f in self.factors]

@@ -23,15 +23,25 @@ it does not flip with BLAS threads or CPU kernels.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from matmech.linalg.answers import Answers
+from matmech.linalg.lazy import sla
 
 __all__ = [
     "EXACT_RANK_MAX",
+    "PINV_RTOL",
     "RANK_RTOL",
+    "cell_gls",
     "exact_rank",
     "gls",
+    "gls_answers",
     "integer_gram",
+    "precision",
     "precision_on",
+    "psd_solve",
     "row_space_basis",
 ]
 
@@ -134,13 +144,14 @@ def _chol(M, what):
     return np.linalg.cholesky(M)
 
 
-def gls(records, B) -> tuple[np.ndarray, np.ndarray]:
-    """The GLS of the unknowns q = B θ from ``records`` → (q̂, Cov(q̂)) (module docstring).
+def gls_answers(records, B) -> Answers:
+    """The GLS of the unknowns q = B θ from ``records`` as :class:`~matmech.linalg.answers.Answers`
+    (values q̂, variances, covariance Cov(q̂)) (module docstring).
 
     ``records``: iterable of (op, values, precision) with op (m × k), values (m,) and the
     precision (m × m, positive semidefinite; e.g. :func:`precision_on` of a singular
-    covariance, or the limit of an unknown common offset). ``B`` (k × r): a basis of the
-    space q lies in. Raises ValueError when the records do not determine θ.
+    covariance, or :func:`precision` of a record with a common offset). ``B`` (k × r): a basis
+    of the space q lies in. Raises ValueError when the records do not determine θ.
     """
     B = np.asarray(B, dtype=np.float64)
     r = B.shape[1]
@@ -155,4 +166,101 @@ def gls(records, B) -> tuple[np.ndarray, np.ndarray]:
     theta = np.linalg.solve(L.T, np.linalg.solve(L, h))
     Linv_Bt = np.linalg.solve(L, B.T) if r else np.zeros((0, B.shape[0]))
     cov = Linv_Bt.T @ Linv_Bt
-    return B @ theta, (cov + cov.T) / 2
+    cov = (cov + cov.T) / 2
+    return Answers(B @ theta, np.diag(cov).copy(), cov, method="GLS on the answers' space")
+
+
+def gls(records, B) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gls_answers` as (q̂, Cov(q̂)) (the form :func:`matmech.svt.combine.combine_gaps` reads)."""
+    out = gls_answers(records, B)
+    return np.array(out.values), np.array(out.covariance)
+
+
+# -- the cell space: the normal equations of every record --------------------------------------
+
+#: Eigenvalues of the normal matrix below this fraction of the largest are its null space
+#: (the minimum-norm solution), when Cholesky finds it (nearly) singular.
+PINV_RTOL = 1e-10
+
+
+def precision(variance, common_variance=0.0) -> np.ndarray:
+    """The precision of noise with covariance diag(``variance``) + ``common_variance``·11ᵀ:
+    D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1), exactly D⁻¹ for s = 0 and, for s = inf (an unknown
+    common offset, Noisy Top-c's gaps), the limit that only sees differences (Sherman-Morrison)."""
+    w = 1.0 / np.asarray(variance, dtype=np.float64)
+    s = float(common_variance)
+    if s == 0:
+        return np.diag(w)
+    denom = (0.0 if math.isinf(s) else 1.0 / s) + w.sum()
+    return np.diag(w) - np.outer(w, w) / denom
+
+
+def psd_solve(gram, rhs) -> np.ndarray:
+    """J⁺ rhs for a symmetric positive semidefinite J (``gram``): Cholesky when J is well
+    conditioned (pivots above :data:`PINV_RTOL` of the largest), else the eigen-decomposition
+    with relative cut-off :data:`PINV_RTOL` (the minimum-norm solution). The one dense
+    normal-equation kernel: :func:`matmech.inference.solve`'s dense fallback and
+    :func:`cell_gls` both use it."""
+    return _psd_factor(gram)(rhs)
+
+
+def _psd_factor(gram):
+    """The solve of :func:`psd_solve` for ``gram``, with ``.range`` the orthonormal basis of
+    its range when the eigen path was taken (None: Cholesky, full rank)."""
+    gram = 0.5 * (gram + gram.T)
+    try:
+        L = sla.cholesky(gram, lower=True, check_finite=False)
+        d = np.diag(L) ** 2
+        if d.min() > PINV_RTOL * d.max():
+
+            def chol(rhs):
+                return sla.cho_solve((L, True), rhs, check_finite=False)
+
+            chol.range = None  # type: ignore[attr-defined]
+            return chol
+    except sla.LinAlgError:
+        pass
+    lam, vec = np.linalg.eigh(gram)
+    keep = lam > PINV_RTOL * max(lam.max(), 1e-300)
+
+    def eig(rhs):
+        return vec[:, keep] @ ((vec[:, keep].T @ rhs) / lam[keep][:, None])
+
+    eig.range = vec[:, keep]  # type: ignore[attr-defined]
+    return eig
+
+
+def cell_gls(parts, W=None, *, variances=True) -> Answers:
+    """The GLS over the cells: x̂ = J⁺ Σᵢ Qᵢᵀ Pᵢ yᵢ with J = Σᵢ Qᵢᵀ Pᵢ Qᵢ (dense, small n),
+    and, with a workload ``W`` (dense m × n), the answers W x̂ with covariance W J⁺ Wᵀ.
+
+    ``parts``: (Q (mᵢ × n), y (mᵢ,), P (mᵢ × mᵢ precision, :func:`precision`)). Raises
+    ValueError when a row of W is not in the row space of J (the records do not determine
+    it: never a silent pseudo-inverse number)."""
+    parts = list(parts)
+    n = np.asarray(parts[0][0]).shape[1]
+    J = np.zeros((n, n))
+    h = np.zeros(n)
+    for Q, y, P in parts:
+        Q = np.asarray(Q, dtype=np.float64)
+        PQ = np.asarray(P, dtype=np.float64) @ Q
+        J += Q.T @ PQ
+        h += PQ.T @ np.asarray(y, dtype=np.float64)
+    solve = _psd_factor(J)
+    xhat = solve(h[:, None])[:, 0]
+    if W is None:
+        if not variances:
+            return Answers(xhat, None, method="GLS over the cells (dense)")
+        W = np.eye(n)
+    W = np.asarray(W, dtype=np.float64)
+    if solve.range is not None and W.size:  # J singular: W's rows must lie in its range
+        U = solve.range
+        off = W.T - U @ (U.T @ W.T)
+        if float((off**2).sum()) > 1e-8 * float((W**2).sum()):  # the rule of error.py
+            raise ValueError(
+                "some answers are not in the row space of the measurements: the records do "
+                "not determine them"
+            )
+    cov = W @ solve(W.T)  # W J⁺ Wᵀ
+    cov = (cov + cov.T) / 2
+    return Answers(W @ xhat, np.diag(cov).copy(), cov, method="GLS over the cells (dense)")

@@ -147,6 +147,11 @@ class Intervals(LinOp):
         graph = sp.coo_matrix((np.ones(lo.size), (lo, hi + 1)), shape=(self.n + 1, self.n + 1))
         return self.n + 1 - connected_components(graph, directed=False)[0]
 
+    def row_norms2(self):
+        """Squared row norms: the interval lengths hi − lo + 1."""
+        lo, hi = self.bounds()
+        return (hi - lo + 1).astype(np.float64)
+
     def block_overlaps(self, s, start=0, stop=None):
         """Per row, Σ_B |row ∩ B|² over the aligned blocks B of size s (s divides n)."""
         lo, hi = self.bounds(start, stop)

@@ -79,6 +79,19 @@ class BlockSpectral(LinOp):
         """trace(G · self) from a function s ↦ Σ_B ‖W 1_B‖² over blocks of size s."""
         return float(sum(c * block_energy(s) / s for c, s in zip(self.level_weights(), self.sizes)))
 
+    # -- quadratic-form hooks (matmech.linalg.quadratic) -------------------------------------
+    def covariance_trace(self, W):
+        """trace(W · self · Wᵀ) from W's block energies (interval workloads), else None."""
+        be = getattr(W, "block_energy", None)
+        return None if be is None else self.trace_against(be)
+
+    def covariance_diag(self, W):
+        """diag(W · self · Wᵀ) from W's block overlaps (interval workloads), else None."""
+        bo = getattr(W, "block_overlaps", None)
+        if bo is None:
+            return None
+        return sum(c * bo(s) / s for c, s in zip(self.level_weights(), self.sizes))
+
 
 # -- nested partitions of any sizes: trees and Haar for every n --------------------------------------
 #
@@ -234,6 +247,22 @@ class NestedCovariance(LinOp):
         return float(
             sum(self.interval_variances(lo, hi, p).sum() for _, lo, hi in W._chunks(1 << 16))
         )
+
+    # -- quadratic-form hooks (matmech.linalg.quadratic) -------------------------------------
+    def covariance_trace(self, W):
+        """trace(W · self · Wᵀ): interval workloads in closed form, the cells themselves
+        (W = I, ``is_identity``) as the diagonal's sum; else None."""
+        if getattr(W, "bounds", None) is not None and getattr(W, "_chunks", None) is not None:
+            return self.interval_trace(W)
+        if getattr(W, "is_identity", False):
+            return float(self.diagonal().sum())
+        return None
+
+    def covariance_diag(self, W):
+        """diag(W · self · Wᵀ) for interval workloads, else None."""
+        if getattr(W, "bounds", None) is not None and getattr(W, "_chunks", None) is not None:
+            return self.interval_diagonal(W)
+        return None
 
     def interval_diagonal(self, W):
         p = self.prefix_variances()

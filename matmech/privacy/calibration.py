@@ -9,6 +9,18 @@
 * For comparison, the analytic Gaussian mechanism (Balle & Wang, ICML 2018, Thm. 8) gives
   the smallest σ for *continuous* Gaussian noise; it is not what we sample.
 
+This module owns the library's one calibration rule; every plan (histogram measurement,
+factored tables, selections, streams) and every error figure calls it, none restates it:
+
+* :func:`neighbor_sensitivity`: the neighbouring relation's factor on a largest column norm
+  (add/remove 1, substitution 2: :data:`~matmech.privacy.params.NEIGHBORS`), with the float
+  margin :data:`SENS_MARGIN` where the norm was not summed exactly;
+* :func:`noise_for`: (ε, δ, Δ) → the discrete noise and its scale (Laplace b = Δ₁/ε rounded
+  up for the decimal ε charged, :func:`laplace_scale_up`; Gaussian σ = :func:`gaussian_sigma`);
+* :func:`measurement_variance`: the variance of that noise, discrete or continuous;
+* grids: :func:`sampler_grid` (a strategy's lattice), :func:`run_grid` and
+  :func:`scale_on_grid` (one grid for all noises of a selection, scales in whole steps).
+
 Every numerically optimised quantity is rounded in the safe direction: a returned ε or δ
 is attained at some α (so it is a valid bound), and a returned σ satisfies the target.
 """
@@ -17,10 +29,21 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 
-from matmech.privacy.params import check_delta, check_eps, check_noise_delta, check_noise_eps, real
+from matmech.privacy import noise as _noise
+from matmech.privacy.params import (
+    calibrated_eps,
+    check_delta,
+    check_eps,
+    check_neighbors,
+    check_noise_delta,
+    check_noise_eps,
+    neighbor_factor,
+    real,
+)
 
 __all__ = [
     "laplace_scale",
@@ -29,6 +52,15 @@ __all__ = [
     "zcdp_to_approx_dp",
     "approx_dp_delta",
     "noise_variance",
+    "SENS_MARGIN",
+    "neighbor_sensitivity",
+    "row_sensitivity",
+    "laplace_scale_up",
+    "noise_for",
+    "measurement_variance",
+    "sampler_grid",
+    "run_grid",
+    "scale_on_grid",
 ]
 
 _SAFETY = 1.0 + 1e-12  # relative margin for float rounding in the safe direction
@@ -290,3 +322,158 @@ def noise_variance(eps, delta=0.0, *, sensitivity) -> float:
     if d == 0:
         return 2.0 * laplace_scale(e, s) ** 2
     return gaussian_sigma(e, d, s) ** 2
+
+
+# ------------------------------------------------------------------------- the one rule
+
+#: Relative margin on a sensitivity computed in floats (summation, sqrt): not needed for
+#: integer L1 norms, which are summed exactly.
+SENS_MARGIN = 1.0 + 1e-9
+
+_PRECISION_BITS = 20  # bits of the largest column norm kept when rounding A to a grid
+_EXACT_BITS = 52  # |A_g x| / grid stays at most 2**52: exact in float64
+_LAPLACE_LIMIT_BITS = 46  # scale/grid stays below 2**46 (the sampler allows 2**48)
+_GAUSS_LIMIT_BITS = 22  # sigma/grid stays below 2**22 (the sampler allows 2**24)
+
+
+def neighbor_sensitivity(
+    norm: float, neighbors: str = "add_remove", *, margin: bool = False
+) -> float:
+    """The sensitivity of a query whose largest column L_p norm is ``norm``, under ``neighbors``.
+
+    Add/remove one record moves one cell of x by 1, so Δ_p = ``norm``; substitution moves two
+    cells, so at most 2·``norm`` (:data:`~matmech.privacy.params.NEIGHBORS`). ``margin``:
+    times :data:`SENS_MARGIN`, for a norm computed in floats (an L2 norm, grid sums).
+
+    Parameters
+    ----------
+    norm : float
+        The largest column L_p norm of the measured operator.
+    neighbors : {"add_remove", "substitute"}, default "add_remove"
+        The neighbouring relation.
+    margin : bool, default False
+        Add the relative float margin 1e-9.
+
+    Returns
+    -------
+    float
+        factor · norm (· SENS_MARGIN).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``neighbors``.
+    TypeError
+        ``neighbors`` not a string.
+
+    Examples
+    --------
+    >>> neighbor_sensitivity(3.0), neighbor_sensitivity(3.0, "substitute")
+    (3.0, 6.0)
+    """
+    s = neighbor_factor(neighbors) * norm
+    return s * SENS_MARGIN if margin else s
+
+
+def row_sensitivity(lo: float, hi: float, neighbors: str = "add_remove") -> float:
+    """The sensitivity of one query row with entries in [``lo``, ``hi``] (and 0): a record
+    moves the row's answer by one entry (add/remove: max(|lo|, |hi|)) or by the difference
+    of two entries (substitution: hi − lo), the rule of private selection's per-row noise
+    (:mod:`matmech.svt.select`)."""
+    if check_neighbors(neighbors) == "add_remove":
+        return max(abs(lo), abs(hi))
+    return hi - lo
+
+
+def laplace_scale_up(eps: float, sens: float) -> float:
+    """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly, for the decimal
+    ε the budget charges (:func:`~matmech.privacy.params.calibrated_eps`, issue 21)."""
+    e = calibrated_eps(eps)
+    b = laplace_scale(eps, sens)  # validates eps; rounded up below for the calibrated e <= eps
+    while Fraction(b) * Fraction(e) < Fraction(sens):
+        b = math.nextafter(b, math.inf)
+    return b
+
+
+def noise_for(eps: float, delta: float, sensitivity: float) -> tuple[str, float]:
+    """(noise, scale) of a measurement with sensitivity Δ (neighbour factor and margin
+    included, :func:`neighbor_sensitivity`): δ = 0 → ``("discrete_laplace", b)``,
+    b = :func:`laplace_scale_up` (Δ₁/ε for the decimal ε charged); δ > 0 →
+    ``("discrete_gaussian", σ)``, σ = :func:`gaussian_sigma` (zCDP, CKS 2020).
+
+    Parameters
+    ----------
+    eps : float
+        ε in [1e-4, 100].
+    delta : float
+        0 (pure ε) or in [1e-100, 1).
+    sensitivity : float
+        Δ₁ (δ = 0) or Δ₂ (δ > 0).
+
+    Returns
+    -------
+    tuple of (str, float)
+        The noise name and its scale (Laplace b or σ), in the units of the measurement.
+
+    Raises
+    ------
+    ValueError
+        ε, δ or the sensitivity out of range.
+
+    Examples
+    --------
+    >>> noise_for(1.0, 0.0, 2.0)
+    ('discrete_laplace', 2.0)
+    """
+    if delta == 0:
+        return "discrete_laplace", laplace_scale_up(eps, sensitivity)
+    return "discrete_gaussian", gaussian_sigma(eps, delta, sensitivity)
+
+
+def measurement_variance(
+    eps: float, delta: float, sensitivity: float, *, discrete: bool = True
+) -> float:
+    """Per-entry noise variance of a unit-weight measurement at sensitivity Δ.
+
+    ``discrete=True``: what a release on the integers draws, the discrete Laplace at
+    t = Δ₁/ε (2e^{-1/t}/(1−e^{-1/t})², 1.841 at t = 1, not 2) or the discrete Gaussian at
+    σ (Canonne, Kamath, Steinke 2020); ``discrete=False`` (and Δ = 0): the continuous
+    2Δ₁²/ε² or σ² of :func:`noise_variance`."""
+    cont = noise_variance(eps, delta, sensitivity=sensitivity)
+    if not discrete or sensitivity == 0:
+        return cont
+    if delta == 0:
+        return _noise.discrete_laplace_variance(sensitivity / eps)
+    return _noise.discrete_gaussian_variance(math.sqrt(cont))
+
+
+def _pow2_at_least(v: float) -> float:
+    """The smallest power of two >= v (v > 0)."""
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
+
+
+def sampler_grid(sens1: float, scale0: float, gaussian: bool, max_records: int) -> float:
+    """The lattice a real-valued strategy is rounded to (data independent): the smallest
+    power of two keeping ~20 bits of Δ₁, the exact sampler's range (scale/grid below 2**46
+    Laplace, 2**22 Gaussian) and A_g x exact in float64 for every histogram of at most
+    ``max_records`` records (Σx·Δ₁/g <= 2**52)."""
+    limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
+    g = max(
+        sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS
+    )
+    return _pow2_at_least(g)
+
+
+def run_grid(*scales: float) -> float:
+    """One power-of-two grid for all noises of a selection run, never coarser than 1 (so
+    integer values stay exactly on it): the finest :func:`matmech.privacy.noise.grid_for`."""
+    return min([1.0] + [_noise.grid_for(s) for s in scales])
+
+
+def scale_on_grid(mult: float, sensitivity: float, eps_part: float, g: float) -> float:
+    """mult · sensitivity / eps_part rounded UP to a whole number of grid steps, exactly
+    (Fractions): never less noise than calibrated, an integer scale in grid units for the
+    exact sampler."""
+    units = Fraction(mult) * Fraction(sensitivity) / (Fraction(eps_part) * Fraction(g))
+    return math.ceil(units) * g

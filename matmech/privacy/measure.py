@@ -32,15 +32,24 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
 
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.calibration import gaussian_sigma, laplace_scale
-from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
+from matmech.privacy.calibration import (
+    _EXACT_BITS,
+    SENS_MARGIN,
+    _pow2_at_least,
+    gaussian_sigma,
+    laplace_scale,
+    laplace_scale_up,
+    neighbor_sensitivity,
+    noise_for,
+    sampler_grid,
+)
+from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, as_linop
 from matmech.linalg.operator import _rint
 from matmech.linalg.structured import RoundedDense, RoundedSparse
@@ -71,14 +80,8 @@ __all__ = [
 #: The declared bound on the number of records (Σx) when the caller gives none: the grid of
 #: every measurement keeps A_g x exact in float64 for any histogram with at most this total.
 MAX_RECORDS = 2**32
-
-_PRECISION_BITS = 20  # bits of the largest column norm kept when rounding A to a grid
-_EXACT_BITS = 52  # |A_g x| / grid stays at most 2**52: exact in float64
-_LAPLACE_LIMIT_BITS = 46  # scale/grid stays below 2**46 (the sampler allows 2**48)
-_GAUSS_LIMIT_BITS = 22  # sigma/grid stays below 2**22 (the sampler allows 2**24)
-#: Relative margin on a sensitivity computed in floats (summation, sqrt): not needed for
-#: integer L1 norms, which are summed exactly.
-SENS_MARGIN = 1.0 + 1e-9
+# The calibration rule (neighbour factor, SENS_MARGIN, noise scales, the sampler's grid) is
+# matmech.privacy.calibration's; SENS_MARGIN and laplace_scale_up are re-exported here.
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,11 +167,12 @@ class Measurement:
 
 
 def check_counts(x, n=None, *, name="x"):
-    """Return x as an int64 vector of non-negative integer counts, or raise naming the entry.
+    """Return x as an int64 vector of non-negative integer counts, or raise naming the defect.
 
     Accepts integer, boolean and integral float arrays (and pandas Series); rejects NaN,
     infinities, negative or fractional entries and, when ``n`` is given, a wrong length.
-    A message names the position of a bad entry, never its value (x is private).
+    A message names the kind of defect and the expected form only: never the position of a
+    bad cell (that would say which cell of the private histogram is malformed) nor a value.
     """
     if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray):
         x = x.to_numpy()
@@ -188,26 +192,23 @@ def check_counts(x, n=None, *, name="x"):
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        if not np.isfinite(arr).all():
             raise ValueError(
-                f"{name}[{i}] is not finite; counts must be finite non-negative integers"
+                f"{name} holds an entry that is not finite; counts must be finite non-negative integers"
             )
-        frac = arr != np.floor(arr)
-        if frac.any():
-            i = int(np.flatnonzero(frac)[0])
+        if (arr != np.floor(arr)).any():
             raise ValueError(
-                f"{name}[{i}] is not an integer; the mechanism needs counts (build x with matmech.histogram)"
+                f"{name} holds an entry that is not an integer; counts must be non-negative "
+                "integers (build x with matmech.histogram)"
             )
         if np.abs(arr).max() >= 2.0**62:
             raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**62:
         raise ValueError(f"{name} holds an entry too large for a count (at least 2**62)")
-    neg = arr < 0
-    if neg.any():
-        i = int(np.flatnonzero(neg)[0])
-        raise ValueError(f"{name}[{i}] is negative; counts must be non-negative")
+    if (arr < 0).any():
+        raise ValueError(
+            f"{name} holds an entry that is negative; counts must be non-negative integers"
+        )
     return arr.astype(np.int64)
 
 
@@ -218,12 +219,6 @@ def integer_valued(A):
     """True when every entry of A is an integer (so A x is exact on the integer lattice):
     :meth:`~matmech.linalg.linop.LinOp.integer_valued`."""
     return isinstance(A, LinOp) and A.integer_valued()
-
-
-def _pow2_at_least(v):
-    """The smallest power of two >= v (v > 0)."""
-    m, e = math.frexp(v)
-    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
 
 
 def _round_to_grid(A, g):
@@ -243,27 +238,16 @@ def _round_to_grid(A, g):
     return RoundedDense(m.toarray() if sp.issparse(m) else m)
 
 
-def _grid_for_strategy(sens1, scale0, gaussian, max_records):
-    """Data-independent grid: ~20 bits of Δ₁, the sampler's limits, and exactness of A_g x
-    in float64 for every histogram of at most ``max_records`` records (Σx·Δ₁/g <= 2**52)."""
-    limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
-    g = max(
-        sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS
-    )
-    return _pow2_at_least(g)
-
-
 def _quantise(A, p, eps, delta, neighbors, max_records):
     """(A_g, g, rounded): the strategy that will actually be measured and its lattice."""
     if A.integer_valued():
         return A, 1.0, False
-    factor = NEIGHBORS[neighbors]
-    sens1 = factor * A.sensitivity(1)
+    sens1 = neighbor_sensitivity(A.sensitivity(1), neighbors)
     if not sens1 > 0:
         raise ValueError("the strategy has sensitivity 0 (all entries zero); it measures nothing")
-    sens_p = sens1 if p == 1 else factor * A.sensitivity(2)
+    sens_p = sens1 if p == 1 else neighbor_sensitivity(A.sensitivity(2), neighbors)
     scale0 = laplace_scale(eps, sens_p) if p == 1 else gaussian_sigma(eps, delta, sens_p)
-    g = _grid_for_strategy(sens1, scale0, p == 2, max_records)
+    g = sampler_grid(sens1, scale0, p == 2, max_records)
     if isinstance(A, Kron):
         real = [i for i, f in enumerate(A.factors) if not f.integer_valued()]
         # split g over the real factors: g_i = Δ₁,i·(g/Δ)^(1/k) rounded up to a power of two,
@@ -349,7 +333,7 @@ def check_records(x, max_records):
 
 
 def _exact_sensitivity(A, p, neighbors, exact_integer):
-    s = NEIGHBORS[neighbors] * A.sensitivity(p)
+    s = neighbor_sensitivity(A.sensitivity(p), neighbors)
     if not math.isfinite(s) or s <= 0:
         raise ValueError(
             f"the measured strategy has L{p} sensitivity {s}; it must be positive and finite"
@@ -357,16 +341,6 @@ def _exact_sensitivity(A, p, neighbors, exact_integer):
     # integer-valued strategies have integer L1 sensitivities, summed exactly; anything
     # else (an L2 norm, grid sums, Kronecker products) gets a 1e-9 relative safety margin
     return s if exact_integer and p == 1 else s * SENS_MARGIN
-
-
-def laplace_scale_up(eps, sens):
-    """Δ₁/ε rounded up so that the float scale b satisfies b·ε >= Δ₁ exactly, for the decimal
-    ε the budget charges (:func:`~matmech.privacy.params.calibrated_eps`, issue 21)."""
-    e = calibrated_eps(eps)
-    b = laplace_scale(eps, sens)  # validates eps; rounded up below for the calibrated e <= eps
-    while Fraction(b) * Fraction(e) < Fraction(sens):
-        b = math.nextafter(b, math.inf)
-    return b
 
 
 def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=None):
@@ -390,7 +364,7 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors, max_records)
     exact = not rounded
     sens = _exact_sensitivity(A_m, p, neighbors, exact)
-    sens1 = sens if p == 1 else NEIGHBORS[neighbors] * A_m.sensitivity(1) * SENS_MARGIN
+    sens1 = sens if p == 1 else neighbor_sensitivity(A_m.sensitivity(1), neighbors, margin=True)
     # |A_g x| / grid <= Σx·Δ₁/grid must be an exact float64 integer (below 2**53); the grid
     # aims at 2**52, leaving a factor 2 for the sensitivity margin and float rounding
     if max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
@@ -398,8 +372,8 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
             f"max_records={max_records:,} is too many for exact arithmetic with this strategy "
             f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
         )
+    kind, scale = noise_for(eps, delta, sens)
     if p == 1:
-        kind, scale = "discrete_laplace", laplace_scale_up(eps, sens)
         ratio, limit = scale / grid, float(noise.MAX_LAPLACE_SCALE)
         std = (
             math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid
@@ -407,7 +381,6 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
             else math.inf
         )
     else:
-        kind, scale = "discrete_gaussian", gaussian_sigma(eps, delta, sens)
         ratio, limit = scale / grid, float(noise.MAX_SIGMA)
         std = (
             math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid

@@ -27,15 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.privacy.calibration import gaussian_sigma, zcdp_to_approx_dp
-from matmech.privacy.measure import (
-    MAX_RECORDS,
-    SENS_MARGIN,
-    check_max_records,
-    laplace_scale_up,
+from matmech.privacy.calibration import (
+    _pow2_at_least,
+    neighbor_sensitivity,
+    noise_for,
+    zcdp_to_approx_dp,
 )
+from matmech.privacy.measure import MAX_RECORDS, check_max_records
 from matmech.privacy.params import (
-    NEIGHBORS,
     check_delta,
     check_neighbors,
     check_privacy_params,
@@ -144,20 +143,13 @@ class StreamPlan:
         return self.std * np.sqrt(self.factorization.step_variances())
 
 
-def _pow2_at_least(v: float) -> float:
-    m, e = math.frexp(v)
-    return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
-
-
 def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:
     """(noise, scale, sensitivity) for factorization f under spec."""
-    factor = NEIGHBORS[spec.neighbors]
     eps, delta = spec.charge
-    if delta == 0:
-        sens = factor * f.sensitivity(1) * SENS_MARGIN
-        return "discrete_laplace", laplace_scale_up(eps, sens), sens
-    sens = factor * f.sensitivity(2) * SENS_MARGIN
-    return "discrete_gaussian", gaussian_sigma(eps, delta, sens), sens
+    norm = f.sensitivity(1 if delta == 0 else 2)
+    sens = neighbor_sensitivity(norm, spec.neighbors, margin=True)
+    kind, scale = noise_for(eps, delta, sens)  # matmech.privacy.calibration's one rule
+    return kind, scale, sens
 
 
 def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = None) -> StreamPlan:

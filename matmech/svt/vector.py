@@ -48,15 +48,15 @@ import numpy as np
 
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
-from matmech.privacy.calibration import laplace_scale
-from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors
-from matmech.svt.calibration import (
-    MAX_SCALE_UNITS,
-    _check_value_bound,
-    _scale_on_grid,
-    declared_grid,
-    gap_calibration,
+from matmech.privacy.calibration import (
+    laplace_scale,
+    neighbor_sensitivity,
+    run_grid,
+    scale_on_grid,
 )
+from matmech.privacy.params import calibrated_eps, check_neighbors
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.split import MAX_SCALE_UNITS, _check_value_bound, declared_grid
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import (
     check_c,
@@ -209,7 +209,7 @@ def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -
         raise ValueError(
             f"the workload's largest column L1 norm must be positive and finite, got {s}"
         )
-    return NEIGHBORS[neighbors] * s
+    return neighbor_sensitivity(s, neighbors)
 
 
 def _pow2_floor(v: float) -> float:
@@ -285,7 +285,7 @@ def _vector_calibration(
     nominal = laplace_scale(
         eps, sensitivity
     )  # the grid's scale (validates eps); exact scale below uses ec
-    g = min(1.0, noise.grid_for(nominal))
+    g = run_grid(nominal)
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
         g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))
     g = declared_grid(g, value_bound, sensitivity, integer_values, coords=n_values)
@@ -298,7 +298,7 @@ def _vector_calibration(
     sens = (
         sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
     )
-    return VectorCalibration(method, eps, c, float(sens), g, _scale_on_grid(1.0, sens, ec, g))
+    return VectorCalibration(method, eps, c, float(sens), g, scale_on_grid(1.0, sens, ec, g))
 
 
 def prefer_vector(

@@ -362,3 +362,40 @@ def test_release_labels_with_and_without_a_domain():
         release_labels(marginal_workload((2, 3, 4), [(0,)]), dom)
     with pytest.raises(TypeError, match="Domain"):
         release_labels(W, (2, 3, 3))
+
+
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_reconstructor_answers_equal_the_gls_of_the_records(gaussian):
+    """MarginalReconstructor.answers → Answers equal to matmech.inference.estimate over the
+    same measurement's records (the cell-space GLS), answers and variances (issue 22)."""
+    from matmech.factored.measure import (
+        measure_residuals,
+        measure_residuals_laplace,
+        plan_residual_measurement,
+    )
+    from matmech.factored.reconstruct import MarginalReconstructor
+    from matmech.factored.tables import marginal_tables
+    from matmech.inference import estimate
+
+    domain = (3, 4, 2)
+    subsets = list(itertools.combinations(range(3), 2))
+    codes = _codes(domain, 300)
+    if gaussian:
+        from matmech.optimizers.residual import plan_residuals
+
+        mp = plan_residual_measurement(plan_residuals(domain, subsets), 1.0, 1e-6)
+        meas = measure_residuals(
+            mp,
+            marginal_tables(codes, domain, mp.plan.lattice.residuals),
+            rng=np.random.default_rng(1),
+        )
+    else:
+        mp = plan_residual_laplace(plan_residuals_laplace(domain, subsets, search="all"), 1.0)
+        meas = measure_residuals_laplace(
+            mp, marginal_tables(codes, domain, mp.plan.tables), rng=np.random.default_rng(1)
+        )
+    got = MarginalReconstructor(meas).answers(subsets)
+    W = Wl.marginals(domain, 2)
+    ref = estimate(meas.records, W)
+    np.testing.assert_allclose(got.values, ref.values, rtol=0, atol=1e-8 * np.abs(ref.values).max())
+    np.testing.assert_allclose(got.variances, ref.variances, rtol=1e-8)

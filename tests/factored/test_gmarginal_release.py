@@ -353,3 +353,23 @@ def test_a_domain_of_a_trillion_cells_is_released_from_small_tables():
         assert (
             abs(z2.mean() - 1.0) <= 4 * z2.std(ddof=1) / math.sqrt(z2.size) + 0.05
         )  # correlated answers: slack
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_solver_over_the_release_records_gives_its_answers(case, delta):
+    """GMarginalSolver.solve(terms, records) → Answers: the release's answers and variances,
+    from its exposed measurement records alone (issue 22: estimators take the records)."""
+    W, A = CASES[case]()
+    codes = _codes(DOM, 300)
+    rel = release_factored(
+        codes, W, 1.0, delta, strategy=A, rng=np.random.default_rng(5), max_cells=1
+    )
+    plan = plan_gmarginal(A, 1.0, delta)
+    got = GMarginalSolver(plan.gls_strategy(), plan.subsets).solve(as_terms(W), rel.measurements)
+    np.testing.assert_allclose(
+        got.values, rel.answers, rtol=0, atol=1e-9 * np.abs(rel.answers).max()
+    )
+    np.testing.assert_allclose(got.std, rel.std, rtol=1e-12)
+    with pytest.raises(ValueError, match="one record per measured subset"):
+        GMarginalSolver(plan.gls_strategy(), plan.subsets).solve(as_terms(W), rel.measurements[1:])

@@ -176,11 +176,19 @@ def test_exhausted_budget_gives_the_same_error_whatever_x_is(select):
     assert all(e == errs[0] for e in errs) and errs[0][0] is BudgetExceededError
 
 
-def test_bad_counts_name_the_position_never_the_value():
-    for bad in (-7, 0.5, np.nan):
-        x = np.array([1.0, 2.0, bad, 3.0])
-        typ, msg = _error(lambda: mm.measure(x, S.identity(4), 1.0))
-        assert typ is ValueError and "x[2]" in msg and str(bad) not in msg
+def test_bad_counts_name_the_defect_never_the_position_or_value():
+    """The message of a malformed histogram names the defect and the expected form, and is
+    the same wherever the bad cell sits (a position would tell which cell is malformed)."""
+    for bad, defect in ((-7, "negative"), (0.5, "not an integer"), (np.nan, "not finite")):
+        msgs = set()
+        for pos in range(4):
+            x = np.array([1.0, 2.0, 5.0, 3.0])
+            x[pos] = bad
+            typ, msg = _error(lambda: mm.measure(x, S.identity(4), 1.0))
+            assert typ is ValueError and defect in msg and str(bad) not in msg
+            assert "[" not in msg and "non-negative" in msg
+            msgs.add(msg)
+        assert len(msgs) == 1
 
 
 # -- finding 3: the CLI prints no count ---------------------------------------------------------

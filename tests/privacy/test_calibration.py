@@ -170,3 +170,79 @@ def test_bad_types_and_rho():
         zcdp_to_approx_dp(float("inf"), 1e-6)
     with pytest.raises(TypeError):
         noise_variance(1.0, 0.0, 1.0)  # sensitivity is keyword-only
+
+
+# -- the one calibration rule (issue 22): every plan calls these ----------------------------
+
+
+def test_neighbor_sensitivity_doubles_for_substitution_and_adds_the_float_margin():
+    from matmech.privacy.calibration import SENS_MARGIN, neighbor_sensitivity
+
+    assert neighbor_sensitivity(3.0) == 3.0
+    assert neighbor_sensitivity(3.0, "substitute") == 6.0
+    assert neighbor_sensitivity(2.5, "substitute", margin=True) == 5.0 * SENS_MARGIN
+    with pytest.raises(ValueError, match="neighbors"):
+        neighbor_sensitivity(1.0, "swap")
+
+
+def test_noise_for_is_the_measurement_rule():
+    """The plan of a histogram measurement and the rule give the same noise, bit for bit."""
+    from matmech import strategies as S
+    from matmech.privacy.calibration import neighbor_sensitivity, noise_for
+    from matmech.privacy.measure import plan_measurement
+
+    A = S.hierarchical(16)
+    for eps, delta, nb in [
+        (0.1, 0.0, "add_remove"),
+        (1.0, 1e-6, "substitute"),
+        (0.3, 0.0, "substitute"),
+    ]:
+        plan = plan_measurement(A, eps, delta, neighbors=nb)
+        p = 1 if delta == 0 else 2
+        sens = neighbor_sensitivity(A.sensitivity(p), nb, margin=p == 2)
+        assert sens == plan.sensitivity
+        assert noise_for(eps, delta, sens) == (plan.noise, plan.scale)
+    # Laplace: b·ε >= Δ exactly for the decimal ε charged (0.1 is 1/10)
+    from fractions import Fraction
+
+    kind, b = noise_for(0.1, 0.0, 3.0)
+    assert kind == "discrete_laplace" and Fraction(b) * Fraction(1, 10) >= 3
+
+
+def test_measurement_variance_discrete_laplace_by_summation():
+    """The discrete Laplace variance at t = Δ/ε against a direct sum over the integers."""
+    from matmech.privacy.calibration import measurement_variance
+
+    for sens, eps in [(1.0, 1.0), (2.0, 0.5), (3.0, 4.0)]:  # scales the sampler uses as given
+        t = sens / eps
+        k = np.arange(-4000, 4001)
+        w = np.exp(-np.abs(k) / t)
+        direct = float((w * k * k).sum() / w.sum())
+        assert measurement_variance(eps, 0.0, sens) == pytest.approx(direct, rel=1e-12)
+        assert measurement_variance(eps, 0.0, sens, discrete=False) == 2 * t * t
+
+
+def test_run_grid_and_scale_on_grid():
+    from fractions import Fraction
+
+    from matmech.privacy.calibration import run_grid, scale_on_grid
+
+    assert run_grid() == 1.0 and run_grid(1e9) == 1.0  # never coarser than 1
+    g = run_grid(0.3, 5.0)
+    assert g == 2.0**-18  # the largest power of two <= 0.3 · 2**-16
+    s = scale_on_grid(2.0, 1.0, 0.7, g)
+    assert Fraction(s) >= Fraction(2) / Fraction(0.7) and Fraction(s) / Fraction(g) == int(s / g)
+    assert Fraction(s) - Fraction(2) / Fraction(0.7) < Fraction(g)
+
+
+def test_row_sensitivity_by_enumerating_neighbours():
+    """A row with entries in [lo, hi] (and a 0 cell): the largest change of its answer over
+    every add/remove (one entry) or substitution (one entry out, one in) of a record."""
+    from matmech.privacy.calibration import row_sensitivity
+
+    for row in ([0.0, 1.0, 3.0], [-2.0, 0.0, 1.5], [0.5, 2.0, 0.0]):
+        lo, hi = min(row), max(row)
+        add = max(abs(v) for v in row)
+        sub = max(abs(a - b) for a in row for b in row)
+        assert row_sensitivity(lo, hi) == add
+        assert row_sensitivity(lo, hi, "substitute") == sub

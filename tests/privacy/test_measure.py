@@ -147,10 +147,34 @@ def test_tenths_of_a_budget_add_up_exactly():
 
 
 BAD = [
-    (np.array([1, -1, 0, 0, 0, 0, 0, 0]), 1.0, 0.0, ValueError, r"x\[1\] is negative"),
-    (np.array([1, 0.5, 0, 0, 0, 0, 0, 0]), 1.0, 0.0, ValueError, r"x\[1\] is not an integer"),
-    (np.array([1, np.nan, 0, 0, 0, 0, 0, 0]), 1.0, 0.0, ValueError, r"x\[1\] is not finite"),
-    (np.array([1, np.inf, 0, 0, 0, 0, 0, 0]), 1.0, 0.0, ValueError, r"x\[1\] is not finite"),
+    (
+        np.array([1, -1, 0, 0, 0, 0, 0, 0]),
+        1.0,
+        0.0,
+        ValueError,
+        "x holds an entry that is negative",
+    ),
+    (
+        np.array([1, 0.5, 0, 0, 0, 0, 0, 0]),
+        1.0,
+        0.0,
+        ValueError,
+        "x holds an entry that is not an int",
+    ),
+    (
+        np.array([1, np.nan, 0, 0, 0, 0, 0, 0]),
+        1.0,
+        0.0,
+        ValueError,
+        "x holds an entry that is not finite",
+    ),
+    (
+        np.array([1, np.inf, 0, 0, 0, 0, 0, 0]),
+        1.0,
+        0.0,
+        ValueError,
+        "x holds an entry that is not finite",
+    ),
     (np.zeros(7, int), 1.0, 0.0, ValueError, "x has 7 cells but the strategy/workload has 8"),
     (np.zeros((8, 1), int), 1.0, 0.0, ValueError, "1-D"),
     (np.array(["a"] * 8), 1.0, 0.0, TypeError, "numeric"),

@@ -157,7 +157,7 @@ def test_bad_counts_are_named_without_values(tmp_path):
     )
     with pytest.raises(ValueError, match="2 columns"):
         s.step([1, 2, 3])
-    with pytest.raises(ValueError, match=r"counts\[1\] is negative"):
+    with pytest.raises(ValueError, match=r"counts holds an entry that is negative"):
         s.step([1, -4])
     with pytest.raises(ValueError, match="t must be a step"):
         s.step([1, 1], t=9)

@@ -1,0 +1,318 @@
+"""How a free-gap selection spends its budget (Ding, Wang, Zhang, Kifer, PVLDB 13(3) 2019).
+
+Data independent. Noisy Top-c with Gap, Sparse Vector with Gap and Adaptive Sparse Vector
+with Gap: the ε split ([LSL17] Eq. (12) ratio, :mod:`matmech.svt.split`), the noise scales
+rounded up to whole steps of one power-of-two grid (:mod:`matmech.privacy.calibration`), and
+the exact variance of every released gap.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+from matmech.privacy import noise
+from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
+from matmech.privacy.params import calibrated_eps
+from matmech.svt.checks import (
+    Ratio,
+    check_c,
+    check_eps,
+    check_flag,
+    check_int,
+    check_ratio,
+    check_sensitivity,
+)
+from matmech.svt.split import (
+    MAX_SCALE_UNITS,
+    _binary_rest,
+    _check_value_bound,
+    _floor_div,
+    declared_grid,
+    optimal_ratio,
+)
+
+__all__ = ["GapCalibration", "GAP_METHODS", "gap_calibration"]
+
+
+@dataclass(frozen=True)
+class GapCalibration:
+    """How a free-gap selection spends its budget (data independent; :mod:`matmech.svt.gap`).
+
+    ``method``: ``"topc-gap"`` (Noisy Top-K with Gap: every score gets Lap(query_scale),
+    2cD/eps, cD/eps for monotonic scores), ``"svt-gap"`` (Sparse Vector with Gap) or
+    ``"adaptive-svt"`` (Adaptive Sparse Vector with Gap).  For the two SVTs:
+    ``eps_threshold`` (eps0) buys the threshold noise Lap(``threshold_scale`` = D/eps0);
+    a positive from the middle branch costs ``eps_middle`` (eps1 = (eps - eps0)/c, noise
+    Lap(``query_scale`` = 2D/eps1, D/eps1 monotonic)), one from the top branch (adaptive
+    only) ``eps_top`` = eps1/2 with noise Lap(``top_scale`` = 2 * query_scale) and margin
+    ``sigma``.  ``units`` is the query budget eps - eps0 in whole multiples of eps_top (a run
+    stops when fewer than two are left, i.e. when a middle positive would not fit).  All
+    scales are whole multiples of the one power-of-two ``grid``; ``sensitivity`` includes
+    the grid step when values must be snapped to it.
+
+    Parameters
+    ----------
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    eps : float
+        The total ε.
+    c : int
+        The cutoff.
+    monotonic : bool
+        Monotonic noise.
+    sensitivity, grid, query_scale : float
+        Sensitivity used, grid step, per-score noise scale.
+    threshold_scale, top_scale, sigma : float or None
+        SVT threshold noise, adaptive top-branch noise and margin.
+    eps_threshold, eps_middle, eps_top : float
+        The budget split.
+    units : int
+        Query budget in multiples of ``eps_top``.
+
+    Returns
+    -------
+    GapCalibration
+        A frozen record, made by :func:`gap_calibration`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> gap_calibration("svt-gap", c=2, eps=1.0).threshold_scale is not None
+    True
+    """
+
+    method: str
+    eps: float
+    c: int
+    monotonic: bool
+    sensitivity: float
+    grid: float
+    query_scale: float
+    threshold_scale: Optional[float] = None
+    top_scale: Optional[float] = None
+    sigma: Optional[float] = None
+    eps_threshold: float = 0.0
+    eps_middle: float = 0.0
+    eps_top: float = 0.0
+    units: int = 0
+
+    def gap_variance(self, branch: str = "middle") -> float:
+        """Exact variance of the discrete noise in one released noisy value of ``branch``
+        ("middle", "top", or "threshold"): the variance of DLap(scale/grid) times grid**2."""
+        scale = {
+            "middle": self.query_scale,
+            "top": self.top_scale,
+            "threshold": self.threshold_scale,
+        }[branch]
+        if scale is None:
+            raise ValueError(f"{self.method} has no {branch!r} noise")
+        return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
+
+
+GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
+
+
+def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:
+    return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
+
+
+def gap_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    sigma: object = "auto",
+    integer_values: bool = False,
+    n_candidates: int = 0,
+    value_bound: float = 0.0,
+) -> GapCalibration:
+    """Calibration of a free-gap selection (:mod:`matmech.svt.gap`) without touching data.
+
+    ``topc-gap``: Lap(2cD/eps) on every score, Lap(cD/eps) if ``monotonic`` (Ding et al.
+    2019, Noisy Top-K with Gap).  ``svt-gap`` / ``adaptive-svt``: eps0:(eps - eps0) = 1:r
+    with r = ``ratio`` ("optimal" = [LSL17] Eq. (12), (2c)^(2/3) or c^(2/3) monotonic);
+    eps1 = (eps - eps0)/c, rounded down so that eps0 + c*eps1 <= eps exactly; query noise
+    Lap(2D/eps1) (D/eps1 monotonic).  ``adaptive-svt`` adds the top branch Lap(2 * that)
+    costing eps1/2, taken when the noisy margin is at least ``sigma`` (value units;
+    "auto" = top_scale * max(2*sqrt(2), ln(n_candidates)): at least two standard deviations
+    of the top-branch noise, and large enough that a row AT the threshold takes the top
+    branch with probability <= 1/(2n), so the n candidates give at most about one false
+    top positive in expectation.  Our default (n is public); the paper leaves sigma to the user).
+
+    Every option is checked before the cache of the calibrations: a cache keyed by
+    equality would take ``eps=True`` or ``monotonic=1`` for the 1.0 / True of an earlier
+    valid call (issue 23).
+
+    Parameters
+    ----------
+    method : str
+        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
+    c : int
+        The cutoff.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic queries.
+    ratio : float or "optimal", default "optimal"
+        SVT's ε₁:ε₂ (not for top-c).
+    sigma : float or "auto", default "auto"
+        Adaptive SVT's margin.
+    integer_values : bool, default False
+        Values already on the integer grid.
+    n_candidates : int, default 0
+        Number of candidates (adaptive SVT's automatic margin).
+    value_bound : float, default 0.0
+        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
+        within it can overflow (:func:`declared_grid`).
+
+    Returns
+    -------
+    GapCalibration
+        The noise scales and the split.
+
+    Raises
+    ------
+    ValueError
+        An unknown method, options it does not take, or bad ε, c, sigma.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> gap_calibration("topc-gap", c=2, eps=1.0).method
+    'topc-gap'
+    """
+    if not isinstance(method, str) or method not in GAP_METHODS:
+        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
+    integer_values = check_flag("integer_values", integer_values)
+    ratio = check_ratio(ratio)
+    if isinstance(sigma, str):
+        if sigma != "auto":
+            raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
+    else:
+        from matmech.svt.checks import check_real
+
+        sigma = check_real("sigma", sigma)
+    n_candidates = check_int(
+        "n_candidates", n_candidates, what="the number of candidate rows", minimum=0
+    )
+    value_bound = _check_value_bound(value_bound)
+    return _gap_calibration(
+        method,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        integer_values=integer_values,
+        n_candidates=n_candidates,
+        value_bound=value_bound,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _gap_calibration(
+    method: str,
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    ratio: Ratio = "optimal",
+    sigma: object = "auto",
+    integer_values: bool = False,
+    n_candidates: int = 0,
+    value_bound: float = 0.0,
+) -> GapCalibration:
+    """The cached body of :func:`gap_calibration` (every option already checked)."""
+    if method not in GAP_METHODS:
+        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
+    k = 1.0 if monotonic else 2.0
+    ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
+    if method == "topc-gap":
+        if sigma != "auto" or ratio != "optimal":
+            raise ValueError(
+                f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})"
+            )
+        nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
+        g = declared_grid(run_grid(nominal), value_bound, sensitivity, integer_values)
+        if nominal / g > MAX_SCALE_UNITS:
+            raise ValueError(
+                f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
+                f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
+            )
+        sens = _gap_sens(sensitivity, g, integer_values)
+        return GapCalibration(
+            method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
+        )
+    ratio = check_ratio(ratio)
+    r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
+    e0 = ec / (1.0 + r)
+    e1 = _floor_div(_binary_rest(ec, e0), c)
+    e_top = e1 / 2.0  # exact: a power-of-two division
+    scales = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
+    if method == "adaptive-svt":
+        scales.append(laplace_scale(e_top, k * sensitivity))
+    g = declared_grid(run_grid(*scales), value_bound, sensitivity, integer_values)
+    if max(scales) / g > MAX_SCALE_UNITS:
+        raise ValueError(
+            f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
+            f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
+        )
+    sens = _gap_sens(sensitivity, g, integer_values)
+    q_scale = scale_on_grid(k, sens, e1, g)
+    top = sig = None
+    if method == "adaptive-svt":
+        top = 2.0 * q_scale  # = the scale for eps1/2, still a whole number of grid steps
+        if isinstance(sigma, str):
+            if sigma != "auto":
+                raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
+            sig = max(2.0 * math.sqrt(2.0), math.log(max(int(n_candidates), 1))) * top
+        else:
+            from matmech.svt.checks import check_real
+
+            sig = check_real("sigma", sigma)
+        sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
+    elif sigma != "auto":
+        raise ValueError(
+            f"sigma is an option of adaptive-svt only, got sigma={sigma!r} for {method!r}"
+        )
+    units = int((Fraction(ec) - Fraction(e0)) / Fraction(e_top))
+    return GapCalibration(
+        method,
+        eps,
+        c,
+        bool(monotonic),
+        sens,
+        g,
+        q_scale,
+        threshold_scale=scale_on_grid(1.0, sens, e0, g),
+        top_scale=top,
+        sigma=sig,
+        eps_threshold=e0,
+        eps_middle=e1,
+        eps_top=e_top,
+        units=units,
+    )

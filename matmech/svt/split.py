@@ -1,0 +1,148 @@
+"""How a selection splits its ε and which grid a declared bound needs (data independent).
+
+[LSL17] = Lyu, Su, Li, *Understanding the Sparse Vector Technique for Differential Privacy*,
+VLDB 2017 (in ``shared/references``). Eq. (12): ε₁:ε₂ = 1:(2c)^(2/3) minimises
+Var(Lap(Δ/ε₁) − Lap(2cΔ/ε₂)); 1:c^(2/3) for monotonic queries. Splits are exact in binary
+(the parts add up to at most the calibrated ε, :func:`~matmech.privacy.params.calibrated_eps`).
+A declared bound on |values| coarsens the grid of the exact sampler (:func:`declared_grid`);
+the grid and scale rules themselves are :mod:`matmech.privacy.calibration`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from matmech.svt.checks import Ratio, check_c
+from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
+
+__all__ = [
+    "MAX_SCALE_UNITS",
+    "MAX_SNAP_SHARE",
+    "DeclarationError",
+    "declared_grid",
+    "optimal_ratio",
+    "split_eps",
+]
+
+# matmech.privacy.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
+MAX_SCALE_UNITS = float(2**47)
+
+
+def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
+    """r in eps1:eps2 = 1:r minimising Var(Lap(D/eps1) - Lap(k c D/eps2)).
+
+    [LSL17] Eq. (12): r = (2c)^(2/3); Sec. 4.3 for monotonic queries: r = c^(2/3).
+
+    Parameters
+    ----------
+    c : int
+        The SVT cutoff.
+    monotonic : bool, default False
+        Monotonic queries.
+
+    Returns
+    -------
+    float
+        r = (2c)^(2/3), or c^(2/3) for monotonic queries ([LSL17] Eq. 12).
+
+    Raises
+    ------
+    ValueError
+        c < 1.
+    TypeError
+        c not an integer.
+
+    Examples
+    --------
+    >>> round(optimal_ratio(8), 4), round(optimal_ratio(8, monotonic=True), 4)
+    (6.3496, 4.0)
+    """
+    c = check_c(c)
+    return float((c if monotonic else 2 * c) ** (2.0 / 3.0))
+
+
+def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[float, float]:
+    """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
+    r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
+    e1 = eps12 / (1.0 + r)
+    return e1, _binary_rest(eps12, e1)
+
+
+def _binary_rest(total: float, part: float) -> float:
+    """The largest float r >= 0 with r + part <= total exactly in binary: the split of a total
+    that is already the calibrated (decimal) eps (:func:`~matmech.privacy.params.calibrated_eps`),
+    so only the binary values the noise uses must add up (1:1 splits stay exact halves)."""
+    r = float(Fraction(total) - Fraction(part))
+    while r > 0 and Fraction(r) + Fraction(part) > Fraction(total):
+        r = math.nextafter(r, 0.0)
+    return max(r, 0.0)
+
+
+def _floor_div(total: float, c: int) -> float:
+    """The largest float e with c * e <= total exactly."""
+    f = Fraction(total) / c
+    e = float(f)
+    while Fraction(e) * c > Fraction(total):
+        e = math.nextafter(e, 0.0)
+    return e
+
+
+class DeclarationError(ValueError):
+    """A declared bound on abs(values) that no exact grid can hold; ``fits`` is the largest
+    bound that can (the plan rephrases it as a max_records)."""
+
+    def __init__(self, fits: float, message: str) -> None:
+        super().__init__(message)
+        self.fits = float(fits)
+
+
+#: A grid coarsened for a declared bound may add at most this fraction of the sensitivity by
+#: snapping non-integer values (:func:`declared_grid`).
+MAX_SNAP_SHARE = 2.0**-8
+
+
+def declared_grid(
+    g: float, value_bound: float, sensitivity: float, exact_on_grid: bool, coords: int = 1
+) -> float:
+    """The calibration grid ``g`` coarsened (never refined) so that every value of magnitude
+    <= ``value_bound`` (the declared bound) is at most 2**59 units (:func:`~matmech.svt.grid.grid_for_bound`).
+
+    Integer values need a grid <= 1; snapped values add ``coords * g`` to the sensitivity, which
+    must stay at most :data:`MAX_SNAP_SHARE` of it. Otherwise ValueError naming the bound and
+    the largest bound that fits: raised by the plan, before anything is read or spent.
+    """
+    need = grid_for_bound(value_bound)
+    if need <= g:
+        return g
+    cap = 1.0 if exact_on_grid else sensitivity * MAX_SNAP_SHARE / coords
+    if need > cap:
+        fits = DECLARED_UNITS * _pow2_floor_of(cap)
+        raise DeclarationError(
+            fits,
+            f"the declared bound on |values| {value_bound:.6g} (max_records times the workload's largest |entry|) "
+            f"needs a grid of {need:g}, coarser than the {cap:.3g} the exact comparison allows here; at most "
+            f"{fits:.6g} fits: declare a smaller max_records",
+        )
+    return need
+
+
+def _pow2_floor_of(v: float) -> float:
+    m, e = math.frexp(v)
+    return math.ldexp(1.0, e - 1)
+
+
+def _check_value_bound(value_bound) -> float:
+    """A declared bound on abs(values) (0 = none) as a float, or a TypeError/ValueError."""
+    if isinstance(value_bound, bool) or not isinstance(
+        value_bound, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"value_bound must be a non-negative number, got {type(value_bound).__name__}"
+        )
+    v = float(value_bound)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"value_bound must be a non-negative finite number, got {value_bound!r}")
+    return v
