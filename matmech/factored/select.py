@@ -54,22 +54,25 @@ import functools
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 
-from matmech.factored.tables import MAX_TABLE_CELLS, marginal_tables
+from matmech.factored.tables import MAX_TABLE_CELLS
 from matmech.factored.terms import as_terms
 from matmech.linalg.gls import row_space_basis
 from matmech.linalg.linop import Dense, Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, laplace_scale_up
 from matmech.privacy.params import NEIGHBORS, rest_of
-from matmech.record import MeasurementRecord, Release, gap_record
+from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.run import run_plan
+from matmech.pipeline.selected import NOTHING_SELECTED
+from matmech.pipeline.source import as_table_source
+from matmech.record import MeasurementRecord, gap_record
 from matmech.svt.combine import combine_selection
 from matmech.svt.curse import DEFAULT_MARGIN, guard
 from matmech.svt.select import (
@@ -88,6 +91,7 @@ from matmech.svt.select import (
 
 __all__ = [
     "FactoredSelectionPlan",
+    "SelectedRowsPlan",
     "plan_factored_selection",
     "release_selected",
     "row_values",
@@ -617,26 +621,178 @@ def row_basis(plan, rows):
     return row_space_basis(G, exact=exact)
 
 
-def _release(plan, W, answers, var, *, name, note, budget, record):
-    std = np.sqrt(var)
-    for a in (answers, std):
-        a.setflags(write=False)
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=None,
-        strategy_name=name,
-        strategy_note=note,
-        eps=plan.eps,
-        delta=plan.delta,
-        neighbors=plan.neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=None,
-        estimate=None,
-        **record,
-    )
+@dataclass(frozen=True, eq=False)
+class _Drawn:
+    """The selection and, when a row was selected, the noisy measurement of the selected rows."""
+
+    sel: object
+    rows: np.ndarray
+    y: np.ndarray | None = None
+    nvar: float = 0.0
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class SelectedRowsPlan:
+    """Selection then measurement of the selected rows from marginal tables: one adaptive
+    plan charged once (:class:`~matmech.pipeline.plan.Plan`) around a
+    :class:`FactoredSelectionPlan` ``plan``; ``workload`` the Release's W."""
+
+    plan: FactoredSelectionPlan = field(repr=False)
+    workload: LinOp = field(repr=False)
+
+    @property
+    def eps(self) -> float:
+        return self.plan.eps
+
+    @property
+    def delta(self) -> float:
+        return self.plan.delta
+
+    @property
+    def neighbors(self) -> str:
+        return self.plan.neighbors
+
+    @property
+    def what(self) -> str:
+        return (
+            f"release with selection ({self.plan.opts['method']}, up to {self.plan.select['c']} "
+            f"of {self.plan.rows} queries, factored)"
+        )
+
+    @property
+    def sizes(self) -> tuple:
+        return tuple(self.plan.terms.domain)
+
+    @property
+    def subsets(self) -> tuple:
+        return tuple(self.plan.subsets) + ((),)
+
+    def check(self, tables):
+        """The declared bound on the records, then W x term by term (exact integers)."""
+        plan = self.plan
+        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
+        check_records(count, plan.max_records)
+        parts = row_values(plan, tables)
+        return parts, _weighted(plan, parts)
+
+    def draw(self, data, *, rng) -> Draws:
+        plan, W = self.plan, self.workload
+        parts, values = data
+        del data
+        sel = run_selection(
+            SelectionPlan(
+                values=values,
+                threshold=plan.select["threshold"],
+                thr=plan.thr,
+                method=plan.select["method"],
+                c=int(plan.select["c"]),
+                eps=float(plan.opts["eps"]),
+                sensitivity=plan.sensitivity,
+                monotonic=plan.monotonic,
+                ratio=plan.select["ratio"],
+                n_rows=plan.rows,
+                sigma=plan.select["sigma"],
+                mechanism=plan.mechanism,
+                joint_sensitivity=plan.joint_sensitivity,
+                value_bound=plan.value_bound,
+            ),
+            rng=rng,
+        )
+        del values
+        rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
+        rows.setflags(write=False)
+        if rows.size == 0:
+            return Draws((), _Drawn(sel, rows))
+        # -- measure the selected rows: depends on the selection (a DP output) and W only ------
+        p = 1 if plan.delta == 0 else 2
+        value, exact, how = rows_sensitivity(plan, rows, p)
+        sens = _scaled_sens(value, p, plan.neighbors)
+        if rows.size <= plan.max_selected:  # the worst case bounds this selection (and was checked)
+            sens = min(sens, plan.worst_sensitivity)
+        kind, scale, nvar = _noise_for(sens, plan.eps_measure, plan.delta)
+        terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+        u = np.array(
+            [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],
+            dtype=np.int64,
+        )
+        del parts
+        if kind == "discrete_laplace":
+            z = noise.discrete_laplace(scale, rows.size, rng=rng)
+        else:
+            z = noise.discrete_gaussian(scale, rows.size, rng=rng)
+        y = (u + z).astype(np.float64)  # the released integers; below: post-processing
+        w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
+        norm = "L1" if p == 1 else "L2"
+        note = (
+            f"the {rows.size} selected rows measured themselves, answers by least squares on them "
+            f"(exact {kind.replace('_', ' ')}, scale {scale:.6g}, {norm} sensitivity {sens:.6g} of the "
+            f"selected rows, {'exact' if exact else 'certified upper bound'} ({how}) from the "
+            f"factors); measurement eps {plan.eps_measure:.6g}"
+        )
+        # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
+        record = MeasurementRecord(
+            query=take_rows(W, rows),
+            values=w * y,
+            variance=nvar * w * w,
+            event={
+                "mechanism": "selected rows",
+                "eps": plan.eps_measure,
+                "delta": plan.delta,
+                "noise": kind,
+                "scale": scale,
+                "sensitivity": sens,
+                "neighbors": plan.neighbors,
+            },
+        )
+        return Draws((record,), _Drawn(sel, rows, y, nvar, note))
+
+    def estimate(self, draws: Draws) -> Estimate:
+        plan, d = self.plan, draws.state
+        shown = shown_select_options(plan.opts)
+        fields: dict = dict(
+            selected=d.rows,
+            selection=d.sel,
+            eps_select=float(plan.opts["eps"]),
+            select_options=MappingProxyType(shown),
+        )
+        if d.y is None:
+            empty = np.zeros(0)
+            fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
+            return Estimate(empty, empty, 0.0, fields)
+        rows, sel = d.rows, d.sel
+        terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+        w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
+        B = row_basis(plan, rows)
+        P = B @ B.T  # least squares: y projected on the range of U_S
+        answers, cov = w * (P @ d.y), d.nvar * np.outer(w, w) * P
+        var = np.clip(np.diag(cov), 0.0, None)
+        note = d.note
+        fields["strategy_name"] = "selected rows"
+        if sel.gap is not None:
+            measured, mvar = answers, var
+            answers, var, more, gm = combine_selection(
+                answers, cov, rows, sel, plan.select["threshold"], basis=w[:, None] * B
+            )
+            gaps = gap_record(take_rows(self.workload, np.asarray(gm.positions)), gm, sel)
+            fields["measurements"] = tuple(draws.records) + (gaps,)
+            note += more
+            answers, var, near = guard(measured, mvar, answers, var, rows, sel)
+            near.setflags(write=False)
+            fields["near_threshold"] = near
+            if near.any():
+                note += (
+                    f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std "
+                    "answered from the measurement alone (flagged in near_threshold)"
+                )
+            shown["_combined"] = True
+            shown["_mechanism"] = sel.mechanism
+            fields["select_options"] = MappingProxyType(shown)
+        fields["strategy_note"] = note
+        var = np.asarray(var, dtype=np.float64)
+        return Estimate(
+            np.asarray(answers, dtype=np.float64), np.sqrt(var), float(var.sum()), fields
+        )
 
 
 def release_selected(
@@ -658,9 +814,10 @@ def release_selected(
     :func:`matmech.release` with ``select=``). Called by
     :func:`matmech.factored.release.release_factored`; ``eps``/``delta`` are checked there.
 
-    Order: every data-independent check (:func:`plan_factored_selection`, the rng, the
-    budget's affordability) → the marginal tables and the declared bound on the records →
-    W x → one atomic spend of (ε, δ) → the selection's noise → the measurement's noise.
+    Order (:func:`matmech.pipeline.run.run_plan`): every data-independent check
+    (:func:`plan_factored_selection`, the rng, the budget's affordability) → the marginal
+    tables and the declared bound on the records → W x → one atomic spend of (ε, δ) → the
+    selection's noise → the measurement's noise.
     """
     plan = plan_factored_selection(
         W,
@@ -673,131 +830,4 @@ def release_selected(
         max_memory=max_memory,
     )
     noise.check_rng(rng)
-    opts, n_rows = plan.opts, plan.rows
-    what = f"release with selection ({opts['method']}, up to {plan.select['c']} of {n_rows} queries, factored)"
-    check_affordable(budget, eps, delta, what=what)
-    # -- reads data from here on ---------------------------------------------------------------
-    tables = marginal_tables(data, plan.terms.domain, list(plan.subsets) + [()])
-    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), max_records)
-    parts = row_values(plan, tables)
-    del tables
-    values = _weighted(plan, parts)
-    if budget is not None:
-        budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
-    sel = run_selection(
-        SelectionPlan(
-            values=values,
-            threshold=plan.select["threshold"],
-            thr=plan.thr,
-            method=plan.select["method"],
-            c=int(plan.select["c"]),
-            eps=float(opts["eps"]),
-            sensitivity=plan.sensitivity,
-            monotonic=plan.monotonic,
-            ratio=plan.select["ratio"],
-            n_rows=n_rows,
-            sigma=plan.select["sigma"],
-            mechanism=plan.mechanism,
-            joint_sensitivity=plan.joint_sensitivity,
-            value_bound=plan.value_bound,
-        ),
-        rng=rng,
-    )
-    del values
-    rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
-    rows.setflags(write=False)
-    shown = shown_select_options(opts)
-    record = dict(
-        selected=rows,
-        selection=sel,
-        eps_select=float(opts["eps"]),
-        select_options=MappingProxyType(shown),
-    )
-    if rows.size == 0:
-        empty = np.zeros(0)
-        return _release(
-            plan,
-            W,
-            empty,
-            empty,
-            name="none",
-            budget=budget,
-            record=record,
-            note="no row was selected, so nothing was measured (the measurement's share was reserved "
-            "with the selection and is spent)",
-        )
-    # -- measure the selected rows: depends on the selection (a DP output) and W only ----------
-    p = 1 if delta == 0 else 2
-    value, exact, how = rows_sensitivity(plan, rows, p)
-    sens = _scaled_sens(value, p, neighbors)
-    if rows.size <= plan.max_selected:  # the worst case bounds this selection too (and was checked)
-        sens = min(sens, plan.worst_sensitivity)
-    kind, scale, nvar = _noise_for(sens, plan.eps_measure, delta)
-    terms = np.searchsorted(plan.offsets, rows, side="right") - 1
-    u = np.array(
-        [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],
-        dtype=np.int64,
-    )
-    del parts
-    if kind == "discrete_laplace":
-        z = noise.discrete_laplace(scale, rows.size, rng=rng)
-    else:
-        z = noise.discrete_gaussian(scale, rows.size, rng=rng)
-    y = (u + z).astype(np.float64)  # the released integers; below: post-processing
-    w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
-    B = row_basis(plan, rows)
-    P = B @ B.T  # least squares: y projected on the range of U_S
-    answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
-    var = np.clip(np.diag(cov), 0.0, None)
-    norm = "L1" if p == 1 else "L2"
-    note = (
-        f"the {rows.size} selected rows measured themselves, answers by least squares on them (exact "
-        f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
-        f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
-        f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}"
-    )
-    # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
-    records = (
-        MeasurementRecord(
-            query=take_rows(W, rows),
-            values=w * y,
-            variance=nvar * w * w,
-            event={
-                "mechanism": "selected rows",
-                "eps": plan.eps_measure,
-                "delta": delta,
-                "noise": kind,
-                "scale": scale,
-                "sensitivity": sens,
-                "neighbors": neighbors,
-            },
-        ),
-    )
-    if sel.gap is not None:
-        measured, mvar = answers, var
-        answers, var, more, gm = combine_selection(
-            answers, cov, rows, sel, plan.select["threshold"], basis=w[:, None] * B
-        )
-        records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
-        note += more
-        answers, var, near = guard(measured, mvar, answers, var, rows, sel)
-        near.setflags(write=False)
-        record["near_threshold"] = near
-        if near.any():
-            note += (
-                f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
-                "measurement alone (flagged in near_threshold)"
-            )
-        shown["_combined"] = True
-        shown["_mechanism"] = sel.mechanism
-        record["select_options"] = MappingProxyType(shown)
-    return _release(
-        plan,
-        W,
-        np.asarray(answers, dtype=np.float64),
-        np.asarray(var, dtype=np.float64),
-        name="selected rows",
-        note=note,
-        budget=budget,
-        record={**record, "measurements": records},
-    )
+    return run_plan(SelectedRowsPlan(plan, W), as_table_source(data), budget=budget, rng=rng)
