@@ -269,6 +269,8 @@ def release(
     noise.check_rng(rng)
     source = as_source(x, domain)
     factored = not isinstance(source, HistogramSource)
+    if not factored:
+        x = source.x  # shapes below are checked on the histogram itself
     if not factored and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
         _tables_route_histogram(x, domain, W)  # the route follows from W and the strategy, not x
         factored = True
