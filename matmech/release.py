@@ -12,20 +12,25 @@
     x̂ = least squares (A_g, y)          ┐
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
-Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing. The route follows from W and the
-strategy alone (:func:`matmech.factored.route.release_route`): a union of marginals on two or
-more attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables
-(the residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+Every release is one plan (:mod:`matmech.pipeline`) built from W, the strategy, ε, δ and the
+declared domain, run by :func:`matmech.pipeline.run.run_plan`: every data-independent check
+(shapes, ε/δ, budget type, whether A supports W) runs while the plan is built, the budget's
+affordability before anything is read, the data checks before the one spend, so a failure
+spends nothing and draws nothing. The data is a :class:`~matmech.pipeline.source.DataSource`
+(:func:`~matmech.pipeline.source.as_source`: a histogram, records, marginal tables or an
+engine); the route follows from W and the strategy alone
+(:func:`matmech.factored.route.release_route`): a union of marginals on two or more
+attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables (the
+residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
 marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
 vector technique or the exponential mechanism, Lyu, Su, Li, VLDB 2017; or a free-gap
-mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement). It
-reads x too; its ε comes out of the total, and the whole (ε, δ) is charged in one atomic
-spend before the selection's first noise draw; only the selected rows are then measured
-and answered. Which rows were selected is itself a DP output, so choosing
+mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement): one
+adaptive plan (:mod:`matmech.pipeline.selected`). It reads x too; its ε comes out of the
+total, and the whole (ε, δ) is charged in one atomic spend before the selection's first
+noise draw; only the selected rows are then measured and answered. Which rows were selected is itself a DP output, so choosing
 the strategy for them afterwards is post-processing. Error bars are the exact
 Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010) for the matrix
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
@@ -51,6 +56,7 @@ from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.privacy.measure import check_max_records
 from matmech.factored.route import release_route
 from matmech.factored.terms import as_terms
+from matmech.pipeline.plan import Plan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import selected_plan
 from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
@@ -107,7 +113,7 @@ def _check_factored_domain(domain, W):
         )
 
 
-def _as_workload(W, n, domain=None):
+def _as_workload(W, n, domain=None) -> LinOp:
     if isinstance(W, LinOp):
         pass
     elif sp.issparse(W):
@@ -268,12 +274,12 @@ def release(
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
     source = as_source(x, domain)
-    factored = not isinstance(source, HistogramSource)
-    if not factored:
+    factored = True
+    if isinstance(source, HistogramSource):
         x = source.x  # shapes below are checked on the histogram itself
-    if not factored and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
-        _tables_route_histogram(x, domain, W)  # the route follows from W and the strategy, not x
-        factored = True
+        factored = isinstance(W, LinOp) and release_route(W, strategy).name == "tables"
+        if factored:  # the route follows from W and the strategy, never from x
+            _tables_route_histogram(x, domain, W)
     if factored:
         _check_factored_domain(domain, W)
         if select is not None:
@@ -295,6 +301,7 @@ def release(
     n = histogram_cells(x)
     declared_cells(domain, n)
     W = _as_workload(W, n, domain)
+    plan: Plan
     if select is not None:
         plan = selected_plan(
             W,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -70,9 +71,9 @@ class GMarginalPlan:
     ``solver`` the factored GLS, ``variances`` the answers' exact variances."""
 
     workload: LinOp = field(repr=False)
-    terms: object = field(repr=False)
-    measurement: object = field(repr=False)
-    solver: object = field(repr=False)
+    terms: Any = field(repr=False)
+    measurement: Any = field(repr=False)
+    solver: Any = field(repr=False)
     variances: np.ndarray = field(repr=False)
     name: str
     note: str

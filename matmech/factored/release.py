@@ -171,16 +171,22 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
     return run_plan(plan, data, budget=budget, rng=rng)
 
 
-def _residual_plan(wt, objective):
+def _merged(wt):
+    """W's marginals (subsets, row weights) and each distinct subset's weight Σ w² (a row
+    weight w scales the variance by w²)."""
     subsets, rw = wt.marginals()
-    merged = {}
+    merged: dict = {}
     for s, w in zip(subsets, rw):
-        merged[s] = merged.get(s, 0.0) + w * w  # a row weight w scales the variance by w²
-    return (
-        plan_residuals(wt.domain, list(merged), weights=list(merged.values()), objective=objective),
-        subsets,
-        rw,
+        merged[s] = merged.get(s, 0.0) + w * w
+    return subsets, rw, merged
+
+
+def _residual_plan(wt, objective):
+    subsets, rw, merged = _merged(wt)
+    plan = plan_residuals(
+        wt.domain, list(merged), weights=list(merged.values()), objective=objective
     )
+    return plan, subsets, rw
 
 
 def _memory(plan, rows):
@@ -213,17 +219,11 @@ def _laplace_plan(wt, objective, search):
             f"pure eps residual releases minimise the total variance only (objective='sum'), "
             f"got objective={objective!r}"
         )
-    subsets, rw = wt.marginals()
-    merged = {}
-    for s, w in zip(subsets, rw):
-        merged[s] = merged.get(s, 0.0) + w * w
-    return (
-        plan_residuals_laplace(
-            wt.domain, list(merged), weights=list(merged.values()), search=search
-        ),
-        subsets,
-        rw,
+    subsets, rw, merged = _merged(wt)
+    plan = plan_residuals_laplace(
+        wt.domain, list(merged), weights=list(merged.values()), search=search
     )
+    return plan, subsets, rw
 
 
 def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum", search="auto"):

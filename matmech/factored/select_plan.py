@@ -18,6 +18,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class FactoredSelectionPlan:
     (:func:`~matmech.svt.select.selection_mechanism`); ``value_bound``: the declared bound on
     abs(W x) (max_records times W's largest abs(entry)) the selection's grid holds."""
 
-    terms: object
+    terms: Any
     opts: Mapping
     eps: float
     eps_measure: float

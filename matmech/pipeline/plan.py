@@ -57,10 +57,25 @@ class Estimate:
 class Plan(Protocol):
     """The protocol :func:`~matmech.pipeline.run.run_plan` runs (module docstring)."""
 
-    what: str
-    eps: float
-    delta: float
-    neighbors: str
+    @property
+    def what(self) -> str:
+        """The line the budget records for the spend."""
+        ...
+
+    @property
+    def eps(self) -> float:
+        """The ε the one spend charges."""
+        ...
+
+    @property
+    def delta(self) -> float:
+        """The δ the one spend charges."""
+        ...
+
+    @property
+    def neighbors(self) -> str:
+        """The neighbouring relation."""
+        ...
 
     @property
     def workload(self) -> Any:

@@ -318,7 +318,7 @@ def selected_plan(
     threshold = opts["threshold"]
     if auto_thr:
         # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
-        threshold = np.sqrt(var_full) / opts["target_rel_error"]
+        threshold = np.sqrt(np.asarray(var_full)) / opts["target_rel_error"]
     sel = selection_arguments(opts, c=opts["c"], threshold=threshold, neighbors=neighbors)
     check_selection(W, **sel)
     return SelectedPlan(

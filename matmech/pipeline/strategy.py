@@ -156,6 +156,8 @@ def strategy_plan(
     var = measured_variances(W, mplan.strategy, mplan.std**2)  # raises if A cannot answer W
     if attributes is None:
         sizes, subsets = (int(W.shape[1]),), ((0,),)
+    elif sizes is None:
+        raise ValueError("strategy_plan: attributes need the domain's attribute sizes (sizes=)")
     else:
         sizes, subsets = tuple(sizes), (tuple(attributes),)
     return StrategyPlan(
