@@ -56,7 +56,6 @@ from __future__ import annotations
 
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import numpy as np
 
@@ -73,15 +72,12 @@ from matmech.factored.select_plan import (
 from matmech.factored.select_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.pipeline.run import run_plan
-from matmech.pipeline.selected import NOTHING_SELECTED
+from matmech.pipeline.selected import nothing_selected, selection_fields, with_gaps
 from matmech.pipeline.source import as_table_source
-from matmech.record import MeasurementRecord, gap_record
-from matmech.svt.combine import combine_selection
-from matmech.svt.curse import DEFAULT_MARGIN, guard
+from matmech.record import MeasurementRecord
 from matmech.svt.select import (
     SelectionPlan,
     run_selection,
-    shown_select_options,
     take_rows,
 )
 
@@ -259,50 +255,23 @@ class SelectedRowsPlan:
 
     def estimate(self, draws: Draws) -> Estimate:
         plan, d = self.plan, draws.state
-        shown = shown_select_options(plan.opts)
-        fields: dict = dict(
-            selected=d.rows,
-            selection=d.sel,
-            eps_select=float(plan.opts["eps"]),
-            select_options=MappingProxyType(shown),
-        )
+        fields, shown = selection_fields(plan.opts, d.rows, d.sel)
         if d.y is None:
-            empty = np.zeros(0)
-            fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
-            return Estimate(empty, empty, 0.0, fields)
-        rows, sel = d.rows, d.sel
+            return nothing_selected(fields)
+        rows = d.rows
         terms = np.searchsorted(plan.offsets, rows, side="right") - 1
         w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
         B = row_basis(plan, rows)
         P = B @ B.T  # least squares: y projected on the range of U_S
         answers, cov = w * (P @ d.y), d.nvar * np.outer(w, w) * P
-        var = np.clip(np.diag(cov), 0.0, None)
-        note = d.note
-        fields["strategy_name"] = "selected rows"
-        if sel.gap is not None:
-            measured, mvar = answers, var
-            answers, var, more, gm = combine_selection(
-                answers, cov, rows, sel, plan.select["threshold"], basis=w[:, None] * B
+        fields.update(strategy_name="selected rows", strategy_note=d.note)
+        if d.sel.gap is not None:
+            basis = w[:, None] * B
+            return with_gaps(
+                self.workload, answers, cov, basis, d, plan.select, draws.records, fields, shown
             )
-            gaps = gap_record(take_rows(self.workload, np.asarray(gm.positions)), gm, sel)
-            fields["measurements"] = tuple(draws.records) + (gaps,)
-            note += more
-            answers, var, near = guard(measured, mvar, answers, var, rows, sel)
-            near.setflags(write=False)
-            fields["near_threshold"] = near
-            if near.any():
-                note += (
-                    f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std "
-                    "answered from the measurement alone (flagged in near_threshold)"
-                )
-            shown["_combined"] = True
-            shown["_mechanism"] = sel.mechanism
-            fields["select_options"] = MappingProxyType(shown)
-        fields["strategy_note"] = note
-        var = np.asarray(var, dtype=np.float64)
-        return Estimate(
-            np.asarray(answers, dtype=np.float64), np.sqrt(var), float(var.sum()), fields
-        )
+        var = np.clip(np.diag(cov), 0.0, None)
+        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
 
 
 def release_selected(

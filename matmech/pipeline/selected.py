@@ -46,7 +46,14 @@ from matmech.svt.select import (
     take_rows,
 )
 
-__all__ = ["SelectedPlan", "selected_plan", "NOTHING_SELECTED"]
+__all__ = [
+    "SelectedPlan",
+    "selected_plan",
+    "NOTHING_SELECTED",
+    "selection_fields",
+    "nothing_selected",
+    "with_gaps",
+]
 
 #: The note of a release whose selection found no row.
 NOTHING_SELECTED = (
@@ -162,17 +169,9 @@ class SelectedPlan:
 
     def estimate(self, draws: Draws) -> Estimate:
         d = draws.state
-        shown = shown_select_options(self.opts)
-        fields: dict = dict(
-            selected=d.rows,
-            selection=d.sel,
-            eps_select=self.opts["eps"],
-            select_options=MappingProxyType(shown),
-        )
+        fields, shown = selection_fields(self.opts, d.rows, d.sel)
         if d.meas is None:
-            empty = np.zeros(0)
-            fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
-            return Estimate(empty, empty, 0.0, fields)
+            return nothing_selected(fields)
         meas, sub = d.meas, take_rows(self.workload, d.rows)
         xhat = least_squares(meas)
         xhat.setflags(write=False)
@@ -187,37 +186,64 @@ class SelectedPlan:
         )
         if d.sel.gap is None:
             return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
-        return self._with_gaps(answers, var, sub, d, draws.records, fields, shown)
-
-    def _with_gaps(self, answers, var, sub, d, records, fields, shown):
-        """The measured answers combined with the selection's free gaps (or vector values) by
-        :func:`matmech.svt.combine.combine_selection`, with exact per-answer variances; if the
-        k×k covariance is too large to form, the measured answers are kept and the note says so."""
-        meas, rows, sel = d.meas, d.rows, d.sel
-        try:
+        try:  # the k×k covariance; too large to form: the measured answers are kept, the note says so
             cov = answer_covariance(sub, meas.strategy, meas.std**2)
         except ValueError as exc:
             fields["strategy_note"] += f"; gaps not combined ({str(exc).splitlines()[0]})"
             return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
-        est, evar, what, gm = combine_selection(
-            answers, cov, rows, sel, self.select["threshold"], basis=answer_basis(sub)
+        basis = answer_basis(sub)
+        return with_gaps(
+            self.workload, answers, cov, basis, d, self.select, draws.records, fields, shown
         )
-        gaps = gap_record(take_rows(self.workload, np.asarray(gm.positions)), gm, sel)
-        est, evar, near = guard(answers, np.clip(np.diag(cov), 0.0, None), est, evar, rows, sel)
-        near.setflags(write=False)
-        if near.any():
-            what += (
-                f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered "
-                "from the measurement alone (flagged in near_threshold)"
-            )
-        shown["_combined"], shown["_mechanism"] = True, sel.mechanism
-        fields.update(
-            strategy_note=fields["strategy_note"] + what,
-            select_options=MappingProxyType(shown),
-            measurements=tuple(records) + (gaps,),
-            near_threshold=near,
+
+
+def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> tuple[dict, dict]:
+    """(the selection's Release fields, the shown options they hold) of a release with
+    selection: ``selected``, ``selection``, ``eps_select``, ``select_options``."""
+    shown = shown_select_options(opts)
+    fields = dict(
+        selected=rows,
+        selection=sel,
+        eps_select=float(opts["eps"]),
+        select_options=MappingProxyType(shown),
+    )
+    return fields, shown
+
+
+def nothing_selected(fields: dict) -> Estimate:
+    """The estimate of a release whose selection found no row: nothing measured, no answer."""
+    empty = np.zeros(0)
+    fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
+    return Estimate(empty, empty, 0.0, fields)
+
+
+def with_gaps(W, answers, cov, basis, drawn, select, records, fields, shown) -> Estimate:
+    """The measured ``answers`` of the selected rows (covariance ``cov``, range ``basis``)
+    combined with the selection's free gaps (or vector values) by generalised least squares
+    (:func:`matmech.svt.combine.combine_selection`, Ding et al., PVLDB 2019), the gaps added
+    to the records; rows selected by a small margin answered from the measurement alone
+    (:func:`matmech.svt.curse.guard`, flagged in ``near_threshold``)."""
+    rows, sel = drawn.rows, drawn.sel
+    est, var, what, gm = combine_selection(
+        answers, cov, rows, sel, select["threshold"], basis=basis
+    )
+    gaps = gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel)
+    est, var, near = guard(answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
+    near.setflags(write=False)
+    if near.any():
+        what += (
+            f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered "
+            "from the measurement alone (flagged in near_threshold)"
         )
-        return Estimate(est, np.sqrt(evar), float(evar.sum()), fields)
+    shown["_combined"], shown["_mechanism"] = True, sel.mechanism
+    fields.update(
+        strategy_note=fields["strategy_note"] + what,
+        select_options=MappingProxyType(shown),
+        measurements=tuple(records) + (gaps,),
+        near_threshold=near,
+    )
+    var = np.asarray(var, dtype=np.float64)
+    return Estimate(np.asarray(est, dtype=np.float64), np.sqrt(var), float(var.sum()), fields)
 
 
 def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
