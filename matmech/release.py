@@ -12,20 +12,25 @@
     x̂ = least squares (A_g, y)          ┐
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
-Every check (counts, shapes, ε/δ, budget type, whether A supports W) runs before the budget
-is charged, so a failure spends nothing and draws nothing. The route follows from W and the
-strategy alone (:func:`matmech.factored.route.release_route`): a union of marginals on two or
-more attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables
-(the residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+Every release is one plan (:mod:`matmech.pipeline`) built from W, the strategy, ε, δ and the
+declared domain, run by :func:`matmech.pipeline.run.run_plan`: every data-independent check
+(shapes, ε/δ, budget type, whether A supports W) runs while the plan is built, the budget's
+affordability before anything is read, the data checks before the one spend, so a failure
+spends nothing and draws nothing. The data is a :class:`~matmech.pipeline.source.DataSource`
+(:func:`~matmech.pipeline.source.as_source`: a histogram, records, marginal tables or an
+engine); the route follows from W and the strategy alone
+(:func:`matmech.factored.route.release_route`): a union of marginals on two or more
+attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables (the
+residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
 marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
 vector technique or the exponential mechanism, Lyu, Su, Li, VLDB 2017; or a free-gap
-mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement). It
-reads x too; its ε comes out of the total, and the whole (ε, δ) is charged in one atomic
-spend before the selection's first noise draw; only the selected rows are then measured
-and answered. Which rows were selected is itself a DP output, so choosing
+mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement): one
+adaptive plan (:mod:`matmech.pipeline.selected`). It reads x too; its ε comes out of the
+total, and the whole (ε, δ) is charged in one atomic spend before the selection's first
+noise draw; only the selected rows are then measured and answered. Which rows were selected is itself a DP output, so choosing
 the strategy for them afterwards is post-processing. Error bars are the exact
 Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010) for the matrix
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
@@ -38,48 +43,28 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
 
 from matmech.privacy import noise
-from matmech import strategies as S
-from matmech.error import MAX_VARIANCE_ROWS, expected_error, measured_variances
-from matmech.inference import least_squares
-from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
+from matmech.error import MAX_VARIANCE_ROWS, measured_variances
+from matmech.advisor.choice import choose_strategy
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.params import check_neighbors, check_privacy_params, rest_of
-from matmech.privacy.measure import (
-    integer_valued,
-    check_counts,
-    check_max_records,
-    check_records,
-    execute,
-    plan_measurement,
-)
+from matmech.privacy.budget import check_budget
+from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.privacy.measure import check_max_records
 from matmech.factored.route import release_route
 from matmech.factored.terms import as_terms
-from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
-from matmech.svt.curse import DEFAULT_MARGIN, guard
-from matmech.svt.select import (
-    DEFAULT_TARGET_REL_ERROR,
-    SELECT_OPTIONS,
-    advised_select_eps,
-    check_select_options,
-    selection_arguments,
-    shown_select_options,
-    check_selection,
-    plan_selection,
-    run_selection,
-    take_rows,
-)
+from matmech.pipeline.plan import Plan
+from matmech.pipeline.run import run_plan
+from matmech.pipeline.selected import selected_plan
+from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
+from matmech.pipeline.strategy import strategy_plan
+from matmech.svt.select import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
 from matmech.workloads import ranges
-from matmech.validate import rectangular
 from matmech.optimizers.blas import capped
-from matmech.record import Z95, Release, gap_record, release_table, strategy_record
+from matmech.record import Z95, Release, release_table
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -101,28 +86,6 @@ __all__ = [
 # -- the release ------------------------------------------------------------------------------
 
 
-def _declared_cells(domain, n):
-    """The declared number of cells (an int or a :class:`matmech.io.domain.Domain`); x must match it."""
-    if domain is None:
-        return None
-    if isinstance(domain, numbers.Integral) and not isinstance(domain, (bool, np.bool_)):
-        cells = int(domain)
-    elif isinstance(getattr(domain, "n", None), numbers.Integral) and hasattr(domain, "sizes"):
-        cells = int(domain.n)
-    else:
-        raise TypeError(
-            f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}"
-        )
-    if cells <= 0:
-        raise ValueError(f"domain must have at least one cell, got {cells}")
-    if cells != n:
-        raise ValueError(
-            f"x has {n} cells but the declared domain has {cells}: x must be the histogram over the "
-            "domain (matmech.histogram), not raw values"
-        )
-    return cells
-
-
 def _check_factored_domain(domain, W):
     """release(records | tables | source, W, domain=...): the declared domain must be W's
     (its attribute sizes for a Domain, its number of cells for an int); types and shapes
@@ -137,8 +100,6 @@ def _check_factored_domain(domain, W):
         raise TypeError(
             f"domain must be a number of cells or a matmech.io.domain.Domain, got {type(domain).__name__}"
         )
-    from matmech.factored.terms import as_terms
-
     wt = as_terms(W, name="W")
     if sizes is None:
         if int(domain) != math.prod(wt.domain):
@@ -152,7 +113,7 @@ def _check_factored_domain(domain, W):
         )
 
 
-def _as_workload(W, n, domain=None):
+def _as_workload(W, n, domain=None) -> LinOp:
     if isinstance(W, LinOp):
         pass
     elif sp.issparse(W):
@@ -185,347 +146,17 @@ def _answer_variances(W, plan):
     return measured_variances(W, plan.strategy, plan.std**2)
 
 
-def _record(
-    meas, answered, W, var, *, budget, name, note, neighbors, eps=None, delta=None, **record
-):
-    """Reconstruct from ``meas`` (post-processing), answer the rows ``answered`` (W or its
-    selected rows) and wrap it in a :class:`Release` of W; ``eps``/``delta`` default to the
-    measurement's."""
-    xhat = least_squares(meas)
-    answers = answered.matvec(xhat)
-    std = np.sqrt(var)
-    for arr in (answers, xhat, std):
-        arr.setflags(write=False)
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=meas.strategy,
-        strategy_name=name,
-        strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
-        eps=meas.eps if eps is None else eps,
-        delta=meas.delta if delta is None else delta,
-        neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=meas,
-        estimate=xhat,
-        measurements=(strategy_record(meas),),
-        **record,
-    )
-
-
-def _release_rows(x, W, A, eps, delta, *, budget, rng, neighbors, name, note, max_records):
-    """Measure A on x and answer every row of W. Every data-independent check (the plan,
-    whether A answers W, the budget) runs before x is read."""
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
-    var = _answer_variances(W, plan)  # raises if A cannot answer W: nothing spent yet
-    what = f"release {W.shape[0]} queries ({name})"
-    check_affordable(budget, plan.eps, plan.delta, what=what)
-    x = check_counts(x, W.shape[1])
-    check_records(x, plan.max_records)  # the declared bound; the message never carries the total
-    if budget is not None:
-        budget.spend(plan.eps, plan.delta, what=what)  # the one atomic spend, before any noise
-    meas = execute(plan, x, rng=rng)
-    return _record(meas, W, W, var, budget=budget, name=name, note=note, neighbors=neighbors)
-
-
-# -- release with a private row selection in front ----------------------------------------
-
-
-def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
-    """Strategy, plan and variances for the selected rows (strategy 'auto'/'optimize').
-
-    Runs after the selection: it sees only the selected rows (a DP output) and W, never x,
-    so falling back to the best fixed strategy when the choice fails is post-processing.
-    """
-    try:
-        A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
-        plan = plan_measurement(
-            as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records
+def _tables_route_histogram(x, domain, W):
+    """A histogram x on the tables route: its length must be the product of W's attribute
+    sizes (and the declared domain's); a shape, never a count."""
+    sizes = tuple(as_terms(W, name="W").domain)
+    n = histogram_cells(x)
+    if n != math.prod(sizes):
+        raise ValueError(
+            f"shape mismatch: the workload spans {math.prod(sizes):,} cells "
+            f"(attribute sizes {list(sizes)}) but x has {n:,}"
         )
-        return plan, _answer_variances(sub, plan), name, note + "; chosen for the selected rows"
-    except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
-        A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
-        note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
-        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
-        return plan, _answer_variances(sub, plan), name, note
-
-
-@dataclass(frozen=True, eq=False)
-class _SelectedPlan:
-    """Everything a release with selection decides before it reads x."""
-
-    opts: Mapping
-    eps_measure: float
-    select: Mapping  # the checked keyword arguments of plan_selection
-    late: bool  # the strategy is chosen for the selected rows ('auto' / 'optimize')
-    plan: object  # the measurement plan for the whole workload (None when late)
-    var_full: np.ndarray | None  # each row's variance under that plan (threshold='auto')
-    name: str
-    note: str
-
-
-def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
-    """The selection's share of ``eps`` for a gap method when the user gives none
-    (:func:`matmech.svt.combine.advise_split`): data independent (W, the strategy, ε, δ, c).
-
-    The strategy is the one chosen for the whole workload at the full ε (the share does
-    not change which strategy is best, only its noise scale)."""
-    from matmech.error import per_query_variance
-
-    A, _, _ = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
-    A = as_linop(A)
-    unit = per_query_variance(W, A, 1.0, 0.0, neighbors=neighbors).mean()  # Laplace: ∝ 1/ε²
-
-    def row_variance(e_m):
-        if delta > 0:
-            return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
-        return float(unit / e_m**2)
-
-    return advised_select_eps(
-        W, eps, opts, row_variance, neighbors=neighbors, integer_values=integer_valued(W)
-    )
-
-
-def _plan_selected(W, eps, delta, *, strategy, neighbors, select, max_records):
-    """The data-independent part of a release with selection: options, thresholds and, where
-    the strategy is known in advance, its plan (it must answer every row of W)."""
-    opts = check_select_options(select, eps)
-    if opts["eps"] is None:
-        opts["eps"] = _advised_select_eps(
-            W, eps, delta, opts, strategy=strategy, neighbors=neighbors
-        )
-        opts["_advised"] = True
-    eps_m = rest_of(eps, opts["eps"])
-    late = isinstance(strategy, str) and strategy in ("auto", "optimize")
-    auto_thr = isinstance(opts["threshold"], str)
-    plan = var_full = None
-    name = note = ""
-    if not late or auto_thr:
-        A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
-        A = as_linop(A)
-        if A.shape[1] != W.shape[1]:
-            raise ValueError(
-                f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells"
-            )
-        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
-        if auto_thr:
-            var_full = _answer_variances(W, plan)
-        else:
-            expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
-    if late:  # the fallback for the selected rows must work whatever is selected
-        plan_measurement(
-            per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records
-        )
-    threshold = opts["threshold"]
-    if auto_thr:
-        # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
-        threshold = np.sqrt(var_full) / opts["target_rel_error"]
-    sel = selection_arguments(opts, c=opts["c"], threshold=threshold, neighbors=neighbors)
-    check_selection(W, **sel)
-    return _SelectedPlan(
-        MappingProxyType(opts), eps_m, MappingProxyType(sel), late, plan, var_full, name, note
-    )
-
-
-def _nothing_selected(W, eps, delta, *, budget, neighbors, record):
-    empty = np.zeros(0)
-    empty.setflags(write=False)
-    return Release(
-        answers=empty,
-        std=empty,
-        expected_error=0.0,
-        workload=W,
-        strategy=None,
-        strategy_name="none",
-        strategy_note="no row was selected, so nothing was measured (the measurement's share was reserved "
-        "with the selection and is spent)",
-        eps=eps,
-        delta=delta,
-        neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=None,
-        estimate=None,
-        **record,
-    )
-
-
-def _release_selected(x, W, eps, delta, *, strategy, budget, rng, neighbors, select, max_records):
-    """release(..., select=...): select rows privately, then measure and answer only those.
-
-    Order: every data-independent check (:func:`_plan_selected`, the rng, the budget) → x is
-    checked → the whole (ε, δ) is charged in one atomic spend → the selection draws its noise
-    → the strategy for the selected rows (from the selection and W only) → the measurement
-    draws its noise. Nothing after the spend reads x except the two noisy mechanisms, and
-    nothing branches on x.
-    """
-    plan_sel = _plan_selected(
-        W,
-        eps,
-        delta,
-        strategy=strategy,
-        neighbors=neighbors,
-        select=select,
-        max_records=max_records,
-    )
-    noise.check_rng(rng)
-    what = f"release with selection ({plan_sel.opts['method']}, up to {plan_sel.opts['c']} of {W.shape[0]} queries)"
-    check_affordable(budget, eps, delta, what=what)
-    # -- reads x from here on ---------------------------------------------------------------
-    sel_plan = plan_selection(
-        W, x, max_records=max_records, **plan_sel.select
-    )  # checks x and the declared bound
-    x = check_counts(x, W.shape[1])
-    if budget is not None:
-        budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
-    sel = run_selection(sel_plan, rng=rng)
-    rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
-    rows.setflags(write=False)
-    record = dict(
-        selected=rows,
-        selection=sel,
-        eps_select=plan_sel.opts["eps"],
-        select_options=MappingProxyType(shown_select_options(plan_sel.opts)),
-    )
-    if rows.size == 0:
-        return _nothing_selected(W, eps, delta, budget=budget, neighbors=neighbors, record=record)
-    sub = take_rows(W, rows)
-    if plan_sel.late:
-        plan, var, name, note = _late_plan(
-            sub,
-            plan_sel.eps_measure,
-            delta,
-            strategy=strategy,
-            neighbors=neighbors,
-            max_records=max_records,
-        )
-    else:
-        plan, name, note = (
-            plan_sel.plan,
-            plan_sel.name,
-            plan_sel.note + "; measured for the selected rows",
-        )
-        var = (
-            plan_sel.var_full[rows]
-            if plan_sel.var_full is not None
-            else _answer_variances(sub, plan)
-        )
-    meas = execute(plan, x, rng=rng)
-    out = _record(
-        meas,
-        sub,
-        W,
-        var,
-        budget=budget,
-        name=name,
-        note=note,
-        neighbors=neighbors,
-        eps=eps,
-        delta=delta,
-        **record,
-    )
-    return out if sel.gap is None else _with_gaps(out, sub, rows, sel, plan_sel)
-
-
-def _with_gaps(out, sub, rows, sel, plan_sel):
-    """The measured answers combined with the selection's free gaps (or vector values) by
-    :func:`matmech.svt.combine.combine_selection`, with exact per-answer variances; if the
-    k×k covariance is too large to form, the measured answers are kept and the note says so."""
-    import dataclasses
-
-    try:
-        cov = answer_covariance(sub, out.measurement.strategy, out.measurement.std**2)
-    except ValueError as exc:
-        return dataclasses.replace(
-            out,
-            strategy_note=out.strategy_note + f"; gaps not combined ({str(exc).splitlines()[0]})",
-        )
-    est, var, what, gm = combine_selection(
-        out.answers, cov, rows, sel, plan_sel.select["threshold"], basis=answer_basis(sub)
-    )
-    gaps = gap_record(take_rows(out.workload, np.asarray(gm.positions)), gm, sel)
-    est, var, near = guard(out.answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
-    near.setflags(write=False)
-    if near.any():
-        what += (
-            f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
-            "measurement alone (flagged in near_threshold)"
-        )
-    std = np.sqrt(var)
-    for arr in (est, std):
-        arr.setflags(write=False)
-    opts = dict(out.select_options)
-    opts["_combined"], opts["_mechanism"] = True, sel.mechanism
-    return dataclasses.replace(
-        out,
-        answers=est,
-        std=std,
-        expected_error=float(var.sum()),
-        strategy_note=out.strategy_note + what,
-        select_options=MappingProxyType(opts),
-        measurements=out.measurements + (gaps,),
-        near_threshold=near,
-    )
-
-
-class _EngineSource:
-    """Records (a DataFrame, an Arrow table, a CSV/Parquet path, ...) read through the data
-    engine with the declared Domain: marginal tables computed where the data lives."""
-
-    def __init__(self, source, domain):
-        self.source, self.domain = source, domain
-
-    def marginal_counts(self, subsets):
-        from matmech.io.engines import marginal_counts
-
-        return marginal_counts(self.source, self.domain, subsets)
-
-
-class _HistogramTables:
-    """A histogram over W's product domain as a source of marginal tables (the tables route):
-    the tables the plan asks for are summed out of x when it reads them, after the
-    affordability check; x's length is checked against the domain up front (a shape, not data)."""
-
-    def __init__(self, x, domain, W):
-        self.sizes = tuple(as_terms(W, name="W").domain)
-        self.x = x
-        n = _cells(x)
-        if n != math.prod(self.sizes):
-            raise ValueError(
-                f"shape mismatch: the workload spans {math.prod(self.sizes):,} cells "
-                f"(attribute sizes {list(self.sizes)}) but x has {n:,}"
-            )
-        _declared_cells(domain, n)
-
-    def marginal_counts(self, subsets):
-        x = check_counts(self.x, math.prod(self.sizes)).reshape(self.sizes)
-        d = len(self.sizes)
-        return {tuple(s): x.sum(axis=tuple(i for i in range(d) if i not in s)) for s in subsets}
-
-
-def _factored_data(x, domain):
-    """The data of a factored release (records, marginal tables or a data source), or None
-    when x is a histogram over the declared domain (decided from types and shapes only)."""
-    if isinstance(x, Mapping) or hasattr(x, "marginal_counts"):
-        return x
-    if isinstance(x, np.ndarray):
-        return x if x.ndim == 2 else None
-    if domain is not None and hasattr(domain, "sizes") and not isinstance(x, (list, tuple)):
-        return _EngineSource(x, domain)  # a table or file: the engine applies the domain
-    return None
-
-
-def _cells(x):
-    """The number of cells of the histogram x (its declared domain size); reads no count."""
-    arr = (
-        x.to_numpy()
-        if hasattr(x, "to_numpy") and not isinstance(x, np.ndarray)
-        else np.asarray(rectangular(x, "x"))
-    )
-    if arr.ndim != 1:
-        raise ValueError(f"x must be a 1-D vector of counts (the histogram), got shape {arr.shape}")
-    return arr.shape[0]
+    declared_cells(domain, n)
 
 
 @capped
@@ -642,21 +273,21 @@ def release(
     check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
-    data = _factored_data(x, domain)
-    if data is None and isinstance(W, LinOp) and release_route(W, strategy).name == "tables":
-        data = _HistogramTables(
-            x, domain, W
-        )  # the route follows from W and the strategy, not from x
-    if data is not None:
+    source = as_source(x, domain)
+    factored = True
+    if isinstance(source, HistogramSource):
+        x = source.x  # shapes below are checked on the histogram itself
+        factored = isinstance(W, LinOp) and release_route(W, strategy).name == "tables"
+        if factored:  # the route follows from W and the strategy, never from x
+            _tables_route_histogram(x, domain, W)
+    if factored:
         _check_factored_domain(domain, W)
         if select is not None:
-            check_select_options(
-                select, eps
-            )  # the explicit path's option rules, before anything is read
+            check_select_options(select, eps)  # the explicit path's option rules, before any read
         from matmech.factored.release import release_factored
 
         return release_factored(
-            data,
+            source,
             W,
             eps,
             delta,
@@ -667,38 +298,28 @@ def release(
             max_records=max_records,
             select=select,
         )
-    n = _cells(x)
-    _declared_cells(domain, n)
+    n = histogram_cells(x)
+    declared_cells(domain, n)
     W = _as_workload(W, n, domain)
+    plan: Plan
     if select is not None:
-        return _release_selected(
-            x,
+        plan = selected_plan(
             W,
             eps,
             delta,
             strategy=strategy,
-            budget=budget,
-            rng=rng,
             neighbors=neighbors,
             select=select,
             max_records=max_records,
         )
-    A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
-    A = as_linop(A)
-    if A.shape[1] != n:
-        raise ValueError(
-            f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells"
+    else:
+        A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
+        A = as_linop(A)
+        if A.shape[1] != n:
+            raise ValueError(
+                f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells"
+            )
+        plan = strategy_plan(
+            W, A, eps, delta, neighbors=neighbors, max_records=max_records, name=name, note=note
         )
-    return _release_rows(
-        x,
-        W,
-        A,
-        eps,
-        delta,
-        budget=budget,
-        rng=rng,
-        neighbors=neighbors,
-        name=name,
-        note=note,
-        max_records=max_records,
-    )
+    return run_plan(plan, source, budget=budget, rng=rng)

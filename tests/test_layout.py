@@ -36,7 +36,7 @@ LAYERS = [
     ["svt", "inference"],
     ["io"],
     ["record", "stream.engine"],
-    ["factored"],
+    ["factored", "pipeline"],
     ["release", "stream.state", "stream.release"],
     ["cli", "stream.cli", "stream"],
 ]
@@ -56,6 +56,7 @@ READS_DATA = [
     "record",
     "release",
     "factored",
+    "pipeline",
     "cli",
     "stream.exact",
     "stream.state",

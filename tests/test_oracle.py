@@ -141,16 +141,50 @@ PLANS = [
 ]
 
 
+#: The plan type each path runs (every release is one run_plan of one plan).
+PLAN_TYPES = {
+    "histogram": ("StrategyPlan", "SelectedPlan"),
+    "records": ("StrategyPlan", "SelectedRowsPlan"),
+    "residual": ("ResidualPlan",),
+    "gmarginal": ("GMarginalPlan",),
+}
+
+
+def _spy_runner(monkeypatch, log, plans):
+    """Every module that runs plans, its run_plan wrapped: the plan is recorded and must be a
+    :class:`matmech.pipeline.plan.Plan`, and its reads are logged."""
+    import importlib
+
+    from matmech.pipeline import run as run_module
+    from matmech.pipeline.plan import Plan
+
+    real = run_module.run_plan
+
+    def spy(plan, data, **kw):
+        assert isinstance(plan, Plan), type(plan)
+        plans.append(type(plan).__name__)
+        inner = data.marginals
+
+        def marginals(sizes, subsets):
+            log.append("read")
+            return inner(sizes, subsets)
+
+        data.marginals = marginals
+        return real(plan, data, **kw)
+
+    for name in (
+        "matmech.release",
+        "matmech.factored.release",
+        "matmech.factored.gmarginal_release",
+        "matmech.factored.select",
+    ):
+        monkeypatch.setattr(importlib.import_module(name), "run_plan", spy)
+
+
 @pytest.mark.parametrize("path, model, method", PLANS, ids=["-".join(g) for g in PLANS])
 def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, method, monkeypatch):
-    import sys
-
-    release_module = sys.modules[
-        "matmech.release"
-    ]  # the module (matmech.release is also the function)
-
     seed = 4
-    log = _Log()
+    log, plans = _Log(), []
     if path == "residual":
         domain, W, x, codes = op.marginal_problem(seed)
         strat = "residual"
@@ -162,17 +196,8 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
         strat = (
             "auto" if (path == "records" and method != "none") else op.strategy_for("identity", W)
         )
-    if path == "histogram":
-        real = release_module.check_counts
-
-        def spy_counts(*a, **k):
-            log.append("read")
-            return real(*a, **k)
-
-        monkeypatch.setattr(release_module, "check_counts", spy_counts)
-        data = x
-    else:
-        data = _SpyEngine(log, codes, domain)
+    _spy_runner(monkeypatch, log, plans)
+    data = x if path == "histogram" else _SpyEngine(log, codes, domain)
     budget = _SpyBudget(log, 5.0, 1e-3)
     rel = mm.release(
         data,
@@ -185,12 +210,37 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
         rng=_SpySource(log, seed),
         domain=None,
     )
+    assert len(plans) == 1 and plans[0] == PLAN_TYPES[path][method != "none"], plans
     assert log.count("spend") == 1, log
     assert "afford" in log and "read" in log and "draw" in log, log
     first_read, spend = log.index("read"), log.index("spend")
     assert log.index("afford") < first_read < spend, log
     assert "draw" not in log[:spend], log
     assert budget.remaining[0] == pytest.approx(4.0) and rel.spent == (1.0, op.MODELS[model])
+
+
+def test_run_plan_refuses_before_reading_and_spends_nothing_on_a_failed_check():
+    """An unaffordable plan reads nothing; a data check that fails spends nothing."""
+    from matmech.pipeline import HistogramSource, run_plan, strategy_plan
+    from matmech.privacy.budget import BudgetExceededError
+
+    W = mm.workloads.prefix(8)
+    plan = strategy_plan(W, mm.workloads.identity(8), 1.0, max_records=10)
+    log = _Log()
+
+    class Source(HistogramSource):
+        def marginals(self, sizes, subsets):
+            log.append("read")
+            return super().marginals(sizes, subsets)
+
+    with pytest.raises(BudgetExceededError):
+        run_plan(plan, Source(np.ones(8)), budget=_SpyBudget(log, 0.5), rng=_SpySource(log, 0))
+    assert log[0] == "afford" and "read" not in log and "draw" not in log, log
+    log.clear()
+    budget = _SpyBudget(log, 5.0)
+    with pytest.raises(ValueError, match="max_records"):
+        run_plan(plan, Source(np.full(8, 2)), budget=budget, rng=_SpySource(log, 0))
+    assert "spend" not in log and "draw" not in log and budget.remaining[0] == 5.0
 
 
 # -- discrete choices do not follow BLAS threads --------------------------------------------------

@@ -15,7 +15,6 @@ from matmech.linalg.linop import Dense, RowSubset
 from matmech.release import DEFAULT_TARGET_REL_ERROR, _answer_variances, release_table
 from matmech.privacy.measure import plan_measurement
 
-release_module = sys.modules["matmech.release"]  # `matmech.release` is the function
 choice_module = sys.modules["matmech.advisor.choice"]
 
 N = 256
@@ -155,13 +154,15 @@ def test_nothing_selected_measures_nothing():
 def test_threshold_auto_is_std_over_target(monkeypatch):
     """threshold='auto' tests row i against std_i / target, std_i under the strategy and eps − select eps."""
     seen = {}
-    real = release_module.plan_selection
+    from matmech.pipeline import selected as selected_module  # the histogram's selection plan
+
+    real = selected_module.plan_selection
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(release_module, "plan_selection", spy)
+    monkeypatch.setattr(selected_module, "plan_selection", spy)
     for target, delta in ((None, 0.0), (0.01, 1e-6), (0.005, 0.0)):
         opts = dict(threshold="auto", c=8, eps=0.25)
         if target is not None:

@@ -20,19 +20,23 @@ on the data.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
-from matmech.factored.tables import marginal_tables
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
+from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.run import run_plan
+from matmech.pipeline.source import as_table_source
 from matmech.privacy.budget import check_affordable
 from matmech.privacy.measure import check_counts, check_records
-from matmech.linalg.linop import Dense, Kron, as_linop
-from matmech.record import MeasurementRecord, Release
+from matmech.linalg.linop import Dense, Kron, LinOp, as_linop
+from matmech.record import MeasurementRecord
 
-__all__ = ["release_gmarginal", "gmarginal_strategy"]
+__all__ = ["release_gmarginal", "gmarginal_strategy", "GMarginalPlan", "gmarginal_plan"]
 
 
 def gmarginal_strategy(W, eps, delta, strategy):
@@ -60,17 +64,68 @@ def gmarginal_strategy(W, eps, delta, strategy):
     return A, "gmarginals", note
 
 
-def release_gmarginal(
-    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
-):
-    """Answer W (its :class:`~matmech.factored.terms.Terms` ``wt``) from the marginal tables
-    of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
-    :class:`~matmech.record.Release` (``strategy`` the measured one, with its rounded factors;
-    ``measurement`` and ``estimate`` None). Arguments as
-    :func:`matmech.factored.release.release_factored`, already validated there."""
-    what = f"release {wt.rows} queries (gmarginals, factored)"
-    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
-    A, name, note = gmarginal_strategy(W, eps, delta, A)
+@dataclass(frozen=True, eq=False)
+class GMarginalPlan:
+    """A generalised marginal strategy measured from the marginal tables of its subsets
+    (:class:`~matmech.pipeline.plan.Plan`); ``measurement`` the grids and per-subset noise,
+    ``solver`` the factored GLS, ``variances`` the answers' exact variances."""
+
+    workload: LinOp = field(repr=False)
+    terms: Any = field(repr=False)
+    measurement: Any = field(repr=False)
+    solver: Any = field(repr=False)
+    variances: np.ndarray = field(repr=False)
+    name: str
+    note: str
+
+    @property
+    def eps(self) -> float:
+        return self.measurement.eps
+
+    @property
+    def delta(self) -> float:
+        return self.measurement.delta
+
+    @property
+    def neighbors(self) -> str:
+        return self.measurement.neighbors
+
+    @property
+    def what(self) -> str:
+        return f"release {self.terms.rows} queries (gmarginals, factored)"
+
+    @property
+    def sizes(self) -> tuple:
+        return tuple(self.terms.domain)
+
+    @property
+    def subsets(self) -> tuple:
+        return tuple(self.measurement.subsets) + ((),)
+
+    def check(self, tables):
+        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
+        check_records(count, self.measurement.max_records)
+        return tables
+
+    def draw(self, tables, *, rng) -> Draws:
+        meas = measure_gmarginal(self.measurement, tables, rng=rng)
+        return Draws(_records(self.measurement, meas), meas)
+
+    def estimate(self, draws: Draws) -> Estimate:
+        plan, solver, var = self.measurement, self.solver, self.variances
+        answers = solver.answers(self.terms, solver.estimate(draws.state.y, plan.variances))
+        fields = dict(
+            strategy=plan.measured_strategy(), strategy_name=self.name, strategy_note=self.note
+        )
+        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+
+
+def gmarginal_plan(
+    W, wt, A, eps, delta, *, neighbors, max_records, max_memory, scale_bits, name, note
+) -> GMarginalPlan:
+    """The :class:`GMarginalPlan` of the GeneralMarginalStrategy ``A`` for W (its terms
+    ``wt``): grids, noise, memory (refused above ``max_memory``), the GLS variances (raises
+    if W is outside the row space); data-independent."""
     if tuple(A.domain_sizes) != tuple(wt.domain):
         raise ValueError(
             f"the strategy's attribute sizes {A.domain_sizes} differ from the workload's {wt.domain}"
@@ -88,20 +143,6 @@ def release_gmarginal(
             f"{len(solver.classes):,} classes"
         )
     var = solver.variances(wt)  # raises if W is outside the row space
-    check_affordable(budget, eps, delta, what=what)
-    # -- reads data from here on -------------------------------------------------------------
-    tables = marginal_tables(data, wt.domain, list(plan.subsets) + [()])
-    check_records(
-        check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), plan.max_records
-    )
-    if budget is not None:
-        budget.spend(eps, delta, what=what)
-    meas = measure_gmarginal(plan, tables, rng=rng)
-    del tables
-    answers = solver.answers(wt, solver.estimate(meas.y, plan.variances))
-    std = np.sqrt(var)
-    for a in (answers, std):
-        a.setflags(write=False)
     kind = "discrete Gaussian" if plan.noise == "discrete_gaussian" else "discrete Laplace"
     sens = "L2" if plan.noise == "discrete_gaussian" else "L1"
     grids = (
@@ -114,22 +155,34 @@ def release_gmarginal(
         f"factors ({grids}), exact {kind} per subset, {sens} sensitivity {plan.sensitivity:.6g}; generalised "
         f"least squares over {len(solver.classes)} lattice classes in the factored space"
     )
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=plan.measured_strategy(),
-        strategy_name=name,
-        strategy_note=note,
-        eps=eps,
-        delta=delta,
+    return GMarginalPlan(W, wt, plan, solver, var, name, note)
+
+
+def release_gmarginal(
+    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
+):
+    """Answer W (its :class:`~matmech.factored.terms.Terms` ``wt``) from the marginal tables
+    of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
+    :class:`~matmech.record.Release` (``strategy`` the measured one, with its rounded factors;
+    ``measurement`` and ``estimate`` None). Arguments as
+    :func:`matmech.factored.release.release_factored`, already validated there."""
+    what = f"release {wt.rows} queries (gmarginals, factored)"
+    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
+    A, name, note = gmarginal_strategy(W, eps, delta, A)
+    plan = gmarginal_plan(
+        W,
+        wt,
+        A,
+        eps,
+        delta,
         neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=None,
-        estimate=None,
-        measurements=_records(plan, meas),
+        max_records=max_records,
+        max_memory=max_memory,
+        scale_bits=scale_bits,
+        name=name,
+        note=note,
     )
+    return run_plan(plan, as_table_source(data), budget=budget, rng=rng)
 
 
 def _records(plan, meas):

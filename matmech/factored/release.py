@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from matmech.advisor.choice import choose_strategy
-from matmech.error import measured_variances
 from matmech.factored.measure import (
     DEFAULT_SCALE_BITS,
     measure_residuals,
@@ -49,9 +49,7 @@ from matmech.factored.measure import (
 from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.route import release_route
 from matmech.factored.select import release_selected
-from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import MarginalWorkload, as_terms, restrict
-from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
 from matmech.optimizers.unions import ResidualProductStrategy
@@ -60,20 +58,19 @@ from matmech.optimizers.residual import (
     plan_residuals_laplace,
     total_variance_coefficients,
 )
+from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.run import run_plan
+from matmech.pipeline.source import as_table_source
+from matmech.pipeline.strategy import strategy_plan
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable, check_budget
-from matmech.privacy.measure import (
-    check_counts,
-    check_max_records,
-    check_records,
-    execute,
-    plan_measurement,
-)
+from matmech.privacy.budget import check_budget
+from matmech.privacy.measure import check_counts, check_max_records, check_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.record import Release, strategy_record
 
 __all__ = [
     "release_factored",
+    "ResidualPlan",
+    "residual_plan",
     "plan_path",
     "MAX_KRON_CELLS",
     "MAX_MEMORY",
@@ -158,49 +155,38 @@ def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neig
         A, name, note = choose_strategy(W_U, eps, delta, strategy=strategy, neighbors=neighbors)
         A_U = as_linop(A)
     note += f"; solved on the marginal of attributes {list(U)} ({_cells(wt.domain, U):,} cells)"
-    plan = plan_measurement(A_U, eps, delta, neighbors=neighbors, max_records=max_records)
-    var = measured_variances(W_U, plan.strategy, plan.std**2)  # raises if A cannot answer W
-    what = f"release {W_U.shape[0]} queries ({name}, factored)"
-    check_affordable(budget, plan.eps, plan.delta, what=what)
-    # -- reads data from here on -------------------------------------------------------------
-    x = check_counts(marginal_tables(data, wt.domain, [U])[U].reshape(-1), W_U.shape[1])
-    check_records(x, plan.max_records)
-    if budget is not None:
-        budget.spend(plan.eps, plan.delta, what=what)
-    meas = execute(plan, x, rng=rng)
-    xhat = least_squares(meas)
-    answers, std = W_U.matvec(xhat), np.sqrt(var)
-    for a in (answers, std, xhat):
-        a.setflags(write=False)
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=meas.strategy,
-        answered_workload=W_U,
-        strategy_name=name,
-        strategy_note=note + ("; entries rounded to a power-of-two grid" if meas.rounded else ""),
-        eps=meas.eps,
-        delta=meas.delta,
+    plan = strategy_plan(
+        W_U,
+        A_U,
+        eps,
+        delta,
         neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=meas,
-        estimate=xhat,
-        measurements=(strategy_record(meas, domain=tuple(wt.domain), attributes=U),),
+        max_records=max_records,
+        name=name,
+        note=note,
+        sizes=tuple(wt.domain),
+        attributes=U,
+        workload=W,
     )
+    return run_plan(plan, data, budget=budget, rng=rng)
+
+
+def _merged(wt):
+    """W's marginals (subsets, row weights) and each distinct subset's weight Σ w² (a row
+    weight w scales the variance by w²)."""
+    subsets, rw = wt.marginals()
+    merged: dict = {}
+    for s, w in zip(subsets, rw):
+        merged[s] = merged.get(s, 0.0) + w * w
+    return subsets, rw, merged
 
 
 def _residual_plan(wt, objective):
-    subsets, rw = wt.marginals()
-    merged = {}
-    for s, w in zip(subsets, rw):
-        merged[s] = merged.get(s, 0.0) + w * w  # a row weight w scales the variance by w²
-    return (
-        plan_residuals(wt.domain, list(merged), weights=list(merged.values()), objective=objective),
-        subsets,
-        rw,
+    subsets, rw, merged = _merged(wt)
+    plan = plan_residuals(
+        wt.domain, list(merged), weights=list(merged.values()), objective=objective
     )
+    return plan, subsets, rw
 
 
 def _memory(plan, rows):
@@ -233,17 +219,11 @@ def _laplace_plan(wt, objective, search):
             f"pure eps residual releases minimise the total variance only (objective='sum'), "
             f"got objective={objective!r}"
         )
-    subsets, rw = wt.marginals()
-    merged = {}
-    for s, w in zip(subsets, rw):
-        merged[s] = merged.get(s, 0.0) + w * w
-    return (
-        plan_residuals_laplace(
-            wt.domain, list(merged), weights=list(merged.values()), search=search
-        ),
-        subsets,
-        rw,
+    subsets, rw, merged = _merged(wt)
+    plan = plan_residuals_laplace(
+        wt.domain, list(merged), weights=list(merged.values()), search=search
     )
+    return plan, subsets, rw
 
 
 def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum", search="auto"):
@@ -269,22 +249,61 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     return float(plan.weighted_total * mplan.sigma**2)
 
 
-def _release_residual(
-    data,
-    W,
-    wt,
-    eps,
-    delta,
-    *,
-    budget,
-    rng,
-    neighbors,
-    max_records,
-    objective,
-    max_memory,
-    scale_bits,
-    search,
-):
+@dataclass(frozen=True, eq=False)
+class ResidualPlan:
+    """The tables route's plan (:class:`~matmech.pipeline.plan.Plan`): the residual basis of
+    Xiao et al. (2023) measured from marginal tables — (ε, δ): each residual with exact
+    discrete Gaussian noise; pure ε: weighted marginal tables with exact discrete Laplace
+    noise — reconstructed in closed form (:class:`~matmech.factored.reconstruct.MarginalReconstructor`)."""
+
+    workload: LinOp = field(repr=False)
+    eps: float
+    delta: float
+    neighbors: str
+    lattice_plan: object = field(repr=False)
+    measurement: object = field(repr=False)
+    marginals: tuple = field(repr=False)  # (W's subsets, their row weights)
+    sizes: tuple
+    subsets: tuple = field(repr=False)
+    note: str = ""
+
+    @property
+    def what(self) -> str:
+        return f"release {self.workload.shape[0]} marginal queries (residual, factored)"
+
+    @property
+    def pure(self) -> bool:
+        return self.delta == 0
+
+    def check(self, tables):
+        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
+        check_records(count, self.measurement.max_records)
+        return tables
+
+    def draw(self, tables, *, rng) -> Draws:
+        measure = measure_residuals_laplace if self.pure else measure_residuals
+        meas = measure(self.measurement, tables, rng=rng)
+        return Draws(meas.records, meas)
+
+    def estimate(self, draws: Draws) -> Estimate:
+        meas = draws.state
+        answers, var = MarginalReconstructor(meas).stacked(*self.marginals)
+        expected_error = float(var.sum())
+        std = np.sqrt(var, out=var)  # in place: one array of the answers' size fewer
+        del var
+        fields = dict(
+            strategy_name="residual",
+            strategy_note=self.note,
+            measured=_residual_record(self.lattice_plan, self.measurement, meas, self.pure),
+        )
+        return Estimate(answers, std, expected_error, fields)
+
+
+def residual_plan(
+    W, wt, eps, delta, *, neighbors, max_records, objective, max_memory, scale_bits, search
+) -> ResidualPlan:
+    """The :class:`ResidualPlan` of W (its terms ``wt``, a union of marginals): the lattice
+    plan, its memory (refused above ``max_memory``), the exact noise; data-independent."""
     pure = delta == 0
     plan, subsets, rw = (
         _laplace_plan(wt, objective, search) if pure else _residual_plan(wt, objective)
@@ -301,60 +320,32 @@ def _release_residual(
             plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
         )
         needed = plan.tables
-    else:
-        mplan = plan_residual_measurement(
-            plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
-        )
-        needed = plan.lattice.residuals
-    what = f"release {rows} marginal queries (residual, factored)"
-    check_affordable(budget, eps, delta, what=what)
-    # -- reads data from here on -------------------------------------------------------------
-    tables = marginal_tables(data, wt.domain, list(needed) + [()])
-    check_records(
-        check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), mplan.max_records
-    )
-    if budget is not None:
-        budget.spend(eps, delta, what=what)
-    meas = (
-        measure_residuals_laplace(mplan, tables, rng=rng)
-        if pure
-        else measure_residuals(mplan, tables, rng=rng)
-    )
-    del tables
-    answers, var = MarginalReconstructor(meas).stacked(subsets, rw)
-    expected_error = float(var.sum())
-    std = np.sqrt(var, out=var)  # in place: one array of the answers' size fewer
-    del var
-    for a in (answers, std):
-        a.setflags(write=False)
-    if pure:
         note = (
             f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
             f"marginal tables, weights optimised for the sum of variances over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
             f"L1 sensitivity {mplan.sensitivity:.6g}"
         )
     else:
+        mplan = plan_residual_measurement(
+            plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+        )
+        needed = plan.lattice.residuals
         note = (
             f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
             f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
             f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}"
         )
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=expected_error,
-        workload=W,
-        strategy=None,
-        strategy_name="residual",
-        strategy_note=note,
-        eps=eps,
-        delta=delta,
-        neighbors=neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=None,
-        estimate=None,
-        measurements=meas.records,
-        measured=_residual_record(plan, mplan, meas, pure),
+    return ResidualPlan(
+        W,
+        eps,
+        delta,
+        neighbors,
+        plan,
+        mplan,
+        (subsets, rw),
+        tuple(wt.domain),
+        tuple(needed) + ((),),
+        note,
     )
 
 
@@ -394,10 +385,11 @@ def _residual_record(plan, mplan, meas, pure):
     return {"strategy": strategy, "noise": noise_}
 
 
-def _holds_superset(data, U):
-    """False when ``data`` is a mapping of marginal tables none of which covers every attribute
-    of U (decided from the keys only); True for records, engines and malformed keys (the table
-    reader then names the problem)."""
+def _holds_superset(source, U):
+    """False when the source holds a mapping of marginal tables none of which covers every
+    attribute of U (decided from the keys only); True for records, engines and malformed keys
+    (the table reader then names the problem)."""
+    data = getattr(source, "data", None)
     if not isinstance(data, Mapping):
         return True
     try:
@@ -457,6 +449,7 @@ def release_factored(
     check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
+    data = as_table_source(data)
     if search not in ("auto", "lattice", "all"):
         raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
     if select is not None:
@@ -521,14 +514,11 @@ def release_factored(
             max_memory=max_memory,
             scale_bits=scale_bits,
         )
-    return _release_residual(
-        data,
+    plan = residual_plan(
         W,
         wt,
         eps,
         delta,
-        budget=budget,
-        rng=rng,
         neighbors=neighbors,
         max_records=max_records,
         objective=objective,
@@ -536,3 +526,4 @@ def release_factored(
         scale_bits=scale_bits,
         search=search,
     )
+    return run_plan(plan, data, budget=budget, rng=rng)

@@ -45,49 +45,45 @@ on the histogram whenever its advisor measures the selected rows themselves (it 
 pure ε and selected marginal cells); its error bars are exact for the noise drawn. Rows
 carry their weight only in the answer (the integer row u_r is what is measured), so the
 factors must be integer-valued (identity, total, prefix, 0/1 custom factors).
+
+Modules: the data-independent plan :mod:`matmech.factored.select_plan`, the selected rows'
+sensitivity and span :mod:`matmech.factored.select_rows`, and here the reading of W x and the
+adaptive plan :class:`SelectedRowsPlan` that :func:`matmech.pipeline.run.run_plan` runs (names
+re-exported here).
 """
 
 from __future__ import annotations
 
 
-import functools
-import math
-import numbers
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from matmech.factored.tables import MAX_TABLE_CELLS, marginal_tables
-from matmech.factored.terms import as_terms
-from matmech.linalg.gls import row_space_basis
-from matmech.linalg.linop import Dense, Identity, LinOp, Ones
-from matmech.linalg.normmax import factored_sensitivity
+from matmech.linalg.linop import LinOp
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable
-from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import SENS_MARGIN, check_counts, check_records, laplace_scale_up
-from matmech.privacy.params import NEIGHBORS, rest_of
-from matmech.record import MeasurementRecord, Release, gap_record
-from matmech.svt.combine import combine_selection
-from matmech.svt.curse import DEFAULT_MARGIN, guard
+from matmech.privacy.measure import check_counts, check_records
+from matmech.factored.select_plan import (
+    MEASURE_STRATEGIES,
+    FactoredSelectionPlan,
+    noise_for,
+    plan_factored_selection,
+    scaled_sensitivity,
+)
+from matmech.factored.select_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
+from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.run import run_plan
+from matmech.pipeline.selected import nothing_selected, selection_fields, with_gaps
+from matmech.pipeline.source import as_table_source
+from matmech.record import MeasurementRecord
 from matmech.svt.select import (
-    SELECTION_METHODS,
     SelectionPlan,
-    advised_select_eps,
-    check_select_options,
-    check_selection,
-    declared_calibration,
     run_selection,
-    selection_mechanism,
-    selection_arguments,
-    shown_select_options,
     take_rows,
 )
 
 __all__ = [
     "FactoredSelectionPlan",
+    "SelectedRowsPlan",
     "plan_factored_selection",
     "release_selected",
     "row_values",
@@ -97,335 +93,8 @@ __all__ = [
     "CLIQUE_NODE_CAP",
 ]
 
-#: The ``strategy`` values a factored release with selection accepts: the selected rows are
-#: measured themselves (the choice the advisor makes for selected marginal cells).
-MEASURE_STRATEGIES = ("auto", "optimize")
-
-#: Branch-and-bound nodes of the exact sensitivity of selected marginal cells (a maximum
-#: clique) before the certified colouring bound is used instead.
-CLIQUE_NODE_CAP = 20_000
-
-_EXACT = 2.0**53
-
-
-class _RowRange(LinOp):
-    """W's row count, entry range and largest column norms, from its factors: all that
-    :func:`~matmech.svt.select.check_selection` and :func:`~matmech.svt.select.selection_mechanism`
-    read (a marginal workload over 10¹⁰⁰ cells has no explicit rows to scan)."""
-
-    def __init__(self, rows, lo, hi, terms):
-        self.shape = (int(rows), 1)
-        self._range = (float(lo), float(hi))
-        self._terms = terms
-
-    def entry_range(self):
-        return self._range
-
-    def sensitivity(self, p=1):
-        t = self._terms
-        if all(fs is None for fs in t.factors):  # marginals: one cell of each term per column
-            return float(np.sum(np.abs(t.weights) ** p)) ** (1 / p)
-        d = len(t.domain)
-        return factored_sensitivity(
-            [(abs(w), [_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)], p
-        ).value
-
-    def _matmat(self, x):
-        raise TypeError("a row-range stand-in has no entries")
-
-    _rmatmat = _matmat
-
 
 # -- the data-independent plan ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class FactoredSelectionPlan:
-    """Everything a factored release with selection decides before it reads data.
-
-    ``subsets[j]``: the attributes where term j is not a total (its marginal table);
-    ``offsets``: first row of each term (and the row count last); ``opts``: the checked
-    options (``eps`` filled in when advised); ``select``: the keyword arguments of
-    :func:`~matmech.svt.select.check_selection` (thresholds resolved); ``sensitivity``,
-    ``monotonic``, ``thr``: its results; ``integer_values``: W x is held as exact int64;
-    ``worst_sensitivity``: the bound on Δ_p (neighbours factor included) of any selection
-    (``max_selected`` rows: c, 2c − 1 for adaptive SVT); ``worst_variance``: the noise variance
-    at that bound (each answer's variance is at most w_j² times it); ``memory``: the bytes
-    planned; ``mechanism``/``joint_sensitivity``: the selection mechanism
-    (:func:`~matmech.svt.select.selection_mechanism`); ``value_bound``: the declared bound on
-    abs(W x) (max_records times W's largest abs(entry)) the selection's grid holds."""
-
-    terms: object
-    opts: Mapping
-    eps: float
-    eps_measure: float
-    delta: float
-    neighbors: str
-    max_records: int
-    select: Mapping
-    sensitivity: float
-    monotonic: bool
-    thr: np.ndarray | None
-    subsets: tuple
-    offsets: np.ndarray
-    integer_values: bool
-    worst_sensitivity: float
-    worst_variance: float
-    memory: int
-    mechanism: str = ""
-    joint_sensitivity: float = 0.0
-    max_selected: int = 0
-    value_bound: float = 0.0
-
-    @property
-    def rows(self):
-        return int(self.offsets[-1])
-
-
-def _factor(terms, j, i):
-    """Factor i of term j (a marginal workload's terms are identity/total by kind)."""
-    fs = terms.factors[j]
-    if fs is not None:
-        return fs[i]
-    return _marginal_factor(terms.domain[i], terms.kinds[j][i])
-
-
-@functools.lru_cache(maxsize=1024)
-def _marginal_factor(n, kind):
-    return Identity(n) if kind == "I" else Ones(1, n)
-
-
-def _term_shape(terms, j, S):
-    fs = terms.factors[j]
-    return tuple(terms.domain[i] if fs is None else int(fs[i].shape[0]) for i in S)
-
-
-def _max_abs(f):
-    lo, hi = f.entry_range()
-    return max(abs(lo), abs(hi))
-
-
-def _noise_for(sens, eps_m, delta):
-    """(kind, scale, variance) of the measurement at sensitivity ``sens`` (neighbours factor
-    and margin included): exactly :func:`matmech.privacy.measure.plan_measurement`'s rule for
-    an integer strategy (grid 1)."""
-    if delta == 0:
-        b = laplace_scale_up(eps_m, sens)
-        if b > noise.MAX_LAPLACE_SCALE:
-            raise ValueError(
-                f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
-                f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small"
-            )
-        return "discrete_laplace", b, noise.discrete_laplace_variance(b)
-    s = gaussian_sigma(eps_m, delta, sens)
-    if s > noise.MAX_SIGMA:
-        raise ValueError(
-            f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
-            f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small"
-        )
-    return "discrete_gaussian", s, noise.discrete_gaussian_variance(s)
-
-
-def _scaled_sens(value, p, neighbors):
-    """Δ_p with the neighbours factor; integer L1 norms are exact, an L2 norm gets the margin."""
-    s = NEIGHBORS[neighbors] * value
-    return s if p == 1 else s * SENS_MARGIN
-
-
-def _worst_case(terms, offsets, c, p):
-    """A certified bound on the largest column p-norm (to the power p for p = 2: squared) of
-    ANY c rows of the unweighted terms: the c largest row maxima (each row of term j is at
-    most Πᵢ max|factor| per entry, one column), never more than the whole terms' bound."""
-    d, k = len(terms.domain), len(terms.kinds)
-    if all(fs is None for fs in terms.factors):  # marginals: one cell of each term per column
-        maxima = np.ones(k)
-    else:
-        maxima = np.array(
-            [math.prod(_max_abs(_factor(terms, j, i)) for i in range(d)) for j in range(k)]
-        )
-    counts = np.diff(offsets)
-    order = np.argsort(-maxima, kind="stable")
-    left, top = c, 0.0
-    for j in order.tolist():
-        take = min(left, int(counts[j]))
-        top += take * maxima[j] ** p
-        left -= take
-        if left == 0:
-            break
-    if all(fs is None for fs in terms.factors):
-        whole = float(k)
-    else:
-        whole = (
-            factored_sensitivity(
-                [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in range(k)], p
-            ).value
-            ** p
-        )
-    return min(top, whole), float(maxima.max())
-
-
-def plan_factored_selection(
-    W, eps, delta, *, select, strategy="auto", neighbors="add_remove", max_records, max_memory
-):
-    """The data-independent part of :func:`release_selected` → :class:`FactoredSelectionPlan`.
-
-    Raises (ValueError/TypeError naming the value) for bad options, a strategy other than
-    :data:`MEASURE_STRATEGIES`, non-integer factors, a measurement the exact samplers could
-    not make for some selection of c rows, or a plan above ``max_memory`` bytes.
-    """
-    if not (isinstance(strategy, str) and strategy in MEASURE_STRATEGIES):
-        shown = strategy if isinstance(strategy, str) else type(strategy).__name__
-        raise ValueError(
-            f"with select= the factored release measures the selected rows themselves "
-            f"(strategy='auto'); got strategy={shown!r}"
-        )
-    opts = check_select_options(select, eps)
-    terms = as_terms(W, name="W")
-    d = len(terms.domain)
-    subsets, shapes = [], []
-    for j, ks in enumerate(terms.kinds):
-        S = tuple(i for i, k in enumerate(ks) if k != "T")
-        for i in S:
-            f = _factor(terms, j, i)
-            if not f.integer_valued():
-                raise ValueError(
-                    f"term {j} has a non-integer factor on attribute {i} ({type(f).__name__}); the "
-                    "factored selection measures the selected rows on the integer lattice and needs "
-                    "integer factors (identity, total, prefix, 0/1)"
-                )
-        subsets.append(S)
-        shapes.append(_term_shape(terms, j, S))
-    counts = [math.prod(s) for s in shapes]
-    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-    rows = int(offsets[-1])
-    c = opts["c"]
-    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
-        raise TypeError(
-            f"c must be a positive integer (the most rows to select), got {type(c).__name__}: {c!r}"
-        )
-    if c < 1:
-        raise ValueError(f"c must be a positive integer (the most rows to select), got {c!r}")
-    # memory: one table per distinct subset (the maximal ones counted, the rest summed out of
-    # them), W x (and W x unweighted), one threshold per row
-    table_cells = 0
-    for s in set(subsets):
-        cells = math.prod(terms.domain[i] for i in s)
-        if cells > MAX_TABLE_CELLS:
-            raise ValueError(
-                f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built"
-            )
-        table_cells += cells
-    need = 8 * table_cells + 8 * 3 * rows
-    if need > max_memory:
-        raise ValueError(
-            f"the factored selection would use about {need / 2**30:.2f} GiB (> max_memory "
-            f"{max_memory / 2**30:.2f} GiB): {rows:,} rows and {table_cells:,} table cells"
-        )
-    # W's entry range from its factors (that of the explicit Kron stack)
-    lo = hi = 0.0
-    for j, w in enumerate(terms.weights):
-        a, b = (
-            (0.0, 1.0) if terms.factors[j] is None else (1.0, 1.0)
-        )  # a marginal's entries are 0/1
-        for i in range(d if terms.factors[j] is not None else 0):
-            fl, fh = _factor(terms, j, i).entry_range()
-            prods = (a * fl, a * fh, b * fl, b * fh)
-            a, b = min(prods), max(prods)
-        a, b = min(a, 0.0), max(b, 0.0)
-        a, b = (w * a, w * b) if w >= 0 else (w * b, w * a)
-        lo, hi = min(lo, a), max(hi, b)
-    proxy = _RowRange(rows, lo, hi, terms)
-    p = 1 if delta == 0 else 2
-    kmax = SELECTION_METHODS[opts["method"]].max_rows(
-        c
-    )  # Ding et al.: adaptive SVT up to 2c − 1 positives
-    worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
-    worst_sens = _scaled_sens(worst if p == 1 else math.sqrt(worst), p, neighbors)
-    if max_records * max_entry >= _EXACT:
-        raise ValueError(
-            f"max_records={max_records:,} is too many for exact integer row answers "
-            f"(largest row entry {max_entry:g}; need max_records·entry < 2**53)"
-        )
-    w2 = np.repeat(np.square(np.asarray(terms.weights, dtype=np.float64)), counts)
-    if opts["eps"] is None:  # a gap method: the split advised for the worst case (data independent)
-        mean_w2 = float(w2.mean())
-        opts["eps"] = advised_select_eps(
-            proxy,
-            eps,
-            opts,
-            lambda e_m: mean_w2 * _noise_for(worst_sens, e_m, delta)[2],
-            neighbors=neighbors,
-            integer_values=all(float(w).is_integer() for w in terms.weights),
-        )
-        opts["_advised"] = True
-    eps_m = rest_of(eps, opts["eps"])
-    _, _, worst_var = _noise_for(
-        worst_sens, eps_m, delta
-    )  # raises if some selection could not be measured
-    threshold = opts["threshold"]
-    if isinstance(
-        threshold, str
-    ):  # "auto": std_i is at most |w_j|·sqrt(worst_var) for any selection
-        threshold = np.sqrt(w2 * worst_var) / opts["target_rel_error"]
-    del w2
-    sel = selection_arguments(opts, c=c, threshold=threshold, neighbors=neighbors)
-    c, sens, mono, thr = check_selection(proxy, **sel)
-    integer_values = (
-        all(float(w).is_integer() for w in terms.weights) and max_records * sens < _EXACT
-    )
-    bound = float(max_records) * max(abs(lo), abs(hi))
-    mech, joint = selection_mechanism(
-        proxy,
-        method=opts["method"],
-        c=c,
-        eps=opts["eps"],
-        sensitivity=sens,
-        monotonic=mono,
-        ratio=opts["ratio"],
-        neighbors=neighbors,
-        vector=opts["vector"],
-        integer_values=integer_values,
-        value_bound=bound,
-    )
-    # every magnitude check of the selection, from the declaration (max_records, W's entry range)
-    _, bound = declared_calibration(
-        proxy,
-        method=opts["method"],
-        mechanism=mech,
-        c=c,
-        eps=opts["eps"],
-        sensitivity=sens,
-        monotonic=mono,
-        ratio=opts["ratio"],
-        sigma=opts["sigma"],
-        joint=joint,
-        thr=thr,
-        integer_values=integer_values,
-        max_records=max_records,
-    )
-    return FactoredSelectionPlan(
-        terms,
-        MappingProxyType(opts),
-        eps,
-        eps_m,
-        delta,
-        neighbors,
-        max_records,
-        MappingProxyType(sel),
-        sens,
-        mono,
-        thr,
-        tuple(subsets),
-        offsets,
-        integer_values,
-        float(worst_sens),
-        float(worst_var),
-        int(need),
-        mech,
-        float(joint),
-        min(kmax, rows),
-        bound,
-    )
 
 
 # -- reading the data: W x term by term ------------------------------------------------------
@@ -458,185 +127,151 @@ def _weighted(plan, parts):
 # -- the measurement of the selected rows -----------------------------------------------------
 
 
-def _locate(plan, rows):
-    """(term, multi-index over its non-total factors) of each row."""
-    terms = np.searchsorted(plan.offsets, rows, side="right") - 1
-    out = []
-    for r, j in zip(rows.tolist(), terms.tolist()):
-        shape = _term_shape(plan.terms, j, plan.subsets[j])
-        out.append(
-            (
-                j,
-                tuple(int(v) for v in np.unravel_index(r - int(plan.offsets[j]), shape))
-                if shape
-                else (),
-            )
-        )
-    return out
+@dataclass(frozen=True, eq=False)
+class _Drawn:
+    """The selection and, when a row was selected, the noisy measurement of the selected rows."""
+
+    sel: object
+    rows: np.ndarray
+    y: np.ndarray | None = None
+    nvar: float = 0.0
+    note: str = ""
 
 
-class _Cap(Exception):
-    pass
+@dataclass(frozen=True, eq=False)
+class SelectedRowsPlan:
+    """Selection then measurement of the selected rows from marginal tables: one adaptive
+    plan charged once (:class:`~matmech.pipeline.plan.Plan`) around a
+    :class:`FactoredSelectionPlan` ``plan``; ``workload`` the Release's W."""
 
+    plan: FactoredSelectionPlan = field(repr=False)
+    workload: LinOp = field(repr=False)
 
-def _max_clique(adj, cap):
-    """(size of a maximum clique or None past ``cap`` nodes, an upper bound on it) of the graph
-    with bitmask adjacency ``adj`` (branch and bound with a greedy-colouring bound, Tomita &
-    Seki 2003; past the cap the bound is the number of colours of a greedy colouring)."""
-    best, nodes = 0, 0
+    @property
+    def eps(self) -> float:
+        return self.plan.eps
 
-    def colour(P):
-        order, colours, U, c = [], [], P, 0
-        while U:
-            c += 1
-            Q = U
-            while Q:
-                v = (Q & -Q).bit_length() - 1
-                Q &= ~adj[v] & ~(1 << v)
-                U &= ~(1 << v)
-                order.append(v)
-                colours.append(c)
-        return order, colours
+    @property
+    def delta(self) -> float:
+        return self.plan.delta
 
-    def expand(size, P):
-        nonlocal best, nodes
-        nodes += 1
-        if nodes > cap:
-            raise _Cap
-        order, colours = colour(P)
-        for v, c in zip(reversed(order), reversed(colours)):
-            if size + c <= best:
-                return
-            Q = P & adj[v]
-            if Q:
-                expand(size + 1, Q)
-            elif size + 1 > best:
-                best = size + 1
-            P &= ~(1 << v)
+    @property
+    def neighbors(self) -> str:
+        return self.plan.neighbors
 
-    try:
-        expand(0, (1 << len(adj)) - 1)
-    except _Cap:
-        return None, max(colour((1 << len(adj)) - 1)[1], default=0)  # colours bound the clique
-    return best, best
-
-
-def _cells_sensitivity(plan, loc, p):
-    """Δ_p of selected marginal cells (every factor identity or total): a column is one cell
-    of the domain, and the cells containing it are pairwise consistent (equal values on the
-    attributes they share) — conversely pairwise consistent cells share a column. So Δ₁ =
-    Δ₂² = the largest set of pairwise consistent cells: a maximum clique → (Δ_p, exact); past
-    :data:`CLIQUE_NODE_CAP` nodes the smaller of a greedy colouring's number of colours and
-    the number of distinct marginals (a record is in one cell of each), not exact."""
-    cells = [dict(zip(plan.subsets[j], idx)) for j, idx in loc]
-    adj = [0] * len(cells)
-    for a in range(len(cells)):
-        for b in range(a + 1, len(cells)):
-            if all(cells[b].get(i, v) == v for i, v in cells[a].items()):
-                adj[a] |= 1 << b
-                adj[b] |= 1 << a
-    size, bound = _max_clique(adj, CLIQUE_NODE_CAP)
-    if size is not None:
-        return float(size) ** (1.0 / p), True
-    return float(min(bound, len({j for j, _ in loc}))) ** (1.0 / p), False
-
-
-def rows_sensitivity(plan, rows, p):
-    """(Δ_p, exact, method) of the unweighted rows ``rows`` of W (no neighbours factor): the
-    largest column p-norm of the stack of rank-one Kronecker rows, from the factors
-    (:func:`~matmech.linalg.normmax.factored_sensitivity`: exact or its certified upper
-    bound), never above the same bound for the whole terms the rows belong to."""
-    terms, d = plan.terms, len(plan.terms.domain)
-    loc = _locate(plan, np.asarray(rows, dtype=np.int64))
-    if all(k != "O" for j, _ in loc for k in terms.kinds[j]):
-        value, exact = _cells_sensitivity(plan, loc, p)
+    @property
+    def what(self) -> str:
         return (
-            value,
-            exact,
-            "maximum clique of consistent cells"
-            if exact
-            else "colouring bound of consistent cells",
+            f"release with selection ({self.plan.opts['method']}, up to {self.plan.select['c']} "
+            f"of {self.plan.rows} queries, factored)"
         )
-    ones = [Ones(1, n) for n in terms.domain]
-    cache, stack = {}, []
-    for j, idx in loc:
-        fs = list(ones)
-        for i, r in zip(plan.subsets[j], idx):
-            key = (j, i, r)
-            if key not in cache:
-                row = np.zeros((1, terms.domain[i]))
-                if terms.kinds[j][i] == "I":
-                    row[0, r] = 1.0
-                else:
-                    row[:] = np.rint(
-                        np.asarray(_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64)
-                    )
-                cache[key] = Dense(row)
-            fs[i] = cache[key]
-        stack.append((1.0, fs))
-    by_rows = factored_sensitivity(stack, p)
-    hit = sorted({j for j, _ in loc})
-    by_terms = factored_sensitivity(
-        [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in hit], p
-    )
-    if by_rows.exact or by_rows.value <= by_terms.value:
-        return by_rows.value, by_rows.exact, by_rows.method
-    return by_terms.value, False, "upper bound of the whole terms"
 
+    @property
+    def sizes(self) -> tuple:
+        return tuple(self.plan.terms.domain)
 
-def _row_vectors(plan, rows):
-    """Per attribute, the k × nᵢ matrix of the selected rows' factor rows (totals: ones)."""
-    terms = plan.terms
-    V = [None] * len(terms.domain)
-    for a, (j, idx) in enumerate(_locate(plan, rows)):
-        for i, r in zip(plan.subsets[j], idx):
-            if V[i] is None:
-                V[i] = np.ones((rows.size, terms.domain[i]))
-            if terms.kinds[j][i] == "I":
-                V[i][a] = 0.0
-                V[i][a, r] = 1.0
-            else:
-                V[i][a] = np.rint(np.asarray(_factor(terms, j, i).dense()[r], dtype=np.float64))
-    return V
+    @property
+    def subsets(self) -> tuple:
+        return tuple(self.plan.subsets) + ((),)
 
+    def check(self, tables):
+        """The declared bound on the records, then W x term by term (exact integers)."""
+        plan = self.plan
+        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
+        check_records(count, plan.max_records)
+        parts = row_values(plan, tables)
+        return parts, _weighted(plan, parts)
 
-def row_basis(plan, rows):
-    """B (k × r, orthonormal) spanning the range of the unweighted selected rows U_S (the space
-    U_S x lives in), from the Gram U_S U_Sᵀ = ∘ᵢ VᵢVᵢᵀ/nᵢ (columns scaled per attribute by
-    1/√nᵢ, which leaves the range unchanged), never from the domain. The factor rows are
-    integers, so the rank r is decided exactly (:func:`matmech.linalg.gls.row_space_basis`):
-    duplicate and dependent rows never depend on rounding."""
-    k = len(rows)
-    G = np.ones((k, k))
-    exact = np.ones((k, k), dtype=np.int64).astype(object)
-    for i, V in enumerate(_row_vectors(plan, np.asarray(rows, dtype=np.int64))):
-        if V is not None:
-            VV = V @ V.T
-            G *= VV / plan.terms.domain[i]
-            exact = exact * np.rint(VV).astype(np.int64).astype(object)
-    return row_space_basis(G, exact=exact)
+    def draw(self, data, *, rng) -> Draws:
+        plan, W = self.plan, self.workload
+        parts, values = data
+        del data
+        sel = run_selection(
+            SelectionPlan(
+                values=values,
+                threshold=plan.select["threshold"],
+                thr=plan.thr,
+                method=plan.select["method"],
+                c=int(plan.select["c"]),
+                eps=float(plan.opts["eps"]),
+                sensitivity=plan.sensitivity,
+                monotonic=plan.monotonic,
+                ratio=plan.select["ratio"],
+                n_rows=plan.rows,
+                sigma=plan.select["sigma"],
+                mechanism=plan.mechanism,
+                joint_sensitivity=plan.joint_sensitivity,
+                value_bound=plan.value_bound,
+            ),
+            rng=rng,
+        )
+        del values
+        rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
+        rows.setflags(write=False)
+        if rows.size == 0:
+            return Draws((), _Drawn(sel, rows))
+        # -- measure the selected rows: depends on the selection (a DP output) and W only ------
+        p = 1 if plan.delta == 0 else 2
+        value, exact, how = rows_sensitivity(plan, rows, p)
+        sens = scaled_sensitivity(value, p, plan.neighbors)
+        if rows.size <= plan.max_selected:  # the worst case bounds this selection (and was checked)
+            sens = min(sens, plan.worst_sensitivity)
+        kind, scale, nvar = noise_for(sens, plan.eps_measure, plan.delta)
+        terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+        u = np.array(
+            [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],
+            dtype=np.int64,
+        )
+        del parts
+        if kind == "discrete_laplace":
+            z = noise.discrete_laplace(scale, rows.size, rng=rng)
+        else:
+            z = noise.discrete_gaussian(scale, rows.size, rng=rng)
+        y = (u + z).astype(np.float64)  # the released integers; below: post-processing
+        w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
+        norm = "L1" if p == 1 else "L2"
+        note = (
+            f"the {rows.size} selected rows measured themselves, answers by least squares on them "
+            f"(exact {kind.replace('_', ' ')}, scale {scale:.6g}, {norm} sensitivity {sens:.6g} of the "
+            f"selected rows, {'exact' if exact else 'certified upper bound'} ({how}) from the "
+            f"factors); measurement eps {plan.eps_measure:.6g}"
+        )
+        # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
+        record = MeasurementRecord(
+            query=take_rows(W, rows),
+            values=w * y,
+            variance=nvar * w * w,
+            event={
+                "mechanism": "selected rows",
+                "eps": plan.eps_measure,
+                "delta": plan.delta,
+                "noise": kind,
+                "scale": scale,
+                "sensitivity": sens,
+                "neighbors": plan.neighbors,
+            },
+        )
+        return Draws((record,), _Drawn(sel, rows, y, nvar, note))
 
-
-def _release(plan, W, answers, var, *, name, note, budget, record):
-    std = np.sqrt(var)
-    for a in (answers, std):
-        a.setflags(write=False)
-    return Release(
-        answers=answers,
-        std=std,
-        expected_error=float(var.sum()),
-        workload=W,
-        strategy=None,
-        strategy_name=name,
-        strategy_note=note,
-        eps=plan.eps,
-        delta=plan.delta,
-        neighbors=plan.neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
-        measurement=None,
-        estimate=None,
-        **record,
-    )
+    def estimate(self, draws: Draws) -> Estimate:
+        plan, d = self.plan, draws.state
+        fields, shown = selection_fields(plan.opts, d.rows, d.sel)
+        if d.y is None:
+            return nothing_selected(fields)
+        rows = d.rows
+        terms = np.searchsorted(plan.offsets, rows, side="right") - 1
+        w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
+        B = row_basis(plan, rows)
+        P = B @ B.T  # least squares: y projected on the range of U_S
+        answers, cov = w * (P @ d.y), d.nvar * np.outer(w, w) * P
+        fields.update(strategy_name="selected rows", strategy_note=d.note)
+        if d.sel.gap is not None:
+            basis = w[:, None] * B
+            return with_gaps(
+                self.workload, answers, cov, basis, d, plan.select, draws.records, fields, shown
+            )
+        var = np.clip(np.diag(cov), 0.0, None)
+        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
 
 
 def release_selected(
@@ -658,9 +293,10 @@ def release_selected(
     :func:`matmech.release` with ``select=``). Called by
     :func:`matmech.factored.release.release_factored`; ``eps``/``delta`` are checked there.
 
-    Order: every data-independent check (:func:`plan_factored_selection`, the rng, the
-    budget's affordability) → the marginal tables and the declared bound on the records →
-    W x → one atomic spend of (ε, δ) → the selection's noise → the measurement's noise.
+    Order (:func:`matmech.pipeline.run.run_plan`): every data-independent check
+    (:func:`plan_factored_selection`, the rng, the budget's affordability) → the marginal
+    tables and the declared bound on the records → W x → one atomic spend of (ε, δ) → the
+    selection's noise → the measurement's noise.
     """
     plan = plan_factored_selection(
         W,
@@ -673,131 +309,4 @@ def release_selected(
         max_memory=max_memory,
     )
     noise.check_rng(rng)
-    opts, n_rows = plan.opts, plan.rows
-    what = f"release with selection ({opts['method']}, up to {plan.select['c']} of {n_rows} queries, factored)"
-    check_affordable(budget, eps, delta, what=what)
-    # -- reads data from here on ---------------------------------------------------------------
-    tables = marginal_tables(data, plan.terms.domain, list(plan.subsets) + [()])
-    check_records(check_counts(np.atleast_1d(tables[()]), 1, name="the record count"), max_records)
-    parts = row_values(plan, tables)
-    del tables
-    values = _weighted(plan, parts)
-    if budget is not None:
-        budget.spend(eps, delta, what=what)  # selection and measurement, reserved at once
-    sel = run_selection(
-        SelectionPlan(
-            values=values,
-            threshold=plan.select["threshold"],
-            thr=plan.thr,
-            method=plan.select["method"],
-            c=int(plan.select["c"]),
-            eps=float(opts["eps"]),
-            sensitivity=plan.sensitivity,
-            monotonic=plan.monotonic,
-            ratio=plan.select["ratio"],
-            n_rows=n_rows,
-            sigma=plan.select["sigma"],
-            mechanism=plan.mechanism,
-            joint_sensitivity=plan.joint_sensitivity,
-            value_bound=plan.value_bound,
-        ),
-        rng=rng,
-    )
-    del values
-    rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
-    rows.setflags(write=False)
-    shown = shown_select_options(opts)
-    record = dict(
-        selected=rows,
-        selection=sel,
-        eps_select=float(opts["eps"]),
-        select_options=MappingProxyType(shown),
-    )
-    if rows.size == 0:
-        empty = np.zeros(0)
-        return _release(
-            plan,
-            W,
-            empty,
-            empty,
-            name="none",
-            budget=budget,
-            record=record,
-            note="no row was selected, so nothing was measured (the measurement's share was reserved "
-            "with the selection and is spent)",
-        )
-    # -- measure the selected rows: depends on the selection (a DP output) and W only ----------
-    p = 1 if delta == 0 else 2
-    value, exact, how = rows_sensitivity(plan, rows, p)
-    sens = _scaled_sens(value, p, neighbors)
-    if rows.size <= plan.max_selected:  # the worst case bounds this selection too (and was checked)
-        sens = min(sens, plan.worst_sensitivity)
-    kind, scale, nvar = _noise_for(sens, plan.eps_measure, delta)
-    terms = np.searchsorted(plan.offsets, rows, side="right") - 1
-    u = np.array(
-        [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],
-        dtype=np.int64,
-    )
-    del parts
-    if kind == "discrete_laplace":
-        z = noise.discrete_laplace(scale, rows.size, rng=rng)
-    else:
-        z = noise.discrete_gaussian(scale, rows.size, rng=rng)
-    y = (u + z).astype(np.float64)  # the released integers; below: post-processing
-    w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
-    B = row_basis(plan, rows)
-    P = B @ B.T  # least squares: y projected on the range of U_S
-    answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
-    var = np.clip(np.diag(cov), 0.0, None)
-    norm = "L1" if p == 1 else "L2"
-    note = (
-        f"the {rows.size} selected rows measured themselves, answers by least squares on them (exact "
-        f"{kind.replace('_', ' ')}, scale {scale:.6g}, "
-        f"{norm} sensitivity {sens:.6g} of the selected rows, {'exact' if exact else 'certified upper bound'} "
-        f"({how}) from the factors); measurement eps {plan.eps_measure:.6g}"
-    )
-    # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
-    records = (
-        MeasurementRecord(
-            query=take_rows(W, rows),
-            values=w * y,
-            variance=nvar * w * w,
-            event={
-                "mechanism": "selected rows",
-                "eps": plan.eps_measure,
-                "delta": delta,
-                "noise": kind,
-                "scale": scale,
-                "sensitivity": sens,
-                "neighbors": neighbors,
-            },
-        ),
-    )
-    if sel.gap is not None:
-        measured, mvar = answers, var
-        answers, var, more, gm = combine_selection(
-            answers, cov, rows, sel, plan.select["threshold"], basis=w[:, None] * B
-        )
-        records += (gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel),)
-        note += more
-        answers, var, near = guard(measured, mvar, answers, var, rows, sel)
-        near.setflags(write=False)
-        record["near_threshold"] = near
-        if near.any():
-            note += (
-                f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered from the "
-                "measurement alone (flagged in near_threshold)"
-            )
-        shown["_combined"] = True
-        shown["_mechanism"] = sel.mechanism
-        record["select_options"] = MappingProxyType(shown)
-    return _release(
-        plan,
-        W,
-        np.asarray(answers, dtype=np.float64),
-        np.asarray(var, dtype=np.float64),
-        name="selected rows",
-        note=note,
-        budget=budget,
-        record={**record, "measurements": records},
-    )
+    return run_plan(SelectedRowsPlan(plan, W), as_table_source(data), budget=budget, rng=rng)

@@ -10,34 +10,53 @@ Sensitivity of one row under add/remove is max_j |W_ij| (one cell changes by 1);
 substitution the row changes by w_b − w_a ≤ max_j W_ij − min(0, min_j W_ij). Monotonic noise
 (Lyu et al. §4.3) is valid only for non-negative rows under add/remove: adding a record
 then moves every answer up or leaves it.
+
+The method registry is :mod:`matmech.svt.methods`, the ``select=`` options of a release
+:mod:`matmech.svt.options`, the data-independent rules (row sensitivity, mechanism,
+calibration, advised split) :mod:`matmech.svt.rules`; their names are re-exported here.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from matmech.privacy.params import check_neighbors, check_privacy_params, positive_real
+from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
-from matmech.svt.calibration import DeclarationError, gap_calibration
-from matmech.svt.grid import check_public_units
+from matmech.svt.calibration import gap_calibration
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
-from matmech.svt.vector import (
-    VECTOR_METHODS,
-    joint_sensitivity,
-    noisy_vector_threshold,
-    noisy_vector_top_c,
-    prefer_vector,
-    vector_calibration,
+from matmech.svt.vector import VECTOR_METHODS, noisy_vector_threshold, noisy_vector_top_c
+from matmech.svt.methods import (
+    GAP_METHODS,
+    MECHANISMS,
+    METHODS,
+    SELECTION_METHODS,
+    THRESHOLD_METHODS,
+    SelectionMethod,
+)
+from matmech.svt.options import (
+    DEFAULT_TARGET_REL_ERROR,
+    SELECT_OPTIONS,
+    check_select_options,
+    selection_arguments,
+    shown_select_options,
+)
+from matmech.svt.rules import (
+    advised_select_eps,
+    check_vector,
+    declared_calibration,
+    entry_range,
+    row_noise_rule,
+    selection_mechanism,
+    take_rows,
 )
 from typing import TYPE_CHECKING, Any
 
@@ -72,175 +91,6 @@ __all__ = [
     "selection_mechanism",
     "MECHANISMS",
 ]
-
-
-@dataclass(frozen=True)
-class SelectionMethod:
-    """What the rest of the package needs to know about a selection method (the registry
-    :data:`SELECTION_METHODS`; the release paths, the CLI and the answer table read it):
-    ``mechanism`` it runs by default ([LSL17] / [DWZK19]), whether it releases free gaps (``gap``)
-    (its ε share may be advised and the gaps are combined by GLS), whether it tests rows
-    against a ``threshold`` (else it takes the c largest), the most rows it can select for a
-    given c (``max_rows_factor``·c − ``max_rows_offset``), why rows after its last find were
-    not examined (``stop_reason``) and the options only it takes (``own_options``)."""
-
-    name: str
-    mechanism: str
-    gap: bool
-    threshold: bool
-    max_rows_factor: int = 1
-    max_rows_offset: int = 0
-    stop_reason: str = "c rows already found"
-    own_options: tuple = ()
-
-    def max_rows(self, c: int) -> int:
-        """The most rows one run can select (Ding et al.: adaptive SVT up to 2c − 1)."""
-        return self.max_rows_factor * int(c) - self.max_rows_offset
-
-
-#: The selection methods, by name. A new method is one entry here plus its runner.
-SELECTION_METHODS = {
-    m.name: m
-    for m in (
-        SelectionMethod("svt", "sparse-vector", gap=False, threshold=True),
-        SelectionMethod("em", "exponential", gap=False, threshold=False),
-        SelectionMethod("topc-gap", "noisy-top-c-gap", gap=True, threshold=False),
-        SelectionMethod("svt-gap", "sparse-vector-gap", gap=True, threshold=True),
-        SelectionMethod(
-            "adaptive-svt",
-            "adaptive-sparse-vector",
-            gap=True,
-            threshold=True,
-            max_rows_factor=2,
-            max_rows_offset=1,
-            stop_reason="budget used up",
-            own_options=("sigma",),
-        ),
-    )
-}
-METHODS = tuple(SELECTION_METHODS)
-#: The methods that release free gaps (Ding, Wang, Zhang, Kifer, PVLDB 2019; :mod:`matmech.svt.gap`).
-GAP_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.gap)
-#: The methods that test rows against a threshold.
-THRESHOLD_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.threshold)
-#: The mechanism each method runs by default; "topc-gap" and "svt-gap" run
-#: :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise (:func:`selection_mechanism`).
-MECHANISMS = {n: m.mechanism for n, m in SELECTION_METHODS.items()}
-
-
-#: Keys of ``release(..., select=...)`` (the rest of select_rows' options come from release).
-SELECT_OPTIONS = (
-    "method",
-    "eps",
-    "c",
-    "threshold",
-    "target_rel_error",
-    "monotonic",
-    "ratio",
-    "sigma",
-    "vector",
-)
-#: threshold="auto" answers a row when its std is at most this fraction of its count.
-DEFAULT_TARGET_REL_ERROR = 0.1
-
-
-def check_select_options(select, eps):
-    """The validated options of ``release(..., select=...)`` (defaults filled in), the rules of
-    both release paths; ``eps`` is the release's total. Raises before anything is read or spent."""
-    if not isinstance(select, Mapping):
-        raise TypeError(
-            "select must be a dict of select_rows options, e.g. dict(method='svt', threshold=2000, c=50, eps=0.3), "
-            f"got {type(select).__name__}: {select!r}"
-        )
-    unknown = sorted(str(k) for k in select if k not in SELECT_OPTIONS)
-    if unknown:
-        raise ValueError(
-            f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
-            "(neighbors, budget and rng are release's own arguments)"
-        )
-    gap_method = select.get("method") in GAP_METHODS
-    for key in ("c",) if gap_method else ("eps", "c"):
-        if key not in select:
-            raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(
-        method="svt",
-        threshold=None,
-        target_rel_error=None,
-        monotonic="auto",
-        ratio="optimal",
-        sigma="auto",
-        vector="auto",
-    )
-    opts.update(select)
-    if opts["method"] not in METHODS:
-        raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
-    if "eps" not in select:  # a gap method: the split is advised later (data independent)
-        opts["eps"] = None
-        return _check_threshold_options(opts)
-    opts["eps"] = positive_real(opts["eps"], "select eps")
-    if opts["eps"] >= eps:
-        raise ValueError(
-            f"select eps = {opts['eps']!r} must be less than release's total eps = {eps!r}: "
-            "the selection's eps comes out of the total and the rest measures the selected rows"
-        )
-    return _check_threshold_options(opts)
-
-
-def _check_threshold_options(opts):
-    """The threshold / target_rel_error part of :func:`check_select_options`."""
-    thr = opts["threshold"]
-    is_auto = isinstance(thr, str) and thr == "auto"
-    if opts["method"] in THRESHOLD_METHODS:
-        if thr is None or (isinstance(thr, str) and not is_auto):
-            raise ValueError(
-                f"select method={opts['method']!r} needs a threshold: a number, one number per row, "
-                f"or 'auto'; got {thr!r}"
-            )
-    elif thr is not None:
-        raise ValueError(
-            f"select method={opts['method']!r} picks the c largest rows and takes no threshold; "
-            f"got threshold={thr!r}"
-        )
-    if is_auto:
-        t = (
-            DEFAULT_TARGET_REL_ERROR
-            if opts["target_rel_error"] is None
-            else opts["target_rel_error"]
-        )
-        opts["target_rel_error"] = positive_real(t, "select target_rel_error")
-    elif opts["target_rel_error"] is not None:
-        raise ValueError(
-            f"select target_rel_error is only used with threshold='auto' (threshold is {thr!r})"
-        )
-    return opts
-
-
-def selection_arguments(opts, *, c, threshold, neighbors) -> dict:
-    """The keyword arguments of :func:`check_selection` / :func:`select_rows` for checked
-    ``release(select=...)`` options ``opts`` (:func:`check_select_options`), with the
-    selection's ``c``, its (resolved) ``threshold`` and the neighbour relation: one place
-    for both release paths."""
-    return dict(
-        c=c,
-        eps=opts["eps"],
-        threshold=threshold,
-        method=opts["method"],
-        monotonic=opts["monotonic"],
-        ratio=opts["ratio"],
-        neighbors=neighbors,
-        sigma=opts["sigma"],
-        vector=opts["vector"],
-    )
-
-
-def shown_select_options(opts):
-    """The checked select options as a release records them (a dict): a per-row threshold
-    array is summarised as "one per row"."""
-    out = dict(opts)
-    thr = out["threshold"]
-    if thr is not None and not isinstance(thr, str):
-        out["threshold"] = float(thr) if np.ndim(thr) == 0 else "one per row"
-    return out
 
 
 @dataclass(frozen=True)
@@ -304,18 +154,6 @@ class Selection:
     mechanism: str = ""  # which mechanism ran (:data:`MECHANISMS`); "" = the method's own
 
 
-def entry_range(W):
-    """(min, max) over the entries of W and 0, through the structure where there is one
-    (:meth:`~matmech.linalg.linop.LinOp.entry_range`)."""
-    return as_linop(W).entry_range()
-
-
-def take_rows(W, rows):
-    """The sub-workload of the given rows, keeping interval structure where W has it
-    (:meth:`~matmech.linalg.linop.LinOp.take_rows`)."""
-    return as_linop(W).take_rows(np.asarray(rows, dtype=np.int64))
-
-
 def _check_c(c):
     if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Integral):
         raise TypeError(
@@ -354,194 +192,6 @@ class SelectionPlan:
     )
 
 
-def _check_vector(vector, method):
-    if isinstance(vector, str):
-        if vector != "auto":
-            raise ValueError(f"vector must be 'auto', True or False, got {vector!r}")
-    elif vector is not True and vector is not False:
-        raise TypeError(
-            f"vector must be 'auto', True or False, got {type(vector).__name__}: {vector!r}"
-        )
-    elif vector is True and method not in VECTOR_METHODS:
-        raise ValueError(
-            f"vector=True (the Laplace mechanism on the whole vector) replaces 'topc-gap' or 'svt-gap', "
-            f"not method={method!r}"
-        )
-    return vector
-
-
-def selection_mechanism(
-    W,
-    *,
-    method,
-    c,
-    eps,
-    sensitivity,
-    monotonic,
-    ratio="optimal",
-    neighbors="add_remove",
-    vector="auto",
-    integer_values=True,
-    value_bound=0.0,
-):
-    """(mechanism, Delta_W) for a checked selection; data independent (W, c, eps, neighbours,
-    the declared ``value_bound`` on abs(W x)).
-
-    "topc-gap" / "svt-gap" run the vector selection (:mod:`matmech.svt.vector`) when
-    ``vector`` is True, or when it is "auto" and :func:`~matmech.svt.vector.prefer_vector`
-    finds its per-value noise no larger than the [DWZK19] mechanism's per-score noise (and
-    its grid can hold the declared bound). Delta_W is 0 when the vector selection does not run.
-    """
-    _check_vector(vector, method)
-    if method not in VECTOR_METHODS or vector is False:
-        return MECHANISMS[method], 0.0
-    joint = joint_sensitivity(W, neighbors)
-    if vector is True or prefer_vector(
-        method,
-        c=c,
-        eps=eps,
-        row_sensitivity=sensitivity,
-        joint=joint,
-        monotonic=monotonic,
-        n_values=W.shape[0],
-        integer_values=integer_values,
-        ratio=ratio,
-        value_bound=value_bound,
-    ):
-        # a scale too large for exact sampling, or a declaration too large for the grid, is
-        # refused by declared_calibration before anything is read or spent
-        return VECTOR_METHODS[method], joint
-    return MECHANISMS[method], 0.0
-
-
-def declared_calibration(
-    W,
-    *,
-    method,
-    mechanism,
-    c,
-    eps,
-    sensitivity,
-    monotonic,
-    ratio="optimal",
-    sigma="auto",
-    joint=0.0,
-    thr=None,
-    integer_values,
-    max_records,
-):
-    """(calibration, value_bound): the calibration the selection will run with and the declared
-    bound on abs(W x) (``max_records`` times W's largest abs(entry)) its grid is chosen to hold.
-
-    Every magnitude check of the run happens here, from the declaration and the public
-    inputs, before anything is read or spent: a declaration no exact grid can hold is refused
-    naming max_records and the largest that fits; so is a threshold or sigma beyond the grid
-    (:func:`~matmech.svt.grid.check_public_units`). The exponential mechanism compares float
-    scores and has no grid (calibration None). Data independent.
-    """
-    lo, hi = entry_range(W)
-    entry = max(abs(lo), abs(hi))
-    bound = float(max_records) * entry
-    if method == "em":
-        return None, bound
-    try:
-        if mechanism in VECTOR_METHODS.values():
-            cal = vector_calibration(
-                mechanism,
-                c=c,
-                eps=eps,
-                sensitivity=joint,
-                n_values=W.shape[0],
-                integer_values=integer_values,
-                value_bound=bound,
-            )
-        elif method == "svt":
-            cal = svt_budget(
-                c=c,
-                eps=eps,
-                sensitivity=sensitivity,
-                monotonic=monotonic,
-                ratio=ratio,
-                integer_values=integer_values,
-                value_bound=bound,
-            )
-        else:
-            kw = {} if method == "topc-gap" else dict(ratio=ratio, sigma=sigma)
-            cal = gap_calibration(
-                method,
-                c=c,
-                eps=eps,
-                sensitivity=sensitivity,
-                monotonic=monotonic,
-                integer_values=integer_values,
-                value_bound=bound,
-                n_candidates=W.shape[0] if method == "adaptive-svt" else 0,
-                **kw,
-            )
-    except DeclarationError as exc:
-        raise ValueError(
-            f"max_records={max_records:,} times the workload's largest |entry| {entry:g} is more than exact grid "
-            f"arithmetic can hold for method={method!r} ({mechanism or MECHANISMS[method]}); at most "
-            f"max_records={max(int(exc.fits // entry), 0):,} fits: declare a smaller max_records"
-        ) from None
-    if thr is not None:
-        check_public_units(thr, cal.grid, "threshold")
-    if getattr(cal, "sigma", None) is not None:
-        check_public_units(cal.sigma, cal.grid, "sigma (the top-branch margin)")
-    return cal, bound
-
-
-def row_noise_rule(W, monotonic, neighbors):
-    """(row sensitivity, monotonic) of a selection over the rows of W, from W's entry range
-    (module docstring): monotonic="auto" uses monotonic noise exactly where it is valid,
-    True where it is not valid raises."""
-    lo, hi = entry_range(W)
-    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
-    if not sens > 0:
-        raise ValueError(
-            "the workload's rows are all zero (row sensitivity 0): there is nothing to select"
-        )
-    valid_monotonic = lo >= 0 and neighbors == "add_remove"
-    if isinstance(monotonic, str) and monotonic == "auto":
-        monotonic = valid_monotonic
-    elif monotonic is True and not valid_monotonic:
-        raise ValueError(
-            "monotonic=True needs non-negative counting rows and add/remove neighbours "
-            f"(rows have entries in [{lo:g}, {hi:g}], neighbors={neighbors!r}); use monotonic=False"
-        )
-    elif monotonic is not True and monotonic is not False:
-        raise TypeError(
-            f"monotonic must be True, False or 'auto', got {type(monotonic).__name__}: {monotonic!r}"
-        )
-    return float(sens), bool(monotonic)
-
-
-def advised_select_eps(W, eps, opts, row_variance, *, neighbors, integer_values):
-    """The selection's share of ``eps`` for a free-gap method given no select eps:
-    :func:`matmech.svt.combine.advise_split` with W's row sensitivity, monotonic rule and, for
-    "topc-gap"/"svt-gap", its joint sensitivity (the vector selection); ``opts`` are the
-    checked select options, ``row_variance(eps_m)`` the mean variance of one measured answer.
-    Data independent."""
-    from matmech.svt.combine import advise_split
-
-    sens, mono = row_noise_rule(W, opts["monotonic"], neighbors)
-    vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
-    f, _ = advise_split(
-        row_variance,
-        method=opts["method"],
-        eps=eps,
-        c=opts["c"],
-        sensitivity=sens,
-        monotonic=mono,
-        joint_sensitivity=joint_sensitivity(W, neighbors) if vec else None,
-        vector=opts["vector"],
-        n_values=W.shape[0],
-        integer_values=integer_values,
-        ratio=opts["ratio"],
-    )
-    return f * eps
-
-
 def check_selection(
     W, *, c, eps, threshold, method, monotonic, ratio, neighbors, sigma="auto", vector="auto"
 ):
@@ -549,7 +199,7 @@ def check_selection(
     raises before anything is read or spent."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    _check_vector(vector, method)
+    check_vector(vector, method)
     c = _check_c(c)
     check_neighbors(neighbors)
     sens, monotonic = row_noise_rule(W, monotonic, neighbors)

@@ -11,6 +11,7 @@ import pytest
 import matmech as mm
 from matmech import workloads as Wl
 from matmech.factored import select as fsel
+from matmech.factored import select_rows
 from matmech.factored.release import release_factored
 from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import marginal_workload
@@ -110,7 +111,7 @@ def test_cell_sensitivity_is_the_exact_clique_or_a_certified_bound(monkeypatch):
             dense = np.max(np.sum(Wd[rows] ** p, axis=0)) ** (1 / p)
             value, exact, how = fsel.rows_sensitivity(plan, rows, p)
             assert exact and "clique" in how and value == pytest.approx(dense, rel=1e-12)
-            monkeypatch.setattr(fsel, "CLIQUE_NODE_CAP", 1)
+            monkeypatch.setattr(select_rows, "CLIQUE_NODE_CAP", 1)
             value, exact, _ = fsel.rows_sensitivity(plan, rows, p)
             monkeypatch.undo()
             assert value >= dense * (1 - 1e-12)

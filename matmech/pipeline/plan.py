@@ -1,0 +1,106 @@
+"""The plan protocol: everything a release decides before it reads data (issue 22, item 1).
+
+A plan is a frozen record built from the workload W, the strategy, the privacy parameters
+and the declared domain alone. It says
+
+* which marginal tables to read (``sizes``: the attribute sizes; ``subsets``: the attribute
+  subsets; the explicit histogram release is the plan on all attributes of a one-attribute
+  domain),
+* what it charges (``eps``, ``delta``, and ``what``, the line the budget records),
+* how to check the tables read (:meth:`Plan.check`: the declared bounds, before the spend),
+* how to draw (:meth:`Plan.draw` → :class:`Draws`, the frozen
+  :class:`~matmech.record.MeasurementRecord` of every noisy measurement),
+* and which estimator turns the draws into answers (:meth:`Plan.estimate` → :class:`Estimate`).
+
+:func:`matmech.pipeline.run.run_plan` runs any plan the same way: affordability check → read
+→ data checks → one atomic spend → draws → estimator → :class:`~matmech.record.Release`.
+A plan's constructor raises (ValueError/TypeError, nothing spent) for anything it cannot
+measure, including memory it would need beyond its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Plan", "Draws", "Estimate"]
+
+
+@dataclass(frozen=True, eq=False)
+class Draws:
+    """What a plan's draws produced: the measurement ``records`` (the DP outputs a release
+    exposes) and ``state``, the plan's own view of them for its estimator (e.g. the
+    :class:`~matmech.privacy.measure.Measurement`; never data beyond the noisy outputs)."""
+
+    records: tuple = ()
+    state: Any = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """An estimator's output: the ``answers``, their ``std`` and total variance
+    ``expected_error``, and ``fields``, the plan-specific fields of the
+    :class:`~matmech.record.Release` (``strategy``, ``strategy_name``, ``strategy_note``,
+    ``measurement``, ``estimate``, the selection, ...)."""
+
+    answers: np.ndarray = field(repr=False)
+    std: np.ndarray = field(repr=False)
+    expected_error: float
+    fields: Mapping = field(default_factory=lambda: MappingProxyType({}))
+
+
+@runtime_checkable
+class Plan(Protocol):
+    """The protocol :func:`~matmech.pipeline.run.run_plan` runs (module docstring)."""
+
+    @property
+    def what(self) -> str:
+        """The line the budget records for the spend."""
+        ...
+
+    @property
+    def eps(self) -> float:
+        """The ε the one spend charges."""
+        ...
+
+    @property
+    def delta(self) -> float:
+        """The δ the one spend charges."""
+        ...
+
+    @property
+    def neighbors(self) -> str:
+        """The neighbouring relation."""
+        ...
+
+    @property
+    def workload(self) -> Any:
+        """The workload the release answers (its rows)."""
+        ...
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The attribute sizes of the domain the tables are read over."""
+        ...
+
+    @property
+    def subsets(self) -> tuple[tuple[int, ...], ...]:
+        """The attribute subsets whose marginal tables the plan reads."""
+        ...
+
+    def check(self, tables: Mapping[tuple[int, ...], np.ndarray]) -> Any:
+        """Data checks on the tables read (the declared bounds); returns what :meth:`draw`
+        needs. Runs before the spend; raises without revealing a value of the data."""
+        ...
+
+    def draw(self, data: Any, *, rng: Any) -> Draws:
+        """The noisy draws (after the one spend); nothing here branches on the data."""
+        ...
+
+    def estimate(self, draws: Draws) -> Estimate:
+        """Post-processing: the answers and their variances from the draws."""
+        ...

@@ -1,0 +1,365 @@
+"""Selection then measurement on the histogram: one adaptive plan, charged once.
+
+With ``release(x, W, ..., select=...)`` a private row selection runs first
+(:func:`matmech.select_rows`: the sparse vector technique or the exponential mechanism, Lyu,
+Su, Li, VLDB 2017; or a free-gap mechanism, Ding et al., PVLDB 2019). Its ε comes out of the
+total and the whole (ε, δ) is charged in one atomic spend before the selection's first draw
+(:func:`matmech.pipeline.run.run_plan`); only the selected rows are then measured and
+answered. Which rows were selected is a DP output, so choosing the strategy for them
+afterwards (``strategy`` "auto"/"optimize") is post-processing, as is the GLS combination of
+a free-gap method's gaps with the measured answers (:func:`matmech.svt.combine.combine_selection`).
+
+Order: every data-independent check (:func:`selected_plan`) → affordability → x read and
+checked, W x computed (:func:`matmech.svt.select.plan_selection`) → one spend → the
+selection's draws → the strategy for the selected rows (from the selection and W only) →
+the measurement's draws. Nothing after the spend reads x except the two noisy mechanisms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from matmech import strategies as S
+from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
+from matmech.error import expected_error, measured_variances, per_query_variance
+from matmech.inference import least_squares
+from matmech.linalg.linop import LinOp, as_linop
+from matmech.pipeline.plan import Draws, Estimate
+from matmech.privacy.measure import check_counts, execute, integer_valued, plan_measurement
+from matmech.privacy.params import rest_of
+from matmech.record import gap_record, strategy_record
+from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
+from matmech.svt.curse import DEFAULT_MARGIN, guard
+from matmech.svt.select import (
+    advised_select_eps,
+    check_select_options,
+    check_selection,
+    plan_selection,
+    run_selection,
+    selection_arguments,
+    shown_select_options,
+    take_rows,
+)
+
+__all__ = [
+    "SelectedPlan",
+    "selected_plan",
+    "NOTHING_SELECTED",
+    "selection_fields",
+    "nothing_selected",
+    "with_gaps",
+]
+
+#: The note of a release whose selection found no row.
+NOTHING_SELECTED = (
+    "no row was selected, so nothing was measured (the measurement's share was reserved "
+    "with the selection and is spent)"
+)
+
+
+def _variances(W, mplan):
+    return measured_variances(W, mplan.strategy, mplan.std**2)
+
+
+def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
+    """Strategy, plan and variances for the selected rows (strategy 'auto'/'optimize').
+
+    Runs after the selection: it sees only the selected rows (a DP output) and W, never x,
+    so falling back to the best fixed strategy when the choice fails is post-processing.
+    """
+    try:
+        A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
+        plan = plan_measurement(
+            as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records
+        )
+        return plan, _variances(sub, plan), name, note + "; chosen for the selected rows"
+    except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
+        A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
+        note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
+        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
+        return plan, _variances(sub, plan), name, note
+
+
+@dataclass(frozen=True, eq=False)
+class _Drawn:
+    """The selection and, when a row was selected, the measurement of the selected rows."""
+
+    sel: Any
+    rows: np.ndarray
+    meas: Any = None
+    var: np.ndarray | None = None
+    name: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class SelectedPlan:
+    """Everything a release with selection decides before it reads x
+    (:class:`~matmech.pipeline.plan.Plan`). ``measurement``: the plan for the whole workload
+    (None when ``late``: the strategy is chosen for the selected rows); ``var_full``: each
+    row's variance under it (threshold='auto')."""
+
+    workload: LinOp = field(repr=False)
+    eps: float
+    delta: float
+    neighbors: str
+    strategy: Any = field(repr=False)
+    max_records: int
+    opts: Mapping = field(repr=False)
+    eps_measure: float
+    select: Mapping = field(repr=False)
+    late: bool
+    measurement: Any = field(repr=False)
+    var_full: np.ndarray | None = field(repr=False)
+    name: str
+    note: str
+
+    @property
+    def what(self) -> str:
+        return (
+            f"release with selection ({self.opts['method']}, up to {self.opts['c']} of "
+            f"{self.workload.shape[0]} queries)"
+        )
+
+    @property
+    def sizes(self) -> tuple:
+        return (int(self.workload.shape[1]),)
+
+    @property
+    def subsets(self) -> tuple:
+        return ((0,),)
+
+    def check(self, tables):
+        x = tables[(0,)]
+        W = self.workload
+        sel_plan = plan_selection(W, x, max_records=self.max_records, **self.select)
+        return sel_plan, check_counts(x, W.shape[1])
+
+    def draw(self, data, *, rng) -> Draws:
+        sel_plan, x = data
+        sel = run_selection(sel_plan, rng=rng)
+        rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
+        rows.setflags(write=False)
+        if rows.size == 0:
+            return Draws((), _Drawn(sel, rows))
+        sub = take_rows(self.workload, rows)
+        if self.late:
+            mplan, var, name, note = _late_plan(
+                sub,
+                self.eps_measure,
+                self.delta,
+                strategy=self.strategy,
+                neighbors=self.neighbors,
+                max_records=self.max_records,
+            )
+        else:
+            mplan, name, note = (
+                self.measurement,
+                self.name,
+                self.note + "; measured for the selected rows",
+            )
+            var = self.var_full[rows] if self.var_full is not None else _variances(sub, mplan)
+        meas = execute(mplan, x, rng=rng)
+        return Draws((strategy_record(meas),), _Drawn(sel, rows, meas, var, name, note))
+
+    def estimate(self, draws: Draws) -> Estimate:
+        d = draws.state
+        fields, shown = selection_fields(self.opts, d.rows, d.sel)
+        if d.meas is None:
+            return nothing_selected(fields)
+        meas, sub = d.meas, take_rows(self.workload, d.rows)
+        xhat = least_squares(meas)
+        xhat.setflags(write=False)
+        answers, var = sub.matvec(xhat), d.var
+        note = d.note + ("; entries rounded to a power-of-two grid" if meas.rounded else "")
+        fields.update(
+            strategy=meas.strategy,
+            strategy_name=d.name,
+            strategy_note=note,
+            measurement=meas,
+            estimate=xhat,
+        )
+        if d.sel.gap is None:
+            return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+        try:  # the k×k covariance; too large to form: the measured answers are kept, the note says so
+            cov = answer_covariance(sub, meas.strategy, meas.std**2)
+        except ValueError as exc:
+            fields["strategy_note"] += f"; gaps not combined ({str(exc).splitlines()[0]})"
+            return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+        basis = answer_basis(sub)
+        return with_gaps(
+            self.workload, answers, cov, basis, d, self.select, draws.records, fields, shown
+        )
+
+
+def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> tuple[dict, dict]:
+    """(the selection's Release fields, the shown options they hold) of a release with
+    selection: ``selected``, ``selection``, ``eps_select``, ``select_options``."""
+    shown = shown_select_options(opts)
+    fields = dict(
+        selected=rows,
+        selection=sel,
+        eps_select=float(opts["eps"]),
+        select_options=MappingProxyType(shown),
+    )
+    return fields, shown
+
+
+def nothing_selected(fields: dict) -> Estimate:
+    """The estimate of a release whose selection found no row: nothing measured, no answer."""
+    empty = np.zeros(0)
+    fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
+    return Estimate(empty, empty, 0.0, fields)
+
+
+def with_gaps(W, answers, cov, basis, drawn, select, records, fields, shown) -> Estimate:
+    """The measured ``answers`` of the selected rows (covariance ``cov``, range ``basis``)
+    combined with the selection's free gaps (or vector values) by generalised least squares
+    (:func:`matmech.svt.combine.combine_selection`, Ding et al., PVLDB 2019), the gaps added
+    to the records; rows selected by a small margin answered from the measurement alone
+    (:func:`matmech.svt.curse.guard`, flagged in ``near_threshold``)."""
+    rows, sel = drawn.rows, drawn.sel
+    est, var, what, gm = combine_selection(
+        answers, cov, rows, sel, select["threshold"], basis=basis
+    )
+    gaps = gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel)
+    est, var, near = guard(answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
+    near.setflags(write=False)
+    if near.any():
+        what += (
+            f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered "
+            "from the measurement alone (flagged in near_threshold)"
+        )
+    shown["_combined"], shown["_mechanism"] = True, sel.mechanism
+    fields.update(
+        strategy_note=fields["strategy_note"] + what,
+        select_options=MappingProxyType(shown),
+        measurements=tuple(records) + (gaps,),
+        near_threshold=near,
+    )
+    var = np.asarray(var, dtype=np.float64)
+    return Estimate(np.asarray(est, dtype=np.float64), np.sqrt(var), float(var.sum()), fields)
+
+
+def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):
+    """The selection's share of ``eps`` for a gap method when the user gives none
+    (:func:`matmech.svt.combine.advise_split`): data independent (W, the strategy, ε, δ, c).
+
+    The strategy is the one chosen for the whole workload at the full ε (the share does
+    not change which strategy is best, only its noise scale)."""
+    A, _, _ = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
+    A = as_linop(A)
+    unit = per_query_variance(W, A, 1.0, 0.0, neighbors=neighbors).mean()  # Laplace: ∝ 1/ε²
+
+    def row_variance(e_m):
+        if delta > 0:
+            return float(per_query_variance(W, A, e_m, delta, neighbors=neighbors).mean())
+        return float(unit / e_m**2)
+
+    return advised_select_eps(
+        W, eps, opts, row_variance, neighbors=neighbors, integer_values=integer_valued(W)
+    )
+
+
+def selected_plan(
+    W: LinOp,
+    eps: float,
+    delta: float,
+    *,
+    strategy: Any,
+    neighbors: str,
+    select: Mapping,
+    max_records: int,
+) -> SelectedPlan:
+    """The data-independent part of a release with selection → :class:`SelectedPlan`:
+    options, thresholds and, where the strategy is known in advance, its plan (it must
+    answer every row of W).
+
+    Parameters
+    ----------
+    W : LinOp
+        The workload (over the histogram's cells).
+    eps, delta : float
+        The release's total privacy parameters (checked).
+    strategy : str or LinOp
+        As :func:`matmech.release`.
+    neighbors : str
+        The neighbouring relation.
+    select : dict
+        The options of ``release(..., select=...)``.
+    max_records : int
+        The declared bound on the number of records (checked).
+
+    Returns
+    -------
+    SelectedPlan
+        The plan; :func:`matmech.pipeline.run.run_plan` runs it.
+
+    Raises
+    ------
+    ValueError
+        Bad options or a strategy that cannot answer W; nothing is spent.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> p = selected_plan(W.identity(8), 1.0, 0.0, strategy="identity",
+    ...                   neighbors="add_remove", select=dict(method="em", c=2, eps=0.5),
+    ...                   max_records=2**32)
+    >>> p.eps, p.eps_measure, p.what
+    (1.0, 0.5, 'release with selection (em, up to 2 of 8 queries)')
+    """
+    opts = check_select_options(select, eps)
+    if opts["eps"] is None:
+        opts["eps"] = _advised_select_eps(
+            W, eps, delta, opts, strategy=strategy, neighbors=neighbors
+        )
+        opts["_advised"] = True
+    eps_m = rest_of(eps, opts["eps"])
+    late = isinstance(strategy, str) and strategy in ("auto", "optimize")
+    auto_thr = isinstance(opts["threshold"], str)
+    mplan = var_full = None
+    name = note = ""
+    if not late or auto_thr:
+        A, name, note = choose_strategy(W, eps_m, delta, strategy=strategy, neighbors=neighbors)
+        A = as_linop(A)
+        if A.shape[1] != W.shape[1]:
+            raise ValueError(
+                f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells"
+            )
+        mplan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
+        if auto_thr:
+            var_full = _variances(W, mplan)
+        else:
+            expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
+    if late:  # the fallback for the selected rows must work whatever is selected
+        plan_measurement(
+            per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records
+        )
+    threshold = opts["threshold"]
+    if auto_thr:
+        # answer row i only if std_i <= target · count_i, i.e. count_i >= std_i / target
+        threshold = np.sqrt(np.asarray(var_full)) / opts["target_rel_error"]
+    sel = selection_arguments(opts, c=opts["c"], threshold=threshold, neighbors=neighbors)
+    check_selection(W, **sel)
+    return SelectedPlan(
+        W,
+        eps,
+        delta,
+        neighbors,
+        strategy,
+        max_records,
+        MappingProxyType(opts),
+        eps_m,
+        MappingProxyType(sel),
+        late,
+        mplan,
+        var_full,
+        name,
+        note,
+    )
