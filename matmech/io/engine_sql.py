@@ -249,7 +249,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
             types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
         except duckdb.Error as exc:
             raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
-        _check_columns(domain, list(types), where)
+        _check_columns(domain, list(types), where, show=kind != "csv")
         query, dims = compile_query(domain, sets, src, "duckdb", types=types)
         try:
             res = con.execute(query).fetchnumpy()

@@ -1,0 +1,86 @@
+"""Regression tests for the privacy audit of the data readers (no value of the data in a message).
+
+Each test is a reproducer of a finding: it failed before the fix (the message quoted a
+record's values or the number of records) and passes after it. The records are private
+(DESIGN.md, "The privacy boundary rule"): an error names a file, a column or a position in
+the header, never a record's values, a row or a count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import matmech as mm
+from matmech.io.discover import discover_categories
+from matmech.io.domain import Domain, integer_range
+from matmech.io.engines import csv_header, histogram as engine_histogram
+
+#: A record whose values must never be echoed back (a CSV file written without a header line).
+SECRET = ("alice-smith", "4711")
+
+
+def _headerless(tmp_path, first=SECRET):
+    path = tmp_path / "no_header.csv"
+    path.write_text(",".join(first) + "\nbob-jones,17\n")
+    return str(path)
+
+
+def _assert_no_record(message, values=SECRET):
+    for v in values:
+        assert v not in message, (v, message)
+
+
+def test_a_headerless_csv_is_refused_without_quoting_its_first_record(tmp_path):
+    """Before: 'no column(s) ['age'] ...; the columns are ['alice-smith', '4711']' (duckdb engine)."""
+    path = _headerless(tmp_path)
+    with pytest.raises(ValueError, match=r"no column\(s\) \['age'\]") as info:
+        engine_histogram(path, Domain((integer_range("age", 0, 99),)))
+    _assert_no_record(str(info.value))
+    assert "2 name(s), not shown" in str(info.value)
+    with pytest.raises(ValueError) as info:  # the same through the top-level histogram
+        mm.histogram(path, Domain((integer_range("age", 0, 99),)))
+    _assert_no_record(str(info.value))
+
+
+def test_a_repeated_header_name_is_named_by_its_position_only(tmp_path):
+    """Before: 'the header must name every column once, got ['4711', '4711']': a record
+    whose two fields are equal, read as the header of a file without one."""
+    path = _headerless(tmp_path, first=("4711", "4711"))
+    with pytest.raises(ValueError, match=r"position\(s\) \[1\]") as info:
+        csv_header(path)
+    _assert_no_record(str(info.value), ("4711",))
+    with pytest.raises(ValueError) as info:
+        engine_histogram(path, Domain((integer_range("age", 0, 99),)))
+    _assert_no_record(str(info.value), ("4711",))
+    empty = tmp_path / "empty_name.csv"
+    empty.write_text("age,,city\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"position\(s\) \[1\] is empty or repeated"):
+        csv_header(str(empty))
+
+
+def test_discovery_on_a_headerless_csv_quotes_no_record(tmp_path):
+    """Before: "column 'name': no such column; the columns are ['alice-smith', '4711']"; no
+    budget is charged (the refusal comes before the spend)."""
+    budget = mm.PrivacyBudget(1.0, 1e-5)
+    with pytest.raises(ValueError, match="no such column") as info:
+        discover_categories(_headerless(tmp_path), "name", 0.5, 1e-6, budget=budget)
+    _assert_no_record(str(info.value))
+    assert budget.spent == (0.0, 0.0)
+
+
+def test_in_memory_frames_still_list_their_columns():
+    """A DataFrame's column names are its schema, not a record: still listed (helpful)."""
+    frame = pd.DataFrame({"age": [1, 2], "city": ["a", "b"]})
+    with pytest.raises(ValueError, match=r"the columns are \['age', 'city'\]"):
+        engine_histogram(frame, Domain((integer_range("height", 0, 9),)))
+    with pytest.raises(ValueError, match=r"the columns are \['age', 'city'\]"):
+        discover_categories(frame, "height", 0.5, 1e-6)
+
+
+def test_columns_of_different_lengths_do_not_show_the_record_counts():
+    """Before: 'the columns have different lengths [3, 2]': the numbers of records."""
+    with pytest.raises(ValueError, match="different lengths") as info:
+        mm.histogram([np.array([0, 1, 1]), np.array([0, 1])], (2, 2))
+    assert "3" not in str(info.value) and "2]" not in str(info.value)
