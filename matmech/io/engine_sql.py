@@ -18,7 +18,7 @@ import numpy as np
 from matmech.io.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
 
-__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES"]
+__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES", "TEXT_TYPES"]
 
 NONE = -9  # a column that is not in a grouping set
 
@@ -117,6 +117,10 @@ INTEGER_TYPES = (
 )
 
 
+#: Column types (lower case) holding text, parsed by TRY_CAST for numeric and time attributes.
+TEXT_TYPES = ("varchar", "string", "text")
+
+
 def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
     """One aggregation: parse → codes → one BIGINT key per grouping set → GROUP BY (GROUPING
     SETS when several tables). ``dialect``: "duckdb" or "spark"; ``source_sql`` the FROM
@@ -133,13 +137,17 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
             parsed.append(f"CAST({col} AS BIGINT) AS v{j}")
             codes.append(f"CAST({_sql_int_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
             continue
+        # text is parsed from trim(col), as the numpy engine strips it; trim also keeps DuckDB
+        # from pushing the cast into its CSV scanner, where a non-number (a missing value for
+        # the domain) would abort the whole read instead of becoming NULL (privacy audit)
+        text = f"trim({col})" if types.get(a.column) in TEXT_TYPES else col
         if a.time is not None:
-            expr = _sql_time(a, col, d)
+            expr = _sql_time(a, text, d)
         else:
             expr = (
                 f"trim(CAST({col} AS {d.string}))"
                 if a.kind == "categories"
-                else f"TRY_CAST({col} AS DOUBLE)"
+                else f"TRY_CAST({text} AS DOUBLE)"
             )
         parsed.append(f"{expr} AS v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")

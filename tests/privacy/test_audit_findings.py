@@ -14,7 +14,7 @@ import pytest
 
 import matmech as mm
 from matmech.io.discover import discover_categories
-from matmech.io.domain import Domain, integer_range
+from matmech.io.domain import Domain, integer_range, numeric_bins, time_bins
 from matmech.io.engines import csv_header, histogram as engine_histogram
 
 #: A record whose values must never be echoed back (a CSV file written without a header line).
@@ -84,3 +84,35 @@ def test_columns_of_different_lengths_do_not_show_the_record_counts():
     with pytest.raises(ValueError, match="different lengths") as info:
         mm.histogram([np.array([0, 1, 1]), np.array([0, 1])], (2, 2))
     assert "3" not in str(info.value) and "2]" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "attribute",
+    [
+        integer_range("age", 0, 9, missing="drop"),
+        integer_range("age", 0, 9, policy="clip", missing="other", other="n/a"),
+        numeric_bins("age", lo=0, hi=10, width=2, missing="other", other="?"),
+    ],
+)
+def test_a_non_number_in_a_csv_is_a_missing_value_not_a_refusal(tmp_path, attribute):
+    """Before: DuckDB pushed TRY_CAST into its CSV scanner, so one record holding a non-number
+    ("unknown") made the read fail ('the engine could not read the data') although the declared
+    domain maps it to missing (drop / other): a valid dataset refused, its neighbour without
+    that record released. Now the CSV counts as the same data in a DataFrame."""
+    dom = Domain((attribute,))
+    counts = {}
+    for name, body in [("without", "age\n1\n3\n"), ("with", "age\n1\nunknown\n3\n")]:
+        path = tmp_path / f"{name}.csv"
+        path.write_text(body)
+        counts[name] = engine_histogram(str(path), dom, engine="duckdb")
+        frame = pd.read_csv(path, dtype=str)
+        assert np.array_equal(counts[name], engine_histogram(frame, dom, engine="numpy"))
+    assert counts["with"].sum() - counts["without"].sum() == (attribute.missing == "other")
+
+
+def test_an_unparseable_time_in_a_csv_is_a_missing_value(tmp_path):
+    """The same for a time attribute binned by month (the day unit already read)."""
+    path = tmp_path / "t.csv"
+    path.write_text("t\n2013-01-02\nnot-a-date\n2013-01-03 10:00\n")
+    dom = Domain((time_bins("t", "2013-01-01", "2013-01-05", unit="month", missing="drop"),))
+    assert engine_histogram(str(path), dom, engine="duckdb").tolist() == [2]
