@@ -116,3 +116,34 @@ def test_an_unparseable_time_in_a_csv_is_a_missing_value(tmp_path):
     path.write_text("t\n2013-01-02\nnot-a-date\n2013-01-03 10:00\n")
     dom = Domain((time_bins("t", "2013-01-01", "2013-01-05", unit="month", missing="drop"),))
     assert engine_histogram(str(path), dom, engine="duckdb").tolist() == [2]
+
+
+def test_a_uint64_value_beyond_int64_is_clipped_not_a_refused_read():
+    """Before: a uint64 column holding a value from 2**63 up was cast to BIGINT by DuckDB and
+    the read failed, while the numpy engine clipped it: a dataset the domain accepts (policy
+    'clip' / 'drop') refused by one engine only."""
+    frame = pd.DataFrame({"age": np.array([1, 3, 2**63 + 5], dtype=np.uint64)})
+    for attribute in (
+        integer_range("age", 0, 9, policy="clip"),
+        integer_range("age", -5, 9, policy="drop", width=2),
+    ):
+        dom = Domain((attribute,))
+        want = engine_histogram(frame, dom, engine="numpy")
+        assert np.array_equal(engine_histogram(frame, dom, engine="duckdb"), want)
+
+
+def test_zoned_timestamps_in_text_are_binned_in_utc_by_every_engine(tmp_path):
+    """Before: DuckDB cast text to TIMESTAMP, keeping the wall-clock time of "…+05:00" (hour 5
+    instead of 0 UTC; "+14:00" on the wrong day) while the numpy engine converts to UTC."""
+    values = ["2013-01-02 05:00:00+05:00", "2013-01-02T05:00:00+14:00", "2013-01-02 05:00:00"]
+    path = tmp_path / "t.csv"
+    path.write_text("t\n" + "\n".join(values) + "\n")
+    frame = pd.DataFrame({"t": values}, dtype=object)
+    for unit in ("hour", "day"):
+        dom = Domain((time_bins("t", "2012-12-31", "2013-01-04", unit=unit),))
+        want = engine_histogram(frame, dom, engine="numpy")
+        assert np.array_equal(engine_histogram(frame, dom, engine="duckdb"), want)
+        assert np.array_equal(engine_histogram(str(path), dom, engine="duckdb"), want)
+    dom = Domain((time_bins("t", "2012-12-31", "2013-01-04", unit="hour"),))
+    hours = np.flatnonzero(engine_histogram(str(path), dom)).tolist()
+    assert hours == [24 + 15, 48, 48 + 5]  # 2013-01-01 15:00, 01-02 00:00, 01-02 05:00 UTC
