@@ -168,8 +168,10 @@ def _columns(data, specs):
             for j, c in enumerate(data)
         ]
         lengths = {len(c[0]) for c in cols}
-        if len(lengths) > 1:
-            raise ValueError(f"the columns have different lengths {[len(c[0]) for c in cols]}")
+        if len(lengths) > 1:  # the lengths are record counts: not shown
+            raise ValueError(
+                "the columns have different lengths; pass one value per record in each"
+            )
     else:
         arr = np.asarray(data)
         if arr.ndim != 2:

@@ -133,8 +133,13 @@ def _key_counts(source, column, *, encoding, delimiter):
             src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)
             try:
                 cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
-                if column not in cols:
-                    raise ValueError(f"{where}: no such column; the columns are {cols}")
+                if column not in cols:  # a CSV header may be a record: its names are not shown
+                    shown = (
+                        f"the columns are {cols}"
+                        if kind != "csv"
+                        else f"the header line has {len(cols)} name(s), not shown"
+                    )
+                    raise ValueError(f"{where}: no such column; {shown}")
                 ref = f"trim(CAST({d.ident(column)} AS VARCHAR))"
                 res = con.execute(
                     f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "

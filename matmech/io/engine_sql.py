@@ -18,7 +18,7 @@ import numpy as np
 from matmech.io.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
 
-__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES"]
+__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES", "TEXT_TYPES"]
 
 NONE = -9  # a column that is not in a grouping set
 
@@ -67,7 +67,7 @@ def _sql_code(a, ref, d):
     )
 
 
-def _sql_time(a, col, d):
+def _sql_time(a, col, d, *, text=False):
     """A timestamp column as seconds since 1970-01-01 (months since 1970-01 for "month"), a
     double; NULL when it does not parse. DuckDB only (Spark parses text in its session's
     time zone: refused rather than binned in an unstated zone)."""
@@ -75,7 +75,9 @@ def _sql_time(a, col, d):
         raise ValueError(
             f"attribute {a.name!r}: time attributes are counted by the numpy and duckdb engines, not spark"
         )
-    ts = f"TRY_CAST({col} AS TIMESTAMP)"
+    # text with an offset ("…+05:00") is converted to UTC, as the numpy engine does: a cast to
+    # TIMESTAMP would keep its wall-clock time (the session zone is UTC, set by the caller)
+    ts = f"TRY_CAST({col} AS {'TIMESTAMPTZ' if text else 'TIMESTAMP'})"
     if a.time == "month":
         return f"CAST((year({ts}) - 1970) * 12 + month({ts}) - 1 AS DOUBLE)"
     return f"CAST(epoch({ts}) AS DOUBLE)"
@@ -117,6 +119,10 @@ INTEGER_TYPES = (
 )
 
 
+#: Column types (lower case) holding text, parsed by TRY_CAST for numeric and time attributes.
+TEXT_TYPES = ("varchar", "string", "text")
+
+
 def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
     """One aggregation: parse → codes → one BIGINT key per grouping set → GROUP BY (GROUPING
     SETS when several tables). ``dialect``: "duckdb" or "spark"; ``source_sql`` the FROM
@@ -130,16 +136,24 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
     for j, a in enumerate(domain.attributes):
         col = d.ident(a.column)
         if a.kind == "range" and types.get(a.column) in INTEGER_TYPES:
-            parsed.append(f"CAST({col} AS BIGINT) AS v{j}")
+            # uint64 values from 2**63 up overflow BIGINT: a refused read for data the domain
+            # accepts (clip / other / drop); DuckDB's 128-bit HUGEINT holds every uint64
+            wide = "HUGEINT" if dialect == "duckdb" and types[a.column] == "ubigint" else "BIGINT"
+            parsed.append(f"CAST({col} AS {wide}) AS v{j}")
             codes.append(f"CAST({_sql_int_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
             continue
+        # text is parsed from trim(col), as the numpy engine strips it; trim also keeps DuckDB
+        # from pushing the cast into its CSV scanner, where a non-number (a missing value for
+        # the domain) would abort the whole read instead of becoming NULL (privacy audit)
+        is_text = types.get(a.column) in TEXT_TYPES
+        text = f"trim({col})" if is_text else col
         if a.time is not None:
-            expr = _sql_time(a, col, d)
+            expr = _sql_time(a, text, d, text=is_text)
         else:
             expr = (
                 f"trim(CAST({col} AS {d.string}))"
                 if a.kind == "categories"
-                else f"TRY_CAST({col} AS DOUBLE)"
+                else f"TRY_CAST({text} AS DOUBLE)"
             )
         parsed.append(f"{expr} AS v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
@@ -249,7 +263,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
             types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
         except duckdb.Error as exc:
             raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
-        _check_columns(domain, list(types), where)
+        _check_columns(domain, list(types), where, show=kind != "csv")
         query, dims = compile_query(domain, sets, src, "duckdb", types=types)
         try:
             res = con.execute(query).fetchnumpy()

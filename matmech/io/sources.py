@@ -80,14 +80,23 @@ def _columns_of(source, kind):
     return None
 
 
-def _check_columns(domain, available, where):
+def _check_columns(domain, available, where, *, show=True):
+    """Refuse a source without the domain's columns, naming the missing ones (declared, public).
+
+    ``show=False`` (a CSV header): the available names are not quoted, only counted; in a file
+    without a header line the "names" are the first record's values.
+    """
     if available is None:
         return
     missing = [c for c in domain.columns if c not in available]
     if missing:
-        raise ValueError(
-            f"{where}: no column(s) {missing} for the domain's attributes; the columns are {available}"
+        have = (
+            f"the columns are {available}"
+            if show
+            else f"its header line has {len(available)} name(s), not shown (in a file "
+            "without a header line they would be a record's values)"
         )
+        raise ValueError(f"{where}: no column(s) {missing} for the domain's attributes; {have}")
 
 
 def _check_file(path):
@@ -163,5 +172,9 @@ def csv_header(path, *, encoding="utf-8", delimiter=None):
             delimiter = ","
     names = [h.strip() for h in next(csv.reader([first], delimiter=delimiter))]
     if len(set(names)) != len(names) or not all(names):
-        raise ValueError(f"{path}: the header must name every column once, got {names}")
+        bad = [i for i, h in enumerate(names) if not h or names.index(h) != i]
+        raise ValueError(  # positions only: without a header line the names are a record
+            f"{path}: the header line must name every column once; the name at position(s) "
+            f"{bad} is empty or repeated (names are not shown)"
+        )
     return names, delimiter
