@@ -11,7 +11,8 @@ __all__ = ["_codes", "_marginal_labels", "_postprocess", "_read_columns", "_writ
 
 
 def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
-    """The named CSV columns as float arrays; errors name the file, line and column.
+    """The named CSV columns as float arrays; errors name the file and column, never a line
+    (a record's position) or a value.
 
     A real CSV parser: a UTF-8 byte-order mark is skipped, ``encoding`` is honoured (a
     decoding error names the file and the encoding, never the bytes), and the delimiter
@@ -27,10 +28,14 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
             index = []
             for c in columns:
                 if c not in header:
-                    raise ValueError(f"{path}: no column {c!r}; the header has {header}")
+                    raise ValueError(
+                        f"{path}: no column {c!r} in the header line "
+                        f"({len(header)} name(s), not shown: a file without a header "
+                        "would show a record)"
+                    )
                 index.append(header.index(c))
             values = [[] for _ in columns]
-            for line, row in enumerate(csv.reader(handle, delimiter=delimiter), start=2):
+            for row in csv.reader(handle, delimiter=delimiter):
                 if not row:
                     continue
                 for k, (c, i) in enumerate(zip(columns, index)):
@@ -39,15 +44,15 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
                         v = float(cell)
                     except ValueError:
                         raise ValueError(
-                            f"{path}: line {line}, column {c!r}: the entry is not a number"
+                            f"{path}: column {c!r}: an entry is not a number"
                         ) from None
                     values[k].append(v)
     except UnicodeDecodeError:
         raise ValueError(
             f"{path}: not valid {encoding} text; give the file's encoding with --encoding (e.g. latin-1)"
         ) from None
-    if not values[0]:
-        raise ValueError(f"{path}: no data rows after the header")
+    # No refusal of an empty file: zero records and one record are neighbours (add/remove),
+    # so releasing one and refusing the other would tell them apart.
     return [np.asarray(v) for v in values]
 
 
@@ -55,11 +60,9 @@ def _codes(path, columns, arrays, domain):
     """Integer cell codes per attribute, each checked against the spec's domain."""
     out = []
     for c, a, n in zip(columns, arrays, domain):
-        bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)) | (a < 0) | (a >= n))
-        if bad.size:
-            i = int(bad[0])
+        if np.any(~np.isfinite(a) | (a != np.round(a)) | (a < 0) | (a >= n)):
             raise ValueError(
-                f"{path}: line {i + 2}, column {c!r}: the value is outside the spec's domain "
+                f"{path}: column {c!r}: a value is outside the spec's domain "
                 f"(expected an integer code 0..{n - 1})"
             )
         out.append(a.astype(np.int64))
