@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["marginal_tables", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
+__all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30
@@ -236,35 +236,85 @@ def marginal_tables(data, domain, subsets):
     summed out of the smallest maximal superset. Raises before any table is built when the
     input is malformed.
     """
-    subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
-    top = maximal_subsets(subsets)
+    return table_reader(data, domain)(subsets)
+
+
+class _Reader:
+    """``reader(subsets)`` → {subset: int64 table}; ``reader.check_covers(subsets)`` raises
+    (from the keys alone) when given tables hold no superset of one of them."""
+
+    def __init__(self, read, given=None):
+        self._read, self._given = read, given
+
+    def __call__(self, subsets):
+        return self._read(_sorted(subsets))
+
+    def check_covers(self, subsets):
+        if self._given is None:
+            return
+        keys = [set(k) for k in self._given]
+        for s in maximal_subsets(_sorted(subsets)):
+            if not any(set(s) <= k for k in keys):
+                raise ValueError(f"no table given for attributes {s} nor for a superset of them")
+
+
+def table_reader(data, domain, *, engines=True):
+    """A function ``subsets → {subset: int64 table}`` over ``data`` (as
+    :func:`marginal_tables`), with every check of the source done here, once: the record
+    codes' range, or the given tables' shapes, entries and consistency. Calls then only
+    count (records) or sum out (given tables), so a release can read its tables batch by
+    batch after its spend without any further check on the data. ``engines=False`` refuses
+    an object with ``marginal_counts`` (its tables could only be checked batch by batch)."""
     if isinstance(data, Mapping):
         given = _given_tables(data, domain)
-        base = {}
-        for s in top:
-            if s in given:
-                base[s] = given[s]
-                continue
-            sup = [k for k in given if set(s) <= set(k)]
-            if not sup:
-                raise ValueError(f"no table given for attributes {s} nor for a superset of them")
-            k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
-            base[s] = _sum_out(given[k], k, s)
-    elif hasattr(data, "marginal_counts") and callable(data.marginal_counts):
-        got = data.marginal_counts(top)
-        if not isinstance(got, Mapping):
-            raise TypeError(
-                f"marginal_counts must return a dict subset → table, got {type(got).__name__}"
-            )
-        return marginal_tables(dict(got), domain, subsets)
-    else:
-        codes = check_codes(data, domain)
-        # contiguous columns; as intp (bincount's index type) when that copy is small
-        codes = np.asfortranarray(
-            codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None
+        return _Reader(
+            lambda subsets: _down_the_lattice(
+                _from_given(given, domain, maximal_subsets(subsets)), domain, subsets
+            ),
+            given,
         )
-        base = _from_codes_all(codes, domain, top)
-    return _down_the_lattice(base, domain, subsets)
+    if hasattr(data, "marginal_counts") and callable(data.marginal_counts):
+        if not engines:
+            raise TypeError(
+                "a data engine's tables are checked as they arrive; pass the records (a 2-D code "
+                "array) or a mapping of marginal tables"
+            )
+        return _Reader(lambda subsets: _from_engine(data, domain, subsets))
+    codes = check_codes(data, domain)
+    # contiguous columns; as intp (bincount's index type) when that copy is small
+    codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
+    return _Reader(
+        lambda subsets: _down_the_lattice(
+            _from_codes_all(codes, domain, maximal_subsets(subsets)), domain, subsets
+        )
+    )
+
+
+def _sorted(subsets):
+    return [tuple(sorted(int(a) for a in s)) for s in subsets]
+
+
+def _from_given(given, domain, top):
+    base = {}
+    for s in top:
+        if s in given:
+            base[s] = given[s]
+            continue
+        sup = [k for k in given if set(s) <= set(k)]
+        if not sup:
+            raise ValueError(f"no table given for attributes {s} nor for a superset of them")
+        k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
+        base[s] = _sum_out(given[k], k, s)
+    return base
+
+
+def _from_engine(data, domain, subsets):
+    got = data.marginal_counts(maximal_subsets(subsets))
+    if not isinstance(got, Mapping):
+        raise TypeError(
+            f"marginal_counts must return a dict subset → table, got {type(got).__name__}"
+        )
+    return table_reader(dict(got), domain)(subsets)
 
 
 def _down_the_lattice(base, domain, subsets):

@@ -1,0 +1,587 @@
+"""Residual releases larger than memory, marginal by marginal (issue 24).
+
+All ≤3-way marginals of 200 attributes × 10 values are 1.3·10⁹ answers: their float64 values
+and std alone are 19.6 GiB. :func:`release_marginals` runs the residual plan of
+:mod:`matmech.factored.release` (Xiao et al., NeurIPS 2023) in bounded memory:
+
+* measurement batch by batch (:func:`matmech.factored.measure.residual_batches`, the same
+  batches and draws as the in-memory :func:`~matmech.factored.measure.measure_residuals`):
+  the tables of one batch are counted, contrasted and noised, and the released integers
+  kept in RAM when they fit, else appended to a file (``spill_dir``);
+* reconstruction on demand (:class:`MarginalRelease`): ``marginal(S)``, ``iter_marginals()``,
+  ``save(path)``, ``to_release()``; the closed form of
+  :mod:`matmech.factored.reconstruct` (M̂_S = Σ_{T⊆S} (⊗_{i∈T} Qᵢᵀ ⊗ ⊗_{i∈S∖T} 1/nᵢ) ŷ_T),
+  vectorised over marginals of equal attribute sizes.
+
+The per-cell variance of a marginal is data-independent and depends only on its attribute
+sizes and the σ of its residuals, so it is computed once per such *signature* (four for all
+≤3-way marginals of a uniform domain) and shared: exact per cell (the σ rounded to
+``scale_bits`` bits make cells differ by < 1%), stored per marginal. The budget is charged
+once, after every check (memory, disk, record codes, record count) and before the first draw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from matmech.factored.measure import (
+    _SCALE_MARGIN,
+    DEFAULT_SCALE_BITS,
+    _row_keys,
+    bucket_up,
+    measure_batch,
+    plan_residual_measurement,
+    residual_batches,
+)
+from matmech.factored.release import MAX_MEMORY, _residual_plan
+from matmech.factored.tables import table_reader
+from matmech.factored.terms import as_terms
+from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
+from matmech.privacy import noise
+from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.measure import check_counts, check_max_records, check_records
+from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.record import Release
+
+__all__ = ["release_marginals", "MarginalRelease", "streamed_memory", "CACHE_BYTES"]
+
+#: Cells of marginals reconstructed as one stack (bounds the temporaries).
+_CHUNK = 1 << 21
+#: Bytes the plan holds per residual and per (marginal, residual) pair (measured at 200
+#: attributes: 1.3·10⁶ residuals, 1.1·10⁷ pairs, 1.2 GiB).
+_PLAN_BYTES = (600, 48)
+#: Bytes per coordinate of one measurement batch at its peak (tables, contrasts, noise, order).
+_BATCH_BYTES = 120
+#: Lifted lower-order residuals kept for reuse by the reconstruction (bytes).
+CACHE_BYTES = 256 << 20
+
+
+def streamed_memory(plan, *, in_ram: bool) -> int:
+    """Bytes :func:`release_marginals` holds at its peak, about (records not included): the
+    plan, one measurement batch (2**22 coordinates), the reconstruction's stack and cache,
+    and the released integers when ``in_ram`` (8 bytes a coordinate)."""
+    lat = plan.lattice
+    fixed = _PLAN_BYTES[0] * len(lat.residuals) + _PLAN_BYTES[1] * lat.pair_s.size
+    coords = int(lat.sizes.sum())
+    batch = _BATCH_BYTES * min(1 << 22, coords) + 64 * min(_CHUNK, int(plan.queries))
+    return int(fixed + batch + min(CACHE_BYTES, 16 * coords) + (8 * coords if in_ram else 0))
+
+
+class _Store:
+    """The released integers of every residual in draw order: one int64 array, or a file
+    read through a mapping opened per read (so the pages read leave the resident set)."""
+
+    def __init__(self, offsets, total, directory=None):
+        self.offsets, self.total = offsets, int(total)
+        if directory is None:
+            self.path, self.array = None, np.empty(self.total, dtype=np.int64)
+            return
+        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".i64", dir=directory)
+        os.close(fd)
+        self.array, self._at = None, 0
+        self._fh = open(self.path, "wb")
+        self._finalizer = weakref.finalize(self, _remove, self.path)
+
+    def write(self, J, y):
+        if self.path is None:
+            pos = self.offsets[J][:, None] + np.arange(y.shape[1])[None, :]
+            self.array[pos] = y
+            return
+        y.tofile(self._fh)  # batches arrive in draw order: an append
+        self._at += y.size
+
+    def close(self):
+        if self.path is not None:
+            self._fh.close()
+
+    def read(self, J, m):
+        """(len(J), m) int64: the integers of residuals J (each with m coordinates)."""
+        starts = self.offsets[J]
+        src = (
+            self.array
+            if self.path is None
+            else np.memmap(self.path, dtype=np.int64, mode="r", shape=(self.total,))
+        )
+        if J.size and np.all(np.diff(starts) == m):
+            out = np.array(src[int(starts[0]) : int(starts[0]) + m * J.size]).reshape(J.size, m)
+        else:
+            out = np.asarray(src[starts[:, None] + np.arange(m)[None, :]])
+        del src  # the mapping is closed: its pages leave this process's resident set
+        return out
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+class _Index:
+    """Residual tuple → lattice index, vectorised: within each size the residuals are sorted,
+    so their positional keys (base d+1) are too."""
+
+    def __init__(self, lat):
+        self.base, res = len(lat.domain) + 1, lat.residuals
+        self.lo, self.keys, at = {}, {}, 0
+        for k, grp in itertools.groupby(res, key=len):
+            grp = list(grp)
+            arr = np.array(grp, dtype=np.int64).reshape(len(grp), k)
+            self.lo[k], self.keys[k] = at, self._key(arr)
+            at += arr.shape[0]
+
+    def _key(self, arr):
+        key = np.zeros(arr.shape[0], dtype=np.int64)
+        for j in range(arr.shape[1]):
+            key = key * self.base + arr[:, j] + 1
+        return key
+
+    def __call__(self, Ts):
+        """Lattice indices of the residuals in the rows of ``Ts`` (K × r), or ValueError."""
+        k = Ts.shape[1]
+        keys = self._key(Ts)
+        have = self.keys.get(k, np.zeros(0, dtype=np.int64))
+        at = np.searchsorted(have, keys)
+        ok = at < have.size
+        ok[ok] = have[at[ok]] == keys[ok]
+        if not ok.all():
+            raise ValueError(f"residual {tuple(Ts[~ok][0].tolist())} was not measured")
+        return self.lo[k] + at
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalRelease:
+    """A residual release of marginals, reconstructed marginal by marginal.
+
+    ``marginal(S)`` → (values, std) of any marginal whose residuals were measured (every
+    subset of a workload term), arrays of shape (nᵢ for i ∈ S); ``iter_marginals()`` yields
+    ``(S, values, std)`` for W's terms in order (scaled by the term's weight: flattened and
+    concatenated they are W's rows); ``save(path)`` writes them to ``answers.npy``,
+    ``std.npy`` and ``index.json``; ``to_release()`` is the in-memory
+    :class:`matmech.record.Release` when it fits. ``subsets``/``weights``: W's terms;
+    ``offsets[k]``: the first row of term k. Holds only the released integers and the plan.
+
+    Parameters
+    ----------
+    workload : LinOp
+        W, a union of marginals.
+    subsets, weights : tuple, numpy.ndarray
+        W's terms (sorted attribute tuples) and their row weights.
+    measurement_plan : ResidualMeasurementPlan
+        σ per residual and the privacy parameters (data-independent).
+    eps, delta, neighbors, budget_remaining, secure, strategy_note
+        What was spent and how.
+
+    Examples
+    --------
+    >>> import itertools, numpy as np
+    >>> from matmech.factored.streamed import release_marginals
+    >>> from matmech.factored.terms import marginal_workload
+    >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
+    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
+    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
+    >>> values, std = rel.marginal((0, 1))
+    >>> values.shape, std.shape
+    ((3, 3), (3, 3))
+    """
+
+    workload: object = field(repr=False)
+    subsets: tuple = field(repr=False)
+    weights: np.ndarray = field(repr=False)
+    measurement_plan: object = field(repr=False)
+    eps: float = 0.0
+    delta: float = 0.0
+    neighbors: str = "add_remove"
+    budget_remaining: tuple | None = None
+    secure: bool = True
+    strategy_note: str = ""
+    _store: _Store | None = field(default=None, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    # -- sizes ---------------------------------------------------------------------------
+    @property
+    def domain(self) -> tuple:
+        return self.measurement_plan.plan.lattice.domain
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """First row of each term of W (and the row count at the end)."""
+        d = self.domain
+        sizes = [math.prod(d[i] for i in S) for S in self.subsets]
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def expected_error(self) -> float:
+        """Σ over W's rows of the exact answer variances (squared counts)."""
+        total = 0.0
+        for k, end, Ss, shape in self._chunks():
+            _, ids, pats = self._chunk(Ss, shape, values=False)
+            sums = np.array([float(np.sum(p**2)) for p in pats])
+            total += float(np.dot(self.weights[k:end] ** 2, sums[ids]))
+        return total
+
+    # -- reconstruction ------------------------------------------------------------------
+    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
+        """(values, std) of the marginal on ``S`` (attribute indices; unweighted)."""
+        S = tuple(sorted(int(a) for a in S))
+        if len(set(S)) != len(S) or any(not 0 <= a < len(self.domain) for a in S):
+            raise ValueError(
+                f"S must hold distinct attribute indices in 0..{len(self.domain) - 1}, got {S}"
+            )
+        shape = tuple(self.domain[i] for i in S)
+        est, ids, pats = self._chunk(np.array([S], dtype=np.int64).reshape(1, len(S)), shape)
+        values = est[0]
+        values.setflags(write=False)
+        return values, pats[ids[0]]
+
+    def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+        """(S, values, std) for every term of W in order, values × the term's weight and std
+        × its absolute value; terms of equal attribute sizes reconstructed as one stack."""
+        for k, end, Ss, shape in self._chunks():
+            est, ids, pats = self._chunk(Ss, shape)
+            for r in range(end - k):
+                w = float(self.weights[k + r])
+                v = est[r] * w if w != 1.0 else est[r]
+                v.setflags(write=False)
+                s = pats[ids[r]]
+                yield self.subsets[k + r], v, (s * abs(w) if w != 1.0 else s)
+
+    def _chunks(self):
+        """(first, end, subsets as a (K × k) array, attribute sizes): consecutive terms of W
+        with equal attribute sizes, at most :data:`_CHUNK` cells a chunk."""
+        d, k = self.domain, 0
+        while k < len(self.subsets):
+            shape = tuple(d[i] for i in self.subsets[k])
+            step = max(1, _CHUNK // max(1, math.prod(shape)))
+            end = k + 1
+            while (
+                end < len(self.subsets)
+                and end - k < step
+                and tuple(d[i] for i in self.subsets[end]) == shape
+            ):
+                end += 1
+            yield (
+                k,
+                end,
+                np.array(self.subsets[k:end], dtype=np.int64).reshape(end - k, len(shape)),
+                shape,
+            )
+            k = end
+
+    def to_release(self, *, max_memory: int = MAX_MEMORY) -> Release:
+        """The in-memory :class:`matmech.record.Release` (answers and std of every row of W,
+        in order); ValueError when they need more than ``max_memory`` bytes."""
+        need = 16 * self.rows
+        if need > max_memory:
+            raise ValueError(
+                f"the release has {self.rows:,} answers: with their std {need / 2**30:.1f} GiB "
+                f"(> max_memory {max_memory / 2**30:.1f} GiB); use marginal(), iter_marginals() or save()"
+            )
+        answers, std = np.empty(self.rows), np.empty(self.rows)
+        for (S, v, s), lo, hi in zip(self.iter_marginals(), self.offsets[:-1], self.offsets[1:]):
+            answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
+        for a in (answers, std):
+            a.setflags(write=False)
+        return Release(
+            answers=answers,
+            std=std,
+            expected_error=float(np.dot(std, std)),
+            workload=self.workload,
+            strategy=None,
+            strategy_name="residual",
+            strategy_note=self.strategy_note,
+            eps=self.eps,
+            delta=self.delta,
+            neighbors=self.neighbors,
+            budget_remaining=self.budget_remaining,
+            measurement=None,
+            estimate=None,
+        )
+
+    def save(self, path) -> Path:
+        """Write ``answers.npy`` and ``std.npy`` (float64, W's rows in order; read them with
+        ``numpy.load(..., mmap_mode="r")``) and ``index.json`` (domain, terms, row offsets,
+        privacy parameters) into the directory ``path`` (created). Returns the directory."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        need = 16 * self.rows + (1 << 20)
+        if shutil.disk_usage(out).free < need:
+            raise ValueError(f"saving needs {need / 2**30:.1f} GiB free on {out}")
+        header = {"descr": "<f8", "fortran_order": False, "shape": (self.rows,)}
+        with open(out / "answers.npy", "wb") as fa, open(out / "std.npy", "wb") as fs:
+            np.lib.format.write_array_header_2_0(fa, header)
+            np.lib.format.write_array_header_2_0(fs, header)
+            for _, v, s in self.iter_marginals():
+                np.ascontiguousarray(v, dtype=np.float64).tofile(fa)
+                np.ascontiguousarray(s, dtype=np.float64).tofile(fs)
+        index = {
+            "domain": list(self.domain),
+            "subsets": [list(S) for S in self.subsets],
+            "weights": [float(w) for w in self.weights],
+            "offsets": [int(o) for o in self.offsets],
+            "eps": self.eps,
+            "delta": self.delta,
+            "neighbors": self.neighbors,
+            "strategy": "residual",
+            "note": self.strategy_note,
+            "noise": "discrete_gaussian",
+            "secure_randomness": self.secure,
+        }
+        (out / "index.json").write_text(json.dumps(index) + "\n")
+        return out
+
+    def __repr__(self):
+        return (
+            f"MarginalRelease({len(self.subsets):,} marginals, {self.rows:,} answers, "
+            f"eps={self.eps:g}, delta={self.delta:g}, residuals "
+            f"{'in memory' if self._store.path is None else 'on disk'})"
+        )
+
+    # -- closed form (Xiao et al. 2023, §4), vectorised over marginals of one shape ---------
+    def _aux(self):
+        if "index" not in self._cache:
+            self._cache["index"] = _Index(self.measurement_plan.plan.lattice)
+            self._cache["lifted"], self._cache["bytes"] = {}, 0
+        return self._cache["index"]
+
+    def _lift(self, J, sub):
+        """(len(J), *sub) float64: the noisy residuals J (attribute sizes ``sub``) in the
+        marginal's cells, Qᵀ applied on every axis to y/λ."""
+        m = math.prod(n - 1 for n in sub)
+        y = self._store.read(J, m).astype(np.float64)
+        lam = self._cache.get(("lam", sub))
+        if lam is None:
+            l2, cls = _row_keys(sub, range(len(sub)))
+            lam = self._cache[("lam", sub)] = np.sqrt(l2[cls])
+        coords = (y / lam).reshape(J.size, *(n - 1 for n in sub))
+        return apply_axes_batched(coords, [contrast_operators(n)[1] for n in sub])
+
+    def _lower(self, J, sub):
+        """Lifted residuals J (shared by many marginals): from the cache, the missing ones
+        lifted as one stack; the cache is emptied past :data:`CACHE_BYTES`."""
+        lifted = self._cache["lifted"]
+        uniq, inv = np.unique(J, return_inverse=True)
+        missing = np.array([j for j in uniq.tolist() if j not in lifted], dtype=np.int64)
+        if missing.size:
+            if self._cache["bytes"] > CACHE_BYTES:
+                lifted.clear()
+                self._cache["bytes"] = 0
+                missing = uniq
+            for j, arr in zip(missing.tolist(), self._lift(missing, sub)):
+                lifted[j] = arr
+                self._cache["bytes"] += arr.nbytes
+        return np.stack([lifted[j] for j in uniq.tolist()])[inv.reshape(-1)]
+
+    def _chunk(self, Ss, shape, *, values=True):
+        """(estimates (K, *shape) or None, pattern id per marginal, std patterns) of the
+        marginals in the rows of ``Ss``: the residual sum of :mod:`matmech.factored.reconstruct`
+        term by term; a std pattern per distinct signature (the σ of its residuals)."""
+        index = self._aux()
+        K, k = Ss.shape
+        masks = [
+            m
+            for r in range(k + 1)
+            for m in itertools.combinations(range(k), r)
+            if all(shape[j] > 1 for j in m)
+        ]
+        u = np.asarray(self.measurement_plan.plan.variances, dtype=np.float64)
+        sig = np.empty((K, len(masks)))
+        est = np.zeros((K, *shape)) if values else None
+        for c, mask in enumerate(masks):
+            J = index(Ss[:, list(mask)])
+            sig[:, c] = u[J]
+            if not values:
+                continue
+            sub = tuple(shape[j] for j in mask)
+            e = self._lift(J, sub) if len(mask) == k else self._lower(J, sub)
+            view = (K, *(shape[j] if j in mask else 1 for j in range(k)))
+            rest = math.prod(shape[j] for j in range(k) if j not in mask)
+            est += e.reshape(view) / rest
+        uniq, ids = np.unique(sig, axis=0, return_inverse=True)
+        pats = [self._pattern(shape, masks, tuple(row)) for row in uniq.tolist()]
+        return est, ids.reshape(-1), pats
+
+    def _pattern(self, shape, masks, sig):
+        """Exact per-cell std of a marginal with attribute sizes ``shape`` whose residual
+        ``masks[c]`` has plan variance ``sig[c]`` (read-only, cached)."""
+        key = ("std", shape, sig)
+        if key not in self._cache:
+            k = len(shape)
+            var = np.zeros(shape)
+            for m, v in zip(masks, sig):
+                sub = tuple(shape[j] for j in m)
+                rowvar = self._row_variances(sub, v).reshape(tuple(n - 1 for n in sub))
+                e = apply_axes(rowvar, [contrast_operators(n)[2] for n in sub])
+                rest = math.prod(shape[j] for j in range(k) if j not in m)
+                var += e.reshape(tuple(shape[j] if j in m else 1 for j in range(k))) / rest**2
+            std = np.sqrt(var)
+            std.setflags(write=False)
+            self._cache[key] = std
+        return self._cache[key]
+
+    def _row_variances(self, sub, v):
+        """Exact variance of each orthonormal coordinate of a residual with attribute sizes
+        ``sub`` and plan variance ``v``: Var(Z_j)/λ_j², τ_j as :func:`residual_batches`."""
+        mp = self.measurement_plan
+        l2, cls = _row_keys(sub, range(len(sub)))
+        sig = np.sqrt(np.array([v])) * mp.sigma
+        tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mp.scale_bits)[0]
+        var = np.array([noise.discrete_gaussian_variance(float(t)) for t in tau.tolist()])
+        return (var / l2)[cls]
+
+
+def release_marginals(
+    data,
+    W,
+    eps,
+    delta,
+    *,
+    budget=None,
+    rng=None,
+    neighbors="add_remove",
+    max_records=None,
+    objective="sum",
+    max_memory=MAX_MEMORY,
+    scale_bits=DEFAULT_SCALE_BITS,
+    spill_dir=None,
+) -> MarginalRelease:
+    """Answer W (a union of marginals, any size) under (ε, δ)-DP with the residual plan, in
+    bounded memory → :class:`MarginalRelease`.
+
+    The same plan, noise and draws as :func:`matmech.factored.release_factored`'s residual
+    path (equal answers for equal ``rng``), but the answers are reconstructed on demand.
+
+    Parameters
+    ----------
+    data : numpy.ndarray or Mapping
+        Records as a 2-D integer code array (records × attributes), or a mapping subset →
+        marginal table (checked before the spend). Data engines are refused: their tables
+        would be checked batch by batch after the spend.
+    W : LinOp
+        A union of marginals (:func:`matmech.factored.marginal_workload` or Kron terms of
+        identities and totals).
+    eps, delta : float
+        The privacy parameters (delta > 0: the measurement is Gaussian).
+    budget, rng, neighbors, max_records, objective, scale_bits
+        As :func:`matmech.factored.release_factored`.
+    max_memory : int
+        Bytes the release may hold (:func:`streamed_memory`); the released integers stay in
+        RAM when they fit with the rest, else they go to a file in ``spill_dir``.
+    spill_dir : str or None
+        Where the released integers go: None keeps them in RAM when they fit, else in a file
+        in the system's temporary directory; a directory always puts them in a file there.
+        The file is removed with the release.
+
+    Returns
+    -------
+    MarginalRelease
+
+    Raises
+    ------
+    ValueError
+        Before any spend: delta = 0, W not a union of marginals, the working set over
+        ``max_memory``, too little disk for the spill file, records beyond ``max_records``.
+
+    Examples
+    --------
+    >>> import itertools, numpy as np
+    >>> from matmech.factored.streamed import release_marginals
+    >>> from matmech.factored.terms import marginal_workload
+    >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
+    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
+    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
+    >>> rel.rows
+    54
+    """
+    eps, delta = check_privacy_params(eps, delta)
+    if delta == 0:
+        raise ValueError(
+            "release_marginals measures residuals with Gaussian noise: it needs delta > 0 "
+            "(pure eps marginals: matmech.factored.release_factored)"
+        )
+    check_neighbors(neighbors)
+    check_budget(budget)
+    max_records = check_max_records(max_records)
+    noise.check_rng(rng)
+    wt = as_terms(W, name="W")
+    if wt.marginals() is None:
+        raise ValueError(
+            "release_marginals needs W to be a union of marginals (identity and total factors)"
+        )
+    plan, subsets, rw = _residual_plan(wt, objective)
+    mplan = plan_residual_measurement(
+        plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+    )
+    lat = plan.lattice
+    total = int(lat.sizes.sum())
+    in_ram = spill_dir is None and streamed_memory(plan, in_ram=True) <= max_memory
+    need = streamed_memory(plan, in_ram=in_ram)
+    if need > max_memory:
+        raise ValueError(
+            f"the streamed residual release would hold about {need / 2**30:.1f} GiB (> max_memory "
+            f"{max_memory / 2**30:.1f} GiB) for {len(lat.residuals):,} residuals; nothing was spent"
+        )
+    directory = None if in_ram else (tempfile.gettempdir() if spill_dir is None else spill_dir)
+    if directory is not None and shutil.disk_usage(directory).free < 8 * total + (1 << 30):
+        raise ValueError(
+            f"the released integers need {8 * total / 2**30:.1f} GiB on disk and {directory} has "
+            "less free; pass spill_dir= (nothing was spent)"
+        )
+    what = f"release {wt.rows} marginal queries (residual, streamed)"
+    check_affordable(budget, eps, delta, what=what)
+    # -- reads data from here on -------------------------------------------------------------
+    reader = table_reader(data, wt.domain, engines=False)  # every check on the data, once
+    reader.check_covers(lat.residuals)
+    count = reader([()])[()]
+    check_records(check_counts(np.atleast_1d(count), 1, name="the record count"), mplan.max_records)
+    offsets, at = np.empty(len(lat.residuals), dtype=np.int64), 0
+    for batch in residual_batches(mplan):  # storage in draw order (data-independent)
+        m = int(batch.cls.size)
+        offsets[batch.J] = at + m * np.arange(batch.J.size)
+        at += m * batch.J.size
+    store = _Store(offsets, total, directory)
+    if budget is not None:
+        budget.spend(eps, delta, what=what)
+    src = noise.check_rng(rng)
+    try:
+        for batch in residual_batches(mplan):
+            tables = reader([lat.residuals[j] for j in batch.J.tolist()])
+            y, _ = measure_batch(mplan, batch, tables, src)
+            del tables
+            store.write(batch.J, y)
+    finally:
+        store.close()
+    note = (
+        f"residual basis of Xiao et al. 2023 ({len(lat.residuals)} residuals, {objective} of "
+        f"variances, {plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete "
+        f"Gaussian, σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}; "
+        "reconstructed marginal by marginal"
+    )
+    return MarginalRelease(
+        workload=W,
+        subsets=tuple(tuple(s) for s in subsets),
+        weights=np.asarray(rw, dtype=np.float64),
+        measurement_plan=mplan,
+        eps=eps,
+        delta=delta,
+        neighbors=neighbors,
+        budget_remaining=None if budget is None else budget.remaining,
+        secure=bool(src.secure),
+        strategy_note=note,
+        _store=store,
+    )
