@@ -120,11 +120,7 @@ def _case(name, d, records, seed, spill, out):
             n += v.size
         t_rec = time.perf_counter() - t0
         del rel
-    draws = int(
-        sum(
-            math.prod(9 for _ in range(k)) * math.comb(d, k) for k in range(4)
-        )
-    )
+    draws = int(sum(math.prod(9 for _ in range(k)) * math.comb(d, k) for k in range(4)))
     sec = timer.seconds
     out.put(
         {
@@ -233,7 +229,10 @@ def _table(meta, rows):
                 f"{x['draws_per_second'] / 1e6:.2f} M/s"
                 for x in r["rows"]
             )
-            lines += ["", f"Exact discrete Gaussian sampler (load {r['run']['load_average']}): {cells}."]
+            lines += [
+                "",
+                f"Exact discrete Gaussian sampler (load {r['run']['load_average']}): {cells}.",
+            ]
         if r["case"].startswith("max-variance"):
             lines += [
                 "",

@@ -257,7 +257,9 @@ def measure_batch(mplan, batch, tables, src):
     residual-then-row order. Reads data; never branches on it."""
     lat = mplan.plan.lattice
     scales, inv = np.unique(batch.tau, return_inverse=True)
-    key = inv.reshape(batch.tau.shape)[:, batch.cls]  # (residual, row) → index of its τ
+    small = np.uint8 if scales.size <= 1 << 8 else np.uint16 if scales.size <= 1 << 16 else np.int64
+    key = inv.reshape(batch.tau.shape).astype(small)[:, batch.cls]  # (residual, row) → its τ
+    # (a stable argsort of 8/16-bit keys is a radix sort)
     stack = np.stack([tables[lat.residuals[j]] for j in batch.J.tolist()])
     y = _contrast(stack, batch.shape, tuple(range(len(batch.shape))), mplan.max_records)
     y = np.ascontiguousarray(y.reshape(batch.J.size, -1))

@@ -46,7 +46,7 @@ from matmech.factored.measure import (
 )
 from matmech.factored.release import MAX_MEMORY, _residual_plan
 from matmech.factored.tables import table_reader
-from matmech.factored.terms import as_terms
+from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
@@ -445,6 +445,19 @@ class MarginalRelease:
         return (var / l2)[cls]
 
 
+class _Marginals:
+    """A :class:`MarginalWorkload` read as :class:`~matmech.factored.terms.Terms` are
+    (``domain``, ``rows``, ``marginals()``) without one kind per attribute and term (10⁸
+    tuples entries at 200 attributes)."""
+
+    def __init__(self, W):
+        self.domain, self.rows = W.domain, W.shape[0]
+        self._m = (list(W.subsets), [float(w) for w in W.weights])
+
+    def marginals(self):
+        return self._m
+
+
 def release_marginals(
     data,
     W,
@@ -518,7 +531,7 @@ def release_marginals(
     check_budget(budget)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
-    wt = as_terms(W, name="W")
+    wt = _Marginals(W) if isinstance(W, MarginalWorkload) else as_terms(W, name="W")
     if wt.marginals() is None:
         raise ValueError(
             "release_marginals needs W to be a union of marginals (identity and total factors)"

@@ -28,6 +28,9 @@ __all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", 
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30
+#: Two tables sharing all but their last attribute are counted in one pass up to this many
+#: cells of their joint table (a few L2-resident bins).
+_PAIR_CELLS = 1 << 15
 #: Largest marginal table (cells) built from records.
 MAX_TABLE_CELLS = 1 << 28
 
@@ -106,21 +109,45 @@ def _from_codes(codes, domain, s):
 
 def _from_codes_all(codes, domain, subsets):
     """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
-    index of the shared prefix (one add and one bincount a table instead of |s| passes)."""
-    out, memo = {}, {}
+    index of the shared prefix, and two of them whose joint table has at most
+    :data:`_PAIR_CELLS` cells are counted in one pass, as the table on the prefix and both
+    last attributes summed over either (one bincount for two tables: the count over the
+    records, not the sum over the small table, is the cost). Data-independent choices."""
+    out, groups = {}, {}
     for s in sorted(subsets):
-        shape = tuple(domain[i] for i in s)
-        cells = math.prod(shape)
-        if len(s) < 2 or cells > MAX_TABLE_CELLS:
+        if len(s) < 2 or math.prod(domain[i] for i in s) > MAX_TABLE_CELLS:
             out[s] = _from_codes(codes, domain, s)
             continue
-        head = (s[:-1], domain[s[-1]])  # the prefix's index, scaled for the last attribute's size
-        if head not in memo:
-            if memo and next(iter(memo))[0] != head[0]:
-                memo.clear()
-            memo[head] = _from_codes_index(codes, domain, head[0]) * head[1]
-        idx = memo[head] + codes[:, s[-1]]
-        out[s] = np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+        groups.setdefault(s[:-1], []).append(s[-1])
+    for head, lasts in groups.items():
+        pre = _from_codes_index(codes, domain, head)
+        hshape = tuple(domain[i] for i in head)
+        hcells = math.prod(hshape)
+        scaled, idx = {}, np.empty(codes.shape[0], dtype=np.int64)
+        k = 0
+        while k < len(lasts):
+            a, na = lasts[k], domain[lasts[k]]
+            b = lasts[k + 1] if k + 1 < len(lasts) else None
+            if b is not None and hcells * na * domain[b] <= _PAIR_CELLS:
+                nb = domain[b]
+                if na * nb not in scaled:
+                    scaled[na * nb] = pre * (na * nb)
+                np.multiply(codes[:, a], nb, out=idx)
+                idx += scaled[na * nb]
+                idx += codes[:, b]
+                t = np.bincount(idx, minlength=hcells * na * nb).astype(np.int64, copy=False)
+                t = t.reshape(*hshape, na, nb)
+                out[(*head, a)], out[(*head, b)] = t.sum(axis=-1), t.sum(axis=-2)
+                k += 2
+                continue
+            idx = pre * na
+            idx += codes[:, a]
+            out[(*head, a)] = (
+                np.bincount(idx, minlength=hcells * na)
+                .astype(np.int64, copy=False)
+                .reshape(*hshape, na)
+            )
+            k += 1
     return out
 
 
