@@ -38,6 +38,7 @@ import numpy as np
 from matmech.factored.measure import (
     _SCALE_MARGIN,
     DEFAULT_SCALE_BITS,
+    ResidualMeasurementPlan,
     _row_keys,
     bucket_up,
     measure_batch,
@@ -47,6 +48,7 @@ from matmech.factored.measure import (
 from matmech.factored.release import MAX_MEMORY, _residual_plan
 from matmech.factored.tables import table_reader
 from matmech.factored.terms import MarginalWorkload, as_terms
+from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
@@ -196,10 +198,10 @@ class MarginalRelease:
     ((3, 3), (3, 3))
     """
 
-    workload: object = field(repr=False)
+    workload: LinOp = field(repr=False)
     subsets: tuple = field(repr=False)
     weights: np.ndarray = field(repr=False)
-    measurement_plan: object = field(repr=False)
+    measurement_plan: ResidualMeasurementPlan = field(repr=False)
     eps: float = 0.0
     delta: float = 0.0
     neighbors: str = "add_remove"

@@ -137,12 +137,12 @@ def _from_codes_all(codes, domain, subsets):
                 idx += codes[:, b]
                 t = np.bincount(idx, minlength=hcells * na * nb).astype(np.int64, copy=False)
                 t = t.reshape(*hshape, na, nb)
-                out[(*head, a)], out[(*head, b)] = t.sum(axis=-1), t.sum(axis=-2)
+                out[head + (a,)], out[head + (b,)] = t.sum(axis=-1), t.sum(axis=-2)
                 k += 2
                 continue
             idx = pre * na
             idx += codes[:, a]
-            out[(*head, a)] = (
+            out[head + (a,)] = (
                 np.bincount(idx, minlength=hcells * na)
                 .astype(np.int64, copy=False)
                 .reshape(*hshape, na)
