@@ -26,6 +26,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import queue
 import resource
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's matmech
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "factored_release_scale"
 
@@ -198,7 +200,15 @@ def run(cases):
         q = ctx.Queue()
         p = ctx.Process(target=target, args=(*args, q))
         p.start()
-        rows.append(q.get())
+        while True:
+            try:
+                rows.append(q.get(timeout=5))
+                break
+            except queue.Empty:
+                if not p.is_alive():
+                    raise RuntimeError(
+                        f"{target.__name__}{args[:1]} failed (exit code {p.exitcode})"
+                    ) from None
         p.join()
     return rows
 
