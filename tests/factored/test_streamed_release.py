@@ -85,6 +85,27 @@ def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(tmp_p
         rel.marginal((0, 4))
 
 
+def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path, monkeypatch):
+    """Batches of a few residuals (the draw order is the batches'), reconstruction stacks of
+    a few cells and a cache emptied at every lift: still equal to the in-memory release
+    (same batches) and to dense GLS."""
+    from matmech.factored import measure
+
+    monkeypatch.setattr(measure, "_CHUNK", 20)
+    monkeypatch.setattr(streamed, "_CHUNK", 7)
+    monkeypatch.setattr(streamed, "CACHE_BYTES", 0)
+    codes, W, rel = _release(str(tmp_path))
+    assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5
+    ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
+    got = rel.to_release()
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+    xhat, cov = _dense_gls(rel)
+    Wd = W.dense()
+    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+
+
 def test_iter_marginals_and_save_follow_the_rows_of_w(tmp_path):
     _, W, rel = _release(None)
     full = rel.to_release()
