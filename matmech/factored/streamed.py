@@ -347,6 +347,53 @@ class MarginalRelease:
         (out / "index.json").write_text(json.dumps(index) + "\n")
         return out
 
+    def residual(self, T) -> tuple[np.ndarray, np.ndarray]:
+        """(released integers H_T x + Z, their exact noise variances) of residual ``T``, in
+        the row order of ⊗_{i∈T} Hᵢ (:mod:`matmech.factored.measure`): the measurement itself,
+        for re-analysis."""
+        index = self._aux()
+        T = tuple(sorted(int(a) for a in T))
+        j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
+        sub = tuple(self.domain[i] for i in T)
+        y = self._store.read(j, math.prod(n - 1 for n in sub))[0]
+        l2, cls = _row_keys(sub, range(len(sub)))
+        v = float(self.measurement_plan.plan.variances[int(j[0])])
+        return y, self._row_variances(sub, v) * l2[cls]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary (no answers: :meth:`save` writes those): privacy spent, the
+        plan, the noise, the size and the expected error."""
+        mp = self.measurement_plan
+        rows = self.rows
+        err = self.expected_error
+        return {
+            "eps": self.eps,
+            "delta": self.delta,
+            "neighbors": self.neighbors,
+            "budget_remaining": None
+            if self.budget_remaining is None
+            else list(self.budget_remaining),
+            "expected_error": err,
+            "rmse": math.sqrt(err / rows) if rows else None,
+            "answered": rows,
+            "marginals": len(self.subsets),
+            "strategy": {
+                "name": "residual",
+                "note": self.strategy_note,
+                "residuals": len(mp.plan.lattice.residuals),
+                "objective": mp.plan.objective,
+            },
+            "noise": {
+                "distribution": "discrete_gaussian",
+                "scale": mp.sigma,
+                "per": "unit residual variance",
+                "scale_bits": mp.scale_bits,
+                "sensitivity": mp.sensitivity,
+                "secure_randomness": self.secure,
+            },
+            "residuals_on_disk": self._store.path is not None,
+        }
+
     def __repr__(self):
         return (
             f"MarginalRelease({len(self.subsets):,} marginals, {self.rows:,} answers, "

@@ -106,6 +106,22 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
 
 
+def test_residual_and_summary_read_the_measurement(tmp_path):
+    _, W, rel = _release(str(tmp_path))
+    batch = next(b for b in residual_batches(rel.measurement_plan) if len(b.shape) == 3)
+    T = rel.measurement_plan.plan.lattice.residuals[int(batch.J[0])]
+    y, var = rel.residual(T)
+    np.testing.assert_array_equal(y, rel._store.read(batch.J[:1], batch.cls.size)[0])
+    tau = batch.tau[0][batch.cls]
+    np.testing.assert_allclose(
+        var, [noise.discrete_gaussian_variance(float(t)) for t in tau], rtol=1e-12
+    )
+    d = rel.to_dict()
+    assert json.loads(json.dumps(d))["answered"] == W.shape[0]
+    assert d["rmse"] == pytest.approx((rel.expected_error / W.shape[0]) ** 0.5)
+    assert d["residuals_on_disk"] and d["noise"]["secure_randomness"] is False
+
+
 def test_iter_marginals_and_save_follow_the_rows_of_w(tmp_path):
     _, W, rel = _release(None)
     full = rel.to_release()
