@@ -25,10 +25,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import shutil
 import tempfile
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +44,7 @@ from matmech.factored.measure import (
     residual_batches,
 )
 from matmech.factored.release import MAX_MEMORY, _residual_plan
+from matmech.factored.store import ResidualIndex, ResidualStore
 from matmech.factored.tables import table_reader
 from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
@@ -80,88 +79,6 @@ def streamed_memory(plan, *, in_ram: bool) -> int:
     return int(fixed + batch + min(CACHE_BYTES, 16 * coords) + (8 * coords if in_ram else 0))
 
 
-class _Store:
-    """The released integers of every residual in draw order: one int64 array, or a file
-    read through a mapping opened per read (so the pages read leave the resident set)."""
-
-    def __init__(self, offsets, total, directory=None):
-        self.offsets, self.total = offsets, int(total)
-        if directory is None:
-            self.path, self.array = None, np.empty(self.total, dtype=np.int64)
-            return
-        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".i64", dir=directory)
-        os.close(fd)
-        self.array, self._at = None, 0
-        self._fh = open(self.path, "wb")
-        self._finalizer = weakref.finalize(self, _remove, self.path)
-
-    def write(self, J, y):
-        if self.path is None:
-            pos = self.offsets[J][:, None] + np.arange(y.shape[1])[None, :]
-            self.array[pos] = y
-            return
-        y.tofile(self._fh)  # batches arrive in draw order: an append
-        self._at += y.size
-
-    def close(self):
-        if self.path is not None:
-            self._fh.close()
-
-    def read(self, J, m):
-        """(len(J), m) int64: the integers of residuals J (each with m coordinates)."""
-        starts = self.offsets[J]
-        src = (
-            self.array
-            if self.path is None
-            else np.memmap(self.path, dtype=np.int64, mode="r", shape=(self.total,))
-        )
-        if J.size and np.all(np.diff(starts) == m):
-            out = np.array(src[int(starts[0]) : int(starts[0]) + m * J.size]).reshape(J.size, m)
-        else:
-            out = np.asarray(src[starts[:, None] + np.arange(m)[None, :]])
-        del src  # the mapping is closed: its pages leave this process's resident set
-        return out
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
-class _Index:
-    """Residual tuple → lattice index, vectorised: within each size the residuals are sorted,
-    so their positional keys (base d+1) are too."""
-
-    def __init__(self, lat):
-        self.base, res = len(lat.domain) + 1, lat.residuals
-        self.lo, self.keys, at = {}, {}, 0
-        for k, grp in itertools.groupby(res, key=len):
-            grp = list(grp)
-            arr = np.array(grp, dtype=np.int64).reshape(len(grp), k)
-            self.lo[k], self.keys[k] = at, self._key(arr)
-            at += arr.shape[0]
-
-    def _key(self, arr):
-        key = np.zeros(arr.shape[0], dtype=np.int64)
-        for j in range(arr.shape[1]):
-            key = key * self.base + arr[:, j] + 1
-        return key
-
-    def __call__(self, Ts):
-        """Lattice indices of the residuals in the rows of ``Ts`` (K × r), or ValueError."""
-        k = Ts.shape[1]
-        keys = self._key(Ts)
-        have = self.keys.get(k, np.zeros(0, dtype=np.int64))
-        at = np.searchsorted(have, keys)
-        ok = at < have.size
-        ok[ok] = have[at[ok]] == keys[ok]
-        if not ok.all():
-            raise ValueError(f"residual {tuple(Ts[~ok][0].tolist())} was not measured")
-        return self.lo[k] + at
-
-
 @dataclass(frozen=True, eq=False)
 class MarginalRelease:
     """A residual release of marginals, reconstructed marginal by marginal.
@@ -182,6 +99,8 @@ class MarginalRelease:
         W's terms (sorted attribute tuples) and their row weights.
     measurement_plan : ResidualMeasurementPlan
         σ per residual and the privacy parameters (data-independent).
+    store : ResidualStore
+        The released integers (:mod:`matmech.factored.store`), in RAM or in a file.
     eps, delta, neighbors, budget_remaining, secure, strategy_note
         What was spent and how.
 
@@ -202,13 +121,13 @@ class MarginalRelease:
     subsets: tuple = field(repr=False)
     weights: np.ndarray = field(repr=False)
     measurement_plan: ResidualMeasurementPlan = field(repr=False)
+    store: ResidualStore = field(repr=False)
     eps: float = 0.0
     delta: float = 0.0
     neighbors: str = "add_remove"
     budget_remaining: tuple | None = None
     secure: bool = True
     strategy_note: str = ""
-    _store: _Store | None = field(default=None, repr=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     # -- sizes ---------------------------------------------------------------------------
@@ -355,7 +274,7 @@ class MarginalRelease:
         T = tuple(sorted(int(a) for a in T))
         j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
         sub = tuple(self.domain[i] for i in T)
-        y = self._store.read(j, math.prod(n - 1 for n in sub))[0]
+        y = self.store.read(j, math.prod(n - 1 for n in sub))[0]
         l2, cls = _row_keys(sub, range(len(sub)))
         v = float(self.measurement_plan.plan.variances[int(j[0])])
         return y, self._row_variances(sub, v) * l2[cls]
@@ -391,20 +310,20 @@ class MarginalRelease:
                 "sensitivity": mp.sensitivity,
                 "secure_randomness": self.secure,
             },
-            "residuals_on_disk": self._store.path is not None,
+            "residuals_on_disk": self.store.path is not None,
         }
 
     def __repr__(self):
         return (
             f"MarginalRelease({len(self.subsets):,} marginals, {self.rows:,} answers, "
             f"eps={self.eps:g}, delta={self.delta:g}, residuals "
-            f"{'in memory' if self._store.path is None else 'on disk'})"
+            f"{'in memory' if self.store.path is None else 'on disk'})"
         )
 
     # -- closed form (Xiao et al. 2023, §4), vectorised over marginals of one shape ---------
     def _aux(self):
         if "index" not in self._cache:
-            self._cache["index"] = _Index(self.measurement_plan.plan.lattice)
+            self._cache["index"] = ResidualIndex(self.measurement_plan.plan.lattice)
             self._cache["lifted"], self._cache["bytes"] = {}, 0
         return self._cache["index"]
 
@@ -412,7 +331,7 @@ class MarginalRelease:
         """(len(J), *sub) float64: the noisy residuals J (attribute sizes ``sub``) in the
         marginal's cells, Qᵀ applied on every axis to y/λ."""
         m = math.prod(n - 1 for n in sub)
-        y = self._store.read(J, m).astype(np.float64)
+        y = self.store.read(J, m).astype(np.float64)
         lam = self._cache.get(("lam", sub))
         if lam is None:
             l2, cls = _row_keys(sub, range(len(sub)))
@@ -616,7 +535,7 @@ def release_marginals(
         m = int(batch.cls.size)
         offsets[batch.J] = at + m * np.arange(batch.J.size)
         at += m * batch.J.size
-    store = _Store(offsets, total, directory)
+    store = ResidualStore(offsets, total, directory)
     if budget is not None:
         budget.spend(eps, delta, what=what)
     src = noise.check_rng(rng)
@@ -645,5 +564,5 @@ def release_marginals(
         budget_remaining=None if budget is None else budget.remaining,
         secure=bool(src.secure),
         strategy_note=note,
-        _store=store,
+        store=store,
     )

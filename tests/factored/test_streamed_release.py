@@ -37,7 +37,7 @@ def _release(spill, **kw):
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_streamed_equals_the_in_memory_release_with_the_same_rng(tmp_path, on_disk):
     codes, W, rel = _release(str(tmp_path) if on_disk else None)
-    assert (rel._store.path is not None) == on_disk
+    assert (rel.store.path is not None) == on_disk
     ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
     got = rel.to_release()
     np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
@@ -52,7 +52,7 @@ def _dense_gls(rel):
     lat = mplan.plan.lattice
     rows, ys, var = [], [], []
     for batch in residual_batches(mplan):
-        y = rel._store.read(batch.J, batch.cls.size)
+        y = rel.store.read(batch.J, batch.cls.size)
         for k, j in enumerate(batch.J.tolist()):
             T = lat.residuals[j]
             H = np.ones((1, 1))
@@ -111,7 +111,7 @@ def test_residual_and_summary_read_the_measurement(tmp_path):
     batch = next(b for b in residual_batches(rel.measurement_plan) if len(b.shape) == 3)
     T = rel.measurement_plan.plan.lattice.residuals[int(batch.J[0])]
     y, var = rel.residual(T)
-    np.testing.assert_array_equal(y, rel._store.read(batch.J[:1], batch.cls.size)[0])
+    np.testing.assert_array_equal(y, rel.store.read(batch.J[:1], batch.cls.size)[0])
     tau = batch.tau[0][batch.cls]
     np.testing.assert_allclose(
         var, [noise.discrete_gaussian_variance(float(t)) for t in tau], rtol=1e-12
@@ -138,7 +138,7 @@ def test_iter_marginals_and_save_follow_the_rows_of_w(tmp_path):
 
 def test_the_spill_file_is_removed_with_the_release(tmp_path):
     _, _, rel = _release(str(tmp_path))
-    path = rel._store.path
+    path = rel.store.path
     assert list(tmp_path.iterdir())
     del rel
     import gc
