@@ -57,18 +57,22 @@ class _Timer:
     """Accumulated seconds of wrapped calls (the wrappers replace module attributes)."""
 
     def __init__(self):
-        self.seconds, self.calls = {}, {}
+        self.seconds, self.cpu, self.calls = {}, {}, {}
+
+    def add(self, stage, t0, c0):
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - c0
+        self.calls[stage] = self.calls.get(stage, 0) + 1
 
     def wrap(self, module, name, stage):
         real = getattr(module, name)
 
         def timed(*a, **k):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return real(*a, **k)
             finally:
-                self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
-                self.calls[stage] = self.calls.get(stage, 0) + 1
+                self.add(stage, t0, c0)
 
         setattr(module, name, timed)
 
@@ -84,6 +88,14 @@ def _case(name, d, records, seed, spill, out):
     W = marginal_workload((10,) * d, subsets)
     timer = _Timer()
     timer.wrap(streamed, "_residual_plan", "plan")
+    real_plan = streamed._residual_plan
+
+    def keep(*a, **k):
+        out = real_plan(*a, **k)
+        timer.plan = out[0]
+        return out
+
+    streamed._residual_plan = keep
     timer.wrap(streamed, "plan_residual_measurement", "plan")
     timer.wrap(streamed, "measure_batch", "measure (contrast + noise)")
     timer.wrap(measure, "_contrast", "contrast")
@@ -95,13 +107,11 @@ def _case(name, d, records, seed, spill, out):
         real_call = r._read
 
         def timed(subsets):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return real_call(subsets)
             finally:
-                timer.seconds["tables"] = timer.seconds.get("tables", 0.0) + (
-                    time.perf_counter() - t0
-                )
+                timer.add("tables", t0, c0)
 
         r._read = timed
         return r
@@ -109,18 +119,18 @@ def _case(name, d, records, seed, spill, out):
     streamed.table_reader = reader
     budget = PrivacyBudget(1.0, 1e-6)
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rel = streamed.release_marginals(
             codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(seed), spill_dir=tmp
         )
-        t_release = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t_release, c_release = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         sq, n, checksum = 0.0, 0, 0.0
         for _, v, s in rel.iter_marginals():  # every answer and its std
             sq += float(np.dot(s.reshape(-1), s.reshape(-1)))
             checksum += float(v.sum())
             n += v.size
-        t_rec = time.perf_counter() - t0
+        t_rec, c_rec = time.perf_counter() - t0, time.process_time() - c0
         del rel
     draws = int(sum(math.prod(9 for _ in range(k)) * math.comb(d, k) for k in range(4)))
     sec = timer.seconds
@@ -144,7 +154,15 @@ def _case(name, d, records, seed, spill, out):
                 "reconstruct every answer + std": t_rec,
             },
             "seconds_total": t_release + t_rec,
+            "cpu_seconds": {
+                **{k: timer.cpu.get(k, 0.0) for k in ("plan", "tables", "contrast", "noise draws")},
+                "release (plan + tables + measure)": c_release,
+                "reconstruct every answer + std": c_rec,
+            },
+            "cpu_seconds_total": c_release + c_rec,
+            "memory_estimate_gib": streamed.streamed_memory(timer.plan, in_ram=False) / 2**30,
             "draws_per_second": draws / max(sec.get("noise draws", 1e-9), 1e-9),
+            "draws_per_cpu_second": draws / max(timer.cpu.get("noise draws", 1e-9), 1e-9),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
             "load_after": [round(v, 2) for v in os.getloadavg()],
         }
@@ -218,8 +236,8 @@ def _table(meta, rows):
         f"# Streamed residual release, ≤3-way marginals ({meta['date']}, {meta['machine']})",
         "",
         "| case | records | marginals | answers | draws | RMSE | plan s | tables s | contrast s | "
-        "noise s | release s | reconstruct s | total s | peak GiB | load |",
-        "|" + "---|" * 15,
+        "noise s | release s | reconstruct s | total s | CPU s | peak GiB (estimate) | load |",
+        "|" + "---|" * 16,
     ]
     for r in rows:
         if "noise_draws" not in r:
@@ -230,7 +248,9 @@ def _table(meta, rows):
             f"{r['noise_draws']:,} | {r['rmse_analytic']:.2f} | {t['plan']:.1f} | {t['tables']:.1f} | "
             f"{t['contrast']:.1f} | {t['noise draws']:.1f} | "
             f"{t['release (plan + tables + measure)']:.1f} | {t['reconstruct every answer + std']:.1f} | "
-            f"{r['seconds_total']:.1f} | {r['peak_rss_gib']:.2f} | {r['run']['load_average']} |"
+            f"{r['seconds_total']:.1f} | {r.get('cpu_seconds_total', float('nan')):.1f} | "
+            f"{r['peak_rss_gib']:.2f} ({r.get('memory_estimate_gib', float('nan')):.2f}) | "
+            f"{r['run']['load_average']} |"
         )
     for r in rows:
         if r["case"] == "sampler":
@@ -256,8 +276,10 @@ def _table(meta, rows):
         "Release = plan + tables + measure (one atomic spend before the first draw); tables, "
         "contrast and noise are the parts of it spent in the table reader, the integer contrasts "
         "and the sampler. Reconstruct = every answer and its exact std, marginal by marginal "
-        "(reduced to the RMSE). One BLAS thread; load = the 1/5/15-minute load average when the "
-        "case finished (2 cores shared).",
+        "(reduced to the RMSE). CPU s = the process's CPU time (user + system): the wall time "
+        "it would take with a core to itself. Estimate = `streamed_memory`, checked before the "
+        "spend. One BLAS thread; load = the 1/5/15-minute load average when the case finished "
+        "(2 cores shared by other jobs).",
     ]
     return "\n".join(lines) + "\n"
 
