@@ -51,6 +51,7 @@ from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.confidence import normal_intervals
 from matmech.privacy.measure import check_counts, check_max_records, check_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.record import Release
@@ -169,6 +170,13 @@ class MarginalRelease:
         values = est[0]
         values.setflags(write=False)
         return values, pats[ids[0]]
+
+    def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) of the marginal on ``S`` at ``level``: values ∓ z·std, the normal
+        quantile, as :meth:`matmech.record.Release.interval` gives for residual answers."""
+        values, std = self.marginal(S)
+        half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
+        return values - half, values + half
 
     def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
         """(S, values, std) for every term of W in order, values × the term's weight and std

@@ -83,6 +83,17 @@ def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(tmp_p
     np.testing.assert_allclose(std.reshape(-1) ** 2, np.einsum("ij,jk,ik->i", M, cov, M), rtol=1e-8)
     with pytest.raises(ValueError, match=r"residual \(0, 4\) was not measured"):
         rel.marginal((0, 4))
+    # intervals: the Release's (normal quantile) on the same rows
+    lo, hi = rel.interval((1, 3, 4), 0.9)
+    rlo, rhi = got.interval(0.9)
+    rows = slice(*_term_rows(rel, 1))
+    np.testing.assert_allclose(lo.reshape(-1) * 2.0, rlo[rows], rtol=1e-12)  # term weight 2
+    np.testing.assert_allclose(hi.reshape(-1) * 2.0, rhi[rows], rtol=1e-12)
+
+
+def _term_rows(rel, k):
+    """(first, end) rows of term k of W."""
+    return int(rel.offsets[k]), int(rel.offsets[k + 1])
 
 
 def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path, monkeypatch):
