@@ -395,8 +395,12 @@ class MarginalRelease:
     def _pattern(self, shape, masks, sig):
         """Exact per-cell std of a marginal with attribute sizes ``shape`` whose residual
         ``masks[c]`` has plan variance ``sig[c]`` (read-only, cached)."""
-        key = ("std", shape, sig)
-        if key not in self._cache:
+        patterns = self._cache.setdefault("std", {})
+        key = (shape, sig)
+        if key not in patterns:
+            if self._cache.get("std bytes", 0) > CACHE_BYTES:  # e.g. a max-variance plan:
+                patterns.clear()  # σ differ from residual to residual
+                self._cache["std bytes"] = 0
             k = len(shape)
             var = np.zeros(shape)
             for m, v in zip(masks, sig):
@@ -407,8 +411,9 @@ class MarginalRelease:
                 var += e.reshape(tuple(shape[j] if j in m else 1 for j in range(k))) / rest**2
             std = np.sqrt(var)
             std.setflags(write=False)
-            self._cache[key] = std
-        return self._cache[key]
+            patterns[key] = std
+            self._cache["std bytes"] = self._cache.get("std bytes", 0) + std.nbytes
+        return patterns[key]
 
     def _row_variances(self, sub, v):
         """Exact variance of each orthonormal coordinate of a residual with attribute sizes
