@@ -66,6 +66,10 @@ __all__ = [
     "ResidualMeasurement",
     "plan_residual_measurement",
     "measure_residuals",
+    "ResidualBatch",
+    "residual_batches",
+    "measure_batch",
+    "residual_event",
     "bucket_up",
     "MAX_SIGMA",
     "DEFAULT_SCALE_BITS",
@@ -208,67 +212,87 @@ def bucket_up(tau, bits):
     return np.ldexp(np.ceil(np.ldexp(f, bits)), k - bits)
 
 
+@dataclass(frozen=True, eq=False)
+class ResidualBatch:
+    """Residuals ``J`` (lattice indices, all with attribute sizes ``shape``) measured in one
+    stack; ``l2``/``cls``: λ² per row class and each row's class; ``tau``: the rounded σ of
+    every (residual, class), shape (len(J), len(l2)). Data-independent."""
+
+    shape: tuple
+    J: np.ndarray
+    l2: np.ndarray
+    cls: np.ndarray
+    tau: np.ndarray
+
+    @property
+    def coordinates(self) -> int:
+        return int(self.J.size * self.cls.size)
+
+
+def residual_batches(mplan):
+    """The measurement's batches in draw order (a generator: the σ of one batch at a time):
+    residuals grouped by attribute sizes in lattice order, at most :data:`_CHUNK`
+    coordinates a batch. A function of the plan alone, so every consumer (the in-memory
+    :func:`measure_residuals` and the streamed :mod:`matmech.factored.streamed`) draws the
+    same noise for the same ``rng``."""
+    lat = mplan.plan.lattice
+    d = lat.domain
+    groups = {}  # residuals with the same attribute sizes are handled as one stack
+    for j, T in enumerate(lat.residuals):
+        groups.setdefault(tuple(d[i] for i in T), []).append(j)
+    for shape, members in groups.items():
+        l2, cls = _row_keys(shape, range(len(shape)))
+        step = max(1, _CHUNK // cls.size)
+        for at in range(0, len(members), step):  # chunks bound the temporary arrays
+            J = np.array(members[at : at + step], dtype=np.int64)
+            sig = np.sqrt(np.asarray(mplan.plan.variances, dtype=np.float64)[J]) * mplan.sigma
+            tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
+            yield ResidualBatch(shape, J, l2, cls, tau)
+
+
+def measure_batch(mplan, batch, tables, src):
+    """The released integers of one :class:`ResidualBatch` (shape (len(J), rows)) and each
+    row's exact noise variance: H_T x from ``tables`` ({T: int64 table}), plus the discrete
+    Gaussian at τ_j; rows sharing a τ in one sampler call, τ ascending, rows in
+    residual-then-row order. Reads data; never branches on it."""
+    lat = mplan.plan.lattice
+    scales, inv = np.unique(batch.tau, return_inverse=True)
+    small = np.uint8 if scales.size <= 1 << 8 else np.uint16 if scales.size <= 1 << 16 else np.int64
+    key = inv.reshape(batch.tau.shape).astype(small)[:, batch.cls]  # (residual, row) → its τ
+    # (a stable argsort of 8/16-bit keys is a radix sort)
+    stack = np.stack([tables[lat.residuals[j]] for j in batch.J.tolist()])
+    y = _contrast(stack, batch.shape, tuple(range(len(batch.shape))), mplan.max_records)
+    y = np.ascontiguousarray(y.reshape(batch.J.size, -1))
+    del stack
+    flat = y.reshape(-1)
+    order = np.argsort(key.reshape(-1), kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(key.reshape(-1), minlength=scales.size))])
+    var = np.empty(scales.size)
+    for k, t in enumerate(scales.tolist()):
+        rows = order[bounds[k] : bounds[k + 1]]
+        flat[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
+        var[k] = noise.discrete_gaussian_variance(t)
+    return y, var[key]
+
+
 def measure_residuals(mplan, tables, *, rng=None):
     """Draw the residual noise of ``mplan`` on the marginal ``tables`` ({T: int64 table}) →
     :class:`ResidualMeasurement`. Reads data; the caller has checked the tables and charged
     the budget. Nothing here branches on the data.
 
     Row j of residual T gets the discrete Gaussian at τ_j = σ_T·λ_j rounded up to
-    ``mplan.scale_bits`` significant bits; all rows sharing a τ (across residuals) are drawn
-    in one sampler call, in ascending τ, rows in residual-then-row order.
+    ``mplan.scale_bits`` significant bits, batch by batch (:func:`residual_batches`,
+    :func:`measure_batch`).
     """
     src = noise.check_rng(rng)
     lat = mplan.plan.lattice
     d = lat.domain
-    sizes = np.array([math.prod(d[i] - 1 for i in T) for T in lat.residuals], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    groups = {}  # residuals with the same attribute sizes are handled as one stack
-    for j, T in enumerate(lat.residuals):
-        groups.setdefault(tuple(d[i] for i in T), []).append(j)
-    parts = []
-    for shape, members in groups.items():
-        l2, cls = _row_keys(shape, range(len(shape)))
-        step = max(1, _CHUNK // cls.size)
-        for at in range(0, len(members), step):  # chunks bound the temporary arrays
-            J = np.array(members[at : at + step], dtype=np.int64)
-            sig = np.array([mplan.residual_sigma(j) for j in J.tolist()])
-            tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
-            parts.append((shape, J, l2, cls, tau))
-    scales = np.unique(
-        np.concatenate([p[4].reshape(-1) for p in parts])
-    )  # ascending: the draw order
-    total = int(offsets[-1])
-    key_all = np.empty(total, dtype=np.uint16 if len(scales) < 1 << 16 else np.int64)  # radix sort
-    y = np.empty(total, dtype=np.int64)
-    for shape, J, l2, cls, tau in parts:
-        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
-        key_all[pos] = np.searchsorted(scales, tau)[:, cls]
-        stack = np.stack([tables[lat.residuals[j]] for j in J.tolist()])
-        y[pos] = _contrast(stack, shape, tuple(range(len(shape))), mplan.max_records).reshape(
-            J.size, -1
-        )
-    order = np.argsort(key_all, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(key_all, minlength=len(scales)))])
-    var = np.empty(len(scales))
-    for k, t in enumerate(scales.tolist()):
-        rows = order[bounds[k] : bounds[k + 1]]
-        y[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
-        var[k] = noise.discrete_gaussian_variance(t)
-    del order
     records = [None] * len(lat.residuals)
-    event = {
-        "mechanism": "residual (Gaussian)",
-        "eps": mplan.eps,
-        "delta": mplan.delta,
-        "noise": "discrete_gaussian",
-        "sensitivity": mplan.sensitivity,
-        "neighbors": mplan.neighbors,
-    }
-    for shape, J, l2, cls, _ in parts:
-        pos = offsets[J][:, None] + np.arange(cls.size)[None, :]
-        yg, vg = y[pos], var[key_all[pos].astype(np.int64)]
-        query = _residual_query(d, lat.residuals[J[0]])
-        for k, j in enumerate(J.tolist()):
+    event = residual_event(mplan)
+    for batch in residual_batches(mplan):
+        yg, vg = measure_batch(mplan, batch, tables, src)
+        query = _residual_query(d, lat.residuals[int(batch.J[0])])
+        for k, j in enumerate(batch.J.tolist()):
             records[j] = MeasurementRecord(
                 query=query,
                 values=yg[k],
@@ -277,9 +301,20 @@ def measure_residuals(mplan, tables, *, rng=None):
                 domain=tuple(d),
                 attributes=tuple(lat.residuals[j]),
             )
-    del y, key_all
     coords, rowvar = _Scaled(lat, records, "values"), _Scaled(lat, records, "variance")
     return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+
+
+def residual_event(mplan):
+    """The privacy event of the residual measurement (one for all its records)."""
+    return {
+        "mechanism": "residual (Gaussian)",
+        "eps": mplan.eps,
+        "delta": mplan.delta,
+        "noise": "discrete_gaussian",
+        "sensitivity": mplan.sensitivity,
+        "neighbors": mplan.neighbors,
+    }
 
 
 class _Scaled(Mapping):

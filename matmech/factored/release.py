@@ -470,7 +470,9 @@ def release_factored(
     if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
         raise ValueError(
             f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
-            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent"
+            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent (a union of marginals "
+            "under (eps, delta) is answered marginal by marginal by "
+            "matmech.factored.streamed.release_marginals)"
         )
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if (

@@ -24,10 +24,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["marginal_tables", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
+__all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30
+#: Two tables sharing all but their last attribute are counted in one pass up to this many
+#: cells of their joint table (a few L2-resident bins).
+_PAIR_CELLS = 1 << 15
 #: Largest marginal table (cells) built from records.
 MAX_TABLE_CELLS = 1 << 28
 
@@ -106,21 +109,45 @@ def _from_codes(codes, domain, s):
 
 def _from_codes_all(codes, domain, subsets):
     """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
-    index of the shared prefix (one add and one bincount a table instead of |s| passes)."""
-    out, memo = {}, {}
+    index of the shared prefix, and two of them whose joint table has at most
+    :data:`_PAIR_CELLS` cells are counted in one pass, as the table on the prefix and both
+    last attributes summed over either (one bincount for two tables: the count over the
+    records, not the sum over the small table, is the cost). Data-independent choices."""
+    out, groups = {}, {}
     for s in sorted(subsets):
-        shape = tuple(domain[i] for i in s)
-        cells = math.prod(shape)
-        if len(s) < 2 or cells > MAX_TABLE_CELLS:
+        if len(s) < 2 or math.prod(domain[i] for i in s) > MAX_TABLE_CELLS:
             out[s] = _from_codes(codes, domain, s)
             continue
-        head = (s[:-1], domain[s[-1]])  # the prefix's index, scaled for the last attribute's size
-        if head not in memo:
-            if memo and next(iter(memo))[0] != head[0]:
-                memo.clear()
-            memo[head] = _from_codes_index(codes, domain, head[0]) * head[1]
-        idx = memo[head] + codes[:, s[-1]]
-        out[s] = np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
+        groups.setdefault(s[:-1], []).append(s[-1])
+    for head, lasts in groups.items():
+        pre = _from_codes_index(codes, domain, head)
+        hshape = tuple(domain[i] for i in head)
+        hcells = math.prod(hshape)
+        scaled, idx = {}, np.empty(codes.shape[0], dtype=np.int64)
+        k = 0
+        while k < len(lasts):
+            a, na = lasts[k], domain[lasts[k]]
+            b = lasts[k + 1] if k + 1 < len(lasts) else None
+            if b is not None and hcells * na * domain[b] <= _PAIR_CELLS:
+                nb = domain[b]
+                if na * nb not in scaled:
+                    scaled[na * nb] = pre * (na * nb)
+                np.multiply(codes[:, a], nb, out=idx)
+                idx += scaled[na * nb]
+                idx += codes[:, b]
+                t = np.bincount(idx, minlength=hcells * na * nb).astype(np.int64, copy=False)
+                t = t.reshape(*hshape, na, nb)
+                out[head + (a,)], out[head + (b,)] = t.sum(axis=-1), t.sum(axis=-2)
+                k += 2
+                continue
+            idx = pre * na
+            idx += codes[:, a]
+            out[head + (a,)] = (
+                np.bincount(idx, minlength=hcells * na)
+                .astype(np.int64, copy=False)
+                .reshape(*hshape, na)
+            )
+            k += 1
     return out
 
 
@@ -236,35 +263,85 @@ def marginal_tables(data, domain, subsets):
     summed out of the smallest maximal superset. Raises before any table is built when the
     input is malformed.
     """
-    subsets = [tuple(sorted(int(a) for a in s)) for s in subsets]
-    top = maximal_subsets(subsets)
+    return table_reader(data, domain)(subsets)
+
+
+class _Reader:
+    """``reader(subsets)`` → {subset: int64 table}; ``reader.check_covers(subsets)`` raises
+    (from the keys alone) when given tables hold no superset of one of them."""
+
+    def __init__(self, read, given=None):
+        self._read, self._given = read, given
+
+    def __call__(self, subsets):
+        return self._read(_sorted(subsets))
+
+    def check_covers(self, subsets):
+        if self._given is None:
+            return
+        keys = [set(k) for k in self._given]
+        for s in maximal_subsets(_sorted(subsets)):
+            if not any(set(s) <= k for k in keys):
+                raise ValueError(f"no table given for attributes {s} nor for a superset of them")
+
+
+def table_reader(data, domain, *, engines=True):
+    """A function ``subsets → {subset: int64 table}`` over ``data`` (as
+    :func:`marginal_tables`), with every check of the source done here, once: the record
+    codes' range, or the given tables' shapes, entries and consistency. Calls then only
+    count (records) or sum out (given tables), so a release can read its tables batch by
+    batch after its spend without any further check on the data. ``engines=False`` refuses
+    an object with ``marginal_counts`` (its tables could only be checked batch by batch)."""
     if isinstance(data, Mapping):
         given = _given_tables(data, domain)
-        base = {}
-        for s in top:
-            if s in given:
-                base[s] = given[s]
-                continue
-            sup = [k for k in given if set(s) <= set(k)]
-            if not sup:
-                raise ValueError(f"no table given for attributes {s} nor for a superset of them")
-            k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
-            base[s] = _sum_out(given[k], k, s)
-    elif hasattr(data, "marginal_counts") and callable(data.marginal_counts):
-        got = data.marginal_counts(top)
-        if not isinstance(got, Mapping):
-            raise TypeError(
-                f"marginal_counts must return a dict subset → table, got {type(got).__name__}"
-            )
-        return marginal_tables(dict(got), domain, subsets)
-    else:
-        codes = check_codes(data, domain)
-        # contiguous columns; as intp (bincount's index type) when that copy is small
-        codes = np.asfortranarray(
-            codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None
+        return _Reader(
+            lambda subsets: _down_the_lattice(
+                _from_given(given, domain, maximal_subsets(subsets)), domain, subsets
+            ),
+            given,
         )
-        base = _from_codes_all(codes, domain, top)
-    return _down_the_lattice(base, domain, subsets)
+    if hasattr(data, "marginal_counts") and callable(data.marginal_counts):
+        if not engines:
+            raise TypeError(
+                "a data engine's tables are checked as they arrive; pass the records (a 2-D code "
+                "array) or a mapping of marginal tables"
+            )
+        return _Reader(lambda subsets: _from_engine(data, domain, subsets))
+    codes = check_codes(data, domain)
+    # contiguous columns; as intp (bincount's index type) when that copy is small
+    codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
+    return _Reader(
+        lambda subsets: _down_the_lattice(
+            _from_codes_all(codes, domain, maximal_subsets(subsets)), domain, subsets
+        )
+    )
+
+
+def _sorted(subsets):
+    return [tuple(sorted(int(a) for a in s)) for s in subsets]
+
+
+def _from_given(given, domain, top):
+    base = {}
+    for s in top:
+        if s in given:
+            base[s] = given[s]
+            continue
+        sup = [k for k in given if set(s) <= set(k)]
+        if not sup:
+            raise ValueError(f"no table given for attributes {s} nor for a superset of them")
+        k = min(sup, key=lambda k: math.prod(domain[i] for i in k))
+        base[s] = _sum_out(given[k], k, s)
+    return base
+
+
+def _from_engine(data, domain, subsets):
+    got = data.marginal_counts(maximal_subsets(subsets))
+    if not isinstance(got, Mapping):
+        raise TypeError(
+            f"marginal_counts must return a dict subset → table, got {type(got).__name__}"
+        )
+    return table_reader(dict(got), domain)(subsets)
 
 
 def _down_the_lattice(base, domain, subsets):

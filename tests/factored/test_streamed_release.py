@@ -1,0 +1,238 @@
+"""The streamed residual release (issue 24): the same answers and exact std as the in-memory
+release and as a dense GLS on the released integers, in RAM or spilled to disk; every
+refusal before the spend."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import matmech as mm
+from matmech import workloads as Wl
+from matmech.factored import streamed
+from matmech.factored.measure import residual_batches
+from matmech.factored.release import release_factored
+from matmech.factored.streamed import release_marginals
+from matmech.factored.tables import marginal_tables
+from matmech.factored.terms import marginal_workload
+from matmech.linalg.residual import haar_contrasts
+from matmech.privacy import noise
+
+from factored_data import codes as _codes
+
+DOMAIN = (3, 4, 1, 5, 2)
+SUBSETS = [(0, 1), (1, 3, 4), (3,), (0, 2, 3), (), (0, 1)]
+
+
+def _release(spill, **kw):
+    codes = _codes(DOMAIN, 2000, seed=4)
+    W = marginal_workload(DOMAIN, SUBSETS, weights=[1.0, 2.0, 1.0, 0.5, 1.0, 3.0])
+    rel = release_marginals(
+        codes, W, 1.0, 1e-6, rng=np.random.default_rng(11), spill_dir=spill, **kw
+    )
+    return codes, W, rel
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_streamed_equals_the_in_memory_release_with_the_same_rng(tmp_path, on_disk):
+    codes, W, rel = _release(str(tmp_path) if on_disk else None)
+    assert (rel.store.path is not None) == on_disk
+    ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
+    got = rel.to_release()
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+    assert rel.expected_error == pytest.approx(ref.expected_error, rel=1e-12)
+    assert rel.rows == W.shape[0] == got.answers.size
+
+
+def _dense_gls(rel):
+    """x̂ and its covariance from the released integers of every residual, by dense GLS."""
+    mplan = rel.measurement_plan
+    lat = mplan.plan.lattice
+    rows, ys, var = [], [], []
+    for batch in residual_batches(mplan):
+        y = rel.store.read(batch.J, batch.cls.size)
+        for k, j in enumerate(batch.J.tolist()):
+            T = lat.residuals[j]
+            H = np.ones((1, 1))
+            for i, n in enumerate(DOMAIN):
+                H = np.kron(H, haar_contrasts(n)[0] if i in T else np.ones((1, n)))
+            rows.append(H)
+            ys.append(y[k])
+            tau = batch.tau[k][batch.cls]
+            var.append([noise.discrete_gaussian_variance(float(t)) for t in tau])
+    A, y, v = np.vstack(rows), np.concatenate(ys).astype(float), np.concatenate(var)
+    Ai = A / np.sqrt(v)[:, None]
+    cov = np.linalg.pinv(Ai.T @ Ai)
+    return cov @ Ai.T @ (y / np.sqrt(v)), cov
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(tmp_path, on_disk):
+    _, W, rel = _release(str(tmp_path) if on_disk else None)
+    xhat, cov = _dense_gls(rel)
+    Wd = W.dense()
+    got = rel.to_release()
+    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+    # any marginal below a term (here (1, 4) inside (1, 3, 4)), unweighted, one at a time
+    M = Wl.marginals(DOMAIN, attrs=[(1, 4)]).dense()
+    values, std = rel.marginal((4, 1))
+    np.testing.assert_allclose(values.reshape(-1), M @ xhat, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(std.reshape(-1) ** 2, np.einsum("ij,jk,ik->i", M, cov, M), rtol=1e-8)
+    with pytest.raises(ValueError, match=r"residual \(0, 4\) was not measured"):
+        rel.marginal((0, 4))
+    # intervals: the Release's (normal quantile) on the same rows
+    lo, hi = rel.interval((1, 3, 4), 0.9)
+    rlo, rhi = got.interval(0.9)
+    rows = slice(*_term_rows(rel, 1))
+    np.testing.assert_allclose(lo.reshape(-1) * 2.0, rlo[rows], rtol=1e-12)  # term weight 2
+    np.testing.assert_allclose(hi.reshape(-1) * 2.0, rhi[rows], rtol=1e-12)
+
+
+def _term_rows(rel, k):
+    """(first, end) rows of term k of W."""
+    return int(rel.offsets[k]), int(rel.offsets[k + 1])
+
+
+def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path, monkeypatch):
+    """Batches of a few residuals (the draw order is the batches'), reconstruction stacks of
+    a few cells and a cache emptied at every lift: still equal to the in-memory release
+    (same batches) and to dense GLS."""
+    from matmech.factored import measure
+
+    monkeypatch.setattr(measure, "_CHUNK", 20)
+    monkeypatch.setattr(streamed, "_CHUNK", 7)
+    monkeypatch.setattr(streamed, "CACHE_BYTES", 0)
+    codes, W, rel = _release(str(tmp_path))
+    assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5
+    ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
+    got = rel.to_release()
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+    xhat, cov = _dense_gls(rel)
+    Wd = W.dense()
+    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+
+
+def test_residual_and_summary_read_the_measurement(tmp_path):
+    _, W, rel = _release(str(tmp_path))
+    batch = next(b for b in residual_batches(rel.measurement_plan) if len(b.shape) == 3)
+    T = rel.measurement_plan.plan.lattice.residuals[int(batch.J[0])]
+    y, var = rel.residual(T)
+    np.testing.assert_array_equal(y, rel.store.read(batch.J[:1], batch.cls.size)[0])
+    tau = batch.tau[0][batch.cls]
+    np.testing.assert_allclose(
+        var, [noise.discrete_gaussian_variance(float(t)) for t in tau], rtol=1e-12
+    )
+    d = rel.to_dict()
+    assert json.loads(json.dumps(d))["answered"] == W.shape[0]
+    assert d["rmse"] == pytest.approx((rel.expected_error / W.shape[0]) ** 0.5)
+    assert d["residuals_on_disk"] and d["noise"]["secure_randomness"] is False
+
+
+def test_max_variance_plan_streams_like_the_in_memory_release(monkeypatch):
+    """σ differ from residual to residual: one std pattern per signature, the pattern cache
+    emptied past its bound, the same answers and std."""
+    monkeypatch.setattr(streamed, "CACHE_BYTES", 64)
+    codes = _codes(DOMAIN, 800, seed=6)
+    W = marginal_workload(DOMAIN, SUBSETS)
+    ref = release_factored(codes, W, 1.0, 1e-6, objective="max", rng=np.random.default_rng(4))
+    rel = release_marginals(codes, W, 1.0, 1e-6, objective="max", rng=np.random.default_rng(4))
+    got = rel.to_release()
+    assert len(set(np.asarray(rel.measurement_plan.plan.variances).tolist())) > 4
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+
+
+def test_iter_marginals_and_save_follow_the_rows_of_w(tmp_path):
+    _, W, rel = _release(None)
+    full = rel.to_release()
+    seen = [S for S, _, _ in rel.iter_marginals()]
+    assert seen == [tuple(s) for s in SUBSETS]
+    out = rel.save(tmp_path / "rel")
+    np.testing.assert_array_equal(np.load(out / "answers.npy", mmap_mode="r"), full.answers)
+    np.testing.assert_array_equal(np.load(out / "std.npy"), full.std)
+    index = json.loads((out / "index.json").read_text())
+    assert index["offsets"][-1] == W.shape[0] and index["subsets"][1] == [1, 3, 4]
+    with pytest.raises(ValueError, match="use marginal\\(\\), iter_marginals\\(\\) or save"):
+        rel.to_release(max_memory=16 * W.shape[0] - 1)
+
+
+def test_the_spill_file_is_removed_with_the_release(tmp_path):
+    _, _, rel = _release(str(tmp_path))
+    path = rel.store.path
+    assert list(tmp_path.iterdir())
+    del rel
+    import gc
+
+    gc.collect()
+    assert not list(tmp_path.iterdir()) and path is not None
+
+
+class _NoData:
+    def marginal_counts(self, subsets):
+        raise AssertionError("data read")
+
+
+def test_refusals_come_before_reading_or_spending(monkeypatch, tmp_path):
+    W = marginal_workload((10,) * 30, list(itertools.combinations(range(30), 3)))
+    budget = mm.PrivacyBudget(1.0, 1e-6)
+    with pytest.raises(ValueError, match=r"would hold about .* GiB \(> max_memory"):
+        release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget, max_memory=1 << 20)
+    with pytest.raises(ValueError, match="needs delta > 0"):
+        release_marginals(_NoData(), W, 1.0, 0.0, budget=budget)
+
+    class Usage:
+        free = 1 << 20
+
+    monkeypatch.setattr(streamed.shutil, "disk_usage", lambda path: Usage())
+    with pytest.raises(ValueError, match="on disk"):
+        release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget, spill_dir=str(tmp_path))
+    monkeypatch.undo()
+    with pytest.raises(
+        TypeError, match="engine"
+    ):  # its tables could be checked only after the spend
+        release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget)
+    codes = _codes(DOMAIN, 300)
+    with pytest.raises(ValueError, match="max_records") as e:
+        release_marginals(codes, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget, max_records=100)
+    assert "300" not in str(e.value)
+    bad = codes.copy()
+    bad[0, 3] = 7
+    with pytest.raises(ValueError, match="attribute 3"):
+        release_marginals(bad, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget)
+    tables = marginal_tables(codes, DOMAIN, [(0, 1)])
+    with pytest.raises(ValueError, match=r"no table given for attributes \(0, 3\)"):
+        release_marginals(tables, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget)
+    assert budget.remaining == (1.0, 1e-6)
+
+
+def test_budget_is_charged_once_before_the_first_draw(monkeypatch):
+    budget = mm.PrivacyBudget(2.0, 1e-5)
+    seen = []
+    real = noise.discrete_gaussian
+
+    def spy(sigma, size, *, rng=None):
+        seen.append(budget.spent)
+        return real(sigma, size, rng=rng)
+
+    monkeypatch.setattr(noise, "discrete_gaussian", spy)
+    codes = _codes(DOMAIN, 300)
+    rel = release_marginals(
+        codes, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0)
+    )
+    assert seen and all(s == pytest.approx((1.0, 1e-6)) for s in seen)
+    assert rel.budget_remaining == pytest.approx((1.0, 1e-6 * 9))
+
+
+def test_given_tables_release_like_the_records():
+    codes = _codes(DOMAIN, 500, seed=3)
+    W = Wl.marginals(DOMAIN, 2)
+    tables = marginal_tables(codes, DOMAIN, list(itertools.combinations(range(5), 2)))
+    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
+    b = release_marginals(tables, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
+    np.testing.assert_array_equal(a.answers, b.answers)
+    np.testing.assert_array_equal(a.std, b.std)
