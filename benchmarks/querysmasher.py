@@ -86,7 +86,9 @@ def child(name, kind, order):
 
     t0 = time.perf_counter()
     W = workload(name, kind, order)
+    c0 = time.process_time()
     res = matmech.optimize(W, eps=EPS, delta=DELTA, bound=False)
+    cpu = time.process_time() - c0
     sigma = math.sqrt(noise_variance(EPS, DELTA, sensitivity=1.0))
     tried = {
         k: {"rmse": math.sqrt(v["error"] / W.shape[0]) / sigma, "seconds": v["seconds"]}
@@ -97,6 +99,7 @@ def child(name, kind, order):
         "method": res.method,
         "plan": res.params.get("plan"),
         "seconds": res.seconds,
+        "cpu": cpu,
         "queries": W.shape[0],
         "tried": tried,
         "wall": time.perf_counter() - t0,
@@ -203,8 +206,8 @@ def markdown(rows, meta):
             "RMSE and seconds. RP+ = the published figure QuerySmasher's script quotes."
         ),
         "",
-        "| workload | dataset | k | matmech | plan | seconds | QS | QS s | WFF | WFF s | RP+ published | matmech ≤ QS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | dataset | k | matmech | plan | seconds | cpu | QS | QS s | WFF | WFF s | RP+ published | matmech ≤ QS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         m, q = r["matmech"], r["querysmasher"] or {}
@@ -213,7 +216,7 @@ def markdown(rows, meta):
             ok = "yes" if m["rmse"] <= q["qs"] * (1 + 1e-4) else "NO"
         lines.append(
             f"| {r['kind']} | {r['dataset']} | {r['workload']} | {_f(m.get('rmse'))} | "
-            f"{m.get('plan') or m.get('method') or m.get('status')} | {_f(m.get('seconds'), '{:.1f}')} | "
+            f"{m.get('plan') or m.get('method') or m.get('status')} | {_f(m.get('seconds'), '{:.1f}')} | {_f(m.get('cpu'), '{:.1f}')} | "
             f"{_f(q.get('qs'))} | {_f(q.get('qs_s'), '{:.1f}')} | {_f(q.get('wff'))} | {_f(q.get('wff_s'), '{:.1f}')} | "
             f"{r['rpplus_published']:.3f} | {ok} |"
         )

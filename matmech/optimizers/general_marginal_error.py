@@ -151,9 +151,15 @@ class _GeneralProblem:
         # the classes a term reaches: T ⊆ Z_k, Z_k = the attributes where C_ik is not ∝ 11ᵀ
         # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
         # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
-        term_idx, masks = [], []
+        term_idx, masks, total = [], [], {}  # total: _total_gram per distinct gram (by id)
         for kk in range(self.v2.size):
-            z = [i for i in range(self.k) if not _total_gram(self.C[i][kk])]
+            z = []
+            for i in range(self.k):
+                c = self.C[i][kk]
+                if id(c) not in total:
+                    total[id(c)] = _total_gram(c)
+                if not total[id(c)]:
+                    z.append(i)
             sub = np.zeros(1, dtype=np.int64)
             for i in z:
                 sub = np.concatenate([sub, sub | (1 << i)])
