@@ -58,9 +58,9 @@ def _value_ids(v):
     """Equal ids for values equal to :data:`_DIGITS` significant digits."""
     v = np.asarray(v, dtype=np.float64)
     mag = np.where(v != 0, np.floor(np.log10(np.abs(np.where(v != 0, v, 1.0)))), 0.0)
-    key = np.round(v / 10.0**mag * 10 ** (_DIGITS - 1)).astype(np.int64)
-    pairs = np.stack([mag.astype(np.int64), key], axis=1)
-    return np.unique(pairs, axis=0, return_inverse=True)[1].ravel()
+    mant = np.round(v / 10.0**mag * 10 ** (_DIGITS - 1)).astype(np.int64)  # < 10¹² < 2⁴⁰
+    key = (mag.astype(np.int64) + 400) * (1 << 40) + mant  # one int64 per value: a 1-D unique
+    return np.unique(key, return_inverse=True)[1].ravel()
 
 
 def _mix(a, b):
@@ -79,8 +79,8 @@ def _refine(own, nbr_colour, value_id, node, n):
     """New colours: (own colour, multiset of (neighbour colour, value)) per node."""
     h = np.zeros(n, dtype=np.uint64)
     np.add.at(h, node, _mix(nbr_colour, value_id))  # wraps modulo 2⁶⁴: a multiset hash
-    keys = np.stack([own.astype(np.uint64), h], axis=1)
-    return np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+    # one 64-bit key per node (a collision merges two colours: the final check then fails)
+    return np.unique(_mix(own, h), return_inverse=True)[1].ravel()
 
 
 def _block_sums(node, node_class, other_class, vals, n_class_of_node):
