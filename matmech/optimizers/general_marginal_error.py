@@ -152,6 +152,7 @@ class _GeneralProblem:
         # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
         # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
         term_idx, masks, total = [], [], {}  # total: _total_gram per distinct gram (by id)
+        support = []  # per term: the mask of Z_k
         for kk in range(self.v2.size):
             z = []
             for i in range(self.k):
@@ -165,6 +166,9 @@ class _GeneralProblem:
                 sub = np.concatenate([sub, sub | (1 << i)])
             term_idx.append(np.full(sub.size, kk))
             masks.append(sub)
+            support.append(sum(1 << i for i in z))
+        #: per term k, the mask of the attributes where its gram is not ∝ 11ᵀ (its support)
+        self.support = np.array(support, dtype=np.int64)
         self.term_idx = np.concatenate(term_idx)
         self.masks = np.concatenate(masks)
         if self.masks.size > MAX_GENERAL_WORK:

@@ -47,7 +47,6 @@ import numpy as np
 from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
-from matmech.optimizers.marginal_workloads import _total_like
 
 __all__ = [
     "OBJECTIVES",
@@ -493,14 +492,13 @@ def refine_general_l2(W, *, maxiter=JOINT_ITER, starts=DEFAULT_STARTS):
 
 
 def _descend(W, *, split, maxiter):
-    prob0, domain, blocks = gm_error._problem(W, free=())
+    prob0, domain, _ = gm_error._problem(W, free=())
     k = len(domain)
     qs = _start_factors(prob0, domain, split=split)
     # the workload's own subsets as A0's weights (reweighting also starts from uniform
     # weights): a strategy of 2^k products costs 0.3 s to build on 12 attributes
     own = np.zeros(1 << k)
-    for _, fs in blocks:
-        own[sum(1 << i for i, f in enumerate(fs) if not _total_like(f))] = 1.0
+    own[prob0.support] = 1.0
     A0 = gm_error.GeneralMarginalStrategy(
         domain, own, [None if q is None else Dense(q) for q in qs]
     )
