@@ -310,7 +310,7 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
     attributes, plus A's own subsets)."""
     if not isinstance(A, GeneralMarginalStrategy):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
-    prob, domain, blocks = _problem(W, free=())
+    prob, domain, _ = _problem(W, free=())
     if domain != A.domain_sizes:
         raise ValueError(
             f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
@@ -318,9 +318,8 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
     k = prob.k
     obj = _L2Weights(prob, A)
     root = obj.root
-    supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
     sizes = np.array([bin(m).count("1") for m in range(1 << k)])
-    order = max(len(s) for s in supports)
+    order = int(sizes[prob.support].max())
     closure = (
         np.ones(1 << k, dtype=bool)
         if k <= GENERAL_FULL_LATTICE
@@ -335,8 +334,7 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
         return f, g[idx]
 
     own = np.zeros(1 << k)
-    for (w2, _), s in zip(blocks, supports):
-        own[sum(1 << i for i in s)] += math.sqrt(w2)
+    np.add.at(own, prob.support, np.sqrt(prob.v2))
     starts = [
         ("given weights", A.theta),
         ("workload subsets", own),

@@ -103,10 +103,15 @@ def test_residual_factor_matches_the_sdp_on_the_complement(n, kind):
 @pytest.mark.parametrize("domain,kinds,orders", CASES[:3])
 def test_general_l2_descent_equals_dense_and_never_loses_to_its_start(domain, kinds, orders):
     W = _union(domain, kinds, orders)
-    fit = U.refine_general_l2(W, maxiter=60)
+    fit = U.refine_general_l2(W, maxiter=60, starts=U.START_KINDS)
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
     assert fit.value <= fit.params["start"] * (1 + 1e-12)
     assert set(fit.params["starts"]) == set(U.START_KINDS)
+    assert fit.value == min(fit.params["starts"].values())
+    one = U.refine_general_l2(W, maxiter=60, starts=("split grams",))
+    assert set(one.params["starts"]) == {"split grams"}
+    assert one.value == pytest.approx(_dense_l2(W, one.strategy), rel=1e-8)
+    assert fit.value <= one.value * (1 + 1e-12)
 
 
 def test_refine_rejects_unknown_starts():
