@@ -10,7 +10,7 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import streamed
+from matmech.factored import store, streamed
 from matmech.factored.measure import residual_batches
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
@@ -103,8 +103,8 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     from matmech.factored import measure
 
     monkeypatch.setattr(measure, "_CHUNK", 20)
-    monkeypatch.setattr(streamed, "_CHUNK", 7)
-    monkeypatch.setattr(streamed, "CACHE_BYTES", 0)
+    monkeypatch.setattr(store, "_CHUNK", 7)
+    monkeypatch.setattr(store, "CACHE_BYTES", 0)
     codes, W, rel = _release(str(tmp_path))
     assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5
     ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
@@ -136,7 +136,7 @@ def test_residual_and_summary_read_the_measurement(tmp_path):
 def test_max_variance_plan_streams_like_the_in_memory_release(monkeypatch):
     """σ differ from residual to residual: one std pattern per signature, the pattern cache
     emptied past its bound, the same answers and std."""
-    monkeypatch.setattr(streamed, "CACHE_BYTES", 64)
+    monkeypatch.setattr(store, "CACHE_BYTES", 64)
     codes = _codes(DOMAIN, 800, seed=6)
     W = marginal_workload(DOMAIN, SUBSETS)
     ref = release_factored(codes, W, 1.0, 1e-6, objective="max", rng=np.random.default_rng(4))
