@@ -236,3 +236,38 @@ def test_given_tables_release_like_the_records():
     b = release_marginals(tables, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
     np.testing.assert_array_equal(a.answers, b.answers)
     np.testing.assert_array_equal(a.std, b.std)
+
+
+def test_a_histogram_releases_like_the_records():
+    codes = _codes(DOMAIN, 400, seed=5)
+    x = np.bincount(np.ravel_multi_index(codes.T, DOMAIN), minlength=int(np.prod(DOMAIN)))
+    W = marginal_workload(DOMAIN, SUBSETS)
+    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
+    b = release_marginals(x, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
+    np.testing.assert_array_equal(a.answers, b.answers)
+    np.testing.assert_array_equal(a.std, b.std)
+
+
+def test_release_refuses_a_union_too_large_and_says_how_to_stream_it(monkeypatch):
+    """mm.release returns a Release or refuses: above max_memory it names the exact call of
+    the streamed release, nothing read or spent; that call then releases the union."""
+    from matmech.factored import MarginalRelease
+    from matmech.factored import release as frel
+
+    codes = _codes(DOMAIN, 300, seed=7)
+    W = marginal_workload(DOMAIN, SUBSETS)
+    monkeypatch.setitem(frel.release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
+    budget = mm.PrivacyBudget(2.0, 1e-5)
+    with pytest.raises(ValueError) as e:
+        mm.release(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
+    msg = str(e.value)
+    assert "nothing was spent" in msg and "delta > 0" in msg
+    assert (
+        "from matmech.factored import release_marginals; rel = release_marginals(data, W, eps, "
+        "delta, budget=budget, rng=rng)" in msg
+    )
+    assert "MarginalRelease" in msg and "300" not in msg
+    assert budget.remaining == (2.0, 1e-5)
+    rel = release_marginals(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
+    assert isinstance(rel, MarginalRelease) and rel.rows == W.shape[0]
+    assert budget.remaining == pytest.approx((1.0, 9e-6))
