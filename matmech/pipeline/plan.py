@@ -112,6 +112,7 @@ class Plan(Protocol):
         """The noisy draws (after the one spend); nothing here branches on the data."""
         ...
 
-    def estimate(self, draws: Draws) -> Estimate:
-        """Post-processing: the answers and their variances from the draws."""
+    def estimate(self, draws: Draws) -> Estimate | Any:
+        """Post-processing: the answers and their variances from the draws (an
+        :class:`Estimate`; with a ``result`` member, whatever that builder takes)."""
         ...
