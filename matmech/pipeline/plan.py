@@ -20,7 +20,7 @@ Two optional members (absent: the defaults every plan above uses):
   is then called ``reader(batch) → {subset: table}`` by :meth:`Plan.draw`, batch by batch;
   :meth:`Plan.check` receives the reader (e.g. to check the record count);
 * ``result(estimate, *, budget_remaining)``: builds the plan's own result type from its
-  estimate (e.g. :class:`~matmech.factored.streamed.MarginalRelease`, answers reconstructed
+  estimate (e.g. :class:`~matmech.factored.MarginalRelease`, answers reconstructed
   on demand) in place of the :class:`~matmech.record.Release`.
 
 :func:`matmech.pipeline.run.run_plan` runs any plan the same way: affordability check → read

@@ -14,7 +14,7 @@
     plan.estimate(draws)                                   ← post-processing
       ▼
     Release (the one place it is built; a plan with ``result`` builds its own result type
-    from its estimate, e.g. :class:`~matmech.factored.streamed.MarginalRelease`)
+    from its estimate, e.g. :class:`~matmech.factored.MarginalRelease`)
 
 Nothing after the spend raises on, or branches on, the data: every magnitude check ran in
 the plan's constructor (public inputs) or in :meth:`~matmech.pipeline.plan.Plan.check`.
