@@ -473,9 +473,9 @@ def release_factored(
             f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent. A union of marginals "
             "this large is answered marginal by marginal, under (eps, delta) with delta > 0: "
             "`from matmech.factored import release_marginals; rel = release_marginals(data, W, "
-            "eps, delta, budget=budget, rng=rng)` (data: the record codes or a mapping of "
-            "marginal tables) returns a MarginalRelease: rel.marginal(S), rel.iter_marginals(), "
-            "rel.save(path)"
+            "eps, delta, budget=budget, rng=rng)` (data: the record codes, a mapping of "
+            "marginal tables or the histogram) returns a MarginalRelease: rel.marginal(S), "
+            "rel.iter_marginals(), rel.save(path)"
         )
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if (
