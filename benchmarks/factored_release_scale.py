@@ -79,6 +79,7 @@ class _Timer:
 
 def _case(name, d, records, seed, spill, out):
     from matmech.factored import measure, streamed
+    from matmech.pipeline import source as pipeline_source
     from matmech.factored.terms import marginal_workload
     from matmech.privacy import noise
     from matmech.privacy.budget import PrivacyBudget
@@ -100,7 +101,7 @@ def _case(name, d, records, seed, spill, out):
     timer.wrap(streamed, "measure_batch", "measure (contrast + noise)")
     timer.wrap(measure, "_contrast", "contrast")
     timer.wrap(noise, "discrete_gaussian", "noise draws")
-    real_reader = streamed.table_reader
+    real_reader = pipeline_source.table_reader  # the streamed plan's checked reader
 
     def reader(data, domain, **k):
         r = real_reader(data, domain, **k)
@@ -116,7 +117,7 @@ def _case(name, d, records, seed, spill, out):
         r._read = timed
         return r
 
-    streamed.table_reader = reader
+    pipeline_source.table_reader = reader
     budget = PrivacyBudget(1.0, 1e-6)
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
         t0, c0 = time.perf_counter(), time.process_time()

@@ -170,6 +170,15 @@ def _spy_runner(monkeypatch, log, plans):
             return inner(sizes, subsets)
 
         data.marginals = marginals
+        lazy = getattr(data, "reader", None)
+        if lazy is not None:  # a lazy plan's checked reader: its creation and every batch
+
+            def reader(sizes, subsets):
+                log.append("read")
+                inner_reader = lazy(sizes, subsets)
+                return lambda batch: log.append("read") or inner_reader(batch)
+
+            data.reader = reader
         return real(plan, data, **kw)
 
     for name in (
@@ -177,6 +186,7 @@ def _spy_runner(monkeypatch, log, plans):
         "matmech.factored.release",
         "matmech.factored.gmarginal_release",
         "matmech.factored.select",
+        "matmech.factored.streamed",
     ):
         monkeypatch.setattr(importlib.import_module(name), "run_plan", spy)
 
@@ -217,6 +227,36 @@ def test_every_plan_checks_then_reads_then_spends_once_then_draws(path, model, m
     assert log.index("afford") < first_read < spend, log
     assert "draw" not in log[:spend], log
     assert budget.remaining[0] == pytest.approx(4.0) and rel.spent == (1.0, op.MODELS[model])
+
+
+@pytest.mark.parametrize("form", ["records", "tables", "histogram"])
+def test_the_streamed_plan_checks_then_reads_then_spends_once_then_draws(form, monkeypatch):
+    """release_marginals is one run_plan of the lazy StreamedPlan: the reader (every check on
+    the data) is made after the affordability check and before the one spend; no draw
+    before the spend; the batches are read after it."""
+    from matmech.factored import MarginalRelease, release_marginals
+    from matmech.factored.tables import marginal_tables
+
+    log, plans = _Log(), []
+    domain, W, x, codes = op.marginal_problem(4)
+    data = {
+        "records": codes,
+        "tables": marginal_tables(codes, domain, [tuple(range(len(domain)))]),
+        "histogram": x,
+    }[form]
+    _spy_runner(monkeypatch, log, plans)
+    budget = _SpyBudget(log, 5.0, 1e-3)
+    rel = release_marginals(data, W, 1.0, 1e-6, budget=budget, rng=_SpySource(log, 4))
+    assert plans == ["StreamedPlan"] and isinstance(rel, MarginalRelease), plans
+    assert log.count("spend") == 1, log
+    first_read, spend = log.index("read"), log.index("spend")
+    assert log.index("afford") < first_read < spend, log
+    assert "draw" not in log[:spend] and "draw" in log, log
+    assert "read" in log[spend:], log  # batch by batch, after the checks
+    assert (
+        budget.remaining == pytest.approx((4.0, 1e-3 - 1e-6))
+        and rel.budget_remaining == budget.remaining
+    )
 
 
 def test_run_plan_refuses_before_reading_and_spends_nothing_on_a_failed_check():

@@ -135,3 +135,87 @@ def test_as_source_follows_the_form_of_x_only():
     assert isinstance(as_source({(0,): x}), TableSource)
     src = HistogramSource(x)
     assert as_source(src) is src
+
+
+# -- lazy plans: a checked reader instead of eager tables; a plan-built result ----------------
+
+
+@pytest.mark.parametrize("seed", (1, 4))
+def test_every_checked_reader_hands_out_the_tables_of_marginals(seed):
+    """``source.reader(sizes, subsets)`` (histogram, records, tables) reads, batch by batch,
+    the tables ``marginals`` hands out; a data engine has no checked reader (TypeError)."""
+    domain, _, x, codes = problem(seed)
+    d = len(domain)
+    subsets = [(), *[(i,) for i in range(d)], tuple(range(d))] + ([(0, d - 1)] if d > 1 else [])
+    forms = _forms(domain, x, codes)
+    want = forms["histogram"].marginals(domain, subsets)
+    for name in ("histogram", "records", "tables"):
+        reader = forms[name].reader(domain, subsets)
+        for batch in (subsets[:2], subsets[2:]):
+            got = reader(batch)
+            for s in batch:
+                np.testing.assert_array_equal(got[s], want[s], err_msg=f"{name} {s}")
+    with pytest.raises(TypeError, match="engine"):
+        forms["engine"].reader(domain, subsets)
+
+
+def test_a_checked_reader_checks_the_data_when_it_is_made():
+    domain, _, x, codes = problem(4)
+    bad = codes.copy()
+    bad[0, 0] = domain[0]
+    with pytest.raises(ValueError, match="attribute 0"):
+        TableSource(bad).reader(domain, [(0,)])
+    with pytest.raises(ValueError):
+        HistogramSource(np.append(x, 1)).reader(domain, [(0,)])
+    from matmech.factored.tables import marginal_tables
+
+    with pytest.raises(ValueError, match=r"no table given for attributes \(0, 1\)"):
+        TableSource(marginal_tables(codes, domain, [(0,), (1,)])).reader(domain, [(0, 1)])
+
+
+class _LazyTotal:
+    """A lazy plan with its own result type: one noisy count, read through the reader."""
+
+    workload = mm.workloads.total(6)
+    eps, delta, neighbors, what = 1.0, 0.0, "add_remove", "a lazy total"
+    sizes, subsets = (2, 3), ((0, 1), ())
+    lazy = True
+
+    def check(self, reader):
+        assert callable(reader)  # the reader, not tables
+        return reader
+
+    def draw(self, reader, *, rng):
+        from matmech.pipeline import Draws
+
+        total = int(reader([()])[()])
+        return Draws((), total + int(noise.discrete_laplace(1.0, 1, rng=noise.check_rng(rng))[0]))
+
+    def estimate(self, draws):
+        return draws.state
+
+    def result(self, est, *, budget_remaining):
+        return ("lazy total", est, budget_remaining)
+
+
+def test_a_lazy_plan_gets_the_reader_and_builds_its_own_result():
+    plan = _LazyTotal()
+    assert isinstance(plan, Plan)
+    x = np.array([1, 2, 3, 4, 5, 6])
+    budget = PrivacyBudget(2.0)
+    kind, value, remaining = run_plan(
+        plan, HistogramSource(x), budget=budget, rng=np.random.default_rng(0)
+    )
+    z = noise.discrete_laplace(1.0, 1, rng=noise.check_rng(np.random.default_rng(0)))[0]
+    assert (kind, value, remaining) == ("lazy total", 21 + int(z), (1.0, 0.0))
+
+
+def test_a_lazy_plan_on_a_source_without_a_reader_spends_nothing():
+    class Eager:  # a DataSource with marginals only
+        def marginals(self, sizes, subsets):
+            raise AssertionError("read")
+
+    budget = PrivacyBudget(2.0)
+    with pytest.raises(TypeError, match="checked reader"):
+        run_plan(_LazyTotal(), Eager(), budget=budget, rng=np.random.default_rng(0))
+    assert budget.remaining == (2.0, 0.0)

@@ -470,9 +470,12 @@ def release_factored(
     if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
         raise ValueError(
             f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
-            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent (a union of marginals "
-            "under (eps, delta) is answered marginal by marginal by "
-            "matmech.factored.streamed.release_marginals)"
+            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent. A union of marginals "
+            "this large is answered marginal by marginal, under (eps, delta) with delta > 0: "
+            "`from matmech.factored import release_marginals; rel = release_marginals(data, W, "
+            "eps, delta, budget=budget, rng=rng)` (data: the record codes, a mapping of "
+            "marginal tables or the histogram) returns a MarginalRelease: rel.marginal(S), "
+            "rel.iter_marginals(), rel.save(path)"
         )
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if (

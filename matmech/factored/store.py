@@ -1,22 +1,56 @@
-"""Where a streamed residual release keeps what it measured (issue 24).
+"""What a streamed residual release holds, and its answers on demand (issue 24).
 
 :class:`ResidualStore`: the released integers of every residual, in draw order
 (:func:`matmech.factored.measure.residual_batches`), in one int64 array or appended to a file
 that is read through a mapping opened per read (the pages read leave the process's resident
 set) and removed with the store. :class:`ResidualIndex`: residual tuple → lattice index,
-vectorised. Both hold only released values and the plan's layout: post-processing.
+vectorised. :class:`MarginalRelease`: the result of
+:func:`matmech.factored.streamed.release_marginals`, answers and exact std reconstructed from
+the store marginal by marginal (the closed form of :mod:`matmech.factored.reconstruct`,
+vectorised over marginals of equal attribute sizes; a std pattern per signature). All of it
+holds only released values and the plan's layout: post-processing.
+
+M̂_S = Σ_{T⊆S} (⊗_{i∈T} Qᵢᵀ ⊗ ⊗_{i∈S∖T} 1/nᵢ) ŷ_T (Xiao et al., NeurIPS 2023, §4). The per-cell
+variance of a marginal is data-independent and depends only on its attribute sizes and the σ
+of its residuals, so it is computed once per such *signature* (four for all ≤3-way marginals
+of a uniform domain) and shared: exact per cell (the σ rounded to ``scale_bits`` bits make
+cells differ by < 1%).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import os
+import shutil
 import tempfile
 import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ResidualStore", "ResidualIndex"]
+from matmech.factored.measure import (
+    _SCALE_MARGIN,
+    ResidualMeasurementPlan,
+    _row_keys,
+    bucket_up,
+)
+from matmech.factored.release import MAX_MEMORY
+from matmech.linalg.linop import LinOp
+from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
+from matmech.privacy import noise
+from matmech.privacy.confidence import normal_intervals
+from matmech.record import Release
+
+__all__ = ["ResidualStore", "ResidualIndex", "MarginalRelease", "CACHE_BYTES"]
+
+#: Cells of marginals reconstructed as one stack (bounds the temporaries).
+_CHUNK = 1 << 21
+#: Lifted lower-order residuals kept for reuse by the reconstruction (bytes).
+CACHE_BYTES = 256 << 20
 
 
 class ResidualStore:
@@ -99,3 +133,362 @@ class ResidualIndex:
         if not ok.all():
             raise ValueError(f"residual {tuple(Ts[~ok][0].tolist())} was not measured")
         return self.lo[k] + at
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalRelease:
+    """A residual release of marginals, reconstructed marginal by marginal.
+
+    ``marginal(S)`` → (values, std) of any marginal whose residuals were measured (every
+    subset of a workload term), arrays of shape (nᵢ for i ∈ S); ``iter_marginals()`` yields
+    ``(S, values, std)`` for W's terms in order (scaled by the term's weight: flattened and
+    concatenated they are W's rows); ``save(path)`` writes them to ``answers.npy``,
+    ``std.npy`` and ``index.json``; ``to_release()`` is the in-memory
+    :class:`matmech.record.Release` when it fits. ``subsets``/``weights``: W's terms;
+    ``offsets[k]``: the first row of term k. Holds only the released integers and the plan.
+
+    Parameters
+    ----------
+    workload : LinOp
+        W, a union of marginals.
+    subsets, weights : tuple, numpy.ndarray
+        W's terms (sorted attribute tuples) and their row weights.
+    measurement_plan : ResidualMeasurementPlan
+        σ per residual and the privacy parameters (data-independent).
+    store : ResidualStore
+        The released integers (:mod:`matmech.factored.store`), in RAM or in a file.
+    eps, delta, neighbors, budget_remaining, secure, strategy_note
+        What was spent and how.
+
+    Returns
+    -------
+    MarginalRelease
+        Built by :func:`matmech.factored.streamed.release_marginals` (the streamed plan's
+        result); its methods return numpy arrays (``marginal``, ``interval``), a
+        :class:`~matmech.record.Release` (``to_release``) or the directory (``save``).
+
+    Raises
+    ------
+    ValueError
+        ``marginal(S)`` for attributes out of range or a residual that was not measured;
+        ``to_release()`` above ``max_memory``; ``save(path)`` with too little free disk.
+
+    Examples
+    --------
+    >>> import itertools, numpy as np
+    >>> from matmech.factored import release_marginals
+    >>> from matmech.factored.terms import marginal_workload
+    >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
+    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
+    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
+    >>> values, std = rel.marginal((0, 1))
+    >>> values.shape, std.shape
+    ((3, 3), (3, 3))
+    """
+
+    workload: LinOp = field(repr=False)
+    subsets: tuple = field(repr=False)
+    weights: np.ndarray = field(repr=False)
+    measurement_plan: ResidualMeasurementPlan = field(repr=False)
+    store: ResidualStore = field(repr=False)
+    eps: float = 0.0
+    delta: float = 0.0
+    neighbors: str = "add_remove"
+    budget_remaining: tuple | None = None
+    secure: bool = True
+    strategy_note: str = ""
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    # -- sizes ---------------------------------------------------------------------------
+    @property
+    def domain(self) -> tuple:
+        return self.measurement_plan.plan.lattice.domain
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """First row of each term of W (and the row count at the end)."""
+        d = self.domain
+        sizes = [math.prod(d[i] for i in S) for S in self.subsets]
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def expected_error(self) -> float:
+        """Σ over W's rows of the exact answer variances (squared counts)."""
+        total = 0.0
+        for k, end, Ss, shape in self._chunks():
+            _, ids, pats = self._chunk(Ss, shape, values=False)
+            sums = np.array([float(np.sum(p**2)) for p in pats])
+            total += float(np.dot(self.weights[k:end] ** 2, sums[ids]))
+        return total
+
+    # -- reconstruction ------------------------------------------------------------------
+    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
+        """(values, std) of the marginal on ``S`` (attribute indices; unweighted)."""
+        S = tuple(sorted(int(a) for a in S))
+        if len(set(S)) != len(S) or any(not 0 <= a < len(self.domain) for a in S):
+            raise ValueError(
+                f"S must hold distinct attribute indices in 0..{len(self.domain) - 1}, got {S}"
+            )
+        shape = tuple(self.domain[i] for i in S)
+        est, ids, pats = self._chunk(np.array([S], dtype=np.int64).reshape(1, len(S)), shape)
+        values = est[0]
+        values.setflags(write=False)
+        return values, pats[ids[0]]
+
+    def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) of the marginal on ``S`` at ``level``: values ∓ z·std, the normal
+        quantile, as :meth:`matmech.record.Release.interval` gives for residual answers."""
+        values, std = self.marginal(S)
+        half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
+        return values - half, values + half
+
+    def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
+        """(S, values, std) for every term of W in order, values × the term's weight and std
+        × its absolute value; terms of equal attribute sizes reconstructed as one stack."""
+        for k, end, Ss, shape in self._chunks():
+            est, ids, pats = self._chunk(Ss, shape)
+            for r in range(end - k):
+                w = float(self.weights[k + r])
+                v = est[r] * w if w != 1.0 else est[r]
+                v.setflags(write=False)
+                s = pats[ids[r]]
+                yield self.subsets[k + r], v, (s * abs(w) if w != 1.0 else s)
+
+    def _chunks(self):
+        """(first, end, subsets as a (K × k) array, attribute sizes): consecutive terms of W
+        with equal attribute sizes, at most :data:`_CHUNK` cells a chunk."""
+        d, k = self.domain, 0
+        while k < len(self.subsets):
+            shape = tuple(d[i] for i in self.subsets[k])
+            step = max(1, _CHUNK // max(1, math.prod(shape)))
+            end = k + 1
+            while (
+                end < len(self.subsets)
+                and end - k < step
+                and tuple(d[i] for i in self.subsets[end]) == shape
+            ):
+                end += 1
+            yield (
+                k,
+                end,
+                np.array(self.subsets[k:end], dtype=np.int64).reshape(end - k, len(shape)),
+                shape,
+            )
+            k = end
+
+    def to_release(self, *, max_memory: int = MAX_MEMORY) -> Release:
+        """The in-memory :class:`matmech.record.Release` (answers and std of every row of W,
+        in order); ValueError when they need more than ``max_memory`` bytes."""
+        need = 16 * self.rows
+        if need > max_memory:
+            raise ValueError(
+                f"the release has {self.rows:,} answers: with their std {need / 2**30:.1f} GiB "
+                f"(> max_memory {max_memory / 2**30:.1f} GiB); use marginal(), iter_marginals() or save()"
+            )
+        answers, std = np.empty(self.rows), np.empty(self.rows)
+        for (S, v, s), lo, hi in zip(self.iter_marginals(), self.offsets[:-1], self.offsets[1:]):
+            answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
+        for a in (answers, std):
+            a.setflags(write=False)
+        return Release(
+            answers=answers,
+            std=std,
+            expected_error=float(np.dot(std, std)),
+            workload=self.workload,
+            strategy=None,
+            strategy_name="residual",
+            strategy_note=self.strategy_note,
+            eps=self.eps,
+            delta=self.delta,
+            neighbors=self.neighbors,
+            budget_remaining=self.budget_remaining,
+            measurement=None,
+            estimate=None,
+        )
+
+    def save(self, path) -> Path:
+        """Write ``answers.npy`` and ``std.npy`` (float64, W's rows in order; read them with
+        ``numpy.load(..., mmap_mode="r")``) and ``index.json`` (domain, terms, row offsets,
+        privacy parameters) into the directory ``path`` (created). Returns the directory."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        need = 16 * self.rows + (1 << 20)
+        if shutil.disk_usage(out).free < need:
+            raise ValueError(f"saving needs {need / 2**30:.1f} GiB free on {out}")
+        header = {"descr": "<f8", "fortran_order": False, "shape": (self.rows,)}
+        with open(out / "answers.npy", "wb") as fa, open(out / "std.npy", "wb") as fs:
+            np.lib.format.write_array_header_2_0(fa, header)
+            np.lib.format.write_array_header_2_0(fs, header)
+            for _, v, s in self.iter_marginals():
+                np.ascontiguousarray(v, dtype=np.float64).tofile(fa)
+                np.ascontiguousarray(s, dtype=np.float64).tofile(fs)
+        index = {
+            "domain": list(self.domain),
+            "subsets": [list(S) for S in self.subsets],
+            "weights": [float(w) for w in self.weights],
+            "offsets": [int(o) for o in self.offsets],
+            "eps": self.eps,
+            "delta": self.delta,
+            "neighbors": self.neighbors,
+            "strategy": "residual",
+            "note": self.strategy_note,
+            "noise": "discrete_gaussian",
+            "secure_randomness": self.secure,
+        }
+        (out / "index.json").write_text(json.dumps(index) + "\n")
+        return out
+
+    def residual(self, T) -> tuple[np.ndarray, np.ndarray]:
+        """(released integers H_T x + Z, their exact noise variances) of residual ``T``, in
+        the row order of ⊗_{i∈T} Hᵢ (:mod:`matmech.factored.measure`): the measurement itself,
+        for re-analysis."""
+        index = self._aux()
+        T = tuple(sorted(int(a) for a in T))
+        j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
+        sub = tuple(self.domain[i] for i in T)
+        y = self.store.read(j, math.prod(n - 1 for n in sub))[0]
+        l2, cls = _row_keys(sub, range(len(sub)))
+        v = float(self.measurement_plan.plan.variances[int(j[0])])
+        return y, self._row_variances(sub, v) * l2[cls]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary (no answers: :meth:`save` writes those): privacy spent, the
+        plan, the noise, the size and the expected error."""
+        mp = self.measurement_plan
+        rows = self.rows
+        err = self.expected_error
+        return {
+            "eps": self.eps,
+            "delta": self.delta,
+            "neighbors": self.neighbors,
+            "budget_remaining": None
+            if self.budget_remaining is None
+            else list(self.budget_remaining),
+            "expected_error": err,
+            "rmse": math.sqrt(err / rows) if rows else None,
+            "answered": rows,
+            "marginals": len(self.subsets),
+            "strategy": {
+                "name": "residual",
+                "note": self.strategy_note,
+                "residuals": len(mp.plan.lattice.residuals),
+                "objective": mp.plan.objective,
+            },
+            "noise": {
+                "distribution": "discrete_gaussian",
+                "scale": mp.sigma,
+                "per": "unit residual variance",
+                "scale_bits": mp.scale_bits,
+                "sensitivity": mp.sensitivity,
+                "secure_randomness": self.secure,
+            },
+            "residuals_on_disk": self.store.path is not None,
+        }
+
+    def __repr__(self):
+        return (
+            f"MarginalRelease({len(self.subsets):,} marginals, {self.rows:,} answers, "
+            f"eps={self.eps:g}, delta={self.delta:g}, residuals "
+            f"{'in memory' if self.store.path is None else 'on disk'})"
+        )
+
+    # -- closed form (Xiao et al. 2023, §4), vectorised over marginals of one shape ---------
+    def _aux(self):
+        if "index" not in self._cache:
+            self._cache["index"] = ResidualIndex(self.measurement_plan.plan.lattice)
+            self._cache["lifted"], self._cache["bytes"] = {}, 0
+        return self._cache["index"]
+
+    def _lift(self, J, sub):
+        """(len(J), *sub) float64: the noisy residuals J (attribute sizes ``sub``) in the
+        marginal's cells, Qᵀ applied on every axis to y/λ."""
+        m = math.prod(n - 1 for n in sub)
+        y = self.store.read(J, m).astype(np.float64)
+        lam = self._cache.get(("lam", sub))
+        if lam is None:
+            l2, cls = _row_keys(sub, range(len(sub)))
+            lam = self._cache[("lam", sub)] = np.sqrt(l2[cls])
+        coords = (y / lam).reshape(J.size, *(n - 1 for n in sub))
+        return apply_axes_batched(coords, [contrast_operators(n)[1] for n in sub])
+
+    def _lower(self, J, sub):
+        """Lifted residuals J (shared by many marginals): from the cache, the missing ones
+        lifted as one stack; the cache is emptied past :data:`CACHE_BYTES`."""
+        lifted = self._cache["lifted"]
+        uniq, inv = np.unique(J, return_inverse=True)
+        missing = np.array([j for j in uniq.tolist() if j not in lifted], dtype=np.int64)
+        if missing.size:
+            if self._cache["bytes"] > CACHE_BYTES:
+                lifted.clear()
+                self._cache["bytes"] = 0
+                missing = uniq
+            for j, arr in zip(missing.tolist(), self._lift(missing, sub)):
+                lifted[j] = arr
+                self._cache["bytes"] += arr.nbytes
+        return np.stack([lifted[j] for j in uniq.tolist()])[inv.reshape(-1)]
+
+    def _chunk(self, Ss, shape, *, values=True):
+        """(estimates (K, *shape) or None, pattern id per marginal, std patterns) of the
+        marginals in the rows of ``Ss``: the residual sum of :mod:`matmech.factored.reconstruct`
+        term by term; a std pattern per distinct signature (the σ of its residuals)."""
+        index = self._aux()
+        K, k = Ss.shape
+        masks = [
+            m
+            for r in range(k + 1)
+            for m in itertools.combinations(range(k), r)
+            if all(shape[j] > 1 for j in m)
+        ]
+        u = np.asarray(self.measurement_plan.plan.variances, dtype=np.float64)
+        sig = np.empty((K, len(masks)))
+        est = np.zeros((K, *shape)) if values else None
+        for c, mask in enumerate(masks):
+            J = index(Ss[:, list(mask)])
+            sig[:, c] = u[J]
+            if not values:
+                continue
+            sub = tuple(shape[j] for j in mask)
+            e = self._lift(J, sub) if len(mask) == k else self._lower(J, sub)
+            view = (K, *(shape[j] if j in mask else 1 for j in range(k)))
+            rest = math.prod(shape[j] for j in range(k) if j not in mask)
+            est += e.reshape(view) / rest
+        uniq, ids = np.unique(sig, axis=0, return_inverse=True)
+        pats = [self._pattern(shape, masks, tuple(row)) for row in uniq.tolist()]
+        return est, ids.reshape(-1), pats
+
+    def _pattern(self, shape, masks, sig):
+        """Exact per-cell std of a marginal with attribute sizes ``shape`` whose residual
+        ``masks[c]`` has plan variance ``sig[c]`` (read-only, cached)."""
+        patterns = self._cache.setdefault("std", {})
+        key = (shape, sig)
+        if key not in patterns:
+            if self._cache.get("std bytes", 0) > CACHE_BYTES:  # e.g. a max-variance plan:
+                patterns.clear()  # σ differ from residual to residual
+                self._cache["std bytes"] = 0
+            k = len(shape)
+            var = np.zeros(shape)
+            for m, v in zip(masks, sig):
+                sub = tuple(shape[j] for j in m)
+                rowvar = self._row_variances(sub, v).reshape(tuple(n - 1 for n in sub))
+                e = apply_axes(rowvar, [contrast_operators(n)[2] for n in sub])
+                rest = math.prod(shape[j] for j in range(k) if j not in m)
+                var += e.reshape(tuple(shape[j] if j in m else 1 for j in range(k))) / rest**2
+            std = np.sqrt(var)
+            std.setflags(write=False)
+            patterns[key] = std
+            self._cache["std bytes"] = self._cache.get("std bytes", 0) + std.nbytes
+        return patterns[key]
+
+    def _row_variances(self, sub, v):
+        """Exact variance of each orthonormal coordinate of a residual with attribute sizes
+        ``sub`` and plan variance ``v``: Var(Z_j)/λ_j², τ_j as :func:`residual_batches`."""
+        mp = self.measurement_plan
+        l2, cls = _row_keys(sub, range(len(sub)))
+        sig = np.sqrt(np.array([v])) * mp.sigma
+        tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mp.scale_bits)[0]
+        var = np.array([noise.discrete_gaussian_variance(float(t)) for t in tau.tolist()])
+        return (var / l2)[cls]

@@ -12,6 +12,17 @@ and the declared domain alone. It says
   :class:`~matmech.record.MeasurementRecord` of every noisy measurement),
 * and which estimator turns the draws into answers (:meth:`Plan.estimate` → :class:`Estimate`).
 
+Two optional members (absent: the defaults every plan above uses):
+
+* ``lazy = True``: the plan gets a checked, lazy reader instead of the tables —
+  ``source.reader(sizes, subsets)`` checks everything about the data once (codes' range,
+  given tables' shapes and consistency, that they cover ``subsets``), before the spend, and
+  is then called ``reader(batch) → {subset: table}`` by :meth:`Plan.draw`, batch by batch;
+  :meth:`Plan.check` receives the reader (e.g. to check the record count);
+* ``result(estimate, *, budget_remaining)``: builds the plan's own result type from its
+  estimate (e.g. :class:`~matmech.factored.MarginalRelease`, answers reconstructed
+  on demand) in place of the :class:`~matmech.record.Release`.
+
 :func:`matmech.pipeline.run.run_plan` runs any plan the same way: affordability check → read
 → data checks → one atomic spend → draws → estimator → :class:`~matmech.record.Release`.
 A plan's constructor raises (ValueError/TypeError, nothing spent) for anything it cannot
@@ -101,6 +112,7 @@ class Plan(Protocol):
         """The noisy draws (after the one spend); nothing here branches on the data."""
         ...
 
-    def estimate(self, draws: Draws) -> Estimate:
-        """Post-processing: the answers and their variances from the draws."""
+    def estimate(self, draws: Draws) -> Estimate | Any:
+        """Post-processing: the answers and their variances from the draws (an
+        :class:`Estimate`; with a ``result`` member, whatever that builder takes)."""
         ...

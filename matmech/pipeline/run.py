@@ -6,12 +6,15 @@
       │ check_affordable(budget, plan.eps, plan.delta)     ← nothing read yet
       ▼
     source.marginals(plan.sizes, plan.subsets)             ← the only read of private data
+      │   (a plan with ``lazy = True``: source.reader(...), every check on the data once;
+      │    its draws then read batch by batch)
       ▼ plan.check(tables)                                   (declared bounds; raises, spends nothing)
     budget.spend(plan.eps, plan.delta)                     ← one atomic spend, before any draw
       ▼ plan.draw(data, rng=rng)                             → MeasurementRecords
     plan.estimate(draws)                                   ← post-processing
       ▼
-    Release (the one place it is built)
+    Release (the one place it is built; a plan with ``result`` builds its own result type
+    from its estimate, e.g. :class:`~matmech.factored.MarginalRelease`)
 
 Nothing after the spend raises on, or branches on, the data: every magnitude check ran in
 the plan's constructor (public inputs) or in :meth:`~matmech.pipeline.plan.Plan.check`.
@@ -19,7 +22,7 @@ the plan's constructor (public inputs) or in :meth:`~matmech.pipeline.plan.Plan.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,11 +41,14 @@ __all__ = ["run_plan"]
 _DEFAULTS = dict(strategy=None, strategy_name="", strategy_note="", measurement=None, estimate=None)
 
 
-def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng: Rng) -> Release:
+def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng: Rng) -> Any:
     """Run ``plan`` on ``data`` → :class:`~matmech.record.Release`.
 
-    Affordability check → read the plan's tables from ``data`` → the plan's data checks →
-    one ``budget.spend(plan.eps, plan.delta)`` → the plan's draws → its estimator.
+    Affordability check → read the plan's tables from ``data`` (a plan with ``lazy = True``
+    gets ``data.reader(sizes, subsets)``: the data checked once, tables read on demand) →
+    the plan's data checks → one ``budget.spend(plan.eps, plan.delta)`` → the plan's draws →
+    its estimator → the Release (or ``plan.result(estimate, budget_remaining=...)`` when the
+    plan has its own result type).
 
     Parameters
     ----------
@@ -58,7 +64,8 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     Returns
     -------
     Release
-        The answers, their std, the measurement records and what was spent.
+        The answers, their std, the measurement records and what was spent (or what the
+        plan's ``result`` builds).
 
     Raises
     ------
@@ -66,6 +73,8 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
         The budget cannot afford the plan; raised before anything is read.
     ValueError
         The data fail a check (declared bounds); nothing is spent.
+    TypeError
+        A lazy plan on a source without a checked reader; nothing is spent.
 
     Examples
     --------
@@ -79,7 +88,7 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     """
     check_affordable(budget, plan.eps, plan.delta, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
-    tables = data.marginals(plan.sizes, plan.subsets)
+    tables = _read(plan, data)
     checked = plan.check(tables)
     del tables
     if budget is not None:
@@ -87,6 +96,10 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     draws = plan.draw(checked, rng=rng)
     del checked
     est = plan.estimate(draws)
+    remaining = None if budget is None else budget.remaining
+    build = getattr(plan, "result", None)
+    if build is not None:  # the plan's own result type (post-processing of its estimate)
+        return build(est, budget_remaining=remaining)
     for a in (est.answers, est.std):
         if isinstance(a, np.ndarray):
             a.setflags(write=False)
@@ -99,6 +112,21 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
         eps=plan.eps,
         delta=plan.delta,
         neighbors=plan.neighbors,
-        budget_remaining=None if budget is None else budget.remaining,
+        budget_remaining=remaining,
         **fields,
     )
+
+
+def _read(plan: Plan, data: DataSource) -> Any:
+    """The plan's tables (eager), or the source's checked lazy reader for a plan with
+    ``lazy = True``: every check on the data runs here, before the spend."""
+    if not getattr(plan, "lazy", False):
+        return data.marginals(plan.sizes, plan.subsets)
+    reader = getattr(data, "reader", None)
+    if reader is None:
+        raise TypeError(
+            f"{type(plan).__name__} reads its tables batch by batch: the data source "
+            f"({type(data).__name__}) must hand out a checked reader (reader(sizes, subsets)); "
+            "nothing was spent"
+        )
+    return reader(plan.sizes, plan.subsets)

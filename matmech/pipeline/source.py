@@ -13,6 +13,12 @@ one method, :meth:`DataSource.marginals` ``(sizes, subsets) → {subset: int64 t
 * :class:`EngineSource` — a table or file (DataFrame, Arrow table, CSV/Parquet path) read by
   the data engine with the declared :class:`~matmech.io.domain.Domain`.
 
+A plan that reads its tables batch by batch (``lazy = True``, e.g. the streamed residual
+release) gets ``source.reader(sizes, subsets)`` instead: every check on the data once, up
+front (:func:`matmech.factored.tables.table_reader`), then ``reader(batch) → {subset: table}``
+with no further check. Histograms and :class:`TableSource` hand one out; a data engine's
+tables could only be checked as they arrive, so :class:`EngineSource` refuses (TypeError).
+
 A source is built from the types and shapes of its input only; nothing is read before
 :func:`matmech.pipeline.run.run_plan` has checked that the budget affords the plan. Which
 source a release uses follows from the form of x; which tables it reads follows from the plan.
@@ -27,7 +33,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from matmech.factored.tables import marginal_tables
+from matmech.factored.tables import marginal_tables, table_reader
 from matmech.privacy.measure import check_counts
 from matmech.validate import rectangular
 
@@ -71,6 +77,12 @@ class HistogramSource:
             return {subsets[0]: check_counts(self.x, math.prod(sizes)).reshape(sizes)}
         return marginal_tables(_Summed(self.x, sizes), sizes, subsets)
 
+    def reader(self, sizes, subsets):
+        """The checked lazy reader of x's marginals (x checked here, once)."""
+        sizes = tuple(int(n) for n in sizes)
+        x = check_counts(self.x, math.prod(sizes)).reshape(sizes)
+        return _covering(table_reader({tuple(range(len(sizes))): x}, sizes), subsets)
+
 
 class _Summed:
     """x as an engine of maximal marginals (:func:`~matmech.factored.tables.marginal_tables`
@@ -94,6 +106,18 @@ class TableSource:
 
     def marginals(self, sizes, subsets):
         return marginal_tables(self.data, tuple(sizes), list(subsets))
+
+    def reader(self, sizes, subsets):
+        """The checked lazy reader of the records or given tables (checked here, once: the
+        codes' range, the tables' shapes, entries, consistency and that they cover
+        ``subsets``); TypeError for a data engine, whose tables could be checked only as
+        they arrive."""
+        return _covering(table_reader(self.data, tuple(sizes), engines=False), subsets)
+
+
+def _covering(reader, subsets):
+    reader.check_covers(list(subsets))
+    return reader
 
 
 class EngineSource(TableSource):

@@ -10,7 +10,7 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import streamed
+from matmech.factored import store, streamed
 from matmech.factored.measure import residual_batches
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
@@ -103,8 +103,8 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     from matmech.factored import measure
 
     monkeypatch.setattr(measure, "_CHUNK", 20)
-    monkeypatch.setattr(streamed, "_CHUNK", 7)
-    monkeypatch.setattr(streamed, "CACHE_BYTES", 0)
+    monkeypatch.setattr(store, "_CHUNK", 7)
+    monkeypatch.setattr(store, "CACHE_BYTES", 0)
     codes, W, rel = _release(str(tmp_path))
     assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5
     ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
@@ -136,7 +136,7 @@ def test_residual_and_summary_read_the_measurement(tmp_path):
 def test_max_variance_plan_streams_like_the_in_memory_release(monkeypatch):
     """σ differ from residual to residual: one std pattern per signature, the pattern cache
     emptied past its bound, the same answers and std."""
-    monkeypatch.setattr(streamed, "CACHE_BYTES", 64)
+    monkeypatch.setattr(store, "CACHE_BYTES", 64)
     codes = _codes(DOMAIN, 800, seed=6)
     W = marginal_workload(DOMAIN, SUBSETS)
     ref = release_factored(codes, W, 1.0, 1e-6, objective="max", rng=np.random.default_rng(4))
@@ -236,3 +236,38 @@ def test_given_tables_release_like_the_records():
     b = release_marginals(tables, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
     np.testing.assert_array_equal(a.answers, b.answers)
     np.testing.assert_array_equal(a.std, b.std)
+
+
+def test_a_histogram_releases_like_the_records():
+    codes = _codes(DOMAIN, 400, seed=5)
+    x = np.bincount(np.ravel_multi_index(codes.T, DOMAIN), minlength=int(np.prod(DOMAIN)))
+    W = marginal_workload(DOMAIN, SUBSETS)
+    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
+    b = release_marginals(x, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
+    np.testing.assert_array_equal(a.answers, b.answers)
+    np.testing.assert_array_equal(a.std, b.std)
+
+
+def test_release_refuses_a_union_too_large_and_says_how_to_stream_it(monkeypatch):
+    """mm.release returns a Release or refuses: above max_memory it names the exact call of
+    the streamed release, nothing read or spent; that call then releases the union."""
+    from matmech.factored import MarginalRelease
+    from matmech.factored import release as frel
+
+    codes = _codes(DOMAIN, 300, seed=7)
+    W = marginal_workload(DOMAIN, SUBSETS)
+    monkeypatch.setitem(frel.release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
+    budget = mm.PrivacyBudget(2.0, 1e-5)
+    with pytest.raises(ValueError) as e:
+        mm.release(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
+    msg = str(e.value)
+    assert "nothing was spent" in msg and "delta > 0" in msg
+    assert (
+        "from matmech.factored import release_marginals; rel = release_marginals(data, W, eps, "
+        "delta, budget=budget, rng=rng)" in msg
+    )
+    assert "MarginalRelease" in msg and "300" not in msg
+    assert budget.remaining == (2.0, 1e-5)
+    rel = release_marginals(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
+    assert isinstance(rel, MarginalRelease) and rel.rows == W.shape[0]
+    assert budget.remaining == pytest.approx((1.0, 9e-6))
