@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from matmech.linalg.linop import as_linop
+from matmech.privacy.calibration import row_sensitivity
 from matmech.svt import svt_budget
 from matmech.svt.calibration import DeclarationError, gap_calibration
 from matmech.svt.grid import check_public_units
@@ -192,7 +193,7 @@ def row_noise_rule(W, monotonic, neighbors):
     (module docstring): monotonic="auto" uses monotonic noise exactly where it is valid,
     True where it is not valid raises."""
     lo, hi = entry_range(W)
-    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+    sens = row_sensitivity(lo, hi, neighbors)
     if not sens > 0:
         raise ValueError(
             "the workload's rows are all zero (row sensitivity 0): there is nothing to select"
