@@ -20,7 +20,7 @@ from matmech.privacy.calibration import row_sensitivity
 from matmech.svt import svt_budget
 from matmech.svt.calibration import DeclarationError, gap_calibration
 from matmech.svt.grid import check_public_units
-from matmech.svt.methods import MECHANISMS
+from matmech.svt.methods import MECHANISMS, SELECTION_METHODS
 from matmech.svt.vector import (
     VECTOR_METHODS,
     joint_sensitivity,
@@ -139,8 +139,8 @@ def declared_calibration(
     lo, hi = entry_range(W)
     entry = max(abs(lo), abs(hi))
     bound = float(max_records) * entry
-    if method == "em":
-        return None, bound
+    if method == "em" or SELECTION_METHODS[method].run is not None:
+        return None, bound  # no grid: the EM compares float scores; a registered method its own
     try:
         if mechanism in VECTOR_METHODS.values():
             cal = vector_calibration(
