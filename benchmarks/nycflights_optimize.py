@@ -81,7 +81,12 @@ print(json.dumps(out))
 def _kron_rounding(tree, k):
     env = dict(os.environ, PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, "-c", _KRON, str(k)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", _KRON, str(k)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,  # "python -c" puts the working directory first on sys.path
+        check=True,
     )
     return json.loads(done.stdout)
 
