@@ -15,6 +15,13 @@ Steinke 2020):
   of A_g itself, the noise lives on gℤ, and A_g is recorded as the measured strategy so that
   inference and error bars use what was actually measured. g keeps about 20 bits of A's
   largest column norm (fewer only when the sampler's range limits force a coarser grid).
+* **Kronecker products of real factors** are rounded factor by factor, each on its own
+  power-of-two grid gᵢ (at most 20 bits of its largest entry), so A_g keeps its structure;
+  the lattice of A_g x is Π gᵢ. The bits the sampler's range and exactness allow are handed
+  to the factor closest to losing rank (rounding error over its smallest singular value),
+  one at a time. Exactness: every partial sum of the factor-by-factor product is a multiple
+  of the lattice bounded by Σx · Π (largest |entry| of a rounded matrix factor, or L1 column
+  norm of an integer one), kept at most 2**52 lattice steps for ``max_records``.
 
 Order of every measurement: data-independent checks and the plan → an exhausted budget is
 refused (the same error whatever x is) → checks on x, whose messages never carry a value of
@@ -272,14 +279,9 @@ def _entry_bound(f):
 
 
 def _quantise_kron(A, scale0, gaussian, max_records):
-    """Round a Kronecker strategy factor by factor (Li et al. 2010's A_g, issue 22).
-
-    Each real factor i gets its own power-of-two grid 2^(Eᵢ − bᵢ) (2^Eᵢ at or above its
-    largest entry): the bits B = Σ bᵢ the sampler's range and float64 exactness allow
-    (:func:`~matmech.privacy.calibration._lattice_bits`) are handed out one at a time to the
-    factor whose rounding error ‖Fᵢ − Rᵢ‖_F is largest relative to its smallest non-zero
-    singular value (a factor keeps its rank while that ratio is below 1), at most 20 bits
-    each. The lattice of A_g x is Π 2^(Eᵢ − bᵢ) exactly."""
+    """Round a Kronecker strategy factor by factor (module docstring; issue 22): the bits
+    :func:`~matmech.privacy.calibration._lattice_bits` allows go one at a time to the factor
+    whose ‖Fᵢ − Rᵢ‖_F over its smallest non-zero singular value is largest (≤ 20 each)."""
     factors = list(A.factors)
     real = [i for i, f in enumerate(factors) if not f.integer_valued()]
     reach = math.prod(factors[i].sensitivity(1) for i in range(len(factors)) if i not in real)
