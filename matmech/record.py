@@ -24,7 +24,6 @@ from matmech.linalg.intervals import Intervals
 from matmech.privacy.confidence import MAX_ROWS, IntervalLaw, law_intervals, normal_intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
-from matmech.svt.select import THRESHOLD_METHODS as SELECT_THRESHOLD_METHODS
 from matmech.svt.select import SELECTION_METHODS, Selection, take_rows
 from matmech.validate import check_labels
 from typing import Sequence
@@ -323,7 +322,7 @@ class Release:
             "eps": self.eps_select,
             "eps_measure": None if self.measurement is None else self.measurement.eps,
             "c": sel.c,
-            "threshold": opts["threshold"] if sel.method in SELECT_THRESHOLD_METHODS else None,
+            "threshold": opts["threshold"] if SELECTION_METHODS[sel.method].threshold else None,
             "selected": int(self.selected.size),
             "candidates": sel.n_candidates,
             "stopped_at_c": sel.stopped,

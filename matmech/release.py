@@ -277,7 +277,7 @@ def release(
     factored = True
     if isinstance(source, HistogramSource):
         x = source.x  # shapes below are checked on the histogram itself
-        factored = isinstance(W, LinOp) and release_route(W, strategy).name == "tables"
+        factored = isinstance(W, LinOp) and release_route(W, strategy, delta=delta).name == "tables"
         if factored:  # the route follows from W and the strategy, never from x
             _tables_route_histogram(x, domain, W)
     if factored:

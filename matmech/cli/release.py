@@ -153,7 +153,7 @@ def _cmd_release(args):
         )
     try:
         ledger = _open_ledger(args, eps, delta)
-        route = release_route(spec.workload, strategy)
+        route = release_route(spec.workload, strategy, delta=delta)
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(
                 args.data, schema, args.encoding, args.delimiter

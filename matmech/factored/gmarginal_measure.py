@@ -48,9 +48,9 @@ from matmech.factored.measure import DEFAULT_SCALE_BITS, bucket_up
 from matmech.linalg.linop import Dense, Identity
 from matmech.optimizers.marginals import GeneralMarginalStrategy, general_marginal_sensitivity2
 from matmech.privacy import noise
-from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import SENS_MARGIN, check_max_records
-from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
+from matmech.privacy.calibration import gaussian_sigma, neighbor_sensitivity
+from matmech.privacy.measure import check_max_records
+from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 
 __all__ = [
     "GMarginalPlan",
@@ -178,7 +178,6 @@ def plan_gmarginal(
     ):
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     domain = A.domain_sizes
-    factor = NEIGHBORS[neighbors]
     dense = [
         None if isinstance(f, Identity) else _dense_factor(f, i) for i, f in enumerate(A.factors)
     ]
@@ -209,23 +208,18 @@ def plan_gmarginal(
             continue
         if gauss:
             # Δ₂² from the rounded factors' column norms: the function the L2 weight optimiser
-            # uses (exact; the float sums are covered by SENS_MARGIN)
+            # uses (exact; the float sums are covered by the margin)
             s2 = general_marginal_sensitivity2(A.theta, [float(v) for v in l2])
-            sens = factor * math.sqrt(s2) * SENS_MARGIN
+            sens = neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True)
             sigma1 = gaussian_sigma(eps, delta, sens)
             raw = sigma1 / theta / lattice * _SCALE_MARGIN
             limit = _GAUSS_UNITS
         else:
-            sens = (
-                factor
-                * float(
-                    sum(
-                        Fraction(float(t)) * math.prod((l1[i] for i in S), start=Fraction(1))
-                        for S, t in zip(subsets, theta.tolist())
-                    )
-                )
-                * SENS_MARGIN
+            l1_sum = sum(
+                Fraction(float(t)) * math.prod((l1[i] for i in S), start=Fraction(1))
+                for S, t in zip(subsets, theta.tolist())
             )
+            sens = neighbor_sensitivity(float(l1_sum), neighbors, margin=True)
             raw = sens / (eps * theta) / lattice * _SCALE_MARGIN
             limit = _LAPLACE_UNITS
         if not np.all(np.isfinite(raw)) or raw.max() > limit:
@@ -239,13 +233,16 @@ def plan_gmarginal(
             f"eps={eps!r} is too small (or max_records={max_records:,} too large) for this strategy"
         )
     if not gauss:  # the privacy loss of the rounded scales, in exact rationals
-        loss = factor * sum(
-            (
-                math.prod((l1[i] for i in S), start=Fraction(1))
-                / (Fraction(float(u)) * Fraction(float(h)))
-                for S, u, h in zip(subsets, units.tolist(), lattice.tolist())
+        loss = neighbor_sensitivity(
+            sum(
+                (
+                    math.prod((l1[i] for i in S), start=Fraction(1))
+                    / (Fraction(float(u)) * Fraction(float(h)))
+                    for S, u, h in zip(subsets, units.tolist(), lattice.tolist())
+                ),
+                Fraction(0),
             ),
-            Fraction(0),
+            neighbors,
         )
         if loss > Fraction(
             calibrated_eps(eps)

@@ -133,7 +133,8 @@ def plan_path(W, eps, delta=0.0, *, strategy="auto", max_cells=MAX_KRON_CELLS):
         )
     U = wt.support or (0,)
     big = _cells(wt.domain, U) > max_cells
-    if release_route(W, strategy).name == "tables":  # the one rule (matmech.factored.route)
+    # the one rule (matmech.factored.route)
+    if release_route(W, strategy, delta=delta).name == "tables":
         return "residual", wt, None, U
     if strategy == "gmarginals" or (
         strategy == "auto" and big and len(wt.domain) <= MAX_GENERAL_ATTRIBUTES

@@ -61,13 +61,13 @@ import numpy as np
 
 from matmech.linalg.linop import LinOp
 from matmech.privacy import noise
+from matmech.privacy.calibration import neighbor_sensitivity
 from matmech.privacy.measure import check_counts, check_records
 from matmech.factored.select_plan import (
     MEASURE_STRATEGIES,
     FactoredSelectionPlan,
-    noise_for,
+    measurement_noise,
     plan_factored_selection,
-    scaled_sensitivity,
 )
 from matmech.factored.select_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
 from matmech.pipeline.plan import Draws, Estimate
@@ -213,10 +213,10 @@ class SelectedRowsPlan:
         # -- measure the selected rows: depends on the selection (a DP output) and W only ------
         p = 1 if plan.delta == 0 else 2
         value, exact, how = rows_sensitivity(plan, rows, p)
-        sens = scaled_sensitivity(value, p, plan.neighbors)
+        sens = neighbor_sensitivity(value, plan.neighbors, margin=p == 2)
         if rows.size <= plan.max_selected:  # the worst case bounds this selection (and was checked)
             sens = min(sens, plan.worst_sensitivity)
-        kind, scale, nvar = noise_for(sens, plan.eps_measure, plan.delta)
+        kind, scale, nvar = measurement_noise(sens, plan.eps_measure, plan.delta)
         terms = np.searchsorted(plan.offsets, rows, side="right") - 1
         u = np.array(
             [int(parts[j][r - plan.offsets[j]]) for r, j in zip(rows.tolist(), terms.tolist())],

@@ -27,9 +27,8 @@ from matmech.factored.terms import as_terms
 from matmech.linalg.linop import Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
-from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import SENS_MARGIN, laplace_scale_up
-from matmech.privacy.params import NEIGHBORS, rest_of
+from matmech.privacy import calibration
+from matmech.privacy.params import rest_of
 from matmech.svt.select import (
     SELECTION_METHODS,
     advised_select_eps,
@@ -44,8 +43,7 @@ __all__ = [
     "FactoredSelectionPlan",
     "plan_factored_selection",
     "MEASURE_STRATEGIES",
-    "noise_for",
-    "scaled_sensitivity",
+    "measurement_noise",
 ]
 
 
@@ -151,31 +149,24 @@ def _max_abs(f):
     return max(abs(lo), abs(hi))
 
 
-def noise_for(sens, eps_m, delta):
+def measurement_noise(sens, eps_m, delta):
     """(kind, scale, variance) of the measurement at sensitivity ``sens`` (neighbours factor
-    and margin included): exactly :func:`matmech.privacy.measure.plan_measurement`'s rule for
-    an integer strategy (grid 1)."""
-    if delta == 0:
-        b = laplace_scale_up(eps_m, sens)
-        if b > noise.MAX_LAPLACE_SCALE:
+    and margin included): :func:`matmech.privacy.calibration.noise_for` for an integer
+    strategy (grid 1), refused beyond the exact samplers' range."""
+    kind, scale = calibration.noise_for(eps_m, delta, sens)
+    if kind == "discrete_laplace":
+        if scale > noise.MAX_LAPLACE_SCALE:
             raise ValueError(
-                f"the selected rows need a discrete Laplace scale of {b:.4g}, beyond the exact sampler's "
+                f"the selected rows need a discrete Laplace scale of {scale:.4g}, beyond the exact sampler's "
                 f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small"
             )
-        return "discrete_laplace", b, noise.discrete_laplace_variance(b)
-    s = gaussian_sigma(eps_m, delta, sens)
-    if s > noise.MAX_SIGMA:
+        return kind, scale, noise.discrete_laplace_variance(scale)
+    if scale > noise.MAX_SIGMA:
         raise ValueError(
-            f"the selected rows need a discrete Gaussian σ of {s:.4g}, beyond the exact sampler's "
+            f"the selected rows need a discrete Gaussian σ of {scale:.4g}, beyond the exact sampler's "
             f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small"
         )
-    return "discrete_gaussian", s, noise.discrete_gaussian_variance(s)
-
-
-def scaled_sensitivity(value, p, neighbors):
-    """Δ_p with the neighbours factor; integer L1 norms are exact, an L2 norm gets the margin."""
-    s = NEIGHBORS[neighbors] * value
-    return s if p == 1 else s * SENS_MARGIN
+    return kind, scale, noise.discrete_gaussian_variance(scale)
 
 
 def _worst_case(terms, offsets, c, p):
@@ -286,7 +277,9 @@ def plan_factored_selection(
         c
     )  # Ding et al.: adaptive SVT up to 2c − 1 positives
     worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
-    worst_sens = scaled_sensitivity(worst if p == 1 else math.sqrt(worst), p, neighbors)
+    worst_sens = calibration.neighbor_sensitivity(
+        worst if p == 1 else math.sqrt(worst), neighbors, margin=p == 2
+    )
     if max_records * max_entry >= _EXACT:
         raise ValueError(
             f"max_records={max_records:,} is too many for exact integer row answers "
@@ -299,13 +292,13 @@ def plan_factored_selection(
             proxy,
             eps,
             opts,
-            lambda e_m: mean_w2 * noise_for(worst_sens, e_m, delta)[2],
+            lambda e_m: mean_w2 * measurement_noise(worst_sens, e_m, delta)[2],
             neighbors=neighbors,
             integer_values=all(float(w).is_integer() for w in terms.weights),
         )
         opts["_advised"] = True
     eps_m = rest_of(eps, opts["eps"])
-    _, _, worst_var = noise_for(
+    _, _, worst_var = measurement_noise(
         worst_sens, eps_m, delta
     )  # raises if some selection could not be measured
     threshold = opts["threshold"]

@@ -465,6 +465,28 @@ def sampler_grid(sens1: float, scale0: float, gaussian: bool, max_records: int) 
     return _pow2_at_least(g)
 
 
+def _lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_records: int) -> int:
+    """The bits B a Kronecker strategy's real factors may keep between them (data independent).
+
+    Factor i is rounded to the grid 2^(Eᵢ − bᵢ), 2^Eᵢ the power of two at or above the bound
+    on its entries, ``top`` = Π 2^Eᵢ, B = Σ bᵢ; the lattice of A_g x is then ``top``·2^−B.
+    ``reach``: the product of the integer factors' L1 column norms. The rule of
+    :func:`sampler_grid`, per factor: the exact sampler's range (scale/lattice below 2**46
+    Laplace, 2**22 Gaussian) and A_g x exact in float64 for every histogram of at most
+    ``max_records`` records (max_records·reach·2^B <= 2**52: every partial sum of a factor-wise
+    Kronecker product is a multiple of the lattice bounded by Σx·reach·Π 2^bᵢ·lattice).
+    Never negative: 0 when even the coarsest grid is at the limits."""
+    limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
+    b = 0
+    while (
+        b < 64 * _PRECISION_BITS
+        and float(max_records) * reach * 2.0 ** (b + 1) <= 2.0**_EXACT_BITS
+        and math.ldexp(top, -(b + 1)) >= scale0 * 2.0**-limit
+    ):
+        b += 1
+    return b
+
+
 def run_grid(*scales: float) -> float:
     """One power-of-two grid for all noises of a selection run, never coarser than 1 (so
     integer values stay exactly on it): the finest :func:`matmech.privacy.noise.grid_for`."""

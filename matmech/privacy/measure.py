@@ -15,6 +15,13 @@ Steinke 2020):
   of A_g itself, the noise lives on gℤ, and A_g is recorded as the measured strategy so that
   inference and error bars use what was actually measured. g keeps about 20 bits of A's
   largest column norm (fewer only when the sampler's range limits force a coarser grid).
+* **Kronecker products of real factors** are rounded factor by factor, each on its own
+  power-of-two grid gᵢ (at most 20 bits of its largest entry), so A_g keeps its structure;
+  the lattice of A_g x is Π gᵢ. The bits the sampler's range and exactness allow are handed
+  to the factor closest to losing rank (rounding error over its smallest singular value),
+  one at a time. Exactness: every partial sum of the factor-by-factor product is a multiple
+  of the lattice bounded by Σx · Π (largest |entry| of a rounded matrix factor, or L1 column
+  norm of an integer one), kept at most 2**52 lattice steps for ``max_records``.
 
 Order of every measurement: data-independent checks and the plan → an exhausted budget is
 refused (the same error whatever x is) → checks on x, whose messages never carry a value of
@@ -40,7 +47,9 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.calibration import (
     _EXACT_BITS,
+    _PRECISION_BITS,
     SENS_MARGIN,
+    _lattice_bits,
     _pow2_at_least,
     gaussian_sigma,
     laplace_scale,
@@ -50,7 +59,7 @@ from matmech.privacy.calibration import (
     sampler_grid,
 )
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.linalg.linop import MAX_DENSE_ROUNDING, Kron, LinOp, Scaled, as_linop
+from matmech.linalg.linop import MAX_DENSE_ROUNDING, Dense, Kron, LinOp, Scaled, Sparse, as_linop
 from matmech.linalg.operator import _rint
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
@@ -239,27 +248,81 @@ def _round_to_grid(A, g):
 
 
 def _quantise(A, p, eps, delta, neighbors, max_records):
-    """(A_g, g, rounded): the strategy that will actually be measured and its lattice."""
+    """(A_g, g, rounded, reach): the strategy that will actually be measured, its lattice and,
+    for a Kronecker product rounded per factor, the bound on |A_g x| / (g·Σx) that makes
+    A_g x exact (None: the Δ₁/g bound of :func:`plan_measurement`)."""
     if A.integer_valued():
-        return A, 1.0, False
+        return A, 1.0, False, None
     sens1 = neighbor_sensitivity(A.sensitivity(1), neighbors)
     if not sens1 > 0:
         raise ValueError("the strategy has sensitivity 0 (all entries zero); it measures nothing")
     sens_p = sens1 if p == 1 else neighbor_sensitivity(A.sensitivity(2), neighbors)
     scale0 = laplace_scale(eps, sens_p) if p == 1 else gaussian_sigma(eps, delta, sens_p)
-    g = sampler_grid(sens1, scale0, p == 2, max_records)
     if isinstance(A, Kron):
-        real = [i for i, f in enumerate(A.factors) if not f.integer_valued()]
-        # split g over the real factors: g_i = Δ₁,i·(g/Δ)^(1/k) rounded up to a power of two,
-        # Δ the product of the real factors' Δ₁,i, so that the lattice Π g_i >= g
-        sens_real = [A.factors[i].sensitivity(1) for i in real]
-        rel = (g / math.prod(sens_real)) ** (1.0 / len(real))
-        grids = [_pow2_at_least(s * rel) for s in sens_real]
-        factors = list(A.factors)
-        for i, gi in zip(real, grids):
-            factors[i] = _round_to_grid(factors[i], gi)
-        return Kron(*factors), math.prod(grids), True
-    return _round_to_grid(A, g), g, True
+        return _quantise_kron(A, scale0, p == 2, max_records)
+    g = sampler_grid(sens1, scale0, p == 2, max_records)
+    return _round_to_grid(A, g), g, True, None
+
+
+#: Factors up to this many entries are read densely to spread the grid's bits by need.
+_DENSE_FACTOR = 1 << 20
+
+
+def _entry_bound(f):
+    """A bound on every partial sum of f·v per unit of Σ|v| over a fibre: the largest entry
+    of a plain matrix (dense or sparse: its product is a sum of entry·value terms), else the
+    L1 column norm (a structured operator's own algorithm)."""
+    if isinstance(f, (Dense, Sparse)):
+        lo, hi = f.entry_range()
+        return max(abs(lo), abs(hi))
+    return f.sensitivity(1)
+
+
+def _quantise_kron(A, scale0, gaussian, max_records):
+    """Round a Kronecker strategy factor by factor (module docstring; issue 22): the bits
+    :func:`~matmech.privacy.calibration._lattice_bits` allows go one at a time to the factor
+    whose ‖Fᵢ − Rᵢ‖_F over its smallest non-zero singular value is largest (≤ 20 each)."""
+    factors = list(A.factors)
+    real = [i for i, f in enumerate(factors) if not f.integer_valued()]
+    reach = math.prod(factors[i].sensitivity(1) for i in range(len(factors)) if i not in real)
+    tops = [_pow2_at_least(_entry_bound(factors[i])) for i in real]
+    B = _lattice_bits(math.prod(tops), reach, scale0, gaussian, max_records)
+    dense = [
+        factors[i].dense() if factors[i].shape[0] * factors[i].shape[1] <= _DENSE_FACTOR else None
+        for i in real
+    ]
+    floor = []
+    for D in dense:
+        sv = np.linalg.svd(D, compute_uv=False) if D is not None and max(D.shape) <= 1024 else None
+        nz = None if sv is None else sv[sv > 1e-12 * sv[0]] if sv.size and sv[0] > 0 else None
+        floor.append(float(nz[-1]) if nz is not None and nz.size else None)
+    bits = [0] * len(real)
+
+    def rounded(j):
+        return _round_to_grid(factors[real[j]], math.ldexp(tops[j], -bits[j]))
+
+    def badness(j, R):
+        D = dense[j]
+        if D is None:  # too large to read: spread the bits evenly
+            return 1.0 / (1 + bits[j])
+        err = float(np.linalg.norm(D - R.dense()))
+        return err / (floor[j] if floor[j] else max(float(np.linalg.norm(D)), 1e-300))
+
+    out = [rounded(j) for j in range(len(real))]
+    bad = [badness(j, out[j]) for j in range(len(real))]
+    for _ in range(B):
+        open_ = [j for j in range(len(real)) if bits[j] < _PRECISION_BITS and bad[j] > 0]
+        if not open_:
+            break
+        j = max(open_, key=lambda j: (bad[j], -j))
+        bits[j] += 1
+        out[j] = rounded(j)
+        bad[j] = badness(j, out[j])
+    for j, i in enumerate(real):
+        factors[i] = out[j]
+        reach *= _entry_bound(out[j]) / math.ldexp(tops[j], -bits[j])
+    grid = math.prod(math.ldexp(t, -b) for t, b in zip(tops, bits))
+    return Kron(*factors), grid, True, reach
 
 
 # -- the plan (data-independent) and its execution ----------------------------------------
@@ -361,13 +424,19 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
     p = 1 if delta == 0 else 2
-    A_m, grid, rounded = _quantise(A, p, eps, delta, neighbors, max_records)
+    A_m, grid, rounded, reach = _quantise(A, p, eps, delta, neighbors, max_records)
     exact = not rounded
     sens = _exact_sensitivity(A_m, p, neighbors, exact)
     sens1 = sens if p == 1 else neighbor_sensitivity(A_m.sensitivity(1), neighbors, margin=True)
     # |A_g x| / grid <= Σx·Δ₁/grid must be an exact float64 integer (below 2**53); the grid
     # aims at 2**52, leaving a factor 2 for the sensitivity margin and float rounding
-    if max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
+    if reach is not None:  # a Kronecker product rounded per factor: its own exactness bound
+        if max_records * reach > 2.0**_EXACT_BITS:
+            raise ValueError(
+                f"max_records={max_records:,} is too many for exact arithmetic with this Kronecker "
+                f"strategy (|A_g x| / (grid·Σx) <= {reach:.6g}; need max_records times that <= 2**{_EXACT_BITS})"
+            )
+    elif max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
         raise ValueError(
             f"max_records={max_records:,} is too many for exact arithmetic with this strategy "
             f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"

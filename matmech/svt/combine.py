@@ -44,7 +44,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech import validate
-from matmech.linalg.gls import RANK_RTOL, gls, integer_gram, precision_on, row_space_basis
+from matmech.linalg.gls import (
+    RANK_RTOL,
+    gls_answers,
+    integer_gram,
+    precision,
+    precision_on,
+    row_space_basis,
+)
 from matmech.linalg.linop import as_linop
 from matmech.linalg.structured import pinv_gram
 from matmech.privacy.params import check_noise_eps
@@ -118,12 +125,9 @@ class GapMeasurement:
     common_var: float
 
     def precision(self) -> np.ndarray:
-        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1); exactly D⁻¹ when s = 0 (no common offset)."""
-        w = 1.0 / self.var
-        if self.common_var == 0:
-            return np.diag(w)
-        denom = (0.0 if math.isinf(self.common_var) else 1.0 / self.common_var) + w.sum()
-        return np.diag(w) - np.outer(w, w) / denom
+        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1); exactly D⁻¹ when s = 0 (no common offset):
+        :func:`matmech.linalg.gls.precision`."""
+        return precision(self.var, self.common_var)
 
 
 def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
@@ -192,7 +196,7 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     ``basis`` (k × r): a basis of the space the answers live in (the column space of W_S;
     duplicate or dependent rows make r < k and ``cov`` singular); default: the range of
     ``cov`` (:func:`~matmech.linalg.gls.row_space_basis`). The GLS is
-    :func:`matmech.linalg.gls.gls` on that space: exact for duplicate and dependent rows.
+    :func:`matmech.linalg.gls.gls_answers` (the one GLS) on that space: exact for duplicate and dependent rows.
 
     Parameters
     ----------
@@ -268,7 +272,8 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
         raise ValueError(f"basis must be a {k} x r matrix (r <= {k}), got shape {B.shape}")
     S = np.zeros((idx.size, k))
     S[np.arange(idx.size), idx] = 1.0
-    return gls([(np.eye(k), y, precision_on(cov, B)), (S, gap.z, gap.precision())], B)
+    out = gls_answers([(np.eye(k), y, precision_on(cov, B)), (S, gap.z, gap.precision())], B)
+    return np.array(out.values), np.array(out.covariance)
 
 
 def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=None):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from matmech.privacy.params import positive_real
-from matmech.svt.methods import GAP_METHODS, METHODS, THRESHOLD_METHODS
+from matmech.svt.methods import GAP_METHODS, SELECTION_METHODS
 
 __all__ = [
     "SELECT_OPTIONS",
@@ -71,8 +71,10 @@ def check_select_options(select, eps):
         vector="auto",
     )
     opts.update(select)
-    if opts["method"] not in METHODS:
-        raise ValueError(f"select method must be one of {METHODS}, got {opts['method']!r}")
+    if not (isinstance(opts["method"], str) and opts["method"] in SELECTION_METHODS):
+        raise ValueError(
+            f"select method must be one of {tuple(SELECTION_METHODS)}, got {opts['method']!r}"
+        )
     if "eps" not in select:  # a gap method: the split is advised later (data independent)
         opts["eps"] = None
         return _check_threshold_options(opts)
@@ -89,7 +91,7 @@ def _check_threshold_options(opts):
     """The threshold / target_rel_error part of :func:`check_select_options`."""
     thr = opts["threshold"]
     is_auto = isinstance(thr, str) and thr == "auto"
-    if opts["method"] in THRESHOLD_METHODS:
+    if SELECTION_METHODS[opts["method"]].threshold:
         if thr is None or (isinstance(thr, str) and not is_auto):
             raise ValueError(
                 f"select method={opts['method']!r} needs a threshold: a number, one number per row, "

@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from matmech.linalg.linop import as_linop
+from matmech.privacy.calibration import row_sensitivity
 from matmech.svt import svt_budget
 from matmech.svt.calibration import DeclarationError, gap_calibration
 from matmech.svt.grid import check_public_units
-from matmech.svt.methods import MECHANISMS
+from matmech.svt.methods import MECHANISMS, SELECTION_METHODS
 from matmech.svt.vector import (
     VECTOR_METHODS,
     joint_sensitivity,
@@ -138,8 +139,8 @@ def declared_calibration(
     lo, hi = entry_range(W)
     entry = max(abs(lo), abs(hi))
     bound = float(max_records) * entry
-    if method == "em":
-        return None, bound
+    if method == "em" or SELECTION_METHODS[method].run is not None:
+        return None, bound  # no grid: the EM compares float scores; a registered method its own
     try:
         if mechanism in VECTOR_METHODS.values():
             cal = vector_calibration(
@@ -192,7 +193,7 @@ def row_noise_rule(W, monotonic, neighbors):
     (module docstring): monotonic="auto" uses monotonic noise exactly where it is valid,
     True where it is not valid raises."""
     lo, hi = entry_range(W)
-    sens = max(abs(lo), abs(hi)) if neighbors == "add_remove" else hi - lo
+    sens = row_sensitivity(lo, hi, neighbors)
     if not sens > 0:
         raise ValueError(
             "the workload's rows are all zero (row sensitivity 0): there is nothing to select"

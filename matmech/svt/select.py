@@ -197,14 +197,15 @@ def check_selection(
 ):
     """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
     raises before anything is read or spent."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not (isinstance(method, str) and method in SELECTION_METHODS):
+        raise ValueError(f"method must be one of {tuple(SELECTION_METHODS)}, got {method!r}")
+    entry = SELECTION_METHODS[method]
     check_vector(vector, method)
     c = _check_c(c)
     check_neighbors(neighbors)
     sens, monotonic = row_noise_rule(W, monotonic, neighbors)
     thr = None
-    if method in THRESHOLD_METHODS:
+    if entry.threshold:
         if threshold is None or isinstance(threshold, str):
             raise ValueError(
                 f"method={method!r} needs a numeric threshold (scalar or one per row), got {threshold!r}"
@@ -238,7 +239,11 @@ def check_selection(
         raise ValueError(
             f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}"
         )
-    if method == "svt":  # validates eps, ratio and sensitivity without drawing anything
+    if entry.run is not None:  # a registered method: its own checks of the public inputs
+        check_privacy_params(eps, 0.0)
+        if entry.calibrate is not None:
+            entry.calibrate(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
+    elif method == "svt":  # validates eps, ratio and sensitivity without drawing anything
         svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
     elif method == "topc-gap":
         gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic)
@@ -392,7 +397,30 @@ def run_selection(plan, *, rng=None):
             res,
             mech,
         )
-    if plan.method == "svt":
+    entry = SELECTION_METHODS[plan.method]
+    if entry.run is not None:  # a registered method (matmech.svt.methods.register_method)
+        positions, stopped = entry.run(
+            plan.values,
+            c=plan.c,
+            eps=plan.eps,
+            sensitivity=plan.sensitivity,
+            monotonic=plan.monotonic,
+            threshold=plan.thr,
+            ratio=plan.ratio,
+            rng=rng,
+            value_bound=plan.value_bound,
+        )
+        rows, stopped = np.asarray(positions, dtype=np.int64), bool(stopped)
+        if (
+            rows.ndim != 1
+            or np.unique(rows).size != rows.size
+            or rows.size > entry.max_rows(plan.c)
+        ):
+            raise RuntimeError(
+                f"selection method {plan.method!r} returned positions that are not at most "
+                f"{entry.max_rows(plan.c)} distinct row indices"
+            )
+    elif plan.method == "svt":
         res = sparse_vector(
             plan.values,
             plan.thr,

@@ -1,0 +1,107 @@
+"""A new selection method is one test-local definition and one register_method call
+(docs/guide/extending.md): it runs through select_rows and release(select=...) on the
+histogram and on records, charged once, and its answers equal the dense GLS of the records."""
+
+import numpy as np
+import oracle_problems as op
+import pytest
+
+import matmech as mm
+from matmech import workloads as wl
+from matmech.privacy import noise
+from matmech.privacy.budget import PrivacyBudget
+from matmech.privacy.calibration import laplace_scale_up
+from matmech.svt import methods
+from matmech.svt.select import select_rows
+
+
+def one_shot_top_c(values, *, c, eps, sensitivity, rng, **_):
+    """Noisy top-c in one shot: every answer plus discrete Laplace noise of scale 2cΔ/ε, the c
+    largest (Ding et al., PVLDB 2019: the indices are ε-DP). Integer answers only."""
+    b = laplace_scale_up(eps, 2 * c * sensitivity)
+    noisy = np.asarray(values, dtype=np.int64) + noise.discrete_laplace(
+        b, len(values), rng=noise.check_rng(rng)
+    )
+    return np.argsort(-noisy, kind="stable")[:c], True
+
+
+def _needs_small_c(*, c, eps, **_):
+    if c > 8:
+        raise ValueError(f"one-shot-top-c takes c <= 8, got c={c}")
+
+
+TOY = methods.SelectionMethod(
+    "one-shot-top-c",
+    "one-shot-noisy-top-c",
+    gap=False,
+    threshold=False,
+    run=one_shot_top_c,
+    calibrate=_needs_small_c,
+)
+
+
+@pytest.fixture
+def toy():
+    methods.register_method(TOY)
+    try:
+        yield TOY
+    finally:
+        del methods.SELECTION_METHODS[TOY.name], methods.MECHANISMS[TOY.name]
+
+
+def _data():
+    x = np.full(16, 20, dtype=np.int64)
+    x[[3, 9, 12]] = [900, 700, 500]  # three clear peaks
+    return x
+
+
+def test_a_registered_method_runs_through_select_rows(toy):
+    W = wl.identity(16)
+    sel = select_rows(W, _data(), c=3, eps=1.0, method=toy.name, rng=np.random.default_rng(0))
+    assert sorted(sel.rows.tolist()) == [3, 9, 12] and sel.method == toy.name
+    with pytest.raises(ValueError, match="c <= 8"):
+        select_rows(W, _data(), c=9, eps=1.0, method=toy.name, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="takes no threshold"):
+        select_rows(W, _data(), c=3, eps=1.0, threshold=5.0, method=toy.name)
+
+
+class _CountingBudget(PrivacyBudget):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.spends = 0
+
+    def spend(self, *args, **kwargs):
+        self.spends += 1
+        return super().spend(*args, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["histogram", "records"])
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_a_registered_method_runs_through_release_charged_once(toy, path, delta):
+    dom = (4, 4)
+    W = wl.stack(wl.kron(wl.identity(4), wl.identity(4)), wl.kron(wl.prefix(4), wl.total(4)))
+    x = _data()
+    codes = np.column_stack(np.unravel_index(np.repeat(np.arange(16), x), dom))
+    budget = _CountingBudget(2.0, 1e-5)
+    rel = mm.release(
+        x if path == "histogram" else codes,
+        W,
+        1.0,
+        delta,
+        budget=budget,
+        select=dict(method=toy.name, c=3, eps=0.4),
+        rng=np.random.default_rng(1),
+    )
+    assert rel.selected.size == 3 and rel.to_dict()["selection"]["method"] == toy.name
+    assert budget.spends == 1 and budget.spent == (1.0, delta)
+    da, dv = op.compare(rel, W)
+    assert da <= op.RTOL and dv <= op.RTOL
+
+
+def test_register_method_refuses_a_taken_name_and_gaps():
+    with pytest.raises(ValueError, match="registered already"):
+        methods.register_method(methods.SelectionMethod("svt", "x", False, True, run=print))
+    with pytest.raises(ValueError, match="gap=False"):
+        methods.register_method(methods.SelectionMethod("new-gap", "x", True, False, run=print))
+    with pytest.raises(TypeError, match="callable run"):
+        methods.register_method(methods.SelectionMethod("no-run", "x", False, False))
