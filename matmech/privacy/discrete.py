@@ -27,12 +27,11 @@ output distribution:
   (probability <= e**-70), a Gaussian proposal too large for int64 arithmetic. The output
   stays exact; only in those events does the time depend on the value.
 
-Not covered: numpy's own timing (table look-ups touch value-dependent memory addresses, a
-few hundred bytes to 32 KiB per table, so cache effects remain; integer ufuncs are
-assumed to run in value-independent time), ``os.urandom`` and the Python interpreter
-(allocation, garbage collection), the one-off table construction for a new scale (about
-0.5 ms, depends on the scale only; then cached in :data:`TABLES`), cost that grows with
-``size`` and with the scale (D above),
+Not covered: numpy's own timing (look-ups touch value-dependent addresses of a 2-32 KiB
+table, so cache effects remain; integer ufuncs are assumed to run in value-independent
+time), ``os.urandom`` and the interpreter (allocation, garbage collection), building the
+tables of a new scale (about 0.5 ms, depends on the scale only; then cached in
+:data:`TABLES`), cost that grows with ``size`` and with the scale (D above),
 and everything outside this module: :func:`uniform` redraws 0 (probability 2**-53,
 independent of the output), the exponential mechanism computes in floating point, and a
 caller that branches on the noise leaks through its own timing.
@@ -178,20 +177,15 @@ def _bernoulli(key: tuple, src: RandomSource) -> bool:
     return _resolve([key], 0, 0, src) == 0
 
 
-# --------------------------------------------------------------------------------------
-# Tables: a whole row of thresholds at once
-# --------------------------------------------------------------------------------------
-#
-# A row is floor(v_c 2**128), c = 1..255, with v_c = r**c (a Gaussian factor) or
+# ---------------------------------------- Tables: a whole row of thresholds at once
+# A row is floor(v_c 2**128), c = 1..255, v_c = r**c (a Gaussian factor) or
 # (1 - r**c) / (1 - r**256) (a Laplace digit's CDF), r = exp(-a/b). Enclosures of r**c,
-# c = 16 i + j, are the exact products of W-bit enclosures of r**j and r**(16 i) (floor and
-# ceiling chains, W = _WORK), taken for the whole row in one numpy outer product of Python
-# ints; the quotient is a product with an enclosure of 1 / (1 - r**256). An entry is the
-# floor both bounds agree on, else computed exactly (_floor_bits), so the table is the
-# exact floor whatever the working precision (tests: the former one-entry-at-a-time
-# builder, bit for bit, and 100-digit Decimal values). Entries known in advance are not
-# computed: r**c <= e**-89 < 2**-128 gives 0 (a factor); r**c <= e**-90 gives 2**128 - 1
-# (a CDF, c < 256: 0 < 1 - F(c) < 2 e**-90 < 2**-128).
+# c = 16 i + j: exact products of W-bit enclosures of r**j and r**(16 i) (W = _WORK), one
+# numpy outer product of Python ints per row; the quotient: a product with an enclosure of
+# 1 / (1 - r**256). An entry is the floor both bounds agree on, else computed exactly
+# (_floor_bits): the exact floor whatever W (tests: bit for bit the former builder, 100-digit
+# Decimals). Not computed: r**c <= e**-89 < 2**-128 gives 0 (a factor); r**c <= e**-90
+# gives 2**128 - 1 (a CDF, c < 256: 0 < 1 - F(c) < 2 e**-90 < 2**-128).
 
 _M64 = (1 << 64) - 1
 _E = 192  # bits of 1 / (1 - r**256) beyond the point: its rounding moves an entry < 2**-64
@@ -238,12 +232,12 @@ def _exp_row(a: int, S: int) -> np.ndarray:
     return _words(lo >> sh, hi >> sh, 0, lambda c: ("exp", c * a, S))
 
 
-def _cdf_row(a: int, t: int) -> np.ndarray:
-    """floor(F(c) 2**128), F(c) = (1 - r**c) / (1 - r**256), r = exp(-a/t), c = 1..255."""
+def _cdf_row(a: int, t: int, r256: tuple[int, int]) -> np.ndarray:
+    """floor(F(c) 2**128), F(c) = (1 - r**c) / (1 - r**256), r = exp(-a/t), c = 1..255,
+    given ``r256``, an enclosure of r**256 at 2**_WORK."""
     n = min(255, (90 * t - 1) // a)  # c a < 90 t
     lo, hi = _products(a, t, n)
-    r_lo, r_hi = _exp_neg(256 * a, t, _WORK)
-    den_lo, den_hi = (1 << _WORK) - r_hi, (1 << _WORK) - r_lo  # (1 - r**256) 2**_WORK
+    den_lo, den_hi = (1 << _WORK) - r256[1], (1 << _WORK) - r256[0]  # (1 - r**256) 2**W
 
     def key(c: int) -> tuple:
         return ("cdf", a, t, c)
@@ -256,17 +250,21 @@ def _cdf_row(a: int, t: int) -> np.ndarray:
     return _words(((one - hi) * inv_lo) >> sh, ((one - lo) * inv_hi) >> sh, _M64, key)
 
 
+def _floor_of(lo: int, hi: int, key: tuple) -> int:
+    """floor(v 2**128) from floors lo <= floor(v 2**128) <= hi, exactly if they differ."""
+    return lo if lo == min(hi, (1 << _TBITS) - 1) else _floor_bits(key, _TBITS)
+
+
 def _stack(rows: list) -> tuple[np.ndarray, np.ndarray]:
     """Rows of (255, 2) words -> (high, low) uint64 arrays with a 0 sentinel before each row."""
-    w = np.zeros((len(rows), 256, 2), dtype=np.uint64)
-    w[:, 1:] = rows
-    return np.ascontiguousarray(w[..., 0].ravel()), np.ascontiguousarray(w[..., 1].ravel())
+    w = np.zeros((2, len(rows), 256), dtype=np.uint64)
+    w[:, :, 1:] = np.moveaxis(np.asarray(rows), -1, 0)
+    return w[0].ravel(), w[1].ravel()
 
 
 def _ints(th: np.ndarray, tl: np.ndarray, rows: int) -> tuple:
     """The 128-bit table entries as Python ints, one tuple per row."""
-    v = (th.astype(object) << 64) | tl.astype(object)
-    return tuple(tuple(int(x) for x in r) for r in v.reshape(rows, 256))
+    return tuple(map(tuple, ((th.astype(object) << 64) | tl).reshape(rows, 256).tolist()))
 
 
 class _TableCache:
@@ -333,8 +331,7 @@ class _LaplaceTable:
         return _ints(self.th, self.tl, self.digits)
 
     @functools.cached_property
-    def words(self) -> tuple:
-        """(high, low) uint64 words of the sign/zero thresholds and the tail threshold."""
+    def words(self) -> tuple:  # (high, low) words of the sign/zero and tail thresholds
         return tuple((np.uint64(v >> 64), np.uint64(v & _M64)) for v in (*self.sign, self.ovf))
 
     @property
@@ -351,9 +348,14 @@ def _build_laplace(t: int, s: int) -> _LaplaceTable:
     digits = 1
     while (s << (8 * digits)) < _LAP_TAIL * t:
         digits += 1
-    th, tl = _stack([_cdf_row(s << (8 * d), t) for d in range(digits)])
-    sign = (_floor_bits(("neg", s, t), _TBITS), _floor_bits(("nonpos", s, t), _TBITS))
-    ovf = _floor_bits(("exp", s << (8 * digits), t), _TBITS)
+    r = [_exp_neg(s << (8 * d), t, _WORK) for d in range(digits + 1)]  # q**(256**d)
+    th, tl = _stack([_cdf_row(s << (8 * d), t, r[d + 1]) for d in range(digits)])
+    (ql, qh), one, sh = r[0], 1 << _WORK, _WORK - _TBITS
+    sign = (  # q / (1 + q), 1 / (1 + q)
+        _floor_of((ql << _TBITS) // (one + qh), (qh << _TBITS) // (one + ql), ("neg", s, t)),
+        _floor_of((one << _TBITS) // (one + qh), (one << _TBITS) // (one + ql), ("nonpos", s, t)),
+    )
+    ovf = _floor_of(r[digits][0] >> sh, r[digits][1] >> sh, ("exp", s << (8 * digits), t))
     return _LaplaceTable(t, s, digits, th, tl, sign, ovf)
 
 
@@ -363,13 +365,12 @@ def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
     Replaces the loops of CKS Alg. 2 (and Alg. 1 inside it) by inversion of
     exactly-computed CDFs; same distribution.
     """
-    out = np.empty(n, dtype=np.int64)
-    if n:
-        tab = _laplace_table(t, s)
-        for a in range(0, n, _BLOCK):
-            b = min(n, a + _BLOCK)
-            out[a:b] = _dlaplace_block(tab, b - a, src)
-    return out
+    if n <= _BLOCK:
+        return _dlaplace_block(_laplace_table(t, s), n, src) if n else np.empty(0, np.int64)
+    tab = _laplace_table(t, s)
+    return np.concatenate(
+        [_dlaplace_block(tab, min(_BLOCK, n - a), src) for a in range(0, n, _BLOCK)]
+    )
 
 
 def _digit_search(th, tl, base, wh, wl) -> np.ndarray:
@@ -569,10 +570,11 @@ def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: Ran
 def dgauss(p: GaussParams, n: int, src: RandomSource) -> np.ndarray:
     """n samples of CKS Alg. 3, in blocks of ``_GAUSS_BLOCK`` so the working arrays of
     the rejection rounds stay a few MiB whatever n (only the int64 output grows with n)."""
+    if n <= _GAUSS_BLOCK:
+        return _dgauss_block(p, n, src)
     out = np.empty(n, dtype=np.int64)
     for a in range(0, n, _GAUSS_BLOCK):
-        b = min(n, a + _GAUSS_BLOCK)
-        out[a:b] = _dgauss_block(p, b - a, src)
+        out[a : a + _GAUSS_BLOCK] = _dgauss_block(p, min(_GAUSS_BLOCK, n - a), src)
     return out
 
 

@@ -48,9 +48,13 @@ def test_gaussian_tables_equal_the_python_int_builder(sigma):
 @pytest.mark.parametrize("scale", SCALES, ids=str)
 def test_laplace_tables_equal_the_python_int_builder(scale):
     f = noise._laplace_fraction(scale)
-    tab = discrete._build_laplace(f.numerator, f.denominator)
-    assert tab.vals == oracle_laplace_vals(f.numerator, f.denominator, tab.digits)
+    t, s = f.numerator, f.denominator
+    tab = discrete._build_laplace(t, s)
+    assert tab.vals == oracle_laplace_vals(t, s, tab.digits)
     assert tab.th.dtype == np.uint64 and tab.th.shape == (256 * tab.digits,)
+    # sign/zero and tail thresholds (from the digits' enclosures) are the exact floors
+    exact = [("neg", s, t), ("nonpos", s, t), ("exp", s << (8 * tab.digits), t)]
+    assert (*tab.sign, tab.ovf) == tuple(discrete._floor_bits(k, 128) for k in exact)
 
 
 @pytest.mark.parametrize("work", [130, 136])
@@ -70,17 +74,11 @@ def test_entries_the_bounds_cannot_decide_are_computed_exactly(work, monkeypatch
     assert sum(k[0] == "cdf" for k in calls) > 50 and sum(k[0] == "exp" for k in calls) > 50
 
 
-def test_a_cdf_row_with_an_undecided_denominator_is_computed_exactly(monkeypatch):
-    # 1 - r**256 is never within 2**-_WORK of 0 at scales <= 2**48; were it, every entry
-    # of the row would be computed exactly
-    real = discrete._exp_neg
-
-    def vague(a, b, prec):  # r**256 only as "at most 1", at the builder's precision only
-        lo, hi = real(a, b, prec)
-        return (lo, 1 << prec) if (a, prec) == (256 * 5, discrete._WORK) else (lo, hi)
-
-    monkeypatch.setattr(discrete, "_exp_neg", vague)
-    row = discrete._cdf_row(5, 1000)
+def test_a_cdf_row_with_an_undecided_denominator_is_computed_exactly():
+    # 1 - r**256 is never within 2**-_WORK of 0 at scales <= 2**48; were its enclosure to
+    # reach 0, every entry of the row would be computed exactly
+    lo, _ = discrete._exp_neg(256 * 5, 1000, discrete._WORK)
+    row = discrete._cdf_row(5, 1000, (lo, 1 << discrete._WORK))
     want = oracle_laplace_vals(1000, 5, 1)[0][1:]
     assert [int(h) << 64 | int(lo) for h, lo in row] == list(want)
 
