@@ -51,13 +51,13 @@ def _records(data):
     return _generate(DOM, RECORDS, 3)
 
 
-def _child(which, rp_dir, bits, data):
+def _child(which, rp_dir, bits, data, before=None):
     import numpy as np
 
     cols = _records(data)
     subsets = [s for k in range(4) for s in itertools.combinations(range(len(DOM)), k)]
     out = {"which": which}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if which == "residualplanner":
         sys.path.insert(0, rp_dir)
         import pandas as pd
@@ -73,8 +73,8 @@ def _child(which, rp_dir, bits, data):
         np.random.seed(0)
         system.measurement()
         system.reconstruction()
-    else:
-        sys.path.insert(0, str(HERE.parent))
+    else:  # "matmech" from this checkout, "matmech before" from --before
+        sys.path.insert(0, before if which == "matmech before" else str(HERE.parent))
         from matmech.factored.release import release_factored
         from matmech.factored.terms import marginal_workload
 
@@ -83,8 +83,10 @@ def _child(which, rp_dir, bits, data):
             np.column_stack(cols), W, 1.0, 1e-6, rng=np.random.default_rng(0), scale_bits=bits
         )
         out["rmse_analytic"] = float(np.sqrt(np.mean(rel.std**2)))
+        out["matmech_from"] = str(Path(sys.modules["matmech"].__file__).parents[1])
         out["scale_bits"] = bits
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = time.process_time() - c0
     out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(json.dumps(out))
 
@@ -97,6 +99,7 @@ def main(argv=None):
     )
     ap.add_argument("--data", help="ResidualPlanner's adult.csv (default: generated records)")
     ap.add_argument("--bits", type=int, nargs="+", default=[9], help="matmech scale_bits runs")
+    ap.add_argument("--before", help="an older matmech checkout to run too (its scale_bits 9)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -107,7 +110,7 @@ def main(argv=None):
         ap.error("--rp-dir is required")
     if args.child:
         bits = int(args.child[1]) if args.child[1] != "-" else None
-        return _child(args.child[0], args.rp_dir, bits, args.data)
+        return _child(args.child[0], args.rp_dir, bits, args.data, args.before)
     env = {
         **os.environ,
         "OPENBLAS_NUM_THREADS": "1",
@@ -115,7 +118,9 @@ def main(argv=None):
         "MKL_NUM_THREADS": "1",
     }
     runs = [("residualplanner", "-")] + [("matmech", str(b)) for b in args.bits]
+    runs += [("matmech before", "9")] if args.before else []
     data = ["--data", args.data] if args.data else []
+    data += ["--before", args.before] if args.before else []
     rows, loads = [], []
     for _ in range(args.repeats):
         for which, bits in runs:
@@ -154,20 +159,24 @@ def render(stem="residualplanner_adult"):
         "interleaved, one BLAS thread. ResidualPlanner: continuous Gaussian, answers only. matmech: exact "
         "discrete Gaussian, every answer with its exact std.",
         "",
-        "| run | median s | runs s | peak GiB | RMSE (analytic) |",
-        "|---|---|---|---|---|",
+        "| run | median s | runs s | median CPU s | runs CPU s | peak GiB | RMSE (analytic) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for key in sorted(
         {(r["which"], r.get("scale_bits")) for r in rows},
-        key=lambda k: (k[0] == "matmech", -(k[1] or 0)),
+        key=lambda k: (k[0] != "residualplanner", k[0] == "matmech", -(k[1] or 0)),
     ):
         rs = [r for r in rows if (r["which"], r.get("scale_bits")) == key]
         name = key[0] if key[1] is None else f"{key[0]}, scale_bits {key[1]}"
         rm = f"{rs[0]['rmse_analytic']:.4f}" if "rmse_analytic" in rs[0] else "-"
         runs = ", ".join(f"{r['seconds']:.1f}" for r in rs)
         med = statistics.median(r["seconds"] for r in rs)
+        cpu = [r["cpu_seconds"] for r in rs if "cpu_seconds" in r]
+        cpu_runs = ", ".join(f"{c:.1f}" for c in cpu) or "-"
+        cpu_med = f"{statistics.median(cpu):.1f}" if cpu else "-"
+        peak = max(r["peak_rss_gib"] for r in rs)
         lines.append(
-            f"| {name} | {med:.1f} | {runs} | {max(r['peak_rss_gib'] for r in rs):.2f} | {rm} |"
+            f"| {name} | {med:.1f} | {runs} | {cpu_med} | {cpu_runs} | {peak:.2f} | {rm} |"
         )
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -69,10 +69,7 @@ class GaussParams:
     y_safe: int
 
 
-# --------------------------------------------------------------------------------------
-# Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
-# --------------------------------------------------------------------------------------
-#
+# ------------- Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
 # Every decision below is "U < v" or "v <= U" for a uniform real U in [0, 1) read lazily
 # from random words and a computable irrational threshold v. U's first word is compared
 # with the first 64 bits of v; if they are equal the sample's spare word gives U's next 64
@@ -85,6 +82,7 @@ _TBITS = 128  # bits of U compared on the fixed-work path (word + spare)
 _WORK = 192  # working precision of the table builder (bits)
 _BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)
 _GAUSS_BLOCK = 1 << 16  # Gaussian samples per block of rejection rounds (public)
+_BROADCAST = 32  # digit searches of at most this many draws compare with every threshold
 _LAP_TAIL = 70  # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
 _GAUSS_TAIL = 89  # exp(-89) < 2**-128: such factors have threshold 0
 
@@ -172,8 +170,7 @@ def _resolve(keys, prefix: int, nbits: int, src: RandomSource) -> int:
     return count
 
 
-def _bernoulli(key: tuple, src: RandomSource) -> bool:
-    """Bernoulli(v) for the threshold named by ``key``, from fresh words (exact)."""
+def _bernoulli(key: tuple, src: RandomSource) -> bool:  # Bernoulli(v) from fresh words, exact
     return _resolve([key], 0, 0, src) == 0
 
 
@@ -250,8 +247,7 @@ def _cdf_row(a: int, t: int, r256: tuple[int, int]) -> np.ndarray:
     return _words(((one - hi) * inv_lo) >> sh, ((one - lo) * inv_hi) >> sh, _M64, key)
 
 
-def _floor_of(lo: int, hi: int, key: tuple) -> int:
-    """floor(v 2**128) from floors lo <= floor(v 2**128) <= hi, exactly if they differ."""
+def _floor_of(lo: int, hi: int, key: tuple) -> int:  # from bounds on it; exact if they differ
     return lo if lo == min(hi, (1 << _TBITS) - 1) else _floor_bits(key, _TBITS)
 
 
@@ -262,9 +258,21 @@ def _stack(rows: list) -> tuple[np.ndarray, np.ndarray]:
     return w[0].ravel(), w[1].ravel()
 
 
-def _ints(th: np.ndarray, tl: np.ndarray, rows: int) -> tuple:
-    """The 128-bit table entries as Python ints, one tuple per row."""
-    return tuple(map(tuple, ((th.astype(object) << 64) | tl).reshape(rows, 256).tolist()))
+class _Rows:
+    """A table's rows of 256 entries as (high, low) words ``th``, ``tl``; ``vals``: the
+    entries as Python ints, a tuple per row (for the exact path and the tests)."""
+
+    th: np.ndarray
+    tl: np.ndarray
+
+    @functools.cached_property
+    def vals(self) -> tuple:
+        v = (self.th.astype(object) << 64) | self.tl
+        return tuple(map(tuple, v.reshape(-1, 256).tolist()))
+
+    @property
+    def nbytes(self) -> int:
+        return self.th.nbytes + self.tl.nbytes
 
 
 class _TableCache:
@@ -296,7 +304,7 @@ class _TableCache:
             self._tabs.clear()
             self.nbytes = 0
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # tables held
         return len(self._tabs)
 
 
@@ -306,7 +314,7 @@ TABLES = _TableCache(64 << 20)
 
 
 @dataclass(frozen=True, eq=False)
-class _LaplaceTable:
+class _LaplaceTable(_Rows):
     """Thresholds of the fixed-work discrete Laplace sampler at scale t/s (q = exp(-s/t)).
 
     Y = |Z| - 1 >= 0 is geometric, P[Y = y] ∝ q**y. Its base-256 digits are independent
@@ -327,16 +335,8 @@ class _LaplaceTable:
     ovf: int
 
     @functools.cached_property
-    def vals(self) -> tuple:
-        return _ints(self.th, self.tl, self.digits)
-
-    @functools.cached_property
     def words(self) -> tuple:  # (high, low) words of the sign/zero and tail thresholds
         return tuple((np.uint64(v >> 64), np.uint64(v & _M64)) for v in (*self.sign, self.ovf))
-
-    @property
-    def nbytes(self) -> int:
-        return self.th.nbytes + self.tl.nbytes
 
 
 def _laplace_table(t: int, s: int) -> _LaplaceTable:
@@ -373,12 +373,20 @@ def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _steps(rows: int) -> tuple[np.ndarray, np.ndarray]:  # row starts, digit shifts (columns)
+    return np.arange(0, 256 * rows, 256)[:, None], np.arange(0, 8 * rows, 8)[:, None]
+
+
 def _digit_search(th, tl, base, wh, wl) -> np.ndarray:
     """base + #{c in 1..255 : T[base + c] <= W} for each row's table T (T[base] = 0 is a
-    sentinel) and 128-bit W = (wh, wl): a fixed-depth, branch-free binary search over the
-    255 thresholds. Its steps 128 + ... + 1 = 255 reach every count 0..255 (searching from
-    the sentinel instead caps the count one short, so digit 255 never occurs: issue 21).
-    ``take`` gathers about twice as fast as fancy indexing."""
+    sentinel) and 128-bit W = (wh, wl): a fixed-depth, branch-free binary search (``take``:
+    twice as fast as fancy indexing). Its steps 128 + ... + 1 = 255 reach every count 0..255
+    (from the sentinel the count is one short, digit 255 never drawn: issue 21). At most
+    ``_BROADCAST`` draws (a public size) are compared with all 255: the same count."""
+    if wh.shape[-1] <= _BROADCAST:  # (base: the start of every row, in order)
+        a, b, w = th.reshape(-1, 1, 256)[..., 1:], tl.reshape(-1, 1, 256)[..., 1:], wh[..., None]
+        return base + ((a < w) | ((a == w) & (b <= wl[:, None]))).sum(axis=2)
     pos = np.repeat(base, wh.shape[-1], axis=1)
     for h in (128, 64, 32, 16, 8, 4, 2, 1):
         i = pos + h  # <= base + 255
@@ -401,13 +409,13 @@ def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray
     w = src.words64((k + 1) * n).reshape(k + 1, n)
     wh, spare = w[:k], w[k]
     dh = wh[:D]
-    base = np.arange(0, 256 * D, 256, dtype=np.intp)[:, None]
+    base, shifts = _steps(D)
     pos = _digit_search(tab.th, tab.tl, base, dh, spare)  # index of the largest T <= W
     digit = pos - base
     eq = tab.th.take(pos) == dh  # the found threshold's high word: a tie if all 128 bits
     tie = eq & (digit > 0) & (tab.tl.take(pos) == spare)
     hi_tie = eq | (tab.th.take(np.minimum(pos + 1, base + 255)) == dh)
-    y = digit[0] if D == 1 else (digit << np.arange(0, 8 * D, 8)[:, None]).sum(axis=0)
+    y = digit[0] if D == 1 else (digit << shifts).sum(axis=0)
     sh, oh = wh[D], wh[D + 1]
     (g0h, g0l), (g1h, g1l), (oth, otl) = tab.words
     e0, e1, eo = sh == g0h, sh == g1h, oh == oth  # high-word ties
@@ -470,7 +478,7 @@ def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) 
 
 
 @dataclass(frozen=True, eq=False)
-class _GaussTable:
+class _GaussTable(_Rows):
     """Thresholds of the fixed-work acceptance test exp(-N/S) of CKS Alg. 3.
 
     exp(-N/S) = prod_d exp(-N_d 256**d / S) over the base-256 digits N_d of N, so the
@@ -485,14 +493,6 @@ class _GaussTable:
     high: bool
     th: np.ndarray
     tl: np.ndarray
-
-    @functools.cached_property
-    def vals(self) -> tuple:
-        return _ints(self.th, self.tl, self.positions)
-
-    @property
-    def nbytes(self) -> int:
-        return self.th.nbytes + self.tl.nbytes
 
 
 def _gauss_table(S: int) -> _GaussTable:
@@ -528,8 +528,9 @@ def _exp_accept(num: np.ndarray, tab: _GaussTable, src: RandomSource, *, huge=No
     k = L + tab.high
     w = src.words64((k + 1) * m).reshape(k + 1, m)
     wh, spare = w[:k], w[k]
-    c = (num >> np.arange(0, 8 * L, 8)[:, None]) & 255
-    idx = c + np.arange(0, 256 * L, 256)[:, None]
+    base, shifts = _steps(L)
+    c = (num >> shifts) & 255
+    idx = c + base
     th, tl, u = tab.th.take(idx), tab.tl.take(idx), wh[:L]
     live = c != 0  # c = 0: probability 1
     eq = (th == u) & live

@@ -9,7 +9,7 @@ import pytest
 
 from matmech.privacy import discrete, noise
 from matmech.privacy.randomness import check_rng
-from sampler_exact import oracle_gauss_vals, oracle_laplace_vals
+from sampler_exact import digit_classes, digit_outputs, oracle_gauss_vals, oracle_laplace_vals
 
 
 def _snapped(lo: float, hi: float, count: int, bits: int = 9) -> list[float]:
@@ -153,3 +153,19 @@ def test_seeded_words_are_the_generators_uint64_integers(bg):
     assert src._raw == (bg in BIT_GENERATORS)
     # and the generator is left in the same state
     assert src._rng.integers(0, 2**62) == ref.integers(0, 2**62)
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 3), 1, 30, 1000, 2**16, 2**48], ids=str)
+def test_the_all_thresholds_search_gives_the_binary_searchs_digits(scale, monkeypatch):
+    # a few draws compare with every threshold instead of searching: on every input class
+    # (both ends of every interval between thresholds, and the thresholds) the same digit
+    f = noise._laplace_fraction(scale)
+    tab = discrete._laplace_table(f.numerator, f.denominator)
+    for d in range(tab.digits):
+        points, ties = digit_classes(tab.vals[d][1:])
+        words = [w for w, _ in points + ties]
+        monkeypatch.setattr(discrete, "_BROADCAST", 0)
+        binary = digit_outputs(tab, d, words)
+        monkeypatch.setattr(discrete, "_BROADCAST", len(words))
+        assert np.array_equal(digit_outputs(tab, d, words), binary), d
+        assert np.array_equal(binary[: len(points)], [c for _, c in points])
