@@ -100,6 +100,7 @@ def main(argv=None):
     ap.add_argument("--data", help="ResidualPlanner's adult.csv (default: generated records)")
     ap.add_argument("--bits", type=int, nargs="+", default=[9], help="matmech scale_bits runs")
     ap.add_argument("--before", help="an older matmech checkout to run too (its scale_bits 9)")
+    ap.add_argument("--before-label", help="what --before is (e.g. its commit), for the table")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -140,6 +141,7 @@ def main(argv=None):
         "records": RECORDS,
         "data": "adult.csv (ResidualPlanner's, real)" if args.data else "generated",
         "domain": DOM,
+        "before": args.before_label or args.before,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
@@ -157,7 +159,8 @@ def render(stem="residualplanner_adult"):
         "",
         f"{meta['date']}, {meta['machine']}, load average {lo}-{hi} during the runs. One process per run, "
         "interleaved, one BLAS thread. ResidualPlanner: continuous Gaussian, answers only. matmech: exact "
-        "discrete Gaussian, every answer with its exact std.",
+        "discrete Gaussian, every answer with its exact std."
+        + (f" matmech before: {meta['before']}." if meta.get("before") else ""),
         "",
         "| run | median s | runs s | median CPU s | runs CPU s | peak GiB | RMSE (analytic) |",
         "|---|---|---|---|---|---|---|",
