@@ -176,6 +176,7 @@ def render(saved: dict) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", help="path of an older matmech/privacy/discrete.py")
+    ap.add_argument("--baseline-label", help="what --baseline is (e.g. its commit)")
     ap.add_argument("--n", type=int, default=1 << 20, help="draws per call")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sigmas", type=int, default=120, help="σ values for the table builds")
@@ -191,7 +192,7 @@ def main(argv=None) -> None:
         f"{sys.version.split()[0]}, numpy {np.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": [round(min(loads), 2), round(max(loads), 2)],
-        "baseline": args.baseline or "none",
+        "baseline": args.baseline_label or args.baseline or "none",
         "n": args.n,
         "repeats": args.repeats,
     }
