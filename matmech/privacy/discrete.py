@@ -27,11 +27,11 @@ output distribution:
   (probability <= e**-70), a Gaussian proposal too large for int64 arithmetic. The output
   stays exact; only in those events does the time depend on the value.
 
-Not covered: numpy's own timing (table look-ups touch value-dependent memory addresses, a
-few hundred bytes to 32 KiB per table, so cache effects remain; integer ufuncs are
-assumed to run in value-independent time), ``os.urandom`` and the Python interpreter
-(allocation, garbage collection), the one-off table construction for a new scale (a few
-ms, depends on the scale only), cost that grows with ``size`` and with the scale (D above),
+Not covered: numpy's own timing (look-ups touch value-dependent addresses of a 2-32 KiB
+table, so cache effects remain; integer ufuncs are assumed to run in value-independent
+time), ``os.urandom`` and the interpreter (allocation, garbage collection), building the
+tables of a new scale (about 0.7 ms, depends on the scale only; then cached in
+:data:`TABLES`), cost that grows with ``size`` and with the scale (D above),
 and everything outside this module: :func:`uniform` redraws 0 (probability 2**-53,
 independent of the output), the exponential mechanism computes in floating point, and a
 caller that branches on the noise leaks through its own timing.
@@ -40,6 +40,8 @@ caller that branches on the noise leaks through its own timing.
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,10 +69,7 @@ class GaussParams:
     y_safe: int
 
 
-# --------------------------------------------------------------------------------------
-# Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
-# --------------------------------------------------------------------------------------
-#
+# ------------- Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
 # Every decision below is "U < v" or "v <= U" for a uniform real U in [0, 1) read lazily
 # from random words and a computable irrational threshold v. U's first word is compared
 # with the first 64 bits of v; if they are equal the sample's spare word gives U's next 64
@@ -80,9 +79,10 @@ class GaussParams:
 # number enters a decision.
 
 _TBITS = 128  # bits of U compared on the fixed-work path (word + spare)
-_WORK = 256  # working precision of the table builder
+_WORK = 192  # working precision of the table builder (bits)
 _BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)
 _GAUSS_BLOCK = 1 << 16  # Gaussian samples per block of rejection rounds (public)
+_BROADCAST = 32  # digit searches of at most this many draws compare with every threshold
 _LAP_TAIL = 70  # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
 _GAUSS_TAIL = 89  # exp(-89) < 2**-128: such factors have threshold 0
 
@@ -170,41 +170,151 @@ def _resolve(keys, prefix: int, nbits: int, src: RandomSource) -> int:
     return count
 
 
-def _bernoulli(key: tuple, src: RandomSource) -> bool:
-    """Bernoulli(v) for the threshold named by ``key``, from fresh words (exact)."""
+def _bernoulli(key: tuple, src: RandomSource) -> bool:  # Bernoulli(v) from fresh words, exact
     return _resolve([key], 0, 0, src) == 0
 
 
-def _split(vals) -> tuple[np.ndarray, np.ndarray]:
-    """128-bit integers -> (high words, low words) as uint64 arrays."""
-    m = (1 << 64) - 1
-    return (
-        np.array([v >> 64 for v in vals], dtype=np.uint64),
-        np.array([v & m for v in vals], dtype=np.uint64),
+# ---------------------------------------- Tables: a whole row of thresholds at once
+# A row is floor(v_c 2**128), c = 1..255, v_c = r**c (a Gaussian factor) or
+# (1 - r**c) / (1 - r**256) (a Laplace digit's CDF), r = exp(-a/b). Enclosures of r**c,
+# c = 16 i + j: exact products of W-bit enclosures of r**j and r**(16 i) (W = _WORK), one
+# numpy outer product of Python ints per row; the quotient: a product with an enclosure of
+# 1 / (1 - r**256). An entry is the floor both bounds agree on, else computed exactly
+# (_floor_bits): the exact floor whatever W (tests: bit for bit the former builder, 100-digit
+# Decimals). Not computed: r**c <= e**-89 < 2**-128 gives 0 (a factor); r**c <= e**-90
+# gives 2**128 - 1 (a CDF, c < 256: 0 < 1 - F(c) < 2 e**-90 < 2**-128).
+
+_M64 = (1 << 64) - 1
+_E = 192  # bits of 1 / (1 - r**256) beyond the point: its rounding moves an entry < 2**-64
+
+
+def _chain(lo: int, hi: int, n: int) -> tuple[list, list]:
+    """Enclosures at 2**_WORK of x**k, k = 0..n, from lo <= x 2**_WORK <= hi."""
+    pl, ph = [1 << _WORK], [1 << _WORK]
+    for _ in range(n):
+        pl.append((pl[-1] * lo) >> _WORK)
+        ph.append(-((-(ph[-1] * hi)) >> _WORK))
+    return pl, ph
+
+
+def _products(a: int, b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Object arrays (Python ints) lo_c <= exp(-c a/b) 2**(2 _WORK) <= hi_c, c = 1..n."""
+    lo, hi = _exp_neg(a, b, _WORK)
+    pl, ph = _chain(lo, min(hi, 1 << _WORK), 16)  # r**j, j = 0..16
+    ql, qh = _chain(pl[16], ph[16], n // 16)  # r**(16 i)
+    lo_c, hi_c = (
+        np.multiply.outer(np.array(q, dtype=object), np.array(p[:16], dtype=object)).ravel()
+        for p, q in ((pl, ql), (ph, qh))
     )
+    return lo_c[1 : n + 1], hi_c[1 : n + 1]
 
 
-def _powers(a: int, b: int) -> tuple[list, list]:
-    """Enclosures (at 2**_WORK) of exp(-c a/b) for c = 0..256, by repeated products."""
-    rl, rh = _exp_neg(a, b, _WORK)
-    lo, hi = [1 << _WORK], [1 << _WORK]
-    for _ in range(256):
-        lo.append((lo[-1] * rl) >> _WORK)
-        hi.append(-((-(hi[-1] * rh)) >> _WORK))
-    return lo, hi
+def _words(lo: np.ndarray, hi: np.ndarray, fill: int, key) -> np.ndarray:
+    """(255, 2) words (high, low) of floor(v_c 2**128), c = 1..255, from object arrays
+    lo_c <= v_c 2**128 <= hi_c for c = 1..n (v_c < 1), ``fill`` for the rest; where the
+    bounds disagree, exactly (``key(c)`` names v_c for _floor_bits)."""
+    for i in np.flatnonzero(lo != np.minimum(hi, (1 << _TBITS) - 1)).tolist():
+        lo[i] = _floor_bits(key(i + 1), _TBITS)
+    out = np.full((255, 2), fill, dtype=np.uint64)
+    out[: lo.size, 0] = (lo >> 64).astype(np.uint64)
+    out[: lo.size, 1] = (lo & _M64).astype(np.uint64)
+    return out
 
 
-def _table_entry(lo: int, hi: int, key: tuple) -> int:
-    """floor(v 2**128) from an enclosure at 2**_WORK, or exactly when it is too wide."""
-    sh = _WORK - _TBITS
-    hi = min(hi, (1 << _WORK) - 1)  # every threshold is below 1
-    if lo >> sh == hi >> sh:
-        return lo >> sh
-    return _floor_bits(key, _TBITS)
+def _exp_row(a: int, S: int) -> np.ndarray:
+    """floor(exp(-c a/S) 2**128), c = 1..255."""
+    n = min(255, (89 * S - 1) // a)  # c a < 89 S
+    lo, hi = _products(a, S, n)
+    sh = 2 * _WORK - _TBITS
+    return _words(lo >> sh, hi >> sh, 0, lambda c: ("exp", c * a, S))
 
 
-@dataclass(frozen=True)
-class _LaplaceTable:
+def _cdf_row(a: int, t: int, r256: tuple[int, int]) -> np.ndarray:
+    """floor(F(c) 2**128), F(c) = (1 - r**c) / (1 - r**256), r = exp(-a/t), c = 1..255,
+    given ``r256``, an enclosure of r**256 at 2**_WORK."""
+    n = min(255, (90 * t - 1) // a)  # c a < 90 t
+    lo, hi = _products(a, t, n)
+    den_lo, den_hi = (1 << _WORK) - r256[1], (1 << _WORK) - r256[0]  # (1 - r**256) 2**W
+
+    def key(c: int) -> tuple:
+        return ("cdf", a, t, c)
+
+    if den_lo <= 0:  # never at scales up to 2**48 (1 - r**256 >= 2**-41)
+        return _words(np.zeros(n, dtype=object), np.ones(n, dtype=object) << 128, _M64, key)
+    inv_lo = (1 << (_WORK + _E)) // den_hi
+    inv_hi = -(-(1 << (_WORK + _E)) // den_lo)
+    one, sh = 1 << (2 * _WORK), 2 * _WORK + _E - _TBITS
+    return _words(((one - hi) * inv_lo) >> sh, ((one - lo) * inv_hi) >> sh, _M64, key)
+
+
+def _floor_of(lo: int, hi: int, key: tuple) -> int:  # from bounds on it; exact if they differ
+    return lo if lo == min(hi, (1 << _TBITS) - 1) else _floor_bits(key, _TBITS)
+
+
+def _stack(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of (255, 2) words -> (high, low) uint64 arrays with a 0 sentinel before each row."""
+    w = np.zeros((2, len(rows), 256), dtype=np.uint64)
+    w[:, :, 1:] = np.moveaxis(np.asarray(rows), -1, 0)
+    return w[0].ravel(), w[1].ravel()
+
+
+class _Rows:
+    """A table's rows of 256 entries as (high, low) words ``th``, ``tl``; ``vals``: the
+    entries as Python ints, a tuple per row (for the exact path and the tests)."""
+
+    th: np.ndarray
+    tl: np.ndarray
+
+    @functools.cached_property
+    def vals(self) -> tuple:
+        v = (self.th.astype(object) << 64) | self.tl
+        return tuple(map(tuple, v.reshape(-1, 256).tolist()))
+
+    @property
+    def nbytes(self) -> int:
+        return self.th.nbytes + self.tl.nbytes
+
+
+class _TableCache:
+    """Tables by exact scale; the least recently used are dropped beyond ``max_bytes``
+    (thread-safe; ``nbytes`` is the total held)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.nbytes = max_bytes, 0
+        self._tabs: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, build):
+        with self._lock:
+            tab = self._tabs.get(key)
+            if tab is not None:
+                self._tabs.move_to_end(key)
+                return tab
+        tab = build()  # outside the lock: tables depend on the key only
+        with self._lock:
+            if key not in self._tabs:
+                self._tabs[key] = tab
+                self.nbytes += tab.nbytes
+                while self.nbytes > self.max_bytes and len(self._tabs) > 1:
+                    self.nbytes -= self._tabs.popitem(last=False)[1].nbytes
+        return tab
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tabs.clear()
+            self.nbytes = 0
+
+    def __len__(self) -> int:  # tables held
+        return len(self._tabs)
+
+
+#: Sampler tables of recent scales (4 KiB per row, at most 32 KiB a table), shared by all
+#: calls and keyed by the exact scale: ("laplace", t, s) and ("gauss", S).
+TABLES = _TableCache(64 << 20)
+
+
+@dataclass(frozen=True, eq=False)
+class _LaplaceTable(_Rows):
     """Thresholds of the fixed-work discrete Laplace sampler at scale t/s (q = exp(-s/t)).
 
     Y = |Z| - 1 >= 0 is geometric, P[Y = y] ∝ q**y. Its base-256 digits are independent
@@ -219,46 +329,34 @@ class _LaplaceTable:
     t: int
     s: int
     digits: int
-    vals: tuple
     th: np.ndarray
     tl: np.ndarray
     sign: tuple
     ovf: int
 
+    @functools.cached_property
+    def words(self) -> tuple:  # (high, low) words of the sign/zero and tail thresholds
+        return tuple((np.uint64(v >> 64), np.uint64(v & _M64)) for v in (*self.sign, self.ovf))
 
-@functools.lru_cache(maxsize=256)
+
 def _laplace_table(t: int, s: int) -> _LaplaceTable:
+    """The table of scale t/s (built once, then from :data:`TABLES`)."""
+    return TABLES.get(("laplace", t, s), lambda: _build_laplace(t, s))
+
+
+def _build_laplace(t: int, s: int) -> _LaplaceTable:
     digits = 1
     while (s << (8 * digits)) < _LAP_TAIL * t:
         digits += 1
-    vals = []
-    one = 1 << _WORK
-    for d in range(digits):
-        a = s << (8 * d)
-        lo, hi = _powers(a, t)
-        row = [0]
-        for c in range(1, 256):
-            dl, dh = one - hi[256], one - lo[256]
-            if dl > 0:
-                fl = ((one - hi[c]) << _WORK) // dh
-                fh = -(-((one - lo[c]) << _WORK) // dl)
-            else:
-                fl, fh = 0, one
-            row.append(_table_entry(fl, fh, ("cdf", a, t, c)))
-        vals.append(tuple(row))
-    th, tl = _split([v for row in vals for v in row])
-    sign = (_floor_bits(("neg", s, t), _TBITS), _floor_bits(("nonpos", s, t), _TBITS))
-    ovf = _floor_bits(("exp", s << (8 * digits), t), _TBITS)
-    return _LaplaceTable(t, s, digits, tuple(vals), th, tl, sign, ovf)
-
-
-def _le(th, tl, wh, wl) -> np.ndarray:
-    """128-bit T <= W, elementwise, from (high, low) words."""
-    return (th < wh) | ((th == wh) & (tl <= wl))
-
-
-def _eq(th, tl, wh, wl) -> np.ndarray:
-    return (th == wh) & (tl == wl)
+    r = [_exp_neg(s << (8 * d), t, _WORK) for d in range(digits + 1)]  # q**(256**d)
+    th, tl = _stack([_cdf_row(s << (8 * d), t, r[d + 1]) for d in range(digits)])
+    (ql, qh), one, sh = r[0], 1 << _WORK, _WORK - _TBITS
+    sign = (  # q / (1 + q), 1 / (1 + q)
+        _floor_of((ql << _TBITS) // (one + qh), (qh << _TBITS) // (one + ql), ("neg", s, t)),
+        _floor_of((one << _TBITS) // (one + qh), (one << _TBITS) // (one + ql), ("nonpos", s, t)),
+    )
+    ovf = _floor_of(r[digits][0] >> sh, r[digits][1] >> sh, ("exp", s << (8 * digits), t))
+    return _LaplaceTable(t, s, digits, th, tl, sign, ovf)
 
 
 def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
@@ -267,24 +365,33 @@ def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
     Replaces the loops of CKS Alg. 2 (and Alg. 1 inside it) by inversion of
     exactly-computed CDFs; same distribution.
     """
-    out = np.empty(n, dtype=np.int64)
-    if n:
-        tab = _laplace_table(t, s)
-        for a in range(0, n, _BLOCK):
-            b = min(n, a + _BLOCK)
-            out[a:b] = _dlaplace_block(tab, b - a, src)
-    return out
+    if n <= _BLOCK:
+        return _dlaplace_block(_laplace_table(t, s), n, src) if n else np.empty(0, np.int64)
+    tab = _laplace_table(t, s)
+    return np.concatenate(
+        [_dlaplace_block(tab, min(_BLOCK, n - a), src) for a in range(0, n, _BLOCK)]
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _steps(rows: int) -> tuple[np.ndarray, np.ndarray]:  # row starts, digit shifts (columns)
+    return np.arange(0, 256 * rows, 256)[:, None], np.arange(0, 8 * rows, 8)[:, None]
 
 
 def _digit_search(th, tl, base, wh, wl) -> np.ndarray:
     """base + #{c in 1..255 : T[base + c] <= W} for each row's table T (T[base] = 0 is a
-    sentinel) and 128-bit W = (wh, wl): a fixed-depth, branch-free binary search over the
-    255 thresholds. Its steps 128 + ... + 1 = 255 reach every count 0..255 (searching from
-    the sentinel instead caps the count one short, so digit 255 never occurs: issue 21)."""
+    sentinel) and 128-bit W = (wh, wl): a fixed-depth, branch-free binary search (``take``:
+    twice as fast as fancy indexing). Its steps 128 + ... + 1 = 255 reach every count 0..255
+    (from the sentinel the count is one short, digit 255 never drawn: issue 21). At most
+    ``_BROADCAST`` draws (a public size) are compared with all 255: the same count."""
+    if wh.shape[-1] <= _BROADCAST:  # (base: the start of every row, in order)
+        a, b, w = th.reshape(-1, 1, 256)[..., 1:], tl.reshape(-1, 1, 256)[..., 1:], wh[..., None]
+        return base + ((a < w) | ((a == w) & (b <= wl[:, None]))).sum(axis=2)
     pos = np.repeat(base, wh.shape[-1], axis=1)
     for h in (128, 64, 32, 16, 8, 4, 2, 1):
         i = pos + h  # <= base + 255
-        pos += _le(th[i], tl[i], wh, wl) * h
+        a = th.take(i)
+        pos += ((a < wh) | ((a == wh) & (tl.take(i) <= wl))) * h
     return pos
 
 
@@ -302,29 +409,22 @@ def _dlaplace_block(tab: _LaplaceTable, n: int, src: RandomSource) -> np.ndarray
     w = src.words64((k + 1) * n).reshape(k + 1, n)
     wh, spare = w[:k], w[k]
     dh = wh[:D]
-    base = np.arange(0, 256 * D, 256, dtype=np.int64)[:, None]
+    base, shifts = _steps(D)
     pos = _digit_search(tab.th, tab.tl, base, dh, spare)  # index of the largest T <= W
     digit = pos - base
-    th_pos = tab.th[pos]
-    tie = (digit > 0) & _eq(th_pos, tab.tl[pos], dh, spare)
-    hi_tie = (th_pos == dh) | (tab.th[np.minimum(pos + 1, base + 255)] == dh)
-    y = (
-        digit[0]
-        if D == 1
-        else (digit << np.arange(0, 8 * D, 8, dtype=np.int64)[:, None]).sum(axis=0)
-    )
+    eq = tab.th.take(pos) == dh  # the found threshold's high word: a tie if all 128 bits
+    tie = eq & (digit > 0) & (tab.tl.take(pos) == spare)
+    hi_tie = eq | (tab.th.take(np.minimum(pos + 1, base + 255)) == dh)
+    y = digit[0] if D == 1 else (digit << shifts).sum(axis=0)
     sh, oh = wh[D], wh[D + 1]
-    g = [(np.uint64(v >> 64), np.uint64(v & 0xFFFFFFFFFFFFFFFF)) for v in (*tab.sign, tab.ovf)]
-    sgn = _le(*g[0], sh, spare).astype(np.int64) + _le(*g[1], sh, spare) - 1
-    n_hi = hi_tie.sum(axis=0) + (sh == g[0][0]) + (sh == g[1][0]) + (oh == g[2][0])
-    rare = (
-        tie.any(axis=0)
-        | _eq(*g[0], sh, spare)
-        | _eq(*g[1], sh, spare)
-        | (n_hi > 1)
-        | ~_le(*g[2], oh, spare)
-        | _eq(*g[2], oh, spare)
-    )  # tail non-zero iff U < q**256**D
+    (g0h, g0l), (g1h, g1l), (oth, otl) = tab.words
+    e0, e1, eo = sh == g0h, sh == g1h, oh == oth  # high-word ties
+    sgn = ((g0h < sh) | (e0 & (g0l <= spare))).astype(np.int64)  # thresholds <= U
+    sgn += (g1h < sh) | (e1 & (g1l <= spare))
+    sgn -= 1
+    n_hi = hi_tie.sum(axis=0) + e0 + e1 + eo
+    rare = tie.any(axis=0) | (n_hi > 1) | (e0 & (g0l == spare)) | (e1 & (g1l == spare))
+    rare |= (oh < oth) | (eo & (spare <= otl))  # tail non-zero iff U < q**256**D; or a tie
     z = sgn * (y + 1)
     if rare.any():  # probability below 2**-100 per sample
         for i in np.flatnonzero(rare).tolist():
@@ -377,8 +477,8 @@ def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) 
     return sgn * (y + 1)
 
 
-@dataclass(frozen=True)
-class _GaussTable:
+@dataclass(frozen=True, eq=False)
+class _GaussTable(_Rows):
     """Thresholds of the fixed-work acceptance test exp(-N/S) of CKS Alg. 3.
 
     exp(-N/S) = prod_d exp(-N_d 256**d / S) over the base-256 digits N_d of N, so the
@@ -391,25 +491,21 @@ class _GaussTable:
     S: int
     positions: int
     high: bool
-    vals: tuple
     th: np.ndarray
     tl: np.ndarray
 
 
-@functools.lru_cache(maxsize=256)
 def _gauss_table(S: int) -> _GaussTable:
+    """The acceptance table of exp(-N/S) (built once, then from :data:`TABLES`)."""
+    return TABLES.get(("gauss", S), lambda: _build_gauss(S))
+
+
+def _build_gauss(S: int) -> _GaussTable:
     L = 1
     while L < 8 and (1 << (8 * L)) < _GAUSS_TAIL * S:
         L += 1
-    vals = []
-    for d in range(L):
-        lo, hi = _powers(1 << (8 * d), S)
-        vals.append(
-            (0,)
-            + tuple(_table_entry(lo[c], hi[c], ("exp", c << (8 * d), S)) for c in range(1, 256))
-        )
-    th, tl = _split([v for row in vals for v in row])
-    return _GaussTable(S, L, L < 8, tuple(vals), th, tl)
+    th, tl = _stack([_exp_row(1 << (8 * d), S) for d in range(L)])
+    return _GaussTable(S, L, L < 8, th, tl)
 
 
 def _gauss_accept(ay: np.ndarray, p: GaussParams, src: RandomSource) -> np.ndarray:
@@ -417,9 +513,11 @@ def _gauss_accept(ay: np.ndarray, p: GaussParams, src: RandomSource) -> np.ndarr
     the same work for every |y|. A proposal too large for int64 arithmetic (|y| > y_safe)
     takes a fresh exact draw instead of its fixed-path words."""
     unsafe = np.flatnonzero(ay > p.y_safe).tolist()
-    d = np.minimum(ay, p.y_safe) * p.P - p.Q
+    d = np.minimum(ay, p.y_safe)
+    d = (d * p.P if p.P != 1 else d) - p.Q
     huge = {i: (int(ay[i]) * p.P - p.Q) ** 2 * p.R for i in unsafe}
-    return _exp_accept(d * d * p.R, _gauss_table(p.S), src, huge=huge)  # fits: |y| <= y_safe
+    num = d * d * p.R if p.R != 1 else d * d  # fits: |y| <= y_safe
+    return _exp_accept(num, _gauss_table(p.S), src, huge=huge)
 
 
 def _exp_accept(num: np.ndarray, tab: _GaussTable, src: RandomSource, *, huge=None) -> np.ndarray:
@@ -430,13 +528,16 @@ def _exp_accept(num: np.ndarray, tab: _GaussTable, src: RandomSource, *, huge=No
     k = L + tab.high
     w = src.words64((k + 1) * m).reshape(k + 1, m)
     wh, spare = w[:k], w[k]
-    c = (num >> np.arange(0, 8 * L, 8, dtype=np.int64)[:, None]) & 255
-    idx = c + np.arange(0, 256 * L, 256, dtype=np.int64)[:, None]
-    th, tl = tab.th[idx], tab.tl[idx]
+    base, shifts = _steps(L)
+    c = (num >> shifts) & 255
+    idx = c + base
+    th, tl, u = tab.th.take(idx), tab.tl.take(idx), wh[:L]
     live = c != 0  # c = 0: probability 1
-    ok = (~live | ~_le(th, tl, wh[:L], spare)).all(axis=0)
-    tie = (live & _eq(th, tl, wh[:L], spare)).any(axis=0)
-    n_hi = (live & (th == wh[:L])).sum(axis=0)
+    eq = (th == u) & live
+    # a live factor rejects iff its threshold <= U
+    ok = ~(((th < u) & live) | (eq & (tl <= spare))).any(axis=0)
+    tie = (eq & (tl == spare)).any(axis=0)
+    n_hi = eq.sum(axis=0)
     if tab.high:
         hl = (num >> (8 * L)) != 0
         ok &= ~hl
@@ -470,10 +571,11 @@ def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: Ran
 def dgauss(p: GaussParams, n: int, src: RandomSource) -> np.ndarray:
     """n samples of CKS Alg. 3, in blocks of ``_GAUSS_BLOCK`` so the working arrays of
     the rejection rounds stay a few MiB whatever n (only the int64 output grows with n)."""
+    if n <= _GAUSS_BLOCK:
+        return _dgauss_block(p, n, src)
     out = np.empty(n, dtype=np.int64)
     for a in range(0, n, _GAUSS_BLOCK):
-        b = min(n, a + _GAUSS_BLOCK)
-        out[a:b] = _dgauss_block(p, b - a, src)
+        out[a : a + _GAUSS_BLOCK] = _dgauss_block(p, min(_GAUSS_BLOCK, n - a), src)
     return out
 
 

@@ -11,7 +11,8 @@ traced memory (``tracemalloc``) measured at 10⁵, 10⁶ and 4·10⁶ draws: dis
 9.3 / 16.4 / 40.4 MB (t = 10⁶: tables of ≈ 8 MB plus 8 bytes a draw); discrete Gaussian,
 drawn in blocks of 2¹⁶ (:mod:`matmech.privacy.discrete`), 16.5 / 23.7 / 47.7 MB (σ = 10³;
 11.1 / 18.4 / 42.4 at σ = 2.5: ≈ 16 MB of tables and blocks plus 8 bytes a draw); uniform
-16 bytes a draw.
+16 bytes a draw. Not counted: the tables kept across calls in
+:data:`matmech.privacy.discrete.TABLES` (at most 64 MiB, least recently used dropped).
 """
 
 from __future__ import annotations

@@ -140,14 +140,23 @@ class _SecureSource(RandomSource):
         return "RandomSource(os.urandom, secure=True)"
 
 
+#: Bit generators whose raw output is one full 64-bit word per step: for them
+#: ``random_raw(n)`` is the same words as ``integers(0, 2**64, n, dtype=np.uint64)`` (and
+#: leaves the same state), read about 2.5 times faster.
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
 class _GeneratorSource(RandomSource):
-    __slots__ = ("_rng",)
+    __slots__ = ("_rng", "_raw")
 
     def __init__(self, rng: np.random.Generator) -> None:
         super().__init__()
         self._rng = rng
+        self._raw = type(rng.bit_generator) in _RAW64
 
     def _generate(self, n: int) -> np.ndarray:
+        if self._raw:
+            return self._rng.bit_generator.random_raw(n)
         return self._rng.integers(0, 1 << 64, size=n, dtype=np.uint64)
 
     def __repr__(self) -> str:

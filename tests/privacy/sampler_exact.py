@@ -36,6 +36,8 @@ __all__ = [
     "laplace_loss_bound",
     "accept_outputs",
     "chi2_p",
+    "oracle_laplace_vals",
+    "oracle_gauss_vals",
     "TWO128",
 ]
 
@@ -276,3 +278,60 @@ def chi2_p(counts, expected):
     c, e = np.array(c), np.array(e)
     stat = np.sum((c - e) ** 2 / e)
     return float(stats.chi2.sf(stat, max(len(c) - 1, 1)))
+
+
+# ------------------------------------------------------- the Python-int table builder
+# The builder the samplers used before the packed one (issue 24): every entry from its own
+# 256-bit enclosure by repeated products and one division, with Python ints only. Kept as
+# the oracle the packed builder must match bit for bit.
+
+
+_ORACLE_WORK = 256
+
+
+def _oracle_powers(a: int, b: int) -> tuple[list, list]:
+    W = _ORACLE_WORK
+    rl, rh = discrete._exp_neg(a, b, W)
+    lo, hi = [1 << W], [1 << W]
+    for _ in range(256):
+        lo.append((lo[-1] * rl) >> W)
+        hi.append(-((-(hi[-1] * rh)) >> W))
+    return lo, hi
+
+
+def _oracle_entry(lo: int, hi: int, key: tuple) -> int:
+    sh = _ORACLE_WORK - 128
+    hi = min(hi, (1 << _ORACLE_WORK) - 1)
+    if lo >> sh == hi >> sh:
+        return lo >> sh
+    return discrete._floor_bits(key, 128)
+
+
+def oracle_laplace_vals(t: int, s: int, digits: int) -> tuple:
+    """``vals`` of the discrete Laplace table at scale t/s, Python ints only."""
+    one = 1 << _ORACLE_WORK
+    out = []
+    for d in range(digits):
+        a = s << (8 * d)
+        lo, hi = _oracle_powers(a, t)
+        dl, dh = one - hi[256], one - lo[256]
+        row = [0]
+        for c in range(1, 256):
+            if dl > 0:
+                fl = ((one - hi[c]) << _ORACLE_WORK) // dh
+                fh = -(-((one - lo[c]) << _ORACLE_WORK) // dl)
+            else:
+                fl, fh = 0, one
+            row.append(_oracle_entry(fl, fh, ("cdf", a, t, c)))
+        out.append(tuple(row))
+    return tuple(out)
+
+
+def oracle_gauss_vals(S: int, positions: int) -> tuple:
+    """``vals`` of the discrete Gaussian acceptance table exp(-N/S), Python ints only."""
+    out = []
+    for d in range(positions):
+        lo, hi = _oracle_powers(1 << (8 * d), S)
+        keys = [("exp", c << (8 * d), S) for c in range(1, 256)]
+        out.append((0, *(_oracle_entry(lo[c], hi[c], k) for c, k in zip(range(1, 256), keys))))
+    return tuple(out)

@@ -220,7 +220,7 @@ def _fold_digit_255(tab, monkeypatch):
         pos = np.repeat(base, wh.shape[-1], axis=1)
         for h in (128, 64, 32, 16, 8, 4, 2, 1):
             i = pos + (h - 1)
-            pos += discrete._le(th[i], tl[i], wh, wl) * h
+            pos += ((th[i] < wh) | ((th[i] == wh) & (tl[i] <= wl))) * h
         return pos - 1
 
     monkeypatch.setattr(discrete, "_digit_search", broken)
