@@ -57,8 +57,9 @@ from matmech.linalg.residual import (
 from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.measure import SENS_MARGIN, check_max_records
-from matmech.privacy.params import NEIGHBORS, calibrated_eps, check_neighbors, check_privacy_params
+from matmech.privacy.calibration import neighbor_sensitivity
+from matmech.privacy.measure import check_max_records
+from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 from matmech.record import MeasurementRecord
 
 __all__ = [
@@ -149,7 +150,7 @@ def plan_residual_measurement(
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     lat = plan.lattice
     s2 = float(np.sum(lat.norm2 / plan.variances))
-    sens = NEIGHBORS[neighbors] * math.sqrt(s2) * SENS_MARGIN
+    sens = neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True)
     sigma = gaussian_sigma(eps, delta, sens)
     per_shape = {}  # (largest row norm, largest |entry|) of H_T: a function of the attribute sizes
     for j, T in enumerate(lat.residuals):
@@ -166,7 +167,7 @@ def plan_residual_measurement(
                 f"residual {T} needs a discrete Gaussian σ of {tau:.4g}, beyond the exact sampler's "
                 f"{MAX_SIGMA:.4g}; eps={eps!r} is too small for this lattice"
             )
-        if max_records * hmax * NEIGHBORS[neighbors] >= 2.0**62:
+        if max_records * neighbor_sensitivity(hmax, neighbors) >= 2.0**62:
             raise ValueError(
                 f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}"
             )
@@ -394,18 +395,22 @@ def plan_residual_laplace(
     ):
         raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
     lat, theta = plan.lattice, np.asarray(plan.theta, dtype=np.float64)
-    factor = NEIGHBORS[neighbors]
-    sens = factor * table_sensitivity1(lat.domain, plan.tables, theta)
-    scales = bucket_up(sens * SENS_MARGIN / (eps * theta), scale_bits)
+    sens = neighbor_sensitivity(
+        table_sensitivity1(lat.domain, plan.tables, theta), neighbors, margin=True
+    )
+    scales = bucket_up(sens / (eps * theta), scale_bits)
     if not np.all(np.isfinite(scales)) or scales.max() > MAX_LAPLACE_SCALE:
         raise ValueError(
             f"a table needs a discrete Laplace scale of {float(scales.max()):.4g}, beyond the exact "
             f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan"
         )
     uniq, counts = np.unique(scales, return_counts=True)
-    loss = factor * sum(
-        (Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
-        Fraction(0),
+    loss = neighbor_sensitivity(
+        sum(
+            (Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
+            Fraction(0),
+        ),
+        neighbors,
     )
     if loss > Fraction(
         calibrated_eps(eps)
