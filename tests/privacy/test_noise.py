@@ -459,8 +459,12 @@ def test_grid_for():
 
 def test_snap_and_sensitivity_rule():
     assert snap([0.3, 1.26, -0.74, 0.25], 0.5).tolist() == [0.5, 1.5, -0.5, 0.0]
-    with pytest.raises(ValueError, match="finite"):
-        snap([1.0, np.nan], 0.5)
+    msgs = set()
+    for bad in ([1.0, np.nan], [np.inf, 2.0, 3.0]):
+        with pytest.raises(ValueError, match="finite") as err:
+            snap(bad, 0.5)
+        msgs.add(str(err.value))
+    assert len(msgs) == 1  # the message names no position of the values
     with pytest.raises(ValueError, match="power of two"):
         snap([1.0], 0.3)
     # brute-force the documented rule: c coordinates differ by total L1 <= delta
