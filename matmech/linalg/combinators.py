@@ -407,24 +407,10 @@ class Sum(LinOp):
 
 def kron_terms(A):
     """[(wⱼ, [Aᵢⱼ])] with A = [w₁ ⊗ᵢAᵢ₁; …] (a Kron, a scaling or a weighted, possibly nested,
-    stack of them, every term over the same attribute sizes), else None. The weights are
-    non-negative (a negative scaling changes no column norm)."""
-    if isinstance(A, Kron):
-        return [(1.0, list(A.factors))]
-    if isinstance(A, Scaled):
-        sub = kron_terms(A.base)
-        return None if sub is None else [(abs(A.c) * w, fs) for w, fs in sub]
-    if isinstance(A, VStack):
-        out, dims = [], None
-        for w, b in zip(A.weights, A.blocks):
-            sub = kron_terms(b)
-            if sub is None:
-                return None
-            for v, fs in sub:
-                d = tuple(f.shape[1] for f in fs)
-                if dims not in (None, d):
-                    return None
-                dims = d
-                out.append((float(w) * v, fs))
-        return out
-    return None
+    stack of them, every term over the same attribute sizes), else None: a view of
+    :func:`matmech.linalg.products.product_terms`. The weights are non-negative (a negative
+    scaling changes no column norm)."""
+    from matmech.linalg.products import product_terms
+
+    terms = product_terms(A)
+    return None if terms is None else [(t.weight, list(t.factors)) for t in terms]
