@@ -1,6 +1,6 @@
 """A workload or strategy as a union of Kronecker products, read factor by factor.
 
-W = [w₁ ⊗ᵢ Aᵢ₁; …; w_k ⊗ᵢ Aᵢ_k] (:func:`matmech.linalg.linop.kron_terms`). A factor is the
+W = [w₁ ⊗ᵢ Aᵢ₁; …; w_k ⊗ᵢ Aᵢ_k] (:func:`matmech.linalg.products.product_terms`). A factor is the
 total 1ᵀ (kind ``"T"``), the identity (``"I"``) or anything else (``"O"``). A term whose
 factors are all I or T is the marginal on the attributes with I; the *support* of a union
 is the set of attributes where some term is not a total. Restricted to a set U ⊇ support,
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.linalg.linop import Identity, Kron, LinOp, Ones, VStack, as_linop, kron_terms
+from matmech.linalg.linop import Identity, Kron, LinOp, Ones, VStack, as_linop
+from matmech.linalg.products import interval_kind, product_terms
 
 __all__ = ["Terms", "as_terms", "restrict", "MarginalWorkload", "marginal_workload", "MAX_CHECK_N"]
 
@@ -31,14 +32,7 @@ def _kind(f):
     if isinstance(f, Ones) and m == 1:
         return "T"
     if n > MAX_CHECK_N or m > MAX_CHECK_N:
-        lo_hi = getattr(f, "bounds", None)
-        if lo_hi is not None and type(f).__name__ == "Intervals":
-            lo, hi = f.bounds()
-            if m == 1 and lo[0] == 0 and hi[0] == n - 1:
-                return "T"
-            if m == n and np.array_equal(lo, np.arange(n)) and np.array_equal(hi, lo):
-                return "I"
-        return "O"
+        return interval_kind(f) or "O"
     if m == 1:
         return "T" if np.array_equal(f.dense(), np.ones((1, n))) else "O"
     if m == n and np.array_equal(f.dense(), np.eye(n)):
@@ -142,7 +136,7 @@ def as_terms(A, *, name="W"):
         raise TypeError(
             f"{name} must be a matmech LinOp (a Kron or a stack of Krons), got {type(A).__name__}"
         )
-    terms = kron_terms(A)
+    terms = product_terms(A)
     if terms is None:
         raise ValueError(
             f"{name} ({type(A).__name__}) is not a Kronecker product or a stack of them; "
@@ -155,12 +149,12 @@ def as_terms(A, *, name="W"):
             cache[id(f)] = (f, _kind(f))
         return cache[id(f)][1]
 
-    domain = tuple(int(f.shape[1]) for f in terms[0][1])
+    domain = tuple(int(f.shape[1]) for f in terms[0].factors)
     return Terms(
         domain,
-        tuple(float(w) for w, _ in terms),
-        tuple(tuple(fs) for _, fs in terms),
-        tuple(tuple(kind(f) for f in fs) for _, fs in terms),
+        tuple(float(t.weight) for t in terms),
+        tuple(t.factors for t in terms),
+        tuple(tuple(kind(f) for f in t.factors) for t in terms),
     )
 
 

@@ -11,7 +11,9 @@ so a product domain of 10¹⁸ cells is never materialised. The contract they im
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,7 +30,17 @@ from matmech.linalg.operator import (
 )
 from matmech import validate
 
-__all__ = ["Identity", "Ones", "Kron", "VStack", "Sum", "check_size", "kron_terms"]
+__all__ = [
+    "Identity",
+    "Ones",
+    "Kron",
+    "VStack",
+    "Sum",
+    "check_size",
+    "kron_terms",
+    "ProductTerm",
+    "product_terms",
+]
 
 
 def check_size(n, name="n"):
@@ -405,26 +417,76 @@ class Sum(LinOp):
 # -- sensitivity of Kronecker products and stacks of them, from the factors -------------------------
 
 
-def kron_terms(A):
-    """[(wⱼ, [Aᵢⱼ])] with A = [w₁ ⊗ᵢAᵢ₁; …] (a Kron, a scaling or a weighted, possibly nested,
-    stack of them, every term over the same attribute sizes), else None. The weights are
-    non-negative (a negative scaling changes no column norm)."""
-    if isinstance(A, Kron):
-        return [(1.0, list(A.factors))]
+@dataclass(frozen=True)
+class ProductTerm:
+    """One term wⱼ ⊗ᵢ Aᵢⱼ of a weighted union of Kronecker products.
+
+    ``weight`` is wⱼ ≥ 0 (the product of the stack weights and scalings above the term, a
+    negative scaling taken by its absolute value: it changes no gram or column norm);
+    ``weight2`` is wⱼ² computed as the product of the squared weights (the gram's factor,
+    rounded as the gram readers always have); ``factors`` the 1-D factors Aᵢⱼ."""
+
+    weight: float
+    weight2: float
+    factors: tuple
+
+
+def product_terms(A: Any, *, leaf: bool = False) -> tuple[ProductTerm, ...] | None:
+    """The terms of A = [w₁ ⊗ᵢ Aᵢ₁; …] (a Kron, a scaling or a weighted, possibly nested,
+    stack of them, every term over the same attribute sizes), else None.
+
+    With ``leaf=True`` A is one attribute's factor: a Kron is not split, and every operator
+    other than a stack or a scaling is a one-factor term (so [I; T] reads as two terms).
+
+    Parameters
+    ----------
+    A : LinOp
+        The operator to read.
+    leaf : bool, optional
+        Read A as a single attribute's (possibly stacked) factor.
+
+    Returns
+    -------
+    tuple of ProductTerm or None
+        The terms in row order, or None when A has no such form.
+
+    Examples
+    --------
+    >>> from matmech.linalg.linop import Identity, Kron, Ones, VStack
+    >>> import numpy as np
+    >>> W = VStack([Kron(Identity(2), Ones(1, 3))], weights=np.array([2.0]))
+    >>> [(t.weight, t.weight2, len(t.factors)) for t in product_terms(W)]
+    [(2.0, 4.0, 2)]
+    """
     if isinstance(A, Scaled):
-        sub = kron_terms(A.base)
-        return None if sub is None else [(abs(A.c) * w, fs) for w, fs in sub]
+        sub = product_terms(A.base, leaf=leaf)
+        if sub is None:
+            return None
+        return tuple(ProductTerm(abs(A.c) * t.weight, A.c**2 * t.weight2, t.factors) for t in sub)
     if isinstance(A, VStack):
         out, dims = [], None
         for w, b in zip(A.weights, A.blocks):
-            sub = kron_terms(b)
+            sub = product_terms(b, leaf=leaf)
             if sub is None:
                 return None
-            for v, fs in sub:
-                d = tuple(f.shape[1] for f in fs)
+            for t in sub:
+                d = tuple(f.shape[1] for f in t.factors)
                 if dims not in (None, d):
                     return None
                 dims = d
-                out.append((float(w) * v, fs))
-        return out
+                out.append(ProductTerm(float(w) * t.weight, float(w) ** 2 * t.weight2, t.factors))
+        return tuple(out)
+    if isinstance(A, Kron) and not leaf:
+        return (ProductTerm(1.0, 1.0, tuple(A.factors)),)
+    if leaf:
+        return (ProductTerm(1.0, 1.0, (A,)),)
     return None
+
+
+def kron_terms(A):
+    """[(wⱼ, [Aᵢⱼ])] with A = [w₁ ⊗ᵢAᵢ₁; …] (a Kron, a scaling or a weighted, possibly nested,
+    stack of them, every term over the same attribute sizes), else None: a view of
+    :func:`product_terms`. The weights are non-negative (a negative scaling changes no
+    column norm)."""
+    terms = product_terms(A)
+    return None if terms is None else [(t.weight, list(t.factors)) for t in terms]

@@ -9,7 +9,7 @@ where the structure allows, used by the error analysis and by least squares alik
   spectrum (as :class:`~matmech.optimizers.marginals.MarginalStrategy`); anything else by a
   dense eigen-decomposition up to :data:`MAX_DENSE_N`.
 * The marginal lattice: ``_marginal_terms`` (a weighted union of marginals as (weight²,
-  subset) terms), ``_workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
+  subset) terms, :func:`matmech.linalg.products.marginal_terms`), ``_workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
   transforms and ``_spectral_pinv``, shared by the error analysis and the marginal optimiser.
 * :func:`split_diagonal` / :func:`woodbury_factor`: strategies made of single-entry rows
   plus r ≤ n/4 other rows, as HDMM's p-Identity [I; Θ]D (McKenna et al., VLDB 2018):
@@ -25,7 +25,6 @@ import numpy as np
 from matmech.linalg.lazy import sla
 import scipy.sparse as sp
 
-from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import (
     Dense,
     Identity,
@@ -37,6 +36,7 @@ from matmech.linalg.linop import (
     as_linop,
     register,
 )
+from matmech.linalg.products import marginal_terms as _marginal_terms
 from matmech.linalg.spectral import BlockSpectral
 
 __all__ = [
@@ -137,28 +137,6 @@ def _marginal_union_pinv(A):
 
 #: Largest number of attributes whose 2^k lattice classes the structured paths enumerate.
 MAX_LATTICE_ATTRIBUTES = 20
-
-
-def _marginal_terms(W):
-    """For a weighted union of marginals, [(weight², attribute subset)] and the domain; else None."""
-    blocks = W.blocks if isinstance(W, VStack) else [W]
-    weights = W.weights if isinstance(W, VStack) else [1.0]
-    terms, domain = [], None
-    for w, b in zip(weights, blocks):
-        if not isinstance(b, Kron) or not all(isinstance(f, Intervals) for f in b.factors):
-            return None
-        dom = tuple(f.n for f in b.factors)
-        if domain not in (None, dom):
-            return None
-        domain, subset = dom, []
-        for i, f in enumerate(b.factors):
-            lo, hi = f.bounds()
-            if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
-                subset.append(i)
-            elif not (f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1):
-                return None
-        terms.append((float(w) ** 2, frozenset(subset)))
-    return terms, domain
 
 
 def _masks(domain):

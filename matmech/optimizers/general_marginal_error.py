@@ -409,10 +409,8 @@ class GeneralMarginalStrategy(VStack):
         a union of Kronecker products over the same attributes, else None. Raises ValueError
         when a query of W is outside the row space. A hook for the error analysis: it costs
         2^k classes × K terms, never a domain-sized vector."""
-        if (
-            kron_blocks(W) is None
-            or tuple(f.shape[1] for f in kron_blocks(W)[0][1]) != self.domain_sizes
-        ):
+        blocks = kron_blocks(W)  # one read of W's terms (matmech.linalg.products)
+        if blocks is None or tuple(f.shape[1] for f in blocks[0][1]) != self.domain_sizes:
             return None
         return _general_trace(W, self)
 

@@ -34,13 +34,13 @@ from matmech.linalg.linop import (
     Kron,
     LinOp,
     Ones,
-    Scaled,
     VStack,
     as_linop,
 )
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.l2 import dual_l2
-from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
+from matmech.linalg.products import product_terms
+from matmech.optimizers.marginal_workloads import _identity_like, _total_like
 from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
 
 __all__ = ["EXACT_N", "MAX_TERMS", "KronStackFit", "expand_terms", "optimize_kron_stack"]
@@ -66,30 +66,24 @@ class KronStackFit:
 
 
 def _parts(f):
-    """[(weight², 1-D block)] of a 1-D factor: the blocks of a weighted stack, else f."""
-    if isinstance(f, Scaled):
-        return [(f.c**2 * w2, b) for w2, b in _parts(f.base)]
-    if isinstance(f, VStack):
-        out = []
-        for w, b in zip(f.weights, f.blocks):
-            out += [(float(w) ** 2 * w2, bb) for w2, bb in _parts(b)]
-        return out
-    return [(1.0, f)]
+    """[(weight², 1-D block)] of a 1-D factor: the blocks of a weighted stack, else f
+    (:func:`matmech.linalg.products.product_terms` with ``leaf=True``)."""
+    return [(t.weight2, t.factors[0]) for t in product_terms(f, leaf=True)]
 
 
 def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
     """[(v², [factors])]: the Kronecker terms of W, with every stacked 1-D factor (e.g. [I; T])
     expanded into its blocks when ``expand`` (the gram is unchanged: ⊗ distributes over the
     stack's Σ)."""
-    blocks = kron_blocks(W)
-    if blocks is None:
+    terms = product_terms(as_linop(W))
+    if terms is None:
         raise ValueError(
             "a union of Kronecker products strategy needs a Kronecker workload or a union of them over the same attributes"
         )
     out = []
-    for w2, fs in blocks:
-        combos = [(w2, [])]
-        for f in fs:
+    for t in terms:
+        combos = [(t.weight2, [])]
+        for f in t.factors:
             parts = _parts(f) if expand else [(1.0, f)]
             combos = [(c * v, lst + [b]) for c, lst in combos for v, b in parts]
             if len(out) + len(combos) > max_terms:

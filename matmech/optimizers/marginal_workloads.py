@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from matmech.error import _marginal_terms
 from matmech.linalg.linop import Identity, Kron, Ones, Scaled, VStack, as_linop
+from matmech.linalg.products import interval_kind, marginal_terms, product_terms
 
 __all__ = ["marginal_workload", "expand_marginals", "kron_blocks", "MAX_EXPANDED_TERMS"]
 
@@ -27,42 +27,28 @@ MAX_EXPANDED_TERMS = 1 << 14
 def marginal_workload(W):
     """(terms, domain) if W is a weighted union of marginals, else None.
 
-    ``terms`` is a list of (weight², frozenset of attributes).
+    ``terms`` is a list of (weight², frozenset of attributes)
+    (:func:`matmech.linalg.products.marginal_terms`).
     """
-    if not isinstance(W, (VStack, Kron)):
-        return None
-    if isinstance(W, VStack) and not all(isinstance(b, Kron) for b in W.blocks):
-        return None
-    return _marginal_terms(W)
+    return marginal_terms(W)
 
 
 def _factor_options(f):
     """[(weight², in_subset)] if the 1-D workload f is an identity, a total, or a weighted
-    stack of them (e.g. [I; T]), else None: the rows of f as marginals on one attribute."""
-    from matmech.linalg.intervals import Intervals
-
-    if isinstance(f, Scaled):
-        sub = _factor_options(f.base)
-        return None if sub is None else [(f.c**2 * w2, s) for w2, s in sub]
-    if isinstance(f, VStack):
-        out = []
-        for w, b in zip(f.weights, f.blocks):
-            sub = _factor_options(b)
-            if sub is None:
-                return None
-            out += [(float(w) ** 2 * w2, s) for w2, s in sub]
-        return out
-    if isinstance(f, Intervals):
-        lo, hi = f.bounds()
-        if f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo):
-            return [(1.0, True)]
-        if f.shape[0] == 1 and lo[0] == 0 and hi[0] == f.n - 1:
-            return [(1.0, False)]
-    if isinstance(f, Identity):
-        return [(1.0, True)]
-    if isinstance(f, Ones) and f.shape[0] == 1:
-        return [(1.0, False)]
-    return None
+    stack of them (e.g. [I; T]), else None: the rows of f as marginals on one attribute
+    (its blocks read by :func:`matmech.linalg.products.product_terms` with ``leaf=True``)."""
+    terms, out = product_terms(f, leaf=True), []
+    for t in terms or ():
+        (b,) = t.factors
+        kind = interval_kind(b)
+        if isinstance(b, Identity):
+            kind = "I"
+        elif isinstance(b, Ones) and b.shape[0] == 1:
+            kind = "T"
+        if kind is None:
+            return None
+        out.append((t.weight2, kind == "I"))
+    return out if terms is not None else None
 
 
 def expand_marginals(W, *, max_terms=MAX_EXPANDED_TERMS):
@@ -113,38 +99,15 @@ def expand_marginals(W, *, max_terms=MAX_EXPANDED_TERMS):
 
 def kron_blocks(W):
     """[(weight², [factor workloads])] if W is a Kron or a weighted union of Krons over the
-    same attribute sizes (single-attribute unions count as one factor), else None."""
-    W = as_linop(W)
-    if isinstance(W, Kron):
-        return [(1.0, list(W.factors))]
-    if isinstance(W, Scaled) and isinstance(W.base, Kron):
-        return [(W.c**2, list(W.base.factors))]
-    if isinstance(W, VStack):
-        out, dims = [], None
-        for w, b in zip(W.weights, W.blocks):
-            sub = kron_blocks(b)
-            if sub is None:
-                return None
-            for w2, fs in sub:
-                d = tuple(f.shape[1] for f in fs)
-                if dims not in (None, d):
-                    return None
-                dims = d
-                out.append((float(w) ** 2 * w2, fs))
-        return out
-    return None
+    same attribute sizes (single-attribute unions count as one factor), else None: a view of
+    :func:`matmech.linalg.products.product_terms`."""
+    terms = product_terms(as_linop(W))
+    return None if terms is None else [(t.weight2, list(t.factors)) for t in terms]
 
 
 def _identity_like(f):
     """True if the 1-D workload factor f is the identity (as Intervals or Identity)."""
-    from matmech.linalg.intervals import Intervals
-
-    if isinstance(f, Identity):
-        return True
-    if isinstance(f, Intervals):
-        lo, hi = f.bounds()
-        return f.shape[0] == f.n and np.array_equal(lo, np.arange(f.n)) and np.array_equal(hi, lo)
-    return False
+    return isinstance(f, Identity) or interval_kind(f) == "I"
 
 
 def _total_like(f):

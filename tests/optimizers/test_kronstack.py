@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from matmech import workloads as wl
-from matmech.linalg.linop import Dense, Kron, VStack
+from matmech.linalg.linop import Dense, Kron, Scaled, VStack
 from matmech.optimizers import kronstack as KS
 from matmech.optimizers.dispatch import optimize
 
@@ -37,6 +37,17 @@ def _cases():
             Kron(Dense(rng.standard_normal((3, 5))), wl.total(3)),
             Kron(wl.all_range(5), wl.identity(3)),
         ]
+    )
+    # a scaled, nested stack (read by matmech.linalg.products like the flat stack it equals)
+    yield Scaled(
+        VStack(
+            [
+                Scaled(Kron(wl.prefix(5), wl.identity(3)), -2.0),
+                VStack([Kron(wl.total(5), wl.all_range(3))], weights=[0.5]),
+            ],
+            weights=[0.3, 1.7],
+        ),
+        3.0,
     )
 
 
