@@ -86,6 +86,7 @@ _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
 _CHUNK = 1 << 22  # coordinates handled in one stack (bounds the temporaries)
+_SUB = 1 << 19  # coordinates contrasted at once (4-8 MB temporaries, reused from the heap)
 _EXACT = 2.0**53  # |H_T x| below this: BLAS in float64 is exact
 #: The exact samplers' largest σ / scale on the integers (:mod:`matmech.privacy.noise`).
 MAX_SIGMA = float(noise.MAX_SIGMA)
@@ -261,9 +262,14 @@ def measure_batch(mplan, batch, tables, src):
     small = np.uint8 if scales.size <= 1 << 8 else np.uint16 if scales.size <= 1 << 16 else np.int64
     key = inv.reshape(batch.tau.shape).astype(small)[:, batch.cls]  # (residual, row) → its τ
     # (a stable argsort of 8/16-bit keys is a radix sort)
-    stack = np.stack([tables[lat.residuals[j]] for j in batch.J.tolist()])
-    y = _contrast(stack, batch.shape, tuple(range(len(batch.shape))), mplan.max_records)
-    y = np.ascontiguousarray(y.reshape(batch.J.size, -1))
+    y = np.empty((batch.J.size, batch.cls.size), dtype=np.int64)
+    axes, step = tuple(range(len(batch.shape))), max(1, _SUB // batch.cls.size)
+    for at in range(0, batch.J.size, step):  # exact per residual: sub-stacks change nothing
+        Js = batch.J[at : at + step].tolist()
+        stack = np.stack([tables[lat.residuals[j]] for j in Js])
+        y[at : at + len(Js)] = _contrast(stack, batch.shape, axes, mplan.max_records).reshape(
+            len(Js), -1
+        )
     del stack
     flat = y.reshape(-1)
     order = np.argsort(key.reshape(-1), kind="stable")

@@ -34,7 +34,8 @@ from matmech.linalg.residual import (
 
 __all__ = ["MarginalReconstructor", "nonneg_consistent"]
 
-_CHUNK = 1 << 22  # cells of the marginals built as one stack (bounds the temporaries)
+_CHUNK = 1 << 20  # cells of the marginals built as one stack (8 MB temporaries: under
+# glibc's 32 MB mmap ceiling they are reused from the heap instead of faulted in afresh)
 
 
 def _lift(coords, domain, T):
@@ -104,10 +105,11 @@ class MarginalReconstructor:
             for at in range(0, len(members), step):
                 K = members[at : at + step]
                 est, v = self._stack([subsets[k] for k in K], shape)
-                pos = offsets[K][:, None] + np.arange(math.prod(shape))[None, :]
-                w = weights[K][:, None]
-                answers[pos] = w * est.reshape(len(K), -1)
-                var[pos] = w * w * v.reshape(len(K), -1)
+                est, v = est.reshape(len(K), -1), v.reshape(len(K), -1)
+                for row, k in enumerate(K):  # each marginal is one slice: no index arrays
+                    w, at = weights[k], slice(offsets[k], offsets[k + 1])
+                    np.multiply(w, est[row], out=answers[at])
+                    np.multiply(w * w, v[row], out=var[at])
         return answers, var
 
     def answers(self, subsets, weights=None) -> Answers:
@@ -133,13 +135,16 @@ class MarginalReconstructor:
                 view = (len(Ss), *(shape[j] if j in mask else 1 for j in range(k)))
                 rest = math.prod(shape[j] for j in range(k) if j not in mask)
                 if r == k:  # each marginal's own residual: lifted as a stack, not kept
-                    cs = np.stack([self.measurement.coords[T] for T in Ts])
-                    vs = np.stack([self.measurement.row_variances[T] for T in Ts])
-                    e = apply_axes_batched(cs, [contrast_operators(n)[1] for n in shape])
-                    v = apply_axes_batched(vs, [contrast_operators(n)[2] for n in shape])
-                else:
-                    e = np.stack([self._parts(T)[0] for T in Ts])
-                    v = np.stack([self._parts(T)[1] for T in Ts])
+                    # (stacked batch-last, added without the /1: fewer full-size copies)
+                    q = [contrast_operators(n) for n in shape]
+                    cs = np.stack([self.measurement.coords[T] for T in Ts], axis=-1)
+                    est += apply_axes_batched(cs, [c[1] for c in q], batch_last=True)
+                    del cs
+                    vs = np.stack([self.measurement.row_variances[T] for T in Ts], axis=-1)
+                    var += apply_axes_batched(vs, [c[2] for c in q], batch_last=True)
+                    continue
+                e = np.stack([self._parts(T)[0] for T in Ts])
+                v = np.stack([self._parts(T)[1] for T in Ts])
                 est += e.reshape(view) / rest
                 var += v.reshape(view) / rest**2
         return est, var

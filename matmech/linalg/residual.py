@@ -364,18 +364,19 @@ def apply_axes(arr, mats):
     return t
 
 
-def apply_axes_batched(arr, mats):
+def apply_axes_batched(arr, mats, *, batch_last=False):
     """:func:`apply_axes` on each ``arr[b]`` of a stack (axis 0 the batch): the same
     per-axis products, each over the whole stack at once (one sparse product per axis
-    instead of one per member)."""
+    instead of one per member). ``batch_last``: the stack is given with the batch on the
+    LAST axis (e.g. ``np.stack(..., axis=-1)``), which saves the first rotation's copy; the
+    result has the batch first either way."""
     t = np.asarray(arr, dtype=np.float64)
     if t.ndim != len(mats) + 1:
         raise ValueError(
             f"expected {t.ndim - 1} matrices for a stack of shape {t.shape}, got {len(mats)}"
         )
-    t = np.ascontiguousarray(
-        np.moveaxis(t, 0, -1)
-    )  # batch last; each step rotates one axis behind it
+    # batch last; each step rotates one axis behind it
+    t = np.ascontiguousarray(t if batch_last else np.moveaxis(t, 0, -1))
     for m in mats:
         rest = t.shape[1:]
         out = m @ t.reshape(t.shape[0], -1)

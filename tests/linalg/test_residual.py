@@ -236,6 +236,8 @@ def test_apply_axes_batched_equals_apply_axes_member_by_member():
     assert got.shape == (7, 2, 4, 4)
     for b in range(7):
         np.testing.assert_allclose(got[b], apply_axes(stack[b], mats), rtol=1e-13, atol=1e-13)
+    last = np.stack(list(stack), axis=-1)  # the same stack, batch on the last axis
+    np.testing.assert_array_equal(apply_axes_batched(last, mats, batch_last=True), got)
     np.testing.assert_array_equal(
         apply_axes_batched(np.arange(3.0), []), np.arange(3.0)
     )  # a stack of scalars
