@@ -28,7 +28,7 @@ import numpy as np
 from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
-from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_table_source
 from matmech.privacy.budget import check_affordable
@@ -65,7 +65,7 @@ def gmarginal_strategy(W, eps, delta, strategy):
 
 
 @dataclass(frozen=True, eq=False)
-class GMarginalPlan:
+class GMarginalPlan(MeasuredPlan):
     """A generalised marginal strategy measured from the marginal tables of its subsets
     (:class:`~matmech.pipeline.plan.Plan`); ``measurement`` the grids and per-subset noise,
     ``solver`` the factored GLS, ``variances`` the answers' exact variances."""
@@ -77,18 +77,6 @@ class GMarginalPlan:
     variances: np.ndarray = field(repr=False)
     name: str
     note: str
-
-    @property
-    def eps(self) -> float:
-        return self.measurement.eps
-
-    @property
-    def delta(self) -> float:
-        return self.measurement.delta
-
-    @property
-    def neighbors(self) -> str:
-        return self.measurement.neighbors
 
     @property
     def what(self) -> str:

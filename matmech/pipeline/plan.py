@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Plan", "Draws", "Estimate"]
+__all__ = ["Plan", "Draws", "Estimate", "MeasuredPlan"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +62,25 @@ class Estimate:
     std: np.ndarray = field(repr=False)
     expected_error: float
     fields: Mapping = field(default_factory=lambda: MappingProxyType({}))
+
+
+class MeasuredPlan:
+    """For a plan whose ``measurement`` (a measurement plan) carries the privacy parameters:
+    ``eps``, ``delta`` and ``neighbors`` are the measurement's (one source, never a copy)."""
+
+    measurement: Any
+
+    @property
+    def eps(self) -> float:
+        return self.measurement.eps
+
+    @property
+    def delta(self) -> float:
+        return self.measurement.delta
+
+    @property
+    def neighbors(self) -> str:
+        return self.measurement.neighbors
 
 
 @runtime_checkable

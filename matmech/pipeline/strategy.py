@@ -19,7 +19,7 @@ import numpy as np
 from matmech.error import measured_variances
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp
-from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
 from matmech.privacy.measure import (
     MeasurementPlan,
     check_counts,
@@ -33,7 +33,7 @@ __all__ = ["StrategyPlan", "strategy_plan"]
 
 
 @dataclass(frozen=True, eq=False)
-class StrategyPlan:
+class StrategyPlan(MeasuredPlan):
     """A strategy's measurement of the histogram of the attributes ``subsets[0]``
     (:class:`~matmech.pipeline.plan.Plan`). ``answered``: the rows answered over the measured
     cells (W, or W_U on the factored path); ``workload``: the Release's W; ``variances``:
@@ -48,18 +48,6 @@ class StrategyPlan:
     sizes: tuple
     subsets: tuple
     attributes: tuple | None = None
-
-    @property
-    def eps(self) -> float:
-        return self.measurement.eps
-
-    @property
-    def delta(self) -> float:
-        return self.measurement.delta
-
-    @property
-    def neighbors(self) -> str:
-        return self.measurement.neighbors
 
     @property
     def what(self) -> str:
