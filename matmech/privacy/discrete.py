@@ -292,14 +292,14 @@ def _by_group(stacks, group, index, w, m: int, draw) -> np.ndarray:
         one = len(stacks[0].tabs) == 1
         return draw(stacks[0], None if one or w is None else index[w], None)
     g = group[w]
-    out = None
+    parts = []
     for k, tabs in enumerate(stacks):
         sel = np.flatnonzero(g == k)
         if sel.size:
-            part = draw(tabs, None if len(tabs.tabs) == 1 else index[w[sel]], sel)
-            if out is None:
-                out = np.empty(m, dtype=part.dtype)
-            out[sel] = part
+            parts.append((sel, draw(tabs, None if len(tabs.tabs) == 1 else index[w[sel]], sel)))
+    out = np.empty(m, dtype=parts[0][1].dtype)
+    for sel, part in parts:
+        out[sel] = part
     return out
 
 

@@ -206,21 +206,17 @@ def _dyadic_params(m: int, K: int) -> GaussParams | None:
     scale 2**u/p (a 4-bit p, within 4% of σ) is shared by every σ it is closest to.
     γ(y) = y²/(2σ²) - |y| p/2**u + C/S with C/S the largest |y| p/2**u - y²/(2σ²) over the
     integers (so max exp(-γ) = 1). None when S would exceed :data:`_DYADIC_MAX_S`."""
-    two = Fraction(2)
-    r = m * two**-K  # 1/(2σ²)
-    s2 = 1 / (2 * r)
-    f, e = math.frexp(1.0 / math.sqrt(float(s2)))  # 1/σ = f 2**e, f in [1/2, 1)
-    inv_lap = Fraction(round(f * 16)) * two ** (e - 4)
-    S = 1 << max(K, 4 - e, 0)
+    s2 = Fraction(1 << (K - 1), m) if K >= 1 else Fraction(1, m << (1 - K))
+    f, e = math.frexp(math.sqrt(2.0 * m) * 2.0 ** (-K / 2))  # 1/σ = f 2**e, f in [1/2, 1)
+    p, u = round(f * 16), 4 - e  # 1/scale = p / 2**u
+    k = max(K, u, 0)
+    S = 1 << k
     if S > _DYADIC_MAX_S:
         return None
-    A, B = r * S, inv_lap * S
-    if A.denominator != 1 or B.denominator != 1:  # cannot happen: S clears both denominators
-        raise ArithmeticError("dyadic Gaussian parameters are not integral")
-    A, B = int(A), int(B)
+    A, B = m << (k - K), p << (k - u)  # A/S = 1/(2σ²), B/S = 1/scale
     y0 = B // (2 * A)
     C = max(B * y - A * y * y for y in (y0, y0 + 1))
-    lap = 1 / inv_lap
+    lap = Fraction(1 << u, p) if u >= 0 else Fraction(1, p << -u)
     return GaussParams(
         s2.numerator, s2.denominator, lap.numerator, lap.denominator, A, B, C, S, _y_safe(A, B, C)
     )
