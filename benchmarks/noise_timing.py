@@ -178,10 +178,7 @@ def old_dlaplace(t, s, n, src):
 
 def _old_gauss_accept(ay, p, src):
     # the huge-|y| branch of the old code (probability < 2**-100) is omitted here
-    d = ay * p.P - p.Q if p.P != 1 else ay - p.Q
-    num = d * d
-    if p.R != 1:
-        num *= p.R
+    num = (ay * p.A - p.B) * ay + p.C
     return _bern_exp(num, p.S, src)
 
 

@@ -8,6 +8,10 @@ run in the same process, so that load drifts hit both alike:
 * table builds: for every σ of a grid snapped to 9 significant bits (the residual path's
   ``scale_bits``), the discrete Laplace proposal table and the Gaussian acceptance table,
   built from scratch (no cache);
+* many σ (the residual release's case): ``--many`` σ from 3 to 3,000 (log-spaced lower
+  bounds τ), ``--per`` draws each, tables built from scratch: one call per σ with σ rounded
+  up to 9 significant bits (the residual path before) against ``noise.gaussian_grid`` (9
+  bits of 1/(2σ²)) and one ``noise.discrete_gaussian_mixed`` call (now);
 * throughput: draws/s of ``discrete_gaussian`` at σ = 1, 30, 255, 1000, 2**16, one σ per
   call, from a seeded ``numpy.random.Generator`` (PCG64) and from the secure default source
   (``os.urandom``, current code only); the seeded draws of both versions are compared word
@@ -136,6 +140,38 @@ def throughput(base, n: int, repeats: int) -> list[dict]:
     return out
 
 
+def many_sigmas(count: int, per: int, repeats: int) -> dict:
+    """Seconds (tables from scratch + draws) for ``per`` draws at each of ``count`` σ: one
+    call per σ (σ rounded up to 9 bits) vs the dyadic grid and one mixed call."""
+    tau = np.geomspace(3.0, 3000.0, count)
+    f, e = np.frexp(tau)
+    rounded = np.ldexp(np.ceil(np.ldexp(f, 9)), e - 9)
+    per_call, mixed, tables = [], [], {}
+    for r in range(repeats):
+        discrete.TABLES.clear()
+        t0 = time.perf_counter()
+        for sigma in rounded.tolist():
+            noise.discrete_gaussian(sigma, per, rng=np.random.default_rng(r))
+        per_call.append(time.perf_counter() - t0)
+        tables["per_call"] = len(discrete.TABLES)
+        discrete.TABLES.clear()
+        t0 = time.perf_counter()
+        params, index = noise.gaussian_grid(tau, bits=9)
+        which = np.repeat(index, per)
+        noise.discrete_gaussian_mixed(params, which, rng=np.random.default_rng(r))
+        mixed.append(time.perf_counter() - t0)
+        tables["mixed"] = len(discrete.TABLES)
+    row = {
+        "count": count,
+        "per": per,
+        "per_call_s": statistics.median(per_call),
+        "mixed_s": statistics.median(mixed),
+        "tables": tables,
+    }
+    print(json.dumps(row))
+    return row
+
+
 def render(saved: dict) -> str:
     meta, tb, tp = saved["meta"], saved["tables"], saved["throughput"]
     lines = [
@@ -170,6 +206,21 @@ def render(saved: dict) -> str:
             f" | {r['now'] / b if b else float('nan'):.2f} | {r['now_secure'] / 1e6:.2f} M"
             f" | {r.get('same_draws', '-')} |"
         )
+    many = saved.get("many")
+    if many:
+        n = many["count"] * many["per"]
+        lines += [
+            "",
+            f"## Many σ ({many['count']} σ from 3 to 3,000, {many['per']:,} draws each, tables "
+            "from scratch, seeded; median of the repeats)",
+            "",
+            "| | seconds | draws/s | tables built |",
+            "|---|---|---|---|",
+            f"| one call per σ (σ rounded to 9 bits) | {many['per_call_s']:.2f} | "
+            f"{n / many['per_call_s'] / 1e6:.2f} M | {many['tables']['per_call']} |",
+            f"| gaussian_grid + one mixed call | {many['mixed_s']:.2f} | "
+            f"{n / many['mixed_s'] / 1e6:.2f} M | {many['tables']['mixed']} |",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -180,12 +231,16 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=1 << 20, help="draws per call")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sigmas", type=int, default=120, help="σ values for the table builds")
+    ap.add_argument("--many", type=int, default=400, help="σ values drawn in one mixed call")
+    ap.add_argument("--per", type=int, default=2000, help="draws per σ in the mixed comparison")
     args = ap.parse_args(argv)
     base = load_baseline(args.baseline)
     loads = [os.getloadavg()[0]]
     tables = table_builds(base, snapped_sigmas(args.sigmas))
     loads.append(os.getloadavg()[0])
     tp = throughput(base, args.n, args.repeats)
+    loads.append(os.getloadavg()[0])
+    many = many_sigmas(args.many, args.per, args.repeats)
     loads.append(os.getloadavg()[0])
     meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
@@ -196,7 +251,7 @@ def main(argv=None) -> None:
         "n": args.n,
         "repeats": args.repeats,
     }
-    saved = {"meta": meta, "tables": tables, "throughput": tp}
+    saved = {"meta": meta, "tables": tables, "throughput": tp, "many": many}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "sampler_speed.json").write_text(json.dumps(saved, indent=1) + "\n")
     text = render(saved)

@@ -22,6 +22,7 @@ LAYERS = [
         "privacy.params",
         "privacy.calibration",
         "privacy.randomness",
+        "privacy.thresholds",
         "privacy.discrete",
         "privacy.noise",
         "privacy.draws",

@@ -16,10 +16,13 @@ and every column of Q_T has squared norm p_T): ρ-zCDP with ρ = Δ²/(2σ₁²)
 1e-9 margin of :mod:`matmech.privacy.measure`). y_j/λ_j is then the orthonormal coordinate
 with variance Var(Z_j)/λ_j² (the exact discrete variance): post-processing.
 
-Each τ_j is rounded up to ``scale_bits`` significant bits (default 9: the variance grows by
-0.3% on average, 0.8% at most, and is reported exactly) so that few distinct σ — one exact
-sampler table each — serve all rows; rows sharing a τ are drawn in one call, τ ascending,
-rows in residual-then-row order. Nothing depends on the data. The data-side
+Each τ_j is rounded up so that 1/(2τ_j²) keeps ``scale_bits`` significant bits
+(:func:`matmech.privacy.noise.gaussian_grid`; default 9: the variance grows by 0.14% on
+average, 0.39% at most, and is reported exactly): σ of one octave then share one exact
+acceptance table and σ near one proposal scale one proposal table (≈25 + 100 tables for
+τ from 1 to 5,000 instead of one pair per σ), and every row of a batch is drawn in one
+sampler call, rows in residual-then-row order, each with its own σ. Nothing depends on
+the data. The data-side
 order (checks → budget → noise) is the release's (:mod:`matmech.factored.release`).
 
 Pure ε (:func:`plan_residual_laplace`, :func:`measure_residuals_laplace`): the marginal table
@@ -72,6 +75,8 @@ __all__ = [
     "measure_batch",
     "residual_event",
     "bucket_up",
+    "row_noise",
+    "least_sigma",
     "MAX_SIGMA",
     "DEFAULT_SCALE_BITS",
     "LaplaceMeasurementPlan",
@@ -82,8 +87,8 @@ __all__ = [
 ]
 
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
-#: Significant bits kept when the per-row σ are rounded up (fewer sampler tables; the
-#: variance grows by at most 2**(1−bits)·2, about 0.3% on average at 9 bits).
+#: Significant bits of 1/(2σ²) when the per-row σ are rounded up (shared sampler tables;
+#: the variance grows by less than 2**(1−bits), about 0.14% on average at 9 bits).
 DEFAULT_SCALE_BITS = 9
 _CHUNK = 1 << 22  # coordinates handled in one stack (bounds the temporaries)
 _SUB = 1 << 19  # coordinates contrasted at once (4-8 MB temporaries, reused from the heap)
@@ -217,7 +222,7 @@ def bucket_up(tau, bits):
 @dataclass(frozen=True, eq=False)
 class ResidualBatch:
     """Residuals ``J`` (lattice indices, all with attribute sizes ``shape``) measured in one
-    stack; ``l2``/``cls``: λ² per row class and each row's class; ``tau``: the rounded σ of
+    stack; ``l2``/``cls``: λ² per row class and each row's class; ``tau``: the least σ of
     every (residual, class), shape (len(J), len(l2)). Data-independent."""
 
     shape: tuple
@@ -247,21 +252,34 @@ def residual_batches(mplan):
         step = max(1, _CHUNK // cls.size)
         for at in range(0, len(members), step):  # chunks bound the temporary arrays
             J = np.array(members[at : at + step], dtype=np.int64)
-            sig = np.sqrt(np.asarray(mplan.plan.variances, dtype=np.float64)[J]) * mplan.sigma
-            tau = bucket_up(sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN, mplan.scale_bits)
-            yield ResidualBatch(shape, J, l2, cls, tau)
+            v = np.asarray(mplan.plan.variances, dtype=np.float64)[J]
+            yield ResidualBatch(shape, J, l2, cls, least_sigma(mplan, v, l2))
+
+
+def least_sigma(mplan, variances, l2):
+    """τ = σ_T·λ_j (with the float margin) for residuals of plan variances ``variances``
+    (σ_T = √variance·σ₁) and row classes of squared norms ``l2``: shape (residuals, classes)."""
+    sig = np.sqrt(np.asarray(variances, dtype=np.float64)) * mplan.sigma
+    return sig[:, None] * np.sqrt(l2)[None, :] * _SCALE_MARGIN
+
+
+def row_noise(mplan, tau):
+    """The discrete Gaussians of the σ lower bounds ``tau``: (parameters, each τ's
+    position in them, their exact variances), σ rounded by
+    :func:`matmech.privacy.noise.gaussian_grid` at ``mplan.scale_bits``."""
+    params, index = noise.gaussian_grid(tau, bits=mplan.scale_bits)
+    return params, index, noise.gaussian_variances(params)
 
 
 def measure_batch(mplan, batch, tables, src):
     """The released integers of one :class:`ResidualBatch` (shape (len(J), rows)) and each
     row's exact noise variance: H_T x from ``tables`` ({T: int64 table}), plus the discrete
-    Gaussian at τ_j; rows sharing a τ in one sampler call, τ ascending, rows in
-    residual-then-row order. Reads data; never branches on it."""
+    Gaussian of σ >= τ_j, every row in one sampler call (rows in residual-then-row order,
+    each with its own σ). Reads data; never branches on it."""
     lat = mplan.plan.lattice
-    scales, inv = np.unique(batch.tau, return_inverse=True)
-    small = np.uint8 if scales.size <= 1 << 8 else np.uint16 if scales.size <= 1 << 16 else np.int64
-    key = inv.reshape(batch.tau.shape).astype(small)[:, batch.cls]  # (residual, row) → its τ
-    # (a stable argsort of 8/16-bit keys is a radix sort)
+    params, index, var = row_noise(mplan, batch.tau)
+    small = np.uint8 if len(params) <= 1 << 8 else np.uint16 if len(params) <= 1 << 16 else np.int64
+    key = index.astype(small)[:, batch.cls]  # (residual, row) → its σ
     y = np.empty((batch.J.size, batch.cls.size), dtype=np.int64)
     axes, step = tuple(range(len(batch.shape))), max(1, _SUB // batch.cls.size)
     for at in range(0, batch.J.size, step):  # exact per residual: sub-stacks change nothing
@@ -271,14 +289,7 @@ def measure_batch(mplan, batch, tables, src):
             len(Js), -1
         )
     del stack
-    flat = y.reshape(-1)
-    order = np.argsort(key.reshape(-1), kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(key.reshape(-1), minlength=scales.size))])
-    var = np.empty(scales.size)
-    for k, t in enumerate(scales.tolist()):
-        rows = order[bounds[k] : bounds[k + 1]]
-        flat[rows] += noise.discrete_gaussian(t, rows.size, rng=src)  # the released integers
-        var[k] = noise.discrete_gaussian_variance(t)
+    y += noise.discrete_gaussian_mixed(params, key, rng=src)  # the released integers
     return y, var[key]
 
 
@@ -287,8 +298,8 @@ def measure_residuals(mplan, tables, *, rng=None):
     :class:`ResidualMeasurement`. Reads data; the caller has checked the tables and charged
     the budget. Nothing here branches on the data.
 
-    Row j of residual T gets the discrete Gaussian at τ_j = σ_T·λ_j rounded up to
-    ``mplan.scale_bits`` significant bits, batch by batch (:func:`residual_batches`,
+    Row j of residual T gets the discrete Gaussian at σ >= τ_j = σ_T·λ_j (1/(2σ²) of
+    ``mplan.scale_bits`` significant bits), batch by batch (:func:`residual_batches`,
     :func:`measure_batch`).
     """
     src = noise.check_rng(rng)

@@ -232,8 +232,8 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     of marginals), data-independent, for :func:`matmech.advise`-style comparisons. Pure ε:
     exactly the release's figure (each residual's exact discrete-Laplace variance times its
     total-variance coefficient). (ε, δ): the plan's continuous figure σ₁²·Σ c_T u_T; the
-    release's per-row σ are rounded up to ``scale_bits`` bits, so it reports up to ~0.6%
-    more (flights 2-way: 229,450 vs 228,753)."""
+    release's per-row σ are rounded up (1/(2σ²) to ``scale_bits`` bits), so it reports up to
+    0.4% more."""
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     wt = as_terms(W, name="W")
@@ -427,9 +427,9 @@ def release_factored(
     answers follow its rows. ``strategy``: ``"auto"`` (the residual path for a union of
     marginals on two or more attributes, :func:`matmech.factored.route.release_route`; else
     the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
-    over the same attributes (Kronecker path). ``scale_bits``: significant bits of the
-    residual path's per-row σ (:mod:`matmech.factored.measure`; None keeps them exact, at
-    the cost of one sampler table per distinct σ). ``objective``: the residual plan's ``"sum"``
+    over the same attributes (Kronecker path). ``scale_bits``: significant bits of 1/(2σ²) for the
+    residual path's per-row σ (:func:`matmech.privacy.noise.gaussian_grid`; None keeps them
+    exact, at the cost of one pair of sampler tables per distinct σ). ``objective``: the residual plan's ``"sum"``
     (total variance, the SVD bound) or ``"max"`` (largest per-cell variance). ``budget``,
     ``rng``, ``neighbors``, ``max_records``: as :func:`matmech.release`; the budget is charged
     once after every check and before the first noise draw. ``strategy_name`` of the record

@@ -44,7 +44,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from matmech.privacy.discrete import GaussParams, dgauss, dlaplace
+from matmech.privacy.discrete import GaussParams, dgauss, dgauss_mixed, dlaplace
 from matmech.privacy.draws import check_shape_draws
 from matmech.privacy.randomness import RandomSource, check_rng
 
@@ -53,6 +53,9 @@ __all__ = [
     "check_rng",
     "discrete_laplace",
     "discrete_gaussian",
+    "discrete_gaussian_mixed",
+    "gaussian_grid",
+    "gaussian_variances",
     "laplace",
     "gaussian",
     "grid_for",
@@ -183,9 +186,173 @@ def _gauss_params(sigma, name: str = "sigma") -> GaussParams:
         P, Q, R, S = b, a, 1, 2 * a * b
     g = math.gcd(R, S)
     R, S = R // g, S // g
-    d_max = math.isqrt(_INT64_MAX // R)
-    y_safe = (d_max + Q) // P
-    return GaussParams(a, b, lap.numerator, lap.denominator, P, Q, R, S, y_safe)
+    A, B, C = R * P * P, 2 * R * P * Q, R * Q * Q  # (|y| P - Q)^2 R, expanded
+    return GaussParams(a, b, lap.numerator, lap.denominator, A, B, C, S, _y_safe(A, B, C))
+
+
+def _y_safe(A: int, B: int, C: int) -> int:
+    """The largest |y| with A y^2 + C and B |y| in int64 (the vectorised acceptance test)."""
+    return min(math.isqrt((_INT64_MAX - C) // A), _INT64_MAX // B if B else _INT64_MAX)
+
+
+#: Largest power-of-two denominator S of a dyadic acceptance exponent: its numerators stay
+#: below 89 S < 2**62 wherever the acceptance probability exceeds 2**-128.
+_DYADIC_MAX_S = 1 << 55
+
+
+def _dyadic_params(m: int, K: int) -> GaussParams | None:
+    """σ² = 2**(K-1)/m, i.e. 1/(2σ²) = m/2**K, so the acceptance exponent has a power-of-two
+    denominator S and every σ with the same S shares one acceptance table; the proposal's
+    scale 2**u/p (a 4-bit p, within 4% of σ) is shared by every σ it is closest to.
+    γ(y) = y²/(2σ²) - |y| p/2**u + C/S with C/S the largest |y| p/2**u - y²/(2σ²) over the
+    integers (so max exp(-γ) = 1). None when S would exceed :data:`_DYADIC_MAX_S`."""
+    s2 = Fraction(1 << (K - 1), m) if K >= 1 else Fraction(1, m << (1 - K))
+    f, e = math.frexp(math.sqrt(2.0 * m) * 2.0 ** (-K / 2))  # 1/σ = f 2**e, f in [1/2, 1)
+    p, u = round(f * 16), 4 - e  # 1/scale = p / 2**u
+    k = max(K, u, 0)
+    S = 1 << k
+    if S > _DYADIC_MAX_S:
+        return None
+    A, B = m << (k - K), p << (k - u)  # A/S = 1/(2σ²), B/S = 1/scale
+    y0 = B // (2 * A)
+    C = max(B * y - A * y * y for y in (y0, y0 + 1))
+    lap = Fraction(1 << u, p) if u >= 0 else Fraction(1, p << -u)
+    return GaussParams(
+        s2.numerator, s2.denominator, lap.numerator, lap.denominator, A, B, C, S, _y_safe(A, B, C)
+    )
+
+
+def gaussian_grid(tau, *, bits):
+    """Discrete Gaussian parameters with σ >= τ for an array of τ, few distinct tables.
+
+    With ``bits`` an integer, 1/(2σ²) is 1/(2τ²) rounded down to ``bits`` significant bits
+    (σ² grows by less than 2**(1-bits) relative), so its acceptance exponent has a
+    power-of-two denominator: every σ of one octave shares one acceptance table and every σ
+    near a 4-bit proposal scale one proposal table (CKS 2020, Alg. 3 with a proposal and a
+    constant of our choosing). ``bits=None``: σ = τ exactly (one table per distinct τ).
+    Past σ ≈ 2**23 (with 9 bits) the exponent's numerators would leave int64; those τ keep
+    σ = τ.
+
+    Parameters
+    ----------
+    tau : array_like of float
+        The least σ of each entry (grid units), positive, at most :data:`MAX_SIGMA`.
+    bits : int or None
+        Significant bits of 1/(2σ²), in [2, 40]; None for σ = τ.
+
+    Returns
+    -------
+    params : tuple of GaussParams
+        The distinct parameters, in ascending σ.
+    index : numpy.ndarray
+        For each entry of ``tau`` (same shape), the position of its parameters.
+
+    Raises
+    ------
+    ValueError
+        If a τ is not positive and finite or exceeds :data:`MAX_SIGMA`, or ``bits`` is
+        out of range.
+
+    Examples
+    --------
+    >>> params, index = gaussian_grid([30.0, 30.01, 500.0], bits=9)
+    >>> len(params), index.tolist()
+    (2, [0, 0, 1])
+    >>> all(Fraction(p.a, p.b) >= 30.01**2 for p in params[:1])
+    True
+    """
+    t = np.asarray(tau, dtype=np.float64)
+    if t.size and not (np.all(np.isfinite(t)) and t.min() > 0 and t.max() <= MAX_SIGMA):
+        raise ValueError(f"tau must be positive, finite and at most 2**24, got {tau!r}")
+    if bits is not None and (
+        isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 2 <= bits <= 40
+    ):
+        raise ValueError(f"bits must be None or an integer in [2, 40], got {bits!r}")
+    if bits is None:
+        uniq, inv = np.unique(t, return_inverse=True)
+        return tuple(_gauss_params(float(v), "tau") for v in uniq.tolist()), inv.reshape(t.shape)
+    # 1/(2τ²) nudged down by 2**-50 (more than the float error of the division), then
+    # floored to bits significant bits: σ >= τ exactly
+    f, e = np.frexp(0.5 / (t * t) * (1.0 - 2.0**-50))
+    m = np.floor(np.ldexp(f, int(bits))).astype(np.int64)
+    K = int(bits) - e.astype(np.int64)
+    keys, inv = np.unique(np.stack([K, -m]).reshape(2, -1), axis=1, return_inverse=True)
+    params = []
+    for k, (Kk, mk) in enumerate(zip(keys[0].tolist(), (-keys[1]).tolist())):
+        p = _dyadic_params(mk, Kk)
+        params.append(p if p is not None else _gauss_params(float(t.reshape(-1)[inv == k].max())))
+    return tuple(params), inv.reshape(t.shape)
+
+
+def discrete_gaussian_mixed(params, which, *, rng=None) -> np.ndarray:
+    """Exact discrete Gaussian samples of many σ at once: sample i from ``params[which[i]]``.
+
+    One set of vectorised rejection rounds serves every σ (CKS 2020, Alg. 3; tables of one
+    layout stacked), so thousands of σ cost about what one does. Which random words a
+    sample uses depends on ``which`` only (public), never on a value drawn.
+
+    Parameters
+    ----------
+    params : sequence of GaussParams
+        From :func:`gaussian_grid`.
+    which : array_like of int
+        For each sample, the position of its parameters in ``params``.
+    rng : None, numpy.random.Generator or RandomSource
+        None (default): the operating system's CSPRNG (secure); a Generator is
+        reproducible and NOT secure.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 samples, one per entry of ``which`` (its shape).
+
+    Raises
+    ------
+    TypeError
+        If ``params`` holds something other than GaussParams.
+    ValueError
+        If ``which`` is not integral or holds a position outside ``params``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> params, index = gaussian_grid([1.0, 1000.0], bits=9)
+    >>> z = discrete_gaussian_mixed(params, [0, 1, 1], rng=np.random.default_rng(0))
+    >>> z.shape, z.dtype
+    ((3,), dtype('int64'))
+    """
+    params = tuple(params)
+    if not params or not all(isinstance(p, GaussParams) for p in params):
+        raise TypeError("params must be a non-empty sequence of GaussParams (from gaussian_grid)")
+    w = np.asarray(which)
+    if w.size and (w.dtype.kind not in "iu" or w.min() < 0 or w.max() >= len(params)):
+        raise ValueError(f"which must hold integer positions in [0, {len(params)}), got {which!r}")
+    check_shape_draws(w.shape, "gaussian")
+    src = check_rng(rng)
+    flat = w.reshape(-1).astype(np.int64)
+    return dgauss_mixed(params, flat, src).reshape(w.shape)
+
+
+def gaussian_variances(params) -> np.ndarray:
+    """Exact variance of the discrete Gaussian of each of ``params`` (σ² = a/b).
+
+    Parameters
+    ----------
+    params : sequence of GaussParams
+        From :func:`gaussian_grid`.
+
+    Returns
+    -------
+    numpy.ndarray
+        One float64 variance per parameters (grid units squared).
+
+    Examples
+    --------
+    >>> params, _ = gaussian_grid([1000.0], bits=9)
+    >>> bool(abs(gaussian_variances(params)[0] / 1000.0**2 - 1) < 2**-8)
+    True
+    """
+    return np.array([_s2_variance(p.a / p.b) for p in params], dtype=np.float64)
 
 
 def discrete_laplace(scale, size, *, rng=None) -> np.ndarray:
@@ -339,7 +506,10 @@ def discrete_gaussian_variance(sigma) -> float:
     series σ²(1 + 2Σ(1 - 4π²σ²j²)e^{-2π²σ²j²}) / (1 + 2Σe^{-2π²σ²j²}), which converges
     in one or two terms (CKS 2020, Sec. 2.4)."""
     p = _gauss_params(sigma)
-    s2 = p.a / p.b
+    return _s2_variance(p.a / p.b)
+
+
+def _s2_variance(s2: float) -> float:
     if s2 <= 64.0:
         kmax = int(math.ceil(40.0 * math.sqrt(s2))) + 2
         k = np.arange(1, kmax + 1, dtype=np.float64)

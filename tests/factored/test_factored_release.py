@@ -247,13 +247,16 @@ def test_budget_is_charged_before_the_first_noise_draw(monkeypatch, strategy):
     W, A = (Wl.marginals(DOM, 2), "auto") if strategy == "auto" else _cases()["prefix x identity"]
     budget = mm.PrivacyBudget(2.0, 1e-5)
     seen = []
-    real = noise.discrete_gaussian
 
-    def spy(sigma, size, *, rng=None):
-        seen.append(budget.spent)
-        return real(sigma, size, rng=rng)
+    def spying(real):
+        def spy(*args, **kw):
+            seen.append(budget.spent)
+            return real(*args, **kw)
 
-    monkeypatch.setattr(noise, "discrete_gaussian", spy)
+        return spy
+
+    for name in ("discrete_gaussian", "discrete_gaussian_mixed"):  # every Gaussian draw
+        monkeypatch.setattr(noise, name, spying(getattr(noise, name)))
     release_factored(codes, W, 1.0, 1e-6, strategy=A, budget=budget, rng=np.random.default_rng(0))
     assert seen and all(s == pytest.approx((1.0, 1e-6)) for s in seen)
 

@@ -11,7 +11,7 @@ import pytest
 import matmech as mm
 from matmech import workloads as Wl
 from matmech.factored import store, streamed
-from matmech.factored.measure import residual_batches
+from matmech.factored.measure import residual_batches, row_noise
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
 from matmech.factored.tables import marginal_tables
@@ -60,8 +60,8 @@ def _dense_gls(rel):
                 H = np.kron(H, haar_contrasts(n)[0] if i in T else np.ones((1, n)))
             rows.append(H)
             ys.append(y[k])
-            tau = batch.tau[k][batch.cls]
-            var.append([noise.discrete_gaussian_variance(float(t)) for t in tau])
+            _, index, rowvar = row_noise(mplan, batch.tau[k : k + 1])  # σ of each row class
+            var.append(rowvar[index[0]][batch.cls])
     A, y, v = np.vstack(rows), np.concatenate(ys).astype(float), np.concatenate(var)
     Ai = A / np.sqrt(v)[:, None]
     cov = np.linalg.pinv(Ai.T @ Ai)
@@ -123,10 +123,9 @@ def test_residual_and_summary_read_the_measurement(tmp_path):
     T = rel.measurement_plan.plan.lattice.residuals[int(batch.J[0])]
     y, var = rel.residual(T)
     np.testing.assert_array_equal(y, rel.store.read(batch.J[:1], batch.cls.size)[0])
-    tau = batch.tau[0][batch.cls]
-    np.testing.assert_allclose(
-        var, [noise.discrete_gaussian_variance(float(t)) for t in tau], rtol=1e-12
-    )
+    _, index, rowvar = row_noise(rel.measurement_plan, batch.tau[:1])
+    np.testing.assert_allclose(var, rowvar[index[0]][batch.cls], rtol=1e-12)
+    assert np.all(var >= batch.tau[0][batch.cls] ** 2 * (1 - 1e-9))  # σ >= τ
     d = rel.to_dict()
     assert json.loads(json.dumps(d))["answered"] == W.shape[0]
     assert d["rmse"] == pytest.approx((rel.expected_error / W.shape[0]) ** 0.5)
@@ -213,13 +212,16 @@ def test_refusals_come_before_reading_or_spending(monkeypatch, tmp_path):
 def test_budget_is_charged_once_before_the_first_draw(monkeypatch):
     budget = mm.PrivacyBudget(2.0, 1e-5)
     seen = []
-    real = noise.discrete_gaussian
 
-    def spy(sigma, size, *, rng=None):
-        seen.append(budget.spent)
-        return real(sigma, size, rng=rng)
+    def spying(real):
+        def spy(*args, **kw):
+            seen.append(budget.spent)
+            return real(*args, **kw)
 
-    monkeypatch.setattr(noise, "discrete_gaussian", spy)
+        return spy
+
+    for name in ("discrete_gaussian", "discrete_gaussian_mixed"):  # every Gaussian draw
+        monkeypatch.setattr(noise, name, spying(getattr(noise, name)))
     codes = _codes(DOMAIN, 300)
     rel = release_marginals(
         codes, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0)

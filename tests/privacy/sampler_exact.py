@@ -11,7 +11,7 @@ inputs: the helpers here *enumerate* the random input in that sense, with a scri
 source, and read off the distribution the implementation really has.
 
 A tie (W equal to a threshold on all 128 bits) reads further words and is settled exactly by
-``discrete._resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
+``thresholds._resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
 below allow for.
 """
 
@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from matmech.privacy import discrete
+from matmech.privacy import discrete, thresholds
 from matmech.privacy.randomness import RandomSource, check_rng
 
 __all__ = [
@@ -113,11 +113,16 @@ def _digit_rows(tab, d: int, words128) -> np.ndarray:
     return rows
 
 
-def digit_outputs(tab, d: int, words128) -> np.ndarray:
+def digit_outputs(tab, d: int, words128, via=None) -> np.ndarray:
     """|Z| - 1 digit ``d`` produced by the fixed-work block when digit ``d``'s uniform is
-    each of ``words128`` (every other uniform as in :func:`_digit_rows`)."""
+    each of ``words128`` (every other uniform as in :func:`_digit_rows`); ``via=(stack,
+    k)``: drawn through a stack of tables whose table ``k`` is ``tab``."""
     n = len(words128)
-    z = discrete._dlaplace_block(tab, n, ScriptedSource(_digit_rows(tab, d, words128).ravel()))
+    src = ScriptedSource(_digit_rows(tab, d, words128).ravel())
+    if via is None:
+        z = discrete._dlaplace_block(tab, n, src)
+    else:
+        z = discrete._dlaplace_block(via[0], n, src, j=np.full(n, via[1]))
     if np.any(z <= 0):
         raise AssertionError("the fixed words must give a positive draw")
     y = z - 1
@@ -179,8 +184,9 @@ def laplace_digit_pmfs(tab) -> list[list]:
     return out
 
 
-def sign_outputs(tab, words128) -> np.ndarray:
-    """sign(Z) for each sign/zero uniform in ``words128`` (digits 0, no tail)."""
+def sign_outputs(tab, words128, via=None) -> np.ndarray:
+    """sign(Z) for each sign/zero uniform in ``words128`` (digits 0, no tail); ``via`` as
+    in :func:`digit_outputs`."""
     D, n = tab.digits, len(words128)
     rows = np.empty((D + 3, n), dtype=np.uint64)
     for j in range(D):
@@ -188,7 +194,10 @@ def sign_outputs(tab, words128) -> np.ndarray:
     rows[D] = [w >> 64 for w in words128]
     rows[D + 1] = M64
     rows[D + 2] = [w & M64 for w in words128]
-    return np.sign(discrete._dlaplace_block(tab, n, ScriptedSource(rows.ravel())))
+    src = ScriptedSource(rows.ravel())
+    if via is None:
+        return np.sign(discrete._dlaplace_block(tab, n, src))
+    return np.sign(discrete._dlaplace_block(via[0], n, src, j=np.full(n, via[1])))
 
 
 def _ln(v) -> float:
@@ -249,16 +258,20 @@ def laplace_loss_bound(tab, shift: int) -> float:
     return total + 2 * max(zero - base, 0.0)
 
 
-def accept_outputs(tab, nums, words128, d: int) -> np.ndarray:
+def accept_outputs(tab, nums, words128, d: int, via=None) -> np.ndarray:
     """The discrete Gaussian acceptance test (``discrete._exp_accept``) for numerators
     ``nums`` when factor ``d``'s uniform is ``words128`` (every other factor's uniform 2**-64:
-    below every live threshold, so it accepts)."""
+    below every live threshold, so it accepts); ``via=(stack, k)`` as in
+    :func:`digit_outputs`."""
     k = tab.positions + tab.high
     n = len(nums)
     rows = np.ones((k + 1, n), dtype=np.uint64)
     rows[d] = [w >> 64 for w in words128]
     rows[k] = [w & M64 for w in words128]
-    return discrete._exp_accept(np.asarray(nums, dtype=np.int64), tab, ScriptedSource(rows.ravel()))
+    num, src = np.asarray(nums, dtype=np.int64), ScriptedSource(rows.ravel())
+    if via is None:
+        return discrete._exp_accept(num, tab, src)
+    return discrete._exp_accept(num, via[0], src, j=np.full(n, via[1]))
 
 
 def chi2_p(counts, expected):
@@ -291,7 +304,7 @@ _ORACLE_WORK = 256
 
 def _oracle_powers(a: int, b: int) -> tuple[list, list]:
     W = _ORACLE_WORK
-    rl, rh = discrete._exp_neg(a, b, W)
+    rl, rh = thresholds._exp_neg(a, b, W)
     lo, hi = [1 << W], [1 << W]
     for _ in range(256):
         lo.append((lo[-1] * rl) >> W)
@@ -304,7 +317,7 @@ def _oracle_entry(lo: int, hi: int, key: tuple) -> int:
     hi = min(hi, (1 << _ORACLE_WORK) - 1)
     if lo >> sh == hi >> sh:
         return lo >> sh
-    return discrete._floor_bits(key, 128)
+    return thresholds._floor_bits(key, 128)
 
 
 def oracle_laplace_vals(t: int, s: int, digits: int) -> tuple:

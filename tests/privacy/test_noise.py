@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from matmech.privacy import discrete, noise
+from matmech.privacy import discrete, noise, thresholds
 from matmech.privacy.noise import (
     RandomSource,
     check_rng,
@@ -181,7 +181,7 @@ def test_exp_neg_encloses_exp(a, b):
     ctx = decimal.Context(prec=300)
     exact = ctx.exp(ctx.divide(-decimal.Decimal(a), decimal.Decimal(b)))
     for prec in (64, 128, 300):
-        lo, hi = discrete._exp_neg(a, b, prec)
+        lo, hi = thresholds._exp_neg(a, b, prec)
         scaled = ctx.multiply(exact, ctx.power(decimal.Decimal(2), prec))
         assert lo <= scaled <= hi and hi - lo <= 4, (prec, lo, hi)
 
@@ -196,9 +196,9 @@ def test_floor_bits_are_consistent_across_precisions():
         ("cdf", 100, 1, 255),
     ]
     for key in keys:
-        f128, f500 = discrete._floor_bits(key, 128), discrete._floor_bits(key, 500)
+        f128, f500 = thresholds._floor_bits(key, 128), thresholds._floor_bits(key, 500)
         assert f500 >> 372 == f128 and 0 <= f128 < 2**128
-        lo, hi = discrete._enclose(key, 600)
+        lo, hi = thresholds._enclose(key, 600)
         assert lo >> 100 <= f500 <= hi >> 100
 
 
@@ -207,7 +207,7 @@ def test_bernoulli_exp_frequencies(a, b):
     # exp(-a/b) with a/b far beyond int64 in the last case (the Gaussian's huge-|y| fallback)
     src = check_rng(np.random.default_rng(32))
     n = 20_000
-    hits = sum(discrete._bernoulli(("exp", a, b), src) for _ in range(n))
+    hits = sum(thresholds._bernoulli(("exp", a, b), src) for _ in range(n))
     assert _freq_ok(hits, n, math.exp(-a / b))
 
 
@@ -215,17 +215,19 @@ def test_resolve_continues_a_tied_comparison_exactly():
     # given a 128-bit tie with v, P[v <= U] = 1 - frac(v * 2**128): check the continuation
     src = check_rng(np.random.default_rng(33))
     for key in [("exp", 7, 10), ("cdf", 256, 10, 3)]:
-        prefix = discrete._floor_bits(key, 128)
-        frac = (discrete._floor_bits(key, 192) - (prefix << 64)) / 2**64
+        prefix = thresholds._floor_bits(key, 128)
+        frac = (thresholds._floor_bits(key, 192) - (prefix << 64)) / 2**64
         n = 20_000
-        hits = sum(discrete._resolve([key], prefix, 128, src) for _ in range(n))
+        hits = sum(thresholds._resolve([key], prefix, 128, src) for _ in range(n))
         assert _freq_ok(hits, n, 1 - frac)
 
 
 def test_gaussian_acceptance_overflow_fallback():
     p = noise._gauss_params(10)
     src = check_rng(np.random.default_rng(36))
-    ay = np.array([p.Q, p.y_safe + 1, 2**62], dtype=np.int64)  # gamma = 0, huge, huger
+    y0 = p.B // (2 * p.A)  # gamma = 0 here (sigma = 10: |y| = mu = 10)
+    assert p.A * y0 * y0 - p.B * y0 + p.C == 0
+    ay = np.array([y0, p.y_safe + 1, 2**62], dtype=np.int64)  # gamma = 0, huge, huger
     assert discrete._gauss_accept(ay, p, src).tolist() == [True, False, False]
 
 
@@ -235,7 +237,8 @@ def test_gaussian_acceptance_frequencies():
     n = 40_000
     for y in [0, 3, 5, 12, 40]:
         hits = discrete._gauss_accept(np.full(n, y, dtype=np.int64), p, src).sum()
-        assert _freq_ok(hits, n, math.exp(-((y * p.P - p.Q) ** 2) * p.R / p.S)), y
+        assert _freq_ok(hits, n, math.exp(-((y - 3) ** 2) * 16 / 338)), y
+        assert (p.A * y * y - p.B * y + p.C) * 338 == (y - 3) ** 2 * 16 * p.S
 
 
 # ---------------------------------------------------------------- fixed work per draw
@@ -326,7 +329,7 @@ def test_fallback_resolves_ties_and_the_tail_exactly():
         assert src.taken > D + 3  # extra words were read to settle the tie
     assert set(results) <= {3, 4}  # digit 2 or 3, |Z| = 1 + digit
     # the continuation is exact: P[digit = 3] = 1 - frac(F_0(3) 2**128)
-    frac = (discrete._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
+    frac = (thresholds._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
     assert _freq_ok(results.count(4), len(results), 1 - frac)
     # 2) the tail uniform below q**(256**D) (> 2**-128 at scale 18/5, D = 1): |Z| > 256
     tail = discrete._laplace_table(18, 5)
@@ -352,7 +355,7 @@ def test_gaussian_fallback_on_an_acceptance_tie():
     p = noise._gauss_params(3.25)
     g = discrete._gauss_table(p.S)
     y = 12
-    num = (y * p.P - p.Q) ** 2 * p.R
+    num = p.A * y * y - p.B * y + p.C
     v = g.vals[0][num & 255]
     # tie on digit 0; the other factors' uniforms are 2**-64: they accept
     words = _script([v >> 64] + [1] * (g.positions + g.high - 1), v & M64)
@@ -363,7 +366,7 @@ def test_gaussian_fallback_on_an_acceptance_tie():
         assert out.dtype == bool and out.shape == (1,) and src.taken > words.size
         hits += bool(out[0])
     # given the tie, accepted iff the continuation of U is below exp(-gamma)'s next bits
-    frac = (discrete._floor_bits(("exp", num & 255, p.S), 192) - (v << 64)) / 2**64
+    frac = (thresholds._floor_bits(("exp", num & 255, p.S), 192) - (v << 64)) / 2**64
     assert _freq_ok(hits, 200, frac)
 
 

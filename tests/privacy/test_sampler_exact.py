@@ -45,6 +45,19 @@ LAPLACE_SCALES = [
     2**48,
 ]
 SIGMAS = [0.7, 3.25, 30, 1000, 2**16, 2**24]
+#: The residual release's σ (issue 24): 1/(2σ²) on a dyadic grid (noise.gaussian_grid),
+#: from below 1 to past the dyadic range (2**23.5: falls back to σ = τ), at 9 and 2 bits.
+DYADIC_TAUS = [0.7, 3.7, 30.2, 1000.3, 2**16 + 0.5]
+
+
+def _dyadic(tau, bits=9):
+    (p,), _ = noise.gaussian_grid([tau], bits=bits)
+    return p
+
+
+GAUSS_PARAMS = [noise._gauss_params(s) for s in SIGMAS] + [
+    _dyadic(t) for t in DYADIC_TAUS + [2**23.5]
+]
 #: Slack for comparing a 128-bit floor with a 100-digit Decimal value.
 TOL = Fraction(TWO128, 10**90)
 
@@ -162,9 +175,8 @@ def test_the_tail_event_is_decided_on_both_sides(scale):
 # --------------------------------------------------- enumeration: the Gaussian's test
 
 
-@pytest.mark.parametrize("sigma", SIGMAS, ids=str)
-def test_every_acceptance_factor_on_every_input_class(sigma):
-    p = noise._gauss_params(sigma)
+@pytest.mark.parametrize("p", GAUSS_PARAMS, ids=lambda p: f"{p.a}/{p.b}")
+def test_every_acceptance_factor_on_every_input_class(p):
     tab = discrete._gauss_table(p.S)
     for d in range(tab.positions):
         nums, words, want = [], [], []
@@ -244,11 +256,11 @@ def test_audit_rejects_the_sampler_that_never_draws_digit_255(monkeypatch):
     assert pmfs[0][255] == 0
 
 
-def _gauss_log_pmf(sigma, span):
-    """log P[Z = k], k in [-span, span], of the discrete Gaussian *as implemented*: the
-    discrete Laplace proposal's digit pmfs read off its tables, times the acceptance
-    probability of each |k| from the acceptance tables (floor(exp(-.) 2**128) / 2**128)."""
-    p = noise._gauss_params(sigma)
+def _gauss_log_pmf(p, span):
+    """log P[Z = k], k in [-span, span], of the discrete Gaussian of params ``p`` *as
+    implemented*: the discrete Laplace proposal's digit pmfs read off its tables, times the
+    acceptance probability of each |k| from the acceptance tables (floor(exp(-.) 2**128) /
+    2**128)."""
     lap = discrete._laplace_table(p.lap_t, p.lap_s)
     pmfs = laplace_digit_pmfs(lap)
     k = np.arange(0, span + 1, dtype=np.int64)
@@ -263,7 +275,7 @@ def _gauss_log_pmf(sigma, span):
     log_zero = math.log((g1 - g0) / TWO128)
     logprop = np.where(k == 0, log_zero, log_side + logq)
     tab = discrete._gauss_table(p.S)
-    num = (k * p.P - p.Q) ** 2 * p.R
+    num = (k * p.A - p.B) * k + p.C
     logacc = np.zeros(k.size)
     for d in range(tab.positions):
         # a factor's probability is its table entry / 2**128 where that entry has >= 100
@@ -284,11 +296,18 @@ def _gauss_log_pmf(sigma, span):
     return full - np.logaddexp.reduce(full), p
 
 
-@pytest.mark.parametrize("sigma", [0.7, 3.25, 30, 1000, 2**16])
-def test_gaussian_as_implemented_matches_the_ideal_and_its_renyi_bound(sigma):
-    span = int(40 * sigma) + 40
-    logp, p = _gauss_log_pmf(sigma, span)
+@pytest.mark.parametrize(
+    "p",
+    [noise._gauss_params(s) for s in (0.7, 3.25, 30, 1000, 2**16)]
+    + [_dyadic(t) for t in DYADIC_TAUS]
+    + [_dyadic(30.2, bits=2), _dyadic(1000.3, bits=16)],
+    ids=lambda p: f"{p.a}/{p.b}",
+)
+def test_gaussian_as_implemented_matches_the_ideal_and_its_renyi_bound(p):
     s2 = Fraction(p.a, p.b)
+    sigma = math.sqrt(s2)
+    span = int(40 * sigma) + 40
+    logp, p = _gauss_log_pmf(p, span)
     k = np.arange(-span, span + 1, dtype=np.float64)
     ideal = -k * k / (2 * float(s2))
     ideal -= np.logaddexp.reduce(ideal)

@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from matmech.privacy import discrete, noise
+from matmech.privacy import discrete, noise, thresholds
 from matmech.privacy.randomness import check_rng
 from sampler_exact import digit_classes, digit_outputs, oracle_gauss_vals, oracle_laplace_vals
 
@@ -37,9 +37,9 @@ SCALES = [
 @pytest.mark.parametrize("sigma", SIGMAS, ids=str)
 def test_gaussian_tables_equal_the_python_int_builder(sigma):
     p = noise._gauss_params(sigma)
-    g = discrete._build_gauss(p.S)
+    g = thresholds._build_gauss(p.S)
     assert g.vals == oracle_gauss_vals(p.S, g.positions)
-    lap = discrete._build_laplace(p.lap_t, p.lap_s)
+    lap = thresholds._build_laplace(p.lap_t, p.lap_s)
     assert lap.vals == oracle_laplace_vals(p.lap_t, p.lap_s, lap.digits)
     # the uint64 words the samplers read are the same numbers
     assert all(int(h) << 64 | int(lo) == v for h, lo, v in zip(g.th, g.tl, sum(g.vals, ())))
@@ -49,27 +49,29 @@ def test_gaussian_tables_equal_the_python_int_builder(sigma):
 def test_laplace_tables_equal_the_python_int_builder(scale):
     f = noise._laplace_fraction(scale)
     t, s = f.numerator, f.denominator
-    tab = discrete._build_laplace(t, s)
+    tab = thresholds._build_laplace(t, s)
     assert tab.vals == oracle_laplace_vals(t, s, tab.digits)
     assert tab.th.dtype == np.uint64 and tab.th.shape == (256 * tab.digits,)
     # sign/zero and tail thresholds (from the digits' enclosures) are the exact floors
     exact = [("neg", s, t), ("nonpos", s, t), ("exp", s << (8 * tab.digits), t)]
-    assert (*tab.sign, tab.ovf) == tuple(discrete._floor_bits(k, 128) for k in exact)
+    assert (*tab.sign, tab.ovf) == tuple(thresholds._floor_bits(k, 128) for k in exact)
 
 
 @pytest.mark.parametrize("work", [130, 136])
 def test_entries_the_bounds_cannot_decide_are_computed_exactly(work, monkeypatch):
     # at a working precision barely above 128 bits most bounds disagree on the floor: those
     # entries take the exact path, and the tables are still the exact floors
-    monkeypatch.setattr(discrete, "_WORK", work)
+    monkeypatch.setattr(thresholds, "_WORK", work)
     calls = []
-    exact = discrete._floor_bits
-    monkeypatch.setattr(discrete, "_floor_bits", lambda key, n: calls.append(key) or exact(key, n))
+    exact = thresholds._floor_bits
+    monkeypatch.setattr(
+        thresholds, "_floor_bits", lambda key, n: calls.append(key) or exact(key, n)
+    )
     for sigma in (0.7, 30, 1000):
         p = noise._gauss_params(sigma)
-        g = discrete._build_gauss(p.S)
+        g = thresholds._build_gauss(p.S)
         assert g.vals == oracle_gauss_vals(p.S, g.positions)
-        lap = discrete._build_laplace(p.lap_t, p.lap_s)
+        lap = thresholds._build_laplace(p.lap_t, p.lap_s)
         assert lap.vals == oracle_laplace_vals(p.lap_t, p.lap_s, lap.digits)
     assert sum(k[0] == "cdf" for k in calls) > 50 and sum(k[0] == "exp" for k in calls) > 50
 
@@ -77,8 +79,8 @@ def test_entries_the_bounds_cannot_decide_are_computed_exactly(work, monkeypatch
 def test_a_cdf_row_with_an_undecided_denominator_is_computed_exactly():
     # 1 - r**256 is never within 2**-_WORK of 0 at scales <= 2**48; were its enclosure to
     # reach 0, every entry of the row would be computed exactly
-    lo, _ = discrete._exp_neg(256 * 5, 1000, discrete._WORK)
-    row = discrete._cdf_row(5, 1000, (lo, 1 << discrete._WORK))
+    lo, _ = thresholds._exp_neg(256 * 5, 1000, thresholds._WORK)
+    row = thresholds._cdf_row(5, 1000, (lo, 1 << thresholds._WORK))
     want = oracle_laplace_vals(1000, 5, 1)[0][1:]
     assert [int(h) << 64 | int(lo) for h, lo in row] == list(want)
 
@@ -87,34 +89,34 @@ def test_entries_known_in_advance_are_the_exact_floors():
     # r**c <= e**-89: factor 0; c a >= 90 t: CDF entry 2**128 - 1 (checked by the oracle
     # on rows that have them)
     p = noise._gauss_params(30)
-    g = discrete._build_gauss(p.S)
+    g = thresholds._build_gauss(p.S)
     assert g.positions == 3 and g.vals[2][3:] == (0,) * 253  # exp(-c 65536/1800), c >= 3
-    lap = discrete._build_laplace(30, 1)
+    lap = thresholds._build_laplace(30, 1)
     assert lap.vals[1][11:] == (2**128 - 1,) * 245  # c 256 >= 90 * 30
     assert g.vals == oracle_gauss_vals(p.S, 3) and lap.vals == oracle_laplace_vals(30, 1, 2)
 
 
 def test_the_cache_returns_the_table_of_the_exact_scale():
-    discrete.TABLES.clear()
+    thresholds.TABLES.clear()
     a = discrete._laplace_table(30, 1)
     assert discrete._laplace_table(30, 1) is a
     assert discrete._laplace_table(60, 2) is not a  # the same ratio, another exact key
     g = discrete._gauss_table(1800)
     assert discrete._gauss_table(1800) is g and discrete._gauss_table(1801) is not g
     tables = [a, discrete._laplace_table(60, 2), g, discrete._gauss_table(1801)]
-    assert len(discrete.TABLES) == 4
-    assert discrete.TABLES.nbytes == sum(t.nbytes for t in tables)
+    assert len(thresholds.TABLES) == 4
+    assert thresholds.TABLES.nbytes == sum(t.nbytes for t in tables)
 
 
 def test_the_cache_drops_the_least_recently_used_beyond_its_bytes():
-    size = {S: discrete._build_gauss(S).nbytes for S in (2, 3, 4, 5)}  # 4, 8, 8, 8 KiB
+    size = {S: thresholds._build_gauss(S).nbytes for S in (2, 3, 4, 5)}  # 4, 8, 8, 8 KiB
     limit = size[2] + size[3] + size[4]
-    cache = discrete._TableCache(limit)
+    cache = thresholds._TableCache(limit)
     built = []
 
     def build(S):
         built.append(S)
-        return discrete._build_gauss(S)
+        return thresholds._build_gauss(S)
 
     for S in (2, 3, 4):
         cache.get(("gauss", S), lambda S=S: build(S))
@@ -124,18 +126,18 @@ def test_the_cache_drops_the_least_recently_used_beyond_its_bytes():
     cache.get(("gauss", 2), lambda: build(2))
     cache.get(("gauss", 3), lambda: build(3))  # rebuilt
     assert built == [2, 3, 4, 5, 3]
-    big = discrete._build_gauss(2**40)  # larger than the bound alone: kept, the rest dropped
+    big = thresholds._build_gauss(2**40)  # larger than the bound alone: kept, the rest dropped
     cache.get(("gauss", 2**40), lambda: big)
     assert len(cache) == 1 and cache.nbytes == big.nbytes
 
 
 def test_draws_read_the_cached_tables():
-    discrete.TABLES.clear()
+    thresholds.TABLES.clear()
     z = noise.discrete_gaussian(30, 1000, rng=np.random.default_rng(1))
-    n = len(discrete.TABLES)
+    n = len(thresholds.TABLES)
     assert n == 2  # the proposal's Laplace table and the acceptance table
     assert np.array_equal(z, noise.discrete_gaussian(30, 1000, rng=np.random.default_rng(1)))
-    assert len(discrete.TABLES) == n
+    assert len(thresholds.TABLES) == n
 
 
 BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64]
