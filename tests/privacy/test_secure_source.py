@@ -6,7 +6,9 @@ reseed; and the distribution of bytes and of discrete Gaussians drawn with ``rng
 """
 
 import os
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -98,8 +100,21 @@ def test_words_are_read_only_and_requests_never_repeat():
     assert np.unique(words).size == words.size
 
 
-def test_concurrent_threads_never_get_the_same_words():
-    src, barrier, got = check_rng(None), threading.Barrier(4), [[] for _ in range(4)]
+class _SlowSource(_CtrDrbgSource):
+    """The default source with a wide window between reading Key || V and the Update, so
+    that threads racing without the lock would share keystream almost surely."""
+
+    __slots__ = ()
+
+    def _encryptor(self):
+        enc = super()._encryptor()
+        time.sleep(1e-4)
+        return enc
+
+
+@pytest.mark.parametrize("make", [lambda: check_rng(None), _SlowSource], ids=["default", "slow"])
+def test_concurrent_threads_never_get_the_same_words(make):
+    src, barrier, got = make(), threading.Barrier(4), [[] for _ in range(4)]
 
     def work(i: int) -> None:
         barrier.wait()
@@ -107,10 +122,15 @@ def test_concurrent_threads_never_get_the_same_words():
             got[i].append(src.words64((1, 7, 1000, 9000)[(k + i) % 4]))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     words = np.concatenate([w for g in got for w in g])
     assert words.size == 4 * 15 * (1 + 7 + 1000 + 9000)
     assert np.unique(words).size == words.size
@@ -217,10 +237,10 @@ class _ReusingSource(_CtrDrbgSource):
 
 
 def test_bytes_are_uniform_and_words_unique_and_both_checks_can_fail():
-    words = check_rng(None).words64(1 << 20)
+    words = check_rng(None).words64(1 << 18)
     assert _byte_chi2(words) > 1e-4
     assert np.unique(words).size == words.size
-    bad = _ReusingSource().words64(1 << 20)
+    bad = _ReusingSource().words64(1 << 18)
     assert _byte_chi2(bad) < 1e-12  # doubled counts double the statistic
     assert np.unique(bad).size == words.size // 2
 
