@@ -194,7 +194,8 @@ class _CtrDrbgSource(RandomSource):
     the counter block V + 1 (the Generate step), and the next 3 blocks become the new
     Key || V (the Update step with no additional input); a reseed XORs 48 fresh bytes of
     ``os.urandom`` into those 3 blocks instead (Update(entropy), which from Key = V = 0 is
-    the Instantiate step). ``_key_v`` sets Key and V for known-answer tests only.
+    the Instantiate step, run by the first request). ``_entropy_input`` (a 48-byte seed)
+    and ``_key_v`` (Key and V) are for known-answer tests only.
     """
 
     __slots__ = ("_state", "_since", "_seed_pid", "_state_lock")
@@ -206,14 +207,15 @@ class _CtrDrbgSource(RandomSource):
         super().__init__()
         self._state_lock = threading.Lock()
         self._state = bytearray(_SEED_BYTES + _SLACK)  # Key (32 bytes) || V (16) || spare
-        if _key_v is None:
-            self._reseed(_entropy_input)
-        else:
+        self._since, self._seed_pid = 0, -1  # Key = V = 0: the first request seeds
+        if _key_v is not None:
             key, v = _key_v
             if len(key) != 32 or len(v) != 16:
                 raise ValueError("_key_v must be a 32-byte key and a 16-byte counter")
             self._state[:_SEED_BYTES] = bytes(key) + bytes(v)
-            self._since, self._seed_pid = 0, os.getpid()
+            self._seed_pid = os.getpid()
+        elif _entropy_input is not None:
+            self._reseed(_entropy_input)
 
     def _encryptor(self):
         """AES-256-CTR under the current Key, starting at the counter block V + 1."""
