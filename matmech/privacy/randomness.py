@@ -10,11 +10,11 @@ hand the same words to a forked child. A ``numpy.random.Generator`` gives a repr
 source that is NOT cryptographically secure; a :class:`RandomSource` is used as is. Every
 sampler of :mod:`matmech.privacy.noise` draws through one of these.
 
-Security of the default rests on AES-256 being a pseudorandom function (one key never
-encrypts more than 2**16 counter blocks, so the PRP/PRF switching term is below 2**-96) and
+Security of the default rests on AES-256 being a pseudorandom function (one key encrypts
+at most 2**16 + 3 counter blocks, so the PRP/PRF switching term is below 2**-96) and
 on ``os.urandom`` giving full-entropy seeds. As in CTR_DRBG, every request ends with the
 Update step, so the key and counter that made earlier words are overwritten (backtracking
-resistance, SP 800-90A section 8.6.5; best effort in Python: the words themselves stay in
+resistance, SP 800-90A section 8.8; best effort in Python: the words themselves stay in
 memory until freed). Deviations from the standard: a request may be longer than 2**19 bits
 (it is cut into pieces of 2**20 bytes, each followed by an Update), and the source reseeds
 from ``os.urandom`` after ``_RESEED_BYTES`` (2**40) bytes and in every forked child.
@@ -177,7 +177,7 @@ class _OsSource(RandomSource):
 _SEED_BYTES = 48  # seedlen of AES-256 CTR_DRBG: a 256-bit Key and a 128-bit counter V
 _PIECE_BYTES = 1 << 20  # most keystream under one Key before the Update: 2**16 AES blocks
 _RESEED_BYTES = 1 << 40  # most output between two seeds from os.urandom
-_SLACK = 16  # cryptography < 43 wants 15 spare bytes after every update_into output
+_SLACK = 16  # cryptography 3.1-42 wants 15 spare bytes after every update_into output
 _ZEROS = memoryview(bytes(_PIECE_BYTES))
 _M128 = (1 << 128) - 1
 
