@@ -187,7 +187,7 @@ def release(
     list of intervals (the domain is never taken from len(x)).
     ``W``: a workload LinOp, or a list of inclusive 0-based (lo, hi) intervals over the
     declared domain. ``strategy``: see :func:`choose_strategy`. ``budget``: a PrivacyBudget
-    charged after every check and before any noise. ``rng``: None for the OS CSPRNG
+    charged after every check and before any noise. ``rng``: None for the secure CTR_DRBG
     (secure); a numpy Generator for reproducible experiments only (NOT secure).
 
     ``select``: None (answer every row) or a dict of :func:`matmech.select_rows` options
@@ -236,7 +236,7 @@ def release(
     budget : PrivacyBudget or Ledger, optional
         Charged once, before the first noise draw.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     neighbors : {"add_remove", "substitute"}, default "add_remove"
         The neighbouring relation.
     select : dict, optional

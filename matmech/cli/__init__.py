@@ -4,8 +4,8 @@
 Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
 a one-line message on stderr and exit status 2, never a traceback.
 
-``release`` is the only command that reads data. Its noise always comes from the operating
-system's CSPRNG (there is deliberately no seed option). Its data file is a CSV (read with a
+``release`` is the only command that reads data. Its noise always comes from the secure
+CTR_DRBG seeded by the OS (deliberately no seed option). Its data file is a CSV (read with a
 real parser: a UTF-8 BOM, ``--encoding``, ``--delimiter``) or a Parquet file. A spec that
 declares its domain (``[[attributes]]``: ranges, bins, categories and their policies) is
 applied to the raw columns inside an engine (DuckDB); a spec with bare sizes reads one

@@ -59,7 +59,7 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     budget : PrivacyBudget or None
         Charged once, after every check and before the first draw.
     rng : numpy.random.Generator or None
-        The randomness (None: the OS CSPRNG).
+        The randomness (None: the secure CTR_DRBG).
 
     Returns
     -------

@@ -29,7 +29,7 @@ x → the budget is charged → the noise is drawn. A refused spend or a bad inp
 Exactness of A_g x needs a bound on the number of records: it is the caller's declared
 ``max_records`` (default :data:`MAX_RECORDS`), never the actual total.
 
-Randomness: ``rng=None`` (default) uses the operating system's CSPRNG. A
+Randomness: ``rng=None`` (default) uses the secure CTR_DRBG seeded by the OS. A
 ``numpy.random.Generator`` makes experiments reproducible and is NOT secure: never use it
 for a real release.
 """
@@ -537,7 +537,7 @@ def measure(
     ``max_records``: the declared bound on Σx (default :data:`MAX_RECORDS`); x above it is
     refused before anything is spent, with a message that does not contain the total.
     ``budget``: a :class:`~matmech.privacy.budget.PrivacyBudget` charged (ε, δ) after all checks and
-    before any noise. ``rng``: None for the OS CSPRNG (secure); a numpy Generator for
+    before any noise. ``rng``: None for the secure CTR_DRBG; a numpy Generator for
     reproducible experiments only (NOT secure).
 
     Parameters
@@ -553,7 +553,7 @@ def measure(
     budget : PrivacyBudget, optional
         Charged (ε, δ) after all checks and before any noise.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     neighbors : {"add_remove", "substitute"}, default "add_remove"
         The neighbouring relation.
     max_records : int, optional

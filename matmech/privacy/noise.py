@@ -25,12 +25,13 @@ private, never less): a Laplace scale to a numerator of at most 2**32 over a pow
 two when sigma >= 1 (relative increase below 2**-39) and to a multiple of 2**-25 when
 sigma < 1.
 
-Randomness: every sampler takes ``rng``. ``None`` (the default) reads the operating
-system's CSPRNG (``os.urandom``) and is the only secure choice; a fresh source is made per
-call, so forked processes never share buffered bytes. A ``numpy.random.Generator`` gives
-reproducible experiments and is NOT cryptographically secure. A source returned by
-:func:`check_rng` may be passed on and is used as is; it is thread-safe and discards its
-buffered bytes after a fork.
+Randomness: every sampler takes ``rng``. ``None`` (the default) is secure: a fresh
+AES-256 CTR_DRBG (NIST SP 800-90A) seeded from ``os.urandom`` per call, about as fast as a
+seeded generator; ``rng=randomness.os_source()`` reads ``os.urandom`` itself for every refill
+(:mod:`matmech.privacy.randomness`). A ``numpy.random.Generator`` gives reproducible
+experiments and is NOT cryptographically secure. A source returned by :func:`check_rng` may
+be passed on and is used as is; it is thread-safe and a forked child never reuses its
+words.
 
 The fixed-work samplers themselves (tables, digit search, acceptance test, timing)
 live in :mod:`matmech.privacy.discrete`.

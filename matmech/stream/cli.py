@@ -5,7 +5,7 @@
 ``rho`` and ``delta``, ``factorization``, ``objective``, ``neighbors``, ``max_records``),
 charges the ledger once and writes the stream file. ``step STREAM.db --counts A,B,…
 [--t T]`` feeds one step (one count per category) and prints the noisy running totals
-and their std; the noise comes from the OS CSPRNG (no seed option). Asking for a step
+and their std; the noise comes from the secure CTR_DRBG (no seed option). Asking for a step
 already released prints the stored release. ``status`` prints the public facts.
 """
 

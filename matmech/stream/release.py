@@ -8,7 +8,7 @@ before any noise exists. :meth:`StreamRelease.step` then, for step t:
    in a message) and clamps each cell to the declared ``max_records``
    (:func:`~matmech.stream.exact.clamp_counts`: stability-preserving, nothing refused);
 2. takes z_t from the file, or draws it (exact discrete Gaussian / Laplace on the plan's
-   grid, ``rng``: None = the OS CSPRNG) and commits it before reading the counts;
+   grid, ``rng``: None = the secure CTR_DRBG) and commits it before reading the counts;
 3. y_t = C_g[t]·x + z_t in exact integers whatever the counts
    (:func:`~matmech.stream.exact.exact_measurement`), r_t = B_g[t]·y (post-processing),
    std_t = std·‖B_g[t]‖, commits x_t, y_t, r_t, and only then returns r_t.

@@ -49,8 +49,8 @@ catches them.
 
 Noise and exactness
 -------------------
-All randomness comes from :mod:`matmech.privacy.noise` (``rng=None`` means the OS
-CSPRNG; pass a ``numpy.random.Generator`` only for reproducible, *not secure*,
+All randomness comes from :mod:`matmech.privacy.noise` (``rng=None`` means the secure
+CTR_DRBG; pass a ``numpy.random.Generator`` only for reproducible, *not secure*,
 runs).  Every comparison ``q_i + nu_i >= T_i + rho`` is done exactly, in int64
 units of one power-of-two grid ``g`` shared by values, thresholds and noise
 (discrete Laplace on ``g*Z``, cf. Canonne-Kamath-Steinke 2020).  Integer-typed

@@ -171,7 +171,7 @@ def sparse_vector(
     eps1:eps2 = 1:r splits the rest with r = ``ratio``; "optimal" is
     [LSL17] Eq. (12): r = (2c)^(2/3), or c^(2/3) for monotonic queries.
 
-    ``rng=None`` (the default) draws from the OS CSPRNG; a
+    ``rng=None`` (the default) draws from the secure CTR_DRBG; a
     ``numpy.random.Generator`` gives reproducible runs that are NOT secure.
     Runs in O(n) numpy work, drawing noise in chunks and stopping at the c-th
     positive.  Raises before drawing any randomness if an argument is invalid.
@@ -199,7 +199,7 @@ def sparse_vector(
     eps_answer : float, default 0.0
         ε₃ for noisy answers of the reported positions.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
@@ -279,7 +279,7 @@ def above_threshold(
     monotonic : bool, default False
         Monotonic queries.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
 
     Returns
     -------

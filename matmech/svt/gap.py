@@ -28,7 +28,7 @@ alignment, which is why they come for free.
 
 Exactness and randomness are as in :mod:`matmech.svt.core`: values, thresholds, sigma and
 noise live on one power-of-two grid (int64 units), noise is discrete Laplace from
-:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = OS CSPRNG).  The proofs
+:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = the secure CTR_DRBG).  The proofs
 carry over to the grid because every alignment shift is a whole number of grid steps.  In
 Noisy Top-c ties between noisy scores are broken towards the lower index (the exact
 audit in ``tests/svt`` covers the tie outputs).  These functions take no budget: callers
@@ -154,7 +154,7 @@ def noisy_top_c_gap(
 
     eta_i ~ Lap(2cD/eps) on every value (Lap(cD/eps) if ``monotonic``: all scores move in
     the same direction between neighbours), exactly on the grid; needs c < len(values)
-    (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.  ``value_bound``: the
+    (the last gap is to the runner-up).  ``rng=None`` is the secure CTR_DRBG.  ``value_bound``: the
     declared bound on abs(values) checked by the caller before its spend (the grid is chosen for
     it, nothing here checks the values); None range-checks the values before any draw.
 
@@ -171,7 +171,7 @@ def noisy_top_c_gap(
     monotonic : bool, default False
         Monotonic scores.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
@@ -341,7 +341,7 @@ def sparse_vector_gap(
     ratio : float or "optimal", default "optimal"
         r in ε₁:ε₂ = 1:r.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
@@ -420,7 +420,7 @@ def adaptive_sparse_vector(
     sigma : float or "auto", default "auto"
         The top-branch margin.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.

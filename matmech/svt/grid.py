@@ -10,7 +10,7 @@ Long scans draw query noise in growing chunks so that a run stopping at its
 c-th positive wastes little; from :data:`PARALLEL_MIN` candidates on, two
 threads draw the chunks from two independent sources.  Child sources come
 from ``Generator.spawn`` (seeded runs stay reproducible, no seed integers are
-made here) or are fresh OS-CSPRNG sources (secure runs).
+made here) or are fresh secure sources (secure runs).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def worker_sources(rng, n: int):
     Exact sampling dominates the run time on long inputs, and it parallelises:
     the noise of different chunks is independent, so two threads may draw it
     from two independent sources.  Secure runs (``rng`` None or a secure
-    source) get two fresh OS-CSPRNG sources.  A seeded Generator gets two
+    source) get two fresh secure sources.  A seeded Generator gets two
     children from ``Generator.spawn`` (independent streams derived from its
     SeedSequence; reproducible, and no seed integer is ever drawn).  Any other
     source, or a Generator without a SeedSequence, is used as is, by one

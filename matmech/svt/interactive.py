@@ -95,7 +95,7 @@ class SparseVector:
     eps_answer : float, default 0.0
         ε₃ for noisy answers.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         A declared bound on abs(q_i(D)) (see above); None: values are range-checked as they arrive.
 

@@ -512,7 +512,7 @@ def select_rows(
     budget : PrivacyBudget, optional
         Charged before any noise.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is NOT secure.
     max_records : int, optional
         The declared bound on Σx.
     sigma : float or "auto"

@@ -86,7 +86,7 @@ def exponential_top_c(
     Implemented in one pass with the Gumbel-max trick: the top c of
     q_i * scale + G_i, G_i = -log(-log U_i), U_i from ``noise.uniform``, is
     distributed exactly as c sequential EM draws without replacement.
-    Requires c <= len(values).  ``rng=None`` (default) is the OS CSPRNG.
+    Requires c <= len(values).  ``rng=None`` (default) is the secure CTR_DRBG.
     From 2**22 candidates on, blocks are drawn by two threads from two
     independent sources (fresh CSPRNG sources, or ``Generator.spawn``
     children), as in the SVT scan.
@@ -109,7 +109,7 @@ def exponential_top_c(
     monotonic : bool, default False
         Monotonic scores.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
 
     Returns
     -------

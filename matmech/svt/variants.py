@@ -76,7 +76,7 @@ def sparse_vector_dpbook(
     sensitivity : float, default 1.0
         The sensitivity D of each value.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
 
     Returns
     -------
@@ -207,7 +207,7 @@ def sparse_vector_retraversal(
     max_passes : int, default 1000
         Cap on the passes over the candidates.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
 
     Returns
     -------

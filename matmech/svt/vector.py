@@ -31,7 +31,7 @@ choice uses W, c, eps, the neighbour relation and the grid only: it is data inde
 
 Exactness and randomness as in :mod:`matmech.svt.gap`: one power-of-two grid g <= 1 (int64
 units), discrete Laplace on g*Z (Canonne, Kamath, Steinke 2020) from
-:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = OS CSPRNG).  Integer values
+:mod:`matmech.privacy.noise` with the caller's ``rng`` (None = the secure CTR_DRBG).  Integer values
 are on the grid; other values are snapped, which moves each of the m values by at most g/2,
 so the calibration uses Delta_W + m*g (:func:`matmech.privacy.noise.snap_sensitivity`) with a
 grid fine enough that m*g <= 2**-20 Delta_W.  No budget is taken here: callers
@@ -371,7 +371,7 @@ def noisy_vector_top_c(
     """The c largest of values + Lap(sensitivity/eps) (ties to the lower index), their noisy
     values and gaps; eps-DP when ``sensitivity`` bounds the L1 change of the whole vector.
 
-    Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the OS CSPRNG.
+    Needs c < len(values) (the last gap is to the runner-up).  ``rng=None`` is the secure CTR_DRBG.
     ``value_bound``: the declared bound on abs(values) the caller checked before its spend
     (:func:`matmech.svt.select.plan_selection`); the grid is chosen for it and nothing here
     checks the values.  None: the values themselves are range-checked before any draw.
@@ -387,7 +387,7 @@ def noisy_vector_top_c(
     sensitivity : float
         Δ_W, the L1 sensitivity of the whole vector.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
@@ -470,7 +470,7 @@ def noisy_vector_threshold(
     sensitivity : float
         Δ_W.
     rng : numpy.random.Generator, optional
-        None (default) for the OS CSPRNG; a Generator is reproducible and NOT secure.
+        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     value_bound : float, optional
         The declared bound on abs(values) checked before the spend (see above); None: the
         values are range-checked before any draw.
