@@ -8,7 +8,7 @@ of every draw with ``time.perf_counter_ns`` and reports the MEDIAN time per |val
 * ``old``: the previous variable-time implementation (CKS 2020 Alg. 1-3 as loops), kept
   verbatim below for this comparison only (matmech no longer contains it).
 
-Both read ``os.urandom`` through one persistent secure source; old and new draws are
+Both read ``os.urandom`` through one persistent secure source (``os_source()``); old and new draws are
 interleaved so that machine drift hits both alike. It also measures bulk throughput
 (samples/s) at size 1 and 2**20. Results go to benchmarks/results/noise_timing.{json,md}.
 This is a benchmark, not a test: medians on a shared machine are noisy.
@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.randomness import os_source
 from matmech.svt import grid as svt_noise
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -245,7 +246,7 @@ def bucket(v, scale):
 
 
 def single_draws(reps):
-    src = noise.check_rng(None)
+    src = os_source()
     rows = []
     for name, scale, new, old in configs():
         for f in (new, old):  # warm-up: tables, caches
@@ -277,7 +278,7 @@ def single_draws(reps):
 
 
 def throughput():
-    src = noise.check_rng(None)
+    src = os_source()
     out = []
     cases = [
         (

@@ -14,7 +14,7 @@ run in the same process, so that load drifts hit both alike:
   bits of 1/(2σ²)) and one ``noise.discrete_gaussian_mixed`` call (now);
 * throughput: draws/s of ``discrete_gaussian`` at σ = 1, 30, 255, 1000, 2**16, one σ per
   call, from a seeded ``numpy.random.Generator`` (PCG64) and from the secure default source
-  (``os.urandom``, current code only); the seeded draws of both versions are compared word
+  (the AES CTR_DRBG, current code only); the seeded draws of both versions are compared word
   for word.
 
 Medians of ``--repeats`` runs; OPENBLAS_NUM_THREADS=1; the load average is recorded.
@@ -196,7 +196,7 @@ def render(saved: dict) -> str:
         "",
         f"## Discrete Gaussian draws/s ({meta['n']:,} draws per call, median of {meta['repeats']})",
         "",
-        "| σ | before (seeded) | now (seeded) | ratio | now (os.urandom) | seeded draws identical |",
+        "| σ | before (seeded) | now (seeded) | ratio | now (secure default) | seeded draws identical |",
         "|---|---|---|---|---|---|",
     ]
     for r in tp:

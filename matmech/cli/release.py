@@ -242,10 +242,10 @@ def _cmd_release(args):
             else f"{rel.strategy_name}: {rel.strategy_note}"
         )
         print(
-            f"strategy: {how}; noise: {rel.measurement.noise} (OS randomness), std {rel.measurement.std:.4g}{rmse}"
+            f"strategy: {how}; noise: {rel.measurement.noise} (secure randomness), std {rel.measurement.std:.4g}{rmse}"
         )
     elif rel.answers.size:
-        print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (OS randomness){rmse}")
+        print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (secure randomness){rmse}")
     print(f"route: {route.name} ({route.reason})")
     if select is not None:
         print(

@@ -271,7 +271,7 @@ def release_marginals(
     budget : PrivacyBudget, optional
         Charged once, after every check and before the first draw.
     rng : numpy.random.Generator or None
-        The randomness (None: the OS CSPRNG; a seeded generator is NOT secure).
+        The randomness (None: the secure default, an AES-256 CTR_DRBG seeded from os.urandom; a seeded generator is NOT secure).
     neighbors, max_records, objective, scale_bits
         As :func:`matmech.factored.release.release_factored`.
     max_memory : int

@@ -32,7 +32,7 @@ output distribution:
 
 Not covered: numpy's own timing (look-ups touch value-dependent addresses of a 2-32 KiB
 table, so cache effects remain; integer ufuncs are assumed to run in value-independent
-time), ``os.urandom`` and the interpreter (allocation, garbage collection), building the
+time), the random source (AES CTR_DRBG or ``os.urandom``) and the interpreter (allocation, garbage collection), building the
 tables of a new scale (about 0.7 ms, depends on the scale only; then cached in
 :data:`TABLES`), cost that grows with ``size`` and with the scale (D above),
 and everything outside this module: :func:`uniform` redraws 0 (probability 2**-53,

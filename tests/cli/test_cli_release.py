@@ -38,7 +38,7 @@ def test_release_writes_one_row_per_query(files):
     assert (
         "records" not in out.stdout.replace("record count is private", "")
         and "5 queries answered" in out.stdout
-        and "OS randomness" in out.stdout
+        and "(secure randomness)" in out.stdout
     )
     rows = read_csv(out_csv)
     assert list(rows[0]) == ["query", "answer", "std", "lower", "upper", "interval", "coverage"]

@@ -108,7 +108,7 @@ def test_gaussian_and_laplace_are_distinguishable():
 
 
 def test_secure_source_loose_moments():
-    x = discrete_laplace(10, 200_000)  # rng=None: os.urandom
+    x = discrete_laplace(10, 200_000)  # rng=None: the secure default source
     var = discrete_laplace_variance(10)
     assert abs(x.mean()) < 5 * math.sqrt(var / x.size)
     assert abs(x.var() / var - 1) < 0.05
