@@ -11,6 +11,7 @@ throughput, and the max-variance plan at 100 attributes (``objective="max"``, cv
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py           # 100 and 200
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 100
+    OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 200-secure  # rng=None
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only max
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --quick   # 20 attributes
 
@@ -77,7 +78,7 @@ class _Timer:
         setattr(module, name, timed)
 
 
-def _case(name, d, records, seed, spill, out):
+def _case(name, d, records, seed, spill, secure, out):
     from matmech.factored import measure, streamed
     from matmech.pipeline import source as pipeline_source
     from matmech.factored.terms import marginal_workload
@@ -101,6 +102,7 @@ def _case(name, d, records, seed, spill, out):
     timer.wrap(streamed, "measure_batch", "measure (contrast + noise)")
     timer.wrap(measure, "_contrast", "contrast")
     timer.wrap(noise, "discrete_gaussian", "noise draws")
+    timer.wrap(noise, "discrete_gaussian_mixed", "noise draws")
     real_reader = pipeline_source.table_reader  # the streamed plan's checked reader
 
     def reader(data, domain, **k):
@@ -122,7 +124,13 @@ def _case(name, d, records, seed, spill, out):
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
         rel = streamed.release_marginals(
-            codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(seed), spill_dir=tmp
+            codes,
+            W,
+            1.0,
+            1e-6,
+            budget=budget,
+            rng=None if secure else np.random.default_rng(seed),
+            spill_dir=tmp,
         )
         t_release, c_release = time.perf_counter() - t0, time.process_time() - c0
         t0, c0 = time.perf_counter(), time.process_time()
@@ -144,6 +152,7 @@ def _case(name, d, records, seed, spill, out):
             "answers": n,
             "noise_draws": draws,
             "eps_delta": [1.0, 1e-6],
+            "randomness": "secure default (AES-256 CTR_DRBG)" if secure else "seeded Generator",
             "rmse_analytic": math.sqrt(sq / n),
             "seconds": {
                 "plan": sec.get("plan", 0.0),
@@ -299,17 +308,23 @@ def _table(meta, rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 attributes, 10⁴ records (smoke run)")
-    ap.add_argument("--only", choices=["100", "200", "sampler", "max"])
+    ap.add_argument("--only", choices=["100", "200", "100-secure", "200-secure", "sampler", "max"])
     ap.add_argument("--spill", default=None, help="directory of the spill files")
     args = ap.parse_args(argv)
     cases = {
         "sampler": (_sampler, ()),
-        "100": (_case, ("100×10 ≤3-way", 100, 100_000, 1, args.spill)),
-        "200": (_case, ("200×10 ≤3-way", 200, 100_000, 1, args.spill)),
+        "100": (_case, ("100×10 ≤3-way", 100, 100_000, 1, args.spill, False)),
+        "200": (_case, ("200×10 ≤3-way", 200, 100_000, 1, args.spill, False)),
+        "100-secure": (_case, ("100×10 ≤3-way, secure", 100, 100_000, 1, args.spill, True)),
+        "200-secure": (_case, ("200×10 ≤3-way, secure", 200, 100_000, 1, args.spill, True)),
         "max": (_max_plan, (100,)),
     }
     if args.quick:
-        chosen = [(_case, ("20×10 ≤3-way", 20, 10_000, 1, args.spill)), (_max_plan, (20,))]
+        chosen = [
+            (_case, ("20×10 ≤3-way", 20, 10_000, 1, args.spill, False)),
+            (_case, ("20×10 ≤3-way, secure", 20, 10_000, 1, args.spill, True)),
+            (_max_plan, (20,)),
+        ]
     else:
         chosen = [cases[args.only]] if args.only else [cases[k] for k in ("sampler", "100", "200")]
     meta = {
