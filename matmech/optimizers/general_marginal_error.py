@@ -32,6 +32,7 @@ from matmech.linalg.linop import (
     as_linop,
     register,
 )
+from matmech.optimizers.gram import factor_gram, structure_key
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
 __all__ = [
@@ -77,12 +78,16 @@ class _FactorGrams:
     """Dense grams of the 1-D workload factors, computed once per distinct factor."""
 
     def __init__(self):
-        self.cache, self.by_content = {}, {}
+        self.cache, self.by_content, self.by_structure = {}, {}, {}
 
     def __call__(self, f):
         key = id(f)
         if key not in self.cache:
             n = f.shape[1]
+            skey = structure_key(f)  # equal structure, equal gram: computed once
+            if skey is not None and skey in self.by_structure:
+                self.cache[key] = (f, self.by_structure[skey])
+                return self.cache[key][1]
             if _total_like(f):
                 c2 = f.c**2 if isinstance(f, Scaled) else 1.0
                 base = f.base if isinstance(f, Scaled) else f
@@ -90,10 +95,12 @@ class _FactorGrams:
             elif _identity_like(f):
                 g = np.eye(n)
             else:
-                g = f.gram().dense(max_entries=MAX_FACTOR_N**2)
+                g = factor_gram(f, MAX_FACTOR_N**2)
             g = np.asarray(g, dtype=np.float64)
             # equal grams share one array, so that per-attribute work runs once per distinct gram
             g = self.by_content.setdefault((g.shape, g.tobytes()), g)
+            if skey is not None:
+                self.by_structure[skey] = g
             self.cache[key] = (f, g)  # keep f alive: ids stay unique
         return self.cache[key][1]
 
@@ -176,6 +183,14 @@ class _GeneralProblem:
                 f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
             )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
+        self._outside_masks = None
+
+    def _outside(self):
+        """Per attribute i, the boolean mask of the lattice masks S without bit i (built once)."""
+        if self._outside_masks is None:
+            masks = np.arange(1 << self.k)
+            self._outside_masks = [(masks >> i) & 1 == 0 for i in range(self.k)]
+        return self._outside_masks
 
     def attribute_numbers(self, i, minv):
         """(g, a_out[K], a_in[K], y) of attribute i for the factor inverse B⁻¹ = minv."""
@@ -275,9 +290,9 @@ class _GeneralProblem:
                 dA[i] = (s * s) * self.v2[:, None] * np.stack([d_out, d_in], axis=1)
             # ∂F/∂gᵢ = −s² Σ_{S ∌ i} θ_S² (Π_{j∉S} g_j)/gᵢ Σ_{T⊆S} η_T/λ_T²
             base = th * th * outg * sub
-            masks = np.arange(1 << k)
+            outside = self._outside()
             for i in wanted:
-                dg = -s * s * float(base[(masks >> i) & 1 == 0].sum()) / g[i]
+                dg = -s * s * float(base[outside[i]].sum()) / g[i]
                 y = ys[i]
                 lst, idx = self.uniq[i]
                 beta = np.bincount(idx, weights=dA[i][:, 1], minlength=len(lst))
@@ -347,9 +362,9 @@ class GeneralMarginalStrategy(VStack):
         self.theta, self.factors = w, factors
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
+        ones = [Ones(1, d) for d in domain]  # one total per attribute, shared by the blocks
         blocks = [
-            Kron(*[factors[i] if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
-            for m in masks
+            Kron(*[factors[i] if (m >> i) & 1 else ones[i] for i in range(k)]) for m in masks
         ]
         super().__init__(blocks, weights=w[masks])
         self.domain_sizes = domain

@@ -124,10 +124,8 @@ class ResidualProductStrategy(VStack):
                     f"weight on a subset with attribute {bad[0]} of size 1 (no residual)"
                 )
         self.weights_by_mask, self.residual_factors, self.domain_sizes = w, tuple(fs), domain
-        blocks = [
-            Kron(*[Dense(fs[i]) if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
-            for m in masks
-        ]
+        parts = [(Ones(1, d), None if f is None else Dense(f)) for f, d in zip(fs, domain)]
+        blocks = [Kron(*[parts[i][(m >> i) & 1] for i in range(k)]) for m in masks]
         super().__init__(blocks, weights=np.sqrt(w[masks]))
 
     def sensitivity2(self):
@@ -383,23 +381,23 @@ def _lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
     f, g = fun(x)
     if not math.isfinite(f):
         return x, f
-    ss, ys, hist = [], [], [f]
+    ss, ys, yss, hist = [], [], [], [f]  # yss: the pairs' y·s, computed once per pair
     for _ in range(maxiter):
         q = g.copy()
         alphas = []
-        for s, y in zip(reversed(ss), reversed(ys)):
-            a = float(s @ q) / float(y @ s)
+        for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
+            a = float(s @ q) / ys_
             alphas.append(a)
             q -= a * y
         if ss:
             q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
-        for (s, y), a in zip(zip(ss, ys), reversed(alphas)):
-            q += (a - float(y @ q) / float(y @ s)) * s
+        for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
+            q += (a - float(y @ q) / ys_) * s
         d = -q
         slope = float(g @ d)
         if slope >= 0:
             d, slope = -g, -float(g @ g)
-            ss, ys = [], []
+            ss, ys, yss = [], [], []
         t, accepted = 1.0, False
         for _ in range(40):
             xn = x + t * d
@@ -414,9 +412,11 @@ def _lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
         if float(s @ y) > 1e-300:
             ss.append(s)
             ys.append(y)
+            yss.append(float(y @ s))
             if len(ss) > memory:
                 ss.pop(0)
                 ys.pop(0)
+                yss.pop(0)
         x, f, g = xn, fn, gn
         hist.append(f)
         if len(hist) > 10 and hist[-11] - f <= ftol * abs(f):
@@ -435,8 +435,19 @@ def _spd_inverse(b):
     inv, info = dpotri(c, lower=False)  # the upper triangle; the lower one is c's zeros
     if info != 0:
         return None
-    inv += np.triu(inv, 1).T
+    lower = _lower_indices(inv.shape[0])
+    inv[lower] = inv.T[lower]  # mirror the upper triangle (exactly: the lower one held zeros)
     return inv
+
+
+_LOWER: dict = {}
+
+
+def _lower_indices(n):
+    """The strictly lower triangle's indices of an n×n matrix (cached per n)."""
+    if n not in _LOWER:
+        _LOWER[n] = np.tril_indices(n, -1)
+    return _LOWER[n]
 
 
 def _start_factors(prob, domain, split=False):
