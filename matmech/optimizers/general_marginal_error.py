@@ -183,7 +183,13 @@ class _GeneralProblem:
                 f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
             )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
-        self._outside_masks = None
+        self._outside_masks, self._sym = None, {}
+
+    def _symmetric(self, i):
+        """True if every distinct gram of attribute i equals its transpose exactly."""
+        if i not in self._sym:
+            self._sym[i] = all(np.array_equal(c, c.T) for c in self.uniq[i][0])
+        return self._sym[i]
 
     def _outside(self):
         """Per attribute i, the boolean mask of the lattice masks S without bit i (built once)."""
@@ -306,13 +312,13 @@ class _GeneralProblem:
                     if cvec[j] != 0.0:
                         Cc += cvec[j] * c
                 cy = Cc @ y
-                one = np.ones(n)
-                gam = (
-                    Cb
-                    + (np.outer(cy, one) + np.outer(one, cy)) / g[i]
-                    + (dg - float(y @ cy) / g[i] ** 2) * np.ones((n, n))
-                )
-                grads[i] = 0.5 * (gam + gam.T)
+                # Γ = Cb + (cy1ᵀ + 1cyᵀ)/g + (dg − yᵀcy/g²)11ᵀ, formed in place
+                gam = cy[:, None] + cy[None, :]
+                gam /= g[i]
+                gam += Cb
+                gam += dg - float(y @ cy) / g[i] ** 2
+                # symmetric already (to the bit) when every gram of attribute i is
+                grads[i] = gam if self._symmetric(i) else 0.5 * (gam + gam.T)
         return F, dth, grads
 
 
