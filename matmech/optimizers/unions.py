@@ -382,17 +382,18 @@ def _lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
     if not math.isfinite(f):
         return x, f
     ss, ys, yss, hist = [], [], [], [f]  # yss: the pairs' y·s, computed once per pair
+    tmp = np.empty_like(x)  # the two-loop's products, without a fresh array per update
     for _ in range(maxiter):
         q = g.copy()
         alphas = []
         for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
             a = float(s @ q) / ys_
             alphas.append(a)
-            q -= a * y
+            q -= np.multiply(a, y, out=tmp)
         if ss:
             q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
         for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
-            q += (a - float(y @ q) / ys_) * s
+            q += np.multiply(a - float(y @ q) / ys_, s, out=tmp)
         d = -q
         slope = float(g @ d)
         if slope >= 0:
