@@ -530,9 +530,9 @@ def _problem(W, free=None):
     identities and totals, grams aI + b11ᵀ)."""
     terms, domain, blocks = _terms(W)
     if free is None:
-        free = [
-            i for i in range(len(domain)) if not all(_identity_total_gram(cs[i]) for _, cs in terms)
-        ]
+        # the terms share a few gram arrays (_FactorGrams): each distinct one is checked once
+        grams = [{id(cs[i]): cs[i] for _, cs in terms}.values() for i in range(len(domain))]
+        free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks
 
 
