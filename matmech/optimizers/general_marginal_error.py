@@ -183,7 +183,7 @@ class _GeneralProblem:
                 f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
             )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
-        self._outside_masks, self._sym = None, {}
+        self._outside_masks, self._sym, self._pick = None, {}, None
 
     def _symmetric(self, i):
         """True if every distinct gram of attribute i equals its transpose exactly."""
@@ -235,8 +235,11 @@ class _GeneralProblem:
 
     def entries(self, a_out, a_in):
         """Πᵢ a_ik^{[i∈T]} for every (term k, class T ⊆ Z_k) entry."""
-        t = self.term_idx
-        return np.where(self.bits, a_in[t], a_out[t]).prod(1)
+        if self._pick is None:  # flat index of a_in[t, i] or a_out[t, i] in [a_out, a_in] (k, 2)
+            cols = 2 * np.arange(self.k)[None, :] + self.bits
+            self._pick = self.term_idx[:, None] * (2 * self.k) + cols
+        both = np.stack([a_out, a_in], axis=2)  # (K, k, 2)
+        return both.reshape(-1)[self._pick].prod(1)
 
     def eta(self, a_out, a_in):
         w = self.v2[self.term_idx] * self.entries(a_out, a_in)
