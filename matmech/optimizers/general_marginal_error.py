@@ -32,7 +32,7 @@ from matmech.linalg.linop import (
     as_linop,
     register,
 )
-from matmech.optimizers.gram import factor_gram, structure_key
+from matmech.optimizers.gram import FactorGrams
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
 __all__ = [
@@ -72,37 +72,6 @@ MAX_FACTOR_N = 1024
 MAX_GENERAL_WORK = 1 << 25
 #: Numerical floor (relative) below which a per-class trace counts as zero.
 _ZERO = 1e-11
-
-
-class _FactorGrams:
-    """Dense grams of the 1-D workload factors, computed once per distinct factor."""
-
-    def __init__(self):
-        self.cache, self.by_content, self.by_structure = {}, {}, {}
-
-    def __call__(self, f):
-        key = id(f)
-        if key not in self.cache:
-            n = f.shape[1]
-            skey = structure_key(f)  # equal structure, equal gram: computed once
-            if skey is not None and skey in self.by_structure:
-                self.cache[key] = (f, self.by_structure[skey])
-                return self.cache[key][1]
-            if _total_like(f):
-                c2 = f.c**2 if isinstance(f, Scaled) else 1.0
-                base = f.base if isinstance(f, Scaled) else f
-                g = np.full((n, n), c2 * float(base.shape[0]))
-            elif _identity_like(f):
-                g = np.eye(n)
-            else:
-                g = factor_gram(f, MAX_FACTOR_N**2)
-            g = np.asarray(g, dtype=np.float64)
-            # equal grams share one array, so that per-attribute work runs once per distinct gram
-            g = self.by_content.setdefault((g.shape, g.tobytes()), g)
-            if skey is not None:
-                self.by_structure[skey] = g
-            self.cache[key] = (f, g)  # keep f alive: ids stay unique
-        return self.cache[key][1]
 
 
 def _factor_inverse(Q, n):
@@ -372,9 +341,7 @@ class GeneralMarginalStrategy(VStack):
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
         ones = [Ones(1, d) for d in domain]  # one total per attribute, shared by the blocks
-        blocks = [
-            Kron(*[factors[i] if (m >> i) & 1 else ones[i] for i in range(k)]) for m in masks
-        ]
+        blocks = [Kron(*[factors[i] if (m >> i) & 1 else ones[i] for i in range(k)]) for m in masks]
         super().__init__(blocks, weights=w[masks])
         self.domain_sizes = domain
         self.attribute_subsets = subsets
@@ -515,7 +482,7 @@ def _read_terms(W):
         raise ValueError(
             f"generalised marginals need attribute sizes <= {MAX_FACTOR_N} for non-identity factors, got {big[0]}"
         )
-    grams = _FactorGrams()
+    grams = FactorGrams(MAX_FACTOR_N**2)
     terms = []
     for w2, fs in blocks:
         cs = []
@@ -533,7 +500,7 @@ def _problem(W, free=None):
     identities and totals, grams aI + b11ᵀ)."""
     terms, domain, blocks = _terms(W)
     if free is None:
-        # the terms share a few gram arrays (_FactorGrams): each distinct one is checked once
+        # the terms share a few gram arrays (FactorGrams): each distinct one is checked once
         grams = [{id(cs[i]): cs[i] for _, cs in terms}.values() for i in range(len(domain))]
         free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks

@@ -47,6 +47,7 @@ import numpy as np
 from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
+from matmech.optimizers.lbfgs import armijo_lbfgs
 
 __all__ = [
     "OBJECTIVES",
@@ -374,57 +375,6 @@ def _proportional(c, ref):
     return b > 0 and np.allclose(c, (a / b) * ref, rtol=1e-10, atol=1e-12 * float(np.abs(c).max()))
 
 
-def _lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
-    """Unconstrained L-BFGS with Armijo backtracking that treats a non-finite value as a step
-    too long (the error is +inf where the strategy stops answering W). → (x, f)."""
-    x = np.array(x0, dtype=np.float64)
-    f, g = fun(x)
-    if not math.isfinite(f):
-        return x, f
-    ss, ys, yss, hist = [], [], [], [f]  # yss: the pairs' y·s, computed once per pair
-    tmp = np.empty_like(x)  # the two-loop's products, without a fresh array per update
-    for _ in range(maxiter):
-        q = g.copy()
-        alphas = []
-        for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
-            a = float(s @ q) / ys_
-            alphas.append(a)
-            q -= np.multiply(a, y, out=tmp)
-        if ss:
-            q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
-        for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
-            q += np.multiply(a - float(y @ q) / ys_, s, out=tmp)
-        d = -q
-        slope = float(g @ d)
-        if slope >= 0:
-            d, slope = -g, -float(g @ g)
-            ss, ys, yss = [], [], []
-        t, accepted = 1.0, False
-        for _ in range(40):
-            xn = x + t * d
-            fn, gn = fun(xn)
-            if math.isfinite(fn) and fn <= f + 1e-4 * t * slope:
-                accepted = True
-                break
-            t *= 0.5
-        if not accepted:
-            break
-        s, y = xn - x, gn - g
-        if float(s @ y) > 1e-300:
-            ss.append(s)
-            ys.append(y)
-            yss.append(float(y @ s))
-            if len(ss) > memory:
-                ss.pop(0)
-                ys.pop(0)
-                yss.pop(0)
-        x, f, g = xn, fn, gn
-        hist.append(f)
-        if len(hist) > 10 and hist[-11] - f <= ftol * abs(f):
-            break
-    return x, f
-
-
 def _spd_inverse(b):
     """B⁻¹ of a symmetric positive definite B by Cholesky (half the work of LU), or None when
     B is not numerically positive definite (the strategy stops answering W there)."""
@@ -575,7 +525,7 @@ def _descend(W, *, split, maxiter):
         f, g = fun(v)
         return f / scale, None if g is None else g / scale
 
-    x, _ = _lbfgs(scaled, x0, maxiter=maxiter, ftol=JOINT_FTOL)
+    x, _ = armijo_lbfgs(scaled, x0, maxiter=maxiter, ftol=JOINT_FTOL)
     th, zs = unpack(x)
     factors = [None if q is None else Dense(q) for q in qs]
     for i, z in zip(free, zs):
