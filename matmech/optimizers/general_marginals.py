@@ -66,7 +66,7 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
 
     n = prob.domain[i]
     acc = np.zeros((n, n))
-    traces: dict = {}  # by gram array: the terms share a few (_FactorGrams)
+    traces: dict = {}  # by gram array: the terms share a few (FactorGrams)
     for kk in range(prob.v2.size):
         if i not in supports[kk]:
             continue

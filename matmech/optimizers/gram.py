@@ -39,9 +39,9 @@ def structure_key(f: LinOp) -> tuple | None:
     A union of Kronecker products repeats the same few factors in every term as distinct
     objects (issue 24's Adult ≤3-way: 6,580 factors, 22 distinct); keyed by structure, their
     dense grams and 1-D fits are computed once (:func:`factor_gram`)."""
-    c = 1.0
+    c: tuple = ()  # the scale factors from the outside in (their product may round)
     while isinstance(f, Scaled):
-        c *= f.c
+        c += (f.c,)
         f = f.base
     if type(f) in (Prefix, AllRange):
         return (type(f).__name__, f.shape[1], c)
