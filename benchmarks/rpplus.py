@@ -177,6 +177,10 @@ def main(argv=None):
     ap.add_argument(
         "--rpplus-python", default=sys.executable, help="python of ResidualPlanner+'s environment"
     )
+    ap.add_argument(
+        "--rpplus-from",
+        help="an earlier rpplus.json whose 'RP+ here' figures are kept (instead of --rpplus)",
+    )
     ap.add_argument("--only", help="comma-separated dataset names")
     ap.add_argument(
         "--hdmm",
@@ -190,6 +194,15 @@ def main(argv=None):
     if args.child:
         return child(*args.child)
     names = args.only.split(",") if args.only else list(DATASETS)
+    kept, kept_date = {}, None
+    if args.rpplus_from:
+        earlier = json.loads(Path(args.rpplus_from).read_text())
+        kept_date = earlier["meta"]["date"]
+        kept = {
+            (r["dataset"], r["k"]): r["rpplus_here"]
+            for r in earlier["rows"]
+            if r.get("rpplus_here")
+        }
     load0 = os.getloadavg()[0]
     rows, hdmm_rows = [], []
     for name in [] if args.skip_table else names:
@@ -213,6 +226,8 @@ def main(argv=None):
                     [args.rpplus_python, "-c", _RP_DRIVER.format(dir=args.rpplus, ds=name, wk=wk)],
                     args.cap,
                 )
+            elif (name, order) in kept:
+                row["rpplus_here"] = {**kept[(name, order)], "from": kept_date}
             rows.append(row)
             _print_row(row)
     root = str(Path(__file__).resolve().parent.parent)
@@ -252,6 +267,8 @@ def main(argv=None):
         "eps": EPS,
         "delta": DELTA,
     }
+    if kept_date is not None and not args.rpplus:
+        meta["rpplus_from"] = kept_date
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "rpplus" if not args.skip_table else "rpplus_hdmm"
@@ -284,7 +301,12 @@ def markdown(rows, meta, hdmm_rows=()):
             f"{meta['load_end']:.2f} at the end (other agents share the machine). RMSE per query with σ = 1 per unit L2 sensitivity. "
             "matmech = optimize(W, eps=1, delta=1e-6) (auto), seconds = its optimisation time (wall, every family tried), cpu = "
             "the process's CPU seconds for it (less sensitive to the load); 'RP+ here' = ResidualPlanner+'s "
-            "released code run on this machine (one process per row, interleaved), seconds and cpu include its basis search."
+            "released code run on this machine (one process per row, interleaved), seconds and cpu include its basis search"
+            + (
+                f" (kept from the run of {meta['rpplus_from']}: not rerun here)."
+                if meta.get("rpplus_from")
+                else "."
+            )
         ),
         "",
         "| dataset | k | matmech | plan | seconds | cpu | RP+ published | HDMM published | RP+ here | RP+ s | RP+ cpu | before | ≤ RP+ published |",

@@ -153,6 +153,10 @@ def _superset_inplace(lam, k):
     length-2^k array ``lam`` holding c, O(k 2^k): level i adds each mask with bit i set to
     the same mask without it, on a strided view (no index arrays)."""
     for i in range(k):
+        if i < _SHORT_LEVELS:  # runs of 1 << i: 1-D strided slices, one per offset (faster)
+            for j in range(1 << i):
+                lam[j :: 2 << i] += lam[j + (1 << i) :: 2 << i]
+            continue
         v = lam.reshape(
             -1, 2, 1 << i
         )  # v[:, 0] has bit i clear, v[:, 1] the same masks with it set
@@ -160,9 +164,18 @@ def _superset_inplace(lam, k):
     return lam
 
 
+#: Levels of the zeta transforms done as 1-D strided slices (the same additions, in the same
+#: order, as the 3-D views, which iterate runs of 1 << i elements slowly for small i).
+_SHORT_LEVELS = 3
+
+
 def _subset_inplace(c, k):
     """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets), in place as :func:`_superset_inplace`."""
     for i in range(k):
+        if i < _SHORT_LEVELS:
+            for j in range(1 << i):
+                c[j + (1 << i) :: 2 << i] += c[j :: 2 << i]
+            continue
         v = c.reshape(-1, 2, 1 << i)
         v[:, 1, :] += v[:, 0, :]
     return c

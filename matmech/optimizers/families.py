@@ -207,6 +207,13 @@ def _fit_kron(
         shared=shared,
     )
     gap = params.pop("gap", None)
+    trace = params.pop("trace", None)
+    if trace is not None and delta > 0:
+        # a union under (ε, δ): the descent's own Σ_k v_k² Πᵢ trace(G_ik (AᵢᵀAᵢ)⁺) of factors
+        # with unit L2 sensitivity is the exact error per unit noise variance (no dense pass)
+        return FamilyFit(
+            strategy, gap, params, error=noise_variance(eps, delta, sensitivity=1.0) * trace
+        )
     return FamilyFit(strategy, gap, params)
 
 

@@ -32,6 +32,7 @@ from matmech.linalg.linop import (
     as_linop,
     register,
 )
+from matmech.optimizers.gram import FactorGrams
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
 __all__ = [
@@ -71,31 +72,6 @@ MAX_FACTOR_N = 1024
 MAX_GENERAL_WORK = 1 << 25
 #: Numerical floor (relative) below which a per-class trace counts as zero.
 _ZERO = 1e-11
-
-
-class _FactorGrams:
-    """Dense grams of the 1-D workload factors, computed once per distinct factor."""
-
-    def __init__(self):
-        self.cache, self.by_content = {}, {}
-
-    def __call__(self, f):
-        key = id(f)
-        if key not in self.cache:
-            n = f.shape[1]
-            if _total_like(f):
-                c2 = f.c**2 if isinstance(f, Scaled) else 1.0
-                base = f.base if isinstance(f, Scaled) else f
-                g = np.full((n, n), c2 * float(base.shape[0]))
-            elif _identity_like(f):
-                g = np.eye(n)
-            else:
-                g = f.gram().dense(max_entries=MAX_FACTOR_N**2)
-            g = np.asarray(g, dtype=np.float64)
-            # equal grams share one array, so that per-attribute work runs once per distinct gram
-            g = self.by_content.setdefault((g.shape, g.tobytes()), g)
-            self.cache[key] = (f, g)  # keep f alive: ids stay unique
-        return self.cache[key][1]
 
 
 def _factor_inverse(Q, n):
@@ -176,6 +152,20 @@ class _GeneralProblem:
                 f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
             )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
+        self._outside_masks, self._sym, self._pick = None, {}, None
+
+    def _symmetric(self, i):
+        """True if every distinct gram of attribute i equals its transpose exactly."""
+        if i not in self._sym:
+            self._sym[i] = all(np.array_equal(c, c.T) for c in self.uniq[i][0])
+        return self._sym[i]
+
+    def _outside(self):
+        """Per attribute i, the boolean mask of the lattice masks S without bit i (built once)."""
+        if self._outside_masks is None:
+            masks = np.arange(1 << self.k)
+            self._outside_masks = [(masks >> i) & 1 == 0 for i in range(self.k)]
+        return self._outside_masks
 
     def attribute_numbers(self, i, minv):
         """(g, a_out[K], a_in[K], y) of attribute i for the factor inverse B⁻¹ = minv."""
@@ -214,8 +204,11 @@ class _GeneralProblem:
 
     def entries(self, a_out, a_in):
         """Πᵢ a_ik^{[i∈T]} for every (term k, class T ⊆ Z_k) entry."""
-        t = self.term_idx
-        return np.where(self.bits, a_in[t], a_out[t]).prod(1)
+        if self._pick is None:  # flat index of a_in[t, i] or a_out[t, i] in [a_out, a_in] (k, 2)
+            cols = 2 * np.arange(self.k)[None, :] + self.bits
+            self._pick = self.term_idx[:, None] * (2 * self.k) + cols
+        both = np.stack([a_out, a_in], axis=2)  # (K, k, 2)
+        return both.reshape(-1)[self._pick].prod(1)
 
     def eta(self, a_out, a_in):
         w = self.v2[self.term_idx] * self.entries(a_out, a_in)
@@ -275,9 +268,9 @@ class _GeneralProblem:
                 dA[i] = (s * s) * self.v2[:, None] * np.stack([d_out, d_in], axis=1)
             # ∂F/∂gᵢ = −s² Σ_{S ∌ i} θ_S² (Π_{j∉S} g_j)/gᵢ Σ_{T⊆S} η_T/λ_T²
             base = th * th * outg * sub
-            masks = np.arange(1 << k)
+            outside = self._outside()
             for i in wanted:
-                dg = -s * s * float(base[(masks >> i) & 1 == 0].sum()) / g[i]
+                dg = -s * s * float(base[outside[i]].sum()) / g[i]
                 y = ys[i]
                 lst, idx = self.uniq[i]
                 beta = np.bincount(idx, weights=dA[i][:, 1], minlength=len(lst))
@@ -291,13 +284,13 @@ class _GeneralProblem:
                     if cvec[j] != 0.0:
                         Cc += cvec[j] * c
                 cy = Cc @ y
-                one = np.ones(n)
-                gam = (
-                    Cb
-                    + (np.outer(cy, one) + np.outer(one, cy)) / g[i]
-                    + (dg - float(y @ cy) / g[i] ** 2) * np.ones((n, n))
-                )
-                grads[i] = 0.5 * (gam + gam.T)
+                # Γ = Cb + (cy1ᵀ + 1cyᵀ)/g + (dg − yᵀcy/g²)11ᵀ, formed in place
+                gam = cy[:, None] + cy[None, :]
+                gam /= g[i]
+                gam += Cb
+                gam += dg - float(y @ cy) / g[i] ** 2
+                # symmetric already (to the bit) when every gram of attribute i is
+                grads[i] = gam if self._symmetric(i) else 0.5 * (gam + gam.T)
         return F, dth, grads
 
 
@@ -347,10 +340,8 @@ class GeneralMarginalStrategy(VStack):
         self.theta, self.factors = w, factors
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
-        blocks = [
-            Kron(*[factors[i] if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
-            for m in masks
-        ]
+        ones = [Ones(1, d) for d in domain]  # one total per attribute, shared by the blocks
+        blocks = [Kron(*[factors[i] if (m >> i) & 1 else ones[i] for i in range(k)]) for m in masks]
         super().__init__(blocks, weights=w[masks])
         self.domain_sizes = domain
         self.attribute_subsets = subsets
@@ -491,7 +482,7 @@ def _read_terms(W):
         raise ValueError(
             f"generalised marginals need attribute sizes <= {MAX_FACTOR_N} for non-identity factors, got {big[0]}"
         )
-    grams = _FactorGrams()
+    grams = FactorGrams(MAX_FACTOR_N**2)
     terms = []
     for w2, fs in blocks:
         cs = []
@@ -509,9 +500,9 @@ def _problem(W, free=None):
     identities and totals, grams aI + b11ᵀ)."""
     terms, domain, blocks = _terms(W)
     if free is None:
-        free = [
-            i for i in range(len(domain)) if not all(_identity_total_gram(cs[i]) for _, cs in terms)
-        ]
+        # the terms share a few gram arrays (FactorGrams): each distinct one is checked once
+        grams = [{id(cs[i]): cs[i] for _, cs in terms}.values() for i in range(len(domain))]
+        free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks
 
 

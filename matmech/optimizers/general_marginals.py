@@ -24,6 +24,7 @@ from matmech.optimizers.general_marginal_error import (
 )
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
 from matmech.optimizers.marginal_lattice import _WEYL_STEP, _LatticeObjective
+from matmech.optimizers.gram import structure_key
 from matmech.optimizers.marginal_workloads import _total_like
 
 __all__ = [
@@ -65,10 +66,14 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
 
     n = prob.domain[i]
     acc = np.zeros((n, n))
+    traces: dict = {}  # by gram array: the terms share a few (FactorGrams)
     for kk in range(prob.v2.size):
         if i not in supports[kk]:
             continue
-        other = math.prod(float(np.trace(prob.C[j][kk])) for j in range(prob.k) if j != i)
+        for j in range(prob.k):
+            if id(prob.C[j][kk]) not in traces:
+                traces[id(prob.C[j][kk])] = float(np.trace(prob.C[j][kk]))
+        other = math.prod(traces[id(prob.C[j][kk])] for j in range(prob.k) if j != i)
         acc += prob.v2[kk] * other * prob.C[i][kk]
     acc /= max(float(np.trace(acc)), 1e-300)
     # no quadratic-fill multistart here (unlike the kron family): a better isolated 1-D fit is
@@ -103,7 +108,15 @@ def optimize_general_marginals(
         raise ValueError(f"norm must be 1 (pure eps) or 2 (Gaussian, delta > 0), got {norm!r}")
     prob, domain, blocks = _problem(W)
     k = prob.k
-    supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
+    total = {}  # _total_like per factor structure (structure_key), else per factor
+
+    def is_total(f):
+        key = structure_key(f) or id(f)
+        if key not in total:
+            total[key] = _total_like(f)
+        return total[key]
+
+    supports = [frozenset(i for i, f in enumerate(fs) if not is_total(f)) for _, fs in blocks]
     given = {} if factor_thetas is None else dict(factor_thetas)
     for i, th in given.items():
         if not (isinstance(i, (int, np.integer)) and 0 <= i < k):

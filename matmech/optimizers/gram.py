@@ -12,13 +12,67 @@ from __future__ import annotations
 import numpy as np
 from matmech.linalg.lazy import sla
 
-from matmech.linalg.intervals import AllRange, Prefix
-from matmech.linalg.linop import LinOp, as_linop
+from matmech.linalg.intervals import AllRange, Intervals, Prefix
+from matmech.linalg.linop import Identity, LinOp, Ones, Scaled, as_linop
 
-__all__ = ["GramOperator", "check_gram", "MAX_GRAM_N"]
+__all__ = [
+    "FACTOR_GRAM_CACHE_BYTES",
+    "FactorGrams",
+    "GramOperator",
+    "MAX_GRAM_N",
+    "check_gram",
+    "factor_gram",
+    "structure_key",
+]
 
 #: Largest n for which :func:`check_gram` makes a LinOp gram dense (the optimisers' limit).
 MAX_GRAM_N = 8192
+#: Bytes of dense factor grams :func:`factor_gram` keeps (oldest dropped first).
+FACTOR_GRAM_CACHE_BYTES = 64 << 20
+_FACTOR_GRAMS: dict = {}
+
+
+def structure_key(f: LinOp) -> tuple | None:
+    """A hashable key shared by 1-D workloads with the same rows (prefixes, all ranges, lists
+    of intervals, identities, totals, and scalings of them), or None for other operators.
+
+    A union of Kronecker products repeats the same few factors in every term as distinct
+    objects (issue 24's Adult ≤3-way: 6,580 factors, 22 distinct); keyed by structure, their
+    dense grams and 1-D fits are computed once (:func:`factor_gram`)."""
+    c: tuple = ()  # the scale factors from the outside in (their product may round)
+    while isinstance(f, Scaled):
+        c += (f.c,)
+        f = f.base
+    if type(f) in (Prefix, AllRange):
+        return (type(f).__name__, f.shape[1], c)
+    if isinstance(f, Intervals) and type(f) is Intervals:
+        lo, hi = f.bounds()
+        return ("Intervals", f.shape[1], c, lo.tobytes(), hi.tobytes())
+    if type(f) is Identity:
+        return ("Identity", f.shape[1], c)
+    if type(f) is Ones:
+        return ("Ones", f.shape, c)
+    return None
+
+
+def factor_gram(f: LinOp, max_entries: int) -> np.ndarray:
+    """``f.gram().dense(max_entries=max_entries)`` of a 1-D workload factor, read-only, computed
+    once per :func:`structure_key` (the same array is returned for equal keys; operators without
+    a key are not cached)."""
+    key = structure_key(f)
+    if key is None or f.shape[1] ** 2 > max_entries:
+        return f.gram().dense(max_entries=max_entries)
+    g = _FACTOR_GRAMS.get(key)
+    if g is None:
+        g = np.asarray(f.gram().dense(max_entries=max_entries), dtype=np.float64)
+        g.setflags(write=False)
+        while (
+            _FACTOR_GRAMS
+            and g.nbytes + sum(a.nbytes for a in _FACTOR_GRAMS.values()) > FACTOR_GRAM_CACHE_BYTES
+        ):
+            del _FACTOR_GRAMS[next(iter(_FACTOR_GRAMS))]
+        _FACTOR_GRAMS[key] = g
+    return g
 
 
 def _unwrap(W):
@@ -30,6 +84,44 @@ def _unwrap(W):
             return W, c2
         w, W = blocks[0]
         c2 *= float(w) ** 2
+
+
+class FactorGrams:
+    """Dense grams of the 1-D workload factors of one workload, computed once per distinct
+    factor (by object, then by :func:`structure_key`); equal grams share one array, so that
+    per-attribute work can run once per distinct gram. Totals and identities in closed form,
+    others by :func:`factor_gram` up to ``max_entries`` entries."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.cache: dict = {}
+        self.by_content: dict = {}
+        self.by_structure: dict = {}
+
+    def __call__(self, f: LinOp) -> np.ndarray:
+        from matmech.optimizers.marginal_workloads import _identity_like, _total_like
+
+        key = id(f)
+        if key not in self.cache:
+            n = f.shape[1]
+            skey = structure_key(f)  # equal structure, equal gram: computed once
+            if skey is not None and skey in self.by_structure:
+                self.cache[key] = (f, self.by_structure[skey])
+                return self.cache[key][1]
+            if _total_like(f):
+                c2 = f.c**2 if isinstance(f, Scaled) else 1.0
+                base = f.base if isinstance(f, Scaled) else f
+                g = np.full((n, n), c2 * float(base.shape[0]))
+            elif _identity_like(f):
+                g = np.eye(n)
+            else:
+                g = factor_gram(f, self.max_entries)
+            g = np.asarray(g, dtype=np.float64)
+            g = self.by_content.setdefault((g.shape, g.tobytes()), g)
+            if skey is not None:
+                self.by_structure[skey] = g
+            self.cache[key] = (f, g)  # keep f alive: ids stay unique
+        return self.cache[key][1]
 
 
 class GramOperator:

@@ -18,7 +18,7 @@ from matmech.optimizers import (
     marginals as opt_marginals,
     pure as opt_pure,
 )
-from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.gram import GramOperator, factor_gram
 
 __all__ = [
     "KRON_CUTOFF_RATIO",
@@ -185,9 +185,18 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
         return Kron(*factors), out
     # a union Σⱼ wⱼ² ⊗ᵢ Gᵢⱼ: block coordinate descent (HDMM §6.2)
     check_kron_memory(blocks)
-    grams = [
-        [f.gram().dense(max_entries=opt_pure.MAX_PIDENTITY_N**2) for f in fs] for _, fs in blocks
-    ]
+    grams = [[factor_gram(f, opt_pure.MAX_PIDENTITY_N**2) for f in fs] for _, fs in blocks]
+    # per attribute: the distinct gram arrays and each term's index among them
+    distinct, uniq = [], []
+    for i in range(d):
+        index: dict = {}
+        arrays: list = []
+        for row in grams:
+            if id(row[i]) not in index:
+                index[id(row[i])] = len(arrays)
+                arrays.append(row[i])
+        distinct.append(arrays)
+        uniq.append(np.array([index[id(row[i])] for row in grams]))
     w2 = np.array([w for w, _ in blocks])
     costs = np.array(
         [[float(np.trace(g)) for g in row] for row in grams]
@@ -200,7 +209,10 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
             report(step / steps, f"round {rnd + 1}, factor {i + 1}/{d}")
             step += 1
             others = np.prod(np.delete(costs, i, axis=1), axis=1) * w2
-            g_eff = sum(c * row[i] for c, row in zip(others, grams))
+            # Σ_k c_k G_ik over the distinct grams (terms repeat a few factors: factor_gram)
+            g_eff = sum(
+                float(c) * g for c, g in zip(np.bincount(uniq[i], weights=others), distinct[i])
+            )
             op = GramOperator.from_gram(g_eff)
             a, _, _ = _fit_1d(
                 op,
@@ -213,7 +225,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 fill_starts=KRON_FILL_STARTS,
             )
             factors[i] = a
-            costs[:, i] = _traces_with([row[i] for row in grams], a)
+            costs[:, i] = np.asarray(_traces_with(distinct[i], a))[uniq[i]]
             total = float((w2 * np.prod(costs, axis=1)).sum())
             history.append(total)
             if total < best[0]:
@@ -224,5 +236,5 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 "history": tuple(history),
                 "stopped": f"after round {rnd + 1} of {KRON_ROUNDS}: above {KRON_CUTOFF_RATIO:g}x the best family so far",
             }
-            return Kron(*best[1]), out
-    return Kron(*best[1]), {"rounds": KRON_ROUNDS, "history": tuple(history)}
+            return Kron(*best[1]), {**out, "trace": best[0]}
+    return Kron(*best[1]), {"rounds": KRON_ROUNDS, "history": tuple(history), "trace": best[0]}

@@ -37,7 +37,7 @@ from matmech.linalg.linop import (
     VStack,
     as_linop,
 )
-from matmech.optimizers.gram import GramOperator
+from matmech.optimizers.gram import GramOperator, structure_key
 from matmech.optimizers.l2 import dual_l2
 from matmech.linalg.products import product_terms
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like
@@ -104,9 +104,18 @@ class _FactorFits:
     def __init__(self, prefit=None, norm=1):
         self.fits = {("P", n, b): v for (n, b), v in (prefit or {}).items()} if norm == 1 else {}
         self.norm = norm
+        self.by_structure = {}  # factors of equal structure (structure_key) share one answer
 
     def __call__(self, f):
         """(strategy factor, key, trace(G (QᵀQ)⁺) with sens(Q) = 1) for the 1-D workload f."""
+        skey = structure_key(f)
+        if skey is None:
+            return self._fit(f)
+        if skey not in self.by_structure:
+            self.by_structure[skey] = self._fit(f)
+        return self.by_structure[skey]
+
+    def _fit(self, f):
         n = f.shape[1]
         if _total_like(f):
             g = f.gram().dense(max_entries=max(n * n, 1))

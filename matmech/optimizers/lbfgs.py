@@ -3,7 +3,8 @@
 :func:`projected_lbfgs` is used by the p-Identity optimiser (:mod:`matmech.optimizers.pure`),
 whose variables are Θ ≥ 0; :func:`lbfgsb_nonneg` is scipy's L-BFGS-B (Byrd, Lu, Nocedal & Zhu,
 SIAM J. Sci. Comput. 1995) on x ≥ 0, used by the marginal-lattice optimisers
-(:mod:`matmech.optimizers.marginals`).
+(:mod:`matmech.optimizers.marginals`); :func:`armijo_lbfgs` is plain unconstrained L-BFGS
+for the joint L2 descent of :mod:`matmech.optimizers.unions`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 from matmech.linalg.lazy import sla
 
-__all__ = ["projected_lbfgs", "lbfgsb_nonneg"]
+__all__ = ["armijo_lbfgs", "projected_lbfgs", "lbfgsb_nonneg"]
 
 #: Iterations over which the relative decrease is measured for the stopping rule.
 WINDOW = 10
@@ -260,5 +262,63 @@ def _drive_setulb(setulb, fun, x0, *, maxiter, ftol, gtol, maxcor, maxls, maxfun
             elif cache["nfev"] > maxfun:
                 task[0], task[1] = 5, 502
         else:
+            break
+    return x, f
+
+
+def armijo_lbfgs(
+    fun: Callable, x0: np.ndarray, *, maxiter: int, memory: int = 10, ftol: float = 1e-11
+) -> tuple[np.ndarray, float]:
+    """Unconstrained L-BFGS with Armijo backtracking that treats a non-finite value as a step
+    too long (the joint L2 descent of :mod:`matmech.optimizers.unions`, whose error is +inf
+    where the strategy stops answering W). Stops when ten iterations lowered f by at most
+    ``ftol``·|f|, after ``maxiter`` iterations, or when no step is accepted. → (x, f)."""
+    x = np.array(x0, dtype=np.float64)
+    f, g = fun(x)
+    if not math.isfinite(f):
+        return x, f
+    ss: list = []
+    ys: list = []
+    yss: list = []  # the pairs' y·s, computed once per pair
+    hist = [f]
+    tmp = np.empty_like(x)  # the two-loop's products, without a fresh array per update
+    for _ in range(maxiter):
+        q = g.copy()
+        alphas = []
+        for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
+            a = float(s @ q) / ys_
+            alphas.append(a)
+            q -= np.multiply(a, y, out=tmp)
+        if ss:
+            q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
+        for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
+            q += np.multiply(a - float(y @ q) / ys_, s, out=tmp)
+        d = -q
+        slope = float(g @ d)
+        if slope >= 0:
+            d, slope = -g, -float(g @ g)
+            ss, ys, yss = [], [], []
+        t, accepted = 1.0, False
+        for _ in range(40):
+            xn = x + t * d
+            fn, gn = fun(xn)
+            if math.isfinite(fn) and fn <= f + 1e-4 * t * slope:
+                accepted = True
+                break
+            t *= 0.5
+        if not accepted:
+            break
+        s, y = xn - x, gn - g
+        if float(s @ y) > 1e-300:
+            ss.append(s)
+            ys.append(y)
+            yss.append(float(y @ s))
+            if len(ss) > memory:
+                ss.pop(0)
+                ys.pop(0)
+                yss.pop(0)
+        x, f, g = xn, fn, gn
+        hist.append(f)
+        if len(hist) > 10 and hist[-11] - f <= ftol * abs(f):
             break
     return x, f

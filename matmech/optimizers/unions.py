@@ -47,6 +47,7 @@ import numpy as np
 from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
+from matmech.optimizers.lbfgs import armijo_lbfgs
 
 __all__ = [
     "OBJECTIVES",
@@ -124,10 +125,8 @@ class ResidualProductStrategy(VStack):
                     f"weight on a subset with attribute {bad[0]} of size 1 (no residual)"
                 )
         self.weights_by_mask, self.residual_factors, self.domain_sizes = w, tuple(fs), domain
-        blocks = [
-            Kron(*[Dense(fs[i]) if (m >> i) & 1 else Ones(1, d) for i, d in enumerate(domain)])
-            for m in masks
-        ]
+        parts = [(Ones(1, d), None if f is None else Dense(f)) for f, d in zip(fs, domain)]
+        blocks = [Kron(*[parts[i][(m >> i) & 1] for i in range(k)]) for m in masks]
         super().__init__(blocks, weights=np.sqrt(w[masks]))
 
     def sensitivity2(self):
@@ -376,54 +375,6 @@ def _proportional(c, ref):
     return b > 0 and np.allclose(c, (a / b) * ref, rtol=1e-10, atol=1e-12 * float(np.abs(c).max()))
 
 
-def _lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
-    """Unconstrained L-BFGS with Armijo backtracking that treats a non-finite value as a step
-    too long (the error is +inf where the strategy stops answering W). → (x, f)."""
-    x = np.array(x0, dtype=np.float64)
-    f, g = fun(x)
-    if not math.isfinite(f):
-        return x, f
-    ss, ys, hist = [], [], [f]
-    for _ in range(maxiter):
-        q = g.copy()
-        alphas = []
-        for s, y in zip(reversed(ss), reversed(ys)):
-            a = float(s @ q) / float(y @ s)
-            alphas.append(a)
-            q -= a * y
-        if ss:
-            q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
-        for (s, y), a in zip(zip(ss, ys), reversed(alphas)):
-            q += (a - float(y @ q) / float(y @ s)) * s
-        d = -q
-        slope = float(g @ d)
-        if slope >= 0:
-            d, slope = -g, -float(g @ g)
-            ss, ys = [], []
-        t, accepted = 1.0, False
-        for _ in range(40):
-            xn = x + t * d
-            fn, gn = fun(xn)
-            if math.isfinite(fn) and fn <= f + 1e-4 * t * slope:
-                accepted = True
-                break
-            t *= 0.5
-        if not accepted:
-            break
-        s, y = xn - x, gn - g
-        if float(s @ y) > 1e-300:
-            ss.append(s)
-            ys.append(y)
-            if len(ss) > memory:
-                ss.pop(0)
-                ys.pop(0)
-        x, f, g = xn, fn, gn
-        hist.append(f)
-        if len(hist) > 10 and hist[-11] - f <= ftol * abs(f):
-            break
-    return x, f
-
-
 def _spd_inverse(b):
     """B⁻¹ of a symmetric positive definite B by Cholesky (half the work of LU), or None when
     B is not numerically positive definite (the strategy stops answering W there)."""
@@ -435,8 +386,19 @@ def _spd_inverse(b):
     inv, info = dpotri(c, lower=False)  # the upper triangle; the lower one is c's zeros
     if info != 0:
         return None
-    inv += np.triu(inv, 1).T
+    lower = _lower_indices(inv.shape[0])
+    inv[lower] = inv.T[lower]  # mirror the upper triangle (exactly: the lower one held zeros)
     return inv
+
+
+_LOWER: dict = {}
+
+
+def _lower_indices(n):
+    """The strictly lower triangle's indices of an n×n matrix (cached per n)."""
+    if n not in _LOWER:
+        _LOWER[n] = np.tril_indices(n, -1)
+    return _LOWER[n]
 
 
 def _start_factors(prob, domain, split=False):
@@ -563,7 +525,7 @@ def _descend(W, *, split, maxiter):
         f, g = fun(v)
         return f / scale, None if g is None else g / scale
 
-    x, _ = _lbfgs(scaled, x0, maxiter=maxiter, ftol=JOINT_FTOL)
+    x, _ = armijo_lbfgs(scaled, x0, maxiter=maxiter, ftol=JOINT_FTOL)
     th, zs = unpack(x)
     factors = [None if q is None else Dense(q) for q in qs]
     for i, z in zip(free, zs):
