@@ -246,82 +246,55 @@ def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) 
 
 
 @dataclass(frozen=True, eq=False)
-class _Mixed:
-    """Tables and integer coefficients of a tuple of :class:`GaussParams`, built once per
-    call: Laplace tables stacked by ``digits`` (``lap``; params i uses stack
-    ``lap_group[i]``, table ``lap_index[i]``), acceptance tables by (positions, high)
-    (``acc``, ``acc_group``, ``acc_index``), and A, B, C, y_safe per params."""
+class _Part:
+    """Parameters whose proposals share one layout of Laplace tables (``digits``) and whose
+    acceptance tests share one layout (``positions``, ``high``): one stack of each, the
+    table of each parameter in them (``lap_j``, ``acc_j``; None when a stack holds one
+    table) and its integer coefficients ``coef`` (int64 arrays A, B, C, y_safe)."""
 
-    lap: tuple
-    lap_group: np.ndarray
-    lap_index: np.ndarray
-    acc: tuple
-    acc_group: np.ndarray
-    acc_index: np.ndarray
-    coef: tuple  # int64 arrays A, B, C, y_safe (one entry per params)
+    lap: object
+    acc: object
+    lap_j: np.ndarray | None
+    acc_j: np.ndarray | None
+    coef: tuple
 
 
-def _layout(tables: list, shape) -> tuple[tuple, np.ndarray, np.ndarray]:
-    """Stacks of the distinct ``tables`` (one per ``shape(table)``, in order of first use)
-    and, per entry of ``tables``, its stack and its index in that stack."""
+def _parts(params: tuple) -> tuple[tuple, np.ndarray, np.ndarray]:
+    """The :class:`_Part` s of ``params`` (in order of first use), and each parameter's part
+    and position in it."""
     groups: dict = {}
-    slot = []
-    for t in tables:
-        members = groups.setdefault(shape(t), {})
-        slot.append((list(groups).index(shape(t)), members.setdefault(id(t), (len(members), t))[0]))
-    stacks = tuple(stack(t for _, t in m.values()) for m in groups.values())
-    g, k = (np.array(v, dtype=np.int64) for v in zip(*slot))
-    return stacks, g, k
-
-
-def _mixed(params: tuple) -> _Mixed:
-    lap = [_laplace_table(p.lap_t, p.lap_s) for p in params]
-    acc = [_gauss_table(p.S) for p in params]
-    lap_s, lap_g, lap_k = _layout(lap, lambda t: t.digits)
-    acc_s, acc_g, acc_k = _layout(acc, lambda t: (t.positions, t.high))
-    coef = tuple(np.array([getattr(p, f) for p in params], dtype=np.int64) for f in "ABC") + (
-        np.array([p.y_safe for p in params], dtype=np.int64),
-    )
-    return _Mixed(lap_s, lap_g, lap_k, acc_s, acc_g, acc_k, coef)
-
-
-def _by_group(stacks, group, index, w, m: int, draw) -> np.ndarray:
-    """``draw(stack, j, sel)`` for each stack on the samples ``sel`` using it (all samples,
-    ``j`` None, when one table serves every sample), results in sample order."""
-    if len(stacks) == 1:
-        one = len(stacks[0].tabs) == 1
-        return draw(stacks[0], None if one or w is None else index[w], None)
-    g = group[w]
-    parts = []
-    for k, tabs in enumerate(stacks):
-        sel = np.flatnonzero(g == k)
-        if sel.size:
-            parts.append((sel, draw(tabs, None if len(tabs.tabs) == 1 else index[w[sel]], sel)))
-    out = np.empty(m, dtype=parts[0][1].dtype)
-    for sel, part in parts:
-        out[sel] = part
-    return out
-
-
-def _propose(mx: _Mixed, w, m: int, src: RandomSource) -> np.ndarray:
-    """The discrete Laplace proposals of m samples of params ``w``."""
-
-    def draw(tabs, j, sel):
-        return _dlaplace(tabs, m if sel is None else sel.size, src, j=j)
-
-    return _by_group(mx.lap, mx.lap_group, mx.lap_index, w, m, draw)
+    for i, p in enumerate(params):
+        lap, acc = _laplace_table(p.lap_t, p.lap_s), _gauss_table(p.S)
+        groups.setdefault((lap.digits, acc.positions, acc.high), []).append((i, lap, acc))
+    parts, part_of, local = [], np.empty(len(params), np.int64), np.empty(len(params), np.int64)
+    for g, members in enumerate(groups.values()):
+        stacks = []
+        for tabs in ([m[1] for m in members], [m[2] for m in members]):
+            ids = {id(t): t for t in tabs}  # the distinct tables, in order of first use
+            at = {key: k for k, key in enumerate(ids)}
+            j = np.array([at[id(t)] for t in tabs], dtype=np.int64)
+            stacks.append((stack(ids.values()), None if len(ids) == 1 else j))
+        coef = tuple(
+            np.array([getattr(params[m[0]], f) for m in members], dtype=np.int64)
+            for f in ("A", "B", "C", "y_safe")
+        )
+        parts.append(_Part(stacks[0][0], stacks[1][0], stacks[0][1], stacks[1][1], coef))
+        for k, m in enumerate(members):
+            part_of[m[0]], local[m[0]] = g, k
+    return tuple(parts), part_of, local
 
 
 def _gauss_accept(ay: np.ndarray, p: GaussParams, src: RandomSource) -> np.ndarray:
     """Accept each |y| with probability exp(-γ(y)) of ``p`` (CKS Alg. 3, line C)."""
-    return _accept(_mixed((p,)), ay, None, src)
+    return _accept(_parts((p,))[0][0], ay, None, src)
 
 
-def _accept(mx: _Mixed, ay: np.ndarray, w, src: RandomSource) -> np.ndarray:
-    """Accept |y| with probability exp(-(A y² - B|y| + C)/S) of params ``w`` (CKS Alg. 3,
-    line C), with the same work for every |y|. A proposal too large for int64 arithmetic
-    (|y| > y_safe) takes a fresh exact draw instead of its fixed-path words."""
-    A, B, C, ys = (v[0] for v in mx.coef) if w is None else (v[w] for v in mx.coef)
+def _accept(part: _Part, ay: np.ndarray, w, src: RandomSource) -> np.ndarray:
+    """Accept |y| with probability exp(-(A y² - B|y| + C)/S) of the part's parameters ``w``
+    (None: its only one) (CKS Alg. 3, line C), with the same work for every |y|. A proposal
+    too large for int64 arithmetic (|y| > y_safe) takes a fresh exact draw instead of its
+    fixed-path words."""
+    A, B, C, ys = (v[0] for v in part.coef) if w is None else (v[w] for v in part.coef)
     unsafe = np.flatnonzero(ay > ys).tolist()
     d = np.minimum(ay, ys)
     num = (d * A - B) * d + C  # fits: |y| <= y_safe
@@ -329,14 +302,8 @@ def _accept(mx: _Mixed, ay: np.ndarray, w, src: RandomSource) -> np.ndarray:
     for i in unsafe:
         a, b, c = (int(v if w is None else v[i]) for v in (A, B, C))
         exact[i] = (a * int(ay[i]) - b) * int(ay[i]) + c
-
-    def draw(tabs, j, sel):
-        if sel is None or not exact:
-            return _exp_accept(num if sel is None else num[sel], tabs, src, j=j, huge=exact)
-        at = np.flatnonzero(np.isin(sel, list(exact))).tolist()
-        return _exp_accept(num[sel], tabs, src, j=j, huge={k: exact[int(sel[k])] for k in at})
-
-    return _by_group(mx.acc, mx.acc_group, mx.acc_index, w, ay.size, draw)
+    j = None if part.acc_j is None or w is None else part.acc_j[w]
+    return _exp_accept(num, part.acc, src, j=j, huge=exact)
 
 
 def _exp_accept(num: np.ndarray, tabs, src: RandomSource, *, j=None, huge=None) -> np.ndarray:
@@ -393,29 +360,41 @@ def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: Ran
 
 def dgauss(p: GaussParams, n: int, src: RandomSource) -> np.ndarray:
     """n samples of CKS Alg. 3 at ``p``."""
-    return _dgauss(_mixed((p,)), None, n, src)
+    return _dgauss(_parts((p,))[0][0], None, n, src)
 
 
 def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndarray:
-    """Sample i of CKS Alg. 3 at ``params[which[i]]``: every σ in one set of rejection
-    rounds (tables stacked by layout), so many σ cost about what one does. Which draw takes
-    which words depends on ``which`` only (public), never on a value drawn."""
-    return _dgauss(_mixed(tuple(params)), np.asarray(which, dtype=np.int64), len(which), src)
-
-
-def _dgauss(mx: _Mixed, which, n: int, src: RandomSource) -> np.ndarray:
-    """In blocks of ``_GAUSS_BLOCK`` so the working arrays of the rejection rounds stay a few
-    MiB whatever n (only the int64 output grows with n)."""
-    if n <= _GAUSS_BLOCK:
-        return _dgauss_block(mx, which, n, src)
-    out = np.empty(n, dtype=np.int64)
-    for a in range(0, n, _GAUSS_BLOCK):
-        w = None if which is None else which[a : a + _GAUSS_BLOCK]
-        out[a : a + _GAUSS_BLOCK] = _dgauss_block(mx, w, min(_GAUSS_BLOCK, n - a), src)
+    """Sample i of CKS Alg. 3 at ``params[which[i]]``: the parameters sharing table layouts
+    in one set of rejection rounds (their tables stacked), so many σ cost about what one
+    does. Which draw takes which words depends on ``which`` only (public), never on a
+    value drawn."""
+    parts, part_of, local = _parts(tuple(params))
+    which = np.asarray(which, dtype=np.int64)
+    if len(parts) == 1:
+        return _dgauss(parts[0], local[which], which.size, src)
+    key = part_of[which]
+    order = np.argsort(key, kind="stable")  # each part's draws together, in sample order
+    ends = np.cumsum(np.bincount(key, minlength=len(parts)))
+    out = np.empty(which.size, dtype=np.int64)
+    for g, part in enumerate(parts):
+        idx = order[(ends[g - 1] if g else 0) : ends[g]]
+        out[idx] = _dgauss(part, local[which[idx]], idx.size, src)
     return out
 
 
-def _dgauss_block(mx: _Mixed, which, n: int, src: RandomSource) -> np.ndarray:
+def _dgauss(part: _Part, which, n: int, src: RandomSource) -> np.ndarray:
+    """In blocks of ``_GAUSS_BLOCK`` so the working arrays of the rejection rounds stay a few
+    MiB whatever n (only the int64 output grows with n)."""
+    if n <= _GAUSS_BLOCK:
+        return _dgauss_block(part, which, n, src)
+    out = np.empty(n, dtype=np.int64)
+    for a in range(0, n, _GAUSS_BLOCK):
+        w = None if which is None else which[a : a + _GAUSS_BLOCK]
+        out[a : a + _GAUSS_BLOCK] = _dgauss_block(part, w, min(_GAUSS_BLOCK, n - a), src)
+    return out
+
+
+def _dgauss_block(part: _Part, which, n: int, src: RandomSource) -> np.ndarray:
     """CKS Alg. 3: discrete Laplace proposals accepted with probability exp(-γ(y)).
     Each round costs the same for every proposal, and the number of rounds is independent
     of the accepted values, so the running time does not depend on the output."""
@@ -424,8 +403,9 @@ def _dgauss_block(mx: _Mixed, which, n: int, src: RandomSource) -> np.ndarray:
     m = n
     while m:
         w = which if todo is None or which is None else which[todo]
-        y = _propose(mx, w, m, src)
-        ok = _accept(mx, np.abs(y), w, src)
+        j = None if part.lap_j is None or w is None else part.lap_j[w]
+        y = _dlaplace(part.lap, m, src, j=j)
+        ok = _accept(part, np.abs(y), w, src)
         if todo is None:
             out[:] = y  # rejected entries are overwritten below
             todo = np.flatnonzero(~ok)

@@ -277,9 +277,11 @@ def gaussian_grid(tau, *, bits):
     f, e = np.frexp(0.5 / (t * t) * (1.0 - 2.0**-50))
     m = np.floor(np.ldexp(f, int(bits))).astype(np.int64)
     K = int(bits) - e.astype(np.int64)
-    keys, inv = np.unique(np.stack([K, -m]).reshape(2, -1), axis=1, return_inverse=True)
+    # one int64 key per τ, ascending in σ² = 2**(K-1)/m: K ascending, then m descending
+    keys, inv = np.unique((K << 41) - m, return_inverse=True)  # m < 2**40, |K| < 2**20
     params = []
-    for k, (Kk, mk) in enumerate(zip(keys[0].tolist(), (-keys[1]).tolist())):
+    for k, key in enumerate(keys.tolist()):
+        Kk, mk = -(-key >> 41), -key % (1 << 41)
         p = _dyadic_params(mk, Kk)
         params.append(p if p is not None else _gauss_params(float(t.reshape(-1)[inv == k].max())))
     return tuple(params), inv.reshape(t.shape)
