@@ -372,8 +372,9 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
     which = np.asarray(which, dtype=np.int64)
     if len(parts) == 1:
         return _dgauss(parts[0], local[which], which.size, src)
-    key = part_of[which]
+    key = part_of.astype(np.uint8 if len(parts) <= 256 else np.int64)[which]
     order = np.argsort(key, kind="stable")  # each part's draws together, in sample order
+    # (a stable sort of 8-bit keys is a radix sort)
     ends = np.cumsum(np.bincount(key, minlength=len(parts)))
     out = np.empty(which.size, dtype=np.int64)
     for g, part in enumerate(parts):
