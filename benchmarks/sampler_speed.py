@@ -41,7 +41,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from matmech.privacy import discrete, noise  # noqa: E402
+from matmech.privacy import discrete, noise, thresholds  # noqa: E402
 from matmech.privacy.randomness import RandomSource, check_rng  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -82,7 +82,7 @@ def table_builds(base, sigmas: list[float]) -> dict:
     rows = {"sigma": sigmas, "now_ms": [], "base_ms": []}
     for s in sigmas:
         p = noise._gauss_params(s)
-        rows["now_ms"].append(1e3 * build_time(discrete, p))
+        rows["now_ms"].append(1e3 * build_time(thresholds, p))
         if base is not None:
             rows["base_ms"].append(1e3 * build_time(base, p))
     return rows
@@ -172,6 +172,10 @@ def many_sigmas(count: int, per: int, repeats: int) -> dict:
     return row
 
 
+def ratio(now: float, before: float | None) -> str:
+    return f"{now / before:.2f}" if before else "-"
+
+
 def render(saved: dict) -> str:
     meta, tb, tp = saved["meta"], saved["tables"], saved["throughput"]
     lines = [
@@ -202,8 +206,8 @@ def render(saved: dict) -> str:
     for r in tp:
         b = r.get("before")
         lines.append(
-            f"| {r['sigma']:g} | {b / 1e6 if b else float('nan'):.2f} M | {r['now'] / 1e6:.2f} M"
-            f" | {r['now'] / b if b else float('nan'):.2f} | {r['now_secure'] / 1e6:.2f} M"
+            f"| {r['sigma']:g} | {f'{b / 1e6:.2f} M' if b else '-'} | {r['now'] / 1e6:.2f} M"
+            f" | {ratio(r['now'], b)} | {r['now_secure'] / 1e6:.2f} M"
             f" | {r.get('same_draws', '-')} |"
         )
     many = saved.get("many")
