@@ -119,6 +119,15 @@ class MarginalReconstructor:
             step = max(1, _CHUNK // max(1, math.prod(shape)))
             for at in range(0, len(members), step):
                 K = members[at : at + step]
+                if K[-1] - K[0] == len(K) - 1:  # consecutive rows of W: built where they go
+                    span = slice(offsets[K[0]], offsets[K[-1] + 1])
+                    est, v = self._stack([subsets[k] for k in K], shape, (answers[span], var[span]))
+                    est, v = est.reshape(len(K), -1), v.reshape(len(K), -1)
+                    for row, k in enumerate(K):
+                        if weights[k] != 1.0:  # w·x in place: the same product
+                            np.multiply(weights[k], est[row], out=est[row])
+                            np.multiply(weights[k] * weights[k], v[row], out=v[row])
+                    continue
                 est, v = self._stack([subsets[k] for k in K], shape, bufs)
                 est, v = est.reshape(len(K), -1), v.reshape(len(K), -1)
                 for row, k in enumerate(K):  # each marginal is one slice: no index arrays

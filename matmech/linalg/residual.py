@@ -423,6 +423,9 @@ def exact_cell_variances(domain, T, row_variances):
     return np.ascontiguousarray(lift_row_variances([domain[i] for i in T], row_variances))
 
 
+_CLASS_LIFT_MIN = 1 << 12  # entries from which the variances are lifted on the class grid
+
+
 @functools.lru_cache(maxsize=512)
 def _norm_classes(n):
     """(class of each contrast row of size n by its squared norm, first row of each class)."""
@@ -457,7 +460,7 @@ def lift_row_variances(sizes, row_variances):
     sizes = [int(n) for n in sizes]
     v = np.asarray(row_variances, dtype=np.float64)
     ops = [contrast_operators(n)[2] for n in sizes]
-    if v.ndim != len(sizes) or v.ndim == 0 or v.size < 64:
+    if v.ndim != len(sizes) or v.ndim == 0 or v.size < _CLASS_LIFT_MIN:
         return apply_axes(v, ops)
     cls = [_norm_classes(n) for n in sizes]
     g = v[np.ix_(*[first for _, first in cls])]
