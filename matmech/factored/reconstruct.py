@@ -146,14 +146,34 @@ class MarginalReconstructor:
     def _stack(self, Ss, shape, bufs=None):
         """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes
         ``shape``), stacked on axis 0: :meth:`marginal`'s sum, term by term (in ``bufs``,
-        two flat float64 buffers, when given). The first term (the total, T = ∅) is written
-        as 0 + term, the marginal's own residual is lifted and added in one pass."""
+        two flat float64 buffers, when given). The running sums are kept on the smallest
+        grid their terms span (the total, then its sum with the one-way terms, ...) and
+        written at full size only once they span every attribute: each cell is the same
+        sequence of additions, computed once per distinct value. The marginal's own residual
+        is lifted and added in one pass."""
         k, n = len(shape), len(Ss)
         full = (n, *shape)
         if bufs is None:
             bufs = (np.empty(math.prod(full)), np.empty(math.prod(full)))
-        est = bufs[0][: math.prod(full)].reshape(full)
-        var = bufs[1][: math.prod(full)].reshape(full)
+        out = (bufs[0][: math.prod(full)].reshape(full), bufs[1][: math.prod(full)].reshape(full))
+        run = [None, None]  # the running sums, the total first (0 + term: -0.0 becomes 0.0)
+
+        def add(i, term):
+            if run[i] is None:
+                run[i] = np.add(term, 0.0)
+            elif run[i] is out[i]:
+                np.add(out[i], term, out=out[i])
+            elif np.broadcast_shapes(run[i].shape, term.shape) == full:
+                run[i] = np.add(run[i], term, out=out[i])
+            else:
+                run[i] = run[i] + term
+
+        def written(i):
+            if run[i] is not out[i]:
+                np.copyto(out[i], run[i])
+                run[i] = out[i]
+            return out[i]
+
         for r in range(k + 1):
             for mask in itertools.combinations(range(k), r):
                 if not all(shape[j] > 1 for j in mask):
@@ -165,6 +185,7 @@ class MarginalReconstructor:
                 if r == k and r > 0:  # each marginal's own residual: lifted as a stack, not kept
                     # (stacked batch-last, added without the /1: fewer full-size copies)
                     q = [contrast_operators(m) for m in shape]
+                    est, var = written(0), written(1)
                     cs = _batch_last([self.measurement.coords[T] for T in Ts])
                     apply_axes_batched(cs, [c[1] for c in q], batch_last=True, add_to=est)
                     del cs
@@ -178,15 +199,9 @@ class MarginalReconstructor:
                     continue
                 view = (n, *(shape[j] if j in mask else 1 for j in range(k)))
                 rest = math.prod(shape[j] for j in range(k) if j not in mask)
-                e = np.stack([self._parts(T)[0] for T in Ts]).reshape(view) / rest
-                v = np.stack([self._parts(T)[1] for T in Ts]).reshape(view) / rest**2
-                if r == 0:  # 0 + term (as a sum from zeros: -0.0 becomes 0.0)
-                    np.copyto(est, np.add(e, 0.0))
-                    np.copyto(var, np.add(v, 0.0))
-                else:
-                    est += e
-                    var += v
-        return est, var
+                add(0, np.stack([self._parts(T)[0] for T in Ts]).reshape(view) / rest)
+                add(1, np.stack([self._parts(T)[1] for T in Ts]).reshape(view) / rest**2)
+        return written(0), written(1)
 
 
 def nonneg_consistent(marginals, total=None):
