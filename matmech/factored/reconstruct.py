@@ -42,6 +42,24 @@ _CHUNK = 1 << 20  # cells of the marginals built as one stack (8 MB temporaries:
 _PER_MARGINAL = 1 << 12  # cells of a marginal from which its variances are lifted alone
 
 
+def _slots(offsets, K, cells):
+    """For marginals ``K`` (indices into the row ``offsets``) at equal distances in the
+    rows (one, two, or consecutive ones), a function giving their rows of an output array
+    as one (len(K), cells) strided view; else None."""
+    gaps = {int(offsets[b]) - int(offsets[a]) for a, b in zip(K, K[1:])}
+    if len(gaps) > 1:
+        return None
+    step = gaps.pop() if gaps else cells
+    first = int(offsets[K[0]])
+
+    def view(arr):
+        return np.lib.stride_tricks.as_strided(
+            arr[first:], shape=(len(K), cells), strides=(step * arr.itemsize, arr.itemsize)
+        )
+
+    return view
+
+
 def _batch_last(arrays):
     """The arrays stacked on a new last axis (one array: a view of it, no copy)."""
     if len(arrays) == 1:
@@ -119,9 +137,11 @@ class MarginalReconstructor:
             step = max(1, _CHUNK // max(1, math.prod(shape)))
             for at in range(0, len(members), step):
                 K = members[at : at + step]
-                if K[-1] - K[0] == len(K) - 1:  # consecutive rows of W: built where they go
-                    span = slice(offsets[K[0]], offsets[K[-1] + 1])
-                    est, v = self._stack([subsets[k] for k in K], shape, (answers[span], var[span]))
+                slots = _slots(offsets, K, math.prod(shape))
+                if slots is not None:  # equally spaced in W's rows: built where they go
+                    est, v = self._stack(
+                        [subsets[k] for k in K], shape, (slots(answers), slots(var))
+                    )
                     est, v = est.reshape(len(K), -1), v.reshape(len(K), -1)
                     for row, k in enumerate(K):
                         if weights[k] != 1.0:  # w·x in place: the same product
@@ -146,7 +166,7 @@ class MarginalReconstructor:
     def _stack(self, Ss, shape, bufs=None):
         """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes
         ``shape``), stacked on axis 0: :meth:`marginal`'s sum, term by term (in ``bufs``,
-        two flat float64 buffers, when given). The running sums are kept on the smallest
+        two float64 buffers, flat or one row per marginal, when given). The running sums are kept on the smallest
         grid their terms span (the total, then its sum with the one-way terms, ...) and
         written at full size only once they span every attribute: each cell is the same
         sequence of additions, computed once per distinct value. The marginal's own residual
@@ -155,7 +175,11 @@ class MarginalReconstructor:
         full = (n, *shape)
         if bufs is None:
             bufs = (np.empty(math.prod(full)), np.empty(math.prod(full)))
-        out = (bufs[0][: math.prod(full)].reshape(full), bufs[1][: math.prod(full)].reshape(full))
+        # views of the buffers (flat, or one row per marginal): never a copy
+        out = tuple(
+            np.reshape(b.reshape(-1)[: math.prod(full)] if b.ndim == 1 else b, full, copy=False)
+            for b in bufs
+        )
         run = [None, None]  # the running sums, the total first (0 + term: -0.0 becomes 0.0)
 
         def add(i, term):
