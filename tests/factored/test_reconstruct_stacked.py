@@ -78,3 +78,37 @@ def test_the_largest_marginal_equals_a_dense_lift_of_its_residuals(monkeypatch):
             var += v.reshape(view) / rest**2
     np.testing.assert_allclose(rel.answers, est.reshape(-1), rtol=1e-10, atol=1e-9)
     np.testing.assert_allclose(rel.std**2, var.reshape(-1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("delta", [1e-6, 0.0])
+def test_the_residual_draw_reads_each_table_once_and_leaves_the_given_tables(delta):
+    """(ε, δ): the checked tables are handed out once each (then released), from the plan's
+    own references; pure ε (its draw reads a table twice): the tables as they are."""
+    from matmech.factored.release import MAX_MEMORY, plan_path, residual_plan
+    from matmech.factored.tables import marginal_tables
+
+    domain = (3, 4, 2)
+    W = marginal_workload(domain, [(0, 1), (1, 2)])
+    path, wt, _, _ = plan_path(W, 1.0, delta, strategy="residual")
+    plan = residual_plan(
+        W,
+        wt,
+        1.0,
+        delta,
+        neighbors="add_remove",
+        max_records=None,
+        objective="sum",
+        max_memory=MAX_MEMORY,
+        scale_bits=9,
+        search="lattice",
+    )
+    tables = marginal_tables(_codes(domain, 50), domain, list(plan.subsets))
+    checked = plan.check(tables)
+    if delta == 0:
+        assert checked is tables
+        return
+    assert len(checked) == len(tables) and set(checked) == set(tables)
+    np.testing.assert_array_equal(checked[(0, 1)], tables[(0, 1)])
+    with pytest.raises(KeyError, match=r"\(0, 1\) was read already"):
+        checked[(0, 1)]
+    assert (0, 1) in tables  # the caller's mapping is untouched
