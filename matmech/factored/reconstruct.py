@@ -166,11 +166,11 @@ class MarginalReconstructor:
     def _stack(self, Ss, shape, bufs=None):
         """(estimates, variances) of the marginals on ``Ss`` (all with attribute sizes
         ``shape``), stacked on axis 0: :meth:`marginal`'s sum, term by term (in ``bufs``,
-        two float64 buffers, flat or one row per marginal, when given). The running sums are kept on the smallest
-        grid their terms span (the total, then its sum with the one-way terms, ...) and
-        written at full size only once they span every attribute: each cell is the same
-        sequence of additions, computed once per distinct value. The marginal's own residual
-        is lifted and added in one pass."""
+        two float64 buffers, flat or one row per marginal, when given). The running sums
+        are kept on the smallest grid their terms span (the total, then its sum with the
+        one-way terms, ...) and written at full size only once they span every attribute:
+        each cell is the same sequence of additions, computed once per distinct value. The
+        marginal's own residual is lifted and added in one pass."""
         k, n = len(shape), len(Ss)
         full = (n, *shape)
         if bufs is None:
