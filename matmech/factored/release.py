@@ -250,6 +250,29 @@ def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum"
     return float(plan.weighted_total * mplan.sigma**2)
 
 
+class _ReadOnce(Mapping):
+    """The checked tables as the residual draw reads them: each table is released as it is
+    read (:func:`~matmech.factored.measure.measure_residuals` stacks each residual's table
+    once), so its memory holds the released values next instead of fresh pages; a second
+    read raises naming the subset."""
+
+    def __init__(self, tables):
+        self._tables = dict(tables)  # its own references: the caller's mapping is untouched
+        self._keys = tuple(self._tables)
+
+    def __getitem__(self, key):
+        try:
+            return self._tables.pop(key)
+        except KeyError:
+            raise KeyError(f"the table on {key} was read already or never counted") from None
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+
 @dataclass(frozen=True, eq=False)
 class ResidualPlan:
     """The tables route's plan (:class:`~matmech.pipeline.plan.Plan`): the residual basis of
@@ -279,7 +302,7 @@ class ResidualPlan:
     def check(self, tables):
         count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
         check_records(count, self.measurement.max_records)
-        return tables
+        return tables if self.pure else _ReadOnce(tables)
 
     def draw(self, tables, *, rng) -> Draws:
         measure = measure_residuals_laplace if self.pure else measure_residuals

@@ -72,6 +72,7 @@ __all__ = [
     "svd_bound",
     "residual_operator",
     "exact_cell_variances",
+    "lift_row_variances",
     "apply_axes",
     "apply_axes_batched",
     "contrast_operators",
@@ -364,25 +365,44 @@ def apply_axes(arr, mats):
     return t
 
 
-def apply_axes_batched(arr, mats, *, batch_last=False):
+def apply_axes_batched(arr, mats, *, batch_last=False, add_to=None):
     """:func:`apply_axes` on each ``arr[b]`` of a stack (axis 0 the batch): the same
     per-axis products, each over the whole stack at once (one sparse product per axis
     instead of one per member). ``batch_last``: the stack is given with the batch on the
     LAST axis (e.g. ``np.stack(..., axis=-1)``), which saves the first rotation's copy; the
-    result has the batch first either way."""
-    t = np.asarray(arr, dtype=np.float64)
-    if t.ndim != len(mats) + 1:
+    result has the batch first either way. ``add_to``: a float64 array of the result's shape
+    that the result is added to in place and returned (``add_to + result``, the same sums:
+    the last rotation is read by the addition instead of copied first).
+
+    The stack is rotated and converted to float64 in one copy; every product is the same
+    sparse (or dense) product as :func:`apply_axes`, so each member's numbers are those of
+    :func:`apply_axes` on it, bit for bit."""
+    a = np.asarray(arr)
+    if a.ndim != len(mats) + 1:
         raise ValueError(
-            f"expected {t.ndim - 1} matrices for a stack of shape {t.shape}, got {len(mats)}"
+            f"expected {a.ndim - 1} matrices for a stack of shape {a.shape}, got {len(mats)}"
         )
-    # batch last; each step rotates one axis behind it
-    t = np.ascontiguousarray(t if batch_last else np.moveaxis(t, 0, -1))
-    for m in mats:
+    # batch last; each step rotates one axis behind it (rotation and float64 in one copy)
+    t = a if batch_last else np.moveaxis(a, 0, -1)
+    if t.dtype != np.float64 or not t.flags.c_contiguous:
+        t = _contiguous_float(t)
+    for k, m in enumerate(mats):
         rest = t.shape[1:]
         out = m @ t.reshape(t.shape[0], -1)
-        out = np.asarray(out).reshape(out.shape[0], *rest)
-        t = np.ascontiguousarray(np.moveaxis(out, 0, -1))
+        moved = np.moveaxis(np.asarray(out).reshape(out.shape[0], *rest), 0, -1)
+        if add_to is not None and k == len(mats) - 1:
+            return np.add(add_to, moved, out=add_to)
+        t = np.ascontiguousarray(moved)
+    if add_to is not None:
+        return np.add(add_to, t, out=add_to)
     return t
+
+
+def _contiguous_float(t):
+    """A C-contiguous float64 copy of ``t`` in one pass (conversion and layout together)."""
+    out = np.empty(t.shape, dtype=np.float64)
+    np.copyto(out, t, casting="unsafe")  # as np.asarray(t, dtype=np.float64)
+    return out
 
 
 @functools.lru_cache(maxsize=512)
@@ -399,8 +419,59 @@ def contrast_operators(n):
 def exact_cell_variances(domain, T, row_variances):
     """Per-cell variance over the cells of the marginal on T of Σ_j Q_T[j]ᵀ e_j, e_j
     independent with variances ``row_variances`` (shape (nᵢ−1 for i ∈ T)):
-    (⊗ Qᵢ∘Qᵢ)ᵀ applied to them."""
-    return apply_axes(row_variances, [contrast_operators(domain[i])[2] for i in T])
+    (⊗ Qᵢ∘Qᵢ)ᵀ applied to them (:func:`lift_row_variances`; C-contiguous)."""
+    return np.ascontiguousarray(lift_row_variances([domain[i] for i in T], row_variances))
+
+
+_CLASS_LIFT_MIN = 1 << 12  # entries from which the variances are lifted on the class grid
+
+
+@functools.lru_cache(maxsize=512)
+def _norm_classes(n):
+    """(class of each contrast row of size n by its squared norm, first row of each class)."""
+    norms = haar_contrasts(n)[1]
+    _, first, inv = np.unique(norms, return_index=True, return_inverse=True)
+    for a in (first, inv):
+        a.setflags(write=False)
+    return inv.reshape(-1), first
+
+
+def _on_classes(v, g, inv):
+    """v[j] == g[inv₁[j₁], inv₂[j₂], …] for every j: row by row of axis 0 against g
+    expanded on the other axes (no array of v's size is built)."""
+    rest = g
+    for axis in range(1, v.ndim):
+        rest = np.take(rest, inv[axis], axis=axis)
+    return all(np.array_equal(v[j], rest[k]) for j, k in enumerate(inv[0].tolist()))
+
+
+def lift_row_variances(sizes, row_variances):
+    """(⊗ Qᵢ∘Qᵢ)ᵀ v for v of shape (nᵢ−1 for nᵢ in ``sizes``): bit for bit
+    :func:`apply_axes` with the sparse (Q∘Q)ᵀ of :func:`contrast_operators`, possibly a
+    non-contiguous view.
+
+    Exact noise variances depend on a row only through its squared norm (the σ of a row is
+    set by λ_j, :mod:`matmech.factored.measure`), i.e. v[j] = g[k₁(j₁), …] for the
+    per-attribute norm classes k_i (a few per attribute). When v has that form (checked
+    entry by entry), each axis is lifted on the class grid and expanded only as it is
+    applied: every output number is the same sequence of products and sums as the full
+    product, but only the last axis is applied to a full-size array. Otherwise the full
+    product."""
+    sizes = [int(n) for n in sizes]
+    v = np.asarray(row_variances, dtype=np.float64)
+    ops = [contrast_operators(n)[2] for n in sizes]
+    if v.ndim != len(sizes) or v.ndim == 0 or v.size < _CLASS_LIFT_MIN:
+        return apply_axes(v, ops)
+    cls = [_norm_classes(n) for n in sizes]
+    g = v[np.ix_(*[first for _, first in cls])]
+    if g.size * 8 > v.size or not _on_classes(v, g, [inv for inv, _ in cls]):
+        return apply_axes(v, ops)
+    t = g
+    for axis, (m, (inv, _)) in enumerate(zip(ops, cls)):
+        x = np.moveaxis(t, axis, 0)[inv]  # this axis expanded to its rows, first
+        out = (m @ x.reshape(x.shape[0], -1)).reshape(m.shape[0], *x.shape[1:])
+        t = np.moveaxis(np.asarray(out), 0, axis)
+    return t
 
 
 def max_column_l1(n, basis="identity"):

@@ -243,3 +243,59 @@ def test_apply_axes_batched_equals_apply_axes_member_by_member():
     )  # a stack of scalars
     with pytest.raises(ValueError, match="expected 2 matrices"):
         apply_axes_batched(stack[:, :, :, 0], mats)
+
+
+def test_apply_axes_batched_adds_in_place_and_converts_integers_bit_for_bit():
+    from matmech.linalg.residual import apply_axes_batched, contrast_operators
+
+    rng = np.random.default_rng(8)
+    sizes = (5, 4, 3)
+    ints = rng.integers(-50, 50, size=(6, *sizes))
+    mats = [contrast_operators(n)[0] for n in sizes]
+    ref = apply_axes_batched(ints.astype(np.float64), mats)
+    np.testing.assert_array_equal(apply_axes_batched(ints, mats), ref)  # int64: one copy
+    base = rng.normal(size=ref.shape)
+    acc = base.copy()
+    got = apply_axes_batched(ints, mats, add_to=acc)
+    assert got is acc
+    np.testing.assert_array_equal(acc, base + ref)
+    acc0 = base[:, 0, 0, 0].copy()  # no matrices: a stack of scalars added
+    apply_axes_batched(ints[:, 0, 0, 0], [], add_to=acc0)
+    np.testing.assert_array_equal(acc0, base[:, 0, 0, 0] + ints[:, 0, 0, 0])
+
+
+@pytest.mark.parametrize("sizes", [(100,), (5000,), (100, 50), (2, 9), (32, 9, 20), (17, 2, 33, 9)])
+def test_lift_row_variances_is_apply_axes_bit_for_bit(monkeypatch, sizes):
+    """Variances that depend on a row only through its norm class take the short lift (on
+    the class grid) from 4,096 entries; any other array the full product: both bit for bit
+    apply_axes, and equal to dense (Q∘Q)ᵀ products."""
+    from matmech.linalg import residual
+    from matmech.linalg.residual import (
+        _norm_classes,
+        apply_axes,
+        contrast_operators,
+        exact_cell_variances,
+        lift_row_variances,
+    )
+
+    seen = []
+    orig = residual._on_classes
+    monkeypatch.setattr(residual, "_on_classes", lambda *a: seen.append(orig(*a)) or seen[-1])
+    rng = np.random.default_rng(len(sizes))
+    ops = [contrast_operators(n)[2] for n in sizes]
+    inv = [_norm_classes(n)[0] for n in sizes]
+    g = rng.uniform(0.5, 3.0, size=tuple(int(i.max()) + 1 for i in inv))
+    v = g[np.ix_(*inv)]
+    got = lift_row_variances(sizes, v)
+    assert seen == ([True] if v.size >= 4096 else [])
+    np.testing.assert_array_equal(got, apply_axes(v, ops))
+    dense = v
+    for ax, n in enumerate(sizes):  # second method: dense (Q∘Q)ᵀ on every axis
+        Q2 = orthonormal_contrasts(n) ** 2
+        dense = np.moveaxis(np.tensordot(Q2.T, dense, axes=([1], [ax])), 0, ax)
+    np.testing.assert_allclose(got, dense, rtol=1e-12)
+    other = v.copy()
+    other.reshape(-1)[-1] *= 1.5  # breaks the class form: the full product
+    np.testing.assert_array_equal(lift_row_variances(sizes, other), apply_axes(other, ops))
+    assert seen[-1:] == ([False] if v.size >= 4096 else [])
+    assert exact_cell_variances(sizes, tuple(range(len(sizes))), v).flags.c_contiguous
