@@ -344,17 +344,13 @@ class _Scaled(Mapping):
     def __init__(self, lat, records, field):
         self._at = {T: j for j, T in enumerate(lat.residuals)}
         self._lat, self._records, self._field = lat, records, field
-        self._l2 = {}
 
     def __getitem__(self, T):
         j = self._at[T]
         shape = tuple(self._lat.domain[i] for i in T)
-        if shape not in self._l2:
-            l2, cls = _row_keys(shape, range(len(shape)))
-            self._l2[shape] = np.sqrt(l2[cls]) if self._field == "values" else l2[cls]
-        out = (getattr(self._records[j], self._field) / self._l2[shape]).reshape(
-            tuple(n - 1 for n in shape)
-        )
+        l2, cls = _row_keys(shape, range(len(shape)))  # per access: no residual-size cache
+        lam = np.sqrt(l2)[cls] if self._field == "values" else l2[cls]
+        out = (getattr(self._records[j], self._field) / lam).reshape(tuple(n - 1 for n in shape))
         out.setflags(write=False)
         return out
 
