@@ -30,6 +30,8 @@ weighted tables of :mod:`matmech.factored.measure`):
   ‖Q'ᵢ‖₂²)^{1/2} (:func:`matmech.optimizers.marginals.general_marginal_sensitivity2`, exact:
   attained at every attribute's largest column): independent coordinates,
   ρ = Σ_S ‖Q'_S Δt_S‖²/(2σ_S²) <= Δ₂²/(2σ₁²) (the argument of :mod:`matmech.factored.measure`).
+  σ_S/h_S is rounded up on the residual path's grid (1/(2σ²) to ``scale_bits`` bits,
+  :func:`matmech.privacy.noise.gaussian_grid`) and every block is drawn in one sampler call.
 
 Blocks sharing a scale are drawn in one sampler call, scales ascending, blocks in subset
 order. The plan reads no data; :func:`measure_gmarginal` reads the tables (the caller has
@@ -102,6 +104,8 @@ class GMarginalPlan:
     sensitivity: float
     max_records: int
     bits: int | None
+    gauss: tuple = ()  # the discrete Gaussians drawn (noise.gaussian_grid): block j's is gauss[which[j]]
+    which: np.ndarray | None = None
 
     def measured_strategy(self):
         """The strategy actually measured: θ_S ⊗ᵢ(Q'ᵢ or 1ᵀ), a GeneralMarginalStrategy."""
@@ -225,14 +229,20 @@ def plan_gmarginal(
         if not np.all(np.isfinite(raw)) or raw.max() > limit:
             last = "the exact sampler's range"
             continue
-        units = bucket_up(raw, scale_bits)
         break
     else:
         raise ValueError(
             f"no grid for the strategy's factors keeps the measurement within {last}; "
             f"eps={eps!r} is too small (or max_records={max_records:,} too large) for this strategy"
         )
-    if not gauss:  # the privacy loss of the rounded scales, in exact rationals
+    params, which = (), None
+    if gauss:  # σ >= raw on the sampler's grid (the residual path's rule: shared tables)
+        params, which = noise.gaussian_grid(raw, bits=scale_bits)
+        unit_var = noise.gaussian_variances(params)[which]
+        units = np.sqrt([p.a / p.b for p in params])[which]  # σ drawn (float, for display)
+    else:  # the privacy loss of the rounded scales, in exact rationals
+        units = bucket_up(raw, scale_bits)
+        unit_var = np.array([noise.discrete_laplace_variance(u) for u in units.tolist()])
         loss = neighbor_sensitivity(
             sum(
                 (
@@ -248,13 +258,7 @@ def plan_gmarginal(
             calibrated_eps(eps)
         ):  # the decimal eps charged; cannot happen with the margins
             raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
-    var_of = {}
-    for u in units.tolist():
-        if u not in var_of:
-            var_of[u] = (
-                noise.discrete_gaussian_variance(u) if gauss else noise.discrete_laplace_variance(u)
-            )
-    variances = np.array([var_of[u] * h * h for u, h in zip(units.tolist(), lattice.tolist())])
+    variances = unit_var * lattice * lattice
     factors = tuple(
         Identity(n)
         if K is None
@@ -285,6 +289,8 @@ def plan_gmarginal(
         float(sens),
         max_records,
         None if kmax == 0 else bits,
+        params,
+        which,
     )
 
 
@@ -306,15 +312,18 @@ def measure_gmarginal(plan, tables, *, rng=None):
     src = noise.check_rng(rng)
     gauss = plan.noise == "discrete_gaussian"
     exact = [_apply_int(tables[S], [plan.ints[i] for i in S]) for S in plan.subsets]
+    if gauss:  # every block in one sampler call, block j at its own σ (blocks in plan order)
+        sizes = [e.size for e in exact]
+        z = noise.discrete_gaussian_mixed(plan.gauss, np.repeat(plan.which, sizes), rng=src)
+        groups = [(list(range(len(exact))), z)]
+    else:  # scales ascending; one sampler call per distinct scale
+        groups = []
+        for u in np.unique(plan.units).tolist():
+            idx = np.flatnonzero(plan.units == u).tolist()
+            total = sum(exact[j].size for j in idx)
+            groups.append((idx, noise.discrete_laplace(u, total, rng=src)))
     out = {}
-    for u in np.unique(plan.units).tolist():  # ascending; one sampler call per distinct scale
-        idx = np.flatnonzero(plan.units == u).tolist()
-        total = sum(exact[j].size for j in idx)
-        z = (
-            noise.discrete_gaussian(u, total, rng=src)
-            if gauss
-            else noise.discrete_laplace(u, total, rng=src)
-        )
+    for idx, z in groups:
         at = 0
         for j in idx:
             e = exact[j]

@@ -21,7 +21,10 @@ Each τ_j is rounded up so that 1/(2τ_j²) keeps ``scale_bits`` significant bit
 average, 0.39% at most, and is reported exactly): σ of one octave then share one exact
 acceptance table and σ near one proposal scale one proposal table (≈25 + 100 tables for
 τ from 1 to 5,000 instead of one pair per σ), and every row of a batch is drawn in one
-sampler call, rows in residual-then-row order, each with its own σ. Nothing depends on
+sampler call, rows in residual-then-row order, each with its own σ. A plan that draws at
+least 8,192 times per distinct σ (many attributes of equal size: few σ, many rows) instead
+rounds σ itself to ``scale_bits`` bits with tables of its own, whose acceptance test is
+about one digit shorter (``shared_tables``; :func:`_share_tables`). Nothing depends on
 the data. The data-side
 order (checks → budget → noise) is the release's (:mod:`matmech.factored.release`).
 
@@ -115,6 +118,7 @@ class ResidualMeasurementPlan:
     sensitivity: float
     max_records: int
     scale_bits: int | None = DEFAULT_SCALE_BITS
+    shared_tables: bool = True  # σ on the shared-table grid (noise.gaussian_grid)
 
     def residual_sigma(self, j):
         return math.sqrt(float(self.plan.variances[j])) * self.sigma
@@ -159,8 +163,10 @@ def plan_residual_measurement(
     sens = neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True)
     sigma = gaussian_sigma(eps, delta, sens)
     per_shape = {}  # (largest row norm, largest |entry|) of H_T: a function of the attribute sizes
+    members = {}
     for j, T in enumerate(lat.residuals):
         shape = tuple(lat.domain[i] for i in T)
+        members.setdefault(shape, []).append(j)
         if shape not in per_shape:
             per_shape[shape] = (
                 math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
@@ -178,8 +184,35 @@ def plan_residual_measurement(
                 f"max_records={max_records:,} is too many for exact integer contrasts on residual {T}"
             )
     return ResidualMeasurementPlan(
-        plan, eps, delta, neighbors, float(sigma), float(sens), max_records, scale_bits
+        plan,
+        eps,
+        delta,
+        neighbors,
+        float(sigma),
+        float(sens),
+        max_records,
+        scale_bits,
+        _share_tables(plan.variances, members),
     )
+
+
+#: Draws per distinct σ from which σ rounded on their own (tables of their own) are cheaper
+#: than the shared-table grid: a table pair costs about 0.55 ms to build, the grid's longer
+#: acceptance test about 0.08 µs a draw (benchmarks/results/sampler_speed.md, 100 × 10).
+_OWN_TABLES_DRAWS = 1 << 13
+
+
+def _share_tables(variances, members) -> bool:
+    """Whether the residuals' σ go on the shared-table grid: unless at least
+    :data:`_OWN_TABLES_DRAWS` draws fall on each distinct σ (an upper bound on their number:
+    distinct plan variances × row classes, per attribute sizes). Data-independent."""
+    v = np.asarray(variances, dtype=np.float64)
+    draws = sigmas = 0
+    for shape, js in members.items():
+        l2, cls = _row_keys(shape, range(len(shape)))
+        draws += len(js) * cls.size
+        sigmas += np.unique(v[js]).size * l2.size
+    return draws < _OWN_TABLES_DRAWS * sigmas
 
 
 def _contrast(tables, domain, T, max_records):
@@ -266,8 +299,9 @@ def least_sigma(mplan, variances, l2):
 def row_noise(mplan, tau):
     """The discrete Gaussians of the σ lower bounds ``tau``: (parameters, each τ's
     position in them, their exact variances), σ rounded by
-    :func:`matmech.privacy.noise.gaussian_grid` at ``mplan.scale_bits``."""
-    params, index = noise.gaussian_grid(tau, bits=mplan.scale_bits)
+    :func:`matmech.privacy.noise.gaussian_grid` at ``mplan.scale_bits`` (on the shared-table
+    grid unless the plan draws many times per σ: ``mplan.shared_tables``)."""
+    params, index = noise.gaussian_grid(tau, bits=mplan.scale_bits, shared=mplan.shared_tables)
     return params, index, noise.gaussian_variances(params)
 
 

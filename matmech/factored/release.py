@@ -402,6 +402,7 @@ def _residual_record(plan, mplan, meas, pure):
             "scale": mplan.sigma,
             "per": "unit residual variance",
             "scale_bits": mplan.scale_bits,
+            "shared_sampler_tables": mplan.shared_tables,
             "grid": 1.0,
             "sensitivity": mplan.sensitivity,
             "secure_randomness": meas.secure,

@@ -377,6 +377,7 @@ class MarginalRelease:
                 "scale": mp.sigma,
                 "per": "unit residual variance",
                 "scale_bits": mp.scale_bits,
+                "shared_sampler_tables": mp.shared_tables,
                 "sensitivity": mp.sensitivity,
                 "secure_randomness": self.secure,
             },

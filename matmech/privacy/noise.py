@@ -223,23 +223,28 @@ def _dyadic_params(m: int, K: int) -> GaussParams | None:
     )
 
 
-def gaussian_grid(tau, *, bits):
+def gaussian_grid(tau, *, bits, shared=True):
     """Discrete Gaussian parameters with σ >= τ for an array of τ, few distinct tables.
 
-    With ``bits`` an integer, 1/(2σ²) is 1/(2τ²) rounded down to ``bits`` significant bits
-    (σ² grows by less than 2**(1-bits) relative), so its acceptance exponent has a
-    power-of-two denominator: every σ of one octave shares one acceptance table and every σ
-    near a 4-bit proposal scale one proposal table (CKS 2020, Alg. 3 with a proposal and a
-    constant of our choosing). ``bits=None``: σ = τ exactly (one table per distinct τ).
-    Past σ ≈ 2**23 (with 9 bits) the exponent's numerators would leave int64; those τ keep
-    σ = τ.
+    With ``bits`` an integer and ``shared`` (the default), 1/(2σ²) is 1/(2τ²) rounded down
+    to ``bits`` significant bits (σ² grows by less than 2**(1-bits) relative), so its
+    acceptance exponent has a power-of-two denominator: every σ of one octave shares one
+    acceptance table and every σ near a 4-bit proposal scale one proposal table (CKS 2020,
+    Alg. 3 with a proposal and a constant of our choosing), at the price of about one more
+    base-256 digit in the acceptance test. Past σ ≈ 2**23 (with 9 bits) the exponent's
+    numerators would leave int64; those τ keep σ = τ. ``shared=False``: σ is τ rounded up to
+    ``bits`` significant bits, with tables of its own (σ² grows by less than 2**(2-bits)):
+    cheaper per draw when few σ serve many draws. ``bits=None``: σ = τ exactly (one table
+    per distinct τ).
 
     Parameters
     ----------
     tau : array_like of float
         The least σ of each entry (grid units), positive, at most :data:`MAX_SIGMA`.
     bits : int or None
-        Significant bits of 1/(2σ²), in [2, 40]; None for σ = τ.
+        Significant bits of 1/(2σ²) (of σ when not ``shared``), in [2, 40]; None for σ = τ.
+    shared : bool
+        Round on the grid whose σ share their sampler tables (default), or round σ itself.
 
     Returns
     -------
@@ -269,7 +274,10 @@ def gaussian_grid(tau, *, bits):
         isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 2 <= bits <= 40
     ):
         raise ValueError(f"bits must be None or an integer in [2, 40], got {bits!r}")
-    if bits is None:
+    if bits is None or not shared:
+        if bits is not None:  # σ = τ rounded up to bits significant bits (exact in floats)
+            f, e = np.frexp(t)
+            t = np.ldexp(np.ceil(np.ldexp(f, int(bits))), e - int(bits))
         uniq, inv = np.unique(t, return_inverse=True)
         return tuple(_gauss_params(float(v), "tau") for v in uniq.tolist()), inv.reshape(t.shape)
     # 1/(2τ²) nudged down by 2**-50 (more than the float error of the division), then

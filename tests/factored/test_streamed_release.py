@@ -10,7 +10,7 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import store, streamed
+from matmech.factored import measure, store, streamed
 from matmech.factored.measure import residual_batches, row_noise
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
@@ -69,8 +69,14 @@ def _dense_gls(rel):
 
 
 @pytest.mark.parametrize("on_disk", [False, True])
-def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(tmp_path, on_disk):
+@pytest.mark.parametrize("shared", [True, False])
+def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(
+    tmp_path, monkeypatch, on_disk, shared
+):
+    # both σ grids: shared sampler tables (few draws per σ) and σ with tables of their own
+    monkeypatch.setattr(measure, "_OWN_TABLES_DRAWS", 1 << 40 if shared else 1)
     _, W, rel = _release(str(tmp_path) if on_disk else None)
+    assert rel.measurement_plan.shared_tables is shared
     xhat, cov = _dense_gls(rel)
     Wd = W.dense()
     got = rel.to_release()
@@ -273,3 +279,19 @@ def test_release_refuses_a_union_too_large_and_says_how_to_stream_it(monkeypatch
     rel = release_marginals(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
     assert isinstance(rel, MarginalRelease) and rel.rows == W.shape[0]
     assert budget.remaining == pytest.approx((1.0, 9e-6))
+
+
+def test_the_sigma_grid_follows_the_draws_per_sigma():
+    # adult-like sizes: few draws per distinct σ, shared tables; 40 attributes of 10 values:
+    # ~10**6 draws per σ, tables of their own (noise.gaussian_grid's two roundings)
+    for dom, shared in [((85, 9, 100, 16, 7, 15, 2), True), ((10,) * 40, False)]:
+        subsets = [s for k in range(4) for s in itertools.combinations(range(len(dom)), k)]
+        m = streamed.streamed_plan(marginal_workload(dom, subsets), 1.0, 1e-6).measurement
+        assert m.shared_tables is shared, dom
+        batch = next(residual_batches(m))
+        params, index, var = row_noise(m, batch.tau)
+        sig2 = np.array([p.a / p.b for p in params])[index]
+        assert np.all(sig2 >= batch.tau**2)  # never less noise than the plan needs
+        assert np.all(sig2 <= batch.tau**2 * (1 + 2.0 ** (2 - 9)))
+        if shared:  # acceptance exponents over powers of two: one table per octave
+            assert all(p.S & (p.S - 1) == 0 for p in params)

@@ -154,6 +154,22 @@ def test_the_grid_rounds_sigma_up_within_its_bits(bits):
     assert len({(p.lap_t, p.lap_s) for p in params}) <= 9 * octaves
 
 
+@pytest.mark.parametrize("bits", [2, 9, 16])
+def test_sigma_rounded_on_its_own_grid_is_at_least_tau(bits):
+    tau = _taus()
+    params, index = noise.gaussian_grid(tau, bits=bits, shared=False)
+    for t, i in zip(tau.tolist(), index.tolist()):
+        s2 = Fraction(params[i].a, params[i].b)
+        # (σ < 1: σ² further rounded up to a multiple of 2**-25, noise's documented rule)
+        most = (1 + Fraction(2) ** (1 - bits)) ** 2 * (1 + Fraction(2) ** -20)
+        assert Fraction(t) ** 2 <= s2 <= Fraction(t) ** 2 * most
+    rounded = set()
+    for v in tau.tolist():
+        f, e = math.frexp(v)
+        rounded.add(math.ldexp(math.ceil(math.ldexp(f, bits)), e - bits))
+    assert len(params) == len(rounded)  # one parameter set per rounded σ
+
+
 def test_past_the_dyadic_range_sigma_is_tau():
     (p,), _ = noise.gaussian_grid([2.0**23.5], bits=9)
     assert p == noise._gauss_params(2.0**23.5)  # σ = τ (σ² rounded up below 2**-39)
