@@ -66,6 +66,7 @@ _INT64_MAX = (1 << 63) - 1
 _BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)
 _GAUSS_BLOCK = 1 << 16  # Gaussian samples per block of rejection rounds (public)
 _BROADCAST = 32  # digit searches of at most this many draws compare with every threshold
+_ALONE = 1 << 15  # draws of one σ in a mixed call from which it gets rounds of its own
 
 
 @dataclass(frozen=True)
@@ -259,13 +260,15 @@ class _Part:
     coef: tuple
 
 
-def _parts(params: tuple) -> tuple[tuple, np.ndarray, np.ndarray]:
+def _parts(params: tuple, alone=()) -> tuple[tuple, np.ndarray, np.ndarray]:
     """The :class:`_Part` s of ``params`` (in order of first use), and each parameter's part
-    and position in it."""
+    and position in it; a parameter whose position is in ``alone`` gets a part of its own
+    (single tables: no per-draw table offsets)."""
     groups: dict = {}
     for i, p in enumerate(params):
         lap, acc = _laplace_table(p.lap_t, p.lap_s), _gauss_table(p.S)
-        groups.setdefault((lap.digits, acc.positions, acc.high), []).append((i, lap, acc))
+        key = ("alone", i) if i in alone else (lap.digits, acc.positions, acc.high)
+        groups.setdefault(key, []).append((i, lap, acc))
     parts, part_of, local = [], np.empty(len(params), np.int64), np.empty(len(params), np.int64)
     for g, members in enumerate(groups.values()):
         stacks = []
@@ -368,10 +371,12 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
     in one set of rejection rounds (their tables stacked), so many σ cost about what one
     does. Which draw takes which words depends on ``which`` only (public), never on a
     value drawn."""
-    parts, part_of, local = _parts(tuple(params))
     which = np.asarray(which, dtype=np.int64)
+    counts = np.bincount(which, minlength=len(params))
+    parts, part_of, local = _parts(tuple(params), set(np.flatnonzero(counts >= _ALONE).tolist()))
     if len(parts) == 1:
-        return _dgauss(parts[0], local[which], which.size, src)
+        w = None if parts[0].coef[0].size == 1 else local[which]
+        return _dgauss(parts[0], w, which.size, src)
     key = part_of.astype(np.uint8 if len(parts) <= 256 else np.int64)[which]
     order = np.argsort(key, kind="stable")  # each part's draws together, in sample order
     # (a stable sort of 8-bit keys is a radix sort)
@@ -379,7 +384,8 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
     out = np.empty(which.size, dtype=np.int64)
     for g, part in enumerate(parts):
         idx = order[(ends[g - 1] if g else 0) : ends[g]]
-        out[idx] = _dgauss(part, local[which[idx]], idx.size, src)
+        w = None if part.coef[0].size == 1 else local[which[idx]]  # one σ: scalars
+        out[idx] = _dgauss(part, w, idx.size, src)
     return out
 
 
