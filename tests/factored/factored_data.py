@@ -17,3 +17,22 @@ def codes(domain, n, seed=0):
 def hist(codes, domain):
     """The histogram of ``codes`` over ``domain`` (row-major cells)."""
     return np.bincount(np.ravel_multi_index(codes.T, domain), minlength=math.prod(domain))
+
+
+def spy_gaussian_draws(monkeypatch, budget):
+    """Record ``budget.spent`` at every discrete Gaussian draw (single-σ and mixed calls):
+    the returned list, filled as the release draws."""
+    from matmech.privacy import noise
+
+    seen = []
+
+    def spying(real):
+        def spy(*args, **kw):
+            seen.append(budget.spent)
+            return real(*args, **kw)
+
+        return spy
+
+    for name in ("discrete_gaussian", "discrete_gaussian_mixed"):
+        monkeypatch.setattr(noise, name, spying(getattr(noise, name)))
+    return seen

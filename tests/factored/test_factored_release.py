@@ -16,11 +16,11 @@ from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import marginal_workload
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.linalg.residual import haar_contrasts
-from matmech.privacy import noise
 
 from factored_data import DOM
 from factored_data import codes as _codes
 from factored_data import hist as _hist
+from factored_data import spy_gaussian_draws
 
 
 # -- marginal tables ---------------------------------------------------------------------------
@@ -246,17 +246,7 @@ def test_budget_is_charged_before_the_first_noise_draw(monkeypatch, strategy):
     codes = _codes(DOM, 300)
     W, A = (Wl.marginals(DOM, 2), "auto") if strategy == "auto" else _cases()["prefix x identity"]
     budget = mm.PrivacyBudget(2.0, 1e-5)
-    seen = []
-
-    def spying(real):
-        def spy(*args, **kw):
-            seen.append(budget.spent)
-            return real(*args, **kw)
-
-        return spy
-
-    for name in ("discrete_gaussian", "discrete_gaussian_mixed"):  # every Gaussian draw
-        monkeypatch.setattr(noise, name, spying(getattr(noise, name)))
+    seen = spy_gaussian_draws(monkeypatch, budget)  # budget.spent at every Gaussian draw
     release_factored(codes, W, 1.0, 1e-6, strategy=A, budget=budget, rng=np.random.default_rng(0))
     assert seen and all(s == pytest.approx((1.0, 1e-6)) for s in seen)
 

@@ -17,9 +17,9 @@ from matmech.factored.streamed import release_marginals
 from matmech.factored.tables import marginal_tables
 from matmech.factored.terms import marginal_workload
 from matmech.linalg.residual import haar_contrasts
-from matmech.privacy import noise
 
 from factored_data import codes as _codes
+from factored_data import spy_gaussian_draws
 
 DOMAIN = (3, 4, 1, 5, 2)
 SUBSETS = [(0, 1), (1, 3, 4), (3,), (0, 2, 3), (), (0, 1)]
@@ -217,17 +217,7 @@ def test_refusals_come_before_reading_or_spending(monkeypatch, tmp_path):
 
 def test_budget_is_charged_once_before_the_first_draw(monkeypatch):
     budget = mm.PrivacyBudget(2.0, 1e-5)
-    seen = []
-
-    def spying(real):
-        def spy(*args, **kw):
-            seen.append(budget.spent)
-            return real(*args, **kw)
-
-        return spy
-
-    for name in ("discrete_gaussian", "discrete_gaussian_mixed"):  # every Gaussian draw
-        monkeypatch.setattr(noise, name, spying(getattr(noise, name)))
+    seen = spy_gaussian_draws(monkeypatch, budget)  # budget.spent at every Gaussian draw
     codes = _codes(DOMAIN, 300)
     rel = release_marginals(
         codes, Wl.marginals(DOMAIN, 2), 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0)
