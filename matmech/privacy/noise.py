@@ -204,7 +204,7 @@ _DYADIC_MAX_S = 1 << 55
 def _dyadic_params(m: int, K: int) -> GaussParams | None:
     """σ² = 2**(K-1)/m, i.e. 1/(2σ²) = m/2**K, so the acceptance exponent has a power-of-two
     denominator S and every σ with the same S shares one acceptance table; the proposal's
-    scale 2**u/p (a 4-bit p, within 4% of σ) is shared by every σ it is closest to.
+    scale 2**u/p (a 4-bit p, within 6.25% of σ) is shared by every σ it is closest to.
     γ(y) = y²/(2σ²) - |y| p/2**u + C/S with C/S the largest |y| p/2**u - y²/(2σ²) over the
     integers (so max exp(-γ) = 1). None when S would exceed :data:`_DYADIC_MAX_S`."""
     s2 = Fraction(1 << (K - 1), m) if K >= 1 else Fraction(1, m << (1 - K))
