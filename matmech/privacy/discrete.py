@@ -273,10 +273,9 @@ def _parts(params: tuple, alone=()) -> tuple[tuple, np.ndarray, np.ndarray]:
     for g, members in enumerate(groups.values()):
         stacks = []
         for tabs in ([m[1] for m in members], [m[2] for m in members]):
-            ids = {id(t): t for t in tabs}  # the distinct tables, in order of first use
-            at = {key: k for k, key in enumerate(ids)}
-            j = np.array([at[id(t)] for t in tabs], dtype=np.int64)
-            stacks.append((stack(ids.values()), None if len(ids) == 1 else j))
+            at = {t: k for k, t in enumerate(dict.fromkeys(tabs))}  # distinct (tables hash by id)
+            j = np.array([at[t] for t in tabs], dtype=np.int64)
+            stacks.append((stack(at), None if len(at) == 1 else j))
         coef = tuple(
             np.array([getattr(params[m[0]], f) for m in members], dtype=np.int64)
             for f in ("A", "B", "C", "y_safe")
@@ -374,9 +373,12 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
     which = np.asarray(which, dtype=np.int64)
     counts = np.bincount(which, minlength=len(params))
     parts, part_of, local = _parts(tuple(params), set(np.flatnonzero(counts >= _ALONE).tolist()))
+
+    def run(part, sub):  # the draws of one part, ``sub`` their parameters (one σ: scalars)
+        return _dgauss(part, None if part.coef[0].size == 1 else local[sub], sub.size, src)
+
     if len(parts) == 1:
-        w = None if parts[0].coef[0].size == 1 else local[which]
-        return _dgauss(parts[0], w, which.size, src)
+        return run(parts[0], which)
     key = part_of.astype(np.uint8 if len(parts) <= 256 else np.int64)[which]
     order = np.argsort(key, kind="stable")  # each part's draws together, in sample order
     # (a stable sort of 8-bit keys is a radix sort)
@@ -384,8 +386,7 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
     out = np.empty(which.size, dtype=np.int64)
     for g, part in enumerate(parts):
         idx = order[(ends[g - 1] if g else 0) : ends[g]]
-        w = None if part.coef[0].size == 1 else local[which[idx]]  # one σ: scalars
-        out[idx] = _dgauss(part, w, idx.size, src)
+        out[idx] = run(part, which[idx])
     return out
 
 
