@@ -163,10 +163,8 @@ def plan_residual_measurement(
     sens = neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True)
     sigma = gaussian_sigma(eps, delta, sens)
     per_shape = {}  # (largest row norm, largest |entry|) of H_T: a function of the attribute sizes
-    members = {}
     for j, T in enumerate(lat.residuals):
         shape = tuple(lat.domain[i] for i in T)
-        members.setdefault(shape, []).append(j)
         if shape not in per_shape:
             per_shape[shape] = (
                 math.sqrt(math.prod(float(haar_contrasts(n)[1].max()) for n in shape)),
@@ -192,7 +190,7 @@ def plan_residual_measurement(
         float(sens),
         max_records,
         scale_bits,
-        _share_tables(plan.variances, members),
+        _share_tables(plan.variances, _by_shape(lat)),
     )
 
 
@@ -275,18 +273,21 @@ def residual_batches(mplan):
     coordinates a batch. A function of the plan alone, so every consumer (the in-memory
     :func:`measure_residuals` and the streamed :mod:`matmech.factored.streamed`) draws the
     same noise for the same ``rng``."""
-    lat = mplan.plan.lattice
-    d = lat.domain
-    groups = {}  # residuals with the same attribute sizes are handled as one stack
-    for j, T in enumerate(lat.residuals):
-        groups.setdefault(tuple(d[i] for i in T), []).append(j)
-    for shape, members in groups.items():
+    variances = np.asarray(mplan.plan.variances, dtype=np.float64)
+    for shape, members in _by_shape(mplan.plan.lattice).items():  # one stack per shape
         l2, cls = _row_keys(shape, range(len(shape)))
         step = max(1, _CHUNK // cls.size)
         for at in range(0, len(members), step):  # chunks bound the temporary arrays
             J = np.array(members[at : at + step], dtype=np.int64)
-            v = np.asarray(mplan.plan.variances, dtype=np.float64)[J]
-            yield ResidualBatch(shape, J, l2, cls, least_sigma(mplan, v, l2))
+            yield ResidualBatch(shape, J, l2, cls, least_sigma(mplan, variances[J], l2))
+
+
+def _by_shape(lat):
+    """{attribute sizes: the residuals (lattice indices, in order) with those sizes}."""
+    groups: dict = {}
+    for j, T in enumerate(lat.residuals):
+        groups.setdefault(tuple(lat.domain[i] for i in T), []).append(j)
+    return groups
 
 
 def least_sigma(mplan, variances, l2):
