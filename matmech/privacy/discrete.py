@@ -1,7 +1,8 @@
 """Exact discrete Laplace and Gaussian samplers with a fixed amount of work per draw.
 
-The thresholds, tables and vectorised samplers behind :mod:`matmech.privacy.noise` (which
-validates parameters and is the public entry point). Canonne, Kamath & Steinke, "The
+The vectorised samplers behind :mod:`matmech.privacy.noise` (which validates parameters and
+is the public entry point); their exact thresholds and tables are
+:mod:`matmech.privacy.thresholds`. Canonne, Kamath & Steinke, "The
 Discrete Gaussian for Differential Privacy" (NeurIPS 2020), hereafter CKS: Alg. 2 (discrete
 Laplace) by exact inversion of its base-256 digits, Alg. 3 (discrete Gaussian) by rejection
 with the Bernoulli(exp(-gamma)) test of Alg. 1 done as an AND of table look-ups.
@@ -116,16 +117,20 @@ def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
 def _dlaplace(tabs, n: int, src: RandomSource, *, j=None) -> np.ndarray:
     """n samples, sample i from table ``tabs.tabs[j[i]]`` of the stack ``tabs`` (all from
     its one table when ``j`` is None), in blocks of ``_BLOCK``."""
-    if n <= _BLOCK:
-        return _dlaplace_block(tabs, n, src, j=j) if n else np.empty(0, np.int64)
-    return np.concatenate(
-        [
-            _dlaplace_block(
-                tabs, min(_BLOCK, n - a), src, j=None if j is None else j[a : a + _BLOCK]
-            )
-            for a in range(0, n, _BLOCK)
-        ]
-    )
+    return _in_blocks(lambda m, jj: _dlaplace_block(tabs, m, src, j=jj), n, _BLOCK, j)
+
+
+def _in_blocks(draw, n: int, block: int, which) -> np.ndarray:
+    """``draw(m, which_slice)`` on consecutive blocks of at most ``block`` samples (a public
+    size: it bounds the working arrays), concatenated; ``which`` None stays None."""
+    if n <= block:
+        return draw(n, which) if n else np.empty(0, np.int64)
+    out = np.empty(n, dtype=np.int64)
+    for a in range(0, n, block):
+        out[a : a + block] = draw(
+            min(block, n - a), None if which is None else which[a : a + block]
+        )
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -271,19 +276,23 @@ def _parts(params: tuple, alone=()) -> tuple[tuple, np.ndarray, np.ndarray]:
         groups.setdefault(key, []).append((i, lap, acc))
     parts, part_of, local = [], np.empty(len(params), np.int64), np.empty(len(params), np.int64)
     for g, members in enumerate(groups.values()):
-        stacks = []
-        for tabs in ([m[1] for m in members], [m[2] for m in members]):
-            at = {t: k for k, t in enumerate(dict.fromkeys(tabs))}  # distinct (tables hash by id)
-            j = np.array([at[t] for t in tabs], dtype=np.int64)
-            stacks.append((stack(at), None if len(at) == 1 else j))
+        lap, lap_j = _stacked([m[1] for m in members])
+        acc, acc_j = _stacked([m[2] for m in members])
         coef = tuple(
             np.array([getattr(params[m[0]], f) for m in members], dtype=np.int64)
             for f in ("A", "B", "C", "y_safe")
         )
-        parts.append(_Part(stacks[0][0], stacks[1][0], stacks[0][1], stacks[1][1], coef))
+        parts.append(_Part(lap, acc, lap_j, acc_j, coef))
         for k, m in enumerate(members):
             part_of[m[0]], local[m[0]] = g, k
     return tuple(parts), part_of, local
+
+
+def _stacked(tabs: list) -> tuple:
+    """One stack of the distinct ``tabs`` (tables hash by identity) and each entry's table in
+    it (None when there is one table)."""
+    at = {t: k for k, t in enumerate(dict.fromkeys(tabs))}
+    return stack(at), None if len(at) == 1 else np.array([at[t] for t in tabs], np.int64)
 
 
 def _gauss_accept(ay: np.ndarray, p: GaussParams, src: RandomSource) -> np.ndarray:
@@ -393,13 +402,7 @@ def dgauss_mixed(params: tuple, which: np.ndarray, src: RandomSource) -> np.ndar
 def _dgauss(part: _Part, which, n: int, src: RandomSource) -> np.ndarray:
     """In blocks of ``_GAUSS_BLOCK`` so the working arrays of the rejection rounds stay a few
     MiB whatever n (only the int64 output grows with n)."""
-    if n <= _GAUSS_BLOCK:
-        return _dgauss_block(part, which, n, src)
-    out = np.empty(n, dtype=np.int64)
-    for a in range(0, n, _GAUSS_BLOCK):
-        w = None if which is None else which[a : a + _GAUSS_BLOCK]
-        out[a : a + _GAUSS_BLOCK] = _dgauss_block(part, w, min(_GAUSS_BLOCK, n - a), src)
-    return out
+    return _in_blocks(lambda m, w: _dgauss_block(part, w, m, src), n, _GAUSS_BLOCK, which)
 
 
 def _dgauss_block(part: _Part, which, n: int, src: RandomSource) -> np.ndarray:

@@ -33,8 +33,9 @@ experiments and is NOT cryptographically secure. A source returned by :func:`che
 be passed on and is used as is; it is thread-safe and a forked child never reuses its
 words.
 
-The fixed-work samplers themselves (tables, digit search, acceptance test, timing)
-live in :mod:`matmech.privacy.discrete`.
+The fixed-work samplers themselves (digit search, acceptance test, timing) live in
+:mod:`matmech.privacy.discrete`, their exact thresholds and tables in
+:mod:`matmech.privacy.thresholds`.
 """
 
 from __future__ import annotations
@@ -286,12 +287,13 @@ def gaussian_grid(tau, *, bits, shared=True):
     m = np.floor(np.ldexp(f, int(bits))).astype(np.int64)
     K = int(bits) - e.astype(np.int64)
     # one int64 key per τ, ascending in σ² = 2**(K-1)/m: K ascending, then m descending
-    keys, inv = np.unique((K << 41) - m, return_inverse=True)  # m < 2**40, |K| < 2**20
+    keys, inv = np.unique(((K << 41) - m).reshape(-1), return_inverse=True)  # m < 2**40
+    tmax = np.full(keys.size, -np.inf)  # the largest τ of each key (for σ = τ past the grid)
+    np.maximum.at(tmax, inv, t.reshape(-1))
     params = []
     for k, key in enumerate(keys.tolist()):
-        Kk, mk = -(-key >> 41), -key % (1 << 41)
-        p = _dyadic_params(mk, Kk)
-        params.append(p if p is not None else _gauss_params(float(t.reshape(-1)[inv == k].max())))
+        p = _dyadic_params(-key % (1 << 41), -(-key >> 41))
+        params.append(p if p is not None else _gauss_params(float(tmax[k]), "tau"))
     return tuple(params), inv.reshape(t.shape)
 
 
@@ -309,8 +311,8 @@ def discrete_gaussian_mixed(params, which, *, rng=None) -> np.ndarray:
     which : array_like of int
         For each sample, the position of its parameters in ``params``.
     rng : None, numpy.random.Generator or RandomSource
-        None (default): the operating system's CSPRNG (secure); a Generator is
-        reproducible and NOT secure.
+        None (default): the secure AES-256 CTR_DRBG seeded from ``os.urandom``; a
+        Generator is reproducible and NOT secure.
 
     Returns
     -------

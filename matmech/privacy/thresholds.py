@@ -211,11 +211,10 @@ def _stack(rows: list) -> tuple[np.ndarray, np.ndarray]:
 class _Rows:
     """A table's rows of 256 entries as (high, low) words ``th``, ``tl``; ``vals``: the
     entries as Python ints, a tuple per row (for the exact path and the tests). A table is
-    also a stack of one table (:class:`Stack`): ``tabs``, ``start``."""
+    also a stack of one table (:class:`Stack`): ``tabs``."""
 
     th: np.ndarray
     tl: np.ndarray
-    start = np.zeros(1, dtype=np.int64)
 
     @property
     def tabs(self) -> tuple:

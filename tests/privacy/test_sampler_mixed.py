@@ -176,6 +176,15 @@ def test_past_the_dyadic_range_sigma_is_tau():
     assert p.S & (p.S - 1) != 0
 
 
+def test_the_grid_keeps_the_shape_of_tau_also_past_the_dyadic_range():
+    tau = np.array([[1.6e7, 1.5e7], [2.0, 3.0]])  # the first row past 2**23: σ = τ
+    params, index = noise.gaussian_grid(tau, bits=9)
+    assert index.shape == (2, 2)
+    for t, i in zip(tau.ravel().tolist(), index.ravel().tolist()):
+        assert Fraction(params[i].a, params[i].b) >= Fraction(t) ** 2
+    assert params[index[0, 0]] == noise._gauss_params(1.6e7)
+
+
 def test_exact_grid_keeps_each_tau():
     params, index = noise.gaussian_grid([3.0, 3.0, 7.5], bits=None)
     assert index.tolist() == [0, 0, 1]
