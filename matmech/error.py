@@ -48,10 +48,7 @@ from matmech.linalg.quadratic import (
     quadratic_trace as _trace,
     woodbury_diag,
 )
-from matmech.linalg.structured import (
-    MAX_DENSE_N,
-    _marginal_terms,  # noqa: F401 (re-exported: matmech.optimizers.marginal_workloads)
-)
+from matmech.linalg.structured import MAX_DENSE_N
 from matmech.validate import linear
 from typing import TYPE_CHECKING
 

@@ -262,10 +262,6 @@ class ResidualBatch:
     cls: np.ndarray
     tau: np.ndarray
 
-    @property
-    def coordinates(self) -> int:
-        return int(self.J.size * self.cls.size)
-
 
 def residual_batches(mplan):
     """The measurement's batches in draw order (a generator: the σ of one batch at a time):

@@ -66,22 +66,16 @@ def release_route(W: LinOp, strategy: object = "auto", *, delta: float = 0.0) ->
         return Route(
             "tables", "strategy='residual': the residual basis, measured from marginal tables"
         )
-    if isinstance(strategy, str) and strategy == "auto" and marg is not None and len(marg[0]) >= 2:
+    auto = isinstance(strategy, str) and strategy == "auto"
+    optimum = isinstance(strategy, str) and strategy == "optimize" and delta > 0
+    if (auto or optimum) and marg is not None and len(marg[0]) >= 2:
+        k, d = len(marg[1]), len(marg[0])
         return Route(
             "tables",
-            f"a union of {len(marg[1])} marginals over {len(marg[0])} attributes: the residual "
-            "basis (Xiao et al. 2023), measured from marginal tables",
-        )
-    if (
-        isinstance(strategy, str)
-        and strategy == "optimize"
-        and delta > 0
-        and marg is not None
-        and len(marg[0]) >= 2
-    ):
-        return Route(
-            "tables",
-            f"strategy='optimize' on a union of {len(marg[1])} marginals under (eps, delta): the "
+            f"a union of {k} marginals over {d} attributes: the residual basis (Xiao et al. "
+            "2023), measured from marginal tables"
+            if auto
+            else f"strategy='optimize' on a union of {k} marginals under (eps, delta): the "
             "optimum is the residual basis (Xiao et al. 2023, it attains the SVD bound), measured "
             "from marginal tables",
         )

@@ -35,7 +35,7 @@ import numpy as np
 from matmech.factored.measure import ResidualMeasurementPlan, _row_keys, least_sigma, row_noise
 from matmech.factored.release import MAX_MEMORY
 from matmech.linalg.linop import LinOp
-from matmech.linalg.residual import apply_axes, apply_axes_batched, contrast_operators
+from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.privacy.confidence import normal_intervals
 from matmech.record import Release
 
@@ -469,7 +469,7 @@ class MarginalRelease:
             for m, v in zip(masks, sig):
                 sub = tuple(shape[j] for j in m)
                 rowvar = self._row_variances(sub, v).reshape(tuple(n - 1 for n in sub))
-                e = apply_axes(rowvar, [contrast_operators(n)[2] for n in sub])
+                e = lift_row_variances(sub, rowvar)
                 rest = math.prod(shape[j] for j in range(k) if j not in m)
                 var += e.reshape(tuple(shape[j] if j in m else 1 for j in range(k))) / rest**2
             std = np.sqrt(var)
