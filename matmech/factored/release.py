@@ -58,7 +58,7 @@ from matmech.optimizers.residual import (
     plan_residuals_laplace,
     total_variance_coefficients,
 )
-from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_table_source
 from matmech.pipeline.strategy import strategy_plan
@@ -274,16 +274,13 @@ class _ReadOnce(Mapping):
 
 
 @dataclass(frozen=True, eq=False)
-class ResidualPlan:
+class ResidualPlan(MeasuredPlan):
     """The tables route's plan (:class:`~matmech.pipeline.plan.Plan`): the residual basis of
     Xiao et al. (2023) measured from marginal tables — (ε, δ): each residual with exact
     discrete Gaussian noise; pure ε: weighted marginal tables with exact discrete Laplace
     noise — reconstructed in closed form (:class:`~matmech.factored.reconstruct.MarginalReconstructor`)."""
 
     workload: LinOp = field(repr=False)
-    eps: float
-    delta: float
-    neighbors: str
     lattice_plan: object = field(repr=False)
     measurement: object = field(repr=False)
     marginals: tuple = field(repr=False)  # (W's subsets, their row weights)
@@ -361,9 +358,6 @@ def residual_plan(
         )
     return ResidualPlan(
         W,
-        eps,
-        delta,
-        neighbors,
         plan,
         mplan,
         (subsets, rw),

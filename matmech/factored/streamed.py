@@ -37,7 +37,7 @@ from matmech.factored.release import MAX_MEMORY, _residual_plan
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
-from matmech.pipeline.plan import Draws
+from matmech.pipeline.plan import Draws, MeasuredPlan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_source
 from matmech.privacy import noise
@@ -89,7 +89,7 @@ class _Marginals:
 
 
 @dataclass(frozen=True, eq=False)
-class StreamedPlan:
+class StreamedPlan(MeasuredPlan):
     """The streamed residual release as a plan (:class:`~matmech.pipeline.plan.Plan` with
     ``lazy = True``), run by :func:`matmech.pipeline.run.run_plan`: the source's checked
     reader, the record count checked, then the residuals measured batch by batch
@@ -99,9 +99,6 @@ class StreamedPlan:
     integers go (None: in RAM)."""
 
     workload: LinOp = field(repr=False)
-    eps: float
-    delta: float
-    neighbors: str
     measurement: ResidualMeasurementPlan = field(repr=False)
     marginals: tuple = field(repr=False)
     sizes: tuple
@@ -220,9 +217,6 @@ def streamed_plan(
     )
     return StreamedPlan(
         W,
-        eps,
-        delta,
-        neighbors,
         mplan,
         (subsets, rw),
         tuple(wt.domain),
