@@ -28,11 +28,10 @@ import numpy as np
 from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
-from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
+from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_table_source
 from matmech.privacy.budget import check_affordable
-from matmech.privacy.measure import check_counts, check_records
 from matmech.linalg.linop import Dense, Kron, LinOp, as_linop
 from matmech.record import MeasurementRecord
 
@@ -91,8 +90,7 @@ class GMarginalPlan(MeasuredPlan):
         return tuple(self.measurement.subsets) + ((),)
 
     def check(self, tables):
-        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
-        check_records(count, self.measurement.max_records)
+        check_record_count(tables[()], self.measurement.max_records)
         return tables
 
     def draw(self, tables, *, rng) -> Draws:

@@ -58,13 +58,13 @@ from matmech.optimizers.residual import (
     plan_residuals_laplace,
     total_variance_coefficients,
 )
-from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
+from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_table_source
 from matmech.pipeline.strategy import strategy_plan
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget
-from matmech.privacy.measure import check_counts, check_max_records, check_records
+from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 
 __all__ = [
@@ -297,8 +297,7 @@ class ResidualPlan(MeasuredPlan):
         return self.delta == 0
 
     def check(self, tables):
-        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
-        check_records(count, self.measurement.max_records)
+        check_record_count(tables[()], self.measurement.max_records)
         return tables if self.pure else _ReadOnce(tables)
 
     def draw(self, tables, *, rng) -> Draws:

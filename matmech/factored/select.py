@@ -62,7 +62,6 @@ import numpy as np
 from matmech.linalg.linop import LinOp
 from matmech.privacy import noise
 from matmech.privacy.calibration import neighbor_sensitivity
-from matmech.privacy.measure import check_counts, check_records
 from matmech.factored.select_plan import (
     MEASURE_STRATEGIES,
     FactoredSelectionPlan,
@@ -70,7 +69,7 @@ from matmech.factored.select_plan import (
     plan_factored_selection,
 )
 from matmech.factored.select_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
-from matmech.pipeline.plan import Draws, Estimate
+from matmech.pipeline.plan import Draws, Estimate, check_record_count
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import nothing_selected, selection_fields, with_gaps
 from matmech.pipeline.source import as_table_source
@@ -177,8 +176,7 @@ class SelectedRowsPlan:
     def check(self, tables):
         """The declared bound on the records, then W x term by term (exact integers)."""
         plan = self.plan
-        count = check_counts(np.atleast_1d(tables[()]), 1, name="the record count")
-        check_records(count, plan.max_records)
+        check_record_count(tables[()], plan.max_records)
         parts = row_values(plan, tables)
         return parts, _weighted(plan, parts)
 

@@ -37,12 +37,12 @@ from matmech.factored.release import MAX_MEMORY, _residual_plan
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
-from matmech.pipeline.plan import Draws, MeasuredPlan
+from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_source
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget
-from matmech.privacy.measure import check_counts, check_max_records, check_records
+from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 
 if TYPE_CHECKING:
@@ -113,11 +113,7 @@ class StreamedPlan(MeasuredPlan):
         return f"release {self.rows} marginal queries (residual, streamed)"
 
     def check(self, reader):
-        count = reader([()])[()]
-        check_records(
-            check_counts(np.atleast_1d(count), 1, name="the record count"),
-            self.measurement.max_records,
-        )
+        check_record_count(reader([()])[()], self.measurement.max_records)
         mplan, offsets, at = self.measurement, np.empty(len(self.subsets) - 1, dtype=np.int64), 0
         for batch in residual_batches(mplan):  # storage in draw order (data-independent)
             m = int(batch.cls.size)

@@ -38,7 +38,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Plan", "Draws", "Estimate", "MeasuredPlan"]
+from matmech.privacy.measure import check_counts, check_records
+
+__all__ = ["Plan", "Draws", "Estimate", "MeasuredPlan", "check_record_count"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +64,12 @@ class Estimate:
     std: np.ndarray = field(repr=False)
     expected_error: float
     fields: Mapping = field(default_factory=lambda: MappingProxyType({}))
+
+
+def check_record_count(count, max_records) -> None:
+    """The table on no attributes (the record count) checked as counts and against the
+    declared ``max_records`` (before the spend; the messages carry no value)."""
+    check_records(check_counts(np.atleast_1d(count), 1, name="the record count"), max_records)
 
 
 class MeasuredPlan:
