@@ -20,7 +20,8 @@ spends nothing and draws nothing. The data is a :class:`~matmech.pipeline.source
 (:func:`~matmech.pipeline.source.as_source`: a histogram, records, marginal tables or an
 engine); the route follows from W and the strategy alone
 (:func:`matmech.factored.route.release_route`): a union of marginals on two or more
-attributes with ``strategy="auto"`` (or ``"residual"``) is measured from marginal tables (the
+attributes with ``strategy="auto"`` (or ``"residual"``, or ``"optimize"`` under δ > 0) is
+measured from marginal tables (the
 residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
 marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.

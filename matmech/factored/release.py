@@ -6,7 +6,7 @@
       │ terms, support U, path (no data)        │
       ▼                                         │
     residual path (the tables route of matmech.factored.route: W a union of marginals on 2+
-    attributes with strategy "auto", or strategy "residual"; any size):
+    attributes with strategy "auto" or "optimize" (δ > 0), or strategy "residual"; any size):
       plan_residuals → σ per residual (Xiao et al. 2023); δ = 0: plan_residuals_laplace
     Kronecker path (cells of U manageable): W_U, A_U restricted to U, plan_measurement(A_U)
       │  every check, the plan, the variances, check_affordable — before any data is read
@@ -442,8 +442,9 @@ def release_factored(
     ``marginal_counts(subsets)``, or a mapping subset → table (:mod:`matmech.factored.tables`).
     ``W``: a Kron or a weighted stack of Krons (e.g. ``matmech.workloads.marginals``); the
     answers follow its rows. ``strategy``: ``"auto"`` (the residual path for a union of
-    marginals on two or more attributes, :func:`matmech.factored.route.release_route`; else
-    the strategy :func:`matmech.advisor.choice.choose_strategy` picks for W on its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
+    marginals on two or more attributes, :func:`matmech.factored.route.release_route`, as
+    ``"optimize"`` under δ > 0; else the strategy :func:`matmech.advisor.choice.choose_strategy`
+    picks for W on its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
     over the same attributes (Kronecker path). ``scale_bits``: significant bits of 1/(2σ²) for the
     residual path's per-row σ (:func:`matmech.privacy.noise.gaussian_grid`; None keeps them
     exact, at the cost of one pair of sampler tables per distinct σ). ``objective``: the residual plan's ``"sum"``

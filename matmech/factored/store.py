@@ -19,6 +19,7 @@ cells differ by < 0.4%).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -198,12 +199,14 @@ class MarginalRelease:
     def domain(self) -> tuple:
         return self.measurement_plan.plan.lattice.domain
 
-    @property
+    @functools.cached_property
     def offsets(self) -> np.ndarray:
-        """First row of each term of W (and the row count at the end)."""
+        """First row of each term of W (and the row count at the end; computed once)."""
         d = self.domain
         sizes = [math.prod(d[i] for i in S) for S in self.subsets]
-        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        out = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        out.setflags(write=False)
+        return out
 
     @property
     def rows(self) -> int:
