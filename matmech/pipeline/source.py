@@ -75,26 +75,13 @@ class HistogramSource:
         sizes, subsets = tuple(int(n) for n in sizes), [tuple(s) for s in subsets]
         if subsets == [tuple(range(len(sizes)))]:
             return {subsets[0]: check_counts(self.x, math.prod(sizes)).reshape(sizes)}
-        return marginal_tables(_Summed(self.x, sizes), sizes, subsets)
+        return self.reader(sizes, subsets)(subsets)
 
     def reader(self, sizes, subsets):
         """The checked lazy reader of x's marginals (x checked here, once)."""
         sizes = tuple(int(n) for n in sizes)
         x = check_counts(self.x, math.prod(sizes)).reshape(sizes)
         return _covering(table_reader({tuple(range(len(sizes))): x}, sizes), subsets)
-
-
-class _Summed:
-    """x as an engine of maximal marginals (:func:`~matmech.factored.tables.marginal_tables`
-    sums the smaller ones out of them)."""
-
-    def __init__(self, x, sizes):
-        self.x, self.sizes = x, sizes
-
-    def marginal_counts(self, subsets):
-        x = check_counts(self.x, math.prod(self.sizes)).reshape(self.sizes)
-        d = len(self.sizes)
-        return {tuple(s): x.sum(axis=tuple(i for i in range(d) if i not in s)) for s in subsets}
 
 
 class TableSource:
