@@ -21,13 +21,15 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+from residualplanner_adult import interleaved  # noqa: E402  (the interleaved subprocess runs)
+
 DOM = (85, 9, 100, 16, 7, 15, 6, 5, 2, 100, 100, 99, 42, 2)  # ResidualPlanner's adult order
 
 
@@ -119,18 +121,8 @@ def main(argv=None):
         ap.error("--data and --before are required")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     runs = [("before", args.before), ("this", str(HERE.parent))]
-    rows, loads = [], []
-    for _ in range(args.repeats):
-        for which, root in runs:
-            loads.append(os.getloadavg()[0])
-            p = subprocess.run(
-                [sys.executable, __file__, "--data", args.data, "--child", which, root],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
-            )
-            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    argvs = [[sys.executable, __file__, "--data", args.data, "--child", w, r] for w, r in runs]
+    rows, loads = interleaved(argvs, args.repeats, env)
     meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
         "load_average_during": [round(min(loads), 2), round(max(loads), 2)],

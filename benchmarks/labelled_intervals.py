@@ -38,7 +38,8 @@ def _time(fn, repeats):
 
 def stages(m: int, repeats: int) -> dict:
     import matmech as mm
-    from matmech.error import _singular_value_sum, lower_bound
+    from matmech.error import lower_bound
+    from matmech.linalg.marginal_spectrum import _singular_value_sum
     from matmech.io.domain import Domain, integer_range
     from matmech.release import release_table
 

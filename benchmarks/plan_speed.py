@@ -16,10 +16,8 @@ Writes benchmarks/results/plan_speed.{json,md}.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -90,8 +88,7 @@ def main(argv=None):
             }
         )
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        **rpplus.stamp(),
         "before": str(trees["before"]),
         "runs": args.runs,
         "load": loads,

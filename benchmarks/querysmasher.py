@@ -29,19 +29,17 @@ Writes benchmarks/results/querysmasher.{json,md}.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import math
 import os
-import platform
 import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rpplus import DATASETS, DELTA, EPS, RESULTS, _f, _run  # noqa: E402
+from rpplus import DATASETS, DELTA, EPS, RESULTS, _f, _run, stamp  # noqa: E402
 
 KINDS = ("identity", "prefix")
 ORDERS = {"1-way": (1,), "2-way": (2,), "3-way": (3,), "<=3-way": (1, 2, 3)}
@@ -194,8 +192,7 @@ def main(argv=None):
                     flush=True,
                 )
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        **stamp(),
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "eps": EPS,

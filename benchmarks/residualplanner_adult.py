@@ -36,6 +36,19 @@ DOM = (85, 9, 100, 16, 7, 15, 6, 5, 2, 100, 100, 99, 42, 2)  # ResidualPlanner's
 RECORDS = 48_842
 
 
+def interleaved(argvs, repeats, env) -> tuple[list, list]:
+    """Run every command line ``repeats`` times, interleaved (one process each, so the runs
+    share the machine's load alike); returns the JSON each printed last and the load average
+    before each run."""
+    rows, loads = [], []
+    for _ in range(repeats):
+        for argv in argvs:
+            loads.append(os.getloadavg()[0])
+            p = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return rows, loads
+
+
 def _records(data):
     """The columns of the adult file (coded in DOM) or of generated records."""
     import numpy as np
@@ -122,18 +135,11 @@ def main(argv=None):
     runs += [("matmech before", "9")] if args.before else []
     data = ["--data", args.data] if args.data else []
     data += ["--before", args.before] if args.before else []
-    rows, loads = [], []
-    for _ in range(args.repeats):
-        for which, bits in runs:
-            loads.append(os.getloadavg()[0])
-            p = subprocess.run(
-                [sys.executable, __file__, "--rp-dir", args.rp_dir, *data, "--child", which, bits],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
-            )
-            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    argvs = [
+        [sys.executable, __file__, "--rp-dir", args.rp_dir, *data, "--child", which, bits]
+        for which, bits in runs
+    ]
+    rows, loads = interleaved(argvs, args.repeats, env)
     meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
         "load_average_during": [round(min(loads), 2), round(max(loads), 2)],

@@ -34,6 +34,15 @@ import sys
 import time
 from pathlib import Path
 
+
+def stamp() -> dict:
+    """The run's date (UTC) and machine: the first keys of every benchmark's ``meta``."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+    }
+
+
 RESULTS = Path(__file__).resolve().parent / "results"
 DATASETS = {
     "CPS": ((50, 100, 7, 4, 2), 2),
@@ -260,8 +269,7 @@ def main(argv=None):
             flush=True,
         )
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        **stamp(),
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "eps": EPS,

@@ -15,13 +15,15 @@ Writes benchmarks/results/rpplus_maxvar.{json,md}.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rpplus import stamp  # noqa: E402  (the run's date and machine)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -80,8 +82,7 @@ def main(argv=None):
         rows.append(run(d, args.n, args.full_max))
         print(json.dumps(rows[-1]), flush=True)
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        **stamp(),
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "cvxpy_import_seconds": cvxpy_import,

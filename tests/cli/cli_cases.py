@@ -64,6 +64,13 @@ def files(tmp_path):
     return tmp_path, data, truth, (age // 4, city)
 
 
+def release_args(d, data, *rest, column="age") -> list[str]:
+    """``matmech release`` of the bands spec in ``d`` on ``data``, one ``--column``, then
+    ``rest``; positions 0-5 are always release, spec, --data, data, --column, column (tests
+    slice the list there)."""
+    return ["release", str(d / "bands.toml"), "--data", str(data), "--column", column, *rest]
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

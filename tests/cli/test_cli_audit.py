@@ -10,6 +10,8 @@ import pytest
 
 from matmech.cli import main
 
+from cli_cases import release_args
+
 SPEC = """
 name = "bands"
 domain = [32]
@@ -27,20 +29,7 @@ def _release(tmp_path, body, *extra):
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         rc = main(
-            [
-                "release",
-                str(tmp_path / "bands.toml"),
-                "--data",
-                str(data),
-                "--column",
-                "age",
-                "--eps",
-                "1",
-                "--strategy",
-                "identity",
-                "--json",
-                *extra,
-            ]
+            release_args(tmp_path, data, "--eps", "1", "--strategy", "identity", "--json", *extra)
         )
     return rc, err.getvalue()
 
@@ -69,7 +58,6 @@ def test_cli_errors_name_no_line_of_the_data(tmp_path, bad):
 # F3 (cli.py:289): a CSV written without a header line: the CLI quotes its first record as
 # "the header" (the engines and discover_categories no longer do, see test_audit_findings).
 def test_cli_does_not_quote_a_headerless_first_record(tmp_path):
-    (tmp_path / "bands.toml").write_text(SPEC)
     rc, err = _release(tmp_path, "alice-smith,4711\nbob,17\n")
     assert rc == 2
     assert "alice-smith" not in err and "4711" not in err, err

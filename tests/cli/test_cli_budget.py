@@ -6,7 +6,7 @@ import json
 from matmech.cli import main
 
 import cli_cases
-from cli_cases import run, _main_error, _spends
+from cli_cases import run, _main_error, _spends, release_args
 
 files = cli_cases.files  # the fixture, bound by name
 
@@ -16,18 +16,7 @@ def test_budget_ledger_init_release_status_history(files, capsys):
     led = str(d / "budget.db")
     assert main(["budget", "init", led, "--eps", "1", "--delta", "1e-6"]) == 0
     assert "created ledger" in capsys.readouterr().out
-    rel = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--strategy",
-        "identity",
-        "--ledger",
-        led,
-    ]
+    rel = release_args(d, data, "--strategy", "identity", "--ledger", led)
     assert main([*rel, "--eps", "0.6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ledger"] == led and out["budget_remaining"] == [0.4, 1e-6] and out["eps"] == 0.6
@@ -63,20 +52,7 @@ def test_release_error_paths_spend_nothing_from_the_ledger(files, capsys):
     d, data, _, _ = files
     led = str(d / "budget.db")
     assert main(["budget", "init", led, "--eps", "2"]) == 0
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--ledger",
-        led,
-        "--out",
-        str(d / "o.csv"),
-    ]
+    base = release_args(d, data, "--eps", "1", "--ledger", led, "--out", str(d / "o.csv"))
     for args, text in [
         ([*base[:-1], str(d / "no/dir/o.csv")], "does not exist"),
         ([*base[:3], str(d / "nope.csv"), *base[4:]], "no such data file"),
@@ -117,17 +93,7 @@ def test_budget_command_errors(files, capsys):
 def test_release_requires_eps_and_ledger_spends_as_a_subprocess(files):
     d, data, _, _ = files
     led = str(d / "budget.db")
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--strategy",
-        "identity",
-        "--json",
-    ]
+    base = release_args(d, data, "--strategy", "identity", "--json")
     out = run(*base)
     assert (
         out.returncode == 2

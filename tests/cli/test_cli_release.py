@@ -11,7 +11,7 @@ from matmech.cli import main
 from matmech.io.store import load_strategy
 
 import cli_cases
-from cli_cases import run, read_csv, _main_error, _spends, _umask, PEOPLE
+from cli_cases import run, read_csv, release_args, _main_error, _spends, _umask, PEOPLE
 
 files = cli_cases.files  # the fixture, bound by name
 people = cli_cases.people  # the fixture, bound by name
@@ -21,18 +21,7 @@ def test_release_writes_one_row_per_query(files):
     d, data, truth, _ = files
     out_csv = d / "answers.csv"
     out = run(
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--strategy",
-        "hierarchical",
-        "--out",
-        str(out_csv),
+        *release_args(d, data, "--eps", "1", "--strategy", "hierarchical", "--out", str(out_csv)),
     )
     assert out.returncode == 0, out.stderr
     assert (
@@ -62,17 +51,7 @@ def test_release_with_a_saved_strategy_and_json(files):
         == 0
     )
     out = run(
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--strategy",
-        str(d / "s.npz"),
-        "--json",
+        *release_args(d, data, "--eps", "1", "--strategy", str(d / "s.npz"), "--json"),
     )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -86,26 +65,24 @@ def test_release_with_svt_selection(files):
     d, data, truth, _ = files
     out_csv = d / "selected.csv"
     out = run(
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--strategy",
-        "identity",
-        "--select",
-        "svt",
-        "--threshold",
-        "600",
-        "--c",
-        "5",
-        "--select-eps",
-        "0.5",
-        "--out",
-        str(out_csv),
+        *release_args(
+            d,
+            data,
+            "--eps",
+            "1",
+            "--strategy",
+            "identity",
+            "--select",
+            "svt",
+            "--threshold",
+            "600",
+            "--c",
+            "5",
+            "--select-eps",
+            "0.5",
+            "--out",
+            str(out_csv),
+        ),
     )
     assert out.returncode == 0, out.stderr
     assert "3 of 5 queries answered" in out.stdout and "selection: svt, eps 0.5" in out.stdout
@@ -132,21 +109,9 @@ def test_release_with_svt_selection(files):
         else:
             assert r["status"] == "answered" and float(r["std"]) > 0
     js = run(
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--json",
-        "--select",
-        "em",
-        "--c",
-        "2",
-        "--select-eps",
-        "0.4",
+        *release_args(
+            d, data, "--eps", "1", "--json", "--select", "em", "--c", "2", "--select-eps", "0.4"
+        ),
     )
     assert js.returncode == 0, js.stderr
     sel = json.loads(js.stdout)["selection"]
@@ -189,18 +154,7 @@ def test_release_and_advise_errors_as_subprocesses(files):
     bad_spec.write_text('domain = [4]\n[[queries]]\nkind = "cube"\n')
     wide = d / "wide.csv"
     wide.write_text("age\n3\n40\n")
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--out",
-        str(d / "o.csv"),
-        "--eps",
-        "1",
-    ]
+    base = release_args(d, data, "--out", str(d / "o.csv"), "--eps", "1")
     for args, text in [
         (["advise", str(d / "missing.toml")], "no such spec file"),
         (["advise", str(bad_spec)], "queries[0].kind"),
@@ -251,18 +205,7 @@ def test_more_error_paths_in_process(files, capsys):
         ("header.csv", "age\n"),
     ]:
         (d / name).write_text(text)
-    base = [
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "1",
-        "--out",
-        str(d / "o.csv"),
-    ]
+    base = release_args(d, data, "--eps", "1", "--out", str(d / "o.csv"))
     for args, text in [
         (
             [*base[:3], str(d / "text.csv"), *base[4:]],
@@ -630,43 +573,14 @@ def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(
 
     monkeypatch.setattr(cli, "_write_answers", disk_full)
     out = d / "o.csv"
-    err = _main_error(
-        capsys,
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "0.5",
-        "--strategy",
-        "identity",
-        "--ledger",
-        led,
-        "--out",
-        str(out),
-    )
+    args = release_args(d, data, "--eps", "0.5", "--strategy", "identity", "--out", str(out))
+    err = _main_error(capsys, *args, "--ledger", led)
     assert "No space left on device" in err and "AFTER the noise was drawn" in err
     assert "budget of this release is spent (eps = 0.5" in err and f"charged to ledger {led}" in err
     assert [e.eps for e in _spends(led)] == [0.5]  # the spend is on the ledger, as the message says
     assert not out.exists() and not [p for p in d.iterdir() if p.name.endswith(".tmp")]
     # without a ledger the message says the spend is recorded nowhere
-    err = _main_error(
-        capsys,
-        "release",
-        str(d / "bands.toml"),
-        "--data",
-        str(data),
-        "--column",
-        "age",
-        "--eps",
-        "0.5",
-        "--strategy",
-        "identity",
-        "--out",
-        str(out),
-    )
+    err = _main_error(capsys, *args)
     assert "not recorded in any ledger, but spent all the same" in err
 
 
@@ -681,20 +595,7 @@ def test_release_reads_a_gzip_csv_like_the_plain_one(files, capsys):
     for src, name in ((data, "a.csv"), (packed, "b.csv")):
         assert (
             main(
-                [
-                    "release",
-                    str(d / "bands.toml"),
-                    "--data",
-                    str(src),
-                    "--column",
-                    "age",
-                    "--eps",
-                    "1",
-                    "--strategy",
-                    "identity",
-                    "--out",
-                    str(d / name),
-                ]
+                release_args(d, src, "--eps", "1", "--strategy", "identity", "--out", str(d / name))
             )
             == 0
         )

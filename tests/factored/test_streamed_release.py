@@ -34,14 +34,19 @@ def _release(spill, **kw):
     return codes, W, rel
 
 
+def _assert_like_in_memory(got, ref):
+    """The streamed release's answers and std equal the in-memory release's."""
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+
+
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_streamed_equals_the_in_memory_release_with_the_same_rng(tmp_path, on_disk):
     codes, W, rel = _release(str(tmp_path) if on_disk else None)
     assert (rel.store.path is not None) == on_disk
     ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
     got = rel.to_release()
-    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+    _assert_like_in_memory(got, ref)
     assert rel.expected_error == pytest.approx(ref.expected_error, rel=1e-12)
     assert rel.rows == W.shape[0] == got.answers.size
 
@@ -68,6 +73,16 @@ def _dense_gls(rel):
     return cov @ Ai.T @ (y / np.sqrt(v)), cov
 
 
+def _assert_dense_gls(rel, got, W):
+    """The released answers and std equal W x̂ and diag(W cov Wᵀ) of dense GLS on the released
+    integers; returns (x̂, cov)."""
+    xhat, cov = _dense_gls(rel)
+    Wd = W.dense()
+    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
+    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+    return xhat, cov
+
+
 @pytest.mark.parametrize("on_disk", [False, True])
 @pytest.mark.parametrize("shared", [True, False])
 def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(
@@ -77,11 +92,8 @@ def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(
     monkeypatch.setattr(measure, "_OWN_TABLES_DRAWS", 1 << 40 if shared else 1)
     _, W, rel = _release(str(tmp_path) if on_disk else None)
     assert rel.measurement_plan.shared_tables is shared
-    xhat, cov = _dense_gls(rel)
-    Wd = W.dense()
     got = rel.to_release()
-    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
-    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+    xhat, cov = _assert_dense_gls(rel, got, W)
     # any marginal below a term (here (1, 4) inside (1, 3, 4)), unweighted, one at a time
     M = Wl.marginals(DOMAIN, attrs=[(1, 4)]).dense()
     values, std = rel.marginal((4, 1))
@@ -106,8 +118,6 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     """Batches of a few residuals (the draw order is the batches'), reconstruction stacks of
     a few cells and a cache emptied at every lift: still equal to the in-memory release
     (same batches) and to dense GLS."""
-    from matmech.factored import measure
-
     monkeypatch.setattr(measure, "_CHUNK", 20)
     monkeypatch.setattr(store, "_CHUNK", 7)
     monkeypatch.setattr(store, "CACHE_BYTES", 0)
@@ -115,12 +125,8 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5
     ref = release_factored(codes, W, 1.0, 1e-6, rng=np.random.default_rng(11))
     got = rel.to_release()
-    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
-    xhat, cov = _dense_gls(rel)
-    Wd = W.dense()
-    np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-8, atol=1e-7)
-    np.testing.assert_allclose(got.std**2, np.einsum("ij,jk,ik->i", Wd, cov, Wd), rtol=1e-8)
+    _assert_like_in_memory(got, ref)
+    _assert_dense_gls(rel, got, W)
 
 
 def test_residual_and_summary_read_the_measurement(tmp_path):
@@ -148,8 +154,7 @@ def test_max_variance_plan_streams_like_the_in_memory_release(monkeypatch):
     rel = release_marginals(codes, W, 1.0, 1e-6, objective="max", rng=np.random.default_rng(4))
     got = rel.to_release()
     assert len(set(np.asarray(rel.measurement_plan.plan.variances).tolist())) > 4
-    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+    _assert_like_in_memory(got, ref)
 
 
 def test_iter_marginals_and_save_follow_the_rows_of_w(tmp_path):
@@ -226,22 +231,29 @@ def test_budget_is_charged_once_before_the_first_draw(monkeypatch):
     assert rel.budget_remaining == pytest.approx((1.0, 1e-6 * 9))
 
 
-def test_given_tables_release_like_the_records():
-    codes = _codes(DOMAIN, 500, seed=3)
-    W = Wl.marginals(DOMAIN, 2)
-    tables = marginal_tables(codes, DOMAIN, list(itertools.combinations(range(5), 2)))
-    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
-    b = release_marginals(tables, W, 1.0, 1e-6, rng=np.random.default_rng(2)).to_release()
-    np.testing.assert_array_equal(a.answers, b.answers)
-    np.testing.assert_array_equal(a.std, b.std)
+def _as_tables(codes):
+    return marginal_tables(codes, DOMAIN, list(itertools.combinations(range(5), 2)))
 
 
-def test_a_histogram_releases_like_the_records():
-    codes = _codes(DOMAIN, 400, seed=5)
-    x = np.bincount(np.ravel_multi_index(codes.T, DOMAIN), minlength=int(np.prod(DOMAIN)))
-    W = marginal_workload(DOMAIN, SUBSETS)
-    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
-    b = release_marginals(x, W, 1.0, 1e-6, rng=np.random.default_rng(3)).to_release()
+def _as_histogram(codes):
+    return np.bincount(np.ravel_multi_index(codes.T, DOMAIN), minlength=int(np.prod(DOMAIN)))
+
+
+@pytest.mark.parametrize(
+    "records, seed, workload, form, draws",
+    [
+        pytest.param(500, 3, lambda: Wl.marginals(DOMAIN, 2), _as_tables, 2, id="tables"),
+        pytest.param(
+            400, 5, lambda: marginal_workload(DOMAIN, SUBSETS), _as_histogram, 3, id="histogram"
+        ),
+    ],
+)
+def test_given_tables_or_a_histogram_release_like_the_records(records, seed, workload, form, draws):
+    codes = _codes(DOMAIN, records, seed=seed)
+    W = workload()
+    given = form(codes)
+    a = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(draws)).to_release()
+    b = release_marginals(given, W, 1.0, 1e-6, rng=np.random.default_rng(draws)).to_release()
     np.testing.assert_array_equal(a.answers, b.answers)
     np.testing.assert_array_equal(a.std, b.std)
 

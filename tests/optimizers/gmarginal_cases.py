@@ -1,6 +1,8 @@
 """Random unions of Kronecker products and generalised marginal strategies on tiny domains,
 shared by the generalised-marginal tests (small enough for dense checks)."""
 
+import itertools
+
 import numpy as np
 
 from matmech import workloads as wl
@@ -40,3 +42,25 @@ def random_case(seed, zero_frac=0.0):
         for d in dom
     ]
     return W, M.GeneralMarginalStrategy(dom, th, factors)
+
+
+def kron_union(domain, kinds, orders, *, fresh=True, weights=None):
+    """Union over the attribute subsets of the given orders of Kron(kind on the subset, total
+    elsewhere). ``fresh``: new factor objects in every term (as workload builders make them),
+    else one object per attribute and kind shared by all terms; ``weights``: a callable of the
+    number of blocks giving the union's block weights (None: unweighted)."""
+    make = {"P": wl.prefix, "I": wl.identity, "R": wl.all_range}
+    if not fresh:
+        shared = {i: make[kinds[i]](n) for i, n in enumerate(domain)}
+        totals = {i: wl.total(n) for i, n in enumerate(domain)}
+    blocks = []
+    for k in orders:
+        for T in itertools.combinations(range(len(domain)), k):
+            fs = []
+            for i, n in enumerate(domain):
+                if fresh:
+                    fs.append(make[kinds[i]](n) if i in T else wl.total(n))
+                else:
+                    fs.append(shared[i] if i in T else totals[i])
+            blocks.append(Kron(*fs))
+    return VStack(blocks, weights=weights(len(blocks)) if weights else None)

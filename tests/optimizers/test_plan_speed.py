@@ -4,7 +4,6 @@ and L-BFGS are bitwise the reference (the code before the speed-up), the zeta tr
 bitwise their index-array definition, and the ``kron`` family's error of a union (read off its
 block coordinate descent) equals the dense computation."""
 
-import itertools
 import math
 
 import numpy as np
@@ -13,31 +12,14 @@ import pytest
 from matmech import workloads as wl
 from matmech.error import expected_error
 from matmech.linalg.intervals import Intervals
-from matmech.linalg.linop import Dense, Kron, Scaled, VStack
+from matmech.linalg.linop import Dense, Scaled
 from matmech.linalg.structured import _subset_inplace, _superset_inplace
 from matmech.optimizers import general_marginal_error as gm, gram as G, unions as U
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.lbfgs import armijo_lbfgs
 from matmech.privacy.calibration import noise_variance
 
-
-def _union(domain, kinds, orders, fresh=True):
-    """Union over the attribute subsets of the given orders of Kron(kind on the subset, total
-    elsewhere); ``fresh``: new factor objects in every term (as workload builders make them)."""
-    make = {"P": wl.prefix, "I": wl.identity, "R": wl.all_range}
-    shared = {(i, c): make[c](n) for i, (n, c) in enumerate(zip(domain, kinds))}
-    totals = {i: wl.total(n) for i, n in enumerate(domain)}
-    blocks = []
-    for k in orders:
-        for T in itertools.combinations(range(len(domain)), k):
-            fs = []
-            for i, n in enumerate(domain):
-                if i in T:
-                    fs.append(make[kinds[i]](n) if fresh else shared[(i, kinds[i])])
-                else:
-                    fs.append(wl.total(n) if fresh else totals[i])
-            blocks.append(Kron(*fs))
-    return VStack(blocks)
+from gmarginal_cases import kron_union
 
 
 # -- shared factor grams ---------------------------------------------------------------------------
@@ -104,9 +86,13 @@ def test_factor_gram_cache_stays_within_its_byte_limit(monkeypatch):
 @pytest.mark.parametrize("method", ["kron", "kronstack", "gmarginals", "unions"])
 def test_families_give_the_same_plan_for_fresh_and_shared_factor_objects(method):
     domain, kinds, orders = (6, 4, 3), "PIR", (0, 1, 2)
-    a = optimize(_union(domain, kinds, orders), eps=1.0, delta=1e-6, method=method, bound=False)
+    a = optimize(kron_union(domain, kinds, orders), eps=1.0, delta=1e-6, method=method, bound=False)
     b = optimize(
-        _union(domain, kinds, orders, fresh=False), eps=1.0, delta=1e-6, method=method, bound=False
+        kron_union(domain, kinds, orders, fresh=False),
+        eps=1.0,
+        delta=1e-6,
+        method=method,
+        bound=False,
     )
     assert a.error == b.error
 
@@ -118,7 +104,7 @@ def test_families_give_the_same_plan_for_fresh_and_shared_factor_objects(method)
     "domain,kinds,orders", [((5, 3, 4), "PIR", (1,)), ((4, 6, 2), "PPI", (0, 1, 2))]
 )
 def test_kron_union_error_from_its_descent_equals_the_dense_error(domain, kinds, orders):
-    W = _union(domain, kinds, orders)
+    W = kron_union(domain, kinds, orders)
     res = optimize(W, eps=1.0, delta=1e-6, method="kron", bound=False)
     dense = expected_error(W, res.strategy, 1.0, 1e-6, noise="continuous")
     assert res.error == pytest.approx(dense, rel=1e-9)
@@ -218,7 +204,7 @@ def _random_minvs(rng, domain):
 def test_descent_evaluation_is_bitwise_the_reference(seed, asymmetric):
     rng = np.random.default_rng(seed)
     domain, kinds = (5, 3, 4, 2), "PIRP"
-    W = _union(domain, kinds, (0, 1, 2))
+    W = kron_union(domain, kinds, (0, 1, 2))
     prob, _, _ = gm._problem(W, free=(0, 1, 2, 3))
     if asymmetric:  # a gram one ulp away from symmetric: the explicit symmetrisation runs
         lst, idx = prob.uniq[0]

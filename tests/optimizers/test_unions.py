@@ -4,8 +4,6 @@ row space, the closed-form subset weights beat perturbed ones, the certified cla
 below the value (and equal to it at a certified factor optimum), and ``optimize`` registers
 the family."""
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,8 @@ from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.l2 import sdp_l2
 from matmech.privacy.calibration import noise_variance
 
+from gmarginal_cases import kron_union
+
 
 def _dense_l2(W, A):
     a, w = A.dense(), W.dense()
@@ -24,18 +24,6 @@ def _dense_l2(W, A):
     # every query of W is answerable: W (AᵀA)⁺ AᵀA = W
     assert np.allclose(w @ pinv @ (a.T @ a), w, atol=1e-7 * max(1.0, float(np.abs(w).max())))
     return sens2 * float(np.trace(w @ pinv @ w.T))
-
-
-def _union(domain, kinds, orders, weights=None):
-    """Union over the attribute subsets of the given orders of Kron(kind on the subset, total elsewhere)."""
-    make = {"P": wl.prefix, "I": wl.identity, "R": wl.all_range}
-    blocks = []
-    for k in orders:
-        for T in itertools.combinations(range(len(domain)), k):
-            blocks.append(
-                Kron(*[make[kinds[i]](n) if i in T else wl.total(n) for i, n in enumerate(domain)])
-            )
-    return VStack(blocks, weights=weights(len(blocks)) if weights else None)
 
 
 CASES = [
@@ -48,7 +36,7 @@ CASES = [
 
 @pytest.mark.parametrize("domain,kinds,orders", CASES)
 def test_residual_plan_equals_dense_and_is_certified(domain, kinds, orders):
-    W = _union(domain, kinds, orders)
+    W = kron_union(domain, kinds, orders)
     fit = U.plan_residual_products(W)
     assert isinstance(fit.strategy, U.ResidualProductStrategy)
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
@@ -60,7 +48,7 @@ def test_residual_plan_equals_dense_and_is_certified(domain, kinds, orders):
 
 
 def test_residual_weights_are_optimal_for_the_factors():
-    W = _union((5, 3, 4), "PIR", (1, 2))
+    W = kron_union((5, 3, 4), "PIR", (1, 2))
     fit = U.plan_residual_products(W)
     S = fit.strategy
     rng = np.random.default_rng(7)
@@ -102,7 +90,7 @@ def test_residual_factor_matches_the_sdp_on_the_complement(n, kind):
 
 @pytest.mark.parametrize("domain,kinds,orders", CASES[:3])
 def test_general_l2_descent_equals_dense_and_never_loses_to_its_start(domain, kinds, orders):
-    W = _union(domain, kinds, orders)
+    W = kron_union(domain, kinds, orders)
     fit = U.refine_general_l2(W, maxiter=60, starts=U.START_KINDS)
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
     assert fit.value <= fit.params["start"] * (1 + 1e-12)
@@ -115,13 +103,13 @@ def test_general_l2_descent_equals_dense_and_never_loses_to_its_start(domain, ki
 
 
 def test_refine_rejects_unknown_starts():
-    W = _union((4, 3), "PI", (1,))
+    W = kron_union((4, 3), "PI", (1,))
     with pytest.raises(ValueError, match="starts"):
         U.refine_general_l2(W, starts=("nonsense",))
 
 
 def test_optimize_unions_family_matches_the_planner_and_auto_keeps_the_best():
-    W = _union((5, 3, 4), "PIR", (1, 2))
+    W = kron_union((5, 3, 4), "PIR", (1, 2))
     eps, delta = 1.0, 1e-6
     unit = noise_variance(eps, delta, sensitivity=1.0)
     res = optimize(W, eps, delta, method="unions", bound=False)
@@ -135,7 +123,7 @@ def test_optimize_unions_family_matches_the_planner_and_auto_keeps_the_best():
 
 
 def test_unions_refuses_pure_eps_and_non_kron_workloads():
-    W = _union((4, 3), "PI", (1,))
+    W = kron_union((4, 3), "PI", (1,))
     with pytest.raises(ValueError, match="L2"):
         optimize(W, 1.0, 0.0, method="unions")
     with pytest.raises(ValueError, match="Kronecker"):
@@ -154,7 +142,7 @@ def test_residual_strategy_validates_its_factors():
 
 
 def test_auto_tries_unions_beyond_the_dense_l2_limit():
-    W = _union((65, 65), "PI", (1,))  # 4225 cells > MAX_L2_N
+    W = kron_union((65, 65), "PI", (1,))  # 4225 cells > MAX_L2_N
     auto = optimize(W, 1.0, 1e-6, bound=False)
     tried = dict(auto.params["tried"])
     assert "unions" in tried and "l2" not in tried
@@ -166,7 +154,7 @@ def test_auto_tries_unions_beyond_the_dense_l2_limit():
 def test_kronstack_under_l2_is_exact_and_below_its_bound(domain, kinds, orders):
     from matmech.optimizers.kronstack import optimize_kron_stack
 
-    W = _union(domain, kinds, orders)
+    W = kron_union(domain, kinds, orders)
     fit = optimize_kron_stack(W, norm=2)
     assert fit.exact
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-8)
@@ -187,7 +175,7 @@ def _dense_max(W, A):
 def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objective(
     domain, kinds, orders
 ):
-    W = _union(domain, kinds, orders)
+    W = kron_union(domain, kinds, orders)
     fit = U.plan_residual_products(W, objective="max")
     assert fit.value == pytest.approx(_dense_max(W, fit.strategy), rel=1e-7)
     assert fit.strategy.sensitivity2() == pytest.approx(1.0, rel=1e-12)
@@ -206,7 +194,7 @@ def test_max_variance_plan_equals_dense_and_beats_the_total_plan_on_its_objectiv
 
 def test_unknown_objective_is_refused():
     with pytest.raises(ValueError, match="objective"):
-        U.plan_residual_products(_union((4, 3), "PI", (1,)), objective="mean")
+        U.plan_residual_products(kron_union((4, 3), "PI", (1,)), objective="mean")
 
 
 def test_residual_plans_round_trip_through_the_strategy_store(tmp_path):
@@ -229,7 +217,7 @@ def test_residual_plans_round_trip_through_the_strategy_store(tmp_path):
 def test_the_error_analysis_agrees_with_the_planner(plan):
     from matmech.error import expected_error
 
-    W = _union((5, 3, 4), "PIR", (1, 2))
+    W = kron_union((5, 3, 4), "PIR", (1, 2))
     fit = U.plan_residual_products(W) if plan == "residual" else U.refine_general_l2(W, maxiter=30)
     unit = noise_variance(1.0, 1e-6, sensitivity=1.0)
     assert expected_error(W, fit.strategy, 1.0, 1e-6) == pytest.approx(unit * fit.value, rel=1e-7)
@@ -240,7 +228,7 @@ def test_release_with_a_union_plan_reports_the_planned_variances(plan):
     import matmech as mm
     from matmech.error import per_query_variance
 
-    W = _union((5, 3, 4), "PIR", (2,))
+    W = kron_union((5, 3, 4), "PIR", (2,))
     A = (
         U.plan_residual_products(W).strategy
         if plan == "residual"
