@@ -15,9 +15,10 @@ from matmech.error import expected_error
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Kron, Scaled, VStack
 from matmech.linalg.structured import _subset_inplace, _superset_inplace
-from matmech.optimizers import general_marginal_error as gm, gram as G, unions as U
+from matmech.optimizers import general_marginal_error as gm, gram as G
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.lbfgs import armijo_lbfgs
+from matmech.optimizers.pidentity import _spd_inverse
 from matmech.privacy.calibration import noise_variance
 
 
@@ -316,7 +317,8 @@ def test_spd_inverse_mirrors_the_triangle_and_refuses_indefinite_matrices():
     for n in (1, 2, 7, 30):
         t = rng.standard_normal((n, 2 * n))
         b = t @ t.T + np.eye(n)
-        inv = U._spd_inverse(b)
+        inv = _spd_inverse(b, lower=0)
         np.testing.assert_array_equal(inv, inv.T)
         np.testing.assert_allclose(inv @ b, np.eye(n), atol=1e-9)
-    assert U._spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]])) is None
+    with pytest.raises(np.linalg.LinAlgError):
+        _spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]), lower=0)
