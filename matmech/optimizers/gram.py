@@ -83,6 +83,21 @@ def factor_gram(f: LinOp, max_entries: int) -> np.ndarray:
     return g
 
 
+def distinct_by_id(seq) -> tuple[list, np.ndarray]:
+    """(the distinct objects of ``seq`` by identity, first seen first; each item's index among
+    them): the per-term factor grams of a union repeat a few shared arrays
+    (:class:`FactorGrams`, :func:`factor_gram`), so per-gram work runs once per distinct one."""
+    index: dict = {}
+    items: list = []
+    at = []
+    for x in seq:
+        j = index.setdefault(id(x), len(items))
+        if j == len(items):
+            items.append(x)
+        at.append(j)
+    return items, np.array(at, dtype=np.intp)
+
+
 def _unwrap(W):
     """(base workload, scale²) through single-block stacks and scalings."""
     c2 = 1.0
