@@ -34,13 +34,14 @@ Methods (see the modules for the maths and the papers):
   fails (too large, out of memory) is recorded in ``params["failed"]`` and the next one
   tried, so ``auto`` fails only when every family fails. A pure-ε ``kron`` run on a union
   of Kronecker products stops after its first round of block coordinate descent when it is
-  then above :data:`KRON_CUTOFF_RATIO` × the best family so far (``params["tried"]["kron"]
-  ["stopped"]`` says so; a heuristic, not a certified bound). Each distinct factor of a
-  single Kronecker product (pure ε, ≤ 128 cells, not an identity-total gram a·I + b·11ᵀ:
-  :data:`KRON_SKIP_QUAD_FILLS_IT`) gets the deterministic quadratic-fill multistart
-  (:data:`matmech.optimizers.pure.QUAD_FILL_STARTS`). On a single Kronecker product (pure ε)
-  ``kron`` runs first and ``gmarginals`` / ``kronstack`` start from its factor fits instead of
-  fitting the same 1-D problems again (:data:`SHARE_FIT_MAX_N`); on a union ``gmarginals``
+  then above :data:`~matmech.optimizers.kronfit.KRON_CUTOFF_RATIO` × the best family so far
+  (``params["tried"]["kron"]["stopped"]`` says so; a heuristic, not a certified bound). Each
+  distinct factor of a single Kronecker product (pure ε, ≤ 128 cells, not an identity-total
+  gram a·I + b·11ᵀ: :data:`~matmech.optimizers.kronfit.KRON_SKIP_QUAD_FILLS_IT`) gets the
+  deterministic quadratic-fill multistart (:data:`matmech.optimizers.pure.QUAD_FILL_STARTS`).
+  On a single Kronecker product (pure ε) ``kron`` runs first and ``gmarginals`` /
+  ``kronstack`` start from its factor fits instead of fitting the same 1-D problems again
+  (:data:`~matmech.optimizers.kronfit.SHARE_FIT_MAX_N`); on a union ``gmarginals``
   runs first (the reference of the early stop).
 
 Pure ε (δ = 0) and the L2 methods never stand in for each other: the L2 optimum pays a
@@ -66,12 +67,8 @@ from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
 from matmech.optimizers.families import FAMILIES, _candidates, _check_method
 from matmech.optimizers.kronfit import (
-    KRON_CUTOFF_RATIO,
     KRON_FILL_STARTS,
     KRON_ROUNDS,
-    KRON_SKIP_QUAD_FILLS_IT,
-    MAX_KRON_GRAM_BYTES,
-    SHARE_FIT_MAX_N,
     check_kron_memory,
 )
 from matmech.optimizers.result import OptimizeResult, _result
@@ -80,14 +77,10 @@ from matmech.privacy.params import check_privacy_params
 
 __all__ = [
     "CERTIFIED_GAP",
-    "KRON_CUTOFF_RATIO",
     "KRON_FILL_STARTS",
     "KRON_ROUNDS",
-    "KRON_SKIP_QUAD_FILLS_IT",
-    "MAX_KRON_GRAM_BYTES",
     "METHODS",
     "OptimizeResult",
-    "SHARE_FIT_MAX_N",
     "check_kron_memory",
     "optimize",
 ]
@@ -220,7 +213,8 @@ def optimize(
     wanted = families
     families = _candidates(W, delta) if method == "auto" else [method]
     if wanted is not None:
-        families = [f for f in families if f in set(wanted)]
+        keep = set(wanted)
+        families = [f for f in families if f in keep]
         if not families:
             raise ValueError(
                 f"method='auto' restricted to {list(wanted)}: none of them fits this workload and privacy model"

@@ -112,6 +112,13 @@ def _needs_marginals(W):
 # -- the built-in families ------------------------------------------------------------------------
 
 
+def _theta_by_subset(theta, k):
+    """The positive lattice weights θ by attribute subset (bit i of the index: attribute i)."""
+    return {
+        tuple(i for i in range(k) if (m >> i) & 1): float(t) for m, t in enumerate(theta) if t > 0
+    }
+
+
 def _fit_marginals(W, eps, delta, *, restarts, rng, report, **_):
     report(0.0, "marginal lattice")
     params: dict = {}
@@ -123,11 +130,7 @@ def _fit_marginals(W, eps, delta, *, restarts, rng, report, **_):
         if delta == 0
         else opt_marginals.optimize_marginals_l2(Wm)
     )
-    params["theta"] = {
-        tuple(i for i in range(len(fit.strategy.domain)) if (m >> i) & 1): float(t)
-        for m, t in enumerate(fit.theta)
-        if t > 0
-    }
+    params["theta"] = _theta_by_subset(fit.theta, len(fit.strategy.domain))
     # W_err: a workload with the same gram, on which the error has a cheap form
     return FamilyFit(fit.strategy, fit.gap, params, error_workload=Wm)
 
@@ -146,11 +149,7 @@ def _fit_gmarginals(W, eps, delta, *, restarts, rng, report, shared=None, **_):
     strategy = fit.strategy
     k = len(strategy.domain_sizes)
     params: dict = {}
-    params["theta"] = {
-        tuple(i for i in range(k) if (m >> i) & 1): float(t)
-        for m, t in enumerate(fit.theta)
-        if t > 0
-    }
+    params["theta"] = _theta_by_subset(fit.theta, k)
     params["factors"] = tuple(type(f).__name__ for f in strategy.factors)
     params["error_kind"] = "exact (factored)"
     unit = noise_variance(eps, delta, sensitivity=1.0)
@@ -159,7 +158,7 @@ def _fit_gmarginals(W, eps, delta, *, restarts, rng, report, shared=None, **_):
             "lattice weights re-optimised for the L2 (Gaussian) error, factors from the pure-eps fit"
         )
 
-    def error():  # after the fit is timed, as before the registry
+    def error():  # run after the fit is timed
         return unit * opt_marginals.general_marginal_error(W, strategy, p=2 if delta > 0 else 1)
 
     return FamilyFit(strategy, None, params, error=error)

@@ -32,7 +32,7 @@ from matmech.linalg.linop import (
     as_linop,
     register,
 )
-from matmech.optimizers.gram import FactorGrams
+from matmech.optimizers.gram import FactorGrams, distinct_by_id
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
 __all__ = [
@@ -114,29 +114,17 @@ class _GeneralProblem:
         self.C = [[cs[i] for _, cs in terms] for i in range(self.k)]  # C[i][k]
         self.free = tuple(free)
         # per attribute: the distinct grams (by object) and their index per term
-        self.uniq = []
-        for i in range(self.k):
-            seen, idx, lst = {}, [], []
-            for c in self.C[i]:
-                key = id(c)
-                if key not in seen:
-                    seen[key] = len(lst)
-                    lst.append(c)
-                idx.append(seen[key])
-            self.uniq.append((lst, np.array(idx)))
+        self.uniq = [distinct_by_id(self.C[i]) for i in range(self.k)]
+        #: per attribute, trace C of each distinct gram (the 1-D fits' weights)
+        self.traces = [[float(np.trace(c)) for c in lst] for lst, _ in self.uniq]
         # the classes a term reaches: T ⊆ Z_k, Z_k = the attributes where C_ik is not ∝ 11ᵀ
         # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
         # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
-        term_idx, masks, total = [], [], {}  # total: _total_gram per distinct gram (by id)
+        total = [[_total_gram(c) for c in lst] for lst, _ in self.uniq]  # per distinct gram
+        term_idx, masks = [], []
         support = []  # per term: the mask of Z_k
         for kk in range(self.v2.size):
-            z = []
-            for i in range(self.k):
-                c = self.C[i][kk]
-                if id(c) not in total:
-                    total[id(c)] = _total_gram(c)
-                if not total[id(c)]:
-                    z.append(i)
+            z = [i for i in range(self.k) if not total[i][self.uniq[i][1][kk]]]
             sub = np.zeros(1, dtype=np.int64)
             for i in z:
                 sub = np.concatenate([sub, sub | (1 << i)])
@@ -501,7 +489,7 @@ def _problem(W, free=None):
     terms, domain, blocks = _terms(W)
     if free is None:
         # the terms share a few gram arrays (FactorGrams): each distinct one is checked once
-        grams = [{id(cs[i]): cs[i] for _, cs in terms}.values() for i in range(len(domain))]
+        grams = [distinct_by_id([cs[i] for _, cs in terms])[0] for i in range(len(domain))]
         free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks
 

@@ -66,14 +66,12 @@ def _fit_factor(prob, i, supports, *, restarts=1, rng=None):
 
     n = prob.domain[i]
     acc = np.zeros((n, n))
-    traces: dict = {}  # by gram array: the terms share a few (FactorGrams)
     for kk in range(prob.v2.size):
         if i not in supports[kk]:
             continue
-        for j in range(prob.k):
-            if id(prob.C[j][kk]) not in traces:
-                traces[id(prob.C[j][kk])] = float(np.trace(prob.C[j][kk]))
-        other = math.prod(traces[id(prob.C[j][kk])] for j in range(prob.k) if j != i)
+        other = math.prod(
+            prob.traces[j][prob.uniq[j][1][kk]] for j in range(prob.k) if j != i
+        )  # the traces of the distinct grams, computed once on the problem
         acc += prob.v2[kk] * other * prob.C[i][kk]
     acc /= max(float(np.trace(acc)), 1e-300)
     # no quadratic-fill multistart here (unlike the kron family): a better isolated 1-D fit is

@@ -29,7 +29,16 @@ __all__ = [
 MAX_GRAM_N = 8192
 #: Bytes of dense factor grams :func:`factor_gram` keeps (oldest dropped first).
 FACTOR_GRAM_CACHE_BYTES = 64 << 20
-_FACTOR_GRAMS: dict = {}
+
+
+class _GramCache(dict):
+    """Structure key → read-only dense gram, oldest first, with the running total of the
+    grams' bytes (so an eviction pass does not sum over the cache)."""
+
+    nbytes: int = 0
+
+
+_FACTOR_GRAMS = _GramCache()
 
 
 def structure_key(f: LinOp) -> tuple | None:
@@ -66,13 +75,27 @@ def factor_gram(f: LinOp, max_entries: int) -> np.ndarray:
     if g is None:
         g = np.asarray(f.gram().dense(max_entries=max_entries), dtype=np.float64)
         g.setflags(write=False)
-        while (
-            _FACTOR_GRAMS
-            and g.nbytes + sum(a.nbytes for a in _FACTOR_GRAMS.values()) > FACTOR_GRAM_CACHE_BYTES
-        ):
-            del _FACTOR_GRAMS[next(iter(_FACTOR_GRAMS))]
-        _FACTOR_GRAMS[key] = g
+        cache = _FACTOR_GRAMS
+        while cache and g.nbytes + cache.nbytes > FACTOR_GRAM_CACHE_BYTES:
+            cache.nbytes -= cache.pop(next(iter(cache))).nbytes
+        cache[key] = g
+        cache.nbytes += g.nbytes
     return g
+
+
+def distinct_by_id(seq) -> tuple[list, np.ndarray]:
+    """(the distinct objects of ``seq`` by identity, first seen first; each item's index among
+    them): the per-term factor grams of a union repeat a few shared arrays
+    (:class:`FactorGrams`, :func:`factor_gram`), so per-gram work runs once per distinct one."""
+    index: dict = {}
+    items: list = []
+    at = []
+    for x in seq:
+        j = index.setdefault(id(x), len(items))
+        if j == len(items):
+            items.append(x)
+        at.append(j)
+    return items, np.array(at, dtype=np.intp)
 
 
 def _unwrap(W):
@@ -88,15 +111,15 @@ def _unwrap(W):
 
 class FactorGrams:
     """Dense grams of the 1-D workload factors of one workload, computed once per distinct
-    factor (by object, then by :func:`structure_key`); equal grams share one array, so that
-    per-attribute work can run once per distinct gram. Totals and identities in closed form,
-    others by :func:`factor_gram` up to ``max_entries`` entries."""
+    factor object (factors of equal :func:`structure_key` share :func:`factor_gram`'s cached
+    array); equal grams share one array, so that per-attribute work can run once per distinct
+    gram. Totals and identities in closed form, others by :func:`factor_gram` up to
+    ``max_entries`` entries."""
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self.cache: dict = {}
         self.by_content: dict = {}
-        self.by_structure: dict = {}
 
     def __call__(self, f: LinOp) -> np.ndarray:
         from matmech.optimizers.marginal_workloads import _identity_like, _total_like
@@ -104,10 +127,6 @@ class FactorGrams:
         key = id(f)
         if key not in self.cache:
             n = f.shape[1]
-            skey = structure_key(f)  # equal structure, equal gram: computed once
-            if skey is not None and skey in self.by_structure:
-                self.cache[key] = (f, self.by_structure[skey])
-                return self.cache[key][1]
             if _total_like(f):
                 c2 = f.c**2 if isinstance(f, Scaled) else 1.0
                 base = f.base if isinstance(f, Scaled) else f
@@ -118,8 +137,6 @@ class FactorGrams:
                 g = factor_gram(f, self.max_entries)
             g = np.asarray(g, dtype=np.float64)
             g = self.by_content.setdefault((g.shape, g.tobytes()), g)
-            if skey is not None:
-                self.by_structure[skey] = g
             self.cache[key] = (f, g)  # keep f alive: ids stay unique
         return self.cache[key][1]
 

@@ -18,7 +18,7 @@ from matmech.optimizers import (
     marginals as opt_marginals,
     pure as opt_pure,
 )
-from matmech.optimizers.gram import GramOperator, factor_gram
+from matmech.optimizers.gram import GramOperator, distinct_by_id, factor_gram
 
 __all__ = [
     "KRON_CUTOFF_RATIO",
@@ -189,14 +189,9 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
     # per attribute: the distinct gram arrays and each term's index among them
     distinct, uniq = [], []
     for i in range(d):
-        index: dict = {}
-        arrays: list = []
-        for row in grams:
-            if id(row[i]) not in index:
-                index[id(row[i])] = len(arrays)
-                arrays.append(row[i])
+        arrays, at = distinct_by_id([row[i] for row in grams])
         distinct.append(arrays)
-        uniq.append(np.array([index[id(row[i])] for row in grams]))
+        uniq.append(at)
     w2 = np.array([w for w, _ in blocks])
     costs = np.array(
         [[float(np.trace(g)) for g in row] for row in grams]

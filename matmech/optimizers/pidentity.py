@@ -77,22 +77,31 @@ class _Objective:
         return f, g
 
 
-def _spd_inverse(r):
-    """Inverse of a symmetric positive definite matrix through its Cholesky factor."""
-    c, info = sla.lapack.dpotrf(r, lower=1)
+def _spd_inverse(r, *, lower=1):
+    """Inverse of a symmetric positive definite matrix through its Cholesky factor (half the
+    work of LU); ``lower``: which triangle LAPACK fills (the other one is mirrored from it).
+
+    Raises np.linalg.LinAlgError when r is not numerically positive definite."""
+    c, info = sla.lapack.dpotrf(r, lower=lower)
     if info != 0:
-        raise np.linalg.LinAlgError(f"I + ΘΘᵀ is not positive definite (LAPACK info {info})")
-    inv, info = sla.lapack.dpotri(c, lower=1)
-    # the lower triangle holds the inverse: mirror it (cached index arrays; tril + tril.T
-    # cost more than the factorisation at the p ≤ 10 of small factor fits)
-    upper = _UPPER.get(inv.shape[0])
-    if upper is None:
-        upper = _UPPER.setdefault(inv.shape[0], np.triu_indices(inv.shape[0], 1))
-    inv[upper] = inv.T[upper]
+        raise np.linalg.LinAlgError(f"the matrix is not positive definite (LAPACK info {info})")
+    inv, info = sla.lapack.dpotri(c, lower=lower)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"the matrix is singular (LAPACK dpotri info {info})")
+    # mirror the filled triangle into the other (cached index arrays; tril + tril.T cost more
+    # than the factorisation at the p ≤ 10 of small factor fits)
+    key = (inv.shape[0], lower)
+    other = _UNFILLED.get(key)
+    if other is None:
+        n = inv.shape[0]
+        other = _UNFILLED.setdefault(
+            key, np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
+        )
+    inv[other] = inv.T[other]
     return inv
 
 
-_UPPER: dict = {}  # p -> the strict upper triangle's indices, for _spd_inverse
+_UNFILLED: dict = {}  # (p, lower) -> the unfilled strict triangle's indices, for _spd_inverse
 
 
 # -- the strategy --------------------------------------------------------------------------------

@@ -169,8 +169,9 @@ def _max_optimal(lat, u0, solver):
 def _solve_max(B, q, u0, solver):
     """argmin_u max(B u) s.t. Σ q/u ≤ 1 (cvxpy; variables r = u/u0 near 1 for scale)."""
     import cvxpy as cp
+    import scipy.sparse as sp
 
-    B = B @ _sp_diag(u0)
+    B = B @ sp.diags(np.asarray(u0, dtype=np.float64))
     scale = float(B.sum(axis=1).max())  # the max at r = 1: keeps the program near unit scale
     B = B / scale
     q = q / u0  # Σ q_T / r_T <= 1 (equality at r = 1 for the sum plan)
@@ -187,12 +188,6 @@ def _solve_max(B, q, u0, solver):
         raise ValueError(f"the max-variance program did not solve (status {prob.status!r})")
     u = u0 * np.maximum(np.asarray(r.value, dtype=np.float64), 1e-12)
     return u, f"cvxpy {prob.solver_stats.solver_name} ({prob.status})"
-
-
-def _sp_diag(v):
-    import scipy.sparse as sp
-
-    return sp.diags(np.asarray(v, dtype=np.float64))
 
 
 def _lattice_coefficients(domain, subsets, weights):

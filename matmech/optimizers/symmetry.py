@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["EquitablePartition", "equitable_partition", "MAX_REFINEMENT_ROUNDS"]
 
-#: Colour-refinement rounds before giving up (the partition then is the singletons).
+#: Colour-refinement rounds before giving up (:func:`equitable_partition` then returns None).
 MAX_REFINEMENT_ROUNDS = 64
 #: Relative tolerance of the equitability check and of the value classes (12 significant digits).
 _RTOL = 1e-9
@@ -107,9 +107,9 @@ def _block_sums(node, node_class, other_class, vals, n_class_of_node):
     return ug // n_other, ug % n_other, 0.5 * (lo + hi)
 
 
-def equitable_partition(rows, cols, vals, shape, *, col_labels=None, row_labels=None):
+def equitable_partition(rows, cols, vals, shape, *, col_labels=None):
     """The coarsest equitable partition of the non-negative sparse matrix B (entries
-    ``vals`` at (``rows``, ``cols``), ``shape`` = (rows, columns)) that refines the given
+    ``vals`` at (``rows``, ``cols``), ``shape`` = (rows, columns)) that refines the given column
     labels (e.g. the column weights q of the program) → :class:`EquitablePartition`, or
     None when none was verified.
 
@@ -130,7 +130,7 @@ def equitable_partition(rows, cols, vals, shape, *, col_labels=None, row_labels=
     if not np.all(np.isfinite(vals)) or np.any(vals < 0):
         raise ValueError("vals must be finite and non-negative")
     vid = _value_ids(vals)
-    rc = np.zeros(n_r, dtype=np.int64) if row_labels is None else _value_ids(row_labels)
+    rc = np.zeros(n_r, dtype=np.int64)
     cc = np.zeros(n_c, dtype=np.int64) if col_labels is None else _value_ids(col_labels)
     counts = (-1, -1)
     for _ in range(MAX_REFINEMENT_ROUNDS):
@@ -147,5 +147,4 @@ def equitable_partition(rows, cols, vals, shape, *, col_labels=None, row_labels=
     col_side = _block_sums(cols, cc, rc[rows], vals, nc)
     if row_side is None or col_side is None:
         return None
-    r, c, v = row_side
-    return EquitablePartition(rc, cc, (r, c, v))
+    return EquitablePartition(rc, cc, row_side)

@@ -48,6 +48,7 @@ from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.lbfgs import armijo_lbfgs
+from matmech.optimizers.pidentity import _spd_inverse
 
 __all__ = [
     "OBJECTIVES",
@@ -375,32 +376,6 @@ def _proportional(c, ref):
     return b > 0 and np.allclose(c, (a / b) * ref, rtol=1e-10, atol=1e-12 * float(np.abs(c).max()))
 
 
-def _spd_inverse(b):
-    """B⁻¹ of a symmetric positive definite B by Cholesky (half the work of LU), or None when
-    B is not numerically positive definite (the strategy stops answering W there)."""
-    from scipy.linalg.lapack import dpotrf, dpotri
-
-    c, info = dpotrf(b, lower=False, clean=True)
-    if info != 0:
-        return None
-    inv, info = dpotri(c, lower=False)  # the upper triangle; the lower one is c's zeros
-    if info != 0:
-        return None
-    lower = _lower_indices(inv.shape[0])
-    inv[lower] = inv.T[lower]  # mirror the upper triangle (exactly: the lower one held zeros)
-    return inv
-
-
-_LOWER: dict = {}
-
-
-def _lower_indices(n):
-    """The strictly lower triangle's indices of an n×n matrix (cached per n)."""
-    if n not in _LOWER:
-        _LOWER[n] = np.tril_indices(n, -1)
-    return _LOWER[n]
-
-
 def _start_factors(prob, domain, split=False):
     """Per attribute: the certified L2 optimum of its weighted factor gram G (dense, unit column
     norms), or None (the identity) for identity/total grams; ``split``: of the gram with its
@@ -497,8 +472,9 @@ def _descend(W, *, split, maxiter):
             if not np.all(nz > 0):
                 return math.inf, None
             q = z / nz[None, :]
-            mi = _spd_inverse(q.T @ q)
-            if mi is None:
+            try:
+                mi = _spd_inverse(q.T @ q, lower=0)
+            except np.linalg.LinAlgError:
                 return math.inf, None
             minvs[i] = mi
             parts[i] = (q, nz, mi)

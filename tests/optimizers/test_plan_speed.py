@@ -14,9 +14,10 @@ from matmech.error import expected_error
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Scaled
 from matmech.linalg.structured import _subset_inplace, _superset_inplace
-from matmech.optimizers import general_marginal_error as gm, gram as G, unions as U
+from matmech.optimizers import general_marginal_error as gm, gram as G
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.lbfgs import armijo_lbfgs
+from matmech.optimizers.pidentity import _spd_inverse
 from matmech.privacy.calibration import noise_variance
 
 from gmarginal_cases import kron_union
@@ -76,10 +77,11 @@ def test_factor_gram_respects_the_entry_limit():
 
 def test_factor_gram_cache_stays_within_its_byte_limit(monkeypatch):
     monkeypatch.setattr(G, "FACTOR_GRAM_CACHE_BYTES", 3 * 8 * 30 * 30)
-    monkeypatch.setattr(G, "_FACTOR_GRAMS", {})
+    monkeypatch.setattr(G, "_FACTOR_GRAMS", G._GramCache())
     for n in range(20, 31):
         G.factor_gram(wl.prefix(n), 10**6)
-    assert sum(a.nbytes for a in G._FACTOR_GRAMS.values()) <= G.FACTOR_GRAM_CACHE_BYTES
+    held = sum(a.nbytes for a in G._FACTOR_GRAMS.values())
+    assert held == G._FACTOR_GRAMS.nbytes <= G.FACTOR_GRAM_CACHE_BYTES  # the running total
     assert G.structure_key(wl.prefix(30)) in G._FACTOR_GRAMS  # the newest is kept
 
 
@@ -302,7 +304,8 @@ def test_spd_inverse_mirrors_the_triangle_and_refuses_indefinite_matrices():
     for n in (1, 2, 7, 30):
         t = rng.standard_normal((n, 2 * n))
         b = t @ t.T + np.eye(n)
-        inv = U._spd_inverse(b)
+        inv = _spd_inverse(b, lower=0)
         np.testing.assert_array_equal(inv, inv.T)
         np.testing.assert_allclose(inv @ b, np.eye(n), atol=1e-9)
-    assert U._spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]])) is None
+    with pytest.raises(np.linalg.LinAlgError):
+        _spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]), lower=0)
