@@ -190,6 +190,17 @@ def estimate(
 
 def _structured(items, W, variances, tol, maxiter):
     """x̂ (or W x̂) of i.i.d.-noise records by the structured paths, with their variances."""
+    xhat, gram_op, unit = _structured_solve(items, tol, maxiter)
+    values = xhat if W is None else W.matvec(xhat)
+    var = None
+    if variances:
+        rows = Identity(xhat.shape[0]) if W is None else W
+        var = measured_variances(rows, gram_op, unit)
+    return Answers(values, var, method="least squares (structured)")
+
+
+def _structured_solve(items, tol, maxiter):
+    """(x̂, the stacked strategy's gram operator, its unit variance) of i.i.d.-noise records."""
     groups = _merge(items)
     if len(groups) == 1:
         A, y, std = groups[0]
@@ -204,12 +215,7 @@ def _structured(items, W, variances, tol, maxiter):
             maxiter,
         )[:, 0]
         gram_op, unit = VStack([g[0] for g in groups], weights=[1.0 / g[2] for g in groups]), 1.0
-    values = xhat if W is None else W.matvec(xhat)
-    var = None
-    if variances:
-        rows = Identity(xhat.shape[0]) if W is None else W
-        var = measured_variances(rows, gram_op, unit)
-    return Answers(values, var, method="least squares (structured)")
+    return xhat, gram_op, unit
 
 
 def least_squares(
@@ -276,7 +282,7 @@ def least_squares(
         raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
     _check_tol(tol, maxiter)
     items = [(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements]
-    xhat = np.array(_structured(items, None, False, tol, maxiter).values)
+    xhat = np.array(_structured_solve(items, tol, maxiter)[0], dtype=np.float64)  # own copy
     if nonneg:
         np.clip(xhat, 0.0, None, out=xhat)
     return xhat
