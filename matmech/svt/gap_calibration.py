@@ -24,6 +24,7 @@ from matmech.svt.checks import (
     check_flag,
     check_int,
     check_ratio,
+    check_real,
     check_sensitivity,
 )
 from matmech.svt.split import (
@@ -207,8 +208,6 @@ def gap_calibration(
         if sigma != "auto":
             raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
     else:
-        from matmech.svt.checks import check_real
-
         sigma = check_real("sigma", sigma)
     n_candidates = check_int(
         "n_candidates", n_candidates, what="the number of candidate rows", minimum=0
@@ -237,18 +236,12 @@ def _gap_calibration(
     sensitivity: float = 1.0,
     monotonic: bool = False,
     ratio: Ratio = "optimal",
-    sigma: object = "auto",
+    sigma: float | str = "auto",
     integer_values: bool = False,
     n_candidates: int = 0,
     value_bound: float = 0.0,
 ) -> GapCalibration:
     """The cached body of :func:`gap_calibration` (every option already checked)."""
-    if method not in GAP_METHODS:
-        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
-    c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    monotonic = check_flag("monotonic", monotonic)
     k = 1.0 if monotonic else 2.0
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
@@ -267,7 +260,6 @@ def _gap_calibration(
         return GapCalibration(
             method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
         )
-    ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
     e1 = _floor_div(_binary_rest(ec, e0), c)
@@ -286,14 +278,11 @@ def _gap_calibration(
     top = sig = None
     if method == "adaptive-svt":
         top = 2.0 * q_scale  # = the scale for eps1/2, still a whole number of grid steps
-        if isinstance(sigma, str):
-            if sigma != "auto":
-                raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
-            sig = max(2.0 * math.sqrt(2.0), math.log(max(int(n_candidates), 1))) * top
-        else:
-            from matmech.svt.checks import check_real
-
-            sig = check_real("sigma", sigma)
+        sig = (
+            max(2.0 * math.sqrt(2.0), math.log(max(n_candidates, 1))) * top
+            if sigma == "auto"
+            else float(sigma)  # already a checked float
+        )
         sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
     elif sigma != "auto":
         raise ValueError(
