@@ -27,6 +27,7 @@ from matmech.svt.checks import (
     check_real,
     check_sensitivity,
 )
+from matmech.svt.methods import GAP_METHODS
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
     _binary_rest,
@@ -116,9 +117,6 @@ class GapCalibration:
         if scale is None:
             raise ValueError(f"{self.method} has no {branch!r} noise")
         return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
-
-
-GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
 
 
 def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:

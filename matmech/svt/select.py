@@ -354,7 +354,7 @@ def plan_selection(
 def run_selection(plan, *, rng=None):
     """Run a checked selection (the budget already charged) → :class:`Selection`."""
     if plan.method in GAP_METHODS:
-        mech = plan.mechanism or MECHANISMS[plan.method]
+        mech = plan.mechanism or SELECTION_METHODS[plan.method].mechanism
         if mech in VECTOR_METHODS.values():
             kw = dict(
                 eps=plan.eps,
@@ -455,7 +455,7 @@ def run_selection(plan, *, rng=None):
         bool(stopped),
         plan.n_rows,
         None,
-        MECHANISMS[plan.method],
+        SELECTION_METHODS[plan.method].mechanism,
     )
 
 
