@@ -18,7 +18,8 @@ import numpy as np
 from matmech.linalg.linop import as_linop
 from matmech.privacy.calibration import row_sensitivity
 from matmech.svt import svt_budget
-from matmech.svt.calibration import DeclarationError, gap_calibration
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.split import DeclarationError
 from matmech.svt.grid import check_public_units
 from matmech.svt.methods import SELECTION_METHODS
 from matmech.svt.vector import (
