@@ -33,6 +33,7 @@ from matmech.svt.split import (
     _binary_rest,
     _check_value_bound,
     _floor_div,
+    _snapped_sensitivity,
     declared_grid,
     optimal_ratio,
 )
@@ -117,10 +118,6 @@ class GapCalibration:
         if scale is None:
             raise ValueError(f"{self.method} has no {branch!r} noise")
         return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
-
-
-def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:
-    return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
 
 
 def gap_calibration(
@@ -254,7 +251,7 @@ def _gap_calibration(
                 f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                 f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
             )
-        sens = _gap_sens(sensitivity, g, integer_values)
+        sens = _snapped_sensitivity(sensitivity, g, integer_values)
         return GapCalibration(
             method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
         )
@@ -271,7 +268,7 @@ def _gap_calibration(
             f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
             f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
         )
-    sens = _gap_sens(sensitivity, g, integer_values)
+    sens = _snapped_sensitivity(sensitivity, g, integer_values)
     q_scale = scale_on_grid(k, sens, e1, g)
     top = sig = None
     if method == "adaptive-svt":
