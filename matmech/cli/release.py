@@ -292,9 +292,6 @@ def _open_ledger(args, eps, delta):
     return ledger
 
 
-# -- budget ------------------------------------------------------------------------------------
-
-
 def add_parsers(sub):
     """The ``release`` subcommand."""
     from matmech.svt.methods import SELECTION_METHODS
