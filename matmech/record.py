@@ -24,7 +24,9 @@ from matmech.linalg.intervals import Intervals
 from matmech.privacy.confidence import MAX_ROWS, IntervalLaw, law_intervals, normal_intervals
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
-from matmech.svt.select import SELECTION_METHODS, Selection, take_rows
+from matmech.svt.methods import SELECTION_METHODS
+from matmech.svt.rules import take_rows
+from matmech.svt.select import Selection
 from matmech.validate import check_labels
 from typing import Sequence
 

@@ -62,7 +62,7 @@ from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import selected_plan
 from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
 from matmech.pipeline.strategy import strategy_plan
-from matmech.svt.select import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
+from matmech.svt.options import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
 from matmech.workloads import ranges
 from matmech.optimizers.blas import capped
 from matmech.record import Z95, Release, release_table

@@ -127,11 +127,13 @@ def optimize_for_histogram(W: LinOp, eps: float, delta: float) -> tuple[Any, str
             f"there ({why}); use strategy='auto' (marginal tables for a union of marginals) or a "
             "structured strategy (identity, hierarchical, Haar)"
         )
-    note = "optimised by matmech.optimize"
-    if len(keep) == len(tried):
-        return optimize(W, eps, delta), note
+    # keep is _candidates(W, delta) filtered in order: with nothing left out optimize tries
+    # the same families in the same order as without families=
     res = optimize(W, eps, delta, families=keep)
-    return res, f"{note} over the families a histogram release can measure (left out: {why})"
+    note = "optimised by matmech.optimize"
+    if len(keep) < len(tried):
+        note += f" over the families a histogram release can measure (left out: {why})"
+    return res, note
 
 
 def _skip(name, params, reason, seconds=0.0):

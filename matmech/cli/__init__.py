@@ -23,12 +23,8 @@ import sys
 
 from matmech.cli import advise, budget, compare, release
 from matmech.cli.common import _ACTIVE, _one_line
-from matmech.cli.common import _Progress as _Progress  # the old single-module names
-from matmech.cli.files import _write_answers as _write_answers
-from matmech.cli.release import FACTORED_CELLS
-from matmech.cli.release import _select_arg as _select_arg
 
-__all__ = ["FACTORED_CELLS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 #: One module per subcommand group; each adds its subcommands to the parser.
 SUBCOMMANDS = (compare, advise, release, budget)

@@ -19,6 +19,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     is sniffed from the header line unless given.
     """
     from matmech.io.engines import csv_header, open_text
+    from matmech.io.sources import _hidden_header
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
@@ -29,9 +30,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
             for c in columns:
                 if c not in header:
                     raise ValueError(
-                        f"{path}: no column {c!r} in the header line "
-                        f"({len(header)} name(s), not shown: a file without a header "
-                        "would show a record)"
+                        f"{path}: no column {c!r} in the header line ({_hidden_header(len(header))})"
                     )
                 index.append(header.index(c))
             values = [[] for _ in columns]

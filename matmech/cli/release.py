@@ -40,7 +40,7 @@ def _strategy_arg(value):
 
 
 def _select_arg(args):
-    from matmech.svt.select import SELECTION_METHODS
+    from matmech.svt.methods import SELECTION_METHODS
 
     given = [
         f"--{k.replace('_', '-')}"
@@ -292,12 +292,9 @@ def _open_ledger(args, eps, delta):
     return ledger
 
 
-# -- budget ------------------------------------------------------------------------------------
-
-
 def add_parsers(sub):
     """The ``release`` subcommand."""
-    from matmech.svt.select import SELECTION_METHODS
+    from matmech.svt.methods import SELECTION_METHODS
 
     p = sub.add_parser(
         "release", help="release noisy answers to a workload spec from a CSV or Parquet data file"

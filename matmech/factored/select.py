@@ -74,11 +74,8 @@ from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import nothing_selected, selection_fields, with_gaps
 from matmech.pipeline.source import as_table_source
 from matmech.record import MeasurementRecord
-from matmech.svt.select import (
-    SelectionPlan,
-    run_selection,
-    take_rows,
-)
+from matmech.svt.rules import take_rows
+from matmech.svt.select import SelectionPlan, run_selection
 
 __all__ = [
     "FactoredSelectionPlan",

@@ -29,15 +29,10 @@ from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import noise
 from matmech.privacy import calibration
 from matmech.privacy.params import rest_of
-from matmech.svt.select import (
-    SELECTION_METHODS,
-    advised_select_eps,
-    check_select_options,
-    check_selection,
-    declared_calibration,
-    selection_arguments,
-    selection_mechanism,
-)
+from matmech.svt.methods import SELECTION_METHODS
+from matmech.svt.options import check_select_options, selection_arguments
+from matmech.svt.rules import advised_select_eps, declared_calibration, selection_mechanism
+from matmech.svt.select import check_selection
 
 __all__ = [
     "FactoredSelectionPlan",

@@ -137,7 +137,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                     shown = (
                         f"the columns are {cols}"
                         if kind != "csv"
-                        else f"the header line has {len(cols)} name(s), not shown"
+                        else f"the header line has {sources._hidden_header(len(cols))}"
                     )
                     raise ValueError(f"{where}: no such column; {shown}")
                 ref = f"trim(CAST({d.ident(column)} AS VARCHAR))"

@@ -80,6 +80,14 @@ def _columns_of(source, kind):
     return None
 
 
+def _hidden_header(n: int) -> str:
+    """How an error counts a CSV header's ``n`` names without quoting them: in a file without
+    a header line the "names" are the first record's values."""
+    return (
+        f"{n} name(s), not shown: in a file without a header line they would be a record's values"
+    )
+
+
 def _check_columns(domain, available, where, *, show=True):
     """Refuse a source without the domain's columns, naming the missing ones (declared, public).
 
@@ -93,8 +101,7 @@ def _check_columns(domain, available, where, *, show=True):
         have = (
             f"the columns are {available}"
             if show
-            else f"its header line has {len(available)} name(s), not shown (in a file "
-            "without a header line they would be a record's values)"
+            else f"its header line has {_hidden_header(len(available))}"
         )
         raise ValueError(f"{where}: no column(s) {missing} for the domain's attributes; {have}")
 

@@ -35,16 +35,9 @@ from matmech.privacy.params import rest_of
 from matmech.record import gap_record, strategy_record
 from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
 from matmech.svt.curse import DEFAULT_MARGIN, guard
-from matmech.svt.select import (
-    advised_select_eps,
-    check_select_options,
-    check_selection,
-    plan_selection,
-    run_selection,
-    selection_arguments,
-    shown_select_options,
-    take_rows,
-)
+from matmech.svt.options import check_select_options, selection_arguments, shown_select_options
+from matmech.svt.rules import advised_select_eps, take_rows
+from matmech.svt.select import check_selection, plan_selection, run_selection
 
 __all__ = [
     "SelectedPlan",

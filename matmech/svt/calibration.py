@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
@@ -35,6 +34,7 @@ from matmech.svt.split import (
     MAX_SNAP_SHARE,
     DeclarationError,
     _binary_rest,
+    _snapped_sensitivity,
     declared_grid,
     optimal_ratio,
     split_eps,
@@ -145,7 +145,7 @@ def make_budget(
             f"(eps={eps!r}, sensitivity={sensitivity!r}, split eps1={e1:.3g}, eps2={e2:.3g}); "
             f"use a larger eps or rescale the values"
         )
-    sens = sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
+    sens = _snapped_sensitivity(sensitivity, g, exact_on_grid)
     return SVTCalibration(
         eps=eps,
         eps_threshold=e1,

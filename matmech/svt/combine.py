@@ -56,7 +56,8 @@ from matmech.linalg.linop import as_linop
 from matmech.linalg.structured import pinv_gram
 from matmech.privacy.params import check_noise_eps
 from matmech.svt.checks import check_c, check_threshold
-from matmech.svt.calibration import GAP_METHODS, gap_calibration
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.methods import GAP_METHODS
 from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
 from typing import Any
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.svt.calibration import GapCalibration, gap_calibration
+from matmech.svt.gap_calibration import GapCalibration, gap_calibration
 from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
 from matmech.svt.grid import (
     check_public_units,

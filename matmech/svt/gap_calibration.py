@@ -24,13 +24,16 @@ from matmech.svt.checks import (
     check_flag,
     check_int,
     check_ratio,
+    check_real,
     check_sensitivity,
 )
+from matmech.svt.methods import GAP_METHODS
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
     _binary_rest,
     _check_value_bound,
     _floor_div,
+    _snapped_sensitivity,
     declared_grid,
     optimal_ratio,
 )
@@ -117,13 +120,6 @@ class GapCalibration:
         return noise.discrete_laplace_variance(int(round(scale / self.grid))) * self.grid**2
 
 
-GAP_METHODS = ("topc-gap", "svt-gap", "adaptive-svt")
-
-
-def _gap_sens(sensitivity: float, g: float, exact_on_grid: bool) -> float:
-    return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g)
-
-
 def gap_calibration(
     method: str,
     *,
@@ -207,8 +203,6 @@ def gap_calibration(
         if sigma != "auto":
             raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
     else:
-        from matmech.svt.checks import check_real
-
         sigma = check_real("sigma", sigma)
     n_candidates = check_int(
         "n_candidates", n_candidates, what="the number of candidate rows", minimum=0
@@ -237,18 +231,12 @@ def _gap_calibration(
     sensitivity: float = 1.0,
     monotonic: bool = False,
     ratio: Ratio = "optimal",
-    sigma: object = "auto",
+    sigma: float | str = "auto",
     integer_values: bool = False,
     n_candidates: int = 0,
     value_bound: float = 0.0,
 ) -> GapCalibration:
     """The cached body of :func:`gap_calibration` (every option already checked)."""
-    if method not in GAP_METHODS:
-        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
-    c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    monotonic = check_flag("monotonic", monotonic)
     k = 1.0 if monotonic else 2.0
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
@@ -263,11 +251,10 @@ def _gap_calibration(
                 f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                 f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
             )
-        sens = _gap_sens(sensitivity, g, integer_values)
+        sens = _snapped_sensitivity(sensitivity, g, integer_values)
         return GapCalibration(
             method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
         )
-    ratio = check_ratio(ratio)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
     e1 = _floor_div(_binary_rest(ec, e0), c)
@@ -281,19 +268,16 @@ def _gap_calibration(
             f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
             f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
         )
-    sens = _gap_sens(sensitivity, g, integer_values)
+    sens = _snapped_sensitivity(sensitivity, g, integer_values)
     q_scale = scale_on_grid(k, sens, e1, g)
     top = sig = None
     if method == "adaptive-svt":
         top = 2.0 * q_scale  # = the scale for eps1/2, still a whole number of grid steps
-        if isinstance(sigma, str):
-            if sigma != "auto":
-                raise ValueError(f"sigma must be a positive number or 'auto', got {sigma!r}")
-            sig = max(2.0 * math.sqrt(2.0), math.log(max(int(n_candidates), 1))) * top
-        else:
-            from matmech.svt.checks import check_real
-
-            sig = check_real("sigma", sigma)
+        sig = (
+            max(2.0 * math.sqrt(2.0), math.log(max(n_candidates, 1))) * top
+            if sigma == "auto"
+            else float(sigma)  # already a checked float
+        )
         sig = math.ceil(Fraction(sig) / Fraction(g)) * g  # on the grid, rounded up
     elif sigma != "auto":
         raise ValueError(

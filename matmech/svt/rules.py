@@ -18,9 +18,10 @@ import numpy as np
 from matmech.linalg.linop import as_linop
 from matmech.privacy.calibration import row_sensitivity
 from matmech.svt import svt_budget
-from matmech.svt.calibration import DeclarationError, gap_calibration
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.split import DeclarationError
 from matmech.svt.grid import check_public_units
-from matmech.svt.methods import MECHANISMS, SELECTION_METHODS
+from matmech.svt.methods import SELECTION_METHODS
 from matmech.svt.vector import (
     VECTOR_METHODS,
     joint_sensitivity,
@@ -91,7 +92,7 @@ def selection_mechanism(
     """
     check_vector(vector, method)
     if method not in VECTOR_METHODS or vector is False:
-        return MECHANISMS[method], 0.0
+        return SELECTION_METHODS[method].mechanism, 0.0
     joint = joint_sensitivity(W, neighbors)
     if vector is True or prefer_vector(
         method,
@@ -108,7 +109,7 @@ def selection_mechanism(
         # a scale too large for exact sampling, or a declaration too large for the grid, is
         # refused by declared_calibration before anything is read or spent
         return VECTOR_METHODS[method], joint
-    return MECHANISMS[method], 0.0
+    return SELECTION_METHODS[method].mechanism, 0.0
 
 
 def declared_calibration(
@@ -178,7 +179,7 @@ def declared_calibration(
     except DeclarationError as exc:
         raise ValueError(
             f"max_records={max_records:,} times the workload's largest |entry| {entry:g} is more than exact grid "
-            f"arithmetic can hold for method={method!r} ({mechanism or MECHANISMS[method]}); at most "
+            f"arithmetic can hold for method={method!r} ({mechanism or SELECTION_METHODS[method].mechanism}); at most "
             f"max_records={max(int(exc.fits // entry), 0):,} fits: declare a smaller max_records"
         ) from None
     if thr is not None:

@@ -6,11 +6,6 @@ noisy answer clears the noisy threshold) or the exponential mechanism c times wi
 replacement (their recommendation when the whole workload is known in advance). Like
 measurement, it reads the private x and charges the budget before any noise is drawn.
 
-Sensitivity of one row under add/remove is max_j |W_ij| (one cell changes by 1); under
-substitution the row changes by w_b − w_a ≤ max_j W_ij − min(0, min_j W_ij). Monotonic noise
-(Lyu et al. §4.3) is valid only for non-negative rows under add/remove: adding a record
-then moves every answer up or leaves it.
-
 The method registry is :mod:`matmech.svt.methods`, the ``select=`` options of a release
 :mod:`matmech.svt.options`, the data-independent rules (row sensitivity, mechanism,
 calibration, advised split) :mod:`matmech.svt.rules`; their names are re-exported here.
@@ -30,7 +25,7 @@ from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
-from matmech.svt.calibration import gap_calibration
+from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.vector import VECTOR_METHODS, noisy_vector_threshold, noisy_vector_top_c
@@ -354,7 +349,7 @@ def plan_selection(
 def run_selection(plan, *, rng=None):
     """Run a checked selection (the budget already charged) → :class:`Selection`."""
     if plan.method in GAP_METHODS:
-        mech = plan.mechanism or MECHANISMS[plan.method]
+        mech = plan.mechanism or SELECTION_METHODS[plan.method].mechanism
         if mech in VECTOR_METHODS.values():
             kw = dict(
                 eps=plan.eps,
@@ -455,7 +450,7 @@ def run_selection(plan, *, rng=None):
         bool(stopped),
         plan.n_rows,
         None,
-        MECHANISMS[plan.method],
+        SELECTION_METHODS[plan.method].mechanism,
     )
 
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from matmech.privacy import noise
 from matmech.svt.checks import Ratio, check_c
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 
@@ -130,8 +131,18 @@ def declared_grid(
 
 
 def _pow2_floor_of(v: float) -> float:
-    m, e = math.frexp(v)
+    """The largest power of two <= v (v > 0)."""
+    m, e = math.frexp(v)  # v = m * 2**e, 0.5 <= m < 1
     return math.ldexp(1.0, e - 1)
+
+
+def _snapped_sensitivity(
+    sensitivity: float, g: float, exact_on_grid: bool, *, coords: int = 1
+) -> float:
+    """The sensitivity the noise is calibrated to: ``sensitivity`` when the values are exact
+    on the grid ``g``, else that of the snapped values (:func:`matmech.privacy.noise.snap_sensitivity`,
+    ``coords`` values that can differ between neighbours)."""
+    return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g, coords=coords)
 
 
 def _check_value_bound(value_bound) -> float:

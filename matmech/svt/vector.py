@@ -56,7 +56,13 @@ from matmech.privacy.calibration import (
 )
 from matmech.privacy.params import calibrated_eps, check_neighbors
 from matmech.svt.gap_calibration import gap_calibration
-from matmech.svt.split import MAX_SCALE_UNITS, _check_value_bound, declared_grid
+from matmech.svt.split import (
+    MAX_SCALE_UNITS,
+    _check_value_bound,
+    _pow2_floor_of,
+    _snapped_sensitivity,
+    declared_grid,
+)
 from matmech.svt.gap import _top_c_input, _top_c_order
 from matmech.svt.checks import (
     check_c,
@@ -212,11 +218,6 @@ def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -
     return neighbor_sensitivity(s, neighbors)
 
 
-def _pow2_floor(v: float) -> float:
-    m, e = math.frexp(v)  # v = m * 2**e, 0.5 <= m < 1
-    return math.ldexp(1.0, e - 1)
-
-
 def vector_calibration(
     method: str,
     *,
@@ -287,7 +288,7 @@ def _vector_calibration(
     )  # the grid's scale (validates eps); exact scale below uses ec
     g = run_grid(nominal)
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
-        g = min(g, _pow2_floor(sensitivity * 2.0**-20 / n_values))
+        g = min(g, _pow2_floor_of(sensitivity * 2.0**-20 / n_values))
     g = declared_grid(g, value_bound, sensitivity, integer_values, coords=n_values)
     if nominal / g > MAX_SCALE_UNITS:
         raise ValueError(
@@ -295,9 +296,7 @@ def _vector_calibration(
             f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
             "rescale the values"
         )
-    sens = (
-        sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g, coords=n_values)
-    )
+    sens = _snapped_sensitivity(sensitivity, g, integer_values, coords=n_values)
     return VectorCalibration(method, eps, c, float(sens), g, scale_on_grid(1.0, sens, ec, g))
 
 

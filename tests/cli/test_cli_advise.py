@@ -3,7 +3,7 @@
 import io
 import json
 
-from matmech.cli import _Progress
+from matmech.cli.common import _Progress
 from matmech.io.store import load_strategy
 
 import cli_cases

@@ -239,7 +239,7 @@ def test_budget_charged_once_and_nothing_on_bad_options():
 def test_cli_select_arg_accepts_gap_methods_without_select_eps():
     from types import SimpleNamespace
 
-    from matmech.cli import _select_arg
+    from matmech.cli.release import _select_arg
 
     args = SimpleNamespace(
         select="topc-gap", c=3, select_eps=None, threshold=None, target_rel_error=None

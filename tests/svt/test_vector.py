@@ -235,7 +235,8 @@ def test_adaptive_sigma_is_settable_through_release_and_select_rows():
 
 
 def test_cli_select_sigma():
-    from matmech.cli import _select_arg, build_parser
+    from matmech.cli import build_parser
+    from matmech.cli.release import _select_arg
 
     args = SimpleNamespace(
         select="adaptive-svt",
