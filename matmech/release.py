@@ -49,7 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.privacy import noise
-from matmech.error import MAX_VARIANCE_ROWS, measured_variances
+from matmech.error import MAX_VARIANCE_ROWS
 from matmech.advisor.choice import choose_strategy
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_budget
@@ -61,6 +61,7 @@ from matmech.pipeline.plan import Plan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import selected_plan
 from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
+from matmech.pipeline.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
 from matmech.pipeline.strategy import strategy_plan
 from matmech.svt.options import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
 from matmech.workloads import ranges
@@ -140,11 +141,6 @@ def _as_workload(W, n, domain=None) -> LinOp:
             f"the workload has {W.shape[0]:,} queries; release answers at most {MAX_VARIANCE_ROWS:,}"
         )
     return W
-
-
-def _answer_variances(W, plan):
-    """Per-answer variances for the measured strategy and the discrete noise actually used."""
-    return measured_variances(W, plan.strategy, plan.std**2)
 
 
 def _tables_route_histogram(x, domain, W):

@@ -26,9 +26,10 @@ import numpy as np
 
 from matmech import strategies as S
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
-from matmech.error import expected_error, measured_variances, per_query_variance
+from matmech.error import expected_error, per_query_variance
 from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
+from matmech.pipeline.strategy import plan_variances
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.measure import check_counts, execute, integer_valued, plan_measurement
 from matmech.privacy.params import rest_of
@@ -55,10 +56,6 @@ NOTHING_SELECTED = (
 )
 
 
-def _variances(W, mplan):
-    return measured_variances(W, mplan.strategy, mplan.std**2)
-
-
 def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
     """Strategy, plan and variances for the selected rows (strategy 'auto'/'optimize').
 
@@ -70,12 +67,12 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
         plan = plan_measurement(
             as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records
         )
-        return plan, _variances(sub, plan), name, note + "; chosen for the selected rows"
+        return plan, plan_variances(sub, plan), name, note + "; chosen for the selected rows"
     except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
         A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
         note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
         plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
-        return plan, _variances(sub, plan), name, note
+        return plan, plan_variances(sub, plan), name, note
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +153,7 @@ class SelectedPlan:
                 self.name,
                 self.note + "; measured for the selected rows",
             )
-            var = self.var_full[rows] if self.var_full is not None else _variances(sub, mplan)
+            var = self.var_full[rows] if self.var_full is not None else plan_variances(sub, mplan)
         meas = execute(mplan, x, rng=rng)
         return Draws((strategy_record(meas),), _Drawn(sel, rows, meas, var, name, note))
 
@@ -327,7 +324,7 @@ def selected_plan(
             )
         mplan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
         if auto_thr:
-            var_full = _variances(W, mplan)
+            var_full = plan_variances(W, mplan)
         else:
             expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
     if late:  # the fallback for the selected rows must work whatever is selected

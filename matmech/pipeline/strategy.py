@@ -29,7 +29,13 @@ from matmech.privacy.measure import (
 )
 from matmech.record import strategy_record
 
-__all__ = ["StrategyPlan", "strategy_plan"]
+__all__ = ["StrategyPlan", "strategy_plan", "plan_variances"]
+
+
+def plan_variances(W, mplan):
+    """Exact per-answer variances of W from a measurement plan's strategy and the discrete
+    noise it draws (raises if the strategy cannot answer W)."""
+    return measured_variances(W, mplan.strategy, mplan.std**2)
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,7 +147,7 @@ def strategy_plan(
     (((0,),), 'release 4 queries (given)')
     """
     mplan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
-    var = measured_variances(W, mplan.strategy, mplan.std**2)  # raises if A cannot answer W
+    var = plan_variances(W, mplan)  # raises if A cannot answer W
     if attributes is None:
         sizes, subsets = (int(W.shape[1]),), ((0,),)
     elif sizes is None:
