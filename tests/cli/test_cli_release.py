@@ -518,8 +518,8 @@ def test_release_of_a_large_declared_domain_uses_marginal_tables(tmp_path, capsy
     assert table[0]["query"].startswith("a0=0") and all(
         np.isfinite(float(r["std"])) for r in table[:50]
     )
-    printed = capsys.readouterr().out
-    assert "300" not in printed  # no record count
+    printed = capsys.readouterr().out.replace(str(tmp_path), "<tmp>")
+    assert "300" not in printed  # no record count (pytest's own tmp path may hold "300")
 
 
 # -- no command overwrites a file unasked; a charged release that cannot write says so (issue 23) --
