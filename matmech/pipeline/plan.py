@@ -75,7 +75,7 @@ class Estimate:
         overwrite_var: bool = False,
     ) -> Estimate:
         """The estimate of ``answers`` with exact variances ``var``: ``std`` = √var and
-        ``expected_error`` = Σ var (the total squared error, Li et al., PODS 2010, Eq. 4).
+        ``expected_error`` = Σ var (the total squared error, Li et al., PODS 2010).
 
         Nothing is clipped: a negative, NaN or infinite variance, a non-finite answer or
         shapes that differ raise (a wrong answer with a confident error bar is the worst

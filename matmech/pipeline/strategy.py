@@ -85,7 +85,7 @@ def measured_estimate(
     meas: Measurement, answered: LinOp, var: np.ndarray, *, name: str, note: str, **fields: Any
 ) -> Estimate:
     """The least-squares estimate of one strategy measurement: x̂ = A⁺ y (Li et al., PODS
-    2010, Eq. 3; read-only), the answers ``answered`` x̂ with the exact variances ``var``, and
+    2010; read-only), the answers ``answered`` x̂ with the exact variances ``var``, and
     the Release fields ``strategy``, ``strategy_name`` (``name``), ``strategy_note``
     (``note``, plus the grid rounding when the measurement rounded A), ``measurement`` and
     ``estimate`` after the plan's own ``fields`` (the one estimator of
