@@ -130,7 +130,7 @@ def estimate(
     -------
     Answers
         ``values`` (x̂ or W x̂), ``variances`` (None when not asked for), ``method``; the
-        dense GLS also keeps the covariance.
+        dense GLS forms the covariance on demand (``cov()``, its memory checked first).
 
     Raises
     ------

@@ -98,12 +98,12 @@ class GMarginalPlan(MeasuredPlan):
         return Draws(_records(self.measurement, meas), meas)
 
     def estimate(self, draws: Draws) -> Estimate:
-        plan, solver, var = self.measurement, self.solver, self.variances
+        plan, solver = self.measurement, self.solver
         answers = solver.answers(self.terms, solver.estimate(draws.state.y, plan.variances))
         fields = dict(
             strategy=plan.measured_strategy(), strategy_name=self.name, strategy_note=self.note
         )
-        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+        return Estimate.of_variances(answers, self.variances, fields)
 
 
 def gmarginal_plan(

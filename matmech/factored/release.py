@@ -308,15 +308,13 @@ class ResidualPlan(MeasuredPlan):
     def estimate(self, draws: Draws) -> Estimate:
         meas = draws.state
         answers, var = MarginalReconstructor(meas).stacked(*self.marginals)
-        expected_error = float(var.sum())
-        std = np.sqrt(var, out=var)  # in place: one array of the answers' size fewer
-        del var
         fields = dict(
             strategy_name="residual",
             strategy_note=self.note,
             measured=_residual_record(self.lattice_plan, self.measurement, meas, self.pure),
         )
-        return Estimate(answers, std, expected_error, fields)
+        # std in var's buffer: one array of the answers' size fewer
+        return Estimate.of_variances(answers, var, fields, overwrite_var=True)
 
 
 def residual_plan(

@@ -265,8 +265,8 @@ class SelectedRowsPlan:
             return with_gaps(
                 self.workload, answers, cov, basis, d, plan.select, draws.records, fields, shown
             )
-        var = np.clip(np.diag(cov), 0.0, None)
-        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+        var = np.clip(np.diag(cov), 0.0, None)  # P a projection: round-off below 0 only
+        return Estimate.of_variances(answers, var, fields)
 
 
 def release_selected(

@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from matmech import validate
 from matmech.linalg.answers import Answers
 from matmech.linalg.lazy import sla
 
@@ -35,6 +36,7 @@ __all__ = [
     "PINV_RTOL",
     "RANK_RTOL",
     "cell_gls",
+    "cell_gls_bytes",
     "exact_rank",
     "gls",
     "gls_answers",
@@ -230,15 +232,22 @@ def _psd_factor(gram):
     return eig
 
 
-def cell_gls(parts, W=None, *, variances=True) -> Answers:
+def cell_gls(parts, W=None, *, variances=True, covariance=False) -> Answers:
     """The GLS over the cells: x̂ = J⁺ Σᵢ Qᵢᵀ Pᵢ yᵢ with J = Σᵢ Qᵢᵀ Pᵢ Qᵢ (dense, small n),
     and, with a workload ``W`` (dense m × n), the answers W x̂ with covariance W J⁺ Wᵀ.
 
-    ``parts``: (Q (mᵢ × n), y (mᵢ,), P (mᵢ × mᵢ precision, :func:`precision`)). Raises
-    ValueError when a row of W is not in the row space of J (the records do not determine
-    it: never a silent pseudo-inverse number)."""
+    ``parts``: (Q (mᵢ × n), y (mᵢ,), P (mᵢ × mᵢ precision, :func:`precision`));
+    ``variances=False``: the values alone (the rows of W still checked). The variances
+    are the row sums of W ∘ (J⁺Wᵀ)ᵀ (m × n memory); the m × m covariance is formed only with
+    ``covariance=True``, else on demand (:meth:`Answers.cov`). The memory of what is formed is
+    estimated first (:func:`cell_gls_bytes`) and refused above
+    :func:`matmech.validate.memory_limit` (a ValueError naming m, the bytes and the limit).
+    Raises ValueError when a row of W is not in the row space of J (the records do not
+    determine it: never a silent pseudo-inverse number)."""
     parts = list(parts)
     n = np.asarray(parts[0][0]).shape[1]
+    m = (n if variances else 0) if W is None else np.asarray(W).shape[0]
+    validate.memory(cell_gls_bytes(m, n, covariance=covariance), _what(m, n, covariance))
     J = np.zeros((n, n))
     h = np.zeros(n)
     for Q, y, P in parts:
@@ -261,6 +270,36 @@ def cell_gls(parts, W=None, *, variances=True) -> Answers:
                 "some answers are not in the row space of the measurements: the records do "
                 "not determine them"
             )
-    cov = W @ solve(W.T)  # W J⁺ Wᵀ
-    cov = (cov + cov.T) / 2
-    return Answers(W @ xhat, np.diag(cov).copy(), cov, method="GLS over the cells (dense)")
+        del off
+    method = "GLS over the cells (dense)"
+    if not variances:
+        return Answers(W @ xhat, None, method=method)
+    if covariance:
+        cov = _covariance(W, solve)
+        return Answers(W @ xhat, np.diag(cov).copy(), cov, method=method)
+    var = np.einsum("ij,ji->i", W, solve(W.T))  # diag(W J⁺ Wᵀ) without the m × m matrix
+
+    def covariance_of():
+        validate.memory(cell_gls_bytes(m, n, covariance=True), _what(m, n, True))
+        return _covariance(W, solve)
+
+    return Answers(W @ xhat, var, method=method, covariance_of=covariance_of)
+
+
+def cell_gls_bytes(m: int, n: int, *, covariance: bool = False) -> int:
+    """Bytes :func:`cell_gls` forms for m answers over n cells: J, its factor and their work
+    arrays (4 n²), J⁺Wᵀ and the range check of a singular J (3 m n), and with the covariance
+    its m × m matrix and the two arrays of its symmetrisation (3 m²); float64 (the caller's
+    W and records not counted)."""
+    return 8 * (4 * n * n + 3 * m * n + (3 * m * m if covariance else 0))
+
+
+def _what(m, n, covariance):
+    what = f"the dense GLS of m={m:,} answers over {n:,} cells"
+    return what + (f" with their {m:,}×{m:,} covariance" if covariance else "")
+
+
+def _covariance(W, solve):
+    """W J⁺ Wᵀ, symmetrised (its diagonal is unchanged)."""
+    cov = W @ solve(W.T)
+    return (cov + cov.T) / 2

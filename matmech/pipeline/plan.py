@@ -65,6 +65,75 @@ class Estimate:
     expected_error: float
     fields: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
+    @classmethod
+    def of_variances(
+        cls,
+        answers: np.ndarray,
+        var: np.ndarray,
+        fields: Mapping | None = None,
+        *,
+        overwrite_var: bool = False,
+    ) -> Estimate:
+        """The estimate of ``answers`` with exact variances ``var``: ``std`` = √var and
+        ``expected_error`` = Σ var (the total squared error, Li et al., PODS 2010).
+
+        Nothing is clipped: a negative, NaN or infinite variance, a non-finite answer or
+        shapes that differ raise (a wrong answer with a confident error bar is the worst
+        output; a site whose variances may be negative from round-off clips them itself,
+        visibly). The messages carry shapes and counts only, never a value.
+
+        Parameters
+        ----------
+        answers : numpy.ndarray
+            The estimates, a vector (float64).
+        var : numpy.ndarray
+            Each estimate's variance, the same shape.
+        fields : Mapping, optional
+            The plan-specific :class:`~matmech.record.Release` fields (default: none).
+        overwrite_var : bool, default False
+            Take the square root in ``var``'s own buffer (one vector of the answers' size
+            fewer); only for a ``var`` the caller owns and drops.
+
+        Returns
+        -------
+        Estimate
+            ``answers``, ``std``, ``expected_error`` and ``fields``.
+
+        Raises
+        ------
+        ValueError
+            ``answers`` is not a vector, ``var`` has another shape, or an entry is not finite
+            (or a variance is negative).
+
+        Examples
+        --------
+        >>> e = Estimate.of_variances(np.array([3.0, 5.0]), np.array([4.0, 9.0]))
+        >>> e.std.tolist(), e.expected_error
+        ([2.0, 3.0], 13.0)
+        """
+        answers = np.asarray(answers, dtype=np.float64)
+        var = np.asarray(var, dtype=np.float64)
+        if answers.ndim != 1:
+            raise ValueError(f"the answers must be a vector, got shape {answers.shape}")
+        if var.shape != answers.shape:
+            raise ValueError(
+                f"the variances must have one entry per answer ({answers.shape[0]}), got "
+                f"shape {var.shape}"
+            )
+        if not np.isfinite(answers).all():
+            raise ValueError("the estimator produced answers that are not finite (NaN or inf)")
+        total = float(var.sum())  # finite ⇔ every variance finite, once none is negative
+        if var.size and float(var.min()) < 0:
+            raise ValueError(
+                f"{int(np.count_nonzero(var < 0))} of {var.size} variances are negative"
+            )
+        if not np.isfinite(total):
+            raise ValueError(
+                "the variances are not all finite (NaN or inf), or their sum overflows"
+            )
+        std = np.sqrt(var, out=var) if overwrite_var else np.sqrt(var)
+        return cls(answers, std, total, MappingProxyType({}) if fields is None else fields)
+
 
 def check_record_count(count, max_records) -> None:
     """The table on no attributes (the record count) checked as counts and against the

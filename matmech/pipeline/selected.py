@@ -18,7 +18,7 @@ the measurement's draws. Nothing after the spend reads x except the two noisy me
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -27,9 +27,8 @@ import numpy as np
 from matmech import strategies as S
 from matmech.advisor.choice import choose_strategy, fixed_choice, per_attribute
 from matmech.error import expected_error, per_query_variance
-from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.pipeline.strategy import plan_variances
+from matmech.pipeline.strategy import measured_estimate, plan_variances
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.measure import check_counts, execute, integer_valued, plan_measurement
 from matmech.privacy.params import rest_of
@@ -163,27 +162,18 @@ class SelectedPlan:
         if d.meas is None:
             return nothing_selected(fields)
         meas, sub = d.meas, take_rows(self.workload, d.rows)
-        xhat = least_squares(meas)
-        xhat.setflags(write=False)
-        answers, var = sub.matvec(xhat), d.var
-        note = d.note + ("; entries rounded to a power-of-two grid" if meas.rounded else "")
-        fields.update(
-            strategy=meas.strategy,
-            strategy_name=d.name,
-            strategy_note=note,
-            measurement=meas,
-            estimate=xhat,
-        )
+        est = measured_estimate(meas, sub, d.var, name=d.name, note=d.note, **fields)
         if d.sel.gap is None:
-            return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+            return est
+        fields = dict(est.fields)
         try:  # the k×k covariance; too large to form: the measured answers are kept, the note says so
             cov = answer_covariance(sub, meas.strategy, meas.std**2)
         except ValueError as exc:
             fields["strategy_note"] += f"; gaps not combined ({str(exc).splitlines()[0]})"
-            return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+            return replace(est, fields=fields)
         basis = answer_basis(sub)
         return with_gaps(
-            self.workload, answers, cov, basis, d, self.select, draws.records, fields, shown
+            self.workload, est.answers, cov, basis, d, self.select, draws.records, fields, shown
         )
 
 
@@ -202,9 +192,8 @@ def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> tuple[dict, d
 
 def nothing_selected(fields: dict) -> Estimate:
     """The estimate of a release whose selection found no row: nothing measured, no answer."""
-    empty = np.zeros(0)
     fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
-    return Estimate(empty, empty, 0.0, fields)
+    return Estimate.of_variances(np.zeros(0), np.zeros(0), fields)
 
 
 def with_gaps(W, answers, cov, basis, drawn, select, records, fields, shown) -> Estimate:
@@ -232,8 +221,7 @@ def with_gaps(W, answers, cov, basis, drawn, select, records, fields, shown) -> 
         measurements=tuple(records) + (gaps,),
         near_threshold=near,
     )
-    var = np.asarray(var, dtype=np.float64)
-    return Estimate(np.asarray(est, dtype=np.float64), np.sqrt(var), float(var.sum()), fields)
+    return Estimate.of_variances(est, var, fields)
 
 
 def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):

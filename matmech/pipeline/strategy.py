@@ -21,6 +21,7 @@ from matmech.inference import least_squares
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan
 from matmech.privacy.measure import (
+    Measurement,
     MeasurementPlan,
     check_counts,
     check_records,
@@ -29,7 +30,7 @@ from matmech.privacy.measure import (
 )
 from matmech.record import strategy_record
 
-__all__ = ["StrategyPlan", "strategy_plan", "plan_variances"]
+__all__ = ["StrategyPlan", "strategy_plan", "plan_variances", "measured_estimate"]
 
 
 def plan_variances(W, mplan):
@@ -74,22 +75,33 @@ class StrategyPlan(MeasuredPlan):
         return Draws((rec,), meas)
 
     def estimate(self, draws: Draws) -> Estimate:
-        meas = draws.state
-        xhat = least_squares(meas)
-        answers = self.answered.matvec(xhat)
-        xhat.setflags(write=False)
-        var = self.variances
-        note = self.note + ("; entries rounded to a power-of-two grid" if meas.rounded else "")
-        fields = dict(
-            strategy=meas.strategy,
-            strategy_name=self.name,
-            strategy_note=note,
-            measurement=meas,
-            estimate=xhat,
+        extra = {} if self.attributes is None else {"answered_workload": self.answered}
+        return measured_estimate(
+            draws.state, self.answered, self.variances, name=self.name, note=self.note, **extra
         )
-        if self.attributes is not None:
-            fields["answered_workload"] = self.answered
-        return Estimate(answers, np.sqrt(var), float(var.sum()), fields)
+
+
+def measured_estimate(
+    meas: Measurement, answered: LinOp, var: np.ndarray, *, name: str, note: str, **fields: Any
+) -> Estimate:
+    """The least-squares estimate of one strategy measurement: x̂ = A⁺ y (Li et al., PODS
+    2010; read-only), the answers ``answered`` x̂ with the exact variances ``var``, and
+    the Release fields ``strategy``, ``strategy_name`` (``name``), ``strategy_note``
+    (``note``, plus the grid rounding when the measurement rounded A), ``measurement`` and
+    ``estimate`` after the plan's own ``fields`` (the one estimator of
+    :class:`StrategyPlan` and :class:`~matmech.pipeline.selected.SelectedPlan`)."""
+    xhat = least_squares(meas)
+    answers = answered.matvec(xhat)
+    xhat.setflags(write=False)
+    rounded = "; entries rounded to a power-of-two grid" if meas.rounded else ""
+    fields.update(
+        strategy=meas.strategy,
+        strategy_name=name,
+        strategy_note=note + rounded,
+        measurement=meas,
+        estimate=xhat,
+    )
+    return Estimate.of_variances(answers, var, fields)
 
 
 def strategy_plan(
