@@ -1,9 +1,11 @@
 """What a streamed residual release holds, and its answers on demand (issue 24).
 
-:class:`ResidualStore`: the released integers of every residual, in draw order
-(:func:`matmech.factored.measure.residual_batches`), in one int64 array or appended to a file
-that is read through a mapping opened per read (the pages read leave the process's resident
-set) and removed with the store. :class:`ResidualIndex`: residual tuple → lattice index,
+:class:`ResidualStore`: the stored values of every residual — δ > 0 the released integers
+in draw order (:func:`matmech.factored.measure.residual_batches`, int64, appended); pure ε
+the orthonormal coordinates combined from the noisy tables (float64, added to in place) —
+in one array or in a file read through a mapping opened per read (the pages read leave the
+process's resident set) and removed with the store. How the values are read (coordinates,
+exact variances) is the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`). :class:`ResidualIndex`: residual tuple → lattice index,
 vectorised. :class:`MarginalRelease`: the result of
 :func:`matmech.factored.streamed.release_marginals`, answers and exact std reconstructed from
 the store marginal by marginal (the closed form of :mod:`matmech.factored.reconstruct`,
@@ -14,7 +16,7 @@ M̂_S = Σ_{T⊆S} (⊗_{i∈T} Qᵢᵀ ⊗ ⊗_{i∈S∖T} 1/nᵢ) ŷ_T (Xiao e
 variance of a marginal is data-independent and depends only on its attribute sizes and the σ
 of its residuals, so it is computed once per such *signature* (four for all ≤3-way marginals
 of a uniform domain) and shared: exact per cell (the σ rounded at ``scale_bits`` bits make
-cells differ by < 0.4%).
+cells differ by < 0.4%; pure ε: each residual's exact combined discrete Laplace variance).
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class MarginalRelease:
     concatenated they are W's rows); ``save(path)`` writes them to ``answers.npy``,
     ``std.npy`` and ``index.json``; ``to_release()`` is the in-memory
     :class:`matmech.record.Release` when it fits. ``subsets``/``weights``: W's terms;
-    ``offsets[k]``: the first row of term k. Holds only the released integers and the plan.
+    ``offsets[k]``: the first row of term k. Holds only the stored residuals and the plan.
 
     Parameters
     ----------
@@ -172,7 +174,7 @@ class MarginalRelease:
         (data-independent; its kind, :mod:`matmech.factored.streamed_kinds`, says how the
         store is read).
     store : ResidualStore
-        The released integers (:mod:`matmech.factored.store`), in RAM or in a file.
+        The stored residuals (released integers, or pure-ε combined coordinates), in RAM or a file.
     eps, delta, neighbors, budget_remaining, secure, strategy_note
         What was spent and how.
 

@@ -2,12 +2,16 @@
 
 All ≤3-way marginals of 200 attributes × 10 values are 1.3·10⁹ answers: their float64 values
 and std alone are 19.6 GiB. :func:`release_marginals` runs the residual plan of
-:mod:`matmech.factored.release` (Xiao et al., NeurIPS 2023) in bounded memory:
+:mod:`matmech.factored.release` (Xiao et al., NeurIPS 2023) in bounded memory, under
+(ε, δ) or pure ε:
 
-* measurement batch by batch (:func:`matmech.factored.measure.residual_batches`, the same
-  batches and draws as the in-memory :func:`~matmech.factored.measure.measure_residuals`):
-  the tables of one batch are counted, contrasted and noised, and the released integers
-  kept in RAM when they fit, else appended to a file (``spill_dir``);
+* measurement batch by batch, the same batches and draws as the in-memory release; how is
+  the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`): δ > 0, residuals
+  counted, contrasted and noised (:func:`matmech.factored.measure.residual_batches`), the
+  released integers appended; δ = 0, weighted marginal tables noised with discrete Laplace
+  and added into the residuals they contain
+  (:class:`matmech.factored.table_batches.TableBatches`), the noisy tables dropped. The
+  store is kept in RAM when it fits, else in a file (``spill_dir``);
 * reconstruction on demand (:class:`~matmech.factored.store.MarginalRelease`):
   ``marginal(S)``, ``iter_marginals()``, ``save(path)``, ``to_release()``.
 

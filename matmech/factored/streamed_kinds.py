@@ -21,6 +21,7 @@ batch by batch and never branches on them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -90,8 +91,7 @@ class GaussianResiduals:
 
     def coordinates(self, mplan, y, sub):
         """Orthonormal coordinates y_j/λ_j of stored rows ``y`` (attribute sizes ``sub``)."""
-        l2, cls = _row_keys(sub, range(len(sub)))
-        return y.astype(np.float64) / np.sqrt(l2[cls])
+        return y.astype(np.float64) / _row_norms(sub)
 
     def row_variances(self, mplan, sub, v):
         """Exact variance of each orthonormal coordinate of a residual with attribute sizes
@@ -122,6 +122,15 @@ class GaussianResiduals:
             "secure_randomness": secure,
         }
         return strategy, noise_
+
+
+@functools.lru_cache(maxsize=64)
+def _row_norms(sub):
+    """λ_j of every row of ⊗_{i} Hᵢ for attribute sizes ``sub`` (read-only)."""
+    l2, cls = _row_keys(sub, range(len(sub)))
+    out = np.sqrt(l2[cls])
+    out.setflags(write=False)
+    return out
 
 
 class LaplaceTables:

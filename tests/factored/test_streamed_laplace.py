@@ -13,6 +13,7 @@ import pytest
 import matmech as mm
 from matmech import workloads as Wl
 from matmech.factored import store, streamed, table_batches
+from matmech.factored.measure import combine_tables
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
 from matmech.factored.tables import marginal_tables
@@ -74,6 +75,13 @@ def _dense_gls(domain, mplan, noisy):
     return cov @ (A.T @ (w * y)), cov
 
 
+def _assert_like_in_memory(got, ref):
+    """The streamed release's answers and std equal the in-memory release's (the same draws
+    and residual sums; the reconstructions are two codes, equal to rounding)."""
+    np.testing.assert_allclose(got.answers, ref.answers, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got.std, ref.std, rtol=1e-12)
+
+
 def _assert_dense(got, W, xhat, cov):
     Wd = W.dense()
     np.testing.assert_allclose(got.answers, Wd @ xhat, rtol=1e-9, atol=1e-8)
@@ -88,8 +96,10 @@ def test_streamed_pure_equals_in_memory_and_dense_gls_in_ram_and_on_disk(
     tmp_path, monkeypatch, search
 ):
     codes, W = _codes(DOMAIN, RECORDS, seed=4), _workload()
-    ref = release_factored(codes, W, 1.0, 0.0, rng=np.random.default_rng(11), search=search)
     noisy = _spy_noisy(monkeypatch)
+    ref = release_factored(codes, W, 1.0, 0.0, rng=np.random.default_rng(11), search=search)
+    tables_ref = dict(noisy)
+    noisy.clear()
     ram = release_marginals(codes, W, 1.0, 0.0, rng=np.random.default_rng(11), search=search)
     tables_ram = dict(noisy)
     noisy.clear()
@@ -102,12 +112,19 @@ def test_streamed_pure_equals_in_memory_and_dense_gls_in_ram_and_on_disk(
     # (c) spilled = in RAM, bit for bit; the same noisy tables were drawn
     np.testing.assert_array_equal(a.answers, b.answers)
     np.testing.assert_array_equal(a.std, b.std)
-    assert tables_ram.keys() == noisy.keys()
+    assert tables_ram.keys() == noisy.keys() == tables_ref.keys()
     for t in noisy:
         np.testing.assert_array_equal(tables_ram[t], noisy[t])
-    # (a) the in-memory pure-ε release on the same rng: same batches, same draws, same sums
-    np.testing.assert_array_equal(a.answers, ref.answers)
-    np.testing.assert_array_equal(a.std, ref.std)
+        np.testing.assert_array_equal(tables_ref[t], noisy[t])
+    # (a) the in-memory pure-ε release on the same rng: same batches, same draws, and the
+    # same residual sums bit for bit (the in-memory combination of those tables)
+    _assert_like_in_memory(a, ref)
+    meas = combine_tables(ram.measurement_plan, tables_ref)
+    for T in ram.measurement_plan.plan.lattice.residuals:
+        for rel in (ram, disk):
+            y, var = rel.residual(T)
+            np.testing.assert_array_equal(y, meas.coords[T].reshape(-1))
+            np.testing.assert_array_equal(var, meas.row_variances[T].reshape(-1))
     assert ram.expected_error == pytest.approx(ref.expected_error, rel=1e-12)
     assert a.expected_error == pytest.approx(ref.expected_error, rel=1e-12)
     # (a), (b) independent: dense GLS over the cells on those noisy tables
@@ -171,8 +188,7 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     assert len(batches) >= 4 and max(sizes) == 2  # several tables a call, cut at 20 cells
     assert all(steps.cells[b.J].sum() <= 20 for b in batches)
     got = rel.to_release()
-    np.testing.assert_array_equal(got.answers, ref.answers)
-    np.testing.assert_array_equal(got.std, ref.std)
+    _assert_like_in_memory(got, ref)
     _assert_dense(got, W, *_dense_gls(domain, rel.measurement_plan, noisy))
 
 
@@ -188,8 +204,7 @@ def test_given_tables_or_a_histogram_release_like_release_factored(form):
         ref = release_factored(codes, W, 1.0, 0.0, rng=np.random.default_rng(2))
     rel = release_marginals(given, W, 1.0, 0.0, rng=np.random.default_rng(2))
     got = rel.to_release()
-    np.testing.assert_array_equal(got.answers, ref.answers)
-    np.testing.assert_array_equal(got.std, ref.std)
+    _assert_like_in_memory(got, ref)
     assert ("'lattice'" in rel.strategy_note) is (form == "tables")
 
 
@@ -200,9 +215,21 @@ def test_many_attributes_search_the_lattice_like_release_factored():
     ref = release_factored(codes, W, 1.0, 0.0, rng=np.random.default_rng(6))
     rel = release_marginals(codes, W, 1.0, 0.0, rng=np.random.default_rng(6))
     got = rel.to_release()
-    np.testing.assert_array_equal(got.answers, ref.answers)
-    np.testing.assert_array_equal(got.std, ref.std)
+    _assert_like_in_memory(got, ref)
     assert "'lattice'" in rel.strategy_note
+
+
+@pytest.mark.parametrize("neighbors, bits", [("substitute", 9), ("add_remove", None)])
+def test_neighbours_and_unrounded_scales_release_like_release_factored(neighbors, bits):
+    codes, W = _codes(DOMAIN, 600, seed=12), _workload()
+    kw = dict(neighbors=neighbors, scale_bits=bits, max_records=10_000)
+    ref = release_factored(codes, W, 0.5, 0.0, rng=np.random.default_rng(4), **kw)
+    rel = release_marginals(codes, W, 0.5, 0.0, rng=np.random.default_rng(4), **kw)
+    got = rel.to_release()
+    _assert_like_in_memory(got, ref)
+    assert rel.neighbors == neighbors and rel.to_dict()["noise"]["sensitivity"] == pytest.approx(
+        2.0 if neighbors == "substitute" else 1.0
+    )
 
 
 def test_save_iterate_and_summary():
