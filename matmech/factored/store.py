@@ -5,8 +5,9 @@ in draw order (:func:`matmech.factored.measure.residual_batches`, int64, appende
 the orthonormal coordinates combined from the noisy tables (float64, added to in place) —
 in one array or in a file read through a mapping opened per read (the pages read leave the
 process's resident set) and removed with the store. How the values are read (coordinates,
-exact variances) is the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`). :class:`ResidualIndex`: residual tuple → lattice index,
-vectorised. :class:`MarginalRelease`: the result of
+exact variances) is the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`).
+:class:`ResidualIndex`: residual tuple → lattice index, vectorised.
+:class:`MarginalRelease`: the result of
 :func:`matmech.factored.streamed.release_marginals`, answers and exact std reconstructed from
 the store marginal by marginal (the closed form of :mod:`matmech.factored.reconstruct`,
 vectorised over marginals of equal attribute sizes; a std pattern per signature). All of it
@@ -81,7 +82,7 @@ class ResidualStore:
         y.tofile(self._fh)  # batches arrive in draw order: an append
         self._at += y.size
 
-    def add(self, starts, rows):
+    def add(self, starts: np.ndarray, rows: np.ndarray) -> None:
         """Add ``rows[i]`` to the values from ``starts[i]`` on
         (:func:`matmech.factored.table_batches.accumulate`: the same numbers in RAM or on disk)."""
         if self.path is None:
@@ -174,7 +175,8 @@ class MarginalRelease:
         (data-independent; its kind, :mod:`matmech.factored.streamed_kinds`, says how the
         store is read).
     store : ResidualStore
-        The stored residuals (released integers, or pure-ε combined coordinates), in RAM or a file.
+        The stored residuals (released integers, or pure-ε combined coordinates), in RAM
+        or in a file.
     eps, delta, neighbors, budget_remaining, secure, strategy_note
         What was spent and how.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,9 @@ class GaussianResiduals:
     accumulate = False  # the store appends the released integers in draw order
     noise = "discrete_gaussian"
 
-    def plan(self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search):
+    def plan(
+        self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search
+    ) -> tuple:
         """(measurement plan, W's subsets, their row weights, note, subsets the reader reads)."""
         plan, subsets, rw = _residual_plan(wt, objective)
         mplan = plan_residual_measurement(
@@ -67,7 +70,7 @@ class GaussianResiduals:
     def extra_bytes(self, mplan) -> int:
         return 0
 
-    def layout(self, mplan):
+    def layout(self, mplan) -> tuple[np.ndarray, int]:
         """(first stored value of each residual, total): residuals in draw order."""
         offsets, at = np.empty(len(mplan.plan.lattice.residuals), dtype=np.int64), 0
         for batch in residual_batches(mplan):
@@ -76,7 +79,7 @@ class GaussianResiduals:
             at += m * batch.J.size
         return offsets, at
 
-    def measure(self, mplan, reader, store, src):
+    def measure(self, mplan, reader, store, src) -> None:
         """Every batch: its residuals' tables read, contrasted, noised and appended."""
         residuals = mplan.plan.lattice.residuals
         for batch in residual_batches(mplan):
@@ -85,27 +88,27 @@ class GaussianResiduals:
             del tables
             store.write(batch.J, y)
 
-    def variances(self, mplan):
+    def variances(self, mplan) -> np.ndarray:
         """One number per residual that fixes its coordinates' variances (the plan's)."""
         return np.asarray(mplan.plan.variances, dtype=np.float64)
 
-    def coordinates(self, mplan, y, sub):
+    def coordinates(self, mplan, y, sub) -> np.ndarray:
         """Orthonormal coordinates y_j/λ_j of stored rows ``y`` (attribute sizes ``sub``)."""
         return y.astype(np.float64) / _row_norms(sub)
 
-    def row_variances(self, mplan, sub, v):
+    def row_variances(self, mplan, sub, v) -> np.ndarray:
         """Exact variance of each orthonormal coordinate of a residual with attribute sizes
         ``sub`` and plan variance ``v``: Var(Z_j)/λ_j², τ_j as :func:`residual_batches`."""
         l2, cls = _row_keys(sub, range(len(sub)))
         _, index, var = row_noise(mplan, least_sigma(mplan, [v], l2))
         return (var[index[0]] / l2)[cls]
 
-    def stored_variances(self, mplan, sub, v):
+    def stored_variances(self, mplan, sub, v) -> np.ndarray:
         """Exact noise variance of each stored value (the integers: Var(Z_j))."""
         l2, cls = _row_keys(sub, range(len(sub)))
         return self.row_variances(mplan, sub, v) * l2[cls]
 
-    def summary(self, mplan, secure):
+    def summary(self, mplan, secure) -> tuple[dict, dict]:
         """The strategy and noise entries of :meth:`MarginalRelease.to_dict` (no data)."""
         strategy = {
             "name": "residual",
@@ -140,7 +143,9 @@ class LaplaceTables:
     accumulate = True  # the store adds each batch's contributions in place
     noise = "discrete_laplace"
 
-    def plan(self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search):
+    def plan(
+        self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search
+    ) -> tuple:
         """As :meth:`GaussianResiduals.plan`; the reader reads the plan's tables."""
         plan, subsets, rw = _laplace_plan(wt, objective, search)
         mplan = plan_residual_laplace(
@@ -158,13 +163,13 @@ class LaplaceTables:
         """The (table, residual) pairs' arrays and sort keys, the residuals' keys."""
         return 80 * int(mplan.pair_table.size) + 32 * len(mplan.plan.lattice.residuals)
 
-    def layout(self, mplan):
+    def layout(self, mplan) -> tuple[np.ndarray, int]:
         """(first coordinate of each residual, total): residuals in lattice order."""
         lat = mplan.plan.lattice
         sizes = np.asarray(lat.sizes, dtype=np.int64)
         return np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64), int(sizes.sum())
 
-    def measure(self, mplan, reader, store, src):
+    def measure(self, mplan, reader, store, src) -> None:
         """Every batch: its tables read and noised (one sampler call), then added to the
         residuals they contain; the noisy tables are dropped with the batch."""
         steps = TableBatches(mplan)
@@ -174,20 +179,20 @@ class LaplaceTables:
             del tables
             steps.combine(batch, noisy, store.add)
 
-    def variances(self, mplan):
+    def variances(self, mplan) -> np.ndarray:
         """Each residual's exact per-coordinate variance (discrete Laplace, combined)."""
         return np.asarray(mplan.row_variance, dtype=np.float64)
 
-    def coordinates(self, mplan, y, sub):
+    def coordinates(self, mplan, y, sub) -> np.ndarray:
         return y
 
-    def row_variances(self, mplan, sub, v):
+    def row_variances(self, mplan, sub, v) -> np.ndarray:
         return np.full(math.prod(n - 1 for n in sub), float(v))
 
-    def stored_variances(self, mplan, sub, v):
+    def stored_variances(self, mplan, sub, v) -> np.ndarray:
         return self.row_variances(mplan, sub, v)
 
-    def summary(self, mplan, secure):
+    def summary(self, mplan, secure) -> tuple[dict, dict]:
         plan = mplan.plan
         strategy = {
             "name": "residual",
@@ -206,11 +211,18 @@ class LaplaceTables:
 
 
 #: Measurement-plan type → its kind.
-KINDS = {ResidualMeasurementPlan: GaussianResiduals(), LaplaceMeasurementPlan: LaplaceTables()}
-_BY_PURE = {False: KINDS[ResidualMeasurementPlan], True: KINDS[LaplaceMeasurementPlan]}
+Kind = GaussianResiduals | LaplaceTables
+KINDS: dict[type, Kind] = {
+    ResidualMeasurementPlan: GaussianResiduals(),
+    LaplaceMeasurementPlan: LaplaceTables(),
+}
+_BY_PURE: dict[bool, Kind] = {
+    False: KINDS[ResidualMeasurementPlan],
+    True: KINDS[LaplaceMeasurementPlan],
+}
 
 
-def kind_of(mplan):
+def kind_of(mplan: Any) -> Kind:
     """The kind of a measurement plan (TypeError for any other object)."""
     kind = KINDS.get(type(mplan))
     if kind is None:
@@ -221,6 +233,6 @@ def kind_of(mplan):
     return kind
 
 
-def kind_for(delta: float):
+def kind_for(delta: float) -> Kind:
     """The kind that measures at ``delta``: Gaussian for δ > 0, Laplace tables for δ = 0."""
     return _BY_PURE[delta == 0]

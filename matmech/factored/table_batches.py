@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +53,7 @@ class TableBatches:
     look-ups their combination needs (residual and (table, residual) pair keys, sorted once;
     data-independent)."""
 
-    def __init__(self, mplan):
+    def __init__(self, mplan: Any):
         plan = mplan.plan
         lat = plan.lattice
         self.mplan, self.names, self.domain = mplan, tuple(plan.tables), tuple(lat.domain)
@@ -74,7 +76,7 @@ class TableBatches:
         self.offsets = np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
         self.total = int(sizes.sum())
 
-    def batches(self):
+    def batches(self) -> Iterator[TableBatch]:
         """The batches in draw order (a generator; a function of the plan alone)."""
         scales = np.asarray(self.mplan.scales, dtype=np.float64)
         for b in np.unique(scales).tolist():
@@ -87,7 +89,7 @@ class TableBatches:
                 yield TableBatch(float(b), idx[at:stop])
                 at = stop
 
-    def draw(self, batch, tables, src):
+    def draw(self, batch: TableBatch, tables: Mapping, src: Any) -> dict:
         """{T: int64 noisy table} of the batch: ``tables[T]`` plus exact discrete Laplace noise
         of the batch's scale, all its cells in one sampler call (tables in batch order).
         Reads data; never branches on it."""
@@ -100,11 +102,12 @@ class TableBatches:
             at += m
         return noisy
 
-    def combine(self, batch, noisy, add):
+    def combine(self, batch: TableBatch, noisy: Mapping, add: Callable) -> None:
         """Add the batch's noisy tables (``noisy[T]``) to the residuals they contain:
         ``add(starts, rows)`` with ``starts`` the flat offsets (:attr:`offsets`) of the
         residuals and ``rows`` their weighted orthonormal coordinates, (len(starts), m)."""
-        d, groups = self.domain, {}
+        d = self.domain
+        groups: dict[tuple, list] = {}
         for j in batch.J.tolist():
             groups.setdefault(tuple(d[i] for i in self.names[j]), []).append(j)
         for shape, js in groups.items():
@@ -142,7 +145,7 @@ def _q(n):
     return contrast_operators(n)[1].T.tocsr()
 
 
-def accumulate(target, starts, rows):
+def accumulate(target: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
     """target[starts[i] : starts[i] + m] += rows[i] for every i (``target`` a flat float64
     array or file mapping): rows for one residual summed first, in order, so the numbers do
     not depend on where ``target`` lives."""
