@@ -13,6 +13,7 @@ throughput, and the max-variance plan at 100 attributes (``objective="max"``, cv
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 100
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 200-secure  # rng=None
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only max
+    OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 100-pure  # δ = 0
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --quick   # 20 attributes
 
 Results merge into benchmarks/results/factored_release_scale.{json,md}.
@@ -78,31 +79,49 @@ class _Timer:
         setattr(module, name, timed)
 
 
-def _case(name, d, records, seed, spill, secure, out):
-    from matmech.factored import measure, streamed
+def _case(name, d, records, seed, spill, secure, delta, k, out):
+    """One release of all ≤k-way marginals of d attributes × 10 values: (ε, δ) = (1, delta);
+    delta = 0 is the pure-ε release (Laplace tables combined into the residuals)."""
+    from matmech.factored import measure, streamed, streamed_kinds, table_batches
     from matmech.pipeline import source as pipeline_source
     from matmech.factored.terms import marginal_workload
     from matmech.privacy import noise
     from matmech.privacy.budget import PrivacyBudget
 
     codes = _records(d, 10, records, seed)
-    subsets = [s for k in range(4) for s in itertools.combinations(range(d), k)]
+    subsets = [s for r in range(k + 1) for s in itertools.combinations(range(d), r)]
     W = marginal_workload((10,) * d, subsets)
     timer = _Timer()
-    timer.wrap(streamed, "_residual_plan", "plan")
-    real_plan = streamed._residual_plan
+    pure = delta == 0
+    lattice_plan = "_laplace_plan" if pure else "_residual_plan"
+    timer.wrap(streamed_kinds, lattice_plan, "plan")
+    real_plan = getattr(streamed_kinds, lattice_plan)
 
-    def keep(*a, **k):
-        out = real_plan(*a, **k)
+    def keep(*a, **kw):
+        out = real_plan(*a, **kw)
         timer.plan = out[0]
         return out
 
-    streamed._residual_plan = keep
-    timer.wrap(streamed, "plan_residual_measurement", "plan")
-    timer.wrap(streamed, "measure_batch", "measure (contrast + noise)")
-    timer.wrap(measure, "_contrast", "contrast")
-    timer.wrap(noise, "discrete_gaussian", "noise draws")
-    timer.wrap(noise, "discrete_gaussian_mixed", "noise draws")
+    setattr(streamed_kinds, lattice_plan, keep)
+    mplan_name = "plan_residual_laplace" if pure else "plan_residual_measurement"
+    timer.wrap(streamed_kinds, mplan_name, "plan")
+    real_mplan = getattr(streamed_kinds, mplan_name)
+
+    def keep_m(*a, **kw):
+        out = real_mplan(*a, **kw)
+        timer.mplan = out
+        return out
+
+    setattr(streamed_kinds, mplan_name, keep_m)
+    if pure:
+        timer.wrap(table_batches.TableBatches, "draw", "measure (tables + noise)")
+        timer.wrap(table_batches.TableBatches, "combine", "combine")
+        timer.wrap(noise, "discrete_laplace", "noise draws")
+    else:
+        timer.wrap(streamed_kinds, "measure_batch", "measure (contrast + noise)")
+        timer.wrap(measure, "_contrast", "contrast")
+        timer.wrap(noise, "discrete_gaussian", "noise draws")
+        timer.wrap(noise, "discrete_gaussian_mixed", "noise draws")
     real_reader = pipeline_source.table_reader  # the streamed plan's checked reader
 
     def reader(data, domain, **k):
@@ -120,14 +139,14 @@ def _case(name, d, records, seed, spill, secure, out):
         return r
 
     pipeline_source.table_reader = reader
-    budget = PrivacyBudget(1.0, 1e-6)
+    budget = PrivacyBudget(1.0, max(delta, 1e-6))
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
         rel = streamed.release_marginals(
             codes,
             W,
             1.0,
-            1e-6,
+            delta,
             budget=budget,
             rng=None if secure else np.random.default_rng(seed),
             spill_dir=tmp,
@@ -141,8 +160,14 @@ def _case(name, d, records, seed, spill, secure, out):
             n += v.size
         t_rec, c_rec = time.perf_counter() - t0, time.process_time() - c0
         del rel
-    draws = int(sum(math.prod(9 for _ in range(k)) * math.comb(d, k) for k in range(4)))
+    if pure:  # one draw per cell of every measured table
+        draws = int(sum(math.prod(10 for _ in t) for t in timer.mplan.plan.tables))
+    else:
+        draws = int(sum(math.prod(9 for _ in range(r)) * math.comb(d, r) for r in range(k + 1)))
+    extra = streamed_kinds.kind_of(timer.mplan).extra_bytes(timer.mplan)
     sec = timer.seconds
+    step = "combine" if pure else "contrast"
+    measured = "measure (tables + noise)" if pure else "measure (contrast + noise)"
     out.put(
         {
             "case": name,
@@ -151,26 +176,28 @@ def _case(name, d, records, seed, spill, secure, out):
             "marginals": len(subsets),
             "answers": n,
             "noise_draws": draws,
-            "eps_delta": [1.0, 1e-6],
+            "eps_delta": [1.0, delta],
+            "noise": "discrete Laplace (tables)" if pure else "discrete Gaussian (residuals)",
             "randomness": "secure default (AES-256 CTR_DRBG)" if secure else "seeded Generator",
             "rmse_analytic": math.sqrt(sq / n),
             "seconds": {
                 "plan": sec.get("plan", 0.0),
                 "tables": sec.get("tables", 0.0),
-                "contrast": sec.get("contrast", 0.0),
+                step: sec.get(step, 0.0),
                 "noise draws": sec.get("noise draws", 0.0),
-                "measure (contrast + noise)": sec.get("measure (contrast + noise)", 0.0),
+                measured: sec.get(measured, 0.0),
                 "release (plan + tables + measure)": t_release,
                 "reconstruct every answer + std": t_rec,
             },
             "seconds_total": t_release + t_rec,
             "cpu_seconds": {
-                **{k: timer.cpu.get(k, 0.0) for k in ("plan", "tables", "contrast", "noise draws")},
+                **{k: timer.cpu.get(k, 0.0) for k in ("plan", "tables", step, "noise draws")},
                 "release (plan + tables + measure)": c_release,
                 "reconstruct every answer + std": c_rec,
             },
             "cpu_seconds_total": c_release + c_rec,
-            "memory_estimate_gib": streamed.streamed_memory(timer.plan, in_ram=False) / 2**30,
+            "memory_estimate_gib": streamed.streamed_memory(timer.plan, in_ram=False, extra=extra)
+            / 2**30,
             "draws_per_second": draws / max(sec.get("noise draws", 1e-9), 1e-9),
             "draws_per_cpu_second": draws / max(timer.cpu.get("noise draws", 1e-9), 1e-9),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
@@ -254,7 +281,7 @@ def _table(meta, rows):
     lines = [
         f"# Streamed residual release, ≤3-way marginals ({meta['date']}, {meta['machine']})",
         "",
-        "| case | records | marginals | answers | draws | RMSE | plan s | tables s | contrast s | "
+        "| case | records | marginals | answers | draws | RMSE | plan s | tables s | contrast / combine s | "
         "noise s | release s | reconstruct s | total s | CPU s | peak GiB (estimate) | load |",
         "|" + "---|" * 16,
     ]
@@ -265,7 +292,7 @@ def _table(meta, rows):
         lines.append(
             f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
             f"{r['noise_draws']:,} | {r['rmse_analytic']:.2f} | {t['plan']:.1f} | {t['tables']:.1f} | "
-            f"{t['contrast']:.1f} | {t['noise draws']:.1f} | "
+            f"{t.get('contrast', t.get('combine', float('nan'))):.1f} | {t['noise draws']:.1f} | "
             f"{t['release (plan + tables + measure)']:.1f} | {t['reconstruct every answer + std']:.1f} | "
             f"{r['seconds_total']:.1f} | {r.get('cpu_seconds_total', float('nan')):.1f} | "
             f"{r['peak_rss_gib']:.2f} ({r.get('memory_estimate_gib', float('nan')):.2f}) | "
@@ -296,7 +323,8 @@ def _table(meta, rows):
         "",
         "Release = plan + tables + measure (one atomic spend before the first draw); tables, "
         "contrast and noise are the parts of it spent in the table reader, the integer contrasts "
-        "and the sampler. Reconstruct = every answer and its exact std, marginal by marginal "
+        "and the sampler (pure ε rows: draws = the cells of the Laplace tables, and "
+        "combine = adding each noisy table batch into the residuals it contains). Reconstruct = every answer and its exact std, marginal by marginal "
         "(reduced to the RMSE). CPU s = the process's CPU time (user + system): the wall time "
         "it would take with a core to itself. Estimate = `streamed_memory`, checked before the "
         "spend. One BLAS thread; load = the 1/5/15-minute load average when the case finished "
@@ -308,21 +336,45 @@ def _table(meta, rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 attributes, 10⁴ records (smoke run)")
-    ap.add_argument("--only", choices=["100", "200", "100-secure", "200-secure", "sampler", "max"])
+    ap.add_argument(
+        "--only",
+        choices=[
+            "100",
+            "200",
+            "100-secure",
+            "200-secure",
+            "100-pure",
+            "100-pure-2way",
+            "sampler",
+            "max",
+        ],
+    )
     ap.add_argument("--spill", default=None, help="directory of the spill files")
     args = ap.parse_args(argv)
     cases = {
         "sampler": (_sampler, ()),
-        "100": (_case, ("100×10 ≤3-way", 100, 100_000, 1, args.spill, False)),
-        "200": (_case, ("200×10 ≤3-way", 200, 100_000, 1, args.spill, False)),
-        "100-secure": (_case, ("100×10 ≤3-way, secure", 100, 100_000, 1, args.spill, True)),
-        "200-secure": (_case, ("200×10 ≤3-way, secure", 200, 100_000, 1, args.spill, True)),
+        "100": (_case, ("100×10 ≤3-way", 100, 100_000, 1, args.spill, False, 1e-6, 3)),
+        "200": (_case, ("200×10 ≤3-way", 200, 100_000, 1, args.spill, False, 1e-6, 3)),
+        "100-secure": (
+            _case,
+            ("100×10 ≤3-way, secure", 100, 100_000, 1, args.spill, True, 1e-6, 3),
+        ),
+        "200-secure": (
+            _case,
+            ("200×10 ≤3-way, secure", 200, 100_000, 1, args.spill, True, 1e-6, 3),
+        ),
         "max": (_max_plan, (100,)),
+        "100-pure": (_case, ("100×10 ≤3-way, pure ε", 100, 100_000, 1, args.spill, False, 0.0, 3)),
+        "100-pure-2way": (
+            _case,
+            ("100×10 ≤2-way, pure ε", 100, 100_000, 1, args.spill, False, 0.0, 2),
+        ),
     }
     if args.quick:
         chosen = [
-            (_case, ("20×10 ≤3-way", 20, 10_000, 1, args.spill, False)),
-            (_case, ("20×10 ≤3-way, secure", 20, 10_000, 1, args.spill, True)),
+            (_case, ("20×10 ≤3-way", 20, 10_000, 1, args.spill, False, 1e-6, 3)),
+            (_case, ("20×10 ≤3-way, secure", 20, 10_000, 1, args.spill, True, 1e-6, 3)),
+            (_case, ("20×10 ≤3-way, pure ε", 20, 10_000, 1, args.spill, False, 0.0, 3)),
             (_max_plan, (20,)),
         ]
     else:

@@ -53,8 +53,8 @@ import numpy as np
 from fractions import Fraction
 
 from matmech.linalg.linop import Dense, Identity, Kron
+from matmech.factored.table_batches import TableBatches, accumulate
 from matmech.linalg.residual import (
-    apply_axes,
     apply_axes_batched,
     contrast_operators,
     haar_contrasts,
@@ -488,24 +488,15 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
     """Draw the discrete Laplace noise of ``mplan`` on the marginal ``tables`` ({T: int64
     table} for T in ``mplan.plan.tables``) and combine the residuals →
     :class:`ResidualMeasurement`. Reads data; the caller has checked the tables and charged
-    the budget. Tables sharing a scale are drawn in one sampler call, scales ascending,
-    tables in plan order. Nothing here branches on the data."""
+    the budget. The batches of :class:`~matmech.factored.table_batches.TableBatches` (the
+    streamed release's): tables sharing a scale in one sampler call per batch, scales
+    ascending, tables in plan order. Nothing here branches on the data."""
     src = noise.check_rng(rng)
-    plan = mplan.plan
-    lat, names = plan.lattice, plan.tables
-    d = lat.domain
-    sizes = [math.prod(d[i] for i in t) for t in names]
+    steps = TableBatches(mplan)
     noisy = {}
-    for b in np.unique(mplan.scales).tolist():
-        idx = np.flatnonzero(mplan.scales == b)
-        z = noise.discrete_laplace(b, int(sum(sizes[j] for j in idx)), rng=src)
-        at = 0
-        for j in idx.tolist():
-            t = names[j]
-            noisy[t] = np.asarray(tables[t], dtype=np.int64) + z[at : at + sizes[j]].reshape(
-                np.shape(tables[t])
-            )
-            at += sizes[j]
+    for batch in steps.batches():
+        noisy.update(steps.draw(batch, tables, src))
+    d = mplan.plan.lattice.domain
     event = {
         "mechanism": "marginal tables (Laplace)",
         "eps": mplan.eps,
@@ -520,10 +511,10 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
             values=noisy[t].reshape(-1),
             domain=tuple(d),
             attributes=tuple(t),
-            variance=noise.discrete_laplace_variance(float(mplan.scales[j])),
+            variance=float(mplan.table_variances[j]),
             event={**event, "scale": float(mplan.scales[j])},
         )
-        for j, t in enumerate(names)
+        for j, t in enumerate(mplan.plan.tables)
     )
     return dataclasses.replace(
         combine_tables(mplan, noisy, secure=bool(src.secure)), records=records
@@ -534,21 +525,19 @@ def combine_tables(mplan, noisy, *, secure=False):
     """Post-processing of the noisy tables ({T: table}) of ``mplan`` → :class:`ResidualMeasurement`:
     each residual T' is the inverse-variance mean of Q_{T'}(table T summed to T') over the
     tables T ⊇ T' (the generalised least squares of the stacked tables, which decouples per
-    residual because the residual subspaces are orthogonal)."""
-    lat, names, d = mplan.plan.lattice, mplan.plan.tables, mplan.plan.lattice.domain
-    acc = {}
-    for k in range(mplan.pair_table.size):
-        T, R = names[mplan.pair_table[k]], lat.residuals[mplan.pair_residual[k]]
-        axes = tuple(a for a, i in enumerate(T) if i not in R)
-        part = np.asarray(noisy[T]).sum(axis=axes) if axes else np.asarray(noisy[T])
-        acc[R] = acc.get(R, 0.0) + mplan.pair_weight[k] * part.astype(np.float64)
+    residual because the residual subspaces are orthogonal), batch by batch
+    (:meth:`~matmech.factored.table_batches.TableBatches.combine`, as the streamed release)."""
+    lat, d = mplan.plan.lattice, mplan.plan.lattice.domain
+    steps = TableBatches(mplan)
+    flat = np.zeros(steps.total)
+    for batch in steps.batches():
+        steps.combine(batch, noisy, lambda starts, rows: accumulate(flat, starts, rows))
+    flat.setflags(write=False)
     coords, rowvar = {}, {}
     for j, R in enumerate(lat.residuals):
-        c = apply_axes(
-            np.asarray(acc[R], dtype=np.float64), [contrast_operators(d[i])[1].T.tocsr() for i in R]
-        )
-        v = np.full(c.shape, float(mplan.row_variance[j]))
-        c.setflags(write=False)
+        shape, at = tuple(d[i] - 1 for i in R), int(steps.offsets[j])
+        coords[R] = flat[at : at + math.prod(shape)].reshape(shape)
+        v = np.full(shape, float(mplan.row_variance[j]))
         v.setflags(write=False)
-        coords[R], rowvar[R] = c, v
+        rowvar[R] = v
     return ResidualMeasurement(mplan, coords, rowvar, bool(secure))

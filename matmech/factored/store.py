@@ -1,10 +1,13 @@
 """What a streamed residual release holds, and its answers on demand (issue 24).
 
-:class:`ResidualStore`: the released integers of every residual, in draw order
-(:func:`matmech.factored.measure.residual_batches`), in one int64 array or appended to a file
-that is read through a mapping opened per read (the pages read leave the process's resident
-set) and removed with the store. :class:`ResidualIndex`: residual tuple → lattice index,
-vectorised. :class:`MarginalRelease`: the result of
+:class:`ResidualStore`: the stored values of every residual — δ > 0 the released integers
+in draw order (:func:`matmech.factored.measure.residual_batches`, int64, appended); pure ε
+the orthonormal coordinates combined from the noisy tables (float64, added to in place) —
+in one array or in a file read through a mapping opened per read (the pages read leave the
+process's resident set) and removed with the store. How the values are read (coordinates,
+exact variances) is the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`).
+:class:`ResidualIndex`: residual tuple → lattice index, vectorised.
+:class:`MarginalRelease`: the result of
 :func:`matmech.factored.streamed.release_marginals`, answers and exact std reconstructed from
 the store marginal by marginal (the closed form of :mod:`matmech.factored.reconstruct`,
 vectorised over marginals of equal attribute sizes; a std pattern per signature). All of it
@@ -14,7 +17,7 @@ M̂_S = Σ_{T⊆S} (⊗_{i∈T} Qᵢᵀ ⊗ ⊗_{i∈S∖T} 1/nᵢ) ŷ_T (Xiao e
 variance of a marginal is data-independent and depends only on its attribute sizes and the σ
 of its residuals, so it is computed once per such *signature* (four for all ≤3-way marginals
 of a uniform domain) and shared: exact per cell (the σ rounded at ``scale_bits`` bits make
-cells differ by < 0.4%).
+cells differ by < 0.4%; pure ε: each residual's exact combined discrete Laplace variance).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from matmech.factored.measure import ResidualMeasurementPlan, _row_keys, least_sigma, row_noise
+from matmech.factored.measure import LaplaceMeasurementPlan, ResidualMeasurementPlan
+from matmech.factored.streamed_kinds import kind_of
+from matmech.factored.table_batches import accumulate
 from matmech.factored.release import MAX_MEMORY
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
@@ -49,19 +54,25 @@ CACHE_BYTES = 256 << 20
 
 
 class ResidualStore:
-    """The released integers of every residual in draw order: one int64 array, or a file
-    read through a mapping opened per read (so the pages read leave the resident set)."""
+    """The stored values of every residual at ``offsets``: one array, or a file read through
+    a mapping opened per read (so the pages read leave the resident set). Gaussian: the
+    released integers (int64), written in draw order (:meth:`write`, appended to the file);
+    ``accumulate``: float64 sums, zero to start, added to in place (:meth:`add`)."""
 
-    def __init__(self, offsets, total, directory=None):
-        self.offsets, self.total = offsets, int(total)
+    def __init__(self, offsets, total, directory=None, *, accumulate=False):
+        self.offsets, self.total, self._fh = offsets, int(total), None
+        self.dtype = np.dtype(np.float64 if accumulate else np.int64)
         if directory is None:
-            self.path, self.array = None, np.empty(self.total, dtype=np.int64)
+            self.path, self.array = None, np.zeros(self.total, dtype=self.dtype)
             return
-        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".i64", dir=directory)
+        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".bin", dir=directory)
         os.close(fd)
         self.array, self._at = None, 0
-        self._fh = open(self.path, "wb")
         self._finalizer = weakref.finalize(self, _remove, self.path)
+        if accumulate:
+            os.truncate(self.path, self.dtype.itemsize * self.total)  # zeros, sparse on disk
+        else:
+            self._fh = open(self.path, "wb")
 
     def write(self, J, y):
         if self.path is None:
@@ -71,17 +82,28 @@ class ResidualStore:
         y.tofile(self._fh)  # batches arrive in draw order: an append
         self._at += y.size
 
+    def add(self, starts: np.ndarray, rows: np.ndarray) -> None:
+        """Add ``rows[i]`` to the values from ``starts[i]`` on
+        (:func:`matmech.factored.table_batches.accumulate`: the same numbers in RAM or on disk)."""
+        if self.path is None:
+            accumulate(self.array, starts, rows)
+            return
+        mm = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(self.total,))
+        accumulate(mm, starts, rows)
+        mm.flush()
+        del mm  # unmapped: the pages written leave this process's resident set
+
     def close(self):
-        if self.path is not None:
+        if self._fh is not None:
             self._fh.close()
 
     def read(self, J, m):
-        """(len(J), m) int64: the integers of residuals J (each with m coordinates)."""
+        """(len(J), m): the stored values of residuals J (each with m coordinates)."""
         starts = self.offsets[J]
         src = (
             self.array
             if self.path is None
-            else np.memmap(self.path, dtype=np.int64, mode="r", shape=(self.total,))
+            else np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.total,))
         )
         if J.size and np.all(np.diff(starts) == m):
             out = np.array(src[int(starts[0]) : int(starts[0]) + m * J.size]).reshape(J.size, m)
@@ -140,7 +162,7 @@ class MarginalRelease:
     concatenated they are W's rows); ``save(path)`` writes them to ``answers.npy``,
     ``std.npy`` and ``index.json``; ``to_release()`` is the in-memory
     :class:`matmech.record.Release` when it fits. ``subsets``/``weights``: W's terms;
-    ``offsets[k]``: the first row of term k. Holds only the released integers and the plan.
+    ``offsets[k]``: the first row of term k. Holds only the stored residuals and the plan.
 
     Parameters
     ----------
@@ -148,10 +170,13 @@ class MarginalRelease:
         W, a union of marginals.
     subsets, weights : tuple, numpy.ndarray
         W's terms (sorted attribute tuples) and their row weights.
-    measurement_plan : ResidualMeasurementPlan
-        σ per residual and the privacy parameters (data-independent).
+    measurement_plan : ResidualMeasurementPlan or LaplaceMeasurementPlan
+        The noise of every residual (δ > 0) or table (pure ε) and the privacy parameters
+        (data-independent; its kind, :mod:`matmech.factored.streamed_kinds`, says how the
+        store is read).
     store : ResidualStore
-        The released integers (:mod:`matmech.factored.store`), in RAM or in a file.
+        The stored residuals (released integers, or pure-ε combined coordinates), in RAM
+        or in a file.
     eps, delta, neighbors, budget_remaining, secure, strategy_note
         What was spent and how.
 
@@ -184,7 +209,7 @@ class MarginalRelease:
     workload: LinOp = field(repr=False)
     subsets: tuple = field(repr=False)
     weights: np.ndarray = field(repr=False)
-    measurement_plan: ResidualMeasurementPlan = field(repr=False)
+    measurement_plan: ResidualMeasurementPlan | LaplaceMeasurementPlan = field(repr=False)
     store: ResidualStore = field(repr=False)
     eps: float = 0.0
     delta: float = 0.0
@@ -333,31 +358,31 @@ class MarginalRelease:
             "neighbors": self.neighbors,
             "strategy": "residual",
             "note": self.strategy_note,
-            "noise": "discrete_gaussian",
+            "noise": self._kind.noise,
             "secure_randomness": self.secure,
         }
         (out / "index.json").write_text(json.dumps(index) + "\n")
         return out
 
     def residual(self, T) -> tuple[np.ndarray, np.ndarray]:
-        """(released integers H_T x + Z, their exact noise variances) of residual ``T``, in
-        the row order of ⊗_{i∈T} Hᵢ (:mod:`matmech.factored.measure`): the measurement itself,
-        for re-analysis."""
+        """(stored values, their exact noise variances) of residual ``T``, for re-analysis:
+        δ > 0 the released integers H_T x + Z in the row order of ⊗_{i∈T} Hᵢ
+        (:mod:`matmech.factored.measure`); pure ε the orthonormal coordinates Q_T x + noise
+        combined from the noisy tables (:mod:`matmech.factored.table_batches`)."""
         index = self._aux()
         T = tuple(sorted(int(a) for a in T))
         j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
         sub = tuple(self.domain[i] for i in T)
         y = self.store.read(j, math.prod(n - 1 for n in sub))[0]
-        l2, cls = _row_keys(sub, range(len(sub)))
-        v = float(self.measurement_plan.plan.variances[int(j[0])])
-        return y, self._row_variances(sub, v) * l2[cls]
+        v = float(self._variances[int(j[0])])
+        return y, self._kind.stored_variances(self.measurement_plan, sub, v)
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (no answers: :meth:`save` writes those): privacy spent, the
         plan, the noise, the size and the expected error."""
-        mp = self.measurement_plan
         rows = self.rows
         err = self.expected_error
+        strategy, noise_ = self._kind.summary(self.measurement_plan, self.secure)
         return {
             "eps": self.eps,
             "delta": self.delta,
@@ -369,21 +394,8 @@ class MarginalRelease:
             "rmse": math.sqrt(err / rows) if rows else None,
             "answered": rows,
             "marginals": len(self.subsets),
-            "strategy": {
-                "name": "residual",
-                "note": self.strategy_note,
-                "residuals": len(mp.plan.lattice.residuals),
-                "objective": mp.plan.objective,
-            },
-            "noise": {
-                "distribution": "discrete_gaussian",
-                "scale": mp.sigma,
-                "per": "unit residual variance",
-                "scale_bits": mp.scale_bits,
-                "shared_sampler_tables": mp.shared_tables,
-                "sensitivity": mp.sensitivity,
-                "secure_randomness": self.secure,
-            },
+            "strategy": {**strategy, "note": self.strategy_note},
+            "noise": noise_,
             "residuals_on_disk": self.store.path is not None,
         }
 
@@ -393,6 +405,16 @@ class MarginalRelease:
             f"eps={self.eps:g}, delta={self.delta:g}, residuals "
             f"{'in memory' if self.store.path is None else 'on disk'})"
         )
+
+    # -- the measurement kind (matmech.factored.streamed_kinds) ----------------------------
+    @property
+    def _kind(self):
+        return kind_of(self.measurement_plan)
+
+    @functools.cached_property
+    def _variances(self) -> np.ndarray:
+        """One number per residual that fixes its coordinates' variances."""
+        return self._kind.variances(self.measurement_plan)
 
     # -- closed form (Xiao et al. 2023, §4), vectorised over marginals of one shape ---------
     def _aux(self):
@@ -405,12 +427,8 @@ class MarginalRelease:
         """(len(J), *sub) float64: the noisy residuals J (attribute sizes ``sub``) in the
         marginal's cells, Qᵀ applied on every axis to y/λ."""
         m = math.prod(n - 1 for n in sub)
-        y = self.store.read(J, m).astype(np.float64)
-        lam = self._cache.get(("lam", sub))
-        if lam is None:
-            l2, cls = _row_keys(sub, range(len(sub)))
-            lam = self._cache[("lam", sub)] = np.sqrt(l2[cls])
-        coords = (y / lam).reshape(J.size, *(n - 1 for n in sub))
+        y = self._kind.coordinates(self.measurement_plan, self.store.read(J, m), sub)
+        coords = y.reshape(J.size, *(n - 1 for n in sub))
         return apply_axes_batched(coords, [contrast_operators(n)[1] for n in sub])
 
     def _lower(self, J, sub):
@@ -441,7 +459,7 @@ class MarginalRelease:
             for m in itertools.combinations(range(k), r)
             if all(shape[j] > 1 for j in m)
         ]
-        u = np.asarray(self.measurement_plan.plan.variances, dtype=np.float64)
+        u = self._variances
         sig = np.empty((K, len(masks)))
         est = np.zeros((K, *shape)) if values else None
         for c, mask in enumerate(masks):
@@ -471,7 +489,8 @@ class MarginalRelease:
             var = np.zeros(shape)
             for m, v in zip(masks, sig):
                 sub = tuple(shape[j] for j in m)
-                rowvar = self._row_variances(sub, v).reshape(tuple(n - 1 for n in sub))
+                rowvar = self._kind.row_variances(self.measurement_plan, sub, v)
+                rowvar = rowvar.reshape(tuple(n - 1 for n in sub))
                 e = lift_row_variances(sub, rowvar)
                 rest = math.prod(shape[j] for j in range(k) if j not in m)
                 var += e.reshape(tuple(shape[j] if j in m else 1 for j in range(k))) / rest**2
@@ -480,11 +499,3 @@ class MarginalRelease:
             patterns[key] = std
             self._cache["std bytes"] = self._cache.get("std bytes", 0) + std.nbytes
         return patterns[key]
-
-    def _row_variances(self, sub, v):
-        """Exact variance of each orthonormal coordinate of a residual with attribute sizes
-        ``sub`` and plan variance ``v``: Var(Z_j)/λ_j², τ_j as :func:`residual_batches`."""
-        mp = self.measurement_plan
-        l2, cls = _row_keys(sub, range(len(sub)))
-        _, index, var = row_noise(mp, least_sigma(mp, [v], l2))
-        return (var[index[0]] / l2)[cls]

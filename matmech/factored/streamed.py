@@ -2,12 +2,16 @@
 
 All ≤3-way marginals of 200 attributes × 10 values are 1.3·10⁹ answers: their float64 values
 and std alone are 19.6 GiB. :func:`release_marginals` runs the residual plan of
-:mod:`matmech.factored.release` (Xiao et al., NeurIPS 2023) in bounded memory:
+:mod:`matmech.factored.release` (Xiao et al., NeurIPS 2023) in bounded memory, under
+(ε, δ) or pure ε:
 
-* measurement batch by batch (:func:`matmech.factored.measure.residual_batches`, the same
-  batches and draws as the in-memory :func:`~matmech.factored.measure.measure_residuals`):
-  the tables of one batch are counted, contrasted and noised, and the released integers
-  kept in RAM when they fit, else appended to a file (``spill_dir``);
+* measurement batch by batch, the same batches and draws as the in-memory release; how is
+  the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`): δ > 0, residuals
+  counted, contrasted and noised (:func:`matmech.factored.measure.residual_batches`), the
+  released integers appended; δ = 0, weighted marginal tables noised with discrete Laplace
+  and added into the residuals they contain
+  (:class:`matmech.factored.table_batches.TableBatches`), the noisy tables dropped. The
+  store is kept in RAM when it fits, else in a file (``spill_dir``);
 * reconstruction on demand (:class:`~matmech.factored.store.MarginalRelease`):
   ``marginal(S)``, ``iter_marginals()``, ``save(path)``, ``to_release()``.
 
@@ -20,6 +24,7 @@ once, after every check (memory, disk, record codes, record count) and before th
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 import tempfile
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -28,13 +33,12 @@ import numpy as np
 
 from matmech.factored.measure import (
     DEFAULT_SCALE_BITS,
+    LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
-    measure_batch,
-    plan_residual_measurement,
-    residual_batches,
 )
-from matmech.factored.release import MAX_MEMORY, _residual_plan
+from matmech.factored.release import MAX_MEMORY, _holds_superset
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
+from matmech.factored.streamed_kinds import kind_for, kind_of
 from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
@@ -64,12 +68,14 @@ _PLAN_BYTES = (600, 48)
 _BATCH_BYTES = 120
 
 
-def streamed_memory(plan, *, in_ram: bool) -> int:
+def streamed_memory(plan, *, in_ram: bool, extra: int = 0) -> int:
     """Bytes :func:`release_marginals` holds at its peak, about (records not included): the
-    plan, one measurement batch (2**22 coordinates), the reconstruction's stack and cache,
-    and the released integers when ``in_ram`` (8 bytes a coordinate)."""
+    plan (``plan`` the lattice plan; ``extra`` bytes of its measurement plan, e.g. the
+    pure-ε (table, residual) pairs), one measurement batch (2**22 coordinates or table
+    cells), the reconstruction's stack and cache, and the stored residuals when ``in_ram``
+    (8 bytes a coordinate)."""
     lat = plan.lattice
-    fixed = _PLAN_BYTES[0] * len(lat.residuals) + _PLAN_BYTES[1] * lat.pair_s.size
+    fixed = _PLAN_BYTES[0] * len(lat.residuals) + _PLAN_BYTES[1] * lat.pair_s.size + int(extra)
     coords = int(lat.sizes.sum())
     batch = _BATCH_BYTES * min(1 << 22, coords) + 64 * min(_CHUNK, int(plan.queries))
     return int(fixed + batch + min(CACHE_BYTES, 16 * coords) + (8 * coords if in_ram else 0))
@@ -92,14 +98,16 @@ class _Marginals:
 class StreamedPlan(MeasuredPlan):
     """The streamed residual release as a plan (:class:`~matmech.pipeline.plan.Plan` with
     ``lazy = True``), run by :func:`matmech.pipeline.run.run_plan`: the source's checked
-    reader, the record count checked, then the residuals measured batch by batch
-    (:func:`~matmech.factored.measure.residual_batches`) into a
+    reader, the record count checked, then the measurement batch by batch into a
     :class:`~matmech.factored.store.ResidualStore`; its result is a :class:`MarginalRelease`.
-    ``marginals``: W's subsets and their row weights; ``directory``: where the released
-    integers go (None: in RAM)."""
+    How the batches are measured and the store is read is the measurement plan's kind
+    (:mod:`matmech.factored.streamed_kinds`: residuals with discrete Gaussian noise for
+    δ > 0, marginal tables with discrete Laplace noise combined into the residuals for pure
+    ε). ``marginals``: W's subsets and their row weights; ``subsets``: the tables the
+    measurement reads (and the total); ``directory``: where the store goes (None: RAM)."""
 
     workload: LinOp = field(repr=False)
-    measurement: ResidualMeasurementPlan = field(repr=False)
+    measurement: ResidualMeasurementPlan | LaplaceMeasurementPlan = field(repr=False)
     marginals: tuple = field(repr=False)
     sizes: tuple
     subsets: tuple = field(repr=False)
@@ -114,24 +122,18 @@ class StreamedPlan(MeasuredPlan):
 
     def check(self, reader):
         check_record_count(reader([()])[()], self.measurement.max_records)
-        mplan, offsets, at = self.measurement, np.empty(len(self.subsets) - 1, dtype=np.int64), 0
-        for batch in residual_batches(mplan):  # storage in draw order (data-independent)
-            m = int(batch.cls.size)
-            offsets[batch.J] = at + m * np.arange(batch.J.size)
-            at += m * batch.J.size
-        return reader, ResidualStore(offsets, at, self.directory)
+        kind = kind_of(self.measurement)
+        offsets, total = kind.layout(self.measurement)  # data-independent
+        return reader, ResidualStore(offsets, total, self.directory, accumulate=kind.accumulate)
 
     def draw(self, checked, *, rng) -> Draws:
-        """Every batch: its tables read, contrasted, noised and stored. The records stay in
-        the store (:meth:`MarginalRelease.residual`), so ``Draws.records`` is empty."""
+        """Every batch: its tables read and measured into the store (the measurement plan's
+        kind). The records stay in the store (:meth:`MarginalRelease.residual`), so
+        ``Draws.records`` is empty."""
         reader, store = checked
-        src, residuals = noise.check_rng(rng), self.subsets
+        src = noise.check_rng(rng)
         try:
-            for batch in residual_batches(self.measurement):
-                tables = reader([residuals[j] for j in batch.J.tolist()])
-                y, _ = measure_batch(self.measurement, batch, tables, src)
-                del tables
-                store.write(batch.J, y)
+            kind_of(self.measurement).measure(self.measurement, reader, store, src)
         finally:
             store.close()
         return Draws((), (store, bool(src.secure)))
@@ -168,32 +170,40 @@ def streamed_plan(
     max_memory=MAX_MEMORY,
     scale_bits=DEFAULT_SCALE_BITS,
     spill_dir=None,
+    search="auto",
 ) -> StreamedPlan:
     """The :class:`StreamedPlan` of W (data-independent): every check that needs no data —
-    delta > 0, W a union of marginals, the working set within ``max_memory``, the disk for
-    the spill file — raises here, before anything is read or spent. Options as
-    :func:`release_marginals`."""
+    W a union of marginals, the noise within the exact samplers' range, the working set
+    within ``max_memory``, the disk for the spill file — raises here, before anything is
+    read or spent. δ > 0: residuals with discrete Gaussian noise; δ = 0: marginal tables
+    with discrete Laplace noise (the plan of :func:`matmech.factored.release_factored`'s
+    pure-ε residual path). Options as :func:`release_marginals`."""
     eps, delta = check_privacy_params(eps, delta)
-    if delta == 0:
-        raise ValueError(
-            "release_marginals measures residuals with Gaussian noise: it needs delta > 0 "
-            "(pure eps marginals: matmech.factored.release_factored)"
-        )
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
+    if search not in ("auto", "lattice", "all"):
+        raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
     wt = _Marginals(W) if isinstance(W, MarginalWorkload) else as_terms(W, name="W")
     if wt.marginals() is None:
         raise ValueError(
             "release_marginals needs W to be a union of marginals (identity and total factors)"
         )
-    plan, subsets, rw = _residual_plan(wt, objective)
-    mplan = plan_residual_measurement(
-        plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+    kind = kind_for(delta)
+    mplan, subsets, rw, note, reads = kind.plan(
+        wt,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        objective=objective,
+        scale_bits=scale_bits,
+        search=search,
     )
+    plan, extra = mplan.plan, kind.extra_bytes(mplan)
     lat = plan.lattice
     total = int(lat.sizes.sum())
-    in_ram = spill_dir is None and streamed_memory(plan, in_ram=True) <= max_memory
-    need = streamed_memory(plan, in_ram=in_ram)
+    in_ram = spill_dir is None and streamed_memory(plan, in_ram=True, extra=extra) <= max_memory
+    need = streamed_memory(plan, in_ram=in_ram, extra=extra)
     if need > max_memory:
         raise ValueError(
             f"the streamed residual release would hold about {need / 2**30:.1f} GiB (> max_memory "
@@ -202,24 +212,11 @@ def streamed_plan(
     directory = None if in_ram else (tempfile.gettempdir() if spill_dir is None else spill_dir)
     if directory is not None and shutil.disk_usage(directory).free < 8 * total + (1 << 30):
         raise ValueError(
-            f"the released integers need {8 * total / 2**30:.1f} GiB on disk and {directory} has "
+            f"the stored residuals need {8 * total / 2**30:.1f} GiB on disk and {directory} has "
             "less free; pass spill_dir= (nothing was spent)"
         )
-    note = (
-        f"residual basis of Xiao et al. 2023 ({len(lat.residuals)} residuals, {objective} of "
-        f"variances, {plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete "
-        f"Gaussian, σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}; "
-        "reconstructed marginal by marginal"
-    )
     return StreamedPlan(
-        W,
-        mplan,
-        (subsets, rw),
-        tuple(wt.domain),
-        tuple(lat.residuals) + ((),),
-        int(wt.rows),
-        directory,
-        note,
+        W, mplan, (subsets, rw), tuple(wt.domain), reads + ((),), int(wt.rows), directory, note
     )
 
 
@@ -237,14 +234,19 @@ def release_marginals(
     max_memory: int = MAX_MEMORY,
     scale_bits: int = DEFAULT_SCALE_BITS,
     spill_dir: str | None = None,
+    search: str = "auto",
 ) -> MarginalRelease:
-    """Answer W (a union of marginals, any size) under (ε, δ)-DP with the residual plan, in
-    bounded memory → :class:`MarginalRelease`.
+    """Answer W (a union of marginals, any size) under (ε, δ)-DP or pure ε-DP with the
+    residual plan, in bounded memory → :class:`MarginalRelease`.
 
     The same plan, noise and draws as :func:`matmech.factored.release.release_factored`'s
     residual path (equal answers for equal ``rng``), but the answers are reconstructed on
-    demand. It is the :class:`StreamedPlan` run by :func:`matmech.pipeline.run.run_plan`:
-    affordability → the data checked once → one spend → draws batch by batch.
+    demand. δ > 0: every residual measured with exact discrete Gaussian noise; δ = 0: the
+    weighted marginal tables of the pure-ε plan with exact discrete Laplace noise, each
+    batch combined into the residuals (inverse-variance means) as it is drawn, the noisy
+    tables dropped. It is the :class:`StreamedPlan` run by
+    :func:`matmech.pipeline.run.run_plan`: affordability → the data checked once → one
+    spend → draws batch by batch.
 
     Parameters
     ----------
@@ -257,33 +259,39 @@ def release_marginals(
         A union of marginals (:func:`matmech.factored.terms.marginal_workload` or Kron terms
         of identities and totals).
     eps, delta : float
-        The privacy parameters (delta > 0: the measurement is Gaussian).
+        The privacy parameters (delta > 0: Gaussian residuals; delta = 0: pure ε, Laplace
+        tables).
     budget : PrivacyBudget, optional
         Charged once, after every check and before the first draw.
     rng : numpy.random.Generator or None
         The randomness (None: the secure default, an AES-256 CTR_DRBG seeded from os.urandom; a seeded generator is NOT secure).
     neighbors, max_records, objective, scale_bits
-        As :func:`matmech.factored.release.release_factored`.
+        As :func:`matmech.factored.release.release_factored` (pure ε: ``objective="sum"``
+        only; ``scale_bits`` rounds the Laplace scales up).
     max_memory : int
-        Bytes the release may hold (:func:`streamed_memory`); the released integers stay in
+        Bytes the release may hold (:func:`streamed_memory`); the stored residuals stay in
         RAM when they fit with the rest, else they go to a file in ``spill_dir``.
     spill_dir : str or None
-        Where the released integers go: None keeps them in RAM when they fit, else in a file
+        Where the stored residuals go: None keeps them in RAM when they fit, else in a file
         in the system's temporary directory; a directory always puts them in a file there.
         The file is removed with the release.
+    search : str
+        Pure ε: the tables' weights over the lattice (``"lattice"``) or every attribute
+        subset (``"all"``); ``"auto"`` as :func:`~matmech.factored.release.release_factored`
+        (given tables without the full table: ``"lattice"``).
 
     Returns
     -------
     MarginalRelease
         The answers on demand (``marginal(S)``, ``iter_marginals()``, ``save(path)``,
-        ``to_release()``).
+        ``to_release()``); std in the units of the answers (counts).
 
     Raises
     ------
     ValueError
-        Before any spend: delta = 0, W not a union of marginals, the working set over
-        ``max_memory``, too little disk for the spill file, bad record codes or tables,
-        records beyond ``max_records``.
+        Before any spend: W not a union of marginals, eps too small for the exact samplers,
+        the working set over ``max_memory``, too little disk for the spill file, bad record
+        codes or tables, records beyond ``max_records``.
     TypeError
         A data engine (nothing is read or spent).
     BudgetExceededError
@@ -299,9 +307,17 @@ def release_marginals(
     >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
     >>> rel.rows
     54
+    >>> pure = release_marginals(codes, W, 1.0, 0.0, rng=np.random.default_rng(1))
+    >>> pure.delta, pure.marginal((0, 1))[1].shape
+    (0.0, (3, 3))
     """
     check_budget(budget)
     noise.check_rng(rng)
+    source = as_source(data)
+    if search == "auto" and isinstance(getattr(source, "data", None), Mapping):
+        d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
+        if not _holds_superset(source, tuple(range(d))):
+            search = "lattice"  # given tables (their keys decide): only W's lattice is summed
     plan = streamed_plan(
         W,
         eps,
@@ -312,5 +328,6 @@ def release_marginals(
         max_memory=max_memory,
         scale_bits=scale_bits,
         spill_dir=spill_dir,
+        search=search,
     )
-    return run_plan(plan, as_source(data), budget=budget, rng=rng)
+    return run_plan(plan, source, budget=budget, rng=rng)

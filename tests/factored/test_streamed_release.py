@@ -192,8 +192,6 @@ def test_refusals_come_before_reading_or_spending(monkeypatch, tmp_path):
     budget = mm.PrivacyBudget(1.0, 1e-6)
     with pytest.raises(ValueError, match=r"would hold about .* GiB \(> max_memory"):
         release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget, max_memory=1 << 20)
-    with pytest.raises(ValueError, match="needs delta > 0"):
-        release_marginals(_NoData(), W, 1.0, 0.0, budget=budget)
 
     class Usage:
         free = 1 << 20
