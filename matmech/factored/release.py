@@ -488,7 +488,7 @@ def release_factored(
         raise ValueError(
             f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
             f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent. A union of marginals "
-            "this large is answered marginal by marginal, under (eps, delta) with delta > 0: "
+            "this large is answered marginal by marginal (pure eps or delta > 0): "
             "`from matmech.factored import release_marginals; rel = release_marginals(data, W, "
             "eps, delta, budget=budget, rng=rng)` (data: the record codes, a mapping of "
             "marginal tables or the histogram) returns a MarginalRelease: rel.marginal(S), "
