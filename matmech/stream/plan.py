@@ -26,13 +26,13 @@ The integer factor K = C_g/g and its limb layout are built once per plan
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from matmech.privacy.calibration import (
+    _check_rho,
     lattice_std,
     neighbor_sensitivity,
     noise_for,
@@ -115,9 +115,7 @@ class StreamSpec:
             check_delta(
                 self.delta, positive=True, name="delta (needed with rho to charge the ledger)"
             )
-            if not (
-                isinstance(self.rho, numbers.Real) and math.isfinite(self.rho) and self.rho > 0
-            ):
+            if _check_rho(self.rho) == 0:  # the privacy layer's rule (a real, finite, >= 0)
                 raise ValueError(f"rho must be a positive finite number, got {self.rho!r}")
         check_neighbors(self.neighbors)
         object.__setattr__(self, "max_records", check_max_records(self.max_records))

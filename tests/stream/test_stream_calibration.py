@@ -178,3 +178,19 @@ def test_the_integer_factor_is_built_once_per_plan(tmp_path, monkeypatch, factor
     again = StreamRelease.open(tmp_path / "k.db")  # a new plan read from the file: one more
     assert again.step([0, 0], t=3).replayed and len(calls) == 2
     np.testing.assert_array_equal(again.plan.integer_factor, s.plan.integer_factor)
+
+
+@pytest.mark.parametrize(
+    "rho,err",
+    [
+        (True, TypeError),
+        ("0.1", TypeError),
+        (0.0, ValueError),
+        (-1.0, ValueError),
+        (math.nan, ValueError),
+    ],
+)
+def test_rho_is_checked_by_the_privacy_rule_when_declared(rho, err):
+    """rho=True used to pass the spec (a bool is a numbers.Real) and fail only at the charge."""
+    with pytest.raises(err, match="rho"):
+        StreamSpec(8, rho=rho, delta=1e-6)
