@@ -148,15 +148,23 @@ class StreamPlan:
 
     @functools.cached_property
     def integer_factor(self) -> np.ndarray:
-        """K = C_g/g as int64 (:func:`~matmech.stream.exact.integer_factor`), built once per plan."""
-        return integer_factor(self.factorization, self.grid)
+        """K = C_g/g as int64 (:func:`~matmech.stream.exact.integer_factor`), built once per
+        plan and kept as :meth:`k_row` reads it: a Toeplitz column reversed and contiguous
+        (row t is its last t + 1 entries, oldest step first), else the dense matrix."""
+        k = integer_factor(self.factorization, self.grid)
+        return np.ascontiguousarray(k[::-1]) if self.factorization.toeplitz else k
+
+    def k_row(self, t: int) -> np.ndarray:
+        """K[t, 0..t] (int64, contiguous: a strided row would make the product 10x slower)."""
+        k = self.integer_factor
+        return k[self.spec.horizon - 1 - t :] if self.factorization.toeplitz else k[t, : t + 1]
 
     @functools.cached_property
     def layout(self) -> LimbLayout:
         """The limbs a step splits its counts into (:func:`~matmech.stream.exact.limb_layout`)."""
-        return limb_layout(
-            self.factorization, self.grid, self.spec.max_records, k=self.integer_factor
-        )
+        k = self.integer_factor
+        k = k[::-1] if self.factorization.toeplitz else k  # K's own order (a view, no copy)
+        return limb_layout(self.factorization, self.grid, self.spec.max_records, k=k)
 
 
 def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:

@@ -105,9 +105,6 @@ class StreamRelease:
         self.stream_id = meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
         self._layout = plan.layout  # built with K = C_g/g, once per plan
-        # K's rows are contiguous: a Toeplitz column reversed (row t is its last t + 1 entries)
-        k_int = plan.integer_factor
-        self._k = np.ascontiguousarray(k_int[::-1]) if plan.factorization.toeplitz else k_int
         self._ensure_charged(meta, budget)
         done, self._pending, x, y, r = store.load(k)
         # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
@@ -224,8 +221,7 @@ class StreamRelease:
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
         f = self.plan.factorization
-        k_row = self._k[n - 1 - t :] if f.toeplitz else self._k[t, : t + 1]
-        y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
+        y = exact_measurement(self.plan.k_row(t), self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
         r = f.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
