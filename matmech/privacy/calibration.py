@@ -18,7 +18,8 @@ factored tables, selections, streams) and every error figure calls it, none rest
 * :func:`noise_for`: (ε, δ, Δ) → the discrete noise and its scale (Laplace b = Δ₁/ε rounded
   up for the decimal ε charged, :func:`laplace_scale_up`; Gaussian σ = :func:`gaussian_sigma`);
 * :func:`measurement_variance`: the variance of that noise, discrete or continuous;
-* grids: :func:`sampler_grid` (a strategy's lattice), :func:`run_grid` and
+* grids: :func:`sampler_grid` (a strategy's or a stream's lattice), :func:`lattice_std` (the
+  exact std on it, refused beyond the sampler's range), :func:`run_grid` and
   :func:`scale_on_grid` (one grid for all noises of a selection, scales in whole steps).
 
 Every numerically optimised quantity is rounded in the safe direction: a returned ε or δ
@@ -59,6 +60,7 @@ __all__ = [
     "noise_for",
     "measurement_variance",
     "sampler_grid",
+    "lattice_std",
     "run_grid",
     "scale_on_grid",
 ]
@@ -453,16 +455,38 @@ def _pow2_at_least(v: float) -> float:
     return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
 
 
-def sampler_grid(sens1: float, scale0: float, gaussian: bool, max_records: int) -> float:
+def sampler_grid(
+    sens1: float, scale0: float, gaussian: bool, max_records: int, *, integer_exact: bool = False
+) -> float:
     """The lattice a real-valued strategy is rounded to (data independent): the smallest
     power of two keeping ~20 bits of Δ₁, the exact sampler's range (scale/grid below 2**46
     Laplace, 2**22 Gaussian) and A_g x exact in float64 for every histogram of at most
-    ``max_records`` records (Σx·Δ₁/g <= 2**52)."""
+    ``max_records`` records (Σx·Δ₁/g <= 2**52). ``integer_exact``: the caller computes A_g x
+    in exact integers for any counts (a stream, :mod:`matmech.stream.exact`), so only the
+    sampler's range bounds g and ``sens1``, ``max_records`` are not used."""
     limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
-    g = max(
-        sens1 * 2.0**-_PRECISION_BITS, scale0 * 2.0**-limit, sens1 * max_records * 2.0**-_EXACT_BITS
-    )
+    g = scale0 * 2.0**-limit
+    if not integer_exact:
+        g = max(sens1 * 2.0**-_PRECISION_BITS, g, sens1 * max_records * 2.0**-_EXACT_BITS)
     return _pow2_at_least(g)
+
+
+def lattice_std(noise: str, scale: float, grid: float, *, remedy: str) -> float:
+    """The exact std of ``noise`` (``"discrete_laplace"``/``"discrete_gaussian"``) of
+    ``scale`` on the lattice grid·ℤ: grid times the std of the discrete distribution at
+    scale/grid (CKS 2020). A ValueError ending in ``remedy`` when scale/grid is beyond the
+    exact sampler's range (:data:`~matmech.privacy.noise.MAX_LAPLACE_SCALE`, ``MAX_SIGMA``)."""
+    if noise not in ("discrete_laplace", "discrete_gaussian"):
+        raise ValueError(f"noise must be discrete_laplace or discrete_gaussian, got {noise!r}")
+    gaussian = noise == "discrete_gaussian"
+    ratio, limit = scale / grid, float(_noise.MAX_SIGMA if gaussian else _noise.MAX_LAPLACE_SCALE)
+    if ratio > limit:
+        raise ValueError(
+            f"the noise scale {scale:.6g} is {ratio:.3g} times the lattice spacing {grid:g}, beyond "
+            f"the exact sampler's limit {limit:.3g}; {remedy}"
+        )
+    var = _noise.discrete_gaussian_variance if gaussian else _noise.discrete_laplace_variance
+    return math.sqrt(var(ratio)) * grid
 
 
 def _lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_records: int) -> int:

@@ -54,6 +54,7 @@ from matmech.privacy.calibration import (
     gaussian_sigma,
     laplace_scale,
     laplace_scale_up,
+    lattice_std,
     neighbor_sensitivity,
     noise_for,
     sampler_grid,
@@ -84,6 +85,7 @@ __all__ = [
     "check_max_records",
     "check_records",
     "execute",
+    "lattice_noise",
 ]
 
 #: The declared bound on the number of records (Σx) when the caller gives none: the grid of
@@ -443,25 +445,7 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
             f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
         )
     kind, scale = noise_for(eps, delta, sens)
-    if p == 1:
-        ratio, limit = scale / grid, float(noise.MAX_LAPLACE_SCALE)
-        std = (
-            math.sqrt(noise.discrete_laplace_variance(scale / grid)) * grid
-            if ratio <= limit
-            else math.inf
-        )
-    else:
-        ratio, limit = scale / grid, float(noise.MAX_SIGMA)
-        std = (
-            math.sqrt(noise.discrete_gaussian_variance(scale / grid)) * grid
-            if ratio <= limit
-            else math.inf
-        )
-    if ratio > limit:
-        raise ValueError(
-            f"the noise scale {scale:.6g} is {ratio:.3g} times the lattice spacing {grid:g}, beyond the exact "
-            f"sampler's limit {limit:.3g}; eps={eps!r} is too small for this strategy"
-        )
+    std = lattice_std(kind, scale, grid, remedy=f"eps={eps!r} is too small for this strategy")
     return MeasurementPlan(
         A_m,
         eps,
@@ -478,6 +462,19 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     )
 
 
+def lattice_noise(
+    kind: str, scale: float, grid: float, size: int, *, rng: Rng = None
+) -> np.ndarray:
+    """``size`` exact draws of ``kind`` noise of ``scale`` on grid·ℤ, as float64: the integer
+    samplers of :mod:`matmech.privacy.noise` when grid is 1, else grid times their draw at
+    scale/grid. The one sampler rule of a measurement and of a stream's step."""
+    gauss = kind == "discrete_gaussian"
+    if grid == 1.0:
+        exact = noise.discrete_gaussian if gauss else noise.discrete_laplace
+        return exact(scale, size, rng=rng).astype(np.float64)
+    return (noise.gaussian if gauss else noise.laplace)(scale, size, grid=grid, rng=rng)
+
+
 def execute(plan, x, *, rng=None):
     """Draw the noise of ``plan`` and return y = A_g x + z as a :class:`Measurement`.
 
@@ -486,19 +483,7 @@ def execute(plan, x, *, rng=None):
     """
     src = noise.check_rng(rng)
     ax = plan.strategy.matvec(x.astype(np.float64))
-    p = ax.shape[0]
-    if plan.grid == 1.0:
-        if plan.noise == "discrete_laplace":
-            z = noise.discrete_laplace(plan.scale, p, rng=src)
-        else:
-            z = noise.discrete_gaussian(plan.scale, p, rng=src)
-        y = ax + z.astype(np.float64)
-    else:
-        if plan.noise == "discrete_laplace":
-            z = noise.laplace(plan.scale, p, grid=plan.grid, rng=src)
-        else:
-            z = noise.gaussian(plan.scale, p, grid=plan.grid, rng=src)
-        y = ax + z
+    y = ax + lattice_noise(plan.noise, plan.scale, plan.grid, ax.shape[0], rng=src)
     y.setflags(write=False)
     return Measurement(
         strategy=plan.strategy,

@@ -62,11 +62,14 @@ def integer_factor(f: StreamFactorization, grid: float) -> np.ndarray:
     return k.astype(np.int64)
 
 
-def limb_layout(f: StreamFactorization, grid: float, cap: int) -> LimbLayout:
-    """The limb width and count for factorization ``f`` on ``grid`` with cells ≤ ``cap``."""
+def limb_layout(
+    f: StreamFactorization, grid: float, cap: int, *, k: np.ndarray | None = None
+) -> LimbLayout:
+    """The limb width and count for factorization ``f`` on ``grid`` with cells ≤ ``cap``;
+    ``k``: its :func:`integer_factor` when the caller has built it already."""
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap < 2**62:
         raise ValueError(f"cap must be an integer in [1, 2**62), got {cap!r}")
-    k = np.abs(integer_factor(f, grid)).astype(np.float64)
+    k = np.abs(integer_factor(f, grid) if k is None else k).astype(np.float64)
     # the largest row sum of |K|, bounded above (a float sum of ≤ 2^24 integers: rel. err < 2^-28)
     l1 = float(k.sum()) if f.toeplitz else float(k.sum(axis=1).max())
     l1 = l1 * (1.0 + 2.0**-20) + 1.0

@@ -12,25 +12,31 @@ rounded up; δ > 0 → discrete Gaussian with σ = ``gaussian_sigma(ε, δ, Δ�
 ρ given → charged as ε = ``zcdp_to_approx_dp(ρ, δ)`` at that δ and calibrated the same way.
 Sensitivities carry :data:`~matmech.privacy.measure.SENS_MARGIN`.
 
-The grid: g is the smallest power of two with scale/g ≤ 2^22 (Gaussian) or 2^46 (Laplace),
-a function of the privacy parameters and C only. C_g·x is computed exactly in integers for
-any counts (:mod:`matmech.stream.exact`), so no bound on the data enters the grid. Integer C
-(identity, prefix) keep g = 1 when that suffices.
+The grid is the library's lattice rule too (:func:`matmech.privacy.calibration.sampler_grid`
+with ``integer_exact=True``): the smallest power of two with scale/g ≤ 2^22 (Gaussian) or
+2^46 (Laplace), a function of the privacy parameters and C only. C_g·x is computed exactly
+in integers for any counts (:mod:`matmech.stream.exact`), so no bound on the data enters the
+grid. Integer C (identity, prefix) are measured on g = 1, as
+:func:`matmech.privacy.measure.plan_measurement` measures integer strategies. The exact
+noise std and the sampler's range check are :func:`~matmech.privacy.calibration.lattice_std`.
+The integer factor K = C_g/g and its limb layout are built once per plan
+(:attr:`StreamPlan.integer_factor`, :attr:`StreamPlan.layout`).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.privacy import noise
 from matmech.privacy.calibration import (
-    _pow2_at_least,
+    _check_rho,
+    lattice_std,
     neighbor_sensitivity,
     noise_for,
+    sampler_grid,
     zcdp_to_approx_dp,
 )
 from matmech.privacy.measure import MAX_RECORDS, check_max_records
@@ -39,6 +45,7 @@ from matmech.privacy.params import (
     check_neighbors,
     check_privacy_params,
 )
+from matmech.stream.exact import LimbLayout, integer_factor, limb_layout
 from matmech.stream.factorizations import StreamFactorization, build, check_horizon
 
 __all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
@@ -47,7 +54,6 @@ __all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
 MAX_CATEGORIES = 2**16
 #: Largest history a stream keeps (bytes), checked when the spec is declared.
 MAX_STATE_BYTES = 2**32
-_GAUSS_BITS, _LAPLACE_BITS = 22, 46
 
 
 @dataclass(frozen=True)
@@ -109,9 +115,7 @@ class StreamSpec:
             check_delta(
                 self.delta, positive=True, name="delta (needed with rho to charge the ledger)"
             )
-            if not (
-                isinstance(self.rho, numbers.Real) and math.isfinite(self.rho) and self.rho > 0
-            ):
+            if _check_rho(self.rho) == 0:  # the privacy layer's rule (a real, finite, >= 0)
                 raise ValueError(f"rho must be a positive finite number, got {self.rho!r}")
         check_neighbors(self.neighbors)
         object.__setattr__(self, "max_records", check_max_records(self.max_records))
@@ -142,6 +146,26 @@ class StreamPlan:
         """Exact std of the released running total at every step (every category)."""
         return self.std * np.sqrt(self.factorization.step_variances())
 
+    @functools.cached_property
+    def integer_factor(self) -> np.ndarray:
+        """K = C_g/g as int64 (:func:`~matmech.stream.exact.integer_factor`), built once per
+        plan and kept as :meth:`k_row` reads it: a Toeplitz column reversed and contiguous
+        (row t is its last t + 1 entries, oldest step first), else the dense matrix."""
+        k = integer_factor(self.factorization, self.grid)
+        return np.ascontiguousarray(k[::-1]) if self.factorization.toeplitz else k
+
+    def k_row(self, t: int) -> np.ndarray:
+        """K[t, 0..t] (int64, contiguous: a strided row would make the product 10x slower)."""
+        k = self.integer_factor
+        return k[self.spec.horizon - 1 - t :] if self.factorization.toeplitz else k[t, : t + 1]
+
+    @functools.cached_property
+    def layout(self) -> LimbLayout:
+        """The limbs a step splits its counts into (:func:`~matmech.stream.exact.limb_layout`)."""
+        k = self.integer_factor
+        k = k[::-1] if self.factorization.toeplitz else k  # K's own order (a view, no copy)
+        return limb_layout(self.factorization, self.grid, self.spec.max_records, k=k)
+
 
 def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:
     """(noise, scale, sensitivity) for factorization f under spec."""
@@ -163,26 +187,15 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
         raise ValueError(
             f"the factorization has horizon {f.n} but the spec declares {spec.horizon}"
         )
-    kind, scale0, _ = _scale(spec, f)
-    bits = _GAUSS_BITS if kind == "discrete_gaussian" else _LAPLACE_BITS
-    g = _pow2_at_least(scale0 * 2.0**-bits)
+    kind, scale, sens = _scale(spec, f)
     entries = f.c if f.c is not None else f.dense()
-    integer = bool(np.all(np.mod(entries, 1.0) == 0.0))
-    if integer and g <= 1.0:
-        g, fg = 1.0, f
-    else:
-        fg = f.rounded(g)
-    kind, scale, sens = _scale(spec, fg)
-    ratio = scale / g
-    if kind == "discrete_gaussian":
-        limit = float(noise.MAX_SIGMA)
-        std = math.sqrt(noise.discrete_gaussian_variance(ratio)) * g if ratio <= limit else math.inf
-    else:
-        limit = float(noise.MAX_LAPLACE_SCALE)
-        std = math.sqrt(noise.discrete_laplace_variance(ratio)) * g if ratio <= limit else math.inf
-    if ratio > limit:
-        raise ValueError(
-            f"the noise scale {scale:.6g} is {ratio:.3g} grid steps, beyond the exact sampler's limit "
-            f"{limit:.3g}; raise eps or lower max_records"
+    if np.all(np.mod(entries, 1.0) == 0.0):  # integer C: measured as it is, on the integers
+        g = 1.0
+    else:  # the sampler's range alone bounds g: K·x is exact in integers (sens is not used)
+        g = sampler_grid(
+            sens, scale, kind == "discrete_gaussian", spec.max_records, integer_exact=True
         )
-    return StreamPlan(spec, fg, g, kind, float(scale), float(std), float(sens))
+        f = f.rounded(g)
+        kind, scale, sens = _scale(spec, f)  # calibrated on the C_g actually measured
+    std = lattice_std(kind, scale, g, remedy="raise eps")
+    return StreamPlan(spec, f, g, kind, float(scale), float(std), float(sens))

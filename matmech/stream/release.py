@@ -33,13 +33,8 @@ import numpy as np
 
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
-from matmech.stream.exact import (
-    clamp_counts,
-    exact_measurement,
-    integer_factor,
-    limb_layout,
-    limbs_of,
-)
+from matmech.privacy.measure import lattice_noise
+from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
 from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, plan_stream
 from matmech.stream.state import StreamStore
@@ -109,13 +104,7 @@ class StreamRelease:
         meta = store.meta()
         self.stream_id = meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
-        self._layout = limb_layout(plan.factorization, plan.grid, plan.spec.max_records)
-        # K = C_g/g: a Toeplitz column reversed (contiguous rows); a dense row is cut per step
-        self._k = (
-            np.ascontiguousarray(integer_factor(plan.factorization, plan.grid)[::-1])
-            if plan.factorization.toeplitz
-            else None
-        )
+        self._layout = plan.layout  # built with K = C_g/g, once per plan
         self._ensure_charged(meta, budget)
         done, self._pending, x, y, r = store.load(k)
         # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
@@ -144,7 +133,7 @@ class StreamRelease:
         check_budget(budget)
         noise.check_rng(rng)
         plan = plan_stream(spec, factorization)
-        layout = limb_layout(plan.factorization, plan.grid, spec.max_records)
+        layout = plan.layout
         need = (layout.limbs + 2) * 8 * spec.horizon * len(spec.categories)
         if need > MAX_STATE_BYTES:
             raise ValueError(
@@ -179,12 +168,8 @@ class StreamRelease:
                 "given at creation (the charge is then completed or found, never repeated)"
             )
         what = self._what_for(self.plan.spec, self.stream_id)
-        history = (
-            budget.history()
-            if hasattr(budget, "history")
-            else [{"what": e.what} for e in budget.ledger]
-        )
-        if not any(h["what"] == what for h in history):
+        # the PrivacyBudget interface (a Ledger's entries are its verified rows)
+        if not any(e.what == what for e in check_budget(budget).ledger):
             eps, delta = self.plan.spec.charge
             budget.spend(eps, delta, what=what)
         self._store.set_meta("charged", "1")
@@ -236,12 +221,7 @@ class StreamRelease:
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
         f = self.plan.factorization
-        k_row = (  # on the grid: limb_layout checked every entry when the stream opened
-            self._k[n - 1 - t :]
-            if self._k is not None
-            else np.rint(f.c_row(t) / g).astype(np.int64)
-        )
-        y = exact_measurement(k_row, self._limbs[:, : t + 1], z, g, self._layout)
+        y = exact_measurement(self.plan.k_row(t), self._limbs[:, : t + 1], z, g, self._layout)
         self._y[t] = y
         r = f.b_row(t) @ self._y[: t + 1]
         self._store.put_step(t, x.astype(np.float64), y, r)
@@ -252,12 +232,7 @@ class StreamRelease:
 
     def _draw(self) -> np.ndarray:
         p, k = self.plan, len(self.plan.spec.categories)
-        gauss = p.noise == "discrete_gaussian"
-        if p.grid == 1.0:
-            exact = noise.discrete_gaussian if gauss else noise.discrete_laplace
-            return exact(p.scale, k, rng=self._src).astype(np.float64)
-        on_grid = noise.gaussian if gauss else noise.laplace
-        return on_grid(p.scale, k, grid=p.grid, rng=self._src)
+        return lattice_noise(p.noise, p.scale, p.grid, k, rng=self._src)
 
     def released(self) -> list[StreamStep]:
         """Every released step so far."""

@@ -95,9 +95,20 @@ GAP_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.gap)
 THRESHOLD_METHODS = tuple(n for n, m in SELECTION_METHODS.items() if m.threshold)
 
 
-#: The mechanism each method runs by default; "topc-gap" and "svt-gap" run
-#: :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise (:func:`selection_mechanism`).
-MECHANISMS = {n: m.mechanism for n, m in SELECTION_METHODS.items()}
+#: The mechanism each method runs by default (a dict, derived from the registry on every
+#: read: :func:`__getattr__`).
+MECHANISMS: dict[str, str]  # no value bound: every read goes to __getattr__ (PEP 562)
+
+
+def __getattr__(name: str) -> dict[str, str]:
+    """``MECHANISMS``: the mechanism each method runs by default, read from
+    :data:`SELECTION_METHODS` on every access (a new dict, in the registry's order), so that
+    registering or removing a method is reflected; "topc-gap" and "svt-gap" run
+    :data:`~matmech.svt.vector.VECTOR_METHODS` instead when that has less noise
+    (:func:`~matmech.svt.rules.selection_mechanism`)."""
+    if name == "MECHANISMS":
+        return {n: m.mechanism for n, m in SELECTION_METHODS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_method(method: SelectionMethod, *, replace: bool = False) -> SelectionMethod:
@@ -141,5 +152,4 @@ def register_method(method: SelectionMethod, *, replace: bool = False) -> Select
     if method.name in METHODS or (method.name in SELECTION_METHODS and not replace):
         raise ValueError(f"a selection method named {method.name!r} is registered already")
     SELECTION_METHODS[method.name] = method
-    MECHANISMS[method.name] = method.mechanism
     return method

@@ -29,9 +29,9 @@ from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.checks import check_threshold
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.vector import VECTOR_METHODS, noisy_vector_threshold, noisy_vector_top_c
+from matmech.svt import methods as _methods
 from matmech.svt.methods import (
     GAP_METHODS,
-    MECHANISMS,
     METHODS,
     SELECTION_METHODS,
     THRESHOLD_METHODS,
@@ -86,6 +86,14 @@ __all__ = [
     "selection_mechanism",
     "MECHANISMS",
 ]
+
+MECHANISMS: dict[str, str]  # re-exported as read: :data:`matmech.svt.methods.MECHANISMS`
+
+
+def __getattr__(name: str) -> dict[str, str]:
+    if name == "MECHANISMS":  # derived from the registry on every read, never a stale copy
+        return _methods.MECHANISMS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget
 from matmech.privacy.calibration import laplace_scale_up
 from matmech.svt import methods
+from matmech.svt import select as svt_select
 from matmech.svt.select import select_rows
 
 
@@ -46,7 +47,7 @@ def toy():
     try:
         yield TOY
     finally:
-        del methods.SELECTION_METHODS[TOY.name], methods.MECHANISMS[TOY.name]
+        del methods.SELECTION_METHODS[TOY.name]  # MECHANISMS follows the registry
 
 
 def _data():
@@ -105,3 +106,27 @@ def test_register_method_refuses_a_taken_name_and_gaps():
         methods.register_method(methods.SelectionMethod("new-gap", "x", True, False, run=print))
     with pytest.raises(TypeError, match="callable run"):
         methods.register_method(methods.SelectionMethod("no-run", "x", False, False))
+
+
+def test_mechanisms_is_read_from_the_registry():
+    """MECHANISMS is a dict derived from SELECTION_METHODS (in its order) on every read:
+    registering and removing a method shows in it, in matmech.svt.select's re-export too."""
+
+    def derived():
+        return {n: m.mechanism for n, m in methods.SELECTION_METHODS.items()}
+
+    before = methods.MECHANISMS
+    assert type(before) is dict and before == derived()
+    assert list(before) == list(methods.METHODS) == list(methods.SELECTION_METHODS)
+    methods.register_method(TOY)
+    try:
+        for view in (methods.MECHANISMS, svt_select.MECHANISMS):
+            assert view == derived() and list(view)[-1] == TOY.name
+            assert view[TOY.name] == "one-shot-noisy-top-c"
+        assert TOY.name not in before  # a value read earlier is a snapshot, not the registry
+    finally:
+        del methods.SELECTION_METHODS[TOY.name]
+    assert TOY.name not in methods.MECHANISMS and before == methods.MECHANISMS
+    assert before == svt_select.MECHANISMS
+    with pytest.raises(AttributeError, match="no attribute 'MECHANISM'"):
+        _ = methods.MECHANISM  # a typo is still an AttributeError
