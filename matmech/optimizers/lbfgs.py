@@ -281,18 +281,18 @@ def armijo_lbfgs_steps(
     ss: list = []
     ys: list = []
     yss: list = []  # the pairs' y·s, computed once per pair
-    tmp = np.empty_like(x)  # the two-loop's products, without a fresh array per update
+    axpy = sla.blas.daxpy  # q += a·v in place, one pass (the two-loop is memory-bound)
     while True:
         q = g.copy()
         alphas = []
         for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
             a = float(s @ q) / ys_
             alphas.append(a)
-            q -= np.multiply(a, y, out=tmp)
+            q = axpy(y, q, a=-a)
         if ss:
             q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
         for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
-            q += np.multiply(a - float(y @ q) / ys_, s, out=tmp)
+            q = axpy(s, q, a=a - float(y @ q) / ys_)
         d = -q
         slope = float(g @ d)
         if slope >= 0:
