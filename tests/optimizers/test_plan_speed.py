@@ -318,3 +318,21 @@ def test_spd_inverse_mirrors_the_triangle_and_refuses_indefinite_matrices():
         np.testing.assert_allclose(inv @ b, np.eye(n), atol=1e-9)
     with pytest.raises(np.linalg.LinAlgError):
         _spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]), lower=0)
+
+
+def test_equal_attributes_share_one_pidentity_fit_equal_to_their_own():
+    # two prefix(6) attributes queried alike: one fit serves both (the memo of
+    # optimize_general_marginals), equal to the attribute's own fit
+    from matmech.optimizers import general_marginals as GM
+    from matmech.optimizers.marginal_workloads import _total_like
+
+    W = kron_union((6, 6, 3), "PPI", (1, 2))
+    prob, _, blocks = gm._problem(W)
+    supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
+    memo: dict = {}
+    first = GM._fit_factor(prob, 0, supports, memo=memo)
+    shared = GM._fit_factor(prob, 1, supports, memo=memo)
+    assert len(memo) == 1 and shared is not first
+    np.testing.assert_allclose(shared, GM._fit_factor(prob, 1, supports), rtol=1e-8, atol=1e-12)
+    other = GM._fit_factor(prob, 2, supports, memo=memo)  # identity(3) is not prefix(6)
+    assert len(memo) == 2 and other.shape[1] == 3
