@@ -395,12 +395,20 @@ def refine_general_l2(
     stops); then only the start with the lowest error so far continues, until ten iterations
     gain less than ``ftol`` of it or ``maxiter`` iterations (:data:`DECIDE_AT`, a heuristic).
     ``decide_at=None`` runs every start to its end and keeps the best. ``params["starts"]``
-    holds each start's exact error where it stopped, ``params["iterations"]`` its iterations."""
+    holds each start's exact error where it stopped, ``params["iterations"]`` its iterations
+    and ``params["continued"]`` the start that continued. Raises ValueError for an unknown or
+    empty ``starts``, a negative or non-integer ``decide_at`` or a negative ``ftol``."""
     for kind in starts:
         if kind not in START_KINDS:
             raise ValueError(f"starts must be a subset of {START_KINDS}, got {kind!r}")
     if not starts:
         raise ValueError("starts must name at least one start")
+    if decide_at is not None and (
+        isinstance(decide_at, bool) or not isinstance(decide_at, int) or decide_at < 0
+    ):
+        raise ValueError(f"decide_at must be None or a non-negative integer, got {decide_at!r}")
+    if not (isinstance(ftol, (int, float)) and math.isfinite(ftol) and ftol >= 0):
+        raise ValueError(f"ftol must be a finite non-negative number, got {ftol!r}")
     runs = {kind: JointDescent(W, split=kind == "split grams") for kind in dict.fromkeys(starts)}
     until = maxiter if decide_at is None else min(maxiter, decide_at)
     for _ in range(until):

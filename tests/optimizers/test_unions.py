@@ -290,3 +290,10 @@ def test_the_decision_at_decide_at_picks_the_full_runs_winner_on_cps_3way():
     assert max(fit.params["iterations"].values()) > U.DECIDE_AT  # the decision was made
     assert fit.value == every.value  # the winner's run is the full run's
     assert fit.params["starts"]["factor grams"] >= fit.value
+
+
+@pytest.mark.parametrize("bad", [{"decide_at": -1}, {"decide_at": 2.5}, {"ftol": -1e-3}])
+def test_refine_rejects_bad_decision_options(bad):
+    W = kron_union((4, 3), "PI", (1,))
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        U.refine_general_l2(W, **bad)
