@@ -140,20 +140,14 @@ class _GeneralProblem:
                 f"the workload reaches {self.masks.size:,} (term, lattice class) pairs, more than {MAX_GENERAL_WORK:,}"
             )
         self.bits = ((self.masks[:, None] >> np.arange(self.k)[None, :]) & 1).astype(bool)
-        self._outside_masks, self._sym, self._pick = None, {}, None
+        self._sym, self._pick = {}, None
+        self._starts = self._free_bits = None  # full()'s per-term sums, set on first use
 
     def _symmetric(self, i):
         """True if every distinct gram of attribute i equals its transpose exactly."""
         if i not in self._sym:
             self._sym[i] = all(np.array_equal(c, c.T) for c in self.uniq[i][0])
         return self._sym[i]
-
-    def _outside(self):
-        """Per attribute i, the boolean mask of the lattice masks S without bit i (built once)."""
-        if self._outside_masks is None:
-            masks = np.arange(1 << self.k)
-            self._outside_masks = [(masks >> i) & 1 == 0 for i in range(self.k)]
-        return self._outside_masks
 
     def attribute_numbers(self, i, minv):
         """(g, a_out[K], a_in[K], y) of attribute i for the factor inverse B⁻¹ = minv."""
@@ -220,7 +214,7 @@ class _GeneralProblem:
 
     def full(self, theta, minvs, fixed=None):
         """(F, ∂F/∂θ, {i: Γᵢ = ∂F/∂Bᵢ⁻¹} for the free attributes); ``fixed`` as in :meth:`numbers`."""
-        k, K = self.k, self.v2.size
+        k = self.k
         g, a_out, a_in, ys = self.numbers(minvs, fixed)
         E = self.entries(a_out, a_in)
         eta = np.bincount(self.masks, weights=self.v2[self.term_idx] * E, minlength=1 << k)
@@ -244,25 +238,30 @@ class _GeneralProblem:
             # E·R divided by a_ik^b. Where a_ik^b = 0 its derivative is not needed: a_in = 0 only
             # for totals (C ∝ 11ᵀ, then ∂a_in/∂B⁻¹ = 0) and a_out = 0 only when C y = 0 (then
             # ∂a_out/∂B⁻¹ = 0), so those entries are set to 0.
-            wanted = list(self.free)
+            # every free attribute at once: the entries of a term are contiguous (term_idx is
+            # sorted, each term has the class ∅), so the per-term sums are one reduceat
+            if self._starts is None:
+                self._starts = np.flatnonzero(np.diff(self.term_idx, prepend=-1))
+                self._free_bits = self.bits[:, list(self.free)].astype(np.float64)
             ER = E * R[self.masks]
-            all_sums = np.bincount(self.term_idx, weights=ER, minlength=K)
-            dA = {}
-            for i in wanted:
-                in_sums = np.bincount(self.term_idx, weights=ER * self.bits[:, i], minlength=K)
-                ai, ao = a_in[:, i], a_out[:, i]
-                d_in = np.divide(in_sums, ai, out=np.zeros(K), where=ai > 0)
-                d_out = np.divide(all_sums - in_sums, ao, out=np.zeros(K), where=ao > 0)
-                dA[i] = (s * s) * self.v2[:, None] * np.stack([d_out, d_in], axis=1)
+            all_sums = np.add.reduceat(ER, self._starts)
+            in_sums = np.add.reduceat(ER[:, None] * self._free_bits, self._starts, axis=0)
+            ai, ao = a_in[:, self.free], a_out[:, self.free]
+            scale = (s * s) * self.v2[:, None]
+            d_in = np.divide(in_sums, ai, out=np.zeros_like(in_sums), where=ai > 0)
+            d_in *= scale
+            d_out = np.divide(all_sums[:, None] - in_sums, ao, out=np.zeros_like(ao), where=ao > 0)
+            d_out *= scale
+            d_out -= d_in
             # ∂F/∂gᵢ = −s² Σ_{S ∌ i} θ_S² (Π_{j∉S} g_j)/gᵢ Σ_{T⊆S} η_T/λ_T²
             base = th * th * outg * sub
-            outside = self._outside()
-            for i in wanted:
-                dg = -s * s * float(base[outside[i]].sum()) / g[i]
+            for j, i in enumerate(self.free):
+                # the masks without bit i: the first half of every block of 2^(i+1)
+                dg = -s * s * float(base.reshape(-1, 2, 1 << i)[:, 0, :].sum()) / g[i]
                 y = ys[i]
                 lst, idx = self.uniq[i]
-                beta = np.bincount(idx, weights=dA[i][:, 1], minlength=len(lst))
-                cvec = np.bincount(idx, weights=dA[i][:, 0] - dA[i][:, 1], minlength=len(lst))
+                beta = np.bincount(idx, weights=d_in[:, j], minlength=len(lst))
+                cvec = np.bincount(idx, weights=d_out[:, j], minlength=len(lst))
                 n = self.domain[i]
                 Cb = np.zeros((n, n))
                 Cc = np.zeros((n, n))

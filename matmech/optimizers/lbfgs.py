@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from matmech.linalg.lazy import sla
 
-__all__ = ["armijo_lbfgs", "projected_lbfgs", "lbfgsb_nonneg"]
+__all__ = ["armijo_lbfgs", "armijo_lbfgs_steps", "projected_lbfgs", "lbfgsb_nonneg", "stalled"]
 
 #: Iterations over which the relative decrease is measured for the stopping rule.
 WINDOW = 10
@@ -266,33 +266,33 @@ def _drive_setulb(setulb, fun, x0, *, maxiter, ftol, gtol, maxcor, maxls, maxfun
     return x, f
 
 
-def armijo_lbfgs(
-    fun: Callable, x0: np.ndarray, *, maxiter: int, memory: int = 10, ftol: float = 1e-11
-) -> tuple[np.ndarray, float]:
-    """Unconstrained L-BFGS with Armijo backtracking that treats a non-finite value as a step
-    too long (the joint L2 descent of :mod:`matmech.optimizers.unions`, whose error is +inf
-    where the strategy stops answering W). Stops when ten iterations lowered f by at most
-    ``ftol``·|f|, after ``maxiter`` iterations, or when no step is accepted. → (x, f)."""
+def armijo_lbfgs_steps(
+    fun: Callable, x0: np.ndarray, *, memory: int = 10
+) -> Iterator[tuple[np.ndarray, float]]:
+    """The iterates of :func:`armijo_lbfgs` one at a time: yields (x, f) at the start and after
+    every accepted iteration (x is never written to afterwards), and ends when no step is
+    accepted or f(x0) is not finite. A caller can advance several descents in lockstep and
+    stop any of them after any iteration (:func:`matmech.optimizers.unions.refine_general_l2`)."""
     x = np.array(x0, dtype=np.float64)
     f, g = fun(x)
+    yield x, f
     if not math.isfinite(f):
-        return x, f
+        return
     ss: list = []
     ys: list = []
     yss: list = []  # the pairs' y·s, computed once per pair
-    hist = [f]
-    tmp = np.empty_like(x)  # the two-loop's products, without a fresh array per update
-    for _ in range(maxiter):
+    axpy = sla.blas.daxpy  # q += a·v in place, one pass (the two-loop is memory-bound)
+    while True:
         q = g.copy()
         alphas = []
         for s, y, ys_ in zip(reversed(ss), reversed(ys), reversed(yss)):
             a = float(s @ q) / ys_
             alphas.append(a)
-            q -= np.multiply(a, y, out=tmp)
+            q = axpy(y, q, a=-a)
         if ss:
             q *= float(ss[-1] @ ys[-1]) / float(ys[-1] @ ys[-1])
         for (s, y, ys_), a in zip(zip(ss, ys, yss), reversed(alphas)):
-            q += np.multiply(a - float(y @ q) / ys_, s, out=tmp)
+            q = axpy(s, q, a=a - float(y @ q) / ys_)
         d = -q
         slope = float(g @ d)
         if slope >= 0:
@@ -307,7 +307,7 @@ def armijo_lbfgs(
                 break
             t *= 0.5
         if not accepted:
-            break
+            return
         s, y = xn - x, gn - g
         if float(s @ y) > 1e-300:
             ss.append(s)
@@ -318,7 +318,25 @@ def armijo_lbfgs(
                 ys.pop(0)
                 yss.pop(0)
         x, f, g = xn, fn, gn
+        yield x, f
+
+
+def stalled(hist: list, ftol: float) -> bool:
+    """The stopping rule of :func:`armijo_lbfgs` on the values so far (start first): the last
+    ten iterations lowered f by at most ``ftol``·|f|."""
+    return len(hist) > WINDOW and hist[-WINDOW - 1] - hist[-1] <= ftol * abs(hist[-1])
+
+
+def armijo_lbfgs(
+    fun: Callable, x0: np.ndarray, *, maxiter: int, memory: int = 10, ftol: float = 1e-11
+) -> tuple[np.ndarray, float]:
+    """Unconstrained L-BFGS with Armijo backtracking that treats a non-finite value as a step
+    too long (the joint L2 descent of :mod:`matmech.optimizers.unions`, whose error is +inf
+    where the strategy stops answering W). Stops when ten iterations lowered f by at most
+    ``ftol``·|f|, after ``maxiter`` iterations, or when no step is accepted. → (x, f)."""
+    hist: list = []
+    for x, f in armijo_lbfgs_steps(fun, x0, memory=memory):
         hist.append(f)
-        if len(hist) > 10 and hist[-11] - f <= ftol * abs(f):
+        if len(hist) > maxiter or stalled(hist, ftol):
             break
     return x, f
