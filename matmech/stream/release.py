@@ -36,7 +36,8 @@ from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import lattice_noise
 from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
-from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, plan_stream
+from matmech.privacy.calibration import lattice_std
+from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
 from matmech.stream.state import StreamStore
 
 __all__ = ["StreamRelease", "StreamStep"]
@@ -92,6 +93,13 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
             p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]
         )
     )
+    stored = (p["noise"], p["scale"], p["sensitivity"], p["std"])
+    kind, scale, sens = _scale(spec, f)  # the calibration of the C_g the file measures
+    if stored != (kind, scale, sens, lattice_std(kind, scale, p["grid"], remedy="raise eps")):
+        raise ValueError(
+            "the stream file's noise calibration does not follow from its spec and factorization "
+            "(an altered file or one written by another version): nothing is drawn from it"
+        )
     return StreamPlan(spec, f, p["grid"], p["noise"], p["scale"], p["std"], p["sensitivity"])
 
 

@@ -179,3 +179,42 @@ def test_plan_grid_does_not_depend_on_max_records():
     assert len({p.grid for p in plans}) == 1
     p = plans[0]
     assert 2**21 < p.scale / p.grid <= 2**22
+
+
+@pytest.mark.parametrize(
+    "spec_kw",
+    [
+        dict(eps=1.0, delta=1e-6, factorization="sqrt"),
+        dict(eps=2.0, factorization="sqrt"),
+        dict(rho=0.3, delta=1e-7, factorization="banded"),
+        dict(eps=1.0, delta=1e-6, factorization="dense"),
+        dict(eps=1.0, factorization="identity"),
+        dict(eps=0.5, delta=1e-6, factorization="sqrt", neighbors="substitute"),
+    ],
+)
+def test_reopening_recomputes_the_calibration_and_refuses_an_altered_file(tmp_path, spec_kw):
+    """A reopened stream draws with the noise its spec and stored C imply, not with whatever
+    scale the file says: a file whose scale, std or sensitivity was changed is refused."""
+    import json
+
+    from matmech.stream.state import StreamStore
+
+    path = tmp_path / "s.db"
+    s = StreamRelease.create(
+        path, StreamSpec(6, categories=2, **spec_kw), rng=np.random.default_rng(0)
+    )
+    s.step([1, 2])
+    again = StreamRelease.open(path, rng=np.random.default_rng(1))
+    assert (again.plan.scale, again.plan.std, again.plan.grid) == (
+        s.plan.scale,
+        s.plan.std,
+        s.plan.grid,
+    )
+    store = StreamStore.open(path)
+    plan = json.loads(store.meta()["plan"])
+    for key, factor in (("scale", 0.5), ("std", 0.5), ("sensitivity", 0.5), ("grid", 2.0)):
+        store.set_meta("plan", json.dumps({**plan, key: plan[key] * factor}))
+        with pytest.raises(ValueError, match="does not follow from its spec|not on its grid"):
+            StreamRelease.open(path, rng=np.random.default_rng(1))
+    store.set_meta("plan", json.dumps(plan))
+    assert StreamRelease.open(path, rng=np.random.default_rng(1)).steps_done == 1
