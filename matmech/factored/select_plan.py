@@ -26,7 +26,6 @@ from matmech.factored.tables import MAX_TABLE_CELLS
 from matmech.factored.terms import as_terms
 from matmech.linalg.linop import Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
-from matmech.privacy import noise
 from matmech.privacy import calibration
 from matmech.privacy.params import rest_of
 from matmech.svt.methods import SELECTION_METHODS
@@ -147,21 +146,11 @@ def _max_abs(f):
 def measurement_noise(sens, eps_m, delta):
     """(kind, scale, variance) of the measurement at sensitivity ``sens`` (neighbours factor
     and margin included): :func:`matmech.privacy.calibration.noise_for` for an integer
-    strategy (grid 1), refused beyond the exact samplers' range."""
+    strategy (grid 1), refused beyond the exact samplers' range
+    (:func:`~matmech.privacy.calibration.lattice_variance`)."""
     kind, scale = calibration.noise_for(eps_m, delta, sens)
-    if kind == "discrete_laplace":
-        if scale > noise.MAX_LAPLACE_SCALE:
-            raise ValueError(
-                f"the selected rows need a discrete Laplace scale of {scale:.4g}, beyond the exact sampler's "
-                f"{noise.MAX_LAPLACE_SCALE:.4g}; the measurement's eps={eps_m!r} is too small"
-            )
-        return kind, scale, noise.discrete_laplace_variance(scale)
-    if scale > noise.MAX_SIGMA:
-        raise ValueError(
-            f"the selected rows need a discrete Gaussian σ of {scale:.4g}, beyond the exact sampler's "
-            f"{noise.MAX_SIGMA:.4g}; the measurement's eps={eps_m!r} is too small"
-        )
-    return kind, scale, noise.discrete_gaussian_variance(scale)
+    remedy = f"the measurement's eps={eps_m!r} is too small for the selected rows"
+    return kind, scale, calibration.lattice_variance(kind, scale, 1.0, remedy=remedy)
 
 
 def _worst_case(terms, offsets, c, p):

@@ -61,6 +61,7 @@ __all__ = [
     "measurement_variance",
     "sampler_grid",
     "lattice_std",
+    "lattice_variance",
     "run_grid",
     "scale_on_grid",
 ]
@@ -476,6 +477,13 @@ def lattice_std(noise: str, scale: float, grid: float, *, remedy: str) -> float:
     ``scale`` on the lattice grid·ℤ: grid times the std of the discrete distribution at
     scale/grid (CKS 2020). A ValueError ending in ``remedy`` when scale/grid is beyond the
     exact sampler's range (:data:`~matmech.privacy.noise.MAX_LAPLACE_SCALE`, ``MAX_SIGMA``)."""
+    return math.sqrt(lattice_variance(noise, scale, grid, remedy=remedy))
+
+
+def lattice_variance(noise: str, scale: float, grid: float, *, remedy: str) -> float:
+    """The exact variance of :func:`lattice_std`'s noise: grid² times the variance of the
+    discrete distribution at scale/grid (the grid a power of two: its square root is
+    :func:`lattice_std` bit for bit)."""
     if noise not in ("discrete_laplace", "discrete_gaussian"):
         raise ValueError(f"noise must be discrete_laplace or discrete_gaussian, got {noise!r}")
     gaussian = noise == "discrete_gaussian"
@@ -486,7 +494,7 @@ def lattice_std(noise: str, scale: float, grid: float, *, remedy: str) -> float:
             f"the exact sampler's limit {limit:.3g}; {remedy}"
         )
     var = _noise.discrete_gaussian_variance if gaussian else _noise.discrete_laplace_variance
-    return math.sqrt(var(ratio)) * grid
+    return var(ratio) * grid * grid
 
 
 def _lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_records: int) -> int:
