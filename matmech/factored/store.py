@@ -262,11 +262,22 @@ class MarginalRelease:
         return values, pats[ids[0]]
 
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) of the marginal on ``S`` at ``level``: values ∓ z·std, the normal
-        quantile, as :meth:`matmech.record.Release.interval` gives for residual answers."""
+        """(lower, upper) of the marginal on ``S`` at ``level``, as
+        :meth:`matmech.record.Release.interval` gives: pure ε from the law of the tables'
+        discrete Laplace draws (:mod:`matmech.factored.answer_noise`; every cell of a
+        marginal shares it), (ε, δ) values ∓ z·std (the normal quantile)."""
         values, std = self.marginal(S)
-        half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
+        law = self._noise_law
+        if law is None:
+            half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
+        else:
+            half = np.full(std.shape, float(law.marginal(S, level).half[0]))
         return values - half, values + half
+
+    @functools.cached_property
+    def _noise_law(self):
+        """The answers' noise law (pure ε) or None (normal quantile); data-independent."""
+        return self._kind.noise_law(self.measurement_plan, self.subsets, self.weights)
 
     def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
         """(S, values, std) for every term of W in order, values × the term's weight and std
@@ -330,6 +341,7 @@ class MarginalRelease:
             budget_remaining=self.budget_remaining,
             measurement=None,
             estimate=None,
+            noise_law=self._noise_law,
         )
 
     def save(self, path) -> Path:

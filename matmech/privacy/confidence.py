@@ -138,24 +138,46 @@ def excess_kurtosis(noise: str, t: float) -> float:
     return m4 / (m2 * m2) - 3.0
 
 
-def sum_pmf(noise: str, t: float, weights) -> tuple[np.ndarray, np.ndarray]:
-    """(k, pmf) of Σ cⱼ zⱼ for integer weights cⱼ, from Πⱼ φ(cⱼ ω) on an FFT grid."""
-    c = np.abs(np.rint(np.asarray(weights, dtype=np.float64))).astype(np.int64)
-    c = c[c > 0]
-    K = _radius(noise, t)
-    span = int(c.sum()) * K
+def _groups(weights, t, counts):
+    """(|weight|, scale, count) of every distinct nonzero term, weights rounded to 12 digits."""
+    a = np.abs(np.asarray(weights, dtype=np.float64)).reshape(-1)
+    tt = np.broadcast_to(np.asarray(t, dtype=np.float64), a.shape).reshape(-1)
+    n = (
+        np.ones(a.size, dtype=np.int64)
+        if counts is None
+        else np.broadcast_to(np.asarray(counts, dtype=np.int64), a.shape).reshape(-1)
+    )
+    keep = (a > 0) & (n > 0)
+    keys = np.stack([np.round(a[keep], 12), tt[keep]], axis=1)
+    if keys.size == 0:
+        return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    return uniq[:, 0], uniq[:, 1], np.bincount(inv.reshape(-1), weights=n[keep]).astype(np.int64)
+
+
+def sum_pmf(
+    noise: str, t, weights, *, counts: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(k, pmf) of Σ cⱼ zⱼ for integer weights cⱼ, from Πⱼ φ(cⱼ ω) on an FFT grid.
+
+    ``t``: the scale of every draw on the integers, one float or one per weight;
+    ``counts``: how many independent draws share each weight (default one each)."""
+    a, tt, n = _groups(np.rint(np.asarray(weights, dtype=np.float64)), t, counts)
+    a = a.astype(np.int64)
+    span = int(sum(x * k * _radius(noise, s) for x, k, s in zip(a, n, tt.tolist())))
     N = 1 << max(4, (2 * span + 1).bit_length())
     if N > MAX_LATTICE:
         raise ValueError(f"the lattice law needs an FFT of {N:,} points (limit {MAX_LATTICE:,})")
-    k, pmf = noise_pmf(noise, t)
-    base = np.zeros(N)
-    base[k % N] = pmf
-    phi = np.fft.fft(base).real  # symmetric pmf: real spectrum
-    vals, counts = np.unique(c, return_counts=True)
     idx = np.arange(N)
     spec = np.ones(N)
-    for a, n in zip(vals.tolist(), counts.tolist()):
-        spec *= phi[(a * idx) % N] ** n
+    phis: dict = {}
+    for x, k, s in zip(a.tolist(), n.tolist(), tt.tolist()):
+        if s not in phis:
+            kk, pmf = noise_pmf(noise, s)
+            base = np.zeros(N)
+            base[kk % N] = pmf
+            phis[s] = np.fft.fft(base).real  # symmetric pmf: real spectrum
+        spec *= phis[s][(x * idx) % N] ** k
     out = np.clip(np.fft.ifft(spec).real, 0.0, None)
     kk = np.arange(-span, span + 1)
     return kk, out[kk % N]
@@ -171,45 +193,42 @@ def _central(pmf_of_r, level):
     return r, float(min(cum[r], 1.0))
 
 
-def _exact(noise, t, c, level):
-    _, pmf = sum_pmf(noise, t, c)
-    return _central(pmf, level)
-
-
 def _grid_size(B):
     return 1 << (2 * B + 1).bit_length()
 
 
-def _convolution_work(c):
-    """Grid points × distinct weights of :func:`_convolution` for weights c."""
-    return _grid_size(math.ceil(20.0 * c.size / 0.02)) * np.unique(np.round(c, 12)).size
+def _convolution_work(a, n):
+    """Grid points × distinct terms of :func:`_convolution` for terms (a, ·, n)."""
+    return _grid_size(math.ceil(20.0 * int(n.sum()) / 0.02)) * a.size
 
 
-def _convolution(noise, t, c, sd, level):
+def _convolution(noise, a, tt, n, sd, level):
     """Half-width (lattice units) and a lower bound on its coverage, binned on h."""
-    P = c.size
+    P = int(n.sum())
     h = 0.02 * sd / P  # total binning error P·h/2 = 0.01 sd
     B = math.ceil(20.0 * sd / h)
     N = _grid_size(B)
     b = np.arange(-B, B + 1)
     spec = np.ones(N // 2 + 1, dtype=np.complex128)
-    vals, counts = np.unique(np.round(np.abs(c), 12), return_counts=True)
-    for a, n in zip(vals.tolist(), counts.tolist()):
-        hi = noise_cdf(noise, t, np.ceil((b + 0.5) * h / a) - 1)
-        lo = noise_cdf(noise, t, np.ceil((b - 0.5) * h / a) - 1)
+    for x, s, k in zip(a.tolist(), tt.tolist(), n.tolist()):
+        hi = noise_cdf(noise, s, np.ceil((b + 0.5) * h / x) - 1)
+        lo = noise_cdf(noise, s, np.ceil((b - 0.5) * h / x) - 1)
         binned = np.zeros(N)
         binned[b % N] = np.clip(hi - lo, 0.0, None)
-        spec *= np.fft.rfft(binned) ** n
+        spec *= np.fft.rfft(binned) ** k
     pmf = np.clip(np.fft.irfft(spec, N), 0.0, None)
     r, cov = _central(pmf[b % N], level)
     return (r + P / 2.0) * h, cov
 
 
-def _moments(noise, t, c, level):
+def _moments(noise, a, tt, n, level):
+    """Normal quantile, or Cornish–Fisher when the Edgeworth error exceeds the tolerance;
+    κ₄ = Σ n·a⁴·κ₄(z) over the terms (cumulants of independent draws add)."""
     z = float(ndtri(0.5 + level / 2))
-    s2, s4 = float((c * c).sum()), float((c**4).sum())
-    k4 = excess_kurtosis(noise, t) * s4 / (s2 * s2)
-    s2 *= _variance(noise, t)
+    var = np.array([_variance(noise, s) for s in tt.tolist()])
+    kurt = np.array([excess_kurtosis(noise, s) for s in tt.tolist()])
+    s2 = float((n * a * a * var).sum())
+    k4 = float((n * a**4 * kurt * var * var).sum()) / (s2 * s2)
     err = abs(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * k4 / 12.0)
     if err <= NORMAL_TOLERANCE:
         return z * math.sqrt(s2), "normal"
@@ -233,7 +252,13 @@ def normal_intervals(std, level: float = 0.95, *, method: str = "normal") -> Int
 
 
 def law_intervals(
-    weights: np.ndarray, noise: str, scale: float, grid: float, level: float = 0.95
+    weights: np.ndarray,
+    noise: str,
+    scale,
+    grid: float,
+    level: float = 0.95,
+    *,
+    counts: np.ndarray | None = None,
 ) -> IntervalLaw:
     """Half-widths at ``level`` for answers with noise ``grid·Σⱼ weights[i, j] zⱼ``.
 
@@ -241,11 +266,18 @@ def law_intervals(
     ``scale``/``grid`` those of the measurement (``scale`` in answer units, so zⱼ has scale
     t = scale/grid on the integers). Answers with the same multiset of |weights| share one
     computation; at most :data:`MAX_PROFILES` distinct ones are evaluated exactly.
+
+    Keyword-only: ``counts`` (m×p, default ones) says how many independent draws carry
+    weight ``weights[i, j]``, and ``scale`` may be an array broadcastable to m×p (each
+    term's own scale), so a row can stand for a weight profile with multiplicities — the
+    pure-ε residual answers (:mod:`matmech.factored.answer_noise`).
     """
     level = _check_level(level)
-    t = float(scale) / float(grid)
-    _check(noise, t)
     C = np.asarray(weights, dtype=np.float64)
+    T = np.broadcast_to(np.asarray(scale, dtype=np.float64) / float(grid), C.shape)
+    for s in np.unique(T).tolist():
+        _check(noise, s)
+    K = None if counts is None else np.broadcast_to(np.asarray(counts, dtype=np.int64), C.shape)
     m = C.shape[0]
     half, cov = np.empty(m), np.full(m, np.nan)
     method = np.empty(m, dtype=object)
@@ -254,29 +286,35 @@ def law_intervals(
     for i in range(m):
         row = np.abs(C[i])
         tol = 1e-10 * max(float(row.max(initial=0.0)), 1e-300)
-        c = np.sort(row[row > tol])
-        if c.size == 0:
+        a, tt, n = _groups(np.where(row > tol, row, 0.0), T[i], None if K is None else K[i])
+        if a.size == 0:
             half[i], cov[i], method[i] = 0.0, 1.0, "exact"
             continue
-        key = tuple(np.round(c, 10).tolist())
+        key = (tuple(np.round(a, 10).tolist()), tuple(tt.tolist()), tuple(n.tolist()))
         if key not in seen:
-            seen[key] = _one(noise, t, c, level, exact_ok=len(seen) < MAX_PROFILES, work=work)
+            seen[key] = _one(noise, a, tt, n, level, exact_ok=len(seen) < MAX_PROFILES, work=work)
         r, p, how = seen[key]
         half[i], cov[i], method[i] = r * grid, p, how
     return IntervalLaw(level, half, cov, method)
 
 
-def _one(noise, t, c, level, *, exact_ok, work):
-    sd = math.sqrt(float((c * c).sum()) * _variance(noise, t))
-    if exact_ok and np.all(np.abs(c - np.rint(c)) <= 1e-9):
+def _one(noise, a, tt, n, level, *, exact_ok, work):
+    var = np.array([_variance(noise, s) for s in tt.tolist()])
+    sd = math.sqrt(float((n * a * a * var).sum()))
+    if exact_ok and np.all(np.abs(a - np.rint(a)) <= 1e-9):
         try:
-            r, p = _exact(noise, t, c, level)
+            _, pmf = sum_pmf(noise, tt, a, counts=n)
+            r, p = _central(pmf, level)
             return float(r), p, "exact"
         except ValueError:
             pass  # lattice too wide: the binned convolution is as good at this scale
-    if exact_ok and c.size <= MAX_TERMS and work[0] + (cost := _convolution_work(c)) <= MAX_WORK:
+    if (
+        exact_ok
+        and int(n.sum()) <= MAX_TERMS
+        and work[0] + (cost := _convolution_work(a, n)) <= MAX_WORK
+    ):
         work[0] += cost
-        r, p = _convolution(noise, t, c, sd, level)
+        r, p = _convolution(noise, a, tt, n, sd, level)
         return r, p, "convolution"
-    r, how = _moments(noise, t, c, level)
+    r, how = _moments(noise, a, tt, n, level)
     return r, math.nan, how

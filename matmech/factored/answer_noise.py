@@ -1,0 +1,160 @@
+"""The noise law of a pure-ε residual answer, for intervals from the noise actually drawn.
+
+The pure-ε residual release (:func:`matmech.factored.measure.plan_residual_laplace`) adds
+iid discrete Laplace noise z_{T,c} of scale b_T to every cell c of every measured table T,
+combines each residual R as ŷ_R = Σ_{T ⊇ R} w_{T,R} Q_R(table T summed to R) (the pair
+weights) and reconstructs the marginal on S as Σ_{R ⊆ S} (Q_Rᵀ ⊗ 1/n_{S∖R}) ŷ_R (Xiao et al.,
+NeurIPS 2023, §4). With Q_RᵀQ_R = ⊗_{i∈R}(I − 11ᵀ/nᵢ), the weight of z_{T,c} in the answer
+u of the marginal on S (row weight ω) is
+
+    coef(T, A) = ω Σ_{R ⊆ S∩T, (T,R) a pair} w_{T,R} / Π_{i∈S∖R} nᵢ · Π_{i∈R∩A}(1 − 1/nᵢ) · Π_{i∈R∖A}(−1/nᵢ),
+
+where A = {i ∈ S∩T : cᵢ = uᵢ}: it depends on c only through A, and the cells with a given A
+number Π_{i∈(S∩T)∖A}(nᵢ − 1) · Π_{i∈T∖S} nᵢ. Every answer of a marginal therefore has the
+same noise law, a sum of at most Σ_T 2^|S∩T| weight classes with multiplicities
+(:func:`marginal_terms`); :class:`ResidualNoiseLaw` turns them into intervals with
+:func:`matmech.privacy.confidence.law_intervals` (exact lattice law, binned convolution or
+the fourth-cumulant normal / Cornish–Fisher quantile). All of it is data-independent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from matmech.privacy.confidence import IntervalLaw, law_intervals
+
+__all__ = ["MAX_PAIRS", "ResidualNoiseLaw", "marginal_terms"]
+
+
+#: Most (marginal, table) pairs :meth:`ResidualNoiseLaw.intervals` evaluates for one
+#: release (a few seconds); beyond it every answer gets the normal quantile, named "normal"
+#: (the streamed :meth:`~matmech.factored.store.MarginalRelease.interval` has no such cap).
+MAX_PAIRS = 1 << 24
+
+
+class _Index:
+    """The plan's pairs by residual (tables, weights), each table's attribute membership
+    and cell count: the look-ups of :func:`marginal_terms`, built once per law."""
+
+    def __init__(self, mplan):
+        lat, tables = mplan.plan.lattice, mplan.plan.tables
+        order = np.argsort(mplan.pair_residual, kind="stable")
+        res = np.asarray(mplan.pair_residual)[order]
+        starts = np.searchsorted(res, np.arange(len(lat.residuals) + 1)).tolist()
+        tab = np.asarray(mplan.pair_table, dtype=np.int64)[order]
+        w = np.asarray(mplan.pair_weight, dtype=np.float64)[order]
+        self.by_res = {
+            R: (tab[starts[j] : starts[j + 1]], w[starts[j] : starts[j + 1]])
+            for j, R in enumerate(lat.residuals)
+        }
+        d = lat.domain
+        self.member = np.zeros((len(tables), len(d)), dtype=bool)
+        for j, t in enumerate(tables):
+            self.member[j, list(t)] = True
+        self.cells = np.array([math.prod(d[i] for i in t) for t in tables], dtype=np.float64)
+        self.scales = np.asarray(mplan.scales, dtype=np.float64)
+
+
+def marginal_terms(
+    mplan, S, weight: float = 1.0, *, index: _Index | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coef, count, scale): the noise of every answer of the marginal on ``S`` (row weight
+    ``weight``) is Σ coef·z over ``count`` independent discrete Laplace draws of ``scale``
+    per term (one term per (table, pattern) with a nonzero count; see the module notes).
+
+    ``mplan`` is a :class:`~matmech.factored.measure.LaplaceMeasurementPlan`; ``index``
+    its look-ups (built when None). Data-independent.
+    """
+    d = mplan.plan.lattice.domain
+    S = tuple(sorted(int(a) for a in S))
+    k = len(S)
+    ix = _Index(mplan) if index is None else index
+    n = np.array([d[i] for i in S], dtype=np.float64)
+    bits = np.arange(1 << k)
+    inset = ((bits[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)  # (2^k, k)
+    # G[r, a]: weight of a cell with pattern a in the term of residual S[r], per unit w
+    G = np.empty((1 << k, 1 << k))
+    for r in range(1 << k):
+        R = inset[r]
+        fac = np.where(inset[:, R], 1.0 - 1.0 / n[R], -1.0 / n[R]).prod(axis=1)
+        G[r] = fac / np.prod(n[~R])
+    J, pos, w = [], [], []
+    for r in range(1 << k):
+        R = tuple(S[i] for i in range(k) if inset[r, i])
+        if R in ix.by_res:  # else not in the lattice (a size-1 attribute): never reconstructed
+            tab, wt = ix.by_res[R]
+            J.append(tab)
+            pos.append(np.full(tab.size, r))
+            w.append(wt)
+    if not J:
+        return np.empty(0), np.empty(0, dtype=np.int64), np.empty(0)
+    tabs, inv = np.unique(np.concatenate(J), return_inverse=True)
+    B = np.zeros((tabs.size, 1 << k))  # Σ w per (table, residual position)
+    np.add.at(B, (inv.reshape(-1), np.concatenate(pos)), np.concatenate(w))
+    coef = float(weight) * (B @ G)
+    member = ix.member[np.ix_(tabs, list(S))]
+    outside = ix.cells[tabs] / np.where(member, n[None, :], 1.0).prod(axis=1)
+    ok = ~(inset[None, :, :] & ~member[:, None, :]).any(axis=2)  # pattern a ⊆ S∩T
+    other = np.where(member[:, None, :] & ~inset[None, :, :], n[None, None, :] - 1.0, 1.0)
+    count = np.where(ok, other.prod(axis=2), 0.0) * outside[:, None]
+    scale = np.broadcast_to(ix.scales[tabs][:, None], coef.shape)
+    keep = count > 0
+    return coef[keep], np.rint(count[keep]).astype(np.int64), scale[keep]
+
+
+@dataclass(frozen=True, eq=False)
+class ResidualNoiseLaw:
+    """The noise law of every answer of a pure-ε residual release: W's terms ``subsets``
+    with row ``weights`` (answers in that order, term after term) under the table
+    measurement ``mplan``. :meth:`intervals` is what :meth:`matmech.record.Release.interval_law`
+    reports for such a release; :meth:`marginal` that of one marginal (the streamed
+    :class:`~matmech.factored.store.MarginalRelease`). Data-independent."""
+
+    mplan: Any = field(repr=False)
+    subsets: tuple = field(repr=False)
+    weights: tuple = field(repr=False)
+    _index: list = field(default_factory=list, init=False, repr=False)
+
+    def _ix(self) -> _Index:
+        if not self._index:
+            self._index.append(_Index(self.mplan))
+        return self._index[0]
+
+    def _laws(self, subsets, weights, level):
+        ix = self._ix()
+        prof = [marginal_terms(self.mplan, S, w, index=ix) for S, w in zip(subsets, weights)]
+        width = max(1, max(c.size for c, _, _ in prof))
+        shape = (len(prof), width)
+        C, K, T = np.zeros(shape), np.zeros(shape, dtype=np.int64), np.ones(shape)
+        for i, (c, k, t) in enumerate(prof):
+            C[i, : c.size], K[i, : c.size], T[i, : c.size] = c, k, t
+        law = law_intervals(C, "discrete_laplace", T, 1.0, level, counts=K)
+        # An "exact" error is an integer; the reconstruction computes it up to float
+        # round-off (~1e-15), so a half-width r could drop the points ±r: r + 1/2 covers
+        # the same integers (the same exact coverage) and is robust to the round-off.
+        half = np.where(law.method == "exact", law.half + 0.5, law.half)
+        return IntervalLaw(law.level, half, law.coverage.copy(), law.method.copy())
+
+    def marginal(self, S, level: float = 0.95, weight: float = 1.0) -> IntervalLaw:
+        """The law of the marginal on ``S`` (one entry: every cell shares it)."""
+        return self._laws([S], [weight], level)
+
+    def intervals(self, level: float = 0.95) -> IntervalLaw | None:
+        """Half-width, coverage and method of every answer, W's rows in order; None when
+        the marginals and tables make more than :data:`MAX_PAIRS` pairs (the caller then
+        uses the normal quantile)."""
+        d = self.mplan.plan.lattice.domain
+        sizes = [math.prod(d[i] for i in S) for S in self.subsets]
+        if len(self.subsets) * len(self.mplan.plan.tables) > MAX_PAIRS:
+            return None
+        law = self._laws(self.subsets, self.weights, level)
+        return IntervalLaw(
+            law.level,
+            np.repeat(law.half, sizes),
+            np.repeat(law.coverage, sizes),
+            np.repeat(law.method, sizes),
+        )
