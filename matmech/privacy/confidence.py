@@ -20,6 +20,11 @@ first (:func:`law_intervals`):
   estimates the normal interval's coverage error φ(z)(z³−3z)κ₄/12; within
   :data:`NORMAL_TOLERANCE` the normal quantile is kept, else the Cornish–Fisher quantile
   z + κ₄(z³−3z)/24. These coverages are estimates, reported as None.
+
+A row of weights may also stand for a weight profile: ``counts`` says how many independent
+draws carry each weight and ``scale`` may differ per term (κ₄ = Σ count·c⁴·κ₄(z) adds over
+the terms; the lattice pmf multiplies each scale's φ). The pure-ε residual answers use
+this (:mod:`matmech.factored.answer_noise`: a few weight classes, thousands of draws).
 """
 
 from __future__ import annotations
