@@ -125,18 +125,24 @@ class ResidualNoiseLaw:
         return self._index[0]
 
     def _laws(self, subsets, weights, level):
+        """The law of each marginal (unweighted: the weight |ω| scales the half-width, so
+        a term and its unweighted marginal get the same interval up to that factor)."""
         ix = self._ix()
-        prof = [marginal_terms(self.mplan, S, w, index=ix) for S, w in zip(subsets, weights)]
+        prof = [marginal_terms(self.mplan, S, index=ix) for S in subsets]
         width = max(1, max(c.size for c, _, _ in prof))
         shape = (len(prof), width)
         C, K, T = np.zeros(shape), np.zeros(shape, dtype=np.int64), np.ones(shape)
+        margin = np.zeros(len(prof))
         for i, (c, k, t) in enumerate(prof):
             C[i, : c.size], K[i, : c.size], T[i, : c.size] = c, k, t
+            big = np.abs(c) > 1e-10 * max(float(np.abs(c).max(initial=0.0)), 1e-300)
+            margin[i] = 0.5 * float(np.gcd.reduce(np.rint(np.abs(c[big])).astype(np.int64)))
         law = law_intervals(C, "discrete_laplace", T, 1.0, level, counts=K)
-        # An "exact" error is an integer; the reconstruction computes it up to float
-        # round-off (~1e-15), so a half-width r could drop the points ±r: r + 1/2 covers
-        # the same integers (the same exact coverage) and is robust to the round-off.
-        half = np.where(law.method == "exact", law.half + 0.5, law.half)
+        # An "exact" error lies on g·ℤ (g the gcd of the integer weights); the reconstruction
+        # computes it up to float round-off (~1e-15), so a half-width r could drop the
+        # points ±r: r + g/2 covers the same points (the same exact coverage) robustly.
+        half = np.where(law.method == "exact", law.half + margin, law.half)
+        half = half * np.abs(np.asarray(weights, dtype=np.float64))
         return IntervalLaw(law.level, half, law.coverage.copy(), law.method.copy())
 
     def marginal(self, S, level: float = 0.95, weight: float = 1.0) -> IntervalLaw:
