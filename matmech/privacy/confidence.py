@@ -29,6 +29,7 @@ this (:mod:`matmech.factored.answer_noise`: a few weight classes, thousands of d
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -136,6 +137,11 @@ def _variance(noise: str, t: float) -> float:
 def excess_kurtosis(noise: str, t: float) -> float:
     """κ₄/σ⁴ of one draw (Laplace → 3, Gaussian → 0 as t grows)."""
     _check(noise, t)
+    return _kurtosis(noise, t)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kurtosis(noise: str, t: float) -> float:
     if t > 2000.0:
         return 3.0 if noise == "discrete_laplace" else 0.0
     k, pmf = noise_pmf(noise, t)
@@ -153,11 +159,13 @@ def _groups(weights, t, counts):
         else np.broadcast_to(np.asarray(counts, dtype=np.int64), a.shape).reshape(-1)
     )
     keep = (a > 0) & (n > 0)
-    keys = np.stack([np.round(a[keep], 12), tt[keep]], axis=1)
-    if keys.size == 0:
-        return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    return uniq[:, 0], uniq[:, 1], np.bincount(inv.reshape(-1), weights=n[keep]).astype(np.int64)
+    a, tt, n = np.round(a[keep], 12), tt[keep], n[keep]
+    order = np.lexsort((a, tt))  # by scale, then weight
+    a, tt, n = a[order], tt[order], n[order]
+    new = np.ones(a.size, dtype=bool)
+    new[1:] = (a[1:] != a[:-1]) | (tt[1:] != tt[:-1])
+    at = np.flatnonzero(new)
+    return a[at], tt[at], np.add.reduceat(n, at) if at.size else n[:0]
 
 
 def sum_pmf(
@@ -288,15 +296,26 @@ def law_intervals(
     method = np.empty(m, dtype=object)
     seen: dict = {}
     work = [0]
+    plain = K is None and np.asarray(scale).ndim == 0  # one scale, one draw per weight
     for i in range(m):
         row = np.abs(C[i])
         tol = 1e-10 * max(float(row.max(initial=0.0)), 1e-300)
-        a, tt, n = _groups(np.where(row > tol, row, 0.0), T[i], None if K is None else K[i])
-        if a.size == 0:
+        if plain:  # the sorted weights are the key (cheap); grouped only when new
+            c = np.sort(row[row > tol])
+            key: tuple = tuple(np.round(c, 10).tolist())
+        else:
+            keep = (row > tol) & (K[i] > 0 if K is not None else True)
+            c = row[keep]
+            key = (
+                tuple(np.round(c, 10).tolist()),
+                tuple(T[i][keep].tolist()),
+                () if K is None else tuple(K[i][keep].tolist()),
+            )
+        if c.size == 0:
             half[i], cov[i], method[i] = 0.0, 1.0, "exact"
             continue
-        key = (tuple(np.round(a, 10).tolist()), tuple(tt.tolist()), tuple(n.tolist()))
         if key not in seen:
+            a, tt, n = _groups(np.where(row > tol, row, 0.0), T[i], None if K is None else K[i])
             seen[key] = _one(noise, a, tt, n, level, exact_ok=len(seen) < MAX_PROFILES, work=work)
         r, p, how = seen[key]
         half[i], cov[i], method[i] = r * grid, p, how
