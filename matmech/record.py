@@ -242,8 +242,8 @@ class Release:
     #: (:func:`matmech.svt.curse.guard`); None without gaps combined.
     near_threshold: np.ndarray | None = field(default=None, repr=False)
     #: When ``measurement`` is None: the answers' noise law, an object whose
-    #: ``intervals(level)`` gives their :class:`IntervalLaw` (the pure-ε residual path:
-    #: :class:`matmech.factored.answer_noise.ResidualNoiseLaw`); data-independent.
+    #: ``intervals(level, std)`` gives their :class:`IntervalLaw` (the residual paths:
+    #: :mod:`matmech.factored.answer_noise`); data-independent.
     noise_law: object | None = field(default=None, repr=False)
     _laws: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -275,9 +275,10 @@ class Release:
         quantiles where the noise weights are integers, a binned convolution for a few
         draws, else the normal or Cornish–Fisher quantile), and so do pure-ε residual
         answers (``noise_law``: their weights on the tables' discrete Laplace draws, with
-        multiplicities, :mod:`matmech.factored.answer_noise`); answers combined with a
-        selection's gaps and (ε, δ) residual answers (discrete Gaussian draws of σ ≥ 1,
-        whose normal coverage error is below ``NORMAL_TOLERANCE``) the normal quantile.
+        multiplicities, :mod:`matmech.factored.answer_noise`); (ε, δ) residual answers the
+        normal quantile while their least discrete Gaussian σ keeps its Edgeworth error
+        within ``NORMAL_TOLERANCE`` (σ ≥ 1), else Chebyshev's std/√(1 − level); answers
+        combined with a selection's gaps the normal quantile.
         """
         _z(level)
         level = float(level)
@@ -289,9 +290,7 @@ class Release:
         m = self.measurement
         combined = bool(self.select_options and self.select_options.get("_combined"))
         if m is None and self.noise_law is not None and self.answers.size:
-            law = self.noise_law.intervals(level)  # type: ignore[attr-defined]
-            if law is not None:
-                return law
+            return self.noise_law.intervals(level, self.std)  # type: ignore[attr-defined]
         if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
             return normal_intervals(self.std, level)
         if (

@@ -42,7 +42,6 @@ from matmech.factored.table_batches import accumulate
 from matmech.factored.release import MAX_MEMORY
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
-from matmech.privacy.confidence import normal_intervals
 from matmech.record import Release
 
 __all__ = ["ResidualStore", "ResidualIndex", "MarginalRelease", "CACHE_BYTES"]
@@ -263,20 +262,16 @@ class MarginalRelease:
 
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the marginal on ``S`` at ``level``, as
-        :meth:`matmech.record.Release.interval` gives: pure ε from the law of the tables'
-        discrete Laplace draws (:mod:`matmech.factored.answer_noise`; every cell of a
-        marginal shares it), (ε, δ) values ∓ z·std (the normal quantile)."""
+        :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
+        pure ε from the law of the tables' discrete Laplace draws (every cell of a marginal
+        shares it), (ε, δ) values ∓ z·std (the normal quantile; Chebyshev for tiny σ)."""
         values, std = self.marginal(S)
-        law = self._noise_law
-        if law is None:
-            half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
-        else:
-            half = np.full(std.shape, float(law.marginal(S, level).half[0]))
+        half = self._noise_law.marginal_half(S, std, level)
         return values - half, values + half
 
     @functools.cached_property
     def _noise_law(self):
-        """The answers' noise law (pure ε) or None (normal quantile); data-independent."""
+        """The answers' noise law (:mod:`matmech.factored.answer_noise`); data-independent."""
         return self._kind.noise_law(self.measurement_plan, self.subsets, self.weights)
 
     def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:

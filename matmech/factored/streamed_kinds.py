@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from matmech.factored.answer_noise import ResidualNoiseLaw
+from matmech.factored.answer_noise import GaussianResidualLaw, ResidualNoiseLaw, gaussian_law
 from matmech.factored.measure import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
@@ -71,9 +71,9 @@ class GaussianResiduals:
     def extra_bytes(self, mplan) -> int:
         return 0
 
-    def noise_law(self, mplan, subsets, weights) -> None:
-        """None: discrete Gaussian draws of σ ≥ 1, the normal quantile (matmech.record)."""
-        return None
+    def noise_law(self, mplan, subsets, weights) -> GaussianResidualLaw:
+        """Normal quantile unless the least σ drawn is small (:func:`gaussian_law`)."""
+        return gaussian_law(mplan)
 
     def layout(self, mplan) -> tuple[np.ndarray, int]:
         """(first stored value of each residual, total): residuals in draw order."""

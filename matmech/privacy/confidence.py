@@ -20,6 +20,9 @@ first (:func:`law_intervals`):
   estimates the normal interval's coverage error φ(z)(z³−3z)κ₄/12; within
   :data:`NORMAL_TOLERANCE` the normal quantile is kept, else the Cornish–Fisher quantile
   z + κ₄(z³−3z)/24. These coverages are estimates, reported as None.
+* ``"chebyshev"`` (:func:`chebyshev_intervals`): std/√(1 − level), coverage ≥ level for any
+  law; where no law is computed and the normal one is not justified (the (ε, δ) residual
+  path with draws of σ below 1, :mod:`matmech.factored.answer_noise`).
 
 A row of weights may also stand for a weight profile: ``counts`` says how many independent
 draws carry each weight and ``scale`` may differ per term (κ₄ = Σ count·c⁴·κ₄(z) adds over
@@ -43,6 +46,8 @@ __all__ = [
     "METHODS",
     "NORMAL_TOLERANCE",
     "IntervalLaw",
+    "chebyshev_intervals",
+    "edgeworth_error",
     "excess_kurtosis",
     "law_intervals",
     "noise_cdf",
@@ -64,7 +69,7 @@ MAX_PROFILES = 256
 MAX_WORK = 1 << 24
 #: Most answers whose law is evaluated one by one; larger releases use the normal quantile.
 MAX_ROWS = 200_000
-METHODS = ("exact", "convolution", "normal", "cornish-fisher")
+METHODS = ("exact", "convolution", "normal", "cornish-fisher", "chebyshev")
 _TAIL = 37.0  # e^-37 < 1e-16: Laplace support radius in units of t
 
 
@@ -234,6 +239,26 @@ def _convolution(noise, a, tt, n, sd, level):
     return (r + P / 2.0) * h, cov
 
 
+def edgeworth_error(excess: float, level: float) -> float:
+    """|φ(z)(z³−3z)κ₄/12|: the Edgeworth estimate of the normal interval's coverage error
+    at ``level`` for a law of excess kurtosis ``excess`` (κ₄/σ⁴)."""
+    z = float(ndtri(0.5 + _check_level(level) / 2))
+    return abs(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * excess / 12.0)
+
+
+def chebyshev_intervals(std, level: float = 0.95) -> IntervalLaw:
+    """std/√(1 − level) for every answer: by Chebyshev's inequality its coverage is at
+    least ``level`` whatever the law (returned as that lower bound, method "chebyshev")."""
+    level = _check_level(level)
+    std = np.asarray(std, dtype=np.float64)
+    return IntervalLaw(
+        level,
+        std / math.sqrt(1.0 - level),
+        np.full(std.size, level),
+        np.full(std.size, "chebyshev", dtype=object),
+    )
+
+
 def _moments(noise, a, tt, n, level):
     """Normal quantile, or Cornish–Fisher when the Edgeworth error exceeds the tolerance;
     κ₄ = Σ n·a⁴·κ₄(z) over the terms (cumulants of independent draws add)."""
@@ -242,8 +267,7 @@ def _moments(noise, a, tt, n, level):
     kurt = np.array([excess_kurtosis(noise, s) for s in tt.tolist()])
     s2 = float((n * a * a * var).sum())
     k4 = float((n * a**4 * kurt * var * var).sum()) / (s2 * s2)
-    err = abs(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * k4 / 12.0)
-    if err <= NORMAL_TOLERANCE:
+    if edgeworth_error(k4, level) <= NORMAL_TOLERANCE:
         return z * math.sqrt(s2), "normal"
     return (z + k4 * (z**3 - 3 * z) / 24.0) * math.sqrt(s2), "cornish-fisher"
 
