@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from matmech.factored.measure import residual_batches
+from matmech.factored.measure import _row_keys, least_sigma, residual_batches, row_noise
+from matmech.linalg.residual import haar_contrasts
 from matmech.privacy.confidence import (
     NORMAL_TOLERANCE,
     IntervalLaw,
@@ -122,6 +123,21 @@ def marginal_terms(
     return coef[keep], np.rint(count[keep]).astype(np.int64), scale[keep]
 
 
+def _finish(law: IntervalLaw, C: np.ndarray, scale: np.ndarray) -> IntervalLaw:
+    """``law`` of unweighted answers with noise weights C (rows) → half-widths × ``scale``.
+
+    An "exact" error lies on g·ℤ (g the gcd of the row's integer weights); the
+    reconstruction computes it up to float round-off (~1e-15), so a half-width r could drop
+    the points ±r: r + g/2 covers the same points (the same exact coverage) robustly."""
+    margin = np.zeros(C.shape[0])
+    for i in np.flatnonzero(law.method == "exact").tolist():
+        c = np.abs(C[i])
+        big = c > 1e-10 * max(float(c.max(initial=0.0)), 1e-300)
+        margin[i] = 0.5 * float(np.gcd.reduce(np.rint(c[big]).astype(np.int64)))
+    half = (law.half + margin) * scale
+    return IntervalLaw(law.level, half, law.coverage.copy(), law.method.copy())
+
+
 @dataclass(frozen=True, eq=False)
 class ResidualNoiseLaw:
     """The noise law of every answer of a pure-ε residual release: W's terms ``subsets``
@@ -148,18 +164,10 @@ class ResidualNoiseLaw:
         width = max(1, max(c.size for c, _, _ in prof))
         shape = (len(prof), width)
         C, K, T = np.zeros(shape), np.zeros(shape, dtype=np.int64), np.ones(shape)
-        margin = np.zeros(len(prof))
         for i, (c, k, t) in enumerate(prof):
             C[i, : c.size], K[i, : c.size], T[i, : c.size] = c, k, t
-            big = np.abs(c) > 1e-10 * max(float(np.abs(c).max(initial=0.0)), 1e-300)
-            margin[i] = 0.5 * float(np.gcd.reduce(np.rint(np.abs(c[big])).astype(np.int64)))
         law = law_intervals(C, "discrete_laplace", T, 1.0, level, counts=K)
-        # An "exact" error lies on g·ℤ (g the gcd of the integer weights); the reconstruction
-        # computes it up to float round-off (~1e-15), so a half-width r could drop the
-        # points ±r: r + g/2 covers the same points (the same exact coverage) robustly.
-        half = np.where(law.method == "exact", law.half + margin, law.half)
-        half = half * np.abs(np.asarray(weights, dtype=np.float64))
-        return IntervalLaw(law.level, half, law.coverage.copy(), law.method.copy())
+        return _finish(law, C, np.abs(np.asarray(weights, dtype=np.float64)))
 
     def marginal(self, S, level: float = 0.95, weight: float = 1.0) -> IntervalLaw:
         """The law of the marginal on ``S`` (one entry: every cell shares it)."""
@@ -186,32 +194,70 @@ class ResidualNoiseLaw:
         )
 
 
-#: Least discrete Gaussian σ (lattice units) of the (ε, δ) residual draws for which the
-#: normal quantile is kept: there κ₄/σ⁴ < 1e-5 (Edgeworth error < 1e-6 at every level) and
-#: the characteristic function is the normal one to e^{−2π²σ²} < 3e-9.
-MIN_NORMAL_SIGMA = 1.0
+#: Most noise weights (cells × residual coordinates, summed over W's marginals) the
+#: (ε, δ) law evaluates for one release; beyond it, or for one marginal, the least-σ rule.
+MAX_GAUSSIAN_WEIGHTS = 1 << 22
+#: Least discrete Gaussian σ (lattice units) for which the least-σ rule keeps the normal
+#: quantile: there κ₄/σ⁴ < 1e-5, and a measured lattice effect (1-way marginals at
+#: σ = 1.24: 94.6% at 95%) was gone at σ = 2.3 (3: a margin).
+MIN_NORMAL_SIGMA = 3.0
+
+
+def gaussian_weights(mplan, S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(C, sigma, var) of the marginal on ``S`` under the (ε, δ) residual measurement
+    ``mplan``: C[u, j] the weight of residual row j's discrete Gaussian draw in cell u's
+    answer, H_R[j](u_R)/(λ_j² Π_{i∈S∖R} nᵢ) for every residual R ⊆ S (rows of the
+    integer contrasts H_R = ⊗ Hᵢ, λ_j² = ‖H_R[j]‖²; the reconstruction of
+    :mod:`matmech.factored.reconstruct`), sigma each draw's σ and var its exact variance
+    (:func:`matmech.factored.measure.row_noise`). Data-independent."""
+    lat = mplan.plan.lattice
+    d, at = lat.domain, {R: j for j, R in enumerate(lat.residuals)}
+    S = tuple(sorted(int(a) for a in S))
+    blocks, sig, var = [], [], []
+    for r in range(1 << len(S)):
+        R = tuple(S[i] for i in range(len(S)) if r >> i & 1)
+        if R not in at:
+            continue
+        block = np.ones((1, 1))
+        for i in S:
+            if i in R:
+                H, l2 = haar_contrasts(d[i])
+                f = H.T.astype(np.float64) / l2[None, :].astype(np.float64)
+            else:
+                f = np.full((d[i], 1), 1.0 / d[i])
+            block = np.kron(block, f)
+        l2u, cls = _row_keys(tuple(d[i] for i in R), range(len(R)))
+        params, index, v = row_noise(mplan, least_sigma(mplan, [mplan.plan.variances[at[R]]], l2u))
+        sd = np.array([math.sqrt(p.a / p.b) for p in params])
+        blocks.append(block)
+        sig.append(sd[index[0]][cls])
+        var.append(v[index[0]][cls])
+    return np.hstack(blocks), np.concatenate(sig), np.concatenate(var)
 
 
 @dataclass(frozen=True, eq=False)
 class GaussianResidualLaw:
-    """The (ε, δ) residual answers: sums of independent discrete Gaussian draws whose least
-    σ is ``least_sigma``. An answer's |excess kurtosis| is at most that of its least-σ draw
-    (Σ c⁴|κ₄| ≤ max(|κ₄|/σ⁴)·(Σ c²σ²)², and |κ₄|/σ⁴ decreases with σ), so the normal
-    quantile is kept while that draw has σ ≥ :data:`MIN_NORMAL_SIGMA` and its Edgeworth
-    error is within ``NORMAL_TOLERANCE``; else (very large ε) Chebyshev's std/√(1 − level),
-    whose coverage is at least the level for any law (measured: at ε = 50, the 1-way
-    normal interval covered 95.7% at 99%)."""
+    """The (ε, δ) residual answers: each cell's noise is Σ_j C[u, j]·Z_j over independent
+    discrete Gaussian draws (:func:`gaussian_weights`), its law evaluated by
+    :func:`~matmech.privacy.confidence.law_intervals` (a binned convolution for at most 256
+    draws, else the fourth-cumulant normal / Cornish–Fisher quantile). Beyond
+    :data:`MAX_GAUSSIAN_WEIGHTS`, the least-σ rule: the normal quantile when every draw has
+    σ ≥ :data:`MIN_NORMAL_SIGMA` and an Edgeworth error within ``NORMAL_TOLERANCE`` (an
+    answer's |excess kurtosis| is at most its least-σ draw's), else Chebyshev's
+    std/√(1 − level), whose coverage is at least the level for any law."""
 
-    least_sigma: float
+    mplan: Any = field(repr=False)
+    subsets: tuple = field(repr=False)
+    weights: tuple = field(repr=False)
+    least_sigma: float = 0.0
 
     def normal_ok(self, level: float) -> bool:
-        """Whether the normal quantile is justified at ``level``."""
+        """Whether the least-σ rule keeps the normal quantile at ``level``."""
         t = float(self.least_sigma)
         k4 = excess_kurtosis("discrete_gaussian", t)
         return t >= MIN_NORMAL_SIGMA and edgeworth_error(k4, level) <= NORMAL_TOLERANCE
 
-    def intervals(self, level: float = 0.95, std: np.ndarray | None = None) -> IntervalLaw:
-        """Normal or Chebyshev half-widths of answers with standard deviations ``std``."""
+    def _rule(self, level, std):
         std = np.asarray(std, dtype=np.float64)
         return (
             normal_intervals(std, level)
@@ -219,12 +265,41 @@ class GaussianResidualLaw:
             else chebyshev_intervals(std, level)
         )
 
+    def _size(self, subsets) -> int:
+        d = self.mplan.plan.lattice.domain
+        return sum(math.prod(d[i] for i in S) * math.prod(d[i] for i in S) for S in subsets)
+
+    def _laws(self, subsets, weights, level):
+        """Per-cell law of the marginals on ``subsets``, stacked (weights scale them)."""
+        parts = [gaussian_weights(self.mplan, S) for S in subsets]
+        width = max(c.shape[1] for c, _, _ in parts)
+        rows = sum(c.shape[0] for c, _, _ in parts)
+        C, T = np.zeros((rows, width)), np.ones((rows, width))
+        scale, at = np.empty(rows), 0
+        for (c, sig, _), w in zip(parts, weights):
+            C[at : at + c.shape[0], : c.shape[1]] = c
+            T[at : at + c.shape[0], : c.shape[1]] = sig[None, :]
+            scale[at : at + c.shape[0]] = abs(float(w))
+            at += c.shape[0]
+        law = law_intervals(C, "discrete_gaussian", T, 1.0, level)
+        return _finish(law, C, scale)
+
+    def intervals(self, level: float = 0.95, std: np.ndarray | None = None) -> IntervalLaw:
+        """Half-width, coverage and method of every answer, W's rows in order (the least-σ
+        rule on ``std`` beyond :data:`MAX_GAUSSIAN_WEIGHTS`)."""
+        if self._size(self.subsets) > MAX_GAUSSIAN_WEIGHTS and std is not None:
+            return self._rule(level, std)
+        return self._laws(self.subsets, self.weights, level)
+
     def marginal_half(self, S, std: np.ndarray, level: float = 0.95) -> np.ndarray:
-        """Half-widths of a marginal's cells from their ``std`` (same shape)."""
-        return self.intervals(level, np.reshape(std, -1)).half.reshape(np.shape(std))
+        """Half-widths of the (unweighted) marginal on ``S``, shaped as its ``std``."""
+        if self._size([S]) > MAX_GAUSSIAN_WEIGHTS:
+            return self._rule(level, np.reshape(std, -1)).half.reshape(np.shape(std))
+        return self._laws([S], [1.0], level).half.reshape(np.shape(std))
 
 
-def gaussian_law(mplan: Any) -> GaussianResidualLaw:
-    """The :class:`GaussianResidualLaw` of a ``ResidualMeasurementPlan``: the least σ lower
-    bound over its residual rows (the sampler's σ is at least that; data-independent)."""
-    return GaussianResidualLaw(min(float(b.tau.min()) for b in residual_batches(mplan)))
+def gaussian_law(mplan: Any, subsets, weights) -> GaussianResidualLaw:
+    """The :class:`GaussianResidualLaw` of W's terms under a ``ResidualMeasurementPlan``
+    (with the least σ lower bound over its residual rows for the fallback rule)."""
+    least = min(float(b.tau.min()) for b in residual_batches(mplan))
+    return GaussianResidualLaw(mplan, tuple(subsets), tuple(float(w) for w in weights), least)

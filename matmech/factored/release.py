@@ -315,7 +315,7 @@ class ResidualPlan(MeasuredPlan):
             measured=_residual_record(self.lattice_plan, self.measurement, meas, self.pure),
             noise_law=ResidualNoiseLaw(self.measurement, *self.marginals)
             if self.pure
-            else gaussian_law(self.measurement),
+            else gaussian_law(self.measurement, *self.marginals),
         )
         # std in var's buffer: one array of the answers' size fewer
         return Estimate.of_variances(answers, var, fields, overwrite_var=True)

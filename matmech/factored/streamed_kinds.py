@@ -72,8 +72,8 @@ class GaussianResiduals:
         return 0
 
     def noise_law(self, mplan, subsets, weights) -> GaussianResidualLaw:
-        """Normal quantile unless the least σ drawn is small (:func:`gaussian_law`)."""
-        return gaussian_law(mplan)
+        """The answers' law on the residual rows' draws (:func:`gaussian_law`)."""
+        return gaussian_law(mplan, subsets, weights)
 
     def layout(self, mplan) -> tuple[np.ndarray, int]:
         """(first stored value of each residual, total): residuals in draw order."""

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from matmech.factored import release_marginals
-from matmech.factored.answer_noise import ResidualNoiseLaw, marginal_terms
+from matmech.factored.answer_noise import ResidualNoiseLaw, gaussian_weights, marginal_terms
 from matmech.factored.measure import combine_tables, residual_batches
 from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.release import plan_path, release_factored, residual_plan
@@ -102,6 +102,20 @@ def _truth(subsets):
 
 
 CASES = [[(0,), (1,), (2,)], [(0, 1), (1, 2)], [(0, 1, 2)]]
+
+
+def _tables(rp):
+    """The plan's marginal tables of CODES (the total as a 0-d count)."""
+    return {
+        t: np.histogramdd(CODES[:, list(t)], bins=[np.arange(D[i] + 1) for i in t])[0].astype(
+            np.int64
+        )
+        if t
+        else np.array(CODES.shape[0])
+        for t in rp.subsets
+    }
+
+
 LEVELS = (0.9, 0.95, 0.99)
 
 
@@ -184,11 +198,13 @@ def test_methods_and_exact_coverage_of_one_draw(coverage):
         assert set(law.method) == {"convolution"} and np.all(law.coverage >= 0.95)
 
 
-def test_streamed_and_in_memory_intervals_are_equal():
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_streamed_and_in_memory_intervals_are_equal(delta):
     for subsets in CASES + [[(0, 1), (0, 2), (1, 2)]]:
         W = marginal_workload(D, subsets)
-        mem = release_factored(CODES, W, 1.0, 0.0, rng=np.random.default_rng(3), max_records=1000)
-        st = release_marginals(CODES, W, 1.0, 0.0, rng=np.random.default_rng(3), max_records=1000)
+        kw = dict(rng=np.random.default_rng(3), max_records=1000)
+        mem = release_factored(CODES, W, 1.0, delta, **kw)
+        st = release_marginals(CODES, W, 1.0, delta, **kw | {"rng": np.random.default_rng(3)})
         for level in LEVELS:
             a, b = mem.interval_law(level), st.to_release().interval_law(level)
             np.testing.assert_array_equal(a.half, b.half)
@@ -210,34 +226,91 @@ def test_weighted_marginals_scale_the_law():
     np.testing.assert_allclose(twice.intervals(0.95).half, 2 * law.intervals(0.95).half)
 
 
-@pytest.mark.parametrize("eps", [1.0, 10.0, 50.0])
-def test_gaussian_residual_answers_keep_the_normal_quantile_only_for_large_sigma(eps):
-    """(ε, δ) residual answers: the normal quantile while the least σ drawn is ≥ 1, where
-    its Edgeworth coverage error φ(z)|z³−3z|κ₄/12 is far below NORMAL_TOLERANCE at every
-    level (an answer's |excess kurtosis| is at most its least-σ draw's, and |κ₄|/σ⁴
-    decreases with σ); at ε = 50 (least σ ≈ 0.4) Chebyshev's std/√(1 − level)."""
+@pytest.fixture(scope="module")
+def gaussian_coverage():
+    """{(eps, case): (release, |errors| of 400 seeded releases)} on the (ε, δ) path."""
+    out = {}
+    for eps in (10.0, 50.0):
+        for k in (0, 2):
+            subsets = CASES[k]
+            W = marginal_workload(D, subsets)
+            rel = release_factored(CODES, W, eps, 1e-6, rng=np.random.default_rng(0))
+            rp = _plan(D, subsets, eps=eps, delta=1e-6)
+            tabs = _tables(rp)
+            truth = _truth(subsets)
+            errs = [
+                rp.estimate(rp.draw(rp.check(tabs), rng=np.random.default_rng(s))).answers
+                for s in range(400)
+            ]
+            out[eps, k] = (rel, np.abs(np.array(errs) - truth))
+    return out
+
+
+def test_gaussian_weights_give_the_release_variances():
+    """Second method: Σ_j C[u, j]²·Var(Z_j) equals the reconstruction's exact variance."""
+    for eps, subsets in ((1.0, [(0, 1), (1, 2)]), (10.0, [(0,), (1, 2)]), (3.0, [(0, 1, 2)])):
+        rel = release_factored(
+            CODES, marginal_workload(D, subsets), eps, 1e-6, rng=np.random.default_rng(0)
+        )
+        at = 0
+        for S in subsets:
+            C, sigma, var = gaussian_weights(rel.noise_law.mplan, S)
+            assert C.shape == (math.prod(D[i] for i in S), C.shape[1]) and np.all(sigma > 0)
+            n = C.shape[0]
+            np.testing.assert_allclose(C**2 @ var, rel.std[at : at + n] ** 2, rtol=1e-12)
+            at += n
+
+
+@pytest.mark.parametrize("eps", [10.0, 50.0])
+@pytest.mark.parametrize("case", [0, 2])
+@pytest.mark.parametrize("level", LEVELS)
+def test_gaussian_law_intervals_cover_at_the_level(gaussian_coverage, eps, case, level):
+    rel, errs = gaussian_coverage[eps, case]
+    law = rel.interval_law(level)
+    cov, se = _covered(errs, law.half)
+    assert cov >= level - 3 * max(se, 1e-4), (law.counts(), cov, se)
+    assert np.all(law.coverage[law.method == "convolution"] >= level)
+
+
+def test_gaussian_normal_interval_fails_at_large_eps(gaussian_coverage):
+    """The lattice shows at large ε (least σ ≈ 0.35): the normal 99% interval of the
+    1-way marginals covers about 95.7%."""
+    rel, errs = gaussian_coverage[50.0, 0]
+    cov, se = _covered(errs, normal_intervals(rel.std, 0.99).half)
+    assert cov < 0.99 - 3 * max(se, 1e-4)
+
+
+@pytest.mark.parametrize("eps", [1.0, 50.0])
+def test_gaussian_least_sigma_rule_beyond_the_weight_cap(eps, monkeypatch):
+    """Beyond MAX_GAUSSIAN_WEIGHTS: the normal quantile while the least σ drawn is ≥
+    MIN_NORMAL_SIGMA (there its Edgeworth error φ(z)|z³−3z|κ₄/12 is far below
+    NORMAL_TOLERANCE at every level; an answer's |excess kurtosis| is at most its least-σ
+    draw's and |κ₄|/σ⁴ decreases with σ), else Chebyshev's std/√(1 − level)."""
     from scipy.special import ndtri
+
+    from matmech.factored import answer_noise
 
     ts = np.linspace(0.2, 6.0, 300)
     k = np.abs([excess_kurtosis("discrete_gaussian", t) for t in ts])
     assert np.all(np.diff(k) <= 1e-12)  # decreasing, up to float noise near 0
-    for subsets in CASES:
-        rp = _plan(D, subsets, eps=eps, delta=1e-6)
-        tau = min(float(b.tau.min()) for b in residual_batches(rp.measurement))
-        k4 = excess_kurtosis("discrete_gaussian", tau)
-        errs = []
-        for level in (0.5, 0.9, 0.95, 0.99, 0.999):
-            z = float(ndtri(0.5 + level / 2))
-            errs.append(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * abs(z**3 - 3 * z) * k4 / 12)
-        rel = release_factored(
-            CODES, marginal_workload(D, subsets), eps, 1e-6, rng=np.random.default_rng(0)
-        )
-        assert rel.noise_law.least_sigma == pytest.approx(tau, rel=1e-12)
-        law = rel.interval_law(0.95)
-        if tau >= 1.0:
-            assert max(errs) < 1e-5 and set(law.method) == {"normal"}
-            np.testing.assert_allclose(law.half, 1.959963984540054 * rel.std, rtol=1e-12)
-        else:
-            assert max(errs) > NORMAL_TOLERANCE and set(law.method) == {"chebyshev"}
-            np.testing.assert_allclose(law.half, rel.std / math.sqrt(0.05), rtol=1e-12)
-            assert np.all(law.coverage == 0.95)
+    monkeypatch.setattr(answer_noise, "MAX_GAUSSIAN_WEIGHTS", 0)
+    subsets = CASES[0]
+    rp = _plan(D, subsets, eps=eps, delta=1e-6)
+    tau = min(float(b.tau.min()) for b in residual_batches(rp.measurement))
+    k4 = excess_kurtosis("discrete_gaussian", tau)
+    errs = []
+    for level in (0.5, 0.9, 0.95, 0.99, 0.999):
+        z = float(ndtri(0.5 + level / 2))
+        errs.append(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * abs(z**3 - 3 * z) * k4 / 12)
+    rel = release_factored(
+        CODES, marginal_workload(D, subsets), eps, 1e-6, rng=np.random.default_rng(0)
+    )
+    assert rel.noise_law.least_sigma == pytest.approx(tau, rel=1e-12)
+    law = rel.interval_law(0.95)
+    if tau >= answer_noise.MIN_NORMAL_SIGMA:
+        assert max(errs) < 1e-5 and set(law.method) == {"normal"}
+        np.testing.assert_allclose(law.half, 1.959963984540054 * rel.std, rtol=1e-12)
+    else:
+        assert tau < 0.5 and max(errs) > NORMAL_TOLERANCE and set(law.method) == {"chebyshev"}
+        np.testing.assert_allclose(law.half, rel.std / math.sqrt(0.05), rtol=1e-12)
+        assert np.all(law.coverage == 0.95)
