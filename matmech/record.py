@@ -273,12 +273,12 @@ class Release:
 
         Answers of one measurement get the law of their own noise draws (exact lattice
         quantiles where the noise weights are integers, a binned convolution for a few
-        draws, else the normal or Cornish–Fisher quantile), and so do pure-ε residual
-        answers (``noise_law``: their weights on the tables' discrete Laplace draws, with
-        multiplicities, :mod:`matmech.factored.answer_noise`); (ε, δ) residual answers the
-        normal quantile while their least discrete Gaussian σ keeps its Edgeworth error
-        within ``NORMAL_TOLERANCE`` (σ ≥ 1), else Chebyshev's std/√(1 − level); answers
-        combined with a selection's gaps the normal quantile.
+        draws, else the normal or Cornish–Fisher quantile), and so do residual-path
+        answers (``noise_law``, :mod:`matmech.factored.answer_noise`: pure ε their weights on
+        the tables' discrete Laplace draws with multiplicities, (ε, δ) on the residual rows'
+        discrete Gaussian draws; past a size cap the normal quantile if every σ ≥ 3, else
+        Chebyshev's std/√(1 − level)); answers combined with a selection's gaps the normal
+        quantile.
         """
         _z(level)
         level = float(level)

@@ -14,7 +14,13 @@ number Π_{i∈(S∩T)∖A}(nᵢ − 1) · Π_{i∈T∖S} nᵢ. Every answer of 
 same noise law, a sum of at most Σ_T 2^|S∩T| weight classes with multiplicities
 (:func:`marginal_terms`); :class:`ResidualNoiseLaw` turns them into intervals with
 :func:`matmech.privacy.confidence.law_intervals` (exact lattice law, binned convolution or
-the fourth-cumulant normal / Cornish–Fisher quantile). All of it is data-independent.
+the fourth-cumulant normal / Cornish–Fisher quantile).
+
+The (ε, δ) residual release draws a discrete Gaussian Z_j per row j of each residual's
+integer contrasts H_R; cell u of the marginal on S then carries Z_j with the weight
+H_R[j](u_R)/(λ_j² Π_{i∈S∖R} nᵢ), λ_j = ‖H_R[j]‖ (:func:`gaussian_weights`), and
+:class:`GaussianResidualLaw` evaluates those rows the same way. All of it is
+data-independent.
 """
 
 from __future__ import annotations

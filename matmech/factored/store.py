@@ -263,8 +263,8 @@ class MarginalRelease:
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the marginal on ``S`` at ``level``, as
         :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
-        pure ε from the law of the tables' discrete Laplace draws (every cell of a marginal
-        shares it), (ε, δ) values ∓ z·std (the normal quantile; Chebyshev for tiny σ)."""
+        from the law of the draws actually made: pure ε the tables' discrete Laplace draws
+        (every cell of a marginal shares it), (ε, δ) the residual rows' discrete Gaussians."""
         values, std = self.marginal(S)
         half = self._noise_law.marginal_half(S, std, level)
         return values - half, values + half

@@ -21,8 +21,8 @@ first (:func:`law_intervals`):
   :data:`NORMAL_TOLERANCE` the normal quantile is kept, else the Cornish–Fisher quantile
   z + κ₄(z³−3z)/24. These coverages are estimates, reported as None.
 * ``"chebyshev"`` (:func:`chebyshev_intervals`): std/√(1 − level), coverage ≥ level for any
-  law; where no law is computed and the normal one is not justified (the (ε, δ) residual
-  path with draws of σ below 1, :mod:`matmech.factored.answer_noise`).
+  law; where no law is computed and the normal one is not justified (large (ε, δ)
+  residual releases with draws of σ below 3, :mod:`matmech.factored.answer_noise`).
 
 A row of weights may also stand for a weight profile: ``counts`` says how many independent
 draws carry each weight and ``scale`` may differ per term (κ₄ = Σ count·c⁴·κ₄(z) adds over
