@@ -56,7 +56,7 @@ __all__ = [
 #: Most (marginal, table) pairs :meth:`ResidualNoiseLaw.intervals` evaluates for one
 #: release (a few seconds); beyond it every answer gets the normal quantile, named "normal"
 #: (the streamed :meth:`~matmech.factored.store.MarginalRelease.interval` has no such cap).
-MAX_PAIRS = 1 << 24
+MAX_PAIRS = 1 << 22
 
 
 class _Index:

@@ -56,8 +56,11 @@ __all__ = [
     "sum_pmf",
 ]
 
-#: Largest estimated coverage error (absolute) for which the normal quantile is used.
-NORMAL_TOLERANCE = 0.005
+#: Largest estimated coverage error (absolute) for which the normal quantile is used; above
+#: it the Cornish–Fisher quantile. 0.0005: at 0.005 the "normal" pure-ε residual answers
+#: of all ≤3-way marginals of 8 × 3 values covered 94.76 ± 0.04% at 95% (Cornish–Fisher:
+#: 95.06 ± 0.04%).
+NORMAL_TOLERANCE = 0.0005
 #: Most draws an answer may rest on for the binned convolution.
 MAX_TERMS = 256
 #: Largest FFT grid of the exact lattice method.
