@@ -44,11 +44,13 @@ from matmech.privacy.confidence import (
 )
 
 __all__ = [
+    "MAX_GAUSSIAN_WEIGHTS",
     "MAX_PAIRS",
     "MIN_NORMAL_SIGMA",
     "GaussianResidualLaw",
     "ResidualNoiseLaw",
     "gaussian_law",
+    "gaussian_weights",
     "marginal_terms",
 ]
 
