@@ -241,6 +241,10 @@ class Release:
     #: selection margin was small, answered from the measurement alone
     #: (:func:`matmech.svt.curse.guard`); None without gaps combined.
     near_threshold: np.ndarray | None = field(default=None, repr=False)
+    #: When ``measurement`` is None: the answers' noise law, an object whose
+    #: ``intervals(level, std)`` gives their :class:`IntervalLaw` (the residual paths:
+    #: :mod:`matmech.factored.answer_noise`); data-independent.
+    noise_law: object | None = field(default=None, repr=False)
     _laws: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -269,8 +273,12 @@ class Release:
 
         Answers of one measurement get the law of their own noise draws (exact lattice
         quantiles where the noise weights are integers, a binned convolution for a few
-        draws, else the normal or Cornish–Fisher quantile); answers combined with a
-        selection's gaps, and residual-path answers, the normal quantile.
+        draws, else the normal or Cornish–Fisher quantile), and so do residual-path
+        answers (``noise_law``, :mod:`matmech.factored.answer_noise`: pure ε their weights on
+        the tables' discrete Laplace draws with multiplicities, (ε, δ) on the residual rows'
+        discrete Gaussian draws; past a size cap the normal quantile if every σ ≥ 3, else
+        Chebyshev's std/√(1 − level)); answers combined with a selection's gaps the normal
+        quantile.
         """
         _z(level)
         level = float(level)
@@ -281,6 +289,8 @@ class Release:
     def _law(self, level):
         m = self.measurement
         combined = bool(self.select_options and self.select_options.get("_combined"))
+        if m is None and self.noise_law is not None and self.answers.size:
+            return self.noise_law.intervals(level, self.std)  # type: ignore[attr-defined]
         if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
             return normal_intervals(self.std, level)
         if (

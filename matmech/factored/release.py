@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from matmech.advisor.choice import choose_strategy
+from matmech.factored.answer_noise import ResidualNoiseLaw, gaussian_law
 from matmech.factored.measure import (
     DEFAULT_SCALE_BITS,
     measure_residuals,
@@ -312,6 +313,9 @@ class ResidualPlan(MeasuredPlan):
             strategy_name="residual",
             strategy_note=self.note,
             measured=_residual_record(self.lattice_plan, self.measurement, meas, self.pure),
+            noise_law=ResidualNoiseLaw(self.measurement, *self.marginals)
+            if self.pure
+            else gaussian_law(self.measurement, *self.marginals),
         )
         # std in var's buffer: one array of the answers' size fewer
         return Estimate.of_variances(answers, var, fields, overwrite_var=True)

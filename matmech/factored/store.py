@@ -42,7 +42,6 @@ from matmech.factored.table_batches import accumulate
 from matmech.factored.release import MAX_MEMORY
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
-from matmech.privacy.confidence import normal_intervals
 from matmech.record import Release
 
 __all__ = ["ResidualStore", "ResidualIndex", "MarginalRelease", "CACHE_BYTES"]
@@ -262,11 +261,18 @@ class MarginalRelease:
         return values, pats[ids[0]]
 
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) of the marginal on ``S`` at ``level``: values ∓ z·std, the normal
-        quantile, as :meth:`matmech.record.Release.interval` gives for residual answers."""
+        """(lower, upper) of the marginal on ``S`` at ``level``, as
+        :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
+        from the law of the draws actually made: pure ε the tables' discrete Laplace draws
+        (every cell of a marginal shares it), (ε, δ) the residual rows' discrete Gaussians."""
         values, std = self.marginal(S)
-        half = normal_intervals(std.reshape(-1), level).half.reshape(std.shape)
+        half = self._noise_law.marginal_half(S, std, level)
         return values - half, values + half
+
+    @functools.cached_property
+    def _noise_law(self):
+        """The answers' noise law (:mod:`matmech.factored.answer_noise`); data-independent."""
+        return self._kind.noise_law(self.measurement_plan, self.subsets, self.weights)
 
     def iter_marginals(self) -> Iterator[tuple[tuple, np.ndarray, np.ndarray]]:
         """(S, values, std) for every term of W in order, values × the term's weight and std
@@ -330,6 +336,7 @@ class MarginalRelease:
             budget_remaining=self.budget_remaining,
             measurement=None,
             estimate=None,
+            noise_law=self._noise_law,
         )
 
     def save(self, path) -> Path:

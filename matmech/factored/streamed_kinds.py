@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from matmech.factored.answer_noise import GaussianResidualLaw, ResidualNoiseLaw, gaussian_law
 from matmech.factored.measure import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
@@ -69,6 +70,10 @@ class GaussianResiduals:
 
     def extra_bytes(self, mplan) -> int:
         return 0
+
+    def noise_law(self, mplan, subsets, weights) -> GaussianResidualLaw:
+        """The answers' law on the residual rows' draws (:func:`gaussian_law`)."""
+        return gaussian_law(mplan, subsets, weights)
 
     def layout(self, mplan) -> tuple[np.ndarray, int]:
         """(first stored value of each residual, total): residuals in draw order."""
@@ -158,6 +163,10 @@ class LaplaceTables:
             f"L1 sensitivity {mplan.sensitivity:.6g}; reconstructed marginal by marginal"
         )
         return mplan, subsets, rw, note, tuple(plan.tables)
+
+    def noise_law(self, mplan, subsets, weights) -> ResidualNoiseLaw:
+        """The answers' law on the tables' draws (:mod:`matmech.factored.answer_noise`)."""
+        return ResidualNoiseLaw(mplan, tuple(subsets), tuple(float(w) for w in weights))
 
     def extra_bytes(self, mplan) -> int:
         """The (table, residual) pairs' arrays and sort keys, the residuals' keys."""
