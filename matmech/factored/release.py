@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from matmech.advisor.choice import choose_strategy
-from matmech.factored.answer_noise import ResidualNoiseLaw, gaussian_law
 from matmech.factored.measure import (
     DEFAULT_SCALE_BITS,
     measure_residuals,
@@ -50,6 +49,7 @@ from matmech.factored.measure import (
 from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.route import release_route
 from matmech.factored.select import release_selected
+from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.terms import MarginalWorkload, as_terms, restrict
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
@@ -313,12 +313,43 @@ class ResidualPlan(MeasuredPlan):
             strategy_name="residual",
             strategy_note=self.note,
             measured=_residual_record(self.lattice_plan, self.measurement, meas, self.pure),
-            noise_law=ResidualNoiseLaw(self.measurement, *self.marginals)
-            if self.pure
-            else gaussian_law(self.measurement, *self.marginals),
+            noise_law=kind_of(self.measurement).noise_law(self.measurement, *self.marginals),
         )
         # std in var's buffer: one array of the answers' size fewer
         return Estimate.of_variances(answers, var, fields, overwrite_var=True)
+
+
+def lattice_plan(wt, delta, objective, search):
+    """(lattice plan, W's subsets, their row weights) of the residual path: pure ε the
+    weighted marginal tables (:func:`_laplace_plan`), δ > 0 the Gaussian residuals
+    (:func:`_residual_plan`); data-independent. Shared with the streamed release."""
+    return _laplace_plan(wt, objective, search) if delta == 0 else _residual_plan(wt, objective)
+
+
+def noise_plan(plan, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search):
+    """(measurement plan, note, the tables the measurement reads) of the lattice ``plan``:
+    exact discrete Laplace per table (δ = 0, :func:`plan_residual_laplace`) or discrete
+    Gaussian per residual (:func:`plan_residual_measurement`); data-independent. Shared
+    with the streamed release."""
+    if delta == 0:
+        mplan = plan_residual_laplace(
+            plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+        )
+        note = (
+            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
+            f"marginal tables, weights optimised for the sum of variances over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
+            f"L1 sensitivity {mplan.sensitivity:.6g}"
+        )
+        return mplan, note, tuple(plan.tables)
+    mplan = plan_residual_measurement(
+        plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
+    )
+    note = (
+        f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
+        f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
+        f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}"
+    )
+    return mplan, note, tuple(plan.lattice.residuals)
 
 
 def residual_plan(
@@ -326,10 +357,7 @@ def residual_plan(
 ) -> ResidualPlan:
     """The :class:`ResidualPlan` of W (its terms ``wt``, a union of marginals): the lattice
     plan, its memory (refused above ``max_memory``), the exact noise; data-independent."""
-    pure = delta == 0
-    plan, subsets, rw = (
-        _laplace_plan(wt, objective, search) if pure else _residual_plan(wt, objective)
-    )
+    plan, subsets, rw = lattice_plan(wt, delta, objective, search)
     rows = wt.rows
     need = _memory(plan, rows)
     if need > max_memory:
@@ -337,26 +365,17 @@ def residual_plan(
             f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
             f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals"
         )
-    if pure:
-        mplan = plan_residual_laplace(
-            plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
-        )
-        needed = plan.tables
-        note = (
-            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from {len(plan.tables)} "
-            f"marginal tables, weights optimised for the sum of variances over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
-            f"L1 sensitivity {mplan.sensitivity:.6g}"
-        )
-    else:
-        mplan = plan_residual_measurement(
-            plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
-        )
-        needed = plan.lattice.residuals
-        note = (
-            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, {objective} of variances, "
-            f"{plan.weighted_total / plan.svd_bound:.6f} × the SVD bound); exact discrete Gaussian, "
-            f"σ₁ = {mplan.sigma:.6g} per unit scale, sensitivity {mplan.sensitivity:.6g}"
-        )
+    mplan, note, needed = noise_plan(
+        plan,
+        wt,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        objective=objective,
+        scale_bits=scale_bits,
+        search=search,
+    )
     return ResidualPlan(
         W,
         plan,
@@ -403,6 +422,24 @@ def _residual_record(plan, mplan, meas, pure):
             "secure_randomness": meas.secure,
         }
     return {"strategy": strategy, "noise": noise_}
+
+
+def check_search(search) -> None:
+    """ValueError unless ``search`` (the pure-ε table weights' search) is one of
+    "auto", "lattice", "all"."""
+    if search not in ("auto", "lattice", "all"):
+        raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
+
+
+def given_search(source, d: int, search):
+    """``search`` checked, "auto" read as "lattice" when the source holds given marginal
+    tables none of which covers all ``d`` attributes (the keys, not the counts, decide):
+    only W's lattice can then be summed out. The rule of the in-memory and the streamed
+    release."""
+    check_search(search)
+    if search == "auto" and not _holds_superset(source, tuple(range(d))):
+        return "lattice"
+    return search
 
 
 def _holds_superset(source, U):
@@ -471,8 +508,7 @@ def release_factored(
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
     data = as_table_source(data)
-    if search not in ("auto", "lattice", "all"):
-        raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
+    check_search(search)
     if select is not None:
         return release_selected(
             data,
@@ -506,8 +542,7 @@ def release_factored(
         and not _holds_superset(data, U)
     ):
         path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
-    if search == "auto" and not _holds_superset(data, tuple(range(len(wt.domain)))):
-        search = "lattice"  # given tables (the keys, not the counts, decide): only W's lattice can be summed out
+    search = given_search(data, len(wt.domain), search)
     if path == "kron":
         return _release_kron(
             data,

@@ -24,7 +24,6 @@ once, after every check (memory, disk, record codes, record count) and before th
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
 import tempfile
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,9 +35,15 @@ from matmech.factored.measure import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
 )
-from matmech.factored.release import MAX_MEMORY, _holds_superset
+from matmech.factored.release import (
+    MAX_MEMORY,
+    check_search,
+    given_search,
+    lattice_plan,
+    noise_plan,
+)
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
-from matmech.factored.streamed_kinds import kind_for, kind_of
+from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
@@ -181,15 +186,15 @@ def streamed_plan(
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if search not in ("auto", "lattice", "all"):
-        raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
+    check_search(search)
     wt = _Marginals(W) if isinstance(W, MarginalWorkload) else as_terms(W, name="W")
     if wt.marginals() is None:
         raise ValueError(
             "release_marginals needs W to be a union of marginals (identity and total factors)"
         )
-    kind = kind_for(delta)
-    mplan, subsets, rw, note, reads = kind.plan(
+    plan, subsets, rw = lattice_plan(wt, delta, objective, search)
+    mplan, note, reads = noise_plan(
+        plan,
         wt,
         eps,
         delta,
@@ -199,7 +204,8 @@ def streamed_plan(
         scale_bits=scale_bits,
         search=search,
     )
-    plan, extra = mplan.plan, kind.extra_bytes(mplan)
+    note += "; reconstructed marginal by marginal"
+    extra = kind_of(mplan).extra_bytes(mplan)
     lat = plan.lattice
     total = int(lat.sizes.sum())
     in_ram = spill_dir is None and streamed_memory(plan, in_ram=True, extra=extra) <= max_memory
@@ -314,10 +320,9 @@ def release_marginals(
     check_budget(budget)
     noise.check_rng(rng)
     source = as_source(data)
-    if search == "auto" and isinstance(getattr(source, "data", None), Mapping):
+    if search == "auto":  # an unknown search is refused by streamed_plan
         d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
-        if not _holds_superset(source, tuple(range(d))):
-            search = "lattice"  # given tables (their keys decide): only W's lattice is summed
+        search = given_search(source, d, search)
     plan = streamed_plan(
         W,
         eps,

@@ -1,4 +1,4 @@
-"""The measurement kinds of the streamed residual release: how each is planned, measured
+"""The measurement kinds of the streamed residual release: how each is measured
 into a :class:`~matmech.factored.store.ResidualStore` and read back (issue 24).
 
 One pipeline (:class:`~matmech.factored.streamed.StreamedPlan`, reconstruction in
@@ -34,15 +34,12 @@ from matmech.factored.measure import (
     _row_keys,
     least_sigma,
     measure_batch,
-    plan_residual_laplace,
-    plan_residual_measurement,
     residual_batches,
     row_noise,
 )
-from matmech.factored.release import _laplace_plan, _residual_plan, _search
 from matmech.factored.table_batches import TableBatches
 
-__all__ = ["GaussianResiduals", "LaplaceTables", "KINDS", "kind_of", "kind_for"]
+__all__ = ["GaussianResiduals", "LaplaceTables", "KINDS", "kind_of"]
 
 
 class GaussianResiduals:
@@ -51,22 +48,6 @@ class GaussianResiduals:
 
     accumulate = False  # the store appends the released integers in draw order
     noise = "discrete_gaussian"
-
-    def plan(
-        self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search
-    ) -> tuple:
-        """(measurement plan, W's subsets, their row weights, note, subsets the reader reads)."""
-        plan, subsets, rw = _residual_plan(wt, objective)
-        mplan = plan_residual_measurement(
-            plan, eps, delta, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
-        )
-        note = (
-            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals, "
-            f"{objective} of variances, {plan.weighted_total / plan.svd_bound:.6f} × the SVD "
-            f"bound); exact discrete Gaussian, σ₁ = {mplan.sigma:.6g} per unit scale, "
-            f"sensitivity {mplan.sensitivity:.6g}; reconstructed marginal by marginal"
-        )
-        return mplan, subsets, rw, note, tuple(plan.lattice.residuals)
 
     def extra_bytes(self, mplan) -> int:
         return 0
@@ -148,22 +129,6 @@ class LaplaceTables:
     accumulate = True  # the store adds each batch's contributions in place
     noise = "discrete_laplace"
 
-    def plan(
-        self, wt, eps, delta, *, neighbors, max_records, objective, scale_bits, search
-    ) -> tuple:
-        """As :meth:`GaussianResiduals.plan`; the reader reads the plan's tables."""
-        plan, subsets, rw = _laplace_plan(wt, objective, search)
-        mplan = plan_residual_laplace(
-            plan, eps, neighbors=neighbors, max_records=max_records, scale_bits=scale_bits
-        )
-        note = (
-            f"residual basis of Xiao et al. 2023 ({len(plan.lattice.residuals)} residuals from "
-            f"{len(plan.tables)} marginal tables, weights optimised for the sum of variances "
-            f"over {_search(wt.domain, search)!r} subsets); exact discrete Laplace per table, "
-            f"L1 sensitivity {mplan.sensitivity:.6g}; reconstructed marginal by marginal"
-        )
-        return mplan, subsets, rw, note, tuple(plan.tables)
-
     def noise_law(self, mplan, subsets, weights) -> ResidualNoiseLaw:
         """The answers' law on the tables' draws (:mod:`matmech.factored.answer_noise`)."""
         return ResidualNoiseLaw(mplan, tuple(subsets), tuple(float(w) for w in weights))
@@ -225,10 +190,6 @@ KINDS: dict[type, Kind] = {
     ResidualMeasurementPlan: GaussianResiduals(),
     LaplaceMeasurementPlan: LaplaceTables(),
 }
-_BY_PURE: dict[bool, Kind] = {
-    False: KINDS[ResidualMeasurementPlan],
-    True: KINDS[LaplaceMeasurementPlan],
-}
 
 
 def kind_of(mplan: Any) -> Kind:
@@ -240,8 +201,3 @@ def kind_of(mplan: Any) -> Kind:
             f"got {type(mplan).__name__}"
         )
     return kind
-
-
-def kind_for(delta: float) -> Kind:
-    """The kind that measures at ``delta``: Gaussian for δ > 0, Laplace tables for δ = 0."""
-    return _BY_PURE[delta == 0]
