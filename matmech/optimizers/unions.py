@@ -170,10 +170,6 @@ class UnionFit:
     params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
-def _identity_like_gram(c):
-    return gm_error._identity_total_gram(c) and c.shape[0] > 1 and c[0, 0] != c[0, 1]
-
-
 def residual_factor(gram):
     """(R, value, dual) for one attribute: R with R1 = 0 and max column norm 1 minimising
     value = trace(G^⊥ (RᵀR)⁺), G^⊥ = PGP; ``dual`` a certified lower bound on that minimum.
