@@ -89,8 +89,7 @@ class ResidualStore:
             return
         mm = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(self.total,))
         accumulate(mm, starts, rows)
-        mm.flush()
-        del mm  # unmapped: the pages written leave this process's resident set
+        del mm  # unmapped (the kernel writes the shared pages back): they leave the resident set
 
     def close(self):
         if self._fh is not None:
