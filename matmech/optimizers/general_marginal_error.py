@@ -86,6 +86,15 @@ def _factor_inverse(Q, n):
     return np.linalg.inv(b)
 
 
+def _live_grams(prob, i):
+    """(gram, weight) of attribute ``i``'s distinct non-total factor grams in ``prob``
+    (a :class:`_GeneralProblem`), each weighted by the squared row weights of the terms
+    using it: what a per-attribute fit of the union sees."""
+    lst, idx = prob.uniq[i]
+    weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
+    return [(c, wt) for c, wt in zip(lst, weight) if not _total_gram(c)]
+
+
 def _total_gram(c):
     """True if the dense gram c is a multiple of 11ᵀ (a total query, or copies of it)."""
     return bool(np.all(c == c.flat[0]))

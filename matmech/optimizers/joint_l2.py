@@ -35,9 +35,7 @@ def start_factors(prob, domain, split=False):
     cross terms between 1 and 1^⊥ dropped, P₁GP₁ + PGP (the residual plan's view of G)."""
     out, fitted = [], {}
     for i, d in enumerate(domain):
-        lst, idx = prob.uniq[i]
-        weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-        live = [(c, wt) for c, wt in zip(lst, weight) if not gm_error._total_gram(c)]
+        live = gm_error._live_grams(prob, i)
         if not live or all(gm_error._identity_total_gram(c) for c, _ in live):
             out.append(None)
             continue

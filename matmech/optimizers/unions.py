@@ -219,9 +219,7 @@ def plan_residual_products(W, *, objective="total"):
     prob, domain, blocks = gm_error._problem(W, free=())
     factors, values, duals, certified, fitted = [], [], [], True, {}
     for i, d in enumerate(domain):
-        lst, idx = prob.uniq[i]
-        weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-        live = [(c, wt) for c, wt in zip(lst, weight) if not gm_error._total_gram(c)]
+        live = gm_error._live_grams(prob, i)
         if not live:  # only totals on this attribute: no residual needed
             factors.append(None if d == 1 else residual_factor(np.eye(d))[0])
             values.append(0.0)
