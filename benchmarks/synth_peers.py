@@ -33,9 +33,10 @@ and with no peer at all the script prints one line and exits 0 (CI has none). La
     python3 -m venv venv-mbi && venv-mbi/bin/pip install ./private-pgm matplotlib \\
         jax==0.7.0 jaxlib==0.7.0 chex==0.1.90 optax==0.2.5 pandas==2.3.1 numpy==2.3.2 \\
         scipy==1.16.1 networkx==3.5
-    python3 -m venv venv-opendp && venv-opendp/bin/pip install "opendp[mbi]==0.16.0"
+    python3 -m venv venv-opendp && venv-opendp/bin/pip install "opendp[mbi]==0.16.0" pandas
 
-(OpenDP 0.16 pins mbi 1.1.0 from the package index and runs on current JAX.) Data:
+(OpenDP 0.16 pins mbi 1.1.0 from the package index and runs on current JAX; its synthetic
+records need pandas, which it does not declare.) Data:
 ``--data-dir`` or $MATMECH_HD_DATASETS, the ``clean/`` folder of a hd-datasets checkout.
 
     python benchmarks/synth_peers.py --peers-dir $PEERS --data-dir /path/to/hd-datasets/clean
@@ -427,7 +428,7 @@ def main(argv=None) -> int:
     if not args.resume:
         path.unlink(missing_ok=True)
     runs = _saved(path)["runs"]
-    done = {(r["method"], r["dataset"], r["eps"], r["trial"]) for r in runs}
+    done = {_key(r) for r in runs if r["status"] != "error"}  # an error is tried again
     given_up = {(r["method"], r["dataset"], r["eps"]) for r in runs if r["status"] == "timeout"}
     opts = {"aim_max_iters": args.aim_max_iters, "aim_max_model_size": args.aim_max_model_size}
     meta = {
@@ -474,6 +475,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def _key(r: dict) -> tuple:
+    return (r["method"], r["dataset"], r["eps"], r["trial"])
+
+
 def _saved(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"meta": {}, "runs": []}
 
@@ -482,12 +487,14 @@ def _append(path: Path, meta: dict, row: dict) -> None:
     """Add ``row`` to the saved JSON under a lock: pieces of the grid (disjoint ``--methods``
     or ``--datasets``, each with ``--resume``) may run at once and share the file."""
     import fcntl
+    import tempfile
 
-    with open(path.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / f"{path.stem}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         saved = _saved(path)
         pins = {**saved["meta"].get("pins", {}), **meta["pins"]}
-        saved = {"meta": {**saved["meta"], **meta, "pins": pins}, "runs": saved["runs"] + [row]}
+        runs = [r for r in saved["runs"] if _key(r) != _key(row)] + [row]
+        saved = {"meta": {**saved["meta"], **meta, "pins": pins}, "runs": runs}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(saved, indent=1) + "\n")
         tmp.replace(path)
