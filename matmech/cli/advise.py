@@ -130,7 +130,7 @@ def _cmd_advise(args):
 def _auto_route(W, eps, delta, neighbors):
     """What ``release --strategy auto`` does with W: its route and, for the tables route, the
     residual plan's analytic error (data-independent)."""
-    from matmech.factored.release import residual_error
+    from matmech.factored.residual_plan import residual_error
     from matmech.factored.route import release_route
 
     route = release_route(W, "auto")

@@ -49,7 +49,7 @@ def test_the_refusal_is_decided_from_the_size_and_the_family_record():
     assert F.histogram_refusal("marginals", W2, 0.0) is None  # pure ε: rounds structured
     assert F.histogram_refusal("kron", W2, 1e-6) is None
     small = wl.marginals((8, 8, 4), 2)  # within the dense limit every family is measurable
-    assert all(F.histogram_refusal(f, small, 1e-6) is None for f in F._candidates(small, 1e-6))
+    assert all(F.histogram_refusal(f, small, 1e-6) is None for f in F.auto_families(small, 1e-6))
 
 
 def test_unmeasurable_families_never_run_under_eps_delta(fits_run):
