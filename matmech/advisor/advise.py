@@ -115,9 +115,19 @@ def _check_options(time_budget, progress, neighbors):
     check_neighbors(neighbors)
 
 
+#: Rows whose totals agree to this relative difference are ties, broken by their kind in the
+#: order of :data:`TIE_ORDER` (the tables route's residual plan first: the route a union of
+#: marginals always took; a split last: more parts, the same error).
+TIE = 1e-8
+TIE_ORDER = ("residual", "strategy", "gmarginal", "split")
+
+
 def _rank(results, ctx, W, time_budget=None):
     """The :class:`Advice`: scored candidates best first, skipped ones in the order met."""
-    rows = sorted((r for r in results if r.skipped is None), key=lambda r: r.total)
+    rows = sorted(
+        (r for r in results if r.skipped is None),
+        key=lambda r: r.total * (1 + TIE * TIE_ORDER.index(r.kind)),
+    )
     skipped = tuple(r for r in results if r.skipped is not None)
     if not rows:
         raise ValueError(
@@ -229,7 +239,7 @@ def advise(
     )
     if "split" in wanted:
         budget.report(step, "split plans")
-        part_ctx = replace(ctx, bound=None, factored=True)
+        part_ctx = replace(ctx, bound=None, part=True)
         part_wanted = tuple(c for c in wanted if c != "split")
 
         def plan_part(t):

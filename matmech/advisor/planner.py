@@ -157,16 +157,17 @@ def target_of(W) -> Target:
 class Context:
     """The job's privacy parameters and planning options: ``bound`` the SVD lower bound of
     the workload being ranked (None inside a split's parts), ``search`` the pure-ε residual
-    table search (:func:`matmech.factored.release.release_factored`), ``factored`` whether
-    strategies are measured on the marginal of the support even when it is every attribute
-    (a split's parts, which read tables over one set of attribute sizes)."""
+    table search (:func:`matmech.factored.release.release_factored`), ``part`` whether a
+    split's part is planned."""
 
     eps: float
     delta: float
     neighbors: str
     bound: float | None = None
     search: str = "auto"
-    factored: bool = False
+    #: True while planning a split's part (the cheaper rules: no optimiser family for a
+    #: union of marginals, whose residual plan covers them).
+    part: bool = False
 
 
 def skipped(name, reason, seconds=0.0, **fields) -> Candidate:
@@ -205,7 +206,7 @@ def strategy_row(
         "given by name" if family is None else f"optimised by matmech.optimize ({family})"
     )
     fields = dict(kind="strategy", family=family, reason=reason)
-    fields["recipe"] = {"target": t, "note": note, "factored": ctx.factored}
+    fields["recipe"] = {"target": t, "note": note}
     if total is not None:
         m = t.W.shape[0]
         try:
@@ -320,11 +321,16 @@ def _family_refusal(t, family, delta):
     return None if why is None else why.split(": ", 1)[-1]
 
 
-def family_rows(ctx, t, *, rng=None, time_limit=None, report=None):
+def family_rows(ctx, t, *, rng=None, time_limit=None, report=None, only=None):
     """One row per optimiser family fitted to ``t.fit`` (:func:`fit_families`): a strategy
-    row, a generalised-marginal (tables) row, or a skipped row with the reason."""
+    row, a generalised-marginal (tables) row, or a skipped row with the reason (``only``:
+    fit only these of them)."""
     W = t.fit
     families = auto_families(W, ctx.delta)
+    if only is not None:
+        families = [f for f in families if f in only]
+        if not families:
+            return []
     refused = {f: _family_refusal(t, f, ctx.delta) for f in families}
     rows = []
     with blas_threads(1):
@@ -484,19 +490,25 @@ def single_rows(ctx, t, wanted, *, rng=None, time_left=None, report=None, defaul
                 "cells takes minutes; call optimize(W, eps) to run it",
             )
         ]
-    if time_left is not None and time_left() is not None and time_left() <= 0:
-        return rows + [skipped("optimized", "time budget exhausted")]
-    if tables and "tables" in wanted and rows[0].skipped is None:
-        return rows + [
-            skipped(
-                "optimized",
-                "a union of marginals: the residual plan's table weights are searched over "
-                "the marginal lattice (HDMM's OPT_M), the family the optimisers would fit",
-            )
-        ]
-    report(0.2, "optimising")
     limit = None if time_left is None else time_left()
+    if limit is not None and limit <= 0:
+        return rows + [skipped("optimized", "time budget exhausted")]
+    only = None
+    if tables and "tables" in wanted and rows[0].skipped is None:
+        why = (
+            "a union of marginals: the residual plan's table weights are searched over "
+            "the marginal lattice (HDMM's OPT_M), the family the optimisers would fit"
+        )
+        if ctx.part:
+            return rows + [skipped("optimized", why)]
+        only = ("marginals",)  # the same family on the histogram (what choose_strategy measures)
+    report(0.2, "optimising")
     rows += family_rows(
-        ctx, t, rng=rng, time_limit=limit, report=lambda f, m: report(0.2 + 0.6 * f, m)
+        ctx,
+        t,
+        rng=rng,
+        time_limit=limit,
+        report=lambda f, m: report(0.2 + 0.6 * f, m),
+        only=only,
     )
     return rows

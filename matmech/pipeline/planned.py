@@ -27,8 +27,7 @@ __all__ = ["PLANNED", "BUILDERS", "build_plan", "choose_plan"]
 
 def _strategy(row, eps, delta, *, neighbors, max_records):
     t, note = row.recipe["target"], row.recipe["note"]
-    multi = t.terms is not None and len(t.sizes) > 1
-    if t.terms is not None and (t.local or (row.recipe["factored"] and multi)):
+    if t.terms is not None and len(t.sizes) > 1:  # the marginal on the support (any data form)
         return strategy_plan(
             t.fit,
             row.strategy,
@@ -37,7 +36,8 @@ def _strategy(row, eps, delta, *, neighbors, max_records):
             neighbors=neighbors,
             max_records=max_records,
             name=row.name,
-            note=note + f"; measured on the marginal of attributes {list(t.U)}",
+            note=note
+            + ("" if not t.local else f"; measured on the marginal of attributes {list(t.U)}"),
             sizes=t.sizes,
             attributes=t.U,
             workload=t.W,
