@@ -31,6 +31,7 @@ from matmech.advisor.split import split_rows
 from matmech.error import lower_bound
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import LinOp, as_linop
+from matmech.linalg.terms import MarginalWorkload
 from matmech.optimizers.blas import capped
 from matmech.validate import linear
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -214,7 +215,8 @@ def advise(
     'hierarchical, no root'
     """
     eps, delta = check_privacy_params(eps, delta)
-    W = as_linop(linear(W, "W"))
+    if not isinstance(W, MarginalWorkload):  # described by its subsets: any domain size
+        W = as_linop(linear(W, "W"))
     wanted = _wanted(candidates)
     if isinstance(time_budget, str) and time_budget == "default":
         time_budget = DEFAULT_TIME_BUDGET
@@ -237,7 +239,17 @@ def advise(
         report=lambda f, m: budget.report(step * f, m),
         default_budget=default_budget,
     )
-    if "split" in wanted:
+    joint = delta > 0 and any(r.skipped is None and r.family is not None for r in results)
+    if "split" in wanted and joint:
+        results.append(
+            Candidate(
+                name="split",
+                skipped="under (eps, delta) a split is the stack of its parts' strategies in one "
+                "Gaussian mechanism, answered part by part: a joint optimiser row is ranked",
+                kind="split",
+            )
+        )
+    elif "split" in wanted:
         budget.report(step, "split plans")
         part_ctx = replace(ctx, bound=None, part=True)
         part_wanted = tuple(c for c in wanted if c != "split")

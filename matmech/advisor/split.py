@@ -12,7 +12,10 @@ and a share of the budget:
   ρ_i ∝ √E_i and total (Σ √E_i)².
 
 The shares are rounded (pure ε to four significant digits of decimal ε) and the total
-recomputed from them exactly. Parts tried: the marginal blocks together and the others grouped
+recomputed from them exactly. Under (ε, δ) a split is the stack of its parts' strategies
+measured by one Gaussian mechanism (zCDP adds ρ exactly as the stack's L2 sensitivity adds),
+answered part by part instead of jointly: so :mod:`matmech.advisor.advise` tries splits
+under (ε, δ) only when no optimiser family ranked a joint plan for the whole workload. Parts tried: the marginal blocks together and the others grouped
 by their support; the marginals apart from everything else; every block alone; at most
 :data:`MAX_PARTS` parts each. The row's recipe builds a :class:`matmech.pipeline.split.SplitPlan`
 (:func:`matmech.pipeline.planned.build_plan`).
@@ -178,13 +181,29 @@ def shares_for(eps, delta, totals):
     return shares, total
 
 
+def _support(W, part):
+    """The attributes some block of ``part`` does not total over (None without Kronecker form)."""
+    out: set = set()
+    for i in part:
+        try:
+            out |= set(as_terms(W.blocks[i], name="W").support)
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
 def split_rows(ctx, W, plan_part) -> list:
     """The split rows of W: for every grouping of :func:`partitions`, each part planned by
     ``plan_part(target)`` (its ranked rows, best first; skipped ones left out) and the budget
-    divided optimally between the parts' best plans."""
+    divided optimally between the parts' best plans. A work rule bounds the planning: a
+    grouping with a part as wide as W (its support every attribute of W's support, on two or
+    more attributes) is not planned: that part costs as much as the whole job again."""
     cache: dict = {}
     out = []
+    whole = _support(W, range(len(W.blocks))) if isinstance(W, VStack) else None
     for label, groups in partitions(W):
+        if whole is not None and len(whole) > 1 and any(_support(W, p) == whole for p in groups):
+            continue
         parts = []
         for part in groups:
             if part not in cache:
