@@ -194,7 +194,7 @@ class Candidate:
     ratio_to_bound: float | None = None
     seconds: float = 0.0
     strategy: LinOp | None = field(default=None, repr=False, compare=False)
-    params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    params: Mapping = field(default_factory=lambda: MappingProxyType({}))
     skipped: str | None = None
     #: What a release runs for this row (:mod:`matmech.advisor.planner`): ``"strategy"``
     #: (``strategy`` measured on the histogram of W's support), ``"residual"`` (the tables

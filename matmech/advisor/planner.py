@@ -131,7 +131,9 @@ class Target:
     @property
     def local(self) -> bool:
         """True when the plans read the marginal on U, not the whole histogram."""
-        return self.terms is not None and len(self.U) < len(self.terms.domain)
+        return (
+            self.terms is not None and self.U is not None and len(self.U) < len(self.terms.domain)
+        )
 
     @property
     def marginal_attributes(self) -> int:

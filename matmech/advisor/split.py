@@ -98,11 +98,11 @@ def partitions(W) -> list:
         ("marginals and the rest", [marg, rest]),
         ("every block alone", alone),
     ):
-        parts = tuple(p for p in parts if p)
-        key = frozenset(parts)
-        if 2 <= len(parts) <= MAX_PARTS and key not in seen:
+        kept = tuple(p for p in parts if p)
+        key = frozenset(kept)
+        if 2 <= len(kept) <= MAX_PARTS and key not in seen:
             seen.add(key)
-            out.append((label, parts))
+            out.append((label, kept))
     return out
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from matmech import workloads as wl
 from matmech.advisor.choice import choose_strategy
-from matmech.linalg.linop import Kron
 from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers import families as F
 from matmech.privacy.budget import PrivacyBudget
