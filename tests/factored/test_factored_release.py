@@ -146,7 +146,7 @@ def _dense_residual_check(domain, subsets, rel, codes):
         return seen["m"]
 
     fmeasure_spy = pytest.MonkeyPatch()
-    import matmech.factored.release as frel
+    import matmech.factored.residual_plan as frel
 
     fmeasure_spy.setattr(frel, "measure_residuals", spy)
     try:

@@ -17,7 +17,7 @@ from factored_data import codes as _codes
 
 
 def _measured(monkeypatch, codes, W):
-    import matmech.factored.release as frel
+    import matmech.factored.residual_plan as frel
 
     seen = {}
     orig = fmeasure.measure_residuals
