@@ -60,6 +60,8 @@ __all__ = [
     "unmeasurable",
     "single_rows",
     "skipped",
+    "lift",
+    "rank_lower_bound",
     "DEFAULT_PIDENTITY_N",
     "TABLE_FAMILIES",
     "BOUND_ATTAINED",
