@@ -164,7 +164,9 @@ def advise(
     """Rank strategies for W by expected total error under ε-DP (δ = 0) or (ε, δ)-DP.
 
     ``candidates``: "all", "fixed" (no optimiser) or an iterable of names from
-    :data:`CANDIDATES`. ``time_budget``: None (default; ``"default"`` is the same) runs no
+    :data:`CANDIDATES` ("tables": the residual plan of a union of marginals; "split": W's
+    blocks in parts, each planned with the other wanted names). ``search``: the pure-ε
+    residual table search ("auto", "lattice", "all"). ``time_budget``: None (default; ``"default"`` is the same) runs no
     clock: the work is bounded in work units (the pure-ε optimiser of a 1-D workload up to
     :data:`DEFAULT_PIDENTITY_N` cells, the optimisers' iteration caps), so the ranking
     depends only on W, ε, δ and ``rng``, whatever the machine load. A number of seconds caps
@@ -186,6 +188,8 @@ def advise(
         0 for pure ε-DP, else in [1e-100, 1).
     candidates : "all", "fixed" or iterable of str, default "all"
         Which candidates to rank.
+    search : {"auto", "lattice", "all"}, default "auto"
+        The pure-ε residual plan's table search.
     time_budget : float, None or "default"
         Seconds for the whole call (default 30; None: no limit).
     rng : numpy.random.Generator, optional
