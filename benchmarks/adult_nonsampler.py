@@ -42,8 +42,9 @@ def _child(which, root, data):
     import numpy as np
 
     sys.path.insert(0, root)
-    from matmech.factored.release import ResidualPlan, release_factored
-    from matmech.factored.terms import marginal_workload
+    from matmech.factored.release import release_factored
+    from matmech.factored.residual_plan import ResidualPlan
+    from matmech.linalg.terms import marginal_workload
     from matmech.privacy import noise
 
     x = np.loadtxt(data, delimiter=",", skiprows=1, dtype=np.int64)

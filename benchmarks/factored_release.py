@@ -194,7 +194,7 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
     from matmech.factored.gmarginal_release import gmarginal_strategy
     from matmech.factored.gmarginal_solve import GMarginalSolver
     from matmech.factored.tables import marginal_tables
-    from matmech.factored.terms import as_terms
+    from matmech.linalg.terms import as_terms
     from matmech.optimizers.marginals import GeneralMarginalStrategy
     from matmech.privacy.budget import PrivacyBudget
 
@@ -271,7 +271,7 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     from matmech.factored.release import release_factored
     from matmech.factored.select import plan_factored_selection, row_values
     from matmech.factored.tables import marginal_tables
-    from matmech.factored.terms import marginal_workload
+    from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget
 
     W = marginal_workload(domain, list(itertools.combinations(range(len(domain)), k)))
@@ -322,8 +322,9 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
 def _case_refused(name, domain, records, k, eps, delta, seed, out):
     """A release the residual path refuses up front (its memory estimate is over
     ``max_memory``): how long planning and the refusal take, and the estimate."""
-    from matmech.factored.release import MAX_MEMORY, release_factored
-    from matmech.factored.terms import marginal_workload
+    from matmech.factored.release import release_factored
+    from matmech.factored.residual_plan import MAX_MEMORY
+    from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget
 
     subsets = [s for j in range(k + 1) for s in itertools.combinations(range(len(domain)), j)]

@@ -84,7 +84,7 @@ def _case(name, d, records, seed, spill, secure, delta, k, out):
     delta = 0 is the pure-ε release (Laplace tables combined into the residuals)."""
     from matmech.factored import measure, streamed, streamed_kinds, table_batches
     from matmech.pipeline import source as pipeline_source
-    from matmech.factored.terms import marginal_workload
+    from matmech.linalg.terms import marginal_workload
     from matmech.privacy import noise
     from matmech.privacy.budget import PrivacyBudget
 

@@ -89,7 +89,7 @@ def _child(which, rp_dir, bits, data, before=None):
     else:  # "matmech" from this checkout, "matmech before" from --before
         sys.path.insert(0, before if which == "matmech before" else str(HERE.parent))
         from matmech.factored.release import release_factored
-        from matmech.factored.terms import marginal_workload
+        from matmech.linalg.terms import marginal_workload
 
         W = marginal_workload(DOM, subsets)
         rel = release_factored(

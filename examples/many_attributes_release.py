@@ -26,7 +26,7 @@ import matmech as mm
 from matmech import workloads as W
 from matmech.factored.labels import release_labels
 from matmech.factored.release import release_factored
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.optimizers.residual import plan_residuals
 
 rng = np.random.default_rng(7)  # synthetic data and reproducible noise: NOT for real releases

@@ -368,6 +368,7 @@ def lower_bound(
     measure: str = "total",
     *,
     neighbors: str = "add_remove",
+    max_dense_n: int = MAX_DENSE_N,
 ) -> float:
     """SVD lower bound of Li & Miklau (ICDT 2013): total error ≥ P·(Σσᵢ(W))²/n.
 
@@ -388,6 +389,9 @@ def lower_bound(
         As in :func:`expected_error`.
     neighbors : {"add_remove", "substitute"}, default "add_remove"
         The neighbouring relation.
+    max_dense_n : int, default MAX_DENSE_N
+        The largest n for which Σσᵢ may come from a dense eigendecomposition of the gram
+        (structured workloads have closed forms at any size); ValueError above it.
 
     Returns
     -------
@@ -412,7 +416,7 @@ def lower_bound(
     W = as_linop(linear(W, "W"))
     eps, delta = check_privacy_params(eps, delta)
     unit = noise_variance(eps, delta, sensitivity=neighbor_sensitivity(1.0, neighbors))
-    total = unit * _nuclear_norm(W) ** 2 / W.shape[1]
+    total = unit * _nuclear_norm(W, max_dense_n) ** 2 / W.shape[1]
     return (
         total
         if measure == "total"

@@ -56,8 +56,9 @@ from matmech.privacy.budget import check_budget
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.privacy.measure import check_max_records
 from matmech.factored.route import release_route
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.pipeline.plan import Plan
+from matmech.pipeline.planned import PLANNED, choose_plan
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.selected import selected_plan
 from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
@@ -272,9 +273,14 @@ def release(
     noise.check_rng(rng)
     source = as_source(x, domain)
     factored = True
+    planned = select is None and isinstance(strategy, str) and strategy in PLANNED
     if isinstance(source, HistogramSource):
         x = source.x  # shapes below are checked on the histogram itself
-        factored = isinstance(W, LinOp) and release_route(W, strategy, delta=delta).name == "tables"
+        factored = (
+            not planned
+            and isinstance(W, LinOp)
+            and release_route(W, strategy, delta=delta).name == "tables"
+        )
         if factored:  # the route follows from W and the strategy, never from x
             _tables_route_histogram(x, domain, W)
     if factored:
@@ -299,7 +305,11 @@ def release(
     declared_cells(domain, n)
     W = _as_workload(W, n, domain)
     plan: Plan
-    if select is not None:
+    if planned:  # the planner's best plan of any kind (auto) or of one optimiser family
+        plan = choose_plan(
+            W, eps, delta, strategy=strategy, neighbors=neighbors, max_records=max_records
+        )
+    elif select is not None:
         plan = selected_plan(
             W,
             eps,

@@ -22,7 +22,8 @@ class Advice:
     Parameters
     ----------
     rows : tuple
-        Ranking records, best first (``name``, ``strategy``, ``total``, ``rmse``, ...).
+        Ranking records, best first (``name``, ``kind``, ``strategy``, ``total``, ``rmse``,
+        ``reason``, ...).
     skipped : tuple of (str, str)
         Candidates not scored, with the reason.
     eps, delta : float
@@ -66,12 +67,15 @@ class Advice:
 
     @property
     def best(self):
-        """The strategy (a LinOp) with the lowest total error."""
-        return self.rows[0].strategy
+        """The strategy (a LinOp) of the best row that is one strategy measured on the
+        histogram (``kind == "strategy"``; None when no such row is ranked). The best plan
+        overall may be another kind: :attr:`best_row`, what ``strategy="auto"`` releases."""
+        return next((r.strategy for r in self.rows if r.kind == "strategy"), None)
 
     @property
     def best_row(self):
-        """The :class:`Candidate` with the lowest total error."""
+        """The :class:`Candidate` with the lowest total error: the plan ``strategy="auto"``
+        releases (a strategy, the residual plan, a generalised marginal plan or a split)."""
         return self.rows[0]
 
     @property

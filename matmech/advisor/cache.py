@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -54,13 +55,19 @@ def fingerprint(W: LinOp) -> str | None:
 
 
 def cached_choice(
-    W: LinOp, eps: float, delta: float, neighbors: str, choose: Callable[[], tuple]
-) -> tuple:
-    """``choose()`` for (W, ε, δ, neighbours), computed once and then reused."""
+    W: LinOp,
+    eps: float,
+    delta: float,
+    neighbors: str,
+    choose: Callable[[], Any],
+    *,
+    extra: tuple = (),
+) -> Any:
+    """``choose()`` for (W, ε, δ, neighbours, ``extra``), computed once and then reused."""
     fp = fingerprint(W)
     if fp is None:
         return choose()
-    key = (fp, float(eps), float(delta), str(neighbors))
+    key = (fp, float(eps), float(delta), str(neighbors), *extra)
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]

@@ -15,12 +15,12 @@ from matmech.error import error_figures
 from matmech.linalg.linop import Kron, Scaled, VStack
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 
-__all__: list[str] = []  # internal: matmech.advisor.advise builds its candidates here
+__all__ = ["attributes", "searched_fixed", "workload_strategy"]
 
 # -- candidate construction ---------------------------------------------------------------------
 
 
-def _attributes(W):
+def attributes(W):
     """Per-attribute effective 1-D workloads [(n_i, workload_i)] for a Kronecker/union W, else None."""
     blocks = kron_blocks(W)
     if blocks is None:
@@ -101,16 +101,16 @@ def _best_per_attribute(attrs, per, delta):
     )
 
 
-def _fixed_candidates(W, delta):
+def searched_fixed(W, delta):
     """[(name, params, strategy)]: the fixed candidates of W (per attribute on a product domain)."""
-    attrs = _attributes(W)
+    attrs = attributes(W)
     if attrs is None or len(attrs) == 1:
         return _fixed_1d(W.shape[1], attrs[0][1] if attrs else W, delta)
     per = [_fixed_1d(n, eff, delta) for n, eff in attrs]
     return [*_products(per), _best_per_attribute(attrs, per, delta)]
 
 
-def _workload_candidate(W):
+def workload_strategy(W):
     """W itself; a union of marginals as the equal :class:`MarginalStrategy` (same rows, with a
     structured pseudo-inverse)."""
     marg = marginal_workload(W)

@@ -1,25 +1,42 @@
-"""Choose the strategy to measure for a workload from W, ε, δ alone (no data is read).
+"""Choose what to measure for a workload from W, ε, δ alone (no data is read).
 
-Named fixed strategies (per attribute on a product domain), a caller's LinOp, the
-optimiser (:func:`matmech.optimize`), or ``"auto"``: the best row of :func:`matmech.advise`.
+Named fixed strategies (per attribute on a product domain), a caller's LinOp, or a view of
+the one planner (:func:`matmech.advise`): ``"auto"`` is its best row, ``"optimize"`` its best
+single optimiser-family row (one family's plan, measured on the route its strategy needs),
+so the table, ``auto`` and ``optimize`` never disagree.
+:func:`matmech.pipeline.planned.choose_plan` builds the runnable plan of those rows;
+:func:`choose_strategy` returns the strategy of the best row that is a single strategy on
+the histogram (what the selection paths measure).
 """
 
 from __future__ import annotations
+
 
 import numpy as np
 import scipy.sparse as sp
 
 from matmech import strategies as S
-from matmech.advisor.advise import advise, optimize_for_histogram
+from matmech.advisor.advise import advise
 from matmech.advisor.cache import cached_choice
 from matmech.advisor.compare import DEFAULT_BRANCHING, domain_of, fixed_candidates
 from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.validate import linear
 
-__all__ = ["choose_strategy", "fixed_choice", "per_attribute", "STRATEGY_NAMES"]
+__all__ = [
+    "choose_strategy",
+    "planned",
+    "view",
+    "refusal",
+    "fixed_choice",
+    "per_attribute",
+    "STRATEGY_NAMES",
+    "PLANNED",
+]
 
 STRATEGY_NAMES = ("auto", "identity", "hierarchical", "haar", "optimize")
+#: The strategy names the planner decides (every other name or a LinOp is measured as given).
+PLANNED = ("auto", "optimize")
 
 
 def per_attribute(W, make):
@@ -28,30 +45,46 @@ def per_attribute(W, make):
     return make(dom[0]) if len(dom) == 1 else S.kron(*[make(d) for d in dom])
 
 
-def _optimiser_choice(W, eps, delta, neighbors):
-    """(A, note): the best strategy of :func:`matmech.advise`."""
-    advice = advise(
-        W, eps, delta, neighbors=neighbors
-    )  # no clock: the choice does not depend on load
-    best = advice.best_row
-    skipped = (
-        f"; not ranked (reasons in matmech.advise): {', '.join(r.name for r in advice.skipped)}"
-        if advice.skipped
-        else ""
+def planned(W, eps, delta=0.0, *, neighbors="add_remove", search="auto"):
+    """The planner's :class:`~matmech.advisor.advice.Advice` for W (no clock: it does not
+    depend on load), computed once per (W, ε, δ, neighbours, search) and then reused."""
+    return cached_choice(
+        W,
+        eps,
+        delta,
+        neighbors,
+        lambda: advise(W, eps, delta, neighbors=neighbors, search=search),
+        extra=("advice", search),
     )
-    return (
-        best.strategy,
-        f"chosen by matmech.advise ({best.name}); best of {len(advice.rows)} ranked, no time limit{skipped}",
-    )
+
+
+def view(advice, strategy):
+    """The rows ``strategy`` ("auto" or "optimize") may pick from, best first."""
+    if strategy == "auto":
+        return list(advice.rows)
+    return [r for r in advice.rows if r.family is not None and r.kind != "split"]
+
+
+def refusal(strategy, W, advice, tried):
+    skipped = "; ".join(f"{r.name}: {r.skipped}" for r in advice.skipped if r.family is not None)
+    failed = "; ".join(f"{name}: {why}" for name, why in tried)
+    if strategy == "optimize":
+        return (
+            f"strategy='optimize': no optimiser family that fits W gives a plan a release can run "
+            f"for W's {W.shape[1]:,} cells ({'; '.join(x for x in (skipped, failed) if x)}); use "
+            "strategy='auto' or a structured strategy (identity, hierarchical, Haar)"
+        )
+    return f"strategy='auto': no ranked plan could be built ({failed})"
 
 
 def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove"):
-    """(A, name, note): the strategy to measure for W; reads no data.
+    """(A, name, note): the strategy to measure for W on its histogram; reads no data.
 
     ``strategy``: a LinOp (used as is), ``"identity"``, ``"hierarchical"`` (branching
     :data:`~matmech.advisor.compare.DEFAULT_BRANCHING`, per attribute on a product domain),
-    ``"haar"``, ``"optimize"`` (matmech.optimize), or ``"auto"``: the best strategy of
-    matmech.advise.
+    ``"haar"``, ``"optimize"`` (the best optimiser-family strategy row of matmech.advise), or
+    ``"auto"``: the best strategy row of matmech.advise (a release with ``"auto"`` runs the
+    best row of any kind: :func:`choose_plan`).
     """
     W = as_linop(linear(W, "W"))
     if isinstance(strategy, (np.ndarray, list, tuple)) or sp.issparse(strategy):
@@ -70,13 +103,20 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
         )
     if strategy == "haar":
         return per_attribute(W, S.haar), "haar", "given by name"
-    if strategy == "optimize":  # only families the histogram can measure, refused up front
-        res, note = optimize_for_histogram(W, eps, delta)
-        return res.strategy, "optimized", note
-    A, note = cached_choice(
-        W, eps, delta, neighbors, lambda: _optimiser_choice(W, eps, delta, neighbors)
+    advice = planned(W, eps, delta, neighbors=neighbors)
+    rows = [
+        r
+        for r in view(advice, strategy)
+        if r.kind == "strategy" and r.strategy is not None and r.strategy.shape[1] == W.shape[1]
+    ]  # strategies over W's own cells (not the marginal of its support)
+    if not rows:
+        raise ValueError(refusal(strategy, W, advice, []))
+    best = rows[0]
+    note = (
+        f"chosen by matmech.advise ({best.name}); best of {len(rows)} strategies on the histogram, "
+        "no time limit"
     )
-    return A, "auto", note
+    return best.strategy, "auto" if strategy == "auto" else "optimized", note
 
 
 def fixed_choice(W, eps, delta, neighbors):

@@ -27,6 +27,7 @@ from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron, LinOp, VStack
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.validate import linear, named_operators
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -193,8 +194,21 @@ class Candidate:
     ratio_to_bound: float | None = None
     seconds: float = 0.0
     strategy: LinOp | None = field(default=None, repr=False, compare=False)
-    params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    params: Mapping = field(default_factory=lambda: MappingProxyType({}))
     skipped: str | None = None
+    #: What a release runs for this row (:mod:`matmech.advisor.planner`): ``"strategy"``
+    #: (``strategy`` measured on the histogram of W's support), ``"residual"`` (the tables
+    #: route's residual plan), ``"gmarginal"`` (a generalised marginal strategy measured from
+    #: marginal tables) or ``"split"`` (W in parts, the budget divided between them).
+    kind: str = "strategy"
+    #: The optimiser family the row comes from (None: a fixed candidate, W itself, a split).
+    family: str | None = None
+    #: Why the row is what it is, in one sentence (the planner's reason).
+    reason: str = ""
+    #: What a release needs to build the row's plan (:func:`matmech.pipeline.planned.build_plan`):
+    #: the workload read for planning (``"target"``), the note, the parts of a split, ...;
+    #: empty for a row only ranked (``matmech compare``).
+    recipe: Mapping = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "params", _frozen(self.params))
@@ -220,6 +234,9 @@ class Candidate:
             "max_variance": self.max_variance,
             "ratio_to_bound": self.ratio_to_bound,
             "seconds": self.seconds,
+            "kind": self.kind,
+            "family": self.family,
+            "reason": self.reason,
         }
         if self.skipped is not None:
             out["skipped"] = self.skipped
@@ -255,13 +272,26 @@ MAX_RANKED_MAX_ROWS = 4_000_000
 
 
 def evaluate(
-    W, A, eps=1.0, delta=0.0, *, name="strategy", bound=None, neighbors="add_remove", params=None
+    W,
+    A,
+    eps=1.0,
+    delta=0.0,
+    *,
+    name="strategy",
+    bound=None,
+    neighbors="add_remove",
+    params=None,
+    max_variance=True,
 ):
     """The analytic figures of strategy A on W as a :class:`Candidate` (``max_variance``
-    None above :data:`MAX_RANKED_MAX_ROWS` rows)."""
+    None above :data:`MAX_RANKED_MAX_ROWS` rows, or when not asked for)."""
     t0 = time.perf_counter()
     # the largest per-query variance goes row by row: left out (None) for very many rows
-    measures = ("total", "rmse", "max") if W.shape[0] <= MAX_RANKED_MAX_ROWS else ("total", "rmse")
+    measures = (
+        ("total", "rmse", "max")
+        if max_variance and W.shape[0] <= MAX_RANKED_MAX_ROWS
+        else ("total", "rmse")
+    )
     # continuous noise: the figures scale as 1/ε² and sit above the SVD bound, which the ranking uses
     fig = error_figures(
         W, A, eps, delta, measures=measures, neighbors=neighbors, noise="continuous"
@@ -379,7 +409,7 @@ _COLUMNS = (
     ("#", lambda i, r: str(i), False, True),
     ("strategy", lambda i, r: r.name, True, False),
     ("parameters", lambda i, r: _short_params(r.params), True, True),
-    ("sensitivity", lambda i, r: f"{r.sensitivity:.4g}", False, False),
+    ("sensitivity", lambda i, r: _opt(r.sensitivity, ".4g"), False, False),
     ("total error", lambda i, r: f"{r.total:.4e}", False, False),
     ("RMSE/query", lambda i, r: f"{r.rmse:.4f}", False, False),
     ("max variance", lambda i, r: _opt(r.max_variance, ".4g"), False, False),

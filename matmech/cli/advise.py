@@ -1,5 +1,6 @@
-"""``matmech advise`` and ``matmech plot``: strategies ranked with the optimiser included,
-saved for ``release --strategy FILE.npz`` or drawn."""
+"""``matmech advise`` and ``matmech plot``: every plan a release can run ranked (the fixed
+strategies, every optimiser family, the tables route's residual plan, split plans), the best
+single strategy saved for ``release --strategy FILE.npz``, or drawn."""
 
 from __future__ import annotations
 
@@ -100,45 +101,53 @@ def _cmd_advise(args):
     bar.close()
     saved = None
     if args.save_strategy:
+        if advice.best is None:
+            raise ValueError(
+                "--save-strategy: no ranked row is a single strategy on the histogram (the plans "
+                "above are measured from marginal tables or in parts); release with --strategy auto"
+            )
         save_strategy(args.save_strategy, advice.best, overwrite=args.overwrite)
         saved = args.save_strategy
-    route = _auto_route(spec.workload, eps, delta, args.neighbors)
+    auto = _auto_plan(advice)
     if args.json:
         out = {
             "spec": spec.name,
             "source": spec.source,
             **advice.to_dict(),
             "saved_strategy": saved,
-            "auto_route": route,
+            "auto_plan": auto,
         }
         print(json.dumps(out, indent=2))
         return 0
     print(f"{spec.name}: {advice.table()}")
-    if route["route"] == "tables":
-        print(
-            f"release --strategy auto (the default) takes the tables route: {route['reason']}; RMSE/query "
-            f"about {route['rmse']:.4g} (the rows above are strategies for the histogram route)"
-        )
+    print(
+        f"release --strategy auto (the default) runs row 1, {auto['name']}: {auto['reason']}; "
+        f"--strategy optimize runs the best optimiser-family row"
+        + (f" ({auto['optimize']})" if auto["optimize"] else "")
+    )
     if saved:
         print(
-            f"saved the best strategy ({advice.best_row.name}) to {saved}; use it with: matmech release {args.spec} --strategy {saved} ..."
+            f"saved the best strategy ({next(r.name for r in advice.rows if r.kind == 'strategy')}) "
+            f"to {saved}; use it with: matmech release {args.spec} --strategy {saved} ..."
         )
     print(CONVENTIONS)
     return 0
 
 
-def _auto_route(W, eps, delta, neighbors):
-    """What ``release --strategy auto`` does with W: its route and, for the tables route, the
-    residual plan's analytic error (data-independent)."""
-    from matmech.factored.release import residual_error
-    from matmech.factored.route import release_route
+def _auto_plan(advice):
+    """What ``release --strategy auto`` runs (the planner's best row) and what
+    ``--strategy optimize`` runs (its best optimiser-family row); data-independent."""
+    from matmech.advisor.choice import view
 
-    route = release_route(W, "auto")
-    out = {"route": route.name, "reason": route.reason}
-    if route.name == "tables":
-        total = residual_error(W, eps, delta, neighbors=neighbors)
-        out.update(total_error=total, rmse=math.sqrt(total / W.shape[0]))
-    return out
+    best = advice.best_row
+    opt = view(advice, "optimize")
+    return {
+        "name": best.name,
+        "kind": best.kind,
+        "reason": best.reason or "the lowest exact expected error of the rows above",
+        "rmse": best.rmse,
+        "optimize": opt[0].name if opt else None,
+    }
 
 
 def add_parsers(sub):
@@ -165,7 +174,9 @@ def add_parsers(sub):
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser(
-        "advise", help="rank strategies, optimised ones included, for a workload spec"
+        "advise",
+        help="rank every plan a release can run for a workload spec (strategies, optimised "
+        "ones, the tables route, split plans): row 1 is what --strategy auto runs",
     )
     p.add_argument("spec", help="a workload spec file (TOML)")
     _privacy_args(p)

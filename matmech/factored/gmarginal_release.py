@@ -147,7 +147,7 @@ def gmarginal_plan(
 def release_gmarginal(
     data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
 ):
-    """Answer W (its :class:`~matmech.factored.terms.Terms` ``wt``) from the marginal tables
+    """Answer W (its :class:`~matmech.linalg.terms.Terms` ``wt``) from the marginal tables
     of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
     :class:`~matmech.record.Release` (``strategy`` the measured one, with its rounded factors;
     ``measurement`` and ``estimate`` None). Arguments as

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from matmech.factored.terms import Terms
+from matmech.linalg.terms import Terms
 from matmech.linalg.answers import Answers
 from matmech.linalg.linop import Identity
 from matmech.optimizers.marginals import GeneralMarginalStrategy
@@ -147,7 +147,7 @@ class GMarginalSolver:
         return w, Z, parts, classes, outside
 
     def check(self, terms):
-        """Raise if some term of W (a :class:`~matmech.factored.terms.Terms`) cannot be answered."""
+        """Raise if some term of W (a :class:`~matmech.linalg.terms.Terms`) cannot be answered."""
         self._check_terms(terms)
         for j in range(len(terms.weights)):
             self._term_parts(terms, j)

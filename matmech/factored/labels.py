@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.io.domain import Domain
 
 __all__ = ["release_labels", "MAX_LABELS"]
@@ -38,7 +38,7 @@ def _names(domain, names, d):
 
 def release_labels(W, domain=None, *, names=None):
     """One label per row of the workload W of a factored release (a Kron, a weighted stack of
-    Krons, or a :class:`~matmech.factored.terms.MarginalWorkload`), for
+    Krons, or a :class:`~matmech.linalg.terms.MarginalWorkload`), for
     ``release_table(rel, labels=release_labels(W, domain))``.
 
     ``domain``: a :class:`matmech.io.domain.Domain` whose attribute sizes match W's (its

@@ -18,13 +18,20 @@ form of the data (a histogram, records, marginal tables, an engine) nor from a c
 The same rule serves :func:`matmech.release` and
 :func:`matmech.factored.release.release_factored`, so every data form of one job takes the
 same mechanism.
+
+For ``"auto"`` and ``"optimize"`` (without ``select``) the plan itself is the planner's
+(:mod:`matmech.advisor.planner`, :func:`matmech.pipeline.planned.choose_plan`: a strategy on
+the marginal of W's support, the residual plan, a generalised marginal plan or a split, every
+one read from marginal tables of any data form); this rule then only says which form of the
+data to read first (``matmech release`` counts a file into marginal tables on the tables
+route), and is the route of named strategies and selections.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import LinOp
 
 __all__ = ["ROUTES", "Route", "release_route"]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from matmech.factored.tables import MAX_TABLE_CELLS
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import calibration

@@ -39,7 +39,7 @@ import numpy as np
 from matmech.factored.measure import LaplaceMeasurementPlan, ResidualMeasurementPlan
 from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.table_batches import accumulate
-from matmech.factored.release import MAX_MEMORY
+from matmech.factored.residual_plan import MAX_MEMORY
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.record import Release
@@ -195,7 +195,7 @@ class MarginalRelease:
     --------
     >>> import itertools, numpy as np
     >>> from matmech.factored import release_marginals
-    >>> from matmech.factored.terms import marginal_workload
+    >>> from matmech.linalg.terms import marginal_workload
     >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
     >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
     >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))

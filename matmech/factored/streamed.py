@@ -35,7 +35,7 @@ from matmech.factored.measure import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
 )
-from matmech.factored.release import (
+from matmech.factored.residual_plan import (
     MAX_MEMORY,
     check_search,
     given_search,
@@ -44,7 +44,7 @@ from matmech.factored.release import (
 )
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.factored.streamed_kinds import kind_of
-from matmech.factored.terms import MarginalWorkload, as_terms
+from matmech.linalg.terms import MarginalWorkload, as_terms
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
@@ -87,7 +87,7 @@ def streamed_memory(plan, *, in_ram: bool, extra: int = 0) -> int:
 
 
 class _Marginals:
-    """A :class:`MarginalWorkload` read as :class:`~matmech.factored.terms.Terms` are
+    """A :class:`MarginalWorkload` read as :class:`~matmech.linalg.terms.Terms` are
     (``domain``, ``rows``, ``marginals()``) without one kind per attribute and term (10⁸
     tuples entries at 200 attributes)."""
 
@@ -262,7 +262,7 @@ def release_marginals(
         the spend. Data engines are refused: their tables would be checked batch by batch
         after the spend.
     W : LinOp
-        A union of marginals (:func:`matmech.factored.terms.marginal_workload` or Kron terms
+        A union of marginals (:func:`matmech.linalg.terms.marginal_workload` or Kron terms
         of identities and totals).
     eps, delta : float
         The privacy parameters (delta > 0: Gaussian residuals; delta = 0: pure ε, Laplace
@@ -307,7 +307,7 @@ def release_marginals(
     --------
     >>> import itertools, numpy as np
     >>> from matmech.factored import release_marginals
-    >>> from matmech.factored.terms import marginal_workload
+    >>> from matmech.linalg.terms import marginal_workload
     >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
     >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
     >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))

@@ -162,13 +162,18 @@ class Intervals(LinOp):
         return first**2 + last**2 + full * float(s) ** 2
 
     def block_energy(self, s):
-        """Σ_B ‖W 1_B‖² over the aligned blocks of size s: trace(G E_s)·s."""
-        return float(
-            sum(
-                self.block_overlaps(s, start, start + lo.size).sum()
-                for start, lo, _ in self._chunks()
+        """Σ_B ‖W 1_B‖² over the aligned blocks of size s: trace(G E_s)·s; kept per s on the
+        (immutable) operator: the advisor's hierarchies share block sizes (b = 2, 4, 8, 16
+        and 32 on 2^k cells all use powers of two), each an O(rows) pass."""
+        cache = self.__dict__.setdefault("_block_energy", {})
+        if s not in cache:
+            cache[s] = float(
+                sum(
+                    self.block_overlaps(s, start, start + lo.size).sum()
+                    for start, lo, _ in self._chunks()
+                )
             )
-        )
+        return cache[s]
 
     def prefix_quadratic(self, c, start=0, stop=None):
         """Per row, w C̃ wᵀ written through C = P̃ M P̃ᵀ: C[hi+1,hi+1] + C[lo,lo] − 2 C[lo,hi+1]."""

@@ -102,7 +102,7 @@ def marginal_spectrum(terms, domain):
     return out
 
 
-def _singular_value_sum(W):
+def _singular_value_sum(W, max_n=MAX_DENSE_N):
     """Σ σᵢ(W) (the nuclear norm): a union of marginals from its spectrum, Kronecker
     products factor by factor (``kron_factors``), a scaling |c|·Σσᵢ (``linear_terms``), a
     closed-form gram spectrum (``gram_eigenvalues``), else a dense eigendecomposition."""
@@ -113,29 +113,29 @@ def _singular_value_sum(W):
             mu, mult, _ = _workload_spectrum(*marg)  # vectorised marginal_spectrum
             return float((mult * np.sqrt(np.clip(mu, 0, None))).sum())
     if factors is not None:
-        return float(np.prod([_singular_value_sum(f) for f in factors]))
+        return float(np.prod([_singular_value_sum(f, max_n) for f in factors]))
     terms = W.linear_terms()
     if terms is not None and len(terms) == 1:
         c, base = terms[0]
-        return abs(c) * _singular_value_sum(base)
+        return abs(c) * _singular_value_sum(base, max_n)
     lam = W.gram_eigenvalues()
     if lam is not None:
         return float(np.sqrt(lam).sum())
     n = W.shape[1]
-    if n > MAX_DENSE_N:
+    if n > max_n:
         raise ValueError(
-            f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {MAX_DENSE_N}"
+            f"the SVD bound needs the eigenvalues of an n×n gram; n={n} exceeds the limit {max_n}"
         )
     lam = np.linalg.eigvalsh(W.gram().dense(max_entries=MAX_DENSE_N**2))
     return float(np.sqrt(np.clip(lam, 0, None)).sum())
 
 
-def nuclear_norm(W) -> float:
+def nuclear_norm(W, max_n=MAX_DENSE_N) -> float:
     """Σ σᵢ(W), kept on the (immutable) operator: ``matmech compare`` asks twice, and a dense
     n = 4096 eigendecomposition takes ~15 s on one core."""
     v = getattr(W, "_mm_nuclear_norm", None)
     if v is None:
-        v = _singular_value_sum(W)
+        v = _singular_value_sum(W, max_n)
         try:
             object.__setattr__(W, "_mm_nuclear_norm", v)
         except (AttributeError, TypeError):  # an operator with __slots__: not kept

@@ -54,9 +54,13 @@ The families are entries of :data:`matmech.optimizers.families.FAMILIES` (a new 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +69,7 @@ from matmech.error import expected_error
 from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
-from matmech.optimizers.families import FAMILIES, _candidates, _check_method
+from matmech.optimizers.families import FAMILIES, _check_method, auto_families
 from matmech.optimizers.kronfit import (
     KRON_FILL_STARTS,
     KRON_ROUNDS,
@@ -77,6 +81,8 @@ from matmech.privacy.params import check_privacy_params
 
 __all__ = [
     "CERTIFIED_GAP",
+    "FamilyResult",
+    "fit_families",
     "KRON_FILL_STARTS",
     "KRON_ROUNDS",
     "METHODS",
@@ -211,7 +217,7 @@ def optimize(
     if families is not None and method != "auto":
         raise ValueError(f"families= restricts method='auto', not method={method!r}")
     wanted = families
-    families = _candidates(W, delta) if method == "auto" else [method]
+    families = auto_families(W, delta) if method == "auto" else [method]
     if wanted is not None:
         keep = set(wanted)
         families = [f for f in families if f in keep]
@@ -246,61 +252,135 @@ def optimize(
             return _result(W, eps, delta, families[0], *fit, bound=bound)
         # auto over several families: a family's failure is recorded and the next one tried
         best, failed, tried, spent = None, {}, {}, 0.0
-        shared = {}  # work one family leaves for the next (kron's factor fits for kronstack)
-        for family in families:
-            current[0] = family
-            # a kron union run is stopped early when far behind the best so far (KRON_CUTOFF_RATIO)
-            cutoff = (
-                None
-                if best is None
-                else kronfit.KRON_CUTOFF_RATIO
-                * best[1][3]
-                / noise_variance(eps, delta, sensitivity=1.0)
-            )
-            try:
-                fit = _fit(
-                    W,
-                    eps,
-                    delta,
-                    family,
-                    restarts=restarts,
-                    rng=rng,
-                    maxiter=maxiter,
-                    time_limit=time_limit,
-                    report=report,
-                    cutoff=cutoff,
-                    shared=shared,
-                )
-            except (
-                ValueError,
-                TypeError,
-                MemoryError,
-                np.linalg.LinAlgError,
-                OverflowError,
-                RuntimeError,
-            ) as ex:
-                failed[family] = f"{type(ex).__name__}: {ex}"
+        for fam in fit_families(
+            W,
+            eps,
+            delta,
+            families,
+            restarts=restarts,
+            rng=rng,
+            maxiter=maxiter,
+            time_limit=time_limit,
+            report=report,
+            on_start=lambda f: current.__setitem__(0, f),
+        ):
+            if fam.failed is not None:
+                failed[fam.family] = fam.failed
                 continue
-            entry = {"error": fit[3], "seconds": fit[4], "gap": fit[1]}
-            if "stopped" in fit[2]:
-                entry["stopped"] = fit[2]["stopped"]
-            tried[family] = MappingProxyType(entry)
-            spent += fit[4]
-            if best is None or fit[3] < best[1][3] * (1 - 1e-12):
-                best = (family, fit)
-            if fit[1] is not None and fit[1] <= CERTIFIED_GAP:
-                break
+            entry = {"error": fam.error, "seconds": fam.seconds, "gap": fam.gap}
+            if "stopped" in fam.params:
+                entry["stopped"] = fam.params["stopped"]
+            tried[fam.family] = MappingProxyType(entry)
+            spent += fam.seconds
+            if best is None or fam.error < best.error * (1 - 1e-12):
+                best = fam
         if best is None:
             raise ValueError(
                 "method='auto': every applicable family failed: "
                 + "; ".join(f"{k}: {v}" for k, v in failed.items())
             )
-        family, (strategy, gap, params, err, _) = best
-        params = dict(params)
+        params = dict(best.params)
         params["tried"] = MappingProxyType(tried)
         if failed:
             params["failed"] = MappingProxyType(failed)
-        return _result(W, eps, delta, family, strategy, gap, params, err, spent, bound=bound)
+        return _result(
+            W,
+            eps,
+            delta,
+            best.family,
+            best.strategy,
+            best.gap,
+            params,
+            best.error,
+            spent,
+            bound=bound,
+        )
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    """One family's outcome in :func:`fit_families`: its strategy, gap, params, total error
+    (continuous noise, squared counts) and fit seconds, or ``failed`` (the reason)."""
+
+    family: str
+    strategy: Any = None
+    gap: float | None = None
+    params: Mapping = field(default_factory=dict)
+    error: float = math.inf
+    seconds: float = 0.0
+    failed: str | None = None
+
+
+#: What a family's fit may raise and :func:`fit_families` records instead (the next is tried).
+FIT_ERRORS = (
+    ValueError,
+    TypeError,
+    MemoryError,
+    np.linalg.LinAlgError,
+    OverflowError,
+    RuntimeError,
+)
+
+
+def fit_families(
+    W,
+    eps,
+    delta,
+    families,
+    *,
+    restarts=1,
+    rng=None,
+    maxiter=None,
+    time_limit=None,
+    report=None,
+    skip=None,
+    on_start=None,
+) -> Iterator[FamilyResult]:
+    """Fit ``families`` to W in order, yielding each one's :class:`FamilyResult` as it ends
+    (``method="auto"``'s loop, shared with :mod:`matmech.advisor.planner`).
+
+    A family's failure is yielded with its reason; a pure-ε kron run on a union stops after
+    its first round when far behind the best so far
+    (:data:`~matmech.optimizers.kronfit.KRON_CUTOFF_RATIO`); the kron family's factor fits
+    are shared with the families after it; a certified optimum (gap ≤
+    :data:`CERTIFIED_GAP`) ends the loop. ``skip(family, best_error)``: a reason not to fit
+    ``family`` (a cheap bound showing it cannot win), or None; a skipped family is yielded
+    with ``failed`` set to ``"skipped: " + reason``. Call inside one BLAS thread
+    (:func:`~matmech.optimizers.blas.blas_threads`)."""
+    report = report or (lambda fraction, message: None)
+    best = math.inf
+    shared: dict = {}  # work one family leaves for the next (kron's factor fits for kronstack)
+    unit = noise_variance(eps, delta, sensitivity=1.0)
+    for family in families:
+        if on_start is not None:
+            on_start(family)
+        why = None if skip is None else skip(family, best)
+        if why is not None:
+            yield FamilyResult(family, failed=f"skipped: {why}")
+            continue
+        # a kron union run is stopped early when far behind the best so far (KRON_CUTOFF_RATIO)
+        cutoff = None if math.isinf(best) else kronfit.KRON_CUTOFF_RATIO * best / unit
+        try:
+            strategy, gap, params, err, seconds = _fit(
+                W,
+                eps,
+                delta,
+                family,
+                restarts=restarts,
+                rng=rng,
+                maxiter=maxiter,
+                time_limit=time_limit,
+                report=report,
+                cutoff=cutoff,
+                shared=shared,
+            )
+        except FIT_ERRORS as ex:
+            yield FamilyResult(family, failed=f"{type(ex).__name__}: {ex}")
+            continue
+        best = min(best, err)
+        yield FamilyResult(family, strategy, gap, params, err, seconds)
+        if gap is not None and gap <= CERTIFIED_GAP:
+            return
 
 
 def _fit(W, eps, delta, chosen, *, report, **options):

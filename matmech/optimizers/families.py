@@ -9,7 +9,7 @@ before optimising), an optional check that the workload fits it and an optional 
 ``method="auto"``. ``optimize(W, method=name)`` looks the name up
 here; a new family is one :func:`register_family` call (docs/guide/extending.md). The
 built-in families (the maths is in their modules) are listed in
-:mod:`matmech.optimizers.dispatch`; their order under ``auto`` is :func:`_candidates`.
+:mod:`matmech.optimizers.dispatch`; their order under ``auto`` is :func:`auto_families`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.kronfit import _fit_1d, _kron
 from matmech.privacy.calibration import noise_variance
 
-__all__ = ["FAMILIES", "Family", "FamilyFit", "histogram_refusal", "register_family"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "FamilyFit",
+    "auto_families",
+    "histogram_refusal",
+    "register_family",
+]
 
 #: The privacy models: pure ε (Laplace noise, L1 sensitivity) and (ε, δ) (Gaussian, L2).
 MODELS = ("pure", "l2")
@@ -357,7 +364,7 @@ def _builtin_candidates(W, delta):
     return out or ["pidentity"]
 
 
-def _candidates(W, delta):
+def auto_families(W, delta):
     """The families ``method="auto"`` tries, in order: the built-in ones
     (:func:`_builtin_candidates`), then every registered family whose ``auto(W, delta)`` says
     so and that optimises for the privacy model."""

@@ -65,6 +65,10 @@ __all__ = [
     "PRUNE_RELATIVE",
     "table_pairs",
     "SEARCHES",
+    "SEARCH_ALL_MAX_ATTRIBUTES",
+    "table_search",
+    "marginal_lattice_plan",
+    "residual_total",
 ]
 
 OBJECTIVES = ("sum", "max")
@@ -432,3 +436,62 @@ def _laplace_plan(lat, c, theta, tables, *, start, solver="L-BFGS-B"):
         solver=solver,
         tables=tables,
     )
+
+
+# -- the tables route's lattice plan for a union of marginals -----------------------------------
+
+#: ``search="auto"``: pure-ε table weights over all 2^d attribute subsets (HDMM's OPT_M, as
+#: good as the explicit optimum: flights 2-way RMSE 16.56 vs 16.54, lattice 17.52) up to this
+#: many attributes, over the lattice's subsets beyond.
+SEARCH_ALL_MAX_ATTRIBUTES = 10
+
+
+def table_search(domain, search="auto"):
+    """The pure-ε table search: ``"auto"`` is HDMM's search over all 2^d attribute subsets for
+    d <= :data:`SEARCH_ALL_MAX_ATTRIBUTES` (0.34 s at d = 10, 0.85 s at 11), else the lattice's
+    own subsets: a rule on the domain, never on time."""
+    if search == "auto":
+        return "all" if len(domain) <= SEARCH_ALL_MAX_ATTRIBUTES else "lattice"
+    return search
+
+
+def marginal_lattice_plan(domain, subsets, row_weights, delta, *, objective="sum", search="auto"):
+    """The lattice plan of the marginals on ``subsets`` (row weights ``row_weights``, equal
+    subsets merged: a row weight w scales a variance by w²): pure ε (δ = 0) the weighted
+    marginal tables (:func:`plan_residuals_laplace`, the search of :func:`table_search`),
+    δ > 0 the Gaussian residuals (:func:`plan_residuals`); data-independent."""
+    merged: dict = {}
+    for s, w in zip(subsets, row_weights):
+        merged[tuple(s)] = merged.get(tuple(s), 0.0) + w * w
+    if delta > 0:
+        return plan_residuals(
+            domain, list(merged), weights=list(merged.values()), objective=objective
+        )
+    if objective != "sum":
+        raise ValueError(
+            f"pure eps residual releases minimise the total variance only (objective='sum'), "
+            f"got objective={objective!r}"
+        )
+    return plan_residuals_laplace(
+        domain, list(merged), weights=list(merged.values()), search=table_search(domain, search)
+    )
+
+
+def residual_total(plan, eps, delta, neighbors="add_remove"):
+    """The weighted total squared error of a lattice ``plan`` of :func:`marginal_lattice_plan`
+    at (ε, δ) with continuous noise (it scales as 1/ε², or as 1/ρ): pure ε the tables'
+    Laplace variances 2(Δ₁/(εθ))², (ε, δ) σ² of the Gaussian at the plan's L2 sensitivity (the
+    calibration of :func:`matmech.privacy.calibration.gaussian_sigma`). The release draws the
+    exact discrete noise at scales rounded up to a few bits (≤ 0.4% more)."""
+    from matmech.linalg.residual import table_sensitivity1
+    from matmech.privacy.calibration import gaussian_sigma, neighbor_sensitivity
+
+    if delta == 0:
+        lat = plan.lattice
+        sens = neighbor_sensitivity(
+            table_sensitivity1(lat.domain, plan.tables, plan.theta), neighbors, margin=True
+        )
+        return float(plan.weighted_total * (sens / eps) ** 2)
+    s2 = float(np.sum(plan.lattice.norm2 / plan.variances))
+    sigma = gaussian_sigma(eps, delta, neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True))
+    return float(plan.weighted_total * sigma**2)

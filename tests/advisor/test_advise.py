@@ -51,31 +51,38 @@ def test_ranked_best_first_and_best_is_the_top_strategy(advice, name, delta):
     a = advice[(name, delta)]
     W = WORKLOADS[name]
     errors = [r.error for r in a.rows]
-    assert errors == sorted(errors)
-    assert a.best is a.rows[0].strategy and a.best_row is a.rows[0]
+    assert all(x <= y * (1 + 1e-7) for x, y in zip(errors, errors[1:]))  # ties by kind
+    assert a.best_row is a.rows[0]
+    strategies = [r for r in a.rows if r.kind == "strategy"]
+    assert a.best is (strategies[0].strategy if strategies else None)
     # advise ranks by the continuous figure (it scales as 1/ε² and sits above the SVD bound)
-    assert a.rows[0].error == pytest.approx(
-        expected_error(W, a.best, 1.0, delta, noise="continuous"), rel=1e-9
-    )
+    for r in strategies:
+        assert r.error == pytest.approx(
+            expected_error(r.recipe["target"].fit, r.strategy, 1.0, delta, noise="continuous"),
+            rel=1e-6,
+        ), r.name
+        assert r.sensitivity == pytest.approx(r.strategy.sensitivity(1 if delta == 0 else 2))
     for r in a.rows:
         assert r.rmse == pytest.approx(math.sqrt(r.error / W.shape[0]))
         assert r.ratio == pytest.approx(r.error / a.lower_bound)
         assert r.ratio >= 1 - 1e-9
-        assert r.sensitivity == pytest.approx(r.strategy.sensitivity(1 if delta == 0 else 2))
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
 @pytest.mark.parametrize("delta", [0.0, DELTA])
-def test_optimised_row_never_worse_than_the_best_fixed_candidate(advice, name, delta):
+def test_optimised_rows_never_worse_than_the_best_fixed_candidate(advice, name, delta):
     a = advice[(name, delta)]
-    optimised = [r for r in a.rows if r.name.startswith("optimized")]
-    assert len(optimised) == 1
-    fixed = [r.error for r in a.rows if not r.name.startswith("optimized")]
-    assert optimised[0].error <= min(fixed) * (1 + 1e-9)
+    optimised = [r for r in a.rows if r.family is not None]
+    assert optimised and {r.name for r in optimised} <= {
+        r.name for r in a.rows if r.name.startswith("optimized") or r.kind == "residual"
+    }
+    fixed = [r.error for r in a.rows if r.family is None and r.kind == "strategy"]
+    # (the residual plan's sensitivity carries a 1e-9 float margin)
+    assert optimised[0].error <= min(fixed, default=math.inf) * (1 + 1e-8)
     # and no worse than anything `matmech compare` lists
     rows, _ = compare(WORKLOADS[name], 1.0, delta)
-    assert optimised[0].error <= min(r.total for r in rows) * (1 + 1e-9)
-    if delta > 0:
+    assert optimised[0].error <= min(r.total for r in rows) * (1 + 1e-8)
+    if delta > 0 and "gap" in optimised[0].params:
         assert optimised[0].params["gap"] <= 1e-6
 
 
@@ -183,7 +190,15 @@ def test_candidate_selection():
     assert not any(r.name.startswith("optimized") for r in fixed.rows)
     only = advise(W, candidates=["identity", "optimized"])
     assert sorted(r.name for r in only.rows) == ["identity", "optimized (pidentity)"]
-    assert set(CANDIDATES) == {"identity", "hierarchical", "haar", "workload", "optimized"}
+    assert set(CANDIDATES) == {
+        "identity",
+        "hierarchical",
+        "haar",
+        "workload",
+        "optimized",
+        "tables",
+        "split",
+    }
 
 
 class _Clock:
@@ -199,11 +214,10 @@ class _Clock:
 
 def test_time_budget_skips_what_it_does_not_reach(monkeypatch):
     monkeypatch.setattr(advise_module, "time", _Clock())
-    a = advise(wl.prefix(32), time_budget=6.5)
+    a = advise(wl.prefix(32), time_budget=0.5)
     reasons = {r.name: r.skipped for r in a.skipped}
     assert a.rows and reasons
-    assert set(reasons.values()) == {"time budget exhausted"}
-    assert "optimized" in reasons  # the optimiser comes last
+    assert reasons["optimized"] == "time budget exhausted"  # the optimiser comes last
     assert not {r.name for r in a.rows} & set(reasons)
     json.loads(a.to_json())  # skipped rows serialise too
     assert "skipped optimized: time budget exhausted" in a.table()
@@ -212,15 +226,17 @@ def test_time_budget_skips_what_it_does_not_reach(monkeypatch):
 def test_time_budget_caps_the_optimiser(monkeypatch):
     """The optimiser gets what the fixed candidates leave as its own time limit (a structural
     check on the fake clock: no wall-clock assertion, issue 22)."""
+    from matmech.advisor import planner
+
     clock, seen = _Clock(), []
-    real = advise_module.optimize
+    real = planner.fit_families
 
     def spy(*args, **kwargs):
         seen.append(kwargs["time_limit"])
         return real(*args, **{**kwargs, "time_limit": None})
 
     monkeypatch.setattr(advise_module, "time", clock)
-    monkeypatch.setattr(advise_module, "optimize", spy)
+    monkeypatch.setattr(planner, "fit_families", spy)
     a = advise(wl.prefix(64), time_budget=100.0)
     assert (
         len(seen) == 1 and 0 < seen[0] < 100.0

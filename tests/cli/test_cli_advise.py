@@ -45,3 +45,20 @@ def test_progress_bar_draws_after_its_delay_and_ends_its_line():
     bar(0.5, "x")
     bar.close()
     assert quiet.getvalue() == ""
+
+
+def test_advise_lists_the_split_plans_of_a_mixed_job(root):
+    """Marginals plus every range over a fine attribute (workloads/mixed_marginals_ranges.toml):
+    the split plan is ranked first, says how the budget is divided, and is what
+    ``release --strategy auto`` runs (issue 32)."""
+    spec = str(root / "workloads/mixed_marginals_ranges.toml")
+    js = run("advise", spec, "--eps", "1", "--json")
+    assert js.returncode == 0, js.stderr
+    data = json.loads(js.stdout)
+    splits = [r for r in data["ranked"] if r["kind"] == "split"]
+    assert splits and data["ranked"][0]["kind"] == "split" and data["auto_plan"]["kind"] == "split"
+    shares = [p["share"] for p in splits[0]["params"]["parts"]]
+    assert len(shares) == 2 and abs(sum(shares) - 1) < 1e-3
+    out = run("advise", spec, "--eps", "1")
+    assert out.returncode == 0 and "split: " in out.stdout
+    assert "runs row 1, split" in out.stdout and "divided optimally" in out.stdout

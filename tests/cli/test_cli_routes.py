@@ -162,10 +162,11 @@ def test_advise_names_the_route_release_takes(flights, capsys):
     capsys.readouterr()
     assert main(["advise", str(specs[2]), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["auto_route"]["route"] == "tables" and out["auto_route"]["rmse"] > 0
+    assert out["auto_plan"]["kind"] == "residual" and out["auto_plan"]["rmse"] > 0
+    assert out["auto_plan"]["name"] == out["ranked"][0]["name"] == out["best"]
     assert out["deterministic"] is True and out["time_budget"] is None
     assert main(["advise", str(specs[2])]) == 0
-    assert "takes the tables route" in capsys.readouterr().out
+    assert "release --strategy auto (the default) runs row 1, residual" in capsys.readouterr().out
 
 
 def test_the_shipped_flights_specs_parse_to_the_documented_shape(root):

@@ -305,7 +305,7 @@ def test_budget_is_charged_before_noise_and_refusals_draw_nothing():
 
 
 def test_pure_release_on_a_domain_too_big_for_the_histogram():
-    from matmech.factored.terms import marginal_workload
+    from matmech.linalg.terms import marginal_workload
 
     domain = (10,) * 40
     subsets = [()] + [(i,) for i in range(40)] + list(itertools.combinations(range(6), 2))
@@ -323,7 +323,7 @@ def test_pure_release_on_a_domain_too_big_for_the_histogram():
 
 def test_release_labels_with_and_without_a_domain():
     from matmech.factored.labels import release_labels
-    from matmech.factored.terms import marginal_workload
+    from matmech.linalg.terms import marginal_workload
     from matmech.io.domain import Domain, categories, integer_range
     from matmech.release import release_table
 

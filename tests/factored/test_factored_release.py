@@ -13,7 +13,7 @@ from matmech import workloads as Wl
 from matmech.factored import measure as fmeasure
 from matmech.factored.release import plan_path, release_factored
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.linalg.residual import haar_contrasts
 
@@ -146,7 +146,7 @@ def _dense_residual_check(domain, subsets, rel, codes):
         return seen["m"]
 
     fmeasure_spy = pytest.MonkeyPatch()
-    import matmech.factored.release as frel
+    import matmech.factored.residual_plan as frel
 
     fmeasure_spy.setattr(frel, "measure_residuals", spy)
     try:

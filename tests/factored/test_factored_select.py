@@ -14,7 +14,7 @@ from matmech.factored import select as fsel
 from matmech.factored import select_rows
 from matmech.factored.release import release_factored
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.privacy.budget import BudgetExceededError
 from matmech.record import release_table

@@ -17,7 +17,7 @@ from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
 from matmech.factored.release import plan_path, release_factored
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.optimizers.marginals import GeneralMarginalStrategy
 from matmech.optimizers.pure import PIdentity

@@ -17,8 +17,9 @@ from matmech.factored import release_marginals
 from matmech.factored.answer_noise import ResidualNoiseLaw, gaussian_weights, marginal_terms
 from matmech.factored.measure import combine_tables, residual_batches
 from matmech.factored.reconstruct import MarginalReconstructor
-from matmech.factored.release import plan_path, release_factored, residual_plan
-from matmech.factored.terms import marginal_workload
+from matmech.factored.release import plan_path, release_factored
+from matmech.factored.residual_plan import residual_plan
+from matmech.linalg.terms import marginal_workload
 from matmech.privacy.confidence import NORMAL_TOLERANCE, excess_kurtosis, normal_intervals
 from matmech.privacy.noise import discrete_laplace_variance
 

@@ -17,7 +17,7 @@ from matmech.factored.measure import combine_tables
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import orthonormal_contrasts
 from matmech.privacy import noise
 

@@ -15,7 +15,7 @@ from matmech.factored.measure import residual_batches, row_noise
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
 from matmech.factored.tables import marginal_tables
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import haar_contrasts
 
 from factored_data import codes as _codes

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from matmech import workloads as wl
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Identity, Ones, Scaled, VStack, kron_terms
 from matmech.linalg.products import interval_kind, marginal_terms, product_terms
 from matmech.linalg.structured import _marginal_terms

@@ -153,8 +153,8 @@ def test_identity_total_factors_skip_the_quadratic_fill_multistart():
 
 def test_union_workloads_keep_gmarginals_before_kron():
     W = VStack([Kron(wl.prefix(6), wl.total(3)), Kron(wl.identity(6), wl.prefix(3))])
-    assert dispatch._candidates(W, 0.0)[:2] == ["gmarginals", "kron"]
-    assert dispatch._candidates(Kron(wl.prefix(6), wl.prefix(3)), 0.0) == ["kron", "gmarginals"]
+    assert dispatch.auto_families(W, 0.0)[:2] == ["gmarginals", "kron"]
+    assert dispatch.auto_families(Kron(wl.prefix(6), wl.prefix(3)), 0.0) == ["kron", "gmarginals"]
 
 
 # -- bit-for-bit rewrites ---------------------------------------------------------------------------

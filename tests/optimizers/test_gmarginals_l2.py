@@ -13,7 +13,7 @@ from matmech import workloads as wl
 from matmech.factored.gmarginal_measure import plan_gmarginal
 from matmech.factored.gmarginal_release import gmarginal_strategy
 from matmech.factored.gmarginal_solve import GMarginalSolver
-from matmech.factored.terms import as_terms
+from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Kron, VStack
 from matmech.optimizers import marginals as M
 from matmech.optimizers.dispatch import optimize

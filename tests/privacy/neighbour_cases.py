@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import matmech as mm
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Scaled
 from matmech.svt.calibration import gap_calibration, svt_budget
 from matmech.svt.select import METHODS, entry_range, row_noise_rule
