@@ -198,10 +198,10 @@ def test_auto_strategy_is_chosen_for_the_selected_rows():
 def test_late_strategy_failure_falls_back_to_a_fixed_one(monkeypatch):
     """After the selection has spent, a strategy choice that fails must not lose the release."""
 
-    def broken(W, eps, delta, neighbors):
+    def broken(*args, **kwargs):
         raise ValueError("optimiser exploded")
 
-    monkeypatch.setattr(choice_module, "_optimiser_choice", broken)
+    monkeypatch.setattr(choice_module, "planned", broken)
     budget = PrivacyBudget(1.0)
     rel = mm.release(X, W, 1.0, budget=budget, rng=np.random.default_rng(9), select=SELECT)
     assert "optimiser exploded" in rel.strategy_note and rel.selected.tolist() == HEAVY

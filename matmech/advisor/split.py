@@ -197,12 +197,19 @@ def split_rows(ctx, W, plan_part) -> list:
     ``plan_part(target)`` (its ranked rows, best first; skipped ones left out) and the budget
     divided optimally between the parts' best plans. A work rule bounds the planning: a
     grouping with a part as wide as W (its support every attribute of W's support, on two or
-    more attributes) is not planned: that part costs as much as the whole job again."""
+    more attributes, other than the part of marginals, which the tables route plans in closed
+    form) is not planned: that part costs as much as the whole job again."""
     cache: dict = {}
     out = []
     whole = _support(W, range(len(W.blocks))) if isinstance(W, VStack) else None
+
+    def too_wide(p):
+        if all(_block_class(W.blocks[i], i)[0] == ("marginals",) for i in p):
+            return False
+        return _support(W, p) == whole
+
     for label, groups in partitions(W):
-        if whole is not None and len(whole) > 1 and any(_support(W, p) == whole for p in groups):
+        if whole is not None and len(whole) > 1 and any(too_wide(p) for p in groups):
             continue
         parts = []
         for part in groups:

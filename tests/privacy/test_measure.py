@@ -265,12 +265,13 @@ NYC = (12, 16, 3, 10, 6, 6)
 
 
 def _nyc_kron():
-    """The strategy strategy="optimize" fits for the nycflights 2-way marginals under (ε, δ)
-    on the histogram route: a Kronecker product of six real 12×12 … 6×6 factors."""
+    """The Kronecker optimiser's strategy for the nycflights 2-way marginals under (ε, δ)
+    (the histogram route's family; the planner now plans this job on the tables route): a
+    Kronecker product of six real 12×12 … 6×6 factors."""
     from matmech import workloads as wl
-    from matmech.advisor.choice import choose_strategy
+    from matmech.optimizers.dispatch import optimize
 
-    A, _, _ = choose_strategy(wl.marginals(NYC, 2), 1.0, 1e-6, strategy="optimize")
+    A = optimize(wl.marginals(NYC, 2), 1.0, 1e-6, method="kron").strategy
     assert isinstance(A, Kron) and not any(f.integer_valued() for f in A.factors)
     return A
 
