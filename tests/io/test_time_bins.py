@@ -137,7 +137,7 @@ def test_a_spec_declares_a_time_attribute_and_round_trips():
     )
     from matmech.io.specs import SpecError
 
-    with pytest.raises(SpecError, match="with start and end only"):
+    with pytest.raises(SpecError, match=r"with start and end \(and time_zone\) only"):
         parse_spec(
             {
                 "attributes": [{"name": "day", "time": "day", "start": "2013-01-01"}],
