@@ -59,7 +59,8 @@ class _Dialect:
 
 def _sql_code(a, ref, d):
     """The CASE expression giving attribute ``a``'s code from ``ref`` (a parsed double, or a
-    trimmed string for categories), with the sentinels of :func:`_actions`."""
+    trimmed string for categories; for a regular attribute the column ``g_<ref>`` holds
+    :func:`_sql_guess`), with the sentinels of :func:`_actions`."""
     miss, low, high, ood = _actions(a)
     if a.kind == "categories":
         whens = " ".join(f"WHEN {ref} = {d.text(c)} THEN {i}" for i, c in enumerate(a.categories))
@@ -67,7 +68,7 @@ def _sql_code(a, ref, d):
     grid = a.grid if a.regular else None
     lo_bound, hi_bound = (grid.lo, grid.hi) if grid is not None else (a.bins[0][0], a.bins[-1][1])
     if grid is not None:
-        inner = _sql_grid(grid, ref, d)
+        inner = _sql_grid(grid, ref, f"g_{ref}", d)
     elif all(b[1] == c[0] for b, c in zip(a.bins, a.bins[1:])):
         whens = " ".join(f"WHEN {ref} < {d.real(b[1])} THEN {i}" for i, b in enumerate(a.bins[:-1]))
         inner = f"CASE {whens} ELSE {a.declared_size - 1} END" if whens else "0"
@@ -83,15 +84,22 @@ def _sql_code(a, ref, d):
     )
 
 
-def _sql_grid(g, ref, d):
-    """The bin of ``ref`` (inside [edge 0, edge k)) in the regular grid ``g``
-    (:class:`~matmech.io.attribute.RegularBins`): a first guess ⌊(v − lo) / width⌋, then moved
-    by comparing v with the edges float(num0 + i·step) / float(den) themselves, the numpy
-    engine's :func:`~matmech.io.engine_numpy.grid_codes` in BIGINT and DOUBLE arithmetic."""
-    guess = (
+def _sql_guess(g, ref, d):
+    """⌊(v − lo) / width⌋ clamped to the bins of the regular grid ``g``, for ``ref`` inside
+    [edge 0, edge k) (NULL elsewhere: the BIGINT cast of a value far outside could overflow)."""
+    return (
+        f"CASE WHEN {ref} >= {d.real(g.lo)} AND {ref} < {d.real(g.hi)} THEN "
         f"least(greatest(CAST(floor(({ref} - {d.real(g.lo)}) / {d.real(g.width)}) AS BIGINT), 0), "
-        f"{g.k - 1})"
+        f"{g.k - 1}) END"
     )
+
+
+def _sql_grid(g, ref, guess, d):
+    """The bin of ``ref`` (inside [edge 0, edge k)) in the regular grid ``g``
+    (:class:`~matmech.io.attribute.RegularBins`): the first ``guess`` (:func:`_sql_guess`),
+    within one bin of the answer, moved by comparing v with the edges float(num0 + i·step) /
+    float(den) themselves: the numpy engine's :func:`~matmech.io.engine_numpy.grid_codes` in
+    BIGINT and DOUBLE arithmetic."""
 
     def edge(i):
         return f"(CAST({g.num0} + ({i}) * {g.step} AS DOUBLE) / {d.real(g.den)})"
@@ -193,7 +201,7 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
     d = _Dialect(dialect)
     types = {k: str(v).lower() for k, v in (types or {}).items()}
-    parsed, walls, codes = [], [], []
+    parsed, walls, guesses, codes = [], [], [], []
     for j, a in enumerate(domain.attributes):
         col, ctype = d.ident(a.column), types.get(a.column)
         if a.kind == "range" and ctype in INTEGER_TYPES:
@@ -221,6 +229,8 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
             )
             parsed.append(f"{expr} AS p{j}")
             walls.append(f"p{j} AS v{j}")
+        if a.regular:
+            guesses.append(f"{_sql_guess(a.grid, f'v{j}', d)} AS g_v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
     if _needs_drop_flag(domain):
         dropped = (
@@ -241,8 +251,11 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         for j in s:
             key = f"({key} * {domain.attributes[j].size + 3} + (c{j} + 3))"
         keys.append(f"{key} * 2 + dropped AS k{i}")
+    # parse → wall-clock time → first guesses of regular bins → codes, one layer each
     inner = f"SELECT {', '.join(walls)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
-    inner = f"SELECT {', '.join(codes)} FROM ({inner}) AS w"
+    if guesses:
+        inner = f"SELECT *, {', '.join(guesses)} FROM ({inner}) AS w"
+    inner = f"SELECT {', '.join(codes)} FROM ({inner}) AS g"
     inner = (
         f"SELECT {', '.join(keys)} FROM (SELECT *, {dropped} AS dropped FROM ({inner}) AS q) AS r"
     )

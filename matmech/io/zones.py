@@ -26,12 +26,13 @@ __all__ = ["ISO_TEXT", "ISO_ZONED", "check_zone", "offset_table", "wall_seconds"
 
 _DATE, _TIME, _OFFSET = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}",
-    r"[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?",
-    r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)",
+    r"[T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?",
+    r"(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)",
 )
 #: Text accepted as a timestamp (matched whole, after the surrounding white space is trimmed):
-#: a date, an optional time (after ``T`` or a space), an optional offset after a time (``Z``
-#: or ±hh[[:]mm]).
+#: a date, an optional time (after ``T`` or a space; hours 00-23, at most microseconds), an
+#: optional offset after a time (``Z`` or ±hh[[:]mm]). An impossible date (2013-02-30) is
+#: missing too.
 ISO_TEXT = f"{_DATE}({_TIME}{_OFFSET}?)?"
 #: An :data:`ISO_TEXT` value that carries an offset: an instant rather than wall-clock time.
 ISO_ZONED = f"{_DATE}{_TIME}{_OFFSET}"
