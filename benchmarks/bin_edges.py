@@ -107,6 +107,32 @@ def sources(path: Path, texts: list[str], spark: bool):
     return out
 
 
+def per_bin(before: dict, after: dict) -> str:
+    """A Markdown table of the per-bin counts: the reference and the distinct counts every
+    engine gave in each run (one column when the engines agree)."""
+
+    def column(run):
+        counts = {tuple(r["counts"]) for r in run["engines"]}
+        return counts.pop() if len(counts) == 1 else None
+
+    b, a = column(before), column(after)
+    head = f"| bin | exact | {before['label']} | {after['label']} |\n|---|---:|---:|---:|\n"
+    lines = []
+    for i, label in enumerate(after["bins"]):
+        ref = after["reference"][i]
+        cb = "engines differ" if b is None else f"{b[i]:,}" + (" ✗" if b[i] != ref else "")
+        ca = "engines differ" if a is None else f"{a[i]:,}" + (" ✗" if a[i] != ref else "")
+        lines.append(f"| {label} | {ref:,} | {cb} | {ca} |")
+    engines = ", ".join(r["engine"] for r in after["engines"])
+    return (
+        f"Per-bin counts of carat (lo=0, hi=5, width=0.1, clip), {after['values']:,} values; "
+        f"every engine gave the same column ({engines}); ✗: differs from exact decimal arithmetic.\n\n"
+        + head
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("/work/scratch/data/diamonds.csv"))
@@ -115,6 +141,11 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--label", default="this", help="a name for this checkout in the output")
     ap.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes")
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        help="a JSON of another checkout's run: print both per-bin counts (bin_edges_<label>.md)",
+    )
     args = ap.parse_args(argv)
 
     from matmech.io.domain import Domain, numeric_bins
@@ -167,6 +198,10 @@ def main(argv=None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     name = f"bin_edges{'_smoke' if args.smoke else ''}_{args.label}.json"
     (args.results / name).write_text(json.dumps(out, indent=1) + "\n")
+    if args.compare is not None:
+        (args.results / f"bin_edges_{args.label}.md").write_text(
+            per_bin(json.loads(args.compare.read_text()), out)
+        )
     bad = [r["engine"] for r in rows if r["wrong_bins"]]
     print("every engine matches the reference" if not bad else f"wrong: {bad}")
     return 1 if bad else 0

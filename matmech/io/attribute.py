@@ -116,15 +116,16 @@ class RegularBins(Sequence):
     0.3, not 0.1 + 0.1 + 0.1 = 0.30000000000000004), and the last edge is hi. The engines
     decide a value's bin by comparing it with these edges (issue 31: ⌊(v − lo) / width⌋ in
     floating point put 0.3 into [0.2, 0.3)). Held as integers: e_i =
-    float(num0 + i·step) / float(den), one rounding when num0 + i·step fits in 53 bits, the
-    same operations in numpy, SQL and Python on every engine.
+    float(num0 + i·step) · scale / float(den) (scale is 1 unless den is), one rounding when
+    num0 + i·step fits in 53 bits, the same operations in numpy, SQL and Python on every
+    engine.
 
     ``numeric_bins(lo=, hi=, width=)`` used to build one Python tuple per bin (over a minute
     at 3·10⁷ bins, MemoryError at 10⁹); this sequence holds seven numbers and gives bin i (and
     ``bins[-1]``) in O(1). Slices are not taken (they would materialise the bins); iterate
     only over what you need."""
 
-    __slots__ = ("den", "hi", "k", "lo", "num0", "step", "width")
+    __slots__ = ("den", "hi", "k", "lo", "num0", "scale", "step", "width")
 
     def __init__(self, lo: float, hi: float, width: float):
         a, b, w = (
@@ -137,9 +138,10 @@ class RegularBins(Sequence):
                 f"need lo < hi and width > 0, got lo = {lo!r}, hi = {hi!r}, width = {width!r}"
             )
         den = math.lcm(a.denominator, w.denominator)
-        self.lo, self.hi, self.width, self.den = lo, hi, width, den
-        self.num0 = a.numerator * (den // a.denominator)
-        self.step = w.numerator * (den // w.denominator)
+        num0, step = a.numerator * (den // a.denominator), w.numerator * (den // w.denominator)
+        scale = math.gcd(num0, step) if den == 1 else 1  # 1e18 + i·1e18 = (1 + i)·1e18
+        self.lo, self.hi, self.width = lo, hi, width
+        self.num0, self.step, self.scale, self.den = num0 // scale, step // scale, float(scale), den
         k = math.ceil((b - a) / w)
         if k > MAX_ATTRIBUTE_CELLS:
             raise ValueError(
@@ -160,7 +162,15 @@ class RegularBins(Sequence):
             self.k -= 1
 
     def _edge(self, j: int) -> float:
-        return float(self.num0 + j * self.step) / float(self.den)
+        return float(self.num0 + j * self.step) * self.scale / float(self.den)
+
+    def edges(self, j):
+        """:meth:`edge` of an int64 array of j (the formula for j = k too: at least hi), in
+        the operations every engine uses."""
+        import numpy as np
+
+        n = (self.num0 + np.asarray(j, dtype=np.int64) * self.step).astype(np.float64)
+        return n * self.scale / float(self.den)
 
     def edge(self, j: int) -> float:
         """Edge j = 0 … k: the start of bin j (edge k is hi, the end of the last bin)."""

@@ -121,14 +121,21 @@ def _np_strings(values):
     return s, miss | (s == "")
 
 
+#: Grids up to this many bins look their edges up in a table (the same floats as the formula).
+_EDGE_TABLE = 1 << 20
+
+
 def grid_codes(grid, v):
     """The bins of ``grid`` (:class:`~matmech.io.attribute.RegularBins`) holding the values
     ``v`` (all in [edge 0, edge k)): a first guess ⌊(v − lo) / width⌋, within one bin of the
     answer, then moved by comparing v with the edges themselves (e_i ≤ v < e_{i+1})."""
-    c = np.clip(np.floor((v - grid.lo) / grid.width), 0, grid.k - 1).astype(np.int64)
-    den = float(grid.den)
-    c = c - (v < (grid.num0 + c * grid.step).astype(np.float64) / den)
-    return c + (v >= (grid.num0 + (c + 1) * grid.step).astype(np.float64) / den)
+    c = np.minimum(((v - grid.lo) / grid.width).astype(np.int64), grid.k - 1)  # v ≥ lo: floor
+    if grid.k <= _EDGE_TABLE:
+        e = grid.edges(np.arange(grid.k + 1))
+        c -= v < e[c]
+        return c + (v >= e[c + 1])
+    c = c - (v < grid.edges(c))
+    return c + (v >= grid.edges(c + 1))
 
 
 def _np_codes(a, values):

@@ -97,12 +97,14 @@ def _sql_guess(g, ref, d):
 def _sql_grid(g, ref, guess, d):
     """The bin of ``ref`` (inside [edge 0, edge k)) in the regular grid ``g``
     (:class:`~matmech.io.attribute.RegularBins`): the first ``guess`` (:func:`_sql_guess`),
-    within one bin of the answer, moved by comparing v with the edges float(num0 + i·step) /
-    float(den) themselves: the numpy engine's :func:`~matmech.io.engine_numpy.grid_codes` in
+    within one bin of the answer, moved by comparing v with the edges float(num0 + i·step) ·
+    scale / float(den) themselves: the numpy engine's :func:`~matmech.io.engine_numpy.grid_codes` in
     BIGINT and DOUBLE arithmetic."""
 
     def edge(i):
-        return f"(CAST({g.num0} + ({i}) * {g.step} AS DOUBLE) / {d.real(g.den)})"
+        return (
+            f"(CAST({g.num0} + ({i}) * {g.step} AS DOUBLE) * {d.real(g.scale)} / {d.real(g.den)})"
+        )
 
     return (
         f"CASE WHEN {ref} < {edge(guess)} THEN {guess} - 1 "

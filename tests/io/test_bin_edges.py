@@ -219,6 +219,10 @@ def test_regular_bins_refuse_what_floats_cannot_hold():
         numeric_bins("x", lo=0, hi=1e8, width=0.1 + 0.2)  # a computed width over 3·10⁸ bins
     with pytest.raises(ValueError, match="at most"):
         numeric_bins("x", lo=0, hi=1e10, width=1)
+    big = numeric_bins("x", lo=-1e19, hi=1e20, width=1e18)  # 110 bins far beyond 2**63
+    assert big.size == 110 and all(
+        big.bins.edge(i) == float(-(10**19) + i * 10**18) for i in range(111)
+    )
     a = numeric_bins("x", lo=0, hi=1, width=1 / 3)
     assert a.size == 3 and a.bins[2] == (2 / 3, 1.0)  # 3·(1/3) is the edge 1, not a 4th bin
     assert (
