@@ -12,6 +12,8 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "POLICIES",
     "RegularBins",
     "TIME_UNITS",
+    "declared_fraction",
 ]
 
 #: What becomes of a value outside the declared cells.
@@ -34,17 +37,49 @@ _MONDAY = 4 * 86400  # 1970-01-05, a Monday, is 4 days after the epoch
 MAX_ATTRIBUTE_CELLS = 2**31
 
 
-def _number(v):
-    """A compact label for a bin edge: 20000 → 20k, 1500000 → 1.5M, 0.25 → 0.25."""
+def _number(v) -> str:
+    """A bin edge's label, read back as exactly that float (Python's shortest round-trip
+    text): 20000 → 20k, 1500000 → 1.5M, 0.3 → 0.3, 1/3 → 0.3333333333333333. The label shown is
+    the edge the engines compare values with (issue 31)."""
     v = float(v)
-    if v == int(v):
-        a = abs(v)
-        if a >= 1e6 and (v / 1e6) * 10 == int((v / 1e6) * 10):
-            return f"{v / 1e6:g}M"
-        if a >= 1e3 and (v / 1e3) * 10 == int((v / 1e3) * 10):
-            return f"{v / 1e3:g}k"
-        return str(int(v))
-    return f"{v:g}"
+    if v == int(v) and abs(v) < 2**53:
+        n = int(v)
+        for scale, suffix in ((10**6, "M"), (10**3, "k")):
+            if abs(n) >= scale and n % (scale // 10) == 0:  # at most one decimal: exact
+                whole, tenths = divmod(abs(n) // (scale // 10), 10)
+                return f"{'-' if n < 0 else ''}{whole}{f'.{tenths}' if tenths else ''}{suffix}"
+        return str(n)
+    return repr(v)
+
+
+def declared_fraction(x: float) -> Fraction:
+    """The exact number a declared bound or width stands for: the decimal the float prints as
+    (``repr``, what was typed: 0.1 → 1/10, 2.5, 1e-3) when that has at most 15 significant
+    digits, else the fraction with the smallest denominator that rounds to it (a computed
+    width: 1/3 → 1/3). Either way ``float(declared_fraction(x)) == x``. Integers (a range's
+    bounds, time bins) are taken exactly by :class:`RegularBins`."""
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"expected a finite number, got {x!r}")
+    d = Decimal(repr(x))
+    if len(d.as_tuple().digits) <= 15:
+        return Fraction(d)
+    f = Fraction(x)
+    below, above = Fraction(math.nextafter(x, -math.inf)), Fraction(math.nextafter(x, math.inf))
+    lo, hi = (f + below) / 2, (f + above) / 2  # the reals that round to x (ends: ties)
+    out = -_simplest(-hi, -lo) if x < 0 else _simplest(lo, hi)
+    return out if float(out) == x else f
+
+
+def _simplest(a: Fraction, b: Fraction) -> Fraction:
+    """The fraction with the smallest denominator in [a, b] (0 <= a <= b), by continued
+    fractions (the Stern-Brocot descent)."""
+    whole = a.numerator // a.denominator
+    if whole == a:
+        return a
+    if whole + 1 <= b:
+        return Fraction(whole + 1)
+    return whole + 1 / _simplest(1 / (b - whole), 1 / (a - whole))
 
 
 def _range_text(a: int, b: int) -> str:
@@ -74,17 +109,74 @@ def _check_real(value, what, name):
 
 
 class RegularBins(Sequence):
-    """The bins [lo + i·w, min(lo + (i+1)·w, hi)), i = 0 … k − 1, computed on demand.
+    """The bins [e_i, e_{i+1}), i = 0 … k − 1, of lo … hi by width, computed on demand.
+
+    The edges are what the labels show: e_i is the float nearest to the exact number
+    lo + i·width, lo and width read as :func:`declared_fraction` (so with width 0.1, e_3 is
+    0.3, not 0.1 + 0.1 + 0.1 = 0.30000000000000004), and the last edge is hi. The engines
+    decide a value's bin by comparing it with these edges (issue 31: ⌊(v − lo) / width⌋ in
+    floating point put 0.3 into [0.2, 0.3)). Held as integers: e_i =
+    float(num0 + i·step) · scale / float(den) (scale is 1 unless den is), one rounding when
+    num0 + i·step fits in 53 bits, the same operations in numpy, SQL and Python on every
+    engine.
 
     ``numeric_bins(lo=, hi=, width=)`` used to build one Python tuple per bin (over a minute
-    at 3·10⁷ bins, MemoryError at 10⁹); this sequence holds four numbers and gives bin i (and
-    ``bins[-1]``) in O(1), the same floats as before. Slices are not taken (they would
-    materialise the bins); iterate only over what you need."""
+    at 3·10⁷ bins, MemoryError at 10⁹); this sequence holds seven numbers and gives bin i (and
+    ``bins[-1]``) in O(1). Slices are not taken (they would materialise the bins); iterate
+    only over what you need."""
 
-    __slots__ = ("hi", "k", "lo", "width")
+    __slots__ = ("den", "hi", "k", "lo", "num0", "scale", "step", "width")
 
-    def __init__(self, lo: float, hi: float, width: float, k: int):
-        self.lo, self.hi, self.width, self.k = float(lo), float(hi), float(width), int(k)
+    def __init__(self, lo: float, hi: float, width: float):
+        a, b, w = (
+            Fraction(x) if isinstance(x, numbers.Integral) else declared_fraction(x)
+            for x in (lo, hi, width)
+        )
+        lo, hi, width = float(lo), float(hi), float(width)
+        if not (b > a and w > 0):
+            raise ValueError(
+                f"need lo < hi and width > 0, got lo = {lo!r}, hi = {hi!r}, width = {width!r}"
+            )
+        den = math.lcm(a.denominator, w.denominator)
+        num0, step = a.numerator * (den // a.denominator), w.numerator * (den // w.denominator)
+        scale = math.gcd(num0, step) if den == 1 else 1  # 1e18 + i·1e18 = (1 + i)·1e18
+        self.lo, self.hi, self.width = lo, hi, width
+        self.num0, self.step, self.scale, self.den = num0 // scale, step // scale, float(scale), den
+        k = math.ceil((b - a) / w)
+        if k > MAX_ATTRIBUTE_CELLS:
+            raise ValueError(
+                f"lo/hi/width declare {k:,} bins (a histogram over them alone would need "
+                f"{8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width"
+            )
+        if abs(self.num0) + (k + 1) * self.step >= 2**63:
+            raise ValueError(
+                f"lo = {lo!r} and width = {width!r} are written too finely for exact edges over "
+                f"{k:,} bins; round them to fewer digits or declare the edges"
+            )
+        self.k = k
+        if self._edge(0) != lo:
+            raise ValueError(
+                f"lo = {lo!r} is not an exact edge of width {width!r}; round lo or width to fewer digits"
+            )
+        while self.k > 1 and self._edge(self.k - 1) >= hi:  # a last bin empty in floats
+            self.k -= 1
+
+    def _edge(self, j: int) -> float:
+        return float(self.num0 + j * self.step) * self.scale / float(self.den)
+
+    def edges(self, j):
+        """:meth:`edge` of an int64 array of j (the formula for j = k too: at least hi), in
+        the operations every engine uses."""
+        import numpy as np
+
+        n = (self.num0 + np.asarray(j, dtype=np.int64) * self.step).astype(np.float64)
+        return n * self.scale / float(self.den)
+
+    def edge(self, j: int) -> float:
+        """Edge j = 0 … k: the start of bin j (edge k is hi, the end of the last bin)."""
+        if not 0 <= j <= self.k:
+            raise IndexError(f"edge {j} is outside 0..{self.k}")
+        return self.hi if j == self.k else self._edge(j)
 
     def __len__(self) -> int:
         return self.k
@@ -99,10 +191,10 @@ class RegularBins(Sequence):
         j = int(i) + self.k if i < 0 else int(i)
         if not 0 <= j < self.k:
             raise IndexError(f"bin {i} is outside 0..{self.k - 1}")
-        return (self.lo + j * self.width, min(self.lo + (j + 1) * self.width, self.hi))
+        return (self.edge(j), self.edge(j + 1))
 
     def _key(self):
-        return (self.lo, self.hi, self.width, self.k)
+        return (self.lo, self.hi, self.width)
 
     def __eq__(self, other):
         if isinstance(other, RegularBins):
@@ -143,6 +235,7 @@ class Attribute:
     time: str | None = (
         None  # "hour" | "day" | "week" | "month": regular bins of a timestamp (time_bins)
     )
+    time_zone: str | None = None  # IANA name whose wall clock time bins read (None: UTC)
 
     def __post_init__(self):
         _check_name(self.name)
@@ -152,6 +245,17 @@ class Attribute:
             raise ValueError(
                 f"attribute {self.name!r}: time must be one of {list(TIME_UNITS)} on regular bins, got {self.time!r}"
             )
+        if self.time_zone is not None:
+            if self.time is None:
+                raise ValueError(
+                    f"attribute {self.name!r}: time_zone goes with time bins (time_bins), got {self.time_zone!r}"
+                )
+            from matmech.io.zones import check_zone
+
+            try:
+                check_zone(self.time_zone)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"attribute {self.name!r}: {exc}") from None
         _check_name(self.column, "column")
         if self.policy not in POLICIES:
             raise ValueError(
@@ -220,8 +324,21 @@ class Attribute:
 
     @property
     def regular(self) -> bool:
-        """True when the cell of v is ⌊(v − lo) / width⌋ (a range, or bins declared by width)."""
+        """True for a range or bins declared by width: edges lo + i·width (:attr:`grid`)."""
         return self.kind == "range" or (self.kind == "bins" and self.width is not None)
+
+    @property
+    def grid(self) -> RegularBins:
+        """The edges of a regular attribute (:class:`RegularBins`; a range's are lo + i·width,
+        the last hi + 1), which every engine compares values with."""
+        if self.kind == "range":
+            lo, hi, w = int(self.lo), int(self.hi), int(self.width)  # type: ignore[arg-type]  # set for ranges
+            return RegularBins(lo, hi + 1, w)
+        if self.width is None:
+            raise ValueError(
+                f"attribute {self.name!r} has no regular grid (it is not declared by width)"
+            )
+        return self.bins
 
     # -- labels ---------------------------------------------------------------------------------
 
@@ -346,6 +463,8 @@ class Attribute:
                 start=_time_iso(self.lo, self.time),
                 end=_time_iso(self.hi, self.time),
             )
+            if self.time_zone is not None:
+                out["time_zone"] = self.time_zone
         elif self.kind == "range":
             out["range"] = [int(self.lo), int(self.hi)]  # type: ignore[arg-type]  # set for ranges
             if self.width != 1:

@@ -22,6 +22,7 @@ from matmech.io.attribute import (
     _check_name,
     _check_real,
 )
+from matmech.io.grouping import trim_text
 
 __all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
 
@@ -107,15 +108,18 @@ def numeric_bins(
         )
         if not (hi > lo and reg_width > 0):
             raise ValueError(
-                f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}"
+                f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo!r}, hi = {hi!r}, width = {reg_width!r}"
             )
-        k = math.ceil((hi - lo) / reg_width)
-        if k > MAX_ATTRIBUTE_CELLS:
+        ulp = math.ulp(max(abs(lo), abs(hi)))
+        if reg_width < 4 * ulp:  # the engines' first guess of a bin is then within one bin
             raise ValueError(
-                f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
-                f"need {8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width"
+                f"attribute {name!r}: width {reg_width!r} is below the float resolution at these bounds "
+                f"(bins must be at least {4 * ulp!r} wide here); use a wider width or declare edges"
             )
-        pairs = RegularBins(lo, hi, reg_width, k)  # lazy: O(1) memory whatever k
+        try:
+            pairs = RegularBins(lo, hi, reg_width)  # lazy: O(1) memory whatever the number of bins
+        except ValueError as exc:
+            raise ValueError(f"attribute {name!r}: {exc}") from None
     else:
         try:
             pairs = tuple(
@@ -151,9 +155,12 @@ def numeric_bins(
     )
 
 
-def _epoch_seconds(value, what, name) -> int:
-    """Seconds since 1970-01-01 UTC of an ISO 8601 string, a date or a datetime (naive: UTC)."""
+def _epoch_seconds(value, what, name, zone=None) -> int:
+    """Wall-clock seconds since 1970-01-01 of an ISO 8601 string, a date or a datetime: naive
+    as it reads, zoned moved to ``zone``'s clock (UTC without one)."""
     import datetime as dt
+
+    from matmech.io.zones import wall_seconds
 
     if isinstance(value, str):
         try:
@@ -169,9 +176,7 @@ def _epoch_seconds(value, what, name) -> int:
         raise TypeError(
             f"attribute {name!r}: {what} must be an ISO 8601 string, a date or a datetime, got {value!r}"
         )
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return int((value - dt.datetime(1970, 1, 1)) // dt.timedelta(seconds=1))
+    return wall_seconds(value, zone)
 
 
 def _month_index(seconds: int) -> tuple[int, bool]:
@@ -183,19 +188,39 @@ def _month_index(seconds: int) -> tuple[int, bool]:
 
 
 def time_bins(
-    name, start, end, unit="day", *, column=None, policy="error", missing=None, other=None
+    name,
+    start,
+    end,
+    unit="day",
+    *,
+    time_zone=None,
+    column=None,
+    policy="error",
+    missing=None,
+    other=None,
 ) -> Attribute:
-    """Timestamps binned by ``unit`` ("hour", "day", "week" from Monday, "month") from ``start``
-    (aligned down to its unit) up to ``end`` (exclusive; the last bin is whole). ``start`` /
-    ``end``: ISO 8601 strings, dates or datetimes; naive times are UTC, zoned ones are
-    converted to UTC. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v
-    is ⌊(seconds(v) − start) / width⌋, or its month count since ``start``'s month."""
+    """Timestamps binned by ``unit`` ("hour", "day", "week" from Monday, "month") of the wall
+    clock in ``time_zone`` (an IANA name such as ``"America/New_York"``; None: UTC), from
+    ``start`` (aligned down to its unit) up to ``end`` (exclusive; the last bin is whole).
+
+    ``start`` / ``end``: ISO 8601 strings, dates or datetimes, read like the values
+    (:mod:`matmech.io.zones`): naive ones are wall-clock time in the zone, zoned ones are
+    moved to it. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v is
+    ⌊(wall seconds(v) − start) / width⌋, or its local month count since ``start``'s month."""
     _check_name(name)
     if unit not in TIME_UNITS:
         raise ValueError(
             f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}"
         )
-    s, e = _epoch_seconds(start, "start", name), _epoch_seconds(end, "end", name)
+    if time_zone is not None:
+        from matmech.io.zones import check_zone
+
+        try:
+            check_zone(time_zone)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"attribute {name!r}: {exc}") from None
+    s = _epoch_seconds(start, "start", name, time_zone)
+    e = _epoch_seconds(end, "end", name, time_zone)
     if e <= s:
         raise ValueError(
             f"attribute {name!r}: need start < end, got start = {start!r}, end = {end!r}"
@@ -222,8 +247,9 @@ def time_bins(
         lo=float(lo),
         hi=float(hi),
         width=float(width),
-        bins=RegularBins(lo, hi, width, k),
+        bins=RegularBins(lo, hi, width),
         time=unit,
+        time_zone=time_zone,
         **_policies(name, policy, missing, other),
     )
 
@@ -231,14 +257,16 @@ def time_bins(
 def categories(
     name, values, *, column=None, policy="error", missing=None, other=None, labels=None
 ) -> Attribute:
-    """String categories, one cell each in the order given (values are trimmed before matching)."""
+    """String categories, one cell each in the order given (values are trimmed of
+    :data:`~matmech.io.grouping.WHITESPACE` before matching, on every engine)."""
     _check_name(name)
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise TypeError(f"attribute {name!r}: categories must be a list of strings, got {values!r}")
     vals = tuple(values)
-    if not vals or len(set(vals)) != len(vals) or any(v != v.strip() or not v for v in vals):
+    if not vals or len(set(vals)) != len(vals) or any(v != trim_text(v) or not v for v in vals):
         raise ValueError(
-            f"attribute {name!r}: categories must be distinct, non-empty and without surrounding spaces, got {list(vals)!r}"
+            f"attribute {name!r}: categories must be distinct, non-empty and without surrounding "
+            f"white space (spaces, tabs, line breaks), got {list(vals)!r}"
         )
     return Attribute(
         name,

@@ -21,7 +21,9 @@ Lemma 2 for the Laplace variant). Only add/remove neighbours are supported (a su
 moves a record between two values: twice the sensitivity and two values that may appear).
 
 The budget is charged, with (ε, δ), after every data-independent check and before the
-first noise draw; values are trimmed strings, missing and empty values are not candidates,
+first noise draw, and every check that can fail runs before it; values are strings trimmed
+of :data:`~matmech.io.grouping.WHITESPACE` as every engine trims them, missing and empty
+values are not candidates,
 and the released values are sorted (their order tells nothing about the counts).
 """
 
@@ -34,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from matmech.io.domain import Attribute, categories
+from matmech.io.grouping import trim_text
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.params import check_privacy_params
@@ -92,14 +95,15 @@ def threshold(eps: float, delta: float) -> tuple[int, float]:
 
 
 def _strings(values):
-    """Trimmed strings of a column; None for missing or empty values."""
+    """Trimmed strings of a column (:func:`~matmech.io.grouping.trim_text`, the rule of every
+    engine); None for missing or empty values."""
     arr = np.asarray(values, dtype=object)
     out = []
     for v in arr.tolist():
         if v is None or (isinstance(v, float) and math.isnan(v)):
             out.append(None)
             continue
-        s = str(v).strip()
+        s = trim_text(str(v))
         out.append(s or None)
     return out
 
@@ -140,7 +144,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                         else f"the header line has {sources._hidden_header(len(cols))}"
                     )
                     raise ValueError(f"{where}: no such column; {shown}")
-                ref = f"trim(CAST({d.ident(column)} AS VARCHAR))"
+                ref = d.trim(f"CAST({d.ident(column)} AS VARCHAR)")
                 res = con.execute(
                     f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "
                     "GROUP BY 1"
@@ -190,11 +194,28 @@ def discover_categories(
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     if other is not None and (not isinstance(other, str) or not other):
         raise TypeError(f"other must be a non-empty label or None, got {other!r}")
+    policy = "other" if other is not None else "error"
+    # the attribute built after the spend, declared now with a stand-in value: whatever it
+    # refuses (a name, a label) is refused before anything is read or charged
+    categories(
+        name,
+        ["x" if other != "x" else "y"],
+        column=column,
+        other=other,
+        policy=policy,
+        missing=policy,
+    )
     tau, t = threshold(eps, delta)
     what = f"discover the categories of column {column!r} (partition selection)"
     check_affordable(budget, eps, delta, what=what)
     # -- reads data from here on ---------------------------------------------------------------
     keys, counts = _key_counts(source, column, encoding=encoding, delimiter=delimiter)
+    if len(set(keys)) != len(keys) or any(not k or k != trim_text(k) for k in keys):
+        # every key must be a value categories() accepts, or the declaration after the spend
+        # would fail; an engine that breaks the trimming rule is refused before the charge
+        raise RuntimeError(
+            f"{what}: the engine returned values that are not distinct trimmed strings (a bug; nothing was charged)"
+        )
     if budget is not None:
         budget.spend(eps, delta, what=what)  # before any noise
     z = (
@@ -209,12 +230,7 @@ def discover_categories(
     attr = None
     if released:
         attr = categories(
-            name,
-            list(released),
-            column=column,
-            other=other,
-            policy="other" if other is not None else "error",
-            missing="other" if other is not None else "error",
+            name, list(released), column=column, other=other, policy=policy, missing=policy
         )
     note = (
         f"threshold mechanism (Desfontaines et al., PoPETs 2022): discrete Laplace scale {t:.6g} on each value's "

@@ -9,13 +9,17 @@ tables, and never inferred.
 
 An :class:`Attribute` declares one column's cells:
 
-* ``integer_range(name, lo, hi, width=1)``: integers lo … hi; value v falls in cell
-  ⌊(v − lo) / width⌋ (so a real value is floored, 34.7 → 34);
+* ``integer_range(name, lo, hi, width=1)``: integers lo … hi; value v falls in the cell i
+  with lo + i·width ≤ v < lo + (i + 1)·width (so a real value is floored, 34.7 → 34);
 * ``numeric_bins(name, edges=... | lo=, hi=, width=... | bins=[(lo, hi), ...])``: half-open
-  bins [a, b). With ``width`` the cell of v is ⌊(v − lo) / width⌋ computed in float64 (the
-  last bin ends at hi); with ``edges`` or explicit ``bins`` v falls in the bin whose
-  [a, b) contains it (explicit bins may leave gaps, whose values are out of the domain);
-* ``categories(name, values)``: strings compared exactly after trimming surrounding space.
+  bins [a, b), v in the bin whose [a, b) contains it. With ``width`` the edges are
+  lo + i·width computed exactly and rounded once (:class:`RegularBins`; the last bin ends at
+  hi), the numbers the labels show; explicit bins may leave gaps, whose values are out of
+  the domain;
+* ``time_bins(name, start, end, unit, time_zone=None)``: timestamps by hour, day, week or
+  month of a zone's wall clock (:mod:`matmech.io.zones`);
+* ``categories(name, values)``: strings compared exactly after trimming spaces, tabs and
+  line breaks (:data:`matmech.io.grouping.WHITESPACE`).
 
 Every attribute may add an ``other`` cell (the last one) and has two policies:
 ``policy`` for an out-of-domain value (``"clip"`` to the first / last numeric cell,

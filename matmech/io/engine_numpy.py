@@ -11,9 +11,10 @@ import math
 
 import numpy as np
 
-from matmech.io.grouping import DROP, Engine, _actions, _not_spark
+from matmech.io.grouping import WHITESPACE, DROP, Engine, _actions, _not_spark, trim_text
+from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
-__all__ = ["NUMPY"]
+__all__ = ["NUMPY", "grid_codes"]
 
 
 def _object_missing(obj):
@@ -27,7 +28,9 @@ def _object_missing(obj):
 
 
 def _np_numbers(values):
-    """(float64 values, missing mask): text parsed once per distinct value, spaces trimmed."""
+    """(float64 values, missing mask): text parsed once per distinct value after trimming
+    :data:`~matmech.io.grouping.WHITESPACE`; text with other white space at an end is not a
+    number (as in SQL, where Python's ``float`` would strip it)."""
     arr = np.asarray(values)
     if arr.dtype.kind in "biuf":
         v = arr.astype(np.float64)
@@ -39,42 +42,72 @@ def _np_numbers(values):
         uniq, inv = np.unique(obj[~miss].astype(str), return_inverse=True)
         parsed = np.empty(uniq.size)
         for i, s in enumerate(uniq):  # one parse per distinct text, not per record
+            t = trim_text(s)
             try:
-                parsed[i] = float(s.strip(" "))
+                parsed[i] = float(t) if t == t.strip() else np.nan
             except ValueError:
                 parsed[i] = np.nan
         v[~miss] = parsed[inv]
     return v, np.isnan(v)
 
 
-def _np_times(values, unit):
-    """(float64 seconds since 1970-01-01 UTC — months since 1970-01 for unit "month" —, missing
-    mask) of timestamps: datetime64 values, datetimes or ISO 8601 text (naive: UTC, zoned:
-    converted to UTC); unparseable text is missing."""
+def _ns_to_seconds(ts):
+    """(int64 seconds, floored, missing mask) of a pandas UTC datetime Series."""
+    miss = ts.isna().to_numpy()
+    ns = ts.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    sec = np.floor_divide(ns, 10**9)
+    sec[miss] = 0
+    return sec, miss
+
+
+def _np_instants(values):
+    """(int64 seconds since 1970-01-01 — wall-clock seconds for naive values —, zoned mask,
+    missing mask) of timestamps: datetime64 / zoned pandas columns, datetimes, or text in the
+    ISO 8601 form :data:`~matmech.io.zones.ISO_TEXT` after trimming (anything else is
+    missing); text is parsed once per distinct value."""
+    import datetime as dt
+
     import pandas as pd
 
-    arr = np.asarray(values)
-    if arr.dtype.kind == "M":
-        ts = pd.to_datetime(pd.Series(arr), utc=True)
-    else:
-        obj = pd.Series(arr.astype(object))
-        obj = obj.where(~obj.map(lambda v: isinstance(v, str) and not v.strip()), None)
-        ts = pd.to_datetime(
-            obj.map(lambda v: v.strip() if isinstance(v, str) else v),
-            errors="coerce",
-            utc=True,
-            format="ISO8601",
+    ser = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
+    n = len(ser)
+    if isinstance(ser.dtype, pd.DatetimeTZDtype) or ser.dtype.kind == "M":
+        sec, miss = _ns_to_seconds(pd.to_datetime(ser, utc=True))
+        return sec, np.full(n, isinstance(ser.dtype, pd.DatetimeTZDtype)) & ~miss, miss
+    obj = ser.astype(object).to_numpy()
+    sec, miss, zoned = np.zeros(n, np.int64), np.ones(n, bool), np.zeros(n, bool)
+    is_text = np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(obj).astype(bool)
+    if is_text.any():
+        uniq, inv = np.unique(obj[is_text].astype(str), return_inverse=True)
+        text = pd.Series(uniq, dtype=object).map(trim_text)
+        ok = text.str.fullmatch(ISO_TEXT).to_numpy(dtype=bool)
+        u_sec, u_miss = _ns_to_seconds(
+            pd.to_datetime(text.where(ok, None), format="ISO8601", utc=True, errors="coerce")
         )
-    miss = ts.isna().to_numpy()
-    naive = ts.dt.tz_convert(None)
-    if unit == "month":
-        v = ((naive.dt.year - 1970) * 12 + naive.dt.month - 1).to_numpy(
-            dtype=np.float64, na_value=np.nan
-        )
-    else:
-        ns = naive.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-        v = np.floor_divide(ns, 10**9).astype(np.float64)
-        v[miss] = np.nan
+        u_zoned = text.str.fullmatch(ISO_ZONED).to_numpy(dtype=bool) & ~u_miss
+        sec[is_text], miss[is_text], zoned[is_text] = u_sec[inv], u_miss[inv], u_zoned[inv]
+    for i in np.flatnonzero(~is_text).tolist():  # datetimes and dates; anything else is missing
+        v = obj[i]
+        if isinstance(v, (dt.date, np.datetime64)) and not pd.isna(v):
+            one, gone = _ns_to_seconds(pd.to_datetime(pd.Series([v]), utc=True))
+            sec[i], miss[i] = one[0], gone[0]
+            zoned[i] = getattr(v, "tzinfo", None) is not None and not gone[0]
+    return sec, zoned, miss
+
+
+def _np_times(values, a):
+    """(float64 wall-clock seconds in the attribute's zone — months since 1970-01 for unit
+    "month" —, missing mask) of timestamps (:mod:`matmech.io.zones`)."""
+    sec, zoned, miss = _np_instants(values)
+    times, offsets = zone_table(a)
+    shift = np.asarray(offsets, dtype=np.int64)[
+        np.searchsorted(np.asarray(times, dtype=np.int64), sec, side="right")
+    ]
+    wall = sec + np.where(zoned, shift, 0)
+    if a.time == "month":
+        wall = (wall // 86400).astype("datetime64[D]").astype("datetime64[M]").astype(np.int64)
+    v = wall.astype(np.float64)
+    v[miss] = np.nan
     return v, miss
 
 
@@ -84,8 +117,25 @@ def _np_strings(values):
     miss = _object_missing(obj)
     s = np.full(obj.shape, "", dtype=object)
     if (~miss).any():
-        s[~miss] = np.char.strip(obj[~miss].astype(str), " ").astype(object)
+        s[~miss] = np.char.strip(obj[~miss].astype(str), WHITESPACE).astype(object)
     return s, miss | (s == "")
+
+
+#: Grids up to this many bins look their edges up in a table (the same floats as the formula).
+_EDGE_TABLE = 1 << 20
+
+
+def grid_codes(grid, v):
+    """The bins of ``grid`` (:class:`~matmech.io.attribute.RegularBins`) holding the values
+    ``v`` (all in [edge 0, edge k)): a first guess ⌊(v − lo) / width⌋, within one bin of the
+    answer, then moved by comparing v with the edges themselves (e_i ≤ v < e_{i+1})."""
+    c = np.minimum(((v - grid.lo) / grid.width).astype(np.int64), grid.k - 1)  # v ≥ lo: floor
+    if grid.k <= _EDGE_TABLE:
+        e = grid.edges(np.arange(grid.k + 1))
+        c -= v < e[c]
+        return c + (v >= e[c + 1])
+    c = c - (v < grid.edges(c))
+    return c + (v >= grid.edges(c + 1))
 
 
 def _np_codes(a, values):
@@ -97,16 +147,16 @@ def _np_codes(a, values):
             code[s == c] = i
         code[missing] = miss
         return code
-    v, missing = _np_times(values, a.time) if a.time is not None else _np_numbers(values)
-    lo_bound, hi_bound = (a.lo, a.hi + 1) if a.kind == "range" else (a.bins[0][0], a.bins[-1][1])
+    v, missing = _np_times(values, a) if a.time is not None else _np_numbers(values)
+    grid = a.grid if a.regular else None
+    lo_bound, hi_bound = (grid.lo, grid.hi) if grid is not None else (a.bins[0][0], a.bins[-1][1])
     with np.errstate(invalid="ignore"):
         below, above = v < lo_bound, v >= hi_bound
         inside = ~(missing | below | above)
         code = np.full(v.shape, ood, dtype=np.int64)
         vi = v[inside]
-        if a.regular:
-            c = np.floor((vi - float(a.lo)) / float(a.width)).astype(np.int64)
-            code[inside] = np.minimum(c, a.declared_size - 1)
+        if grid is not None:
+            code[inside] = grid_codes(grid, vi)
         else:
             starts = np.array([b[0] for b in a.bins])
             ends = np.array([b[1] for b in a.bins])
@@ -117,17 +167,21 @@ def _np_codes(a, values):
     return code
 
 
-def _column_values(source, kind, j, column):
+def _column_values(source, kind, j, column, *, zoned=False):
+    """One column's values; ``zoned``: as a pandas Series where the source has one, so that a
+    zoned timestamp column keeps its zone (``to_numpy`` of an Arrow or Polars column drops it)."""
     if kind == "array":
         return source[:, j]
     if kind == "columns":
         return source[column]
     if kind == "pandas":
-        return source[column].to_numpy()
+        return source[column] if zoned else source[column].to_numpy()
     if kind == "polars":
         frame = source.collect() if type(source).__name__ == "LazyFrame" else source
-        return frame[column].to_numpy()
+        return frame[column].to_pandas() if zoned else frame[column].to_numpy()
     col = source.column(column)
+    if zoned:
+        return col.to_pandas()
     try:
         return col.to_numpy(zero_copy_only=False)
     except TypeError:  # a ChunkedArray
@@ -140,7 +194,7 @@ def _numpy_groups(source, kind, domain, sets, where):
             f"the array has {source.shape[1]} columns but the domain has {len(domain)} attributes {list(domain.names)}"
         )
     codes = [
-        _np_codes(a, _column_values(source, kind, j, a.column))
+        _np_codes(a, _column_values(source, kind, j, a.column, zoned=a.time is not None))
         for j, a in enumerate(domain.attributes)
     ]
     lengths = {c.size for c in codes}

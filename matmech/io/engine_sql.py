@@ -15,8 +15,9 @@ import uuid
 
 import numpy as np
 
-from matmech.io.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
+from matmech.io.grouping import WHITESPACE, DROP, Engine, _actions, _needs_drop_flag, _not_spark
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
+from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
 __all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES", "TEXT_TYPES"]
 
@@ -41,17 +42,33 @@ class _Dialect:
     def real(self, x):
         return f"CAST('{float(x)!r}' AS DOUBLE)"
 
+    def trim(self, x):
+        """``x`` without :data:`~matmech.io.grouping.WHITESPACE` at its ends (plain SQL
+        ``trim`` removes spaces only)."""
+        chars = "concat(" + ", ".join(f"chr({ord(c)})" for c in WHITESPACE) + ")"
+        full = f"trim({x}, {chars})" if self.name == "duckdb" else f"trim(BOTH {chars} FROM {x})"
+        # the same strings, three times faster: most values have no white space or control
+        # character at either end (ascii() is the first character's code point)
+        return f"CASE WHEN ascii({x}) > 32 AND ascii(right({x}, 1)) > 32 THEN {x} ELSE {full} END"
+
+    def full_match(self, x, pattern):
+        if self.name == "duckdb":
+            return f"regexp_full_match({x}, {self.text(pattern)})"
+        return f"({x} RLIKE {self.text('^(?:' + pattern + ')$')})"
+
 
 def _sql_code(a, ref, d):
     """The CASE expression giving attribute ``a``'s code from ``ref`` (a parsed double, or a
-    trimmed string for categories), with the sentinels of :func:`_actions`."""
+    trimmed string for categories; for a regular attribute the column ``g_<ref>`` holds
+    :func:`_sql_guess`), with the sentinels of :func:`_actions`."""
     miss, low, high, ood = _actions(a)
     if a.kind == "categories":
         whens = " ".join(f"WHEN {ref} = {d.text(c)} THEN {i}" for i, c in enumerate(a.categories))
         return f"CASE WHEN {ref} IS NULL OR {ref} = '' THEN {miss} {whens} ELSE {ood} END"
-    lo_bound, hi_bound = (a.lo, a.hi + 1) if a.kind == "range" else (a.bins[0][0], a.bins[-1][1])
-    if a.regular:
-        inner = f"least(CAST(floor(({ref} - {d.real(a.lo)}) / {d.real(a.width)}) AS BIGINT), {a.declared_size - 1})"
+    grid = a.grid if a.regular else None
+    lo_bound, hi_bound = (grid.lo, grid.hi) if grid is not None else (a.bins[0][0], a.bins[-1][1])
+    if grid is not None:
+        inner = _sql_grid(grid, ref, f"g_{ref}", d)
     elif all(b[1] == c[0] for b, c in zip(a.bins, a.bins[1:])):
         whens = " ".join(f"WHEN {ref} < {d.real(b[1])} THEN {i}" for i, b in enumerate(a.bins[:-1]))
         inner = f"CASE {whens} ELSE {a.declared_size - 1} END" if whens else "0"
@@ -67,20 +84,74 @@ def _sql_code(a, ref, d):
     )
 
 
-def _sql_time(a, col, d, *, text=False):
-    """A timestamp column as seconds since 1970-01-01 (months since 1970-01 for "month"), a
-    double; NULL when it does not parse. DuckDB only (Spark parses text in its session's
-    time zone: refused rather than binned in an unstated zone)."""
+def _sql_guess(g, ref, d):
+    """⌊(v − lo) / width⌋ clamped to the bins of the regular grid ``g``, for ``ref`` inside
+    [edge 0, edge k) (NULL elsewhere: the BIGINT cast of a value far outside could overflow)."""
+    return (
+        f"CASE WHEN {ref} >= {d.real(g.lo)} AND {ref} < {d.real(g.hi)} THEN "
+        f"least(greatest(CAST(floor(({ref} - {d.real(g.lo)}) / {d.real(g.width)}) AS BIGINT), 0), "
+        f"{g.k - 1}) END"
+    )
+
+
+def _sql_grid(g, ref, guess, d):
+    """The bin of ``ref`` (inside [edge 0, edge k)) in the regular grid ``g``
+    (:class:`~matmech.io.attribute.RegularBins`): the first ``guess`` (:func:`_sql_guess`),
+    within one bin of the answer, moved by comparing v with the edges float(num0 + i·step) ·
+    scale / float(den) themselves: the numpy engine's :func:`~matmech.io.engine_numpy.grid_codes` in
+    BIGINT and DOUBLE arithmetic."""
+
+    def edge(i):
+        return (
+            f"(CAST({g.num0} + ({i}) * {g.step} AS DOUBLE) * {d.real(g.scale)} / {d.real(g.den)})"
+        )
+
+    return (
+        f"CASE WHEN {ref} < {edge(guess)} THEN {guess} - 1 "
+        f"WHEN {ref} >= {edge(guess + ' + 1')} THEN {guess} + 1 ELSE {guess} END"
+    )
+
+
+#: DuckDB column types (lower case) holding instants (zoned timestamps).
+ZONED_TYPES = ("timestamp with time zone", "timestamptz")
+#: DuckDB column types (lower case) holding naive timestamps or dates.
+NAIVE_TIME_TYPES = ("timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns", "date", "datetime")
+
+
+def _sql_instant(a, col, d, ctype):
+    """(seconds since 1970-01-01 — wall-clock seconds for naive values —, zoned flag) of a
+    timestamp column, as the numpy engine reads it (:mod:`matmech.io.zones`): text in the ISO
+    8601 form only, zoned columns as instants, naive ones as wall-clock time. DuckDB only
+    (Spark parses text in its session's time zone: refused rather than binned in an unstated
+    zone); the caller sets the session zone to UTC, so naive text cast to TIMESTAMPTZ keeps its
+    wall-clock reading."""
     if d.name != "duckdb":
         raise ValueError(
             f"attribute {a.name!r}: time attributes are counted by the numpy and duckdb engines, not spark"
         )
-    # text with an offset ("…+05:00") is converted to UTC, as the numpy engine does: a cast to
-    # TIMESTAMP would keep its wall-clock time (the session zone is UTC, set by the caller)
-    ts = f"TRY_CAST({col} AS {'TIMESTAMPTZ' if text else 'TIMESTAMP'})"
+    if ctype in TEXT_TYPES:
+        t = d.trim(col)
+        u = f"CASE WHEN {d.full_match(t, ISO_TEXT)} THEN floor(epoch(TRY_CAST({t} AS TIMESTAMPTZ))) END"
+        return u, d.full_match(t, ISO_ZONED)
+    if ctype in ZONED_TYPES:
+        return f"floor(epoch({col}))", "true"
+    if ctype in NAIVE_TIME_TYPES:
+        return f"floor(epoch(CAST({col} AS TIMESTAMP)))", "false"
+    return "CAST(NULL AS DOUBLE)", "false"  # numbers and the rest are not timestamps
+
+
+def _sql_wall(a, u, zoned):
+    """Wall-clock seconds in the attribute's zone (months since 1970-01 for "month") from
+    :func:`_sql_instant`'s columns: a zoned instant gets its offset from the transition table
+    of :func:`matmech.io.zones.zone_table`, as in the numpy engine."""
+    times, offsets = zone_table(a)
+    whens = " ".join(f"WHEN {u} < {t} THEN {o}" for t, o in zip(times, offsets))
+    shift = f"CASE {whens} ELSE {offsets[-1]} END" if whens else str(offsets[-1])
+    wall = f"({u} + CASE WHEN {zoned} THEN {shift} ELSE 0 END)"
     if a.time == "month":
+        ts = f"epoch_ms(CAST({wall} AS BIGINT) * 1000)"
         return f"CAST((year({ts}) - 1970) * 12 + month({ts}) - 1 AS DOUBLE)"
-    return f"CAST(epoch({ts}) AS DOUBLE)"
+    return f"CAST({wall} AS DOUBLE)"
 
 
 def _key_dims(domain, s):
@@ -132,30 +203,36 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
     d = _Dialect(dialect)
     types = {k: str(v).lower() for k, v in (types or {}).items()}
-    parsed, codes = [], []
+    parsed, walls, guesses, codes = [], [], [], []
     for j, a in enumerate(domain.attributes):
-        col = d.ident(a.column)
-        if a.kind == "range" and types.get(a.column) in INTEGER_TYPES:
+        col, ctype = d.ident(a.column), types.get(a.column)
+        if a.kind == "range" and ctype in INTEGER_TYPES:
             # uint64 values from 2**63 up overflow BIGINT: a refused read for data the domain
             # accepts (clip / other / drop); DuckDB's 128-bit HUGEINT holds every uint64
-            wide = "HUGEINT" if dialect == "duckdb" and types[a.column] == "ubigint" else "BIGINT"
-            parsed.append(f"CAST({col} AS {wide}) AS v{j}")
+            wide = "HUGEINT" if dialect == "duckdb" and ctype == "ubigint" else "BIGINT"
+            parsed.append(f"CAST({col} AS {wide}) AS p{j}")
+            walls.append(f"p{j} AS v{j}")
             codes.append(f"CAST({_sql_int_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
             continue
-        # text is parsed from trim(col), as the numpy engine strips it; trim also keeps DuckDB
-        # from pushing the cast into its CSV scanner, where a non-number (a missing value for
-        # the domain) would abort the whole read instead of becoming NULL (privacy audit)
-        is_text = types.get(a.column) in TEXT_TYPES
-        text = f"trim({col})" if is_text else col
         if a.time is not None:
-            expr = _sql_time(a, text, d, text=is_text)
+            u, zoned = _sql_instant(a, col, d, ctype)
+            parsed += [f"{u} AS p{j}", f"{zoned} AS z{j}"]
+            walls.append(f"{_sql_wall(a, f'p{j}', f'z{j}')} AS v{j}")
         else:
+            # text is parsed from its trimmed form, as the numpy engine does; trimming also
+            # keeps DuckDB from pushing the cast into its CSV scanner, where a non-number (a
+            # missing value for the domain) would abort the whole read instead of becoming
+            # NULL (privacy audit)
+            text = d.trim(col) if ctype in TEXT_TYPES else col
             expr = (
-                f"trim(CAST({col} AS {d.string}))"
+                d.trim(f"CAST({col} AS {d.string})")
                 if a.kind == "categories"
                 else f"TRY_CAST({text} AS DOUBLE)"
             )
-        parsed.append(f"{expr} AS v{j}")
+            parsed.append(f"{expr} AS p{j}")
+            walls.append(f"p{j} AS v{j}")
+        if a.regular:
+            guesses.append(f"{_sql_guess(a.grid, f'v{j}', d)} AS g_v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
     if _needs_drop_flag(domain):
         dropped = (
@@ -176,7 +253,11 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         for j in s:
             key = f"({key} * {domain.attributes[j].size + 3} + (c{j} + 3))"
         keys.append(f"{key} * 2 + dropped AS k{i}")
-    inner = f"SELECT {', '.join(codes)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
+    # parse → wall-clock time → first guesses of regular bins → codes, one layer each
+    inner = f"SELECT {', '.join(walls)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
+    if guesses:
+        inner = f"SELECT *, {', '.join(guesses)} FROM ({inner}) AS w"
+    inner = f"SELECT {', '.join(codes)} FROM ({inner}) AS g"
     inner = (
         f"SELECT {', '.join(keys)} FROM (SELECT *, {dropped} AS dropped FROM ({inner}) AS q) AS r"
     )

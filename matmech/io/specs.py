@@ -183,6 +183,7 @@ ATTRIBUTE_KEYS = (
     "time",
     "start",
     "end",
+    "time_zone",
 )
 
 
@@ -210,7 +211,7 @@ def _attribute(source, key, table):
             _fail(
                 source,
                 key,
-                'time = "day" (or hour, week, month) with start and end only',
+                'time = "day" (or hour, week, month) with start and end (and time_zone) only',
                 {k: table[k] for k in (*extra, "start", "end") if k in table} or MISSING,
             )
         try:
@@ -219,10 +220,15 @@ def _attribute(source, key, table):
                 table["start"],
                 table["end"],
                 table["time"],
+                time_zone=table.get("time_zone"),
                 **{k: v for k, v in common.items() if k != "labels"},
             )
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{source}: {key}: {exc}") from None
+    if "time_zone" in table:
+        _fail(
+            source, f"{key}.time_zone", 'time bins (time = "day", start, end)', table["time_zone"]
+        )
     kinds = [k for k in ("range", "categories", "edges", "bins") if k in table]
     if not kinds and "width" in table:
         kinds = ["width"]

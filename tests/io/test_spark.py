@@ -108,3 +108,56 @@ def test_spark_histogram_and_the_error_policy(spark):
     assert "column 'age'" in str(info.value) and "250" not in str(info.value)
     with pytest.raises(ValueError, match=r"no column\(s\) \['height'\]"):
         histogram(df, Domain((integer_range("height", 0, 9),)))
+
+
+def test_spark_bins_values_on_and_around_every_edge_like_exact_arithmetic(spark):
+    """Issue 31 on Spark: the widths of the issue, every edge ± one ulp, a grid of 2·10⁹ bins
+    at its far end, explicit edges and text with tabs, each value's bin equal to the one exact
+    arithmetic on the floats gives (the numpy and DuckDB engines: test_bin_edges.py)."""
+    import math
+
+    from edge_values import around, exact_codes
+
+    from matmech.io.engines import ENGINE_REGISTRY
+
+    attrs = [
+        numeric_bins("w1", lo=0, hi=5, width=0.1, policy="other", other="o"),
+        numeric_bins("w2", lo=0, hi=5, width=0.01, policy="other", other="o"),
+        numeric_bins("w3", lo=0, hi=100, width=1 / 3, policy="other", other="o"),
+        numeric_bins("w4", lo=-1000, hi=1000, width=2.5, policy="other", other="o"),
+        numeric_bins("e", edges=[0, 0.1 + 0.2, 1 / 3, 2.5, 1e3], policy="other", other="o"),
+        numeric_bins("big", lo=0, hi=2e8, width=0.1, policy="other", other="o"),
+    ]
+    cols, want = [], []
+    for a in attrs[:-1]:
+        bins = [a.bins[i] for i in range(a.declared_size)]
+        v = around(sorted({e for b in bins for e in b}))
+        cols.append(v)
+        want.append(exact_codes(v, bins, a.other_code))
+    big = attrs[-1]
+    picks = [0, 1, 2, 12_345_678, big.declared_size - 2, big.declared_size - 1]
+    v = around(sorted({big.bins.edge(i) for i in picks} | {big.bins.edge(i + 1) for i in picks}))
+    within = exact_codes(v, [big.bins[i] for i in picks], -1)
+    cols.append([x for x, c in zip(v, within) if c >= 0])  # values in the picked bins
+    want.append(np.array([picks[c] for c in within if c >= 0]))
+    n = max(len(c) for c in cols)
+    for j, a in enumerate(attrs):  # padded with missing values: the other cell
+        want[j] = np.concatenate([want[j], np.full(n - len(cols[j]), a.other_code)])
+    rows = [(i, *(float(c[i]) if i < len(c) else None for c in cols)) for i in range(n)]
+    df = spark.createDataFrame(rows, "id long, " + ", ".join(f"{a.name} double" for a in attrs))
+    dom = Domain((integer_range("id", 0, n - 1), *attrs))
+    sets = [(0, j) for j in range(1, len(attrs) + 1)]
+    groups = ENGINE_REGISTRY["spark"].groups(
+        df, "spark", dom, sets, where="spark", encoding="utf-8", delimiter=None
+    )
+    for a, s, w in zip(attrs, sets, want):
+        codes, _, counts = groups[s]
+        assert (counts == 1).all()
+        np.testing.assert_array_equal(codes[np.argsort(codes[:, 0]), 1], w, err_msg=a.name)
+    # text: the same white-space rule as the other engines
+    text = spark.createDataFrame([(" 0.3\t",), ("\n0.2\r",), ("\u00a00.3",), ("x\t",)], "x string")
+    dom = Domain(
+        (numeric_bins("x", lo=0, hi=1, width=0.1, policy="other", other="o", missing="other"),)
+    )
+    got = histogram(text, dom, engine="spark")
+    assert got[2] == 1 and got[3] == 1 and got[-1] == 2 and math.isclose(got.sum(), 4)
