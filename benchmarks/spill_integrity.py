@@ -1,0 +1,112 @@
+"""The cost of authenticating the spill file of a streamed marginal release (issue 31, item 4).
+
+A release whose residuals go to a file (``spill_dir``) writes them with a keyed MAC per block
+and checks every block it reads back. This times, on one release per noise kind (all ≤3-way
+marginals of d attributes × 10 values, the residuals on disk), the release itself (plan,
+measurement, the writes) and reading everything back (``iter_marginals`` over every marginal,
+and 200 single ``marginal(S)`` calls in a random order), median of ``--repeat`` runs in this
+process. Run it on two checkouts to compare (``PYTHONPATH=<checkout>``).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/spill_integrity.py            # d = 40, 100,000 records
+    OPENBLAS_NUM_THREADS=1 python benchmarks/spill_integrity.py --smoke    # d = 8: CI
+
+Results go to benchmarks/results/spill_integrity.json (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not os.environ.get("PYTHONPATH"):  # else the checkout PYTHONPATH names
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from matmech.factored import release_marginals  # noqa: E402
+from matmech.factored.terms import marginal_workload  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _records(d, n, records, seed):
+    rng = np.random.default_rng(seed)
+    latent = rng.integers(0, 8, size=records)
+    cols = []
+    for _ in range(d):
+        shift = rng.integers(0, n, size=8)
+        cols.append((shift[latent] + rng.integers(0, 3, size=records)) % n)
+    return np.stack(cols, axis=1).astype(np.int64)
+
+
+def _case(d, records, delta, spill, seed):
+    codes = _records(d, 10, records, seed)
+    W = marginal_workload((10,) * d, list(itertools.combinations(range(d), 3)))
+    t0 = time.perf_counter()
+    rel = release_marginals(codes, W, 1.0, delta, rng=np.random.default_rng(seed), spill_dir=spill)
+    t1 = time.perf_counter()
+    total = 0.0
+    for _, v, _ in rel.iter_marginals():
+        total += float(v.sum())
+    t2 = time.perf_counter()
+    order = np.random.default_rng(seed).permutation(len(rel.subsets))[:200]
+    for i in order:
+        rel.marginal(rel.subsets[int(i)])
+    t3 = time.perf_counter()
+    size = os.path.getsize(rel.store.path)
+    return {"release_s": t1 - t0, "read_all_s": t2 - t1, "marginal_200_s": t3 - t2, "bytes": size}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="8 attributes, 2,000 records, one run")
+    ap.add_argument("--d", type=int, default=40)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--label", default="", help="a name for this checkout in the results")
+    ap.add_argument("--out", default=str(RESULTS / "spill_integrity.json"))
+    args = ap.parse_args(argv)
+    d, records, repeat = (8, 2_000, 1) if args.smoke else (args.d, args.records, args.repeat)
+    rows = []
+    for delta, kind in ((1e-6, "(eps, delta): appended integers"), (0.0, "pure eps: sums in place")):
+        runs = []
+        for r in range(repeat):
+            with tempfile.TemporaryDirectory() as spill:
+                runs.append(_case(d, records, delta, spill, seed=r))
+        row = {
+            "case": f"{d}x10, all 3-way, {kind}",
+            "spill_MiB": runs[0]["bytes"] / 2**20,
+            **{k: statistics.median(x[k] for x in runs) for k in ("release_s", "read_all_s", "marginal_200_s")},
+        }
+        rows.append(row)
+        print(
+            f"{row['case']:45s} spill {row['spill_MiB']:8.1f} MiB  release {row['release_s']:7.2f} s  "
+            f"read all {row['read_all_s']:7.2f} s  200 marginals {row['marginal_200_s']:6.3f} s",
+            flush=True,
+        )
+    if args.smoke:
+        return 0
+    out = Path(args.out)
+    data = json.loads(out.read_text()) if out.exists() else {}
+    data[args.label or "run"] = {
+        "rows": rows,
+        "repeat": repeat,
+        "records": records,
+        "load": os.getloadavg(),
+        "machine": platform.platform(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
