@@ -26,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: one BLAS thread (shared cores)
+
+import numpy as np  # noqa: E402
 
 if not os.environ.get("PYTHONPATH"):  # else the checkout PYTHONPATH names
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,7 +78,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     d, records, repeat = (8, 2_000, 1) if args.smoke else (args.d, args.records, args.repeat)
     rows = []
-    for delta, kind in ((1e-6, "(eps, delta): appended integers"), (0.0, "pure eps: sums in place")):
+    for delta, kind in (
+        (1e-6, "(eps, delta): appended integers"),
+        (0.0, "pure eps: sums in place"),
+    ):
         runs = []
         for r in range(repeat):
             with tempfile.TemporaryDirectory() as spill:
@@ -84,7 +89,10 @@ def main(argv=None):
         row = {
             "case": f"{d}x10, all 3-way, {kind}",
             "spill_MiB": runs[0]["bytes"] / 2**20,
-            **{k: statistics.median(x[k] for x in runs) for k in ("release_s", "read_all_s", "marginal_200_s")},
+            **{
+                k: statistics.median(x[k] for x in runs)
+                for k in ("release_s", "read_all_s", "marginal_200_s")
+            },
         }
         rows.append(row)
         print(

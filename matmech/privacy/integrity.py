@@ -189,21 +189,21 @@ class HeadRecord:
         """How far the state file ``subject`` of ``count`` links (``macs[i]`` the MAC of link
         i + 1) is ahead of this record: 0 or 1 (the record lags its last commit);
         IntegrityError for anything else, said in words a user can act on."""
-        where = f"{subject}: the {self.kind} file (its key file is {self.path})"
+        where, key = f"{subject}: the {self.kind} file", f"its key file {self.path}"
         if count < self.count:
             raise IntegrityError(
-                f"{where} is older than its key file records: {count} of {self.count} commits; "
-                "it was truncated or replaced by an earlier copy, and is not read"
+                f"{where} is older than {key} records ({count} of {self.count} commits): it "
+                "was truncated or replaced by an earlier copy, and is not read"
             )
         if count > self.count + 1:
             raise IntegrityError(
-                f"{where} is {count - self.count} commits ahead of its key file: the key file "
-                "was replaced by an earlier copy; the file is not read"
+                f"{where} is {count - self.count} commits ahead of {key}: the key file was "
+                "replaced by an earlier copy; the file is not read"
             )
         if self.count and not hmac.compare_digest(bytes(macs[self.count - 1]), self.head):
             raise IntegrityError(
-                f"{where} has a history other than the one its key file records (a copy of "
-                "another state of it); it is not read"
+                f"{where} has a history other than the one {key} records (a copy of another "
+                "state of it); it is not read"
             )
         return count - self.count
 

@@ -124,9 +124,9 @@ def test_a_dropped_step_and_a_dropped_pending_noise_are_refused(tmp_path):
     copy = tmp_path / "copy.stream"
     shutil.copy(path, copy)
     _sql(path, "DELETE FROM steps WHERE t = 2")
-    _refused(path, "older than its key file records: 5 of 7 commits")
+    _refused(path, r"older than its key file .* records \(5 of 7 commits\)")
     _sql(copy, "UPDATE steps SET x = NULL, y = NULL, r = NULL, smac = NULL WHERE t = 2")
-    _refused(copy, "older than its key file records: 6 of 7 commits")
+    _refused(copy, r"older than its key file .* records \(6 of 7 commits\)")
 
 
 def test_a_restored_older_copy_is_refused_and_cannot_release_a_step_again(tmp_path):
@@ -140,7 +140,9 @@ def test_a_restored_older_copy_is_refused_and_cannot_release_a_step_again(tmp_pa
     shutil.copy(path, older)
     s.step([5, 6])
     shutil.copy(older, path)
-    _refused(path, "older than its key file records: 4 of 6 commits; it was truncated or replaced")
+    _refused(
+        path, r"older than its key file .* records \(4 of 6 commits\): it was truncated or replaced"
+    )
     assert ledger.status()["spends"] == 1
 
 
