@@ -138,7 +138,8 @@ class StreamStore:
                     con.execute("COMMIT")
                 except BaseException:
                     if con.in_transaction:  # SQLite may have rolled back already (a full disk)
-                        con.execute("ROLLBACK")
+                        with contextlib.suppress(sqlite3.Error):  # never mask the first error
+                            con.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
             cause = "the disk is full" if _is_full(exc) else f"SQLite: {exc}"
@@ -154,8 +155,8 @@ class StreamStore:
             raise OSError(
                 exc.errno,
                 f"{what} was stored in {self._path}, but its key file could not be updated "
-                f"({exc.strerror}); nothing was released: free space there and run the command "
-                "again (it resumes from the file)",
+                f"({os.strerror(exc.errno) if exc.errno else exc}); nothing was released: free "
+                "space there and run the command again (it resumes from the file)",
                 exc.filename,
             ) from None
         self._broken = False
