@@ -241,12 +241,14 @@ class StreamStore:
                 fmt = meta.get("format")
                 if fmt in _UNCHECKED_FORMATS:
                     raise IntegrityError(
-                        f"{p}: a stream file of format {fmt!r} (written by a development version, "
-                        "without integrity checks) cannot be verified, so it is not read; start a new stream"
+                        f"{p}: a stream file of format {fmt!r} (written by a development "
+                        "version, without integrity checks) cannot be verified, so it is not "
+                        "read; start a new stream"
                     )
                 if fmt != STREAM_FORMAT:
                     raise ValueError(
-                        f"{p}: not a matmech stream file (format {fmt!r}, expected {STREAM_FORMAT!r})"
+                        f"{p}: not a matmech stream file (format {fmt!r}, expected "
+                        f"{STREAM_FORMAT!r})"
                     )
                 rows = con.execute(
                     "SELECT t, z, zmac, x, y, r, smac FROM steps ORDER BY t"
@@ -257,7 +259,8 @@ class StreamStore:
         hint = (
             ""
             if key_file is not None
-            else " (if the stream was created with a key file of your choosing, give it)"
+            else " (if the stream was created with a key file of your choosing, give it: "
+            "key_file= or --key-file)"
         )
         rp = (
             Path(key_file)
