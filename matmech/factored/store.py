@@ -36,6 +36,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -247,9 +248,28 @@ def _runs(blocks: np.ndarray) -> list:
     return np.split(blocks, np.flatnonzero(np.diff(blocks) != 1) + 1) if blocks.size else []
 
 
+_SEEK_LOCK = threading.Lock()  # where there is no pread/pwrite (Windows): seek, then read
+
+
+def _os_pwrite(fd: int, data, offset: int) -> int:
+    if hasattr(os, "pwrite"):
+        return os.pwrite(fd, data, offset)
+    with _SEEK_LOCK:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.write(fd, data)
+
+
+def _os_pread(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    with _SEEK_LOCK:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, n)
+
+
 def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
     while len(data):
-        n = os.pwrite(fd, data.data, offset)
+        n = _os_pwrite(fd, data.data, offset)
         data, offset = data[n:], offset + n
 
 
@@ -257,7 +277,7 @@ def _pread(fd: int, buf: np.ndarray, offset: int) -> int:
     """Fill ``buf`` (uint8) from ``offset``; the bytes read (fewer at the end of the file)."""
     got = 0
     while got < len(buf):
-        chunk = os.pread(fd, len(buf) - got, offset + got)
+        chunk = _os_pread(fd, len(buf) - got, offset + got)
         if not chunk:
             break
         buf[got : got + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
