@@ -24,6 +24,19 @@ def _one_blas_thread():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_config_dir(tmp_path_factory):
+    """Key files (streams: docs/guide/threat-model.md) go to a directory of the run's own,
+    never the user's configuration directory; subprocesses inherit it."""
+    old = os.environ.get("MATMECH_CONFIG_DIR")
+    os.environ["MATMECH_CONFIG_DIR"] = str(tmp_path_factory.mktemp("matmech-config"))
+    yield
+    if old is None:
+        os.environ.pop("MATMECH_CONFIG_DIR", None)
+    else:
+        os.environ["MATMECH_CONFIG_DIR"] = old
+
+
 @pytest.fixture
 def spec_files():
     files = sorted((ROOT / "workloads").glob("*.toml"))

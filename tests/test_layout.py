@@ -29,6 +29,7 @@ LAYERS = [
         "privacy.confidence",
         "privacy.budget",
         "privacy.ledger",
+        "privacy.integrity",
     ],
     ["error"],
     ["optimizers"],

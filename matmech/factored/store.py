@@ -3,9 +3,14 @@
 :class:`ResidualStore`: the stored values of every residual — δ > 0 the released integers
 in draw order (:func:`matmech.factored.measure.residual_batches`, int64, appended); pure ε
 the orthonormal coordinates combined from the noisy tables (float64, added to in place) —
-in one array or in a file read through a mapping opened per read (the pages read leave the
-process's resident set) and removed with the store. How the values are read (coordinates,
-exact variances) is the measurement plan's kind (:mod:`matmech.factored.streamed_kinds`).
+in one array or in a spill file (read and written with ``pread``/``pwrite``: the pages read
+never enter the process's resident set) removed with the store. A spill file is authenticated
+in blocks of :data:`BLOCK` values, each with an HMAC-SHA256 under a random key that only the
+store holds, in memory (``docs/guide/threat-model.md``): every block read back is checked
+first, so a file altered, truncated or swapped while the release lives raises
+:class:`~matmech.privacy.integrity.IntegrityError` instead of changing an answer. How the
+values are read (coordinates, exact variances) is the measurement plan's kind
+(:mod:`matmech.factored.streamed_kinds`).
 :class:`ResidualIndex`: residual tuple → lattice index, vectorised.
 :class:`MarginalRelease`: the result of
 :func:`matmech.factored.streamed.release_marginals`, answers and exact std reconstructed from
@@ -23,12 +28,15 @@ cells differ by < 0.4%; pure ε: each residual's exact combined discrete Laplace
 from __future__ import annotations
 
 import functools
+import hmac
 import itertools
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,80 +50,248 @@ from matmech.factored.table_batches import accumulate
 from matmech.factored.residual_plan import MAX_MEMORY
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
+from matmech.privacy.integrity import IntegrityError
 from matmech.record import Release
 
-__all__ = ["ResidualStore", "ResidualIndex", "MarginalRelease", "CACHE_BYTES"]
+__all__ = [
+    "ResidualStore",
+    "SealedFile",
+    "ResidualIndex",
+    "MarginalRelease",
+    "CACHE_BYTES",
+    "BLOCK",
+]
 
 #: Cells of marginals reconstructed as one stack (bounds the temporaries).
 _CHUNK = 1 << 21
 #: Lifted lower-order residuals kept for reuse by the reconstruction (bytes).
 CACHE_BYTES = 256 << 20
+#: Values per authenticated block of a spill file (64 KiB).
+BLOCK = 1 << 13
 
 
 class ResidualStore:
-    """The stored values of every residual at ``offsets``: one array, or a file read through
-    a mapping opened per read (so the pages read leave the resident set). Gaussian: the
-    released integers (int64), written in draw order (:meth:`write`, appended to the file);
-    ``accumulate``: float64 sums, zero to start, added to in place (:meth:`add`)."""
+    """The stored values of every residual at ``offsets``: one array, or an authenticated
+    spill file (:class:`SealedFile`). Gaussian: the released integers (int64), written in
+    draw order (:meth:`write`, appended); ``accumulate``: float64 sums, zero to start, added
+    to in place (:meth:`add`)."""
 
     def __init__(self, offsets, total, directory=None, *, accumulate=False):
-        self.offsets, self.total, self._fh = offsets, int(total), None
+        self.offsets, self.total = offsets, int(total)
         self.dtype = np.dtype(np.float64 if accumulate else np.int64)
+        self.array: np.ndarray | None = None
+        self.file: SealedFile | None = None
+        self.path: str | None = None
         if directory is None:
-            self.path, self.array = None, np.zeros(self.total, dtype=self.dtype)
-            return
-        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".bin", dir=directory)
-        os.close(fd)
-        self.array, self._at = None, 0
-        self._finalizer = weakref.finalize(self, _remove, self.path)
-        if accumulate:
-            os.truncate(self.path, self.dtype.itemsize * self.total)  # zeros, sparse on disk
+            self.array = np.zeros(self.total, dtype=self.dtype)
         else:
-            self._fh = open(self.path, "wb")
+            self.file = SealedFile(directory, self.total, self.dtype, zeros=accumulate)
+            self.path = self.file.path
 
     def write(self, J, y):
-        if self.path is None:
+        if self.array is not None:
             pos = self.offsets[J][:, None] + np.arange(y.shape[1])[None, :]
             self.array[pos] = y
             return
-        y.tofile(self._fh)  # batches arrive in draw order: an append
-        self._at += y.size
+        self.file.append(y)  # type: ignore[union-attr]  # in draw order: an append
 
     def add(self, starts: np.ndarray, rows: np.ndarray) -> None:
         """Add ``rows[i]`` to the values from ``starts[i]`` on
-        (:func:`matmech.factored.table_batches.accumulate`: the same numbers in RAM or on disk)."""
-        if self.path is None:
+        (:func:`matmech.factored.table_batches.accumulate`: the same numbers in RAM or on disk;
+        on disk the blocks touched are read and checked, added to and sealed again)."""
+        if self.array is not None:
             accumulate(self.array, starts, rows)
             return
-        mm = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(self.total,))
-        accumulate(mm, starts, rows)
-        del mm  # unmapped (the kernel writes the shared pages back): they leave the resident set
+        if rows.size == 0 or self.file is None:
+            return
+        blocks, local, at = self.file.gather(starts, rows.shape[1])
+        accumulate(local, at, rows)
+        self.file.scatter(blocks, local)
 
     def close(self):
-        if self._fh is not None:
-            self._fh.close()
+        if self.file is not None:
+            self.file.finish()
 
     def read(self, J, m):
         """(len(J), m): the stored values of residuals J (each with m coordinates)."""
         starts = self.offsets[J]
-        src = (
-            self.array
-            if self.path is None
-            else np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.total,))
-        )
-        if J.size and np.all(np.diff(starts) == m):
-            out = np.array(src[int(starts[0]) : int(starts[0]) + m * J.size]).reshape(J.size, m)
+        if self.file is None:
+            src, at = self.array, starts
+        elif J.size == 0 or m == 0:
+            return np.zeros((J.size, m), dtype=self.dtype)
         else:
-            out = np.asarray(src[starts[:, None] + np.arange(m)[None, :]])
-        del src  # the mapping is closed: its pages leave this process's resident set
-        return out
+            _, src, at = self.file.gather(starts, m)
+        if J.size and np.all(np.diff(at) == m):
+            return np.array(src[int(at[0]) : int(at[0]) + m * J.size]).reshape(J.size, m)
+        return np.asarray(src[at[:, None] + np.arange(m)[None, :]])
 
 
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+def _blocks_of(starts: np.ndarray, m: int) -> np.ndarray:
+    """The sorted blocks that the ranges [s, s + m) touch."""
+    b0, b1 = starts // BLOCK, (starts + (m - 1)) // BLOCK
+    if np.array_equal(b0, b1):
+        return np.unique(b0)
+    n = b1 - b0 + 1
+    step = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return np.unique(np.repeat(b0, n) + step)
+
+
+class SealedFile:
+    """A temporary file of ``total`` values of ``dtype``, in blocks of :data:`BLOCK` values,
+    each sealed by an HMAC-SHA256 (the block's index and bytes) under a random key held only
+    here, in memory. Read with :meth:`gather` (every block read is checked first), written by
+    :meth:`append` (in order; :meth:`finish` seals the last block) or :meth:`scatter` (blocks
+    rewritten and sealed again). ``zeros``: the file starts as zeros (a block never written
+    must still read as zeros). The file (0600) is removed with the object."""
+
+    def __init__(self, directory, total: int, dtype, *, zeros: bool):
+        fd, self.path = tempfile.mkstemp(prefix="matmech-residuals-", suffix=".bin", dir=directory)
+        self.total, self.dtype, self._fd = int(total), np.dtype(dtype), fd
+        self._finalizer = weakref.finalize(self, _remove, self.path, fd)
+        self._key = secrets.token_bytes(32)
+        self.blocks = -(-self.total // BLOCK)
+        self._macs: list[bytes | None] = [None] * self.blocks  # None: never written
+        self._zeros, self._at, self._tail = zeros, 0, bytearray()
+        if zeros:
+            os.ftruncate(fd, self.dtype.itemsize * self.total)  # zeros, sparse on disk
+
+    def _seal(self, i: int, data) -> bytes:
+        mac = hmac.new(self._key, i.to_bytes(8, "big"), "sha256")
+        mac.update(data)
+        return mac.digest()
+
+    def _size(self, i: int) -> int:
+        """Bytes of block i (the last one may be short)."""
+        return self.dtype.itemsize * min(BLOCK, self.total - i * BLOCK)
+
+    def _refuse(self, why: str) -> IntegrityError:
+        return IntegrityError(
+            f"{self.path}: the spill file of this release {why}; no answer is read from it "
+            "(make the release again)"
+        )
+
+    # -- writing -----------------------------------------------------------------------
+    def append(self, values: np.ndarray) -> None:
+        """Write ``values`` after those written so far and seal every block they complete."""
+        data = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1).view(np.uint8)
+        _pwrite(self._fd, data, self._at)
+        block = BLOCK * self.dtype.itemsize
+        i, done = divmod(self._at, block)
+        self._at += len(data)
+        if done:  # complete the block begun by an earlier append
+            take = min(len(data), block - done)
+            self._tail += data[:take].data
+            data = data[take:]
+            if len(self._tail) < block:
+                return
+            self._macs[i] = self._seal(i, self._tail)
+            self._tail, i = bytearray(), i + 1
+        while len(data) >= block:
+            self._macs[i] = self._seal(i, data[:block])
+            data, i = data[block:], i + 1
+        self._tail = bytearray(data)
+
+    def finish(self) -> None:
+        """Seal the last, partly filled block of an append-written file."""
+        if self._tail:
+            i = self._at // (BLOCK * self.dtype.itemsize)
+            self._macs[i] = self._seal(i, self._tail)
+            self._tail = bytearray()
+
+    def scatter(self, blocks: np.ndarray, local: np.ndarray) -> None:
+        """Write ``local`` (the blocks ``blocks``, concatenated, as :meth:`gather` gave them)
+        back and seal them."""
+        raw = local.view(np.uint8)
+        at = 0
+        for run in _runs(blocks):
+            size = sum(self._size(int(i)) for i in run)
+            _pwrite(self._fd, raw[at : at + size], int(run[0]) * BLOCK * self.dtype.itemsize)
+            for i in run.tolist():
+                n = self._size(i)
+                self._macs[i] = self._seal(i, raw[at : at + n])
+                at += n
+
+    # -- reading -----------------------------------------------------------------------
+    def gather(self, starts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(blocks, their values concatenated and checked, each start's position in them)
+        for the ranges [s, s + m): IntegrityError if a block does not verify."""
+        starts = np.asarray(starts, dtype=np.int64)
+        blocks = _blocks_of(starts, m)
+        size = self.dtype.itemsize
+        local = np.empty(sum(self._size(int(i)) for i in blocks) // size, self.dtype)
+        raw = local.view(np.uint8)
+        at = 0
+        for run in _runs(blocks):
+            want = sum(self._size(int(i)) for i in run)
+            if _pread(self._fd, raw[at : at + want], int(run[0]) * BLOCK * size) < want:
+                raise self._refuse("was truncated after matmech wrote it")
+            for i in run.tolist():
+                n, mac = self._size(i), self._macs[i]
+                if mac is None:
+                    if not self._zeros or local[at // size : (at + n) // size].any():
+                        raise self._refuse(
+                            f"was changed after matmech made it (block {i} of {self.blocks}, "
+                            "never written, is not zeros)"
+                        )
+                elif not hmac.compare_digest(mac, self._seal(i, raw[at : at + n])):
+                    raise self._refuse(
+                        f"was changed after matmech wrote it (block {i} of {self.blocks} fails "
+                        "its check)"
+                    )
+                at += n
+        rank = np.searchsorted(blocks, starts // BLOCK)
+        return blocks, local, rank * BLOCK + starts % BLOCK
+
+
+def _runs(blocks: np.ndarray) -> list:
+    """Sorted block ids cut into runs of consecutive ones."""
+    return np.split(blocks, np.flatnonzero(np.diff(blocks) != 1) + 1) if blocks.size else []
+
+
+_SEEK_LOCK = threading.Lock()  # where there is no pread/pwrite (Windows): seek, then read
+
+
+def _os_pwrite(fd: int, data, offset: int) -> int:
+    if hasattr(os, "pwrite"):
+        return os.pwrite(fd, data, offset)
+    with _SEEK_LOCK:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.write(fd, data)
+
+
+def _os_pread(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    with _SEEK_LOCK:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, n)
+
+
+def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
+    while len(data):
+        n = _os_pwrite(fd, data.data, offset)
+        data, offset = data[n:], offset + n
+
+
+def _pread(fd: int, buf: np.ndarray, offset: int) -> int:
+    """Fill ``buf`` (uint8) from ``offset``; the bytes read (fewer at the end of the file)."""
+    got = 0
+    while got < len(buf):
+        chunk = _os_pread(fd, len(buf) - got, offset + got)
+        if not chunk:
+            break
+        buf[got : got + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        got += len(chunk)
+    return got
+
+
+def _remove(path, fd=None):
+    for undo in ((lambda: os.close(fd)) if fd is not None else None, lambda: os.remove(path)):
+        if undo is not None:
+            try:
+                undo()
+            except OSError:
+                pass
 
 
 class ResidualIndex:

@@ -6,7 +6,8 @@ section 10.2.1, without a derivation function) instantiated from 384 bits of ``o
 It reads the keystream at numpy speed (several GB/s) where ``os.urandom`` gives a few
 hundred MB/s; :func:`os_source` still reads ``os.urandom`` for every refill, for those who
 want the operating system's generator only. Both are fresh per call, thread-safe and never
-hand the same words to a forked child. A ``numpy.random.Generator`` gives a reproducible
+hand the same words to a forked child; no source can be copied, deep-copied or pickled (a
+copy would repeat the original's words: TypeError). A ``numpy.random.Generator`` gives a reproducible
 source that is NOT cryptographically secure; a :class:`RandomSource` is used as is. Every
 sampler of :mod:`matmech.privacy.noise` draws through one of these.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from typing import NoReturn
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -37,6 +39,11 @@ __all__ = ["RandomSource", "check_rng", "os_source"]
 _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1
 _CHUNK_WORDS = 1 << 13  # 64 KiB: the smallest read from the underlying generator
+_NO_COPY = (
+    "a RandomSource cannot be {how}: the copy would hand out the same random words (the same "
+    "noise) as the original; give each stream or release its own source (rng=None makes a "
+    "fresh secure one)"
+)
 
 
 class RandomSource:
@@ -63,6 +70,16 @@ class RandomSource:
 
     def _generate(self, n: int) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # never two holders of one state ---------------------------------------------------
+    def __copy__(self) -> NoReturn:
+        raise TypeError(_NO_COPY.format(how="copied"))
+
+    def __deepcopy__(self, memo) -> NoReturn:
+        raise TypeError(_NO_COPY.format(how="copied"))
+
+    def __reduce_ex__(self, protocol) -> NoReturn:
+        raise TypeError(_NO_COPY.format(how="pickled"))
 
     # raw words ---------------------------------------------------------------------
     def words64(self, n: int) -> np.ndarray:

@@ -3,10 +3,12 @@
 ``init SPEC.toml STREAM.db [--ledger L]`` plans the stream from a TOML spec (keys:
 ``horizon``, ``categories`` (a count or a list of labels), ``eps`` and ``delta`` or
 ``rho`` and ``delta``, ``factorization``, ``objective``, ``neighbors``, ``max_records``),
-charges the ledger once and writes the stream file. ``step STREAM.db --counts A,B,…
-[--t T]`` feeds one step (one count per category) and prints the noisy running totals
+charges the ledger once and writes the stream file and its key file (``--key-file``, default
+under the configuration directory: ``docs/guide/threat-model.md``). ``step STREAM.db --counts
+A,B,… [--t T]`` feeds one step (one count per category) and prints the noisy running totals
 and their std; the noise comes from the secure CTR_DRBG (no seed option). Asking for a step
-already released prints the stored release. ``status`` prints the public facts.
+already released prints the stored release. ``status`` prints the public facts. Every command
+verifies the stream file against its key file first.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _ledger(path):
 
 def _cmd_init(args) -> int:
     spec = load_stream_spec(args.spec)
-    s = StreamRelease.create(args.stream, spec, budget=_ledger(args.ledger))
+    s = StreamRelease.create(args.stream, spec, budget=_ledger(args.ledger), key_file=args.key_file)
     st = s.status()
     print(
         f"created stream {args.stream}: {st['horizon']} steps x {len(st['categories'])} categories, "
@@ -84,7 +86,7 @@ def _parse_counts(text: str) -> list[int]:
 
 
 def _cmd_step(args) -> int:
-    s = StreamRelease.open(args.stream, budget=_ledger(args.ledger))
+    s = StreamRelease.open(args.stream, budget=_ledger(args.ledger), key_file=args.key_file)
     res = s.step(_parse_counts(args.counts), t=args.t)
     if args.json:
         print(
@@ -106,7 +108,7 @@ def _cmd_step(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    st = StreamRelease.open(args.stream).status()
+    st = StreamRelease.open(args.stream, key_file=args.key_file).status()
     if args.json:
         print(
             json.dumps(
@@ -118,6 +120,19 @@ def _cmd_status(args) -> int:
     for k, v in st.items():
         print(f"{k:22s} {v}")
     return 0
+
+
+def _key_file_arg(p, *, creating=False):
+    p.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help=(
+            "where to keep the stream's key and head record (created; default: "
+            "<config dir>/streams/<stream id>.key)"
+            if creating
+            else "the key file given at init (default: the one under the configuration directory)"
+        ),
+    )
 
 
 def add_stream_parser(sub) -> None:
@@ -138,6 +153,7 @@ def add_stream_parser(sub) -> None:
     q.add_argument(
         "--ledger", metavar="FILE", help="charge the whole stream to this privacy ledger, once"
     )
+    _key_file_arg(q, creating=True)
     q.set_defaults(func=_cmd_init)
     q = ssub.add_parser(
         "step", help="feed one step's counts; print the noisy running totals and their std"
@@ -160,11 +176,13 @@ def add_stream_parser(sub) -> None:
         metavar="FILE",
         help="the ledger given at init (only read to finish an interrupted charge)",
     )
+    _key_file_arg(q)
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=_cmd_step)
     q = ssub.add_parser(
         "status", help="public facts: horizon, steps done, privacy, factorization, next std"
     )
     q.add_argument("stream", help="a stream file")
+    _key_file_arg(q)
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=_cmd_status)

@@ -19,7 +19,9 @@ input's shape or type (public: no valid count vector fails) or is released.
 Asking again for a released step returns the stored release without reading anything.
 Reopening the file after a crash resumes: a charged stream is never charged again (if a
 crash fell between the charge and its mark, the ledger's entry, named by the stream's random
-id, is found and not repeated) and stored noise is reused.
+id, is found and not repeated) and stored noise is reused. Reopening verifies the file against
+its key file (:mod:`matmech.stream.state`): an edited release, a dropped step or an older copy
+of the file (which would release a step again with fresh noise) is refused.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
         ),
         "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
         "stream_id": stream_id,
-        "charged": "0" if budgeted else "1",  # without a budget there is nothing to charge
+        "budgeted": "1" if budgeted else "0",  # without a budget there is nothing to charge
     }
 
 
@@ -109,11 +111,10 @@ class StreamRelease:
     def __init__(self, store: StreamStore, plan: StreamPlan, *, budget=None, rng=None):
         self._store, self.plan = store, plan
         self._src = noise.check_rng(rng)
-        meta = store.meta()
-        self.stream_id = meta["stream_id"]
+        self.stream_id = store.meta["stream_id"]
         k, n = len(plan.spec.categories), plan.spec.horizon
         self._layout = plan.layout  # built with K = C_g/g, once per plan
-        self._ensure_charged(meta, budget)
+        self._ensure_charged(budget)
         done, self._pending, x, y, r = store.load(k)
         # the counts' limbs (x ≤ cap ≤ 2^50 is exact in the file's float64), y and r
         self._limbs = np.zeros((self._layout.limbs, n, k), dtype=np.int64)
@@ -134,8 +135,11 @@ class StreamRelease:
         budget=None,
         rng=None,
         factorization: StreamFactorization | None = None,
+        key_file=None,
     ) -> StreamRelease:
-        """Plan the stream, check the budget, write the stream file and charge the budget once."""
+        """Plan the stream, check the budget, write the stream file and its key file
+        (``key_file``: a path of your choosing; default ``<config dir>/streams/<id>.key``,
+        :func:`matmech.privacy.integrity.config_dir`) and charge the budget once."""
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
@@ -151,14 +155,17 @@ class StreamRelease:
             )
         eps, delta = spec.charge
         check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
-        store = StreamStore.create(path, _plan_meta(plan, secrets.token_hex(8), budget is not None))
+        meta = _plan_meta(plan, secrets.token_hex(8), budget is not None)
+        store = StreamStore.create(path, meta, key_file=key_file)
         return cls(store, plan, budget=budget, rng=rng)
 
     @classmethod
-    def open(cls, path, *, budget=None, rng=None) -> StreamRelease:
-        """Reopen a stream file (after a crash or in a later process)."""
-        store = StreamStore.open(path)
-        return cls(store, _plan_from_meta(store.meta()), budget=budget, rng=rng)
+    def open(cls, path, *, budget=None, rng=None, key_file=None) -> StreamRelease:
+        """Reopen a stream file (after a crash or in a later process), verified against its
+        key file (``key_file`` if it was declared at creation): an altered file, or one
+        restored from an older copy, raises :class:`~matmech.privacy.integrity.IntegrityError`."""
+        store = StreamStore.open(path, key_file=key_file)
+        return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 
     @staticmethod
     def _what_for(spec: StreamSpec, stream_id: str) -> str:
@@ -167,8 +174,8 @@ class StreamRelease:
             f"{spec.factorization}"
         )
 
-    def _ensure_charged(self, meta: dict, budget) -> None:
-        if meta["charged"] == "1":
+    def _ensure_charged(self, budget) -> None:
+        if self._store.charged:
             return
         if budget is None:
             raise ValueError(
@@ -180,7 +187,7 @@ class StreamRelease:
         if not any(e.what == what for e in check_budget(budget).ledger):
             eps, delta = self.plan.spec.charge
             budget.spend(eps, delta, what=what)
-        self._store.set_meta("charged", "1")
+        self._store.mark_charged()
 
     # -- the stream ----------------------------------------------------------------------
 

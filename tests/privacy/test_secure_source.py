@@ -100,6 +100,33 @@ def test_words_are_read_only_and_requests_never_repeat():
     assert np.unique(words).size == words.size
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda: check_rng(None), os_source, lambda: check_rng(np.random.default_rng(3))],
+    ids=["default", "os", "generator"],
+)
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_source_cannot_be_copied_or_pickled(make, how):
+    """A copy would hand out the words the original hands out next (copy.copy shared the
+    buffer position: the same noise twice): every way of duplicating a source refuses, and
+    the original keeps giving fresh words."""
+    import copy
+    import pickle
+
+    dup = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+    src = make()
+    first = src.words64(3)
+    with pytest.raises(
+        TypeError, match="RandomSource cannot be (copied|pickled).*same random words"
+    ):
+        dup(src)
+    words = np.concatenate([first, src.words64(1 << 10)])
+    assert np.unique(words).size == words.size
+    # nor can an object holding one (two holders would share the DRBG state)
+    with pytest.raises(TypeError, match="RandomSource cannot be"):
+        (copy.deepcopy if how == "copy" else dup)({"rng": src})
+
+
 class _SlowSource(_CtrDrbgSource):
     """The default source with a wide window between reading Key || V and the Update, so
     that threads racing without the lock would share keystream almost surely."""

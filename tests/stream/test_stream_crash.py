@@ -1,6 +1,7 @@
 """Kill `matmech stream` processes mid-step and mid-init, resume, and show nothing redrawn or recharged."""
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,18 +16,23 @@ from matmech.stream.release import StreamRelease
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs the real CLI in a child process whose store SIGKILLs the process at a chosen commit.
+# Runs the real CLI in a child process that SIGKILLs itself at a chosen call: a StreamStore
+# method (before it commits) or "advance@N", the N-th update of a key file (after the
+# stream file's commit, before the key file is written).
 _KILLER = """
 import os, signal, sys
+from matmech.privacy import integrity
 from matmech.stream import state
 from matmech.cli import main
-target = sys.argv[1]
-real = getattr(state.StreamStore, target)
+target, _, nth = sys.argv[1].partition("@")
+owner = integrity.HeadRecord if target == "advance" else state.StreamStore
+real, calls = getattr(owner, target), []
 def killer(self, *a, **kw):
-    if target != "set_meta" or a[0] == "charged":
+    calls.append(1)
+    if len(calls) == int(nth or 1):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, *a, **kw)
-setattr(state.StreamStore, target, killer)
+setattr(owner, target, killer)
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -101,7 +107,7 @@ def test_kill_mid_step_resume_reuses_noise_and_never_recharges(tmp_path):
 
 def test_kill_between_charge_and_mark_is_not_charged_twice(tmp_path):
     spec, ledger, db = _setup(tmp_path)
-    r = _cli("stream", "init", spec, db, "--ledger", ledger, kill_at="set_meta")
+    r = _cli("stream", "init", spec, db, "--ledger", ledger, kill_at="mark_charged")
     assert r.returncode == -signal.SIGKILL
     assert Ledger.open(ledger).status()["spends"] == 1  # the charge was committed
     r = _cli("stream", "step", db, "--counts", "1,1", "--ledger", ledger)
@@ -125,9 +131,52 @@ def test_cli_errors_are_one_line(tmp_path):
 
 def test_interrupted_charge_needs_the_budget_to_resume(tmp_path):
     spec, ledger, db = _setup(tmp_path)
-    r = _cli("stream", "init", spec, db, "--ledger", ledger, kill_at="set_meta")
+    r = _cli("stream", "init", spec, db, "--ledger", ledger, kill_at="mark_charged")
     assert r.returncode == -signal.SIGKILL
     assert (
         main(["stream", "step", str(db), "--counts", "1,1"]) == 2
     )  # no ledger: refused, nothing drawn
     assert _rows(db) == []
+
+
+def _links(db):
+    """(links in the stream file, links its key file records)."""
+    from matmech.privacy.integrity import HeadRecord
+    from stream_files import key_file, stream_id
+
+    rec = HeadRecord.load(key_file(db), "stream", stream_id(db))
+    with sqlite3.connect(db) as con:
+        n = 1 + con.execute("SELECT COUNT(*) FROM meta WHERE key = 'charged'").fetchone()[0]
+        n += con.execute("SELECT COUNT(z) + COUNT(y) FROM steps").fetchone()[0]
+    return n, rec.count
+
+
+def test_kill_between_a_commit_and_its_key_file_resumes_and_releases_nothing_twice(tmp_path):
+    """The key file is written after the stream file's commit and may lag it by one: a kill
+    there leaves the file one commit ahead, which is accepted and caught up; nothing was
+    printed, and an older copy of the file is refused once the key file covers a release."""
+    spec, ledger, db = _setup(tmp_path)
+    assert _cli("stream", "init", spec, db, "--ledger", ledger).returncode == 0
+    assert _cli("stream", "step", db, "--counts", "3,4").returncode == 0
+    # killed after step 1's release is committed, before its key file update: not printed
+    r = _cli("stream", "step", db, "--counts", "5,1", kill_at="advance@2")
+    assert r.returncode == -signal.SIGKILL and r.stdout == ""
+    assert _links(db) == (6, 5)
+    r = _cli("stream", "step", db, "--counts", "9,9", "--t", "1", "--json")
+    assert r.returncode == 0 and '"replayed": true' in r.stdout, r.stderr
+    assert _links(db) == (6, 6), "the key file caught up"
+    # killed after step 2's noise is committed, before its key file update
+    before = tmp_path / "before.db"
+    shutil.copy(db, before)
+    r = _cli("stream", "step", db, "--counts", "2,2", kill_at="advance@1")
+    assert r.returncode == -signal.SIGKILL and r.stdout == ""
+    assert _links(db) == (7, 6)
+    z2 = _rows(db)[2][1]
+    r = _cli("stream", "step", db, "--counts", "2,2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert _rows(db)[2][1] == z2, "the stored noise was reused"
+    # the copy from before step 2 is now older than the key file: refused
+    shutil.copy(before, db)
+    r = _cli("stream", "step", db, "--counts", "2,2")
+    assert r.returncode == 2 and "older than its key file" in r.stderr and r.stdout == ""
+    assert Ledger.open(ledger).status()["spends"] == 1

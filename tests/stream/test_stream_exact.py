@@ -32,14 +32,15 @@ def _spy(monkeypatch, events):
             name,
             lambda *a, _r=real, _n=name, **kw: (events.append(("draw", _n)), _r(*a, **kw))[1],
         )
-    for name in ("put_noise", "put_step", "set_meta"):
+    for name in ("put_noise", "put_step", "mark_charged"):
         real = getattr(state.StreamStore, name)
         monkeypatch.setattr(
             state.StreamStore,
             name,
-            lambda self, *a, _r=real, _n=name: (events.append(("store", _n, a[0])), _r(self, *a))[
-                1
-            ],
+            lambda self, *a, _r=real, _n=name: (
+                events.append(("store", _n, a[0] if a else None)),
+                _r(self, *a),
+            )[1],
         )
 
     class SpyBudget(PrivacyBudget):

@@ -194,10 +194,12 @@ def test_plan_grid_does_not_depend_on_max_records():
 )
 def test_reopening_recomputes_the_calibration_and_refuses_an_altered_file(tmp_path, spec_kw):
     """A reopened stream draws with the noise its spec and stored C imply, not with whatever
-    scale the file says: a file whose scale, std or sensitivity was changed is refused."""
+    scale the file says: a changed scale, std, sensitivity or grid fails the file's MACs, and
+    even a forger who holds the key (re-MACs the file) is refused by the recomputed calibration."""
     import json
 
-    from matmech.stream.state import StreamStore
+    from matmech.privacy.integrity import IntegrityError
+    from stream_files import forge
 
     path = tmp_path / "s.db"
     s = StreamRelease.create(
@@ -210,11 +212,22 @@ def test_reopening_recomputes_the_calibration_and_refuses_an_altered_file(tmp_pa
         s.plan.std,
         s.plan.grid,
     )
-    store = StreamStore.open(path)
-    plan = json.loads(store.meta()["plan"])
+    with sqlite3.connect(path) as con:
+        plan = json.loads(con.execute("SELECT value FROM meta WHERE key = 'plan'").fetchone()[0])
+
+    def set_plan(p):
+        return lambda con: con.execute(
+            "UPDATE meta SET value = ? WHERE key = 'plan'", (json.dumps(p),)
+        )
+
     for key, factor in (("scale", 0.5), ("std", 0.5), ("sensitivity", 0.5), ("grid", 2.0)):
-        store.set_meta("plan", json.dumps({**plan, key: plan[key] * factor}))
+        altered = {**plan, key: plan[key] * factor}
+        with sqlite3.connect(path) as con:
+            set_plan(altered)(con)
+        with pytest.raises(IntegrityError, match="creation record .* does not verify"):
+            StreamRelease.open(path, rng=np.random.default_rng(1))
+        forge(path, set_plan(altered))
         with pytest.raises(ValueError, match="does not follow from its spec|not on its grid"):
             StreamRelease.open(path, rng=np.random.default_rng(1))
-    store.set_meta("plan", json.dumps(plan))
+    forge(path, set_plan(plan))
     assert StreamRelease.open(path, rng=np.random.default_rng(1)).steps_done == 1
