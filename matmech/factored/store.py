@@ -27,7 +27,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from matmech.factored.measure import LaplaceMeasurementPlan, ResidualMeasurement
 from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.table_batches import accumulate
 from matmech.factored.release import MAX_MEMORY
+from matmech.limits import check_disk, check_memory
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.record import Release
@@ -316,6 +316,11 @@ class MarginalRelease:
                 f"the release has {self.rows:,} answers: with their std {need / 2**30:.1f} GiB "
                 f"(> max_memory {max_memory / 2**30:.1f} GiB); use marginal(), iter_marginals() or save()"
             )
+        check_memory(
+            need,
+            f"the {self.rows:,} answers and their std",
+            after="; use marginal(), iter_marginals() or save()",
+        )
         answers, std = np.empty(self.rows), np.empty(self.rows)
         for (S, v, s), lo, hi in zip(self.iter_marginals(), self.offsets[:-1], self.offsets[1:]):
             answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
@@ -344,9 +349,7 @@ class MarginalRelease:
         privacy parameters) into the directory ``path`` (created). Returns the directory."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        need = 16 * self.rows + (1 << 20)
-        if shutil.disk_usage(out).free < need:
-            raise ValueError(f"saving needs {need / 2**30:.1f} GiB free on {out}")
+        check_disk(16 * self.rows + (1 << 20), out, f"saving {self.rows:,} answers and their std")
         header = {"descr": "<f8", "fortran_order": False, "shape": (self.rows,)}
         with open(out / "answers.npy", "wb") as fa, open(out / "std.npy", "wb") as fs:
             np.lib.format.write_array_header_2_0(fa, header)

@@ -289,10 +289,9 @@ def test_refusals_come_before_reading_drawing_or_spending(monkeypatch, tmp_path)
     with pytest.raises(ValueError, match=r"would hold about .* GiB \(> max_memory"):
         release_marginals(_NoData(), big, 1.0, 0.0, budget=budget, rng=rng, max_memory=1 << 20)
 
-    class Usage:
-        free = 1 << 20
+    from matmech import limits
 
-    monkeypatch.setattr(streamed.shutil, "disk_usage", lambda path: Usage())
+    monkeypatch.setattr(limits, "disk_room", lambda path: limits.Room(1 << 20, "free (a test)"))
     with pytest.raises(ValueError, match="on disk"):
         release_marginals(_NoData(), big, 1.0, 0.0, budget=budget, spill_dir=str(tmp_path))
     monkeypatch.undo()
