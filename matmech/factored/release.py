@@ -400,6 +400,7 @@ def residual_plan(
         raise ValueError(
             f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
             f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals"
+            + _MARGINAL_BY_MARGINAL
         )
     check_memory(need, what, after=_MARGINAL_BY_MARGINAL)
     mplan, note, needed = noise_plan(

@@ -157,6 +157,7 @@ class StreamRelease:
     @classmethod
     def open(cls, path, *, budget=None, rng=None) -> StreamRelease:
         """Reopen a stream file (after a crash or in a later process)."""
+        noise.check_rng(rng)  # before the file (private counts) is read
         store = StreamStore.open(path)
         return cls(store, _plan_from_meta(store.meta()), budget=budget, rng=rng)
 
