@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -348,13 +349,16 @@ def factors(ops, what: str) -> tuple:
     return tuple(linear(op, f"{what} factor {i}") for i, op in enumerate(ops))
 
 
-def check_labels(labels, m: int) -> list:
-    """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
+def check_labels(labels, m: int) -> Sequence:
+    """``labels`` as a sequence of m names (one per workload row; a list, or the sequence
+    itself when it computes them on demand, e.g. :class:`matmech.io.labels.Labels`), or
+    TypeError / ValueError naming them."""
     if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
         raise TypeError(
             f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}"
         )
-    labels = list(labels)
+    if not isinstance(labels, Sequence) or isinstance(labels, (list, tuple, range)):
+        labels = list(labels)
     if len(labels) != m:
         raise ValueError(f"got {len(labels)} labels for {m} queries")
     return labels

@@ -77,10 +77,14 @@ __all__ = [
     "MAX_KRON_CELLS",
     "MAX_MEMORY",
     "residual_memory",
+    "FACTORED_STRATEGY_NAMES",
     "SEARCH_ALL_MAX_ATTRIBUTES",
     "residual_error",
 ]
 
+#: Strategy names the factored release takes besides matmech.advisor.choice.STRATEGY_NAMES:
+#: the residual basis (a union of marginals) and generalised marginals (plan_path).
+FACTORED_STRATEGY_NAMES = ("residual", "gmarginals")
 #: Largest marginal (cells of the support U) the Kronecker path solves on.
 MAX_KRON_CELLS = 1 << 22
 #: ``search="auto"``: pure-ε table weights over all 2^d attribute subsets (HDMM's OPT_M, as
