@@ -43,6 +43,7 @@ from matmech.limits import check_disk, check_memory
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.record import Release
+from matmech.validate import integer
 
 __all__ = ["ResidualStore", "ResidualIndex", "MarginalRelease", "CACHE_BYTES"]
 
@@ -246,27 +247,40 @@ class MarginalRelease:
         return total
 
     # -- reconstruction ------------------------------------------------------------------
-    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
-        """(values, std) of the marginal on ``S`` (attribute indices; unweighted)."""
-        S = tuple(sorted(int(a) for a in S))
-        if len(set(S)) != len(S) or any(not 0 <= a < len(self.domain) for a in S):
-            raise ValueError(
-                f"S must hold distinct attribute indices in 0..{len(self.domain) - 1}, got {S}"
+    def _subset(self, S) -> tuple[tuple, tuple]:
+        """(S sorted, the axes that put the sorted marginal in ``S``'s order); TypeError for
+        anything but a sequence of integers, ValueError for repeated or out-of-range ones."""
+        d = len(self.domain)
+        if isinstance(S, (str, bytes)) or not hasattr(S, "__iter__"):
+            raise TypeError(
+                f"S must be a sequence of attribute indices, got {type(S).__name__}: {S!r}"
             )
+        asked = tuple(integer(a, "an attribute index in S") for a in S)
+        if len(set(asked)) != len(asked) or any(not 0 <= a < d for a in asked):
+            raise ValueError(f"S must hold distinct attribute indices in 0..{d - 1}, got {asked}")
+        order = tuple(sorted(asked))
+        return order, tuple(order.index(a) for a in asked)
+
+    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
+        """(values, std) of the marginal on ``S`` (attribute indices; unweighted), its axes
+        in the order of ``S``: ``marginal((1, 0))`` is ``marginal((0, 1))`` transposed."""
+        S, axes = self._subset(S)
         shape = tuple(self.domain[i] for i in S)
         est, ids, pats = self._chunk(np.array([S], dtype=np.int64).reshape(1, len(S)), shape)
         values = est[0]
         values.setflags(write=False)
-        return values, pats[ids[0]]
+        return values.transpose(axes), pats[ids[0]].transpose(axes)
 
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) of the marginal on ``S`` at ``level``, as
-        :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
-        from the law of the draws actually made: pure ε the tables' discrete Laplace draws
-        (every cell of a marginal shares it), (ε, δ) the residual rows' discrete Gaussians."""
+        """(lower, upper) of the marginal on ``S`` at ``level`` (axes in the order of
+        ``S``), as :meth:`matmech.record.Release.interval` gives
+        (:mod:`matmech.factored.answer_noise`): from the law of the draws actually made:
+        pure ε the tables' discrete Laplace draws (every cell of a marginal shares it),
+        (ε, δ) the residual rows' discrete Gaussians."""
+        S, axes = self._subset(S)
         values, std = self.marginal(S)
         half = self._noise_law.marginal_half(S, std, level)
-        return values - half, values + half
+        return (values - half).transpose(axes), (values + half).transpose(axes)
 
     @functools.cached_property
     def _noise_law(self):
@@ -379,7 +393,12 @@ class MarginalRelease:
         (:mod:`matmech.factored.measure`); pure ε the orthonormal coordinates Q_T x + noise
         combined from the noisy tables (:mod:`matmech.factored.table_batches`)."""
         index = self._aux()
-        T = tuple(sorted(int(a) for a in T))
+        T, axes = self._subset(T)
+        if axes != tuple(range(len(T))):  # a flat vector: no axes to put in the asked order
+            raise ValueError(
+                f"T must list its attributes in increasing order (the stored row order), got "
+                f"{tuple(T[a] for a in axes)}; ask for {T}"
+            )
         j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
         sub = tuple(self.domain[i] for i in T)
         y = self.store.read(j, math.prod(n - 1 for n in sub))[0]

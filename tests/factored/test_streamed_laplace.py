@@ -12,7 +12,7 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import store, streamed, table_batches
+from matmech.factored import store, table_batches
 from matmech.factored.measure import combine_tables
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
