@@ -128,7 +128,9 @@ def memory(nbytes, what: str, *, limit=None) -> int:
     """Refuse (:class:`SizeError`) work whose estimated memory ``nbytes`` exceeds the room
     this process has (:func:`matmech.limits.check_memory`), or ``limit`` bytes when given
     and smaller; returns the estimate as an int."""
-    return check_memory(nbytes, what, limit=limit, limit_name="")
+    return check_memory(
+        nbytes, what, limit=limit, limit_name="", after="; use a smaller domain or strategy"
+    )
 
 
 def size(

@@ -409,7 +409,8 @@ def add_parsers(sub):
         "--strategy",
         default="auto",
         metavar="NAME|FILE.npz",
-        help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
+        help="auto (default), identity, hierarchical, haar, optimize, residual (a union of marginals), "
+        "gmarginals (a union of products), or a strategy file from 'matmech advise --save-strategy'",
     )
     p.add_argument(
         "--select",

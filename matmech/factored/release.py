@@ -214,6 +214,10 @@ _BATCH_CELLS = 1 << 22
 #: summed out of them) and of the largest stack of the reconstruction (lifted values and
 #: variances, their products): measured peaks, rounded up (benchmarks/release_memory.py).
 _DRAW_TEMP, _STACK_TEMP = 40, 64
+#: Bytes any release holds whatever its size: the exact samplers' tables
+#: (matmech.privacy.draws.FIXED_BYTES), the plan's objects, worker threads' stacks and
+#: allocator arenas (address space, which ``ulimit -v`` bounds).
+_FIXED = 192 << 20
 
 
 def residual_memory(plan, W_subsets, rows) -> int:
@@ -226,11 +230,12 @@ def residual_memory(plan, W_subsets, rows) -> int:
       (``_DRAW_TEMP`` a cell);
     * estimate: the noisy tables the records keep (pure ε), three numbers per residual
       coordinate (value, variance, lifted draw), the answers and their std (16 bytes a
-      row) and the temporaries of the largest reconstruction stack (``_STACK_TEMP`` a cell).
+      row) and the temporaries of the largest reconstruction stack (``_STACK_TEMP`` a cell);
+
+    plus ``_FIXED`` bytes of any release (sampler tables, threads).
 
     ``W_subsets``: the attribute subsets of W's marginals. Measured peaks are at most this
-    (8 attributes × 10 values, every k-way marginal: 0.55-0.95 of it;
-    ``benchmarks/release_memory.py``)."""
+    (``benchmarks/release_memory.py``)."""
     d = plan.lattice.domain
     tables = getattr(plan, "tables", None)
     pure = tables is not None
@@ -241,7 +246,7 @@ def residual_memory(plan, W_subsets, rows) -> int:
     draw = 8 * (2 if pure else 1) * sum(read) + 8 * coords + _DRAW_TEMP * batch
     kept = 8 * sum(read) if pure else 0
     estimate = kept + 24 * coords + 16 * rows + _STACK_TEMP * stack
-    return int(max(draw, estimate))
+    return int(_FIXED + max(draw, estimate))
 
 
 def _search(domain, search):
