@@ -134,7 +134,7 @@ def _rlimit_rooms(root: Path) -> list:
 def _mounts(root: Path) -> list:
     """(mount root, mount point, version, controllers) of the cgroup file systems
     (``/proc/self/mountinfo``)."""
-    out = []
+    out: list[tuple[str, str, int, tuple[str, ...]]] = []
     for line in (_read(root / "proc/self/mountinfo") or "").splitlines():
         left, sep, right = line.partition(" - ")
         fields, tail = left.split(), right.split()

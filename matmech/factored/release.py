@@ -239,7 +239,7 @@ def residual_memory(plan, W_subsets, rows) -> int:
     d = plan.lattice.domain
     tables = getattr(plan, "tables", None)
     pure = tables is not None
-    read = [_cells(d, t) for t in (tables if pure else plan.lattice.residuals)] or [0]
+    read = [_cells(d, t) for t in (plan.lattice.residuals if tables is None else tables)] or [0]
     coords = int(np.asarray(plan.lattice.sizes, dtype=np.int64).sum())
     batch = max(min(_BATCH_CELLS, sum(read)), max(read))
     stack = max(min(_BATCH_CELLS, rows), max((_cells(d, S) for S in W_subsets), default=1))
