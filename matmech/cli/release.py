@@ -127,7 +127,6 @@ def _cmd_release(args):
         raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
-    _check_readable(args.data, "--data", "data file")
     schema = spec.schema
     if schema is not None and args.column:
         raise ValueError(
@@ -150,6 +149,7 @@ def _cmd_release(args):
         if schema is not None:
             raise
         kind = "csv"  # integer codes: any file name is read as CSV, as before
+    _check_readable(args.data, "--data", "data file")
     strategy = _strategy_arg(args.strategy)
     select = _select_arg(args)
     labels, m = spec.labels, spec.workload.shape[0]
