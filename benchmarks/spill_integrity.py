@@ -37,7 +37,7 @@ if not os.environ.get("PYTHONPATH"):  # else the checkout PYTHONPATH names
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matmech.factored import release_marginals  # noqa: E402
-from matmech.factored.terms import marginal_workload  # noqa: E402
+from matmech.linalg.terms import marginal_workload  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -36,6 +36,7 @@ __all__ = [
     "strategy_record",
     "gap_record",
     "release_table",
+    "iter_release_table",
     "Z95",
     "INTERVAL_COLUMNS",
 ]
@@ -354,8 +355,9 @@ class Release:
             out["threshold_rule"] = "row i is tested against std_i / target_rel_error"
         return out
 
-    def to_dict(self, *, labels=None, include_estimate=False):
-        """A JSON-ready dict: the privacy spent, strategy, noise, selection, one row per query."""
+    def to_dict(self, *, labels=None, include_estimate=False, queries=True):
+        """A JSON-ready dict: the privacy spent, strategy, noise, selection, one row per query
+        (``queries=False``: without them; :func:`iter_release_table` gives them one by one)."""
         m = self.measurement
         n_ans = self.answers.size
         out = {
@@ -394,8 +396,10 @@ class Release:
                 "secure_randomness": m.secure,
             },
             "selection": None if self.selection is None else self._selection_dict(),
-            "queries": release_table(self, labels),
+            "queries": release_table(self, labels) if queries else None,
         }
+        if not queries:
+            del out["queries"]
         if include_estimate and self.estimate is not None:
             out["estimate"] = self.estimate.tolist()
         return out
@@ -500,36 +504,64 @@ def release_table(
     >>> rows[0]["query"], sorted(rows[0])
     ('[0, 0]', ['answer', 'coverage', 'interval', 'lower', 'query', 'std', 'upper'])
     """
+    return list(iter_release_table(release, labels, level=level))
+
+
+def iter_release_table(
+    release: Release,
+    labels: Sequence[str] | None = None,
+    *,
+    level: float = 0.95,
+    chunk: int = 1 << 16,
+) -> Iterator[dict]:
+    """The rows of :func:`release_table`, one at a time, built ``chunk`` rows at once: a
+    table of 10⁸ rows is written without 10⁸ dicts in memory (the command line's answers).
+    ``labels`` may be any sequence, including one computed on demand
+    (:class:`matmech.io.labels.Labels`)."""
     if not isinstance(release, Release):
         raise TypeError(f"expected a Release, got {type(release).__name__}")
     m = release.workload.shape[0]
     labels = _default_labels(release.workload) if labels is None else check_labels(labels, m)
     law = release.interval_law(level)
     ans = np.asarray(release.answers, dtype=float)
+    std = np.asarray(release.std, dtype=float)
     half = np.asarray(law.half, dtype=float)
-    cover = [None if c != c else c for c in np.asarray(law.coverage, dtype=float).tolist()]
-    cells = [  # .tolist(): Python floats at once, not one numpy scalar per row
-        {"answer": a, "std": s, "lower": lo, "upper": hi, "interval": str(how), "coverage": c}
-        for a, s, lo, hi, how, c in zip(
-            ans.tolist(),
-            np.asarray(release.std, dtype=float).tolist(),
-            (ans - half).tolist(),
-            (ans + half).tolist(),
-            law.method,
-            cover,
-        )
-    ]
+    cov = np.asarray(law.coverage, dtype=float)
+
+    def cells(k):  # the answers with indices k (an array), in that order
+        a, h = ans[k], half[k]
+        return [  # .tolist(): Python floats at once, not one numpy scalar per row
+            {"answer": v, "std": s, "lower": lo, "upper": hi, "interval": str(how), "coverage": c}
+            for v, s, lo, hi, how, c in zip(
+                a.tolist(),
+                std[k].tolist(),
+                (a - h).tolist(),
+                (a + h).tolist(),
+                np.asarray(law.method)[k],
+                [None if c != c else c for c in cov[k].tolist()],
+            )
+        ]
+
     if release.selected is None:
-        return [{"query": str(q), **cell} for q, cell in zip(labels, cells)]
+        for a in range(0, m, chunk):
+            b = min(m, a + chunk)
+            for q, cell in zip(labels[a:b], cells(np.arange(a, b))):
+                yield {"query": str(q), **cell}
+        return
     notes = _unanswered_notes(release)
     empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
-    rows = [
-        {"query": str(q), "selected": False, "status": note, **empty}
-        for q, note in zip(labels, notes)
-    ]
     near = release.near_threshold
-    for k, (i, cell) in enumerate(zip(release.selected.tolist(), cells)):
-        rows[i].update(selected=True, status="answered", **cell)
-        if near is not None:
-            rows[i]["near_threshold"] = bool(near[k])
-    return rows
+    answer_of = np.full(m, -1, dtype=np.int64)  # row -> its answer's index (-1: none)
+    answer_of[np.asarray(release.selected, dtype=np.int64)] = np.arange(release.selected.size)
+    for a in range(0, m, chunk):
+        b = min(m, a + chunk)
+        k = answer_of[a:b]
+        filled = iter(cells(k[k >= 0]))
+        for q, note, j in zip(labels[a:b], notes[a:b], k.tolist()):
+            if j < 0:
+                yield {"query": str(q), "selected": False, "status": note, **empty}
+                continue
+            row = {"query": str(q), "selected": True, "status": "answered", **next(filled)}
+            if near is not None:
+                row["near_threshold"] = bool(near[j])
+            yield row

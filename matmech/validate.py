@@ -7,19 +7,21 @@ is converted silently: ``True`` is not 1, ``"no"`` is not False, ``"3"`` is not 
 
 Sizes are checked against the machine before anything is allocated: :func:`size` and
 :func:`memory` estimate the bytes a request needs and refuse it, with the estimate and the
-limit in the message, when it exceeds the memory this machine has (:func:`memory_limit`).
+limit in the message, when it exceeds the memory this process can still allocate
+(:func:`memory_limit`, :mod:`matmech.limits`).
 This follows the boundary-validation habit of dp_accounting
 (``ValueError(f"delta must be in [0, 1], got {delta}")``), not any equation.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import os
+from collections.abc import Sequence
 
 import numpy as np
+
+from matmech.limits import SizeError, check_memory, format_bytes, memory_room
 
 __all__ = [
     "MAX_INDEX",
@@ -58,10 +60,6 @@ MAX_INDEX = 2**62
 #: factor, and what materialises a vector over the whole domain (a measurement of x)
 #: checks its memory itself.
 MAX_CELLS = 2**27
-
-
-class SizeError(ValueError):
-    """A request is too large for this machine; raised before anything is allocated."""
 
 
 def _show(x) -> str:
@@ -120,45 +118,19 @@ def integer(x, name: str, *, min=None, max=None) -> int:  # noqa: A002 (keyword 
     return v
 
 
-@functools.lru_cache(maxsize=1)
 def memory_limit() -> int:
-    """Bytes this process may use: the physical memory, or the address-space limit if lower."""
-    try:
-        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        limit = 16 * 2**30
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft not in (resource.RLIM_INFINITY, -1) and 0 < soft < limit:
-            limit = soft
-    except (ImportError, ValueError, OSError):  # pragma: no cover - non-POSIX
-        pass
-    return int(limit)
-
-
-def format_bytes(nbytes) -> str:
-    """``nbytes`` in B / KiB / ... / EiB (and as a power of ten beyond)."""
-    v = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if v < 1024 or unit == "EiB":
-            return f"{v:.3g} {unit}" if v < 1e6 else f"{float(nbytes):.3g} B"
-        v /= 1024
-    return f"{float(nbytes):.3g} B"  # pragma: no cover
+    """Bytes this process can still allocate (:func:`matmech.limits.memory_room`: the
+    address-space and data limits, its cgroups and the available RAM, whichever is least)."""
+    return memory_room().bytes
 
 
 def memory(nbytes, what: str, *, limit=None) -> int:
-    """Refuse (:class:`SizeError`) work whose estimated memory ``nbytes`` exceeds ``limit``
-    (default :func:`memory_limit`); returns the estimate as an int."""
-    limit = memory_limit() if limit is None else int(limit)
-    need = int(nbytes) if not isinstance(nbytes, float) or math.isfinite(nbytes) else 2**1023
-    if need > limit:
-        raise SizeError(
-            f"{what} needs about {format_bytes(need)} of memory, more than the "
-            f"{format_bytes(limit)} this machine has; use a smaller domain or strategy"
-        )
-    return need
+    """Refuse (:class:`SizeError`) work whose estimated memory ``nbytes`` exceeds the room
+    this process has (:func:`matmech.limits.check_memory`), or ``limit`` bytes when given
+    and smaller; returns the estimate as an int."""
+    return check_memory(
+        nbytes, what, limit=limit, limit_name="", after="; use a smaller domain or strategy"
+    )
 
 
 def size(
@@ -379,13 +351,16 @@ def factors(ops, what: str) -> tuple:
     return tuple(linear(op, f"{what} factor {i}") for i, op in enumerate(ops))
 
 
-def check_labels(labels, m: int) -> list:
-    """``labels`` as a list of m names (one per workload row), or TypeError / ValueError naming them."""
+def check_labels(labels, m: int) -> Sequence:
+    """``labels`` as a sequence of m names (one per workload row; a list, or the sequence
+    itself when it computes them on demand, e.g. :class:`matmech.io.labels.Labels`), or
+    TypeError / ValueError naming them."""
     if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
         raise TypeError(
             f"labels must be a sequence of {m} names, one per query, got {type(labels).__name__}"
         )
-    labels = list(labels)
+    if not isinstance(labels, Sequence) or isinstance(labels, (list, tuple, range)):
+        labels = list(labels)
     if len(labels) != m:
         raise ValueError(f"got {len(labels)} labels for {m} queries")
     return labels

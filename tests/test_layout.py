@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parents[1] / "matmech"
 #: Layers, bottom first. A module may import modules of lower layers and of its own layer
 #: (without cycles), never of a higher one.
 LAYERS = [
-    ["linalg", "validate", "stream.series", "stream.blt", "stream.bounds"],
+    ["limits", "linalg", "validate", "stream.series", "stream.blt", "stream.bounds"],
     [
         "workloads",
         "strategies",
@@ -81,6 +81,8 @@ DATA_INDEPENDENT = [
     "io.domain",
     "io.attribute",
     "io.declare",
+    "io.labels",
+    "limits",
     "stream.series",
     "stream.blt",
     "stream.bounds",

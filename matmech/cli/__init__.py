@@ -10,7 +10,9 @@ real parser: a UTF-8 BOM, ``--encoding``, ``--delimiter``) or a Parquet file. A 
 declares its domain (``[[attributes]]``: ranges, bins, categories and their policies) is
 applied to the raw columns inside an engine (DuckDB); a spec with bare sizes reads one
 ``--column`` per attribute holding integer codes 0 … n−1. Every output path is checked and
-opened before anything is spent. ``release --ledger FILE`` charges a persistent privacy
+opened, the memory the release and its output need is checked against what the process can
+still allocate and the answers file's space is reserved on disk, before anything is spent
+(:mod:`matmech.limits`; docs/cli.md). ``release --ledger FILE`` charges a persistent privacy
 ledger (``matmech budget init FILE --eps E``) before any noise. ``--round`` and
 ``--nonnegative`` are post-processing of the published answers (no privacy cost).
 """

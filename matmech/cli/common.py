@@ -10,6 +10,7 @@ __all__ = [
     "CONVENTIONS",
     "_ACTIVE",
     "_Progress",
+    "_check_readable",
     "_check_writable",
     "_one_line",
     "_overwrite_arg",
@@ -159,6 +160,21 @@ def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     except OSError as exc:
         raise ValueError(f"{flag} {path}: cannot be written ({exc.strerror})") from None
     return handle, str(path)
+
+
+def _check_readable(path, flag, what="file"):
+    """Fail with a clear message (before any work) if ``path`` is not a readable file: it
+    does not exist, is a directory, or cannot be read."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory, not a {what}")
+    if not p.exists():
+        raise ValueError(f"{flag} {path}: no such {what}")
+    if not os.access(p, os.R_OK):
+        raise ValueError(f"{flag} {path}: the {what} cannot be read (permission denied)")
 
 
 def _one_line(exc):

@@ -7,7 +7,15 @@ import csv
 
 import numpy as np
 
-__all__ = ["_codes", "_marginal_labels", "_postprocess", "_read_columns", "_write_answers"]
+__all__ = [
+    "FIELDS",
+    "answers_bytes",
+    "_codes",
+    "_postprocess",
+    "_print_json",
+    "_read_columns",
+    "_write_answers",
+]
 
 
 def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
@@ -70,11 +78,12 @@ def _codes(path, columns, arrays, domain):
 
 def _postprocess(rows, *, decimals, nonnegative):
     """Documented post-processing of published answers (free under DP, but biased): clip the
-    answer and its interval at 0 (``nonnegative``), then round them to ``decimals``. The
-    std column stays that of the unprocessed estimate."""
+    answer and its interval at 0 (``nonnegative``), then round them to ``decimals``, row by
+    row (``rows``: any iterable of dicts; a generator). The std column stays that of the
+    unprocessed estimate."""
     if decimals is None and not nonnegative:
-        return rows
-    out = []
+        yield from rows
+        return
     for r in rows:
         r = dict(r)
         for k in ("answer", "lower", "upper"):
@@ -86,44 +95,43 @@ def _postprocess(rows, *, decimals, nonnegative):
             if decimals is not None:
                 v = round(v, decimals)
             r[k] = v
-        out.append(r)
-    return out
+        yield r
 
 
-def _marginal_labels(spec):
-    """Labels for a spec that is exactly a union of marginals, else None: from the declared
-    domain (``sex=F, state=CA``) when the spec has one, else ``age=3, city=1`` codes."""
-    import itertools
+#: The CSV columns of the answers, and with a selection.
+FIELDS = ("query", "answer", "std", "lower", "upper", "interval", "coverage")
+SELECTION_FIELDS = ("selected", "status")
+#: Bytes a row of the answers file takes at most besides its label: five numbers as
+#: ``repr(float)`` (at most 24 characters, e.g. ``-1.2345678901234567e-308``), the interval
+#: method (at most 32), separators and the line end; with a selection, ``false`` and the
+#: status (at most 64).
+ROW_BYTES, SELECTION_BYTES = 5 * 24 + 32 + 8 + 2, 5 + 64 + 2
 
-    W = spec.workload
-    subsets = getattr(W, "subsets", None)
-    if subsets is None or tuple(getattr(W, "domain", ())) != tuple(spec.domain):
-        return None
-    if spec.schema is not None:
-        out = [label for s in subsets for label in spec.schema.marginal_labels(s)]
-        return out if len(out) == W.shape[0] else None
-    out = []
-    for subset in subsets:
-        if not subset:
-            out.append("total")
-            continue
-        for cell in itertools.product(*[range(spec.domain[a]) for a in subset]):
-            out.append(", ".join(f"{spec.attributes[a]}={v}" for a, v in zip(subset, cell)))
-    return out if len(out) == W.shape[0] else None
+
+def answers_bytes(labels, *, selection) -> int:
+    """An upper bound on the answers file's size, from the public labels alone (before
+    any spend): every label quoted, every number at its longest."""
+    from matmech.io.labels import label_bytes
+
+    text, quotes = label_bytes(labels)
+    m = len(labels)
+    per = ROW_BYTES + (SELECTION_BYTES if selection else 0)
+    header = len(",".join(FIELDS + (SELECTION_FIELDS if selection else ()))) + 2
+    return header + text + quotes + m * (2 + per)
 
 
 def _write_answers(path, rows, *, selection, overwrite=True):
-    """One CSV row per query: query, answer, std, the 95% interval (and selected/status).
+    """One CSV row per query: query, answer, std, the 95% interval (and selected/status);
+    ``rows`` any iterable of row dicts, written as they come.
 
     ``path``: a file name, or the ``(handle, path)`` pair from ``_check_writable(...,
-    open_it=True)``: the rows go to that temporary file, which is then renamed onto path
-    (without ``overwrite``, linked: a file created there meanwhile is never replaced).
+    open_it=True)``: the rows go to that temporary file (whose space may have been reserved:
+    it is cut to what was written), which is then renamed onto path (without
+    ``overwrite``, linked: a file created there meanwhile is never replaced).
     """
     import os
 
-    fields = ["query", "answer", "std", "lower", "upper", "interval", "coverage"] + (
-        ["selected", "status"] if selection else []
-    )
+    fields = list(FIELDS) + (list(SELECTION_FIELDS) if selection else [])
     handle, final = (
         (open(path, "w", newline="", encoding="utf-8"), None)
         if isinstance(path, (str, os.PathLike))
@@ -143,6 +151,7 @@ def _write_answers(path, rows, *, selection, overwrite=True):
             if selection:
                 line += ["true" if r["selected"] else "false", r["status"]]
             w.writerow(line)
+        f.truncate()  # the space reserved beyond the rows (flushes first)
     if final is not None:  # the temporary file was created 0600: give it the usual permissions
         mask = os.umask(0)
         os.umask(mask)
@@ -152,3 +161,22 @@ def _write_answers(path, rows, *, selection, overwrite=True):
         else:
             os.link(handle.name, final)  # FileExistsError if a file appeared at final
             os.unlink(handle.name)
+
+
+def _print_json(out: dict, rows, *, key: str = "queries", write=None) -> None:
+    """Print ``out`` as ``json.dumps(out, indent=2)`` would, with ``out[key]`` (a
+    placeholder) replaced by the list of ``rows``, written one row at a time."""
+    import json
+    import sys
+
+    write = sys.stdout.write if write is None else write
+    mark = "\x00rows\x00"
+    head, tail = json.dumps({**out, key: mark}, indent=2).split(json.dumps(mark), 1)
+    write(head)
+    first = True
+    for r in rows:
+        item = "\n".join("    " + line for line in json.dumps(r, indent=2).splitlines())
+        write(("[\n" if first else ",\n") + item)
+        first = False
+    write("[]" if first else "\n  ]")
+    write(tail + "\n")

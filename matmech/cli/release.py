@@ -6,36 +6,42 @@ data is read, and nothing is spent before the checks of the public inputs.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
-from matmech.cli.common import _check_writable, _overwrite_arg, _privacy_args
+from matmech.cli.common import _check_readable, _check_writable, _overwrite_arg, _privacy_args
 from matmech.cli.files import (
     _codes,
-    _marginal_labels,
     _postprocess,
+    _print_json,
     _read_columns,
     _write_answers,
+    answers_bytes,
 )
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["FACTORED_CELLS", "add_parsers"]
+__all__ = ["FACTORED_CELLS", "OUTPUT_BYTES", "OUTPUT_BYTES_PER_ROW", "add_parsers"]
 
 
 def _strategy_arg(value):
     from matmech.advisor.choice import STRATEGY_NAMES
+    from matmech.factored.release import FACTORED_STRATEGY_NAMES
     from matmech.io.store import load_strategy
 
-    if value in STRATEGY_NAMES:
+    names = STRATEGY_NAMES + FACTORED_STRATEGY_NAMES
+    if value in names:
         return value
+    from pathlib import Path
+
+    if Path(value).is_dir():
+        raise ValueError(f"--strategy {value}: is a directory, not a strategy file")
     try:
         return load_strategy(value)
     except FileNotFoundError:
         raise ValueError(
-            f"--strategy must be one of {', '.join(STRATEGY_NAMES)} or a strategy file; {value!r} is neither"
+            f"--strategy must be one of {', '.join(names)} or a strategy file; {value!r} is neither"
         ) from None
 
 
@@ -113,7 +119,9 @@ class _TablesFromFile:
 def _cmd_release(args):
     from matmech.factored.route import release_route
     from matmech.io.data import histogram
-    from matmech.release import release, release_table
+    from matmech.limits import check_memory, reserved
+    from matmech.record import iter_release_table
+    from matmech.release import release
 
     if args.out is None and not args.json:
         raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")
@@ -141,8 +149,10 @@ def _cmd_release(args):
         if schema is not None:
             raise
         kind = "csv"  # integer codes: any file name is read as CSV, as before
+    _check_readable(args.data, "--data", "data file")
     strategy = _strategy_arg(args.strategy)
     select = _select_arg(args)
+    labels, m = spec.labels, spec.workload.shape[0]
     pending = None
     if args.out is not None:  # never draw noise for answers that cannot be saved
         inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
@@ -152,6 +162,16 @@ def _cmd_release(args):
             args.out, "--out", inputs=inputs, open_it=True, overwrite=args.overwrite
         )
     try:
+        output = check_memory(  # what writing the answers holds besides the release
+            OUTPUT_BYTES + OUTPUT_BYTES_PER_ROW * m,
+            f"writing the {m:,} answers",
+            after="; nothing was spent",
+        )
+        file_bytes = (
+            None if pending is None else answers_bytes(labels, selection=select is not None)
+        )
+        if pending is not None:  # the room the answers need, from the public labels
+            _check_room(pending, file_bytes)
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy, delta=delta)
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
@@ -163,9 +183,12 @@ def _cmd_release(args):
                 args.data, args.column, encoding=args.encoding, delimiter=args.delimiter
             )
             codes = _codes(args.data, args.column, arrays, spec.domain)
-            x = histogram(
-                codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain)
-            )
+            if route.name == "tables":  # the records: their marginal tables, never x
+                x = np.column_stack(codes)
+            else:
+                x = histogram(
+                    codes[0] if len(codes) == 1 else np.column_stack(codes), tuple(spec.domain)
+                )
         else:
             from matmech.io.domain import Domain, integer_range
             from matmech.io.engines import histogram as engine_histogram
@@ -179,25 +202,29 @@ def _cmd_release(args):
             )
         if ledger is not None:
             ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
-        rel = release(
-            x,
-            spec.workload,
-            eps,
-            delta,
-            strategy=strategy,
-            neighbors=args.neighbors,
-            select=select,
-            max_records=args.max_records,
-            budget=ledger,
-        )
-        labels = list(spec.labels) if spec.labels is not None else _marginal_labels(spec)
-        rows = _postprocess(
-            release_table(rel, labels), decimals=args.round, nonnegative=args.nonnegative
-        )
+        if pending is not None:  # reserved on disk before the spend: writing cannot fail for room
+            _reserve_disk(pending, file_bytes)
+        with reserved(output):  # the release's own memory checks leave room for the output
+            rel = release(
+                x,
+                spec.workload,
+                eps,
+                delta,
+                strategy=strategy,
+                neighbors=args.neighbors,
+                select=select,
+                max_records=args.max_records,
+                budget=ledger,
+            )
+
+        def table():  # the rows one at a time: a table of any size, never all in memory
+            rows = iter_release_table(rel, labels)
+            return _postprocess(rows, decimals=args.round, nonnegative=args.nonnegative)
+
         if pending is not None:
             try:
                 _write_answers(
-                    pending, rows, selection=select is not None, overwrite=args.overwrite
+                    pending, table(), selection=select is not None, overwrite=args.overwrite
                 )
             except OSError as exc:
                 raise _unsaved(exc, args, rel) from None
@@ -215,10 +242,10 @@ def _cmd_release(args):
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
         out["ledger"] = args.ledger
         out["route"] = route.name
-        out.update(rel.to_dict(labels=labels))
-        out["queries"] = rows
+        out.update(rel.to_dict(labels=labels, queries=False))
+        out["queries"] = None  # written row by row by _print_json
         out["postprocessing"] = {"round": args.round, "nonnegative": args.nonnegative}
-        print(json.dumps(out, indent=2))
+        _print_json(out, table())
         return 0
     m = spec.workload.shape[0]
     answered = (
@@ -257,8 +284,46 @@ def _cmd_release(args):
             f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}"
         )
     if args.out is not None:
-        print(f"wrote {len(rows):,} rows to {args.out}")
+        print(f"wrote {m:,} rows to {args.out}")
     return 0
+
+
+#: Memory that writing the answers holds besides the release: one chunk of 65,536 row dicts
+#: (``OUTPUT_BYTES``) and, per workload row, the interval law (half-widths, coverages,
+#: methods and, for the residual path, the law's own arrays) and a selection's row index.
+#: Measured peaks, rounded up: 40 MiB + 87 bytes a row under (eps, delta), 11 under pure
+#: eps (benchmarks/release_memory.py, "output" rows).
+OUTPUT_BYTES, OUTPUT_BYTES_PER_ROW = 64 << 20, 96
+
+
+def _check_room(pending, nbytes):
+    """The answers file's size (``nbytes``, an upper bound from the public labels) against
+    the room on its disk (:func:`matmech.limits.check_disk`), before the data is read."""
+    from pathlib import Path
+
+    from matmech.limits import check_disk
+
+    handle, path = pending
+    check_disk(
+        nbytes,
+        Path(handle.name).parent,
+        f"--out {path}: the answers file",
+        after="; nothing was spent",
+    )
+
+
+def _reserve_disk(pending, nbytes):
+    """The answers file's space reserved on disk just before the spend
+    (:func:`matmech.limits.preallocate`): writing it after the noise is drawn cannot run out
+    of room (where the file system cannot reserve, :func:`_check_room` was the guard)."""
+    from matmech.limits import preallocate
+
+    handle, path = pending
+    what = f"--out {path}: the answers file"
+    try:
+        preallocate(handle.fileno(), nbytes, what)
+    except ValueError as exc:
+        raise type(exc)(f"{exc}; nothing was spent") from None
 
 
 def _unsaved(exc, args, rel):
@@ -344,7 +409,8 @@ def add_parsers(sub):
         "--strategy",
         default="auto",
         metavar="NAME|FILE.npz",
-        help="auto (default), identity, hierarchical, haar, optimize, or a strategy file from 'matmech advise --save-strategy'",
+        help="auto (default), identity, hierarchical, haar, optimize, residual (a union of marginals), "
+        "gmarginals (a union of products), or a strategy file from 'matmech advise --save-strategy'",
     )
     p.add_argument(
         "--select",

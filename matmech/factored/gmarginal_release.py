@@ -27,6 +27,7 @@ import numpy as np
 
 from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
 from matmech.factored.gmarginal_solve import GMarginalSolver
+from matmech.limits import check_memory
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
 from matmech.pipeline.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
@@ -128,6 +129,11 @@ def gmarginal_plan(
             f"{max_memory / 2**30:.1f} GiB): {rows:,} answers, {len(plan.subsets):,} measured subsets, "
             f"{len(solver.classes):,} classes"
         )
+    check_memory(
+        need,
+        f"the generalised marginal release ({rows:,} answers, {len(plan.subsets):,} measured subsets)",
+        after="; nothing was spent",
+    )
     var = solver.variances(wt)  # raises if W is outside the row space
     kind = "discrete Gaussian" if plan.noise == "discrete_gaussian" else "discrete Laplace"
     sens = "L2" if plan.noise == "discrete_gaussian" else "L1"

@@ -37,6 +37,7 @@ import math
 from matmech.advisor.choice import choose_strategy
 from matmech.factored.measure import DEFAULT_SCALE_BITS
 from matmech.factored.residual_plan import (
+    MARGINAL_BY_MARGINAL,
     MAX_MEMORY,
     check_search,
     covers_attributes,
@@ -45,6 +46,7 @@ from matmech.factored.residual_plan import (
 )
 from matmech.factored.route import release_route
 from matmech.factored.select import release_selected
+from matmech.limits import check_memory
 from matmech.linalg.terms import MarginalWorkload, as_terms, restrict
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
@@ -58,8 +60,11 @@ from matmech.privacy.budget import check_budget
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 
-__all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS"]
+__all__ = ["release_factored", "plan_path", "MAX_KRON_CELLS", "FACTORED_STRATEGY_NAMES"]
 
+#: Strategy names the factored release takes besides matmech.advisor.choice.STRATEGY_NAMES:
+#: the residual basis (a union of marginals) and generalised marginals (plan_path).
+FACTORED_STRATEGY_NAMES = ("residual", "gmarginals")
 #: Largest marginal (cells of the support U) the Kronecker path solves on.
 MAX_KRON_CELLS = 1 << 22
 
@@ -219,13 +224,10 @@ def release_factored(
     if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
         raise ValueError(
             f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
-            f"(> max_memory {max_memory / 2**30:.1f} GiB); nothing was spent. A union of marginals "
-            "this large is answered marginal by marginal (pure eps or delta > 0): "
-            "`from matmech.factored import release_marginals; rel = release_marginals(data, W, "
-            "eps, delta, budget=budget, rng=rng)` (data: the record codes, a mapping of "
-            "marginal tables or the histogram) returns a MarginalRelease: rel.marginal(S), "
-            "rel.iter_marginals(), rel.save(path)"
+            f"(> max_memory {max_memory / 2**30:.1f} GiB)" + MARGINAL_BY_MARGINAL
         )
+    if rows is not None:
+        check_memory(16 * rows, f"the {rows:,} answers and their std", after=MARGINAL_BY_MARGINAL)
     if (
         isinstance(strategy, str)
         and strategy in PLANNED

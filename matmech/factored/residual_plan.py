@@ -28,6 +28,7 @@ from matmech.factored.measure import (
 )
 from matmech.factored.reconstruct import MarginalReconstructor
 from matmech.factored.streamed_kinds import kind_of
+from matmech.limits import check_memory
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import total_variance_coefficients
 from matmech.linalg.terms import as_terms
@@ -49,6 +50,8 @@ __all__ = [
     "given_search",
     "covers_attributes",
     "MAX_MEMORY",
+    "MARGINAL_BY_MARGINAL",
+    "residual_memory",
     "SEARCH_ALL_MAX_ATTRIBUTES",
 ]
 
@@ -60,18 +63,55 @@ def _cells(domain, U):
     return math.prod(domain[i] for i in U)
 
 
-def _memory(plan, rows):
-    """Bytes the residual release holds at its peak, about: the marginal tables read (pure ε:
-    twice, noisy copies), three numbers per residual coordinate (the record's value and
-    variance, a draw) and the answers with their std (100 × 10 ≤3-way: 6.7 GB estimated,
-    6.0 GiB measured)."""
+#: Cells the measurement draws in one batch and the reconstruction builds in one stack, at
+#: least one table or marginal (matmech.factored.measure, table_batches, reconstruct).
+_BATCH_CELLS = 1 << 22
+#: Bytes per cell of the largest batch of the draw (sampler output, stacked tables, parts
+#: summed out of them) and of the largest stack of the reconstruction (lifted values and
+#: variances, their products): measured peaks, rounded up (benchmarks/release_memory.py).
+_DRAW_TEMP, _STACK_TEMP = 40, 64
+#: Bytes any release holds whatever its size: the exact samplers' tables
+#: (matmech.privacy.draws.FIXED_BYTES), the plan's objects, worker threads' stacks and
+#: allocator arenas (address space, which ``ulimit -v`` bounds).
+_FIXED = 192 << 20
+
+#: What a refusal for size says: nothing was spent, and the release that fits.
+MARGINAL_BY_MARGINAL = (
+    "; nothing was spent. A union of marginals this large is answered marginal by marginal "
+    "(pure eps or delta > 0): `from matmech.factored import release_marginals; rel = "
+    "release_marginals(data, W, eps, delta, budget=budget, rng=rng)` (data: the record codes, "
+    "a mapping of marginal tables or the histogram) returns a MarginalRelease: "
+    "rel.marginal(S), rel.iter_marginals(), rel.save(path)"
+)
+
+
+def residual_memory(plan, W_subsets, rows) -> int:
+    """Bytes the in-memory residual release (:class:`ResidualPlan` run by
+    :func:`~matmech.pipeline.run.run_plan`) allocates at its peak, about; data-independent.
+    The larger of its two phases (Xiao et al. 2023's residual plan):
+
+    * draw: the tables read (8 bytes a cell; pure ε also their noisy copies, 8 more), the
+      residual coordinates (8 each) and the temporaries of the largest batch
+      (``_DRAW_TEMP`` a cell);
+    * estimate: the noisy tables the records keep (pure ε), three numbers per residual
+      coordinate (value, variance, lifted draw), the answers and their std (16 bytes a
+      row) and the temporaries of the largest reconstruction stack (``_STACK_TEMP`` a cell);
+
+    plus ``_FIXED`` bytes of any release (sampler tables, threads).
+
+    ``W_subsets``: the attribute subsets of W's marginals. Measured peaks are at most this
+    (``benchmarks/release_memory.py``)."""
     d = plan.lattice.domain
-    res_cells = sum(_cells(d, t) for t in plan.lattice.residuals)
     tables = getattr(plan, "tables", None)
-    tab_cells = sum(
-        _cells(d, t) for t in (tables if tables is not None else plan.lattice.residuals)
-    )
-    return 8 * 3 * res_cells + 8 * (2 if tables is not None else 1) * tab_cells + 8 * 2 * rows
+    pure = tables is not None
+    read = [_cells(d, t) for t in (plan.lattice.residuals if tables is None else tables)] or [0]
+    coords = int(np.asarray(plan.lattice.sizes, dtype=np.int64).sum())
+    batch = max(min(_BATCH_CELLS, sum(read)), max(read))
+    stack = max(min(_BATCH_CELLS, rows), max((_cells(d, S) for S in W_subsets), default=1))
+    draw = 8 * (2 if pure else 1) * sum(read) + 8 * coords + _DRAW_TEMP * batch
+    kept = 8 * sum(read) if pure else 0
+    estimate = kept + 24 * coords + 16 * rows + _STACK_TEMP * stack
+    return int(_FIXED + max(draw, estimate))
 
 
 def residual_error(W, eps, delta=0.0, *, neighbors="add_remove", objective="sum", search="auto"):
@@ -207,12 +247,15 @@ def residual_plan(
     plan, its memory (refused above ``max_memory``), the exact noise; data-independent."""
     plan, subsets, rw = lattice_plan(wt, delta, objective, search)
     rows = wt.rows
-    need = _memory(plan, rows)
+    need = residual_memory(plan, subsets, rows)
+    what = f"the residual release ({rows:,} answers over {len(plan.lattice.residuals):,} residuals)"
     if need > max_memory:
         raise ValueError(
             f"the residual release would use about {need / 2**30:.1f} GiB (> max_memory "
             f"{max_memory / 2**30:.1f} GiB): {rows:,} answers over {len(plan.lattice.residuals):,} residuals"
+            + MARGINAL_BY_MARGINAL
         )
+    check_memory(need, what, after=MARGINAL_BY_MARGINAL)
     mplan, note, needed = noise_plan(
         plan,
         wt,

@@ -24,6 +24,7 @@ import numpy as np
 
 from matmech.factored.tables import MAX_TABLE_CELLS
 from matmech.linalg.terms import as_terms
+from matmech.limits import check_memory
 from matmech.linalg.linop import Identity, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.privacy import calibration
@@ -242,6 +243,11 @@ def plan_factored_selection(
             f"the factored selection would use about {need / 2**30:.2f} GiB (> max_memory "
             f"{max_memory / 2**30:.2f} GiB): {rows:,} rows and {table_cells:,} table cells"
         )
+    check_memory(
+        need,
+        f"the factored selection ({rows:,} rows, {table_cells:,} table cells)",
+        after="; nothing was spent",
+    )
     # W's entry range from its factors (that of the explicit Kron stack)
     lo = hi = 0.0
     for j, w in enumerate(terms.weights):

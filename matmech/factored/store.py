@@ -34,7 +34,6 @@ import json
 import math
 import os
 import secrets
-import shutil
 import tempfile
 import threading
 import weakref
@@ -48,10 +47,12 @@ from matmech.factored.measure import LaplaceMeasurementPlan, ResidualMeasurement
 from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.table_batches import accumulate
 from matmech.factored.residual_plan import MAX_MEMORY
+from matmech.limits import check_disk, check_memory
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.privacy.integrity import IntegrityError
 from matmech.record import Release
+from matmech.validate import integer
 
 __all__ = [
     "ResidualStore",
@@ -422,27 +423,40 @@ class MarginalRelease:
         return total
 
     # -- reconstruction ------------------------------------------------------------------
-    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
-        """(values, std) of the marginal on ``S`` (attribute indices; unweighted)."""
-        S = tuple(sorted(int(a) for a in S))
-        if len(set(S)) != len(S) or any(not 0 <= a < len(self.domain) for a in S):
-            raise ValueError(
-                f"S must hold distinct attribute indices in 0..{len(self.domain) - 1}, got {S}"
+    def _subset(self, S) -> tuple[tuple, tuple]:
+        """(S sorted, the axes that put the sorted marginal in ``S``'s order); TypeError for
+        anything but a sequence of integers, ValueError for repeated or out-of-range ones."""
+        d = len(self.domain)
+        if isinstance(S, (str, bytes)) or not hasattr(S, "__iter__"):
+            raise TypeError(
+                f"S must be a sequence of attribute indices, got {type(S).__name__}: {S!r}"
             )
+        asked = tuple(integer(a, "an attribute index in S") for a in S)
+        if len(set(asked)) != len(asked) or any(not 0 <= a < d for a in asked):
+            raise ValueError(f"S must hold distinct attribute indices in 0..{d - 1}, got {asked}")
+        order = tuple(sorted(asked))
+        return order, tuple(order.index(a) for a in asked)
+
+    def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
+        """(values, std) of the marginal on ``S`` (attribute indices; unweighted), its axes
+        in the order of ``S``: ``marginal((1, 0))`` is ``marginal((0, 1))`` transposed."""
+        S, axes = self._subset(S)
         shape = tuple(self.domain[i] for i in S)
         est, ids, pats = self._chunk(np.array([S], dtype=np.int64).reshape(1, len(S)), shape)
         values = est[0]
         values.setflags(write=False)
-        return values, pats[ids[0]]
+        return values.transpose(axes), pats[ids[0]].transpose(axes)
 
     def interval(self, S, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) of the marginal on ``S`` at ``level``, as
-        :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
-        from the law of the draws actually made: pure ε the tables' discrete Laplace draws
-        (every cell of a marginal shares it), (ε, δ) the residual rows' discrete Gaussians."""
+        """(lower, upper) of the marginal on ``S`` at ``level`` (axes in the order of
+        ``S``), as :meth:`matmech.record.Release.interval` gives
+        (:mod:`matmech.factored.answer_noise`): from the law of the draws actually made:
+        pure ε the tables' discrete Laplace draws (every cell of a marginal shares it),
+        (ε, δ) the residual rows' discrete Gaussians."""
+        S, axes = self._subset(S)
         values, std = self.marginal(S)
         half = self._noise_law.marginal_half(S, std, level)
-        return values - half, values + half
+        return (values - half).transpose(axes), (values + half).transpose(axes)
 
     @functools.cached_property
     def _noise_law(self):
@@ -492,6 +506,11 @@ class MarginalRelease:
                 f"the release has {self.rows:,} answers: with their std {need / 2**30:.1f} GiB "
                 f"(> max_memory {max_memory / 2**30:.1f} GiB); use marginal(), iter_marginals() or save()"
             )
+        check_memory(
+            need,
+            f"the {self.rows:,} answers and their std",
+            after="; use marginal(), iter_marginals() or save()",
+        )
         answers, std = np.empty(self.rows), np.empty(self.rows)
         for (S, v, s), lo, hi in zip(self.iter_marginals(), self.offsets[:-1], self.offsets[1:]):
             answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
@@ -520,9 +539,7 @@ class MarginalRelease:
         privacy parameters) into the directory ``path`` (created). Returns the directory."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        need = 16 * self.rows + (1 << 20)
-        if shutil.disk_usage(out).free < need:
-            raise ValueError(f"saving needs {need / 2**30:.1f} GiB free on {out}")
+        check_disk(16 * self.rows + (1 << 20), out, f"saving {self.rows:,} answers and their std")
         header = {"descr": "<f8", "fortran_order": False, "shape": (self.rows,)}
         with open(out / "answers.npy", "wb") as fa, open(out / "std.npy", "wb") as fs:
             np.lib.format.write_array_header_2_0(fa, header)
@@ -552,7 +569,12 @@ class MarginalRelease:
         (:mod:`matmech.factored.measure`); pure ε the orthonormal coordinates Q_T x + noise
         combined from the noisy tables (:mod:`matmech.factored.table_batches`)."""
         index = self._aux()
-        T = tuple(sorted(int(a) for a in T))
+        T, axes = self._subset(T)
+        if axes != tuple(range(len(T))):  # a flat vector: no axes to put in the asked order
+            raise ValueError(
+                f"T must list its attributes in increasing order (the stored row order), got "
+                f"{tuple(T[a] for a in axes)}; ask for {T}"
+            )
         j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
         sub = tuple(self.domain[i] for i in T)
         y = self.store.read(j, math.prod(n - 1 for n in sub))[0]

@@ -23,7 +23,7 @@ once, after every check (memory, disk, record codes, record count) and before th
 
 from __future__ import annotations
 
-import shutil
+import math
 import tempfile
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +45,7 @@ from matmech.factored.residual_plan import (
 from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.factored.streamed_kinds import kind_of
 from matmech.linalg.terms import MarginalWorkload, as_terms
+from matmech.limits import check_disk, check_memory, memory_room
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
@@ -82,7 +83,14 @@ def streamed_memory(plan, *, in_ram: bool, extra: int = 0) -> int:
     lat = plan.lattice
     fixed = _PLAN_BYTES[0] * len(lat.residuals) + _PLAN_BYTES[1] * lat.pair_s.size + int(extra)
     coords = int(lat.sizes.sum())
-    batch = _BATCH_BYTES * min(1 << 22, coords) + 64 * min(_CHUNK, int(plan.queries))
+    d = lat.domain
+    tables = getattr(plan, "tables", None)
+    largest = max((math.prod(d[i] for i in t) for t in lat.residuals), default=1)
+    table = max((math.prod(d[i] for i in t) for t in tables), default=1) if tables else largest
+    # a batch or a reconstruction chunk is at least one table or one marginal, however large
+    batch = _BATCH_BYTES * max(min(1 << 22, coords), table) + 64 * max(
+        min(_CHUNK, int(plan.queries)), largest
+    )
     return int(fixed + batch + min(CACHE_BYTES, 16 * coords) + (8 * coords if in_ram else 0))
 
 
@@ -208,18 +216,23 @@ def streamed_plan(
     extra = kind_of(mplan).extra_bytes(mplan)
     lat = plan.lattice
     total = int(lat.sizes.sum())
-    in_ram = spill_dir is None and streamed_memory(plan, in_ram=True, extra=extra) <= max_memory
+    room = min(max_memory, memory_room().bytes)  # the stored residuals in RAM only if they fit
+    in_ram = spill_dir is None and streamed_memory(plan, in_ram=True, extra=extra) <= room
     need = streamed_memory(plan, in_ram=in_ram, extra=extra)
     if need > max_memory:
         raise ValueError(
             f"the streamed residual release would hold about {need / 2**30:.1f} GiB (> max_memory "
             f"{max_memory / 2**30:.1f} GiB) for {len(lat.residuals):,} residuals; nothing was spent"
         )
+    what = f"the streamed residual release ({len(lat.residuals):,} residuals)"
+    check_memory(need, what, after="; nothing was spent")
     directory = None if in_ram else (tempfile.gettempdir() if spill_dir is None else spill_dir)
-    if directory is not None and shutil.disk_usage(directory).free < 8 * total + (1 << 30):
-        raise ValueError(
-            f"the stored residuals need {8 * total / 2**30:.1f} GiB on disk and {directory} has "
-            "less free; pass spill_dir= (nothing was spent)"
+    if directory is not None:
+        check_disk(
+            8 * total + (1 << 30),
+            directory,
+            f"the stored residuals (a file in {directory}; pass spill_dir=)",
+            after="; nothing was spent",
         )
     return StreamedPlan(
         W, mplan, (subsets, rw), tuple(wt.domain), reads + ((),), int(wt.rows), directory, note

@@ -29,11 +29,11 @@ engine is one module with its entry and one :func:`register_engine` call
 from __future__ import annotations
 
 import math
-import os
 from types import MappingProxyType
 
 import numpy as np
 
+from matmech.limits import check_memory
 from matmech.validate import SizeError
 
 from matmech.io.domain import Domain
@@ -108,18 +108,20 @@ def _check_engine(engine, kind):
 
 
 def _check_memory(cells):
-    """Refuse result tables that cannot fit: 8 bytes per cell, at most half the free memory."""
+    """Refuse result tables that cannot fit: 8 bytes per cell, and as much again for the
+    engine's result, within the memory this process can still allocate
+    (:func:`matmech.limits.check_memory`)."""
     need = 8 * cells
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        free = None
-    if cells > 2**31 or (free is not None and need > free // 2):
-        have = f"; about {free / 2**30:.1f} GiB is free" if free is not None else ""
+    if cells > 2**31:
         raise SizeError(
-            f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64){have}: too large; "
+            f"the counts need {cells:,} cells ({need / 2**30:.2f} GiB as int64): too large; "
             "count fewer or smaller marginals"
         )
+    check_memory(
+        2 * need,
+        f"the counts of {cells:,} cells (int64, and the engine's result)",
+        after="; count fewer or smaller marginals",
+    )
 
 
 def marginal_counts(

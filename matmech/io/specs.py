@@ -21,6 +21,7 @@ import numpy as np
 
 from matmech import workloads as wl
 from matmech.io.domain import Domain, categories, integer_range, numeric_bins, time_bins
+from matmech.io.labels import IntervalLabels, Labels, ProductLabels
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
@@ -28,13 +29,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
     import os
+    from collections.abc import Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Spec", "SpecError", "load_spec", "parse_spec"]
+__all__ = ["read_toml", "Spec", "SpecError", "load_spec", "parse_spec"]
 
 
 class SpecError(ValueError):
@@ -82,8 +84,10 @@ class Spec:
         Attribute names.
     workload : LinOp
         The queries.
-    labels : tuple or None
-        One label per query.
+    labels : tuple or Labels
+        One label per query, from every part of the spec (:mod:`matmech.io.labels`): a
+        tuple up to :data:`MAX_LABELS` of them, else a :class:`~matmech.io.labels.Labels`
+        computing them on demand.
     source : str
         The file read.
     schema : Domain or None
@@ -113,7 +117,7 @@ class Spec:
     domain: tuple
     attributes: tuple
     workload: LinOp
-    labels: tuple | None
+    labels: Sequence[str]
     source: str
     #: The declared :class:`~matmech.io.domain.Domain` (``[[attributes]]`` tables), or None
     #: for a spec with bare sizes (its data are integer codes).
@@ -121,7 +125,7 @@ class Spec:
 
 
 ONE_D = {"identity": wl.identity, "total": wl.total, "prefix": wl.prefix, "all_range": wl.all_range}
-#: Interval parts with at most this many rows get "[lo, hi]" labels.
+#: Specs with at most this many rows get their labels as a tuple (more: computed on demand).
 MAX_LABELS = 1_000_000
 KINDS = (*ONE_D, "ranges", "product", "marginals", "tree")
 
@@ -302,6 +306,10 @@ def _interval_labeller(schema):
     ]
 
 
+def _kind_of(part):
+    return part if isinstance(part, str) else part.get("kind") if isinstance(part, dict) else None
+
+
 def _one_d(source, key, part, n, *, factor=False, label=None):
     """A 1-D workload over n cells from a kind name or a table (``factor``: inside a product,
     where a part has no weight of its own)."""
@@ -412,6 +420,31 @@ def parse_spec(data, *, source="<spec>"):
             attributes,
         )
     label = _interval_labeller(schema)
+
+    def cells(i):  # the cells of attribute i: "sex=F", "age 18-24"; "a1=3" undeclared
+        if schema is not None:
+            return [schema.attributes[i].cell_label(c) for c in range(domain[i])]
+        return [f"{attributes[i]}={c}" for c in range(domain[i])]
+
+    def spans(i):  # labels(lo, hi) of attribute i's intervals inside a product
+        name, n = attributes[i], domain[i]
+
+        def labels(lo, hi):
+            lo, hi = np.asarray(lo).tolist(), np.asarray(hi).tolist()
+            own = schema.attributes[i].span_labels(lo, hi) if schema is not None else None
+            return [
+                f"{name} all"  # the whole attribute ("total" alone would name the product)
+                if (a, b) == (0, n - 1) and n > 1
+                else own[k]
+                if own is not None
+                else f"{name}={a}"
+                if a == b
+                else f"{name} [{a}, {b}]"
+                for k, (a, b) in enumerate(zip(lo, hi))
+            ]
+
+        return labels
+
     parts = data.get("queries", MISSING)
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         _fail(source, "queries", "a non-empty array of tables ([[queries]])", parts)
@@ -437,9 +470,7 @@ def parse_spec(data, *, source="<spec>"):
                 w = wl.marginals(tuple(domain), part.get("k"), attrs=part.get("attrs"))
             except (TypeError, ValueError) as exc:
                 raise SpecError(f"{source}: {key}.{which}: {exc}") from None
-            lab = None
-            if schema is not None and w.shape[0] <= MAX_LABELS:
-                lab = tuple(x for s in w.subsets for x in schema.marginal_labels(s))
+            lab = Labels([ProductLabels([cells(i) for i in s]) for s in w.subsets])
         elif kind == "product":
             factors = part.get("factors", MISSING)
             if not isinstance(factors, list) or len(factors) != len(domain):
@@ -450,10 +481,17 @@ def parse_spec(data, *, source="<spec>"):
                     factors,
                 )
             built = [
-                _one_d(source, f"{key}.factors[{j}]", f, d, factor=True)
+                _one_d(source, f"{key}.factors[{j}]", f, d, factor=True, label=spans(j))
                 for j, (f, d) in enumerate(zip(factors, domain))
             ]
-            w, lab = wl.kron(*[b for b, _ in built]), None
+            w = wl.kron(*[b for b, _ in built])
+            lab = ProductLabels(
+                [
+                    flab if flab is not None else spans(j)(*b.bounds())
+                    for j, ((b, flab), f) in enumerate(zip(built, factors))
+                    if _kind_of(f) != "total"  # a total factor adds no word to the label
+                ]
+            )
         elif kind in KINDS:
             if len(domain) != 1:
                 _fail(
@@ -465,17 +503,19 @@ def parse_spec(data, *, source="<spec>"):
             w, lab = _one_d(source, key, part, domain[0], label=label)
         else:
             _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
-        if lab is None and isinstance(w, Intervals) and w.shape[0] <= MAX_LABELS:
-            lab = tuple(label(*w.bounds()))
+        if lab is None and isinstance(w, Intervals):
+            lab = IntervalLabels(*w.bounds(), label)
+        if lab is None or len(lab) != w.shape[0]:  # every kind above labels its rows
+            raise AssertionError(f"{key}: labels for {w.shape[0]} rows were not built")
         blocks.append(w)
         weights.append(float(weight))
         labels.append(lab)
     workload = (
         blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
     )
-    all_labels = (
-        tuple(x for lab in labels for x in lab) if all(lab is not None for lab in labels) else None
-    )
+    all_labels = Labels(labels)  # computed on demand; a tuple when there are few
+    if len(all_labels) <= MAX_LABELS:
+        all_labels = tuple(all_labels)
     return Spec(
         str(name),
         str(description),
@@ -517,10 +557,25 @@ def load_spec(path: str | os.PathLike) -> Spec:
     (8, 8)
     """
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"{path}: no such spec file")
+    return parse_spec(read_toml(path, "spec"), source=str(path))
+
+
+def read_toml(path: str | os.PathLike, what: str = "spec") -> dict:
+    """The parsed TOML file at ``path``; :class:`SpecError` naming the file and the
+    problem (missing, a directory, unreadable, not UTF-8 text, not TOML), never Python's
+    own text. ``what`` names the file's role (``"spec"``, ``"stream spec"``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory, not a {what} file")
+    if not path.exists():
+        raise SpecError(f"{path}: no such {what} file")
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a {what} file (not UTF-8 text; a {what} is TOML)") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
+    try:
+        return tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    return parse_spec(data, source=str(path))

@@ -29,6 +29,7 @@ import numpy as np
 from matmech.pipeline.plan import Plan
 from matmech.pipeline.source import DataSource
 from matmech.privacy.budget import check_affordable
+from matmech.privacy.randomness import check_rng
 from matmech.record import Release
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     ValueError
         The data fail a check (declared bounds); nothing is spent.
     TypeError
-        A lazy plan on a source without a checked reader; nothing is spent.
+        ``rng`` of the wrong kind, or a lazy plan on a source without a checked reader;
+        nothing is read or spent.
 
     Examples
     --------
@@ -86,6 +88,7 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     >>> r.answers.shape, r.eps
     ((4,), 1.0)
     """
+    check_rng(rng)  # a bad rng is refused before anything is read or spent
     check_affordable(budget, plan.eps, plan.delta, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
     tables = _read(plan, data)

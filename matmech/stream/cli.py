@@ -38,13 +38,10 @@ SPEC_KEYS = (
 
 def load_stream_spec(path) -> StreamSpec:
     """A :class:`StreamSpec` from a TOML file, naming any unknown key."""
-    from matmech.io.specs import tomllib
+    from matmech.io.specs import read_toml
 
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{p}: not valid TOML ({exc})") from None
+    data = read_toml(p, "stream spec")
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"{p}: unknown key(s) {unknown}; a stream spec takes {list(SPEC_KEYS)}")
@@ -76,12 +73,17 @@ def _cmd_init(args) -> int:
 
 
 def _parse_counts(text: str) -> list[int]:
+    """The step's counts; a bad entry is refused without naming its position or its text
+    (the counts are private data)."""
     out = []
-    for i, part in enumerate(text.split(",")):
+    for part in text.split(","):
         try:
             out.append(int(part.strip()))
         except ValueError:
-            raise ValueError(f"--counts entry {i} is not an integer count") from None
+            raise ValueError(
+                "--counts: an entry is not an integer count (expected one whole number per "
+                "category, comma-separated)"
+            ) from None
     return out
 
 

@@ -164,6 +164,7 @@ class StreamRelease:
         """Reopen a stream file (after a crash or in a later process), verified against its
         key file (``key_file`` if it was declared at creation): an altered file, or one
         restored from an older copy, raises :class:`~matmech.privacy.integrity.IntegrityError`."""
+        noise.check_rng(rng)  # before the file (private counts) is read
         store = StreamStore.open(path, key_file=key_file)
         return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 

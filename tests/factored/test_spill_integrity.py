@@ -14,7 +14,7 @@ import pytest
 
 from matmech.factored import release_marginals
 from matmech.factored.store import BLOCK, ResidualStore, SealedFile
-from matmech.factored.terms import marginal_workload
+from matmech.linalg.terms import marginal_workload
 from matmech.privacy.integrity import IntegrityError
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import store, streamed, table_batches
+from matmech.factored import store, table_batches
 from matmech.factored.measure import combine_tables
 from matmech.factored.release import release_factored
 from matmech.factored.streamed import release_marginals
@@ -289,10 +289,9 @@ def test_refusals_come_before_reading_drawing_or_spending(monkeypatch, tmp_path)
     with pytest.raises(ValueError, match=r"would hold about .* GiB \(> max_memory"):
         release_marginals(_NoData(), big, 1.0, 0.0, budget=budget, rng=rng, max_memory=1 << 20)
 
-    class Usage:
-        free = 1 << 20
+    from matmech import limits
 
-    monkeypatch.setattr(streamed.shutil, "disk_usage", lambda path: Usage())
+    monkeypatch.setattr(limits, "disk_room", lambda path: limits.Room(1 << 20, "free (a test)"))
     with pytest.raises(ValueError, match="on disk"):
         release_marginals(_NoData(), big, 1.0, 0.0, budget=budget, spill_dir=str(tmp_path))
     monkeypatch.undo()

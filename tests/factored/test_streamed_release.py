@@ -193,10 +193,9 @@ def test_refusals_come_before_reading_or_spending(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=r"would hold about .* GiB \(> max_memory"):
         release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget, max_memory=1 << 20)
 
-    class Usage:
-        free = 1 << 20
+    from matmech import limits
 
-    monkeypatch.setattr(streamed.shutil, "disk_usage", lambda path: Usage())
+    monkeypatch.setattr(limits, "disk_room", lambda path: limits.Room(1 << 20, "free (a test)"))
     with pytest.raises(ValueError, match="on disk"):
         release_marginals(_NoData(), W, 1.0, 1e-6, budget=budget, spill_dir=str(tmp_path))
     monkeypatch.undo()

@@ -65,7 +65,9 @@ def test_the_diagonal_path_equals_the_dense_covariance(seed, rank):
 
 
 def _limit(monkeypatch, nbytes):
-    monkeypatch.setattr(validate, "memory_limit", lambda: int(nbytes))
+    from matmech import limits
+
+    monkeypatch.setattr(limits, "memory_room", lambda: limits.Room(int(nbytes), "a test limit"))
 
 
 def test_memory_is_refused_up_front_with_m_the_bytes_and_the_limit(monkeypatch):

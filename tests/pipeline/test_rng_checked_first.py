@@ -1,0 +1,123 @@
+"""A bad ``rng`` is refused before anything is read or spent, at every public entry point
+that reads private data and charges a budget (issue 31, item 3): ``run_plan(plan, src,
+budget=b, rng=5)`` used to charge, then raise TypeError. One rule
+(:func:`matmech.privacy.randomness.check_rng`); the list below is checked complete."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import pkgutil
+
+import numpy as np
+import pytest
+
+import matmech
+import matmech as mm
+from matmech import workloads as Wl
+from matmech.factored import release_marginals
+from matmech.factored.release import release_factored
+from matmech.linalg.terms import marginal_workload
+from matmech.io.discover import discover_categories
+from matmech.pipeline import HistogramSource, strategy_plan
+from matmech.pipeline.run import run_plan
+from matmech.privacy.measure import measure
+from matmech.stream.plan import StreamSpec
+from matmech.stream.release import StreamRelease
+from matmech.svt.select import select_rows
+
+
+class Untouchable:
+    """A data source whose every read fails the test."""
+
+    def marginals(self, sizes, subsets):
+        raise AssertionError("data read")
+
+    def marginal_counts(self, subsets):
+        raise AssertionError("data read")
+
+    def reader(self, sizes, subsets):
+        raise AssertionError("data read")
+
+
+W2 = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
+X = np.array([1.0, 2.0, 3.0, 4.0])
+
+#: public name -> call(budget, rng) of every entry point that takes both a budget and an rng
+CALLS = {
+    "matmech.pipeline.run.run_plan": lambda b, rng: run_plan(
+        strategy_plan(Wl.prefix(4), Wl.identity(4), 1.0), Untouchable(), budget=b, rng=rng
+    ),
+    "matmech.release.release": lambda b, rng: mm.release(X, Wl.prefix(4), 1.0, budget=b, rng=rng),
+    "matmech.factored.release.release_factored": lambda b, rng: release_factored(
+        Untouchable(), W2, 1.0, budget=b, rng=rng
+    ),
+    "matmech.factored.select.release_selected": lambda b, rng: release_factored(
+        Untouchable(), W2, 1.0, budget=b, rng=rng, select=dict(method="em", c=2, eps=0.5)
+    ),
+    "matmech.factored.gmarginal_release.release_gmarginal": lambda b, rng: release_factored(
+        Untouchable(), W2, 1.0, 1e-6, strategy="gmarginals", budget=b, rng=rng, max_cells=1
+    ),
+    "matmech.factored.streamed.release_marginals": lambda b, rng: release_marginals(
+        Untouchable(), W2, 1.0, 0.0, budget=b, rng=rng
+    ),
+    "matmech.privacy.measure.measure": lambda b, rng: measure(
+        X, Wl.identity(4), 1.0, budget=b, rng=rng
+    ),
+    "matmech.svt.select.select_rows": lambda b, rng: select_rows(
+        Wl.identity(4), X, c=1, eps=0.5, threshold=2.0, budget=b, rng=rng
+    ),
+    "matmech.io.discover.discover_categories": lambda b, rng: discover_categories(
+        {"v": ["a", "b"]}, "v", 1.0, 1e-6, budget=b, rng=rng
+    ),
+    "matmech.stream.release.StreamRelease.create": lambda b, rng: StreamRelease.create(
+        None, StreamSpec(4, eps=1.0), budget=b, rng=rng
+    ),
+    "matmech.stream.release.StreamRelease.open": lambda b, rng: StreamRelease.open(
+        "/nonexistent/stream.db", budget=b, rng=rng
+    ),
+}
+#: internal steps whose callers validated rng (run after their own checks)
+INTERNAL = {"matmech.svt.core.scan", "matmech.stream.release.StreamRelease"}
+
+
+def _public_with_rng_and_budget():
+    out = set()
+    for info in pkgutil.walk_packages(matmech.__path__, "matmech."):
+        if info.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(info.name)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name, None)
+            cands = [obj]
+            if inspect.isclass(obj):
+                cands += [getattr(obj, a) for a in vars(obj) if not a.startswith("_")]
+            for f in cands:
+                try:
+                    params = inspect.signature(f).parameters
+                except (TypeError, ValueError):
+                    continue
+                if "rng" in params and "budget" in params:
+                    out.add(f"{f.__module__}.{f.__qualname__}")
+    return out
+
+
+def test_every_entry_point_with_a_budget_and_an_rng_is_listed():
+    assert _public_with_rng_and_budget() - INTERNAL == set(CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("bad", [5, "seed", np.random.RandomState(0), 1.5])
+def test_a_bad_rng_is_refused_before_anything_is_read_or_spent(name, bad):
+    budget = mm.PrivacyBudget(10.0, 1e-3)
+    with pytest.raises(TypeError, match=r"^rng must be None \(secure randomness\)"):
+        CALLS[name](budget, bad)
+    assert budget.remaining == (10.0, 1e-3)
+
+
+def test_run_plan_still_runs_with_a_good_rng():
+    budget = mm.PrivacyBudget(2.0)
+    plan = strategy_plan(Wl.prefix(4), Wl.identity(4), 1.0)
+    rel = run_plan(plan, HistogramSource([0, 1, 1, 3]), budget=budget, rng=np.random.default_rng(0))
+    assert rel.answers.shape == (4,) and budget.remaining == (1.0, 0.0)
