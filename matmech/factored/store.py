@@ -40,6 +40,7 @@ from matmech.factored.measure import LaplaceMeasurementPlan, ResidualMeasurement
 from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.table_batches import accumulate
 from matmech.factored.release import MAX_MEMORY
+from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.record import Release
@@ -248,11 +249,7 @@ class MarginalRelease:
     # -- reconstruction ------------------------------------------------------------------
     def marginal(self, S) -> tuple[np.ndarray, np.ndarray]:
         """(values, std) of the marginal on ``S`` (attribute indices; unweighted)."""
-        S = tuple(sorted(int(a) for a in S))
-        if len(set(S)) != len(S) or any(not 0 <= a < len(self.domain) for a in S):
-            raise ValueError(
-                f"S must hold distinct attribute indices in 0..{len(self.domain) - 1}, got {S}"
-            )
+        S = tuple(sorted(validate.subset(S, "S", len(self.domain))))
         shape = tuple(self.domain[i] for i in S)
         est, ids, pats = self._chunk(np.array([S], dtype=np.int64).reshape(1, len(S)), shape)
         values = est[0]
@@ -264,6 +261,7 @@ class MarginalRelease:
         :meth:`matmech.record.Release.interval` gives (:mod:`matmech.factored.answer_noise`):
         from the law of the draws actually made: pure ε the tables' discrete Laplace draws
         (every cell of a marginal shares it), (ε, δ) the residual rows' discrete Gaussians."""
+        validate.real(level, "level")
         values, std = self.marginal(S)
         half = self._noise_law.marginal_half(S, std, level)
         return values - half, values + half
@@ -310,6 +308,7 @@ class MarginalRelease:
     def to_release(self, *, max_memory: int = MAX_MEMORY) -> Release:
         """The in-memory :class:`matmech.record.Release` (answers and std of every row of W,
         in order); ValueError when they need more than ``max_memory`` bytes."""
+        validate.integer(max_memory, "max_memory", min=1)
         need = 16 * self.rows
         if need > max_memory:
             raise ValueError(
@@ -342,7 +341,7 @@ class MarginalRelease:
         """Write ``answers.npy`` and ``std.npy`` (float64, W's rows in order; read them with
         ``numpy.load(..., mmap_mode="r")``) and ``index.json`` (domain, terms, row offsets,
         privacy parameters) into the directory ``path`` (created). Returns the directory."""
-        out = Path(path)
+        out = validate.path(path)
         out.mkdir(parents=True, exist_ok=True)
         need = 16 * self.rows + (1 << 20)
         if shutil.disk_usage(out).free < need:
@@ -376,7 +375,7 @@ class MarginalRelease:
         (:mod:`matmech.factored.measure`); pure ε the orthonormal coordinates Q_T x + noise
         combined from the noisy tables (:mod:`matmech.factored.table_batches`)."""
         index = self._aux()
-        T = tuple(sorted(int(a) for a in T))
+        T = tuple(sorted(validate.subset(T, "T", len(self.domain))))
         j = index(np.array([T], dtype=np.int64).reshape(1, len(T)))
         sub = tuple(self.domain[i] for i in T)
         y = self.store.read(j, math.prod(n - 1 for n in sub))[0]

@@ -22,6 +22,7 @@ from matmech.io.attribute import (
     _check_name,
     _check_real,
 )
+from matmech.validate import choice, sequence
 
 __all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
 
@@ -53,6 +54,11 @@ def integer_range(
         raise ValueError(f"attribute {name!r}: need lo <= hi, got lo = {lo}, hi = {hi}")
     if width < 1:
         raise ValueError(f"attribute {name!r}: width must be a positive integer, got {width}")
+    if (hi - lo) // width >= MAX_ATTRIBUTE_CELLS:
+        raise ValueError(
+            f"attribute {name!r}: lo = {lo}, hi = {hi}, width = {width} declare "
+            f"{(hi - lo) // width + 1:,} cells; at most {MAX_ATTRIBUTE_CELLS:,}"
+        )
     return Attribute(
         name,
         "range",
@@ -91,6 +97,7 @@ def numeric_bins(
         )
     reg_width = None
     if edges is not None:
+        edges = sequence(edges, f"attribute {name!r}: edges")
         e = [_check_real(v, "an edge", name) for v in edges]
         if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
             raise ValueError(
@@ -109,7 +116,8 @@ def numeric_bins(
             raise ValueError(
                 f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}"
             )
-        k = math.ceil((hi - lo) / reg_width)
+        k = (hi - lo) / reg_width
+        k = math.ceil(k) if math.isfinite(k) else math.inf  # a subnormal width: too many bins
         if k > MAX_ATTRIBUTE_CELLS:
             raise ValueError(
                 f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
@@ -191,10 +199,7 @@ def time_bins(
     converted to UTC. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v
     is ⌊(seconds(v) − start) / width⌋, or its month count since ``start``'s month."""
     _check_name(name)
-    if unit not in TIME_UNITS:
-        raise ValueError(
-            f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}"
-        )
+    choice(unit, f"attribute {name!r}: unit", TIME_UNITS)
     s, e = _epoch_seconds(start, "start", name), _epoch_seconds(end, "end", name)
     if e <= s:
         raise ValueError(
@@ -233,7 +238,8 @@ def categories(
 ) -> Attribute:
     """String categories, one cell each in the order given (values are trimmed before matching)."""
     _check_name(name)
-    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+    values = sequence(values, f"attribute {name!r}: categories")
+    if not all(isinstance(v, str) for v in values):
         raise TypeError(f"attribute {name!r}: categories must be a list of strings, got {values!r}")
     vals = tuple(values)
     if not vals or len(set(vals)) != len(vals) or any(v != v.strip() or not v for v in vals):

@@ -24,6 +24,7 @@ from matmech.io.domain import Domain, categories, integer_range, numeric_bins, t
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
+from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -510,7 +511,7 @@ def load_spec(path: str | os.PathLike) -> Spec:
     >>> load_spec(path).workload.shape
     (8, 8)
     """
-    path = Path(path)
+    path = validate.path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such spec file")
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +24,7 @@ import scipy.sparse as sp
 import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
 from matmech.linalg.linop import REGISTRY, LinOp
 from matmech.linalg.storage import OperatorWalk
+from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -144,6 +144,8 @@ def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) 
     >>> load_strategy(path).shape
     (21, 16)
     """
+    path = validate.path(path)
+    validate.flag(overwrite, "overwrite")
     if not isinstance(A, LinOp):
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
     w = _Writer()
@@ -256,7 +258,7 @@ def load_strategy(path: str | os.PathLike) -> LinOp:
     >>> load_strategy(path).shape
     (5, 5)
     """
-    path = Path(path)
+    path = validate.path(path)
     source = str(path)
     if not path.is_file():
         raise FileNotFoundError(f"{source}: no such strategy file")

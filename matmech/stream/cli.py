@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
+from matmech import validate
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 
@@ -38,11 +38,13 @@ def load_stream_spec(path) -> StreamSpec:
     """A :class:`StreamSpec` from a TOML file, naming any unknown key."""
     from matmech.io.specs import tomllib
 
-    p = Path(path)
+    p = validate.path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{p}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a TOML stream spec (not UTF-8 text)") from None
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"{p}: unknown key(s) {unknown}; a stream spec takes {list(SPEC_KEYS)}")

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from matmech import validate
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import lattice_noise
@@ -136,6 +137,7 @@ class StreamRelease:
         factorization: StreamFactorization | None = None,
     ) -> StreamRelease:
         """Plan the stream, check the budget, write the stream file and charge the budget once."""
+        path = validate.path(path)
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
@@ -157,7 +159,7 @@ class StreamRelease:
     @classmethod
     def open(cls, path, *, budget=None, rng=None) -> StreamRelease:
         """Reopen a stream file (after a crash or in a later process)."""
-        store = StreamStore.open(path)
+        store = StreamStore.open(validate.path(path))
         return cls(store, _plan_from_meta(store.meta()), budget=budget, rng=rng)
 
     @staticmethod
