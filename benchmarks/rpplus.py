@@ -17,7 +17,8 @@ public entry points ``resplan.workload.workload_large_dataset`` / ``get_noise_le
 seconds include its per-attribute basis search. Published figures are those quoted in issue 24.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/rpplus.py [--rpplus DIR --rpplus-python PY] [--only CPS]
-Writes benchmarks/results/rpplus.{json,md}.
+Writes benchmarks/results/rpplus.{json,md}. ``--smoke`` (CI): the CPS 1-way row, ours only,
+the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -199,9 +201,15 @@ def main(argv=None):
     ap.add_argument("--skip-table", action="store_true", help="only the --hdmm rows")
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--smoke", action="store_true", help="CPS 1-way, ours only; temporary directory"
+    )
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.smoke:
+        args.only, args.rpplus, args.hdmm = "CPS", None, False
+        args.out = tempfile.mkdtemp(prefix="matmech-smoke-")
     names = args.only.split(",") if args.only else list(DATASETS)
     kept, kept_date = {}, None
     if args.rpplus_from:
@@ -216,6 +224,8 @@ def main(argv=None):
     rows, hdmm_rows = [], []
     for name in [] if args.skip_table else names:
         for j, order in enumerate(ORDERS):
+            if args.smoke and order != "1":
+                continue
             ours = _run(
                 [sys.executable, __file__, "--child", name, order],
                 args.cap,

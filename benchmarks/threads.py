@@ -11,7 +11,8 @@ n = 1024, and ``matmech.release`` of all 2-way marginals over a 4×9×9×9 = 2,9
 (strategy "auto": first call, then the cached choice).
 
 Run:  python benchmarks/threads.py [--only NAME[,NAME]] [--out DIR]
-Writes benchmarks/results/threads.{json,md}.
+Writes benchmarks/results/threads.{json,md}. ``--smoke`` (CI): explicit_2916, one round, the
+files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -123,9 +125,12 @@ def main(argv=None):
     ap.add_argument("--only")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="one case, one round; temporary dir")
     a = ap.parse_args(argv)
     if a.child:
         return child(a.child)
+    if a.smoke:
+        a.only, a.rounds, a.out = "explicit_2916", 1, tempfile.mkdtemp(prefix="matmech-smoke-")
     names = a.only.split(",") if a.only else CASES
     load0 = os.getloadavg()
     rows = []
