@@ -116,13 +116,13 @@ def numeric_bins(
             raise ValueError(
                 f"attribute {name!r}: need lo < hi and width > 0, got lo = {lo:g}, hi = {hi:g}, width = {reg_width:g}"
             )
-        k = (hi - lo) / reg_width
-        k = math.ceil(k) if math.isfinite(k) else math.inf  # a subnormal width: too many bins
-        if k > MAX_ATTRIBUTE_CELLS:
+        ratio = (hi - lo) / reg_width  # inf for a subnormal width
+        if not ratio <= MAX_ATTRIBUTE_CELLS:  # ⌈ratio⌉ bins
             raise ValueError(
-                f"attribute {name!r}: lo/hi/width declare {k:,} bins (a histogram over them alone would "
-                f"need {8 * k / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width"
+                f"attribute {name!r}: lo/hi/width declare {math.ceil(ratio) if math.isfinite(ratio) else ratio:,} bins (a histogram over them alone would "
+                f"need {8 * ratio / 2**30:,.1f} GiB); at most {MAX_ATTRIBUTE_CELLS:,}: use a wider width"
             )
+        k = math.ceil(ratio)
         pairs = RegularBins(lo, hi, reg_width, k)  # lazy: O(1) memory whatever k
     else:
         try:
@@ -238,8 +238,9 @@ def categories(
 ) -> Attribute:
     """String categories, one cell each in the order given (values are trimmed before matching)."""
     _check_name(name)
-    values = sequence(values, f"attribute {name!r}: categories")
-    if not all(isinstance(v, str) for v in values):
+    if not isinstance(values, str):
+        values = sequence(values, f"attribute {name!r}: categories (a list of strings)")
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise TypeError(f"attribute {name!r}: categories must be a list of strings, got {values!r}")
     vals = tuple(values)
     if not vals or len(set(vals)) != len(vals) or any(v != v.strip() or not v for v in vals):

@@ -511,11 +511,11 @@ def load_spec(path: str | os.PathLike) -> Spec:
     >>> load_spec(path).workload.shape
     (8, 8)
     """
-    path = validate.path(path)
-    if not path.is_file():
-        raise SpecError(f"{path}: no such spec file")
+    file = validate.path(path)
+    if not file.is_file():
+        raise SpecError(f"{file}: no such spec file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(file.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    return parse_spec(data, source=str(path))
+        raise SpecError(f"{file}: not valid TOML: {exc}") from None
+    return parse_spec(data, source=str(file))

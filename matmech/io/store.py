@@ -258,15 +258,15 @@ def load_strategy(path: str | os.PathLike) -> LinOp:
     >>> load_strategy(path).shape
     (5, 5)
     """
-    path = validate.path(path)
-    source = str(path)
-    if not path.is_file():
+    file = validate.path(path)
+    source = str(file)
+    if not file.is_file():
         raise FileNotFoundError(f"{source}: no such strategy file")
     not_ours = f"{source}: not a matmech strategy file (an .npz written by save_strategy)"
-    if not zipfile.is_zipfile(path):
+    if not zipfile.is_zipfile(file):
         raise ValueError(f"{not_ours}: it is not an .npz (zip) archive")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(file, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise ValueError(
