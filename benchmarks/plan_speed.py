@@ -11,7 +11,7 @@ the after version, and whether the two RMSEs are equal (relative difference).
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/plan_speed.py --before DIR [--runs 3] [--only CPS]
 DIR is a checkout of the earlier version, e.g. ``git archive <commit> | tar -x -C DIR``.
 Writes benchmarks/results/plan_speed.{json,md}. ``--smoke`` (CI): this checkout against itself
-on the CPS 1-way row, once, the files in a temporary directory.
+on the 1-way row of rpplus's small smoke union, once, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def main(argv=None):
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(rpplus.RESULTS))
     ap.add_argument(
-        "--smoke", action="store_true", help="this checkout twice, CPS 1-way; temporary directory"
+        "--smoke",
+        action="store_true",
+        help="this checkout twice, a small union; temporary directory",
     )
     args = ap.parse_args(argv)
     if args.smoke:
@@ -57,7 +59,7 @@ def main(argv=None):
     names = args.only.split(",") if args.only else list(rpplus.DATASETS)
     rows = [(d, k) for d in names for k in rpplus.ORDERS]
     if args.smoke:
-        rows = [("CPS", "1")]
+        rows = [("tiny", "1")]
     loads = [os.getloadavg()]
     runs = []
     for rep in range(args.runs):
