@@ -21,8 +21,9 @@ midpoint between the c-th and (c+1)-th counts). ``before``: the GLS combination 
 ``after``: the release's answers (:func:`matmech.svt.curse.guard`). bias in units of each
 answer's reported std; cover = the reported 95% interval holds the truth.
 
-Run:  python benchmarks/coverage.py [--n-rel 2000] [--n-sel 1000] [--quick]
-Writes benchmarks/results/coverage.{json,md}.
+Run:  python benchmarks/coverage.py [--n-rel 2000] [--n-sel 1000] [--only coverage|selection]
+Writes benchmarks/results/coverage.{json,md}. ``--smoke``: one configuration per table with a
+few replicates, the files in a temporary directory (seconds, for CI).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -276,21 +278,28 @@ def main(argv=None):
     ap.add_argument("--n-sel", type=int, default=1000)
     ap.add_argument("--only", choices=("coverage", "selection"))
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--smoke", action="store_true", help="a few replicates of one configuration")
     a = ap.parse_args(argv)
+    if a.smoke:
+        a.n_rel, a.n_sel, a.out = 20, 5, tempfile.mkdtemp(prefix="matmech-smoke-")
+
+    def pick(options):
+        return options[:1] if a.smoke else options
+
     rng = np.random.default_rng(2026)
     t0, load0 = time.time(), os.getloadavg()
     cov_rows, sel_rows = [], []
     if a.only != "selection":
-        for s in STRATEGIES:
-            for d in DELTAS:
-                for e in EPS:
+        for s in pick(STRATEGIES):
+            for d in pick(DELTAS):
+                for e in pick(EPS):
                     row = coverage_cell(s, e, d, a.n_rel, rng)
                     cov_rows.append(row)
                     print(json.dumps(row), flush=True)
     if a.only != "coverage":
-        for method in ("topc-gap", "svt-gap"):
-            for vector in (False, True):
-                for share in (None, 0.3):
+        for method in pick(("topc-gap", "svt-gap")):
+            for vector in pick((False, True)):
+                for share in pick((None, 0.3)):
                     row = selection_cell(method, vector, share, a.n_sel, rng)
                     sel_rows.append(row)
                     print(json.dumps(row), flush=True)

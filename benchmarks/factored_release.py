@@ -8,7 +8,7 @@ first), reconstruct (every marginal with its exact per-cell std). Each case runs
 process; peak memory is that process's maximum resident set size.
 
     python benchmarks/factored_release.py            # all cases → benchmarks/results/factored_release.{json,md}
-    python benchmarks/factored_release.py --quick    # smaller tables, a smoke run
+    python benchmarks/factored_release.py --smoke    # 6 attributes × 10 in this process (CI)
     python benchmarks/factored_release.py --only pure   # only the pure-ε case, merged into the results
     python benchmarks/factored_release.py --only gmarginal  # HDMM's adult_W2 / loans_W2 (generalised marginals)
     python benchmarks/factored_release.py --only scale  # all ≤3-way of 100 and 200 attributes × 10 values (issue 24)
@@ -27,6 +27,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import queue
 import resource
 import sys
 import tempfile
@@ -377,23 +378,32 @@ def _plan_only(out):
     )
 
 
-def run(cases):
+_KINDS = {
+    "gmarginal": _case_gmarginal,
+    "pure": _case_pure,
+    "refused": _case_refused,
+    "select": _case_select,
+}
+
+
+def run(cases, *, inline=False):
+    """Each case in its own process (its peak RSS is the case's), or here (``inline``)."""
     ctx = mp.get_context("spawn")
     rows = []
     for c in cases:
-        q = ctx.Queue()
         if not c:
-            p = ctx.Process(target=_plan_only, args=(q,))
-        elif c[0] == "gmarginal":
-            p = ctx.Process(target=_case_gmarginal, args=(*c[1:], q))
-        elif c[0] == "pure":
-            p = ctx.Process(target=_case_pure, args=(*c[1:], q))
-        elif c[0] == "refused":
-            p = ctx.Process(target=_case_refused, args=(*c[1:], q))
-        elif c[0] == "select":
-            p = ctx.Process(target=_case_select, args=(*c[1:], q))
+            target, args = _plan_only, ()
+        elif c[0] in _KINDS:
+            target, args = _KINDS[c[0]], c[1:]
         else:
-            p = ctx.Process(target=_case, args=(*c, q))
+            target, args = _case, c
+        if inline:
+            q: queue.Queue = queue.Queue()
+            target(*args, q)
+            rows.append(q.get_nowait())
+            continue
+        q = ctx.Queue()
+        p = ctx.Process(target=target, args=(*args, q))
         p.start()
         rows.append(q.get())
         p.join()
@@ -402,14 +412,18 @@ def run(cases):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10× fewer records (smoke run)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="6 attributes × 10, 2,000 records, in this process; files to a temporary directory",
+    )
     ap.add_argument(
         "--only",
         choices=["pure", "gmarginal", "select", "scale"],
         help="run only this case and merge it into the saved results",
     )
     args = ap.parse_args(argv)
-    scale = 10 if args.quick else 1
+    scale = 1
     pure = ("pure", "adult ≤3-way, pure ε", ADULT, 1_000_000 // scale, 3, 1.0, 0)
     cases = [
         ("adult ≤3-way", ADULT, 1_000_000 // scale, 3, False, 1.0, 1e-6, 0),
@@ -480,7 +494,15 @@ def main(argv=None):
         cases = [pure]
     if args.only == "gmarginal":
         cases = gm
-    rows = run(cases)
+    if args.smoke:  # no HDMM workloads (data), no 100-attribute plans
+        small = (10,) * 6
+        cases = [
+            ("6×10 ≤3-way", small, 2_000, 3, False, 1.0, 1e-6, 0),
+            ("pure", "6×10 ≤3-way, pure ε", small, 2_000, 3, 1.0, 0),
+            ("select", "6×10 2-way, top 5 (em)", small, 2_000, 2, dict(method="em", c=5, eps=0.2))
+            + (1.0, 1e-6, 0),
+        ]
+    rows = run(cases, inline=args.smoke)
     load = os.getloadavg()
     meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
@@ -488,123 +510,121 @@ def main(argv=None):
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     print(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    if not args.quick:
-        RESULTS.mkdir(exist_ok=True)
-        if args.only:
-            old = json.loads((RESULTS / "factored_release.json").read_text())
-            done = {r["case"] for r in rows}
-            rows = [r for r in old["rows"] if r["case"] not in done] + rows
-            for r in rows:
-                r.setdefault("run", old["meta"] if r["case"] not in done else meta)
-            meta = {**old["meta"], "partial_rerun": meta}
-        (RESULTS / "factored_release.json").write_text(
-            json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+    results = Path(tempfile.mkdtemp(prefix="matmech-smoke-")) if args.smoke else RESULTS
+    results.mkdir(exist_ok=True)
+    if args.only:
+        old = json.loads((results / "factored_release.json").read_text())
+        done = {r["case"] for r in rows}
+        rows = [r for r in old["rows"] if r["case"] not in done] + rows
+        for r in rows:
+            r.setdefault("run", old["meta"] if r["case"] not in done else meta)
+        meta = {**old["meta"], "partial_rerun": meta}
+    (results / "factored_release.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+    )
+    lines = [
+        f"# Factored release ({meta['date']}, {meta['machine']}, load {meta['load_average']})",
+        "",
+        "| case | records | marginals | answers | RMSE/σ (plan) | × SVD bound | tables s | plan s | measure s | "
+        "reconstruct s | total s | peak GiB |",
+        "|" + "---|" * 12,
+    ]
+    for r in rows:
+        if "seconds" not in r or r.get("delta") == 0.0 or r.get("kind") == "select":
+            continue
+        t = r["seconds"]
+        lines.append(
+            f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
+            f"{r['rmse_over_sigma_plan']:.4f} | {r['svd_bound_ratio']:.6f} | {t['marginal tables']:.1f} | "
+            f"{t['plan']:.1f} | {t['measure']:.1f} | {t['reconstruct + answers']:.1f} | "
+            f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
         )
-        lines = [
-            f"# Factored release ({meta['date']}, {meta['machine']}, load {meta['load_average']})",
-            "",
-            "| case | records | marginals | answers | RMSE/σ (plan) | × SVD bound | tables s | plan s | measure s | "
-            "reconstruct s | total s | peak GiB |",
-            "|" + "---|" * 12,
-        ]
-        for r in rows:
-            if "seconds" not in r or r.get("delta") == 0.0 or r.get("kind") == "select":
-                continue
-            t = r["seconds"]
-            lines.append(
-                f"| {r['case']} | {r['records']:,} | {r['marginals']:,} | {r['answers']:,} | "
-                f"{r['rmse_over_sigma_plan']:.4f} | {r['svd_bound_ratio']:.6f} | {t['marginal tables']:.1f} | "
-                f"{t['plan']:.1f} | {t['measure']:.1f} | {t['reconstruct + answers']:.1f} | "
-                f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
-            )
-        for r in rows:
-            if "seconds_plan" in r:
-                lines += [
-                    "",
-                    f"{r['case']}: {r['marginals']:,} marginals, {r['residuals']:,} residuals, "
-                    f"{r['answers']:,} answers; plan in {r['seconds_plan']:.1f} s (ResidualPlanner reports 9.9 s), "
-                    f"RMSE/σ {r['rmse_over_sigma_plan']:.4f}, × SVD bound {r['svd_bound_ratio']:.6f}.",
-                ]
-        for r in rows:
-            if r.get("delta") == 0.0 and r.get("kind") != "select":
-                t, when = r["seconds"], r.get("run", meta)
-                lines += [
-                    "",
-                    f"Pure ε ({when['date']}, load {when['load_average']}): {r['case']}, {r['records']:,} records, "
-                    f"{r['answers']:,} answers from {r['tables']} noisy marginal tables ({r['table_cells']:,} cells, "
-                    f"{r['distinct_scales']} distinct Laplace scales, L1 sensitivity {r['l1_sensitivity']:.6g}); "
-                    f"per-query RMSE at ε = 1: {r['rmse_eps1_plan_continuous']:.4g} (plan, continuous Laplace), "
-                    f"{r['rmse_measured_analytic']:.4g} (exact discrete noise drawn); tables "
-                    f"{t['marginal tables']:.1f} s, plan {t['plan']:.1f} s, measure {t['measure']:.1f} s, "
-                    f"reconstruct {t['reconstruct + answers']:.1f} s, total {r['seconds_total_excluding_load']:.1f} s, "
-                    f"peak {r['peak_rss_gib']:.2f} GiB.",
-                ]
-        gm_rows = [r for r in rows if r.get("kind") == "gmarginal"]
-        if gm_rows:
+    for r in rows:
+        if "seconds_plan" in r:
             lines += [
                 "",
-                "Generalised marginals (HDMM's adult_W2 / loans_W2 on generated records; strategy from "
-                '`optimize(method="gmarginals")`, under (ε, δ) its lattice weights re-optimised for the L2 error '
-                "with the factors fixed, measured from its marginal tables, factored GLS):",
-                "",
-                "| case | records | answers | subsets | classes | grid bits | RMSE analytic | RMSE empirical | "
-                "RMSE unrounded | optimise s | tables s | plan s | measure s | reconstruct s | total s | peak GiB |",
-                "|" + "---|" * 16,
+                f"{r['case']}: {r['marginals']:,} marginals, {r['residuals']:,} residuals, "
+                f"{r['answers']:,} answers; plan in {r['seconds_plan']:.1f} s (ResidualPlanner reports 9.9 s), "
+                f"RMSE/σ {r['rmse_over_sigma_plan']:.4f}, × SVD bound {r['svd_bound_ratio']:.6f}.",
             ]
-            for r in gm_rows:
-                t = r["stage_seconds"]
-                lines.append(
-                    f"| {r['case']} | {r['records']:,} | {r['answers']:,} | {r['measured_subsets']} | "
-                    f"{r['classes']} | {r['grid_bits']} | {r['rmse_analytic']:.4g} | {r['rmse_empirical']:.4g} | "
-                    f"{r['rmse_analytic_unrounded_factors']:.4g} | {t['optimise']:.1f} | {t['marginal tables']:.1f} | "
-                    f"{t['plan + variances']:.2f} | {t['measure']:.2f} | {t['reconstruct + answers']:.2f} | "
-                    f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
-                )
-        sel_rows = [r for r in rows if r.get("kind") == "select"]
-        if sel_rows:
+    for r in rows:
+        if r.get("delta") == 0.0 and r.get("kind") != "select":
+            t, when = r["seconds"], r.get("run", meta)
             lines += [
                 "",
-                "Selection over marginal cells (`release(..., select=...)` on the factored path; only the "
-                "selected cells are measured):",
-                "",
-                "| case | records | rows | ε, δ | selected | RMSE analytic | RMSE empirical | plan s | "
-                "release s | of which tables + W x s | peak GiB |",
-                "|" + "---|" * 11,
+                f"Pure ε ({when['date']}, load {when['load_average']}): {r['case']}, {r['records']:,} records, "
+                f"{r['answers']:,} answers from {r['tables']} noisy marginal tables ({r['table_cells']:,} cells, "
+                f"{r['distinct_scales']} distinct Laplace scales, L1 sensitivity {r['l1_sensitivity']:.6g}); "
+                f"per-query RMSE at ε = 1: {r['rmse_eps1_plan_continuous']:.4g} (plan, continuous Laplace), "
+                f"{r['rmse_measured_analytic']:.4g} (exact discrete noise drawn); tables "
+                f"{t['marginal tables']:.1f} s, plan {t['plan']:.1f} s, measure {t['measure']:.1f} s, "
+                f"reconstruct {t['reconstruct + answers']:.1f} s, total {r['seconds_total_excluding_load']:.1f} s, "
+                f"peak {r['peak_rss_gib']:.2f} GiB.",
             ]
-            for r in sel_rows:
-                t = r["seconds"]
-                rm = (
-                    "-"
-                    if r["rmse_selected_analytic"] is None
-                    else f"{r['rmse_selected_analytic']:.4g}"
-                )
-                re_ = (
-                    "-"
-                    if r["rmse_selected_empirical"] is None
-                    else f"{r['rmse_selected_empirical']:.4g}"
-                )
-                lines.append(
-                    f"| {r['case']} | {r['records']:,} | {r['rows']:,} | {r['eps']:g}, {r['delta']:g} | "
-                    f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
-                    f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
-                    f"{r['peak_rss_gib']:.2f} |"
-                )
-        for r in rows:
-            if r.get("kind") == "refused":
-                lines += [
-                    "",
-                    f"{r['case']}, {r['records']:,} records: {r['marginals']:,} marginals, {r['answers']:,} "
-                    f"answers (float64 answers and std alone: {16 * r['answers'] / 2**30:.1f} GiB); refused before "
-                    f"reading the data in {r['seconds_to_refusal']:.1f} s (budget untouched: {r['budget_untouched']}): "
-                    f"{r['refusal']}",
-                ]
+    gm_rows = [r for r in rows if r.get("kind") == "gmarginal"]
+    if gm_rows:
         lines += [
             "",
-            "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
-            "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
-            "discrete noise actually drawn.",
+            "Generalised marginals (HDMM's adult_W2 / loans_W2 on generated records; strategy from "
+            '`optimize(method="gmarginals")`, under (ε, δ) its lattice weights re-optimised for the L2 error '
+            "with the factors fixed, measured from its marginal tables, factored GLS):",
+            "",
+            "| case | records | answers | subsets | classes | grid bits | RMSE analytic | RMSE empirical | "
+            "RMSE unrounded | optimise s | tables s | plan s | measure s | reconstruct s | total s | peak GiB |",
+            "|" + "---|" * 16,
         ]
-        (RESULTS / "factored_release.md").write_text("\n".join(lines) + "\n")
+        for r in gm_rows:
+            t = r["stage_seconds"]
+            lines.append(
+                f"| {r['case']} | {r['records']:,} | {r['answers']:,} | {r['measured_subsets']} | "
+                f"{r['classes']} | {r['grid_bits']} | {r['rmse_analytic']:.4g} | {r['rmse_empirical']:.4g} | "
+                f"{r['rmse_analytic_unrounded_factors']:.4g} | {t['optimise']:.1f} | {t['marginal tables']:.1f} | "
+                f"{t['plan + variances']:.2f} | {t['measure']:.2f} | {t['reconstruct + answers']:.2f} | "
+                f"{r['seconds_total_excluding_load']:.1f} | {r['peak_rss_gib']:.2f} |"
+            )
+    sel_rows = [r for r in rows if r.get("kind") == "select"]
+    if sel_rows:
+        lines += [
+            "",
+            "Selection over marginal cells (`release(..., select=...)` on the factored path; only the "
+            "selected cells are measured):",
+            "",
+            "| case | records | rows | ε, δ | selected | RMSE analytic | RMSE empirical | plan s | "
+            "release s | of which tables + W x s | peak GiB |",
+            "|" + "---|" * 11,
+        ]
+        for r in sel_rows:
+            t = r["seconds"]
+            rm = (
+                "-" if r["rmse_selected_analytic"] is None else f"{r['rmse_selected_analytic']:.4g}"
+            )
+            re_ = (
+                "-"
+                if r["rmse_selected_empirical"] is None
+                else f"{r['rmse_selected_empirical']:.4g}"
+            )
+            lines.append(
+                f"| {r['case']} | {r['records']:,} | {r['rows']:,} | {r['eps']:g}, {r['delta']:g} | "
+                f"{r['selected']} | {rm} | {re_} | {t['plan (no data)']:.2f} | "
+                f"{t['release (tables + W x + select + measure)']:.1f} | {t['tables + W x alone']:.1f} | "
+                f"{r['peak_rss_gib']:.2f} |"
+            )
+    for r in rows:
+        if r.get("kind") == "refused":
+            lines += [
+                "",
+                f"{r['case']}, {r['records']:,} records: {r['marginals']:,} marginals, {r['answers']:,} "
+                f"answers (float64 answers and std alone: {16 * r['answers'] / 2**30:.1f} GiB); refused before "
+                f"reading the data in {r['seconds_to_refusal']:.1f} s (budget untouched: {r['budget_untouched']}): "
+                f"{r['refusal']}",
+            ]
+    lines += [
+        "",
+        "Total excludes reading the Parquet file (`load parquet` in the JSON). RMSE/σ is HDMM's unit "
+        "(per-query RMSE over σ of the unit-L2 Gaussian); the measured analytic RMSE uses the exact "
+        "discrete noise actually drawn.",
+    ]
+    (results / "factored_release.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

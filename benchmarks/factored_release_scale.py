@@ -14,9 +14,11 @@ throughput, and the max-variance plan at 100 attributes (``objective="max"``, cv
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 200-secure  # rng=None
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only max
     OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --only 100-pure  # δ = 0
-    OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --quick   # 20 attributes
+    OPENBLAS_NUM_THREADS=1 python benchmarks/factored_release_scale.py --smoke   # seconds (CI)
 
-Results merge into benchmarks/results/factored_release_scale.{json,md}.
+Results merge into benchmarks/results/factored_release_scale.{json,md}; ``--smoke`` runs 8
+attributes × 10 values (both models and the max plan) in this process and writes its files
+to a temporary directory.
 """
 
 from __future__ import annotations
@@ -93,26 +95,18 @@ def _case(name, d, records, seed, spill, secure, delta, k, out):
     W = marginal_workload((10,) * d, subsets)
     timer = _Timer()
     pure = delta == 0
-    lattice_plan = "_laplace_plan" if pure else "_residual_plan"
-    timer.wrap(streamed_kinds, lattice_plan, "plan")
-    real_plan = getattr(streamed_kinds, lattice_plan)
+    # the streamed plan's two planning steps (matmech.factored.release): the lattice plan and
+    # the measurement (noise) plan; each returns a tuple whose first item is kept
+    for name_, keep_as in (("lattice_plan", "plan"), ("noise_plan", "mplan")):
+        timer.wrap(streamed, name_, "plan")
+        real_ = getattr(streamed, name_)
 
-    def keep(*a, **kw):
-        out = real_plan(*a, **kw)
-        timer.plan = out[0]
-        return out
+        def keep(*a, _real=real_, _as=keep_as, **kw):
+            out = _real(*a, **kw)
+            setattr(timer, _as, out[0])
+            return out
 
-    setattr(streamed_kinds, lattice_plan, keep)
-    mplan_name = "plan_residual_laplace" if pure else "plan_residual_measurement"
-    timer.wrap(streamed_kinds, mplan_name, "plan")
-    real_mplan = getattr(streamed_kinds, mplan_name)
-
-    def keep_m(*a, **kw):
-        out = real_mplan(*a, **kw)
-        timer.mplan = out
-        return out
-
-    setattr(streamed_kinds, mplan_name, keep_m)
+        setattr(streamed, name_, keep)
     if pure:
         timer.wrap(table_batches.TableBatches, "draw", "measure (tables + noise)")
         timer.wrap(table_batches.TableBatches, "combine", "combine")
@@ -257,9 +251,18 @@ def _max_plan(d, out):
     )
 
 
-def run(cases):
-    ctx = mp.get_context("spawn")
+def run(cases, *, inline=False):
+    """Each case in its own process (its peak RSS is the case's), or here (``inline``: the
+    smoke run; the stage wrappers then stay installed, which only the next case's timings
+    see)."""
     rows = []
+    if inline:
+        for target, args in cases:
+            q: queue.Queue = queue.Queue()
+            target(*args, q)
+            rows.append(q.get_nowait())
+        return rows
+    ctx = mp.get_context("spawn")
     for target, args in cases:
         q = ctx.Queue()
         p = ctx.Process(target=target, args=(*args, q))
@@ -335,7 +338,11 @@ def _table(meta, rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="20 attributes, 10⁴ records (smoke run)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="8 attributes, 2,000 records, in this process; files to a temporary directory (CI)",
+    )
     ap.add_argument(
         "--only",
         choices=[
@@ -370,12 +377,11 @@ def main(argv=None):
             ("100×10 ≤2-way, pure ε", 100, 100_000, 1, args.spill, False, 0.0, 2),
         ),
     }
-    if args.quick:
+    if args.smoke:
         chosen = [
-            (_case, ("20×10 ≤3-way", 20, 10_000, 1, args.spill, False, 1e-6, 3)),
-            (_case, ("20×10 ≤3-way, secure", 20, 10_000, 1, args.spill, True, 1e-6, 3)),
-            (_case, ("20×10 ≤3-way, pure ε", 20, 10_000, 1, args.spill, False, 0.0, 3)),
-            (_max_plan, (20,)),
+            (_case, ("8×10 ≤3-way", 8, 2_000, 1, args.spill, False, 1e-6, 3)),
+            (_case, ("8×10 ≤3-way, pure ε", 8, 2_000, 1, args.spill, False, 0.0, 3)),
+            (_max_plan, (8,)),
         ]
     else:
         chosen = [cases[args.only]] if args.only else [cases[k] for k in ("sampler", "100", "200")]
@@ -383,19 +389,19 @@ def main(argv=None):
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    rows = run(chosen)
+    rows = run(chosen, inline=args.smoke)
     for r in rows:
         r["run"] = {"date": meta["date"], "load_average": [round(v, 2) for v in os.getloadavg()]}
     print(json.dumps(rows, indent=1))
-    if args.quick:
-        return
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{NAME}.json"
+    out = Path(tempfile.mkdtemp(prefix=f"matmech-smoke-{NAME}-")) if args.smoke else RESULTS
+    out.mkdir(exist_ok=True)
+    path = out / f"{NAME}.json"
     old = json.loads(path.read_text())["rows"] if path.exists() else []
     done = {r["case"] for r in rows}
     rows = [r for r in old if r["case"] not in done] + rows
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    (RESULTS / f"{NAME}.md").write_text(_table(meta, rows))
+    (out / f"{NAME}.md").write_text(_table(meta, rows))
+    print(f"wrote {path} and {NAME}.md")
 
 
 if __name__ == "__main__":

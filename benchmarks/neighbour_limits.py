@@ -11,6 +11,9 @@ benchmarks/results/neighbour_limits.json. Also runs the issue's reproducers; wit
 before/after table.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/neighbour_limits.py [--before /work/scratch/pc-before]
+    python benchmarks/neighbour_limits.py --smoke   # one case at two limits (CI)
+
+``--smoke`` writes its files to a temporary directory.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,12 +48,12 @@ def reproducers() -> list[dict]:
     return out
 
 
-def sweep() -> list[dict]:
+def sweep(smoke: bool = False) -> list[dict]:
     import neighbour_cases as nc
 
     rows = []
-    for case in nc.cases():
-        for k in nc.ks(case):
+    for case in nc.cases()[:1] if smoke else nc.cases():
+        for k in nc.ks(case)[:2] if smoke else nc.ks(case):
             left, right, diff = nc.compare(case, k, strategy="auto")
             rows.append(
                 dict(
@@ -132,6 +136,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def main() -> None:
+    global OUT
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "--before",
@@ -142,7 +147,14 @@ def main() -> None:
         "--reproducers-json", action="store_true", help=argparse.SUPPRESS
     )  # the --before subprocess
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one case at two limits; files to a temporary directory",
+    )
     args = ap.parse_args()
+    if args.smoke:
+        OUT = Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
     _setup(args.root)
     if args.reproducers_json:  # the run on the --before checkout: reproducers and the same sweep
         print(json.dumps(dict(reproducers=reproducers(), pairs=sweep()), default=str))
@@ -165,7 +177,7 @@ def main() -> None:
         before = before["reproducers"]
     t0 = time.perf_counter()
     after = reproducers()
-    rows = sweep()
+    rows = sweep(args.smoke)
     seconds = time.perf_counter() - t0
     load = os.getloadavg()[0]
     rep = []

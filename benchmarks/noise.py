@@ -7,16 +7,21 @@ with the machine description to benchmarks/results/noise.json.
 Target: >= 1,000,000 secure discrete Laplace samples/s at scale 10 and at grid scale 2**16.
 
     python benchmarks/noise.py
+    python benchmarks/noise.py --smoke   # 10**4 samples once, no target check (CI)
+
+``--smoke`` writes the JSON to a temporary directory.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -95,7 +100,16 @@ def timed(fn, make_rng):
     return times
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    global SAMPLES, RUNS, RESULTS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--smoke", action="store_true", help="10**4 samples once; JSON to a temporary directory"
+    )
+    smoke = ap.parse_args(argv).smoke
+    if smoke:
+        SAMPLES, RUNS = 10**4, 1
+        RESULTS = pathlib.Path(tempfile.mkdtemp(prefix="matmech-smoke-")) / "noise.json"
     sources = {
         "secure (os.urandom)": os_source,
         "secure default (AES CTR_DRBG)": lambda: None,
@@ -145,18 +159,18 @@ def main() -> int:
 
     targets = {}
     for param in ("scale=10", "scale=2**16"):
-        (r,) = [
-            r
-            for r in rows
-            if r["sampler"] == "discrete_laplace"
-            and r["parameter"] == param
-            and r["source"].startswith("secure")
-        ]
-        targets[f"secure discrete_laplace {param}"] = {
-            "samples_per_second": r["samples_per_second"],
-            "target": TARGET,
-            "met": r["samples_per_second"] >= TARGET,
-        }
+        for r in rows:  # each secure source: os.urandom and the default CTR_DRBG
+            if not (
+                r["sampler"] == "discrete_laplace"
+                and r["parameter"] == param
+                and r["source"].startswith("secure")
+            ):
+                continue
+            targets[f"{r['source']} discrete_laplace {param}"] = {
+                "samples_per_second": r["samples_per_second"],
+                "target": TARGET,
+                "met": r["samples_per_second"] >= TARGET,
+            }
     print()
     for name, t in targets.items():
         status = "met" if t["met"] else "MISSED"
@@ -181,7 +195,7 @@ def main() -> int:
         + "\n"
     )
     print(f"\nsaved {RESULTS}")
-    return 0 if all(t["met"] for t in targets.values()) else 1
+    return 0 if smoke or all(t["met"] for t in targets.values()) else 1
 
 
 if __name__ == "__main__":

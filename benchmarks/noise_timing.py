@@ -14,6 +14,9 @@ interleaved so that machine drift hits both alike. It also measures bulk through
 This is a benchmark, not a test: medians on a shared machine are noisy.
 
     python benchmarks/noise_timing.py [--reps 20000]
+    python benchmarks/noise_timing.py --smoke   # 200 draws, bulk size 2**12 (CI)
+
+``--smoke`` writes its files to a temporary directory.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pathlib
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -277,7 +281,8 @@ def single_draws(reps):
     return rows
 
 
-def throughput():
+def throughput(bulk=1 << 20, runs=(3000, 3)):
+    """Samples/s at size 1 (median of runs[0] calls) and size ``bulk`` (of runs[1])."""
     src = os_source()
     out = []
     cases = [
@@ -299,11 +304,11 @@ def throughput():
     ]
     for name, new, old in cases:
         row = {"config": name}
-        for size, runs in ((1, 3000), (1 << 20, 3)):
+        for size, n_runs in ((1, runs[0]), (bulk, runs[1])):
             for impl, f in (("old", old), ("new", new)):
                 f(size)
                 ts = []
-                for _ in range(runs):
+                for _ in range(n_runs):
                     t0 = time.perf_counter_ns()
                     f(size)
                     ts.append(time.perf_counter_ns() - t0)
@@ -338,16 +343,18 @@ def markdown(rows, thr, meta):
         )
     lines += [
         "",
-        "Throughput (samples/s; size 1: median of 3000 calls, size 2**20: median of 3).",
+        f"Throughput (samples/s; size 1 and size {meta.get('bulk', 1 << 20):,}: medians of "
+        "3000 and 3 calls; --smoke: 30 and 1).",
         "",
         "| config | old size 1 | new size 1 | old size 2**20 | new size 2**20 | new/old 2**20 |",
         "|---|---|---|---|---|---|",
     ]
+    big = f"size{meta.get('bulk', 1 << 20)}"
     for r in thr:
         lines.append(
             f"| {r['config']} | {r['old_size1']:,.0f} | {r['new_size1']:,.0f} | "
-            f"{r['old_size1048576']:,.0f} | {r['new_size1048576']:,.0f} | "
-            f"{r['new_size1048576'] / r['old_size1048576']:.2f} |"
+            f"{r['old_' + big]:,.0f} | {r['new_' + big]:,.0f} | "
+            f"{r['new_' + big] / r['old_' + big]:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -355,22 +362,30 @@ def markdown(rows, thr, meta):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20_000)
+    ap.add_argument(
+        "--smoke", action="store_true", help="200 draws, bulk 2**12; files to a temporary directory"
+    )
     args = ap.parse_args()
+    results = RESULTS
+    if args.smoke:
+        args.reps, results = 200, pathlib.Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
+    bulk = 1 << 12 if args.smoke else 1 << 20
     meta = {
         "machine": f"{os.cpu_count()} shared cores, {platform.machine()}, "
         f"Python {platform.python_version()}, numpy {np.__version__}",
         "reps": args.reps,
         "source": "os.urandom",
+        "bulk": bulk,
     }
     rows = single_draws(args.reps)
-    thr = throughput()
+    thr = throughput(bulk, (30, 1) if args.smoke else (3000, 3))
     md = markdown(rows, thr, meta)
     print(md)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "noise_timing.json").write_text(
+    results.mkdir(exist_ok=True)
+    (results / "noise_timing.json").write_text(
         json.dumps({"meta": meta, "single_draws": rows, "throughput": thr}, indent=1) + "\n"
     )
-    (RESULTS / "noise_timing.md").write_text(md)
+    (results / "noise_timing.md").write_text(md)
 
 
 if __name__ == "__main__":

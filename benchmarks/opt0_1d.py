@@ -26,7 +26,8 @@ wall-clock on whatever machine runs this (shared cores: noisy; quote the load).
 
 ``--merge`` keeps the rows already in benchmarks/results/opt0_1d.json for the (workload, n)
 pairs not run now (so n = 8192 can be run on its own). Writes
-benchmarks/results/opt0_1d.{json,md}.
+benchmarks/results/opt0_1d.{json,md}. ``--smoke`` (CI): prefix at n = 64, one seed, short
+runs, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import os
 import pathlib
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -276,7 +278,14 @@ def main():
         action="store_true",
         help="take OPT₀ as released from the stored rows where present",
     )
+    ap.add_argument(
+        "--smoke", action="store_true", help="prefix n = 64, short runs; temporary directory"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.kinds, args.released_seeds = "64", "prefix", 1
+        args.ref_iters, args.ref_seconds = 50, 5.0
+        args.out_dir = tempfile.mkdtemp(prefix="matmech-smoke-")
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = [k for k in args.kinds.split(",") if k]
     if any(k not in KINDS for k in kinds):

@@ -14,7 +14,8 @@ whatever load the machine has; the load average is recorded beside them.
 
 Run:  python benchmarks/optimize.py [--quick] [--out DIR]
 ``--quick`` skips n = 4096 and writes nothing unless ``--out`` is given; the full run
-writes benchmarks/results/optimize.{json,md,png}.
+writes benchmarks/results/optimize.{json,md,png}. ``--smoke`` (CI): n = 256 once, the L2 rows
+at n = 64, no 2-D or marginal rows, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -184,9 +186,9 @@ def rows_other(repeats):
     return rows
 
 
-def rows_l2():
+def rows_l2(sizes=(1024, 2048)):
     rows = []
-    for n in (1024, 2048):
+    for n in sizes:
         for kind, make in MAKERS.items():
             W = make(n)
             load_before = load()
@@ -353,15 +355,20 @@ def main(argv=None):
         default=None,
         help="directory for optimize.{json,md,png} (default benchmarks/results)",
     )
+    ap.add_argument(
+        "--smoke", action="store_true", help="n = 256 once, small L2 rows; temporary directory"
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.out = Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
     out_dir = args.out if args.out is not None else (None if args.quick else RESULTS)
-    sizes = (256, 1024) if args.quick else (256, 1024, 4096)
+    sizes = (256,) if args.smoke else (256, 1024) if args.quick else (256, 1024, 4096)
     data = {"machine": machine(), "eps": EPS, "quick": args.quick, "load_start": load()}
     one_d = []
     for n in sizes:
         for kind in MAKERS:
             t0 = time.perf_counter()
-            one_d.append(row_1d(kind, n, 1 if n >= 4096 else 3))
+            one_d.append(row_1d(kind, n, 1 if n >= 4096 or args.smoke else 3))
             r = one_d[-1]
             print(
                 f"  {kind} n={n}: optimized {r['rmse']['optimized']:.4f} (HDMM {r['hdmm']['opt']}), median {r['optimizer']['seconds_median']:.2f} s [{time.perf_counter() - t0:.0f} s]",
@@ -369,8 +376,8 @@ def main(argv=None):
                 flush=True,
             )
     data["one_d"] = one_d
-    data["other"] = rows_other(3)
-    data["l2"] = rows_l2()
+    data["other"] = [] if args.smoke else rows_other(3)
+    data["l2"] = rows_l2((64,) if args.smoke else (1024, 2048))
     data["load_end"] = load()
     text = markdown(data)
     print(text)

@@ -10,7 +10,9 @@ the selection-free row of each path, plus two selection rows, the Monte Carlo co
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/oracle_table.py [--problems 6] [--trials 200]
 
-Prints the table and writes benchmarks/results/oracle_table.json and oracle_table.md.
+Prints the table and writes benchmarks/results/oracle_table.json and oracle_table.md
+(``--smoke``: one problem per cell, no selection method but svt, two coverage trials of one
+cell, the files in a temporary directory).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,12 +63,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=6)
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument(
+        "--smoke", action="store_true", help="1 problem, 2 methods; temporary directory"
+    )
     args = ap.parse_args(argv)
+    methods, covered = op.METHODS, COVERED
+    if args.smoke:
+        args.problems, args.trials = 1, 2
+        methods, covered = ("none", "svt"), {("histogram", "pure", "none")}
     rows = []
     t0 = time.perf_counter()
     for path in op.PATHS:
         for model in op.MODELS:
-            for method in op.METHODS if path not in op.NO_SELECTION else ("none",):
+            for method in methods if path not in op.NO_SELECTION else ("none",):
                 da = dv = 0.0
                 for seed in range(args.problems):
                     rel, W, _ = op.run(path, model, method, seed, neighbors=op.NEIGHBORS[seed % 2])
@@ -73,7 +83,7 @@ def main(argv=None):
                     da, dv = max(da, a), max(dv, v)
                 cov = (
                     coverage(path, model, method, args.trials)
-                    if (path, model, method) in COVERED
+                    if (path, model, method) in covered
                     else None
                 )
                 rows.append(
@@ -109,7 +119,11 @@ def main(argv=None):
         for r in rows
     ]
     print(head)
-    out = ROOT / "benchmarks" / "results"
+    out = (
+        Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
+        if args.smoke
+        else ROOT / "benchmarks" / "results"
+    )
     (out / "oracle_table.md").write_text("\n".join(md) + "\n")
     (out / "oracle_table.json").write_text(
         json.dumps(

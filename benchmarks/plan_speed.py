@@ -10,7 +10,8 @@ the after version, and whether the two RMSEs are equal (relative difference).
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/plan_speed.py --before DIR [--runs 3] [--only CPS]
 DIR is a checkout of the earlier version, e.g. ``git archive <commit> | tar -x -C DIR``.
-Writes benchmarks/results/plan_speed.{json,md}.
+Writes benchmarks/results/plan_speed.{json,md}. ``--smoke`` (CI): this checkout against itself
+on the 1-way row of rpplus's small smoke union, once, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,15 +39,27 @@ def _child(tree, dataset, order, cap):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", required=True, help="a checkout of the earlier version")
+    ap.add_argument("--before", help="a checkout of the earlier version (required)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", help="comma-separated dataset names")
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(rpplus.RESULTS))
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="this checkout twice, a small union; temporary directory",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.before, args.runs = str(ROOT), 1
+        args.out = tempfile.mkdtemp(prefix="matmech-smoke-")
+    if not args.before:
+        ap.error("--before DIR is required (a checkout of the earlier version)")
     trees = {"before": Path(args.before).resolve(), "after": ROOT}
     names = args.only.split(",") if args.only else list(rpplus.DATASETS)
     rows = [(d, k) for d in names for k in rpplus.ORDERS]
+    if args.smoke:
+        rows = [("tiny", "1")]
     loads = [os.getloadavg()]
     runs = []
     for rep in range(args.runs):

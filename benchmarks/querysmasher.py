@@ -23,7 +23,8 @@ and ``--qs-log qs_exp1.log --qs-log qs_exp3.log`` reads the QS and WFF columns (
 seconds) from its printed tables.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/querysmasher.py [--qs-log FILE ...] [--only CPS]
-Writes benchmarks/results/querysmasher.{json,md}.
+Writes benchmarks/results/querysmasher.{json,md}. ``--smoke`` (CI): our identity CPS 1-way row
+(no QuerySmasher log), the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -150,9 +152,15 @@ def main(argv=None):
     ap.add_argument("--rerun", default="", help="with --reuse: kinds whose matmech rows run again")
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--smoke", action="store_true", help="identity CPS 1-way, ours only; temporary directory"
+    )
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.smoke:
+        args.only, args.kinds, args.qs_log, args.reuse = "CPS", "identity", [], False
+        args.out = tempfile.mkdtemp(prefix="matmech-smoke-")
     qs = {}
     for path in args.qs_log:
         qs.update(parse_qs_log(Path(path).read_text()))
@@ -173,6 +181,8 @@ def main(argv=None):
     for kind in args.kinds.split(","):
         for name in names:
             for j, order in enumerate(ORDERS):
+                if args.smoke and order != "1-way":
+                    continue
                 ours = saved.get((kind, name, order)) or _run(
                     [sys.executable, __file__, "--child", name, kind, order], args.cap, root=root
                 )

@@ -11,6 +11,9 @@ Each part runs in its own process so that its peak RSS (resource.getrusage) is i
 Every figure is the median over ``--repeats`` runs (min and max recorded too).
 
     python benchmarks/release.py [--repeats 5] [--out benchmarks/results/release.json]
+    python benchmarks/release.py --smoke   # n = 2**12 and 256, once, in this process (CI)
+
+``--smoke`` writes its JSON to a temporary directory.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,8 +97,8 @@ def timed_release(x, W, A, eps, delta):
     return time.perf_counter() - t0, rel
 
 
-def part_tree(repeats):
-    n, m, eps = 2**20, 10**6, 1.0
+def part_tree(repeats, n=2**20, m=10**6):
+    eps = 1.0
     x = check_counts(np.random.default_rng(1).poisson(50, n))
     W = random_ranges(n, m, 2)
     base = peak_rss_mb()
@@ -146,8 +150,8 @@ def p_identity(n, p, seed):
     return Dense(np.vstack([np.eye(n), theta]) / (1 + theta.sum(0)))
 
 
-def part_optimized(repeats):
-    n, m, eps = 4096, 10**5, 1.0
+def part_optimized(repeats, n=4096, m=10**5):
+    eps = 1.0
     x = check_counts(np.random.default_rng(3).poisson(50, n))
     W = random_ranges(n, m, 4)
     cases = []
@@ -244,13 +248,20 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "release.json"))
     ap.add_argument("--part", choices=["tree", "optimized"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--smoke", action="store_true", help="small n, once, in this process; temporary directory"
+    )
     args = ap.parse_args(argv)
     if args.part:
         result = part_tree(args.repeats) if args.part == "tree" else part_optimized(args.repeats)
         print(json.dumps(result))
         return 0
     report = {"machine": machine()}
-    for part in ("tree", "optimized"):
+    if args.smoke:
+        args.out = str(Path(tempfile.mkdtemp(prefix="matmech-smoke-")) / "release.json")
+        report["tree"] = part_tree(1, 2**12, 10**4)
+        report["optimized"] = part_optimized(1, 256, 10**3)
+    for part in () if args.smoke else ("tree", "optimized"):
         proc = subprocess.run(
             [sys.executable, __file__, "--part", part, "--repeats", str(args.repeats)],
             capture_output=True,

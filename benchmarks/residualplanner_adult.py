@@ -14,6 +14,11 @@ end (plan, tables, exact discrete Gaussian, every answer with its exact std), at
 
     python benchmarks/residualplanner_adult.py --rp-dir /path/to/ResidualPlanner/residual_planner \
         --data /path/to/ResidualPlanner/residual_planner/adult.csv --repeats 5
+    python benchmarks/residualplanner_adult.py --smoke   # matmech only, small domain (CI)
+
+``--smoke`` runs matmech's side once on the ≤2-way marginals of a 4-attribute domain (2,000
+generated records) in this process; ResidualPlanner's side needs its code (``--rp-dir``) and
+is left out. Its files go to a temporary directory.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +55,7 @@ def interleaved(argvs, repeats, env) -> tuple[list, list]:
     return rows, loads
 
 
-def _records(data):
+def _records(data, dom=DOM, records=RECORDS):
     """The columns of the adult file (coded in DOM) or of generated records."""
     import numpy as np
 
@@ -61,14 +67,14 @@ def _records(data):
     sys.path.insert(0, str(HERE))
     from factored_release import _generate
 
-    return _generate(DOM, RECORDS, 3)
+    return _generate(dom, records, 3)
 
 
-def _child(which, rp_dir, bits, data, before=None):
+def _child(which, rp_dir, bits, data, before=None, dom=DOM, records=RECORDS, order=3):
     import numpy as np
 
-    cols = _records(data)
-    subsets = [s for k in range(4) for s in itertools.combinations(range(len(DOM)), k)]
+    cols = _records(data, dom, records)
+    subsets = [s for k in range(order + 1) for s in itertools.combinations(range(len(dom)), k)]
     out = {"which": which}
     t0, c0 = time.perf_counter(), time.process_time()
     if which == "residualplanner":
@@ -91,7 +97,7 @@ def _child(which, rp_dir, bits, data, before=None):
         from matmech.factored.release import release_factored
         from matmech.linalg.terms import marginal_workload
 
-        W = marginal_workload(DOM, subsets)
+        W = marginal_workload(dom, subsets)
         rel = release_factored(
             np.column_stack(cols), W, 1.0, 1e-6, rng=np.random.default_rng(0), scale_bits=bits
         )
@@ -102,6 +108,7 @@ def _child(which, rp_dir, bits, data, before=None):
     out["cpu_seconds"] = time.process_time() - c0
     out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(json.dumps(out))
+    return out
 
 
 def main(argv=None):
@@ -116,10 +123,26 @@ def main(argv=None):
     ap.add_argument("--before-label", help="what --before is (e.g. its commit), for the table")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--smoke", action="store_true", help="matmech only, small domain; temporary directory"
+    )
     args = ap.parse_args(argv)
     stem = "residualplanner_adult_file" if args.data else "residualplanner_adult"
     if args.render:
         return render(stem)
+    if args.smoke:
+        print("ResidualPlanner's side is not run: it needs its code (--rp-dir)")
+        row = _child("matmech", None, 9, None, dom=(6, 5, 4, 3), records=2_000, order=2)
+        out = Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
+        meta = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "load_average_during": [round(os.getloadavg()[0], 2)] * 2,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "records": 2_000,
+            "data": "generated",
+        }
+        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": [row]}) + "\n")
+        return render(stem, out)
     if not args.rp_dir:
         ap.error("--rp-dir is required")
     if args.child:
@@ -154,9 +177,9 @@ def main(argv=None):
     render(stem)
 
 
-def render(stem="residualplanner_adult"):
+def render(stem="residualplanner_adult", results=RESULTS):
     """benchmarks/results/<stem>.md from the saved JSON."""
-    saved = json.loads((RESULTS / f"{stem}.json").read_text())
+    saved = json.loads((results / f"{stem}.json").read_text())
     meta, rows = saved["meta"], saved["rows"]
     lo, hi = meta["load_average_during"]
     lines = [
@@ -187,7 +210,7 @@ def render(stem="residualplanner_adult"):
         lines.append(
             f"| {name} | {med:.1f} | {runs} | {cpu_med} | {cpu_runs} | {peak:.2f} | {rm} |"
         )
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

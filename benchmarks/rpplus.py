@@ -17,7 +17,8 @@ public entry points ``resplan.workload.workload_large_dataset`` / ``get_noise_le
 seconds include its per-attribute basis search. Published figures are those quoted in issue 24.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/rpplus.py [--rpplus DIR --rpplus-python PY] [--only CPS]
-Writes benchmarks/results/rpplus.{json,md}.
+Writes benchmarks/results/rpplus.{json,md}. ``--smoke`` (CI): the 1-way row of a small
+3-attribute union (``SMOKE_DATASETS``), ours only, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,6 +51,9 @@ DATASETS = {
     "Loans": ((101, 101, 101, 101, 3, 8, 36, 6, 51, 4, 5, 15), 4),
     "Adult": ((100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2), 5),
 }
+#: A small union of the same shape for the smoke runs (--smoke here and in plan_speed.py):
+#: no published figures.
+SMOKE_DATASETS = {"tiny": ((6, 5, 3), 1)}
 ORDERS = {"1": (1,), "2": (2,), "3": (3,), "<=3": (0, 1, 2, 3)}
 #: issue 24: ResidualPlanner+ (published) and HDMM (published), same unit
 RPPLUS = {
@@ -115,7 +120,7 @@ def workload(name, order):
     from matmech import workloads as wl
     from matmech.linalg.linop import Kron, VStack
 
-    domain, numeric = DATASETS[name]
+    domain, numeric = {**DATASETS, **SMOKE_DATASETS}[name]
     blocks = []
     for k in ORDERS[order]:
         for T in itertools.combinations(range(len(domain)), k):
@@ -199,9 +204,15 @@ def main(argv=None):
     ap.add_argument("--skip-table", action="store_true", help="only the --hdmm rows")
     ap.add_argument("--cap", type=float, default=900.0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--smoke", action="store_true", help="a small union, ours only; temporary directory"
+    )
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.smoke:
+        args.only, args.rpplus, args.hdmm = "tiny", None, False
+        args.out = tempfile.mkdtemp(prefix="matmech-smoke-")
     names = args.only.split(",") if args.only else list(DATASETS)
     kept, kept_date = {}, None
     if args.rpplus_from:
@@ -216,6 +227,8 @@ def main(argv=None):
     rows, hdmm_rows = [], []
     for name in [] if args.skip_table else names:
         for j, order in enumerate(ORDERS):
+            if args.smoke and order != "1":
+                continue
             ours = _run(
                 [sys.executable, __file__, "--child", name, order],
                 args.cap,
@@ -225,9 +238,9 @@ def main(argv=None):
                 "dataset": name,
                 "k": order,
                 "matmech": ours,
-                "rpplus_published": RPPLUS[name][j],
-                "hdmm_published": HDMM[name][j],
-                "before": BEFORE[name][j],
+                "rpplus_published": RPPLUS[name][j] if name in RPPLUS else None,
+                "hdmm_published": HDMM[name][j] if name in HDMM else None,
+                "before": BEFORE[name][j] if name in BEFORE else None,
             }
             if args.rpplus:
                 wk = {"1": 1, "2": 2, "3": 3, "<=3": "3D"}[order]
@@ -295,7 +308,7 @@ def _print_row(r):
     m, rp = r["matmech"], r.get("rpplus_here") or {}
     print(
         f"{r['dataset']:6s} k={r['k']:4s} matmech {_f(m.get('rmse'))} ({m.get('plan') or m.get('method')}, {_f(m.get('seconds'), '{:.1f}')} s)"
-        f"  RP+ published {r['rpplus_published']:.3f}  HDMM {r['hdmm_published']:.3f}  RP+ here {_f(rp.get('rmse'))} ({_f(rp.get('seconds'), '{:.2f}')} s)",
+        f"  RP+ published {_f(r['rpplus_published'])}  HDMM {_f(r['hdmm_published'])}  RP+ here {_f(rp.get('rmse'))} ({_f(rp.get('seconds'), '{:.2f}')} s)",
         flush=True,
     )
 
@@ -322,11 +335,18 @@ def markdown(rows, meta, hdmm_rows=()):
     ]
     for r in rows:
         m, rp = r["matmech"], r.get("rpplus_here") or {}
-        ok = "yes" if m.get("rmse") is not None and m["rmse"] <= r["rpplus_published"] else "NO"
+        pub = r["rpplus_published"]
+        ok = (
+            "-"
+            if pub is None
+            else "yes"
+            if m.get("rmse") is not None and m["rmse"] <= pub
+            else "NO"
+        )
         lines.append(
             f"| {r['dataset']} | {r['k']} | {_f(m.get('rmse'))} | {m.get('plan') or m.get('method') or m.get('status')} | "
-            f"{_f(m.get('seconds'), '{:.1f}')} | {_f(m.get('cpu'), '{:.1f}')} | {r['rpplus_published']:.3f} | {r['hdmm_published']:.3f} | "
-            f"{_f(rp.get('rmse'))} | {_f(rp.get('seconds'), '{:.2f}')} | {_f(rp.get('cpu'), '{:.2f}')} | {r['before']:.3f} | {ok} |"
+            f"{_f(m.get('seconds'), '{:.1f}')} | {_f(m.get('cpu'), '{:.1f}')} | {_f(pub)} | {_f(r['hdmm_published'])} | "
+            f"{_f(rp.get('rmse'))} | {_f(rp.get('seconds'), '{:.2f}')} | {_f(rp.get('cpu'), '{:.2f}')} | {_f(r['before'])} | {ok} |"
         )
     if hdmm_rows:
         lines += [

@@ -9,7 +9,8 @@ same program solved without the reduction (its optimum must agree). cvxpy's impo
 apart (it is paid once per process). One process, one BLAS thread.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/rpplus_maxvar.py [--d 20,50,100] [--full-max 5000]
-Writes benchmarks/results/rpplus_maxvar.{json,md}.
+Writes benchmarks/results/rpplus_maxvar.{json,md}. ``--smoke`` (CI): d = 6, the files in a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,7 +73,10 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--full-max", type=int, default=5000)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--smoke", action="store_true", help="d = 6; temporary directory")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.d, args.out = "6", tempfile.mkdtemp(prefix="matmech-smoke-")
     load0 = os.getloadavg()[0]
     t = time.perf_counter()
     import cvxpy  # noqa: F401  (timed apart: paid once per process)

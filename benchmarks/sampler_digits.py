@@ -13,6 +13,9 @@ benchmarks/results/sampler_digits.json. Run on an older checkout (PYTHONPATH=...
 "before" column.
 
     python benchmarks/sampler_digits.py [--n 1000000]
+    python benchmarks/sampler_digits.py --smoke   # 20,000 samples, 10,000 cells (CI)
+
+``--smoke`` writes the JSON to a temporary directory.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import math
 import pathlib
 import platform
 import subprocess
-
 import sys
+import tempfile
 
 import numpy as np
 
@@ -134,9 +137,14 @@ def release_reproducer(cells=200_000):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="samples per scale")
+    ap.add_argument("--smoke", action="store_true", help="small samples; temporary directory")
     args = ap.parse_args()
+    results = RESULTS
+    if args.smoke:
+        args.n = 20_000
+        results = pathlib.Path(tempfile.mkdtemp(prefix="matmech-smoke-")) / RESULTS.name
     lap, gau = laplace_rows(args.n), gauss_rows(args.n // 2)
-    rep = release_reproducer()
+    rep = release_reproducer(10_000 if args.smoke else 200_000)
     print(
         f"{'sampler':18} {'scale':>8} {'p(digit 0..)':>34} {'p mod256':>9} {'p mod4096':>9}"
         f" {'mult256':>9} {'exact':>9}"
@@ -162,8 +170,8 @@ def main():
         ).stdout.strip()
     except OSError:
         commit = "unknown"
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "machine": platform.platform(),

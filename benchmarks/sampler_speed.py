@@ -22,6 +22,9 @@ Prints a table and saves benchmarks/results/sampler_speed.{json,md}.
 
     git show 42140de:matmech/privacy/discrete.py > /tmp/discrete_before.py
     python benchmarks/sampler_speed.py --baseline /tmp/discrete_before.py
+    python benchmarks/sampler_speed.py --smoke   # tiny sizes, no baseline (CI)
+
+``--smoke`` writes its files to a temporary directory.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import pathlib
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -237,7 +241,12 @@ def main(argv=None) -> None:
     ap.add_argument("--sigmas", type=int, default=120, help="σ values for the table builds")
     ap.add_argument("--many", type=int, default=400, help="σ values drawn in one mixed call")
     ap.add_argument("--per", type=int, default=2000, help="draws per σ in the mixed comparison")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes; temporary directory")
     args = ap.parse_args(argv)
+    results = RESULTS
+    if args.smoke:
+        args.n, args.repeats, args.sigmas, args.many, args.per = 1 << 12, 1, 4, 8, 100
+        results = pathlib.Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
     base = load_baseline(args.baseline)
     loads = [os.getloadavg()[0]]
     tables = table_builds(base, snapped_sigmas(args.sigmas))
@@ -256,10 +265,10 @@ def main(argv=None) -> None:
         "repeats": args.repeats,
     }
     saved = {"meta": meta, "tables": tables, "throughput": tp, "many": many}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sampler_speed.json").write_text(json.dumps(saved, indent=1) + "\n")
+    results.mkdir(exist_ok=True)
+    (results / "sampler_speed.json").write_text(json.dumps(saved, indent=1) + "\n")
     text = render(saved)
-    (RESULTS / "sampler_speed.md").write_text(text)
+    (results / "sampler_speed.md").write_text(text)
     print(text)
 
 

@@ -22,8 +22,9 @@ reported separately.  Machine facts (CPU model, cores, numpy, date, load
 average before and after) go with the numbers.
 
     python benchmarks/selection.py [--repeats 5]
+    python benchmarks/selection.py --smoke   # all_range(100) and prefix(10**4), once (CI)
 
-Writes benchmarks/results/selection.{json,md}.
+Writes benchmarks/results/selection.{json,md} (``--smoke``: in a temporary directory).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,8 +81,13 @@ def histogram(n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.multinomial(N_RECORDS, w / w.sum()).astype(np.int64)
 
 
-def workloads() -> dict:
+def workloads(smoke: bool = False) -> dict:
     rng = np.random.default_rng(SEED)
+    if smoke:
+        return {
+            "all_range(100)": (W.all_range(100), histogram(100, rng)),
+            "prefix(10**4)": (W.prefix(10**4), histogram(10**4, rng)),
+        }
     return {
         "all_range(4473)": (W.all_range(4473), histogram(4473, rng)),
         "prefix(10**7)": (W.prefix(10**7), histogram(10**7, rng)),
@@ -110,9 +117,9 @@ def timed(fn, repeats: int) -> dict:
     }
 
 
-def run(repeats: int) -> dict:
+def run(repeats: int, smoke: bool = False) -> dict:
     rows = []
-    for name, (w, x) in workloads().items():
+    for name, (w, x) in workloads(smoke).items():
         t_found, t_none = thresholds(w, x)
         answers = timed(lambda: w.matvec(x.astype(np.float64)).size, repeats)
         cases = {
@@ -193,21 +200,25 @@ def markdown(res: dict, info: dict, repeats: int) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="small workloads, once; temporary dir")
     args = ap.parse_args(argv)
+    results = RESULTS
+    if args.smoke:
+        args.repeats, results = 1, Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
     info = machine()
     info["load_before"] = list(os.getloadavg())
-    res = run(args.repeats)
+    res = run(args.repeats, args.smoke)
     info["load_after"] = list(os.getloadavg())
     md = markdown(res, info, args.repeats)
     print(md)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
     payload = {
         "config": {"seed": SEED, "records": N_RECORDS, "c": C, "eps": EPS, "repeats": args.repeats},
         "machine": info,
         **res,
     }
-    (RESULTS / "selection.json").write_text(json.dumps(payload, indent=1) + "\n")
-    (RESULTS / "selection.md").write_text(md)
+    (results / "selection.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (results / "selection.md").write_text(md)
 
 
 if __name__ == "__main__":

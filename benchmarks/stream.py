@@ -13,7 +13,8 @@ printed beside ours.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/stream.py [--exponents 10 12 ...] [--dense-max 4096]
 
-Writes benchmarks/results/stream.json and stream.md.
+Writes benchmarks/results/stream.json and stream.md (``--smoke``: n = 2^6 only, in a
+temporary directory; for CI).
 """
 
 from __future__ import annotations
@@ -60,10 +61,15 @@ def _real_step_ms(n, steps=40):
 
 
 def main():
+    global RESULTS
     ap = argparse.ArgumentParser()
     ap.add_argument("--exponents", type=int, nargs="+", default=list(range(10, 21)))
     ap.add_argument("--dense-max", type=int, default=4096)
+    ap.add_argument("--smoke", action="store_true", help="n = 2^6; temporary directory")
     args = ap.parse_args()
+    if args.smoke:
+        args.exponents = [6]
+        RESULTS = Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
     jp = json.loads(JP.read_text()) if JP.exists() else {}
     out = {"load_avg_start": os.getloadavg(), "rows": []}
     for e in args.exponents:

@@ -16,7 +16,8 @@
    adaptive SVT vs [LSL17] Alg. 7 (sparse_vector) at equal eps on the Zipf counts.
 
 Run:  python benchmarks/svt_gap.py [--trials 200]
-Writes benchmarks/results/svt_gap.{json,md}.
+Writes benchmarks/results/svt_gap.{json,md}. ``--smoke`` (CI): three trials of one case per
+table, the files in a temporary directory.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,7 +124,15 @@ def top_threshold(v, c):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--smoke", action="store_true", help="3 trials, one case; temporary dir")
     args = ap.parse_args(argv)
+    results = RESULTS
+    if args.smoke:
+        args.trials, results = 3, Path(tempfile.mkdtemp(prefix="matmech-smoke-"))
+
+    def pick(options):
+        return options[-1:] if args.smoke else options
+
     t0 = time.time()
     rng = np.random.default_rng(SEED)
     xz = zipf_counts(rng, 10_000, 1_000_000)
@@ -132,12 +142,12 @@ def main(argv=None):
     setups = [("zipf identity", xz, Wz, "identity"), ("range windows", xr, Wr, "hierarchical")]
     eps = 0.1
     rows = []
-    for name, x, W, strategy in setups:
+    for name, x, W, strategy in pick(setups):
         v = W.matvec(x.astype(float))
-        for method in ("topc-gap", "svt-gap", "adaptive-svt"):
-            for c in (2, 5):
+        for method in pick(("topc-gap", "svt-gap", "adaptive-svt")):
+            for c in pick((2, 5)):
                 thr = None if method == "topc-gap" else top_threshold(v, c)
-                for eps_select in (None, eps / 2):
+                for eps_select in pick((None, eps / 2)):
                     rows.append(
                         mse_case(
                             name,
@@ -169,15 +179,15 @@ def main(argv=None):
                     )
                     r["mechanism"] += " (paper)"
                     rows.append(r)
-    sers = [ser_case(xz, c=c, eps=0.1, trials=args.trials) for c in (25, 50, 100)]
+    sers = [ser_case(xz, c=c, eps=0.1, trials=args.trials) for c in pick((25, 50, 100))]
     info = {
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "load": os.getloadavg(),
         "seconds": round(time.time() - t0, 1),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "svt_gap.json").write_text(
+    results.mkdir(exist_ok=True)
+    (results / "svt_gap.json").write_text(
         json.dumps({"mse": rows, "ser": sers, "run": info}, indent=1)
     )
     lines = [
@@ -202,7 +212,7 @@ def main(argv=None):
             f"{s['true_positives_alg7']:.1f} | {s['true_positives_adaptive']:.1f} |"
         )
     lines.append(f"\n{args.trials} trials; {info}")
-    (RESULTS / "svt_gap.md").write_text("\n".join(lines) + "\n")
+    (results / "svt_gap.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -49,7 +49,7 @@ from matmech.linalg.quadratic import (
     woodbury_diag,
 )
 from matmech.linalg.structured import MAX_DENSE_N
-from matmech.validate import linear
+from matmech.validate import choice, linear
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -145,8 +145,7 @@ def _check_pair(W, A):
 
 
 def _check_measure(measure):
-    if measure not in MEASURES:
-        raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
+    choice(measure, "measure", MEASURES)
 
 
 def expected_error(

@@ -539,6 +539,9 @@ def figure_path(out, *, name="figure"):
     """
     from pathlib import Path
 
+    from matmech.validate import text
+
+    text(name, "name")
     if not isinstance(out, (str, Path)) or not str(out):
         raise TypeError(f"out must be a file or directory name, got {type(out).__name__}: {out!r}")
     path = Path(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +36,10 @@ __all__ = [
     "size",
     "flag",
     "choice",
+    "text",
+    "texts",
+    "path",
+    "subset",
     "memory_limit",
     "memory",
     "format_bytes",
@@ -180,6 +185,63 @@ def choice(x, name: str, options):
     if x not in options:
         raise ValueError(f"{name} must be one of {list(options)}, got {x!r}")
     return x
+
+
+def text(x, name: str, *, empty: bool = False) -> str:
+    """A string (non-empty unless ``empty``); TypeError for anything else (bytes included)."""
+    if not isinstance(x, str):
+        raise TypeError(f"{name} must be a string, got {type(x).__name__}: {_show(x)}")
+    if not (x or empty):
+        raise ValueError(f"{name} must be a non-empty string, got ''")
+    return x
+
+
+def texts(x, name: str) -> tuple:
+    """A list or tuple of non-empty strings as a tuple (TypeError naming the first other item)."""
+    items = sequence(x, name)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(
+                f"{name} must be a list of strings; {name}[{i}] is {type(item).__name__}: {_show(item)}"
+            )
+    return items
+
+
+def path(x, name: str = "path"):
+    """A file-system path (``str`` or ``os.PathLike``, not empty, no NUL byte) as a
+    ``pathlib.Path``; TypeError for anything else (bytes included), ValueError for an empty
+    name or one with a NUL byte (no file system takes it)."""
+    from pathlib import Path
+
+    if not isinstance(x, (str, os.PathLike)) or isinstance(x, bytes):
+        raise TypeError(
+            f"{name} must be a file path (str or os.PathLike), got {type(x).__name__}: {_show(x)}"
+        )
+    s = os.fspath(x)
+    if not isinstance(s, str):
+        raise TypeError(f"{name} must be a file path (str or os.PathLike), got {_show(x)}")
+    if not s or "\x00" in s:
+        raise ValueError(f"{name} must be a non-empty file path without NUL bytes, got {_show(x)}")
+    return Path(s)
+
+
+def subset(x, name: str, d: int) -> tuple:
+    """Attribute indices: a list or tuple of distinct integers in 0..d-1 as a tuple, in the
+    order given (no bool, no float, no string); the empty subset is allowed."""
+    items = sequence(x, name)
+    out = []
+    for i, a in enumerate(items):
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Integral):
+            raise TypeError(
+                f"{name} must hold attribute indices (integers); {name}[{i}] is "
+                f"{type(a).__name__}: {_show(a)}"
+            )
+        out.append(int(a))
+    if len(set(out)) != len(out) or any(not 0 <= a < d for a in out):
+        raise ValueError(
+            f"{name} must hold distinct attribute indices in 0..{d - 1}, got {_show(items)}"
+        )
+    return tuple(out)
 
 
 def sequence(x, name: str, *, allow_str: bool = False):

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Dense, Kron, LinOp, Sparse, VStack, as_linop
-from matmech.validate import MAX_INDEX, SizeError, factors, operator, size, vector
+from matmech.validate import MAX_INDEX, SizeError, factors, finite_real, operator, size, vector
 from matmech.validate import matrix as _matrix
 from typing import Any, Sequence
 
@@ -556,11 +556,9 @@ def affine(n1: int, n2: int, *, a: float = 1, b: float = 1) -> LinOp:
     (6, 12)
     """
     n1, n2 = _check_pair(n1, n2, "affine")
-    for name, v in (("a", a), ("b", b)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
-            raise TypeError(f"{name} must be a finite real number, got {v!r}")
+    a, b = finite_real(a, "a"), finite_real(b, "b")
     i, j = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
-    return _pair_thresholds(float(a) * i + float(b) * j, f"affine({n1}, {n2})")
+    return _pair_thresholds(a * i + b * j, f"affine({n1}, {n2})")
 
 
 def abs_diff(n1: int, n2: int) -> LinOp:

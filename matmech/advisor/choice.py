@@ -91,7 +91,11 @@ def choose_strategy(W, eps, delta=0.0, *, strategy="auto", neighbors="add_remove
         strategy = as_linop(linear(strategy, "strategy"))
     if isinstance(strategy, LinOp):
         return strategy, type(strategy).__name__, "given by the caller"
-    if not isinstance(strategy, str) or strategy not in STRATEGY_NAMES:
+    if not isinstance(strategy, str):
+        raise TypeError(
+            f"strategy must be a LinOp or one of {STRATEGY_NAMES}, got {type(strategy).__name__}: {strategy!r}"
+        )
+    if strategy not in STRATEGY_NAMES:
         raise ValueError(f"strategy must be a LinOp or one of {STRATEGY_NAMES}, got {strategy!r}")
     if strategy == "identity":
         return per_attribute(W, S.identity), "identity", "given by name"

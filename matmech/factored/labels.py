@@ -16,6 +16,7 @@ import itertools
 
 from matmech.linalg.terms import as_terms
 from matmech.io.domain import Domain
+from matmech.validate import texts
 
 __all__ = ["release_labels", "MAX_LABELS"]
 
@@ -30,7 +31,7 @@ def _names(domain, names, d):
         return list(domain.names)
     if names is None:
         return [f"a{i}" for i in range(d)]
-    names = [str(n) for n in names]
+    names = list(texts(names, "names"))
     if len(names) != d:
         raise ValueError(f"expected {d} attribute names, got {len(names)}")
     return names

@@ -318,6 +318,10 @@ def _residual_record(plan, mplan, meas, pure):
 def check_search(search) -> None:
     """ValueError unless ``search`` (the pure-ε table weights' search) is one of
     "auto", "lattice", "all"."""
+    if not isinstance(search, str):
+        raise TypeError(
+            f"search must be 'auto', 'lattice' or 'all', got {type(search).__name__}: {search!r}"
+        )
     if search not in ("auto", "lattice", "all"):
         raise ValueError(f"search must be 'auto', 'lattice' or 'all', got {search!r}")
 

@@ -48,11 +48,12 @@ from matmech.factored.streamed_kinds import kind_of
 from matmech.factored.table_batches import accumulate
 from matmech.factored.residual_plan import MAX_MEMORY
 from matmech.limits import check_disk, check_memory
+
+from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.privacy.integrity import IntegrityError
 from matmech.record import Release
-from matmech.validate import integer
 
 __all__ = [
     "ResidualStore",
@@ -426,14 +427,7 @@ class MarginalRelease:
     def _subset(self, S) -> tuple[tuple, tuple]:
         """(S sorted, the axes that put the sorted marginal in ``S``'s order); TypeError for
         anything but a sequence of integers, ValueError for repeated or out-of-range ones."""
-        d = len(self.domain)
-        if isinstance(S, (str, bytes)) or not hasattr(S, "__iter__"):
-            raise TypeError(
-                f"S must be a sequence of attribute indices, got {type(S).__name__}: {S!r}"
-            )
-        asked = tuple(integer(a, "an attribute index in S") for a in S)
-        if len(set(asked)) != len(asked) or any(not 0 <= a < d for a in asked):
-            raise ValueError(f"S must hold distinct attribute indices in 0..{d - 1}, got {asked}")
+        asked = validate.subset(S, "S", len(self.domain))
         order = tuple(sorted(asked))
         return order, tuple(order.index(a) for a in asked)
 
@@ -453,6 +447,7 @@ class MarginalRelease:
         (:mod:`matmech.factored.answer_noise`): from the law of the draws actually made:
         pure ε the tables' discrete Laplace draws (every cell of a marginal shares it),
         (ε, δ) the residual rows' discrete Gaussians."""
+        validate.real(level, "level")
         S, axes = self._subset(S)
         values, std = self.marginal(S)
         half = self._noise_law.marginal_half(S, std, level)
@@ -500,6 +495,7 @@ class MarginalRelease:
     def to_release(self, *, max_memory: int = MAX_MEMORY) -> Release:
         """The in-memory :class:`matmech.record.Release` (answers and std of every row of W,
         in order); ValueError when they need more than ``max_memory`` bytes."""
+        validate.integer(max_memory, "max_memory", min=1)
         need = 16 * self.rows
         if need > max_memory:
             raise ValueError(
@@ -537,7 +533,7 @@ class MarginalRelease:
         """Write ``answers.npy`` and ``std.npy`` (float64, W's rows in order; read them with
         ``numpy.load(..., mmap_mode="r")``) and ``index.json`` (domain, terms, row offsets,
         privacy parameters) into the directory ``path`` (created). Returns the directory."""
-        out = Path(path)
+        out = validate.path(path)
         out.mkdir(parents=True, exist_ok=True)
         check_disk(16 * self.rows + (1 << 20), out, f"saving {self.rows:,} answers and their std")
         header = {"descr": "<f8", "fortran_order": False, "shape": (self.rows,)}

@@ -46,6 +46,8 @@ from matmech.factored.store import _CHUNK, CACHE_BYTES, MarginalRelease, Residua
 from matmech.factored.streamed_kinds import kind_of
 from matmech.linalg.terms import MarginalWorkload, as_terms
 from matmech.limits import check_disk, check_memory, memory_room
+
+from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
@@ -195,6 +197,11 @@ def streamed_plan(
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
     check_search(search)
+    max_memory = validate.integer(max_memory, "max_memory", min=1)
+    if scale_bits is not None:
+        validate.integer(scale_bits, "scale_bits", min=2, max=40)
+    if spill_dir is not None and not validate.path(spill_dir, "spill_dir").is_dir():
+        raise ValueError(f"spill_dir must be an existing directory, got {spill_dir!r}")
     wt = _Marginals(W) if isinstance(W, MarginalWorkload) else as_terms(W, name="W")
     if wt.marginals() is None:
         raise ValueError(
@@ -332,7 +339,7 @@ def release_marginals(
     """
     check_budget(budget)
     noise.check_rng(rng)
-    source = as_source(data)
+    source = as_source(data, name="data")
     if search == "auto":  # an unknown search is refused by streamed_plan
         d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
         search = given_search(source, d, search)

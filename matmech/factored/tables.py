@@ -24,6 +24,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from matmech.validate import sequence, size, subset
+
 __all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
@@ -77,7 +79,17 @@ def check_codes(codes, domain):
     naming the attribute whose codes are out of range (never a count, a value or a row)."""
     if hasattr(codes, "to_numpy") and not isinstance(codes, np.ndarray):
         codes = codes.to_numpy()
-    arr = np.asarray(codes)
+    if codes is None or isinstance(codes, (str, bytes)):
+        raise TypeError(
+            f"records must be a 2-D array of codes (records × attributes), got {type(codes).__name__}"
+        )
+    try:
+        arr = np.asarray(codes)
+    except ValueError:  # ragged: which record is not said (the records are private)
+        raise ValueError(
+            "records must be a 2-D array of codes (records × attributes) with one code per "
+            "attribute in every record"
+        ) from None
     if arr.ndim != 2:
         raise ValueError(
             f"records must be a 2-D array of codes (records × attributes), got {arr.ndim} dimensions"
@@ -263,6 +275,14 @@ def marginal_tables(data, domain, subsets):
     summed out of the smallest maximal superset. Raises before any table is built when the
     input is malformed.
     """
+    sizes = sequence(domain, "domain")
+    if not sizes:
+        raise ValueError("domain must hold at least one attribute size, got an empty domain")
+    domain = tuple(size(n, f"domain[{i}]", limit=None) for i, n in enumerate(sizes))
+    d = len(domain)
+    subsets = [subset(s, f"subsets[{i}]", d) for i, s in enumerate(sequence(subsets, "subsets"))]
+    if not subsets:
+        raise ValueError("subsets must name at least one attribute subset, got none")
     return table_reader(data, domain)(subsets)
 
 

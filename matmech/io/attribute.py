@@ -16,6 +16,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from matmech.validate import choice
+
 __all__ = [
     "Attribute",
     "MAX_ATTRIBUTE_CELLS",
@@ -103,7 +105,12 @@ def _check_int(value, what, name):
 
 
 def _check_real(value, what, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    finite = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        finite = finite and math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        finite = False
+    if not finite:
         raise TypeError(f"attribute {name!r}: {what} must be a finite number, got {value!r}")
     return float(value)
 
@@ -257,14 +264,8 @@ class Attribute:
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"attribute {self.name!r}: {exc}") from None
         _check_name(self.column, "column")
-        if self.policy not in POLICIES:
-            raise ValueError(
-                f"attribute {self.name!r}: policy must be one of {list(POLICIES)}, got {self.policy!r}"
-            )
-        if self.missing not in MISSING_POLICIES:
-            raise ValueError(
-                f"attribute {self.name!r}: missing must be one of {list(MISSING_POLICIES)}, got {self.missing!r}"
-            )
+        choice(self.policy, f"attribute {self.name!r}: policy", POLICIES)
+        choice(self.missing, f"attribute {self.name!r}: missing", MISSING_POLICIES)
         if self.other is not None and (not isinstance(self.other, str) or not self.other):
             raise TypeError(
                 f"attribute {self.name!r}: other must be a non-empty label string, got {self.other!r}"

@@ -23,6 +23,7 @@ from matmech.io.attribute import (
     _check_real,
 )
 from matmech.io.grouping import trim_text
+from matmech.validate import sequence
 
 __all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
 
@@ -54,6 +55,11 @@ def integer_range(
         raise ValueError(f"attribute {name!r}: need lo <= hi, got lo = {lo}, hi = {hi}")
     if width < 1:
         raise ValueError(f"attribute {name!r}: width must be a positive integer, got {width}")
+    if (hi - lo) // width >= MAX_ATTRIBUTE_CELLS:
+        raise ValueError(
+            f"attribute {name!r}: lo = {lo}, hi = {hi}, width = {width} declare "
+            f"{(hi - lo) // width + 1:,} cells; at most {MAX_ATTRIBUTE_CELLS:,}"
+        )
     return Attribute(
         name,
         "range",
@@ -92,6 +98,7 @@ def numeric_bins(
         )
     reg_width = None
     if edges is not None:
+        edges = sequence(edges, f"attribute {name!r}: edges")
         e = [_check_real(v, "an edge", name) for v in edges]
         if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
             raise ValueError(
@@ -260,6 +267,8 @@ def categories(
     """String categories, one cell each in the order given (values are trimmed of
     :data:`~matmech.io.grouping.WHITESPACE` before matching, on every engine)."""
     _check_name(name)
+    if not isinstance(values, str):
+        values = sequence(values, f"attribute {name!r}: categories (a list of strings)")
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise TypeError(f"attribute {name!r}: categories must be a list of strings, got {values!r}")
     vals = tuple(values)

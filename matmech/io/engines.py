@@ -34,7 +34,7 @@ from types import MappingProxyType
 import numpy as np
 
 from matmech.limits import check_memory
-from matmech.validate import SizeError
+from matmech.validate import SizeError, choice
 
 from matmech.io.domain import Domain
 from matmech.io.engine_numpy import NUMPY
@@ -84,8 +84,7 @@ def register_engine(engine: Engine, *, replace: bool = False) -> Engine:
 
 
 def _check_engine(engine, kind):
-    if engine != "auto" and engine not in ENGINE_REGISTRY:
-        raise ValueError(f"engine must be one of {['auto', *ENGINE_REGISTRY]}, got {engine!r}")
+    choice(engine, "engine", ["auto", *ENGINE_REGISTRY])
     if engine == "auto":
         if kind == "spark":
             return "spark"

@@ -25,6 +25,7 @@ from matmech.io.labels import IntervalLabels, Labels, ProductLabels
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
+from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -556,7 +557,7 @@ def load_spec(path: str | os.PathLike) -> Spec:
     >>> load_spec(path).workload.shape
     (8, 8)
     """
-    path = Path(path)
+    path = validate.path(path)
     return parse_spec(read_toml(path, "spec"), source=str(path))
 
 
@@ -564,7 +565,7 @@ def read_toml(path: str | os.PathLike, what: str = "spec") -> dict:
     """The parsed TOML file at ``path``; :class:`SpecError` naming the file and the
     problem (missing, a directory, unreadable, not UTF-8 text, not TOML), never Python's
     own text. ``what`` names the file's role (``"spec"``, ``"stream spec"``)."""
-    path = Path(path)
+    path = validate.path(path)
     if path.is_dir():
         raise SpecError(f"{path}: is a directory, not a {what} file")
     if not path.exists():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +24,7 @@ import scipy.sparse as sp
 import matmech.linalg.intervals  # noqa: F401  (registers Intervals, AllRange, Prefix)
 from matmech.linalg.linop import REGISTRY, LinOp
 from matmech.linalg.storage import OperatorWalk
+from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -144,6 +144,8 @@ def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) 
     >>> load_strategy(path).shape
     (21, 16)
     """
+    path = validate.path(path)
+    validate.flag(overwrite, "overwrite")
     if not isinstance(A, LinOp):
         raise TypeError(f"save_strategy needs a matmech strategy (a LinOp), got {type(A).__name__}")
     w = _Writer()
@@ -256,15 +258,15 @@ def load_strategy(path: str | os.PathLike) -> LinOp:
     >>> load_strategy(path).shape
     (5, 5)
     """
-    path = Path(path)
-    source = str(path)
-    if not path.is_file():
+    file = validate.path(path)
+    source = str(file)
+    if not file.is_file():
         raise FileNotFoundError(f"{source}: no such strategy file")
     not_ours = f"{source}: not a matmech strategy file (an .npz written by save_strategy)"
-    if not zipfile.is_zipfile(path):
+    if not zipfile.is_zipfile(file):
         raise ValueError(f"{not_ours}: it is not an .npz (zip) archive")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(file, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise ValueError(

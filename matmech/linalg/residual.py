@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.linalg.linop import Dense, Kron, Ones, check_size
+from matmech.validate import vector
 
 __all__ = [
     "haar_contrasts",
@@ -171,7 +172,7 @@ def check_lattice(domain, subsets, weights=None):
     if weights is None:
         w = np.ones(len(out))
     else:
-        w = np.asarray(weights, dtype=np.float64)
+        w = vector(weights, "weights", finite=False)
         if w.shape != (len(out),):
             raise ValueError(f"expected {len(out)} weights (one per subset), got shape {w.shape}")
         if not np.all(np.isfinite(w)) or np.any(w <= 0):

@@ -378,7 +378,11 @@ def auto_families(W, delta):
 
 
 def _check_method(method, delta, W):
-    family = FAMILIES.get(method) if isinstance(method, str) else None
+    if not isinstance(method, str):
+        raise TypeError(
+            f"method must be one of {method_names()}, got {type(method).__name__}: {method!r}"
+        )
+    family = FAMILIES.get(method)
     if family is None and method != "auto":
         raise ValueError(f"method must be one of {method_names()}, got {method!r}")
     if family is None:

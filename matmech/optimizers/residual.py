@@ -53,6 +53,7 @@ from matmech.linalg.residual import (
     total_variance,
     total_variance_coefficients,
 )
+from matmech.validate import choice
 
 __all__ = [
     "ResidualPlan",
@@ -210,8 +211,7 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
     ``"sum"`` (closed form, the SVD bound) or ``"max"`` (the largest weighted per-cell
     variance, cvxpy; ``solver`` is passed to it). Data-independent.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    choice(objective, "objective", OBJECTIVES)
     lat, c = _lattice_coefficients(domain, subsets, weights)
     u = _sum_optimal(c, lat.norm2)
     solver_name = "closed form"

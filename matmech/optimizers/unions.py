@@ -50,6 +50,7 @@ from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error
 from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.joint_l2 import JointDescent
+from matmech.validate import choice, integer, linear, nonnegative_real, texts
 
 __all__ = [
     "OBJECTIVES",
@@ -214,8 +215,8 @@ def plan_residual_products(W, *, objective="total"):
     ``objective="max"``: the subset weights minimise the largest query variance instead
     (:func:`_max_variance_weights`; the residual factors are those of the total-variance fit, a
     heuristic for this objective; ``bound`` None); ``value`` is that largest variance."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    W = linear(W, "W")
+    choice(objective, "objective", OBJECTIVES)
     prob, domain, blocks = gm_error._problem(W, free=())
     factors, values, duals, certified, fitted = [], [], [], True, {}
     for i, d in enumerate(domain):
@@ -392,17 +393,16 @@ def refine_general_l2(
     holds each start's exact error where it stopped, ``params["iterations"]`` its iterations
     and ``params["continued"]`` the start that continued. Raises ValueError for an unknown or
     empty ``starts``, a negative or non-integer ``decide_at`` or a negative ``ftol``."""
-    for kind in starts:
+    W = linear(W, "W")
+    maxiter = integer(maxiter, "maxiter", min=1)
+    for kind in texts(starts, "starts"):
         if kind not in START_KINDS:
             raise ValueError(f"starts must be a subset of {START_KINDS}, got {kind!r}")
     if not starts:
         raise ValueError("starts must name at least one start")
-    if decide_at is not None and (
-        isinstance(decide_at, bool) or not isinstance(decide_at, int) or decide_at < 0
-    ):
-        raise ValueError(f"decide_at must be None or a non-negative integer, got {decide_at!r}")
-    if not (isinstance(ftol, (int, float)) and math.isfinite(ftol) and ftol >= 0):
-        raise ValueError(f"ftol must be a finite non-negative number, got {ftol!r}")
+    if decide_at is not None:
+        integer(decide_at, "decide_at", min=0)
+    ftol = nonnegative_real(ftol, "ftol")
     runs = {kind: JointDescent(W, split=kind == "split grams") for kind in dict.fromkeys(starts)}
     until = maxiter if decide_at is None else min(maxiter, decide_at)
     for _ in range(until):
@@ -433,6 +433,7 @@ def refine_general_l2(
 def optimize_unions(W, *, maxiter=JOINT_ITER):
     """Both plans for a union of Kronecker products under (ε, δ); the lower error kept →
     :class:`UnionFit` whose ``params["tried"]`` lists both values."""
+    W, maxiter = linear(W, "W"), integer(maxiter, "maxiter", min=1)
     res = plan_residual_products(W)
     gen = refine_general_l2(W, maxiter=maxiter)
     best = res if res.value <= gen.value else gen

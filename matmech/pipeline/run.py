@@ -28,8 +28,8 @@ import numpy as np
 
 from matmech.pipeline.plan import Plan
 from matmech.pipeline.source import DataSource
-from matmech.privacy.budget import check_affordable
 from matmech.privacy.randomness import check_rng
+from matmech.privacy.budget import check_affordable, check_budget
 from matmech.record import Release
 
 if TYPE_CHECKING:
@@ -88,8 +88,14 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     >>> r.answers.shape, r.eps
     ((4,), 1.0)
     """
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a matmech.pipeline.Plan, got {type(plan).__name__}")
+    if not isinstance(data, DataSource):
+        raise TypeError(
+            f"data must be a matmech.pipeline.DataSource (see as_source), got {type(data).__name__}"
+        )
     check_rng(rng)  # a bad rng is refused before anything is read or spent
-    check_affordable(budget, plan.eps, plan.delta, what=plan.what)
+    check_affordable(check_budget(budget), plan.eps, plan.delta, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
     tables = _read(plan, data)
     checked = plan.check(tables)

@@ -68,19 +68,20 @@ class HistogramSource:
     histogram). The counts are checked when they are read, never before.
     """
 
-    def __init__(self, x: Any):
-        self.x = x
+    def __init__(self, x: Any, *, name: str = "x"):
+        self.x, self.name = x, name  # name: the caller's parameter, for messages
 
     def marginals(self, sizes, subsets):
         sizes, subsets = tuple(int(n) for n in sizes), [tuple(s) for s in subsets]
         if subsets == [tuple(range(len(sizes)))]:
-            return {subsets[0]: check_counts(self.x, math.prod(sizes)).reshape(sizes)}
+            x = check_counts(self.x, math.prod(sizes), name=self.name)
+            return {subsets[0]: x.reshape(sizes)}
         return self.reader(sizes, subsets)(subsets)
 
     def reader(self, sizes, subsets):
         """The checked lazy reader of x's marginals (x checked here, once)."""
         sizes = tuple(int(n) for n in sizes)
-        x = check_counts(self.x, math.prod(sizes)).reshape(sizes)
+        x = check_counts(self.x, math.prod(sizes), name=self.name).reshape(sizes)
         return _covering(table_reader({tuple(range(len(sizes))): x}, sizes), subsets)
 
 
@@ -162,16 +163,17 @@ def as_table_source(data: Any) -> DataSource:
     return data if isinstance(data, DataSource) else TableSource(data)
 
 
-def as_source(x: Any, domain: Any = None) -> DataSource:
+def as_source(x: Any, domain: Any = None, *, name: str = "x") -> DataSource:
     """The :class:`DataSource` of ``x``, decided from its type and shape only: a mapping of
     tables, an object with ``marginal_counts``, or a 2-D code array → :class:`TableSource`;
-    a table or file with a declared Domain → :class:`EngineSource`; else a histogram."""
+    a table or file with a declared Domain → :class:`EngineSource`; else a histogram
+    (``name``: the caller's parameter, named by its checks' messages)."""
     if isinstance(x, DataSource):
         return x
     if isinstance(x, Mapping) or hasattr(x, "marginal_counts"):
         return TableSource(x)
     if isinstance(x, np.ndarray):
-        return TableSource(x) if x.ndim == 2 else HistogramSource(x)
+        return TableSource(x) if x.ndim == 2 else HistogramSource(x, name=name)
     if domain is not None and hasattr(domain, "sizes") and not isinstance(x, (list, tuple)):
         return EngineSource(x, domain)  # a table or file: the engine applies the domain
-    return HistogramSource(x)
+    return HistogramSource(x, name=name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from matmech.stream.bounds import gamma2_bound, svd_bound, tree_errors
 from matmech.stream.factorizations import MAX_DENSE_N, OBJECTIVES, build, check_horizon
+from matmech.validate import choice, flag, texts
 
 __all__ = ["StreamAdvice", "StreamChoice", "advise_stream"]
 
@@ -53,10 +54,14 @@ def advise_stream(
 ) -> StreamAdvice:
     """Rank ``names`` (plus the dense optimum when ``dense``, default n ≤ 1024, and the tree)."""
     n = check_horizon(n)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    choice(objective, "objective", OBJECTIVES)
+    names = texts(names, "names")
+    if dense is not None:
+        flag(dense, "dense")
     if dense is None:
         dense = n <= 1024
+    if not names and not dense:
+        raise ValueError("names must name at least one factorization (or pass dense=True)")
     if dense and n > MAX_DENSE_N:
         raise ValueError(f"dense=True needs n <= {MAX_DENSE_N}, got n={n}")
     rows = []

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
+from matmech import validate
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 
@@ -40,7 +40,7 @@ def load_stream_spec(path) -> StreamSpec:
     """A :class:`StreamSpec` from a TOML file, naming any unknown key."""
     from matmech.io.specs import read_toml
 
-    p = Path(path)
+    p = validate.path(path)
     data = read_toml(p, "stream spec")
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:

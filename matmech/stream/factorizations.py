@@ -34,6 +34,7 @@ import scipy.linalg as sla
 from matmech.optimizers.l2 import dual_l2, tridiagonal_inverse
 from matmech.stream.blt import blt_coefs, optimize_blt
 from matmech.stream.series import prefix_coefs, toeplitz_dense
+from matmech.validate import choice
 from matmech.workloads import prefix
 
 __all__ = [
@@ -67,9 +68,7 @@ def check_horizon(n) -> int:
 
 
 def _check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    return objective
+    return choice(objective, "objective", OBJECTIVES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,6 +274,11 @@ def build(name: str, n: int, *, objective: str = "mean", **options) -> StreamFac
     """The factorization ``name`` for horizon n chosen for ``objective`` ("mean" or "max")."""
     n = check_horizon(n)
     _check_objective(objective)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"the factorization must be named by a string, one of {sorted(FACTORIZATIONS)}; "
+            f"got {type(name).__name__}: {name!r}"
+        )
     if name not in FACTORIZATIONS:
         raise ValueError(
             f"unknown factorization {name!r}; expected one of {sorted(FACTORIZATIONS)}"

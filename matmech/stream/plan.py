@@ -46,7 +46,14 @@ from matmech.privacy.params import (
     check_privacy_params,
 )
 from matmech.stream.exact import LimbLayout, integer_factor, limb_layout
-from matmech.stream.factorizations import StreamFactorization, build, check_horizon
+from matmech.stream.factorizations import (
+    FACTORIZATIONS,
+    OBJECTIVES,
+    StreamFactorization,
+    build,
+    check_horizon,
+)
+from matmech.validate import choice
 
 __all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
 
@@ -78,6 +85,8 @@ class StreamSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "horizon", check_horizon(self.horizon))
+        choice(self.factorization, "factorization", FACTORIZATIONS)
+        choice(self.objective, "objective", OBJECTIVES)
         cats = self.categories
         if isinstance(cats, numbers.Integral) and not isinstance(cats, bool):
             if not 1 <= int(cats) <= MAX_CATEGORIES:
@@ -85,7 +94,11 @@ class StreamSpec:
                     f"categories must be a count in [1, {MAX_CATEGORIES}] or a list of labels, got {cats!r}"
                 )
             cats = tuple(f"c{i}" for i in range(int(cats))) if int(cats) > 1 else ("count",)
-        if isinstance(cats, str) or not all(isinstance(c, str) and c for c in cats):
+        if isinstance(cats, (str, bytes)) or not isinstance(cats, (list, tuple, np.ndarray)):
+            raise TypeError(
+                f"categories must be a count or a list of non-empty string labels, got {type(cats).__name__}: {cats!r}"
+            )
+        if not all(isinstance(c, str) and c for c in cats):
             raise TypeError(
                 f"categories must be a count or a list of non-empty string labels, got {cats!r}"
             )
@@ -178,6 +191,13 @@ def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]
 
 def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = None) -> StreamPlan:
     """Round the factorization to its grid and calibrate the noise (no data, no budget)."""
+    if not isinstance(spec, StreamSpec):
+        raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
+    if factorization is not None and not isinstance(factorization, StreamFactorization):
+        raise TypeError(
+            "factorization must be None or a StreamFactorization "
+            f"(matmech.stream.factorizations.build), got {type(factorization).__name__}"
+        )
     f = (
         factorization
         if factorization is not None

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from matmech import validate
 from matmech.privacy import noise
 from matmech.privacy.budget import check_affordable, check_budget
 from matmech.privacy.measure import lattice_noise
@@ -140,6 +141,7 @@ class StreamRelease:
         """Plan the stream, check the budget, write the stream file and its key file
         (``key_file``: a path of your choosing; default ``<config dir>/streams/<id>.key``,
         :func:`matmech.privacy.integrity.config_dir`) and charge the budget once."""
+        path = validate.path(path)
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
@@ -165,7 +167,7 @@ class StreamRelease:
         key file (``key_file`` if it was declared at creation): an altered file, or one
         restored from an older copy, raises :class:`~matmech.privacy.integrity.IntegrityError`."""
         noise.check_rng(rng)  # before the file (private counts) is read
-        store = StreamStore.open(path, key_file=key_file)
+        store = StreamStore.open(validate.path(path), key_file=key_file)
         return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 
     @staticmethod

@@ -28,6 +28,7 @@ from matmech.svt.checks import (
     check_sensitivity,
 )
 from matmech.svt.methods import GAP_METHODS
+from matmech.validate import choice
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
     _binary_rest,
@@ -191,8 +192,7 @@ def gap_calibration(
     >>> gap_calibration("topc-gap", c=2, eps=1.0).method
     'topc-gap'
     """
-    if not isinstance(method, str) or method not in GAP_METHODS:
-        raise ValueError(f"method must be one of {GAP_METHODS}, got {method!r}")
+    choice(method, "method", GAP_METHODS)
     c = check_c(c)
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)

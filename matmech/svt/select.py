@@ -200,8 +200,7 @@ def check_selection(
 ):
     """Every data-independent check of a selection → (c, sensitivity, monotonic, thresholds);
     raises before anything is read or spent."""
-    if not (isinstance(method, str) and method in SELECTION_METHODS):
-        raise ValueError(f"method must be one of {tuple(SELECTION_METHODS)}, got {method!r}")
+    validate.choice(method, "method", SELECTION_METHODS)
     entry = SELECTION_METHODS[method]
     check_vector(vector, method)
     c = _check_c(c)

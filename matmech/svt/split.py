@@ -18,6 +18,7 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.svt.checks import Ratio, check_c
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
+from matmech.validate import flag
 
 __all__ = [
     "MAX_SCALE_UNITS",
@@ -62,7 +63,7 @@ def optimal_ratio(c: int, *, monotonic: bool = False) -> float:
     (6.3496, 4.0)
     """
     c = check_c(c)
-    return float((c if monotonic else 2 * c) ** (2.0 / 3.0))
+    return float((c if flag(monotonic, "monotonic") else 2 * c) ** (2.0 / 3.0))
 
 
 def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[float, float]:

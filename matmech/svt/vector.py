@@ -56,6 +56,7 @@ from matmech.privacy.calibration import (
 )
 from matmech.privacy.params import calibrated_eps, check_neighbors
 from matmech.svt.gap_calibration import gap_calibration
+from matmech.validate import linear
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
     _check_value_bound,
@@ -210,7 +211,7 @@ def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -
     (1.0, 4.0)
     """
     check_neighbors(neighbors)
-    s = float(as_linop(W).sensitivity(1))
+    s = float(as_linop(linear(W, "W")).sensitivity(1))
     if not (math.isfinite(s) and s > 0):
         raise ValueError(
             f"the workload's largest column L1 norm must be positive and finite, got {s}"

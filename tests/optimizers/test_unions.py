@@ -292,8 +292,15 @@ def test_the_decision_at_decide_at_picks_the_full_runs_winner_on_cps_3way():
     assert fit.params["starts"]["factor grams"] >= fit.value
 
 
-@pytest.mark.parametrize("bad", [{"decide_at": -1}, {"decide_at": 2.5}, {"ftol": -1e-3}])
-def test_refine_rejects_bad_decision_options(bad):
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"decide_at": -1}, ValueError),
+        ({"decide_at": 2.5}, TypeError),
+        ({"ftol": -1e-3}, ValueError),
+    ],
+)
+def test_refine_rejects_bad_decision_options(bad, error):
     W = kron_union((4, 3), "PI", (1,))
-    with pytest.raises(ValueError, match=next(iter(bad))):
+    with pytest.raises(error, match=next(iter(bad))):  # a fraction is the wrong kind of value
         U.refine_general_l2(W, **bad)
