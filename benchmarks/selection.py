@@ -14,8 +14,8 @@ secure default source (``rng=None``, OS CSPRNG), median of ``--repeats`` runs:
   the list (the usual case: SVT stops at its c-th positive);
 * ``svt, full scan``: a threshold no row can clear, so every one of the 10**7
   rows is compared (SVT's worst case: 10**7 exact discrete Laplace draws);
-* ``em``: exponential mechanism, c = 50 rows without replacement (always
-  reads every row).
+* ``em``: the exact exponential-mechanism selection (permute-and-flip), c = 50 rows
+  without replacement (c rounds, each drawing noise for every row).
 
 Target: <= 2 s per selection on 2 cores.  The answers-only time (W x) is
 reported separately.  Machine facts (CPU model, cores, numpy, date, load
@@ -180,7 +180,8 @@ def markdown(res: dict, info: dict, repeats: int) -> str:
         '"svt, stops at c": the threshold is the 1001st largest answer, so SVT stops once it has '
         f"found {C} rows above it (for prefix sums those rows are at the end of the list, so this is "
         'nearly a full scan); "svt, full scan": no row can clear the threshold, so all 10^7 rows '
-        'get exact discrete Laplace noise (the worst case); "em": Gumbel-max top-c, always reads every row.',
+        'get exact discrete Laplace noise (the worst case); "em": c rounds of exact permute-and-flip, '
+        "each drawing noise for every row.",
         "",
         (
             "Over the 2 s target: " + "; ".join(over) + ". What remains is the exact sampler "

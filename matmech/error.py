@@ -350,7 +350,8 @@ def noise_weights(W, A):
     (m, n), p = W.shape, A.shape[0]
     if max(m * p, m * n, n * n) > MAX_WEIGHT_ENTRIES:
         return None
-    Wd = W.dense(max_entries=MAX_WEIGHT_ENTRIES)
+    # a few rows (selected ones) of a wide structured W: m transposed products, not n
+    Wd = np.asarray(W.rmatmat(np.eye(m))).T if m < n else W.dense(max_entries=MAX_WEIGHT_ENTRIES)
     if getattr(A, "is_identity", False):
         return Wd
     M = _covariance(W, A)

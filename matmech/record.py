@@ -21,7 +21,13 @@ import numpy as np
 
 from matmech.error import noise_weights
 from matmech.linalg.intervals import Intervals
-from matmech.privacy.confidence import MAX_ROWS, IntervalLaw, law_intervals, normal_intervals
+from matmech.privacy.confidence import (
+    MAX_ROWS,
+    IntervalLaw,
+    excess_kurtosis,
+    law_intervals,
+    normal_intervals,
+)
 from matmech.linalg.linop import LinOp
 from matmech.privacy.measure import Measurement
 from matmech.svt.methods import SELECTION_METHODS
@@ -34,7 +40,6 @@ __all__ = [
     "Release",
     "MeasurementRecord",
     "strategy_record",
-    "gap_record",
     "release_table",
     "iter_release_table",
     "Z95",
@@ -56,13 +61,11 @@ class MeasurementRecord:
     (``common_variance`` inf: an unknown common offset, as in Noisy Top-c's gaps; 0: none).
 
     ``event`` says what privacy it cost: ``eps``, ``delta``, ``noise``, ``scale``,
-    ``sensitivity``, ``neighbors``, ``mechanism``; a selection's free gaps carry the
-    selection's event (charged once with it). Every estimate a release reports is the
-    generalised least squares of its records (docs/guide/estimation.md), except the selected
-    rows flagged in ``Release.near_threshold``: those are the GLS of the records without the
-    selection's (``event["noise"] == "selection"``), so the draw that selected them does not
-    bias them (:func:`matmech.svt.curse.guard`). An independent dense GLS of
-    ``Release.measurements`` reproduces answers and variances on small inputs."""
+    ``sensitivity``, ``neighbors``, ``mechanism``. Every estimate a release reports is the
+    generalised least squares of its records (docs/guide/estimation.md); a selection's free
+    gaps or noisy values are not among them (biased given the selection: they stay in
+    ``Release.selection.gap``). An independent dense GLS of ``Release.measurements``
+    reproduces answers and variances on small inputs."""
 
     query: LinOp = field(repr=False)
     values: np.ndarray = field(repr=False)
@@ -126,26 +129,6 @@ def strategy_record(meas, *, domain=None, attributes=None) -> MeasurementRecord:
     )
 
 
-def gap_record(query, gap, selection) -> MeasurementRecord:
-    """The record of a selection's free gaps (or vector values) as a measurement of the rows
-    ``query`` (the selected rows of W in the gap's order); ``gap`` a
-    :class:`~matmech.svt.combine.GapMeasurement`."""
-    return MeasurementRecord(
-        query=query,
-        values=gap.z,
-        variance=gap.var,
-        common_variance=float(gap.common_var),
-        event={
-            "mechanism": selection.mechanism or selection.method,
-            "eps": float(selection.eps),
-            "delta": 0.0,
-            "noise": "selection",
-            "sensitivity": float(selection.sensitivity),
-            "charged_with": "the selection",
-        },
-    )
-
-
 @dataclass(frozen=True, eq=False)
 class Release:
     """Noisy answers to a workload with their analytic error bars.
@@ -164,8 +147,10 @@ class Release:
     never a NaN in ``answers`` — and :func:`release_table` marks them (below threshold, not
     examined, or not among the top c). ``full(fill=...)`` spreads the answers over all rows
     with a fill value the caller must choose. ``measurements``: the
-    :class:`MeasurementRecord` of every noisy measurement made (with selection, the free gaps
-    too); the answers and ``std`` are their generalised least squares. When nothing is
+    :class:`MeasurementRecord` of every noisy measurement made; the answers and ``std`` are
+    their generalised least squares. With selection they rest on the measurement of the
+    selected rows alone, drawn after the selection (unbiased given it); a free-gap selection's
+    gaps stay in ``selection.gap``, never in the answers (docs/guide/selection.md). When nothing is
     selected nothing is measured:
     ``answers`` is empty and ``measurement``/``strategy`` are None; the whole ``eps`` was charged
     with the selection (one atomic spend), so it is spent all the same.
@@ -238,10 +223,6 @@ class Release:
     #: What the residual path measured when no matrix over the domain exists (``measurement``
     #: is then None): the noise and the strategy it stands for, for to_dict and re-analysis.
     measured: Mapping | None = field(default=None, repr=False)
-    #: With a free-gap selection: True for the selected rows (in ``answers`` order) whose
-    #: selection margin was small, answered from the measurement alone
-    #: (:func:`matmech.svt.curse.guard`); None without gaps combined.
-    near_threshold: np.ndarray | None = field(default=None, repr=False)
     #: When ``measurement`` is None: the answers' noise law, an object whose
     #: ``intervals(level, std)`` gives their :class:`IntervalLaw` (the residual paths:
     #: :mod:`matmech.factored.answer_noise`); data-independent.
@@ -278,8 +259,9 @@ class Release:
         answers (``noise_law``, :mod:`matmech.factored.answer_noise`: pure ε their weights on
         the tables' discrete Laplace draws with multiplicities, (ε, δ) on the residual rows'
         discrete Gaussian draws; past a size cap the normal quantile if every σ ≥ 3, else
-        Chebyshev's std/√(1 − level)); answers combined with a selection's gaps the normal
-        quantile.
+        Chebyshev's std/√(1 − level)), and so do the answers of a release with selection (on
+        either path they rest on the measurement of the selected rows alone). ``coverage`` is
+        never NaN: exact, a lower bound, or the Edgeworth estimate (normal, Cornish–Fisher).
         """
         _z(level)
         level = float(level)
@@ -289,32 +271,19 @@ class Release:
 
     def _law(self, level):
         m = self.measurement
-        combined = bool(self.select_options and self.select_options.get("_combined"))
         if m is None and self.noise_law is not None and self.answers.size:
             return self.noise_law.intervals(level, self.std)  # type: ignore[attr-defined]
-        if m is None or self.answers.size == 0 or self.answers.size > MAX_ROWS:
+        if m is None or self.answers.size == 0:  # no law evaluated (the general-marginal path)
             return normal_intervals(self.std, level)
-        if (
-            combined
-        ):  # GLS answers mix two noises: normal; rows answered by the measurement alone: its law
-            base, near = normal_intervals(self.std, level), self.near_threshold
-            if near is None or not near.any():
-                return base
-            C = noise_weights(take_rows(self.workload, self.selected[near]), m.strategy)
-            if C is None:
-                return base
-            sub = law_intervals(C, m.noise, m.scale, m.grid, level)
-            half, cov, how = base.half.copy(), base.coverage.copy(), base.method.copy()
-            half[near], cov[near], how[near] = sub.half, sub.coverage, sub.method
-            return IntervalLaw(level, half, cov, how)
         rows = self.answered_workload
         if rows is None:
             rows = (
                 self.workload if self.selected is None else take_rows(self.workload, self.selected)
             )
-        C = noise_weights(rows, m.strategy)
-        if C is None:
-            return normal_intervals(self.std, level)
+        C = noise_weights(rows, m.strategy) if self.answers.size <= MAX_ROWS else None
+        if C is None:  # too large to evaluate: the heaviest tails an answer can have, one draw's
+            one = excess_kurtosis(m.noise, m.scale / m.grid)
+            return normal_intervals(self.std, level, excess=one)
         return law_intervals(C, m.noise, m.scale, m.grid, level)
 
     def interval(self, level=0.95):
@@ -348,7 +317,7 @@ class Release:
                 {"row": int(r), "gap": float(g), "branch": b}
                 for r, g, b in zip(sel.gap.positions, sel.gap.gaps, sel.gap.branches)
             ]
-            out["gaps_combined"] = bool(opts.get("_combined", False))
+            out["gaps_combined"] = False  # biased given the selection: never in the answers
             out["eps_advised"] = bool(opts.get("_advised", False))
         if opts["threshold"] == "auto":
             out["target_rel_error"] = opts["target_rel_error"]
@@ -467,8 +436,8 @@ def release_table(
     ``labels`` (one per row of the workload) defaults to ``"[lo, hi]"`` for interval
     workloads and ``"q<i>"`` otherwise; the interval at ``level`` (default 95%) is that of
     :meth:`Release.interval_law`: ``coverage`` is its exact coverage probability ("exact"),
-    a lower bound on it ("convolution"), or None where it is only approximate ("normal",
-    "cornish-fisher"). For a release with selection every row of the workload is
+    a lower bound on it ("convolution", "chebyshev"), or the Edgeworth estimate of it where
+    the interval is a moment approximation ("normal", "cornish-fisher"); never None. For a release with selection every row of the workload is
     listed with ``selected`` (True/False) and ``status``: ``"answered"``, ``"below
     threshold"``, ``"not examined (c rows already found)"`` or ``"not among the top c"``;
     unanswered rows have ``None`` for answer, std and interval.
@@ -486,7 +455,7 @@ def release_table(
     -------
     list of dict
         One dict per workload row (``query``, ``answer``, ``std`` and :data:`INTERVAL_COLUMNS`;
-        plus ``selected``, ``status`` and, with free gaps, ``near_threshold`` with selection).
+        plus ``selected`` and ``status`` with selection).
 
     Raises
     ------
@@ -538,7 +507,7 @@ def iter_release_table(
                 (a - h).tolist(),
                 (a + h).tolist(),
                 np.asarray(law.method)[k],
-                [None if c != c else c for c in cov[k].tolist()],
+                cov[k].tolist(),
             )
         ]
 
@@ -550,7 +519,6 @@ def iter_release_table(
         return
     notes = _unanswered_notes(release)
     empty = dict.fromkeys(("answer", "std") + INTERVAL_COLUMNS)
-    near = release.near_threshold
     answer_of = np.full(m, -1, dtype=np.int64)  # row -> its answer's index (-1: none)
     answer_of[np.asarray(release.selected, dtype=np.int64)] = np.arange(release.selected.size)
     for a in range(0, m, chunk):
@@ -561,7 +529,4 @@ def iter_release_table(
             if j < 0:
                 yield {"query": str(q), "selected": False, "status": note, **empty}
                 continue
-            row = {"query": str(q), "selected": True, "status": "answered", **next(filled)}
-            if near is not None:
-                row["near_threshold"] = bool(near[j])
-            yield row
+            yield {"query": str(q), "selected": True, "status": "answered", **next(filled)}

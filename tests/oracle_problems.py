@@ -127,11 +127,6 @@ def compare(rel, W):
     if Wa.shape[0] == 0:
         return 0.0, 0.0
     a, v = dense_gls(rel.measurements, Wa)
-    near = rel.near_threshold
-    if near is not None and near.any():  # flagged rows: the GLS without the selection's record
-        own = [r for r in rel.measurements if r.event.get("noise") != "selection"]
-        a_m, v_m = dense_gls(own, Wa)
-        a, v = np.where(near, a_m, a), np.where(near, v_m, v)
     da = float(np.abs(rel.answers - a).max() / max(1.0, np.abs(a).max()))
     dv = float(np.abs(rel.std**2 - v).max() / v.max())
     return da, dv

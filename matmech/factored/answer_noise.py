@@ -192,7 +192,11 @@ class ResidualNoiseLaw:
         d = self.mplan.plan.lattice.domain
         sizes = [math.prod(d[i] for i in S) for S in self.subsets]
         if len(self.subsets) * len(self.mplan.plan.tables) > MAX_PAIRS and std is not None:
-            return normal_intervals(std, level)
+            # coverage: the Edgeworth estimate at the heaviest tails an answer can have: a
+            # weighted sum of independent draws has at most the largest one-draw excess kurtosis
+            scales = np.unique(np.asarray(self.mplan.scales, dtype=np.float64)).tolist()
+            one = max(excess_kurtosis("discrete_laplace", t) for t in scales)
+            return normal_intervals(std, level, excess=one)
         law = self._laws(self.subsets, self.weights, level)
         return IntervalLaw(
             law.level,
@@ -267,11 +271,10 @@ class GaussianResidualLaw:
 
     def _rule(self, level, std):
         std = np.asarray(std, dtype=np.float64)
-        return (
-            normal_intervals(std, level)
-            if self.normal_ok(level)
-            else chebyshev_intervals(std, level)
-        )
+        if not self.normal_ok(level):
+            return chebyshev_intervals(std, level)
+        one = excess_kurtosis("discrete_gaussian", float(self.least_sigma))  # the largest excess
+        return normal_intervals(std, level, excess=one)
 
     def _size(self, subsets) -> int:
         d = self.mplan.plan.lattice.domain

@@ -22,8 +22,11 @@ selected rows only — from marginal tables, never the histogram.
 
     answers w_j·(P y)_r, P = U_S(U_SᵀU_S)⁺U_Sᵀ the least-squares projection (the identity
     when the rows are independent), from the Gram U_S U_Sᵀ of factor rows; covariance
-    Var(Z)·(w wᵀ)∘P with the exact discrete variance (Li et al., PODS 2010). For a gap method
-    the gaps are combined with these answers by GLS (:mod:`matmech.svt.combine`).
+    Var(Z)·(w wᵀ)∘P with the exact discrete variance (Li et al., PODS 2010), and the law of
+    each answer's noise Σ_s w_r P_rs Z_s from the draws themselves (:class:`SelectedRowsLaw`:
+    exact lattice quantiles when w_r P_r is integer, a binned convolution otherwise). A
+    gap method's gaps or noisy values are released but never combined into the answers
+    (the winner's curse: :mod:`matmech.pipeline.selected`).
 
 Privacy. The selection is ε_s-DP with the row sensitivity of W (as :func:`matmech.release`).
 Given the selection S (a DP output), measuring the k rows U_S with i.i.d. discrete Laplace
@@ -71,7 +74,8 @@ from matmech.factored.select_plan import (
 from matmech.factored.select_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
 from matmech.pipeline.plan import Draws, Estimate, check_record_count
 from matmech.pipeline.run import run_plan
-from matmech.pipeline.selected import nothing_selected, selection_fields, with_gaps
+from matmech.pipeline.selected import gaps_note, nothing_selected, selection_fields
+from matmech.privacy.confidence import IntervalLaw, law_intervals
 from matmech.pipeline.source import as_table_source
 from matmech.record import MeasurementRecord
 from matmech.svt.rules import take_rows
@@ -80,6 +84,7 @@ from matmech.svt.select import SelectionPlan, run_selection
 __all__ = [
     "FactoredSelectionPlan",
     "SelectedRowsPlan",
+    "SelectedRowsLaw",
     "plan_factored_selection",
     "release_selected",
     "row_values",
@@ -132,6 +137,10 @@ class _Drawn:
     y: np.ndarray | None = None
     nvar: float = 0.0
     note: str = ""
+    kind: str = ""
+    scale: float = 0.0
+    sens: float = 0.0
+    secure: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,11 +255,12 @@ class SelectedRowsPlan:
                 "neighbors": plan.neighbors,
             },
         )
-        return Draws((record,), _Drawn(sel, rows, y, nvar, note))
+        secure = rng is None or bool(getattr(rng, "secure", False))  # as check_rng reads it
+        return Draws((record,), _Drawn(sel, rows, y, nvar, note, kind, scale, sens, secure))
 
     def estimate(self, draws: Draws) -> Estimate:
         plan, d = self.plan, draws.state
-        fields, shown = selection_fields(plan.opts, d.rows, d.sel)
+        fields = selection_fields(plan.opts, d.rows, d.sel)
         if d.y is None:
             return nothing_selected(fields)
         rows = d.rows
@@ -259,14 +269,44 @@ class SelectedRowsPlan:
         B = row_basis(plan, rows)
         P = B @ B.T  # least squares: y projected on the range of U_S
         answers, cov = w * (P @ d.y), d.nvar * np.outer(w, w) * P
-        fields.update(strategy_name="selected rows", strategy_note=d.note)
-        if d.sel.gap is not None:
-            basis = w[:, None] * B
-            return with_gaps(
-                self.workload, answers, cov, basis, d, plan.select, draws.records, fields, shown
-            )
+        fields.update(
+            strategy_name="selected rows",
+            strategy_note=d.note + gaps_note(d.sel),
+            noise_law=SelectedRowsLaw(w[:, None] * P, d.kind, d.scale),
+            measured={  # what was measured, for to_dict: no data in it
+                "strategy": {"type": "selected rows", "rows": int(rows.size)},
+                "noise": {
+                    "distribution": d.kind,
+                    "scale": d.scale,
+                    "std": float(np.sqrt(d.nvar)),
+                    "grid": 1.0,
+                    "sensitivity": d.sens,
+                    "secure_randomness": d.secure,
+                },
+            },
+        )
         var = np.clip(np.diag(cov), 0.0, None)  # P a projection: round-off below 0 only
         return Estimate.of_variances(answers, var, fields)
+
+
+@dataclass(frozen=True, eq=False)
+class SelectedRowsLaw:
+    """The noise law of the answers of a factored selection: answer r's error is
+    Σ_s ``weights[r, s]``·Z_s, the Z_s the i.i.d. integer draws (``noise``, ``scale`` on the
+    lattice of the integers) of the selected rows' measurement; data-independent (W, the
+    selection, the calibration). :meth:`intervals` is
+    :func:`~matmech.privacy.confidence.law_intervals` on those weights: exact lattice
+    quantiles when a row of weights is integer (independent rows of integer weight: the
+    answer is w·y_r), a binned convolution for the few draws of dependent rows."""
+
+    weights: np.ndarray = field(repr=False)
+    noise: str
+    scale: float
+
+    def intervals(self, level: float, std: np.ndarray) -> IntervalLaw:
+        """Half-width, coverage and method of every answer at ``level`` (``std`` unused: the
+        law is that of the draws)."""
+        return law_intervals(self.weights, self.noise, self.scale, 1.0, level)
 
 
 def release_selected(

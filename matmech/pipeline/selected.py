@@ -6,8 +6,15 @@ Su, Li, VLDB 2017; or a free-gap mechanism, Ding et al., PVLDB 2019). Its ε com
 total and the whole (ε, δ) is charged in one atomic spend before the selection's first draw
 (:func:`matmech.pipeline.run.run_plan`); only the selected rows are then measured and
 answered. Which rows were selected is a DP output, so choosing the strategy for them
-afterwards (``strategy`` "auto"/"optimize") is post-processing, as is the GLS combination of
-a free-gap method's gaps with the measured answers (:func:`matmech.svt.combine.combine_selection`).
+afterwards (``strategy`` "auto"/"optimize") is post-processing.
+
+Every answer rests on the measurement alone, whatever the method: the measurement's noise is
+drawn after the selection, independently of it, so given the selection each answer is
+unbiased and its law (:meth:`matmech.record.Release.interval_law`) is that of the measurement's
+own draws. A free-gap or vector selection's gaps and noisy values are released
+(``Release.selection.gap``) but never combined into the answers: a row is selected *because*
+its selecting draw came out high, so conditioned on the selection that draw is biased (the
+winner's curse; docs/guide/selection.md measures the bias and the cost of leaving it out).
 
 Order: every data-independent check (:func:`selected_plan`) → affordability → x read and
 checked, W x computed (:func:`matmech.svt.select.plan_selection`) → one spend → the
@@ -18,7 +25,7 @@ the measurement's draws. Nothing after the spend reads x except the two noisy me
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -32,12 +39,11 @@ from matmech.pipeline.strategy import measured_estimate, plan_variances
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.measure import check_counts, execute, integer_valued, plan_measurement
 from matmech.privacy.params import rest_of
-from matmech.record import gap_record, strategy_record
-from matmech.svt.combine import answer_basis, answer_covariance, combine_selection
-from matmech.svt.curse import DEFAULT_MARGIN, guard
+from matmech.record import strategy_record
 from matmech.svt.options import check_select_options, selection_arguments, shown_select_options
 from matmech.svt.rules import advised_select_eps, take_rows
 from matmech.svt.select import check_selection, plan_selection, run_selection
+from matmech.svt.vector import VECTOR_METHODS
 
 __all__ = [
     "SelectedPlan",
@@ -45,7 +51,7 @@ __all__ = [
     "NOTHING_SELECTED",
     "selection_fields",
     "nothing_selected",
-    "with_gaps",
+    "gaps_note",
 ]
 
 #: The note of a release whose selection found no row.
@@ -53,6 +59,26 @@ NOTHING_SELECTED = (
     "no row was selected, so nothing was measured (the measurement's share was reserved "
     "with the selection and is spent)"
 )
+
+#: What the note of a release adds when its selection released gaps or noisy values.
+GAPS_NOT_COMBINED = (
+    "; its {what} are released (selection.gap) but not combined into the answers: conditioned "
+    "on being selected they are biased upwards (the winner's curse), so every answer rests on "
+    "the measurement alone, drawn after the selection and independent of it"
+)
+
+
+def gaps_note(sel: Any) -> str:
+    """The note's sentence on a selection's free gaps or noisy values ("" without them)."""
+    if sel.gap is None:
+        return ""
+    if sel.mechanism in VECTOR_METHODS.values():
+        head = (
+            f"; selected by the Laplace mechanism on the whole vector ({sel.mechanism} in place "
+            f"of {sel.method}, joint L1 sensitivity {sel.gap.calibration.sensitivity:g})"
+        )
+        return head + GAPS_NOT_COMBINED.format(what="noisy values")
+    return f"; selected by {sel.mechanism}" + GAPS_NOT_COMBINED.format(what="free gaps")
 
 
 def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
@@ -158,70 +184,29 @@ class SelectedPlan:
 
     def estimate(self, draws: Draws) -> Estimate:
         d = draws.state
-        fields, shown = selection_fields(self.opts, d.rows, d.sel)
+        fields = selection_fields(self.opts, d.rows, d.sel)
         if d.meas is None:
             return nothing_selected(fields)
-        meas, sub = d.meas, take_rows(self.workload, d.rows)
-        est = measured_estimate(meas, sub, d.var, name=d.name, note=d.note, **fields)
-        if d.sel.gap is None:
-            return est
-        fields = dict(est.fields)
-        try:  # the k×k covariance; too large to form: the measured answers are kept, the note says so
-            cov = answer_covariance(sub, meas.strategy, meas.std**2)
-        except ValueError as exc:
-            fields["strategy_note"] += f"; gaps not combined ({str(exc).splitlines()[0]})"
-            return replace(est, fields=fields)
-        basis = answer_basis(sub)
-        return with_gaps(
-            self.workload, est.answers, cov, basis, d, self.select, draws.records, fields, shown
-        )
+        sub = take_rows(self.workload, d.rows)
+        note = d.note + gaps_note(d.sel)
+        return measured_estimate(d.meas, sub, d.var, name=d.name, note=note, **fields)
 
 
-def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> tuple[dict, dict]:
-    """(the selection's Release fields, the shown options they hold) of a release with
-    selection: ``selected``, ``selection``, ``eps_select``, ``select_options``."""
-    shown = shown_select_options(opts)
-    fields = dict(
+def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> dict:
+    """The selection's Release fields of a release with selection: ``selected``,
+    ``selection``, ``eps_select``, ``select_options`` (the shown options)."""
+    return dict(
         selected=rows,
         selection=sel,
         eps_select=float(opts["eps"]),
-        select_options=MappingProxyType(shown),
+        select_options=MappingProxyType(shown_select_options(opts)),
     )
-    return fields, shown
 
 
 def nothing_selected(fields: dict) -> Estimate:
     """The estimate of a release whose selection found no row: nothing measured, no answer."""
     fields.update(strategy_name="none", strategy_note=NOTHING_SELECTED)
     return Estimate.of_variances(np.zeros(0), np.zeros(0), fields)
-
-
-def with_gaps(W, answers, cov, basis, drawn, select, records, fields, shown) -> Estimate:
-    """The measured ``answers`` of the selected rows (covariance ``cov``, range ``basis``)
-    combined with the selection's free gaps (or vector values) by generalised least squares
-    (:func:`matmech.svt.combine.combine_selection`, Ding et al., PVLDB 2019), the gaps added
-    to the records; rows selected by a small margin answered from the measurement alone
-    (:func:`matmech.svt.curse.guard`, flagged in ``near_threshold``)."""
-    rows, sel = drawn.rows, drawn.sel
-    est, var, what, gm = combine_selection(
-        answers, cov, rows, sel, select["threshold"], basis=basis
-    )
-    gaps = gap_record(take_rows(W, np.asarray(gm.positions)), gm, sel)
-    est, var, near = guard(answers, np.clip(np.diag(cov), 0.0, None), est, var, rows, sel)
-    near.setflags(write=False)
-    if near.any():
-        what += (
-            f"; {int(near.sum())} row(s) selected by less than {DEFAULT_MARGIN:g} std answered "
-            "from the measurement alone (flagged in near_threshold)"
-        )
-    shown["_combined"], shown["_mechanism"] = True, sel.mechanism
-    fields.update(
-        strategy_note=fields["strategy_note"] + what,
-        select_options=MappingProxyType(shown),
-        measurements=tuple(records) + (gaps,),
-        near_threshold=near,
-    )
-    return Estimate.of_variances(est, var, fields)
 
 
 def _advised_select_eps(W, eps, delta, opts, *, strategy, neighbors):

@@ -19,7 +19,9 @@ first (:func:`law_intervals`):
 * ``"normal"`` / ``"cornish-fisher"``: many draws. The Edgeworth term of the fourth cumulant
   estimates the normal interval's coverage error φ(z)(z³−3z)κ₄/12; within
   :data:`NORMAL_TOLERANCE` the normal quantile is kept, else the Cornish–Fisher quantile
-  z + κ₄(z³−3z)/24. These coverages are estimates, reported as None.
+  z + κ₄(z³−3z)/24. Their coverage is that Edgeworth estimate (:func:`edgeworth_coverage`:
+  level − φ(z)(z³−3z)κ₄/12 for the normal quantile, the level for Cornish–Fisher, whose
+  quantile removes that term), never a NaN; the method says it is an estimate.
 * ``"chebyshev"`` (:func:`chebyshev_intervals`): std/√(1 − level), coverage ≥ level for any
   law; where no law is computed and the normal one is not justified (large (ε, δ)
   residual releases with draws of σ below 3, :mod:`matmech.factored.answer_noise`).
@@ -47,6 +49,7 @@ __all__ = [
     "NORMAL_TOLERANCE",
     "IntervalLaw",
     "chebyshev_intervals",
+    "edgeworth_coverage",
     "edgeworth_error",
     "excess_kurtosis",
     "law_intervals",
@@ -78,8 +81,9 @@ _TAIL = 37.0  # e^-37 < 1e-16: Laplace support radius in units of t
 
 class IntervalLaw:
     """Per-answer half-widths at ``level``: ``half`` (answer units), ``coverage`` (the exact
-    coverage, or a lower bound for "convolution"; NaN where only estimated) and ``method``
-    (one of :data:`METHODS` per answer)."""
+    coverage for "exact"; a lower bound for "convolution" and "chebyshev"; the Edgeworth
+    estimate for "normal" and "cornish-fisher": never NaN) and ``method`` (one of
+    :data:`METHODS` per answer)."""
 
     __slots__ = ("coverage", "half", "level", "method")
 
@@ -249,6 +253,17 @@ def edgeworth_error(excess: float, level: float) -> float:
     return abs(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * excess / 12.0)
 
 
+def edgeworth_coverage(excess: float, level: float) -> float:
+    """The Edgeworth estimate of the coverage of the normal interval ±z·std at ``level`` for a
+    symmetric law of excess kurtosis ``excess`` (κ₄/σ⁴): level − φ(z)(z³−3z)·excess/12
+    (below the level for heavy tails, e.g. 0.926 for one Laplace draw, whose exact coverage
+    is 0.937), clipped to [0, 1]."""
+    level = _check_level(level)
+    z = float(ndtri(0.5 + level / 2))
+    err = math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * float(excess) / 12.0
+    return min(1.0, max(0.0, level - err))
+
+
 def chebyshev_intervals(std, level: float = 0.95) -> IntervalLaw:
     """std/√(1 − level) for every answer: by Chebyshev's inequality its coverage is at
     least ``level`` whatever the law (returned as that lower bound, method "chebyshev")."""
@@ -264,15 +279,16 @@ def chebyshev_intervals(std, level: float = 0.95) -> IntervalLaw:
 
 def _moments(noise, a, tt, n, level):
     """Normal quantile, or Cornish–Fisher when the Edgeworth error exceeds the tolerance;
-    κ₄ = Σ n·a⁴·κ₄(z) over the terms (cumulants of independent draws add)."""
+    κ₄ = Σ n·a⁴·κ₄(z) over the terms (cumulants of independent draws add) → (half-width,
+    the Edgeworth estimate of its coverage, method)."""
     z = float(ndtri(0.5 + level / 2))
     var = np.array([_variance(noise, s) for s in tt.tolist()])
     kurt = np.array([excess_kurtosis(noise, s) for s in tt.tolist()])
     s2 = float((n * a * a * var).sum())
     k4 = float((n * a**4 * kurt * var * var).sum()) / (s2 * s2)
     if edgeworth_error(k4, level) <= NORMAL_TOLERANCE:
-        return z * math.sqrt(s2), "normal"
-    return (z + k4 * (z**3 - 3 * z) / 24.0) * math.sqrt(s2), "cornish-fisher"
+        return z * math.sqrt(s2), edgeworth_coverage(k4, level), "normal"
+    return (z + k4 * (z**3 - 3 * z) / 24.0) * math.sqrt(s2), level, "cornish-fisher"
 
 
 def _check_level(level) -> float:
@@ -281,13 +297,21 @@ def _check_level(level) -> float:
     return float(level)
 
 
-def normal_intervals(std, level: float = 0.95, *, method: str = "normal") -> IntervalLaw:
-    """The normal approximation z·std for every answer (when no noise law is known)."""
+def normal_intervals(
+    std, level: float = 0.95, *, method: str = "normal", excess: float = 0.0
+) -> IntervalLaw:
+    """The normal approximation z·std for every answer (when no noise law is evaluated),
+    its coverage the Edgeworth estimate (:func:`edgeworth_coverage`) for a law of excess
+    kurtosis ``excess``: callers pass the largest their answers can have (a weighted sum of
+    i.i.d. draws has at most the excess kurtosis of one draw, Σc⁴ ≤ (Σc²)²)."""
     level = _check_level(level)
     std = np.asarray(std, dtype=np.float64)
     z = float(ndtri(0.5 + level / 2))
     return IntervalLaw(
-        level, z * std, np.full(std.size, np.nan), np.full(std.size, method, dtype=object)
+        level,
+        z * std,
+        np.full(std.size, edgeworth_coverage(excess, level)),
+        np.full(std.size, method, dtype=object),
     )
 
 
@@ -367,5 +391,4 @@ def _one(noise, a, tt, n, level, *, exact_ok, work):
         work[0] += cost
         r, p = _convolution(noise, a, tt, n, sd, level)
         return r, p, "convolution"
-    r, how = _moments(noise, a, tt, n, level)
-    return r, math.nan, how
+    return _moments(noise, a, tt, n, level)

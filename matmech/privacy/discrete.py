@@ -37,8 +37,9 @@ time), the random source (AES CTR_DRBG or ``os.urandom``) and the interpreter (a
 tables of a new scale (about 0.7 ms, depends on the scale only; then cached in
 :data:`TABLES`), cost that grows with ``size`` and with the scale (D above),
 and everything outside this module: :func:`uniform` redraws 0 (probability 2**-53,
-independent of the output), the exponential mechanism computes in floating point, and a
-caller that branches on the noise leaks through its own timing.
+independent of the output), a tie of the exponential-mechanism selection is broken by
+``randbelow`` (rejection: the number of words depends on the tie's size), and a caller that
+branches on the noise leaks through its own timing.
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ is the public namespace; the code lives in one module per concept:
 :mod:`matmech.svt.core`           [LSL17] Alg. 7 :func:`sparse_vector`, :func:`above_threshold`
 :mod:`matmech.svt.interactive`    :class:`SparseVector` (one ``.test(value)`` at a time)
 :mod:`matmech.svt.variants`       :func:`sparse_vector_dpbook` (Alg. 2), :func:`sparse_vector_retraversal`
-:mod:`matmech.svt.topc`           :func:`exponential_top_c` (EM, c rounds without replacement)
+:mod:`matmech.svt.topc`           :func:`exponential_top_c` (exact EM: permute-and-flip, c rounds)
 :mod:`matmech.svt.accuracy`       alpha for beta: AboveThreshold, Sparse, EM
 :mod:`matmech.svt.calibration`    eps split (Eq. 12), noise scales, grid: :func:`svt_budget`
 :mod:`matmech.svt.grid`           exact grid arithmetic, chunked / two-thread noise
 :mod:`matmech.svt.checks`         argument checks (run before any randomness)
 :mod:`matmech.svt.gap`            [DWZK19] free gap: :func:`noisy_top_c_gap`, :func:`sparse_vector_gap`, :func:`adaptive_sparse_vector`
 :mod:`matmech.svt.vector`         Laplace mechanism on the whole vector: :func:`noisy_vector_top_c`, :func:`noisy_vector_threshold`
-:mod:`matmech.svt.combine`        GLS of the gaps with the measured answers, :func:`advise_split`
+:mod:`matmech.svt.combine`        the gaps as measurements (:func:`combine_gaps`), :func:`advise_split`
 ================================  ============================================================
 
 References (all in ``shared/references``):

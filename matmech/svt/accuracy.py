@@ -180,10 +180,12 @@ def sparse_alpha(
 def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1.0) -> float:
     """alpha_EM = D (ln(k-1) + ln((1-beta)/beta)) / eps, [LSL17] Sec. 5.
 
-    For :func:`~matmech.svt.exponential_top_c` with c = 1 (non-monotonic
-    scores): given k-1 candidates <= T - alpha and one >= T + alpha, the top
-    one is selected with probability >= 1 - beta (with equality at the
-    boundary).  Requires k >= 2.
+    The exponential mechanism with c = 1 (non-monotonic scores): given k-1
+    candidates <= T - alpha and one >= T + alpha, the top one is selected with
+    probability >= 1 - beta (with equality at the boundary).
+    :func:`~matmech.svt.exponential_top_c` runs permute-and-flip, which picks
+    the top one at least that often there (tests/svt/test_svt.py: exactly
+    (1 - (1-p)^k)/(k p), p = e^{-alpha eps / D}).  Requires k >= 2.
 
     Parameters
     ----------

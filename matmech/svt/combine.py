@@ -1,4 +1,4 @@
-"""Combine the free gaps with the Matrix-Mechanism answers of the selected rows (post-processing).
+"""The free gaps as measurements of the selected rows, and the advised selection share.
 
 [DWZK19] Ding, Wang, Zhang, Kifer, PVLDB 13(3) 2019, Sec. "Using the free gap": the gaps
 of a selection are noisy *linear* measurements of the selected queries, and the best
@@ -27,12 +27,17 @@ When selected rows are duplicate or linearly dependent, Sigma is singular: the s
 taken on the space the answers live in, q = B theta (:mod:`matmech.linalg.gls`), with
 Sigma^-1 replaced by B (B^T Sigma B)^-1 B^T; nothing is dropped.
 
-Caveat (winner's curse): the variances are those of the noise draws; *conditioned on being
-selected* a gap is biased upwards when the row was close to the threshold / the runner-up.
-For rows selected by a clear margin the effect is negligible (tests/svt/test_gap.py checks
-the Monte Carlo MSE against the analytic variance there).
+**The winner's curse: the releases never do this.** Those variances are those of the noise
+draws, and the GLS is unbiased only for a measurement made independently of the selection.
+A gap is not: *conditioned on being selected* a row's selecting draw is biased upwards (by
+about one noise std for a row at the threshold; through the shared threshold noise even for
+clear winners), and the GLS inherits the bias in proportion to the weight it gives the gap
+(docs/guide/selection.md: +2 to +4 std for rows near the threshold, coverage 0-45% of a
+"95%" interval). :func:`matmech.release` therefore answers every selected row from the
+measurement alone, and :func:`combine_gaps` is left for analyses that condition on the
+selection themselves.
 
-:func:`advise_split` recommends the selection share of eps from these formulas.
+:func:`advise_split` recommends the selection share of eps for the gap methods.
 """
 
 from __future__ import annotations
@@ -47,7 +52,6 @@ from matmech import validate
 from matmech.linalg.gls import (
     RANK_RTOL,
     gls_answers,
-    integer_gram,
     precision,
     precision_on,
     row_space_basis,
@@ -65,26 +69,20 @@ __all__ = [
     "GapMeasurement",
     "gap_measurement",
     "combine_gaps",
-    "combine_selection",
     "answer_covariance",
-    "answer_basis",
     "advise_split",
     "MAX_COVARIANCE_ENTRIES",
     "SPLIT_GRID",
     "AUTO_FLOOR_MAX",
-    "SPLIT_TIE",
 ]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
 MAX_COVARIANCE_ENTRIES = 1 << 24
 #: The selection shares advise_split searches.
 SPLIT_GRID = tuple(round(0.05 * i, 2) for i in range(2, 17))
-#: floor="auto" never starts the search above this share, so the even split is always a
-#: candidate and the advice is never worse than it by advise_split's own objective.
+#: floor="auto" never advises a larger selection share than this (the even split): the
+#: answers rest on the measurement's share alone.
 AUTO_FLOOR_MAX = 0.5
-#: Shares whose objective is within this fraction of the minimum count as tied (the objective
-#: is an approximation: uncorrelated answers, c of them); the smallest tied share is advised.
-SPLIT_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -277,31 +275,6 @@ def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
     return np.array(out.values), np.array(out.covariance)
 
 
-def combine_selection(answers, cov, rows, selection, threshold=None, *, basis=None):
-    """Post-processing of a release with a free-gap selection: the GLS of the measured
-    ``answers`` of the sorted selected ``rows`` (covariance ``cov``; ``basis`` as for
-    :func:`combine_gaps`) with the selection's gaps or, for a vector selection, its noisy
-    values → (answers, variances, note, the :class:`GapMeasurement` combined).
-
-    Uses only DP outputs and public inputs. Duplicate and dependent rows are handled by the
-    GLS on the answers' space; nothing is dropped."""
-    from matmech.svt.vector import VECTOR_METHODS
-
-    gm = gap_measurement(selection.gap, threshold=threshold)
-    est, cov_c = combine_gaps(
-        answers, cov, gm, order=np.searchsorted(rows, gm.positions), basis=basis
-    )
-    if selection.mechanism in VECTOR_METHODS.values():
-        note = (
-            f"; selected by the Laplace mechanism on the whole vector ({selection.mechanism} in place of "
-            f"{selection.method}, joint L1 sensitivity {selection.gap.calibration.sensitivity:g}), its noisy "
-            "values combined (GLS)"
-        )
-    else:
-        note = "; combined with the selection's free gaps (GLS)"
-    return est, np.clip(np.diag(cov_c), 0.0, None), note, gm
-
-
 def answer_covariance(sub, strategy, variance):
     """Cov(W_S x̂) = variance · W_S (AᵀA)⁺ W_Sᵀ for the measured ``strategy`` (k × k).
 
@@ -323,21 +296,6 @@ def answer_covariance(sub, strategy, variance):
     return (C + C.T) / 2
 
 
-def answer_basis(sub) -> np.ndarray:
-    """A basis (k × r) of the space the answers W_S x of the k rows ``sub`` live in, its rank
-    decided exactly when the rows are integers up to a scale per row
-    (:func:`~matmech.linalg.gls.integer_gram`), else with :data:`~matmech.linalg.gls.RANK_RTOL`.
-    Same size limit as :func:`answer_covariance`."""
-    sub = as_linop(sub)
-    k, n = sub.shape
-    if n * k > MAX_COVARIANCE_ENTRIES:
-        raise ValueError(
-            f"the rows of {k} answers over {n} cells need {n * k:,} entries (limit {MAX_COVARIANCE_ENTRIES:,})"
-        )
-    R = np.asarray(sub.rmatvec(np.eye(k)), dtype=np.float64).T
-    return row_space_basis(R @ R.T, exact=integer_gram(R))
-
-
 def advise_split(
     row_variance,
     *,
@@ -353,34 +311,26 @@ def advise_split(
     integer_values=True,
     ratio="optimal",
 ):
-    """The selection share f of ``eps`` for a free-gap selection; data independent → (f, {f: objective}).
+    """The selection share f of ``eps`` for a free-gap selection; data independent → (f, {f: v}).
 
     ``row_variance(eps_m)``: the mean Matrix-Mechanism variance v of one answer measured with
     eps_m (e.g. from :func:`matmech.error.per_query_variance`).
 
-    **What it minimises**: the mean variance of the k = c selected answers after the GLS
-    with the selection's outputs, the answers taken as uncorrelated with variance v. The
-    GLS precision I/v + G has the eigenvalue 1/v + 1/V on the k − 1 contrasts and
-    1/v + 1/(V + k s) on the common direction, so the objective is
-    (1/k)[1/(1/v + 1/(V + k s)) + (k − 1)/(1/v + 1/V)], V and s the gap and common noise
-    variances at eps_s = f·eps: Noisy Top-c s = inf (the gaps say nothing about the level),
-    SVT with gap s = Var(threshold noise), and the vector selection
-    (:mod:`matmech.svt.vector`, used instead of "topc-gap"/"svt-gap" when
-    ``joint_sensitivity`` Δ_W is given and ``vector`` is True, or "auto" and
-    :func:`~matmech.svt.vector.prefer_vector` says so)
-    V = Var(value noise), s = 0, i.e. 1/(1/v + 1/V).
+    **The answers**: a release answers every selected row from the measurement alone (the
+    gaps are biased given the selection: module docstring), so the mean variance of a
+    selected answer is v(eps_m), eps_m = (1 − f)·eps, which grows with f: the less the
+    selection takes, the better the answers. The table maps each share searched to it.
 
-    **Selection quality** (``floor="auto"``): which rows are right depends on the data, but
-    how finely the selection can rank them does not: the std of the noise on one selection
-    score (plus the threshold noise for SVT). The search starts at the smallest share in
-    :data:`SPLIT_GRID` at which that std is at most the std sqrt(v) of one measured answer
-    — the selection tells rows apart as finely as the answers will — but never above
-    :data:`AUTO_FLOOR_MAX` = 0.5, so the even split is always searched and the advice never
-    has a larger objective than it. A number ``floor`` starts the search there instead.
-    (Adaptive SVT's gaps are counted with the top-branch variance: rows worth answering
-    clear the threshold by a margin.) Returns the smallest share whose objective is within
-    :data:`SPLIT_TIE` (1%) of the minimum over the searched grid, and the table
-    {share: objective} of the shares searched.
+    **Selection quality**: which rows are right depends on the data, but how finely the
+    selection can rank them does not: the std of the noise on one selection score (plus the
+    threshold noise for SVT; the vector selection's value noise when it runs,
+    :func:`~matmech.svt.vector.prefer_vector`, with ``joint_sensitivity`` Δ_W given). With
+    ``floor="auto"`` the advice is the smallest share in :data:`SPLIT_GRID` at which that
+    std is at most the std sqrt(v) of one measured answer — the selection tells rows apart
+    as finely as the answers will — but never above :data:`AUTO_FLOOR_MAX` = 0.5 (the even
+    split). A number ``floor`` is the smallest share searched (the advice is the first
+    share of the grid from it). (Adaptive SVT's scores are counted with the top-branch
+    variance: rows worth answering clear the threshold by a margin.)
 
     Parameters
     ----------
@@ -406,7 +356,7 @@ def advise_split(
         Number of candidates.
     integer_values : bool, default True
         Values on the integer grid.
-    ratio : float or "optimal", default "optimal"
+    ratio : float or "optimal"
         SVT's ε₁:ε₂.
 
     Returns
@@ -414,7 +364,7 @@ def advise_split(
     share : float
         The advised selection share of ``eps``.
     table : dict
-        {share: objective} over the shares searched.
+        {share: the mean variance of one selected answer} over the shares searched.
 
     Raises
     ------
@@ -436,7 +386,7 @@ def advise_split(
         )
     validate.choice(method, "method", GAP_METHODS)
     eps = check_noise_eps(eps)
-    k = c = check_c(c)
+    c = check_c(c)
     if not (isinstance(floor, str) and floor == "auto"):
         floor = validate.real(floor, "floor")
         if not 0 <= floor <= SPLIT_GRID[-1]:
@@ -451,7 +401,7 @@ def advise_split(
                 f"joint_sensitivity must be positive (the L1 sensitivity of W x), got {joint_sensitivity!r}"
             )
     kw = {} if method == "topc-gap" else {"ratio": ratio}
-    table, sel_var = {}, {}
+    table, finer = {}, []
     for f in SPLIT_GRID:
         if not isinstance(floor, str) and f < floor:
             continue
@@ -466,7 +416,9 @@ def advise_split(
             raise ValueError(
                 f"row_variance({e_m!r}) must return a positive finite variance, got {vm!r}"
             )
-        vm = float(vm)
+        table[f] = vm = float(vm)
+        if not isinstance(floor, str):
+            continue
         vec = (
             joint_sensitivity is not None
             and vector is not False
@@ -487,7 +439,7 @@ def advise_split(
             )
         )
         if vec:
-            vv = vector_calibration(
+            score = vector_calibration(
                 VECTOR_METHODS[method],
                 c=c,
                 eps=e_s,
@@ -495,26 +447,13 @@ def advise_split(
                 n_values=n_values,
                 integer_values=integer_values,
             ).variance()
-            table[f] = 1.0 / (1.0 / vm + 1.0 / vv)
-            sel_var[f] = (vv, vm)
-            continue
-        cal = gap_calibration(
-            method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw
-        )
-        # adaptive SVT: rows worth answering clear the threshold by a margin and take the top
-        # branch, whose gap has 4x the middle variance (the release uses the branch that fired)
-        vg = cal.gap_variance("top" if method == "adaptive-svt" else "middle")
-        level = (
-            1.0 / vm
-            if method == "topc-gap"
-            else 1.0 / vm + 1.0 / (vg + k * cal.gap_variance("threshold"))
-        )
-        table[f] = (1.0 / level + (k - 1) / (1.0 / vm + 1.0 / vg)) / k
-        sel_var[f] = (vg + (0.0 if method == "topc-gap" else cal.gap_variance("threshold")), vm)
-    if isinstance(floor, str):
-        ok = [f for f in table if sel_var[f][0] <= sel_var[f][1]]
-        start = min(ok + [AUTO_FLOOR_MAX])
-        table = {f: v for f, v in table.items() if f >= start}
-    low = min(table.values())
-    best = min(f for f, v in table.items() if v <= low * (1 + SPLIT_TIE))
-    return best, table
+        else:
+            cal = gap_calibration(
+                method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw
+            )
+            score = cal.gap_variance("top" if method == "adaptive-svt" else "middle")
+            score += 0.0 if method == "topc-gap" else cal.gap_variance("threshold")
+        if score <= vm:
+            finer.append(f)
+    start = min(table) if not isinstance(floor, str) else min(finer + [AUTO_FLOOR_MAX])
+    return start, {f: v for f, v in table.items() if f >= start}

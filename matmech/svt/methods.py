@@ -32,7 +32,7 @@ class SelectionMethod:
     """What the rest of the package needs to know about a selection method (the registry
     :data:`SELECTION_METHODS`; the release paths, the CLI and the answer table read it):
     ``mechanism`` it runs by default ([LSL17] / [DWZK19]), whether it releases free gaps (``gap``)
-    (its ε share may be advised and the gaps are combined by GLS), whether it tests rows
+    (its ε share may be advised; the gaps are released, never combined into the answers), whether it tests rows
     against a ``threshold`` (else it takes the c largest), the most rows it can select for a
     given c (``max_rows_factor``·c − ``max_rows_offset``), why rows after its last find were
     not examined (``stop_reason``) and the options only it takes (``own_options``).

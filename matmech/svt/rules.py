@@ -22,6 +22,7 @@ from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.split import DeclarationError
 from matmech.svt.grid import check_public_units
 from matmech.svt.methods import SELECTION_METHODS
+from matmech.svt.topc import em_calibration
 from matmech.svt.vector import (
     VECTOR_METHODS,
     joint_sensitivity,
@@ -134,16 +135,25 @@ def declared_calibration(
     Every magnitude check of the run happens here, from the declaration and the public
     inputs, before anything is read or spent: a declaration no exact grid can hold is refused
     naming max_records and the largest that fits; so is a threshold or sigma beyond the grid
-    (:func:`~matmech.svt.grid.check_public_units`). The exponential mechanism compares float
-    scores and has no grid (calibration None). Data independent.
+    (:func:`~matmech.svt.grid.check_public_units`). A registered method has no grid
+    (calibration None). Data independent.
     """
     lo, hi = entry_range(W)
     entry = max(abs(lo), abs(hi))
     bound = float(max_records) * entry
-    if method == "em" or SELECTION_METHODS[method].run is not None:
-        return None, bound  # no grid: the EM compares float scores; a registered method its own
+    if SELECTION_METHODS[method].run is not None:
+        return None, bound  # a registered method brings its own mechanism
     try:
-        if mechanism in VECTOR_METHODS.values():
+        if method == "em":
+            cal = em_calibration(
+                c=c,
+                eps=eps,
+                sensitivity=sensitivity,
+                monotonic=monotonic,
+                integer_values=integer_values,
+                value_bound=bound,
+            )
+        elif mechanism in VECTOR_METHODS.values():
             cal = vector_calibration(
                 mechanism,
                 c=c,

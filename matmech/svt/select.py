@@ -443,6 +443,7 @@ def run_selection(plan, *, rng=None):
             sensitivity=plan.sensitivity,
             monotonic=plan.monotonic,
             rng=rng,
+            value_bound=plan.value_bound,
         )
         rows, stopped = np.asarray(res.positions, dtype=np.int64), True
     rows.setflags(write=False)

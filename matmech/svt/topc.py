@@ -1,49 +1,216 @@
-"""Top-c selection by the exponential mechanism, c rounds without replacement.
+"""Top-c selection by the exponential mechanism's exact replacement, permute-and-flip.
 
-[LSL17] (Lyu, Su, Li, VLDB 2017, Sec. 5 and Sec. 6) recommend this over any
-SVT when all candidates are known in advance: each round spends eps/c and
-picks i with probability proportional to exp(eps q_i / (2 c D)), or
-exp(eps q_i / (c D)) for monotonic scores (their Sec. 2, "one-directional"
-quality changes).  eps-DP by sequential composition.
+[LSL17] (Lyu, Su, Li, VLDB 2017, Sec. 5 and Sec. 6) recommend picking the c best of a known
+workload by a private selection run c times without replacement, each round spending ε/c.
+The round here is **permute-and-flip** (McKenna and Sheldon, NeurIPS 2020), which Ding,
+Kifer, Saghaian, Steinke, Wang, Xiao and Zhang (arXiv 2105.07260, 2021) show is exactly
+*report noisy max with exponential noise*: add E_i ~ Exp(scale β) to every score q_i and
+report the argmax, β = 2D/ε_r for scores of sensitivity D (D/ε_r when every score moves in
+the same direction between neighbours). Its expected score is never below the exponential
+mechanism's at the same ε_r, and it has the same tail bound, P(q* − q_pick ≥ β(ln n + s)) ≤ e^{−s}
+(each candidate is picked with probability at most e^{−(q* − q_i)/β}).
+
+Privacy of one round (pointwise in the other candidates' noise): candidate i wins when
+E_i > m − q_i, m the best other noisy score, with probability min(1, e^{−(m − q_i)/β});
+between neighbours m and q_i each move by at most D, so the ratio is at most e^{2D/β} = e^{ε_r}
+(monotonic scores: m and q_i move the same way, e^{D/β}). c rounds compose to ε.
+
+**Exact on the grid.** Scores are held as int64 multiples of a power-of-two grid g
+(:mod:`matmech.svt.grid`: integers as they are, other values snapped at a cost of g in
+sensitivity) and β is a whole number t of grid steps. For an integer score u and E ~ Exp(t)
+in grid units, floor(E) is geometric, P(floor E ≥ k) = e^{−k/t}, and the fractional part of E
+is independent of it (memorylessness) and continuous. So the argmax of u_i + E_i is the
+argmax of u_i + floor(E_i), ties broken by i.i.d. continuous fractional parts: uniformly at
+random. The run therefore draws, per round and candidate, a geometric G = Z if Z ≥ 0 else
+−Z − 1 from one exact discrete Laplace Z ~ DLap(t) (P(G = k) = P(Z = k) + P(Z = −k − 1) =
+(1 − e^{−1/t}) e^{−k/t}; Canonne, Kamath, Steinke, NeurIPS 2020, through
+:func:`matmech.privacy.noise.discrete_laplace`), takes the largest u_i + G_i exactly in
+integers and breaks a tie with an exact uniform index (:meth:`RandomSource.randbelow`).
+Nothing is computed in floating point after the scores are on the grid.
+
+Cost: c rounds of one exact draw per candidate (fixed work, whatever the data): c·n draws,
+by two threads from :data:`~matmech.svt.grid.PARALLEL_MIN` candidates on.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
-from matmech.svt.grid import CHUNK_MAX, worker_sources
+from matmech.svt.grid import (
+    chunk_bounds,
+    checked_or_declared,
+    grid_for_bound,
+    noise_chunks,
+    to_units,
+    worker_sources,
+)
+from matmech.svt.split import MAX_SCALE_UNITS, declared_grid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = ["TopCResult", "exponential_top_c"]
+__all__ = [
+    "EMCalibration",
+    "em_calibration",
+    "TopCResult",
+    "exponential_top_c",
+    "geometric",
+    "report_noisy_max",
+]
+
+_TAKEN = np.iinfo(np.int64).min  # below every score in units (|units| < 2**60)
+
+
+@dataclass(frozen=True)
+class EMCalibration:
+    """How :func:`exponential_top_c` spends ε (data independent): each of the ``c`` rounds
+    adds exponential noise of ``scale`` β (value units, a whole number of steps of the
+    power-of-two ``grid``) to every score: β = 2cD/ε (cD/ε for ``monotonic`` scores), D the
+    ``sensitivity`` (plus the grid step when values are snapped to it).
+
+    Parameters
+    ----------
+    eps : float
+        The total ε.
+    c : int
+        Rounds (picks).
+    monotonic : bool
+        Monotonic scores.
+    sensitivity, grid, scale : float
+        Sensitivity used, grid step, exponential noise scale β.
+
+    Returns
+    -------
+    EMCalibration
+        A frozen record, made by :func:`em_calibration`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> em_calibration(c=2, eps=1.0, integer_values=True).scale
+    4.0
+    """
+
+    eps: float
+    c: int
+    monotonic: bool
+    sensitivity: float
+    grid: float
+    scale: float
+
+    @property
+    def units(self) -> int:
+        """β in grid steps: the scale t of the discrete Laplace draws."""
+        return int(round(self.scale / self.grid))
+
+
+def em_calibration(
+    *,
+    c: int,
+    eps: float,
+    sensitivity: float = 1.0,
+    monotonic: bool = False,
+    integer_values: bool = False,
+    value_bound: float = 0.0,
+) -> EMCalibration:
+    """The calibration of :func:`exponential_top_c` without touching data.
+
+    ``integer_values``: the scores are integers (already on every grid ≤ 1); ``value_bound``:
+    a declared bound on abs(scores) (0 = none) the grid is coarsened to hold
+    (:func:`~matmech.svt.split.declared_grid`: a :class:`~matmech.svt.split.DeclarationError`
+    when no exact grid can).
+
+    Parameters
+    ----------
+    c : int
+        Rounds.
+    eps : float
+        The total ε.
+    sensitivity : float, default 1.0
+        D.
+    monotonic : bool, default False
+        Monotonic scores.
+    integer_values : bool, default False
+        Scores exact on the integers.
+    value_bound : float, default 0.0
+        A declared bound on abs(scores).
+
+    Returns
+    -------
+    EMCalibration
+        The grid and the noise scale.
+
+    Raises
+    ------
+    ValueError
+        Bad ε, c or sensitivity, or a scale too large for exact sampling.
+    TypeError
+        Arguments of the wrong kind.
+
+    Examples
+    --------
+    >>> em_calibration(c=2, eps=1.0, monotonic=True, integer_values=True).scale
+    2.0
+    """
+    c = check_c(c)
+    eps, _ = check_eps(eps)
+    sensitivity = check_sensitivity(sensitivity)
+    monotonic = check_flag("monotonic", monotonic)
+    integer_values = check_flag("integer_values", integer_values)
+    grid_for_bound(value_bound)  # validates the bound (a ValueError naming it)
+    return _em_calibration(c, eps, sensitivity, monotonic, integer_values, float(value_bound))
+
+
+@functools.lru_cache(maxsize=256)
+def _em_calibration(c, eps, sensitivity, monotonic, integer_values, value_bound) -> EMCalibration:
+    """The cached body of :func:`em_calibration` (every option checked: a cache keyed by
+    equality must not take ``eps=True`` for an earlier 1.0)."""
+    k = 1.0 if monotonic else 2.0
+    nominal = laplace_scale(eps, k * c * sensitivity)
+    g = declared_grid(run_grid(nominal), value_bound, sensitivity, integer_values)
+    if nominal / g > MAX_SCALE_UNITS:
+        raise ValueError(
+            f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
+            f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
+        )
+    sens = sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g)
+    scale = scale_on_grid(k * c, sens, calibrated_eps(eps), g)  # the decimal eps charged
+    return EMCalibration(eps, c, monotonic, sens, g, scale)
 
 
 @dataclass(frozen=True)
 class TopCResult:
     """Output of :func:`exponential_top_c`.
 
-    ``positions`` are the selected indices in selection order (best first);
-    ``score_scale`` is the factor multiplying each value inside ``exp(.)``.
+    ``positions`` are the selected indices in selection order (round by round);
+    ``score_scale`` is 1/β, the rate of the exponential noise per value unit;
+    ``calibration`` the public :class:`EMCalibration`.
 
     Parameters
     ----------
     positions : tuple of int
-        The picks, best first.
+        The picks, in order.
     eps : float
         The total ε.
     c, n_candidates : int
         Picks and candidates.
     score_scale : float
-        The factor on each value inside exp(.).
+        1/β.
+    calibration : EMCalibration
+        The grid and the noise scale.
 
     Returns
     -------
@@ -67,6 +234,19 @@ class TopCResult:
     c: int
     n_candidates: int
     score_scale: float
+    calibration: EMCalibration | None = None
+
+
+def geometric(t: int, size: int, *, rng: Rng = None) -> np.ndarray:
+    """``size`` exact geometric draws, P(G = k) = (1 − e^{−1/t}) e^{−k/t} for k ≥ 0, as int64:
+    G = Z if Z ≥ 0 else −Z − 1 from Z ~ DLap(t) (:func:`matmech.privacy.noise.discrete_laplace`),
+    since P(Z = k) + P(Z = −k − 1) ∝ e^{−k/t} + e^{−(k+1)/t}."""
+    return _fold(noise.discrete_laplace(int(t), size, rng=rng))
+
+
+def _fold(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=np.int64)
+    return np.where(z >= 0, z, -z - 1)
 
 
 def exponential_top_c(
@@ -77,24 +257,19 @@ def exponential_top_c(
     sensitivity: float = 1.0,
     monotonic: bool = False,
     rng: Rng = None,
+    value_bound: float | None = None,
 ) -> TopCResult:
-    """Top-c by the exponential mechanism, c rounds without replacement ([LSL17] Sec. 5).
+    """Top-c by c rounds of permute-and-flip without replacement, each ε/c; ε-DP (module docstring).
 
-    Each round spends eps/c and picks i with probability proportional to
-    exp(eps * q_i / (2 c D)) (exp(eps * q_i / (c D)) for monotonic scores)
-    among the candidates not yet picked; eps-DP by sequential composition.
-    Implemented in one pass with the Gumbel-max trick: the top c of
-    q_i * scale + G_i, G_i = -log(-log U_i), U_i from ``noise.uniform``, is
-    distributed exactly as c sequential EM draws without replacement.
-    Requires c <= len(values).  ``rng=None`` (default) is the secure CTR_DRBG.
-    From 2**22 candidates on, blocks are drawn by two threads from two
-    independent sources (fresh CSPRNG sources, or ``Generator.spawn``
-    children), as in the SVT scan.
-
-    Caveat: unlike the SVT comparisons, the scores and the Gumbel transform are
-    computed in floating point (53-bit uniforms), so the guarantee holds for
-    the idealised real-number mechanism; a bit-exact EM would need a
-    randomised-rounding or base-2 construction (Ilvento, CCS 2020).
+    Each round reports the argmax of q_i + E_i over the candidates not yet picked, E_i
+    exponential of scale 2cD/ε (cD/ε for ``monotonic`` scores: all scores move in the same
+    direction between neighbours), drawn exactly on the grid (module docstring). Requires
+    c <= len(values). ``rng=None`` (default) is the secure CTR_DRBG. ``value_bound``: the
+    declared bound on abs(values) checked by the caller before its spend (the grid is chosen
+    for it, nothing here checks the values); None range-checks the values before any draw.
+    From :data:`~matmech.svt.grid.PARALLEL_MIN` candidates on, each round's draws are made
+    by two threads from two independent sources (fresh CSPRNG sources, or
+    ``Generator.spawn`` children), as in the SVT scan.
 
     Parameters
     ----------
@@ -110,11 +285,14 @@ def exponential_top_c(
         Monotonic scores.
     rng : numpy.random.Generator, optional
         None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
+    value_bound : float, optional
+        The declared bound on abs(values) checked before the spend; None: the values are
+        range-checked before any draw.
 
     Returns
     -------
     TopCResult
-        The picks, best first.
+        The picks, in order.
 
     Raises
     ------
@@ -131,62 +309,81 @@ def exponential_top_c(
     """
     arr = check_values(values)
     c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    monotonic = check_flag("monotonic", monotonic)
     n = arr.shape[0]
     if n == 0:
         raise ValueError("values must hold at least one candidate, got an empty sequence")
     if c > n:
         raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
-    scale = calibrated_eps(eps) / (
-        (1.0 if monotonic else 2.0) * c * sensitivity
-    )  # the decimal eps charged
+    cal = em_calibration(
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        monotonic=monotonic,
+        integer_values=arr.dtype.kind in "biu",
+        value_bound=value_bound or 0.0,
+    )
+    arr = checked_or_declared(arr, None, cal.grid, value_bound)
     src = noise.check_rng(rng)
+    units = to_units(arr, cal.grid)
     workers = worker_sources(rng, n)
-    if workers is None:
-        top, score = _block_top(arr, scale, c, src)
-    else:
-        top, score = _parallel_top(arr, scale, c, workers)
-    top = top[np.argsort(-score, kind="stable")]
+    picks: list[int] = []
+    for _ in range(c):
+        if picks:
+            units[picks[-1]] = _TAKEN
+        picks.append(_round(units, cal.units, src, workers))
     return TopCResult(
-        positions=tuple(int(i) for i in top), eps=eps, c=c, n_candidates=n, score_scale=scale
+        positions=tuple(picks),
+        eps=cal.eps,
+        c=c,
+        n_candidates=n,
+        score_scale=1.0 / cal.scale,
+        calibration=cal,
     )
 
 
-def _block_top(values: np.ndarray, scale: float, c: int, src) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (into ``values``) and Gumbel-perturbed scores of the block's top min(c, len) entries."""
-    n = values.shape[0]
-    u = np.asarray(noise.uniform(n, rng=src), dtype=np.float64)
-    score = values.astype(np.float64) * scale - np.log(-np.log(u))
-    top = np.argpartition(-score, c - 1)[:c] if c < n else np.arange(n)
-    return top, score[top]
+def report_noisy_max(units: npt.ArrayLike, t: int, *, rng: Rng = None) -> int:
+    """One exact round of :func:`exponential_top_c` on integer scores ``units`` (grid units):
+    the index of the largest units + G, G geometric with P(G ≥ k) = e^{−k/t} drawn fresh for
+    every candidate, a tie broken uniformly at random — report noisy max with exponential
+    noise of scale t, i.e. permute-and-flip (module docstring). No budget is taken here.
 
-
-def _parallel_top(arr: np.ndarray, scale: float, c: int, workers) -> tuple[np.ndarray, np.ndarray]:
-    """The top c over blocks of CHUNK_MAX candidates, drawn by two threads.
-
-    Block k's uniforms come from ``workers[k % 2]``, each worker taking its
-    blocks in order, so seeded runs are reproducible.  The global top c lies
-    within the union of the blocks' top c, so merging them is exact.
+    Raises
+    ------
+    ValueError
+        Empty ``units``, entries beyond ±2**60, or t not a positive integer.
     """
-    n = arr.shape[0]
-    starts = list(range(0, n, CHUNK_MAX))
+    u = np.asarray(units)
+    if u.ndim != 1 or u.size == 0 or u.dtype.kind not in "iu":
+        raise ValueError("units must be a non-empty 1-D array of integers (scores in grid units)")
+    if np.abs(u).max() >= 2**60:
+        raise ValueError("units must stay below 2**60 in magnitude (exact int64 arithmetic)")
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= MAX_SCALE_UNITS:
+        raise ValueError(
+            f"t must be an integer in [1, 2**47] (the noise scale in grid units), got {t!r}"
+        )
+    return _round(u.astype(np.int64), int(t), noise.check_rng(rng), None)
 
-    def work(k0: int, src):
-        out = []
-        for start in starts[k0 :: len(workers)]:
-            top, score = _block_top(arr[start : start + CHUNK_MAX], scale, c, src)
-            out.append((top + start, score))
-        return out
 
-    with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="matmech-em-noise") as ex:
-        parts = [
-            p
-            for fut in [ex.submit(work, k, w) for k, w in enumerate(workers)]
-            for p in fut.result()
-        ]
-    idx = np.concatenate([p[0] for p in parts])
-    score = np.concatenate([p[1] for p in parts])
-    best = np.argpartition(-score, c - 1)[:c] if c < score.size else np.arange(score.size)
-    return idx[best], score[best]
+def _round(units: np.ndarray, t: int, src, workers) -> int:
+    """One report-noisy-max round: the index of the largest ``units`` + G (G geometric of
+    scale t, fresh for every candidate), a tie broken uniformly at random; candidates
+    already taken hold :data:`_TAKEN` and never win (every round draws for all n)."""
+    n = units.shape[0]
+    best, ties = _TAKEN, []
+    bounds = [(0, n)] if workers is None and n <= 1 << 20 else list(chunk_bounds(n))
+    chunks = noise_chunks(t, bounds, src, workers)
+    try:
+        for (a, b), z in zip(bounds, chunks):
+            v = units[a:b] + _fold(z)
+            v[units[a:b] == _TAKEN] = _TAKEN
+            m = int(v.max())
+            if m == _TAKEN:  # every candidate of this chunk was picked before
+                continue
+            if m > best:
+                best, ties = m, [np.flatnonzero(v == m) + a]
+            elif m == best:
+                ties.append(np.flatnonzero(v == m) + a)
+    finally:
+        chunks.close()
+    at = np.concatenate(ties)
+    return int(at[0] if at.size == 1 else at[src.randbelow(int(at.size))])

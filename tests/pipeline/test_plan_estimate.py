@@ -16,7 +16,6 @@ from matmech.error import measured_variances
 from matmech.inference import least_squares
 from matmech.linalg.linop import Dense
 from matmech.pipeline.plan import Estimate
-from matmech.svt import combine
 from matmech.svt.rules import take_rows
 
 from oracle_problems import problem
@@ -152,10 +151,9 @@ def test_the_selected_plan_estimate_is_the_same_estimator_on_the_selected_rows(s
     assert seen >= 2
 
 
-def test_gaps_that_cannot_be_combined_leave_the_measured_answers_and_say_so(monkeypatch):
-    """The k×k covariance refused (its size limit made tiny): the Release is the measured
-    least squares of the selected rows, the note names why the gaps were not combined."""
-    monkeypatch.setattr(combine, "MAX_COVARIANCE_ENTRIES", 1)
+def test_gap_selections_answer_from_the_measurement_alone():
+    """The gaps are released but never combined (issue 31): the Release is the measured least
+    squares of the selected rows, its note says so, its only record is the measurement."""
     _, W, x, _ = problem(2)
     rel = mm.release(
         x,
@@ -166,8 +164,7 @@ def test_gaps_that_cannot_be_combined_leave_the_measured_answers_and_say_so(monk
         rng=np.random.default_rng(2),
     )
     rows = np.asarray(rel.selected)
-    assert rows.size == 3
-    assert "; gaps not combined (the covariance of 3 answers" in rel.strategy_note
+    assert rows.size == 3 and rel.selection.gap is not None and len(rel.measurements) == 1
+    assert "not combined into the answers" in rel.strategy_note
     a, v = _dense_ls(rel.measurement, W.dense()[rows])
     assert _close(rel.answers, a) and _close(rel.std**2, v)
-    assert rel.near_threshold is None and rel.selection.gap is not None

@@ -28,8 +28,8 @@ Models ([LSL17] = Lyu, Su, Li, VLDB 2017, in ``shared/references``):
   Numeric answers (eps3) are exact too: see :func:`answer_loss`.
 * :func:`alg2_pmf` - Alg. 2 (``sparse_vector_dpbook``): rho re-drawn after each top.
 * :func:`retraversal_pmf` - Sec. 5 SVT-ReTr (``sparse_vector_retraversal``).
-* :func:`em_pmf` - the exponential mechanism c times without replacement
-  (``exponential_top_c``, Gumbel-max; Plackett-Luce closed form).
+* :func:`em_pmf` - permute-and-flip c times without replacement (``exponential_top_c``:
+  report noisy max with exponential noise; :func:`pf_round` per round, closed form).
 * :func:`variant_pmf` - the paper's non-private Alg. 3, 4, 5, 6 (Fig. 2) on a grid.
 
 Every model takes its scales from a budget produced by the SHIPPED code
@@ -61,6 +61,7 @@ __all__ = [
     "alg2_pmf",
     "retraversal_pmf",
     "em_pmf",
+    "pf_round",
     "variant_pmf",
     "answer_loss",
     "privacy_loss",
@@ -301,22 +302,40 @@ def retraversal_pmf(d: Sequence[int], c: int, sc: Scales, max_passes: int) -> di
     return out
 
 
-def em_pmf(values: Sequence[float], c: int, score_scale: float) -> dict:
-    """Exponential mechanism, c rounds without replacement ([LSL17] Sec. 5; McSherry-Talwar 2007).
+def pf_round(q: Sequence[float], left: Sequence[int], i: int, rate: float) -> float:
+    """P[report noisy max picks i among ``left``], noise Exp(rate) on every score ``q`` (the
+    permute-and-flip round of ``exponential_top_c``; ties have probability 0).
 
-    P[i_1..i_c] = prod_j e^{s q_{i_j}} / sum_{k not yet picked} e^{s q_k}; the
-    Gumbel-max top-c of ``exponential_top_c`` has exactly this law.
+    P = int_0^inf rate e^{-rate x} prod_{j != i} P[q_j + E_j <= q_i + x] dx; with
+    y = e^{-rate x} every factor is 1 - e^{rate (q_j - q_i)} y on y <= y0 = e^{-rate d},
+    d = max(0, max_j q_j - q_i), so P = y0 int_0^1 prod_j (1 - a_j s) ds with
+    a_j = e^{rate (q_j - q_i)} y0 in (0, 1]: a polynomial integral, exact up to rounding.
     """
-    q = np.asarray(values, dtype=np.float64) * score_scale
+    others = [j for j in left if j != i]
+    if not others:
+        return 1.0
+    diffs = np.array([q[j] - q[i] for j in others], dtype=np.float64)
+    d = max(0.0, float(diffs.max()))
+    y0 = math.exp(-rate * d)
+    poly = np.array([1.0])
+    for a in np.exp(rate * (diffs - d)):
+        poly = np.convolve(poly, [1.0, -a])
+    return y0 * float(np.sum(poly / np.arange(1, poly.size + 1)))
+
+
+def em_pmf(values: Sequence[float], c: int, rate: float) -> dict:
+    """``exponential_top_c``: c rounds of permute-and-flip (report noisy max with exponential
+    noise of rate ``rate`` per value unit, McKenna and Sheldon 2020; Ding et al. 2021) without
+    replacement. On grid scores the shipped geometric noise with uniform tie-breaking has
+    exactly this law (:mod:`matmech.svt.topc`): P[i_1..i_c] = prod_r pf_round."""
+    q = [float(v) for v in values]
     out = {}
     for seq in _permutations(len(q), c):
-        logp, left = 0.0, list(range(len(q)))
+        p, left = 1.0, list(range(len(q)))
         for i in seq:
-            z = q[left]
-            mx = float(z.max())
-            logp += float(q[i]) - mx - math.log(float(np.exp(z - mx).sum()))
+            p *= pf_round(q, left, i, rate)
             left.remove(i)
-        out[seq] = math.exp(logp)
+        out[seq] = p
     return out
 
 
@@ -714,7 +733,7 @@ def retraversal_case(name, *, c, eps=1.0, boost=0.5, monotonic=False, max_passes
 
 
 def em_case(name, *, c, eps=1.0, monotonic=False, n=4) -> Case:
-    """``exponential_top_c`` (EM c times without replacement, [LSL17] Sec. 5)."""
+    """``exponential_top_c`` (permute-and-flip c times without replacement, [LSL17] Sec. 5)."""
     from matmech import svt
 
     def run(key, rng):
@@ -723,7 +742,7 @@ def em_case(name, *, c, eps=1.0, monotonic=False, n=4) -> Case:
         )
 
     def build(factor):
-        # Gumbel noise times factor = scores divided by factor.
+        # exponential noise times factor = its rate divided by factor
         scale = _first_run(lambda r: run((None, (0,) * n), r)).score_scale / factor
         base = monotonic_pairs(n) if monotonic else exhaustive_pairs(n)
         extra_pairs = [
