@@ -429,7 +429,8 @@ def _weights(parts) -> list[Fraction]:
     if isinstance(parts, numbers.Integral) and not isinstance(parts, bool):
         k = integer(parts, "parts", min=1, max=10**6)
         return [Fraction(1)] * k
-    if isinstance(parts, (str, bytes)) or not hasattr(parts, "__iter__"):
+    ordered = isinstance(parts, Sequence) or type(parts).__name__ == "ndarray"
+    if isinstance(parts, (str, bytes)) or not ordered:
         raise TypeError(
             f"parts must be a number of shares or a sequence of weights, got {type(parts).__name__}"
         )
