@@ -277,7 +277,8 @@ class PrivacyBudget:
     def can_spend_events(self, events) -> bool:
         """Whether ``events`` fit in what is left (records nothing)."""
         entry = self._entry(events, "")
-        return self._acct.fits(self._total, self._parts(self._entries(), entry.events))
+        p = self._parts(self._entries(), entry.events)
+        return self._acct.fits(self._total, p)
 
     def spend(self, eps, delta=0.0, *, what: str = "") -> LedgerEntry:
         """Record an opaque (eps, delta)-DP spend for ``what`` (an
@@ -305,6 +306,7 @@ class PrivacyBudget:
     @property
     def accountant(self) -> str:
         """The accountant's name (``"basic"``, ``"zcdp"`` or ``"pld"``)."""
+        self._entries()  # a ledger reads the accountant in force with its rows
         return self._acct.name
 
     @property
@@ -319,31 +321,36 @@ class PrivacyBudget:
     def total_rho(self) -> float | None:
         """The zCDP ρ of the whole budget: declared, or the capacity of (ε, δ) under
         ``"zcdp"``/``"pld"``; None under ``"basic"``."""
+        self._entries()  # a ledger reads the accountant in force with its rows
         return self._acct.remaining_rho(self._total, self._acct.parts(()))
 
     @property
     def spent(self) -> tuple[float, float]:
         """(eps, delta) spent so far under the accountant (exact sums under ``"basic"``; the
         smaller of the sums and the converted composition otherwise), rounded up."""
-        return self._acct.spent(self._total, self._parts(self._entries()))
+        p = self._parts(self._entries())  # first: a ledger reads its accountant with its rows
+        return self._acct.spent(self._total, p)
 
     @property
     def remaining(self) -> tuple[float, float]:
         """(eps, delta) still available: under ``"basic"`` total − spent; under ``"zcdp"`` /
         ``"pld"`` the larger of that and the ε at the remaining δ of the remaining ρ (a
         Gaussian release calibrated to it fits; pure-ε noise fits at sqrt(2·remaining_rho))."""
-        return self._acct.remaining(self._total, self._parts(self._entries()))
+        p = self._parts(self._entries())  # first: a ledger reads its accountant with its rows
+        return self._acct.remaining(self._total, p)
 
     @property
     def remaining_rho(self) -> float | None:
         """The zCDP ρ still available (None under ``"basic"``), rounded down."""
-        return self._acct.remaining_rho(self._total, self._parts(self._entries()))
+        p = self._parts(self._entries())  # first: a ledger reads its accountant with its rows
+        return self._acct.remaining_rho(self._total, p)
 
     def epsilon(self, delta=None) -> float:
         """The ε spent at ``delta`` (default: the total's δ) under the accountant, an upper
         bound rounded up; inf when the events give no bound at that δ."""
         d = self._total.delta if delta is None else exact(check_delta(delta))
-        return self._acct.epsilon(self._parts(self._entries()), d, self._total)
+        p = self._parts(self._entries())
+        return self._acct.epsilon(p, d, self._total)
 
     def spent_under(self, accountant: str) -> tuple[float, float]:
         """(eps, delta) these events would be reported as spent under another accountant
