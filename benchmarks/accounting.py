@@ -97,7 +97,9 @@ def main(argv=None):
         print(f"  {name:<6} {v['eps_at_1e-6']:.4f}")
     print(f"{'k':>5} {'sigma zcdp':>11} {'sigma basic':>12} {'variance ratio':>15}")
     for r in res["splits"]:
-        print(f"{r['k']:>5} {r['sigma_zcdp']:>11.2f} {r['sigma_basic']:>12.1f} {r['variance_ratio']:>15.1f}")
+        print(
+            f"{r['k']:>5} {r['sigma_zcdp']:>11.2f} {r['sigma_basic']:>12.1f} {r['variance_ratio']:>15.1f}"
+        )
     print(f"{'ledger rows':>11} {'median spend (ms)':>18}")
     for r in res["ledger_spend"]:
         print(f"{r['rows']:>11} {1e3 * r['median_s']:>18.1f}")
