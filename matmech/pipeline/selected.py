@@ -121,7 +121,9 @@ class SelectedPlan:
         its strategy is chosen after the selection, the zCDP ρ (or pure ε) it is calibrated
         to (:mod:`matmech.privacy.events`)."""
         sel = selection_event(self.opts["method"], self.opts["eps"])
-        if self.measurement is not None:
+        if (
+            self.measurement is not None and not self.late
+        ):  # late: `measurement` only set the threshold
             return (sel, self.measurement.event)
         if self.delta == 0:
             return (sel, ApproxDP(self.eps_measure, 0.0))

@@ -40,6 +40,7 @@ evaluates exactly for the noise drawn. None: no such structure is claimed.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -217,6 +218,14 @@ class DiscreteLaplace(Laplace):
         object.__setattr__(self, "unit_shifts", _shifts(self.unit_shifts))
 
 
+@functools.lru_cache(maxsize=4096)
+def _cks_delta(rho: float, eps: float) -> float:
+    """δ of ρ-zCDP at ε (CKS Cor. 13; cached: a ledger re-reads its events on every spend)."""
+    from matmech.privacy.calibration import approx_dp_delta
+
+    return approx_dp_delta(rho, eps)
+
+
 def _check_declared_gaussian(ev) -> None:
     """(eps, delta) both given or both None; a declared pair must follow from ρ (CKS Cor. 13),
     up to the 1e-6 relative slack of two numerical inversions of the same conversion."""
@@ -226,10 +235,8 @@ def _check_declared_gaussian(ev) -> None:
         return
     object.__setattr__(ev, "eps", _eps(ev.eps))
     object.__setattr__(ev, "delta", _delta(ev.delta, positive=True))
-    from matmech.privacy.calibration import approx_dp_delta
-
     r = float(ev.zcdp())
-    if 1e-4 <= ev.eps <= 100 and approx_dp_delta(r, ev.eps) > ev.delta * (1 + 1e-6):
+    if 1e-4 <= ev.eps <= 100 and _cks_delta(r, ev.eps) > ev.delta * (1 + 1e-6):
         raise ValueError(
             f"a Gaussian with rho={r!r} is not (eps={ev.eps!r}, delta={ev.delta!r})-DP "
             "(Canonne, Kamath, Steinke 2020, Cor. 13): the declared guarantee would under-charge it"
