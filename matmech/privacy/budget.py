@@ -466,6 +466,10 @@ class Share(PrivacyBudget):
         """The budget this share is charged through to."""
         return self._parent
 
+    def can_spend_events(self, events) -> bool:
+        """Whether ``events`` fit in this share and in its parent (records nothing)."""
+        return super().can_spend_events(events) and self._parent.can_spend_events(events)
+
     def _charge(self, entry: LedgerEntry) -> LedgerEntry:
         with self._lock:
             self._check_fits(self._log, entry)

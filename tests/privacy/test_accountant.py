@@ -235,6 +235,15 @@ def test_weighted_shares_split_rho_by_weight_and_charge_the_parent():
     assert isinstance(b.events[0], ExponentialMechanism)
 
 
+def test_a_share_is_refused_before_any_read_when_its_parent_is_spent():
+    b = PrivacyBudget(1.0, 1e-6)
+    share = b.split(2)[0]
+    b.spend(0.99)  # shares reserve nothing
+    assert share.can_spend_events(Concentrated(1e-4)) is False
+    with pytest.raises(BudgetExceededError):
+        mm.release(np.array([-1] * 16), W.identity(16), budget=share)  # refused before x is checked
+
+
 def test_a_basic_budget_splits_exactly_in_eps():
     b = PrivacyBudget(1.0)
     shares = b.split(3)
