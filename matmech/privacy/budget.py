@@ -192,7 +192,7 @@ class PrivacyBudget:
         self._acct = accountant_for(accountant)
         self._acct.check_total(total)
         self._total = total
-        self._log: list[LedgerEntry] = []
+        self._charged: list[LedgerEntry] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -220,14 +220,14 @@ class PrivacyBudget:
     def _entries(self) -> tuple[LedgerEntry, ...]:
         """Every recorded spend, in order."""
         with self._lock:
-            return tuple(self._log)
+            return tuple(self._charged)
 
     def _charge(self, entry: LedgerEntry) -> LedgerEntry:
         """Atomically: refuse (raise :meth:`_refusal`) if ``entry``'s events do not fit
         with everything already charged, else record it."""
         with self._lock:
-            self._check_fits(self._log, entry)
-            self._log.append(entry)
+            self._check_fits(self._charged, entry)
+            self._charged.append(entry)
             return entry
 
     # -- accounting ----------------------------------------------------------------------------
@@ -472,10 +472,10 @@ class Share(PrivacyBudget):
 
     def _charge(self, entry: LedgerEntry) -> LedgerEntry:
         with self._lock:
-            self._check_fits(self._log, entry)
+            self._check_fits(self._charged, entry)
             what = f"share {self._index + 1}/{self._of}" + (f": {entry.what}" if entry.what else "")
             charged = self._parent.spend_events(entry.events, what=what)
-            self._log.append(entry)
+            self._charged.append(entry)
             return charged
 
     def target(self, *, delta=None) -> Target:
