@@ -24,7 +24,7 @@ of their modules, so ``matmech.release`` is the function; import module-level na
 from matmech import strategies
 from matmech import workloads
 from matmech.advisor.advise import Advice, advise
-from matmech.privacy.budget import BudgetExceededError, PrivacyBudget, advanced_composition
+from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.ledger import Ledger
 from matmech.advisor.compare import compare
@@ -68,7 +68,6 @@ __all__ = [
     "PrivacyBudget",
     "Ledger",
     "BudgetExceededError",
-    "advanced_composition",
     "gaussian_sigma",
     "Spec",
     "SpecError",

@@ -52,7 +52,7 @@ from matmech.privacy import noise
 from matmech.error import MAX_VARIANCE_ROWS
 from matmech.advisor.choice import choose_strategy
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.privacy.budget import check_budget
+from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.privacy.measure import check_max_records
 from matmech.factored.route import release_route
@@ -161,8 +161,8 @@ def _tables_route_histogram(x, domain, W):
 def release(
     x: Any,
     W: LinOp | npt.ArrayLike | Sequence[tuple[int, int]],
-    eps: float,
-    delta: float = 0.0,
+    eps: float | None = None,
+    delta: float | None = None,
     *,
     strategy: str | LinOp = "auto",
     budget: PrivacyBudget | None = None,
@@ -185,8 +185,14 @@ def release(
     list of intervals (the domain is never taken from len(x)).
     ``W``: a workload LinOp, or a list of inclusive 0-based (lo, hi) intervals over the
     declared domain. ``strategy``: see :func:`choose_strategy`. ``budget``: a PrivacyBudget
-    charged after every check and before any noise. ``rng``: None for the secure CTR_DRBG
-    (secure); a numpy Generator for reproducible experiments only (NOT secure).
+    charged the release's privacy events (the noise it draws, composed by the budget's
+    accountant) after every check and before any noise; with ``eps`` (and ``delta``) left out
+    it must be a share (``budget.split(k)``) and the release calibrates to all of it: Gaussian
+    noise to its zCDP ρ, pure-ε noise (``delta=0``, or a share of a pure-ε budget) to
+    ε = sqrt(2ρ) or its ε; with ``select`` the selection's pure ``select['eps']`` costs
+    ρ = ε²/2 and the measurement the rest (the explicit histogram path only; the factored path
+    needs ``eps``). ``rng``: None for the secure CTR_DRBG (secure); a numpy Generator for
+    reproducible experiments only (NOT secure).
 
     ``select``: None (answer every row) or a dict of :func:`matmech.select_rows` options
     choosing the rows worth answering first: ``eps`` (required; comes out of the total
@@ -224,10 +230,10 @@ def release(
         The histogram, or records / marginal tables / a data source (factored path).
     W : LinOp, array_like or list of (lo, hi)
         The workload.
-    eps : float
-        The total ε in [1e-4, 100].
-    delta : float, default 0.0
-        0 for pure ε-DP, else in [1e-100, 1).
+    eps : float, optional
+        The total ε in [1e-4, 100]; left out only with a share as ``budget``.
+    delta : float, optional
+        0 (default) for pure ε-DP, else in [1e-100, 1).
     strategy : str or LinOp, default "auto"
         ``"auto"``, ``"identity"``, ``"hierarchical"``, ``"haar"``, ``"optimize"`` or an
         operator (e.g. from :func:`load_strategy`).
@@ -266,9 +272,10 @@ def release(
     >>> r.answers.shape, r.strategy_name, r.eps
     ((4,), 'identity', 1.0)
     """
-    eps, delta = check_privacy_params(eps, delta)
-    check_neighbors(neighbors)
     check_budget(budget)
+    target = privacy_target(eps, delta, budget)
+    eps, delta = check_privacy_params(target.eps, target.delta)
+    check_neighbors(neighbors)
     max_records = check_max_records(max_records)
     noise.check_rng(rng)
     source = as_source(x, domain)
@@ -284,6 +291,11 @@ def release(
         if factored:  # the route follows from W and the strategy, never from x
             _tables_route_histogram(x, domain, W)
     if factored:
+        if target.rho is not None:
+            raise ValueError(
+                "a release calibrated to a share's rho (eps left out) runs on the explicit histogram "
+                "path only; this workload takes the factored path: pass eps and delta"
+            )
         _check_factored_domain(domain, W)
         if select is not None:
             check_select_options(select, eps)  # the explicit path's option rules, before any read
@@ -318,6 +330,7 @@ def release(
             neighbors=neighbors,
             select=select,
             max_records=max_records,
+            rho=target.rho,
         )
     else:
         A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
@@ -327,6 +340,14 @@ def release(
                 f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells"
             )
         plan = strategy_plan(
-            W, A, eps, delta, neighbors=neighbors, max_records=max_records, name=name, note=note
+            W,
+            A,
+            eps,
+            delta,
+            neighbors=neighbors,
+            max_records=max_records,
+            name=name,
+            note=note,
+            rho=target.rho,
         )
     return run_plan(plan, source, budget=budget, rng=rng)

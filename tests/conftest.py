@@ -7,6 +7,10 @@ import os
 
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # subprocesses (examples, CLI) inherit it
 os.environ["OMP_NUM_THREADS"] = "1"
+# ledger key records (matmech.privacy.keystore) go to a scratch directory, never the user's config
+import tempfile  # noqa: E402
+
+os.environ["MATMECH_LEDGER_KEYS"] = tempfile.mkdtemp(prefix="matmech-ledger-keys-")
 
 from pathlib import Path
 

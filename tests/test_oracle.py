@@ -112,13 +112,13 @@ class _SpyBudget(PrivacyBudget):
         super().__init__(*a, **k)
         self._log = log
 
-    def can_spend(self, eps, delta=0.0):
+    def can_spend_events(self, events):  # can_spend(eps, delta) goes through it too
         self._log.append("afford")
-        return super().can_spend(eps, delta)
+        return super().can_spend_events(events)
 
-    def spend(self, eps, delta=0.0, *, what=""):
+    def spend_events(self, events, *, what=""):  # and spend(eps, delta)
         self._log.append("spend")
-        return super().spend(eps, delta, what=what)
+        return super().spend_events(events, what=what)
 
 
 class _SpySource(RandomSource):

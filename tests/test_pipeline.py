@@ -42,7 +42,7 @@ CASES = [
 def test_the_strategy_plan_equals_a_dense_recomputation_of_its_draws(seed, strategy, delta):
     _, W, x, _ = problem(seed)
     A = W if strategy == "workload" else strategy
-    budget = PrivacyBudget(2.0, 1e-3)
+    budget = PrivacyBudget(2.0, 1e-3, accountant="basic")  # the sums: exactly what was charged
     rel = mm.release(x, W, 1.0, delta, strategy=A, budget=budget, rng=np.random.default_rng(seed))
     m = rel.measurement
     Ag = m.strategy.dense()
@@ -63,6 +63,14 @@ def test_the_strategy_plan_equals_a_dense_recomputation_of_its_draws(seed, strat
     assert np.abs(rel.answers - answers).max() / scale <= 1e-8
     assert np.abs(rel.std**2 - var).max() / var.max() <= 1e-8
     assert budget.spent == (m.eps, m.delta) == rel.spent and len(budget.ledger) == 1
+    (ev,) = budget.events  # the event charged is the noise drawn
+    scale = ev.sigma if m.noise == "discrete_gaussian" else ev.scale
+    assert (type(ev).kind, scale, ev.sensitivity, ev.grid) == (
+        m.noise,
+        m.scale,
+        m.sensitivity,
+        m.grid,
+    )
     assert rel.measurements[0].values.tobytes() == m.y.tobytes()
 
 

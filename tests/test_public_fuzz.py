@@ -233,12 +233,6 @@ def _table(r):
     assert isinstance(r, list) and r and all(isinstance(row, dict) for row in r)
 
 
-def _approx(r):
-    assert (
-        isinstance(r, budget_mod.ApproxDP) and _finite(list(r)) and r.eps >= 0 and 0 < r.delta <= 1
-    )
-
-
 def _any_bool(r):
     assert isinstance(r, bool)
 
@@ -253,6 +247,20 @@ def _spend(eps, delta=0.0, what=""):
 
 def _can_spend(eps, delta=0.0):
     return mm.PrivacyBudget(1.0, 1e-6).can_spend(eps, delta)
+
+
+def _from_rho(rho, delta):
+    return mm.PrivacyBudget.from_rho(rho, delta)
+
+
+def _split(parts):
+    return mm.PrivacyBudget(1.0, 1e-6).split(parts)
+
+
+def _epsilon(delta):
+    b = mm.PrivacyBudget(1.0, 1e-6)
+    b.spend(0.25)
+    return b.epsilon(delta)
 
 
 def _ledger(eps, delta=0.0):
@@ -485,17 +493,20 @@ ENTRIES = [
         examples=10,
     ),
     Entry(
-        "advanced_composition",
-        mm.advanced_composition,
-        dict(eps=0.1, delta=1e-6, k=10, delta_slack=1e-6),
-        _approx,
+        "PrivacyBudget.from_rho",
+        _from_rho,
+        dict(rho=0.1, delta=1e-6),
+        lambda r: _expect(isinstance(r, mm.PrivacyBudget) and r.accountant == "zcdp", r),
     ),
     Entry(
-        "per_step_eps",
-        budget_mod.per_step_eps,
-        dict(eps_total=1.0, k=10, delta_slack=1e-6),
-        _positive,
+        "PrivacyBudget.split",
+        _split,
+        dict(parts=4),
+        lambda r: _expect(
+            isinstance(r, tuple) and all(isinstance(s, budget_mod.Share) for s in r), r
+        ),
     ),
+    Entry("PrivacyBudget.epsilon", _epsilon, dict(delta=1e-6), _nonneg),
     Entry("gaussian_sigma", mm.gaussian_sigma, dict(eps=1.0, delta=1e-6, sensitivity=1.0), _nonneg),
     Entry("calibration.laplace_scale", cal.laplace_scale, dict(eps=1.0, sensitivity=1.0), _nonneg),
     Entry(

@@ -144,7 +144,8 @@ def test_overspend_refused_and_nothing_drawn():
     rng = np.random.default_rng(4)
     before = rng.bit_generator.state
     with pytest.raises(BudgetExceededError):
-        release(X, W, 0.5, 1e-5, strategy="hierarchical", budget=budget, rng=rng)
+        # its ρ (a Gaussian for (1, 1e-5)) is above the zCDP capacity of (1, 1e-6), its δ above 1e-6
+        release(X, W, 1.0, 1e-5, strategy="hierarchical", budget=budget, rng=rng)
     assert rng.bit_generator.state == before and budget.spent == (0.0, 0.0) and not budget.ledger
 
 

@@ -12,7 +12,11 @@ and the declared domain alone. It says
   :class:`~matmech.record.MeasurementRecord` of every noisy measurement),
 * and which estimator turns the draws into answers (:meth:`Plan.estimate` → :class:`Estimate`).
 
-Two optional members (absent: the defaults every plan above uses):
+Three optional members (absent: the defaults every plan above uses):
+
+* ``events``: the privacy events the one spend charges (:mod:`matmech.privacy.events`: the
+  noise each draw uses, so the budget's accountant can compose it tightly); absent, the
+  spend is an opaque (``eps``, ``delta``) (:func:`~matmech.privacy.budget.plan_events`);
 
 * ``lazy = True``: the plan gets a checked, lazy reader instead of the tables —
   ``source.reader(sizes, subsets)`` checks everything about the data once (codes' range,

@@ -3,13 +3,13 @@
 ::
 
     plan (W, strategy, ε, δ, domain: no data)
-      │ check_affordable(budget, plan.eps, plan.delta)     ← nothing read yet
+      │ check_events_affordable(budget, plan events)        ← nothing read yet
       ▼
     source.marginals(plan.sizes, plan.subsets)             ← the only read of private data
       │   (a plan with ``lazy = True``: source.reader(...), every check on the data once;
       │    its draws then read batch by batch)
       ▼ plan.check(tables)                                   (declared bounds; raises, spends nothing)
-    budget.spend(plan.eps, plan.delta)                     ← one atomic spend, before any draw
+    budget.spend_events(plan events)                        ← one atomic spend, before any draw
       ▼ plan.draw(data, rng=rng)                             → MeasurementRecords
     plan.estimate(draws)                                   ← post-processing
       ▼
@@ -28,8 +28,8 @@ import numpy as np
 
 from matmech.pipeline.plan import Plan
 from matmech.pipeline.source import DataSource
+from matmech.privacy.budget import check_budget, check_events_affordable, plan_events
 from matmech.privacy.randomness import check_rng
-from matmech.privacy.budget import check_affordable, check_budget
 from matmech.record import Release
 
 if TYPE_CHECKING:
@@ -47,7 +47,8 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
 
     Affordability check → read the plan's tables from ``data`` (a plan with ``lazy = True``
     gets ``data.reader(sizes, subsets)``: the data checked once, tables read on demand) →
-    the plan's data checks → one ``budget.spend(plan.eps, plan.delta)`` → the plan's draws →
+    the plan's data checks → one ``budget.spend_events(plan_events(plan))`` (the plan's privacy
+    events, or an opaque (eps, delta) for a plan without them) → the plan's draws →
     its estimator → the Release (or ``plan.result(estimate, budget_remaining=...)`` when the
     plan has its own result type).
 
@@ -95,13 +96,14 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
             f"data must be a matmech.pipeline.DataSource (see as_source), got {type(data).__name__}"
         )
     check_rng(rng)  # a bad rng is refused before anything is read or spent
-    check_affordable(check_budget(budget), plan.eps, plan.delta, what=plan.what)
+    events = plan_events(plan)  # what the one spend charges: the plan's privacy events
+    check_events_affordable(check_budget(budget), events, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
     tables = _read(plan, data)
     checked = plan.check(tables)
     del tables
     if budget is not None:
-        budget.spend(plan.eps, plan.delta, what=plan.what)  # the one atomic spend
+        budget.spend_events(events, what=plan.what)  # the one atomic spend
     draws = plan.draw(checked, rng=rng)
     del checked
     est = plan.estimate(draws)

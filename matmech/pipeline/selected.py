@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -38,11 +39,14 @@ from matmech.linalg.linop import LinOp, as_linop
 from matmech.pipeline.strategy import measured_estimate, plan_variances
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.measure import check_counts, execute, integer_valued, plan_measurement
-from matmech.privacy.params import rest_of
+from matmech.privacy.accountant import zcdp_epsilon
+from matmech.privacy.calibration import gaussian_rho
+from matmech.privacy.events import ApproxDP, Concentrated, float_down, float_up
+from matmech.privacy.params import exact, rest_of
 from matmech.record import strategy_record
 from matmech.svt.options import check_select_options, selection_arguments, shown_select_options
 from matmech.svt.rules import advised_select_eps, take_rows
-from matmech.svt.select import check_selection, plan_selection, run_selection
+from matmech.svt.select import check_selection, plan_selection, run_selection, selection_event
 from matmech.svt.vector import VECTOR_METHODS
 
 __all__ = [
@@ -81,7 +85,7 @@ def gaps_note(sel: Any) -> str:
     return f"; selected by {sel.mechanism}" + GAPS_NOT_COMBINED.format(what="free gaps")
 
 
-def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
+def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records, rho=None):
     """Strategy, plan and variances for the selected rows (strategy 'auto'/'optimize').
 
     Runs after the selection: it sees only the selected rows (a DP output) and W, never x,
@@ -90,13 +94,15 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records):
     try:
         A, name, note = choose_strategy(sub, eps_m, delta, strategy=strategy, neighbors=neighbors)
         plan = plan_measurement(
-            as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records
+            as_linop(A), eps_m, delta, neighbors=neighbors, max_records=max_records, rho=rho
         )
         return plan, plan_variances(sub, plan), name, note + "; chosen for the selected rows"
     except (ValueError, MemoryError, np.linalg.LinAlgError) as exc:
         A, name, note = fixed_choice(sub, eps_m, delta, neighbors)
         note += f" for the selected rows (strategy={strategy!r} failed for them: {str(exc).splitlines()[0]})"
-        plan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
+        plan = plan_measurement(
+            A, eps_m, delta, neighbors=neighbors, max_records=max_records, rho=rho
+        )
         return plan, plan_variances(sub, plan), name, note
 
 
@@ -133,6 +139,23 @@ class SelectedPlan:
     var_full: np.ndarray | None = field(repr=False)
     name: str
     note: str
+    rho_measure: float | None = None
+
+    @property
+    def events(self) -> tuple:
+        """The selection's event (pure ε) and the measurement's: the noise it draws, or, when
+        its strategy is chosen after the selection, the zCDP ρ (or pure ε) it is calibrated
+        to (:mod:`matmech.privacy.events`)."""
+        sel = selection_event(self.opts["method"], self.opts["eps"])
+        if (
+            self.measurement is not None and not self.late
+        ):  # late: `measurement` only set the threshold
+            return (sel, self.measurement.event)
+        if self.delta == 0:
+            return (sel, ApproxDP(self.eps_measure, 0.0))
+        rho = self.rho_measure
+        rho = gaussian_rho(self.eps_measure, self.delta) if rho is None else rho
+        return (sel, Concentrated(rho, eps=self.eps_measure, delta=self.delta))
 
     @property
     def what(self) -> str:
@@ -171,6 +194,7 @@ class SelectedPlan:
                 strategy=self.strategy,
                 neighbors=self.neighbors,
                 max_records=self.max_records,
+                rho=self.rho_measure,
             )
         else:
             mplan, name, note = (
@@ -238,6 +262,7 @@ def selected_plan(
     neighbors: str,
     select: Mapping,
     max_records: int,
+    rho: float | None = None,
 ) -> SelectedPlan:
     """The data-independent part of a release with selection → :class:`SelectedPlan`:
     options, thresholds and, where the strategy is known in advance, its plan (it must
@@ -257,6 +282,9 @@ def selected_plan(
         The options of ``release(..., select=...)``.
     max_records : int
         The declared bound on the number of records (checked).
+    rho : float, optional
+        A zCDP share's ρ (``eps``, ``delta`` then the guarantee it implies): the selection
+        (pure ``select['eps']``, ρ = ε²/2) and the measurement split it in ρ.
 
     Returns
     -------
@@ -283,7 +311,23 @@ def selected_plan(
             W, eps, delta, opts, strategy=strategy, neighbors=neighbors
         )
         opts["_advised"] = True
-    eps_m = rest_of(eps, opts["eps"])
+    rho_m = None
+    if rho is not None:  # a share in ρ: the selection takes ε_s²/2, the measurement the rest
+        if opts.get("_advised"):
+            raise ValueError(
+                "a release calibrated to a share's rho needs select['eps'] (the selection's pure "
+                "eps; its rho eps**2/2 comes out of the share)"
+            )
+        rest = Fraction(rho) - Fraction(float_up(exact(opts["eps"]) ** 2 / 2))
+        if rest <= 0:
+            raise ValueError(
+                f"select eps = {opts['eps']!r} costs rho = eps**2/2 = {float(exact(opts['eps']) ** 2 / 2)!r}, "
+                f"not less than the share's rho = {rho!r}: nothing would be left to measure"
+            )
+        rho_m = float_down(rest)
+        eps_m = zcdp_epsilon(rho_m, delta)
+    else:
+        eps_m = rest_of(eps, opts["eps"])
     late = isinstance(strategy, str) and strategy in ("auto", "optimize")
     auto_thr = isinstance(opts["threshold"], str)
     mplan = var_full = None
@@ -295,14 +339,21 @@ def selected_plan(
             raise ValueError(
                 f"shape mismatch: the strategy has {A.shape[1]} columns but x has {W.shape[1]} cells"
             )
-        mplan = plan_measurement(A, eps_m, delta, neighbors=neighbors, max_records=max_records)
+        mplan = plan_measurement(
+            A, eps_m, delta, neighbors=neighbors, max_records=max_records, rho=rho_m
+        )
         if auto_thr:
             var_full = plan_variances(W, mplan)
         else:
             expected_error(W, A, eps_m, delta, neighbors=neighbors)  # raises if A cannot answer W
     if late:  # the fallback for the selected rows must work whatever is selected
         plan_measurement(
-            per_attribute(W, S.identity), eps_m, delta, neighbors=neighbors, max_records=max_records
+            per_attribute(W, S.identity),
+            eps_m,
+            delta,
+            neighbors=neighbors,
+            max_records=max_records,
+            rho=rho_m,
         )
     threshold = opts["threshold"]
     if auto_thr:
@@ -325,4 +376,5 @@ def selected_plan(
         var_full,
         name,
         note,
+        rho_m,
     )

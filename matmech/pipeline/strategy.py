@@ -57,6 +57,11 @@ class StrategyPlan(MeasuredPlan):
     attributes: tuple | None = None
 
     @property
+    def events(self) -> tuple:
+        """The privacy event of the one measurement (the discrete noise it draws)."""
+        return (self.measurement.event,)
+
+    @property
     def what(self) -> str:
         where = "" if self.attributes is None else ", factored"
         return f"release {self.answered.shape[0]} queries ({self.name}{where})"
@@ -117,6 +122,7 @@ def strategy_plan(
     sizes: tuple | None = None,
     attributes: tuple | None = None,
     workload: Any = None,
+    rho: float | None = None,
 ) -> StrategyPlan:
     """The plan measuring ``A`` to answer ``W`` (data-independent) → :class:`StrategyPlan`.
 
@@ -140,6 +146,9 @@ def strategy_plan(
         U, when A and W act on the marginal of x on those attributes of ``sizes``.
     workload : LinOp, optional
         The Release's workload (default W).
+    rho : float, optional
+        Calibrate the Gaussian noise to this zCDP ρ (a share); (eps, delta) then record
+        the guarantee it implies.
 
     Returns
     -------
@@ -158,7 +167,7 @@ def strategy_plan(
     >>> plan.subsets, plan.what
     (((0,),), 'release 4 queries (given)')
     """
-    mplan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
+    mplan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records, rho=rho)
     var = plan_variances(W, mplan)  # raises if A cannot answer W
     if attributes is None:
         sizes, subsets = (int(W.shape[1]),), ((0,),)

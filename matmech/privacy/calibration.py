@@ -49,6 +49,9 @@ from matmech.privacy.params import (
 __all__ = [
     "laplace_scale",
     "gaussian_sigma",
+    "gaussian_rho",
+    "sigma_for_rho",
+    "minimise_over_alpha",
     "analytic_gaussian_sigma",
     "zcdp_to_approx_dp",
     "approx_dp_delta",
@@ -104,14 +107,16 @@ def _check_rho(rho) -> float:
 # ------------------------------------------------------------------------- zCDP -> (ε, δ)
 
 
-def _minimise_over_alpha(f):
-    """min over α > 1 of f(α) (f vectorised): a log-spaced grid in α−1, then bounded Brent
-    around the best grid point. Returns a value attained at some α, so a valid bound."""
+def minimise_over_alpha(f) -> tuple[float, float]:
+    """(min over α > 1 of f(α), the α attaining it), f vectorised: a log-spaced grid in α−1,
+    then bounded Brent around the best grid point. The value is attained at the returned α,
+    so for a bound of the form inf_α f(α) it is a valid bound (the accountant re-evaluates it
+    at that α with outward rounding, :mod:`matmech.privacy.accountant`)."""
     u = np.linspace(-25.0, 45.0, 701)  # α − 1 from 1.4e-11 to 3.5e19
     vals = f(1.0 + np.exp(u))
     vals = np.where(np.isnan(vals), np.inf, vals)
     i = int(np.argmin(vals))
-    best = float(vals[i])
+    best, alpha = float(vals[i]), 1.0 + math.exp(float(u[i]))
     lo, hi = u[max(i - 1, 0)], u[min(i + 1, u.size - 1)]
     from scipy import optimize
 
@@ -121,9 +126,9 @@ def _minimise_over_alpha(f):
         method="bounded",
         options={"xatol": 1e-12},
     )
-    if res.success and math.isfinite(res.fun):
-        best = min(best, float(res.fun))
-    return best
+    if res.success and math.isfinite(res.fun) and float(res.fun) < best:
+        best, alpha = float(res.fun), 1.0 + math.exp(float(res.x))
+    return best, alpha
 
 
 def _log_delta(alpha, rho, eps):
@@ -143,7 +148,7 @@ def approx_dp_delta(rho, eps) -> float:
     if r == 0:
         return 0.0
     # a δ below the smallest float is reported as that float: rounding up keeps it a valid bound
-    log_d = _minimise_over_alpha(lambda a: _log_delta(a, r, e))
+    log_d = minimise_over_alpha(lambda a: _log_delta(a, r, e))[0]
     return 1.0 if log_d >= 0 else max(math.exp(log_d), 5e-324)
 
 
@@ -160,7 +165,7 @@ def zcdp_to_approx_dp(rho, delta) -> float:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return a * r + (log_inv_delta + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1)
 
-    return max(0.0, _minimise_over_alpha(eps_of))
+    return max(0.0, minimise_over_alpha(eps_of)[0])
 
 
 # ------------------------------------------------------------------------- σ for (ε, δ)
@@ -172,7 +177,7 @@ def _rho_for(eps: float, delta: float) -> float:
     target = math.log(delta)
 
     def g(log_rho):
-        return _minimise_over_alpha(lambda a: _log_delta(a, math.exp(log_rho), eps)) - target
+        return minimise_over_alpha(lambda a: _log_delta(a, math.exp(log_rho), eps))[0] - target
 
     # ε ≈ ρ + 2 sqrt(ρ ln(1/δ)) suggests where to start; widen until the root is bracketed
     start = math.log(eps * eps / (4.0 * (math.log(1.0 / delta) + eps)))
@@ -243,6 +248,29 @@ def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     return _usable_scale(
         s / math.sqrt(2.0 * _rho_for(e, d)) * _SAFETY, f"sigma for sensitivity {s!r}"
     )
+
+
+def gaussian_rho(eps: float, delta: float) -> float:
+    """The ρ a Gaussian calibrated to (ε, δ) by :func:`gaussian_sigma` is charged at most:
+    the largest ρ whose CKS conversion (Cor. 13) gives δ' <= δ at ε. Its noise, at any
+    sensitivity Δ₂, has Δ₂²/(2σ²) <= this ρ (σ carries a 1e-12 relative safety margin), so a
+    plan whose strategy is chosen after the spend can be charged this ρ up front."""
+    e = check_noise_eps(eps)
+    d = check_noise_delta(check_delta(delta, positive=True))
+    return _rho_for(e, d)
+
+
+def sigma_for_rho(rho: float, sensitivity: float) -> float:
+    """σ of the discrete Gaussian that is ρ-zCDP at L2 sensitivity Δ₂: Δ₂/sqrt(2ρ) (CKS 2020,
+    Thm. 14), up by the same 1e-12 relative margin as :func:`gaussian_sigma`, so that the
+    charged Δ₂²/(2σ²) never exceeds ``rho``."""
+    r = _check_rho(rho)
+    if r == 0:
+        raise ValueError("rho must be positive to calibrate noise, got 0")
+    s = _check_sensitivity(sensitivity)
+    if s == 0:
+        return 0.0
+    return _usable_scale(s / math.sqrt(2.0 * r) * _SAFETY, f"sigma for sensitivity {s!r}")
 
 
 def _balle_wang_log_delta(sigma: float, eps: float) -> float:
@@ -398,7 +426,9 @@ def laplace_scale_up(eps: float, sens: float) -> float:
     return b
 
 
-def noise_for(eps: float, delta: float, sensitivity: float) -> tuple[str, float]:
+def noise_for(
+    eps: float, delta: float, sensitivity: float, *, rho: float | None = None
+) -> tuple[str, float]:
     """(noise, scale) of a measurement with sensitivity Δ (neighbour factor and margin
     included, :func:`neighbor_sensitivity`): δ = 0 → ``("discrete_laplace", b)``,
     b = :func:`laplace_scale_up` (Δ₁/ε for the decimal ε charged); δ > 0 →
@@ -412,6 +442,9 @@ def noise_for(eps: float, delta: float, sensitivity: float) -> tuple[str, float]
         0 (pure ε) or in [1e-100, 1).
     sensitivity : float
         Δ₁ (δ = 0) or Δ₂ (δ > 0).
+    rho : float, optional
+        Calibrate the discrete Gaussian to this zCDP ρ (:func:`sigma_for_rho`) instead of
+        (ε, δ), which then only describe the guarantee it implies.
 
     Returns
     -------
@@ -428,6 +461,8 @@ def noise_for(eps: float, delta: float, sensitivity: float) -> tuple[str, float]
     >>> noise_for(1.0, 0.0, 2.0)
     ('discrete_laplace', 2.0)
     """
+    if rho is not None:  # a zCDP share: σ calibrated to ρ itself (its (ε, δ) only records it)
+        return "discrete_gaussian", sigma_for_rho(rho, sensitivity)
     if delta == 0:
         return "discrete_laplace", laplace_scale_up(eps, sensitivity)
     return "discrete_gaussian", gaussian_sigma(eps, delta, sensitivity)

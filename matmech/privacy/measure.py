@@ -44,7 +44,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
 from matmech.privacy.calibration import (
     _EXACT_BITS,
     _PRECISION_BITS,
@@ -59,6 +59,7 @@ from matmech.privacy.calibration import (
     noise_for,
     sampler_grid,
 )
+from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import MAX_DENSE_ROUNDING, Dense, Kron, LinOp, Scaled, Sparse, as_linop
 from matmech.linalg.operator import _rint
@@ -359,6 +360,30 @@ class MeasurementPlan:
     neighbors: str
     rounded: bool
     max_records: int = MAX_RECORDS
+    rho: float | None = None
+    unit_shifts: int | None = None
+
+    @property
+    def event(self):
+        """The privacy event this measurement charges (:mod:`matmech.privacy.events`): the
+        discrete noise drawn, its scale, sensitivity and lattice, the (ε, δ) it was
+        calibrated to."""
+        if self.noise == "discrete_laplace":
+            return DiscreteLaplace(
+                self.scale,
+                self.sensitivity,
+                eps=self.eps,
+                grid=self.grid,
+                unit_shifts=self.unit_shifts,
+            )
+        return DiscreteGaussian(
+            self.scale,
+            self.sensitivity,
+            eps=self.eps,
+            delta=self.delta,
+            grid=self.grid,
+            unit_shifts=self.unit_shifts,
+        )
 
 
 def check_max_records(max_records):
@@ -409,8 +434,26 @@ def _exact_sensitivity(A, p, neighbors, exact_integer):
     return s if exact_integer and p == 1 else s * SENS_MARGIN
 
 
-def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=None):
+def _unit_shifts(A, neighbors, rounded) -> int | None:
+    """The most lattice coordinates a neighbour moves by one step when every entry of the
+    measured A is in {0, ±1} (add/remove neighbours, integer A): its largest column L1 norm;
+    None when that structure is absent or not cheap to check (:mod:`matmech.privacy.events`)."""
+    if rounded or neighbors != "add_remove" or not A.integer_valued():
+        return None
+    if type(A).entry_range is LinOp.entry_range and A.shape[0] * A.shape[1] > 1 << 22:
+        return None  # the default scans every row
+    lo, hi = A.entry_range()
+    if lo < -1 or hi > 1:
+        return None
+    k = A.sensitivity(1)
+    return int(k) if k == int(k) and k >= 1 else None
+
+
+def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=None, rho=None):
     """The data-independent part of :func:`measure` → :class:`MeasurementPlan`.
+
+    ``rho``: calibrate the discrete Gaussian to this zCDP ρ (a share of a zCDP budget);
+    (``eps``, ``delta``) are then the guarantee it implies, recorded with it.
 
     Raises for bad privacy parameters, noise the exact samplers cannot produce, or a
     ``max_records`` for which A x cannot be exact, without touching any data or budget.
@@ -444,7 +487,9 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
             f"max_records={max_records:,} is too many for exact arithmetic with this strategy "
             f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
         )
-    kind, scale = noise_for(eps, delta, sens)
+    if rho is not None and delta == 0:
+        raise ValueError("a measurement calibrated to rho draws Gaussian noise: delta must be > 0")
+    kind, scale = noise_for(eps, delta, sens, rho=rho)
     std = lattice_std(kind, scale, grid, remedy=f"eps={eps!r} is too small for this strategy")
     return MeasurementPlan(
         A_m,
@@ -459,6 +504,8 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
         neighbors,
         rounded,
         max_records,
+        None if rho is None else float(rho),
+        _unit_shifts(A_m, neighbors, rounded),
     )
 
 
@@ -505,8 +552,8 @@ def execute(plan, x, *, rng=None):
 def measure(
     x: npt.ArrayLike,
     A: LinOp | npt.ArrayLike,
-    eps: float,
-    delta: float = 0.0,
+    eps: float | None = None,
+    delta: float | None = None,
     *,
     budget: PrivacyBudget | None = None,
     rng: Rng = None,
@@ -521,9 +568,11 @@ def measure(
     ``neighbors``: ``"add_remove"`` (default) or ``"substitute"`` (sensitivity doubled).
     ``max_records``: the declared bound on Σx (default :data:`MAX_RECORDS`); x above it is
     refused before anything is spent, with a message that does not contain the total.
-    ``budget``: a :class:`~matmech.privacy.budget.PrivacyBudget` charged (ε, δ) after all checks and
-    before any noise. ``rng``: None for the secure CTR_DRBG; a numpy Generator for
-    reproducible experiments only (NOT secure).
+    ``budget``: a :class:`~matmech.privacy.budget.PrivacyBudget` charged the measurement's privacy
+    event (the noise drawn, :mod:`matmech.privacy.events`) after all checks and before any
+    noise; a share of one (``budget.split(k)``) with ``eps`` left out calibrates the noise to
+    it (Gaussian to its ρ, or pure ε with ``delta=0``). ``rng``: None for the secure CTR_DRBG;
+    a numpy Generator for reproducible experiments only (NOT secure).
 
     Parameters
     ----------
@@ -531,12 +580,12 @@ def measure(
         The histogram: non-negative integer counts, length ``A.shape[1]``.
     A : LinOp or array_like
         The strategy to measure.
-    eps : float
-        ε in [1e-4, 100].
-    delta : float, default 0.0
-        0: discrete Laplace (pure ε); in [1e-100, 1): discrete Gaussian.
+    eps : float, optional
+        ε in [1e-4, 100]; left out only with a share as ``budget``.
+    delta : float, optional
+        0 (default): discrete Laplace (pure ε); in [1e-100, 1): discrete Gaussian.
     budget : PrivacyBudget, optional
-        Charged (ε, δ) after all checks and before any noise.
+        Charged the measurement's event after all checks and before any noise.
     rng : numpy.random.Generator, optional
         None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
     neighbors : {"add_remove", "substitute"}, default "add_remove"
@@ -568,12 +617,16 @@ def measure(
     """
     A = as_linop(A)
     check_budget(budget)
-    plan = plan_measurement(A, eps, delta, neighbors=neighbors, max_records=max_records)
+    t = privacy_target(eps, delta, budget)
+    plan = plan_measurement(
+        A, t.eps, t.delta, neighbors=neighbors, max_records=max_records, rho=t.rho
+    )
     noise.check_rng(rng)
     what = f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}"
-    check_affordable(budget, plan.eps, plan.delta, what=what)
+    events = (plan.event,)
+    check_events_affordable(budget, events, what=what)
     x = check_counts(x, A.shape[1])
     check_records(x, plan.max_records)
     if budget is not None:
-        budget.spend(plan.eps, plan.delta, what=what)
+        budget.spend_events(events, what=what)
     return execute(plan, x, rng=rng)

@@ -22,7 +22,8 @@ from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
+from matmech.privacy.events import ExponentialMechanism, SparseVector
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt import exponential_top_c, sparse_vector, svt_budget
 from matmech.svt.gap_calibration import gap_calibration
@@ -467,7 +468,7 @@ def select_rows(
     x: npt.ArrayLike,
     *,
     c: int,
-    eps: float,
+    eps: float | None = None,
     threshold: Any = None,
     method: str = "svt",
     monotonic: bool | str = "auto",
@@ -500,8 +501,9 @@ def select_rows(
         The histogram.
     c : int
         At most c rows are selected.
-    eps : float
-        The selection's ε.
+    eps : float, optional
+        The selection's ε; left out only with a share as ``budget`` (its pure ε: sqrt(2ρ)
+        for a share in ρ).
     threshold : float, array_like or "auto", optional
         SVT's threshold (not for ``"em"``).
     method : str, default "svt"
@@ -548,6 +550,7 @@ def select_rows(
     """
     W = as_linop(validate.linear(W, "W"))
     check_budget(budget)
+    eps = privacy_target(eps, 0.0, budget).eps  # left out: a share's pure ε, sqrt(2ρ)
     noise.check_rng(rng)
     what = f"select up to {c} of {W.shape[0]} rows ({method})"
     check_selection(
@@ -562,7 +565,8 @@ def select_rows(
         sigma=sigma,
         vector=vector,
     )
-    check_affordable(budget, eps, 0.0, what=what)
+    events = (selection_event(method, eps),)
+    check_events_affordable(budget, events, what=what)
     plan = plan_selection(
         W,
         x,
@@ -578,5 +582,13 @@ def select_rows(
         vector=vector,
     )
     if budget is not None:  # every check has passed: charge before any noise is drawn
-        budget.spend(eps, 0.0, what=what)
+        budget.spend_events(events, what=what)
     return run_selection(plan, rng=rng)
+
+
+def selection_event(method: str, eps: float):
+    """The privacy event of a selection run (:mod:`matmech.privacy.events`): a sparse vector
+    run for a method that tests rows against a threshold, an exponential mechanism / noisy
+    top-c run otherwise; pure ``eps`` either way."""
+    cls = SparseVector if SELECTION_METHODS[method].threshold else ExponentialMechanism
+    return cls(eps)

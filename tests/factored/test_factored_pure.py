@@ -281,7 +281,7 @@ def test_budget_is_charged_before_noise_and_refusals_draw_nothing():
         and "300" not in str(e.value)
     )
     order = []
-    real_spend = budget.spend
+    real_spend = budget.spend_events  # every spend goes through it
 
     def spend(*a, **k):
         order.append("spend")
@@ -294,7 +294,7 @@ def test_budget_is_charged_before_noise_and_refusals_draw_nothing():
         return real_draw(*a, **k)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(budget, "spend", spend)
+    mp.setattr(budget, "spend_events", spend)
     mp.setattr(fmeasure.noise, "discrete_laplace", draw)
     try:
         r = release_factored(codes, W, 0.6, strategy="residual", budget=budget, rng=rng)

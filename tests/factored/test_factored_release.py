@@ -245,7 +245,7 @@ def test_monte_carlo_kron_path(delta):
 def test_budget_is_charged_before_the_first_noise_draw(monkeypatch, strategy):
     codes = _codes(DOM, 300)
     W, A = (Wl.marginals(DOM, 2), "auto") if strategy == "auto" else _cases()["prefix x identity"]
-    budget = mm.PrivacyBudget(2.0, 1e-5)
+    budget = mm.PrivacyBudget(2.0, 1e-5, accountant="basic")  # spent: the sums charged
     seen = spy_gaussian_draws(monkeypatch, budget)  # budget.spent at every Gaussian draw
     release_factored(codes, W, 1.0, 1e-6, strategy=A, budget=budget, rng=np.random.default_rng(0))
     assert seen and all(s == pytest.approx((1.0, 1e-6)) for s in seen)

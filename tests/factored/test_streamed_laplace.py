@@ -10,6 +10,8 @@ import math
 import numpy as np
 import pytest
 
+from matmech.privacy.events import ApproxDP
+
 import matmech as mm
 from matmech import workloads as Wl
 from matmech.factored import store, table_batches
@@ -260,18 +262,18 @@ def test_budget_is_charged_once_with_eps_only_before_the_first_draw(monkeypatch)
 
     monkeypatch.setattr(noise, "discrete_laplace", spy)
     spends = []
-    real_spend = budget.spend
+    real_spend = budget.spend_events  # every spend goes through it
 
     def spend(*a, **k):
         spends.append((seen[:], a))
         return real_spend(*a, **k)
 
-    monkeypatch.setattr(budget, "spend", spend)
+    monkeypatch.setattr(budget, "spend_events", spend)
     codes = _codes(DOMAIN, 300)
     rel = release_marginals(
         codes, Wl.marginals(DOMAIN, 2), 1.0, 0.0, budget=budget, rng=np.random.default_rng(0)
     )
-    assert len(spends) == 1 and spends[0][0] == [] and spends[0][1][:2] == (1.0, 0.0)
+    assert len(spends) == 1 and spends[0][0] == [] and spends[0][1][0] == (ApproxDP(1.0, 0.0),)
     assert seen and all(s == pytest.approx((1.0, 0.0)) for s in seen)
     assert rel.budget_remaining == pytest.approx((1.0, 1e-5))
 

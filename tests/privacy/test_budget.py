@@ -1,7 +1,7 @@
-"""Tests for matmech.privacy.budget: exact sequential composition and advanced composition."""
+"""Tests for matmech.privacy.budget: exact sequential composition (the "basic" accountant and
+what every accountant keeps of it). The zCDP and PLD accountants: test_accountant.py."""
 
 import dataclasses
-import math
 import threading
 from fractions import Fraction
 
@@ -9,13 +9,11 @@ import numpy as np
 import pytest
 
 from matmech.privacy.budget import (
-    ApproxDP,
     BudgetExceededError,
     LedgerEntry,
     PrivacyBudget,
-    advanced_composition,
-    per_step_eps,
 )
+from matmech.privacy.events import ApproxDP
 
 
 def test_decimal_amounts_compose_exactly():
@@ -155,83 +153,23 @@ def test_bad_types():
         PrivacyBudget(1.0).spend(0.1, 0.0, "positional what")
 
 
-# ------------------------------------------------------------------------- advanced composition
-
-
-def test_advanced_composition_hand_computed():
-    # ε = 0.1, k = 100, δ′ = 1e-6: sqrt(200 ln 1e6) = 52.56521769756932,
-    # ε′ = 5.256521769756932 + 10 (e^0.1 − 1) = 5.256521769756932 + 1.0517091807564771
-    out = advanced_composition(0.1, 1e-7, 100, delta_slack=1e-6)
-    assert isinstance(out, ApproxDP)
-    assert out.eps == pytest.approx(6.308230950513409, rel=1e-13)
-    assert out.delta == pytest.approx(100 * 1e-7 + 1e-6, rel=1e-13)
-    eps_total, delta_total = out  # also unpacks like a tuple
-    assert eps_total == out.eps and delta_total == out.delta
-
-
-def test_advanced_beats_basic_for_many_small_steps():
-    eps, k = 0.01, 10_000
-    assert advanced_composition(eps, 0.0, k, delta_slack=1e-6).eps < k * eps / 4
-
-
-@pytest.mark.parametrize(
-    "eps_total, k, slack", [(1.0, 100, 1e-6), (0.5, 10, 1e-9), (3.0, 1000, 1e-5), (2.0, 1, 0.9)]
-)
-def test_per_step_eps_round_trips(eps_total, k, slack):
-    e = per_step_eps(eps_total, k, delta_slack=slack)
-    back = advanced_composition(e, 0.0, k, delta_slack=slack).eps
-    assert back <= eps_total
-    assert back == pytest.approx(eps_total, rel=1e-12)
-    assert advanced_composition(e * (1 + 1e-9), 0.0, k, delta_slack=slack).eps > eps_total
-
-
-@pytest.mark.parametrize("k", [0, -3])
-def test_bad_k_value(k):
-    with pytest.raises(ValueError, match="k must be") as err:
-        advanced_composition(0.1, 0.0, k, delta_slack=1e-6)
-    assert repr(k) in str(err.value)
-    with pytest.raises(ValueError, match="k must be"):
-        per_step_eps(1.0, k, delta_slack=1e-6)
-
-
-@pytest.mark.parametrize("k", [2.5, 3.0, True, "3"])
-def test_bad_k_type(k):
-    with pytest.raises(TypeError, match="k must be") as err:
-        advanced_composition(0.1, 0.0, k, delta_slack=1e-6)
-    assert repr(k) in str(err.value)
-
-
-def test_advanced_composition_bad_inputs():
-    with pytest.raises(ValueError, match="eps"):
-        advanced_composition(-0.1, 0.0, 3, delta_slack=1e-6)
-    with pytest.raises(ValueError, match="eps"):
-        advanced_composition(float("nan"), 0.0, 3, delta_slack=1e-6)
-    with pytest.raises(ValueError, match="delta must"):
-        advanced_composition(0.1, 1.0, 3, delta_slack=1e-6)
-    for slack in [0.0, 1.0, -1e-6, float("nan")]:
-        with pytest.raises(ValueError, match="delta_slack") as err:
-            advanced_composition(0.1, 0.0, 3, delta_slack=slack)
-        assert repr(slack) in str(err.value)
-    with pytest.raises(TypeError):
-        advanced_composition(0.1, 0.0, 3, 1e-6)  # delta_slack is keyword-only
-    with pytest.raises(ValueError, match="eps"):
-        per_step_eps(0.0, 3, delta_slack=1e-6)
-    assert math.isfinite(per_step_eps(1e-300, 3, delta_slack=1e-6))
-
-
 def test_subclass_storage_hooks_keep_the_interface():
-    """PrivacyBudget's public methods go through _spent_exact/_charge/_entries (the Ledger's hooks)."""
+    """PrivacyBudget's public methods go through _charge/_entries (the Ledger's hooks)."""
     calls = []
 
     class Logged(PrivacyBudget):
-        def _charge(self, e, d, entry):
-            calls.append((e, d, entry.what))
-            return super()._charge(e, d, entry)
+        def _charge(self, entry):
+            calls.append((entry.events, entry.what))
+            return super()._charge(entry)
 
     b = Logged(0.3)
     entry = b.spend(0.1, what="a")
     assert entry == LedgerEntry("a", 0.1, 0.0) and entry.time is None and entry.spec is None
     with pytest.raises(BudgetExceededError, match="for 'b'"):
         b.spend(0.25, what="b")
-    assert calls == [(Fraction(1, 10), 0, "a"), (Fraction(1, 4), 0, "b")]
+    assert calls == [
+        ((ApproxDP(Fraction(1, 10), Fraction(0)),), "a"),
+        ((ApproxDP(Fraction(1, 4), Fraction(0)),), "b"),
+    ]
     assert b.ledger == (entry,) and b.remaining == (0.2, 0.0) and repr(b).startswith("Logged(")
+    assert b.events == (ApproxDP(Fraction(1, 10), Fraction(0)),)
