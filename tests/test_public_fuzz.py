@@ -689,7 +689,8 @@ ENTRIES = [
 
 from matmech.factored import MarginalRelease, release_marginals  # noqa: E402
 from matmech.factored.labels import release_labels  # noqa: E402
-from matmech.factored.release import release_factored, residual_error  # noqa: E402
+from matmech.factored.release import release_factored  # noqa: E402
+from matmech.factored.residual_plan import residual_error  # noqa: E402
 from matmech.factored.tables import marginal_tables  # noqa: E402
 from matmech.linalg.terms import marginal_workload  # noqa: E402
 from matmech.io import declare as D  # noqa: E402
