@@ -158,7 +158,7 @@ def test_marginals_below_terms_and_stored_residuals_equal_dense_gls(monkeypatch)
     R = np.ones((1, 1))
     for i, n in enumerate(DOMAIN):
         R = np.kron(R, orthonormal_contrasts(n) if i in (1, 3) else np.ones((1, n)))
-    y, var = rel.residual((3, 1))
+    y, var = rel.residual((1, 3))
     np.testing.assert_allclose(y, R @ xhat, rtol=1e-9, atol=1e-8)
     np.testing.assert_allclose(var, np.einsum("ij,jk,ik->i", R, cov, R), rtol=1e-9)
     # intervals are the Release's on the same rows (term 1 has weight 2)
