@@ -141,11 +141,11 @@ class StreamRelease:
         """Plan the stream, check the budget, write the stream file and its key file
         (``key_file``: a path of your choosing; default ``<config dir>/streams/<id>.key``,
         :func:`matmech.privacy.integrity.config_dir`) and charge the budget once."""
+        noise.check_rng(rng)  # first, as every entry point that spends
         path = validate.path(path)
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
-        noise.check_rng(rng)
         plan = plan_stream(spec, factorization)
         layout = plan.layout
         need = (layout.limbs + 2) * 8 * spec.horizon * len(spec.categories)
