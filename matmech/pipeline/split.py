@@ -32,6 +32,7 @@ import numpy as np
 from matmech.advisor.split import rho_of
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.confidence import IntervalLaw
+from matmech.privacy.events import ApproxDP, Concentrated
 from matmech.privacy.params import exact
 
 __all__ = ["SplitPlan", "Part", "split_plan"]
@@ -74,6 +75,15 @@ class SplitPlan:
     neighbors: str
     shares: tuple
     note: str = ""
+
+    @property
+    def events(self) -> tuple:
+        """What the one charge covers (module docstring): pure ε the whole ε (the parts'
+        shares add up to at most it); (ε, δ) the ρ of the one Gaussian calibration of (ε, δ),
+        which the parts' ρ add up to at most, as one zCDP event calibrated to (ε, δ)."""
+        if self.delta == 0:
+            return (ApproxDP(self.eps, 0.0),)
+        return (Concentrated(rho_of(self.eps, self.delta), eps=self.eps, delta=self.delta),)
 
     @property
     def what(self) -> str:
