@@ -225,7 +225,7 @@ def test_the_split_spends_once_before_any_draw_and_reads_once():
     (event,) = log[kinds.index("spend")][1]  # the parts' summed rho: one zCDP event
     assert (event.eps, event.delta, event.rho) == (1.0, 1e-6, rho_of(1.0, 1e-6))
     assert rel.spent == (1.0, 1e-6) and budget.epsilon(1e-6) <= 1.0
-    assert budget.remaining[0] == pytest.approx(1.0)
+    assert budget.remaining[0] >= 1.0  # zcdp: never less left than the basic sums leave
     # refused before anything is read: the whole (ε, δ) is checked, not a part's share
     small = Budget(0.9, 1e-5)
     log.clear()
