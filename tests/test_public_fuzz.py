@@ -1717,6 +1717,22 @@ def test_validate_helpers_refuse_and_name_the_value():
     assert V.format_bytes(1536) == "1.5 KiB" and V.format_bytes(3 * 2**40) == "3 TiB"
 
 
+def test_time_bins_unit_of_a_wrong_kind_is_a_type_error_and_tiny_widths_name_the_bounds():
+    """Found by the sweep after the local-time bins landed: a unit that is not a string
+    raised ValueError ("unhashable type" for a list), and a width below the float resolution
+    at huge bounds named neither bound."""
+    from matmech.io.domain import numeric_bins, time_bins
+
+    for bad in (b"day", 1, True, None, ["day"], {}):
+        with pytest.raises(TypeError, match=r"attribute 'd': unit must be one of \[") as info:
+            time_bins("d", "2013-01-01", "2013-02-01", bad)
+        assert "unhashable" not in str(info.value)
+    with pytest.raises(ValueError, match=r"unit must be one of .*got 'year'"):
+        time_bins("d", "2013-01-01", "2013-02-01", "year")
+    with pytest.raises(ValueError, match=r"lo = 0.0, hi = 9.22\d*e\+18 \(bins must be at least"):
+        numeric_bins("carat", lo=0, hi=2**63, width=0.1)
+
+
 # ----------------------------------------------------------------------------- the sweep (issue 31)
 
 #: The share of clean calls the sweep requires of each group of entry points (issue 31).
