@@ -397,6 +397,7 @@ ENTRIES = [
         ),
         _measurement,
         examples=20,
+        none_ok=("delta",),  # None: not given (pure ε with eps; the share's law without)
     ),
     Entry(
         "least_squares",
@@ -423,6 +424,7 @@ ENTRIES = [
         _release,
         examples=25,
         loose=("strategy",),
+        none_ok=("delta",),  # None: not given (pure ε with eps; the share's law without)
     ),
     Entry("release_table", _release_table, dict(labels=None, level=0.95), _table, examples=15),
     Entry(
@@ -505,8 +507,16 @@ ENTRIES = [
         lambda r: _expect(
             isinstance(r, tuple) and all(isinstance(s, budget_mod.Share) for s in r), r
         ),
+        loose=("parts",),  # a count or a sequence of weights
+        aliases=dict(parts=("weight",)),
     ),
-    Entry("PrivacyBudget.epsilon", _epsilon, dict(delta=1e-6), _nonneg),
+    Entry(
+        "PrivacyBudget.epsilon",
+        _epsilon,
+        dict(delta=1e-6),
+        _nonneg,
+        none_ok=("delta",),  # None: the total's δ
+    ),
     Entry("gaussian_sigma", mm.gaussian_sigma, dict(eps=1.0, delta=1e-6, sensitivity=1.0), _nonneg),
     Entry("calibration.laplace_scale", cal.laplace_scale, dict(eps=1.0, sensitivity=1.0), _nonneg),
     Entry(
