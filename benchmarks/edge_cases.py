@@ -671,19 +671,15 @@ def day_bins() -> dict:
             cells=cells,
         )
     except Exception as exc:  # noqa: BLE001 - no time_zone: what UTC days give
-        what = f"time_zone refused ({_err(exc)[:60]}); UTC days: "
+        refused = _err(exc)[:70]
+    lost, cells = differ(_day_counts(flights, "drop", zone=False))
+    what = f"UTC days, drop: {lost} flights lost, {cells} of {want.size} cells differ; "
     try:
         _day_counts(flights, "error", zone=False)
         what += "policy error accepts; "
     except Exception as exc:  # noqa: BLE001
         what += f"policy error refuses ({type(exc).__name__}); "
-    lost, cells = differ(_day_counts(flights, "drop", zone=False))
-    return _row(
-        False,
-        what + f"drop loses {lost} flights, {cells} of {want.size} cells differ from local dates",
-        lost=lost,
-        cells=cells,
-    )
+    return _row(False, what + f"time_zone refused ({refused})", lost=lost, cells=cells)
 
 
 def fs_stream_init() -> dict:
@@ -823,14 +819,38 @@ def _child(tree: Path, label: str, args) -> dict:
     return json.loads(out.read_text())
 
 
+#: The budget each spending reproducer starts from, (ε, δ): the remaining figure is read
+#: against it (the ledger attacks start from ε = 1 with 0.375 or 0.625 honestly spent).
+STARTS = {
+    "3 8-attr k=8 marginals, RLIMIT_AS 6 GiB": "5, 1e-5; spends 1",
+    "3 run_plan(rng=5)": "2, 0; spends 1",
+    "3 discover_categories, values end in a tab": "2, 1e-5; spends 1, 1e-6",
+    "3 full disk on --out": "5, 1e-5; spends 1",
+    "4 ledger truncation (no key)": "1; 0.375 spent, then 0.01",
+    "4 ledger downgrade (no key)": "1; 0.375 spent, then 0.01",
+    "4 ledger rollback (older copy)": "1; 0.625 spent, then 0.01",
+    "4 stream file rolled back": "5, 1e-5; the stream 1, 1e-6",
+    "5 full disk: stream init": "5, 1e-5; the stream 1, 1e-6",
+    "5 full disk: stream step": "5, 1e-5; the stream 1, 1e-6",
+}
+
+
 def _cell(row: dict | None) -> str:
     if row is None:
         return "—"
-    text = _show(row)
-    if len(text) > 150:  # the whole message is in the JSON
-        text = text[:147] + "…"
-    text = text.replace("|", "\\|")
-    return text.replace("ok    ", "✓ ").replace("WRONG ", "✗ ")
+    if "skipped" in row:
+        return f"skipped: {row['skipped']}"
+    text = re.sub(r"\$TMP/\S*", "…", row["what"]).replace("matmech: error: ", "")
+    if len(text) > 110:  # the whole message is in the JSON
+        text = text[:107] + "…"
+    return ("✓ " if row["ok"] else "✗ ") + text.replace("|", "\\|")
+
+
+def _budget(row: dict | None) -> str:
+    rem = None if row is None else row.get("remaining")
+    if rem and isinstance(rem[0], float):
+        return f"{rem[0]:.4g}, {rem[1]:.3g}"
+    return "refused to open" if rem else ""
 
 
 def markdown(sides: dict) -> str:
@@ -840,21 +860,25 @@ def markdown(sides: dict) -> str:
         for r in side["rows"]:
             if r["case"] not in cases:
                 cases.append(r["case"])
-    head = "| issue item, reproducer | " + " | ".join(f"{k} ({sides[k]['commit']})" for k in labels)
-    lines = [head + " |", "|---" * (len(labels) + 1) + "|"]
+    head = "| issue item, reproducer | budget (ε, δ) | "
+    head += " | ".join(f"{k} ({sides[k]['commit']}) | remaining" for k in labels)
+    lines = [head + " |", "|---|---" + "|---|---:" * len(labels) + "|"]
     for c in cases:
-        cells = [_cell(next((r for r in sides[k]["rows"] if r["case"] == c), None)) for k in labels]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+        rows = [next((r for r in sides[k]["rows"] if r["case"] == c), None) for k in labels]
+        cells = [f"{_cell(r)} | {_budget(r)}" for r in rows]
+        lines.append(f"| {c} | {STARTS.get(c, '')} | " + " | ".join(cells) + " |")
     tally = ", ".join(
         f"{k}: {sum(r.get('ok', False) for r in sides[k]['rows'])} of "
         f"{sum('ok' in r for r in sides[k]['rows'])} right"
         for k in labels
     )
     return (
-        "Issue 31's reproducers (items 1, 3, 4, 5), `benchmarks/edge_cases.py`. ✓: the right "
-        "answer or a clean refusal before any spend; ✗: a wrong number, a refund, a charge for "
-        "nothing, a traceback. [remaining ...]: the ledger's or budget's remaining (ε, δ) after "
-        f"the call. {tally}.\n\n" + "\n".join(lines) + "\n"
+        "Issue 31's reproducers (items 1, 3, 4, 5), `benchmarks/edge_cases.py` (whole messages "
+        "in `edge_cases.json`). ✓: the right answer, or a clean refusal before any spend; ✗: a "
+        "wrong number, a refund, a charge for nothing, a traceback. Budget: what the ledger or "
+        "budget held and what the call spends; remaining: the ledger's or budget's remaining "
+        "(ε, δ) after the call (for a tampered ledger: after spending 0.01 more from it, if it "
+        f"opens). {tally}.\n\n" + "\n".join(lines) + "\n"
     )
 
 
@@ -878,8 +902,14 @@ def main(argv=None) -> int:
     ap.add_argument("--old", type=Path, help="an older checkout: run it too (the before column)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="where the JSON/MD go")
     ap.add_argument("--side", type=Path, help=argparse.SUPPRESS)  # a child's JSON
+    ap.add_argument("--render", type=Path, help="only rewrite the .md from this edge_cases.json")
     args = ap.parse_args(argv)
     SMOKE, DATA_DIR = args.smoke, args.data_dir
+    if args.render is not None:
+        saved = json.loads(args.render.read_text())
+        sides = {k: v for k, v in saved.items() if isinstance(v, dict) and "rows" in v}
+        args.render.with_suffix(".md").write_text(markdown(sides))
+        return 0
     with tempfile.TemporaryDirectory(prefix="matmech-edges-") as tmp:
         WORK = Path(tmp)
         keys = WORK / "keys"
