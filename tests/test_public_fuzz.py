@@ -761,7 +761,10 @@ def _new_stream():
 
 
 _STREAM_FILE = Path(tempfile.mkdtemp(dir=TMP)) / "open.stream"
-StreamRelease.create(_STREAM_FILE, _spec(), rng=_rng())
+# its key file beside it: made at import (collection), before conftest points the config
+# directory at the session's temporary one, so the default key path would not be found
+_STREAM_KEY = _STREAM_FILE.with_suffix(".key")
+StreamRelease.create(_STREAM_FILE, _spec(), rng=_rng(), key_file=_STREAM_KEY)
 _STREAM_TOML = TMP / "stream.toml"
 _STREAM_TOML.write_text('horizon = 8\ncategories = ["a", "b"]\neps = 1.0\ndelta = 1e-6\n')
 
@@ -893,6 +896,7 @@ NEW_ENTRIES = [
             budget=Fresh(_budget),
             rng=_rng(),
             factorization=None,
+            key_file=None,
         ),
         _stream,
         files=True,
@@ -902,7 +906,7 @@ NEW_ENTRIES = [
     Entry(
         "stream.StreamRelease.open",
         StreamRelease.open,
-        dict(path=str(_STREAM_FILE), budget=None, rng=_rng()),
+        dict(path=str(_STREAM_FILE), budget=None, rng=_rng(), key_file=str(_STREAM_KEY)),
         _stream,
         files=True,
         examples=20,
@@ -1516,7 +1520,8 @@ PUBLIC_MODULES = {
     "matmech.optimizers.unions": ("optimize_unions", "plan_residual_products", "refine_general_l2"),
     "matmech.optimizers.residual": ("plan_residuals",),
     "matmech.linalg.terms": ("marginal_workload",),
-    "matmech.factored.release": ("release_factored", "residual_error"),
+    "matmech.factored.release": ("release_factored",),
+    "matmech.factored.residual_plan": ("residual_error",),
     "matmech.factored.tables": ("marginal_tables",),
     "matmech.factored.labels": ("release_labels",),
 }
@@ -1741,6 +1746,18 @@ def test_time_bins_unit_of_a_wrong_kind_is_a_type_error_and_tiny_widths_name_the
         time_bins("d", "2013-01-01", "2013-02-01", "year")
     with pytest.raises(ValueError, match=r"lo = 0.0, hi = 9.22\d*e\+18 \(bins must be at least"):
         numeric_bins("carat", lo=0, hi=2**63, width=0.1)
+
+
+def test_a_stream_key_file_of_the_wrong_kind_is_a_type_error_naming_it(tmp_path):
+    """Found by the sweep once the open entry declared its key file: a number given as
+    ``key_file`` showed Python's "expected str, bytes or os.PathLike object"."""
+    for bad in (1.5, 3, b"k.key", object()):
+        with pytest.raises(TypeError, match=r"key_file must be a file path \(str or os.PathLike\)"):
+            StreamRelease.open(_STREAM_FILE, key_file=bad)
+        with pytest.raises(TypeError, match=r"key_file must be a file path"):
+            StreamRelease.create(tmp_path / "k.stream", _spec(), rng=_rng(), key_file=bad)
+    assert not (tmp_path / "k.stream").exists()
+    assert StreamRelease.open(_STREAM_FILE, key_file=_STREAM_KEY).horizon == 8
 
 
 # ----------------------------------------------------------------------------- the sweep (issue 31)
