@@ -163,7 +163,7 @@ def side(smoke: bool) -> dict:
         "groups": groups,
         "not_built": problems,
         "not_runnable": left,
-        "findings": [list(b) for b in bad],
+        "findings": [" | ".join((g, o, w, d[:150])) for g, o, w, d in bad],
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
