@@ -1760,6 +1760,20 @@ def test_a_stream_key_file_of_the_wrong_kind_is_a_type_error_naming_it(tmp_path)
     assert StreamRelease.open(_STREAM_FILE, key_file=_STREAM_KEY).horizon == 8
 
 
+def test_a_ledger_key_directory_of_the_wrong_kind_is_a_type_error_naming_keys(tmp_path):
+    """Ledger.create/open(keys=1.5) showed Python's "expected str, bytes or os.PathLike"."""
+    from matmech.privacy.ledger import Ledger
+
+    for bad in (1.5, 3, b"keys", object()):
+        with pytest.raises(TypeError, match=r"keys must be a file path \(str or os.PathLike\)"):
+            Ledger.create(tmp_path / "l.db", 1.0, keys=bad)
+        assert not (tmp_path / "l.db").exists()
+    Ledger.create(tmp_path / "l.db", 1.0, keys=tmp_path / "k").spend(0.25)
+    with pytest.raises(TypeError, match=r"keys must be a file path"):
+        Ledger.open(tmp_path / "l.db", keys=2.5)
+    assert Ledger.open(tmp_path / "l.db", keys=str(tmp_path / "k")).spent == (0.25, 0.0)
+
+
 # ----------------------------------------------------------------------------- the sweep (issue 31)
 
 #: The share of clean calls the sweep requires of each group of entry points (issue 31).
