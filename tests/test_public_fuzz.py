@@ -397,6 +397,7 @@ ENTRIES = [
         ),
         _measurement,
         examples=20,
+        none_ok=("delta",),  # None: not given (pure ε with eps; the share's law without)
     ),
     Entry(
         "least_squares",
@@ -423,6 +424,7 @@ ENTRIES = [
         _release,
         examples=25,
         loose=("strategy",),
+        none_ok=("delta",),  # None: not given (pure ε with eps; the share's law without)
     ),
     Entry("release_table", _release_table, dict(labels=None, level=0.95), _table, examples=15),
     Entry(
@@ -505,8 +507,16 @@ ENTRIES = [
         lambda r: _expect(
             isinstance(r, tuple) and all(isinstance(s, budget_mod.Share) for s in r), r
         ),
+        loose=("parts",),  # a count or a sequence of weights
+        aliases=dict(parts=("weight",)),
     ),
-    Entry("PrivacyBudget.epsilon", _epsilon, dict(delta=1e-6), _nonneg),
+    Entry(
+        "PrivacyBudget.epsilon",
+        _epsilon,
+        dict(delta=1e-6),
+        _nonneg,
+        none_ok=("delta",),  # None: the total's δ
+    ),
     Entry("gaussian_sigma", mm.gaussian_sigma, dict(eps=1.0, delta=1e-6, sensitivity=1.0), _nonneg),
     Entry("calibration.laplace_scale", cal.laplace_scale, dict(eps=1.0, sensitivity=1.0), _nonneg),
     Entry(
@@ -751,7 +761,10 @@ def _new_stream():
 
 
 _STREAM_FILE = Path(tempfile.mkdtemp(dir=TMP)) / "open.stream"
-StreamRelease.create(_STREAM_FILE, _spec(), rng=_rng())
+# its key file beside it: made at import (collection), before conftest points the config
+# directory at the session's temporary one, so the default key path would not be found
+_STREAM_KEY = _STREAM_FILE.with_suffix(".key")
+StreamRelease.create(_STREAM_FILE, _spec(), rng=_rng(), key_file=_STREAM_KEY)
 _STREAM_TOML = TMP / "stream.toml"
 _STREAM_TOML.write_text('horizon = 8\ncategories = ["a", "b"]\neps = 1.0\ndelta = 1e-6\n')
 
@@ -883,6 +896,7 @@ NEW_ENTRIES = [
             budget=Fresh(_budget),
             rng=_rng(),
             factorization=None,
+            key_file=None,
         ),
         _stream,
         files=True,
@@ -892,7 +906,7 @@ NEW_ENTRIES = [
     Entry(
         "stream.StreamRelease.open",
         StreamRelease.open,
-        dict(path=str(_STREAM_FILE), budget=None, rng=_rng()),
+        dict(path=str(_STREAM_FILE), budget=None, rng=_rng(), key_file=str(_STREAM_KEY)),
         _stream,
         files=True,
         examples=20,
@@ -1506,7 +1520,8 @@ PUBLIC_MODULES = {
     "matmech.optimizers.unions": ("optimize_unions", "plan_residual_products", "refine_general_l2"),
     "matmech.optimizers.residual": ("plan_residuals",),
     "matmech.linalg.terms": ("marginal_workload",),
-    "matmech.factored.release": ("release_factored", "residual_error"),
+    "matmech.factored.release": ("release_factored",),
+    "matmech.factored.residual_plan": ("residual_error",),
     "matmech.factored.tables": ("marginal_tables",),
     "matmech.factored.labels": ("release_labels",),
 }
@@ -1715,6 +1730,48 @@ def test_validate_helpers_refuse_and_name_the_value():
         V.size(V.MAX_CELLS + 1, "n")
     assert V.size(V.MAX_CELLS, "n", bytes_per=1) == V.MAX_CELLS
     assert V.format_bytes(1536) == "1.5 KiB" and V.format_bytes(3 * 2**40) == "3 TiB"
+
+
+def test_time_bins_unit_of_a_wrong_kind_is_a_type_error_and_tiny_widths_name_the_bounds():
+    """Found by the sweep after the local-time bins landed: a unit that is not a string
+    raised ValueError ("unhashable type" for a list), and a width below the float resolution
+    at huge bounds named neither bound."""
+    from matmech.io.domain import numeric_bins, time_bins
+
+    for bad in (b"day", 1, True, None, ["day"], {}):
+        with pytest.raises(TypeError, match=r"attribute 'd': unit must be one of \[") as info:
+            time_bins("d", "2013-01-01", "2013-02-01", bad)
+        assert "unhashable" not in str(info.value)
+    with pytest.raises(ValueError, match=r"unit must be one of .*got 'year'"):
+        time_bins("d", "2013-01-01", "2013-02-01", "year")
+    with pytest.raises(ValueError, match=r"lo = 0.0, hi = 9.22\d*e\+18 \(bins must be at least"):
+        numeric_bins("carat", lo=0, hi=2**63, width=0.1)
+
+
+def test_a_stream_key_file_of_the_wrong_kind_is_a_type_error_naming_it(tmp_path):
+    """Found by the sweep once the open entry declared its key file: a number given as
+    ``key_file`` showed Python's "expected str, bytes or os.PathLike object"."""
+    for bad in (1.5, 3, b"k.key", object()):
+        with pytest.raises(TypeError, match=r"key_file must be a file path \(str or os.PathLike\)"):
+            StreamRelease.open(_STREAM_FILE, key_file=bad)
+        with pytest.raises(TypeError, match=r"key_file must be a file path"):
+            StreamRelease.create(tmp_path / "k.stream", _spec(), rng=_rng(), key_file=bad)
+    assert not (tmp_path / "k.stream").exists()
+    assert StreamRelease.open(_STREAM_FILE, key_file=_STREAM_KEY).horizon == 8
+
+
+def test_a_ledger_key_directory_of_the_wrong_kind_is_a_type_error_naming_keys(tmp_path):
+    """Ledger.create/open(keys=1.5) showed Python's "expected str, bytes or os.PathLike"."""
+    from matmech.privacy.ledger import Ledger
+
+    for bad in (1.5, 3, b"keys", object()):
+        with pytest.raises(TypeError, match=r"keys must be a file path \(str or os.PathLike\)"):
+            Ledger.create(tmp_path / "l.db", 1.0, keys=bad)
+        assert not (tmp_path / "l.db").exists()
+    Ledger.create(tmp_path / "l.db", 1.0, keys=tmp_path / "k").spend(0.25)
+    with pytest.raises(TypeError, match=r"keys must be a file path"):
+        Ledger.open(tmp_path / "l.db", keys=2.5)
+    assert Ledger.open(tmp_path / "l.db", keys=str(tmp_path / "k")).spent == (0.25, 0.0)
 
 
 # ----------------------------------------------------------------------------- the sweep (issue 31)

@@ -23,7 +23,7 @@ from matmech.io.attribute import (
     _check_real,
 )
 from matmech.io.attribute import trim_text
-from matmech.validate import sequence
+from matmech.validate import choice, sequence
 
 __all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
 
@@ -120,8 +120,9 @@ def numeric_bins(
         ulp = math.ulp(max(abs(lo), abs(hi)))
         if reg_width < 4 * ulp:  # the engines' first guess of a bin is then within one bin
             raise ValueError(
-                f"attribute {name!r}: width {reg_width!r} is below the float resolution at these bounds "
-                f"(bins must be at least {4 * ulp!r} wide here); use a wider width or declare edges"
+                f"attribute {name!r}: width {reg_width!r} is below the float resolution at the "
+                f"bounds lo = {lo!r}, hi = {hi!r} (bins must be at least {4 * ulp!r} wide there); "
+                "use a wider width or declare edges"
             )
         try:
             pairs = RegularBins(lo, hi, reg_width)  # lazy: O(1) memory whatever the number of bins
@@ -215,10 +216,7 @@ def time_bins(
     moved to it. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v is
     ⌊(wall seconds(v) − start) / width⌋, or its local month count since ``start``'s month."""
     _check_name(name)
-    if unit not in TIME_UNITS:
-        raise ValueError(
-            f"attribute {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}"
-        )
+    choice(unit, f"attribute {name!r}: unit", TIME_UNITS)  # a non-string: TypeError
     if time_zone is not None:
         from matmech.io.zones import check_zone
 

@@ -565,18 +565,18 @@ def read_toml(path: str | os.PathLike, what: str = "spec") -> dict:
     """The parsed TOML file at ``path``; :class:`SpecError` naming the file and the
     problem (missing, a directory, unreadable, not UTF-8 text, not TOML), never Python's
     own text. ``what`` names the file's role (``"spec"``, ``"stream spec"``)."""
-    path = validate.path(path)
-    if path.is_dir():
-        raise SpecError(f"{path}: is a directory, not a {what} file")
-    if not path.exists():
-        raise SpecError(f"{path}: no such {what} file")
+    file = validate.path(path)  # its own name: ``path`` keeps its declared type (mypy)
+    if file.is_dir():
+        raise SpecError(f"{file}: is a directory, not a {what} file")
+    if not file.exists():
+        raise SpecError(f"{file}: no such {what} file")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = file.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a {what} file (not UTF-8 text; a {what} is TOML)") from None
+        raise SpecError(f"{file}: not a {what} file (not UTF-8 text; a {what} is TOML)") from None
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
+        raise SpecError(f"{file}: cannot read the {what} file ({exc.strerror})") from None
     try:
         return tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+        raise SpecError(f"{file}: not valid TOML: {exc}") from None

@@ -27,6 +27,8 @@ import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from matmech import validate
+
 __all__ = ["KeyRecord", "KeyStore", "default_key_dir", "KEYS_ENV"]
 
 #: The environment variable naming the key directory.
@@ -73,7 +75,9 @@ class KeyStore:
     """The key directory (module docstring)."""
 
     def __init__(self, directory=None) -> None:
-        self.dir = default_key_dir() if directory is None else Path(os.fspath(directory))
+        # a declared directory is checked where it is given (Ledger's keys=): a number or bytes
+        # is a TypeError naming keys, not Python's "expected str, bytes or os.PathLike"
+        self.dir = default_key_dir() if directory is None else validate.path(directory, "keys")
 
     def _file(self, ledger_id: str) -> Path:
         if not (len(ledger_id) == 32 and all(c in "0123456789abcdef" for c in ledger_id)):

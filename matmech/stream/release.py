@@ -143,6 +143,7 @@ class StreamRelease:
         :func:`matmech.privacy.integrity.config_dir`) and charge the budget once."""
         noise.check_rng(rng)  # first, as every entry point that spends
         path = validate.path(path)
+        key_file = None if key_file is None else validate.path(key_file, "key_file")
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
@@ -167,6 +168,7 @@ class StreamRelease:
         key file (``key_file`` if it was declared at creation): an altered file, or one
         restored from an older copy, raises :class:`~matmech.privacy.integrity.IntegrityError`."""
         noise.check_rng(rng)  # before the file (private counts) is read
+        key_file = None if key_file is None else validate.path(key_file, "key_file")
         store = StreamStore.open(validate.path(path), key_file=key_file)
         return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 
