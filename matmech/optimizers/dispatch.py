@@ -66,6 +66,7 @@ import numpy as np
 
 from matmech import validate
 from matmech.error import expected_error
+from matmech.limits import steady
 from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
@@ -126,6 +127,7 @@ def _progress_hook(progress):
 
 
 @capped
+@steady
 def optimize(
     W,
     eps=1.0,
