@@ -81,6 +81,10 @@ def domain(W):
     return tuple(Wi.shape[1] for Wi in W.matrices)
 ns = domain(W)
 out = {{}}
+from hdmm import workload  # warm-up on a tiny workload (not timed), as matmech's children
+tiny = workload.VStack([workload.Kronecker([workload.Prefix(8), workload.IdentityTotal(4)])])
+templates.DefaultKron((8, 4), approx).optimize(tiny)
+templates.Marginals((8, 4), approx).optimize(tiny)
 np.random.seed(0)
 for name, make in (
     ("kron", lambda: templates.DefaultKron(ns, approx)),
