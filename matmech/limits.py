@@ -39,6 +39,8 @@ __all__ = [
     "memory_room",
     "check_memory",
     "reserved",
+    "steady_room",
+    "steady",
     "disk_room",
     "check_disk",
     "preallocate",
@@ -81,6 +83,41 @@ def reserved(nbytes: int):
         yield
     finally:
         _RESERVED.reset(token)
+
+
+#: The system's room read once inside :func:`steady_room` (a one-item list, filled on first
+#: use), or None outside it.
+_STEADY: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "matmech_steady", default=None
+)
+
+
+@contextlib.contextmanager
+def steady_room():
+    """Within the block, :func:`memory_room` reads the limits and the RAM once (on first use)
+    and reuses that figure, less :func:`reserved`: for computations that check many small
+    allocations in a row and allocate little in between (planning: thousands of checks of a
+    few KiB, each of which read ``/proc`` and the cgroup files, were a third of a product
+    domain's advise). Nested blocks share the outer one's figure."""
+    if _STEADY.get() is not None:
+        yield
+        return
+    token = _STEADY.set([])
+    try:
+        yield
+    finally:
+        _STEADY.reset(token)
+
+
+def steady(fn):
+    """``fn`` run inside :func:`steady_room` (a decorator for planning entry points)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with steady_room():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _read(path: Path) -> str | None:
@@ -232,11 +269,17 @@ def memory_room(*, root: str | os.PathLike = "/") -> Room:
     """The memory this process can still allocate: the smallest room of its address-space
     and data limits, its cgroups and the available RAM (the module's docstring), less what
     :func:`reserved` set aside. ``root``: where ``/proc`` and ``/sys`` are read (tests)."""
-    base = Path(root)
-    rooms = _rlimit_rooms(base) + _cgroup_rooms(base)
-    avail = _available(base)
-    rooms.append(avail if avail is not None else _physical())
-    room = min(rooms, key=lambda r: r.bytes)
+    steady = _STEADY.get() if os.fspath(root) == "/" else None
+    if steady:
+        room = steady[0]
+    else:
+        base = Path(root)
+        rooms = _rlimit_rooms(base) + _cgroup_rooms(base)
+        avail = _available(base)
+        rooms.append(avail if avail is not None else _physical())
+        room = min(rooms, key=lambda r: r.bytes)
+        if steady is not None:
+            steady.append(room)
     held = _RESERVED.get()
     if held:
         room = Room(room.bytes - held, f"{room.limit}; {format_bytes(held)} set aside for later")

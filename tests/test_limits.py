@@ -108,6 +108,33 @@ def test_reserved_memory_is_taken_off_the_room_and_named(monkeypatch):
     assert limits.check_memory(GiB, "a test", limit=GiB) == GiB
 
 
+def test_steady_room_reads_the_system_once_and_still_takes_reservations_off(monkeypatch):
+    reads = []
+
+    def available(root):
+        reads.append(root)
+        return limits.Room((10 - len(reads) + 1) * GiB, "RAM")  # 10 GiB, then 9, 8, ...
+
+    monkeypatch.setattr(limits, "_available", available)
+    monkeypatch.setattr(limits, "_rlimit_rooms", lambda root: [])
+    monkeypatch.setattr(limits, "_cgroup_rooms", lambda root: [])
+    with limits.steady_room():
+        assert limits.memory_room().bytes == 10 * GiB
+        with limits.steady_room():  # nested: the outer figure
+            assert limits.memory_room().bytes == 10 * GiB
+            with limits.reserved(GiB):
+                assert limits.memory_room().bytes == 9 * GiB
+                with pytest.raises(limits.SizeError, match="1 GiB set aside"):
+                    limits.check_memory(9 * GiB + 1, "a test")
+        assert limits.check_memory(10 * GiB, "a test") == 10 * GiB
+    assert len(reads) == 1
+    assert limits.memory_room().bytes == 9 * GiB and len(reads) == 2  # outside: read again
+    calls = []
+    wrapped = limits.steady(lambda: (limits.memory_room(), limits.memory_room(), calls.append(1)))
+    first, second, _ = wrapped()
+    assert first == second and len(reads) == 3 and calls == [1]
+
+
 def _child(code: str, timeout=120) -> str:
     run = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

@@ -29,6 +29,7 @@ from matmech.advisor.planner import (
 )
 from matmech.advisor.split import split_rows
 from matmech.error import lower_bound
+from matmech.limits import steady
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.linalg.terms import MarginalWorkload
@@ -149,6 +150,7 @@ def _rank(results, ctx, W, time_budget=None):
 
 
 @capped
+@steady
 def advise(
     W: LinOp | npt.ArrayLike,
     eps: float = 1.0,

@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from matmech.advisor.compare import distinct, family_branchings, fixed_family
-from matmech.error import error_figures
+from matmech.error import error_figures, sensitivity
+from matmech.privacy.calibration import noise_variance
 from matmech.linalg.linop import Kron, Scaled, VStack
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 
@@ -42,14 +43,47 @@ def _unit_error(W, A, delta):
     return error_figures(W, A, 1.0, delta, measures=("total",), noise="continuous")["total"]
 
 
-def _best_hierarchy(family, W, delta, root):
+#: Up to this many cells the 1-D candidates of one attribute are scored from one dense gram
+#: of its workload and a Cholesky factor of each AᵀA (:func:`scorer`): the same figure as
+#: :func:`_unit_error` up to rounding, without building each strategy's structured inverse
+#: (250 such evaluations were half of a five-attribute advise).
+DENSE_SCORE_N = 256
+
+
+def scorer(W, delta):
+    """``score(A)``: A's unit error on the 1-D workload W (:func:`_unit_error`; a ValueError
+    when A cannot answer W); densely up to :data:`DENSE_SCORE_N` cells, where a strategy
+    whose AᵀA is not positive definite goes the exact way (which raises or answers)."""
+    n = W.shape[1]
+    if n > DENSE_SCORE_N:
+        return lambda A: _unit_error(W, A, delta)
+    from matmech.linalg.lazy import sla
+
+    G = np.asarray(W.gram().dense(), dtype=np.float64)
+    eye = np.eye(n)
+    p = 1 if delta == 0 else 2
+
+    def score(A):
+        a = np.asarray(A.dense(), dtype=np.float64)
+        try:
+            factor = sla.cho_factor(a.T @ a, lower=True)
+        except np.linalg.LinAlgError:
+            return _unit_error(W, A, delta)
+        trace = float(np.sum(G * sla.cho_solve(factor, eye)))
+        return noise_variance(1.0, delta, sensitivity=sensitivity(A, p)) * trace
+
+    return score
+
+
+def _best_hierarchy(family, W, delta, root, score=None):
     """(params, strategy) of the family's hierarchy (with or without root) of least exact error, or None."""
     best = None
+    score = score or scorer(W, delta)
     for name, params, A in family:
         if not name.startswith("hierarchical") or params["root"] != root:
             continue
         try:
-            e = _unit_error(W, A, delta)
+            e = score(A)
         except ValueError:
             continue
         if best is None or e < best[0]:
@@ -62,8 +96,9 @@ def _fixed_1d(n, W, delta):
     hierarchy with the lowest exact error with and without its root, and Haar."""
     family = distinct(fixed_family(n, family_branchings(n, search=True)), (n,))
     out = [family[0]]  # the identity
+    score = scorer(W, delta)
     for root in (True, False):
-        best = _best_hierarchy(family, W, delta, root)
+        best = _best_hierarchy(family, W, delta, root, score)
         if best is not None:
             out.append(("hierarchical" if root else "hierarchical, no root", *best))
     if n > 1:
@@ -88,9 +123,10 @@ def _best_per_attribute(attrs, per, delta):
     picks = []
     for (_, eff), cands in zip(attrs, per):
         scored = []
+        score = scorer(eff, delta)
         for name, params, A in cands:
             try:
-                scored.append((_unit_error(eff, A, delta), name, params, A))
+                scored.append((score(A), name, params, A))
             except ValueError:
                 continue
         picks.append(min(scored, key=lambda r: r[0]))
@@ -106,8 +142,27 @@ def searched_fixed(W, delta):
     attrs = attributes(W)
     if attrs is None or len(attrs) == 1:
         return _fixed_1d(W.shape[1], attrs[0][1] if attrs else W, delta)
-    per = [_fixed_1d(n, eff, delta) for n, eff in attrs]
+    per, seen = [], {}
+    for n, eff in attrs:  # attributes with the same 1-D workload (Loans: four prefix(101)) once
+        key = _gram_key(n, eff)
+        if key is None or key not in seen:
+            got = _fixed_1d(n, eff, delta)
+            if key is not None:
+                seen[key] = got
+        per.append(got if key is None else seen[key])
     return [*_products(per), _best_per_attribute(attrs, per, delta)]
+
+
+def _gram_key(n, eff):
+    """A key equal for attributes whose 1-D workloads have the same gram (their candidates and
+    errors are the same), up to :data:`DENSE_SCORE_N` cells; else None."""
+    if n > DENSE_SCORE_N:
+        return None
+    try:
+        g = np.asarray(eff.gram().dense(), dtype=np.float64)
+    except (ValueError, MemoryError, TypeError):
+        return None
+    return (n, g.tobytes())
 
 
 def workload_strategy(W):

@@ -22,7 +22,8 @@ from typing import TypeVar
 __all__ = ["blas_threads", "capped", "default_threads"]
 
 F = TypeVar("F", bound=Callable)
-_CONTROLLER: list = [None, -1]  # (threadpoolctl controller, len(sys.modules) when it was built)
+#: (threadpoolctl controller, _blas_modules() when it was built, len(sys.modules) when checked)
+_CONTROLLER: list = [None, -1, -1]
 _LOCAL = threading.local()
 
 
@@ -38,13 +39,26 @@ def default_threads() -> int:
     return k
 
 
-def _controller():
-    """A threadpoolctl controller, rebuilt when modules (and so maybe BLAS libraries) were
-    loaded since (scipy.linalg loads its own OpenBLAS on first use)."""
-    if _CONTROLLER[1] != len(sys.modules):
-        from threadpoolctl import ThreadpoolController
+#: Packages whose BLAS libraries matmech computes with (scipy.linalg loads its own OpenBLAS on
+#: first use): the controller is rebuilt when more of their modules are loaded.
+BLAS_PACKAGES = ("numpy", "scipy")
 
-        _CONTROLLER[0], _CONTROLLER[1] = ThreadpoolController(), len(sys.modules)
+
+def _blas_modules() -> int:
+    return sum(1 for name in list(sys.modules) if name.startswith(BLAS_PACKAGES))
+
+
+def _controller():
+    """A threadpoolctl controller, rebuilt when modules of :data:`BLAS_PACKAGES` (and so maybe
+    BLAS libraries) were loaded since (a rebuild scans every loaded library: ~6-13 ms, paid
+    on every call after any other lazy import when keyed on all modules)."""
+    if _CONTROLLER[2] != len(sys.modules):  # something was imported: count the BLAS packages'
+        _CONTROLLER[2] = len(sys.modules)
+        count = _blas_modules()
+        if _CONTROLLER[1] != count:
+            from threadpoolctl import ThreadpoolController
+
+            _CONTROLLER[0], _CONTROLLER[1] = ThreadpoolController(), count
     return _CONTROLLER[0]
 
 

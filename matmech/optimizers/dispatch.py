@@ -66,6 +66,7 @@ import numpy as np
 
 from matmech import validate
 from matmech.error import expected_error
+from matmech.limits import steady
 from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
@@ -126,6 +127,7 @@ def _progress_hook(progress):
 
 
 @capped
+@steady
 def optimize(
     W,
     eps=1.0,
@@ -344,8 +346,10 @@ def fit_families(
     (:data:`~matmech.optimizers.kronfit.KRON_CUTOFF_RATIO`); the kron family's factor fits
     are shared with the families after it; a certified optimum (gap ≤
     :data:`CERTIFIED_GAP`) ends the loop. ``skip(family, best_error)``: a reason not to fit
-    ``family`` (a cheap bound showing it cannot win), or None; a skipped family is yielded
-    with ``failed`` set to ``"skipped: " + reason``. Call inside one BLAS thread
+    ``family`` (a cheap bound showing it cannot win), or None; a family whose
+    :attr:`~matmech.optimizers.families.Family.lower_bound` is above the best error so far is
+    not fitted either; a skipped family is yielded with ``failed`` set to
+    ``"skipped: " + reason``. Call inside one BLAS thread
     (:func:`~matmech.optimizers.blas.blas_threads`)."""
     report = report or (lambda fraction, message: None)
     best = math.inf
@@ -355,6 +359,8 @@ def fit_families(
         if on_start is not None:
             on_start(family)
         why = None if skip is None else skip(family, best)
+        if why is None and not math.isinf(best):
+            why = _cannot_win(W, eps, delta, family, best)
         if why is not None:
             yield FamilyResult(family, failed=f"skipped: {why}")
             continue
@@ -381,6 +387,24 @@ def fit_families(
         yield FamilyResult(family, strategy, gap, params, err, seconds)
         if gap is not None and gap <= CERTIFIED_GAP:
             return
+
+
+def _cannot_win(W, eps, delta, family, best):
+    """Why ``family`` cannot beat the error ``best`` (its :attr:`Family.lower_bound` is above
+    it), or None (no bound, or a bound that does not decide)."""
+    bound_of = getattr(FAMILIES.get(family), "lower_bound", None)
+    if bound_of is None:
+        return None
+    try:
+        bound = bound_of(W, eps, delta)
+    except FIT_ERRORS:
+        return None
+    if bound is None or not bound > best:
+        return None
+    return (
+        f"cannot win: a lower bound on its error ({bound:.6g}) is above the best family's "
+        f"({best:.6g})"
+    )
 
 
 def _fit(W, eps, delta, chosen, *, report, **options):

@@ -67,7 +67,10 @@ class Family:
     rounding on any domain (default False: a histogram release measures it only up to
     :data:`~matmech.linalg.structured.MAX_DENSE_N` cells); ``check(W)`` a reason the
     workload does not fit (None when it does); ``auto(W, delta)`` whether ``method="auto"``
-    also tries it (after the built-in families)."""
+    also tries it (after the built-in families); ``lower_bound(W, eps, delta)`` a cheap
+    proven lower bound on the error its fit would report (squared counts, continuous noise),
+    or None: ``method="auto"`` does not fit a family whose bound is above the best error so
+    far (:func:`matmech.optimizers.dispatch.fit_families`)."""
 
     name: str
     fit: Callable[..., FamilyFit]
@@ -75,6 +78,7 @@ class Family:
     structured: bool | Callable[[float], bool] = False
     check: Callable[[LinOp], str | None] | None = None
     auto: Callable[[LinOp, float], bool] | None = None
+    lower_bound: Callable[[LinOp, float, float], float | None] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name == "auto":
@@ -198,6 +202,16 @@ def _fit_kronstack(W, eps, delta, *, report, shared=None, **_):
     return FamilyFit(fit.strategy, None, params, error=error)
 
 
+def _kronstack_bound(W, eps, delta):
+    """A lower bound on the kronstack family's error on more than
+    :data:`~matmech.optimizers.kronstack.EXACT_N` cells, where it reports its group bound
+    (:func:`~matmech.optimizers.kronstack.value_lower_bound`); None below."""
+    if W.shape[1] <= opt_kronstack.EXACT_N:
+        return None
+    value = opt_kronstack.value_lower_bound(W, norm=1 if delta == 0 else 2)
+    return noise_variance(eps, delta, sensitivity=1.0) * value
+
+
 def _fit_kron(
     W, eps, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None
 ):
@@ -300,7 +314,12 @@ for _family in (
     # pure ε: weighted marginals, rounded to a structured operator; L2: the residual basis
     Family("marginals", _fit_marginals, structured=lambda d: d == 0, check=_needs_marginals),
     Family("gmarginals", _fit_gmarginals, check=_needs_kron("gmarginals")),
-    Family("kronstack", _fit_kronstack, check=_needs_kron("kronstack")),
+    Family(
+        "kronstack",
+        _fit_kronstack,
+        check=_needs_kron("kronstack"),
+        lower_bound=_kronstack_bound,
+    ),
     Family("unions", _fit_unions, models=("l2",), check=_needs_kron("unions")),
 ):
     register_family(_family)

@@ -43,7 +43,14 @@ from matmech.linalg.products import product_terms
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like
 from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
 
-__all__ = ["EXACT_N", "MAX_TERMS", "KronStackFit", "expand_terms", "optimize_kron_stack"]
+__all__ = [
+    "EXACT_N",
+    "MAX_TERMS",
+    "KronStackFit",
+    "expand_terms",
+    "optimize_kron_stack",
+    "value_lower_bound",
+]
 
 #: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
 EXACT_N = 2048
@@ -179,8 +186,38 @@ def optimize_kron_stack(W, *, single=None, prefit=None, norm=1):
     )
 
 
-def _union(terms, fits, norm=1):
-    """(strategy, upper bound, weights) of one term per distinct fitted factor signature."""
+class _FactorBounds(_FactorFits):
+    """Lower bounds on the traces :class:`_FactorFits` fits, under the same keys (so the same
+    groups, decided by the factors' grams alone), without fitting: the total and identity
+    factors exactly, any other factor Q of unit column norm (L2, or L1, which is at least the
+    L2 norm) has trace(G (QᵀQ)⁺) ≥ (trace √G)²/n (Li & Miklau's SVD bound in one dimension:
+    Cauchy–Schwarz with trace QᵀQ ≤ n)."""
+
+    def _fit(self, f):
+        n = f.shape[1]
+        if _total_like(f) or _identity_like(f) or n > MAX_PIDENTITY_N:
+            return super()._fit(f)  # exact, or the same refusal
+        g = GramOperator.from_workload(f).dense()
+        eig = np.clip(np.linalg.eigvalsh(g), 0.0, None)
+        return None, ("P", n, g.tobytes()), float(np.sqrt(eig).sum()) ** 2 / n
+
+
+def value_lower_bound(W, *, norm=1):
+    """A lower bound on ``optimize_kron_stack(W, norm=norm).value`` when W has more than
+    :data:`EXACT_N` cells (below, the value may be the exact error, which this does not
+    bound): the module's figure with every fitted trace replaced by its lower bound
+    (:class:`_FactorBounds`), the least over the two term lists; the figure is increasing in
+    every trace. Costs one symmetric eigenvalue problem per distinct factor gram."""
+    bounds = _FactorBounds(None, norm)
+    return min(
+        _union(terms, bounds, norm, build=False)[1]
+        for terms in (expand_terms(W, expand=False), expand_terms(W))
+    )
+
+
+def _union(terms, fits, norm=1, build=True):
+    """(strategy, upper bound, weights) of one term per distinct fitted factor signature
+    (``build=False``: no strategy, None)."""
     groups = {}
     for v2, fs in terms:
         parts = [fits(f) for f in fs]
@@ -191,6 +228,9 @@ def _union(terms, fits, norm=1):
         else:
             groups[key] = [[p[0] for p in parts], c]
     cs = np.array([c for _, c in groups.values()])
+    if not build:
+        value = float(np.sqrt(cs).sum()) ** 2 if norm == 2 else float(np.cbrt(cs).sum()) ** 3
+        return None, value, None
     if norm == 2:  # Σ cⱼ/wⱼ² at Σ wⱼ² = 1: wⱼ² ∝ √cⱼ, value (Σ √cⱼ)²
         roots = np.sqrt(cs)
         weights = np.sqrt(roots / roots.sum())
