@@ -34,6 +34,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _describe(A):
+    """The measured strategy in a few words (``strategy_name`` says only "auto")."""
+    name = type(A).__name__
+    b = getattr(A, "branching", None)
+    if name == "Tree" and b is not None:
+        lo, hi = A.bounds(0, 1)
+        root = int(lo[0]) == 0 and int(hi[0]) == A.n - 1  # the first row is the whole domain
+        return f"hierarchical b={b}" + ("" if root else ", no root")
+    return name
+
+
 def _child_release(log2n, m, strategy):
     import resource
 
@@ -57,7 +68,7 @@ def _child_release(log2n, m, strategy):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return {
         "strategy": strategy,
-        "chosen": rel.strategy_name,
+        "chosen": _describe(rel.measurement.strategy),
         "cpu_s": sec,
         "peak_rss_gib": peak / 2**30,
         "rmse": float(np.sqrt(rel.expected_error / m)),
