@@ -24,11 +24,13 @@ from matmech.linalg.intervals import Intervals
 from matmech.privacy.confidence import (
     MAX_ROWS,
     IntervalLaw,
+    cached_law,
     excess_kurtosis,
     law_intervals,
     normal_intervals,
 )
 from matmech.linalg.linop import LinOp
+from matmech.linalg.storage import fingerprint
 from matmech.privacy.measure import Measurement
 from matmech.svt.methods import SELECTION_METHODS
 from matmech.svt.rules import take_rows
@@ -280,11 +282,23 @@ class Release:
             rows = (
                 self.workload if self.selected is None else take_rows(self.workload, self.selected)
             )
-        C = noise_weights(rows, m.strategy) if self.answers.size <= MAX_ROWS else None
-        if C is None:  # too large to evaluate: the heaviest tails an answer can have, one draw's
-            one = excess_kurtosis(m.noise, m.scale / m.grid)
+        if self.answers.size > MAX_ROWS:  # too large to evaluate: the heaviest tails an
+            one = excess_kurtosis(m.noise, m.scale / m.grid)  # answer can have, one draw's
             return normal_intervals(self.std, level, excess=one)
-        return law_intervals(C, m.noise, m.scale, m.grid, level)
+
+        def compute():
+            C = noise_weights(rows, m.strategy)
+            if C is None:
+                one = excess_kurtosis(m.noise, m.scale / m.grid)
+                return normal_intervals(self.std, level, excess=one)
+            return law_intervals(C, m.noise, m.scale, m.grid, level)
+
+        # the law depends on the rows, the strategy and the noise only, never on the data:
+        # kept per (rows, strategy) content fingerprint, so a second release or level is cheap
+        keys = (fingerprint(rows), fingerprint(m.strategy))
+        if None in keys:
+            return compute()
+        return cached_law((*keys, m.noise, float(m.scale), float(m.grid), level), compute)
 
     def interval(self, level=0.95):
         """(lower, upper) = answer ∓ half-width of :meth:`interval_law` (answered rows)."""

@@ -143,6 +143,13 @@ class Tree(Intervals):
             branching=src.field(node, "branching", int) if "branching" in node else None,
         )
 
+    def col_norms(self, p=1):
+        if self.sizes is None:
+            return super().col_norms(p)
+        _check_p(p)  # uniform levels: every cell lies in one block of each
+        levels = np.full(self.n, float(len(self.sizes)))
+        return levels if p == 1 else np.sqrt(levels)
+
     def gram_pinv(self):
         if self.sizes is not None:
             return None  # block-spectral gram: closed form (:func:`matmech.linalg.structured.pinv_gram`)

@@ -3,55 +3,25 @@
 Choosing a strategy reads only (W, ε, δ, neighbours), never data, so the choice can be kept
 and reused: a second release of the same workload does not re-run the advisor (≈ 2 s on
 2-way marginals over 2,916 cells). The key is a SHA-256 over the operator's registered
-description (``LinOp.to_dict``, the form :func:`matmech.save_strategy` writes, walked by
-:class:`matmech.linalg.storage.OperatorWalk`) and its arrays;
+description (``LinOp.to_dict``, the form :func:`matmech.save_strategy` writes:
+:func:`matmech.linalg.storage.fingerprint`) and its arrays;
 operators without one are not cached. Least recently used entries go first.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from matmech.linalg.linop import LinOp
-from matmech.linalg.storage import OperatorWalk
+from matmech.linalg.storage import fingerprint
 
 __all__ = ["MAX_ENTRIES", "cached_choice", "clear", "fingerprint"]
 
 #: Choices kept (least recently used first out).
 MAX_ENTRIES = 32
 _CACHE: OrderedDict = OrderedDict()
-
-
-class _Hasher(OperatorWalk):
-    """The walk of ``LinOp.to_dict`` that digests arrays instead of storing them."""
-
-    def __init__(self):
-        self.h = hashlib.sha256()
-
-    def array(self, a):
-        a = np.ascontiguousarray(a)
-        if a.dtype == object:
-            raise TypeError("object array")
-        self.h.update(f"{a.dtype.str}{a.shape}".encode())
-        self.h.update(a.tobytes())
-        return "#"
-
-
-def fingerprint(W: LinOp) -> str | None:
-    """SHA-256 of W's registered description and arrays; None when W has none."""
-    h = _Hasher()
-    try:
-        desc = h.node(W)
-    except (TypeError, ValueError):
-        return None
-    h.h.update(json.dumps(desc, sort_keys=True, default=str).encode())
-    return h.h.hexdigest()
 
 
 def cached_choice(

@@ -10,10 +10,14 @@ import math
 
 import numpy as np
 
-from matmech.advisor.compare import distinct, family_branchings, fixed_family
+from matmech import strategies as S
+from matmech.advisor.compare import family_branchings, signature, uniform_sizes
 from matmech.error import error_figures, sensitivity
 from matmech.privacy.calibration import noise_variance
 from matmech.linalg.linop import Kron, Scaled, VStack
+from matmech.linalg.quadratic import quadratic_trace
+from matmech.linalg.spectral import BlockSpectral
+from matmech.privacy.calibration import measurement_variance, neighbor_sensitivity
 from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
 
 __all__ = ["attributes", "searched_fixed", "workload_strategy"]
@@ -75,34 +79,59 @@ def scorer(W, delta):
     return score
 
 
-def _best_hierarchy(family, W, delta, root, score=None):
-    """(params, strategy) of the family's hierarchy (with or without root) of least exact error, or None."""
-    best = None
+def _uniform_error(W, n, sizes, delta):
+    """:func:`_unit_error` of the uniform hierarchy with block ``sizes`` without building it:
+    its gram is Σ_ℓ s_ℓ E_{s_ℓ} (block-spectral, :mod:`matmech.linalg.spectral`) and every
+    cell lies in one block per level, so its L1 sensitivity is the number of levels (L2:
+    its square root): the same figures :func:`error_figures` reads from the built tree."""
+    M = BlockSpectral(n, sizes, np.cumsum(sizes, dtype=np.float64)).pinv()
+    levels = float(len(sizes))
+    sens = neighbor_sensitivity(levels if delta == 0 else math.sqrt(levels), "add_remove")
+    return measurement_variance(1.0, delta, sens, discrete=False) * quadratic_trace(W, M)
+
+
+def _best_hierarchies(n, W, delta, score=None):
+    """{root: (params, strategy)} of the searched hierarchies of least exact error, with and
+    without the root. Hierarchies equal to an earlier one or to the identity (the leaves
+    alone) are skipped, as :func:`matmech.advisor.compare.distinct` does. Uniform ones (bˡ
+    dividing n) are scored from their block sizes and only the winners built: at 2²⁴ cells a
+    tree holds up to 2²⁵ nodes, and building all twelve cost more than the release."""
     score = score or scorer(W, delta)
-    for name, params, A in family:
-        if not name.startswith("hierarchical") or params["root"] != root:
-            continue
-        try:
-            e = score(A)
-        except ValueError:
-            continue
-        if best is None or e < best[0]:
-            best = (e, params, A)
-    return None if best is None else best[1:]
+    seen = {("sizes", (1,))}  # the leaves alone: the identity
+    best: dict = {}
+    for b in family_branchings(n, search=True):
+        for root in (True, False):
+            sizes = uniform_sizes(n, b, root=root)
+            A = None if sizes is not None else S.hierarchical(n, b, root=root)
+            key = ("sizes", sizes) if A is None else signature(A)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                e = _uniform_error(W, n, sizes, delta) if A is None else score(A)
+            except ValueError:
+                continue
+            if root not in best or e < best[root][0]:
+                best[root] = (e, b, A)
+    return {
+        root: (
+            {"branching": b, "root": root},
+            S.hierarchical(n, b, root=root) if A is None else A,
+        )
+        for root, (_, b, A) in best.items()
+    }
 
 
 def _fixed_1d(n, W, delta):
     """[(name, params, strategy)] for the 1-D workload W on n cells: the identity, the
     hierarchy with the lowest exact error with and without its root, and Haar."""
-    family = distinct(fixed_family(n, family_branchings(n, search=True)), (n,))
-    out = [family[0]]  # the identity
-    score = scorer(W, delta)
+    out = [("identity", {}, S.identity(n))]
+    best = _best_hierarchies(n, W, delta)
     for root in (True, False):
-        best = _best_hierarchy(family, W, delta, root, score)
-        if best is not None:
-            out.append(("hierarchical" if root else "hierarchical, no root", *best))
+        if root in best:
+            out.append(("hierarchical" if root else "hierarchical, no root", *best[root]))
     if n > 1:
-        out.append(family[-1])  # Haar
+        out.append(("haar", {}, S.haar(n)))
     return out
 
 

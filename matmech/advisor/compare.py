@@ -45,6 +45,8 @@ __all__ = [
     "domain_of",
     "fixed_family",
     "distinct",
+    "signature",
+    "uniform_sizes",
     "fixed_candidates",
     "evaluate",
     "compare",
@@ -130,10 +132,27 @@ def fixed_family(n, branchings=LISTED_BRANCHINGS):
     return out
 
 
-def _signature(A):
-    """A structural key: equal keys mean equal matrices (used to drop repeated candidates)."""
+def uniform_sizes(n, b, *, root=True):
+    """The block sizes of the b-ary hierarchy on n cells (those of ``hierarchical(n, b,
+    root=root).sizes``) when its blocks nest (bˡ divides n), else None."""
+    if not _nested(n, b):
+        return None
+    levels, s = [], 1
+    while s < n:
+        levels.append(s)
+        s *= b
+    if root or n == 1:
+        levels.append(n)
+    return tuple(levels)
+
+
+def signature(A):
+    """A structural key: equal keys mean equal matrices (used to drop repeated candidates);
+    a uniform hierarchy's is its block sizes (:func:`uniform_sizes`)."""
     if isinstance(A, Kron):
-        return tuple(_signature(f) for f in A.factors)
+        return tuple(signature(f) for f in A.factors)
+    if getattr(A, "sizes", None) is not None and isinstance(A, Intervals):
+        return ("sizes", tuple(A.sizes))
     if isinstance(A, Intervals):
         lo, hi = A.bounds()
         return (A.n, lo.tobytes(), hi.tobytes())
@@ -144,10 +163,10 @@ def distinct(candidates, domain):
     """The candidates (tuples whose last item is the strategy) without the hierarchies equal
     to an earlier candidate or to the identity (the leaves alone) on ``domain``."""
     leaves = [S.hierarchical(d, max(d, 2), root=False) for d in domain]
-    seen, out = {_signature(leaves[0] if len(domain) == 1 else Kron(*leaves))}, []
+    seen, out = {signature(leaves[0] if len(domain) == 1 else Kron(*leaves))}, []
     for cand in candidates:
         name, A = cand[0], cand[-1]
-        key = _signature(A) if name.startswith("hierarchical") else name
+        key = signature(A) if name.startswith("hierarchical") else name
         if key not in seen:
             seen.add(key)
             out.append(cand)

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from matmech.linalg.linop import LinOp, check_size, register
 from matmech.linalg.normmax import check_p as _check_p
 
-__all__ = ["Intervals", "AllRange", "Prefix", "IntervalGram"]
+__all__ = ["MAX_OVERLAP_BYTES", "Intervals", "AllRange", "Prefix", "IntervalGram"]
 
 
 def _prefix_apply(x):
@@ -153,13 +153,23 @@ class Intervals(LinOp):
         return (hi - lo + 1).astype(np.float64)
 
     def block_overlaps(self, s, start=0, stop=None):
-        """Per row, Σ_B |row ∩ B|² over the aligned blocks B of size s (s divides n)."""
+        """Per row, Σ_B |row ∩ B|² over the aligned blocks B of size s (s divides n).
+
+        With D = hi + 1 − lo and the offsets r_lo = lo mod s, r_hi = (hi + 1) mod s, full blocks
+        give s·|B ∩ row| and the two cut ones lose r(s − r) each: s·D − r_lo(s − r_lo) −
+        r_hi(s − r_hi), or D² when the row lies inside one block (r_lo + D < s). The whole
+        vector is kept per s on the (immutable) operator while the kept ones hold at most
+        :data:`MAX_OVERLAP_BYTES`: the advisor's hierarchies and Haar share block sizes."""
+        whole = start == 0 and (stop is None or stop >= self.shape[0])
+        cache = self.__dict__.setdefault("_block_overlaps", {})
+        if whole and s in cache:
+            return cache[s]
         lo, hi = self.bounds(start, stop)
-        a, b = lo // s, hi // s
-        first = np.where(a == b, hi - lo + 1, (a + 1) * s - lo).astype(np.float64)
-        last = np.where(a == b, 0, hi - b * s + 1).astype(np.float64)
-        full = np.maximum(b - a - 1, 0).astype(np.float64)
-        return first**2 + last**2 + full * float(s) ** 2
+        out = _overlaps(lo, hi + 1, int(s))
+        if whole and out.nbytes + sum(v.nbytes for v in cache.values()) <= MAX_OVERLAP_BYTES:
+            out.setflags(write=False)
+            cache[s] = out
+        return out
 
     def block_energy(self, s):
         """Σ_B ‖W 1_B‖² over the aligned blocks of size s: trace(G E_s)·s; kept per s on the
@@ -167,12 +177,15 @@ class Intervals(LinOp):
         and 32 on 2^k cells all use powers of two), each an O(rows) pass."""
         cache = self.__dict__.setdefault("_block_energy", {})
         if s not in cache:
-            cache[s] = float(
-                sum(
-                    self.block_overlaps(s, start, start + lo.size).sum()
-                    for start, lo, _ in self._chunks()
+            if self.shape[0] * 8 <= MAX_OVERLAP_BYTES:  # one vector, kept for the variances
+                cache[s] = float(self.block_overlaps(s).sum())
+            else:
+                cache[s] = float(
+                    sum(
+                        self.block_overlaps(s, start, start + lo.size).sum()
+                        for start, lo, _ in self._chunks()
+                    )
                 )
-            )
         return cache[s]
 
     def prefix_quadratic(self, c, start=0, stop=None):
@@ -188,6 +201,29 @@ class Intervals(LinOp):
                 for start, lo, _ in self._chunks()
             )
         )
+
+
+#: Bytes of per-row block overlaps an interval workload keeps (first come, never evicted: the
+#: advisor sweeps the block sizes in the same order for every candidate). 256 MiB: every
+#: power of two up to 2²⁴ for 10⁶ ranges.
+MAX_OVERLAP_BYTES = 256 << 20
+
+
+def _overlaps(lo, end, s):
+    """Σ_B |[lo, end) ∩ B|² over the aligned blocks B of s cells, per row (exact in float64
+    below 2⁵³: the terms are integers)."""
+    if s & (s - 1) == 0:  # a power of two: offsets by a mask
+        r_lo, r_hi = lo & (s - 1), end & (s - 1)
+    else:
+        r_lo, r_hi = lo % s, end % s
+    d = (end - lo).astype(np.float64)
+    a, c = r_lo.astype(np.float64), r_hi.astype(np.float64)
+    out = float(s) * d
+    out -= a * (s - a)
+    out -= c * (s - c)
+    inside = np.flatnonzero(r_lo + (end - lo) < s)
+    out[inside] = d[inside] ** 2
+    return out
 
 
 def _ramp_sums(n, s):

@@ -10,11 +10,14 @@ becomes of an array is its subclass's choice: a strategy file stores it
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["REGISTRY", "OperatorWalk", "register"]
+__all__ = ["REGISTRY", "OperatorWalk", "fingerprint", "register"]
 
 #: Type name → operator class, for every class a strategy file may hold (:mod:`matmech.io.store`).
 REGISTRY: dict[str, type] = {}
@@ -68,3 +71,31 @@ class OperatorWalk:
     def node(self, A: Any) -> dict:
         """The description of A: its type name and ``A.to_dict(self)``."""
         return {"type": self.type_name(A), **A.to_dict(self)}
+
+
+class _Hasher(OperatorWalk):
+    """The walk that digests arrays instead of storing them."""
+
+    def __init__(self):
+        self.h = hashlib.sha256()
+
+    def array(self, a):
+        a = np.ascontiguousarray(a)
+        if a.dtype == object:
+            raise TypeError("object array")
+        self.h.update(f"{a.dtype.str}{a.shape}".encode())
+        self.h.update(a.tobytes())
+        return "#"
+
+
+def fingerprint(A: Any) -> str | None:
+    """SHA-256 of operator A's registered description and arrays (the form a strategy file
+    stores), or None when A has none: a key for caches of data-independent results
+    (:mod:`matmech.advisor.cache`, :func:`matmech.privacy.confidence.cached_law`)."""
+    h = _Hasher()
+    try:
+        desc = h.node(A)
+    except (TypeError, ValueError):
+        return None
+    h.h.update(json.dumps(desc, sort_keys=True, default=str).encode())
+    return h.h.hexdigest()

@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -48,7 +51,11 @@ __all__ = [
     "METHODS",
     "NORMAL_TOLERANCE",
     "IntervalLaw",
+    "MAX_CACHED_BYTES",
+    "cached_bytes",
+    "cached_law",
     "chebyshev_intervals",
+    "clear_laws",
     "edgeworth_coverage",
     "edgeworth_error",
     "excess_kurtosis",
@@ -76,6 +83,8 @@ MAX_WORK = 1 << 24
 #: Most answers whose law is evaluated one by one; larger releases use the normal quantile.
 MAX_ROWS = 200_000
 METHODS = ("exact", "convolution", "normal", "cornish-fisher", "chebyshev")
+#: Bytes of interval laws :func:`cached_law` keeps (least recently used out first).
+MAX_CACHED_BYTES = 64 << 20
 _TAIL = 37.0  # e^-37 < 1e-16: Laplace support radius in units of t
 
 
@@ -96,6 +105,49 @@ class IntervalLaw:
         """{method: number of answers}."""
         names, k = np.unique(self.method, return_counts=True)
         return {str(a): int(b) for a, b in zip(names, k)}
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the three arrays (the method names are shared strings)."""
+        return int(self.half.nbytes + self.coverage.nbytes + self.method.nbytes)
+
+
+_LAWS: OrderedDict = OrderedDict()
+_LAWS_LOCK = threading.Lock()
+
+
+def cached_law(key: Hashable, compute: Callable[[], IntervalLaw]) -> IntervalLaw:
+    """``compute()``, kept under ``key`` and reused while it fits in :data:`MAX_CACHED_BYTES`.
+
+    An interval law depends only on the answers' noise weights (the workload rows and the
+    strategy) and the noise's kind, scale, grid and level, never on the data: the key must
+    say all of them (:meth:`matmech.record.Release.interval_law` keys on fingerprints of the
+    rows and the strategy, :func:`matmech.linalg.storage.fingerprint`). A law larger than the
+    whole budget is computed and not kept. Laws are read-only, so callers share them."""
+    with _LAWS_LOCK:
+        law = _LAWS.get(key)
+        if law is not None:
+            _LAWS.move_to_end(key)
+            return law
+    law = compute()
+    if law.nbytes <= MAX_CACHED_BYTES:
+        with _LAWS_LOCK:
+            _LAWS[key] = law
+            while sum(v.nbytes for v in _LAWS.values()) > MAX_CACHED_BYTES:
+                _LAWS.popitem(last=False)
+    return law
+
+
+def cached_bytes() -> int:
+    """Bytes the cached interval laws hold now (at most :data:`MAX_CACHED_BYTES`)."""
+    with _LAWS_LOCK:
+        return sum(v.nbytes for v in _LAWS.values())
+
+
+def clear_laws() -> None:
+    """Forget every cached interval law."""
+    with _LAWS_LOCK:
+        _LAWS.clear()
 
 
 def _check(noise: str, t: float) -> None:
@@ -138,6 +190,7 @@ def noise_cdf(noise: str, t: float, k: np.ndarray) -> np.ndarray:
     return np.where(idx < 0, 0.0, cdf[np.clip(idx, 0, None)])
 
 
+@functools.lru_cache(maxsize=1024)
 def _variance(noise: str, t: float) -> float:
     return (
         discrete_laplace_variance(t)
@@ -235,11 +288,13 @@ def _convolution(noise, a, tt, n, sd, level):
     N = _grid_size(B)
     b = np.arange(-B, B + 1)
     spec = np.ones(N // 2 + 1, dtype=np.complex128)
+    edges = (
+        np.arange(-B - 1, B + 1) + 0.5
+    )  # bin b is (b − ½, b + ½]·h: edges[b + B], edges[b + B + 1]
     for x, s, k in zip(a.tolist(), tt.tolist(), n.tolist()):
-        hi = noise_cdf(noise, s, np.ceil((b + 0.5) * h / x) - 1)
-        lo = noise_cdf(noise, s, np.ceil((b - 0.5) * h / x) - 1)
+        cdf = noise_cdf(noise, s, np.ceil(edges * h / x) - 1)  # once per edge, shared by two bins
         binned = np.zeros(N)
-        binned[b % N] = np.clip(hi - lo, 0.0, None)
+        binned[b % N] = np.clip(cdf[1:] - cdf[:-1], 0.0, None)
         spec *= np.fft.rfft(binned) ** k
     pmf = np.clip(np.fft.irfft(spec, N), 0.0, None)
     r, cov = _central(pmf[b % N], level)
@@ -282,8 +337,7 @@ def _moments(noise, a, tt, n, level):
     κ₄ = Σ n·a⁴·κ₄(z) over the terms (cumulants of independent draws add) → (half-width,
     the Edgeworth estimate of its coverage, method)."""
     z = float(ndtri(0.5 + level / 2))
-    var = np.array([_variance(noise, s) for s in tt.tolist()])
-    kurt = np.array([excess_kurtosis(noise, s) for s in tt.tolist()])
+    var, kurt = _per_scale(noise, tt)
     s2 = float((n * a * a * var).sum())
     k4 = float((n * a**4 * kurt * var * var).sum()) / (s2 * s2)
     if edgeworth_error(k4, level) <= NORMAL_TOLERANCE:
@@ -343,25 +397,23 @@ def law_intervals(
         _check(noise, s)
     K = None if counts is None else np.broadcast_to(np.asarray(counts, dtype=np.int64), C.shape)
     m = C.shape[0]
+    if K is None and np.asarray(scale).ndim == 0:  # one scale, one draw per weight
+        half, cov, method = _plain(C, noise, float(T.flat[0]) if T.size else 1.0, level)
+        return IntervalLaw(level, half * grid, cov, method)
     half, cov = np.empty(m), np.full(m, np.nan)
     method = np.empty(m, dtype=object)
     seen: dict = {}
     work = [0]
-    plain = K is None and np.asarray(scale).ndim == 0  # one scale, one draw per weight
     for i in range(m):
         row = np.abs(C[i])
         tol = 1e-10 * max(float(row.max(initial=0.0)), 1e-300)
-        if plain:  # the sorted weights are the key (cheap); grouped only when new
-            c = np.sort(row[row > tol])
-            key: tuple = tuple(np.round(c, 10).tolist())
-        else:
-            keep = (row > tol) & (K[i] > 0 if K is not None else True)
-            c = row[keep]
-            key = (
-                tuple(np.round(c, 10).tolist()),
-                tuple(T[i][keep].tolist()),
-                () if K is None else tuple(K[i][keep].tolist()),
-            )
+        keep = (row > tol) & (K[i] > 0 if K is not None else True)
+        c = row[keep]
+        key = (
+            tuple(np.round(c, 10).tolist()),
+            tuple(T[i][keep].tolist()),
+            () if K is None else tuple(K[i][keep].tolist()),
+        )
         if c.size == 0:
             half[i], cov[i], method[i] = 0.0, 1.0, "exact"
             continue
@@ -373,8 +425,74 @@ def law_intervals(
     return IntervalLaw(level, half, cov, method)
 
 
+#: Rows of weights sorted at once by :func:`_plain` (bounds its temporary arrays).
+_CHUNK = 4096
+
+
+def _plain(C, noise, t, level):
+    """:func:`law_intervals` for one scale t (lattice units) and one draw per weight, in
+    lattice units: answers with the same sorted |weights| (to 10 digits) share one
+    computation, the first :data:`MAX_PROFILES` distinct ones (in row order) by the exact or
+    binned law, every other by moments, vectorised over the rows."""
+    m = C.shape[0]
+    ids: dict = {}  # sorted rounded |weights| (bytes) -> profile, in order of first row
+    first: list = []
+    empty: list = []  # per profile: every weight zero
+    row_profile = np.empty(m, dtype=np.int64)
+    for lo in range(0, m, _CHUNK):
+        w = np.abs(C[lo : lo + _CHUNK])
+        tol = 1e-10 * np.maximum(w.max(1, initial=0.0), 1e-300)
+        w = np.round(np.sort(np.where(w > tol[:, None], w, 0.0), axis=1), 10)
+        w += 0.0  # -0.0 and 0.0 as one key
+        nonzero = w[:, -1] > 0 if w.shape[1] else np.zeros(w.shape[0], dtype=bool)
+        for r in range(w.shape[0]):
+            j = ids.setdefault(w[r].tobytes(), len(ids))
+            if j == len(first):
+                first.append(lo + r)
+                empty.append(not nonzero[r])
+            row_profile[lo + r] = j
+    first_rows = np.asarray(first, dtype=np.int64)
+    P = first_rows.size
+    half, cov = np.zeros(P), np.full(P, np.nan)
+    method = np.full(P, "exact", dtype=object)
+    cov[np.asarray(empty, dtype=bool)] = 1.0  # no noise: the answer is exact
+    live = [j for j in range(P) if not empty[j]]
+    work = [0]
+    for j in live[:MAX_PROFILES]:
+        row = np.abs(C[first[j]])
+        tol = 1e-10 * max(float(row.max(initial=0.0)), 1e-300)
+        a, tt, n = _groups(np.where(row > tol, row, 0.0), t, None)
+        half[j], cov[j], method[j] = _one(noise, a, tt, n, level, exact_ok=True, work=work)
+    rest = np.asarray(live[MAX_PROFILES:], dtype=np.int64)
+    if rest.size:  # moments: s² = Σ a²·var, κ₄ = Σ a⁴·κ₄(z)·var² / s⁴ (as _moments)
+        var, kurt = _variance(noise, t), _kurtosis(noise, t)
+        a = np.abs(C[first_rows[rest]])
+        tol = 1e-10 * np.maximum(a.max(1, initial=0.0), 1e-300)
+        a = np.round(np.where(a > tol[:, None], a, 0.0), 12)
+        s2 = var * (a * a).sum(1)
+        k4 = kurt * var * var * (a**4).sum(1) / (s2 * s2)
+        z = float(ndtri(0.5 + level / 2))
+        err = math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * (z**3 - 3 * z) * k4 / 12.0
+        normal = np.abs(err) <= NORMAL_TOLERANCE
+        half[rest] = np.where(normal, z, z + k4 * (z**3 - 3 * z) / 24.0) * np.sqrt(s2)
+        # coverage: the Edgeworth estimate (edgeworth_coverage) for the normal quantile, the
+        # level for Cornish–Fisher, whose quantile removes that term
+        cov[rest] = np.where(normal, np.clip(level - err, 0.0, 1.0), level)
+        method[rest] = np.where(normal, "normal", "cornish-fisher")
+    return half[row_profile], cov[row_profile], method[row_profile]
+
+
+def _per_scale(noise, tt):
+    """(variance, excess kurtosis) of one draw at each scale of ``tt`` (computed once per
+    distinct scale: the exact variance is a rational computation, ~0.1 ms)."""
+    u, inv = np.unique(tt, return_inverse=True)
+    var = np.array([_variance(noise, s) for s in u.tolist()])
+    kurt = np.array([_kurtosis(noise, s) for s in u.tolist()])
+    return var[inv], kurt[inv]
+
+
 def _one(noise, a, tt, n, level, *, exact_ok, work):
-    var = np.array([_variance(noise, s) for s in tt.tolist()])
+    var = _per_scale(noise, tt)[0]
     sd = math.sqrt(float((n * a * a * var).sum()))
     if exact_ok and np.all(np.abs(a - np.rint(a)) <= 1e-9):
         try:
