@@ -81,7 +81,9 @@ def time_commands(reps):
 def import_profile(top=12):
     """The ``top`` modules by cumulative import time under ``import matmech`` (µs) and the
     heavy modules it loaded."""
-    probe = f"import sys, json, matmech; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    probe = (
+        f"import sys, json, matmech; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", probe],
         env=_env(),
