@@ -40,6 +40,11 @@ COMMANDS = {
         "import sys; from matmech.cli import main; sys.exit(main(['--version']))",
     ],
     "python -m matmech --version": ["-m", "matmech", "--version"],
+    # every subcommand's parser built (what any other command pays before its own work)
+    "matmech --help": [
+        "-c",
+        "import sys; from matmech.cli import main; sys.exit(main(['--help']))",
+    ],
 }
 REFERENCE = "import numpy, scipy.sparse, scipy.linalg"
 

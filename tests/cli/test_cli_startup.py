@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 import matmech
+from conftest import ROOT
 
 #: Modules that neither ``import matmech`` nor ``matmech --version`` may load.
 HEAVY = (
@@ -139,3 +140,28 @@ def test_unknown_names_and_submodules():
         warnings.simplefilter("always")
         assert matmech.sparse_vector is matmech.svt.sparse_vector
     assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+def test_every_subpackage_and_top_level_module_imports_first():
+    """With nothing imported eagerly, any subpackage or module may be the first one a
+    program imports; an import cycle that the old eager order hid (``matmech.pipeline`` →
+    ``matmech.factored`` → ``matmech.pipeline.run``) fails here. One interpreter, its
+    ``matmech`` modules dropped before each import."""
+    pkg = ROOT / "matmech"
+    names = sorted(
+        f"matmech.{p.parent.name if p.name == '__init__.py' else p.stem}"
+        for p in [*pkg.glob("*/__init__.py"), *pkg.glob("*.py")]
+        if p.name not in ("__init__.py", "__main__.py") or p.parent != pkg
+    )
+    code = (
+        "import importlib, sys\n"
+        f"bad = []\nfor n in {names!r}:\n"
+        "    for m in [m for m in sys.modules if m.split('.')[0] == 'matmech']:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n        importlib.import_module(n)\n"
+        "    except Exception as e:\n        bad.append(f'{n}: {e!r}')\n"
+        "print(bad)"
+    )
+    _, printed = _loaded_after(code)
+    assert len(names) >= 15 and "matmech.pipeline" in names and "matmech.release" in names
+    assert printed == ["[]"], printed
