@@ -19,26 +19,39 @@ their old top-level names still work, with a DeprecationWarning.
 Note: the functions ``release``, ``optimize`` and ``advise`` are exported under the names
 of their modules, so ``matmech.release`` is the function; import module-level names with
 ``from matmech.release import ...``.
+
+``import matmech`` imports none of these: each name is imported from its module the first
+time it is used (PEP 562), so the package import costs little more than Python itself and the
+solvers, graph and data-engine modules load only when a function needs them
+(``benchmarks/import_time.py``).
 """
 
-from matmech import strategies
-from matmech import workloads
-from matmech.advisor.advise import Advice, advise
-from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
-from matmech.privacy.calibration import gaussian_sigma
-from matmech.privacy.ledger import Ledger
-from matmech.advisor.compare import compare
-from matmech.io.data import histogram
-from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
-from matmech.inference import least_squares
-from matmech.linalg.linop import LinOp, as_linop
-from matmech.privacy.measure import Measurement, measure
-from matmech.optimizers.dispatch import OptimizeResult, optimize
-from matmech.release import Release, release, release_table
-from matmech.svt.select import Selection, select_rows
-from matmech.io.specs import Spec, SpecError, load_spec
-from matmech.io.store import load_strategy, save_strategy
-from matmech.io.domain import Domain
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time: __getattr__
+    from matmech import strategies, workloads
+    from matmech.advisor.advise import Advice, advise
+    from matmech.advisor.compare import compare
+    from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
+    from matmech.inference import least_squares
+    from matmech.io.data import histogram
+    from matmech.io.domain import Domain
+    from matmech.io.specs import Spec, SpecError, load_spec
+    from matmech.io.store import load_strategy, save_strategy
+    from matmech.linalg.linop import LinOp, as_linop
+    from matmech.optimizers.dispatch import OptimizeResult, optimize
+    from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
+    from matmech.privacy.calibration import gaussian_sigma
+    from matmech.privacy.ledger import Ledger
+    from matmech.privacy.measure import Measurement, measure
+    from matmech.release import Release, release, release_table
+    from matmech.svt.select import Selection, select_rows
 
 __all__ = [
     "workloads",
@@ -90,7 +103,54 @@ _MOVED_TO_SVT = (
 )
 
 
+#: Where each public name lives: ``import matmech`` loads none of them (issue 32: the package
+#: import costs about what numpy does; solvers, graphs and data engines load on first use).
+_LAZY = {
+    "strategies": None,  # None: the name is a submodule
+    "workloads": None,
+    "Advice": "matmech.advisor.advise",
+    "advise": "matmech.advisor.advise",
+    "compare": "matmech.advisor.compare",
+    "expected_error": "matmech.error",
+    "lower_bound": "matmech.error",
+    "per_query_variance": "matmech.error",
+    "sensitivity": "matmech.error",
+    "least_squares": "matmech.inference",
+    "histogram": "matmech.io.data",
+    "Domain": "matmech.io.domain",
+    "Spec": "matmech.io.specs",
+    "SpecError": "matmech.io.specs",
+    "load_spec": "matmech.io.specs",
+    "load_strategy": "matmech.io.store",
+    "save_strategy": "matmech.io.store",
+    "LinOp": "matmech.linalg.linop",
+    "as_linop": "matmech.linalg.linop",
+    "OptimizeResult": "matmech.optimizers.dispatch",
+    "optimize": "matmech.optimizers.dispatch",
+    "BudgetExceededError": "matmech.privacy.budget",
+    "PrivacyBudget": "matmech.privacy.budget",
+    "gaussian_sigma": "matmech.privacy.calibration",
+    "Ledger": "matmech.privacy.ledger",
+    "Measurement": "matmech.privacy.measure",
+    "measure": "matmech.privacy.measure",
+    "Release": "matmech.release",
+    "release": "matmech.release",
+    "release_table": "matmech.release",
+    "Selection": "matmech.svt.select",
+    "select_rows": "matmech.svt.select",
+}
+
+
 def __getattr__(name):
+    """A public name, imported from its module on first use (PEP 562) and kept; any other
+    submodule (``matmech.svt``, ``matmech.io``, …) is imported on first use as well."""
+    if name in _LAZY:
+        where = _LAZY[name]
+        if where is None:
+            return importlib.import_module(f"matmech.{name}")
+        value = getattr(importlib.import_module(where), name)
+        globals()[name] = value
+        return value
     if name in _MOVED_TO_SVT:
         import warnings
 
@@ -102,7 +162,32 @@ def __getattr__(name):
             stacklevel=2,
         )
         return getattr(svt, name)
+    if not name.startswith("__") and importlib.util.find_spec(f"matmech.{name}") is not None:
+        return importlib.import_module(f"matmech.{name}")
     raise AttributeError(f"module 'matmech' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The ``matmech`` module: ``matmech.release`` is the function even after the submodule
+    ``matmech.release`` is imported (the import system binds a submodule on its parent; here
+    that binding is dropped, and the module stays in ``sys.modules``)."""
+
+    @property
+    def release(self):
+        from matmech.release import release
+
+        return release
+
+    @release.setter
+    def release(self, value):
+        pass
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 #: The package version, the one place it is written (pyproject.toml reads it from here).

@@ -85,11 +85,11 @@ def test_docstring_has_every_section(name, obj):
 def test_docstring_example_runs(name, obj):
     doc = inspect.getdoc(obj) or ""
     example = doc.split("Examples\n--------", 1)[-1]
-    namespace = importlib.import_module(
-        name.rsplit(".", 1)[0]
-    )  # the names it exports, as a reader has them
+    namespace = importlib.import_module(name.rsplit(".", 1)[0])
+    # the names it exports, as a reader has them (a lazy package holds them only once used)
+    exported = {n: getattr(namespace, n) for n in getattr(namespace, "__all__", ())}
     test = doctest.DocTestParser().get_doctest(
-        example, {**vars(namespace), "np": np}, name, None, 0
+        example, {**vars(namespace), **exported, "np": np}, name, None, 0
     )
     assert test.examples, f"{name}: the Examples section has no >>> lines"
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -43,7 +43,7 @@ LAYERS = [
     ["record", "stream.engine"],
     ["factored", "pipeline"],
     ["release", "stream.state", "stream.release"],
-    ["cli", "stream.cli", "stream"],
+    ["cli", "stream.cli", "stream", "__main__"],
 ]
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on

@@ -15,21 +15,32 @@ still allocate and the answers file's space is reserved on disk, before anything
 (:mod:`matmech.limits`; docs/cli.md). ``release --ledger FILE`` charges a persistent privacy
 ledger (``matmech budget init FILE --eps E``) before any noise. ``--round`` and
 ``--nonnegative`` are post-processing of the published answers (no privacy cost).
+
+Start-up is kept short: the subcommand modules are imported when the parser is built, and
+``matmech --version`` answers before that, without importing the library
+(``benchmarks/import_time.py``). Long steps (``release``, ``advise``, ``plot``, ``stream
+init``) draw a progress bar on stderr when it is a terminal (:mod:`matmech.cli.progress`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import sys
 
-from matmech.cli import advise, budget, compare, release
-from matmech.cli.common import _ACTIVE, _one_line
+from matmech import __version__
+from matmech.cli.common import _one_line
+from matmech.cli.progress import close_all
 
 __all__ = ["build_parser", "main"]
 
-#: One module per subcommand group; each adds its subcommands to the parser.
-SUBCOMMANDS = (compare, advise, release, budget)
+#: One module per subcommand group (``matmech.cli.<name>``); each adds its subcommands to the
+#: parser. Imported when the parser is built, not with this package.
+SUBCOMMANDS = ("compare", "advise", "release", "budget")
+
+#: Options answered before the parser (and the library) is loaded.
+VERSION_FLAGS = ("--version", "-V")
 
 
 def build_parser():
@@ -38,9 +49,12 @@ def build_parser():
         prog="matmech",
         description="The Matrix Mechanism for linear queries under differential privacy.",
     )
+    parser.add_argument(
+        *VERSION_FLAGS, action="version", version=f"matmech {__version__}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in SUBCOMMANDS:
-        group.add_parsers(sub)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"matmech.cli.{name}").add_parsers(sub)
     from matmech.stream.cli import add_stream_parser
 
     add_stream_parser(sub)
@@ -48,6 +62,10 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) == 1 and argv[0] in VERSION_FLAGS:  # before the subcommands' imports
+        print(f"matmech {__version__}")
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -58,13 +76,12 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, TypeError, OSError, ImportError, csv.Error, MemoryError) as exc:
-        for bar in _ACTIVE:
-            bar.close()
+        close_all()  # end a progress bar's line before the message
         msg = _one_line(exc)
         print(f"matmech: error: {msg}", file=sys.stderr)
         return 2
     finally:
-        _ACTIVE.clear()
+        close_all()
 
 
 if __name__ == "__main__":  # pragma: no cover

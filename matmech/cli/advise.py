@@ -12,9 +12,8 @@ from matmech.cli.common import (
     _check_writable,
     _overwrite_arg,
     _privacy_args,
-    _progress,
-    _progress_arg,
 )
+from matmech.cli.progress import progress, progress_arg
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
@@ -35,16 +34,15 @@ def _cmd_plot(args):
     eps, delta = check_privacy_params(args.eps, args.delta)
     path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
     _check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
-    progress = _progress(args)
-    advice = advise(
-        spec.workload,
-        eps,
-        delta,
-        neighbors=args.neighbors,
-        time_budget="default" if args.time_budget is None else args.time_budget,
-        progress=progress,
-    )
-    progress.close()
+    with progress(args) as bar:
+        advice = advise(
+            spec.workload,
+            eps,
+            delta,
+            neighbors=args.neighbors,
+            time_budget="default" if args.time_budget is None else args.time_budget,
+            progress=bar,
+        )
     fig = plot_rows(
         spec.workload,
         advice.rows,
@@ -89,16 +87,15 @@ def _cmd_advise(args):
         raise ValueError(
             f"--time-budget must be a positive number of seconds, got {args.time_budget!r}"
         )
-    bar = _progress(args)
-    advice = advise(
-        spec.workload,
-        eps,
-        delta,
-        time_budget="default" if args.time_budget is None else args.time_budget,
-        progress=bar,
-        neighbors=args.neighbors,
-    )
-    bar.close()
+    with progress(args) as bar:
+        advice = advise(
+            spec.workload,
+            eps,
+            delta,
+            time_budget="default" if args.time_budget is None else args.time_budget,
+            progress=bar,
+            neighbors=args.neighbors,
+        )
     saved = None
     if args.save_strategy:
         if advice.best is None:
@@ -170,7 +167,7 @@ def add_parsers(sub):
         metavar="SECONDS",
         help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic",
     )
-    _progress_arg(p)
+    progress_arg(p)
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser(
@@ -191,6 +188,6 @@ def add_parsers(sub):
         metavar="SECONDS",
         help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic",
     )
-    _progress_arg(p)
+    progress_arg(p)
     _overwrite_arg(p)
     p.set_defaults(func=_cmd_advise)

@@ -1,22 +1,16 @@
-"""What every ``matmech`` subcommand shares: the privacy options, the progress bar, the
-output-path check and the one-line error text (:func:`matmech.cli.main`)."""
+"""What every ``matmech`` subcommand shares: the privacy options, the output-path check and
+the one-line error text (:func:`matmech.cli.main`); the progress bar is
+:mod:`matmech.cli.progress`."""
 
 from __future__ import annotations
 
-import sys
-import time
-
 __all__ = [
     "CONVENTIONS",
-    "_ACTIVE",
-    "_Progress",
     "_check_readable",
     "_check_writable",
     "_one_line",
     "_overwrite_arg",
     "_privacy_args",
-    "_progress",
-    "_progress_arg",
 ]
 
 CONVENTIONS = (
@@ -53,58 +47,6 @@ def _overwrite_arg(p):
         action="store_true",
         help="replace an existing output file (without it, an existing file is never overwritten)",
     )
-
-
-def _progress_arg(p):
-    p.add_argument(
-        "--progress",
-        choices=["auto", "always", "never"],
-        default="auto",
-        help="progress bar on stderr for long work: auto = only on a terminal (default)",
-    )
-
-
-# -- progress --------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A one-line progress bar on stderr, for callables(fraction, message).
-
-    Drawn only when ``enabled`` and only once the work has run for ``delay`` seconds, so
-    quick runs print nothing; :meth:`close` ends the line (also before an error message).
-    """
-
-    def __init__(self, enabled, delay=0.5, stream=None):
-        self.enabled, self.delay = enabled, delay
-        self.stream = sys.stderr if stream is None else stream
-        self.start = time.perf_counter()
-        self.drawn = False
-
-    def __call__(self, fraction, message):
-        if not self.enabled or time.perf_counter() - self.start < self.delay:
-            return
-        width = 30
-        done = int(round(width * min(max(fraction, 0.0), 1.0)))
-        line = f"\r[{'#' * done}{'.' * (width - done)}] {fraction:4.0%} {str(message)[:60]:<60}"
-        self.stream.write(line)
-        self.stream.flush()
-        self.drawn = True
-
-    def close(self):
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
-
-
-_ACTIVE: list = []  # progress bars to close before an error message
-
-
-def _progress(args):
-    enabled = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    bar = _Progress(enabled)
-    _ACTIVE.append(bar)
-    return bar
 
 
 def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):

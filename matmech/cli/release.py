@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from matmech.cli.common import _check_readable, _check_writable, _overwrite_arg, _privacy_args
+from matmech.cli.progress import progress, progress_arg
 from matmech.cli.files import (
     _codes,
     _postprocess,
@@ -22,7 +23,16 @@ from matmech.cli.files import (
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["FACTORED_CELLS", "OUTPUT_BYTES", "OUTPUT_BYTES_PER_ROW", "add_parsers"]
+__all__ = ["FACTORED_CELLS", "OUTPUT_BYTES", "OUTPUT_BYTES_PER_ROW", "STAGES", "add_parsers"]
+
+#: The stages of ``matmech release`` its progress bar names (fixed names: never a value of
+#: the data); the bar's fraction is the share of stages begun.
+STAGES = (
+    "checking the inputs",
+    "reading the data",
+    "planning and measuring",
+    "writing the answers",
+)
 
 
 def _strategy_arg(value):
@@ -125,6 +135,8 @@ def _cmd_release(args):
 
     if args.out is None and not args.json:
         raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")
+    bar = progress(args)
+    bar.stage(STAGES, 0)
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     schema = spec.schema
@@ -174,6 +186,7 @@ def _cmd_release(args):
             _check_room(pending, file_bytes)
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy, delta=delta)
+        bar.stage(STAGES, 1)
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(
                 args.data, schema, args.encoding, args.delimiter
@@ -204,6 +217,7 @@ def _cmd_release(args):
             ledger.tag(spec=ledger.fingerprint(args.spec), data=ledger.fingerprint(args.data))
         if pending is not None:  # reserved on disk before the spend: writing cannot fail for room
             _reserve_disk(pending, file_bytes)
+        bar.stage(STAGES, 2)
         with reserved(output):  # the release's own memory checks leave room for the output
             rel = release(
                 x,
@@ -221,6 +235,7 @@ def _cmd_release(args):
             rows = iter_release_table(rel, labels)
             return _postprocess(rows, decimals=args.round, nonnegative=args.nonnegative)
 
+        bar.stage(STAGES, 3)
         if pending is not None:
             try:
                 _write_answers(
@@ -237,6 +252,7 @@ def _cmd_release(args):
             pending[0].close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(pending[0].name)
+    bar.close()
     if args.json:
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
@@ -454,4 +470,5 @@ def add_parsers(sub):
         help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise",
     )
     _overwrite_arg(p)
+    progress_arg(p)
     p.set_defaults(func=_cmd_release)

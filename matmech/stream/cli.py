@@ -17,6 +17,7 @@ import json
 import math
 
 from matmech import validate
+from matmech.cli.progress import progress, progress_arg
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 
@@ -62,7 +63,11 @@ def _ledger(path):
 
 def _cmd_init(args) -> int:
     spec = load_stream_spec(args.spec)
-    s = StreamRelease.create(args.stream, spec, budget=_ledger(args.ledger), key_file=args.key_file)
+    with progress(args) as bar:  # a BLT factorization is optimised here (seconds)
+        bar(0.0, "planning the stream and creating its file")
+        s = StreamRelease.create(
+            args.stream, spec, budget=_ledger(args.ledger), key_file=args.key_file
+        )
     st = s.status()
     print(
         f"created stream {args.stream}: {st['horizon']} steps x {len(st['categories'])} categories, "
@@ -156,6 +161,7 @@ def add_stream_parser(sub) -> None:
         "--ledger", metavar="FILE", help="charge the whole stream to this privacy ledger, once"
     )
     _key_file_arg(q, creating=True)
+    progress_arg(q)
     q.set_defaults(func=_cmd_init)
     q = ssub.add_parser(
         "step", help="feed one step's counts; print the noisy running totals and their std"

@@ -1,9 +1,7 @@
-"""``matmech advise`` (ranking, saved strategy) and the progress bar."""
+"""``matmech advise`` (ranking, saved strategy); its progress bar: test_cli_progress.py."""
 
-import io
 import json
 
-from matmech.cli.common import _Progress
 from matmech.io.store import load_strategy
 
 import cli_cases
@@ -26,25 +24,6 @@ def test_advise_prints_table_and_saves_the_best_strategy(files):
     assert data["spec"] == "bands" and data["delta"] == 1e-6 and data["saved_strategy"] is None
     totals = [r["total_error"] for r in data["ranked"]]
     assert totals == sorted(totals) and data["noise"] == "gaussian (L2)"
-
-
-def test_progress_bar_draws_after_its_delay_and_ends_its_line():
-    s = io.StringIO()
-    bar = _Progress(True, delay=0.0, stream=s)
-    bar(0.5, "optimising")
-    bar(1.0, "done")
-    bar.close()
-    text = s.getvalue()
-    assert (
-        text.count("\r") == 2
-        and "[###############...............]  50% optimising" in text
-        and text.endswith("\n")
-    )
-    quiet = io.StringIO()
-    bar = _Progress(True, delay=60.0, stream=quiet)
-    bar(0.5, "x")
-    bar.close()
-    assert quiet.getvalue() == ""
 
 
 def test_advise_lists_the_split_plans_of_a_mixed_job(root):
