@@ -31,9 +31,10 @@ coverage over the near rows, and ``std ratio`` = the reported std / the GLS std 
 precision the release gives up by never combining the selecting draw; 1 for svt and em).
 
 Run:  python benchmarks/selection_bias.py [--answers 10000] [--smoke] [--tree PATH] [--out PREFIX]
-      [--setups zipf,marginals] [--paths explicit,factored] [--merge A.json B.json ...]
+      [--setups zipf,marginals] [--paths explicit,factored] [--resume] [--merge A.json B.json ...]
 (``--tree``: import matmech from another checkout, e.g. the tree before issue 31, to measure
-it with the same script). Writes benchmarks/results/selection_bias.{json,md}.
+it with the same script; ``--resume``: keep the finished cells of the checkpoint
+OUT.partial.jsonl, written as each cell ends). Writes benchmarks/results/selection_bias.{json,md}.
 """
 
 from __future__ import annotations
@@ -258,6 +259,11 @@ def main(argv=None):
     ap.add_argument("--setups", default="zipf,marginals", help="comma-separated subset")
     ap.add_argument("--paths", default="explicit,factored", help="comma-separated subset")
     ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the cells the checkpoint (OUT.partial.jsonl) has",
+    )
+    ap.add_argument(
         "--merge", nargs="+", help="JSON results of partial runs to merge into --out (no run)"
     )
     a = ap.parse_args(argv)
@@ -277,22 +283,42 @@ def main(argv=None):
         return
     sys.path.insert(0, a.tree)
     target = 40 if a.smoke else a.answers
-    t0, load0 = time.time(), os.getloadavg()
-    rows = []
+    load0 = os.getloadavg()
     setups = {"zipf": zipf_setup, "marginals": marginals_setup}
+    # every cell of the full grid has its own seed, whichever subset runs (--setups, --paths)
+    grid = [
+        (s, p, k) for s in setups for p in ("explicit", "factored") for k in range(len(METHODS))
+    ]
+    # finished cells go to a JSON-lines checkpoint as they end; --resume skips them
+    ckpt = Path(a.out + ".partial.jsonl")
+    done = {}
+    if a.resume and ckpt.exists():
+        for line in ckpt.read_text().splitlines():
+            row = json.loads(line)
+            if row["trials"] and row.get("target") == target:
+                done[row["cell"]] = row
+    rows = []
     for name in a.setups.split(","):
         setup = setups[name]()
         for path in a.paths.split(","):
             for k, (method, extra) in enumerate(METHODS):
-                seed = 1000 * len(rows) + k
-                row = run_cell(setup, path, method, extra, target, seed)
+                cell = grid.index((name, path, k))
+                if cell in done:
+                    rows.append(done[cell])
+                    continue
+                row = run_cell(setup, path, method, extra, target, 1000 * cell + k)
+                row.update(cell=cell, target=target)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if not a.smoke:
+                    ckpt.parent.mkdir(parents=True, exist_ok=True)
+                    with ckpt.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_before": load0,
         "load_after": os.getloadavg(),
-        "seconds": time.time() - t0,
+        "seconds": sum(r["seconds"] for r in rows),
         "answers": target,
         "tree": "this tree" if Path(a.tree).resolve() == ROOT else a.tree,
         "c": C,
