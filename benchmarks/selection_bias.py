@@ -13,7 +13,11 @@ collected; each answer is compared with the truth:
 * ``marginals``: 20,000 records over 3 attributes of 10 values (a seeded, correlated
   model: each attribute a noisy copy of a Zipf-distributed latent value), W all 300 cells of
   the three 2-way marginals, c = 10, total ε = 0.5, strategy identity (explicit path: an
-  answer sums 10 cells' draws; factored: the selected cells are measured themselves).
+  answer sums 10 cells' draws; factored: the selected cells are measured themselves);
+* ``plateau``: 20,000 records over 1,000 cells, 40 of them with 1% of the records each
+  (about 200) and the rest spread evenly (about 12 each): the threshold, 208, cuts through
+  the plateau, so 35 rows lie within 2 answer std of it and the selection is close to a
+  lottery among them (the winner's curse at its strongest). W, c, ε as ``zipf``.
 
 Each cell runs until it has ``--answers`` selected answers, then on (up to 4 times as many
 releases) until a fifth as many of them are near the threshold.
@@ -31,7 +35,7 @@ coverage over the near rows, and ``std ratio`` = the reported std / the GLS std 
 precision the release gives up by never combining the selecting draw; 1 for svt and em).
 
 Run:  python benchmarks/selection_bias.py [--answers 10000] [--smoke] [--tree PATH] [--out PREFIX]
-      [--setups zipf,marginals] [--paths explicit,factored] [--resume] [--merge A.json B.json ...]
+      [--setups zipf,marginals,plateau] [--paths explicit,factored] [--resume] [--merge A.json B.json ...]
 (``--tree``: import matmech from another checkout, e.g. the tree before issue 31, to measure
 it with the same script; ``--resume``: keep the finished cells of the checkpoint
 OUT.partial.jsonl, written as each cell ends). Writes benchmarks/results/selection_bias.{json,md}.
@@ -75,6 +79,18 @@ def zipf_setup():
     W = Kron(Identity(1000))
     tables = {(0,): x, (): np.array(x.sum())}
     return "zipf", x, W, tables, 0.25
+
+
+def plateau_setup():
+    from matmech.linalg.combinators import Kron
+    from matmech.linalg.linop import Identity
+
+    p = np.full(1000, 0.6 / 960)
+    p[:40] = 0.4 / 40  # 40 cells of about 200 records: the threshold cuts through them
+    x = np.random.default_rng(33).multinomial(RECORDS, p)
+    W = Kron(Identity(1000))
+    tables = {(0,): x, (): np.array(x.sum())}
+    return "plateau", x, W, tables, 0.25
 
 
 def marginals_setup():
@@ -256,7 +272,7 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="a few answers per cell (CI)")
     ap.add_argument("--tree", default=str(ROOT), help="the checkout to import matmech from")
     ap.add_argument("--out", default=str(RESULTS / "selection_bias"), help="output path prefix")
-    ap.add_argument("--setups", default="zipf,marginals", help="comma-separated subset")
+    ap.add_argument("--setups", default="zipf,marginals,plateau", help="comma-separated subset")
     ap.add_argument("--paths", default="explicit,factored", help="comma-separated subset")
     ap.add_argument(
         "--resume",
@@ -284,7 +300,7 @@ def main(argv=None):
     sys.path.insert(0, a.tree)
     target = 40 if a.smoke else a.answers
     load0 = os.getloadavg()
-    setups = {"zipf": zipf_setup, "marginals": marginals_setup}
+    setups = {"zipf": zipf_setup, "marginals": marginals_setup, "plateau": plateau_setup}
     # every cell of the full grid has its own seed, whichever subset runs (--setups, --paths)
     grid = [
         (s, p, k) for s in setups for p in ("explicit", "factored") for k in range(len(METHODS))
