@@ -212,16 +212,69 @@ def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
+def worst(r):
+    """A cell's worst |bias| (with its SE) and worst coverage over all its answers and its
+    near ones (the near figures only when there are at least 100 of them)."""
+    parts = [r["all"]] + ([r["near"]] if r["near"]["n"] >= 100 else [])
+    b = max(parts, key=lambda p: abs(p["bias"]))
+    return abs(b["bias"]), b["bias_se"], min(p["cover"] for p in parts)
+
+
+def summary(rows):
+    """The headline: per method (mechanism) and set-up × path, the worst |bias| ± SE (std)
+    and the worst coverage, over all answers and the near ones."""
+    cols = list(dict.fromkeys((r["setup"], r["path"]) for r in rows if r["all"]["n"]))
+    keys = list(dict.fromkeys((r["method"], r["vector"]) for r in rows))
+    out = [
+        "| method (mechanism) | " + " | ".join(f"{s} {p}" for s, p in cols) + " | std / GLS std |",
+        "|---" * (len(cols) + 2) + "|",
+    ]
+    for m, v in keys:
+        cells, mech, ratio = [], m, []
+        for s, p in cols:
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if (r["method"], r["vector"], r["setup"], r["path"]) == (m, v, s, p)
+                ),
+                None,
+            )
+            if r is None or not r["all"]["n"]:
+                cells.append("-")
+                continue
+            mech = m if r["mechanism"] in (None, m) else f"{m} ({r['mechanism']})"
+            b, se, c = worst(r)
+            cells.append(f"{b:.3f} ± {se:.3f} · {100 * c:.1f}%")
+            if "std_ratio" in r:
+                ratio.append(r["std_ratio"])
+        cost = f"{min(ratio):.2f}–{max(ratio):.2f}" if ratio else "1"
+        out.append(f"| {mech} | " + " | ".join(cells) + f" | {cost} |")
+    return "\n".join(out)
+
+
 def markdown(rows, meta):
     head = (
         f"{meta['date']}; load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f} "
         f"(2 shared cores); {meta['seconds']:.0f} s; matmech from {meta['tree']}; target "
         f"{meta['answers']} answers per cell"
     )
+    n_min = min((r["all"]["n"] for r in rows), default=0)
+    near_min = min((r["near"]["n"] for r in rows), default=0)
     out = [
         "# Selected answers: bias and coverage of the 95% interval",
         "",
         head,
+        "",
+        "Headline: per cell, the worst |bias| (in the reported std, ± its Monte-Carlo SE) and "
+        "the worst coverage of the reported 95% interval, over all selected answers and over "
+        f"those near the threshold (at least {n_min} answers per cell, {near_min} of them near); "
+        "std / GLS std: the reported std over the std a GLS combination with the selection's "
+        "gaps or values would have had (explicit path, range over the set-ups).",
+        "",
+        summary(rows),
+        "",
+        "Every cell:",
         "",
         "bias in the reported std (± SE); cover: the reported interval holds the truth (± SE); "
         "near: truth within 2 reported std of the threshold; GLS: the same measurement combined "
