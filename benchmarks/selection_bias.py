@@ -3,7 +3,7 @@
 For every selection method (svt, em, svt-gap and topc-gap as the vector mechanism and as the
 paper's, adaptive-svt), both release paths (``explicit``: ``mm.release(x, W, ...,
 select=...)`` on the histogram; ``factored``: ``release_factored`` from marginal tables) and
-two set-ups, seeded releases are repeated until at least ``--answers`` selected answers are
+three set-ups, seeded releases are repeated until at least ``--answers`` selected answers are
 collected; each answer is compared with the truth:
 
 * ``zipf``: 20,000 records over 1,000 cells with P(i) ∝ 1/i (one seeded histogram), W the
@@ -12,12 +12,13 @@ collected; each answer is compared with the truth:
   answer std of it), strategy identity;
 * ``marginals``: 20,000 records over 3 attributes of 10 values (a seeded, correlated
   model: each attribute a noisy copy of a Zipf-distributed latent value), W all 300 cells of
-  the three 2-way marginals, c = 10, total ε = 0.5, strategy identity (explicit path: an
-  answer sums 10 cells' draws; factored: the selected cells are measured themselves);
+  the three 2-way marginals, c = 50 (the threshold, 201, has 46 cells within 2 answer std),
+  total ε = 0.5, strategy identity (explicit path: an answer sums 10 cells' draws;
+  factored: the selected cells are measured themselves);
 * ``plateau``: 20,000 records over 1,000 cells, 40 of them with 1% of the records each
   (about 200) and the rest spread evenly (about 12 each): the threshold, 208, cuts through
   the plateau, so 35 rows lie within 2 answer std of it and the selection is close to a
-  lottery among them (the winner's curse at its strongest). W, c, ε as ``zipf``.
+  lottery among them (the winner's curse at its strongest). W, c = 10, ε as ``zipf``.
 
 Each cell runs until it has ``--answers`` selected answers, then on (up to 4 times as many
 releases) until a fifth as many of them are near the threshold.
@@ -66,7 +67,7 @@ METHODS = (
     ("adaptive-svt", {}),
 )
 THRESHOLD = ("svt", "svt-gap", "adaptive-svt")
-C, RECORDS = 10, 20_000
+RECORDS = 20_000
 Z95 = 1.959963984540054
 
 
@@ -78,7 +79,7 @@ def zipf_setup():
     x = np.random.default_rng(31).multinomial(RECORDS, p / p.sum())
     W = Kron(Identity(1000))
     tables = {(0,): x, (): np.array(x.sum())}
-    return "zipf", x, W, tables, 0.25
+    return "zipf", x, W, tables, 0.25, 10
 
 
 def plateau_setup():
@@ -90,7 +91,7 @@ def plateau_setup():
     x = np.random.default_rng(33).multinomial(RECORDS, p)
     W = Kron(Identity(1000))
     tables = {(0,): x, (): np.array(x.sum())}
-    return "plateau", x, W, tables, 0.25
+    return "plateau", x, W, tables, 0.25, 10
 
 
 def marginals_setup():
@@ -108,7 +109,7 @@ def marginals_setup():
     )
     x = np.bincount(np.ravel_multi_index(codes.T, (10, 10, 10)), minlength=1000)
     W = wl.marginals((10, 10, 10), 2)
-    return "marginals", x, W, codes, 0.5
+    return "marginals", x, W, codes, 0.5, 50
 
 
 def run_cell(setup, path, method, extra, target, seed):
@@ -117,7 +118,7 @@ def run_cell(setup, path, method, extra, target, seed):
     from matmech.factored.release import release_factored
     from matmech.svt.combine import answer_covariance
 
-    name, x, W, data, EPS = setup
+    name, x, W, data, EPS, C = setup
     truth = W.matvec(x.astype(np.float64))
     srt = np.sort(truth)[::-1]
     thr = float(srt[C - 1] + srt[C]) / 2
@@ -192,6 +193,7 @@ def run_cell(setup, path, method, extra, target, seed):
         "vector": extra.get("vector", "auto"),
         "mechanism": None if r is None else r.selection.mechanism,
         "eps": EPS,
+        "c": C,
         "eps_select": None if r is None else float(r.eps_select),
         "trials": trials,
         "threshold": thr,
@@ -390,7 +392,6 @@ def main(argv=None):
         "seconds": sum(r["seconds"] for r in rows),
         "answers": target,
         "tree": "this tree" if Path(a.tree).resolve() == ROOT else a.tree,
-        "c": C,
     }
     md = markdown(rows, meta)
     if not a.smoke:
