@@ -250,7 +250,8 @@ def summary(rows):
             cells.append(f"{b:.3f} ± {se:.3f} · {100 * c:.1f}%")
             if "std_ratio" in r:
                 ratio.append(r["std_ratio"])
-        cost = f"{min(ratio):.2f}–{max(ratio):.2f}" if ratio else "1"
+        lo, hi = (f"{v:.2f}" for v in (min(ratio, default=1), max(ratio, default=1)))
+        cost = "1" if not ratio else lo if lo == hi else f"{lo}–{hi}"
         out.append(f"| {mech} | " + " | ".join(cells) + f" | {cost} |")
     return "\n".join(out)
 
