@@ -3,7 +3,7 @@
 For every selection method (svt, em, svt-gap and topc-gap as the vector mechanism and as the
 paper's, adaptive-svt), both release paths (``explicit``: ``mm.release(x, W, ...,
 select=...)`` on the histogram; ``factored``: ``release_factored`` from marginal tables) and
-two set-ups, seeded releases are repeated until at least ``--answers`` selected answers are
+three set-ups, seeded releases are repeated until at least ``--answers`` selected answers are
 collected; each answer is compared with the truth:
 
 * ``zipf``: 20,000 records over 1,000 cells with P(i) ∝ 1/i (one seeded histogram), W the
@@ -12,8 +12,13 @@ collected; each answer is compared with the truth:
   answer std of it), strategy identity;
 * ``marginals``: 20,000 records over 3 attributes of 10 values (a seeded, correlated
   model: each attribute a noisy copy of a Zipf-distributed latent value), W all 300 cells of
-  the three 2-way marginals, c = 10, total ε = 0.5, strategy identity (explicit path: an
-  answer sums 10 cells' draws; factored: the selected cells are measured themselves).
+  the three 2-way marginals, c = 50 (the threshold, 201, has 46 cells within 2 answer std),
+  total ε = 0.5, strategy identity (explicit path: an answer sums 10 cells' draws;
+  factored: the selected cells are measured themselves);
+* ``plateau``: 20,000 records over 1,000 cells, 40 of them with 1% of the records each
+  (about 200) and the rest spread evenly (about 12 each): the threshold, 208, cuts through
+  the plateau, so 35 rows lie within 2 answer std of it and the selection is close to a
+  lottery among them (the winner's curse at its strongest). W, c = 10, ε as ``zipf``.
 
 Each cell runs until it has ``--answers`` selected answers, then on (up to 4 times as many
 releases) until a fifth as many of them are near the threshold.
@@ -31,9 +36,10 @@ coverage over the near rows, and ``std ratio`` = the reported std / the GLS std 
 precision the release gives up by never combining the selecting draw; 1 for svt and em).
 
 Run:  python benchmarks/selection_bias.py [--answers 10000] [--smoke] [--tree PATH] [--out PREFIX]
-      [--setups zipf,marginals] [--paths explicit,factored] [--merge A.json B.json ...]
+      [--setups zipf,marginals,plateau] [--paths explicit,factored] [--resume] [--merge A.json B.json ...]
 (``--tree``: import matmech from another checkout, e.g. the tree before issue 31, to measure
-it with the same script). Writes benchmarks/results/selection_bias.{json,md}.
+it with the same script; ``--resume``: keep the finished cells of the checkpoint
+OUT.partial.jsonl, written as each cell ends). Writes benchmarks/results/selection_bias.{json,md}.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ METHODS = (
     ("adaptive-svt", {}),
 )
 THRESHOLD = ("svt", "svt-gap", "adaptive-svt")
-C, RECORDS = 10, 20_000
+RECORDS = 20_000
 Z95 = 1.959963984540054
 
 
@@ -73,7 +79,19 @@ def zipf_setup():
     x = np.random.default_rng(31).multinomial(RECORDS, p / p.sum())
     W = Kron(Identity(1000))
     tables = {(0,): x, (): np.array(x.sum())}
-    return "zipf", x, W, tables, 0.25
+    return "zipf", x, W, tables, 0.25, 10
+
+
+def plateau_setup():
+    from matmech.linalg.combinators import Kron
+    from matmech.linalg.linop import Identity
+
+    p = np.full(1000, 0.6 / 960)
+    p[:40] = 0.4 / 40  # 40 cells of about 200 records: the threshold cuts through them
+    x = np.random.default_rng(33).multinomial(RECORDS, p)
+    W = Kron(Identity(1000))
+    tables = {(0,): x, (): np.array(x.sum())}
+    return "plateau", x, W, tables, 0.25, 10
 
 
 def marginals_setup():
@@ -91,7 +109,7 @@ def marginals_setup():
     )
     x = np.bincount(np.ravel_multi_index(codes.T, (10, 10, 10)), minlength=1000)
     W = wl.marginals((10, 10, 10), 2)
-    return "marginals", x, W, codes, 0.5
+    return "marginals", x, W, codes, 0.5, 50
 
 
 def run_cell(setup, path, method, extra, target, seed):
@@ -100,7 +118,7 @@ def run_cell(setup, path, method, extra, target, seed):
     from matmech.factored.release import release_factored
     from matmech.svt.combine import answer_covariance
 
-    name, x, W, data, EPS = setup
+    name, x, W, data, EPS, C = setup
     truth = W.matvec(x.astype(np.float64))
     srt = np.sort(truth)[::-1]
     thr = float(srt[C - 1] + srt[C]) / 2
@@ -175,6 +193,7 @@ def run_cell(setup, path, method, extra, target, seed):
         "vector": extra.get("vector", "auto"),
         "mechanism": None if r is None else r.selection.mechanism,
         "eps": EPS,
+        "c": C,
         "eps_select": None if r is None else float(r.eps_select),
         "trials": trials,
         "threshold": thr,
@@ -195,16 +214,70 @@ def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
+def worst(r):
+    """A cell's worst |bias| (with its SE) and worst coverage over all its answers and its
+    near ones (the near figures only when there are at least 100 of them)."""
+    parts = [r["all"]] + ([r["near"]] if r["near"]["n"] >= 100 else [])
+    b = max(parts, key=lambda p: abs(p["bias"]))
+    return abs(b["bias"]), b["bias_se"], min(p["cover"] for p in parts)
+
+
+def summary(rows):
+    """The headline: per method (mechanism) and set-up × path, the worst |bias| ± SE (std)
+    and the worst coverage, over all answers and the near ones."""
+    cols = list(dict.fromkeys((r["setup"], r["path"]) for r in rows if r["all"]["n"]))
+    keys = list(dict.fromkeys((r["method"], r["vector"]) for r in rows))
+    out = [
+        "| method (mechanism) | " + " | ".join(f"{s} {p}" for s, p in cols) + " | std / GLS std |",
+        "|---" * (len(cols) + 2) + "|",
+    ]
+    for m, v in keys:
+        cells, mech, ratio = [], m, []
+        for s, p in cols:
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if (r["method"], r["vector"], r["setup"], r["path"]) == (m, v, s, p)
+                ),
+                None,
+            )
+            if r is None or not r["all"]["n"]:
+                cells.append("-")
+                continue
+            mech = m if r["mechanism"] in (None, m) else f"{m} ({r['mechanism']})"
+            b, se, c = worst(r)
+            cells.append(f"{b:.3f} ± {se:.3f} · {100 * c:.1f}%")
+            if "std_ratio" in r:
+                ratio.append(r["std_ratio"])
+        lo, hi = (f"{v:.2f}" for v in (min(ratio, default=1), max(ratio, default=1)))
+        cost = "1" if not ratio else lo if lo == hi else f"{lo}–{hi}"
+        out.append(f"| {mech} | " + " | ".join(cells) + f" | {cost} |")
+    return "\n".join(out)
+
+
 def markdown(rows, meta):
     head = (
         f"{meta['date']}; load average {meta['load_before'][0]:.1f} → {meta['load_after'][0]:.1f} "
         f"(2 shared cores); {meta['seconds']:.0f} s; matmech from {meta['tree']}; target "
         f"{meta['answers']} answers per cell"
     )
+    n_min = min((r["all"]["n"] for r in rows), default=0)
+    near_min = min((r["near"]["n"] for r in rows), default=0)
     out = [
         "# Selected answers: bias and coverage of the 95% interval",
         "",
         head,
+        "",
+        "Headline: per cell, the worst |bias| (in the reported std, ± its Monte-Carlo SE) and "
+        "the worst coverage of the reported 95% interval, over all selected answers and over "
+        f"those near the threshold (at least {n_min} answers per cell, {near_min} of them near); "
+        "std / GLS std: the reported std over the std a GLS combination with the selection's "
+        "gaps or values would have had (explicit path, range over the set-ups).",
+        "",
+        summary(rows),
+        "",
+        "Every cell:",
         "",
         "bias in the reported std (± SE); cover: the reported interval holds the truth (± SE); "
         "near: truth within 2 reported std of the threshold; GLS: the same measurement combined "
@@ -255,8 +328,13 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="a few answers per cell (CI)")
     ap.add_argument("--tree", default=str(ROOT), help="the checkout to import matmech from")
     ap.add_argument("--out", default=str(RESULTS / "selection_bias"), help="output path prefix")
-    ap.add_argument("--setups", default="zipf,marginals", help="comma-separated subset")
+    ap.add_argument("--setups", default="zipf,marginals,plateau", help="comma-separated subset")
     ap.add_argument("--paths", default="explicit,factored", help="comma-separated subset")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the cells the checkpoint (OUT.partial.jsonl) has",
+    )
     ap.add_argument(
         "--merge", nargs="+", help="JSON results of partial runs to merge into --out (no run)"
     )
@@ -277,25 +355,44 @@ def main(argv=None):
         return
     sys.path.insert(0, a.tree)
     target = 40 if a.smoke else a.answers
-    t0, load0 = time.time(), os.getloadavg()
+    load0 = os.getloadavg()
+    setups = {"zipf": zipf_setup, "marginals": marginals_setup, "plateau": plateau_setup}
+    # every cell of the full grid has its own seed, whichever subset runs (--setups, --paths)
+    grid = [
+        (s, p, k) for s in setups for p in ("explicit", "factored") for k in range(len(METHODS))
+    ]
+    # finished cells go to a JSON-lines checkpoint as they end; --resume skips them
+    ckpt = Path(a.out + ".partial.jsonl")
+    done = {}
+    if a.resume and ckpt.exists():
+        for line in ckpt.read_text().splitlines():
+            row = json.loads(line)
+            if row["trials"] and row.get("target") == target:
+                done[row["cell"]] = row
     rows = []
-    setups = {"zipf": zipf_setup, "marginals": marginals_setup}
     for name in a.setups.split(","):
         setup = setups[name]()
         for path in a.paths.split(","):
             for k, (method, extra) in enumerate(METHODS):
-                seed = 1000 * len(rows) + k
-                row = run_cell(setup, path, method, extra, target, seed)
+                cell = grid.index((name, path, k))
+                if cell in done:
+                    rows.append(done[cell])
+                    continue
+                row = run_cell(setup, path, method, extra, target, 1000 * cell + k)
+                row.update(cell=cell, target=target)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if not a.smoke:
+                    ckpt.parent.mkdir(parents=True, exist_ok=True)
+                    with ckpt.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_before": load0,
         "load_after": os.getloadavg(),
-        "seconds": time.time() - t0,
+        "seconds": sum(r["seconds"] for r in rows),
         "answers": target,
         "tree": "this tree" if Path(a.tree).resolve() == ROOT else a.tree,
-        "c": C,
     }
     md = markdown(rows, meta)
     if not a.smoke:
