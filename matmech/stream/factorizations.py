@@ -4,9 +4,15 @@ Continual counting by matrix factorization (Denisov, McMahan, Rush, Smith, Thaku
 NeurIPS 2022): measure y = C·x + z step by step (row t of C only reads x_0..x_t, so y_t is
 drawn when x_t arrives) and release the running totals B·y = prefix·x + B·z. With unit
 noise the variance of step t is ‖B_t‖² (row norm) and the sensitivity is the largest column
-norm of C, so in σ² units at unit sensitivity
+Lp norm of C (p = 2 for Gaussian noise, p = 1 for Laplace noise under pure ε), so at unit
+sensitivity (:meth:`StreamFactorization.errors`)
 
-    mean error = Δ(C)² · (1/n) Σ_t ‖B_t‖²,    max error = Δ(C)² · max_t ‖B_t‖².
+    mean error = Δ_p(C)² · (1/n) Σ_t ‖B_t‖²,    max error = Δ_p(C)² · max_t ‖B_t‖².
+
+The noise variance is proportional to Δ_p² in both cases (Laplace: 2(Δ₁/ε)²; Gaussian:
+σ² ∝ Δ₂²), so these figures rank factorizations exactly for the norm of the noise drawn. A
+factorization good for one norm can be poor for the other: the square root has Δ₂ ≈ √(ln n)
+but Δ₁ ≈ 2√(n/π).
 
 Builders (registry :data:`FACTORIZATIONS`, each ``build(n, *, objective)``):
 
@@ -18,7 +24,17 @@ Builders (registry :data:`FACTORIZATIONS`, each ``build(n, *, objective)``):
   root in the unit disc (Eneström–Kakeya) and C⁻¹ stays bounded.
 * ``dense``: the certified mean-optimal strategy X = AᵀA of :func:`matmech.optimizers.l2.dual_l2`
   factored as X = CᵀC with C lower-triangular (a reversed Cholesky), n ≤ :data:`MAX_DENSE_N`.
+* ``hierarchical``: the m-ary tree in square form (a Fenwick tree for m = 2; Dwork, Naor,
+  Pitassi, Rothblum STOC 2010; Chan, Shi, Song TISSEC 2011; branching m as Qardaji, Yang, Li
+  VLDB 2013): step t measures the sum of the largest m-adic block ending at t (length m^j,
+  m^j | t), and the running total is the sum of the blocks of t's base-m digits, so
+  ‖B_t‖² is t's base-m digit sum and C has 0/1 entries with at most one block per level in
+  a column (Δ₁ = Δ₂² ≤ levels). m is chosen for the objective and the norm; integer C, so it
+  is measured on g = 1. Dense C, n ≤ :data:`MAX_DENSE_N`.
 * ``identity`` (C = I, B = prefix) and ``prefix`` (C = prefix, B = I): the two naive ends.
+
+Builders take ``norm`` (1 or 2, :data:`NORMS`): ``banded`` and ``hierarchical`` choose their
+width for it; ``blt`` and ``dense`` are L2 optima whatever the norm.
 """
 
 from __future__ import annotations
@@ -41,15 +57,21 @@ __all__ = [
     "FACTORIZATIONS",
     "MAX_DENSE_N",
     "MAX_N",
+    "NORMS",
     "OBJECTIVES",
     "StreamFactorization",
     "build",
     "check_horizon",
+    "check_norm",
+    "hierarchical_block_lengths",
+    "hierarchical_errors",
     "square_root_coefs",
 ]
 
 #: Objectives a factorization is chosen for.
 OBJECTIVES = ("mean", "max")
+#: Column norms a sensitivity is measured in: 1 (Laplace noise, pure ε), 2 (Gaussian noise).
+NORMS = (1, 2)
 #: Largest horizon for the dense optimum (two n×n float64 matrices: 270 MB at 4096).
 MAX_DENSE_N = 4096
 #: Largest horizon of a stream (Toeplitz factors are O(n) numbers).
@@ -69,6 +91,13 @@ def check_horizon(n) -> int:
 
 def _check_objective(objective: str) -> str:
     return choice(objective, "objective", OBJECTIVES)
+
+
+def check_norm(norm) -> int:
+    """The sensitivity norm p as 1 or 2, or a ValueError naming it."""
+    if isinstance(norm, bool) or norm not in NORMS:
+        raise ValueError(f"norm must be 1 (Laplace noise) or 2 (Gaussian noise), got {norm!r}")
+    return int(norm)
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,10 +187,12 @@ class StreamFactorization:
         """‖B_t‖² for every step t (unit noise)."""
         return np.cumsum(self.b**2) if self.toeplitz else np.einsum("ij,ij->i", self.b, self.b)
 
-    def errors(self) -> tuple[float, float]:
-        """(mean, max) variance in σ² units at unit sensitivity."""
+    def errors(self, p: int = 2) -> tuple[float, float]:
+        """(mean, max) variance of a running total at unit noise times Δ_p(C)²: in σ² units
+        at unit L2 sensitivity (p = 2), or in units of (Laplace scale at unit L1
+        sensitivity)² (p = 1)."""
         v = self.step_variances()
-        s2 = self.sensitivity(2) ** 2
+        s2 = self.sensitivity(check_norm(p)) ** 2
         return s2 * float(v.mean()), s2 * float(v.max())
 
     def memory_per_step(self) -> int:
@@ -195,11 +226,13 @@ def square_root_coefs(n: int) -> np.ndarray:
     return np.concatenate([[1.0], np.cumprod((2.0 * k - 1.0) / (2.0 * k))])
 
 
-def _sqrt(n: int, *, objective: str = "mean") -> StreamFactorization:
+def _sqrt(n: int, *, objective: str = "mean", norm: int = 2) -> StreamFactorization:
     return StreamFactorization("sqrt", n, c=square_root_coefs(n), objective=objective)
 
 
-def _blt(n: int, *, objective: str = "mean", max_buffers: int = 5) -> StreamFactorization:
+def _blt(
+    n: int, *, objective: str = "mean", norm: int = 2, max_buffers: int = 5
+) -> StreamFactorization:
     theta, omega, _ = optimize_blt(n, objective=objective, max_buffers=max_buffers)
     params = (
         ("theta", tuple(map(float, theta))),
@@ -211,7 +244,9 @@ def _blt(n: int, *, objective: str = "mean", max_buffers: int = 5) -> StreamFact
     )
 
 
-def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> StreamFactorization:
+def _banded(
+    n: int, *, objective: str = "mean", norm: int = 2, bands: int | None = None
+) -> StreamFactorization:
     full = square_root_coefs(n)
 
     def make(b):
@@ -227,10 +262,12 @@ def _banded(n: int, *, objective: str = "mean", bands: int | None = None) -> Str
         return make(bands)
     which = OBJECTIVES.index(objective)
     cands = sorted({min(n, 2**k) for k in range(int(math.log2(n)) + 1)} | {n})
-    return min((make(b) for b in cands), key=lambda f: f.errors()[which])
+    return min((make(b) for b in cands), key=lambda f: f.errors(norm)[which])
 
 
-def _dense(n: int, *, objective: str = "mean", tol: float = 1e-8) -> StreamFactorization:
+def _dense(
+    n: int, *, objective: str = "mean", norm: int = 2, tol: float = 1e-8
+) -> StreamFactorization:
     if n > MAX_DENSE_N:
         raise ValueError(
             f"the dense optimum needs O(n²) memory and O(n³) time; n={n} is above {MAX_DENSE_N}"
@@ -247,33 +284,97 @@ def _dense(n: int, *, objective: str = "mean", tol: float = 1e-8) -> StreamFacto
     )
 
 
-def _identity(n: int, *, objective: str = "mean") -> StreamFactorization:
+def _identity(n: int, *, objective: str = "mean", norm: int = 2) -> StreamFactorization:
     c = np.zeros(n)
     c[0] = 1.0
     return StreamFactorization("identity", n, c=c, params=(("state", 1),), objective=objective)
 
 
-def _prefix(n: int, *, objective: str = "mean") -> StreamFactorization:
+def _prefix(n: int, *, objective: str = "mean", norm: int = 2) -> StreamFactorization:
     return StreamFactorization(
         "prefix", n, c=np.ones(n), params=(("state", 1),), objective=objective
     )
 
 
-#: Factorization builders by name: ``build(n, *, objective, **options)``.
+def hierarchical_block_lengths(n: int, m: int) -> np.ndarray:
+    """w_t for t = 1..n: the length of the largest m-adic block ending at t (the largest m^j
+    dividing t), the row of C measured at step t − 1 (0-based)."""
+    t = np.arange(1, n + 1, dtype=np.int64)
+    w = np.ones(n, dtype=np.int64)
+    p = m
+    while p <= n:
+        w[t % p == 0] = p
+        p *= m
+    return w
+
+
+def hierarchical_errors(n: int, m: int) -> tuple[np.ndarray, int]:
+    """(‖B_t‖² for every step, Δ₁ = Δ₂²) of the m-ary tree, in O(n·levels) without C: ‖B_t‖²
+    is t's base-m digit sum; column s lies in one block per level j (the one ending at
+    e = ⌈s/m^j⌉·m^j), which is measured iff e ≤ n and m^(j+1) ∤ e."""
+    t = np.arange(1, n + 1, dtype=np.int64)
+    digits = np.zeros(n, dtype=np.int64)
+    cover = np.zeros(n, dtype=np.int64)
+    q, p = t.copy(), 1
+    while p <= n:
+        digits += q % m
+        q //= m
+        e = -(-t // p) * p
+        cover += (e <= n) & (e % (p * m) != 0)
+        p *= m
+    return digits.astype(np.float64), int(cover.max())
+
+
+def _hierarchical(
+    n: int, *, objective: str = "mean", norm: int = 2, branching: int | None = None
+) -> StreamFactorization:
+    if n > MAX_DENSE_N:
+        raise ValueError(
+            f"the hierarchical factorization is kept as a dense n×n C; n={n} is above {MAX_DENSE_N}"
+        )
+    if branching is None:
+        which = OBJECTIVES.index(objective)
+
+        def score(m):
+            v, cover = hierarchical_errors(n, m)
+            s2 = float(cover) ** (2 if norm == 1 else 1)  # Δ₁² or Δ₂² (0/1 entries)
+            return s2 * (float(v.mean()), float(v.max()))[which]
+
+        # every branching; m > n is the identity (every block has length 1)
+        branching = min(range(2, n + 2), key=score)
+    elif isinstance(branching, bool) or not isinstance(branching, int) or branching < 2:
+        raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
+    w = hierarchical_block_lengths(n, branching)
+    c = np.zeros((n, n))
+    cols = np.arange(n)
+    c[(cols[:, None] >= cols[None, :]) & (cols[:, None] - cols[None, :] < w[:, None])] = 1.0
+    levels, p = 1, branching
+    while p <= n:
+        levels, p = levels + 1, p * branching
+    params = (("branching", int(branching)), ("levels", levels))
+    return StreamFactorization("hierarchical", n, matrix=c, params=params, objective=objective)
+
+
+#: Factorization builders by name: ``build(n, *, objective, norm, **options)``.
 FACTORIZATIONS: dict[str, Callable[..., StreamFactorization]] = {
     "sqrt": _sqrt,
     "blt": _blt,
     "banded": _banded,
     "dense": _dense,
+    "hierarchical": _hierarchical,
     "identity": _identity,
     "prefix": _prefix,
 }
 
 
-def build(name: str, n: int, *, objective: str = "mean", **options) -> StreamFactorization:
-    """The factorization ``name`` for horizon n chosen for ``objective`` ("mean" or "max")."""
+def build(
+    name: str, n: int, *, objective: str = "mean", norm: int = 2, **options
+) -> StreamFactorization:
+    """The factorization ``name`` for horizon n chosen for ``objective`` ("mean" or "max")
+    and the sensitivity ``norm`` (1: Laplace noise, 2: Gaussian noise)."""
     n = check_horizon(n)
     _check_objective(objective)
+    norm = check_norm(norm)
     if not isinstance(name, str):
         raise TypeError(
             f"the factorization must be named by a string, one of {sorted(FACTORIZATIONS)}; "
@@ -283,4 +384,4 @@ def build(name: str, n: int, *, objective: str = "mean", **options) -> StreamFac
         raise ValueError(
             f"unknown factorization {name!r}; expected one of {sorted(FACTORIZATIONS)}"
         )
-    return FACTORIZATIONS[name](n, objective=objective, **options)
+    return FACTORIZATIONS[name](n, objective=objective, norm=norm, **options)

@@ -43,7 +43,10 @@ from matmech.privacy.calibration import lattice_std
 from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
 from matmech.stream.state import StreamStore
 
-__all__ = ["StreamRelease", "StreamStep"]
+__all__ = ["VARIANCE_UNITS", "StreamRelease", "StreamStep"]
+
+#: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
+VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ class StreamRelease:
                 "lower max_records, the horizon or the categories"
             )
         eps, delta = spec.charge
-        check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
+        check_affordable(budget, eps, delta, what=cls._what_for(plan, "?"))
         meta = _plan_meta(plan, secrets.token_hex(8), budget is not None)
         store = StreamStore.create(path, meta, key_file=key_file)
         return cls(store, plan, budget=budget, rng=rng)
@@ -171,10 +174,14 @@ class StreamRelease:
         return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 
     @staticmethod
-    def _what_for(spec: StreamSpec, stream_id: str) -> str:
+    def _what_for(plan: StreamPlan, stream_id: str) -> str:
+        spec, name = plan.spec, plan.factorization.name
+        # a named factorization keeps the wording of earlier versions (an interrupted charge
+        # of an older file is found by it); "auto" names what it chose
+        how = f"auto: {name}" if spec.factorization == "auto" else spec.factorization
         return (
             f"stream {stream_id}: running totals, {spec.horizon} steps x {len(spec.categories)} categories, "
-            f"{spec.factorization}"
+            f"{how}"
         )
 
     def _ensure_charged(self, budget) -> None:
@@ -185,7 +192,7 @@ class StreamRelease:
                 "this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
                 "given at creation (the charge is then completed or found, never repeated)"
             )
-        what = self._what_for(self.plan.spec, self.stream_id)
+        what = self._what_for(self.plan, self.stream_id)
         # the PrivacyBudget interface (a Ledger's entries are its verified rows)
         if not any(e.what == what for e in check_budget(budget).ledger):
             eps, delta = self.plan.spec.charge
@@ -248,6 +255,63 @@ class StreamRelease:
         del self._pending[t]
         return self._result(t, False)
 
+    def step_many(self, rows, *, t: int = 0, on_step=None) -> list[StreamStep]:
+        """Feed consecutive steps: ``rows[i]`` (one count per category) is step ``t + i``
+        (t = 0 by default: a batch is the stream from its start, so running the same batch
+        again after a failure resumes it). Each step is taken exactly as :meth:`step` takes
+        it (its noise committed before its counts are read, its release committed before the
+        next step starts); steps already released are replayed from the file, their rows not
+        read. Every row to be fed is checked to be a count vector before the first step, so a
+        malformed row refuses the batch, naming its step, before anything is drawn. A failure
+        during the batch (a full disk) leaves the steps before it released and stored; the
+        exception's note names the step that failed. ``on_step(StreamStep)`` is called after
+        each step (the command line prints it)."""
+        if hasattr(rows, "to_numpy") and not isinstance(rows, np.ndarray):
+            rows = rows.to_numpy()
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise TypeError(
+                f"rows must be a sequence of count rows (one per step), got {type(rows).__name__}"
+            )
+        if on_step is not None and not callable(on_step):
+            raise TypeError(f"on_step must be callable or None, got {type(on_step).__name__}")
+        n, spec = self.horizon, self.plan.spec
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n:
+            raise ValueError(f"t must be a step in [0, {n}), got {t!r}")
+        t = int(t)
+        if t > self._done:
+            raise ValueError(f"step {t} is ahead of the stream: the next step is {self._done}")
+        m = len(rows)
+        if m == 0:
+            raise ValueError("rows is empty: give one row of counts per step")
+        if t + m > n:
+            raise ValueError(
+                f"{m} rows from step {t} run past the stream's horizon of {n} steps "
+                f"(at most {n - t} rows from step {t})"
+            )
+        checked = {}
+        for i in range(max(0, self._done - t), m):  # the rows to be fed, before any draw
+            try:
+                checked[t + i] = clamp_counts(rows[i], len(spec.categories), spec.max_records)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"step {t + i} (row {i}): {exc}; no step was taken") from None
+        out = []
+        for i in range(m):
+            try:
+                res = self.step(checked.get(t + i), t=t + i)
+            except Exception as exc:
+                exc.add_note(
+                    f"batch from step {t}: steps {t}..{t + i - 1} are released and stored, "
+                    f"step {t + i} failed; run the batch again to resume (released steps are "
+                    "replayed)"
+                    if i
+                    else f"batch from step {t}: step {t} failed, no step of the batch was released"
+                )
+                raise
+            out.append(res)
+            if on_step is not None:
+                on_step(res)
+        return out
+
     def _draw(self) -> np.ndarray:
         p, k = self.plan, len(self.plan.spec.categories)
         return lattice_noise(p.noise, p.scale, p.grid, k, rng=self._src)
@@ -257,11 +321,14 @@ class StreamRelease:
         return [self._result(t, True) for t in range(self._done)]
 
     def status(self) -> dict:
-        """Public facts about the stream (no count, no noise)."""
+        """Public facts about the stream (no count, no noise). ``mean_variance`` /
+        ``max_variance``: the exact variance of a released running total (one category),
+        mean and max over the steps, in counts² under the noise this stream draws
+        (:data:`VARIANCE_UNITS`; :meth:`~matmech.stream.plan.StreamPlan.errors`)."""
         p, spec = self.plan, self.plan.spec
         eps, delta = spec.charge
         nxt = float(self._stds[self._done]) if self._done < self.horizon else math.nan
-        mean_var, max_var = p.factorization.errors()
+        mean_var, max_var = p.errors()
         return {
             "stream_id": self.stream_id,
             "horizon": spec.horizon,
@@ -279,6 +346,7 @@ class StreamRelease:
             "sensitivity": p.sensitivity,
             "next_step_std": nxt,
             "final_step_std": float(self._stds[-1]),
-            "mean_variance_sigma2": mean_var,
-            "max_variance_sigma2": max_var,
+            "mean_variance": mean_var,
+            "max_variance": max_var,
+            "variance_units": VARIANCE_UNITS,
         }
