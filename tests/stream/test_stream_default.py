@@ -262,3 +262,77 @@ def test_stream_files_of_the_earlier_format_still_open(tmp_path, name):
     )
     s.step([1, 1])  # and it continues
     assert StreamRelease.open(path, key_file=key).steps_done == 6
+
+
+def _cli(*argv):
+    from matmech.cli import main
+
+    return main([str(a) for a in argv])
+
+
+def _stored_counts(path, k):
+    return np.array([np.frombuffer(x).reshape(k) for _, _, x, _, _ in _rows(path) if x])
+
+
+def _init(tmp_path, horizon, cats, capsys, name="s"):
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text(f"horizon = {horizon}\ncategories = {json.dumps(list(cats))}\neps = 1.0\n")
+    assert _cli("stream", "init", spec, tmp_path / f"{name}.db") == 0
+    capsys.readouterr()
+    return tmp_path / f"{name}.db"
+
+
+def test_cli_batch_from_csv_and_json_rows(tmp_path, capsys):
+    X = np.random.default_rng(2).integers(0, 30, size=(12, 2))
+    db = _init(tmp_path, 12, ["a", "b"], capsys)
+    csv = tmp_path / "rows.csv"  # columns in another order than the stream's
+    csv.write_text("b,a\n" + "".join(f"{r[1]},{r[0]}\n" for r in X[:5]))
+    assert _cli("stream", "step", db, "--rows", csv, "--json") == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["t"] for x in lines] == list(range(5))
+    js = tmp_path / "rows.json"  # steps 5..11 as objects and lists, from --t 5
+    js.write_text(json.dumps([{"a": int(r[0]), "b": int(r[1])} for r in X[5:8]] + X[8:].tolist()))
+    assert _cli("stream", "step", db, "--rows", js, "--t", 5) == 0
+    np.testing.assert_array_equal(_stored_counts(db, 2), X)
+    # the first file again replays steps 0..4 from the stream file
+    capsys.readouterr()
+    assert _cli("stream", "step", db, "--rows", csv, "--json") == 0
+    assert all(json.loads(x)["replayed"] for x in capsys.readouterr().out.splitlines())
+    # a bad entry names its row, not its text; nothing is drawn
+    db2 = _init(tmp_path, 4, ["a", "b"], capsys, "s2")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n3,secret7\n")
+    assert _cli("stream", "step", db2, "--rows", bad) == 2
+    err = capsys.readouterr().err
+    assert "row 1" in err and "secret7" not in err and len(_rows(db2)) == 0
+    bad.write_text("a,c\n1,2\n")
+    assert _cli("stream", "step", db2, "--rows", bad) == 2
+    assert "header" in capsys.readouterr().err
+
+
+def test_cli_batch_from_a_table_of_records(tmp_path, capsys):
+    rng = np.random.default_rng(8)
+    days = rng.integers(0, 6, 300)
+    cats = rng.choice(["EWR", "JFK", "LGA"], 300)
+    stamps = [f"2013-01-0{d + 1}T{h:02d}:30:00" for d, h in zip(days, rng.integers(0, 24, 300))]
+    table = tmp_path / "flights.csv"
+    table.write_text("when,origin\n" + "".join(f"{s},{c}\n" for s, c in zip(stamps, cats)))
+    db = _init(tmp_path, 6, ["EWR", "JFK", "LGA"], capsys)
+    args = ["--time-column", "when", "--start", "2013-01-01", "--end", "2013-01-07"]
+    assert _cli("stream", "step", db, "--records", table, *args, "--category-column", "origin") == 0
+    want = np.array(
+        [[np.sum((days == d) & (cats == c)) for c in ("EWR", "JFK", "LGA")] for d in range(6)]
+    )
+    np.testing.assert_array_equal(_stored_counts(db, 3), want)
+    out = capsys.readouterr().out
+    assert "step 5" in out
+    # a record outside the steps is an error by default (nothing drawn), dropped on request
+    db2 = _init(tmp_path, 5, ["EWR", "JFK", "LGA"], capsys, "s2")
+    short = ["--time-column", "when", "--start", "2013-01-01", "--end", "2013-01-06"]
+    cat = ["--category-column", "origin"]
+    assert _cli("stream", "step", db2, "--records", table, *short, *cat) == 2
+    assert len(_rows(db2)) == 0
+    assert _cli("stream", "step", db2, "--records", table, *short, *cat, "--policy", "drop") == 0
+    np.testing.assert_array_equal(_stored_counts(db2, 3), want[:5])
+    assert _cli("stream", "step", db2, "--records", table, "--start", "2013-01-01") == 2
+    assert "--time-column" in capsys.readouterr().err
