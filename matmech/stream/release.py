@@ -109,6 +109,12 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
     return StreamPlan(spec, f, p["grid"], p["noise"], p["scale"], p["std"], p["sensitivity"])
 
 
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+), or the same ``__notes__`` list on 3.10."""
+    notes = getattr(exc, "__notes__", None)
+    exc.__notes__ = [*(notes or []), note]  # type: ignore[attr-defined]
+
+
 class StreamRelease:
     """An open stream (see the module notes). Make one with :meth:`create` or :meth:`open`."""
 
@@ -299,12 +305,13 @@ class StreamRelease:
             try:
                 res = self.step(checked.get(t + i), t=t + i)
             except Exception as exc:
-                exc.add_note(
+                _add_note(
+                    exc,
                     f"batch from step {t}: steps {t}..{t + i - 1} are released and stored, "
                     f"step {t + i} failed; run the batch again to resume (released steps are "
                     "replayed)"
                     if i
-                    else f"batch from step {t}: step {t} failed, no step of the batch was released"
+                    else f"batch from step {t}: step {t} failed, no step of the batch was released",
                 )
                 raise
             out.append(res)
