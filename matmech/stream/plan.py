@@ -68,6 +68,7 @@ from matmech.validate import choice
 __all__ = [
     "AUTO",
     "AUTO_DENSE_N",
+    "AUTO_SCAN_N",
     "MAX_CATEGORIES",
     "StreamPlan",
     "StreamSpec",
@@ -85,14 +86,21 @@ AUTO = "auto"
 #: Largest horizon at which ``"auto"`` also weighs the factorizations kept as dense n×n
 #: matrices (the m-ary tree; under δ > 0 the dense optimum, O(n³): seconds at 1024).
 AUTO_DENSE_N = 1024
+#: Largest horizon at which ``"auto"`` weighs the band (a scan of ~log₂ n widths, each an
+#: O(n log n) series inverse: seconds at 2^16, a minute and a half at 2^20, for < 1% RMSE).
+AUTO_SCAN_N = 2**16
 
 
 def auto_candidates(n: int, delta: float) -> tuple[str, ...]:
-    """The factorizations ``"auto"`` weighs for horizon n: the closed forms always, the dense
-    ones up to :data:`AUTO_DENSE_N` (the dense optimum only under δ > 0, the L2 optimum it
-    is). BLT is left out: its optimiser takes seconds to win a few percent on the square
-    root, and only under δ > 0 (``advise_stream`` ranks it)."""
-    names = ["identity", "prefix", "sqrt", "banded"]
+    """The factorizations ``"auto"`` weighs for horizon n: the identity and the square root
+    always (never the prefix: Δ₁²·mean = n², Δ₂²·mean = n, Δ₂²·max = n against the
+    identity's (n + 1)/2, (n + 1)/2 and n); the band up to :data:`AUTO_SCAN_N` (its width scan plans ~log₂ n series);
+    the dense ones up to :data:`AUTO_DENSE_N` (the dense optimum only under δ > 0, the L2
+    optimum it is). BLT is left out: its optimiser takes seconds to win a few percent on the
+    square root, and only under δ > 0 (``advise_stream`` ranks it)."""
+    names = ["identity", "sqrt"]
+    if n <= AUTO_SCAN_N:
+        names.append("banded")
     if n <= min(AUTO_DENSE_N, MAX_DENSE_N):
         names.append("hierarchical")
         if delta > 0:
