@@ -30,7 +30,7 @@ Builders (registry :data:`FACTORIZATIONS`, each ``build(n, *, objective)``):
   m^j | t), and the running total is the sum of the blocks of t's base-m digits, so
   ‖B_t‖² is t's base-m digit sum and C has 0/1 entries with at most one block per level in
   a column (Δ₁ = Δ₂² ≤ levels). m is chosen for the objective and the norm; integer C, so it
-  is measured on g = 1. Dense C, n ≤ :data:`MAX_DENSE_N`.
+  is measured on g = 1. Kept as its window lengths (O(n), any n).
 * ``identity`` (C = I, B = prefix) and ``prefix`` (C = prefix, B = I): the two naive ends.
 
 Builders take ``norm`` (1 or 2, :data:`NORMS`): ``banded`` and ``hierarchical`` choose their
@@ -64,7 +64,9 @@ __all__ = [
     "check_horizon",
     "check_norm",
     "hierarchical_block_lengths",
+    "hierarchical_branchings",
     "hierarchical_errors",
+    "hierarchical_score",
     "square_root_coefs",
 ]
 
@@ -102,7 +104,9 @@ def check_norm(norm) -> int:
 
 @dataclass(frozen=True, eq=False)
 class StreamFactorization:
-    """prefix_n = B·C with C lower-triangular: Toeplitz (first column ``c``) or dense ``matrix``.
+    """prefix_n = B·C with C lower-triangular: Toeplitz (first column ``c``), dense ``matrix``,
+    or ``windows``: row t is ones over the last w_t steps (t − w_t < s ≤ t), O(n) numbers
+    (the m-ary tree at any n).
 
     ``params`` records how it was built (e.g. BLT decays and scales); ``objective`` what
     it was chosen for.
@@ -114,12 +118,22 @@ class StreamFactorization:
     matrix: np.ndarray | None = None
     params: tuple = ()
     objective: str = "mean"
+    windows: np.ndarray | None = None
 
     def __post_init__(self):
-        if (self.c is None) == (self.matrix is None):
+        if sum(a is not None for a in (self.c, self.matrix, self.windows)) != 1:
             raise ValueError(
-                "a StreamFactorization needs exactly one of c (Toeplitz) and matrix (dense)"
+                "a StreamFactorization needs exactly one of c (Toeplitz), matrix (dense) and "
+                "windows"
             )
+        if self.windows is not None:
+            w = self.windows
+            t = np.arange(1, self.n + 1)
+            if w.shape != (self.n,) or w.dtype.kind not in "iu" or np.any(w < 1) or np.any(w > t):
+                raise ValueError(
+                    f"windows must be n={self.n} integers with 1 <= w_t <= t + 1 (0-based t)"
+                )
+            return
         arr = self.c if self.c is not None else self.matrix
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"factorization {self.name!r} has non-finite entries")
@@ -136,6 +150,33 @@ class StreamFactorization:
     def toeplitz(self) -> bool:
         return self.c is not None
 
+    @property
+    def form(self) -> str:
+        """How C is kept: "toeplitz", "dense" or "windows"."""
+        return (
+            "toeplitz" if self.c is not None else "dense" if self.matrix is not None else "windows"
+        )
+
+    def integer_valued(self) -> bool:
+        """Every entry of C an integer (then C is measured on the grid 1)."""
+        if self.windows is not None:
+            return True
+        return bool(np.all(np.mod(self._col() if self.toeplitz else self._mat(), 1.0) == 0.0))
+
+    @functools.cached_property
+    def _window_parents(self) -> np.ndarray:
+        """t − w_t (−1: none): the step whose running total B·y at t adds y_t to."""
+        w = self.windows if self.windows is not None else np.ones(self.n, dtype=np.int64)
+        return np.arange(self.n, dtype=np.int64) - w.astype(np.int64)
+
+    def _window_chain(self, t: int) -> list[int]:
+        """The steps whose y make up the running total at t: t, t − w_t, … (B_t's ones)."""
+        par, out = self._window_parents, []
+        while t >= 0:
+            out.append(t)
+            t = int(par[t])
+        return out
+
     def _col(self) -> np.ndarray:
         """c, for a Toeplitz factorization."""
         if self.c is None:
@@ -150,7 +191,13 @@ class StreamFactorization:
 
     @functools.cached_property
     def b(self) -> np.ndarray:
-        """B = prefix·C⁻¹: its first column (Toeplitz) or the dense matrix."""
+        """B = prefix·C⁻¹: its first column (Toeplitz) or the dense matrix (windows: dense,
+        for tests; the release uses :meth:`b_row`)."""
+        if self.windows is not None:
+            out = np.zeros((self.n, self.n))
+            for t in range(self.n):
+                out[t, self._window_chain(t)] = 1.0
+            return out
         if self.toeplitz:
             return prefix_coefs(self._col())
         inv = sla.solve_triangular(self._mat(), np.eye(self.n), lower=True)
@@ -158,6 +205,10 @@ class StreamFactorization:
 
     def c_row(self, t: int) -> np.ndarray:
         """C[t, 0..t]."""
+        if self.windows is not None:
+            row = np.zeros(t + 1)
+            row[t + 1 - int(self.windows[t]) :] = 1.0
+            return row
         return self._col()[t::-1] if self.toeplitz else self._mat()[t, : t + 1]
 
     @functools.cached_property
@@ -166,10 +217,19 @@ class StreamFactorization:
 
     def b_row(self, t: int) -> np.ndarray:
         """B[t, 0..t] (contiguous: a reversed Toeplitz view would make the product 10× slower)."""
+        if self.windows is not None:
+            row = np.zeros(t + 1)
+            row[self._window_chain(t)] = 1.0
+            return row
         return self._b_reversed[self.n - 1 - t :] if self.toeplitz else self.b[t, : t + 1]
 
     def column_norms(self, p: int = 2) -> np.ndarray:
         """Lp norms of the columns of C (Toeplitz: of the prefixes of c, longest first)."""
+        if self.windows is not None:  # 0/1 entries: the number of windows covering column s
+            t = np.arange(self.n, dtype=np.int64)
+            starts = np.bincount(t + 1 - self.windows, minlength=self.n + 1)
+            ends = np.bincount(t + 1, minlength=self.n + 1)
+            return np.cumsum(starts - ends)[: self.n].astype(np.float64) ** (1.0 / p)
         if self.toeplitz:
             a = np.abs(self._col()[::-1]) ** p
             return np.cumsum(a)[::-1] ** (1.0 / p)
@@ -181,10 +241,17 @@ class StreamFactorization:
 
     def sup_norm(self) -> float:
         """Largest |C_tj|: y_t is at most sup_norm·Σx in magnitude."""
+        if self.windows is not None:
+            return 1.0
         return float(np.abs(self._col() if self.toeplitz else self._mat()).max())
 
     def step_variances(self) -> np.ndarray:
         """‖B_t‖² for every step t (unit noise)."""
+        if self.windows is not None:  # chain lengths: v_t = 1 + v_(t − w_t), in step order
+            v = [0] * self.n
+            for t, q in enumerate(self._window_parents.tolist()):
+                v[t] = 1 + (v[q] if q >= 0 else 0)
+            return np.array(v, dtype=np.float64)
         return np.cumsum(self.b**2) if self.toeplitz else np.einsum("ij,ij->i", self.b, self.b)
 
     def errors(self, p: int = 2) -> tuple[float, float]:
@@ -207,6 +274,10 @@ class StreamFactorization:
         def r(a):
             return np.rint(a / grid) * grid
 
+        if self.windows is not None:
+            if not float(1.0 / grid).is_integer():
+                raise ValueError(f"a window factorization is measured on grid 1, not {grid}")
+            return self
         if self.toeplitz:
             return StreamFactorization(
                 self.name, self.n, c=r(self._col()), params=self.params, objective=self.objective
@@ -217,6 +288,8 @@ class StreamFactorization:
 
     def dense(self) -> np.ndarray:
         """C as a dense matrix (tests, small n)."""
+        if self.windows is not None:
+            return np.array([np.pad(self.c_row(t), (0, self.n - t - 1)) for t in range(self.n)])
         return toeplitz_dense(self._col()) if self.toeplitz else self._mat()
 
 
@@ -308,8 +381,48 @@ def hierarchical_block_lengths(n: int, m: int) -> np.ndarray:
     return w
 
 
+def hierarchical_branchings(n: int) -> list[int]:
+    """The branchings m the tree is chosen among: every m ≤ n + 1 up to n = 1024 (m > n is
+    the identity); above, 2..64 and m ± 3 around n^(1/L) for L = 2..6 (the optimum of an
+    L-level tree: Δ ≈ L, digit sums ≈ L(m − 1)/2), and n + 1."""
+    if n <= 1024:
+        return list(range(2, n + 2))
+    near = {round(n ** (1.0 / lv)) + d for lv in range(2, 7) for d in range(-3, 4)}
+    return sorted({m for m in (*range(2, 65), *near, n + 1) if 2 <= m <= n + 1})
+
+
+def hierarchical_score(n: int, m: int) -> tuple[int, float, float]:
+    """(Δ₁ = Δ₂², mean ‖B_t‖², max ‖B_t‖²) of the m-ary tree over t = 1..n in O(levels), by
+    counting digits: Δ₁ is the number of levels (column 1 lies in a measured block of every
+    level j with m^j ≤ n); the digit sums of 0..n summed position by position (full cycles
+    of m^(j+1), then the partial one); the largest digit sum of a t ≤ n is n's own or, for a
+    non-zero digit d_i of n, the digits above i, d_i − 1, and m − 1 in every lower place."""
+    levels, p = 0, 1
+    while p <= n:
+        levels, p = levels + 1, p * m
+    total, p = 0, 1
+    for _ in range(levels):
+        cycle = p * m
+        full, rem = divmod(n + 1, cycle)
+        q, r = divmod(rem, p)
+        total += full * p * m * (m - 1) // 2 + p * q * (q - 1) // 2 + r * q
+        p = cycle
+    digits, x = [], n
+    while x:
+        x, d = divmod(x, m)
+        digits.append(d)
+    best = sum(digits)
+    above = 0
+    for i in range(len(digits) - 1, -1, -1):
+        if digits[i]:
+            best = max(best, above + digits[i] - 1 + (m - 1) * i)
+        above += digits[i]
+    return levels, total / n, float(best)
+
+
 def hierarchical_errors(n: int, m: int) -> tuple[np.ndarray, int]:
-    """(‖B_t‖² for every step, Δ₁ = Δ₂²) of the m-ary tree, in O(n·levels) without C: ‖B_t‖²
+    """(‖B_t‖² for every step, Δ₁ = Δ₂²) of the m-ary tree, in O(n·levels) without C (the
+    check of :func:`hierarchical_score`): ‖B_t‖²
     is t's base-m digit sum; column s lies in one block per level j (the one ending at
     e = ⌈s/m^j⌉·m^j), which is measured iff e ≤ n and m^(j+1) ∤ e."""
     t = np.arange(1, n + 1, dtype=np.int64)
@@ -328,31 +441,23 @@ def hierarchical_errors(n: int, m: int) -> tuple[np.ndarray, int]:
 def _hierarchical(
     n: int, *, objective: str = "mean", norm: int = 2, branching: int | None = None
 ) -> StreamFactorization:
-    if n > MAX_DENSE_N:
-        raise ValueError(
-            f"the hierarchical factorization is kept as a dense n×n C; n={n} is above {MAX_DENSE_N}"
-        )
     if branching is None:
         which = OBJECTIVES.index(objective)
 
         def score(m):
-            v, cover = hierarchical_errors(n, m)
+            cover, mean, mx = hierarchical_score(n, m)
             s2 = float(cover) ** (2 if norm == 1 else 1)  # Δ₁² or Δ₂² (0/1 entries)
-            return s2 * (float(v.mean()), float(v.max()))[which]
+            return s2 * (mean, mx)[which]
 
-        # every branching; m > n is the identity (every block has length 1)
-        branching = min(range(2, n + 2), key=score)
+        branching = min(hierarchical_branchings(n), key=score)
     elif isinstance(branching, bool) or not isinstance(branching, int) or branching < 2:
         raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
     w = hierarchical_block_lengths(n, branching)
-    c = np.zeros((n, n))
-    cols = np.arange(n)
-    c[(cols[:, None] >= cols[None, :]) & (cols[:, None] - cols[None, :] < w[:, None])] = 1.0
     levels, p = 1, branching
     while p <= n:
         levels, p = levels + 1, p * branching
     params = (("branching", int(branching)), ("levels", levels))
-    return StreamFactorization("hierarchical", n, matrix=c, params=params, objective=objective)
+    return StreamFactorization("hierarchical", n, windows=w, params=params, objective=objective)
 
 
 #: Factorization builders by name: ``build(n, *, objective, norm, **options)``.

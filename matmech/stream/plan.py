@@ -83,8 +83,8 @@ MAX_CATEGORIES = 2**16
 MAX_STATE_BYTES = 2**32
 #: The factorization name that asks for the best one for the spec (the default).
 AUTO = "auto"
-#: Largest horizon at which ``"auto"`` also weighs the factorizations kept as dense n×n
-#: matrices (the m-ary tree; under δ > 0 the dense optimum, O(n³): seconds at 1024).
+#: Largest horizon at which ``"auto"`` weighs the dense optimum under δ > 0 (O(n³): seconds
+#: at 1024) and the m-ary tree under δ > 0 (an L1 design; under pure ε it is weighed at any n).
 AUTO_DENSE_N = 1024
 #: Largest horizon at which ``"auto"`` weighs the band (a scan of ~log₂ n widths, each an
 #: O(n log n) series inverse: seconds at 2^16, a minute and a half at 2^20, for < 1% RMSE).
@@ -95,16 +95,16 @@ def auto_candidates(n: int, delta: float) -> tuple[str, ...]:
     """The factorizations ``"auto"`` weighs for horizon n: the identity and the square root
     always (never the prefix: Δ₁²·mean = n², Δ₂²·mean = n, Δ₂²·max = n against the
     identity's (n + 1)/2, (n + 1)/2 and n); the band up to :data:`AUTO_SCAN_N` (its width scan plans ~log₂ n series);
-    the dense ones up to :data:`AUTO_DENSE_N` (the dense optimum only under δ > 0, the L2
-    optimum it is). BLT is left out: its optimiser takes seconds to win a few percent on the
+    the m-ary tree under pure ε at any n, under δ > 0 up to :data:`AUTO_DENSE_N`; the dense
+    optimum under δ > 0 up to :data:`AUTO_DENSE_N` (the L2 optimum it is). BLT is left out: its optimiser takes seconds to win a few percent on the
     square root, and only under δ > 0 (``advise_stream`` ranks it)."""
     names = ["identity", "sqrt"]
     if n <= AUTO_SCAN_N:
         names.append("banded")
-    if n <= min(AUTO_DENSE_N, MAX_DENSE_N):
+    if delta == 0 or n <= AUTO_DENSE_N:
         names.append("hierarchical")
-        if delta > 0:
-            names.append("dense")
+    if delta > 0 and n <= min(AUTO_DENSE_N, MAX_DENSE_N):
+        names.append("dense")
     return tuple(names)
 
 
@@ -224,17 +224,26 @@ class StreamPlan:
         """K = C_g/g as int64 (:func:`~matmech.stream.exact.integer_factor`), built once per
         plan and kept as :meth:`k_row` reads it: a Toeplitz column reversed and contiguous
         (row t is its last t + 1 entries, oldest step first), else the dense matrix."""
+        if self.factorization.form == "windows":  # rows are built by k_row (O(n) state)
+            return np.empty(0, dtype=np.int64)
         k = integer_factor(self.factorization, self.grid)
         return np.ascontiguousarray(k[::-1]) if self.factorization.toeplitz else k
 
     def k_row(self, t: int) -> np.ndarray:
         """K[t, 0..t] (int64, contiguous: a strided row would make the product 10x slower)."""
+        f = self.factorization
+        if f.form == "windows":  # ones over the window (measured on grid 1)
+            row = np.zeros(t + 1, dtype=np.int64)
+            row[t + 1 - int(f.windows[t]) :] = 1  # type: ignore[index]
+            return row
         k = self.integer_factor
         return k[self.spec.horizon - 1 - t :] if self.factorization.toeplitz else k[t, : t + 1]
 
     @functools.cached_property
     def layout(self) -> LimbLayout:
         """The limbs a step splits its counts into (:func:`~matmech.stream.exact.limb_layout`)."""
+        if self.factorization.form == "windows":
+            return limb_layout(self.factorization, self.grid, self.spec.max_records)
         k = self.integer_factor
         k = k[::-1] if self.factorization.toeplitz else k  # K's own order (a view, no copy)
         return limb_layout(self.factorization, self.grid, self.spec.max_records, k=k)
@@ -284,8 +293,7 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
             f"the factorization has horizon {f.n} but the spec declares {spec.horizon}"
         )
     kind, scale, sens = _scale(spec, f)
-    entries = f.c if f.c is not None else f.dense()
-    if np.all(np.mod(entries, 1.0) == 0.0):  # integer C: measured as it is, on the integers
+    if f.integer_valued():  # integer C: measured as it is, on the integers
         g = 1.0
     else:  # the sampler's range alone bounds g: K·x is exact in integers (sens is not used)
         g = sampler_grid(

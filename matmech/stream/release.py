@@ -75,10 +75,13 @@ def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
                 "name": f.name,
                 "objective": f.objective,
                 "toeplitz": f.toeplitz,
+                "form": f.form,
                 "params": [list(p) for p in f.params],
             }
         ),
-        "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
+        "C": np.ascontiguousarray(
+            {"toeplitz": f.c, "dense": f.matrix, "windows": f.windows}[f.form], dtype=np.float64
+        ).tobytes(),
         "stream_id": stream_id,
         "budgeted": "1" if budgeted else "0",  # without a budget there is nothing to charge
     }
@@ -92,13 +95,22 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
     arr = np.frombuffer(meta["C"], dtype=np.float64)
     n = spec.horizon
     params = tuple(tuple(v) if isinstance(v, list) else v for v in (tuple(q) for q in p["params"]))
-    f = (
-        StreamFactorization(p["name"], n, c=arr.copy(), params=params, objective=p["objective"])
-        if p["toeplitz"]
-        else StreamFactorization(
-            p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]
+    form = p.get("form", "toeplitz" if p["toeplitz"] else "dense")  # files before "form"
+    if form not in ("toeplitz", "dense", "windows") or arr.size != (
+        n * n if form == "dense" else n
+    ):
+        raise ValueError(
+            "the stream file's factorization does not fit its spec (an altered file or one "
+            "written by another version): nothing is drawn from it"
         )
-    )
+    if form == "windows" and not np.all(np.rint(arr) == arr):
+        raise ValueError("the stream file's windows are not integers: nothing is drawn from it")
+    data = {
+        "toeplitz": {"c": arr.copy()},
+        "dense": {"matrix": arr.reshape(n, n).copy() if form == "dense" else None},
+        "windows": {"windows": arr.astype(np.int64)},
+    }[form]
+    f = StreamFactorization(p["name"], n, params=params, objective=p["objective"], **data)
     stored = (p["noise"], p["scale"], p["sensitivity"], p["std"])
     kind, scale, sens = _scale(spec, f)  # the calibration of the C_g the file measures
     if stored != (kind, scale, sens, lattice_std(kind, scale, p["grid"], remedy="raise eps")):

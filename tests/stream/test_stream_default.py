@@ -336,3 +336,66 @@ def test_cli_batch_from_a_table_of_records(tmp_path, capsys):
     np.testing.assert_array_equal(_stored_counts(db2, 3), want[:5])
     assert _cli("stream", "step", db2, "--records", table, "--start", "2013-01-01") == 2
     assert "--time-column" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 26, 100, 365, 1000, 4097])
+def test_the_tree_score_in_closed_form_counts_the_digits(n):
+    from matmech.stream.factorizations import hierarchical_branchings, hierarchical_score
+
+    for m in sorted({2, 3, 7, 10, 20, n, n + 1, n + 5} - {0, 1}):
+        v, cover = hierarchical_errors(n, m)
+        levels, mean, mx = hierarchical_score(n, m)
+        assert levels == cover and mx == v.max()
+        assert mean == pytest.approx(v.mean(), rel=1e-12)
+    # the branchings searched above n = 1024 hold the best of every m <= n + 1
+    if n > 1024:
+
+        def score(m):
+            d, mean, _ = hierarchical_score(n, m)
+            return d * d * mean
+
+        full = min(score(m) for m in range(2, n + 2))
+        assert min(score(m) for m in hierarchical_branchings(n)) == full
+
+
+@pytest.mark.parametrize("kw", [dict(eps=1.0), dict(eps=0.5, delta=1e-6)])
+def test_a_window_factorization_releases_as_its_dense_oracle_and_reopens(tmp_path, kw):
+    n, k = 23, 2
+    spec = StreamSpec(n, categories=k, factorization="hierarchical", **kw)
+    s = StreamRelease.create(tmp_path / "s.db", spec, rng=np.random.default_rng(5))
+    f = s.plan.factorization
+    assert f.form == "windows" and s.plan.grid == 1.0
+    X = np.random.default_rng(6).integers(0, 30, size=(n, k))
+    R = np.array([r.values for r in s.step_many(X[:10])])
+    s = StreamRelease.open(tmp_path / "s.db")  # the windows come back from the file
+    assert s.plan.factorization.form == "windows"
+    np.testing.assert_array_equal(s.plan.factorization.windows, f.windows)
+    R = np.vstack([R, [r.values for r in s.step_many(X, t=0)][10:]])
+    C = f.dense()
+    B = np.tril(np.ones((n, n))) @ np.linalg.inv(C)
+    Z = np.array([np.frombuffer(z) for _, z, *_ in _rows(tmp_path / "s.db")])
+    np.testing.assert_allclose(R, B @ (C @ X + Z), rtol=1e-12, atol=1e-9)
+    for t in (0, 7, n - 1):  # the rows the release builds one by one
+        np.testing.assert_array_equal(s.plan.k_row(t), C[t, : t + 1].astype(np.int64))
+        np.testing.assert_allclose(f.b_row(t), B[t, : t + 1], atol=1e-12)
+    assert s.status()["mean_variance"] == pytest.approx(
+        s.plan.std**2 * (B**2).sum(1).mean(), rel=1e-12
+    )
+
+
+def test_the_pure_eps_default_is_the_tree_at_any_horizon():
+    for n in (2000, 2**16):
+        plan = plan_stream(StreamSpec(n, eps=1.0))
+        assert plan.factorization.name == "hierarchical"
+        ident = plan_stream(StreamSpec(n, eps=1.0, factorization="identity"))
+        assert plan.errors()[0] < ident.errors()[0] / 4
+
+
+def test_windows_are_checked():
+    from matmech.stream.factorizations import StreamFactorization
+
+    for w in ([1, 3, 1], [0, 1, 1], [1.0, 1.0, 1.0]):
+        with pytest.raises(ValueError, match="windows"):
+            StreamFactorization("x", 3, windows=np.array(w))
+    with pytest.raises(ValueError, match="exactly one"):
+        StreamFactorization("x", 3, c=np.ones(3), windows=np.ones(3, dtype=np.int64))
