@@ -100,14 +100,13 @@ def advise_stream(
     """Rank ``names`` for a stream of n steps under (``eps``, ``delta``) — δ = 0: pure ε,
     Laplace noise, L1 sensitivity; δ > 0: Gaussian noise, L2 — by the exact variance of a
     running total in counts² (``objective``: its mean or max over the steps). ``names``
-    default: sqrt, blt, banded, identity, prefix, and hierarchical up to n = 4096; the dense
+    default: sqrt, blt, banded, identity, prefix and hierarchical; the dense
     optimum is added when ``dense`` (default n ≤ 1024); the binary tree is listed too."""
     n = check_horizon(n)
     choice(objective, "objective", OBJECTIVES)
     spec = StreamSpec(n, eps=eps, delta=delta, objective=objective)  # checks eps and delta
     if names is None:
-        names = ("sqrt", "blt", "banded", "identity", "prefix")
-        names += ("hierarchical",) if n <= MAX_DENSE_N else ()
+        names = ("sqrt", "blt", "banded", "identity", "prefix", "hierarchical")
     names = texts(names, "names")
     if dense is not None:
         flag(dense, "dense")
