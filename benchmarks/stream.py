@@ -51,7 +51,9 @@ def _step_compute_ms(f, reps=15):
 
 def _real_step_ms(n, steps=40):
     with tempfile.TemporaryDirectory() as d:
-        s = StreamRelease.create(Path(d) / "s.db", StreamSpec(n, eps=1.0, delta=1e-6))
+        s = StreamRelease.create(
+            Path(d) / "s.db", StreamSpec(n, eps=1.0, delta=1e-6, factorization="sqrt")
+        )
         times = []
         for t in range(steps):
             t0 = time.perf_counter()

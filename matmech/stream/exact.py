@@ -53,7 +53,8 @@ class LimbLayout:
 
 
 def integer_factor(f: StreamFactorization, grid: float) -> np.ndarray:
-    """K = C_g/g as int64: the Toeplitz column or the dense matrix."""
+    """K = C_g/g as int64: the Toeplitz column or the dense matrix (a window factorization:
+    its dense matrix, for tests; the release builds its rows one by one)."""
     k = np.asarray(f.dense() if f.c is None else f.c, dtype=np.float64) / grid
     if not np.all(np.rint(k) == k) or np.abs(k).max() >= 2.0**62:
         raise ValueError(
@@ -69,9 +70,12 @@ def limb_layout(
     ``k``: its :func:`integer_factor` when the caller has built it already."""
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap < 2**62:
         raise ValueError(f"cap must be an integer in [1, 2**62), got {cap!r}")
-    k = np.abs(integer_factor(f, grid) if k is None else k).astype(np.float64)
-    # the largest row sum of |K|, bounded above (a float sum of ≤ 2^24 integers: rel. err < 2^-28)
-    l1 = float(k.sum()) if f.toeplitz else float(k.sum(axis=1).max())
+    if f.windows is not None:  # rows of ones: the largest row sum is the longest window
+        l1 = float(f.windows.max()) / grid
+    else:
+        k = np.abs(integer_factor(f, grid) if k is None else k).astype(np.float64)
+        # the largest row sum of |K|, bounded above (a float sum of ≤ 2^24 integers: rel. err < 2^-28)
+        l1 = float(k.sum()) if f.toeplitz else float(k.sum(axis=1).max())
     l1 = l1 * (1.0 + 2.0**-20) + 1.0
     width = math.floor(_WORD_BITS - math.log2(l1))
     if width < 1:

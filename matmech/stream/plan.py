@@ -21,6 +21,15 @@ grid. Integer C (identity, prefix) are measured on g = 1, as
 noise std and the sampler's range check are :func:`~matmech.privacy.calibration.lattice_std`.
 The integer factor K = C_g/g and its limb layout are built once per plan
 (:attr:`StreamPlan.integer_factor`, :attr:`StreamPlan.layout`).
+
+The default factorization, ``"auto"``, is chosen from the privacy parameters and the
+objective (:func:`best_plan`): every candidate of :func:`auto_candidates` is planned as above
+(built for the norm of the noise: L1 for pure ε, L2 for δ > 0, then rounded and calibrated)
+and the one with the smallest exact expected error (:meth:`StreamPlan.errors`: the variance
+of a released running total under the noise actually drawn, mean or max over the steps) is
+kept. Under pure ε this is usually the m-ary tree (the square root, an L2 design, has
+Δ₁ ≈ 2√(n/π)); under δ > 0 the dense optimum up to :data:`AUTO_DENSE_N` steps, the square
+root or its band above.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from matmech.privacy.params import (
 from matmech.stream.exact import LimbLayout, integer_factor, limb_layout
 from matmech.stream.factorizations import (
     FACTORIZATIONS,
+    MAX_DENSE_N,
     OBJECTIVES,
     StreamFactorization,
     build,
@@ -55,12 +65,47 @@ from matmech.stream.factorizations import (
 )
 from matmech.validate import choice
 
-__all__ = ["MAX_CATEGORIES", "StreamPlan", "StreamSpec", "plan_stream"]
+__all__ = [
+    "AUTO",
+    "AUTO_DENSE_N",
+    "AUTO_SCAN_N",
+    "MAX_CATEGORIES",
+    "StreamPlan",
+    "StreamSpec",
+    "auto_candidates",
+    "best_plan",
+    "plan_stream",
+]
 
 #: Largest number of categories per step.
 MAX_CATEGORIES = 2**16
 #: Largest history a stream keeps (bytes), checked when the spec is declared.
 MAX_STATE_BYTES = 2**32
+#: The factorization name that asks for the best one for the spec (the default).
+AUTO = "auto"
+#: Largest horizon at which ``"auto"`` weighs the dense optimum under δ > 0 (O(n³): seconds
+#: at 1024) and the m-ary tree under δ > 0 (an L1 design; under pure ε it is weighed at any n).
+AUTO_DENSE_N = 1024
+#: Largest horizon at which ``"auto"`` weighs the band (a scan of ~log₂ n widths, each an
+#: O(n log n) series inverse: seconds at 2^16, a minute and a half at 2^20, for < 1% RMSE).
+AUTO_SCAN_N = 2**16
+
+
+def auto_candidates(n: int, delta: float) -> tuple[str, ...]:
+    """The factorizations ``"auto"`` weighs for horizon n: the identity and the square root
+    always (never the prefix: Δ₁²·mean = n², Δ₂²·mean = n, Δ₂²·max = n against the
+    identity's (n + 1)/2, (n + 1)/2 and n); the band up to :data:`AUTO_SCAN_N` (its width scan plans ~log₂ n series);
+    the m-ary tree under pure ε at any n, under δ > 0 up to :data:`AUTO_DENSE_N`; the dense
+    optimum under δ > 0 up to :data:`AUTO_DENSE_N` (the L2 optimum it is). BLT is left out: its optimiser takes seconds to win a few percent on the
+    square root, and only under δ > 0 (``advise_stream`` ranks it)."""
+    names = ["identity", "sqrt"]
+    if n <= AUTO_SCAN_N:
+        names.append("banded")
+    if delta == 0 or n <= AUTO_DENSE_N:
+        names.append("hierarchical")
+    if delta > 0 and n <= min(AUTO_DENSE_N, MAX_DENSE_N):
+        names.append("dense")
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -71,6 +116,9 @@ class StreamSpec:
     ledger's (ε, δ) charge. ``categories``: a count k or a tuple of labels.
     ``max_records``: a bound on the records over the whole stream; a step's cell above it is
     clamped to it (:func:`~matmech.stream.exact.clamp_counts`), never refused.
+    ``factorization``: a name of :data:`~matmech.stream.factorizations.FACTORIZATIONS`, or
+    ``"auto"`` (the default): the smallest exact expected error for these privacy parameters
+    and ``objective`` (:func:`best_plan`).
     """
 
     horizon: int
@@ -78,14 +126,14 @@ class StreamSpec:
     delta: float = 0.0
     rho: float | None = None
     categories: tuple[str, ...] = ("count",)
-    factorization: str = "sqrt"
+    factorization: str = AUTO
     objective: str = "mean"
     neighbors: str = "add_remove"
     max_records: int = MAX_RECORDS
 
     def __post_init__(self):
         object.__setattr__(self, "horizon", check_horizon(self.horizon))
-        choice(self.factorization, "factorization", FACTORIZATIONS)
+        choice(self.factorization, "factorization", (AUTO, *FACTORIZATIONS))
         choice(self.objective, "objective", OBJECTIVES)
         cats = self.categories
         if isinstance(cats, numbers.Integral) and not isinstance(cats, bool):
@@ -140,6 +188,11 @@ class StreamSpec:
             return zcdp_to_approx_dp(self.rho, self.delta), float(self.delta)
         return float(self.eps or 0.0), float(self.delta)
 
+    @property
+    def norm(self) -> int:
+        """The norm of the sensitivity: 1 under pure ε (Laplace noise), 2 under δ > 0."""
+        return 1 if self.charge[1] == 0 else 2
+
 
 @dataclass(frozen=True, eq=False)
 class StreamPlan:
@@ -159,22 +212,38 @@ class StreamPlan:
         """Exact std of the released running total at every step (every category)."""
         return self.std * np.sqrt(self.factorization.step_variances())
 
+    def errors(self) -> tuple[float, float]:
+        """(mean, max) over the steps of the exact variance of a released running total (one
+        category), in counts², under the noise this plan draws (Laplace or Gaussian, on its
+        lattice): std²·‖B_g[t]‖²."""
+        v = self.std**2 * self.factorization.step_variances()
+        return float(v.mean()), float(v.max())
+
     @functools.cached_property
     def integer_factor(self) -> np.ndarray:
         """K = C_g/g as int64 (:func:`~matmech.stream.exact.integer_factor`), built once per
         plan and kept as :meth:`k_row` reads it: a Toeplitz column reversed and contiguous
         (row t is its last t + 1 entries, oldest step first), else the dense matrix."""
+        if self.factorization.form == "windows":  # rows are built by k_row (O(n) state)
+            return np.empty(0, dtype=np.int64)
         k = integer_factor(self.factorization, self.grid)
         return np.ascontiguousarray(k[::-1]) if self.factorization.toeplitz else k
 
     def k_row(self, t: int) -> np.ndarray:
         """K[t, 0..t] (int64, contiguous: a strided row would make the product 10x slower)."""
+        f = self.factorization
+        if f.form == "windows":  # ones over the window (measured on grid 1)
+            row = np.zeros(t + 1, dtype=np.int64)
+            row[t + 1 - int(f.windows[t]) :] = 1  # type: ignore[index]
+            return row
         k = self.integer_factor
         return k[self.spec.horizon - 1 - t :] if self.factorization.toeplitz else k[t, : t + 1]
 
     @functools.cached_property
     def layout(self) -> LimbLayout:
         """The limbs a step splits its counts into (:func:`~matmech.stream.exact.limb_layout`)."""
+        if self.factorization.form == "windows":
+            return limb_layout(self.factorization, self.grid, self.spec.max_records)
         k = self.integer_factor
         k = k[::-1] if self.factorization.toeplitz else k  # K's own order (a view, no copy)
         return limb_layout(self.factorization, self.grid, self.spec.max_records, k=k)
@@ -189,8 +258,22 @@ def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]
     return kind, scale, sens
 
 
+def best_plan(spec: StreamSpec, names: tuple[str, ...]) -> StreamPlan:
+    """The plan of the factorization among ``names`` (each built for ``spec.objective`` and
+    ``spec.norm``) with the smallest exact expected error (:meth:`StreamPlan.errors`, the
+    spec's objective); the first of equals in ``names`` order."""
+    which = OBJECTIVES.index(spec.objective)
+    plans = [
+        plan_stream(spec, build(name, spec.horizon, objective=spec.objective, norm=spec.norm))
+        for name in names
+    ]
+    return min(plans, key=lambda p: p.errors()[which])
+
+
 def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = None) -> StreamPlan:
-    """Round the factorization to its grid and calibrate the noise (no data, no budget)."""
+    """Round the factorization to its grid and calibrate the noise (no data, no budget);
+    ``spec.factorization == "auto"`` and no ``factorization``: the best plan
+    (:func:`best_plan` over :func:`auto_candidates`)."""
     if not isinstance(spec, StreamSpec):
         raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
     if factorization is not None and not isinstance(factorization, StreamFactorization):
@@ -198,18 +281,19 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
             "factorization must be None or a StreamFactorization "
             f"(matmech.stream.factorizations.build), got {type(factorization).__name__}"
         )
+    if factorization is None and spec.factorization == AUTO:
+        return best_plan(spec, auto_candidates(spec.horizon, spec.charge[1]))
     f = (
         factorization
         if factorization is not None
-        else build(spec.factorization, spec.horizon, objective=spec.objective)
+        else build(spec.factorization, spec.horizon, objective=spec.objective, norm=spec.norm)
     )
     if f.n != spec.horizon:
         raise ValueError(
             f"the factorization has horizon {f.n} but the spec declares {spec.horizon}"
         )
     kind, scale, sens = _scale(spec, f)
-    entries = f.c if f.c is not None else f.dense()
-    if np.all(np.mod(entries, 1.0) == 0.0):  # integer C: measured as it is, on the integers
+    if f.integer_valued():  # integer C: measured as it is, on the integers
         g = 1.0
     else:  # the sampler's range alone bounds g: K·x is exact in integers (sens is not used)
         g = sampler_grid(

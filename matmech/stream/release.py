@@ -43,7 +43,10 @@ from matmech.privacy.calibration import lattice_std
 from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
 from matmech.stream.state import StreamStore
 
-__all__ = ["StreamRelease", "StreamStep"]
+__all__ = ["VARIANCE_UNITS", "StreamRelease", "StreamStep"]
+
+#: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
+VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,13 @@ def _plan_meta(plan: StreamPlan, stream_id: str, budgeted: bool) -> dict:
                 "name": f.name,
                 "objective": f.objective,
                 "toeplitz": f.toeplitz,
+                "form": f.form,
                 "params": [list(p) for p in f.params],
             }
         ),
-        "C": np.ascontiguousarray(f.c if f.toeplitz else f.matrix, dtype=np.float64).tobytes(),
+        "C": np.ascontiguousarray(
+            {"toeplitz": f.c, "dense": f.matrix, "windows": f.windows}[f.form], dtype=np.float64
+        ).tobytes(),
         "stream_id": stream_id,
         "budgeted": "1" if budgeted else "0",  # without a budget there is nothing to charge
     }
@@ -89,13 +95,22 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
     arr = np.frombuffer(meta["C"], dtype=np.float64)
     n = spec.horizon
     params = tuple(tuple(v) if isinstance(v, list) else v for v in (tuple(q) for q in p["params"]))
-    f = (
-        StreamFactorization(p["name"], n, c=arr.copy(), params=params, objective=p["objective"])
-        if p["toeplitz"]
-        else StreamFactorization(
-            p["name"], n, matrix=arr.reshape(n, n).copy(), params=params, objective=p["objective"]
+    form = p.get("form", "toeplitz" if p["toeplitz"] else "dense")  # files before "form"
+    if form not in ("toeplitz", "dense", "windows") or arr.size != (
+        n * n if form == "dense" else n
+    ):
+        raise ValueError(
+            "the stream file's factorization does not fit its spec (an altered file or one "
+            "written by another version): nothing is drawn from it"
         )
-    )
+    if form == "windows" and not np.all(np.rint(arr) == arr):
+        raise ValueError("the stream file's windows are not integers: nothing is drawn from it")
+    data = {
+        "toeplitz": {"c": arr.copy()},
+        "dense": {"matrix": arr.reshape(n, n).copy() if form == "dense" else None},
+        "windows": {"windows": arr.astype(np.int64)},
+    }[form]
+    f = StreamFactorization(p["name"], n, params=params, objective=p["objective"], **data)
     stored = (p["noise"], p["scale"], p["sensitivity"], p["std"])
     kind, scale, sens = _scale(spec, f)  # the calibration of the C_g the file measures
     if stored != (kind, scale, sens, lattice_std(kind, scale, p["grid"], remedy="raise eps")):
@@ -104,6 +119,12 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
             "(an altered file or one written by another version): nothing is drawn from it"
         )
     return StreamPlan(spec, f, p["grid"], p["noise"], p["scale"], p["std"], p["sensitivity"])
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+), or the same ``__notes__`` list on 3.10."""
+    notes = getattr(exc, "__notes__", None)
+    exc.__notes__ = [*(notes or []), note]  # type: ignore[attr-defined]
 
 
 class StreamRelease:
@@ -157,7 +178,7 @@ class StreamRelease:
                 "lower max_records, the horizon or the categories"
             )
         eps, delta = spec.charge
-        check_affordable(budget, eps, delta, what=cls._what_for(spec, "?"))
+        check_affordable(budget, eps, delta, what=cls._what_for(plan, "?"))
         meta = _plan_meta(plan, secrets.token_hex(8), budget is not None)
         store = StreamStore.create(path, meta, key_file=key_file)
         return cls(store, plan, budget=budget, rng=rng)
@@ -173,10 +194,14 @@ class StreamRelease:
         return cls(store, _plan_from_meta(store.meta), budget=budget, rng=rng)
 
     @staticmethod
-    def _what_for(spec: StreamSpec, stream_id: str) -> str:
+    def _what_for(plan: StreamPlan, stream_id: str) -> str:
+        spec, name = plan.spec, plan.factorization.name
+        # a named factorization keeps the wording of earlier versions (an interrupted charge
+        # of an older file is found by it); "auto" names what it chose
+        how = f"auto: {name}" if spec.factorization == "auto" else spec.factorization
         return (
             f"stream {stream_id}: running totals, {spec.horizon} steps x {len(spec.categories)} categories, "
-            f"{spec.factorization}"
+            f"{how}"
         )
 
     def _ensure_charged(self, budget) -> None:
@@ -187,7 +212,7 @@ class StreamRelease:
                 "this stream's charge to its budget was interrupted; reopen it with the budget/ledger "
                 "given at creation (the charge is then completed or found, never repeated)"
             )
-        what = self._what_for(self.plan.spec, self.stream_id)
+        what = self._what_for(self.plan, self.stream_id)
         # the PrivacyBudget interface (a Ledger's entries are its verified rows)
         if not any(e.what == what for e in check_budget(budget).ledger):
             eps, delta = self.plan.spec.charge
@@ -250,6 +275,64 @@ class StreamRelease:
         del self._pending[t]
         return self._result(t, False)
 
+    def step_many(self, rows, *, t: int = 0, on_step=None) -> list[StreamStep]:
+        """Feed consecutive steps: ``rows[i]`` (one count per category) is step ``t + i``
+        (t = 0 by default: a batch is the stream from its start, so running the same batch
+        again after a failure resumes it). Each step is taken exactly as :meth:`step` takes
+        it (its noise committed before its counts are read, its release committed before the
+        next step starts); steps already released are replayed from the file, their rows not
+        read. Every row to be fed is checked to be a count vector before the first step, so a
+        malformed row refuses the batch, naming its step, before anything is drawn. A failure
+        during the batch (a full disk) leaves the steps before it released and stored; the
+        exception's note names the step that failed. ``on_step(StreamStep)`` is called after
+        each step (the command line prints it)."""
+        if hasattr(rows, "to_numpy") and not isinstance(rows, np.ndarray):
+            rows = rows.to_numpy()
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise TypeError(
+                f"rows must be a sequence of count rows (one per step), got {type(rows).__name__}"
+            )
+        if on_step is not None and not callable(on_step):
+            raise TypeError(f"on_step must be callable or None, got {type(on_step).__name__}")
+        n, spec = self.horizon, self.plan.spec
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n:
+            raise ValueError(f"t must be a step in [0, {n}), got {t!r}")
+        t = int(t)
+        if t > self._done:
+            raise ValueError(f"step {t} is ahead of the stream: the next step is {self._done}")
+        m = len(rows)
+        if m == 0:
+            raise ValueError("rows is empty: give one row of counts per step")
+        if t + m > n:
+            raise ValueError(
+                f"{m} rows from step {t} run past the stream's horizon of {n} steps "
+                f"(at most {n - t} rows from step {t})"
+            )
+        checked = {}
+        for i in range(max(0, self._done - t), m):  # the rows to be fed, before any draw
+            try:
+                checked[t + i] = clamp_counts(rows[i], len(spec.categories), spec.max_records)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"step {t + i} (row {i}): {exc}; no step was taken") from None
+        out = []
+        for i in range(m):
+            try:
+                res = self.step(checked.get(t + i), t=t + i)
+            except Exception as exc:
+                _add_note(
+                    exc,
+                    f"batch from step {t}: steps {t}..{t + i - 1} are released and stored, "
+                    f"step {t + i} failed; run the batch again to resume (released steps are "
+                    "replayed)"
+                    if i
+                    else f"batch from step {t}: step {t} failed, no step of the batch was released",
+                )
+                raise
+            out.append(res)
+            if on_step is not None:
+                on_step(res)
+        return out
+
     def _draw(self) -> np.ndarray:
         p, k = self.plan, len(self.plan.spec.categories)
         return lattice_noise(p.noise, p.scale, p.grid, k, rng=self._src)
@@ -259,11 +342,14 @@ class StreamRelease:
         return [self._result(t, True) for t in range(self._done)]
 
     def status(self) -> dict:
-        """Public facts about the stream (no count, no noise)."""
+        """Public facts about the stream (no count, no noise). ``mean_variance`` /
+        ``max_variance``: the exact variance of a released running total (one category),
+        mean and max over the steps, in counts² under the noise this stream draws
+        (:data:`VARIANCE_UNITS`; :meth:`~matmech.stream.plan.StreamPlan.errors`)."""
         p, spec = self.plan, self.plan.spec
         eps, delta = spec.charge
         nxt = float(self._stds[self._done]) if self._done < self.horizon else math.nan
-        mean_var, max_var = p.factorization.errors()
+        mean_var, max_var = p.errors()
         return {
             "stream_id": self.stream_id,
             "horizon": spec.horizon,
@@ -281,6 +367,7 @@ class StreamRelease:
             "sensitivity": p.sensitivity,
             "next_step_std": nxt,
             "final_step_std": float(self._stds[-1]),
-            "mean_variance_sigma2": mean_var,
-            "max_variance_sigma2": max_var,
+            "mean_variance": mean_var,
+            "max_variance": max_var,
+            "variance_units": VARIANCE_UNITS,
         }

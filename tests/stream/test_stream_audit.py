@@ -83,6 +83,9 @@ def _gauss_delta(v, s, eps):
         dict(factorization="banded"),
         dict(factorization="identity"),
         dict(factorization="sqrt", neighbors="substitute"),
+        dict(factorization="hierarchical"),
+        dict(factorization="hierarchical", neighbors="substitute"),
+        dict(),  # "auto": the default's choice under pure ε
     ],
 )
 def test_laplace_stream_is_eps_dp_and_halved_noise_is_not(kw):
@@ -102,6 +105,7 @@ def test_laplace_stream_is_eps_dp_and_halved_noise_is_not(kw):
         dict(eps=0.3, delta=1e-9, factorization="banded"),
         dict(rho=0.2, delta=1e-6),
         dict(eps=2.0, delta=1e-5, factorization="identity"),
+        dict(eps=1.0, delta=1e-6, factorization="hierarchical"),
     ],
 )
 def test_gaussian_stream_meets_eps_delta_and_halved_noise_does_not(kw):

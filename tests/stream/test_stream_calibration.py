@@ -77,7 +77,9 @@ def test_the_plan_is_the_privacy_layers_calibration(kw):
     plan = plan_stream(spec)
     eps, delta = spec.charge
     p = 1 if delta == 0 else 2
-    f = build(spec.factorization, spec.horizon, objective=spec.objective)
+    # "auto" (the default) names its choice; a name is built for the noise's norm
+    name = spec.factorization if spec.factorization != "auto" else plan.factorization.name
+    f = build(name, spec.horizon, objective=spec.objective, norm=p)
     sens0 = neighbor_sensitivity(f.sensitivity(p), spec.neighbors, margin=True)
     kind0, scale0 = noise_for(eps, delta, sens0)
     integer = np.all(np.mod(f.dense(), 1.0) == 0.0)

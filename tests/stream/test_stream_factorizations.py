@@ -166,14 +166,14 @@ def test_tree_least_squares_matches_dense_blue():
 
 
 def test_advisor_ranks_by_objective():
-    adv = advise_stream(64, objective="mean", dense=True)
+    adv = advise_stream(64, eps=1.0, delta=1e-6, objective="mean", dense=True)
     means = [c.mean for c in adv.choices]
     assert means == sorted(means) and adv.best.name == "dense"
     assert all(
-        c.mean >= adv.mean_bound * (1 - 1e-9) and c.max >= adv.max_bound * (1 - 1e-9)
+        c.mean_unit >= adv.mean_bound * (1 - 1e-9) and c.max_unit >= adv.max_bound * (1 - 1e-9)
         for c in adv.choices
     )
-    adv = advise_stream(64, objective="max", dense=False)
+    adv = advise_stream(64, eps=1.0, delta=1e-6, objective="max", dense=False)
     assert [c.max for c in adv.choices] == sorted(c.max for c in adv.choices)
     assert {c.name for c in adv.choices} >= {"sqrt", "blt", "tree+ls"}
 
