@@ -68,6 +68,7 @@ __all__ = [
     "events_to_json",
     "float_up",
     "float_down",
+    "decimal_up",
 ]
 
 
@@ -84,6 +85,16 @@ def float_down(q: Fraction) -> float:
     f = float(q)
     if Fraction(f) > q:
         f = math.nextafter(f, 0.0)
+    return f
+
+
+def decimal_up(q: Fraction) -> float:
+    """The smallest float whose decimal reading (:func:`~matmech.privacy.params.exact`, its
+    shortest repr: what a float means to a budget) is >= q: how a spent ε is reported, so that
+    a figure at most a declared total never prints above it (q finite, non-negative)."""
+    f = float_down(q)
+    while exact(f) < q:
+        f = math.nextafter(f, math.inf)
     return f
 
 
