@@ -24,6 +24,7 @@ part's records, each marked with its ``event["part"]``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 from matmech.advisor.split import rho_of
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.confidence import IntervalLaw
+from matmech.privacy.events import Concentrated, float_up
 from matmech.privacy.params import exact
 
 __all__ = ["SplitPlan", "Part", "split_plan"]
@@ -78,6 +80,17 @@ class SplitPlan:
     @property
     def what(self) -> str:
         return f"release {self.workload.shape[0]} queries in {len(self.parts)} parts (split)"
+
+    @property
+    def events(self) -> tuple:
+        """The one event of the split (:mod:`matmech.privacy.events`): δ > 0, the parts'
+        zCDP ρ summed (how their shares were calibrated), guaranteeing the whole (ε, δ);
+        pure ε (or a part without ρ): none, the opaque (ε, δ) is charged."""
+        rhos = [ev.zcdp() for p in self.parts for ev in getattr(p.plan, "events", ())]
+        if self.delta == 0 or not rhos or any(r is None for r in rhos):
+            return ()
+        rho = float_up(sum(rhos, Fraction(0)))  # type: ignore[arg-type]
+        return (Concentrated(rho, eps=self.eps, delta=self.delta),)
 
     @property
     def sizes(self) -> tuple:

@@ -416,9 +416,8 @@ def pld_available() -> bool:
 def _pld_key(ev: Event):
     """A hashable description of ``ev``'s PLD, or None for an event accounted in zCDP."""
     if isinstance(ev, DiscreteGaussian):
-        steps = ev.sigma / ev.grid
-        if ev.unit_shifts is not None and steps <= _PLD_MAX_SIGMA_STEPS:
-            return ("dg", steps, ev.unit_shifts)
+        if ev.unit_shifts is not None and ev.sigma / ev.grid <= _PLD_MAX_SIGMA_STEPS:
+            return ("dg", ev.sigma / ev.grid, ev.unit_shifts)
         return None
     if isinstance(ev, Gaussian):
         return ("g", ev.sigma / ev.sensitivity, 1)
