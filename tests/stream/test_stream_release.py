@@ -135,7 +135,6 @@ def _rows_x(path):
     "kw,err,match",
     [
         (dict(horizon=0, eps=1.0), ValueError, "horizon"),
-        (dict(horizon=8), ValueError, "declare the stream's privacy"),
         (dict(horizon=8, eps=1.0, rho=0.1, delta=1e-6), ValueError, "not both"),
         (dict(horizon=8, rho=0.1), ValueError, "delta"),
         (dict(horizon=8, eps=-1.0), ValueError, "eps"),
@@ -150,6 +149,15 @@ def _rows_x(path):
 def test_bad_spec_is_named(kw, err, match):
     with pytest.raises(err, match=match):
         StreamSpec(**kw)
+
+
+def test_a_spec_without_eps_needs_a_share(tmp_path):
+    spec = StreamSpec(8)  # neither eps nor rho: all of a share given at creation
+    with pytest.raises(ValueError, match="declare the stream's privacy"):
+        plan_stream(spec)
+    with pytest.raises(TypeError, match="share"):
+        StreamRelease.create(tmp_path / "s.db", spec, budget=PrivacyBudget(1.0, 1e-6))
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_bad_counts_are_named_without_values(tmp_path):
