@@ -199,7 +199,7 @@ def discover_categories(
                 "delta with the budget itself"
             )
         eps, delta = t.eps, t.delta
-    eps, delta = check_privacy_params(eps, 0.0 if delta is None else delta)
+    eps, delta = check_privacy_params(eps, delta)
     src = noise.check_rng(rng)
     if not isinstance(column, str) or not column:
         raise TypeError(f"column must be a non-empty string, got {column!r}")
