@@ -45,6 +45,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from matmech.privacy.calibration import minimise_over_alpha
+from matmech.privacy.params import exact
 from matmech.privacy.events import (
     Concentrated,
     DiscreteGaussian,
@@ -319,10 +320,11 @@ class ZcdpAccountant(Accountant):
         return min(super().epsilon(p, delta), self._zcdp_eps(p, Fraction(delta), alphas))
 
     def spent(self, total, p):
-        basic = super().spent(total, p) if total.eps is not None else (math.inf, 0.0)
         z = self._zcdp_eps(p, total.delta, _zcdp_cap(total, p)[1])
-        if basic[0] <= z and basic[1] <= total.delta:
-            return basic
+        b = p.basic if total.eps is not None else None
+        # compared exactly: the sums' δ may be the total's δ, whose float is above its decimal
+        if b is not None and b[1] <= total.delta and (z == math.inf or b[0] <= exact(z)):
+            return super().spent(total, p)
         if p.rho == 0:
             return (decimal_up(p.op_eps), decimal_up(p.op_delta))
         return (z, float(total.delta))
