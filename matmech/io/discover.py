@@ -191,14 +191,14 @@ def discover_categories(
     """
     check_budget(budget)
     if eps is None:
-        t = privacy_target(None, delta, budget)  # TypeError unless budget is a share
-        if t.rho is not None:
+        target = privacy_target(None, delta, budget)  # TypeError unless budget is a share
+        if target.rho is not None:
             raise ValueError(
                 "the threshold mechanism is (eps, delta)-DP with no zCDP rho: a share in rho cannot "
                 "pay for it; split the budget under the 'basic' accountant for it, or pass eps and "
                 "delta with the budget itself"
             )
-        eps, delta = t.eps, t.delta
+        eps, delta = target.eps, target.delta
     eps, delta = check_privacy_params(eps, delta)
     src = noise.check_rng(rng)
     if not isinstance(column, str) or not column:

@@ -418,9 +418,9 @@ def pld_available() -> bool:
 def _pld_key(ev: Event):
     """A hashable description of ``ev``'s PLD, or None for an event accounted in zCDP."""
     if isinstance(ev, DiscreteGaussian):
-        if ev.unit_shifts is not None and ev.sigma / ev.grid <= _PLD_MAX_SIGMA_STEPS:
-            return ("dg", ev.sigma / ev.grid, ev.unit_shifts)
-        return None
+        if ev.grid is None or ev.unit_shifts is None or ev.sigma / ev.grid > _PLD_MAX_SIGMA_STEPS:
+            return None
+        return ("dg", ev.sigma / ev.grid, ev.unit_shifts)
     if isinstance(ev, Gaussian):
         return ("g", ev.sigma / ev.sensitivity, 1)
     if isinstance(ev, DiscreteLaplace) and ev.unit_shifts is not None:

@@ -36,7 +36,7 @@ import numpy as np
 from matmech import validate
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
-from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace, Stream
+from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace, Event, Stream
 from matmech.privacy.measure import lattice_noise
 from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
@@ -112,6 +112,7 @@ def stream_events(plan: StreamPlan) -> tuple:
     steps and the noise every step draws on the grid (sensitivity: C_g's largest column norm,
     the charge's (ε, δ) declared), charged once for the whole stream."""
     eps, delta = plan.spec.charge
+    ev: Event
     if plan.noise == "discrete_laplace":
         ev = DiscreteLaplace(plan.scale, plan.sensitivity, eps=eps, grid=plan.grid)
     else:
