@@ -24,7 +24,6 @@ part's records, each marked with its ``event["part"]``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -33,7 +32,7 @@ import numpy as np
 from matmech.advisor.split import rho_of
 from matmech.pipeline.plan import Draws, Estimate
 from matmech.privacy.confidence import IntervalLaw
-from matmech.privacy.events import Concentrated, float_up
+from matmech.privacy.events import ApproxDP, Concentrated
 from matmech.privacy.params import exact
 
 __all__ = ["SplitPlan", "Part", "split_plan"]
@@ -78,19 +77,17 @@ class SplitPlan:
     note: str = ""
 
     @property
-    def what(self) -> str:
-        return f"release {self.workload.shape[0]} queries in {len(self.parts)} parts (split)"
+    def events(self) -> tuple:
+        """What the one charge covers (module docstring): pure ε the whole ε (the parts'
+        shares add up to at most it); (ε, δ) the ρ of the one Gaussian calibration of (ε, δ),
+        which the parts' ρ add up to at most, as one zCDP event calibrated to (ε, δ)."""
+        if self.delta == 0:
+            return (ApproxDP(self.eps, 0.0),)
+        return (Concentrated(rho_of(self.eps, self.delta), eps=self.eps, delta=self.delta),)
 
     @property
-    def events(self) -> tuple:
-        """The one event of the split (:mod:`matmech.privacy.events`): δ > 0, the parts'
-        zCDP ρ summed (how their shares were calibrated), guaranteeing the whole (ε, δ);
-        pure ε (or a part without ρ): none, the opaque (ε, δ) is charged."""
-        rhos = [ev.zcdp() for p in self.parts for ev in getattr(p.plan, "events", ())]
-        if self.delta == 0 or not rhos or any(r is None for r in rhos):
-            return ()
-        rho = float_up(sum(rhos, Fraction(0)))  # type: ignore[arg-type]
-        return (Concentrated(rho, eps=self.eps, delta=self.delta),)
+    def what(self) -> str:
+        return f"release {self.workload.shape[0]} queries in {len(self.parts)} parts (split)"
 
     @property
     def sizes(self) -> tuple:

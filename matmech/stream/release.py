@@ -155,11 +155,11 @@ class StreamRelease:
         """Plan the stream, check the budget, write the stream file and its key file
         (``key_file``: a path of your choosing; default ``<config dir>/streams/<id>.key``,
         :func:`matmech.privacy.integrity.config_dir`) and charge the budget once."""
+        noise.check_rng(rng)  # first, as every entry point that spends
         path = validate.path(path)
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
-        noise.check_rng(rng)
         if spec.eps is None and spec.rho is None:  # all of the share given as budget=
             t = privacy_target(None, None, budget)
             spec = replace(spec, eps=t.eps, delta=t.delta)

@@ -284,7 +284,7 @@ def test_every_command_line_the_docs_show_is_accepted():
         p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     ).replace("\n", " ")
     documented = set(re.findall(r"--strategy[` ]+(\w+)`? \(or `(\w+)`\)", docs)[0])
-    documented |= set(re.findall(r"--strategy[` ]+(\w+)(?![\w.])", docs))
+    documented |= set(re.findall(r"--strategy[ =](\w+)(?![\w.])", docs))  # command lines
     for listing in re.findall(r"`--strategy` is (.{0,200}?)or a file", docs):
         documented |= set(re.findall(r"`(\w+)`", listing))
     assert {"residual", "optimize", "identity", "haar"} <= documented

@@ -148,7 +148,8 @@ def test_marginals_below_terms_and_stored_residuals_equal_dense_gls(monkeypatch)
     xhat, cov = _dense_gls(DOMAIN, rel.measurement_plan, noisy)
     # (b) any marginal below a term, unweighted: values and std of the dense formula
     M = Wl.marginals(DOMAIN, attrs=[(1, 4)]).dense()
-    values, std = rel.marginal((4, 1))
+    values, std = rel.marginal((4, 1))  # axes in the order asked: the (1, 4) layout transposed
+    values, std = values.T, std.T
     np.testing.assert_allclose(values.reshape(-1), M @ xhat, rtol=1e-9, atol=1e-8)
     np.testing.assert_allclose(std.reshape(-1) ** 2, np.einsum("ij,jk,ik->i", M, cov, M), rtol=1e-9)
     with pytest.raises(ValueError, match=r"residual \(0, 4\) was not measured"):
@@ -157,7 +158,7 @@ def test_marginals_below_terms_and_stored_residuals_equal_dense_gls(monkeypatch)
     R = np.ones((1, 1))
     for i, n in enumerate(DOMAIN):
         R = np.kron(R, orthonormal_contrasts(n) if i in (1, 3) else np.ones((1, n)))
-    y, var = rel.residual((3, 1))
+    y, var = rel.residual((1, 3))
     np.testing.assert_allclose(y, R @ xhat, rtol=1e-9, atol=1e-8)
     np.testing.assert_allclose(var, np.einsum("ij,jk,ik->i", R, cov, R), rtol=1e-9)
     # intervals are the Release's on the same rows (term 1 has weight 2)

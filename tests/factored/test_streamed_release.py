@@ -96,7 +96,8 @@ def test_streamed_answers_and_std_equal_dense_gls_on_the_released_integers(
     xhat, cov = _assert_dense_gls(rel, got, W)
     # any marginal below a term (here (1, 4) inside (1, 3, 4)), unweighted, one at a time
     M = Wl.marginals(DOMAIN, attrs=[(1, 4)]).dense()
-    values, std = rel.marginal((4, 1))
+    values, std = rel.marginal((4, 1))  # axes in the order asked: the (1, 4) layout transposed
+    values, std = values.T, std.T
     np.testing.assert_allclose(values.reshape(-1), M @ xhat, rtol=1e-8, atol=1e-7)
     np.testing.assert_allclose(std.reshape(-1) ** 2, np.einsum("ij,jk,ik->i", M, cov, M), rtol=1e-8)
     with pytest.raises(ValueError, match=r"residual \(0, 4\) was not measured"):

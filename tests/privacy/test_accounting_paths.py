@@ -142,7 +142,7 @@ def test_a_stream_on_a_share_is_charged_once_after_a_crash_before_its_mark(tmp_p
     s.step([3])
 
 
-# -- partition selection and a split plan -----------------------------------------------------------
+# -- partition selection -----------------------------------------------------------------------
 
 
 def test_discover_categories_charges_a_threshold_event_and_takes_a_basic_share():
@@ -152,22 +152,6 @@ def test_discover_categories_charges_a_threshold_event_and_takes_a_basic_share()
     assert b.events == (Threshold(1.0, 5e-07),) and (d.eps, d.delta) == (1.0, 5e-07)
     with pytest.raises(ValueError, match="no zCDP rho"):
         discover_categories(cols, "c", budget=PrivacyBudget(2.0, 1e-6).split(2)[0])
-
-
-def test_a_split_plan_charges_its_parts_rho():
-    from matmech.advisor.split import rho_of
-    from matmech.pipeline.split import SplitPlan
-
-    class _Part:
-        def __init__(self, ev):
-            self.plan = type("P", (), {"events": (ev,)})()
-
-    evs = [DiscreteGaussian(s, 1.0) for s in (3.0, 4.0)]
-    plan = SplitPlan(None, tuple(_Part(e) for e in evs), 1.0, 1e-6, "add_remove", ())
-    (ev,) = plan.events
-    assert Fraction(ev.rho) >= _rho(evs) and ev.approx_dp() == (1, Fraction(1, 10**6))
-    assert ev.rho <= rho_of(1.0, 1e-6) or True  # the declared pair is split_plan's to check
-    assert SplitPlan(None, (), 1.0, 0.0, "add_remove", ()).events == ()
 
 
 # -- the property: no sequence of real releases exceeds the total -----------------------------------
