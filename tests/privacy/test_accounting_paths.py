@@ -1,5 +1,5 @@
 """Every release path charges its privacy events and takes a share (issue 33): the residual
-marginals, a stream, a split plan, partition selection; the release records its events; a
+marginals, a stream, partition selection; the release records its events; a
 property test over sequences of real releases; processes racing and killed on a zCDP ledger."""
 
 import itertools
