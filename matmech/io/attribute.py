@@ -26,7 +26,19 @@ __all__ = [
     "RegularBins",
     "TIME_UNITS",
     "declared_fraction",
+    "WHITESPACE",
+    "trim_text",
 ]
+
+#: The white space trimmed from both ends of every text value, on every engine (SQL's plain
+#: ``trim`` removes spaces only, Python's ``strip()`` any Unicode white space: issue 31).
+WHITESPACE = " \t\n\r\x0b\x0c"
+
+
+def trim_text(s: str) -> str:
+    """``s`` without the :data:`WHITESPACE` at its ends."""
+    return s.strip(WHITESPACE)
+
 
 #: What becomes of a value outside the declared cells.
 POLICIES = ("clip", "other", "drop", "error")

@@ -22,7 +22,7 @@ from matmech.io.attribute import (
     _check_name,
     _check_real,
 )
-from matmech.io.grouping import trim_text
+from matmech.io.attribute import trim_text
 from matmech.validate import sequence
 
 __all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
@@ -265,7 +265,7 @@ def categories(
     name, values, *, column=None, policy="error", missing=None, other=None, labels=None
 ) -> Attribute:
     """String categories, one cell each in the order given (values are trimmed of
-    :data:`~matmech.io.grouping.WHITESPACE` before matching, on every engine)."""
+    :data:`~matmech.io.attribute.WHITESPACE` before matching, on every engine)."""
     _check_name(name)
     if not isinstance(values, str):
         values = sequence(values, f"attribute {name!r}: categories (a list of strings)")

@@ -22,7 +22,7 @@ moves a record between two values: twice the sensitivity and two values that may
 
 The budget is charged, with (ε, δ), after every data-independent check and before the
 first noise draw, and every check that can fail runs before it; values are strings trimmed
-of :data:`~matmech.io.grouping.WHITESPACE` as every engine trims them, missing and empty
+of :data:`~matmech.io.attribute.WHITESPACE` as every engine trims them, missing and empty
 values are not candidates,
 and the released values are sorted (their order tells nothing about the counts).
 """
@@ -36,7 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from matmech.io.domain import Attribute, categories
-from matmech.io.grouping import trim_text
+from matmech.io.attribute import trim_text
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
 from matmech.privacy.events import Threshold
@@ -96,7 +96,7 @@ def threshold(eps: float, delta: float) -> tuple[int, float]:
 
 
 def _strings(values):
-    """Trimmed strings of a column (:func:`~matmech.io.grouping.trim_text`, the rule of every
+    """Trimmed strings of a column (:func:`~matmech.io.attribute.trim_text`, the rule of every
     engine); None for missing or empty values."""
     arr = np.asarray(values, dtype=object)
     out = []

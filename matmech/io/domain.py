@@ -19,7 +19,7 @@ An :class:`Attribute` declares one column's cells:
 * ``time_bins(name, start, end, unit, time_zone=None)``: timestamps by hour, day, week or
   month of a zone's wall clock (:mod:`matmech.io.zones`);
 * ``categories(name, values)``: strings compared exactly after trimming spaces, tabs and
-  line breaks (:data:`matmech.io.grouping.WHITESPACE`).
+  line breaks (:data:`matmech.io.attribute.WHITESPACE`).
 
 Every attribute may add an ``other`` cell (the last one) and has two policies:
 ``policy`` for an out-of-domain value (``"clip"`` to the first / last numeric cell,

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from matmech.io.grouping import WHITESPACE, DROP, Engine, _actions, _not_spark, trim_text
+from matmech.io.attribute import WHITESPACE, trim_text
+from matmech.io.grouping import DROP, Engine, _actions, _not_spark
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
 __all__ = ["NUMPY", "grid_codes"]
@@ -29,7 +30,7 @@ def _object_missing(obj):
 
 def _np_numbers(values):
     """(float64 values, missing mask): text parsed once per distinct value after trimming
-    :data:`~matmech.io.grouping.WHITESPACE`; text with other white space at an end is not a
+    :data:`~matmech.io.attribute.WHITESPACE`; text with other white space at an end is not a
     number (as in SQL, where Python's ``float`` would strip it)."""
     arr = np.asarray(values)
     if arr.dtype.kind in "biuf":

@@ -15,7 +15,8 @@ import uuid
 
 import numpy as np
 
-from matmech.io.grouping import WHITESPACE, DROP, Engine, _actions, _needs_drop_flag, _not_spark
+from matmech.io.attribute import WHITESPACE
+from matmech.io.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
@@ -43,7 +44,7 @@ class _Dialect:
         return f"CAST('{float(x)!r}' AS DOUBLE)"
 
     def trim(self, x):
-        """``x`` without :data:`~matmech.io.grouping.WHITESPACE` at its ends (plain SQL
+        """``x`` without :data:`~matmech.io.attribute.WHITESPACE` at its ends (plain SQL
         ``trim`` removes spaces only)."""
         chars = "concat(" + ", ".join(f"chr({ord(c)})" for c in WHITESPACE) + ")"
         full = f"trim({x}, {chars})" if self.name == "duckdb" else f"trim(BOTH {chars} FROM {x})"

@@ -16,16 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Engine", "DROP", "OOD", "MISS", "WHITESPACE", "trim_text"]
-
-#: The white space trimmed from both ends of every text value, on every engine (SQL's plain
-#: ``trim`` removes spaces only, Python's ``strip()`` any Unicode white space: issue 31).
-WHITESPACE = " \t\n\r\x0b\x0c"
-
-
-def trim_text(s: str) -> str:
-    """``s`` without the :data:`WHITESPACE` at its ends."""
-    return s.strip(WHITESPACE)
+__all__ = ["Engine", "DROP", "OOD", "MISS"]
 
 
 @dataclass(frozen=True)
