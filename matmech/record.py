@@ -138,7 +138,8 @@ class Release:
     ``answers`` = W x̂ for the answered rows; ``std`` the standard deviation of each answer;
     ``expected_error`` their total variance Σ std² (squared counts); ``strategy`` the
     matrix actually measured, chosen as ``strategy_name`` (``strategy_note`` says how);
-    ``eps``/``delta`` what this release spent in total; ``budget_remaining`` what is left of
+    ``eps``/``delta`` what this release spent in total (``events``: the privacy events it
+    charged, :mod:`matmech.privacy.events`); ``budget_remaining`` what is left of
     the budget passed (or None).
 
     Without selection every row of ``workload`` is answered, in order, and ``selected`` is
@@ -229,6 +230,9 @@ class Release:
     #: ``intervals(level, std)`` gives their :class:`IntervalLaw` (the residual paths:
     #: :mod:`matmech.factored.answer_noise`); data-independent.
     noise_law: object | None = field(default=None, repr=False)
+    #: The privacy events this release charged (:mod:`matmech.privacy.events`: the noise it
+    #: drew, the selection it ran), what its budget's accountant composed.
+    events: tuple = field(default=(), repr=False)
     _laws: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -379,6 +383,7 @@ class Release:
                 "secure_randomness": m.secure,
             },
             "selection": None if self.selection is None else self._selection_dict(),
+            "events": [e.to_dict() for e in self.events],
             "queries": release_table(self, labels) if queries else None,
         }
         if not queries:

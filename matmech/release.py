@@ -190,8 +190,9 @@ def release(
     it must be a share (``budget.split(k)``) and the release calibrates to all of it: Gaussian
     noise to its zCDP ρ, pure-ε noise (``delta=0``, or a share of a pure-ε budget) to
     ε = sqrt(2ρ) or its ε; with ``select`` the selection's pure ``select['eps']`` costs
-    ρ = ε²/2 and the measurement the rest (the explicit histogram path only; the factored path
-    needs ``eps``). ``rng``: None for the secure CTR_DRBG (secure); a numpy Generator for
+    ρ = ε²/2 and the measurement the rest (with selection, the explicit histogram path only:
+    a factored selected release needs ``eps``; the factored path calibrates Gaussian noise to
+    the (ε, δ) that ρ implies, whose σ never charges more than ρ). ``rng``: None for the secure CTR_DRBG (secure); a numpy Generator for
     reproducible experiments only (NOT secure).
 
     ``select``: None (answer every row) or a dict of :func:`matmech.select_rows` options
@@ -291,10 +292,10 @@ def release(
         if factored:  # the route follows from W and the strategy, never from x
             _tables_route_histogram(x, domain, W)
     if factored:
-        if target.rho is not None:
+        if target.rho is not None and select is not None:
             raise ValueError(
-                "a release calibrated to a share's rho (eps left out) runs on the explicit histogram "
-                "path only; this workload takes the factored path: pass eps and delta"
+                "a release with selection calibrated to a share's rho (eps left out) runs on the "
+                "explicit histogram path only; this workload takes the factored path: pass eps and delta"
             )
         _check_factored_domain(domain, W)
         if select is not None:

@@ -64,6 +64,7 @@ from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.calibration import neighbor_sensitivity
+from matmech.privacy.events import DiscreteGaussian
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 from matmech.record import MeasurementRecord
@@ -122,6 +123,15 @@ class ResidualMeasurementPlan:
 
     def residual_sigma(self, j):
         return math.sqrt(float(self.plan.variances[j])) * self.sigma
+
+    @property
+    def event(self):
+        """The privacy event charged (:mod:`matmech.privacy.events`): the discrete Gaussian
+        at σ₁ per unit scale and L2 sensitivity Δ (every row's σ is rounded up from σ_T·λ_j,
+        so its ρ = Δ²/(2σ₁²) is an upper bound), on lattices of its own per row."""
+        return DiscreteGaussian(
+            self.sigma, self.sensitivity, eps=self.eps, delta=self.delta, grid=None
+        )
 
 
 @dataclass(frozen=True, eq=False)

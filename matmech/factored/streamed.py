@@ -53,7 +53,7 @@ from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
 from matmech.pipeline.source import as_source
 from matmech.privacy import noise
-from matmech.privacy.budget import check_budget
+from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 
@@ -249,8 +249,8 @@ def streamed_plan(
 def release_marginals(
     data: Any,
     W: LinOp,
-    eps: float,
-    delta: float,
+    eps: float | None = None,
+    delta: float | None = None,
     *,
     budget: PrivacyBudget | None = None,
     rng: Rng = None,
@@ -286,9 +286,12 @@ def release_marginals(
         of identities and totals).
     eps, delta : float
         The privacy parameters (delta > 0: Gaussian residuals; delta = 0: pure ε, Laplace
-        tables).
+        tables). Both left out with ``budget`` a share (``budget.split(k)``): all of the
+        share, as :func:`matmech.release` takes it (Gaussian residuals at the (ε, δ) its ρ
+        implies; ``delta=0``: pure ε = sqrt(2ρ)).
     budget : PrivacyBudget, optional
-        Charged once, after every check and before the first draw.
+        Charged its privacy events once (the residuals' discrete Gaussian: its zCDP ρ under
+        the ``"zcdp"`` accountant), after every check and before the first draw.
     rng : numpy.random.Generator or None
         The randomness (None: the secure default, an AES-256 CTR_DRBG seeded from os.urandom; a seeded generator is NOT secure).
     neighbors, max_records, objective, scale_bits
@@ -338,6 +341,9 @@ def release_marginals(
     (0.0, (3, 3))
     """
     check_budget(budget)
+    if eps is None or delta is None:
+        target = privacy_target(eps, delta, budget)
+        eps, delta = target.eps, target.delta
     noise.check_rng(rng)
     source = as_source(data, name="data")
     if search == "auto":  # an unknown search is refused by streamed_plan

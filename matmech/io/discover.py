@@ -38,7 +38,8 @@ import numpy as np
 from matmech.io.domain import Attribute, categories
 from matmech.io.attribute import trim_text
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
+from matmech.privacy.events import Threshold
 from matmech.privacy.params import check_privacy_params
 
 __all__ = ["Discovery", "discover_categories", "threshold", "release_probability"]
@@ -165,8 +166,8 @@ def _key_counts(source, column, *, encoding, delimiter):
 def discover_categories(
     source,
     column: str,
-    eps: float,
-    delta: float,
+    eps: float | None = None,
+    delta: float | None = None,
     *,
     name: str | None = None,
     budget=None,
@@ -181,11 +182,24 @@ def discover_categories(
     ``source``: a DataFrame, an Arrow table, a mapping of columns, or a CSV/Parquet path.
     ``name``: the attribute's name (default the column). ``other``: the label of an extra cell
     for every value not released (policy ``"other"``; None: such records are errors when the
-    attribute is applied, policy ``"error"``). ``budget`` is charged (ε, δ) after every check
-    and before the first draw; ``rng`` as in :func:`matmech.release`.
+    attribute is applied, policy ``"error"``). ``budget`` is charged the threshold event
+    (ε, δ) (:class:`~matmech.privacy.events.Threshold`: no zCDP ρ, composed by sums) after
+    every check and before the first draw; ``eps`` and ``delta`` left out, ``budget`` must be
+    a share of an (ε, δ) total split under the ``"basic"`` accountant, whose (ε, δ) the
+    discovery takes (a share in ρ cannot pay for a mechanism without ρ); ``rng`` as in
+    :func:`matmech.release`.
     """
-    eps, delta = check_privacy_params(eps, delta)
     check_budget(budget)
+    if eps is None:
+        target = privacy_target(None, delta, budget)  # TypeError unless budget is a share
+        if target.rho is not None:
+            raise ValueError(
+                "the threshold mechanism is (eps, delta)-DP with no zCDP rho: a share in rho cannot "
+                "pay for it; split the budget under the 'basic' accountant for it, or pass eps and "
+                "delta with the budget itself"
+            )
+        eps, delta = target.eps, target.delta
+    eps, delta = check_privacy_params(eps, delta)
     src = noise.check_rng(rng)
     if not isinstance(column, str) or not column:
         raise TypeError(f"column must be a non-empty string, got {column!r}")
@@ -207,7 +221,8 @@ def discover_categories(
     )
     tau, t = threshold(eps, delta)
     what = f"discover the categories of column {column!r} (partition selection)"
-    check_affordable(budget, eps, delta, what=what)
+    events = (Threshold(eps, delta),)  # delta > 0: threshold() refused anything else
+    check_events_affordable(budget, events, what=what)
     # -- reads data from here on ---------------------------------------------------------------
     keys, counts = _key_counts(source, column, encoding=encoding, delimiter=delimiter)
     if len(set(keys)) != len(keys) or any(not k or k != trim_text(k) for k in keys):
@@ -217,7 +232,7 @@ def discover_categories(
             f"{what}: the engine returned values that are not distinct trimmed strings (a bug; nothing was charged)"
         )
     if budget is not None:
-        budget.spend(eps, delta, what=what)  # before any noise
+        budget.spend_events(events, what=what)  # before any noise
     z = (
         noise.discrete_laplace(_scale(eps), len(keys), rng=src)
         if len(keys)

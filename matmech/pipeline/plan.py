@@ -163,6 +163,13 @@ class MeasuredPlan:
     def neighbors(self) -> str:
         return self.measurement.neighbors
 
+    @property
+    def events(self) -> tuple:
+        """The privacy event of the measurement (the noise it draws), when its plan names
+        one; else none (an opaque (eps, delta) is charged)."""
+        ev = getattr(self.measurement, "event", None)
+        return () if ev is None else (ev,)
+
 
 @runtime_checkable
 class Plan(Protocol):

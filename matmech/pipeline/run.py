@@ -114,7 +114,7 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     for a in (est.answers, est.std):
         if isinstance(a, np.ndarray):
             a.setflags(write=False)
-    fields = {**_DEFAULTS, "measurements": draws.records, **est.fields}
+    fields = {**_DEFAULTS, "measurements": draws.records, "events": events, **est.fields}
     return Release(
         answers=est.answers,
         std=est.std,

@@ -57,11 +57,6 @@ class StrategyPlan(MeasuredPlan):
     attributes: tuple | None = None
 
     @property
-    def events(self) -> tuple:
-        """The privacy event of the one measurement (the discrete noise it draws)."""
-        return (self.measurement.event,)
-
-    @property
     def what(self) -> str:
         where = "" if self.attributes is None else ", factored"
         return f"release {self.answered.shape[0]} queries ({self.name}{where})"

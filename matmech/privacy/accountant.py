@@ -45,12 +45,14 @@ from fractions import Fraction
 from typing import Sequence
 
 from matmech.privacy.calibration import minimise_over_alpha
+from matmech.privacy.params import exact
 from matmech.privacy.events import (
     Concentrated,
     DiscreteGaussian,
     DiscreteLaplace,
     Event,
     Gaussian,
+    decimal_up,
     float_down,
     float_up,
 )
@@ -124,8 +126,15 @@ def _best_alpha(rho: float, delta: float) -> float:
 
 def zcdp_epsilon(rho, delta, *, alphas: Sequence[float] = ()) -> float:
     """An upper bound on the ε such that ρ-zCDP implies (ε, δ)-DP (CKS 2020, Cor. 13),
-    rounded outward (module docstring): 0 for ρ = 0, inf for δ <= 0. ``alphas``: further
-    orders to evaluate at (the smallest value is returned; each is a valid bound)."""
+    rounded outward (module docstring; :func:`~matmech.privacy.events.decimal_up`): 0 for
+    ρ = 0, inf for δ <= 0. ``alphas``: further orders to evaluate at (the smallest value is
+    returned; each is a valid bound)."""
+    b = _zcdp_bound(rho, delta, alphas=alphas)
+    return b if isinstance(b, float) else decimal_up(b)
+
+
+def _zcdp_bound(rho, delta, *, alphas: Sequence[float] = ()) -> Fraction | float:
+    """:func:`zcdp_epsilon` before its rounding: the exact rational bound (or 0.0 / inf)."""
     rho, delta = Fraction(rho), Fraction(delta)
     if rho < 0:
         raise ValueError(f"rho must be non-negative, got {float(rho)!r}")
@@ -136,7 +145,7 @@ def zcdp_epsilon(rho, delta, *, alphas: Sequence[float] = ()) -> float:
     if delta >= 1:
         return 0.0
     best = min(_eps_at(rho, delta, a) for a in (_best_alpha(float(rho), float(delta)), *alphas))
-    return float_up(max(best, Fraction(0)))
+    return max(best, Fraction(0))
 
 
 @functools.lru_cache(maxsize=256)
@@ -265,13 +274,13 @@ class Accountant:
         budget's, whose certified orders are tried too."""
         if p.basic is None or p.basic[1] > delta:
             return math.inf
-        return float(p.basic[0])  # exact sums, rounded once
+        return decimal_up(p.basic[0])  # exact sums, rounded once (up, as a decimal)
 
     def spent(self, total: Total, p: _Parts) -> tuple[float, float]:
         """The (ε, δ) reported as spent (basic: the exact sums rounded once to float)."""
         if p.basic is None:
             return (math.inf, float(total.delta))
-        return (float(p.basic[0]), float(p.basic[1]))
+        return (decimal_up(p.basic[0]), decimal_up(p.basic[1]))
 
     def remaining(self, total: Total, p: _Parts) -> tuple[float, float]:
         """(ε, δ) a further release may still use."""
@@ -303,19 +312,21 @@ class ZcdpAccountant(Accountant):
         d = delta - p.op_delta
         if d < 0 or (d == 0 and p.rho > 0):
             return math.inf
-        return float_up(Fraction(zcdp_epsilon(p.rho, d, alphas=alphas)) + p.op_eps)
+        b = _zcdp_bound(p.rho, d, alphas=alphas)
+        return math.inf if b == math.inf else decimal_up(Fraction(b) + p.op_eps)
 
     def epsilon(self, p, delta, total: Total | None = None):
         alphas = _zcdp_cap(total, p)[1] if total is not None and delta == total.delta else ()
         return min(super().epsilon(p, delta), self._zcdp_eps(p, Fraction(delta), alphas))
 
     def spent(self, total, p):
-        basic = super().spent(total, p) if total.eps is not None else (math.inf, 0.0)
         z = self._zcdp_eps(p, total.delta, _zcdp_cap(total, p)[1])
-        if basic[0] <= z and basic[1] <= total.delta:
-            return basic
+        b = p.basic if total.eps is not None else None
+        # compared exactly: the sums' δ may be the total's δ, whose float is above its decimal
+        if b is not None and b[1] <= total.delta and (z == math.inf or b[0] <= exact(z)):
+            return super().spent(total, p)
         if p.rho == 0:
-            return (float_up(p.op_eps), float_up(p.op_delta))
+            return (decimal_up(p.op_eps), decimal_up(p.op_delta))
         return (z, float(total.delta))
 
     def remaining_rho(self, total, p):
@@ -355,7 +366,7 @@ class PldAccountant(ZcdpAccountant):
         if not p.leaves:
             return z
         e = _pld_epsilon(p.leaves, delta)
-        return min(z, float_up(Fraction(e)) if math.isfinite(e) else math.inf)
+        return min(z, decimal_up(Fraction(e)) if math.isfinite(e) else math.inf)
 
     def spent(self, total, p):
         base = super().spent(total, p)
@@ -407,10 +418,9 @@ def pld_available() -> bool:
 def _pld_key(ev: Event):
     """A hashable description of ``ev``'s PLD, or None for an event accounted in zCDP."""
     if isinstance(ev, DiscreteGaussian):
-        steps = ev.sigma / ev.grid
-        if ev.unit_shifts is not None and steps <= _PLD_MAX_SIGMA_STEPS:
-            return ("dg", steps, ev.unit_shifts)
-        return None
+        if ev.grid is None or ev.unit_shifts is None or ev.sigma / ev.grid > _PLD_MAX_SIGMA_STEPS:
+            return None
+        return ("dg", ev.sigma / ev.grid, ev.unit_shifts)
     if isinstance(ev, Gaussian):
         return ("g", ev.sigma / ev.sensitivity, 1)
     if isinstance(ev, DiscreteLaplace) and ev.unit_shifts is not None:

@@ -133,7 +133,7 @@ def entry_amounts(events: Sequence[Event], delta) -> tuple[Fraction, Fraction]:
         return comp.approx_dp()
     except ValueError:
         rho = comp.zcdp() or Fraction(0)
-        return Fraction(zcdp_epsilon(rho, delta)), Fraction(delta)
+        return exact(zcdp_epsilon(rho, delta)), Fraction(delta)
 
 
 class PrivacyBudget:

@@ -68,6 +68,7 @@ __all__ = [
     "events_to_json",
     "float_up",
     "float_down",
+    "decimal_up",
 ]
 
 
@@ -84,6 +85,16 @@ def float_down(q: Fraction) -> float:
     f = float(q)
     if Fraction(f) > q:
         f = math.nextafter(f, 0.0)
+    return f
+
+
+def decimal_up(q: Fraction) -> float:
+    """The smallest float whose decimal reading (:func:`~matmech.privacy.params.exact`, its
+    shortest repr: what a float means to a budget) is >= q: how a spent ε is reported, so that
+    a figure at most a declared total never prints above it (q finite, non-negative)."""
+    f = float_down(q)
+    while exact(f) < q:
+        f = math.nextafter(f, math.inf)
     return f
 
 
@@ -280,16 +291,21 @@ class Gaussian(Event):
 @dataclass(frozen=True)
 class DiscreteGaussian(Gaussian):
     """The discrete Gaussian of parameter ``sigma`` drawn on grid·ℤ (CKS 2020) at L2
-    ``sensitivity`` Δ₂: ρ = Δ₂²/(2σ²)-zCDP (CKS Thm. 14). ``unit_shifts``: module docstring."""
+    ``sensitivity`` Δ₂: ρ = Δ₂²/(2σ²)-zCDP (CKS Thm. 14). ``unit_shifts``: module docstring.
+    ``grid`` None: coordinates on lattices of their own, σ and Δ₂ in one common scale (the
+    residual measurement: every residual's coordinates divided by their σ_T/σ); no
+    ``unit_shifts`` then."""
 
-    grid: float = field(default=1.0, kw_only=True)
+    grid: float | None = field(default=1.0, kw_only=True)
     unit_shifts: int | None = field(default=None, kw_only=True)
 
     kind: ClassVar[str] = "discrete_gaussian"
 
     def _extra(self):
-        object.__setattr__(self, "grid", _grid(self.grid))
+        object.__setattr__(self, "grid", None if self.grid is None else _grid(self.grid))
         object.__setattr__(self, "unit_shifts", _shifts(self.unit_shifts))
+        if self.grid is None and self.unit_shifts is not None:
+            raise ValueError("unit_shifts needs the lattice the noise is drawn on (grid=)")
 
 
 @dataclass(frozen=True)

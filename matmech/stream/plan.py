@@ -113,7 +113,8 @@ class StreamSpec:
     """What the curator declares before the stream starts (all public).
 
     ``eps``/``delta``: the whole stream's (ε, δ); or ``rho`` (zCDP) with ``delta`` for the
-    ledger's (ε, δ) charge. ``categories``: a count k or a tuple of labels.
+    ledger's (ε, δ) charge; or neither, and the stream takes all of the share given as
+    ``budget=`` to :meth:`~matmech.stream.release.StreamRelease.create`. ``categories``: a count k or a tuple of labels.
     ``max_records``: a bound on the records over the whole stream; a step's cell above it is
     clamped to it (:func:`~matmech.stream.exact.clamp_counts`), never refused.
     ``factorization``: a name of :data:`~matmech.stream.factorizations.FACTORIZATIONS`, or
@@ -163,11 +164,8 @@ class StreamSpec:
                 f"of history (3 float64 per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed"
             )
         if self.rho is None:
-            if self.eps is None:
-                raise ValueError(
-                    "declare the stream's privacy: eps (with delta for Gaussian noise) or rho with delta"
-                )
-            check_privacy_params(self.eps, self.delta)
+            if self.eps is not None:  # neither: a share's, filled in when the stream is created
+                check_privacy_params(self.eps, self.delta)
         else:
             if self.eps is not None:
                 raise ValueError(
@@ -184,6 +182,11 @@ class StreamSpec:
     @property
     def charge(self) -> tuple[float, float]:
         """(ε, δ) charged to the budget for the whole stream."""
+        if self.rho is None and self.eps is None:
+            raise ValueError(
+                "declare the stream's privacy: eps (with delta for Gaussian noise), rho with delta, "
+                "or neither and create the stream with budget= a share (budget.split(k))"
+            )
         if self.rho is not None:
             return zcdp_to_approx_dp(self.rho, self.delta), float(self.delta)
         return float(self.eps or 0.0), float(self.delta)

@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from matmech import validate
 from matmech.privacy import noise
-from matmech.privacy.budget import check_affordable, check_budget
+from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
+from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace, Event, Stream
 from matmech.privacy.measure import lattice_noise
 from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
@@ -43,7 +44,7 @@ from matmech.privacy.calibration import lattice_std
 from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
 from matmech.stream.state import StreamStore
 
-__all__ = ["VARIANCE_UNITS", "StreamRelease", "StreamStep"]
+__all__ = ["VARIANCE_UNITS", "StreamRelease", "StreamStep", "stream_events"]
 
 #: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
 VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"
@@ -127,6 +128,19 @@ def _add_note(exc: BaseException, note: str) -> None:
     exc.__notes__ = [*(notes or []), note]  # type: ignore[attr-defined]
 
 
+def stream_events(plan: StreamPlan) -> tuple:
+    """The privacy event of a stream (:mod:`matmech.privacy.events`): its factorization, its
+    steps and the noise every step draws on the grid (sensitivity: C_g's largest column norm,
+    the charge's (ε, δ) declared), charged once for the whole stream."""
+    eps, delta = plan.spec.charge
+    ev: Event
+    if plan.noise == "discrete_laplace":
+        ev = DiscreteLaplace(plan.scale, plan.sensitivity, eps=eps, grid=plan.grid)
+    else:
+        ev = DiscreteGaussian(plan.scale, plan.sensitivity, eps=eps, delta=delta, grid=plan.grid)
+    return (Stream(plan.factorization.name, plan.spec.horizon, ev),)
+
+
 class StreamRelease:
     """An open stream (see the module notes). Make one with :meth:`create` or :meth:`open`."""
 
@@ -168,6 +182,9 @@ class StreamRelease:
         if not isinstance(spec, StreamSpec):
             raise TypeError(f"spec must be a StreamSpec, got {type(spec).__name__}")
         check_budget(budget)
+        if spec.eps is None and spec.rho is None:  # all of the share given as budget=
+            t = privacy_target(None, None, budget)
+            spec = replace(spec, eps=t.eps, delta=t.delta)
         plan = plan_stream(spec, factorization)
         layout = plan.layout
         need = (layout.limbs + 2) * 8 * spec.horizon * len(spec.categories)
@@ -177,8 +194,7 @@ class StreamRelease:
                 f"the counts, y and r per cell); at most {MAX_STATE_BYTES / 2**30:.0f} GiB is allowed: "
                 "lower max_records, the horizon or the categories"
             )
-        eps, delta = spec.charge
-        check_affordable(budget, eps, delta, what=cls._what_for(plan, "?"))
+        check_events_affordable(budget, stream_events(plan), what=cls._what_for(plan, "?"))
         meta = _plan_meta(plan, secrets.token_hex(8), budget is not None)
         store = StreamStore.create(path, meta, key_file=key_file)
         return cls(store, plan, budget=budget, rng=rng)
@@ -213,10 +229,12 @@ class StreamRelease:
                 "given at creation (the charge is then completed or found, never repeated)"
             )
         what = self._what_for(self.plan, self.stream_id)
-        # the PrivacyBudget interface (a Ledger's entries are its verified rows)
-        if not any(e.what == what for e in check_budget(budget).ledger):
-            eps, delta = self.plan.spec.charge
-            budget.spend(eps, delta, what=what)
+        # the PrivacyBudget interface (a Ledger's entries are its verified rows; a share's
+        # spends reach its parent as "share i/k: <what>")
+        if not any(
+            e.what == what or e.what.endswith(": " + what) for e in check_budget(budget).ledger
+        ):
+            budget.spend_events(stream_events(self.plan), what=what)
         self._store.mark_charged()
 
     # -- the stream ----------------------------------------------------------------------

@@ -44,9 +44,10 @@ def _spy(monkeypatch, events):
         )
 
     class SpyBudget(PrivacyBudget):
-        def spend(self, eps, delta=0.0, *, what=""):
-            events.append(("spend", eps, delta))
-            return super().spend(eps, delta, what=what)
+        def spend_events(self, evs, *, what=""):
+            entry = super().spend_events(evs, what=what)
+            events.append(("spend", entry.eps, entry.delta))
+            return entry
 
     return SpyBudget(5.0, 1e-5)
 
@@ -70,7 +71,7 @@ def _run(path, spec, rows, monkeypatch):
     monkeypatch.undo()
     with sqlite3.connect(path) as con:
         stored = con.execute("SELECT t, z, x, y FROM steps ORDER BY t").fetchall()
-    return events, public, status, budget.spent, stored
+    return events, public, status, budget.spent_under("basic"), stored  # the sums charged
 
 
 SPECS = {

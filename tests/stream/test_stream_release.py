@@ -77,9 +77,10 @@ def test_budget_charged_once_before_the_first_draw(tmp_path, monkeypatch):
     events = []
 
     class SpyBudget(PrivacyBudget):
-        def spend(self, eps, delta=0.0, *, what=""):
-            events.append(("spend", eps, delta))
-            return super().spend(eps, delta, what=what)
+        def spend_events(self, evs, *, what=""):
+            entry = super().spend_events(evs, what=what)
+            events.append(("spend", entry.eps, entry.delta))
+            return entry
 
     for name in ("gaussian", "laplace"):  # the grid samplers (they call the discrete ones)
         real = getattr(noise, name)
@@ -98,7 +99,7 @@ def test_budget_charged_once_before_the_first_draw(tmp_path, monkeypatch):
     s2.step([1])
     assert events[0][0] == "spend" and [e[0] for e in events].count("spend") == 1
     assert [e[0] for e in events[1:]] == ["draw"] * 4  # one draw per step, none on reopening
-    assert budget.spent == (1.0, 1e-6)
+    assert budget.spent_under("basic") == (1.0, 1e-6)  # the sums charged (zcdp reports less)
 
 
 def test_unaffordable_stream_is_refused_before_anything(tmp_path):
@@ -134,7 +135,6 @@ def _rows_x(path):
     "kw,err,match",
     [
         (dict(horizon=0, eps=1.0), ValueError, "horizon"),
-        (dict(horizon=8), ValueError, "declare the stream's privacy"),
         (dict(horizon=8, eps=1.0, rho=0.1, delta=1e-6), ValueError, "not both"),
         (dict(horizon=8, rho=0.1), ValueError, "delta"),
         (dict(horizon=8, eps=-1.0), ValueError, "eps"),
@@ -149,6 +149,15 @@ def _rows_x(path):
 def test_bad_spec_is_named(kw, err, match):
     with pytest.raises(err, match=match):
         StreamSpec(**kw)
+
+
+def test_a_spec_without_eps_needs_a_share(tmp_path):
+    spec = StreamSpec(8)  # neither eps nor rho: all of a share given at creation
+    with pytest.raises(ValueError, match="declare the stream's privacy"):
+        plan_stream(spec)
+    with pytest.raises(TypeError, match="share"):
+        StreamRelease.create(tmp_path / "s.db", spec, budget=PrivacyBudget(1.0, 1e-6))
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_bad_counts_are_named_without_values(tmp_path):
