@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -249,7 +250,8 @@ class PrivacyBudget:
         asked = f"(eps={entry.eps!r}, delta={entry.delta!r})"
         evs = Composition(tuple(entry.events))
         if evs.zcdp() is not None and self._acct.name != "basic":
-            asked += f" (rho={float(evs.zcdp() or 0)!r})"
+            rho_asked = min(evs.zcdp() or 0, Fraction(sys.float_info.max))  # float at most
+            asked += f" (rho={float(rho_asked)!r})"
         elif self._total.rho is not None:
             asked += " (an approximate-DP event without a zCDP rho: a budget in rho cannot take it)"
         left = f"(eps={rem[0]!r}, delta={rem[1]!r})" + ("" if rho is None else f", rho={rho!r}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -70,6 +71,10 @@ __all__ = [
     "float_down",
     "decimal_up",
 ]
+
+
+#: The largest float, exactly.
+_FLOAT_MAX = Fraction(sys.float_info.max)
 
 
 def float_up(q: Fraction) -> float:
@@ -168,8 +173,8 @@ class Event:
 
 
 def _pure_rho(eps: float) -> Fraction:
-    e = exact(eps)
-    return Fraction(float_up(e * e / 2))
+    q = exact(eps) ** 2 / 2
+    return Fraction(float_up(q)) if q <= _FLOAT_MAX else q  # exact beyond the float range
 
 
 def _gauss_rho(sigma: float, sensitivity: float) -> Fraction:

@@ -173,3 +173,13 @@ def test_subclass_storage_hooks_keep_the_interface():
     ]
     assert b.ledger == (entry,) and b.remaining == (0.2, 0.0) and repr(b).startswith("Logged(")
     assert b.events == (ApproxDP(Fraction(1, 10), Fraction(0)),)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_an_eps_whose_rho_is_beyond_the_float_range_is_refused_not_an_overflow(delta):
+    """ε = 1e300 has ρ = ε²/2 beyond the largest float: kept exact, refused by the rule."""
+    b = PrivacyBudget(1.0, delta)
+    assert b.can_spend(1e300) is False
+    with pytest.raises(BudgetExceededError, match="cannot spend"):
+        b.spend(1e300)
+    assert b.spent == (0.0, 0.0)
