@@ -51,6 +51,7 @@ from matmech.linalg.linop import Dense, Identity
 from matmech.optimizers.marginals import GeneralMarginalStrategy, general_marginal_sensitivity2
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma, neighbor_sensitivity
+from matmech.privacy.events import ApproxDP, DiscreteGaussian
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 
@@ -106,6 +107,19 @@ class GMarginalPlan:
     bits: int | None
     gauss: tuple = ()  # the discrete Gaussians drawn (noise.gaussian_grid): block j's is gauss[which[j]]
     which: np.ndarray | None = None
+
+    @property
+    def event(self):
+        """The privacy event charged (:mod:`matmech.privacy.events`): (ε, δ) the discrete
+        Gaussian at σ₁ per unit θ and L2 sensitivity Δ₂ (every block's σ is rounded up from
+        σ₁/θ_S, so ρ = Δ₂²/(2σ₁²) bounds it), on lattices of its own per block; pure ε the
+        ε the rounded Laplace scales were checked against (ρ = ε²/2)."""
+        if self.noise == "discrete_gaussian":
+            sigma1 = gaussian_sigma(self.eps, self.delta, self.sensitivity)
+            return DiscreteGaussian(
+                sigma1, self.sensitivity, eps=self.eps, delta=self.delta, grid=None
+            )
+        return ApproxDP(self.eps, 0.0)
 
     def measured_strategy(self):
         """The strategy actually measured: θ_S ⊗ᵢ(Q'ᵢ or 1ᵀ), a GeneralMarginalStrategy."""

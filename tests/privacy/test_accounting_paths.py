@@ -54,6 +54,29 @@ def test_the_residual_release_charges_its_discrete_gaussian_and_its_rho_gives_th
     assert b.spent_under("basic") == (1.0, 1e-6) and b.spent[0] < 1.0
 
 
+def test_the_generalised_marginal_release_charges_its_discrete_gaussian():
+    """σ₁ per unit θ and Δ₂ of the gmarginal plan (every block's σ is rounded up from
+    σ₁/θ_S): the Gaussian calibration of (1, 1e-6) at Δ₂, whose ρ gives the declared pair."""
+    from matmech.factored.release import release_factored
+    from matmech.privacy.calibration import gaussian_sigma
+
+    b = PrivacyBudget(5.0, 1e-5)
+    W2 = W.marginals((3,) * 4, 2)
+    release_factored(
+        CODES, W2, 1.0, 1e-6, strategy="gmarginals", budget=b, rng=np.random.default_rng(1)
+    )
+    (ev,) = b.events
+    assert isinstance(ev, DiscreteGaussian) and ev.grid is None
+    assert ev.sigma == gaussian_sigma(1.0, 1e-6, ev.sensitivity)
+    assert approx_dp_delta(float(ev.zcdp()), 1.0) <= 1e-6 * (1 + 1e-9)
+    assert b.spent_under("basic") == (1.0, 1e-6) and b.spent[0] < 1.0
+    pure = PrivacyBudget(5.0)
+    release_factored(
+        CODES, W2, 1.0, strategy="gmarginals", budget=pure, rng=np.random.default_rng(1)
+    )
+    assert pure.spent == (1.0, 0.0)
+
+
 def test_release_marginals_takes_a_share_and_draws_what_eps_would_draw():
     b = PrivacyBudget(1.0, 1e-6)
     shares = b.split(3)
@@ -95,7 +118,12 @@ def test_a_stream_charges_its_factorization_and_per_step_noise(tmp_path):
         tmp_path / "a.stream", StreamSpec(30, categories=2, eps=1.0, delta=1e-6), budget=b
     )
     (ev,) = b.events
-    assert isinstance(ev, Stream) and (ev.factorization, ev.steps) == ("sqrt", 30)
+    # the factorization the stream runs (the default chooses one: "auto" is never charged)
+    assert isinstance(ev, Stream) and (ev.factorization, ev.steps) == (
+        s.plan.factorization.name,
+        30,
+    )
+    assert ev.factorization != "auto"
     noise = ev.noise
     assert isinstance(noise, DiscreteGaussian) and noise.grid == s.plan.grid
     assert (noise.sigma, noise.sensitivity) == (s.plan.scale, s.plan.sensitivity)
