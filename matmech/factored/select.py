@@ -64,7 +64,8 @@ import numpy as np
 
 from matmech.linalg.linop import LinOp
 from matmech.privacy import noise
-from matmech.privacy.calibration import neighbor_sensitivity
+from matmech.privacy.calibration import gaussian_rho, neighbor_sensitivity
+from matmech.privacy.events import ApproxDP, Concentrated
 from matmech.factored.select_plan import (
     MEASURE_STRATEGIES,
     FactoredSelectionPlan,
@@ -79,7 +80,7 @@ from matmech.privacy.confidence import IntervalLaw, law_intervals
 from matmech.pipeline.source import as_table_source
 from matmech.record import MeasurementRecord
 from matmech.svt.rules import take_rows
-from matmech.svt.select import SelectionPlan, run_selection
+from matmech.svt.select import SelectionPlan, run_selection, selection_event
 
 __all__ = [
     "FactoredSelectionPlan",
@@ -163,6 +164,18 @@ class SelectedRowsPlan:
     @property
     def neighbors(self) -> str:
         return self.plan.neighbors
+
+    @property
+    def events(self) -> tuple:
+        """The selection's event (pure ε) and the measurement's: the measured rows are known
+        only after the selection, so it is charged what its noise is calibrated to: the
+        zCDP ρ of a Gaussian at (ε_m, δ), or ε_m (:mod:`matmech.privacy.events`)."""
+        p = self.plan
+        sel = selection_event(p.opts["method"], p.opts["eps"])
+        if p.delta == 0:
+            return (sel, ApproxDP(p.eps_measure, 0.0))
+        rho = gaussian_rho(p.eps_measure, p.delta)
+        return (sel, Concentrated(rho, eps=p.eps_measure, delta=p.delta))
 
     @property
     def what(self) -> str:

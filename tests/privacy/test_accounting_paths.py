@@ -77,6 +77,23 @@ def test_the_generalised_marginal_release_charges_its_discrete_gaussian():
     assert pure.spent == (1.0, 0.0)
 
 
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+def test_the_factored_selected_release_charges_its_selection_and_measurement(delta):
+    """The selection's pure ε and the measurement's calibration (ρ of a Gaussian at (ε_m, δ),
+    or ε_m): together the declared (ε, δ) under basic, less under zcdp when δ > 0."""
+    from matmech.factored.release import release_factored
+    from matmech.privacy.calibration import gaussian_rho
+
+    b = PrivacyBudget(5.0, 1e-5)
+    select = dict(method="em", c=3, eps=0.3)
+    release_factored(CODES, MW, 1.0, delta, select=select, budget=b, rng=np.random.default_rng(1))
+    sel, meas = b.events
+    assert sel.kind == "exponential_mechanism" and sel.approx_dp() == (Fraction(3, 10), 0)
+    if delta:
+        assert meas.kind == "concentrated" and float(meas.zcdp()) == gaussian_rho(0.7, delta)
+    assert b.spent_under("basic") == pytest.approx((1.0, delta))
+
+
 def test_release_marginals_takes_a_share_and_draws_what_eps_would_draw():
     b = PrivacyBudget(1.0, 1e-6)
     shares = b.split(3)
