@@ -34,11 +34,13 @@ def test_the_check_can_fail():
 
 
 def test_scipy_linalg_is_executed_on_first_use():
-    """scipy.linalg is a lazy module after ``import matmech`` and a working one on first use
-    (also through ``import scipy.linalg`` and the scipy package attribute)."""
+    """scipy.linalg is a lazy module once matmech's linear algebra is imported (``import
+    matmech`` alone loads neither) and a working one on first use (also through ``import
+    scipy.linalg`` and the scipy package attribute)."""
     code = (
-        "import sys, matmech, numpy as np; m = sys.modules['scipy.linalg']; print(type(m).__name__); "
-        "from matmech.linalg.lazy import sla; import scipy, scipy.linalg; "
+        "import sys, matmech, numpy as np; assert 'scipy.linalg' not in sys.modules; "
+        "from matmech.linalg.lazy import sla; m = sys.modules['scipy.linalg']; "
+        "print(type(m).__name__); import scipy, scipy.linalg; "
         "print(float(sla.cholesky(np.eye(2))[1, 1]), scipy.linalg is sla, type(m).__name__)"
     )
     out = subprocess.run(

@@ -258,7 +258,7 @@ def test_the_streamed_plan_checks_then_reads_then_spends_once_then_draws(form, m
         "histogram": x,
     }[form]
     _spy_runner(monkeypatch, log, plans)
-    budget = _SpyBudget(log, 5.0, 1e-3)
+    budget = _SpyBudget(log, 5.0, 1e-3, accountant="basic")  # the sums read below
     rel = release_marginals(data, W, 1.0, 1e-6, budget=budget, rng=_SpySource(log, 4))
     assert plans == ["StreamedPlan"] and isinstance(rel, MarginalRelease), plans
     assert log.count("spend") == 1, log

@@ -41,7 +41,7 @@ def test_abs_diff_thresholds_enumerated(n1, n2):
 
 
 def test_builders_refuse_bad_input():
-    with pytest.raises(TypeError, match="a must be a finite real"):
+    with pytest.raises(ValueError, match="a must be a finite number, got nan"):
         wl.affine(3, 3, a=float("nan"))
     with pytest.raises(ValueError):
         wl.circular_ranges(0)
