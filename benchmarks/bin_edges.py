@@ -14,7 +14,7 @@ the [0.2, 0.3) bin, and the median time of a count, and saves the per-bin counts
 
 ``--smoke`` writes the text of a value on every edge of the same 50 bins, one just below
 (the previous float) and one just above, three copies each, and counts those instead.
-Writes benchmarks/results/bin_edges[_smoke]_<label>.json.
+Writes benchmarks/results/bin_edges_<label>.json (``--smoke``: a temporary directory unless ``--results``).
 """
 
 from __future__ import annotations
@@ -140,7 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--spark", action="store_true", help="also count with Spark local[1]")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--label", default="this", help="a name for this checkout in the output")
-    ap.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes")
+    ap.add_argument(
+        "--results", type=Path, default=None, help="where the JSON goes (--smoke: a temporary dir)"
+    )
     ap.add_argument(
         "--compare",
         type=Path,
@@ -195,6 +197,8 @@ def main(argv=None) -> int:
         "machine": platform.machine(),
         "load": os.getloadavg()[0],
     }
+    if args.results is None:  # a smoke run never writes into benchmarks/results
+        args.results = Path(tempfile.mkdtemp(prefix="matmech-smoke-")) if args.smoke else RESULTS
     args.results.mkdir(parents=True, exist_ok=True)
     name = f"bin_edges{'_smoke' if args.smoke else ''}_{args.label}.json"
     (args.results / name).write_text(json.dumps(out, indent=1) + "\n")
