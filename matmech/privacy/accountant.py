@@ -242,7 +242,8 @@ def _zcdp_cap(total: Total, p: _Parts) -> tuple[Fraction, tuple[float, ...]]:
     declared ρ, or the capacity of what the events without one leave of (ε, δ)."""
     if total.rho is not None:
         return (total.rho if p.op_eps == 0 and p.op_delta == 0 else Fraction(-1)), ()
-    assert total.eps is not None
+    if total.eps is None:  # a Total declares eps or rho (Total's invariant)
+        raise ValueError("a budget total declares eps or rho; this one declares neither")
     e, d = total.eps - p.op_eps, total.delta - p.op_delta
     if e < 0 or d < 0:
         return Fraction(-1), ()
@@ -358,7 +359,8 @@ class PldAccountant(ZcdpAccountant):
     def fits(self, total, p):
         if super().fits(total, p):
             return True
-        assert total.eps is not None
+        if total.eps is None:  # refused by check_total: a budget in rho is not accounted here
+            raise ValueError("the 'pld' accountant needs a budget declared in (eps, delta)")
         return _pld_epsilon(p.leaves, total.delta) <= total.eps
 
     def epsilon(self, p, delta, total=None):
