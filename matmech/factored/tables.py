@@ -26,7 +26,14 @@ import numpy as np
 
 from matmech.validate import sequence, size, subset
 
-__all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
+__all__ = [
+    "marginal_tables",
+    "table_reader",
+    "check_codes",
+    "count_tables",
+    "maximal_subsets",
+    "MAX_TABLE_CELLS",
+]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30
@@ -119,7 +126,7 @@ def _from_codes(codes, domain, s):
     return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
 
 
-def _from_codes_all(codes, domain, subsets):
+def count_tables(codes, domain, subsets):
     """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
     index of the shared prefix, and two of them whose joint table has at most
     :data:`_PAIR_CELLS` cells are counted in one pass, as the table on the prefix and both
@@ -332,7 +339,7 @@ def table_reader(data, domain, *, engines=True):
     codes = np.asfortranarray(codes, dtype=np.intp if codes.size * 8 <= _INTP_COPY_BYTES else None)
     return _Reader(
         lambda subsets: _down_the_lattice(
-            _from_codes_all(codes, domain, maximal_subsets(subsets)), domain, subsets
+            count_tables(codes, domain, maximal_subsets(subsets)), domain, subsets
         )
     )
 

@@ -11,16 +11,37 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
+import tempfile
 import uuid
 
 import numpy as np
 
 from matmech.io.attribute import WHITESPACE
-from matmech.io.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
+from matmech.io.grouping import (
+    DROP,
+    MISS,
+    OOD,
+    Engine,
+    _actions,
+    _needs_drop_flag,
+    _not_spark,
+    refuse_defects,
+)
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
+from matmech.io.table_scan import SCAN_ROWS, TableCounter
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
-__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES", "TEXT_TYPES"]
+__all__ = [
+    "compile_query",
+    "code_query",
+    "duckdb_tables",
+    "spark_tables",
+    "DUCKDB",
+    "SPARK",
+    "INTEGER_TYPES",
+    "TEXT_TYPES",
+]
 
 NONE = -9  # a column that is not in a grouping set
 
@@ -195,11 +216,10 @@ INTEGER_TYPES = (
 TEXT_TYPES = ("varchar", "string", "text")
 
 
-def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
-    """One aggregation: parse → codes → one BIGINT key per grouping set → GROUP BY (GROUPING
-    SETS when several tables). ``dialect``: "duckdb" or "spark"; ``source_sql`` the FROM
-    item; ``types``: optional {column: SQL type name} (integer columns of range attributes
-    skip parsing). Returns the SQL text and the key dimensions of each set."""
+def code_query(domain, source_sql, dialect="duckdb", *, types=None):
+    """The records' codes: parse → codes, one row per record with columns ``c0`` … ``c{d-1}``
+    (a cell, or a sentinel of :func:`~matmech.io.grouping._actions`) and ``dropped`` (1 when
+    an attribute drops the record). Arguments as :func:`compile_query`."""
     if dialect not in ("duckdb", "spark"):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
     d = _Dialect(dialect)
@@ -243,6 +263,20 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         )
     else:
         dropped = "0"
+    # parse → wall-clock time → first guesses of regular bins → codes, one layer each
+    inner = f"SELECT {', '.join(walls)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
+    if guesses:
+        inner = f"SELECT *, {', '.join(guesses)} FROM ({inner}) AS w"
+    inner = f"SELECT {', '.join(codes)} FROM ({inner}) AS g"
+    return f"SELECT *, {dropped} AS dropped FROM ({inner}) AS q"
+
+
+def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
+    """One aggregation: parse → codes → one BIGINT key per grouping set → GROUP BY (GROUPING
+    SETS when several tables). ``dialect``: "duckdb" or "spark"; ``source_sql`` the FROM
+    item; ``types``: optional {column: SQL type name} (integer columns of range attributes
+    skip parsing). Returns the SQL text and the key dimensions of each set."""
+    codes = code_query(domain, source_sql, dialect, types=types)
     dims = [_key_dims(domain, s) for s in sets]
     if any(math.prod(dm) >= 2**62 for dm in dims):
         raise ValueError(
@@ -254,14 +288,7 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         for j in s:
             key = f"({key} * {domain.attributes[j].size + 3} + (c{j} + 3))"
         keys.append(f"{key} * 2 + dropped AS k{i}")
-    # parse → wall-clock time → first guesses of regular bins → codes, one layer each
-    inner = f"SELECT {', '.join(walls)} FROM (SELECT {', '.join(parsed)} FROM {source_sql}) AS p"
-    if guesses:
-        inner = f"SELECT *, {', '.join(guesses)} FROM ({inner}) AS w"
-    inner = f"SELECT {', '.join(codes)} FROM ({inner}) AS g"
-    inner = (
-        f"SELECT {', '.join(keys)} FROM (SELECT *, {dropped} AS dropped FROM ({inner}) AS q) AS r"
-    )
+    inner = f"SELECT {', '.join(keys)} FROM ({codes}) AS r"
     if len(sets) == 1:
         return f"SELECT k0, count(*) AS n FROM ({inner}) AS t GROUP BY k0", dims
     group_by = "GROUPING SETS (" + ", ".join(f"(k{i})" for i in range(len(sets))) + ")"
@@ -327,25 +354,176 @@ def _engine_error(where, exc, encoding=None):
     )
 
 
-def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
+def _duckdb_open(memory=None):
+    """A DuckDB connection set up for counting; ``memory`` (bytes) bounds DuckDB's own
+    buffers (``memory_limit``), spilling past it to a private ``temp_directory`` (removed
+    by :func:`_duckdb_close`)."""
     try:
         import duckdb
     except ImportError:
         raise ImportError(f"the duckdb engine needs DuckDB: {ENGINES_HINT}") from None
-    d = _Dialect("duckdb")
     con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = false")
+    with contextlib.suppress(Exception):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
+        con.execute("SET TimeZone = 'UTC'")
+    spill = None
+    if memory is not None:
+        spill = tempfile.mkdtemp(prefix="matmech_duckdb_")
+        con.execute(f"SET memory_limit = '{int(memory)}B'")
+        con.execute(f"SET temp_directory = '{spill}'")
+    return duckdb, con, spill
+
+
+def _duckdb_close(con, spill):
+    con.close()
+    if spill is not None:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter):
+    """(FROM item, column types) of the source, its columns checked against the domain."""
+    d = _Dialect("duckdb")
+    src = _duckdb_source(con, source, kind, d, encoding, delimiter)
     try:
-        con.execute("SET preserve_insertion_order = false")
-        with contextlib.suppress(
-            Exception
-        ):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
-            con.execute("SET TimeZone = 'UTC'")
-        src = _duckdb_source(con, source, kind, d, encoding, delimiter)
+        types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+    except duckdb.Error as exc:
+        raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+    _check_columns(domain, list(types), where, show=kind != "csv")
+    return src, types
+
+
+def _code_type(domain):
+    """The narrowest signed integer type holding every code and sentinel: (numpy, SQL)."""
+    top = max(a.size for a in domain.attributes) + 3
+    return (np.int16, "SMALLINT") if top < 2**15 else (np.int32, "INTEGER")
+
+
+def _codes_select(domain, codes_sql):
+    """The codes as the narrow integer type and the drop flag as a boolean, ``c0`` … ``dropped``."""
+    _, sql_type = _code_type(domain)
+    cols = [f"CAST(c{j} AS {sql_type}) AS c{j}" for j in range(len(domain))]
+    return f"SELECT {', '.join(cols)}, dropped = 1 AS dropped FROM ({codes_sql}) AS s"
+
+
+def _batch_codes(batch, domain):
+    """(codes (rows × attributes, Fortran order), dropped) of one Arrow record batch."""
+    dtype, _ = _code_type(domain)
+    d = len(domain)
+    codes = np.empty((batch.num_rows, d), dtype=dtype, order="F")
+    for j in range(d):
+        codes[:, j] = batch.column(j).to_numpy(zero_copy_only=False)
+    return codes, np.asarray(batch.column(d).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def duckdb_tables(source, kind, domain, subsets, *, where, encoding, delimiter, memory=None):
+    """{subset: int64 table} for ``subsets`` in one scan: DuckDB applies the domain
+    (:func:`code_query`) and streams the codes, :data:`~matmech.io.table_scan.SCAN_ROWS`
+    records a chunk, into a :class:`~matmech.io.table_scan.TableCounter`. Memory: the tables,
+    one chunk and DuckDB's buffers (``memory`` bytes at most, spilling to disk past it)."""
+    duckdb, con, spill = _duckdb_open(memory)
+    try:
+        src, types = _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter)
+        query = _codes_select(domain, code_query(domain, src, "duckdb", types=types))
+        counter = TableCounter(domain, subsets)
         try:
-            types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            rel = con.sql(query)  # a relation streams its Arrow batches without a copy
+            reader = (  # DuckDB >= 1.4 names it to_arrow_reader
+                rel.to_arrow_reader(SCAN_ROWS)
+                if hasattr(rel, "to_arrow_reader")
+                else rel.fetch_arrow_reader(SCAN_ROWS)
+            )
         except duckdb.Error as exc:
             raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
-        _check_columns(domain, list(types), where, show=kind != "csv")
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            except Exception as exc:  # noqa: BLE001 - DuckDB or Arrow; none may leak records
+                raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+            counter.add(*_batch_codes(batch, domain))
+    finally:
+        _duckdb_close(con, spill)
+    return counter.tables()
+
+
+def spark_tables(
+    source, kind, domain, subsets, *, where=None, encoding=None, delimiter=None, memory=None
+):
+    """{subset: int64 table} for ``subsets`` as one distributed aggregation: the domain applied
+    in Spark SQL (:func:`code_query`), a :class:`~matmech.io.table_scan.TableCounter` per
+    partition on the executors (``mapInArrow``), its non-zero cells summed by cell in a
+    ``GROUP BY`` (partial aggregation before the shuffle); only the tables reach the driver,
+    never a record. An "error" policy's defect found on an executor comes back as a flag
+    (no value) and is refused here with the usual message."""
+    import pyarrow as pa
+
+    d = _Dialect("spark")
+    spark = source.sparkSession
+    name = "matmech_src_" + uuid.uuid4().hex
+    subsets = [tuple(s) for s in subsets]
+    sizes = [math.prod(domain.subset_sizes(s)) for s in subsets]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    refused = [  # (attribute, the sentinel its "error" policies refuse)
+        (j, c)
+        for j, a in enumerate(domain.attributes)
+        for c, p in ((OOD, a.policy), (MISS, a.missing))
+        if p == "error"
+    ]
+
+    def count(batches):  # runs on an executor, once per partition
+        counter = TableCounter(domain, subsets)
+        flags = set()
+        for batch in batches:
+            codes, dropped = _batch_codes(batch, domain)
+            for j, c in refused:  # flagged here, refused on the driver (the data is refused)
+                bad = codes[:, j] == c
+                if bad.any():
+                    flags.add((j, c))
+                    codes[bad, j] = 0
+            counter.add(codes, dropped)
+        flat = (
+            np.concatenate([t.ravel() for t in counter.tables().values()])
+            if subsets
+            else np.zeros(0, np.int64)
+        )
+        nz = np.flatnonzero(flat)
+        cells = np.concatenate([nz, [-1 - 4 * j - (c == MISS) for j, c in sorted(flags)]]).astype(
+            np.int64
+        )
+        counts = np.concatenate([flat[nz], np.zeros(len(flags), np.int64)])
+        yield pa.RecordBatch.from_arrays([pa.array(cells), pa.array(counts)], names=["cell", "n"])
+
+    source.createOrReplaceTempView(name)
+    try:
+        query = _codes_select(
+            domain, code_query(domain, d.ident(name), "spark", types=dict(source.dtypes))
+        )
+        try:
+            partial = spark.sql(query).mapInArrow(count, "cell long, n long")
+            totals = partial.groupBy("cell").sum("n").toArrow()
+            cells = totals.column(0).to_numpy()
+            counts = totals.column(1).to_numpy()
+        except Exception as exc:  # noqa: BLE001 - Spark raises many types; none may leak records
+            raise _engine_error("the spark source", exc) from None
+    finally:
+        spark.catalog.dropTempView(name)
+    for cell in cells[cells < 0].tolist():  # the flags: (attribute, defect), no value
+        j, miss = divmod(-1 - int(cell), 4)
+        refuse_defects(domain.attributes[j], np.array([MISS if miss else OOD]))
+    flat = np.zeros(int(offsets[-1]), dtype=np.int64)
+    keep = cells >= 0
+    np.add.at(flat, cells[keep], np.asarray(counts[keep], dtype=np.int64))
+    return {
+        s: flat[offsets[i] : offsets[i + 1]].reshape(domain.subset_sizes(s))
+        for i, s in enumerate(subsets)
+    }
+
+
+def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
+    duckdb, con, _ = _duckdb_open()
+    try:
+        src, types = _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter)
         query, dims = compile_query(domain, sets, src, "duckdb", types=types)
         try:
             res = con.execute(query).fetchnumpy()
@@ -402,5 +580,5 @@ def _spark(source, kind, domain, sets, *, where, encoding, delimiter):
 
 
 #: The registry entries of the SQL engines.
-DUCKDB = Engine("duckdb", _duckdb, _duckdb_check)
-SPARK = Engine("spark", _spark, _spark_check)
+DUCKDB = Engine("duckdb", _duckdb, _duckdb_check, duckdb_tables)
+SPARK = Engine("spark", _spark, _spark_check, spark_tables)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Engine", "DROP", "OOD", "MISS"]
+__all__ = ["Engine", "DROP", "OOD", "MISS", "refuse_defects"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class Engine:
     name: str
     groups: Callable[..., dict]
     check: Callable[[str], None]
+    #: ``tables(source, kind, domain, subsets, *, where, encoding, delimiter, memory)`` →
+    #: {subset: int64 table}, every table in one scan of the data (None: the engine counts
+    #: through ``groups``)
+    tables: Callable[..., dict] | None = None
 
 
 def _not_spark(kind: str, engine: str) -> None:
@@ -59,23 +63,27 @@ def _needs_drop_flag(domain):
     return any(_may(a, "drop") for a in domain.attributes)
 
 
+def refuse_defects(a, col):
+    """Raise when the codes ``col`` of attribute ``a`` hold a value its "error" policies
+    refuse (out of domain, missing); the message names the column, never a value or count."""
+    if a.policy == "error" and np.any(col == OOD):
+        raise ValueError(
+            f"column {a.column!r} (attribute {a.name!r}) has values outside its declared domain and its policy "
+            "is 'error'; declare policy = 'clip', 'other' or 'drop', or widen the domain (values are not shown)"
+        )
+    if a.missing == "error" and np.any(col == MISS):
+        raise ValueError(
+            f"column {a.column!r} (attribute {a.name!r}) has missing values (null, NaN, empty or not a "
+            "number) and its missing policy is 'error'; declare missing = 'other' or 'drop'"
+        )
+
+
 def _tables(domain, sets, groups, wanted):
     """``groups``: {set: (codes (rows × |set|) int64, dropped bool rows, counts int64 rows)}."""
     for s in sets:  # an "error" attribute refuses the data if any record needs it, dropped or not
         codes = groups[s][0]
         for k, j in enumerate(s):
-            a = domain.attributes[j]
-            col = codes[:, k]
-            if a.policy == "error" and np.any(col == OOD):
-                raise ValueError(
-                    f"column {a.column!r} (attribute {a.name!r}) has values outside its declared domain and its policy "
-                    "is 'error'; declare policy = 'clip', 'other' or 'drop', or widen the domain (values are not shown)"
-                )
-            if a.missing == "error" and np.any(col == MISS):
-                raise ValueError(
-                    f"column {a.column!r} (attribute {a.name!r}) has missing values (null, NaN, empty or not a "
-                    "number) and its missing policy is 'error'; declare missing = 'other' or 'drop'"
-                )
+            refuse_defects(domain.attributes[j], codes[:, k])
     out = {}
     for s in dict.fromkeys(wanted):
         codes, dropped, counts = groups[s]

@@ -1,0 +1,103 @@
+"""One scan of the data feeds many marginal tables (issue 36).
+
+A marginal is x summed over the other attributes (McKenna et al., "Optimizing error of
+high-dimensional statistical queries under differential privacy", PVLDB 2018, §3), so every
+table a plan needs can be counted from one pass over the records' codes. The engine applies
+the declared domain where the data lives (the ``CASE`` expressions of
+:func:`matmech.io.engine_sql.code_query`) and hands out the codes chunk by chunk; a
+:class:`TableCounter` adds each chunk into every table at once
+(:func:`matmech.factored.tables.count_tables`), so the memory is the tables plus one chunk,
+whatever the row count. On Spark the counter runs on the executors, one per partition, and
+only the tables travel (:func:`matmech.io.engine_sql.spark_tables`).
+
+:func:`scan_batches` splits the tables into batches that each fit a memory share; each batch
+is one scan. Every choice here is a function of the declared domain and the subsets alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from matmech.factored.tables import count_tables
+from matmech.io.grouping import refuse_defects
+
+__all__ = ["TableCounter", "scan_batches", "scan_cells", "SCAN_ROWS"]
+
+#: Records per chunk handed from the engine to the counter.
+SCAN_ROWS = 1 << 17
+#: Bytes per record and attribute of one chunk at its peak (int16 codes twice, the int64
+#: index of count_tables and Arrow's copy).
+_CHUNK_BYTES_PER_CODE = 16
+
+
+def _sinks(domain):
+    """Attributes whose codes may be negative in a record that is kept (policy "clip": a value
+    in a gap between explicit bins counts in no table holding the attribute): they get one
+    extra cell, the sink, cut off at the end."""
+    return tuple(a.policy == "clip" for a in domain.attributes)
+
+
+def scan_cells(domain, subsets) -> int:
+    """Cells the counter holds for ``subsets`` (sink cells included)."""
+    sizes = [a.size + s for a, s in zip(domain.attributes, _sinks(domain))]
+    return sum(math.prod(sizes[i] for i in s) for s in subsets)
+
+
+def scan_batches(domain, subsets, memory: int) -> list:
+    """``subsets`` (in order) cut into batches whose tables (8 bytes a cell) and one chunk of
+    codes fit ``memory`` bytes; a table larger than that is a batch of its own (the caller's
+    memory check refuses it). One batch is one scan of the data."""
+    chunk = _CHUNK_BYTES_PER_CODE * SCAN_ROWS * max(1, len(domain))
+    room = max(1, int(memory) - chunk)
+    out, cur, used = [], [], 0
+    for s in subsets:
+        need = 8 * scan_cells(domain, [s])
+        if cur and used + need > room:
+            out.append(cur)
+            cur, used = [], 0
+        cur.append(s)
+        used += need
+    if cur:
+        out.append(cur)
+    return out
+
+
+class TableCounter:
+    """The marginal tables on ``subsets`` (sorted attribute tuples) of every chunk of codes
+    added: ``add(codes, dropped)`` with ``codes`` (records × attributes, any signed integer
+    type, the sentinels of :mod:`matmech.io.grouping` included) and ``dropped`` (bool per
+    record, or None); ``tables()`` → {subset: int64 table}. The "error" policies refuse a
+    chunk as :func:`matmech.io.grouping._tables` does (same messages, never a value)."""
+
+    def __init__(self, domain, subsets):
+        self.domain, self.subsets = domain, [tuple(s) for s in subsets]
+        self._sink = _sinks(domain)
+        self._sizes = tuple(a.size + s for a, s in zip(domain.attributes, self._sink))
+        self._checked = [
+            (j, a) for j, a in enumerate(domain.attributes) if "error" in (a.policy, a.missing)
+        ]
+        self._sums = {
+            s: np.zeros(tuple(self._sizes[i] for i in s), dtype=np.int64) for s in self.subsets
+        }
+
+    def add(self, codes, dropped=None) -> None:
+        for j, a in self._checked:  # every record, dropped or not, as the GROUP BY engines
+            refuse_defects(a, codes[:, j])
+        if dropped is not None and dropped.any():
+            codes = codes[~dropped]
+        codes = np.asfortranarray(codes)
+        for j, sink in enumerate(self._sink):
+            if sink:
+                col = codes[:, j]
+                col[col < 0] = self._sizes[j] - 1
+        for s, t in count_tables(codes, self._sizes, self.subsets).items():
+            self._sums[s] += t
+
+    def tables(self) -> dict:
+        out = {}
+        for s, t in self._sums.items():
+            cut = tuple(slice(0, self.domain.attributes[i].size) for i in s)
+            out[s] = np.ascontiguousarray(t[cut]) if any(self._sink[i] for i in s) else t
+        return out
