@@ -51,7 +51,8 @@ from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.pipeline.plan import Draws, MeasuredPlan, check_record_count
 from matmech.pipeline.run import run_plan
-from matmech.pipeline.source import as_source
+from matmech.io.domain import Domain
+from matmech.pipeline.source import EngineSource, as_source
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.measure import check_max_records
@@ -129,6 +130,9 @@ class StreamedPlan(MeasuredPlan):
     rows: int
     directory: str | None
     note: str = ""
+    #: bytes a data engine's scans may hold before the spend (tables + one chunk; its own
+    #: buffers a quarter more): what max_memory leaves beside the plan, at least 128 MiB
+    scan_memory: int = 1 << 30
     lazy: ClassVar[bool] = True
 
     @property
@@ -241,8 +245,17 @@ def streamed_plan(
             f"the stored residuals (a file in {directory}; pass spill_dir=)",
             after="; nothing was spent",
         )
+    fixed = streamed_memory(plan, in_ram=False, extra=extra)
     return StreamedPlan(
-        W, mplan, (subsets, rw), tuple(wt.domain), reads + ((),), int(wt.rows), directory, note
+        W,
+        mplan,
+        (subsets, rw),
+        tuple(wt.domain),
+        reads + ((),),
+        int(wt.rows),
+        directory,
+        note,
+        scan_memory=max(128 << 20, (max_memory - fixed) * 4 // 5),
     )
 
 
@@ -261,6 +274,7 @@ def release_marginals(
     scale_bits: int = DEFAULT_SCALE_BITS,
     spill_dir: str | None = None,
     search: str = "auto",
+    domain: Any = None,
 ) -> MarginalRelease:
     """Answer W (a union of marginals, any size) under (ε, δ)-DP or pure ε-DP with the
     residual plan, in bounded memory → :class:`MarginalRelease`.
@@ -276,11 +290,14 @@ def release_marginals(
 
     Parameters
     ----------
-    data : numpy.ndarray or Mapping
+    data : numpy.ndarray, Mapping, DataFrame, Arrow table or path
         Records as a 2-D integer code array (records × attributes), a mapping subset →
         marginal table, or a histogram (1-D counts over the cells), all checked once before
-        the spend. Data engines are refused: their tables would be checked batch by batch
-        after the spend.
+        the spend; or, with ``domain`` a :class:`matmech.io.domain.Domain`, a table or file
+        the data engine reads (pandas/Polars DataFrame, Arrow table, CSV/Parquet path, Spark
+        DataFrame, as :func:`matmech.release`): every table the plan reads is counted in the
+        engine before the spend (one scan per batch of tables that fits ``max_memory``),
+        kept in a file in ``spill_dir`` and checked, then read batch by batch after it.
     W : LinOp
         A union of marginals (:func:`matmech.linalg.terms.marginal_workload` or Kron terms
         of identities and totals).
@@ -308,6 +325,9 @@ def release_marginals(
         Pure ε: the tables' weights over the lattice (``"lattice"``) or every attribute
         subset (``"all"``); ``"auto"`` as :func:`~matmech.factored.release.release_factored`
         (given tables without the full table: ``"lattice"``).
+    domain : Domain, optional
+        The declared domain of a table or file read by the data engine (its attribute sizes
+        must be W's).
 
     Returns
     -------
@@ -322,7 +342,7 @@ def release_marginals(
         the working set over ``max_memory``, too little disk for the spill file, bad record
         codes or tables, records beyond ``max_records``.
     TypeError
-        A data engine (nothing is read or spent).
+        A data engine object without a declared domain (nothing is read or spent).
     BudgetExceededError
         The budget cannot afford (eps, delta); nothing is read.
 
@@ -345,7 +365,17 @@ def release_marginals(
         target = privacy_target(eps, delta, budget)
         eps, delta = target.eps, target.delta
     noise.check_rng(rng)
-    source = as_source(data, name="data")
+    if domain is not None and not isinstance(domain, Domain):
+        raise TypeError(f"domain must be a matmech.io.domain.Domain, got {type(domain).__name__}")
+    source = as_source(data, domain, name="data")
+    if isinstance(source, EngineSource):
+        w_sizes = tuple(
+            W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain
+        )
+        if tuple(domain.sizes) != w_sizes:
+            raise ValueError(
+                f"the declared domain's attribute sizes {tuple(domain.sizes)} differ from W's {w_sizes}"
+            )
     if search == "auto":  # an unknown search is refused by streamed_plan
         d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
         search = given_search(source, d, search)
@@ -361,4 +391,6 @@ def release_marginals(
         spill_dir=spill_dir,
         search=search,
     )
+    if isinstance(source, EngineSource):  # the engine's scans get the room the plan leaves
+        source = EngineSource(source.source, domain, memory=plan.scan_memory, spill_dir=spill_dir)
     return run_plan(plan, source, budget=budget, rng=rng)

@@ -124,7 +124,7 @@ def _check_memory(cells):
 
 
 def marginal_counts(
-    source, domain, subsets, *, engine="auto", encoding="utf-8", delimiter=None
+    source, domain, subsets, *, engine="auto", encoding="utf-8", delimiter=None, memory=None
 ) -> dict:
     """Counts of the records in each cell of the marginal on each subset of attributes.
 
@@ -132,7 +132,9 @@ def marginal_counts(
     ``{subset: int64 array}`` shaped by those attributes' sizes, cells row-major (``()``:
     the 0-d total). All tables come from one aggregation over the same kept records, so they
     are marginals of one histogram. ``encoding`` / ``delimiter`` (auto-detected by default)
-    apply to CSV paths.
+    apply to CSV paths. Several tables are counted in one scan of the data
+    (:mod:`matmech.io.table_scan`); ``memory`` (bytes, None: the engine's default) bounds
+    DuckDB's own buffers, which spill to a temporary directory past it.
     """
     if not isinstance(domain, Domain):
         raise TypeError(f"domain must be a matmech.io.domain.Domain, got {type(domain).__name__}")
@@ -156,7 +158,14 @@ def marginal_counts(
         # SETS run one hash table per set, several times slower past a few dozen sets)
         uniq = list(dict.fromkeys(wanted))
         tables = entry.tables(
-            source, kind, domain, uniq, where=where, encoding=encoding, delimiter=delimiter
+            source,
+            kind,
+            domain,
+            uniq,
+            where=where,
+            encoding=encoding,
+            delimiter=delimiter,
+            memory=memory,
         )
         return {s: tables[s] for s in uniq}
     sets = _grouping_sets(domain, wanted)

@@ -17,7 +17,8 @@ A plan that reads its tables batch by batch (``lazy = True``, e.g. the streamed 
 release) gets ``source.reader(sizes, subsets)`` instead: every check on the data once, up
 front (:func:`matmech.factored.tables.table_reader`), then ``reader(batch) → {subset: table}``
 with no further check. Histograms and :class:`TableSource` hand one out; a data engine's
-tables could only be checked as they arrive, so :class:`EngineSource` refuses (TypeError).
+tables are counted before the spend into a file (:mod:`matmech.io.spilled_tables`) and
+read from it.
 
 A source is built from the types and shapes of its input only; nothing is read before
 :func:`matmech.pipeline.run.run_plan` has checked that the budget affords the plan. Which
@@ -110,16 +111,43 @@ def _covering(reader, subsets):
 
 class EngineSource(TableSource):
     """A table or file read through the data engine with the declared Domain: marginal
-    tables computed where the data lives (:func:`matmech.io.engines.marginal_counts`)."""
+    tables computed where the data lives (:func:`matmech.io.engines.marginal_counts`, every
+    table of a read in one scan). ``memory``: bytes a lazy read's scans may hold (tables and
+    one chunk of codes; DuckDB's own buffers a quarter of it more); ``spill_dir``: where its
+    tables wait for the draws (None: the system's temporary directory)."""
 
-    def __init__(self, source: Any, domain: Any):
+    def __init__(self, source: Any, domain: Any, *, memory: int = 1 << 30, spill_dir=None):
         super().__init__(self)
         self.source, self.domain = source, domain
+        self.memory, self.spill_dir = int(memory), spill_dir
 
-    def marginal_counts(self, subsets):
+    def marginal_counts(self, subsets, *, memory=None):
         from matmech.io.engines import marginal_counts
 
-        return marginal_counts(self.source, self.domain, subsets)
+        return marginal_counts(self.source, self.domain, subsets, memory=memory)
+
+    def reader(self, sizes, subsets):
+        """Every table the plan reads counted now, before the spend, in scans of at most
+        ``memory`` bytes of tables each (:func:`matmech.io.table_scan.scan_batches`), kept in
+        a file and checked (:func:`matmech.io.spilled_tables.spill_tables`); the draws then
+        read the file, never the data."""
+        from matmech.io.spilled_tables import spill_tables
+        from matmech.io.table_scan import scan_batches
+
+        if tuple(int(n) for n in sizes) != tuple(self.domain.sizes):
+            raise ValueError(
+                f"the declared domain's attribute sizes {tuple(self.domain.sizes)} differ from the "
+                f"plan's {tuple(sizes)}"
+            )
+        engine_memory = max(64 << 20, self.memory // 4)
+        reader = spill_tables(
+            lambda batch: self.marginal_counts(batch, memory=engine_memory),
+            sizes,
+            subsets,
+            cut=lambda tops: scan_batches(self.domain, tops, self.memory),
+            directory=self.spill_dir,
+        )
+        return _covering(reader, subsets)
 
 
 def histogram_cells(x: Any) -> int:
