@@ -27,29 +27,21 @@ __all__ = ["TableCounter", "scan_batches", "scan_cells", "SCAN_ROWS"]
 
 #: Records per chunk handed from the engine to the counter.
 SCAN_ROWS = 1 << 17
-#: Bytes per record and attribute of one chunk at its peak (int16 codes twice, the int64
-#: index of count_tables and Arrow's copy).
-_CHUNK_BYTES_PER_CODE = 16
-
-
-def _sinks(domain):
-    """Attributes whose codes may be negative in a record that is kept (policy "clip": a value
-    in a gap between explicit bins counts in no table holding the attribute): they get one
-    extra cell, the sink, cut off at the end."""
-    return tuple(a.policy == "clip" for a in domain.attributes)
+#: Bytes of one chunk at its peak, per record and attribute (Arrow's int16 codes, their
+#: Fortran copy, the kept records' copy) and per record (the int64 indices of count_tables).
+_CHUNK_BYTES = (6, 48)
 
 
 def scan_cells(domain, subsets) -> int:
-    """Cells the counter holds for ``subsets`` (sink cells included)."""
-    sizes = [a.size + s for a, s in zip(domain.attributes, _sinks(domain))]
-    return sum(math.prod(sizes[i] for i in s) for s in subsets)
+    """Cells the counter holds for ``subsets``."""
+    return sum(math.prod(domain.subset_sizes(s)) for s in subsets)
 
 
 def scan_batches(domain, subsets, memory: int) -> list:
     """``subsets`` (in order) cut into batches whose tables (8 bytes a cell) and one chunk of
     codes fit ``memory`` bytes; a table larger than that is a batch of its own (the caller's
     memory check refuses it). One batch is one scan of the data."""
-    chunk = _CHUNK_BYTES_PER_CODE * SCAN_ROWS * max(1, len(domain))
+    chunk = SCAN_ROWS * (_CHUNK_BYTES[0] * len(domain) + _CHUNK_BYTES[1])
     room = max(1, int(memory) - chunk)
     out, cur, used = [], [], 0
     for s in subsets:
@@ -73,31 +65,21 @@ class TableCounter:
 
     def __init__(self, domain, subsets):
         self.domain, self.subsets = domain, [tuple(s) for s in subsets]
-        self._sink = _sinks(domain)
-        self._sizes = tuple(a.size + s for a, s in zip(domain.attributes, self._sink))
+        self._sizes = tuple(domain.sizes)
         self._checked = [
             (j, a) for j, a in enumerate(domain.attributes) if "error" in (a.policy, a.missing)
         ]
-        self._sums = {
-            s: np.zeros(tuple(self._sizes[i] for i in s), dtype=np.int64) for s in self.subsets
-        }
+        self._sums = {s: np.zeros(domain.subset_sizes(s), dtype=np.int64) for s in self.subsets}
 
     def add(self, codes, dropped=None) -> None:
         for j, a in self._checked:  # every record, dropped or not, as the GROUP BY engines
             refuse_defects(a, codes[:, j])
         if dropped is not None and dropped.any():
             codes = codes[~dropped]
-        codes = np.asfortranarray(codes)
-        for j, sink in enumerate(self._sink):
-            if sink:
-                col = codes[:, j]
-                col[col < 0] = self._sizes[j] - 1
-        for s, t in count_tables(codes, self._sizes, self.subsets).items():
+        # every code left is a cell: a sentinel is a drop (removed), a refusal (raised above)
+        # or the other cell (a code); "clip" has no gaps (:class:`~matmech.io.attribute.Attribute`)
+        for s, t in count_tables(np.asfortranarray(codes), self._sizes, self.subsets).items():
             self._sums[s] += t
 
     def tables(self) -> dict:
-        out = {}
-        for s, t in self._sums.items():
-            cut = tuple(slice(0, self.domain.attributes[i].size) for i in s)
-            out[s] = np.ascontiguousarray(t[cut]) if any(self._sink[i] for i in s) else t
-        return out
+        return dict(self._sums)
