@@ -132,7 +132,7 @@ def _key_counts(source, column, *, encoding, delimiter):
         sources._check_file(source)
         if kind == "csv":
             sources._check_csv_options(encoding, delimiter)
-        d = engine_sql._Dialect("duckdb")
+        d = engine_sql.Dialect("duckdb")
         con = duckdb.connect()
         try:
             src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)

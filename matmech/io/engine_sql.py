@@ -33,6 +33,7 @@ from matmech.io.table_scan import SCAN_ROWS, TableCounter
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
 __all__ = [
+    "Dialect",
     "compile_query",
     "code_query",
     "duckdb_tables",
@@ -46,7 +47,9 @@ __all__ = [
 NONE = -9  # a column that is not in a grouping set
 
 
-class _Dialect:
+class Dialect:
+    """Quoting and functions of one SQL dialect ("duckdb" or "spark")."""
+
     def __init__(self, name):
         self.name = name
         self.string = "VARCHAR" if name == "duckdb" else "STRING"
@@ -222,7 +225,7 @@ def code_query(domain, source_sql, dialect="duckdb", *, types=None):
     an attribute drops the record). Arguments as :func:`compile_query`."""
     if dialect not in ("duckdb", "spark"):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
-    d = _Dialect(dialect)
+    d = Dialect(dialect)
     types = {k: str(v).lower() for k, v in (types or {}).items()}
     parsed, walls, guesses, codes = [], [], [], []
     for j, a in enumerate(domain.attributes):
@@ -382,7 +385,7 @@ def _duckdb_close(con, spill):
 
 def _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter):
     """(FROM item, column types) of the source, its columns checked against the domain."""
-    d = _Dialect("duckdb")
+    d = Dialect("duckdb")
     src = _duckdb_source(con, source, kind, d, encoding, delimiter)
     try:
         types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
@@ -458,7 +461,7 @@ def spark_tables(
     (no value) and is refused here with the usual message."""
     import pyarrow as pa
 
-    d = _Dialect("spark")
+    d = Dialect("spark")
     spark = source.sparkSession
     name = "matmech_src_" + uuid.uuid4().hex
     subsets = [tuple(s) for s in subsets]
@@ -536,7 +539,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
 
 
 def _spark_groups(source, domain, sets):
-    d = _Dialect("spark")
+    d = Dialect("spark")
     spark = source.sparkSession
     name = "matmech_src_" + uuid.uuid4().hex
     source.createOrReplaceTempView(name)

@@ -39,7 +39,7 @@ from matmech.validate import SizeError, choice
 from matmech.io.domain import Domain
 from matmech.io.engine_numpy import NUMPY
 from matmech.io.engine_sql import DUCKDB, SPARK, compile_query
-from matmech.io.grouping import Engine, _grouping_sets, _tables
+from matmech.io.grouping import Engine, _tables, grouping_sets
 from matmech.io.sources import (
     ENGINES_HINT,
     _check_columns,
@@ -168,7 +168,7 @@ def marginal_counts(
             memory=memory,
         )
         return {s: tables[s] for s in uniq}
-    sets = _grouping_sets(domain, wanted)
+    sets = grouping_sets(domain, wanted)
     groups = entry.groups(
         source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter
     )

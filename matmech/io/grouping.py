@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Engine", "DROP", "OOD", "MISS", "refuse_defects"]
+__all__ = ["Engine", "DROP", "OOD", "MISS", "refuse_defects", "grouping_sets"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _may(attr, action):
     return action in (attr.policy, attr.missing)
 
 
-def _grouping_sets(domain, wanted):
+def grouping_sets(domain, wanted):
     """The distinct requested subsets, plus a singleton for every "error" attribute not in one."""
     sets = list(dict.fromkeys(wanted))
     covered = {j for s in sets for j in s}
