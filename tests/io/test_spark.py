@@ -161,3 +161,28 @@ def test_spark_bins_values_on_and_around_every_edge_like_exact_arithmetic(spark)
     )
     got = histogram(text, dom, engine="spark")
     assert got[2] == 1 and got[3] == 1 and got[-1] == 2 and math.isclose(got.sum(), 4)
+
+
+def test_spark_counts_every_table_on_the_executors_and_flags_error_policies(spark):
+    """Several tables: one mapInArrow job (a counter per partition, only tables shipped back),
+    equal to numpy; an "error" attribute's defect found on an executor is refused on the
+    driver with the usual message, no value."""
+    from matmech.io import engine_sql
+
+    rows, cols = records()
+    df = spark.createDataFrame(rows, "age double, sex string, income double, state string")
+    subsets = [(0, 1), (2, 3), (1,), ()]
+    want = marginal_counts(cols, DOMAIN, subsets, engine="numpy")
+    got = engine_sql.spark_tables(df.repartition(3), "spark", DOMAIN, subsets)
+    for s in subsets:
+        np.testing.assert_array_equal(got[s], want[s])
+    bad = spark.createDataFrame([(1.0, "a"), (250.0, "b"), (None, "a")], "age double, k string")
+    dom = Domain(
+        (integer_range("age", 0, 99, policy="error", missing="drop"), categories("k", ["a", "b"]))
+    )
+    with pytest.raises(ValueError) as info:
+        marginal_counts(bad, dom, [(0,), (1,), (0, 1)], engine="spark")
+    assert "column 'age'" in str(info.value) and "250" not in str(info.value)
+    dom = Domain((integer_range("age", 0, 999, missing="error"), categories("k", ["a", "b"])))
+    with pytest.raises(ValueError, match="column 'age' .*has missing values"):
+        marginal_counts(bad, dom, [(0,), (1,)], engine="spark")
