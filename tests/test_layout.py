@@ -59,6 +59,8 @@ READS_DATA = [
     "io.grouping",
     "io.sources",
     "io.discover",
+    "io.table_scan",
+    "io.given_tables",
     "record",
     "release",
     "factored",

@@ -372,9 +372,10 @@ def release_marginals(
         w_sizes = tuple(
             W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain
         )
-        if tuple(domain.sizes) != w_sizes:
+        if tuple(source.domain.sizes) != w_sizes:
             raise ValueError(
-                f"the declared domain's attribute sizes {tuple(domain.sizes)} differ from W's {w_sizes}"
+                f"the declared domain's attribute sizes {tuple(source.domain.sizes)} differ from "
+                f"W's {w_sizes}"
             )
     if search == "auto":  # an unknown search is refused by streamed_plan
         d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
@@ -392,5 +393,7 @@ def release_marginals(
         search=search,
     )
     if isinstance(source, EngineSource):  # the engine's scans get the room the plan leaves
-        source = EngineSource(source.source, domain, memory=plan.scan_memory, spill_dir=spill_dir)
+        source = EngineSource(
+            source.source, source.domain, memory=plan.scan_memory, spill_dir=spill_dir
+        )
     return run_plan(plan, source, budget=budget, rng=rng)

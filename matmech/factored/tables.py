@@ -24,24 +24,19 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from matmech.io.table_scan import MAX_TABLE_CELLS, count_tables
 from matmech.validate import sequence, size, subset
 
 __all__ = [
     "marginal_tables",
     "table_reader",
     "check_codes",
-    "count_tables",
     "maximal_subsets",
     "MAX_TABLE_CELLS",
 ]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30
-#: Two tables sharing all but their last attribute are counted in one pass up to this many
-#: cells of their joint table (a few L2-resident bins).
-_PAIR_CELLS = 1 << 15
-#: Largest marginal table (cells) built from records.
-MAX_TABLE_CELLS = 1 << 28
 
 
 def maximal_subsets(subsets):
@@ -111,72 +106,6 @@ def check_codes(codes, domain):
             if lo[i] < 0 or hi[i] >= n:
                 raise ValueError(f"attribute {i} holds a code outside [0, {n - 1}]")
     return arr
-
-
-def _from_codes(codes, domain, s):
-    shape = tuple(domain[i] for i in s)
-    cells = math.prod(shape)
-    if cells > MAX_TABLE_CELLS:
-        raise ValueError(
-            f"the marginal on {s} has {cells:,} cells; at most {MAX_TABLE_CELLS:,} are built"
-        )
-    if not s:
-        return np.array(codes.shape[0], dtype=np.int64)
-    idx = _from_codes_index(codes, domain, s)
-    return np.bincount(idx, minlength=cells).astype(np.int64, copy=False).reshape(shape)
-
-
-def count_tables(codes, domain, subsets):
-    """{s: table} for ``subsets``: those sharing all but their last attribute reuse one raveled
-    index of the shared prefix, and two of them whose joint table has at most
-    :data:`_PAIR_CELLS` cells are counted in one pass, as the table on the prefix and both
-    last attributes summed over either (one bincount for two tables: the count over the
-    records, not the sum over the small table, is the cost). Data-independent choices."""
-    out, groups = {}, {}
-    for s in sorted(subsets):
-        if len(s) < 2 or math.prod(domain[i] for i in s) > MAX_TABLE_CELLS:
-            out[s] = _from_codes(codes, domain, s)
-            continue
-        groups.setdefault(s[:-1], []).append(s[-1])
-    for head, lasts in groups.items():
-        pre = _from_codes_index(codes, domain, head)
-        hshape = tuple(domain[i] for i in head)
-        hcells = math.prod(hshape)
-        scaled, idx = {}, np.empty(codes.shape[0], dtype=np.int64)
-        k = 0
-        while k < len(lasts):
-            a, na = lasts[k], domain[lasts[k]]
-            b = lasts[k + 1] if k + 1 < len(lasts) else None
-            if b is not None and hcells * na * domain[b] <= _PAIR_CELLS:
-                nb = domain[b]
-                if na * nb not in scaled:
-                    scaled[na * nb] = pre * (na * nb)
-                np.multiply(codes[:, a], nb, out=idx)
-                idx += scaled[na * nb]
-                idx += codes[:, b]
-                t = np.bincount(idx, minlength=hcells * na * nb).astype(np.int64, copy=False)
-                t = t.reshape(*hshape, na, nb)
-                out[head + (a,)], out[head + (b,)] = t.sum(axis=-1), t.sum(axis=-2)
-                k += 2
-                continue
-            idx = pre * na
-            idx += codes[:, a]
-            out[head + (a,)] = (
-                np.bincount(idx, minlength=hcells * na)
-                .astype(np.int64, copy=False)
-                .reshape(*hshape, na)
-            )
-            k += 1
-    return out
-
-
-def _from_codes_index(codes, domain, s):
-    """The raveled row-major index (int64) of every record's codes on ``s``."""
-    idx = np.zeros(codes.shape[0], dtype=np.int64)
-    for i in s:  # built in place
-        idx *= domain[i]
-        idx += codes[:, i]
-    return idx
 
 
 def _key(k, domain):

@@ -17,7 +17,7 @@ A plan that reads its tables batch by batch (``lazy = True``, e.g. the streamed 
 release) gets ``source.reader(sizes, subsets)`` instead: every check on the data once, up
 front (:func:`matmech.factored.tables.table_reader`), then ``reader(batch) → {subset: table}``
 with no further check. Histograms and :class:`TableSource` hand one out; a data engine's
-tables are counted before the spend into a file (:mod:`matmech.io.spilled_tables`) and
+tables are counted before the spend into a file (:mod:`matmech.pipeline.spilled_tables`) and
 read from it.
 
 A source is built from the types and shapes of its input only; nothing is read before
@@ -129,9 +129,9 @@ class EngineSource(TableSource):
     def reader(self, sizes, subsets):
         """Every table the plan reads counted now, before the spend, in scans of at most
         ``memory`` bytes of tables each (:func:`matmech.io.table_scan.scan_batches`), kept in
-        a file and checked (:func:`matmech.io.spilled_tables.spill_tables`); the draws then
+        a file and checked (:func:`matmech.pipeline.spilled_tables.spill_tables`); the draws then
         read the file, never the data."""
-        from matmech.io.spilled_tables import spill_tables
+        from matmech.pipeline.spilled_tables import spill_tables
         from matmech.io.table_scan import scan_batches
 
         if tuple(int(n) for n in sizes) != tuple(self.domain.sizes):

@@ -15,7 +15,7 @@ from matmech.factored.tables import marginal_tables
 from matmech.io import engines as E
 from matmech.io.domain import Domain, integer_range
 from matmech.io.grouping import Engine
-from matmech.io.spilled_tables import spill_tables
+from matmech.pipeline.spilled_tables import spill_tables
 from matmech.io.table_scan import scan_batches
 from matmech.linalg.terms import marginal_workload
 from matmech.pipeline.source import EngineSource
