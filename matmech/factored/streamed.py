@@ -131,7 +131,8 @@ class StreamedPlan(MeasuredPlan):
     directory: str | None
     note: str = ""
     #: bytes a data engine's scans may hold before the spend (tables + one chunk; its own
-    #: buffers a quarter more): what max_memory leaves beside the plan, at least 128 MiB
+    #: buffers a quarter more): half what max_memory leaves beside the plan (the rest: the
+    #: process, DuckDB and the chunk's temporaries), at least 128 MiB
     scan_memory: int = 1 << 30
     lazy: ClassVar[bool] = True
 
@@ -255,7 +256,7 @@ def streamed_plan(
         int(wt.rows),
         directory,
         note,
-        scan_memory=max(128 << 20, (max_memory - fixed) * 4 // 5),
+        scan_memory=max(128 << 20, (max_memory - fixed) // 2),
     )
 
 

@@ -31,6 +31,7 @@ from matmech.io.grouping import (
 from matmech.io.sources import ENGINES_HINT, _check_columns, csv_header
 from matmech.io.table_scan import SCAN_ROWS, TableCounter
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
+from matmech.limits import memory_room
 
 __all__ = [
     "Dialect",
@@ -422,7 +423,10 @@ def duckdb_tables(source, kind, domain, subsets, *, where, encoding, delimiter, 
     """{subset: int64 table} for ``subsets`` in one scan: DuckDB applies the domain
     (:func:`code_query`) and streams the codes, :data:`~matmech.io.table_scan.SCAN_ROWS`
     records a chunk, into a :class:`~matmech.io.table_scan.TableCounter`. Memory: the tables,
-    one chunk and DuckDB's buffers (``memory`` bytes at most, spilling to disk past it)."""
+    one chunk and DuckDB's buffers (``memory`` bytes at most, spilling to disk past it; None:
+    a quarter of the memory this process can still allocate, at least 256 MiB)."""
+    if memory is None:
+        memory = max(256 << 20, memory_room().bytes // 4)
     duckdb, con, spill = _duckdb_open(memory)
     try:
         src, types = _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter)
