@@ -376,9 +376,13 @@ def main():
     ]
     for r in rows_all:
         rel, anc = r["release"], r["anchor"]
-        if "error" in rel or "error" in anc:
+        if "error" in rel:
+            md.append(f"| {r['rows']:,} | {r['way']} | error: {rel['error'][:80]} |")
+            continue
+        if "error" in anc:
             md.append(
-                f"| {r['rows']:,} | {r['way']} | error: {rel.get('error', anc.get('error'))[:80]} |"
+                f"| {r['rows']:,} | {r['way']} | {rel['answers']:,} | {rel['s']:.1f} | "
+                f"{rel['scans']} | {rel['peak_gib']:.2f} | {anc['error'][:80]} | - |"
             )
             continue
         gs = anc.get("grouping_sets_s")
