@@ -404,7 +404,8 @@ def main():
         md.append(
             f"Spark local[2], {s['rows']:,} rows, ≤{s['way']}-way tables: matmech {s['s']:.1f} s "
             f"({s['scans']} scan), plain Spark GROUPING SETS {s['anchor_s']:.1f} s, ratio "
-            f"{s['s'] / s['anchor_s']:.2f}, peak {s['peak_gib']:.2f} GiB, tables equal: {s['identical']}"
+            f"{s['s'] / s['anchor_s']:.2f}, peak {s.get('peak_gib', float('nan')):.2f} GiB, "
+            f"tables equal: {s['identical']}"
         )
     st = streamed
     if st:
