@@ -12,24 +12,24 @@
     x̂ = least squares (A_g, y)          ┐
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
-Every release is one plan (:mod:`matmech.pipeline`) built from W, the strategy, ε, δ and the
-declared domain, run by :func:`matmech.pipeline.run.run_plan`: every data-independent check
+Every release is one plan (:mod:`matmech.plans`) built from W, the strategy, ε, δ and the
+declared domain, run by :func:`matmech.run.runner.run_plan`: every data-independent check
 (shapes, ε/δ, budget type, whether A supports W) runs while the plan is built, the budget's
 affordability before anything is read, the data checks before the one spend, so a failure
-spends nothing and draws nothing. The data is a :class:`~matmech.pipeline.source.DataSource`
-(:func:`~matmech.pipeline.source.as_source`: a histogram, records, marginal tables or an
+spends nothing and draws nothing. The data is a :class:`~matmech.sources.source.DataSource`
+(:func:`~matmech.sources.source.as_source`: a histogram, records, marginal tables or an
 engine); the route follows from W and the strategy alone
-(:func:`matmech.factored.route.release_route`): a union of marginals on two or more
+(:func:`matmech.plans.route.release_route`): a union of marginals on two or more
 attributes with ``strategy="auto"`` (or ``"residual"``, or ``"optimize"`` under δ > 0) is
 measured from marginal tables (the
-residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+residual basis, :mod:`matmech.plans.residual`), a histogram x being summed into them; records,
 marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
 vector technique or the exponential mechanism, Lyu, Su, Li, VLDB 2017; or a free-gap
 mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement): one
-adaptive plan (:mod:`matmech.pipeline.selected`). It reads x too; its ε comes out of the
+adaptive plan (:mod:`matmech.plans.selected`). It reads x too; its ε comes out of the
 total, and the whole (ε, δ) is charged in one atomic spend before the selection's first
 noise draw; only the selected rows are then measured and answered. Which rows were selected is itself a DP output, so choosing
 the strategy for them afterwards is post-processing. Error bars are the exact
@@ -55,19 +55,19 @@ from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.privacy.measure import check_max_records
-from matmech.factored.route import release_route
+from matmech.plans.route import release_route
 from matmech.linalg.terms import as_terms
-from matmech.pipeline.plan import Plan
-from matmech.pipeline.planned import PLANNED, choose_plan
-from matmech.pipeline.run import run_plan
-from matmech.pipeline.selected import selected_plan
-from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
-from matmech.pipeline.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
-from matmech.pipeline.strategy import strategy_plan
+from matmech.plans.plan import Plan
+from matmech.plans.planned import PLANNED, choose_plan
+from matmech.run.runner import run_plan
+from matmech.plans.selected import selected_plan
+from matmech.sources.source import HistogramSource, as_source, declared_cells, histogram_cells
+from matmech.plans.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
+from matmech.plans.strategy import strategy_plan
 from matmech.svt.options import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
 from matmech.workloads import ranges
 from matmech.optimizers.blas import capped
-from matmech.record import Z95, Release, release_table
+from matmech.results.release import Z95, Release, release_table
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -179,7 +179,7 @@ def release(
     array), a mapping attribute subset → marginal table, or a data source (DataFrame, Arrow
     table, CSV/Parquet path) with ``domain`` a :class:`matmech.io.domain.Domain` (with records or
     tables a given ``domain`` must match W's attribute sizes, else ValueError): these take
-    the factored path (:func:`matmech.factored.release.release_factored`), which builds only
+    the factored path (:func:`matmech.plans.factored.release_factored`), which builds only
     marginal tables, never the histogram. ``domain``: the declared domain (a number of cells
     or a Domain); a histogram x must have exactly its cells, and is required when W is a
     list of intervals (the domain is never taken from len(x)).
@@ -300,7 +300,7 @@ def release(
         _check_factored_domain(domain, W)
         if select is not None:
             check_select_options(select, eps)  # the explicit path's option rules, before any read
-        from matmech.factored.release import release_factored
+        from matmech.plans.factored import release_factored
 
         return release_factored(
             source,

@@ -32,7 +32,8 @@ NAMESPACES = (
     "matmech.io",
     "matmech.linalg",
     "matmech.optimizers",
-    "matmech.factored",
+    "matmech.results.store",
+    "matmech.plans.streamed",
 )
 SECTIONS = ("Parameters", "Returns", "Raises", "Examples")
 

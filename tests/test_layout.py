@@ -39,12 +39,12 @@ LAYERS = [
     ["advisor", "plot", "stream.factorizations"],
     ["privacy.measure", "stream.plan", "stream.exact"],
     ["stream.advise"],  # ranks stream plans (issue 32: exact figures under the noise drawn)
-    ["svt", "inference"],
+    ["svt"],
     ["io"],
-    ["record", "stream.engine"],
-    ["factored", "pipeline"],
+    ["sources"],
+    ["measurements", "estimators", "results", "plans", "run"],
     ["release", "stream.state", "stream.release"],
-    ["cli", "stream.cli", "stream", "__main__"],
+    ["cli", "stream", "__main__"],
 ]
 
 #: Code that reads private data (x, records, query answers): only these may, and nothing on
@@ -52,23 +52,16 @@ LAYERS = [
 READS_DATA = [
     "privacy.measure",
     "svt",
-    "io.data",
-    "io.engines",
-    "io.engine_numpy",
-    "io.engine_sql",
-    "io.grouping",
-    "io.sources",
-    "io.discover",
-    "record",
+    "sources",
+    "measurements",
+    "results",
+    "plans",
+    "run",
     "release",
-    "factored",
-    "pipeline",
     "cli",
     "stream.exact",
     "stream.state",
     "stream.release",
-    "stream.cli",
-    "stream.engine",
 ]
 DATA_INDEPENDENT = [
     "linalg",

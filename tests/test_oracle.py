@@ -49,7 +49,7 @@ def test_the_oracle_sees_an_extra_measurement():
     """The comparison can fail: adding the selection's gaps as a record (what the release
     did before issue 31) moves the oracle's variances."""
     from matmech import svt
-    from matmech.record import MeasurementRecord
+    from matmech.results.release import MeasurementRecord
 
     rel, W, _ = op.run("histogram", "pure", "svt-gap", 3)
     Wa = W.dense()[rel.selected]
@@ -140,7 +140,7 @@ class _SpyEngine:
         self._log, self._codes, self._domain = log, codes, domain
 
     def marginal_counts(self, subsets):
-        from matmech.factored.tables import marginal_tables
+        from matmech.sources.tables import marginal_tables
 
         self._log.append("read")
         return marginal_tables(self._codes, self._domain, subsets)
@@ -165,11 +165,11 @@ PLAN_TYPES = {
 
 def _spy_runner(monkeypatch, log, plans):
     """Every module that runs plans, its run_plan wrapped: the plan is recorded and must be a
-    :class:`matmech.pipeline.plan.Plan`, and its reads are logged."""
+    :class:`matmech.plans.plan.Plan`, and its reads are logged."""
     import importlib
 
-    from matmech.pipeline import run as run_module
-    from matmech.pipeline.plan import Plan
+    from matmech.run import runner as run_module
+    from matmech.plans.plan import Plan
 
     real = run_module.run_plan
 
@@ -196,10 +196,10 @@ def _spy_runner(monkeypatch, log, plans):
 
     for name in (
         "matmech.release",
-        "matmech.factored.release",
-        "matmech.factored.gmarginal_release",
-        "matmech.factored.select",
-        "matmech.factored.streamed",
+        "matmech.plans.factored",
+        "matmech.plans.gmarginal",
+        "matmech.plans.factored_selected",
+        "matmech.plans.streamed",
     ):
         monkeypatch.setattr(importlib.import_module(name), "run_plan", spy)
 
@@ -247,8 +247,8 @@ def test_the_streamed_plan_checks_then_reads_then_spends_once_then_draws(form, m
     """release_marginals is one run_plan of the lazy StreamedPlan: the reader (every check on
     the data) is made after the affordability check and before the one spend; no draw
     before the spend; the batches are read after it."""
-    from matmech.factored import MarginalRelease, release_marginals
-    from matmech.factored.tables import marginal_tables
+    from matmech import MarginalRelease, release_marginals
+    from matmech.sources.tables import marginal_tables
 
     log, plans = _Log(), []
     domain, W, x, codes = op.marginal_problem(4)
@@ -274,7 +274,9 @@ def test_the_streamed_plan_checks_then_reads_then_spends_once_then_draws(form, m
 
 def test_run_plan_refuses_before_reading_and_spends_nothing_on_a_failed_check():
     """An unaffordable plan reads nothing; a data check that fails spends nothing."""
-    from matmech.pipeline import HistogramSource, run_plan, strategy_plan
+    from matmech.sources.source import HistogramSource
+    from matmech.run.runner import run_plan
+    from matmech.plans.strategy import strategy_plan
     from matmech.privacy.budget import BudgetExceededError
 
     W = mm.workloads.prefix(8)

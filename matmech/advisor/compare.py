@@ -224,7 +224,7 @@ class Candidate:
     family: str | None = None
     #: Why the row is what it is, in one sentence (the planner's reason).
     reason: str = ""
-    #: What a release needs to build the row's plan (:func:`matmech.pipeline.planned.build_plan`):
+    #: What a release needs to build the row's plan (:func:`matmech.plans.planned.build_plan`):
     #: the workload read for planning (``"target"``), the note, the parts of a split, ...;
     #: empty for a row only ranked (``matmech compare``).
     recipe: Mapping = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)

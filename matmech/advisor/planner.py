@@ -15,10 +15,10 @@ The kinds of plan (:attr:`~matmech.advisor.compare.Candidate.kind`):
 * ``"residual"`` — the tables route's residual plan for a union of marginals (Xiao et al.,
   NeurIPS 2023; pure ε: weighted marginal tables, HDMM's OPT_M, McKenna et al. VLDB 2018);
 * ``"gmarginal"`` — a generalised marginal strategy (McKenna et al. 2018, §6.3) measured
-  from marginal tables, on any domain size (:mod:`matmech.factored.gmarginal_release`).
+  from marginal tables, on any domain size (:mod:`matmech.plans.gmarginal`).
 
 Each row carries the ``recipe`` of the plan a release runs
-(:func:`matmech.pipeline.planned.build_plan`); :mod:`matmech.advisor.split` composes them
+(:func:`matmech.plans.planned.build_plan`); :mod:`matmech.advisor.split` composes them
 into split plans and :mod:`matmech.advisor.advise` ranks everything. Figures use continuous noise (2Δ₁²/ε² or
 σ²; they scale exactly as 1/ε² or 1/ρ, which the split's budget shares use); a release draws
 the exact discrete noise, whose variance is at most that (``Release.expected_error``).
@@ -161,7 +161,7 @@ def target_of(W) -> Target:
 class Context:
     """The job's privacy parameters and planning options: ``bound`` the SVD lower bound of
     the workload being ranked (None inside a split's parts), ``search`` the pure-ε residual
-    table search (:func:`matmech.factored.release.release_factored`), ``part`` whether a
+    table search (:func:`matmech.plans.factored.release_factored`), ``part`` whether a
     split's part is planned."""
 
     eps: float

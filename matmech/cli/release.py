@@ -37,7 +37,7 @@ STAGES = (
 
 def _strategy_arg(value):
     from matmech.advisor.choice import STRATEGY_NAMES
-    from matmech.factored.release import FACTORED_STRATEGY_NAMES
+    from matmech.plans.factored import FACTORED_STRATEGY_NAMES
     from matmech.io.store import load_strategy
 
     names = STRATEGY_NAMES + FACTORED_STRATEGY_NAMES
@@ -107,7 +107,7 @@ def _select_arg(args):
 
 #: Above this many cells a spec with declared attributes is read as marginal tables of W's
 #: support, never as the full histogram (the form of the data only: the route itself follows
-#: from W and the strategy, :func:`matmech.factored.route.release_route`).
+#: from W and the strategy, :func:`matmech.plans.route.release_route`).
 FACTORED_CELLS = 2**22
 
 
@@ -119,7 +119,7 @@ class _TablesFromFile:
         self.path, self.schema, self.encoding, self.delimiter = path, schema, encoding, delimiter
 
     def marginal_counts(self, subsets):
-        from matmech.io.engines import marginal_counts
+        from matmech.sources.engines import marginal_counts
 
         return marginal_counts(
             self.path, self.schema, subsets, encoding=self.encoding, delimiter=self.delimiter
@@ -127,10 +127,10 @@ class _TablesFromFile:
 
 
 def _cmd_release(args):
-    from matmech.factored.route import release_route
-    from matmech.io.data import histogram
+    from matmech.plans.route import release_route
+    from matmech.sources.histogram import histogram
     from matmech.limits import check_memory, reserved
-    from matmech.record import iter_release_table
+    from matmech.results.release import iter_release_table
     from matmech.release import release
 
     if args.out is None and not args.json:
@@ -153,7 +153,7 @@ def _cmd_release(args):
         )
     if args.round is not None and not (0 <= args.round <= 15):
         raise ValueError(f"--round takes a number of decimals in 0..15, got {args.round}")
-    from matmech.io.engines import source_kind
+    from matmech.sources.engines import source_kind
 
     try:
         kind = source_kind(args.data)  # a .csv/.tsv/.txt or .parquet path, before anything else
@@ -204,7 +204,7 @@ def _cmd_release(args):
                 )
         else:
             from matmech.io.domain import Domain, integer_range
-            from matmech.io.engines import histogram as engine_histogram
+            from matmech.sources.engines import histogram as engine_histogram
 
             if schema is None:  # bare sizes: the columns hold integer codes 0..n-1
                 schema = Domain(

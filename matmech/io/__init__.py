@@ -1,5 +1,5 @@
 """Input and output: workload specs (:mod:`~matmech.io.specs`), stored strategies
-(:mod:`~matmech.io.store`) and histograms from records (:mod:`~matmech.io.data`).
+(:mod:`~matmech.io.store`) and histograms from records (:mod:`~matmech.sources.histogram`).
 """
 
 __all__: list[str] = []

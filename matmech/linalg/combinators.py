@@ -225,7 +225,7 @@ class Kron(LinOp):
         return reduce(np.kron, [f._dense() for f in self.factors])
 
     def kron_factors(self):
-        """The factors (hook of :mod:`matmech.linalg.quadratic` and :mod:`matmech.inference`)."""
+        """The factors (hook of :mod:`matmech.linalg.quadratic` and :mod:`matmech.estimators.gls`)."""
         return self.factors
 
     def gram_eigenvalues(self):

@@ -201,7 +201,7 @@ def psd_solve(gram, rhs) -> np.ndarray:
     """J⁺ rhs for a symmetric positive semidefinite J (``gram``): Cholesky when J is well
     conditioned (pivots above :data:`PINV_RTOL` of the largest), else the eigen-decomposition
     with relative cut-off :data:`PINV_RTOL` (the minimum-norm solution). The one dense
-    normal-equation kernel: :func:`matmech.inference.solve`'s dense fallback and
+    normal-equation kernel: :func:`matmech.estimators.gls.solve`'s dense fallback and
     :func:`cell_gls` both use it."""
     return _psd_factor(gram)(rhs)
 

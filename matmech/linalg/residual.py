@@ -452,7 +452,7 @@ def lift_row_variances(sizes, row_variances):
     non-contiguous view.
 
     Exact noise variances depend on a row only through its squared norm (the σ of a row is
-    set by λ_j, :mod:`matmech.factored.measure`), i.e. v[j] = g[k₁(j₁), …] for the
+    set by λ_j, :mod:`matmech.measurements.residual`), i.e. v[j] = g[k₁(j₁), …] for the
     per-attribute norm classes k_i (a few per attribute). When v has that form (checked
     entry by entry), each axis is lifted on the class grid and expanded only as it is
     applied: every output number is the same sequence of products and sums as the full

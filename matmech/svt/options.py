@@ -1,7 +1,7 @@
 """The options of ``release(..., select=...)``: their names, defaults and checks.
 
-One place for both release paths (the histogram's :mod:`matmech.pipeline.selected` and the
-factored :mod:`matmech.factored.select`): :func:`check_select_options` validates and fills
+One place for both release paths (the histogram's :mod:`matmech.plans.selected` and the
+factored :mod:`matmech.plans.factored_selected`): :func:`check_select_options` validates and fills
 in the defaults, :func:`selection_arguments` turns them into the keyword arguments of
 :func:`matmech.svt.select.check_selection`, :func:`shown_select_options` into what a
 release records. Nothing here reads data.

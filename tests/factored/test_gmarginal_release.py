@@ -12,11 +12,11 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import gmarginal_release as grel
-from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
-from matmech.factored.gmarginal_solve import GMarginalSolver
-from matmech.factored.release import plan_path, release_factored
-from matmech.factored.tables import marginal_tables
+from matmech.plans import gmarginal as grel
+from matmech.measurements.gmarginal import measure_gmarginal, plan_gmarginal
+from matmech.estimators.gmarginal_solve import GMarginalSolver
+from matmech.plans.factored import plan_path, release_factored
+from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.optimizers.marginals import GeneralMarginalStrategy

@@ -1,7 +1,7 @@
 """Intervals of pure-ε residual answers from the law of the noise actually drawn.
 
 The profile of an answer (its weights on the tables' discrete Laplace draws, with
-multiplicities: matmech.factored.answer_noise) is checked against a dense probe of the
+multiplicities: matmech.estimators.answer_noise) is checked against a dense probe of the
 actual combine + reconstruct code (a unit noise in one table cell at a time); the intervals
 against Monte Carlo coverage over seeded releases, where the old normal interval fails.
 """
@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from matmech.factored import release_marginals
-from matmech.factored.answer_noise import ResidualNoiseLaw, gaussian_weights, marginal_terms
-from matmech.factored.measure import combine_tables, residual_batches
-from matmech.factored.reconstruct import MarginalReconstructor
-from matmech.factored.release import plan_path, release_factored
-from matmech.factored.residual_plan import residual_plan
+from matmech import release_marginals
+from matmech.estimators.answer_noise import ResidualNoiseLaw, gaussian_weights, marginal_terms
+from matmech.measurements.residual import combine_tables, residual_batches
+from matmech.estimators.reconstruct import MarginalReconstructor
+from matmech.plans.factored import plan_path, release_factored
+from matmech.plans.residual import residual_plan
 from matmech.linalg.terms import marginal_workload
 from matmech.privacy.confidence import NORMAL_TOLERANCE, excess_kurtosis, normal_intervals
 from matmech.privacy.noise import discrete_laplace_variance
@@ -289,7 +289,7 @@ def test_gaussian_least_sigma_rule_beyond_the_weight_cap(eps, monkeypatch):
     draw's and |κ₄|/σ⁴ decreases with σ), else Chebyshev's std/√(1 − level)."""
     from scipy.special import ndtri
 
-    from matmech.factored import answer_noise
+    from matmech.estimators import answer_noise
 
     ts = np.linspace(0.2, 6.0, 300)
     k = np.abs([excess_kurtosis("discrete_gaussian", t) for t in ts])

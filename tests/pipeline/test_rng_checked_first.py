@@ -16,12 +16,13 @@ import pytest
 import matmech
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import release_marginals
-from matmech.factored.release import release_factored
+from matmech import release_marginals
+from matmech.plans.factored import release_factored
 from matmech.linalg.terms import marginal_workload
-from matmech.io.discover import discover_categories
-from matmech.pipeline import HistogramSource, strategy_plan
-from matmech.pipeline.run import run_plan
+from matmech.run.discover import discover_categories
+from matmech.sources.source import HistogramSource
+from matmech.plans.strategy import strategy_plan
+from matmech.run.runner import run_plan
 from matmech.privacy.measure import measure
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
@@ -46,20 +47,20 @@ X = np.array([1.0, 2.0, 3.0, 4.0])
 
 #: public name -> call(budget, rng) of every entry point that takes both a budget and an rng
 CALLS = {
-    "matmech.pipeline.run.run_plan": lambda b, rng: run_plan(
+    "matmech.run.runner.run_plan": lambda b, rng: run_plan(
         strategy_plan(Wl.prefix(4), Wl.identity(4), 1.0), Untouchable(), budget=b, rng=rng
     ),
     "matmech.release.release": lambda b, rng: mm.release(X, Wl.prefix(4), 1.0, budget=b, rng=rng),
-    "matmech.factored.release.release_factored": lambda b, rng: release_factored(
+    "matmech.plans.factored.release_factored": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, budget=b, rng=rng
     ),
-    "matmech.factored.select.release_selected": lambda b, rng: release_factored(
+    "matmech.plans.factored_selected.release_selected": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, budget=b, rng=rng, select=dict(method="em", c=2, eps=0.5)
     ),
-    "matmech.factored.gmarginal_release.release_gmarginal": lambda b, rng: release_factored(
+    "matmech.plans.gmarginal.release_gmarginal": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, 1e-6, strategy="gmarginals", budget=b, rng=rng, max_cells=1
     ),
-    "matmech.factored.streamed.release_marginals": lambda b, rng: release_marginals(
+    "matmech.plans.streamed.release_marginals": lambda b, rng: release_marginals(
         Untouchable(), W2, 1.0, 0.0, budget=b, rng=rng
     ),
     "matmech.privacy.measure.measure": lambda b, rng: measure(
@@ -68,7 +69,7 @@ CALLS = {
     "matmech.svt.select.select_rows": lambda b, rng: select_rows(
         Wl.identity(4), X, c=1, eps=0.5, threshold=2.0, budget=b, rng=rng
     ),
-    "matmech.io.discover.discover_categories": lambda b, rng: discover_categories(
+    "matmech.run.discover.discover_categories": lambda b, rng: discover_categories(
         {"v": ["a", "b"]}, "v", 1.0, 1e-6, budget=b, rng=rng
     ),
     "matmech.stream.release.StreamRelease.create": lambda b, rng: StreamRelease.create(
