@@ -1,7 +1,7 @@
 """Every single plan a release can run for one workload, each scored by its exact expected
 error from W, ε, δ and the neighbour relation alone (issue 32; no data is read).
 
-A plan answers a :class:`Target`: the rows W (over the whole domain) read for planning, its
+A plan answers a :class:`PlanningTarget`: the rows W (over the whole domain) read for planning, its
 Kronecker terms, its *support* U (the attributes where some term is not a total) and the
 workload its strategies are fitted to (W itself when U is every attribute, else W restricted
 to U, :func:`matmech.linalg.terms.restrict`: the marginal on U is all a plan needs to read).
@@ -54,7 +54,7 @@ from matmech.optimizers.marginals import GeneralMarginalStrategy
 from matmech.optimizers.residual import marginal_lattice_plan, residual_total
 
 __all__ = [
-    "Target",
+    "PlanningTarget",
     "Context",
     "target_of",
     "unmeasurable",
@@ -116,7 +116,7 @@ def unmeasurable(A):
 
 
 @dataclass(frozen=True, eq=False)
-class Target:
+class PlanningTarget:
     """W (the rows, over the whole domain) read for planning: ``terms`` (None: no Kronecker
     form, one attribute of W's columns), the support ``U`` and ``fit``, the workload the
     strategies are fitted to (W, or W restricted to U when U is not every attribute)."""
@@ -145,16 +145,16 @@ class Target:
         return len(self.terms.domain)
 
 
-def target_of(W) -> Target:
-    """The :class:`Target` of W (reads no data)."""
+def target_of(W) -> PlanningTarget:
+    """The :class:`PlanningTarget` of W (reads no data)."""
     try:
         wt = as_terms(W, name="W")
     except (TypeError, ValueError):
-        return Target(W, None, None, W)
+        return PlanningTarget(W, None, None, W)
     U = wt.support or (0,)
     if len(U) == len(wt.domain) or isinstance(W, MarginalWorkload):
-        return Target(W, wt, U, W)
-    return Target(W, wt, U, restrict(wt, U))
+        return PlanningTarget(W, wt, U, W)
+    return PlanningTarget(W, wt, U, restrict(wt, U))
 
 
 @dataclass(frozen=True)

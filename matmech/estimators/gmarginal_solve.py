@@ -60,7 +60,7 @@ def _contract(arr, vec, axis):
 
 class GMarginalSolver:
     """The factored GLS of a GeneralMarginalStrategy whose θ_S are the inverse noise stds
-    (:meth:`matmech.measurements.gmarginal.GMarginalPlan.gls_strategy`).
+    (:meth:`matmech.measurements.gmarginal.GMarginalMeasurementPlan.gls_strategy`).
 
     Data-independent on construction (factor inverses, λ_T); :meth:`variances` and
     :meth:`check` read only the workload; :meth:`estimate` and :meth:`answers` are

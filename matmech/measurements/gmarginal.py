@@ -56,7 +56,7 @@ from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 
 __all__ = [
-    "GMarginalPlan",
+    "GMarginalMeasurementPlan",
     "GMarginalMeasurement",
     "plan_gmarginal",
     "measure_gmarginal",
@@ -77,7 +77,7 @@ def _pow2_at_least(v):
 
 
 @dataclass(frozen=True, eq=False)
-class GMarginalPlan:
+class GMarginalMeasurementPlan:
     """Everything about the measurement that does not read data.
 
     ``subsets[j]`` is the j-th measured attribute subset S (θ_S = ``theta[j]``), released on
@@ -140,7 +140,7 @@ class GMarginalMeasurement:
     """The released blocks: ``y[S]`` (float64, shape (rows of Q'ᵢ, i ∈ S)) = Q'_S t_S + noise,
     exact on the lattice of the plan; ``secure`` is False with a seeded Generator."""
 
-    plan: GMarginalPlan
+    plan: GMarginalMeasurementPlan
     y: dict
     secure: bool
 
@@ -185,7 +185,7 @@ def plan_gmarginal(
     A, eps, delta=0.0, *, neighbors="add_remove", max_records=None, scale_bits=DEFAULT_SCALE_BITS
 ):
     """The data-independent plan of measuring the GeneralMarginalStrategy ``A`` →
-    :class:`GMarginalPlan`: grids, per-block noise, exact variances. Raises (before any data
+    :class:`GMarginalMeasurementPlan`: grids, per-block noise, exact variances. Raises (before any data
     or budget) when no grid keeps the measurement exact within the samplers' range."""
     subsets, theta = _check_strategy(A)
     eps, delta = check_privacy_params(eps, delta)
@@ -285,7 +285,7 @@ def plan_gmarginal(
     )
     for a in (theta, lattice, units, variances):
         a.setflags(write=False)
-    return GMarginalPlan(
+    return GMarginalMeasurementPlan(
         A,
         domain,
         subsets,
@@ -321,8 +321,8 @@ def measure_gmarginal(plan, tables, *, rng=None):
     """Draw the noise of ``plan`` on the marginal ``tables`` ({S: int64 table}) →
     :class:`GMarginalMeasurement`. Reads data; the caller has checked the tables and charged
     the budget. Nothing here branches on the data."""
-    if not isinstance(plan, GMarginalPlan):
-        raise TypeError(f"plan must be a GMarginalPlan, got {type(plan).__name__}")
+    if not isinstance(plan, GMarginalMeasurementPlan):
+        raise TypeError(f"plan must be a GMarginalMeasurementPlan, got {type(plan).__name__}")
     src = noise.check_rng(rng)
     gauss = plan.noise == "discrete_gaussian"
     exact = [_apply_int(tables[S], [plan.ints[i] for i in S]) for S in plan.subsets]

@@ -60,7 +60,7 @@ from matmech.linalg.residual import (
     haar_contrasts,
     table_sensitivity1,
 )
-from matmech.optimizers.residual import LaplaceResidualPlan, ResidualPlan, table_pairs
+from matmech.optimizers.residual import LaplaceResidualAllocation, ResidualAllocation, table_pairs
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.calibration import neighbor_sensitivity
@@ -111,7 +111,7 @@ class ResidualMeasurementPlan:
     used; ``max_records`` the declared bound that keeps H_T x exact.
     """
 
-    plan: ResidualPlan
+    plan: ResidualAllocation
     eps: float
     delta: float
     neighbors: str
@@ -154,8 +154,8 @@ def plan_residual_measurement(
 ):
     """The data-independent plan: σ₁, exactness of H_T x for ``max_records`` records and the
     sampler's range (every τ_j <= :data:`MAX_SIGMA`). Raises before any data or budget."""
-    if not isinstance(plan, ResidualPlan):
-        raise TypeError(f"plan must be a ResidualPlan, got {type(plan).__name__}")
+    if not isinstance(plan, ResidualAllocation):
+        raise TypeError(f"plan must be a ResidualAllocation, got {type(plan).__name__}")
     eps, delta = check_privacy_params(eps, delta)
     if delta == 0:
         raise ValueError(
@@ -419,7 +419,7 @@ class LaplaceMeasurementPlan:
     summed into one) enters that residual with weight ``pair_weight[k]``; ``row_variance[j]``
     is residual j's per-coordinate variance; ``sensitivity`` the L1 Δ₁ (× neighbours factor)."""
 
-    plan: LaplaceResidualPlan
+    plan: LaplaceResidualAllocation
     eps: float
     neighbors: str
     scales: np.ndarray
@@ -439,8 +439,8 @@ def plan_residual_laplace(
 ):
     """Scales, exact variances and combination weights of the pure-ε table measurement;
     raises (before any data or budget) when the scales leave the exact sampler's range."""
-    if not isinstance(plan, LaplaceResidualPlan):
-        raise TypeError(f"plan must be a LaplaceResidualPlan, got {type(plan).__name__}")
+    if not isinstance(plan, LaplaceResidualAllocation):
+        raise TypeError(f"plan must be a LaplaceResidualAllocation, got {type(plan).__name__}")
     eps, delta = check_privacy_params(eps, 0.0)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)

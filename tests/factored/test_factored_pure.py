@@ -170,7 +170,7 @@ def test_rounded_scales_spend_at_most_eps_exactly():
             )
     with pytest.raises(ValueError, match="too small"):
         plan_residual_laplace(plan, 1e-15)
-    with pytest.raises(TypeError, match="LaplaceResidualPlan"):
+    with pytest.raises(TypeError, match="LaplaceResidualAllocation"):
         plan_residual_laplace(object(), 1.0)
 
 
