@@ -48,7 +48,7 @@ def _child(which, root, data, dom=DOM, order=3):
     import numpy as np
 
     sys.path.insert(0, root)
-    from matmech.plans.factored import release_factored
+    from matmech.release import release_factored
     from matmech.plans.residual import ResidualPlan
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy import noise

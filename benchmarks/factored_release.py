@@ -269,7 +269,7 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
 def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     """Private selection over every cell of the k-way marginals, then only the selected cells
     measured (matmech.plans.factored_selected), never the histogram."""
-    from matmech.plans.factored import release_factored
+    from matmech.release import release_factored
     from matmech.plans.factored_selected import plan_factored_selection, row_values
     from matmech.sources.tables import marginal_tables
     from matmech.linalg.terms import marginal_workload
@@ -323,8 +323,8 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
 def _case_refused(name, domain, records, k, eps, delta, seed, out):
     """A release the residual path refuses up front (its memory estimate is over
     ``max_memory``): how long planning and the refusal take, and the estimate."""
-    from matmech.plans.factored import release_factored
-    from matmech.plans.residual import MAX_MEMORY
+    from matmech.release import release_factored
+    from matmech.measurements.residual import MAX_MEMORY
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget
 

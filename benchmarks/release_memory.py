@@ -43,7 +43,7 @@ CHILD = r"""
 import itertools, json, sys, threading, time
 import numpy as np
 kind, d, n, k, delta = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.plans.residual import lattice_plan, residual_memory
 from matmech.linalg.terms import as_terms, marginal_workload
 subsets = list(itertools.combinations(range(d), k))

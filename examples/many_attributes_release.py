@@ -25,7 +25,7 @@ import numpy as np
 import matmech as mm
 from matmech import workloads as W
 from matmech.results.labels import release_labels
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.linalg.terms import marginal_workload
 from matmech.optimizers.residual import plan_residuals
 

@@ -49,8 +49,9 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
     from matmech.privacy.calibration import gaussian_sigma
     from matmech.privacy.ledger import Ledger
-    from matmech.privacy.measure import Measurement, measure
-    from matmech.plans.streamed import release_marginals
+    from matmech.privacy.measure import Measurement
+    from matmech.run.measure import measure
+    from matmech.release import release_marginals
     from matmech.release import Release, release, release_table
     from matmech.results.store import MarginalRelease
     from matmech.svt.select import Selection, select_rows
@@ -136,11 +137,11 @@ _LAZY = {
     "gaussian_sigma": "matmech.privacy.calibration",
     "Ledger": "matmech.privacy.ledger",
     "Measurement": "matmech.privacy.measure",
-    "measure": "matmech.privacy.measure",
+    "measure": "matmech.run.measure",
     "Release": "matmech.release",
     "release": "matmech.release",
     "release_table": "matmech.release",
-    "release_marginals": "matmech.plans.streamed",
+    "release_marginals": "matmech.release",
     "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
     "select_rows": "matmech.svt.select",

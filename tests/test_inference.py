@@ -9,7 +9,8 @@ from matmech.linalg import structured
 from matmech import strategies as S
 from matmech.estimators.gls import least_squares, solve, tree_plan
 from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, Sparse, VStack
-from matmech.privacy.measure import Measurement, measure
+from matmech.privacy.measure import Measurement
+from matmech.run.measure import measure
 from matmech.strategies import Tree
 
 
@@ -313,7 +314,7 @@ def test_estimate_with_iid_records_takes_the_structured_path_and_its_variances(m
     """One strategy measurement: least_squares' x̂ exactly, and the Matrix Mechanism's
     variances σ²·diag(W (AᵀA)⁺ Wᵀ) against the dense pseudo-inverse."""
     from matmech import workloads as W
-    from matmech.results.release import strategy_record
+    from matmech.measurements.record import strategy_record
 
     A = S.hierarchical(16)
     m = measure(np.arange(16), A, 1.0, rng=np.random.default_rng(0))
@@ -329,7 +330,7 @@ def test_estimate_with_iid_records_takes_the_structured_path_and_its_variances(m
 
 
 def test_estimate_refuses_answers_the_records_do_not_determine():
-    from matmech.results.release import MeasurementRecord
+    from matmech.measurements.record import MeasurementRecord
 
     rec = MeasurementRecord(query=Dense(np.eye(4)[:2]), values=[1.0, 2.0], variance=[1.0, 2.0])
     got = estimate([rec], Dense(np.eye(4)[:2]))

@@ -239,7 +239,7 @@ def test_marginal_tables_that_suffice_for_w_are_accepted_under_pure_eps():
     rec = np.stack([rng.integers(0, d, 300) for d in dom], 1)
     W = wl.marginals(dom, 2)
     tables = marginal_tables(rec, dom, list(itertools.combinations(range(3), 2)))
-    from matmech.plans.factored import release_factored
+    from matmech.release import release_factored
 
     a = mm.release(dict(tables), W, 1.0, rng=np.random.default_rng(9))
     # given tables: the table weights are searched over W's lattice only (what the tables hold)

@@ -699,7 +699,7 @@ ENTRIES = [
 
 from matmech import MarginalRelease, release_marginals  # noqa: E402
 from matmech.results.labels import release_labels  # noqa: E402
-from matmech.plans.factored import release_factored  # noqa: E402
+from matmech.release import release_factored  # noqa: E402
 from matmech.plans.residual import residual_error  # noqa: E402
 from matmech.sources.tables import marginal_tables  # noqa: E402
 from matmech.linalg.terms import marginal_workload  # noqa: E402

@@ -161,7 +161,7 @@ def target_of(W) -> PlanningTarget:
 class Context:
     """The job's privacy parameters and planning options: ``bound`` the SVD lower bound of
     the workload being ranked (None inside a split's parts), ``search`` the pure-ε residual
-    table search (:func:`matmech.plans.factored.release_factored`), ``part`` whether a
+    table search (:func:`matmech.release.release_factored`), ``part`` whether a
     split's part is planned."""
 
     eps: float

@@ -75,7 +75,7 @@ MAX_DENSE_GLS_N = 4096
 
 def _record_parts(rec):
     """(query over the cells, values, per-row variances, common variance) of a record:
-    a :class:`matmech.results.release.MeasurementRecord` or anything with the same fields."""
+    a :class:`matmech.measurements.record.MeasurementRecord` or anything with the same fields."""
     on_cells = getattr(rec, "on_cells", None)
     query = on_cells() if on_cells is not None else rec.query
     if not isinstance(query, LinOp):
@@ -101,7 +101,7 @@ def estimate(
     """The generalised least squares of measurement records → :class:`~matmech.linalg.answers.Answers`.
 
     Every record says ``values = Q x + e`` with Cov(e) = diag(variance) + common_variance·11ᵀ
-    (:class:`matmech.results.release.MeasurementRecord`; ``Q`` over the cells of x, or composed with
+    (:class:`matmech.measurements.record.MeasurementRecord`; ``Q`` over the cells of x, or composed with
     the marginalisation on its ``attributes``). The estimate is x̂ = J⁺ Σᵢ Qᵢᵀ Pᵢ yᵢ,
     J = Σᵢ Qᵢᵀ Pᵢ Qᵢ (Aitken 1935; Li et al., PODS 2010), the minimum-norm solution when J
     is singular; with ``workload`` W the answers W x̂ with covariance W J⁺ Wᵀ.

@@ -67,9 +67,10 @@ from matmech.privacy.calibration import neighbor_sensitivity
 from matmech.privacy.events import DiscreteGaussian
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
-from matmech.results.release import MeasurementRecord
+from matmech.measurements.record import MeasurementRecord
 
 __all__ = [
+    "MAX_MEMORY",
     "ResidualMeasurementPlan",
     "ResidualMeasurement",
     "plan_residual_measurement",
@@ -146,7 +147,7 @@ class ResidualMeasurement:
     coords: Mapping
     row_variances: Mapping
     secure: bool
-    records: tuple = ()  # the released noisy values (matmech.results.release.MeasurementRecord), one per residual / table
+    records: tuple = ()  # the released noisy values (matmech.measurements.record.MeasurementRecord), one per residual / table
 
 
 def plan_residual_measurement(
@@ -551,3 +552,7 @@ def combine_tables(mplan, noisy, *, secure=False):
         v.setflags(write=False)
         rowvar[R] = v
     return ResidualMeasurement(mplan, coords, rowvar, bool(secure))
+
+
+#: Memory the residual path may plan to use (bytes): tables, lifted residuals, answers.
+MAX_MEMORY = 8 << 30

@@ -74,11 +74,9 @@ from matmech.plans.factored_selection import (
 )
 from matmech.plans.factored_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
 from matmech.plans.plan import Draws, Estimate, check_record_count
-from matmech.run.runner import run_plan
 from matmech.plans.selected import gaps_note, nothing_selected, selection_fields
 from matmech.privacy.confidence import IntervalLaw, law_intervals
-from matmech.sources.source import as_table_source
-from matmech.results.release import MeasurementRecord
+from matmech.measurements.record import MeasurementRecord
 from matmech.svt.rules import take_rows
 from matmech.svt.select import SelectionPlan, run_selection, selection_event
 
@@ -87,7 +85,6 @@ __all__ = [
     "SelectedRowsPlan",
     "SelectedRowsLaw",
     "plan_factored_selection",
-    "release_selected",
     "row_values",
     "rows_sensitivity",
     "row_basis",
@@ -320,41 +317,3 @@ class SelectedRowsLaw:
         """Half-width, coverage and method of every answer at ``level`` (``std`` unused: the
         law is that of the draws)."""
         return law_intervals(self.weights, self.noise, self.scale, 1.0, level)
-
-
-def release_selected(
-    data,
-    W,
-    eps,
-    delta,
-    *,
-    select,
-    strategy="auto",
-    budget=None,
-    rng=None,
-    neighbors="add_remove",
-    max_records,
-    max_memory,
-):
-    """Select rows of W privately from marginal tables of ``data``, measure only those →
-    :class:`matmech.release.Release` (``selected``, ``selection``, ``eps_select`` as for
-    :func:`matmech.release` with ``select=``). Called by
-    :func:`matmech.plans.factored.release_factored`; ``eps``/``delta`` are checked there.
-
-    Order (:func:`matmech.run.runner.run_plan`): every data-independent check
-    (:func:`plan_factored_selection`, the rng, the budget's affordability) → the marginal
-    tables and the declared bound on the records → W x → one atomic spend of (ε, δ) → the
-    selection's noise → the measurement's noise.
-    """
-    plan = plan_factored_selection(
-        W,
-        eps,
-        delta,
-        select=select,
-        strategy=strategy,
-        neighbors=neighbors,
-        max_records=max_records,
-        max_memory=max_memory,
-    )
-    noise.check_rng(rng)
-    return run_plan(SelectedRowsPlan(plan, W), as_table_source(data), budget=budget, rng=rng)

@@ -30,13 +30,10 @@ from matmech.estimators.gmarginal_solve import GMarginalSolver
 from matmech.limits import check_memory
 from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
 from matmech.plans.plan import Draws, Estimate, MeasuredPlan, check_record_count
-from matmech.run.runner import run_plan
-from matmech.sources.source import as_table_source
-from matmech.privacy.budget import check_affordable
 from matmech.linalg.linop import Dense, Kron, LinOp, as_linop
-from matmech.results.release import MeasurementRecord
+from matmech.measurements.record import MeasurementRecord
 
-__all__ = ["release_gmarginal", "gmarginal_strategy", "GMarginalPlan", "gmarginal_plan"]
+__all__ = ["gmarginal_strategy", "GMarginalPlan", "gmarginal_plan"]
 
 
 def gmarginal_strategy(W, eps, delta, strategy):
@@ -150,35 +147,8 @@ def gmarginal_plan(
     return GMarginalPlan(W, wt, plan, solver, var, name, note)
 
 
-def release_gmarginal(
-    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
-):
-    """Answer W (its :class:`~matmech.linalg.terms.Terms` ``wt``) from the marginal tables
-    of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
-    :class:`~matmech.results.release.Release` (``strategy`` the measured one, with its rounded factors;
-    ``measurement`` and ``estimate`` None). Arguments as
-    :func:`matmech.plans.factored.release_factored`, already validated there."""
-    what = f"release {wt.rows} queries (gmarginals, factored)"
-    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
-    A, name, note = gmarginal_strategy(W, eps, delta, A)
-    plan = gmarginal_plan(
-        W,
-        wt,
-        A,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
-        max_memory=max_memory,
-        scale_bits=scale_bits,
-        name=name,
-        note=note,
-    )
-    return run_plan(plan, as_table_source(data), budget=budget, rng=rng)
-
-
 def _records(plan, meas):
-    """One :class:`~matmech.results.release.MeasurementRecord` per measured subset S: y[S] = Q'_S t_S + noise."""
+    """One :class:`~matmech.measurements.record.MeasurementRecord` per measured subset S: y[S] = Q'_S t_S + noise."""
     event = {
         "mechanism": "generalised marginals",
         "eps": plan.eps,

@@ -9,7 +9,7 @@ and the declared domain alone. It says
 * what it charges (``eps``, ``delta``, and ``what``, the line the budget records),
 * how to check the tables read (:meth:`Plan.check`: the declared bounds, before the spend),
 * how to draw (:meth:`Plan.draw` → :class:`Draws`, the frozen
-  :class:`~matmech.results.release.MeasurementRecord` of every noisy measurement),
+  :class:`~matmech.measurements.record.MeasurementRecord` of every noisy measurement),
 * and which estimator turns the draws into answers (:meth:`Plan.estimate` → :class:`Estimate`).
 
 Three optional members (absent: the defaults every plan above uses):

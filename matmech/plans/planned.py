@@ -18,7 +18,8 @@ from matmech.advisor.choice import PLANNED, planned, refusal, view
 from matmech.advisor.split import shares_for
 from matmech.plans.gmarginal import gmarginal_plan
 from matmech.measurements.residual import DEFAULT_SCALE_BITS
-from matmech.plans.residual import MAX_MEMORY, residual_plan
+from matmech.measurements.residual import MAX_MEMORY
+from matmech.plans.residual import residual_plan
 from matmech.plans.split import Part, split_plan
 from matmech.plans.strategy import strategy_plan
 

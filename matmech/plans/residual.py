@@ -49,14 +49,10 @@ __all__ = [
     "check_search",
     "given_search",
     "covers_attributes",
-    "MAX_MEMORY",
     "MARGINAL_BY_MARGINAL",
     "residual_memory",
     "SEARCH_ALL_MAX_ATTRIBUTES",
 ]
-
-#: Memory the residual path may plan to use (bytes): tables, lifted residuals, answers.
-MAX_MEMORY = 8 << 30
 
 
 def _cells(domain, U):

@@ -16,7 +16,7 @@ form of the data (a histogram, records, marginal tables, an engine) nor from a c
   support (:func:`matmech.release`; records and engines hand out that marginal).
 
 The same rule serves :func:`matmech.release` and
-:func:`matmech.plans.factored.release_factored`, so every data form of one job takes the
+:func:`matmech.release.release_factored`, so every data form of one job takes the
 same mechanism.
 
 For ``"auto"`` and ``"optimize"`` (without ``select``) the plan itself is the planner's

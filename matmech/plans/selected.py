@@ -43,7 +43,7 @@ from matmech.privacy.accountant import zcdp_epsilon
 from matmech.privacy.calibration import gaussian_rho
 from matmech.privacy.events import ApproxDP, Concentrated, float_down, float_up
 from matmech.privacy.params import exact, rest_of
-from matmech.results.release import strategy_record
+from matmech.measurements.record import strategy_record
 from matmech.svt.options import check_select_options, selection_arguments, shown_select_options
 from matmech.svt.rules import advised_select_eps, take_rows
 from matmech.svt.select import check_selection, plan_selection, run_selection, selection_event

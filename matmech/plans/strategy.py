@@ -28,7 +28,7 @@ from matmech.privacy.measure import (
     execute,
     plan_measurement,
 )
-from matmech.results.release import strategy_record
+from matmech.measurements.record import strategy_record
 
 __all__ = ["StrategyPlan", "strategy_plan", "plan_variances", "measured_estimate"]
 

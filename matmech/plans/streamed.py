@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import tempfile
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from matmech.measurements.residual import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
 )
-from matmech.plans.residual import MAX_MEMORY, check_search, given_search, lattice_plan, noise_plan
+from matmech.measurements.residual import MAX_MEMORY
+from matmech.plans.residual import check_search, lattice_plan, noise_plan
 from matmech.results.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.results.streamed_kinds import kind_of
 from matmech.linalg.terms import MarginalWorkload, as_terms
@@ -44,20 +45,14 @@ from matmech.limits import check_disk, check_memory, memory_room
 from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.plans.plan import Draws, MeasuredPlan, check_record_count
-from matmech.run.runner import run_plan
-from matmech.sources.source import as_source
 from matmech.privacy import noise
-from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import check_neighbors, check_privacy_params
 
 if TYPE_CHECKING:
-    from matmech.privacy.budget import PrivacyBudget
-    from matmech.privacy.randomness import Rng
+    pass
 
 __all__ = [
-    "release_marginals",
-    "MarginalRelease",
     "StreamedPlan",
     "streamed_plan",
     "streamed_memory",
@@ -185,7 +180,7 @@ def streamed_plan(
     W a union of marginals, the noise within the exact samplers' range, the working set
     within ``max_memory``, the disk for the spill file — raises here, before anything is
     read or spent. δ > 0: residuals with discrete Gaussian noise; δ = 0: marginal tables
-    with discrete Laplace noise (the plan of :func:`matmech.plans.factored.release_factored`'s
+    with discrete Laplace noise (the plan of :func:`matmech.release.release_factored`'s
     pure-ε residual path). Options as :func:`release_marginals`."""
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
@@ -238,121 +233,3 @@ def streamed_plan(
     return StreamedPlan(
         W, mplan, (subsets, rw), tuple(wt.domain), reads + ((),), int(wt.rows), directory, note
     )
-
-
-def release_marginals(
-    data: Any,
-    W: LinOp,
-    eps: float | None = None,
-    delta: float | None = None,
-    *,
-    budget: PrivacyBudget | None = None,
-    rng: Rng = None,
-    neighbors: str = "add_remove",
-    max_records: int | None = None,
-    objective: str = "sum",
-    max_memory: int = MAX_MEMORY,
-    scale_bits: int = DEFAULT_SCALE_BITS,
-    spill_dir: str | None = None,
-    search: str = "auto",
-) -> MarginalRelease:
-    """Answer W (a union of marginals, any size) under (ε, δ)-DP or pure ε-DP with the
-    residual plan, in bounded memory → :class:`MarginalRelease`.
-
-    The same plan, noise and draws as :func:`matmech.plans.factored.release_factored`'s
-    residual path (equal answers for equal ``rng``), but the answers are reconstructed on
-    demand. δ > 0: every residual measured with exact discrete Gaussian noise; δ = 0: the
-    weighted marginal tables of the pure-ε plan with exact discrete Laplace noise, each
-    batch combined into the residuals (inverse-variance means) as it is drawn, the noisy
-    tables dropped. It is the :class:`StreamedPlan` run by
-    :func:`matmech.run.runner.run_plan`: affordability → the data checked once → one
-    spend → draws batch by batch.
-
-    Parameters
-    ----------
-    data : numpy.ndarray or Mapping
-        Records as a 2-D integer code array (records × attributes), a mapping subset →
-        marginal table, or a histogram (1-D counts over the cells), all checked once before
-        the spend. Data engines are refused: their tables would be checked batch by batch
-        after the spend.
-    W : LinOp
-        A union of marginals (:func:`matmech.linalg.terms.marginal_workload` or Kron terms
-        of identities and totals).
-    eps, delta : float
-        The privacy parameters (delta > 0: Gaussian residuals; delta = 0: pure ε, Laplace
-        tables). Both left out with ``budget`` a share (``budget.split(k)``): all of the
-        share, as :func:`matmech.release` takes it (Gaussian residuals at the (ε, δ) its ρ
-        implies; ``delta=0``: pure ε = sqrt(2ρ)).
-    budget : PrivacyBudget, optional
-        Charged its privacy events once (the residuals' discrete Gaussian: its zCDP ρ under
-        the ``"zcdp"`` accountant), after every check and before the first draw.
-    rng : numpy.random.Generator or None
-        The randomness (None: the secure default, an AES-256 CTR_DRBG seeded from os.urandom; a seeded generator is NOT secure).
-    neighbors, max_records, objective, scale_bits
-        As :func:`matmech.plans.factored.release_factored` (pure ε: ``objective="sum"``
-        only; ``scale_bits`` rounds the Laplace scales up).
-    max_memory : int
-        Bytes the release may hold (:func:`streamed_memory`); the stored residuals stay in
-        RAM when they fit with the rest, else they go to a file in ``spill_dir``.
-    spill_dir : str or None
-        Where the stored residuals go: None keeps them in RAM when they fit, else in a file
-        in the system's temporary directory; a directory always puts them in a file there.
-        The file is removed with the release.
-    search : str
-        Pure ε: the tables' weights over the lattice (``"lattice"``) or every attribute
-        subset (``"all"``); ``"auto"`` as :func:`~matmech.plans.factored.release_factored`
-        (given tables without the full table: ``"lattice"``).
-
-    Returns
-    -------
-    MarginalRelease
-        The answers on demand (``marginal(S)``, ``iter_marginals()``, ``save(path)``,
-        ``to_release()``); std in the units of the answers (counts).
-
-    Raises
-    ------
-    ValueError
-        Before any spend: W not a union of marginals, eps too small for the exact samplers,
-        the working set over ``max_memory``, too little disk for the spill file, bad record
-        codes or tables, records beyond ``max_records``.
-    TypeError
-        A data engine (nothing is read or spent).
-    BudgetExceededError
-        The budget cannot afford (eps, delta); nothing is read.
-
-    Examples
-    --------
-    >>> import itertools, numpy as np
-    >>> from matmech import release_marginals
-    >>> from matmech.linalg.terms import marginal_workload
-    >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
-    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
-    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
-    >>> rel.rows
-    54
-    >>> pure = release_marginals(codes, W, 1.0, 0.0, rng=np.random.default_rng(1))
-    >>> pure.delta, pure.marginal((0, 1))[1].shape
-    (0.0, (3, 3))
-    """
-    check_budget(budget)
-    if eps is None or delta is None:
-        target = privacy_target(eps, delta, budget)
-        eps, delta = target.eps, target.delta
-    noise.check_rng(rng)
-    source = as_source(data, name="data")
-    if search == "auto":  # an unknown search is refused by streamed_plan
-        d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
-        search = given_search(source, d, search)
-    plan = streamed_plan(
-        W,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
-        objective=objective,
-        max_memory=max_memory,
-        scale_bits=scale_bits,
-        spill_dir=spill_dir,
-        search=search,
-    )
-    return run_plan(plan, source, budget=budget, rng=rng)

@@ -1,7 +1,7 @@
 """Row labels of a factored release (issue 14: ``release_table`` labels such as
 ``sex=F, age 18-24``), built from the workload's Kronecker terms, never from the domain.
 
-Row order is that of :func:`matmech.plans.factored.release_factored`: term by term, and
+Row order is that of :func:`matmech.release.release_factored`: term by term, and
 within a term row-major over its non-total factors (last attribute fastest), as
 ``⊗ᵢ Aᵢ`` orders its rows. An identity factor on attribute i labels its row c with the
 attribute's cell label (a :class:`matmech.io.domain.Domain` gives ``sex=F``, ``age 18-24``;

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from matmech.cli import main
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.sources.engines import marginal_counts
 from matmech.io.specs import load_spec
 

@@ -14,7 +14,7 @@ import matmech as mm
 from matmech import workloads as Wl
 from matmech.measurements import residual as fmeasure
 from matmech.measurements.residual import combine_tables, plan_residual_laplace
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.linalg.linop import Dense, Identity, Kron, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.linalg.residual import haar_contrasts, orthonormal_contrasts, table_sensitivity1

@@ -12,7 +12,7 @@ import matmech as mm
 from matmech import workloads as Wl
 from matmech.plans import factored_selected as fsel
 from matmech.plans import factored_rows as select_rows
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Dense, Kron, VStack

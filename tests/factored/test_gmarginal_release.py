@@ -15,7 +15,8 @@ from matmech import workloads as Wl
 from matmech.plans import gmarginal as grel
 from matmech.measurements.gmarginal import measure_gmarginal, plan_gmarginal
 from matmech.estimators.gmarginal_solve import GMarginalSolver
-from matmech.plans.factored import plan_path, release_factored
+from matmech.plans.factored import plan_path
+from matmech.release import release_factored
 from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Dense, Kron, VStack

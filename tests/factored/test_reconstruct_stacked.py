@@ -8,7 +8,7 @@ import pytest
 
 from matmech.measurements import residual as fmeasure
 from matmech.estimators.reconstruct import MarginalReconstructor
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg import residual
 from matmech.linalg.residual import orthonormal_contrasts
@@ -85,7 +85,8 @@ def test_the_residual_draw_reads_each_table_once_and_leaves_the_given_tables(del
     """(ε, δ): the checked tables are handed out once each (then released), from the plan's
     own references; pure ε (its draw reads a table twice): the tables as they are."""
     from matmech.plans.factored import plan_path
-    from matmech.plans.residual import MAX_MEMORY, residual_plan
+    from matmech.measurements.residual import MAX_MEMORY
+    from matmech.plans.residual import residual_plan
     from matmech.sources.tables import marginal_tables
 
     domain = (3, 4, 2)

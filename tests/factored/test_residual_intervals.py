@@ -17,7 +17,8 @@ from matmech import release_marginals
 from matmech.estimators.answer_noise import ResidualNoiseLaw, gaussian_weights, marginal_terms
 from matmech.measurements.residual import combine_tables, residual_batches
 from matmech.estimators.reconstruct import MarginalReconstructor
-from matmech.plans.factored import plan_path, release_factored
+from matmech.plans.factored import plan_path
+from matmech.release import release_factored
 from matmech.plans.residual import residual_plan
 from matmech.linalg.terms import marginal_workload
 from matmech.privacy.confidence import NORMAL_TOLERANCE, excess_kurtosis, normal_intervals

@@ -17,8 +17,8 @@ from matmech import workloads as Wl
 from matmech.results import store
 from matmech.measurements import table_batches
 from matmech.measurements.residual import combine_tables
-from matmech.plans.factored import release_factored
-from matmech.plans.streamed import release_marginals
+from matmech.release import release_factored
+from matmech.release import release_marginals
 from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import orthonormal_contrasts

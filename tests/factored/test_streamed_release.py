@@ -14,8 +14,8 @@ from matmech.measurements import residual as measure
 from matmech.results import store
 from matmech.plans import streamed
 from matmech.measurements.residual import residual_batches, row_noise
-from matmech.plans.factored import release_factored
-from matmech.plans.streamed import release_marginals
+from matmech.release import release_factored
+from matmech.release import release_marginals
 from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import haar_contrasts
@@ -263,11 +263,11 @@ def test_release_refuses_a_union_too_large_and_says_how_to_stream_it(monkeypatch
     """mm.release returns a Release or refuses: above max_memory it names the exact call of
     the streamed release, nothing read or spent; that call then releases the union."""
     from matmech import MarginalRelease
-    from matmech.plans import factored as frel
+    from matmech.release import release_factored
 
     codes = _codes(DOMAIN, 300, seed=7)
     W = marginal_workload(DOMAIN, SUBSETS)
-    monkeypatch.setitem(frel.release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
+    monkeypatch.setitem(release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
     budget = mm.PrivacyBudget(2.0, 1e-5)
     with pytest.raises(ValueError) as e:
         mm.release(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))

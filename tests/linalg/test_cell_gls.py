@@ -15,7 +15,7 @@ from matmech.estimators.gls import estimate
 from matmech.linalg import gls
 from matmech.linalg.gls import cell_gls, cell_gls_bytes, precision
 from matmech.linalg.linop import Dense
-from matmech.results.release import MeasurementRecord
+from matmech.measurements.record import MeasurementRecord
 
 
 def _records(rng, n, *, rank):

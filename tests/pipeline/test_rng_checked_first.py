@@ -17,13 +17,13 @@ import matmech
 import matmech as mm
 from matmech import workloads as Wl
 from matmech import release_marginals
-from matmech.plans.factored import release_factored
+from matmech.release import release_factored
 from matmech.linalg.terms import marginal_workload
 from matmech.run.discover import discover_categories
 from matmech.sources.source import HistogramSource
 from matmech.plans.strategy import strategy_plan
 from matmech.run.runner import run_plan
-from matmech.privacy.measure import measure
+from matmech.run.measure import measure
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 from matmech.svt.select import select_rows
@@ -51,19 +51,19 @@ CALLS = {
         strategy_plan(Wl.prefix(4), Wl.identity(4), 1.0), Untouchable(), budget=b, rng=rng
     ),
     "matmech.release.release": lambda b, rng: mm.release(X, Wl.prefix(4), 1.0, budget=b, rng=rng),
-    "matmech.plans.factored.release_factored": lambda b, rng: release_factored(
+    "matmech.release.release_factored": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, budget=b, rng=rng
     ),
-    "matmech.plans.factored_selected.release_selected": lambda b, rng: release_factored(
+    "matmech.release.release_selected": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, budget=b, rng=rng, select=dict(method="em", c=2, eps=0.5)
     ),
-    "matmech.plans.gmarginal.release_gmarginal": lambda b, rng: release_factored(
+    "matmech.release.release_gmarginal": lambda b, rng: release_factored(
         Untouchable(), W2, 1.0, 1e-6, strategy="gmarginals", budget=b, rng=rng, max_cells=1
     ),
-    "matmech.plans.streamed.release_marginals": lambda b, rng: release_marginals(
+    "matmech.release.release_marginals": lambda b, rng: release_marginals(
         Untouchable(), W2, 1.0, 0.0, budget=b, rng=rng
     ),
-    "matmech.privacy.measure.measure": lambda b, rng: measure(
+    "matmech.run.measure.measure": lambda b, rng: measure(
         X, Wl.identity(4), 1.0, budget=b, rng=rng
     ),
     "matmech.svt.select.select_rows": lambda b, rng: select_rows(
