@@ -51,8 +51,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.privacy.ledger import Ledger
     from matmech.privacy.measure import Measurement
     from matmech.run.measure import measure
-    from matmech.release import release_marginals
-    from matmech.release import Release, release, release_table
+    from matmech.release import Release, release, release_marginals, release_table
     from matmech.results.store import MarginalRelease
     from matmech.svt.select import Selection, select_rows
 

@@ -37,6 +37,12 @@ Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 20
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
 are the normal approximation answer ± 1.96·std (coverage can be slightly below 95% for an
 answer that rests on very few Laplace draws).
+
+This module is where plans are run (issue 34): the entries above plans/ and run/ —
+:func:`release`, the factored paths (:func:`release_factored`, the generalised-marginal and
+selected factored releases) and :func:`release_marginals` (the streamed residual release,
+whose answers are reconstructed on demand) — build a plan without data and hand it to
+:func:`~matmech.run.runner.run_plan`, the one caller of the one spend.
 """
 
 from __future__ import annotations

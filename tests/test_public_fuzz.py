@@ -960,7 +960,7 @@ NEW_ENTRIES = [
     ),
     # the streamed marginal release (matmech.release_marginals; docs/guide/many-attributes.md)
     Entry(
-        "factored.release_marginals",
+        "release_marginals",
         release_marginals,
         dict(
             data=_CODES,
@@ -1254,6 +1254,7 @@ RECORDS = {
     "LinOp",
     "Measurement",
     "Release",
+    "MarginalRelease",
     "OptimizeResult",
     "Advice",
     "Selection",
@@ -1524,7 +1525,7 @@ PUBLIC_MODULES = {
     "matmech.optimizers.unions": ("optimize_unions", "plan_residual_products", "refine_general_l2"),
     "matmech.optimizers.residual": ("plan_residuals",),
     "matmech.linalg.terms": ("marginal_workload",),
-    "matmech.plans.factored": ("release_factored",),
+    "matmech.release": ("release_factored", "release_marginals"),
     "matmech.plans.residual": ("residual_error",),
     "matmech.sources.tables": ("marginal_tables",),
     "matmech.results.labels": ("release_labels",),

@@ -143,7 +143,7 @@ def estimate(
     Examples
     --------
     >>> from matmech import strategies as S, workloads as W
-    >>> from matmech.results.release import strategy_record
+    >>> from matmech.measurements.record import strategy_record
     >>> m = measure([1, 2, 0, 1], S.identity(4), 1.0, rng=np.random.default_rng(0))
     >>> a = estimate([strategy_record(m)], W.prefix(4))
     >>> bool(np.allclose(a.variances, m.variance * np.arange(1, 5)))

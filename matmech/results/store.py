@@ -13,7 +13,7 @@ values are read (coordinates, exact variances) is the measurement plan's kind
 (:mod:`matmech.results.streamed_kinds`).
 :class:`ResidualIndex`: residual tuple → lattice index, vectorised.
 :class:`MarginalRelease`: the result of
-:func:`matmech.release.release_marginals`, answers and exact std reconstructed from
+:func:`matmech.release_marginals`, answers and exact std reconstructed from
 the store marginal by marginal (the closed form of :mod:`matmech.estimators.reconstruct`,
 vectorised over marginals of equal attribute sizes; a std pattern per signature). All of it
 holds only released values and the plan's layout: post-processing.
@@ -359,7 +359,7 @@ class MarginalRelease:
     Returns
     -------
     MarginalRelease
-        Built by :func:`matmech.release.release_marginals` (the streamed plan's
+        Built by :func:`matmech.release_marginals` (the streamed plan's
         result); its methods return numpy arrays (``marginal``, ``interval``), a
         :class:`~matmech.results.release.Release` (``to_release``) or the directory (``save``).
 
