@@ -32,8 +32,6 @@ NAMESPACES = (
     "matmech.io",
     "matmech.linalg",
     "matmech.optimizers",
-    "matmech.results.store",
-    "matmech.plans.streamed",
 )
 SECTIONS = ("Parameters", "Returns", "Raises", "Examples")
 
