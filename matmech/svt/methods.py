@@ -256,7 +256,7 @@ def register_method(method: SelectionMethod, *, replace: bool = False) -> Select
             raise TypeError(
                 f"method {method.name!r}: its mechanism must be a Mechanism, got {type(mech).__name__}"
             )
-        hooks = [("calibrate", mech.calibrate), ("run", mech.run)]
+        hooks: list[tuple[str, Any]] = [("calibrate", mech.calibrate), ("run", mech.run)]
         if mech.gap:
             hooks.append(("score_variance", mech.score_variance))
         for what, hook in hooks:

@@ -80,6 +80,8 @@ class Opening:
 
     def threshold_units(self) -> np.ndarray:
         """The public thresholds rounded to the grid, one or one per value (1-D int64)."""
+        if self.thresholds is None:
+            raise TypeError("a top-c mechanism's opening holds no thresholds")
         return threshold_units(self.thresholds, self.grid)
 
     def draw(self, scale: float, size: int) -> np.ndarray:

@@ -149,7 +149,7 @@ def dpbook_calibration(
 ) -> SVTCalibration:
     """[DR14] Alg. 2's calibration: eps1 = eps2 = eps/2, threshold noise Lap(cD/eps1) (also
     every re-draw), query noise Lap(2cD/eps1); ``c`` already checked."""
-    eps, _ = check_eps(eps)
+    eps = check_eps(eps)[0]
     sensitivity = check_sensitivity(sensitivity)
     e1 = calibrated_eps(eps) / 2.0  # the decimal eps a caller charges (issue 21)
     e2 = calibrated_eps(eps) - e1  # exact: e1 is eps with the exponent lowered by one
@@ -251,7 +251,7 @@ def sparse_vector_retraversal(
     )
     budget, g, n = op.calibration, op.grid, op.n
     shift = boost * math.sqrt(2.0) * budget.query_scale  # boost standard deviations of nu
-    tt = np.atleast_1d(op.thresholds).astype(np.float64)
+    tt = np.atleast_1d(np.asarray(op.thresholds, dtype=np.float64))
     if tt.size:
         range_check(
             max(abs(float(tt.min()) + shift), abs(float(tt.max()) + shift)),
@@ -301,7 +301,7 @@ def _retraverse(op: Opening, t_units, rho, hits, passes_left):
             more = np.asarray(more, dtype=np.int64)
             keep = ~np.isin(remaining, more, assume_unique=True)
         else:
-            if base is None:
+            if base is None or buf is None:
                 t_rem = t_units if t_units.shape[0] == 1 else t_units[remaining]
                 base = to_units(arr[remaining], g) - t_rem
                 buf = NoiseBuffer(

@@ -277,16 +277,8 @@ def _vector_calibration(
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
     large for exact sampling on the grid, or when the declared bound on abs(values)
     ``value_bound`` (0 = none) needs a grid too coarse for the m values
-    (:func:`~matmech.svt.calibration.declared_grid`)."""
-    if method not in VECTOR_METHODS.values():
-        raise ValueError(f"method must be one of {tuple(VECTOR_METHODS.values())}, got {method!r}")
-    c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
-        raise ValueError(
-            f"n_values must be a positive integer (the number of candidate values), got {n_values!r}"
-        )
+    (:func:`~matmech.svt.calibration.declared_grid`). Every option was checked by
+    :func:`vector_calibration`."""
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     nominal = laplace_scale(
         eps, sensitivity
