@@ -22,7 +22,7 @@ import numpy as np
 from matmech.svt.calibration import SVTCalibration, svt_budget
 from matmech.svt.checks import Ratio
 from matmech.svt.grid import chunk_bounds, noise_chunks, to_units, worker_sources
-from matmech.svt.opening import Opening, open_selection
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -89,30 +89,8 @@ class SVTResult:
     budget: SVTCalibration
 
 
-def calibrate(
-    *,
-    c: int,
-    eps: float,
-    sensitivity: float = 1.0,
-    monotonic: bool = False,
-    ratio: Ratio = "optimal",
-    eps_answer: float = 0.0,
-    integer_values: bool = False,
-    value_bound: float = 0.0,
-    **_: Any,
-) -> SVTCalibration:
-    """The registry's calibration hook of [LSL17] Alg. 7 (:func:`~matmech.svt.calibration.svt_budget`;
-    the public inputs it does not take are ignored)."""
-    return svt_budget(
-        c=c,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
-        eps_answer=eps_answer,
-        integer_values=integer_values,
-        value_bound=value_bound,
-    )
+#: The registry's calibration hook of [LSL17] Alg. 7 (:func:`~matmech.svt.calibration.svt_budget`).
+calibrate = taking(svt_budget, *COMMON, "ratio", "eps_answer")
 
 
 def run(op: Opening) -> SVTResult:

@@ -47,7 +47,7 @@ from matmech.svt.checks import Ratio
 from matmech.svt.gap_calibration import GapCalibration, gap_calibration
 from matmech.svt.grid import chunk_bounds
 from matmech.svt.measurement import GapMeasurement, selected_thresholds
-from matmech.svt.opening import Opening, open_selection
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -58,7 +58,9 @@ __all__ = [
     "noisy_top_c_gap",
     "sparse_vector_gap",
     "adaptive_sparse_vector",
-    "calibrate",
+    "calibrate_top_c",
+    "calibrate_svt_gap",
+    "calibrate_adaptive",
     "top_c_order",
     "run_top_c_gap",
     "run_svt_gap",
@@ -124,38 +126,14 @@ class GapResult:
     mechanism: str = ""  # which mechanism ran (the registry, :mod:`matmech.svt.methods`)
 
 
-def calibrate(
-    *,
-    method: str,
-    c: int,
-    eps: float,
-    sensitivity: float = 1.0,
-    monotonic: bool = False,
-    ratio: Ratio = "optimal",
-    sigma: object = "auto",
-    integer_values: bool = False,
-    value_bound: float = 0.0,
-    n_candidates: int = 0,
-    **_: Any,
-) -> GapCalibration:
-    """The registry's calibration hook of the free-gap ``method``
-    (:func:`~matmech.svt.gap_calibration.gap_calibration`): Noisy Top-c takes no ratio or sigma,
-    only adaptive SVT takes sigma and the number of candidates (its automatic margin)."""
-    kw: dict[str, Any] = {}
-    if method != "topc-gap":
-        kw["ratio"] = ratio
-    if method == "adaptive-svt":
-        kw.update(sigma=sigma, n_candidates=n_candidates)
-    return gap_calibration(
-        method,
-        c=c,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        integer_values=integer_values,
-        value_bound=value_bound,
-        **kw,
-    )
+#: The registry's calibration hooks of the free-gap selections
+#: (:func:`~matmech.svt.gap_calibration.gap_calibration`): Noisy Top-c takes no ratio or sigma,
+#: only adaptive SVT takes sigma and the number of candidates (its automatic margin).
+calibrate_top_c = taking(gap_calibration, *COMMON, method="topc-gap")
+calibrate_svt_gap = taking(gap_calibration, *COMMON, "ratio", method="svt-gap")
+calibrate_adaptive = taking(
+    gap_calibration, *COMMON, "ratio", "sigma", "n_candidates", method="adaptive-svt"
+)
 
 
 def top_c_order(noisy, c):
@@ -223,11 +201,10 @@ def noisy_top_c_gap(
         values,
         None,
         c=c,
-        calibrate=calibrate,
+        calibrate=calibrate_top_c,
         rng=rng,
         value_bound=value_bound,
         candidates="runner-up",
-        method="topc-gap",
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
@@ -393,10 +370,9 @@ def sparse_vector_gap(
         values,
         threshold,
         c=c,
-        calibrate=calibrate,
+        calibrate=calibrate_svt_gap,
         rng=rng,
         value_bound=value_bound,
-        method="svt-gap",
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
@@ -474,10 +450,9 @@ def adaptive_sparse_vector(
         values,
         threshold,
         c=c,
-        calibrate=calibrate,
+        calibrate=calibrate_adaptive,
         rng=rng,
         value_bound=value_bound,
-        method="adaptive-svt",
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,

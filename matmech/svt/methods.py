@@ -108,10 +108,6 @@ class SelectionMethod:
         return self.mechanism
 
 
-def _gap_mechanism(name: str, method: str, run: Callable, law: Callable, score: Callable):
-    return Mechanism(name, functools.partial(gap.calibrate, method=method), run, law, score)
-
-
 def _vector_mechanism(name: str, run: Callable) -> Mechanism:
     return Mechanism(
         name,
@@ -136,9 +132,9 @@ SELECTION_METHODS = {
         SelectionMethod("em", Mechanism("exponential", topc.calibrate, topc.run), threshold=False),
         SelectionMethod(
             "topc-gap",
-            _gap_mechanism(
+            Mechanism(
                 "noisy-top-c-gap",
-                "topc-gap",
+                gap.calibrate_top_c,
                 gap.run_top_c_gap,
                 gap.top_c_law,
                 lambda cal: cal.gap_variance("middle"),
@@ -149,9 +145,9 @@ SELECTION_METHODS = {
         ),
         SelectionMethod(
             "svt-gap",
-            _gap_mechanism(
+            Mechanism(
                 "sparse-vector-gap",
-                "svt-gap",
+                gap.calibrate_svt_gap,
                 gap.run_svt_gap,
                 gap.threshold_law,
                 lambda cal: cal.gap_variance("middle") + cal.gap_variance("threshold"),
@@ -161,9 +157,9 @@ SELECTION_METHODS = {
         ),
         SelectionMethod(
             "adaptive-svt",
-            _gap_mechanism(
+            Mechanism(
                 "adaptive-sparse-vector",
-                "adaptive-svt",
+                gap.calibrate_adaptive,
                 gap.run_svt_gap,
                 gap.threshold_law,
                 # rows worth answering clear the threshold by a margin: the top branch's noise

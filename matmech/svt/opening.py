@@ -45,7 +45,7 @@ from matmech.svt.grid import (
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import RandomSource, Rng
 
-__all__ = ["Opening", "open_selection", "opening"]
+__all__ = ["Opening", "open_selection", "opening", "taking"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +87,20 @@ class Opening:
     def draw(self, scale: float, size: int) -> np.ndarray:
         """``size`` draws of Laplace(``scale``) on the grid, in grid units (discrete Laplace)."""
         return draw(scale, size, self.grid, self.src)
+
+
+def taking(calibration: Callable[..., Any], *names: str, **fixed: Any) -> Callable[..., Any]:
+    """A registry calibration hook (:mod:`matmech.svt.methods`): ``calibration(**fixed, ...)``
+    with the public inputs it takes, ``names``; the registry passes them all."""
+
+    def hook(**public: Any) -> Any:
+        return calibration(**fixed, **{k: v for k, v in public.items() if k in names})
+
+    return hook
+
+
+#: The public inputs every calibration takes.
+COMMON = ("c", "eps", "sensitivity", "monotonic", "integer_values", "value_bound")
 
 
 def open_selection(

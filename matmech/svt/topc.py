@@ -44,9 +44,9 @@ from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity
 from matmech.svt.grid import chunk_bounds, grid_for_bound, noise_chunks, worker_sources
-from matmech.svt.opening import Opening, open_selection
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
 from matmech.svt.split import MAX_SCALE_UNITS, declared_grid, snapped_sensitivity
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -238,25 +238,8 @@ class TopCResult:
         return True
 
 
-def calibrate(
-    *,
-    c: int,
-    eps: float,
-    sensitivity: float = 1.0,
-    monotonic: bool = False,
-    integer_values: bool = False,
-    value_bound: float = 0.0,
-    **_: Any,
-) -> EMCalibration:
-    """The registry's calibration hook of :func:`exponential_top_c` (:func:`em_calibration`)."""
-    return em_calibration(
-        c=c,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        integer_values=integer_values,
-        value_bound=value_bound,
-    )
+#: The registry's calibration hook of :func:`exponential_top_c` (:func:`em_calibration`).
+calibrate = taking(em_calibration, *COMMON)
 
 
 def geometric(t: int, size: int, *, rng: Rng = None) -> np.ndarray:

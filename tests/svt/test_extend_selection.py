@@ -15,7 +15,6 @@ Two methods are defined here, in this module only:
 """
 
 import dataclasses
-import functools
 import math
 
 import numpy as np
@@ -34,7 +33,7 @@ from matmech.svt.select import select_rows
 # -- "bottom-c-gap": calibration, run, output law, registry line -------------------------------
 
 
-calibrate = functools.partial(gap.calibrate, method="topc-gap")  # [DWZK19]: Lap(2cΔ/ε) per score
+calibrate = gap.calibrate_top_c  # [DWZK19] Noisy Top-c's calibration: Lap(2cΔ/ε) per score
 
 
 def run_bottom_c(o):
