@@ -31,7 +31,6 @@ __all__ = [
     "check_threshold",
     "check_beta",
     "check_flag",
-    "check_candidates",
 ]
 
 Ratio = Union[str, float]

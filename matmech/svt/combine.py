@@ -64,7 +64,6 @@ from matmech.svt.vector import prefer_vector
 from typing import Any
 
 __all__ = [
-    "GapMeasurement",
     "gap_measurement",
     "combine_gaps",
     "answer_covariance",

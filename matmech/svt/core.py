@@ -32,8 +32,6 @@ __all__ = [
     "SVTResult",
     "sparse_vector",
     "above_threshold",
-    "calibrate",
-    "run",
     "scan",
     "noisy_answers",
 ]

@@ -58,14 +58,6 @@ __all__ = [
     "noisy_top_c_gap",
     "sparse_vector_gap",
     "adaptive_sparse_vector",
-    "calibrate_top_c",
-    "calibrate_svt_gap",
-    "calibrate_adaptive",
-    "top_c_order",
-    "run_top_c_gap",
-    "run_svt_gap",
-    "top_c_law",
-    "threshold_law",
 ]
 
 

@@ -38,7 +38,7 @@ from matmech.svt.split import (
     optimal_ratio,
 )
 
-__all__ = ["GapCalibration", "GAP_CALIBRATIONS", "gap_calibration"]
+__all__ = ["GapCalibration", "gap_calibration"]
 
 #: The free-gap selections :func:`gap_calibration` calibrates ([DWZK19]).
 GAP_CALIBRATIONS = ("topc-gap", "svt-gap", "adaptive-svt")

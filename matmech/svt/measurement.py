@@ -18,7 +18,7 @@ from matmech import validate
 from matmech.linalg.gls import precision
 from matmech.svt.checks import check_threshold
 
-__all__ = ["GapMeasurement", "selected_thresholds"]
+__all__ = ["GapMeasurement"]
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ __all__ = [
     "SelectionMethod",
     "SELECTION_METHODS",
     "register_method",
-    "mechanism_named",
     "METHODS",
     "GAP_METHODS",
     "THRESHOLD_METHODS",

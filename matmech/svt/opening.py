@@ -45,7 +45,7 @@ from matmech.svt.grid import (
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import RandomSource, Rng
 
-__all__ = ["Opening", "open_selection", "opening", "taking"]
+__all__ = ["Opening", "open_selection", "opening"]
 
 
 @dataclass(frozen=True, eq=False)

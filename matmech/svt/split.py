@@ -27,11 +27,6 @@ __all__ = [
     "declared_grid",
     "optimal_ratio",
     "split_eps",
-    "binary_rest",
-    "floor_div",
-    "pow2_floor_of",
-    "snapped_sensitivity",
-    "check_value_bound",
 ]
 
 # matmech.privacy.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.

@@ -59,8 +59,6 @@ __all__ = [
     "exponential_top_c",
     "geometric",
     "report_noisy_max",
-    "calibrate",
-    "run",
 ]
 
 _TAKEN = np.iinfo(np.int64).min  # below every score in units (|units| < 2**60)

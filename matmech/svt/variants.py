@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal", "dpbook_calibration"]
+__all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
 
 
 def sparse_vector_dpbook(

@@ -85,10 +85,6 @@ __all__ = [
     "prefer_vector",
     "noisy_vector_top_c",
     "noisy_vector_threshold",
-    "calibrate",
-    "run_top_c",
-    "run_threshold",
-    "value_law",
 ]
 
 #: The vector selections, by the free-gap method whose outputs each one reproduces.
