@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from matmech.privacy.params import positive_real
-from matmech.svt.methods import GAP_METHODS, SELECTION_METHODS
+from matmech.svt.methods import SELECTION_METHODS
 
 __all__ = [
     "SELECT_OPTIONS",
@@ -57,7 +57,12 @@ def check_select_options(select, eps):
             f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
             "(neighbors, budget and rng are release's own arguments)"
         )
-    gap_method = select.get("method") in GAP_METHODS
+    entry = (
+        SELECTION_METHODS.get(select.get("method"))
+        if isinstance(select.get("method"), str)
+        else None
+    )
+    gap_method = entry is not None and entry.gap
     for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
