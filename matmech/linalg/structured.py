@@ -225,7 +225,7 @@ def _spectral_pinv(domain, lam, mult, tol=1e-12):
     return Sum(pos), (Sum(null) if null else None)
 
 
-def split_diagonal(A, max_rows=None):
+def split_diagonal(A, max_rows=None) -> tuple[np.ndarray, np.ndarray] | None:
     """(d, R) with AᵀA = diag(d) + RᵀR when A's single-entry rows give a positive diagonal d
     and at most ``max_rows`` (default n/4) rows remain (R dense, r×n); else None."""
     m = A.explicit_matrix()
