@@ -84,6 +84,10 @@ PRUNE_RELATIVE = 1e-6
 class _OnLattice:
     """What a plan on a marginal lattice reads off its ``lattice``, ``total`` and ``queries``."""
 
+    lattice: Lattice
+    total: float
+    queries: int
+
     @property
     def domain(self):
         return self.lattice.domain
@@ -258,8 +262,8 @@ class LaplaceResidualAllocation(_OnLattice):
     weighted_total: float
     queries: int
     start: str
+    tables: tuple
     solver: str = "L-BFGS-B"
-    tables: tuple | None = None
 
     def __repr__(self):
         return (
@@ -389,7 +393,7 @@ def plan_residuals_laplace(
         t = tuple(i for i in s if lat.domain[i] > 1)
         own[index[t]] += math.sqrt(w)
     starts = [("c^(1/3)", np.cbrt(np.maximum(c, 1e-300))), ("workload marginals", own)]
-    best = None
+    tried = []
     for name, th0 in starts:
         z0 = np.log(th0 / th0.sum())
         res = minimize(
@@ -401,9 +405,8 @@ def plan_residuals_laplace(
         )
         f0 = fun(z0)[0]
         z, f = (res.x, float(res.fun)) if res.fun <= f0 else (z0, f0)
-        if best is None or f < best[1]:
-            best = (z, f, name)
-    z, _, name = best
+        tried.append((z, f, name))
+    z, _, name = min(tried, key=lambda t: t[1])  # the first of equals, as a running best
     theta = np.exp(z - z.max())
     # tables the optimum all but drops are not measured (their noise scale would leave the
     # sampler's range); a residual left uncovered keeps its own table at the floor weight

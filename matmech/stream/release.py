@@ -125,7 +125,7 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
 def _add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)`` (Python 3.11+), or the same ``__notes__`` list on 3.10."""
     notes = getattr(exc, "__notes__", None)
-    exc.__notes__ = [*(notes or []), note]  # type: ignore[attr-defined]
+    vars(exc)["__notes__"] = [*(notes or []), note]  # an attribute 3.10's stubs do not declare
 
 
 def stream_events(plan: StreamPlan) -> tuple:

@@ -122,6 +122,22 @@ def test_stack_scale_subset_match_dense(op, seed, w):
     check_against_dense(sub, rng)
 
 
+def test_scale_factors_are_any_finite_real():
+    # a Fraction is a numbers.Real, but np.isfinite refused it with an opaque ufunc TypeError
+    from fractions import Fraction
+
+    A = wl.prefix(4)
+    for c in (Fraction(1, 3), np.float32(0.5), 3):
+        np.testing.assert_allclose((A * c).dense(), float(c) * A.dense())
+        np.testing.assert_allclose(Scaled(A, c).dense(), float(c) * A.dense())
+    with pytest.raises(ValueError, match="a scale factor must be a finite number"):
+        Scaled(A, float("inf"))
+    with pytest.raises(ValueError, match="a scale factor must be a real number a float can hold"):
+        Scaled(A, 10**400)
+    with pytest.raises(TypeError, match="a scale factor must be a real number, got str"):
+        Scaled(A, "2")
+
+
 def test_three_factor_kron_and_sum():
     rng = np.random.default_rng(0)
     a, b, c = wl.prefix(3), haar(4), Dense(rng.normal(size=(2, 2)))
