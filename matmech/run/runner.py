@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from matmech.privacy.budget import PrivacyBudget
     from matmech.privacy.randomness import Rng
 
-__all__ = ["run_plan"]
+__all__ = ["run_plan", "afford"]
 
 #: The Release fields a plan's estimator may leave out.
 _DEFAULTS = dict(strategy=None, strategy_name="", strategy_note="", measurement=None, estimate=None)
@@ -99,7 +99,7 @@ def run_plan(plan: Plan, data: DataSource | Any, *, budget: PrivacyBudget | None
         )
     check_rng(rng)  # a bad rng is refused before anything is read or spent
     events = plan_events(plan)  # what the one spend charges: the plan's privacy events
-    check_events_affordable(check_budget(budget), events, what=plan.what)
+    afford(budget, events, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
     tables = _read(plan, data)
     checked = plan.check(tables)
@@ -128,6 +128,22 @@ def run_plan(plan: Plan, data: DataSource | Any, *, budget: PrivacyBudget | None
         budget_remaining=remaining,
         **fields,
     )
+
+
+def afford(budget: PrivacyBudget | None, events: Any, *, what: str) -> None:
+    """Refuse now if ``budget`` cannot pay ``events``: the check :func:`run_plan` runs before
+    it reads anything, for a caller that must refuse before reading on its own (the command
+    line, before it opens the data file). The spend itself is :func:`run_plan`'s.
+
+    Raises
+    ------
+    BudgetExceededError
+        ``budget`` cannot afford ``events`` (the message says what is left; ``what`` names
+        the refused spend). Nothing is charged either way.
+    TypeError
+        ``budget`` is neither None nor a :class:`~matmech.privacy.budget.PrivacyBudget`.
+    """
+    check_events_affordable(check_budget(budget), tuple(events), what=what)
 
 
 def _read(plan: Plan, data: DataSource | Any) -> Any:
