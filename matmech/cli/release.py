@@ -363,13 +363,14 @@ def _open_ledger(args, eps, delta):
     """The --ledger, opened and checked before the data is read (a refused spend reads nothing)."""
     if args.ledger is None:
         return None
+    from matmech.privacy.events import ApproxDP
     from matmech.privacy.ledger import Ledger
+    from matmech.run.runner import afford
 
     ledger = Ledger.open(args.ledger)
-    if not ledger.can_spend(eps, delta):  # release checks again, atomically, when it spends
-        ledger.spend(
-            eps, delta, what=f"release of {args.spec}"
-        )  # raises BudgetExceededError, saying what is left
+    # the runner's afford check (BudgetExceededError, saying what is left); the release's
+    # run_plan checks again and spends, atomically
+    afford(ledger, (ApproxDP(eps, delta),), what=f"release of {args.spec}")
     return ledger
 
 

@@ -12,7 +12,7 @@ and the declared domain alone. It says
   :class:`~matmech.measurements.record.MeasurementRecord` of every noisy measurement),
 * and which estimator turns the draws into answers (:meth:`Plan.estimate` → :class:`Estimate`).
 
-Three optional members (absent: the defaults every plan above uses):
+Four optional members (absent: the defaults every plan above uses):
 
 * ``events``: the privacy events the one spend charges (:mod:`matmech.privacy.events`: the
   noise each draw uses, so the budget's accountant can compose it tightly); absent, the
@@ -23,6 +23,10 @@ Three optional members (absent: the defaults every plan above uses):
   given tables' shapes and consistency, that they cover ``subsets``), before the spend, and
   is then called ``reader(batch) → {subset: table}`` by :meth:`Plan.draw`, batch by batch;
   :meth:`Plan.check` receives the reader (e.g. to check the record count);
+* ``read(data)``: the plan reads its own table from ``data`` (any object the plan documents),
+  for a table that is not a marginal (e.g. the counts per value of a column,
+  :class:`~matmech.plans.discovery.DiscoveryPlan`); ``data`` then need not be a
+  :class:`~matmech.sources.source.DataSource`;
 * ``result(estimate, *, budget_remaining)``: builds the plan's own result type from its
   estimate (e.g. :class:`~matmech.MarginalRelease`, answers reconstructed
   on demand) in place of the :class:`~matmech.results.release.Release`.
@@ -210,8 +214,8 @@ class Plan(Protocol):
         """The attribute subsets whose marginal tables the plan reads."""
         ...
 
-    def check(self, tables: Mapping[tuple[int, ...], np.ndarray]) -> Any:
-        """Data checks on the tables read (the declared bounds); returns what :meth:`draw`
+    def check(self, tables: Mapping[tuple[int, ...], np.ndarray] | Any) -> Any:
+        """Data checks on the tables read (or what the plan's own ``read`` read) (the declared bounds); returns what :meth:`draw`
         needs. Runs before the spend; raises without revealing a value of the data."""
         ...
 

@@ -24,43 +24,27 @@ The budget is charged, with (ε, δ), after every data-independent check and bef
 first noise draw, and every check that can fail runs before it; values are strings trimmed
 of :data:`~matmech.io.attribute.WHITESPACE` as every engine trims them, missing and empty
 values are not candidates,
-and the released values are sorted (their order tells nothing about the counts).
+and the released values are sorted (their order tells nothing about the counts). The
+mechanism is a :class:`~matmech.plans.discovery.DiscoveryPlan` run by
+:func:`~matmech.run.runner.run_plan` (the one spend protocol, issue 34).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
-
-from matmech.io.domain import Attribute, categories
-from matmech.io.attribute import trim_text
+from matmech.io.domain import categories
+from matmech.plans.discovery import Discovery, DiscoveryPlan
 from matmech.privacy import noise
-from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
-from matmech.privacy.events import Threshold
+from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.params import check_privacy_params
+from matmech.run.runner import run_plan
 
 __all__ = ["Discovery", "discover_categories", "threshold", "release_probability"]
 
 #: Denominator of the noise scale: t = ⌈2¹⁶/ε⌉ / 2¹⁶ is used exactly by the sampler.
 _SCALE_BITS = 16
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """The outcome of :func:`discover_categories`: the released ``values`` (sorted), the
-    ``attribute`` declaring them (None when no value passed), and how they were chosen."""
-
-    column: str
-    values: tuple
-    attribute: Attribute | None
-    eps: float
-    delta: float
-    scale: float  # t of the discrete Laplace noise
-    threshold: int  # τ: a value is released when count + Z ≥ τ
-    note: str
 
 
 def _scale(eps: float) -> Fraction:
@@ -93,74 +77,6 @@ def threshold(eps: float, delta: float) -> tuple[int, float]:
     while k > 1 and release_probability(k - 1, tf) <= delta * (1.0 - 1e-12):
         k -= 1
     return k + 1, tf
-
-
-def _strings(values):
-    """Trimmed strings of a column (:func:`~matmech.io.attribute.trim_text`, the rule of every
-    engine); None for missing or empty values."""
-    arr = np.asarray(values, dtype=object)
-    out = []
-    for v in arr.tolist():
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            out.append(None)
-            continue
-        s = trim_text(str(v))
-        out.append(s or None)
-    return out
-
-
-def _key_counts(source, column, *, encoding, delimiter):
-    """(values, counts) of the non-missing trimmed values of ``column`` (private: the caller
-    charges the budget before any of it leaves)."""
-    from matmech.sources import engine_numpy, engine_sql, files as sources
-
-    kind = sources.source_kind(source)
-    where = f"column {column!r}"
-    if kind in ("columns", "pandas", "polars", "arrow"):
-        available = sources._columns_of(source, kind)
-        if column not in available:
-            raise ValueError(f"{where}: no such column; the columns are {available}")
-        values = _strings(engine_numpy._column_values(source, kind, 0, column))
-        keys = [v for v in values if v is not None]
-        uniq, counts = (
-            np.unique(np.array(keys, dtype=object), return_counts=True) if keys else ([], [])
-        )
-        return [str(u) for u in uniq], np.asarray(counts, dtype=np.int64)
-    if kind in ("csv", "parquet"):
-        import duckdb
-
-        sources._check_file(source)
-        if kind == "csv":
-            sources._check_csv_options(encoding, delimiter)
-        d = engine_sql._Dialect("duckdb")
-        con = duckdb.connect()
-        try:
-            src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)
-            try:
-                cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
-                if column not in cols:  # a CSV header may be a record: its names are not shown
-                    shown = (
-                        f"the columns are {cols}"
-                        if kind != "csv"
-                        else f"the header line has {sources._hidden_header(len(cols))}"
-                    )
-                    raise ValueError(f"{where}: no such column; {shown}")
-                ref = d.trim(f"CAST({d.ident(column)} AS VARCHAR)")
-                res = con.execute(
-                    f"SELECT {ref} AS k, count(*) AS n FROM {src} WHERE {ref} IS NOT NULL AND {ref} <> '' "
-                    "GROUP BY 1"
-                ).fetchall()
-            except duckdb.Error as exc:
-                raise engine_sql._engine_error(
-                    where, exc, encoding if kind == "csv" else None
-                ) from None
-        finally:
-            con.close()
-        return [str(k) for k, _ in res], np.array([n for _, n in res], dtype=np.int64)
-    raise TypeError(
-        f"discover_categories reads a DataFrame, an Arrow table, a mapping of columns or a CSV/Parquet "
-        f"path, got {kind}"
-    )
 
 
 def discover_categories(
@@ -200,7 +116,7 @@ def discover_categories(
             )
         eps, delta = target.eps, target.delta
     eps, delta = check_privacy_params(eps, delta)
-    src = noise.check_rng(rng)
+    noise.check_rng(rng)  # a bad rng is refused first, before the other arguments
     if not isinstance(column, str) or not column:
         raise TypeError(f"column must be a non-empty string, got {column!r}")
     name = column if name is None else name
@@ -219,36 +135,17 @@ def discover_categories(
         policy=policy,
         missing=policy,
     )
-    tau, t = threshold(eps, delta)
-    what = f"discover the categories of column {column!r} (partition selection)"
-    events = (Threshold(eps, delta),)  # delta > 0: threshold() refused anything else
-    check_events_affordable(budget, events, what=what)
-    # -- reads data from here on ---------------------------------------------------------------
-    keys, counts = _key_counts(source, column, encoding=encoding, delimiter=delimiter)
-    if len(set(keys)) != len(keys) or any(not k or k != trim_text(k) for k in keys):
-        # every key must be a value categories() accepts, or the declaration after the spend
-        # would fail; an engine that breaks the trimming rule is refused before the charge
-        raise RuntimeError(
-            f"{what}: the engine returned values that are not distinct trimmed strings (a bug; nothing was charged)"
-        )
-    if budget is not None:
-        budget.spend_events(events, what=what)  # before any noise
-    z = (
-        noise.discrete_laplace(_scale(eps), len(keys), rng=src)
-        if len(keys)
-        else np.zeros(0, dtype=np.int64)
+    tau, _ = threshold(eps, delta)
+    plan = DiscoveryPlan(
+        column,
+        name,
+        eps,
+        delta,
+        _scale(eps),
+        tau,
+        other,
+        policy,
+        encoding=encoding,
+        delimiter=delimiter,
     )
-    released = tuple(
-        sorted(k for k, c, e in zip(keys, counts.tolist(), z.tolist()) if c + e >= tau)
-    )
-    released = tuple(v for v in released if v != other)  # the other cell's label is not a value
-    attr = None
-    if released:
-        attr = categories(
-            name, list(released), column=column, other=other, policy=policy, missing=policy
-        )
-    note = (
-        f"threshold mechanism (Desfontaines et al., PoPETs 2022): discrete Laplace scale {t:.6g} on each value's "
-        f"count, released when the noisy count is at least {tau}; (eps, delta) = ({eps:g}, {delta:g})"
-    )
-    return Discovery(column, released, attr, eps, delta, t, tau, note)
+    return run_plan(plan, source, budget=budget, rng=rng)

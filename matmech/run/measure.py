@@ -1,9 +1,11 @@
 """The public :func:`measure`: one strategy measured on a histogram, the budget charged once.
 
-Order (the module notes of :mod:`matmech.privacy.measure`): the plan and every
-data-independent check → an exhausted budget is refused (the same error whatever x is) →
-checks on x, whose messages never carry a value of x → the budget is charged → the noise is
-drawn (:func:`~matmech.privacy.measure.execute`).
+A :class:`~matmech.plans.measurement.PlainMeasurementPlan` run by
+:func:`~matmech.run.runner.run_plan` (the one spend protocol, issue 34). Order (the module
+notes of :mod:`matmech.privacy.measure`): the plan and every data-independent check → an
+exhausted budget is refused (the same error whatever x is) → checks on x, whose messages never
+carry a value of x → the budget is charged → the noise is drawn
+(:func:`~matmech.privacy.measure.execute`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,11 @@ from typing import TYPE_CHECKING
 
 
 from matmech.linalg.linop import LinOp, as_linop
-from matmech.privacy import noise
-from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
-from matmech.privacy.measure import (
-    Measurement,
-    check_counts,
-    check_records,
-    execute,
-    plan_measurement,
-)
+from matmech.plans.measurement import PlainMeasurementPlan
+from matmech.privacy.budget import check_budget, privacy_target
+from matmech.privacy.measure import Measurement, plan_measurement
+from matmech.run.runner import run_plan
+from matmech.sources.source import HistogramSource
 
 if TYPE_CHECKING:  # names used only in annotations
     import numpy.typing as npt
@@ -100,15 +98,9 @@ def measure(
     A = as_linop(A)
     check_budget(budget)
     t = privacy_target(eps, delta, budget)
-    plan = plan_measurement(
+    mplan = plan_measurement(
         A, t.eps, t.delta, neighbors=neighbors, max_records=max_records, rho=t.rho
     )
-    noise.check_rng(rng)
     what = f"measure {A.shape[0]}×{A.shape[1]} {type(A).__name__}"
-    events = (plan.event,)
-    check_events_affordable(budget, events, what=what)
-    x = check_counts(x, A.shape[1])
-    check_records(x, plan.max_records)
-    if budget is not None:
-        budget.spend_events(events, what=what)
-    return execute(plan, x, rng=rng)
+    plan = PlainMeasurementPlan(mplan, what)
+    return run_plan(plan, HistogramSource(x), budget=budget, rng=rng)

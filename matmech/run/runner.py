@@ -36,13 +36,13 @@ if TYPE_CHECKING:
     from matmech.privacy.budget import PrivacyBudget
     from matmech.privacy.randomness import Rng
 
-__all__ = ["run_plan"]
+__all__ = ["run_plan", "afford"]
 
 #: The Release fields a plan's estimator may leave out.
 _DEFAULTS = dict(strategy=None, strategy_name="", strategy_note="", measurement=None, estimate=None)
 
 
-def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng: Rng) -> Any:
+def run_plan(plan: Plan, data: DataSource | Any, *, budget: PrivacyBudget | None, rng: Rng) -> Any:
     """Run ``plan`` on ``data`` → :class:`~matmech.results.release.Release`.
 
     Affordability check → read the plan's tables from ``data`` (a plan with ``lazy = True``
@@ -57,7 +57,8 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     plan : Plan
         A plan (:class:`matmech.plans.plan.Plan`), built without the data.
     data : DataSource
-        Where the tables come from (:func:`matmech.sources.source.as_source`).
+        Where the tables come from (:func:`matmech.sources.source.as_source`); for a plan
+        with its own ``read``, what that reads (e.g. a column source, a step's counts).
     budget : PrivacyBudget or None
         Charged once, after every check and before the first draw.
     rng : numpy.random.Generator or None
@@ -92,13 +93,13 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a matmech.plans.plan.Plan, got {type(plan).__name__}")
-    if not isinstance(data, DataSource):
+    if getattr(plan, "read", None) is None and not isinstance(data, DataSource):
         raise TypeError(
             f"data must be a matmech.sources.source.DataSource (see as_source), got {type(data).__name__}"
         )
     check_rng(rng)  # a bad rng is refused before anything is read or spent
     events = plan_events(plan)  # what the one spend charges: the plan's privacy events
-    check_events_affordable(check_budget(budget), events, what=plan.what)
+    afford(budget, events, what=plan.what)
     # -- reads data from here on ---------------------------------------------------------------
     tables = _read(plan, data)
     checked = plan.check(tables)
@@ -129,9 +130,30 @@ def run_plan(plan: Plan, data: DataSource, *, budget: PrivacyBudget | None, rng:
     )
 
 
-def _read(plan: Plan, data: DataSource) -> Any:
-    """The plan's tables (eager), or the source's checked lazy reader for a plan with
-    ``lazy = True``: every check on the data runs here, before the spend."""
+def afford(budget: PrivacyBudget | None, events: Any, *, what: str) -> None:
+    """Refuse now if ``budget`` cannot pay ``events``: the check :func:`run_plan` runs before
+    it reads anything, for a caller that must refuse before reading on its own (the command
+    line, before it opens the data file). The spend itself is :func:`run_plan`'s.
+
+    Raises
+    ------
+    BudgetExceededError
+        ``budget`` cannot afford ``events`` (the message says what is left; ``what`` names
+        the refused spend). Nothing is charged either way.
+    TypeError
+        ``budget`` is neither None nor a :class:`~matmech.privacy.budget.PrivacyBudget`.
+    """
+    check_events_affordable(check_budget(budget), tuple(events), what=what)
+
+
+def _read(plan: Plan, data: DataSource | Any) -> Any:
+    """The plan's tables (eager), the source's checked lazy reader for a plan with
+    ``lazy = True``, or what a plan with its own ``read`` reads (a table that is not a
+    marginal, e.g. the counts per value of a column): every check on the data runs here
+    and in :meth:`~matmech.plans.plan.Plan.check`, before the spend."""
+    own = getattr(plan, "read", None)
+    if own is not None:
+        return own(data)
     if not getattr(plan, "lazy", False):
         return data.marginals(plan.sizes, plan.subsets)
     reader = getattr(data, "reader", None)
