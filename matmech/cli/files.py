@@ -41,7 +41,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
                         f"{path}: no column {c!r} in the header line ({_hidden_header(len(header))})"
                     )
                 index.append(header.index(c))
-            values = [[] for _ in columns]
+            values: list[list[float]] = [[] for _ in columns]
             for row in csv.reader(handle, delimiter=delimiter):
                 if not row:
                     continue

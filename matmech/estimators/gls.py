@@ -289,7 +289,7 @@ def least_squares(
 
 
 def _check_tol(tol, maxiter):
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol < 1:
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < float(tol) < 1:
         raise ValueError(f"tol must be a number in (0, 1), got {tol!r}")
     if maxiter is not None and (
         isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral) or maxiter < 1
@@ -353,7 +353,7 @@ def _same(A, B):
 
 def _merge(items):
     """Combine measurements of the same strategy into their inverse-variance weighted mean."""
-    groups = []
+    groups: list[tuple[LinOp, list[np.ndarray], list[float]]] = []
     for A, y, std in items:
         for g in groups:
             if _same(g[0], A):

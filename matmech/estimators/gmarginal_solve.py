@@ -80,7 +80,7 @@ class GMarginalSolver:
         self.lam = strategy.eigenvalues()
         self.top = float(self.lam.max())
         # the classes: T ⊆ some measured S, every attribute of T of size > 1
-        cls = set()
+        cls: set[tuple[int, ...]] = set()
         for S in self.subsets:
             S2 = [i for i in S if self.domain[i] > 1]
             for k in range(len(S2) + 1):
@@ -187,7 +187,7 @@ class GMarginalSolver:
             for i, f in enumerate(self.strategy.factors)
             if not isinstance(f, Identity)
         }
-        r = {}
+        r: dict[tuple[int, ...], np.ndarray] = {}
         for S, v in zip(self.subsets, variances):
             u = np.asarray(y[S], dtype=np.float64)
             for a, i in enumerate(S):

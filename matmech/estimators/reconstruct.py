@@ -126,7 +126,7 @@ class MarginalReconstructor:
         sizes = np.array([math.prod(d[i] for i in S) for S in subsets], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         answers, var = np.empty(int(offsets[-1])), np.empty(int(offsets[-1]))
-        groups = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for k, S in enumerate(subsets):
             groups.setdefault(tuple(d[i] for i in S), []).append(k)
         # one pair of stack buffers for every chunk (no fresh temporaries chunk by chunk)
@@ -151,9 +151,9 @@ class MarginalReconstructor:
                 est, v = self._stack([subsets[k] for k in K], shape, bufs)
                 est, v = est.reshape(len(K), -1), v.reshape(len(K), -1)
                 for row, k in enumerate(K):  # each marginal is one slice: no index arrays
-                    w, at = weights[k], slice(offsets[k], offsets[k + 1])
-                    np.multiply(w, est[row], out=answers[at])
-                    np.multiply(w * w, v[row], out=var[at])
+                    w, cut = weights[k], slice(offsets[k], offsets[k + 1])
+                    np.multiply(w, est[row], out=answers[cut])
+                    np.multiply(w * w, v[row], out=var[cut])
         return answers, var
 
     def answers(self, subsets, weights=None) -> Answers:

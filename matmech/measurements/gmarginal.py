@@ -164,10 +164,14 @@ def _dense_factor(f, i):
 def _round_factors(dense, bits):
     """(ints, grids, l1, l2sq): per attribute Kᵢ, gᵢ and the largest column L1 / squared L2
     norm of Q'ᵢ = Kᵢgᵢ (exact: integer sums times powers of two)."""
-    ints, grids, l1, l2 = [], [], [], []
+    ints: list[np.ndarray | None] = []
+    grids, l1, l2 = [], [], []
     for q in dense:
         if q is None:
-            ints.append(None), grids.append(1.0), l1.append(Fraction(1)), l2.append(Fraction(1))
+            ints.append(None)
+            grids.append(1.0)
+            l1.append(Fraction(1))
+            l2.append(Fraction(1))
             continue
         if np.array_equal(q, np.rint(q)):
             g = 1.0
@@ -327,6 +331,10 @@ def measure_gmarginal(plan, tables, *, rng=None):
     gauss = plan.noise == "discrete_gaussian"
     exact = [_apply_int(tables[S], [plan.ints[i] for i in S]) for S in plan.subsets]
     if gauss:  # every block in one sampler call, block j at its own σ (blocks in plan order)
+        if plan.which is None:
+            raise ValueError(
+                "a discrete_gaussian plan needs which (block j's σ is gauss[which[j]])"
+            )
         sizes = [e.size for e in exact]
         z = noise.discrete_gaussian_mixed(plan.gauss, np.repeat(plan.which, sizes), rng=src)
         groups = [(list(range(len(exact))), z)]

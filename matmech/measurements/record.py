@@ -31,7 +31,8 @@ class MeasurementRecord:
 
     query: LinOp = field(repr=False)
     values: np.ndarray = field(repr=False)
-    variance: np.ndarray = field(repr=False)
+    #: Per value, or one float for all (broadcast to the values' shape, so an array once built).
+    variance: np.ndarray | float = field(repr=False)
     common_variance: float = 0.0
     event: Mapping = field(default_factory=lambda: MappingProxyType({}))
     domain: tuple | None = None

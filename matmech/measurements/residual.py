@@ -347,7 +347,7 @@ def measure_residuals(mplan, tables, *, rng=None):
     src = noise.check_rng(rng)
     lat = mplan.plan.lattice
     d = lat.domain
-    records = [None] * len(lat.residuals)
+    records: list[MeasurementRecord | None] = [None] * len(lat.residuals)
     event = residual_event(mplan)
     for batch in residual_batches(mplan):
         yg, vg = measure_batch(mplan, batch, tables, src)

@@ -19,7 +19,7 @@ import numpy as np
 
 from matmech.plans.factored_selection import _factor, _term_shape
 from matmech.linalg.gls import row_space_basis
-from matmech.linalg.linop import Dense, Ones
+from matmech.linalg.linop import Dense, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 
 __all__ = ["rows_sensitivity", "row_basis", "CLIQUE_NODE_CAP"]
@@ -132,7 +132,7 @@ def rows_sensitivity(plan, rows, p):
     ones = [Ones(1, n) for n in terms.domain]
     cache, stack = {}, []
     for j, idx in loc:
-        fs = list(ones)
+        fs: list[LinOp] = list(ones)
         for i, r in zip(plan.subsets[j], idx):
             key = (j, i, r)
             if key not in cache:

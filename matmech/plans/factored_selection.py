@@ -264,7 +264,7 @@ def plan_factored_selection(
     proxy = _RowRange(rows, lo, hi, terms)
     p = 1 if delta == 0 else 2
     kmax = SELECTION_METHODS[opts["method"]].max_rows(
-        c
+        int(c)
     )  # Ding et al.: adaptive SVT up to 2c − 1 positives
     worst, max_entry = _worst_case(terms, offsets, min(kmax, rows), p)
     worst_sens = calibration.neighbor_sensitivity(

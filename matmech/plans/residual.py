@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from matmech.measurements.residual import (
+    LaplaceMeasurementPlan,
+    ResidualMeasurementPlan,
     measure_residuals,
     measure_residuals_laplace,
     plan_residual_laplace,
@@ -165,7 +167,7 @@ class ResidualPlan(MeasuredPlan):
 
     workload: LinOp = field(repr=False)
     lattice_plan: object = field(repr=False)
-    measurement: object = field(repr=False)
+    measurement: ResidualMeasurementPlan | LaplaceMeasurementPlan = field(repr=False)
     marginals: tuple = field(repr=False)  # (W's subsets, their row weights)
     sizes: tuple
     subsets: tuple = field(repr=False)

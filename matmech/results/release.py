@@ -35,7 +35,11 @@ from matmech.svt.methods import SELECTION_METHODS
 from matmech.svt.rules import take_rows
 from matmech.svt.select import Selection
 from matmech.validate import check_labels
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, cast
+
+if TYPE_CHECKING:
+    from matmech.svt.gap import GapResult
+    from matmech.svt.vector import VectorResult
 
 __all__ = [
     "Release",
@@ -236,15 +240,15 @@ class Release:
 
         return plot_release(self, **kwargs)
 
-    def _selection_dict(self):
-        sel, opts = self.selection, dict(self.select_options)
+    def _selection_dict(self, sel: Selection, selected: np.ndarray):
+        opts = dict(self.select_options or {})
         out = {
             "method": sel.method,
             "eps": self.eps_select,
             "eps_measure": None if self.measurement is None else self.measurement.eps,
             "c": sel.c,
             "threshold": opts["threshold"] if SELECTION_METHODS[sel.method].threshold else None,
-            "selected": int(self.selected.size),
+            "selected": int(selected.size),
             "candidates": sel.n_candidates,
             "stopped_at_c": sel.stopped,
             "monotonic": sel.monotonic,
@@ -252,9 +256,11 @@ class Release:
             "mechanism": sel.mechanism or sel.method,
         }
         if sel.gap is not None:
+            # Selection.gap is annotated ``object``; a free-gap method stores one of these two.
+            gap = cast("GapResult | VectorResult", sel.gap)
             out["gaps"] = [
                 {"row": int(r), "gap": float(g), "branch": b}
-                for r, g, b in zip(sel.gap.positions, sel.gap.gaps, sel.gap.branches)
+                for r, g, b in zip(gap.positions, gap.gaps, gap.branches)
             ]
             out["gaps_combined"] = False  # biased given the selection: never in the answers
             out["eps_advised"] = bool(opts.get("_advised", False))
@@ -284,7 +290,7 @@ class Release:
                 "note": self.strategy_note,  # no matrix over the domain
                 **(self.measured["strategy"] if self.measured is not None else {}),
             }
-            if m is None
+            if m is None or self.strategy is None
             else {
                 "name": self.strategy_name,
                 "note": self.strategy_note,
@@ -303,7 +309,9 @@ class Release:
                 "sensitivity": m.sensitivity,
                 "secure_randomness": m.secure,
             },
-            "selection": None if self.selection is None else self._selection_dict(),
+            "selection": None
+            if self.selection is None or self.selected is None
+            else self._selection_dict(self.selection, self.selected),
             "events": [e.to_dict() for e in self.events],
             "queries": release_table(self, labels) if queries else None,
         }
@@ -324,7 +332,7 @@ class Release:
         rmse = f"{math.sqrt(self.expected_error / m):.4g}" if m else "-"
         sel = (
             ""
-            if self.selected is None
+            if self.selected is None or self.selection is None
             else f" of {self.workload.shape[0]} (selected by {self.selection.method})"
         )
         return (

@@ -117,12 +117,14 @@ class ResidualStore:
     def read(self, J, m):
         """(len(J), m): the stored values of residuals J (each with m coordinates)."""
         starts = self.offsets[J]
-        if self.file is None:
+        if self.array is not None:
             src, at = self.array, starts
         elif J.size == 0 or m == 0:
             return np.zeros((J.size, m), dtype=self.dtype)
-        else:
+        elif self.file is not None:
             _, src, at = self.file.gather(starts, m)
+        else:
+            raise RuntimeError("this ResidualStore holds neither an array nor a spill file")
         if J.size and np.all(np.diff(at) == m):
             return np.array(src[int(at[0]) : int(at[0]) + m * J.size]).reshape(J.size, m)
         return np.asarray(src[at[:, None] + np.arange(m)[None, :]])
@@ -303,8 +305,8 @@ class ResidualIndex:
     def __init__(self, lat):
         self.base, res = len(lat.domain) + 1, lat.residuals
         self.lo, self.keys, at = {}, {}, 0
-        for k, grp in itertools.groupby(res, key=len):
-            grp = list(grp)
+        for k, group in itertools.groupby(res, key=len):
+            grp = list(group)
             arr = np.array(grp, dtype=np.int64).reshape(len(grp), k)
             self.lo[k], self.keys[k] = at, self._key(arr)
             at += arr.shape[0]
