@@ -7,6 +7,7 @@ data is read, and nothing is spent before the checks of the public inputs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -187,6 +188,7 @@ def _cmd_release(args):
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy, delta=delta)
         bar.stage(STAGES, 1)
+        x: Any  # what the plan reads: marginal tables from the file, the records or x
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(
                 args.data, schema, args.encoding, args.delimiter
@@ -290,11 +292,11 @@ def _cmd_release(args):
     elif rel.answers.size:
         print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (secure randomness){rmse}")
     print(f"route: {route.name} ({route.reason})")
-    if select is not None:
+    if select is not None and rel.selection is not None and rel.selected is not None:
         print(
             f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})"
         )
-    if ledger is not None:
+    if ledger is not None and rel.budget_remaining is not None:
         rem = rel.budget_remaining
         print(
             f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}"

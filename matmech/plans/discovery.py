@@ -46,7 +46,7 @@ def _strings(values):
     """Trimmed strings of a column (:func:`~matmech.io.attribute.trim_text`, the rule of every
     engine); None for missing or empty values."""
     arr = np.asarray(values, dtype=object)
-    out = []
+    out: list[str | None] = []
     for v in arr.tolist():
         if v is None or (isinstance(v, float) and math.isnan(v)):
             out.append(None)
@@ -69,9 +69,9 @@ def _key_counts(source, column, *, encoding, delimiter):
             raise ValueError(f"{where}: no such column; the columns are {available}")
         values = _strings(engine_numpy._column_values(source, kind, 0, column))
         keys = [v for v in values if v is not None]
-        uniq, counts = (
-            np.unique(np.array(keys, dtype=object), return_counts=True) if keys else ([], [])
-        )
+        if not keys:
+            return [], np.zeros(0, dtype=np.int64)
+        uniq, counts = np.unique(np.array(keys, dtype=object), return_counts=True)
         return [str(u) for u in uniq], np.asarray(counts, dtype=np.int64)
     if kind in ("csv", "parquet"):
         import duckdb

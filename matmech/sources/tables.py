@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,10 @@ def maximal_subsets(subsets):
     i.e. the AND of its attributes' bitmasks over the kept subsets is non-zero. The masks are
     Python ints rebuilt once per size, so the work is a few big-int ANDs per subset."""
     uniq = sorted({tuple(sorted(s)) for s in subsets}, key=lambda s: (-len(s), s))
-    out, masks, pending, size = [], {}, {}, None
+    out: list[tuple[int, ...]] = []
+    masks: dict[int, int] = {}
+    pending: dict[int, list[int]] = {}
+    size = None
     for s in uniq:
         if len(s) != size:  # the kept subsets of the previous size join the masks
             for a, idx in pending.items():
@@ -125,7 +129,8 @@ def _from_codes_all(codes, domain, subsets):
     :data:`_PAIR_CELLS` cells are counted in one pass, as the table on the prefix and both
     last attributes summed over either (one bincount for two tables: the count over the
     records, not the sum over the small table, is the cost). Data-independent choices."""
-    out, groups = {}, {}
+    out: dict[Any, Any] = {}
+    groups: dict[Any, Any] = {}
     for s in sorted(subsets):
         if len(s) < 2 or math.prod(domain[i] for i in s) > MAX_TABLE_CELLS:
             out[s] = _from_codes(codes, domain, s)
@@ -240,7 +245,8 @@ def _given_tables(data, domain):
     common marginal (two tables over S and T must sum to the same table over S ∩ T; the
     totals included). Tables are private: this runs before any spend and the message names
     only the attribute subsets, never a count."""
-    given, raw = {}, {}
+    given: dict[Any, Any] = {}
+    raw: dict[Any, Any] = {}
     for k, v in data.items():
         key = _key(k, domain)
         s = tuple(sorted(key))
@@ -371,7 +377,8 @@ def _down_the_lattice(base, domain, subsets):
     of every maximal subset, which grew as d**5 for all <=3-way marginals), else summed out
     of the smallest counted superset."""
     have = dict(base)
-    holders = {}  # attribute -> counted subsets containing it (for the rare fallback)
+    # attribute -> counted subsets containing it (for the rare fallback)
+    holders: dict[int, list[tuple[int, ...]]] = {}
     for m in base:
         for a in m:
             holders.setdefault(a, []).append(m)

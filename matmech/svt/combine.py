@@ -340,7 +340,7 @@ def advise_split(
         if (
             isinstance(vm, (bool, np.bool_))
             or not isinstance(vm, (numbers.Real, np.ndarray))
-            or np.ndim(vm) != 0
+            or np.ndim(np.asarray(vm)) != 0
             or not (math.isfinite(float(vm)) and float(vm) > 0)
         ):
             raise ValueError(
@@ -368,7 +368,7 @@ def advise_split(
                 )
             )
         )
-        mech = entry.vector if vec else entry.mechanism
+        mech = entry.mechanism if not vec or entry.vector is None else entry.vector
         cal = mech.calibrate(
             c=c,
             eps=e_s,
@@ -378,6 +378,10 @@ def advise_split(
             integer_values=integer_values if vec else False,
             n_candidates=n_values,
         )
+        if mech.score_variance is None:  # registration requires it of a free-gap method
+            raise TypeError(
+                f"selection method {method!r} has no score_variance hook to advise a split"
+            )
         score = mech.score_variance(cal)
         if score <= vm:
             finer.append(f)

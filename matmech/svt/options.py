@@ -10,6 +10,7 @@ release records. Nothing here reads data.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,16 +58,13 @@ def check_select_options(select, eps):
             f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
             "(neighbors, budget and rng are release's own arguments)"
         )
-    entry = (
-        SELECTION_METHODS.get(select.get("method"))
-        if isinstance(select.get("method"), str)
-        else None
-    )
+    method = select.get("method")
+    entry = SELECTION_METHODS.get(method) if isinstance(method, str) else None
     gap_method = entry is not None and entry.gap
     for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(
+    opts: dict[str, Any] = dict(
         method="svt",
         threshold=None,
         target_rel_error=None,
