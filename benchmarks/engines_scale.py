@@ -79,8 +79,8 @@ def workload(d, k, way):
 
 def _count_scans():
     """Wrap the DuckDB and Spark entries so every scan of the data is counted."""
-    from matmech.io import engines as E
-    from matmech.io.grouping import Engine
+    from matmech.sources import engines as E
+    from matmech.sources.grouping import Engine
 
     scans = []
     for name in ("duckdb", "spark"):
@@ -169,7 +169,7 @@ def _spark():
 
 
 def case_spark(path, d, way):
-    from matmech.io.engines import marginal_counts
+    from matmech.sources.engines import marginal_counts
 
     spark = _spark()
     df = spark.read.parquet(str(path))
@@ -203,7 +203,7 @@ def case_spark(path, d, way):
 
 
 def case_streamed(path, d, max_memory):
-    from matmech.factored.streamed import release_marginals
+    from matmech import release_marginals
 
     scans = _count_scans()
     W = workload(d, K, 3)

@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 
 import matmech as mm
-from matmech.factored.streamed import release_marginals
-from matmech.factored.tables import marginal_tables
-from matmech.io import engines as E
+from matmech import release_marginals
+from matmech.sources.tables import marginal_tables
+from matmech.sources import engines as E
 from matmech.io.domain import Domain, integer_range
-from matmech.io.grouping import Engine
-from matmech.pipeline.spilled_tables import spill_tables
-from matmech.io.table_scan import scan_batches
+from matmech.sources.grouping import Engine
+from matmech.sources.spilled_tables import spill_tables
+from matmech.sources.table_scan import scan_batches
 from matmech.linalg.terms import marginal_workload
-from matmech.pipeline.source import EngineSource
+from matmech.sources.source import EngineSource
 
 pytest.importorskip("duckdb")
 
