@@ -1,4 +1,4 @@
-"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release``, ``budget`` and ``stream``
+"""The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release``, ``budget``, ``tables-sql`` and ``stream``
 (:mod:`matmech.cli.stream`).
 
 Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
@@ -37,7 +37,7 @@ __all__ = ["build_parser", "main"]
 
 #: One module per subcommand group (``matmech.cli.<name>``); each adds its subcommands to the
 #: parser. Imported when the parser is built, not with this package.
-SUBCOMMANDS = ("compare", "advise", "release", "budget")
+SUBCOMMANDS = ("compare", "advise", "release", "budget", "tables_sql")
 
 #: Options answered before the parser (and the library) is loaded.
 VERSION_FLAGS = ("--version", "-V")

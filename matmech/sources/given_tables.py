@@ -30,15 +30,31 @@ import os
 import numpy as np
 
 from matmech.io.domain import Domain
+from matmech.linalg.terms import as_terms
 from matmech.sources.engine_sql import Dialect, code_query
 from matmech.sources.grouping import MISS, grouping_sets, refuse_defects
+from matmech.sources.tables import maximal_subsets
 
-__all__ = ["tables_sql", "read_tables"]
+__all__ = ["tables_sql", "read_tables", "workload_tables"]
 
 
 def _check_domain(domain):
     if not isinstance(domain, Domain):
         raise TypeError(f"domain must be a matmech.io.domain.Domain, got {type(domain).__name__}")
+
+
+def workload_tables(W, d: int) -> list[tuple[int, ...]]:
+    """The attribute subsets of the tables a release of W reads (data-independent): for each
+    Kronecker term of W the attributes it does not sum over (for a union of marginals, its
+    marginals), keeping the largest only, since a table inside another is summed out of it
+    (:func:`~matmech.sources.tables.maximal_subsets`); the full table on all ``d``
+    attributes when W has no Kronecker terms."""
+    try:
+        terms = as_terms(W, name="W")
+    except (TypeError, ValueError):
+        return [tuple(range(d))]
+    used = [tuple(i for i, k in enumerate(ks) if k != "T") for ks in terms.kinds]
+    return sorted(maximal_subsets(used))
 
 
 def tables_sql(domain, subsets, source_sql, dialect="duckdb", *, types=None) -> str:
