@@ -76,3 +76,32 @@ def test_the_scale_benchmark_runs_in_smoke_mode(script, tmp_path):
         assert r["marginals"] == 93 and r["answers"] == 1 + 80 + 2800 + 56000
         assert 0 < r["rmse_analytic"] < 1e3 and r["seconds"]["plan"] > 0
     assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
+
+
+def test_the_engines_benchmark_runs_in_smoke_mode(tmp_path):
+    """benchmarks/engines_scale.py --smoke (issue 36): each release reads the Parquet file in
+    one scan, the DuckDB release equals the in-memory one (same seed), the streamed release
+    runs from DuckDB; files in TMPDIR, none in benchmarks/results/."""
+    results = ROOT / "benchmarks" / "results"
+    before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engines_scale.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (written,) = tmp_path.glob("matmech-smoke-engines-scale-*/engines_scale.json")
+    out = json.loads(written.read_text())
+    (row,) = out["duckdb"]
+    assert "error" not in row["release"] and "error" not in row["anchor"], row
+    # the 1- and 2-way marginals of 5 attributes × 10 values: 15 tables, one scan of the data
+    assert row["release"]["scans"] == 1 and row["release"]["answers"] == 5 * 10 + 10 * 100
+    assert [s.get("identical") for s in out["same"]] == [True]
+    st = out["streamed"]
+    assert "error" not in st and st["scans"] == 1 and st["first_cell"], st
+    assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
