@@ -22,8 +22,11 @@ counts):
     nice -n 10 python benchmarks/engines_scale.py               # the full run (hours)
     python benchmarks/engines_scale.py --rows 1e6 1e7           # fewer sizes
     python benchmarks/engines_scale.py --smoke                  # seconds, temporary directory
+    python benchmarks/engines_scale.py --parts duckdb --rows 1e8 --ways 2 3 \
+        --max-3way-rows 1e8 --anchor grouping-sets             # 10⁸ rows, DuckDB's one query
 
-Writes benchmarks/results/engines_scale.{json,md} (``--smoke``: in a temporary directory).
+Writes benchmarks/results/engines_scale.{json,md} (``--smoke``: in a temporary directory);
+``--parts`` runs some cases and keeps the saved others (DuckDB and Spark rows by size).
 """
 
 from __future__ import annotations
@@ -298,6 +301,12 @@ def main():
     ap.add_argument("--ways", nargs="*", type=int, default=[2, 3])
     ap.add_argument("--work", default="/work/scratch/engines")
     ap.add_argument("--streamed-rows", type=float, default=1e5)
+    ap.add_argument(
+        "--streamed-max-memory",
+        type=float,
+        default=4,
+        help="the streamed release's max_memory, GiB",
+    )
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--max-3way-rows", type=float, default=1e7, help="≤3-way up to this size")
     ap.add_argument(
@@ -344,7 +353,7 @@ def main():
     spark, same, streamed = [], [], {}
     if "same" in args.parts:
         write_parquet(path, n_same, d)
-        same = [run_case("same", path, d, way) for way in args.ways]
+        same = [{"rows": n_same, "way": way, **run_case("same", path, d, way)} for way in args.ways]
     if "spark" in args.parts and not args.no_spark:
         for way in args.ways:  # ≤3-way GROUPING SETS expand every row 1140 times: fewer rows
             n_spark = n_same if way <= 2 else max(n_same // 10, 1000)
@@ -356,7 +365,7 @@ def main():
         ns = int(args.streamed_rows)
         spath = work / f"rows_{ns:.0e}_{stream_d}.parquet".replace("+", "")
         write_parquet(spath, ns, stream_d)
-        max_memory = 4 << 30
+        max_memory = int(args.streamed_max_memory * 2**30)
         streamed = {"rows": ns, "attributes": stream_d, "max_memory_gib": max_memory / 2**30}
         streamed.update(run_case("streamed", spath, stream_d, max_memory))
         print(json.dumps(streamed), flush=True)
@@ -366,6 +375,10 @@ def main():
     for part in keep:
         if part not in args.parts:
             keep[part] = saved.get(part, keep[part])
+        elif part in ("duckdb", "spark"):  # a run of some sizes keeps the saved others
+            new = {(r["rows"], r["way"]) for r in keep[part]}
+            old = [r for r in saved.get(part, []) if (r["rows"], r["way"]) not in new]
+            keep[part] = sorted(old + keep[part], key=lambda r: (r["rows"], r["way"]))
     rows_all, same, spark, streamed = keep["duckdb"], keep["same"], keep["spark"], keep["streamed"]
     meta = saved.get("meta", {}) | {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -405,8 +418,12 @@ def main():
         )
     md += [
         "",
-        f"identical answers, DuckDB vs in-memory records, same seed ({n_same:,} rows): "
-        + ", ".join(str(s.get("identical", s.get("error"))) for s in same),
+        "identical answers, DuckDB vs in-memory records, same seed: "
+        + ", ".join(
+            f"≤{s.get('way', '?')}-way at {s.get('rows', 1_000_000):,} rows "  # first run: 10⁶
+            + str(s.get("identical", s.get("error")))
+            for s in same
+        ),
         "",
     ]
     for s in spark:
@@ -427,7 +444,7 @@ def main():
             f"{st['rows']:,} rows from DuckDB (Parquet): "
             + (
                 f"{st['s']:.0f} s, {st['scans']} scans, peak {st['peak_gib']:.2f} GiB "
-                f"(max_memory {st['max_memory_gib']:.0f} GiB), {st['answers']:,} answers"
+                f"(max_memory {st['max_memory_gib']:g} GiB), {st['answers']:,} answers"
                 if "error" not in st
                 else f"error {st['error'][:300]}"
             ),
