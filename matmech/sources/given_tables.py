@@ -64,6 +64,11 @@ def tables_sql(domain, subsets, source_sql, dialect="duckdb", *, types=None) -> 
     {column: SQL type} (integer columns of range attributes then skip parsing). Its result is
     the input of :func:`read_tables`."""
     _check_domain(domain)
+    if not isinstance(source_sql, str) or not source_sql.strip():
+        raise TypeError(
+            "source_sql must be the records' table name or a FROM item (a non-empty string), "
+            f"got {source_sql!r}"
+        )
     wanted = [domain.check_subset(s) for s in subsets]
     sets = grouping_sets(domain, wanted)
     d = Dialect(dialect)

@@ -11,7 +11,7 @@ import pytest
 import matmech as mm
 from matmech.io.domain import Domain, categories, integer_range
 from matmech.sources.engines import marginal_counts
-from matmech.sources.given_tables import read_tables, tables_sql
+from matmech.sources.given_tables import read_tables, tables_sql, workload_tables
 from matmech.linalg.terms import marginal_workload
 
 duckdb = pytest.importorskip("duckdb")
@@ -122,3 +122,18 @@ def test_more_records_than_declared_and_error_policies_are_refused():
         read_tables(result, strict, SUBSETS)
     with pytest.raises(ValueError, match=r"no table given for attributes \(0, 1, 2\)"):
         read_tables(_warehouse(cols, dom), dom, [(0, 1, 2)])
+
+
+def test_the_tables_a_workload_reads_and_the_query_s_refusals():
+    """workload_tables: each Kronecker term's attributes, the largest kept (a marginal inside
+    another is summed out of it); a workload without terms reads the full table."""
+    W = marginal_workload((3, 4, 2), [(0,), (0, 1), (1, 2), (2,), ()])
+    assert workload_tables(W, 3) == [(0, 1), (1, 2)]
+    dense = mm.as_linop(np.arange(24.0).reshape(1, 24))  # no Kronecker terms
+    assert workload_tables(dense, 3) == [(0, 1, 2)]
+    _, dom = _case()
+    for bad in (None, 3, "", "  "):
+        with pytest.raises(TypeError, match="source_sql"):
+            tables_sql(dom, SUBSETS, bad)
+    with pytest.raises(ValueError, match="dialect"):
+        tables_sql(dom, SUBSETS, "events", "oracle")
