@@ -702,6 +702,7 @@ from matmech.results.labels import release_labels  # noqa: E402
 from matmech.release import release_factored  # noqa: E402
 from matmech.plans.residual import residual_error  # noqa: E402
 from matmech.sources.tables import marginal_tables  # noqa: E402
+from matmech.sources import given_tables as G  # noqa: E402
 from matmech.linalg.terms import marginal_workload  # noqa: E402
 from matmech.io import declare as D  # noqa: E402
 from matmech.run.discover import Discovery, discover_categories  # noqa: E402
@@ -853,6 +854,30 @@ def _labels(r):
 
 
 _NEW = dict(group="new")
+
+
+def _given_domain():
+    return mm.Domain(
+        (integer_range("a", 0, 2), categories("b", ["x", "y"], other="?", policy="other"))
+    )
+
+
+def _given_result():
+    """The result of tables_sql for the tables (0,) and (0, 1), run by DuckDB."""
+    import duckdb
+    import pandas as pd
+
+    con = duckdb.connect()
+    con.register("t", pd.DataFrame({"a": [0, 1, 2, 2, 1], "b": ["x", "y", "z", "x", "x"]}))
+    try:
+        return con.execute(G.tables_sql(_given_domain(), [(0,), (0, 1)], "t")).fetchdf()
+    finally:
+        con.close()
+
+
+def _sql(r):
+    return _expect(isinstance(r, str) and "GROUPING SETS" in r, r)
+
 
 NEW_ENTRIES = [
     # streams (matmech.stream; docs/guide/streams.md)
@@ -1068,6 +1093,30 @@ NEW_ENTRIES = [
         marginal_tables,
         dict(data=_CODES, domain=(3, 3, 3, 3), subsets=[(0, 1), (2,)]),
         lambda r: _expect(isinstance(r, dict) and r and all(v.min() >= 0 for v in r.values()), r),
+        **_NEW,
+    ),
+    # tables computed elsewhere (docs/guide/where-the-data-lives.md)
+    Entry(
+        "given_tables.tables_sql",
+        G.tables_sql,
+        dict(domain=_given_domain(), subsets=[(0,), (0, 1)], source_sql="t", dialect="duckdb"),
+        _sql,
+        **_NEW,
+    ),
+    Entry(
+        "given_tables.read_tables",
+        G.read_tables,
+        dict(data=_given_result(), domain=_given_domain(), subsets=[(0, 1)]),
+        lambda r: _expect(isinstance(r, dict) and int(r[(0, 1)].sum()) == 5, r),
+        none_ok=("subsets",),
+        files=True,
+        **_NEW,
+    ),
+    Entry(
+        "given_tables.workload_tables",
+        G.workload_tables,
+        dict(W=_marginals_w(), d=4),
+        lambda r: _expect(r == list(itertools.combinations(range(4), 2)), r),
         **_NEW,
     ),
     Entry(
@@ -1528,6 +1577,7 @@ PUBLIC_MODULES = {
     "matmech.release": ("release_factored", "release_marginals"),
     "matmech.plans.residual": ("residual_error",),
     "matmech.sources.tables": ("marginal_tables",),
+    "matmech.sources.given_tables": ("tables_sql", "read_tables", "workload_tables"),
     "matmech.results.labels": ("release_labels",),
 }
 #: Records and protocols of those modules (covered through the entries that use them).

@@ -29,7 +29,9 @@ import os
 
 import numpy as np
 
+from matmech import validate
 from matmech.io.domain import Domain
+from matmech.linalg.linop import LinOp
 from matmech.linalg.terms import as_terms
 from matmech.sources.engine_sql import Dialect, code_query
 from matmech.sources.grouping import MISS, grouping_sets, refuse_defects
@@ -43,16 +45,25 @@ def _check_domain(domain):
         raise TypeError(f"domain must be a matmech.io.domain.Domain, got {type(domain).__name__}")
 
 
+def _subsets(domain, subsets):
+    return [domain.check_subset(s) for s in validate.sequence(subsets, "subsets")]
+
+
 def workload_tables(W, d: int) -> list[tuple[int, ...]]:
     """The attribute subsets of the tables a release of W reads (data-independent): for each
     Kronecker term of W the attributes it does not sum over (for a union of marginals, its
     marginals), keeping the largest only, since a table inside another is summed out of it
     (:func:`~matmech.sources.tables.maximal_subsets`); the full table on all ``d``
     attributes when W has no Kronecker terms."""
+    if not isinstance(W, LinOp):
+        raise TypeError(f"W must be a matmech LinOp (a workload), got {type(W).__name__}")
+    d = validate.size(d, "d", limit=None, bytes_per=64, what="the list of d attributes")
     try:
         terms = as_terms(W, name="W")
     except (TypeError, ValueError):
         return [tuple(range(d))]
+    if len(terms.domain) != d:
+        raise ValueError(f"W has {len(terms.domain)} attribute(s), not d={d}")
     used = [tuple(i for i, k in enumerate(ks) if k != "T") for ks in terms.kinds]
     return sorted(maximal_subsets(used))
 
@@ -69,7 +80,7 @@ def tables_sql(domain, subsets, source_sql, dialect="duckdb", *, types=None) -> 
             "source_sql must be the records' table name or a FROM item (a non-empty string), "
             f"got {source_sql!r}"
         )
-    wanted = [domain.check_subset(s) for s in subsets]
+    wanted = _subsets(domain, subsets)
     sets = grouping_sets(domain, wanted)
     d = Dialect(dialect)
     codes = code_query(domain, source_sql, dialect, types=types)
@@ -173,7 +184,7 @@ def read_tables(data, domain, subsets=None) -> dict:
     found = {
         int(m): tuple(j for j in range(len(names)) if (int(m) >> j) & 1) for m in np.unique(mask)
     }
-    for s in [] if subsets is None else [domain.check_subset(s) for s in subsets]:
+    for s in [] if subsets is None else _subsets(domain, subsets):
         if not any(set(s) <= set(k) for k in found.values()):
             raise ValueError(f"no table given for attributes {tuple(sorted(s))} nor for a superset")
     for j, a in enumerate(domain.attributes):  # the "error" policies, in every table holding j
