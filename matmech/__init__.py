@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.privacy.measure import Measurement, measure
     from matmech.release import Release, release, release_table
     from matmech.svt.select import Selection, select_rows
+    from matmech.synthesis import Synthetic, synthesize, synthesize_adaptive
 
 __all__ = [
     "workloads",
@@ -86,6 +87,9 @@ __all__ = [
     "SpecError",
     "load_spec",
     "Domain",
+    "synthesize",
+    "synthesize_adaptive",
+    "Synthetic",
 ]
 
 #: The selection primitives live in :mod:`matmech.svt` (issue 22: ``matmech`` exports the data
@@ -138,6 +142,9 @@ _LAZY = {
     "release_table": "matmech.release",
     "Selection": "matmech.svt.select",
     "select_rows": "matmech.svt.select",
+    "Synthetic": "matmech.synthesis",
+    "synthesize": "matmech.synthesis",
+    "synthesize_adaptive": "matmech.synthesis",
 }
 
 

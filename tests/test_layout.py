@@ -42,8 +42,9 @@ LAYERS = [
     ["svt", "inference"],
     ["io"],
     ["record", "stream.engine"],
+    ["estimators"],
     ["factored", "pipeline"],
-    ["release", "stream.state", "stream.release"],
+    ["release", "synthesis", "stream.state", "stream.release"],
     ["cli", "stream.cli", "stream", "__main__"],
 ]
 
@@ -61,6 +62,7 @@ READS_DATA = [
     "io.discover",
     "record",
     "release",
+    "synthesis",
     "factored",
     "pipeline",
     "cli",

@@ -1,0 +1,367 @@
+"""Consistent tables and synthetic records (issue 35): from a release, or by an adaptive
+select-measure-fit mechanism under one budget.
+
+:func:`synthesize` is post-processing: it hands a release's measurement records to a
+graphical model (:mod:`matmech.estimators.graphical`, private-pgm's ``mbi``) and samples
+records from it. No data is read and nothing is spent.
+
+:func:`synthesize_adaptive` reads the data. Under one zCDP budget ρ it runs AIM's loop
+(McKenna, Mullins, Sheldon, Miklau, "AIM: an adaptive and iterative mechanism for
+differentially private synthetic data", VLDB 2022, Alg. 1) with matmech's parts:
+
+1. measure every 1-way marginal (``init`` share of ρ) with :func:`matmech.release` (the
+   residual plan, exact discrete Gaussian noise);
+2. each round, pick marginals one at a time by permute-and-flip (the exact exponential
+   mechanism of :func:`matmech.svt.topc.exponential_top_c`; score sensitivity 1) among the
+   candidates (every workload marginal and its subsets that keep the model's junction tree
+   under ``max_model_cells``), each pick's ε charged to the budget first; a candidate's score
+   is AIM's: ‖M_c x − M_c p̂‖₁ − √(2/π)·σ·|c| (the current model p̂'s error minus the noise
+   the measurement would add), σ the std a cell of it would get in this round;
+3. measure the round's picks together with :func:`matmech.release` (the residual planner's
+   optimum for their union, Xiao et al. 2023) and refit the model on every record so far.
+
+Privacy: each pick is an :class:`~matmech.privacy.events.ExponentialMechanism` event of
+ε = √(2ρ_pick) (ρ = ε²/2: charged as pure ε, never the tighter bounded-range ε²/8), each
+measurement the release's discrete Gaussian event; everything is charged to ``budget``
+(default ``PrivacyBudget(eps, delta)``, accountant ``"zcdp"``) before its noise, and the
+shares add up to what the budget had left. The scores' true marginals are read once, before
+the first spend; no branch depends on them except through the picks (DP outputs).
+
+No error bars: the model's tables are biased estimates without a known law; neither result
+carries an interval (docs/guide/synthetic-data.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from matmech.estimators.graphical import GraphicalModel, fit_model, load_mbi
+from matmech.privacy import noise
+from matmech.privacy.budget import PrivacyBudget, check_budget
+from matmech.privacy.events import ExponentialMechanism
+
+__all__ = ["Synthetic", "synthesize", "synthesize_adaptive"]
+
+
+@dataclass(frozen=True, eq=False)
+class Synthetic:
+    """Consistent tables and synthetic records.
+
+    ``model``: the fitted :class:`~matmech.estimators.graphical.GraphicalModel`
+    (``table(attributes)``: its marginal in counts, non-negative, consistent, summing to
+    ``model.total``); ``codes``: the synthetic records (records × attributes int64 codes, the
+    domain's order); ``records``: the same as a pandas DataFrame with the declared domain's
+    labels (codes when the domain has none); ``measurements``: the records fitted;
+    ``events``: the privacy events charged to make them (empty for :func:`synthesize`).
+    No intervals: none is given for a consistent table's cells.
+    """
+
+    model: GraphicalModel
+    codes: np.ndarray = field(repr=False)
+    domain: Any = field(repr=False)
+    measurements: tuple = field(default=(), repr=False)
+    events: tuple = field(default=(), repr=False)
+    picks: tuple = ()
+
+    def table(self, attributes) -> np.ndarray:
+        """The model's marginal on ``attributes`` (names or indices, axes in that order)."""
+        return self.model.table(attributes)
+
+    @property
+    def records(self):
+        """The synthetic records as a pandas DataFrame, labelled by the declared domain."""
+        import pandas as pd
+
+        attrs = getattr(self.domain, "attributes", None)
+        cols = {}
+        for j, name in enumerate(self.model.names):
+            c = self.codes[:, j]
+            if attrs is None:
+                cols[name] = c
+            else:
+                labels = np.array([attrs[j].value_label(k) for k in range(attrs[j].size)])
+                cols[name] = labels[c]
+        return pd.DataFrame(cols)
+
+
+def _names_sizes(domain, records) -> tuple[tuple, tuple, Any]:
+    """(names, sizes, the domain kept for labels) from a Domain, a {name: size} mapping,
+    a sequence of sizes, or (None) the records' own domain."""
+    if domain is None:
+        doms = {r.domain for r in records if r.domain is not None}
+        if len(doms) != 1:
+            raise ValueError(
+                "the records do not name one product domain; pass domain= (a matmech Domain, "
+                "a {name: size} mapping or the attribute sizes)"
+            )
+        domain = doms.pop()
+    if hasattr(domain, "names") and hasattr(domain, "sizes"):
+        return tuple(domain.names), tuple(int(s) for s in domain.sizes), domain
+    if isinstance(domain, Mapping):
+        return tuple(domain), tuple(int(s) for s in domain.values()), None
+    try:
+        sizes = tuple(int(s) for s in domain)
+    except TypeError:
+        raise TypeError(
+            f"domain must be a matmech Domain, a {{name: size}} mapping or a sequence of sizes, "
+            f"got {type(domain).__name__}"
+        ) from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"attribute sizes must be positive integers, got {sizes}")
+    return tuple(f"a{i}" for i in range(len(sizes))), sizes, None
+
+
+def _records_of(measured) -> tuple:
+    if hasattr(measured, "measurements"):
+        return tuple(measured.measurements)
+    out: list = []
+    for m in measured:
+        out.extend(m.measurements if hasattr(m, "measurements") else (m,))
+    return tuple(out)
+
+
+def _n_records(n, model) -> int:
+    if n is None:
+        return max(0, int(round(model.total)))
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a non-negative integer number of records, got {n!r}")
+    return int(n)
+
+
+def synthesize(
+    measured,
+    *,
+    domain=None,
+    n: int | None = None,
+    total: float | None = None,
+    iters: int = 1000,
+    rng=None,
+) -> Synthetic:
+    """Consistent tables and ``n`` synthetic records from released measurements → :class:`Synthetic`.
+
+    ``measured``: a :class:`~matmech.record.Release` (or several, or their
+    :class:`~matmech.record.MeasurementRecord` s) whose records act on marginals: the
+    factored releases (residual, marginal tables, Kronecker) and histogram releases over a
+    product ``domain``. ``domain``: a :class:`~matmech.io.domain.Domain` (its labels go into
+    ``records``), a {name: size} mapping or the sizes; None takes the records' own sizes.
+    ``n``: records to draw (default: the model's total, rounded). ``total``: a known record
+    count the tables sum to (default: estimated from the records). ``iters``: mbi's
+    mirror-descent iterations. ``rng``: None (secure source) or a numpy Generator for the
+    records' randomness (reproducible).
+
+    Post-processing only: nothing is read or spent. No error bars are given for the tables
+    or the records. Needs the ``synth`` extra (``pip install 'matmech-dp[synth]'``).
+    """
+    records = _records_of(measured)
+    if not records:
+        raise ValueError("nothing was measured: no records to fit a model to")
+    noise.check_rng(rng)
+    names, sizes, dom = _names_sizes(domain, records)
+    model = fit_model(records, names=names, sizes=sizes, total=total, iters=iters)
+    codes = model.sample(_n_records(n, model), rng=rng)
+    return Synthetic(model, codes, dom, records)
+
+
+# ------------------------------------------------------------------ the adaptive mechanism
+
+
+def _subsets_of(cliques):
+    out = set()
+    for c in cliques:
+        for k in range(1, len(c) + 1):
+            out.update(itertools.combinations(c, k))
+    return sorted(out, key=lambda c: (len(c), c))
+
+
+def _tree(names, sizes, cliques) -> tuple[int, list]:
+    """(cells, nodes as index sets) of the junction tree of ``cliques`` (by index)."""
+    mbi, _ = load_mbi()
+    dom = mbi.Domain(names, sizes)
+    jtree, _ = mbi.junction_tree.make_junction_tree(
+        dom, [tuple(names[i] for i in c) for c in cliques]
+    )
+    nodes = [{names.index(a) for a in node} for node in jtree.nodes]
+    return sum(math.prod(sizes[i] for i in node) for node in nodes), nodes
+
+
+def _check_workload(workload, d) -> list[tuple[int, ...]]:
+    out = []
+    for c in workload:
+        t = tuple(sorted(int(i) for i in c))
+        if not t or len(set(t)) != len(t) or not all(0 <= i < d for i in t):
+            raise ValueError(
+                f"a workload marginal is a non-empty set of attribute indices in 0..{d - 1}, got {c!r}"
+            )
+        out.append(t)
+    if not out:
+        raise ValueError("the workload has no marginals")
+    return sorted(set(out))
+
+
+def synthesize_adaptive(
+    data,
+    domain,
+    *,
+    eps: float | None = None,
+    delta: float | None = None,
+    budget: PrivacyBudget | None = None,
+    workload: Sequence[Sequence[int]] | None = None,
+    rounds: int = 2,
+    picks: int | None = None,
+    init: float = 0.1,
+    select: float = 0.1,
+    max_model_cells: int = 1 << 22,
+    iters: int = 300,
+    n: int | None = None,
+    rng=None,
+) -> Synthetic:
+    """AIM's adaptive select-measure-fit loop on matmech's plans (module docstring) → :class:`Synthetic`.
+
+    ``data``: records (a records × attributes code array), marginal tables, or a table/file
+    read with ``domain`` (a :class:`~matmech.io.domain.Domain`); ``domain`` may also be a
+    {name: size} mapping or the sizes for a code array. ``eps``, ``delta`` (> 0): the total,
+    charged to a new ``PrivacyBudget(eps, delta)`` (zCDP accountant); or ``budget``: a zCDP
+    budget (or share) whose remaining ρ is all spent. ``workload``: the marginals the records
+    should answer (attribute-index tuples; default every 3-way marginal of at most 10,000
+    cells, or every 2-way one with fewer than 3 attributes). ``rounds``: select-measure-fit
+    rounds after the 1-way measurement; ``picks``: marginals picked per round (default: the
+    number of attributes); ``init`` / ``select``: the shares of ρ for the 1-way marginals and
+    for all the picks (the rest measures the picks, split evenly over the rounds).
+    ``max_model_cells``: the largest junction tree (cells) a pick may make. ``iters``: mbi's
+    iterations per fit (the last fit: 3×). ``n``: records to draw (default the model's total).
+    ``rng``: None (secure) or a numpy Generator (reproducible, NOT secure).
+
+    Raises ValueError/TypeError before anything is spent on bad input;
+    :class:`~matmech.privacy.budget.BudgetExceededError` when the budget cannot pay.
+    """
+    from matmech import workloads as W
+    from matmech.pipeline.source import as_source
+    from matmech.release import release
+    from matmech.privacy.params import check_privacy_params
+    from matmech.svt.topc import em_calibration, exponential_top_c
+
+    load_mbi()  # the extra is there before anything is spent
+    check_budget(budget)
+    noise.check_rng(rng)
+    if budget is None:
+        if eps is None or delta is None or not delta > 0:
+            raise ValueError(
+                "give eps and delta > 0 (Gaussian noise under zCDP), or a zCDP budget= to spend"
+            )
+        budget = PrivacyBudget(eps, delta, accountant="zcdp")
+    elif eps is not None or delta is not None:
+        raise ValueError("give either eps and delta or budget=, not both")
+    rho = budget.remaining_rho
+    if rho is None or not rho > 0:
+        raise ValueError(
+            "the budget has no zCDP capacity left (use a budget with delta > 0 and the 'zcdp' "
+            "accountant)"
+        )
+    names, sizes, dom = _names_sizes(domain, ())
+    d = len(sizes)
+    for what, v in (("init", init), ("select", select)):
+        if not (isinstance(v, (int, float)) and 0 < v < 1):
+            raise ValueError(f"{what} must be a share of the budget in (0, 1), got {v!r}")
+    if not init + select < 1:
+        raise ValueError(f"init + select must leave a share to measure, got {init} + {select}")
+    for what, v in (("rounds", rounds), ("iters", iters), ("max_model_cells", max_model_cells)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{what} must be a positive integer, got {v!r}")
+    picks = d if picks is None else picks
+    if isinstance(picks, bool) or not isinstance(picks, int) or picks < 1:
+        raise ValueError(f"picks must be a positive integer, got {picks!r}")
+    if workload is None:
+        k = 3 if d >= 3 else min(2, d)
+        workload = [
+            c
+            for c in itertools.combinations(range(d), k)
+            if math.prod(sizes[i] for i in c) <= 10_000
+        ] or [tuple(range(d))[:k]]
+    cliques = _check_workload(workload, d)
+    candidates = [c for c in _subsets_of(cliques) if len(c) >= 2]
+
+    # the true marginals of every candidate: read once, before any spend
+    source = as_source(data, dom)
+    truth = {c: np.asarray(t, dtype=float) for c, t in source.marginals(sizes, candidates).items()}
+
+    shares = budget.split([init, select] + [(1 - init - select) / rounds] * rounds)
+    records: list = []
+    events: list = []
+
+    def measure(subsets, share):
+        rel = release(
+            data,
+            W.marginals(sizes, attrs=list(subsets)),
+            budget=share,
+            strategy="residual",
+            rng=rng,
+            domain=dom,
+        )
+        records.extend(rel.measurements)
+        events.extend(rel.events)
+
+    n_picks = rounds * picks
+    rho_pick = (shares[1].remaining_rho or 0.0) / n_picks
+    eps_pick = math.sqrt(2 * rho_pick) * (1 - 1e-9)  # ρ = ε²/2 rounded up must fit
+    # every share must make a valid mechanism: refused here, before the first spend
+    em_calibration(c=1, eps=eps_pick)
+    for share in shares[:1] + shares[2:]:
+        target = share.target()
+        check_privacy_params(target.eps, target.delta)
+
+    measure([(i,) for i in range(d)], shares[0])
+    model = fit_model(records, names=names, sizes=sizes, iters=iters)
+    measured: list[tuple[int, ...]] = [(i,) for i in range(d)]
+    chosen: list[tuple[int, ...]] = []
+    too_big: set = set()
+    for r in range(rounds):
+        share = shares[2 + r]
+        round_picks: list[tuple[int, ...]] = []
+        tables: dict = {}  # the model's marginals (fixed within a round)
+        sigma = math.sqrt(picks / (2 * (share.remaining_rho or 0.0)))  # a cell's std, roughly
+        for _ in range(picks):
+            _, nodes = _tree(names, sizes, measured + round_picks)
+            ok = []
+            for c in candidates:
+                if c in too_big or c in chosen or c in round_picks:
+                    continue
+                inside = any(set(c) <= node for node in nodes)  # the tree does not grow
+                if (
+                    not inside
+                    and _tree(names, sizes, measured + round_picks + [c])[0] > max_model_cells
+                ):
+                    too_big.add(c)  # trees only grow: never again
+                    continue
+                ok.append(c)
+            if not ok:
+                break
+            est = {
+                c: tables[c] if c in tables else tables.setdefault(c, model.table(c)) for c in ok
+            }
+            scores = [
+                float(np.abs(truth[c] - est[c]).sum())
+                - math.sqrt(2 / math.pi) * sigma * truth[c].size
+                for c in ok
+            ]
+            ev = ExponentialMechanism(eps_pick)
+            shares[1].spend_events([ev], what="synthesize_adaptive: pick a marginal")
+            events.append(ev)
+            pick = ok[int(exponential_top_c(scores, 1, eps_pick, rng=rng).positions[0])]
+            round_picks.append(pick)
+        if not round_picks:
+            break
+        measure(round_picks, share)
+        chosen.extend(round_picks)
+        measured.extend(round_picks)
+        last = r == rounds - 1
+        model = fit_model(
+            records, names=names, sizes=sizes, iters=3 * iters if last else iters, warm_start=model
+        )
+    codes = model.sample(_n_records(n, model), rng=rng)
+    return Synthetic(model, codes, dom, tuple(records), tuple(events), tuple(chosen))
