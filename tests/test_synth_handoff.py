@@ -190,3 +190,27 @@ def test_bad_records_are_refused_with_clear_messages():
         model.table(["z"])
     with pytest.raises(ValueError, match="n must be"):
         model.sample(-1)
+
+
+def test_a_model_too_large_to_fit_is_refused_before_any_work():
+    sizes = (10,) * 8
+    X = np.random.default_rng(0).integers(0, 10, (200, 8))
+    rel = matmech.release(X, W.marginals(sizes, 2), 1.0, 1e-6, rng=np.random.default_rng(0))
+    names = tuple(f"v{i}" for i in range(8))
+    with pytest.raises(ValueError, match="junction tree"):  # all pairs close into one clique
+        fit_model(rel.measurements, names=names, sizes=sizes, max_cells=10**6)
+
+
+def test_model_tables_match_mbi_own_inference():
+    """The numpy variable elimination against mbi's projection, on sets inside and across
+    the model's cliques."""
+    X = _records(200)
+    rel = matmech.release(
+        X, W.marginals(SIZES, attrs=[(0, 1), (1, 2)]), 1.0, 1e-6, rng=np.random.default_rng(6)
+    )
+    model = fit_model(rel.measurements, names=NAMES, sizes=SIZES, iters=100)
+    _, jax = load_mbi()
+    for attrs in [("a",), ("c", "a"), ("a", "b", "c"), ("b", "c")]:
+        with jax.enable_x64(True):
+            ref = np.asarray(model.model.project(attrs).datavector(flatten=False))
+        np.testing.assert_allclose(model.table(attrs), ref, rtol=1e-6, atol=1e-9)

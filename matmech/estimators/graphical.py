@@ -46,6 +46,8 @@ __all__ = [
     "total_estimate",
     "fit_model",
     "MBI_MISSING",
+    "MAX_MODEL_CELLS",
+    "model_cells",
     "load_mbi",
 ]
 
@@ -54,6 +56,9 @@ MBI_MISSING = (
     "consistent tables and synthetic records need private-pgm's mbi (JAX): "
     "pip install 'matmech-dp[synth]'"
 )
+
+#: Largest graphical model (cells of its junction tree: 8 bytes each, several copies) fitted.
+MAX_MODEL_CELLS = 1 << 25
 
 #: Largest dense query (entries) a record with no Kronecker structure is handed over as.
 MAX_DENSE_QUERY = 1 << 24
@@ -316,6 +321,12 @@ def eliminate(factors, query: tuple, sizes: dict) -> np.ndarray:
     return np.broadcast_to(logp, shape).copy()
 
 
+def model_cells(dom, cliques, mbi) -> int:
+    """Cells of the junction tree of ``cliques`` (attribute names) over the mbi Domain ``dom``."""
+    jtree, _ = mbi.junction_tree.make_junction_tree(dom, [tuple(c) for c in cliques])
+    return sum(math.prod(dom[a] for a in node) for node in jtree.nodes)
+
+
 def _uniforms(src, n: int) -> np.ndarray:
     """n uniforms in [0, 1) from the random source (53 bits each)."""
     return (src.words64(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
@@ -351,12 +362,15 @@ def fit_model(
     total: float | None = None,
     iters: int = 1000,
     warm_start: GraphicalModel | None = None,
+    max_cells: int = MAX_MODEL_CELLS,
 ) -> GraphicalModel:
     """Fit mbi's Markov random field to ``records`` (module docstring) → :class:`GraphicalModel`.
 
     ``total``: the record count the tables sum to (a public or released figure); None takes
     the records' own estimate (ValueError when they have none). ``iters``: mirror-descent
     iterations. ``warm_start``: a model fitted earlier on the same domain (the adaptive loop).
+    ``max_cells``: the largest model (cells of its junction tree) fitted; a larger one is
+    refused before any work.
     """
     records = tuple(records)
     if not records:
@@ -381,6 +395,13 @@ def fit_model(
     with jax.enable_x64(True):
         ms = linear_measurements(records, names=names, sizes=sizes)
         dom = mbi.Domain(names, sizes)
+        cells = model_cells(dom, [m.clique for m in ms if m.clique], mbi)
+        if cells > max_cells:
+            raise ValueError(
+                f"the measured attribute sets make a graphical model of {cells:,} cells (its "
+                f"junction tree), more than max_cells={max_cells:,}: measure fewer or smaller "
+                "marginals (a union of overlapping marginals closes into large cliques)"
+            )
         model = mbi.estimation.MirrorDescent().estimate(
             dom,
             ms,
