@@ -46,7 +46,12 @@ from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget, check_budget
 from matmech.privacy.events import ExponentialMechanism
 
-__all__ = ["Synthetic", "synthesize", "synthesize_adaptive"]
+__all__ = ["Synthetic", "synthesize", "synthesize_adaptive", "SCORE_BOUND"]
+
+#: The declared bound on a pick's score (an L1 distance of counts is at most 2·N, and N at
+#: most matmech's default declared record bound 2**32; the noise penalty is subtracted): scores
+#: are clipped to it, so nothing after the pick's spend checks a data-dependent magnitude.
+SCORE_BOUND = 2.0**34
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,7 +315,7 @@ def synthesize_adaptive(
     rho_pick = (shares[1].remaining_rho or 0.0) / n_picks
     eps_pick = math.sqrt(2 * rho_pick) * (1 - 1e-9)  # ρ = ε²/2 rounded up must fit
     # every share must make a valid mechanism: refused here, before the first spend
-    em_calibration(c=1, eps=eps_pick)
+    em_calibration(c=1, eps=eps_pick, value_bound=SCORE_BOUND)
     for share in shares[:1] + shares[2:]:
         target = share.target()
         check_privacy_params(target.eps, target.delta)
@@ -352,7 +357,9 @@ def synthesize_adaptive(
             ev = ExponentialMechanism(eps_pick)
             shares[1].spend_events([ev], what="synthesize_adaptive: pick a marginal")
             events.append(ev)
-            pick = ok[int(exponential_top_c(scores, 1, eps_pick, rng=rng).positions[0])]
+            clipped = np.clip(scores, -SCORE_BOUND, SCORE_BOUND)  # the declared bound: no check
+            drawn = exponential_top_c(clipped, 1, eps_pick, rng=rng, value_bound=SCORE_BOUND)
+            pick = ok[int(drawn.positions[0])]
             round_picks.append(pick)
         if not round_picks:
             break

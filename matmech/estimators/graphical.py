@@ -30,10 +30,12 @@ up and large ones down) and their error depends on the unknown data; no interval
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -196,14 +198,15 @@ def total_estimate(records, *, sizes: Sequence[int]) -> tuple[float, float] | No
     est, var = [], []
     for r in records:
         factors, kron = _factors(r, sizes)
-        cs = [_ones_coefficients(M) for M in factors]
-        if any(c is None for c in cs):
-            continue
-        c = cs[0]
-        for ci in cs[1:]:
+        c = np.ones(1)
+        for M in factors:
+            ci = _ones_coefficients(M)
+            if ci is None:
+                break
             c = np.kron(c, ci)
-        est.append(float(c @ np.asarray(r.values, dtype=float)))
-        var.append(float(c**2 @ np.asarray(r.variance, dtype=float)))
+        else:
+            est.append(float(c @ np.asarray(r.values, dtype=float)))
+            var.append(float(c**2 @ np.asarray(r.variance, dtype=float)))
     if not est:
         return None
     w = 1.0 / np.asarray(var)
@@ -221,7 +224,7 @@ class GraphicalModel:
     sizes: tuple
     total: float
     cliques: tuple
-    model: object = field(repr=False)
+    model: Any = field(repr=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def _names(self, attributes) -> tuple:
@@ -292,7 +295,7 @@ def _aligned(attrs: tuple, table: np.ndarray, union: tuple) -> np.ndarray:
     return t.reshape([table.shape[attrs.index(a)] if a in attrs else 1 for a in union])
 
 
-def _union_cells(facs, a, sizes) -> int:
+def _union_cells(facs, a, *, sizes) -> int:
     return math.prod(sizes[b] for b in {b for attrs, _ in facs if a in attrs for b in attrs})
 
 
@@ -303,7 +306,7 @@ def eliminate(factors, query: tuple, sizes: dict) -> np.ndarray:
     facs = list(factors)
     elim = {a for attrs, _ in facs for a in attrs} - set(query)
     while elim:
-        a = min(sorted(elim), key=lambda a, fs=facs: _union_cells(fs, a, sizes))
+        a = min(sorted(elim), key=functools.partial(_union_cells, facs, sizes=sizes))
         elim.discard(a)
         hit = [f for f in facs if a in f[0]]
         facs = [f for f in facs if a not in f[0]]
