@@ -50,17 +50,23 @@ def _marginal(X, attrs):
 
 def _releases(X):
     """Records of every kind that acts on marginals: residual (Gaussian), marginal tables
-    (Laplace), the histogram path over the whole domain."""
+    (Laplace), generalised marginals (prefix factors), the histogram path over the whole
+    domain."""
     rng = np.random.default_rng(1)
     W2 = W.marginals(SIZES, 2)
+    Wg = W.stack(
+        W.kron(W.identity(2), W.prefix(3), W.total(4)),
+        W.kron(W.total(2), W.prefix(3), W.identity(4)),
+    )
     return {
+        "gmarginal": matmech.release(X, Wg, 1.0, 1e-6, strategy="gmarginals", rng=rng),
         "residual": matmech.release(X, W2, 1.0, 1e-6, rng=rng),
         "tables": matmech.release(X, W2, 1.0, 0.0, rng=rng),
         "histogram": matmech.release(_hist(X), W2, 1.0, 1e-6, strategy="identity", rng=rng),
     }
 
 
-@pytest.mark.parametrize("kind", ["residual", "tables", "histogram"])
+@pytest.mark.parametrize("kind", ["residual", "tables", "gmarginal", "histogram"])
 def test_linear_measurements_match_the_dense_expectation_and_std(kind):
     mbi, jax = load_mbi()
     X = _records()
@@ -90,7 +96,7 @@ def test_linear_measurements_match_the_dense_expectation_and_std(kind):
             assert m.query.op_norm_sq() >= np.linalg.norm(Qw, 2) ** 2 * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("kind", ["residual", "tables", "histogram"])
+@pytest.mark.parametrize("kind", ["residual", "tables", "gmarginal", "histogram"])
 def test_total_estimate_is_exact_on_noiseless_records_and_unbiased_in_form(kind):
     X = _records()
     rel = _releases(X)[kind]
