@@ -361,7 +361,7 @@ def synthesize_adaptive(
             drawn = exponential_top_c(clipped, 1, eps_pick, rng=rng, value_bound=SCORE_BOUND)
             pick = ok[int(drawn.positions[0])]
             round_picks.append(pick)
-        if not round_picks:
+        if not round_picks:  # every candidate is measured or too large: no more rounds
             break
         measure(round_picks, share)
         chosen.extend(round_picks)
@@ -370,5 +370,17 @@ def synthesize_adaptive(
         model = fit_model(
             records, names=names, sizes=sizes, iters=3 * iters if last else iters, warm_start=model
         )
+    # shares left by a loop that ran out of candidates (a decision on the picks, DP outputs):
+    # measure what was chosen (or the 1-way marginals) again, so the budget is spent as declared
+    left = [sh for sh in shares[1:] if (sh.remaining_rho or 0.0) >= rho_pick]
+    if left:
+        for sh in left:
+            target = sh.target()
+            try:
+                check_privacy_params(target.eps, target.delta)
+            except ValueError:  # too little to measure with: left unspent, never overspent
+                continue
+            measure(chosen or [(i,) for i in range(d)], sh)
+        model = fit_model(records, names=names, sizes=sizes, iters=3 * iters, warm_start=model)
     codes = model.sample(_n_records(n, model), rng=rng)
     return Synthetic(model, codes, dom, tuple(records), tuple(events), tuple(chosen))

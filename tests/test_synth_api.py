@@ -131,3 +131,14 @@ def test_adaptive_refuses_an_overspend_before_any_noise():
         matmech.synthesize_adaptive(X, SIZES, eps=1.0, delta=0.0)
     with pytest.raises(ValueError, match="workload marginal"):
         matmech.synthesize_adaptive(X, SIZES, eps=1.0, delta=1e-6, workload=[(0, 9)])
+
+
+def test_adaptive_spends_the_budget_when_candidates_run_out():
+    X = _records(300)
+    budget = matmech.PrivacyBudget(1.0, 1e-6, accountant="zcdp")
+    s = matmech.synthesize_adaptive(
+        X, SIZES, budget=budget, workload=[(0, 1)], rounds=3, picks=2, iters=30,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    assert s.picks == ((0, 1),)  # one candidate only: the loop stops after one pick
+    assert budget.remaining_rho == pytest.approx(0.0, abs=1e-6 * budget.total_rho)
