@@ -20,6 +20,11 @@ differentially private synthetic data", VLDB 2022, Alg. 1) with matmech's parts:
 3. measure the round's picks together with :func:`matmech.release` (the residual planner's
    optimum for their union, Xiao et al. 2023) and refit the model on every record so far.
 
+The number of picks is cut when the budget is small: at most the K whose measurement noise
+on the smallest candidate (expected L1 √(2/π)·σ_K·|c|, σ_K = √(K/2ρ_measure)) stays under a
+quarter of the fitted total N̂ (a released figure). Shares a short loop leaves are measured
+again on what was picked, so the budget is spent as declared.
+
 Privacy: each pick is an :class:`~matmech.privacy.events.ExponentialMechanism` event of
 ε = √(2ρ_pick) (ρ = ε²/2: charged as pure ε, never the tighter bounded-range ε²/8), each
 measurement the release's discrete Gaussian event; everything is charged to ``budget``
@@ -325,12 +330,27 @@ def synthesize_adaptive(
     measured: list[tuple[int, ...]] = [(i,) for i in range(d)]
     chosen: list[tuple[int, ...]] = []
     too_big: set = set()
+    # how many picks the budget can measure usefully: the most K whose noise on the smallest
+    # candidate (expected L1, σ_K = √(K/2ρ_measure) a cell) stays under a quarter of the
+    # model's total N̂ (a released figure); never more than rounds × picks
+    rho_measure = sum(sh.remaining_rho or 0.0 for sh in shares[2:])
+    c_min = min(truth[c].size for c in candidates)
+    n_hat = float(model.total)
+    useful = max(
+        [
+            k
+            for k in range(1, n_picks + 1)
+            if math.sqrt(2 / math.pi) * math.sqrt(k / (2 * rho_measure)) * c_min <= n_hat / 4
+        ],
+        default=1,
+    )
+    picks = min(picks, -(-useful // rounds))
     for r in range(rounds):
         share = shares[2 + r]
         round_picks: list[tuple[int, ...]] = []
         tables: dict = {}  # the model's marginals (fixed within a round)
         sigma = math.sqrt(picks / (2 * (share.remaining_rho or 0.0)))  # a cell's std, roughly
-        for _ in range(picks):
+        for _ in range(min(picks, useful - len(chosen))):
             _, nodes = _tree(names, sizes, measured + round_picks)
             ok = []
             for c in candidates:
