@@ -70,6 +70,36 @@ class Synthetic:
     labels (codes when the domain has none); ``measurements``: the records fitted;
     ``events``: the privacy events charged to make them (empty for :func:`synthesize`).
     No intervals: none is given for a consistent table's cells.
+
+    Parameters
+    ----------
+    model : GraphicalModel
+        The fitted model.
+    codes : numpy.ndarray
+        The synthetic records as codes.
+    domain : Domain or None
+        The declared domain (labels), if one was given.
+    measurements, events, picks : tuple
+        The records fitted, the privacy events charged, the marginals picked.
+
+    Returns
+    -------
+    Synthetic
+        A frozen record, made by :func:`synthesize` or :func:`synthesize_adaptive`.
+
+    Raises
+    ------
+    dataclasses.FrozenInstanceError
+        On any attempt to change a field.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = np.random.default_rng(0).integers(0, 2, (200, 3))
+    >>> rel = release(x, W.marginals((2, 2, 2), 2), 1.0, 1e-6, rng=np.random.default_rng(0))
+    >>> s = synthesize(rel, n=50, iters=20, rng=np.random.default_rng(1))
+    >>> s.codes.shape, bool(s.table((0, 1)).min() >= 0)
+    ((50, 3), True)
     """
 
     model: GraphicalModel
@@ -167,6 +197,44 @@ def synthesize(
 
     Post-processing only: nothing is read or spent. No error bars are given for the tables
     or the records. Needs the ``synth`` extra (``pip install 'matmech-dp[synth]'``).
+
+    Parameters
+    ----------
+    measured : Release, sequence of Release or of MeasurementRecord
+        What was released.
+    domain : Domain, mapping or sequence of int, optional
+        The declared domain (names, sizes, labels).
+    n : int, optional
+        Records to draw.
+    total : float, optional
+        A known record count.
+    iters : int, default 1000
+        mbi's mirror-descent iterations.
+    rng : numpy.random.Generator, optional
+        None (default) for the secure source; a Generator is reproducible.
+
+    Returns
+    -------
+    Synthetic
+        The fitted model, its tables and the synthetic records.
+
+    Raises
+    ------
+    ValueError
+        No records, records that do not act on marginals, a model too large, bad ``n``.
+    TypeError
+        A bad ``domain`` or ``rng``.
+    ImportError
+        mbi is not installed.
+
+    Examples
+    --------
+    >>> from matmech import workloads as W
+    >>> x = np.random.default_rng(0).integers(0, 3, (300, 3))
+    >>> rel = release(x, W.marginals((3, 3, 3), 2), 1.0, 1e-6, rng=np.random.default_rng(0))
+    >>> s = synthesize(rel, domain={"a": 3, "b": 3, "c": 3}, iters=20, rng=np.random.default_rng(1))
+    >>> list(s.records.columns)
+    ['a', 'b', 'c']
     """
     records = _records_of(measured)
     if not records:
@@ -247,8 +315,49 @@ def synthesize_adaptive(
     iterations per fit (the last fit: 3×). ``n``: records to draw (default the model's total).
     ``rng``: None (secure) or a numpy Generator (reproducible, NOT secure).
 
-    Raises ValueError/TypeError before anything is spent on bad input;
-    :class:`~matmech.privacy.budget.BudgetExceededError` when the budget cannot pay.
+    Parameters
+    ----------
+    data : array_like, mapping or data source
+        The records (or their marginal tables, or a table/file with a Domain).
+    domain : Domain, mapping or sequence of int
+        The declared domain.
+    eps, delta : float, optional
+        The total (δ > 0), or leave out and give ``budget``.
+    budget : PrivacyBudget, optional
+        A zCDP budget whose remaining ρ is spent.
+    workload : sequence of tuple of int, optional
+        The marginals the records should answer.
+    rounds, picks : int
+        Rounds after the 1-way measurement; picks per round.
+    init, select : float
+        Shares of ρ for the 1-way marginals and for the picks.
+    max_model_cells, iters, n : int
+        Model size cap, mbi iterations, records to draw.
+    rng : numpy.random.Generator, optional
+        None (default) for secure randomness; a Generator is reproducible, NOT secure.
+
+    Returns
+    -------
+    Synthetic
+        The model, the records, every record measured, the events charged and the picks.
+
+    Raises
+    ------
+    ValueError
+        Bad input, or a budget too small to measure with, before anything is spent.
+    TypeError
+        A bad ``rng``, ``budget`` or ``domain``.
+    BudgetExceededError
+        The budget cannot pay.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).integers(0, 3, (300, 3))
+    >>> b = PrivacyBudget(1.0, 1e-6)
+    >>> s = synthesize_adaptive(x, (3, 3, 3), budget=b, rounds=1, picks=1, iters=20,
+    ...                         rng=np.random.default_rng(0))
+    >>> len(s.picks), b.remaining_rho < 1e-9
+    (1, True)
     """
     from matmech import workloads as W
     from matmech.pipeline.source import as_source
