@@ -115,8 +115,8 @@ def _daily_per_origin(df):
 def yearly_job(rows, *, seed=0):
     """The stream and the 2-way marginals on one (1, 1e-6) budget split in two, under each
     of "basic" and "zcdp": RMSE analytic and measured."""
-    from matmech.factored import release_marginals
-    from matmech.io.engines import marginal_counts
+    from matmech import release_marginals
+    from matmech.sources.engines import marginal_counts
     from matmech.io.specs import load_spec
     from matmech.stream.plan import StreamSpec
     from matmech.stream.release import StreamRelease

@@ -48,8 +48,8 @@ def _child(which, root, data, dom=DOM, order=3):
     import numpy as np
 
     sys.path.insert(0, root)
-    from matmech.factored.release import release_factored
-    from matmech.factored.residual_plan import ResidualPlan
+    from matmech.release import release_factored
+    from matmech.plans.residual import ResidualPlan
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy import noise
 

@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from matmech.io.domain import Domain, numeric_bins
-    from matmech.io.engines import histogram
+    from matmech.sources.engines import histogram
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matmech as mm
 from matmech import workloads as wl
-from matmech.inference import solve
+from matmech.estimators.gls import solve
 from matmech.privacy import noise
 from matmech.privacy.measure import plan_measurement
 

@@ -195,7 +195,7 @@ def carat_bins() -> list[tuple[str, dict]]:
     ref = B.reference(texts)
     try:
         from matmech.io.domain import Domain, numeric_bins
-        from matmech.io.engines import histogram
+        from matmech.sources.engines import histogram
 
         dom = Domain((numeric_bins("carat", lo=0, hi=5, width=0.1, policy="clip"),))
     except Exception as exc:  # noqa: BLE001
@@ -269,8 +269,9 @@ def run_plan_rng_int() -> dict:
     import matmech as mm
     from matmech import strategies as S
     from matmech import workloads as W
-    from matmech.pipeline import run_plan, strategy_plan
-    from matmech.pipeline.source import as_source
+    from matmech.run.runner import run_plan
+    from matmech.plans.strategy import strategy_plan
+    from matmech.sources.source import as_source
 
     b = mm.PrivacyBudget(2.0)
     plan = strategy_plan(W.prefix(8), S.identity(8), 1.0)
@@ -290,7 +291,7 @@ def run_plan_rng_int() -> dict:
 def discover_tab() -> dict:
     """``discover_categories`` on a CSV whose values end in a tab (SQL trim vs Python strip)."""
     import matmech as mm
-    from matmech.io.discover import discover_categories
+    from matmech.run.discover import discover_categories
 
     d = _fresh("tab")
     rows = [["dest"]] + [[f"{c}\t"] for c in ["BOS", "LAX", "SFO", "BOS", "LAX"] * 400]
@@ -501,7 +502,7 @@ def stream_rollback() -> dict:
 
 def spill_flip() -> dict:
     """Two flipped bytes in the spill file of a streamed marginal release."""
-    from matmech.factored import release_marginals
+    from matmech import release_marginals
 
     marginal_workload = _marginal_workload()
 
@@ -548,7 +549,7 @@ def copy_secure_source() -> dict:
 
 
 def _mrel():
-    from matmech.factored import release_marginals
+    from matmech import release_marginals
 
     marginal_workload = _marginal_workload()
 
@@ -636,7 +637,7 @@ def _local_days(flights):
 
 def _day_counts(flights, policy, zone):
     from matmech.io.domain import Domain, categories, time_bins
-    from matmech.io.engines import histogram
+    from matmech.sources.engines import histogram
 
     kw = dict(column="time_hour", policy=policy)
     if zone:

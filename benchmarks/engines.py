@@ -142,7 +142,7 @@ class _Sampler:
 
 
 def run_case(kind, rows, repeats):
-    from matmech.io.engines import histogram
+    from matmech.sources.engines import histogram
 
     domain = _domain()
     pq_path, csv_path = _paths(rows)

@@ -75,9 +75,9 @@ def _codes_via_parquet(domain, records, seed, times):
 
 
 def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
-    from matmech.factored.measure import measure_residuals, plan_residual_measurement
-    from matmech.factored.reconstruct import MarginalReconstructor
-    from matmech.factored.tables import marginal_tables
+    from matmech.measurements.residual import measure_residuals, plan_residual_measurement
+    from matmech.estimators.reconstruct import MarginalReconstructor
+    from matmech.sources.tables import marginal_tables
     from matmech.optimizers.residual import plan_residuals
     from matmech.privacy.budget import PrivacyBudget
 
@@ -131,9 +131,9 @@ def _case(name, domain, records, k, exact_k, eps, delta, seed, out):
 
 
 def _case_pure(name, domain, records, k, eps, seed, out):
-    from matmech.factored.measure import measure_residuals_laplace, plan_residual_laplace
-    from matmech.factored.reconstruct import MarginalReconstructor
-    from matmech.factored.tables import marginal_tables
+    from matmech.measurements.residual import measure_residuals_laplace, plan_residual_laplace
+    from matmech.estimators.reconstruct import MarginalReconstructor
+    from matmech.sources.tables import marginal_tables
     from matmech.optimizers.residual import plan_residuals_laplace
     from matmech.privacy.budget import PrivacyBudget
 
@@ -187,14 +187,14 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
     """A union of Kronecker products of the HDMM suite (adult_W2, loans_W2: prefix factors on
     the numeric attributes inside products) on generated records: optimise a generalised
     marginal strategy, measure it from its marginal tables, answer W by factored GLS
-    (:mod:`matmech.factored.gmarginal_release`, the stages run one by one to time them)."""
+    (:mod:`matmech.plans.gmarginal`, the stages run one by one to time them)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from highdim import load
 
-    from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
-    from matmech.factored.gmarginal_release import gmarginal_strategy
-    from matmech.factored.gmarginal_solve import GMarginalSolver
-    from matmech.factored.tables import marginal_tables
+    from matmech.measurements.gmarginal import measure_gmarginal, plan_gmarginal
+    from matmech.plans.gmarginal import gmarginal_strategy
+    from matmech.estimators.gmarginal_solve import GMarginalSolver
+    from matmech.sources.tables import marginal_tables
     from matmech.linalg.terms import as_terms
     from matmech.optimizers.marginals import GeneralMarginalStrategy
     from matmech.privacy.budget import PrivacyBudget
@@ -268,10 +268,10 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
 
 def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     """Private selection over every cell of the k-way marginals, then only the selected cells
-    measured (matmech.factored.select), never the histogram."""
-    from matmech.factored.release import release_factored
-    from matmech.factored.select import plan_factored_selection, row_values
-    from matmech.factored.tables import marginal_tables
+    measured (matmech.plans.factored_selected), never the histogram."""
+    from matmech.release import release_factored
+    from matmech.plans.factored_selected import plan_factored_selection, row_values
+    from matmech.sources.tables import marginal_tables
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget
 
@@ -323,8 +323,8 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
 def _case_refused(name, domain, records, k, eps, delta, seed, out):
     """A release the residual path refuses up front (its memory estimate is over
     ``max_memory``): how long planning and the refusal take, and the estimate."""
-    from matmech.factored.release import release_factored
-    from matmech.factored.residual_plan import MAX_MEMORY
+    from matmech.release import release_factored
+    from matmech.measurements.residual import MAX_MEMORY
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget
 

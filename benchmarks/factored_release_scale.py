@@ -2,7 +2,7 @@
 
 ResidualPlanner's scale benchmark: plan, measure (count the marginal tables, contrast, exact
 discrete Gaussian) and reconstruct every answer with its std, through
-:func:`matmech.factored.streamed.release_marginals` (bounded memory: the released integers
+:func:`matmech.release.release_marginals` (bounded memory: the released integers
 in RAM when they fit, else in a file; answers reconstructed marginal by marginal and reduced
 to their RMSE). Stage times come from timing wrappers around the release's own calls (the
 planner, the table reader, the batch measurement and the sampler). Each case runs in its own
@@ -84,8 +84,11 @@ class _Timer:
 def _case(name, d, records, seed, spill, secure, delta, k, out):
     """One release of all ≤k-way marginals of d attributes × 10 values: (ε, δ) = (1, delta);
     delta = 0 is the pure-ε release (Laplace tables combined into the residuals)."""
-    from matmech.factored import measure, streamed, streamed_kinds, table_batches
-    from matmech.pipeline import source as pipeline_source
+    from matmech.measurements import residual as measure, table_batches
+    from matmech.plans import streamed
+    from matmech.release import release_marginals as mm_release_marginals
+    from matmech.results import streamed_kinds
+    from matmech.sources import source as pipeline_source
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy import noise
     from matmech.privacy.budget import PrivacyBudget
@@ -95,7 +98,7 @@ def _case(name, d, records, seed, spill, secure, delta, k, out):
     W = marginal_workload((10,) * d, subsets)
     timer = _Timer()
     pure = delta == 0
-    # the streamed plan's two planning steps (matmech.factored.release): the lattice plan and
+    # the streamed plan's two planning steps (matmech.plans.factored): the lattice plan and
     # the measurement (noise) plan; each returns a tuple whose first item is kept
     for name_, keep_as in (("lattice_plan", "plan"), ("noise_plan", "mplan")):
         timer.wrap(streamed, name_, "plan")
@@ -136,7 +139,7 @@ def _case(name, d, records, seed, spill, secure, delta, k, out):
     budget = PrivacyBudget(1.0, max(delta, 1e-6))
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
-        rel = streamed.release_marginals(
+        rel = mm_release_marginals(
             codes,
             W,
             1.0,

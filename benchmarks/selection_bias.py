@@ -115,7 +115,7 @@ def marginals_setup():
 def run_cell(setup, path, method, extra, target, seed):
     import matmech as mm
     from matmech import svt
-    from matmech.factored.release import release_factored
+    from matmech.release import release_factored
     from matmech.svt.combine import answer_covariance
 
     name, x, W, data, EPS, C = setup

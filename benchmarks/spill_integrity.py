@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 if not os.environ.get("PYTHONPATH"):  # else the checkout PYTHONPATH names
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from matmech.factored import release_marginals  # noqa: E402
+from matmech import release_marginals  # noqa: E402
 from matmech.linalg.terms import marginal_workload  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,7 +58,7 @@ SEALED: dict[str, float] = {}
 
 
 def _instrument():
-    from matmech.factored import store
+    from matmech.results import store
 
     sealed = getattr(store, "SealedFile", None)
     for name in ("gather", "scatter", "append", "finish", "_seal"):

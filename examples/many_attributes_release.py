@@ -24,8 +24,8 @@ import numpy as np
 
 import matmech as mm
 from matmech import workloads as W
-from matmech.factored.labels import release_labels
-from matmech.factored.release import release_factored
+from matmech.results.labels import release_labels
+from matmech.release import release_factored
 from matmech.linalg.terms import marginal_workload
 from matmech.optimizers.residual import plan_residuals
 

@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.advisor.advise import Advice, advise
     from matmech.advisor.compare import compare
     from matmech.error import expected_error, lower_bound, per_query_variance, sensitivity
-    from matmech.inference import least_squares
-    from matmech.io.data import histogram
+    from matmech.estimators.gls import least_squares
+    from matmech.sources.histogram import histogram
     from matmech.io.domain import Domain
     from matmech.io.specs import Spec, SpecError, load_spec
     from matmech.io.store import load_strategy, save_strategy
@@ -49,8 +49,10 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
     from matmech.privacy.calibration import gaussian_sigma
     from matmech.privacy.ledger import Ledger
-    from matmech.privacy.measure import Measurement, measure
-    from matmech.release import Release, release, release_table
+    from matmech.privacy.measure import Measurement
+    from matmech.run.measure import measure
+    from matmech.release import Release, release, release_marginals, release_table
+    from matmech.results.store import MarginalRelease
     from matmech.svt.select import Selection, select_rows
     from matmech.synthesis import Synthetic, synthesize, synthesize_adaptive
 
@@ -71,6 +73,8 @@ __all__ = [
     "release",
     "Release",
     "release_table",
+    "release_marginals",
+    "MarginalRelease",
     "optimize",
     "OptimizeResult",
     "advise",
@@ -119,8 +123,8 @@ _LAZY = {
     "lower_bound": "matmech.error",
     "per_query_variance": "matmech.error",
     "sensitivity": "matmech.error",
-    "least_squares": "matmech.inference",
-    "histogram": "matmech.io.data",
+    "least_squares": "matmech.estimators.gls",
+    "histogram": "matmech.sources.histogram",
     "Domain": "matmech.io.domain",
     "Spec": "matmech.io.specs",
     "SpecError": "matmech.io.specs",
@@ -136,10 +140,12 @@ _LAZY = {
     "gaussian_sigma": "matmech.privacy.calibration",
     "Ledger": "matmech.privacy.ledger",
     "Measurement": "matmech.privacy.measure",
-    "measure": "matmech.privacy.measure",
+    "measure": "matmech.run.measure",
     "Release": "matmech.release",
     "release": "matmech.release",
     "release_table": "matmech.release",
+    "release_marginals": "matmech.release",
+    "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
     "select_rows": "matmech.svt.select",
     "Synthetic": "matmech.synthesis",

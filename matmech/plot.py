@@ -73,7 +73,7 @@ PALETTE = (
 def _colours(rows):
     """One colour per row name, the same in every panel of a figure: the best (first) row
     green, the others from PALETTE in rank order (cycling)."""
-    out = {}
+    out: dict[str, str] = {}
     for r in rows:
         if r.name not in out:
             out[r.name] = BEST_COLOUR if not out else PALETTE[(len(out) - 1) % len(PALETTE)]

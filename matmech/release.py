@@ -12,24 +12,24 @@
     x̂ = least squares (A_g, y)          ┐
     answers = W x̂, std = sqrt(var)      ┘ post-processing: no privacy cost
 
-Every release is one plan (:mod:`matmech.pipeline`) built from W, the strategy, ε, δ and the
-declared domain, run by :func:`matmech.pipeline.run.run_plan`: every data-independent check
+Every release is one plan (:mod:`matmech.plans`) built from W, the strategy, ε, δ and the
+declared domain, run by :func:`matmech.run.runner.run_plan`: every data-independent check
 (shapes, ε/δ, budget type, whether A supports W) runs while the plan is built, the budget's
 affordability before anything is read, the data checks before the one spend, so a failure
-spends nothing and draws nothing. The data is a :class:`~matmech.pipeline.source.DataSource`
-(:func:`~matmech.pipeline.source.as_source`: a histogram, records, marginal tables or an
+spends nothing and draws nothing. The data is a :class:`~matmech.sources.source.DataSource`
+(:func:`~matmech.sources.source.as_source`: a histogram, records, marginal tables or an
 engine); the route follows from W and the strategy alone
-(:func:`matmech.factored.route.release_route`): a union of marginals on two or more
+(:func:`matmech.plans.route.release_route`): a union of marginals on two or more
 attributes with ``strategy="auto"`` (or ``"residual"``, or ``"optimize"`` under δ > 0) is
 measured from marginal tables (the
-residual basis, :mod:`matmech.factored`), a histogram x being summed into them; records,
+residual basis, :mod:`matmech.plans.residual`), a histogram x being summed into them; records,
 marginal tables or a data source in place of x go to the factored path too, which never
 builds the histogram.
 
 With ``select=`` a private row selection runs first (:func:`matmech.select_rows`, the sparse
 vector technique or the exponential mechanism, Lyu, Su, Li, VLDB 2017; or a free-gap
 mechanism, Ding et al., PVLDB 2019, whose gaps are then combined with the measurement): one
-adaptive plan (:mod:`matmech.pipeline.selected`). It reads x too; its ε comes out of the
+adaptive plan (:mod:`matmech.plans.selected`). It reads x too; its ε comes out of the
 total, and the whole (ε, δ) is charged in one atomic spend before the selection's first
 noise draw; only the selected rows are then measured and answered. Which rows were selected is itself a DP output, so choosing
 the strategy for them afterwards is post-processing. Error bars are the exact
@@ -37,6 +37,12 @@ Matrix-Mechanism variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 20
 actually measured and the variance of the discrete noise actually drawn; the 95% intervals
 are the normal approximation answer ± 1.96·std (coverage can be slightly below 95% for an
 answer that rests on very few Laplace draws).
+
+This module is where plans are run (issue 34): the entries above plans/ and run/ —
+:func:`release`, the factored paths (:func:`release_factored`, the generalised-marginal and
+selected factored releases) and :func:`release_marginals` (the streamed residual release,
+whose answers are reconstructed on demand) — build a plan without data and hand it to
+:func:`~matmech.run.runner.run_plan`, the one caller of the one spend.
 """
 
 from __future__ import annotations
@@ -55,19 +61,37 @@ from matmech.linalg.linop import LinOp, as_linop
 from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.params import check_neighbors, check_privacy_params
 from matmech.privacy.measure import check_max_records
-from matmech.factored.route import release_route
+from matmech.plans.route import release_route
 from matmech.linalg.terms import as_terms
-from matmech.pipeline.plan import Plan
-from matmech.pipeline.planned import PLANNED, choose_plan
-from matmech.pipeline.run import run_plan
-from matmech.pipeline.selected import selected_plan
-from matmech.pipeline.source import HistogramSource, as_source, declared_cells, histogram_cells
-from matmech.pipeline.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
-from matmech.pipeline.strategy import strategy_plan
+from matmech.plans.plan import Plan
+from matmech.plans.planned import PLANNED, choose_plan
+from matmech.run.runner import run_plan
+from matmech.plans.selected import selected_plan
+from matmech.sources.source import HistogramSource, as_source, declared_cells, histogram_cells
+from matmech.plans.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
+from matmech.plans.strategy import strategy_plan
 from matmech.svt.options import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
 from matmech.workloads import ranges
 from matmech.optimizers.blas import capped
-from matmech.record import Z95, Release, release_table
+from matmech.results.release import Z95, Release, release_table
+from matmech.results.store import MarginalRelease
+from matmech.limits import check_memory
+from matmech.linalg.terms import MarginalWorkload, restrict
+from matmech.measurements.residual import DEFAULT_SCALE_BITS, MAX_MEMORY
+from matmech.plans.factored import MAX_KRON_CELLS, plan_path
+from matmech.plans.factored_selected import SelectedRowsPlan
+from matmech.plans.factored_selection import plan_factored_selection
+from matmech.plans.gmarginal import gmarginal_plan, gmarginal_strategy
+from matmech.plans.residual import (
+    MARGINAL_BY_MARGINAL,
+    check_search,
+    covers_attributes,
+    given_search,
+    residual_plan,
+)
+from matmech.plans.streamed import streamed_plan
+from matmech.privacy.budget import check_affordable
+from matmech.sources.source import as_table_source
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -79,6 +103,8 @@ __all__ = [
     "Release",
     "release",
     "release_table",
+    "release_factored",
+    "release_marginals",
     "choose_strategy",
     "Z95",
     "SELECT_OPTIONS",
@@ -179,7 +205,7 @@ def release(
     array), a mapping attribute subset → marginal table, or a data source (DataFrame, Arrow
     table, CSV/Parquet path) with ``domain`` a :class:`matmech.io.domain.Domain` (with records or
     tables a given ``domain`` must match W's attribute sizes, else ValueError): these take
-    the factored path (:func:`matmech.factored.release.release_factored`), which builds only
+    the factored path (:func:`matmech.release.release_factored`), which builds only
     marginal tables, never the histogram. ``domain``: the declared domain (a number of cells
     or a Domain); a histogram x must have exactly its cells, and is required when W is a
     list of intervals (the domain is never taken from len(x)).
@@ -300,7 +326,6 @@ def release(
         _check_factored_domain(domain, W)
         if select is not None:
             check_select_options(select, eps)  # the explicit path's option rules, before any read
-        from matmech.factored.release import release_factored
 
         return release_factored(
             source,
@@ -351,4 +376,358 @@ def release(
             note=note,
             rho=target.rho,
         )
+    return run_plan(plan, source, budget=budget, rng=rng)
+
+
+def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neighbors, max_records):
+    W_U = restrict(wt, U)
+    if at is not None:
+        A_U, name, note = restrict(at, U), "given", "strategy given by the caller"
+    else:
+        A, name, note = choose_strategy(W_U, eps, delta, strategy=strategy, neighbors=neighbors)
+        A_U = as_linop(A)
+    note += f"; solved on the marginal of attributes {list(U)} ({math.prod(wt.domain[i] for i in U):,} cells)"
+    plan = strategy_plan(
+        W_U,
+        A_U,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        name=name,
+        note=note,
+        sizes=tuple(wt.domain),
+        attributes=U,
+        workload=W,
+    )
+    return run_plan(plan, data, budget=budget, rng=rng)
+
+
+def release_factored(
+    data,
+    W,
+    eps,
+    delta=0.0,
+    *,
+    strategy="auto",
+    budget=None,
+    rng=None,
+    neighbors="add_remove",
+    max_records=None,
+    objective="sum",
+    max_cells=MAX_KRON_CELLS,
+    max_memory=MAX_MEMORY,
+    scale_bits=DEFAULT_SCALE_BITS,
+    search="auto",
+    select=None,
+):
+    """Answer W (a union of Kronecker products over many attributes) from marginal tables of
+    ``data`` under (ε, δ)-DP → :class:`matmech.release.Release`, never building the histogram.
+
+    ``data``: records as a 2-D integer code array (records × attributes), an object with
+    ``marginal_counts(subsets)``, or a mapping subset → table (:mod:`matmech.sources.tables`).
+    ``W``: a Kron or a weighted stack of Krons (e.g. ``matmech.workloads.marginals``); the
+    answers follow its rows. ``strategy``: ``"auto"`` (the residual path for a union of
+    marginals on two or more attributes, :func:`matmech.plans.route.release_route`, as
+    ``"optimize"`` under δ > 0; else the strategy :func:`matmech.advisor.choice.choose_strategy`
+    picks for W on its support), ``"residual"``, a strategy name, or a LinOp union of Kronecker products
+    over the same attributes (Kronecker path). ``scale_bits``: significant bits of 1/(2σ²) for the
+    residual path's per-row σ (:func:`matmech.privacy.noise.gaussian_grid`; None keeps them
+    exact, at the cost of one pair of sampler tables per distinct σ). ``objective``: the residual plan's ``"sum"``
+    (total variance, the SVD bound) or ``"max"`` (largest per-cell variance). ``budget``,
+    ``rng``, ``neighbors``, ``max_records``: as :func:`matmech.release`; the budget is charged
+    once after every check and before the first noise draw. ``strategy_name`` of the record
+    is ``"residual"`` (``measurement``/``estimate``/``strategy`` are then None: no matrix
+    over the domain exists) or that of the Kronecker path (``estimate`` is the marginal on U).
+    ``search`` (pure ε residual path): the tables' weights over the lattice (``"lattice"``)
+    or over every attribute subset (``"all"``, HDMM's optimiser; slower, more accurate) —
+    :func:`matmech.optimizers.residual.plan_residuals_laplace`; ``"auto"`` (default) is
+    ``"all"`` up to :data:`SEARCH_ALL_MAX_ATTRIBUTES` attributes, else ``"lattice"``.
+
+    ``select``: None, or the options of :func:`matmech.release`'s ``select=`` (method, eps,
+    c, threshold, ...): rows of W are selected privately from W x computed term by term from
+    the marginal tables, and only the selected rows are measured
+    (:func:`matmech.release.release_selected`; ``strategy`` "auto" or "optimize").
+    """
+    eps, delta = check_privacy_params(eps, delta)
+    check_neighbors(neighbors)
+    check_budget(budget)
+    max_records = check_max_records(max_records)
+    noise.check_rng(rng)
+    data = as_table_source(data)
+    check_search(search)
+    if select is not None:
+        return release_selected(
+            data,
+            W,
+            eps,
+            delta,
+            select=select,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+            max_memory=max_memory,
+        )
+    rows = W.shape[0] if isinstance(W, MarginalWorkload) else None
+    if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
+        raise ValueError(
+            f"the release would return {rows:,} answers: with their std {16 * rows / 2**30:.1f} GiB alone "
+            f"(> max_memory {max_memory / 2**30:.1f} GiB)" + MARGINAL_BY_MARGINAL
+        )
+    if rows is not None:
+        check_memory(16 * rows, f"the {rows:,} answers and their std", after=MARGINAL_BY_MARGINAL)
+    if (
+        isinstance(strategy, str)
+        and strategy in PLANNED
+        and (objective, max_cells, max_memory, scale_bits)
+        == ("sum", MAX_KRON_CELLS, MAX_MEMORY, DEFAULT_SCALE_BITS)
+    ):  # the planner's best plan: the same for every form of the data
+        plan = choose_plan(
+            W,
+            eps,
+            delta,
+            strategy=strategy,
+            neighbors=neighbors,
+            max_records=max_records,
+            search=given_search(data, len(as_terms(W, name="W").domain), search),
+            covers=lambda S: covers_attributes(data, S),
+            max_cells=max_cells,
+        )
+        return run_plan(plan, data, budget=budget, rng=rng)
+    path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
+    if (
+        path == "kron"
+        and strategy == "auto"
+        and wt.marginals() is not None
+        and not covers_attributes(data, U)
+    ):
+        path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
+    search = given_search(data, len(wt.domain), search)
+    if path == "kron":
+        return _release_kron(
+            data,
+            W,
+            wt,
+            at,
+            U,
+            eps,
+            delta,
+            strategy=strategy,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+        )
+    if path == "gmarginal":
+        return release_gmarginal(
+            data,
+            W,
+            wt,
+            at,
+            eps,
+            delta,
+            budget=budget,
+            rng=rng,
+            neighbors=neighbors,
+            max_records=max_records,
+            max_memory=max_memory,
+            scale_bits=scale_bits,
+        )
+    plan = residual_plan(
+        W,
+        wt,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        objective=objective,
+        max_memory=max_memory,
+        scale_bits=scale_bits,
+        search=search,
+    )
+    return run_plan(plan, data, budget=budget, rng=rng)
+
+
+def release_gmarginal(
+    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
+):
+    """Answer W (its :class:`~matmech.linalg.terms.Terms` ``wt``) from the marginal tables
+    of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
+    :class:`~matmech.results.release.Release` (``strategy`` the measured one, with its rounded factors;
+    ``measurement`` and ``estimate`` None). Arguments as
+    :func:`matmech.release.release_factored`, already validated there."""
+    what = f"release {wt.rows} queries (gmarginals, factored)"
+    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
+    A, name, note = gmarginal_strategy(W, eps, delta, A)
+    plan = gmarginal_plan(
+        W,
+        wt,
+        A,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        max_memory=max_memory,
+        scale_bits=scale_bits,
+        name=name,
+        note=note,
+    )
+    return run_plan(plan, as_table_source(data), budget=budget, rng=rng)
+
+
+def release_selected(
+    data,
+    W,
+    eps,
+    delta,
+    *,
+    select,
+    strategy="auto",
+    budget=None,
+    rng=None,
+    neighbors="add_remove",
+    max_records,
+    max_memory,
+):
+    """Select rows of W privately from marginal tables of ``data``, measure only those →
+    :class:`matmech.release.Release` (``selected``, ``selection``, ``eps_select`` as for
+    :func:`matmech.release` with ``select=``). Called by
+    :func:`matmech.release.release_factored`; ``eps``/``delta`` are checked there.
+
+    Order (:func:`matmech.run.runner.run_plan`): every data-independent check
+    (:func:`plan_factored_selection`, the rng, the budget's affordability) → the marginal
+    tables and the declared bound on the records → W x → one atomic spend of (ε, δ) → the
+    selection's noise → the measurement's noise.
+    """
+    plan = plan_factored_selection(
+        W,
+        eps,
+        delta,
+        select=select,
+        strategy=strategy,
+        neighbors=neighbors,
+        max_records=max_records,
+        max_memory=max_memory,
+    )
+    noise.check_rng(rng)
+    return run_plan(SelectedRowsPlan(plan, W), as_table_source(data), budget=budget, rng=rng)
+
+
+def release_marginals(
+    data: Any,
+    W: LinOp,
+    eps: float | None = None,
+    delta: float | None = None,
+    *,
+    budget: PrivacyBudget | None = None,
+    rng: Rng = None,
+    neighbors: str = "add_remove",
+    max_records: int | None = None,
+    objective: str = "sum",
+    max_memory: int = MAX_MEMORY,
+    scale_bits: int = DEFAULT_SCALE_BITS,
+    spill_dir: str | None = None,
+    search: str = "auto",
+) -> MarginalRelease:
+    """Answer W (a union of marginals, any size) under (ε, δ)-DP or pure ε-DP with the
+    residual plan, in bounded memory → :class:`MarginalRelease`.
+
+    The same plan, noise and draws as :func:`matmech.release.release_factored`'s
+    residual path (equal answers for equal ``rng``), but the answers are reconstructed on
+    demand. δ > 0: every residual measured with exact discrete Gaussian noise; δ = 0: the
+    weighted marginal tables of the pure-ε plan with exact discrete Laplace noise, each
+    batch combined into the residuals (inverse-variance means) as it is drawn, the noisy
+    tables dropped. It is the :class:`StreamedPlan` run by
+    :func:`matmech.run.runner.run_plan`: affordability → the data checked once → one
+    spend → draws batch by batch.
+
+    Parameters
+    ----------
+    data : numpy.ndarray or Mapping
+        Records as a 2-D integer code array (records × attributes), a mapping subset →
+        marginal table, or a histogram (1-D counts over the cells), all checked once before
+        the spend. Data engines are refused: their tables would be checked batch by batch
+        after the spend.
+    W : LinOp
+        A union of marginals (:func:`matmech.linalg.terms.marginal_workload` or Kron terms
+        of identities and totals).
+    eps, delta : float
+        The privacy parameters (delta > 0: Gaussian residuals; delta = 0: pure ε, Laplace
+        tables). Both left out with ``budget`` a share (``budget.split(k)``): all of the
+        share, as :func:`matmech.release` takes it (Gaussian residuals at the (ε, δ) its ρ
+        implies; ``delta=0``: pure ε = sqrt(2ρ)).
+    budget : PrivacyBudget, optional
+        Charged its privacy events once (the residuals' discrete Gaussian: its zCDP ρ under
+        the ``"zcdp"`` accountant), after every check and before the first draw.
+    rng : numpy.random.Generator or None
+        The randomness (None: the secure default, an AES-256 CTR_DRBG seeded from os.urandom; a seeded generator is NOT secure).
+    neighbors, max_records, objective, scale_bits
+        As :func:`matmech.release.release_factored` (pure ε: ``objective="sum"``
+        only; ``scale_bits`` rounds the Laplace scales up).
+    max_memory : int
+        Bytes the release may hold (:func:`streamed_memory`); the stored residuals stay in
+        RAM when they fit with the rest, else they go to a file in ``spill_dir``.
+    spill_dir : str or None
+        Where the stored residuals go: None keeps them in RAM when they fit, else in a file
+        in the system's temporary directory; a directory always puts them in a file there.
+        The file is removed with the release.
+    search : str
+        Pure ε: the tables' weights over the lattice (``"lattice"``) or every attribute
+        subset (``"all"``); ``"auto"`` as :func:`~matmech.release.release_factored`
+        (given tables without the full table: ``"lattice"``).
+
+    Returns
+    -------
+    MarginalRelease
+        The answers on demand (``marginal(S)``, ``iter_marginals()``, ``save(path)``,
+        ``to_release()``); std in the units of the answers (counts).
+
+    Raises
+    ------
+    ValueError
+        Before any spend: W not a union of marginals, eps too small for the exact samplers,
+        the working set over ``max_memory``, too little disk for the spill file, bad record
+        codes or tables, records beyond ``max_records``.
+    TypeError
+        A data engine (nothing is read or spent).
+    BudgetExceededError
+        The budget cannot afford (eps, delta); nothing is read.
+
+    Examples
+    --------
+    >>> import itertools, numpy as np
+    >>> from matmech import release_marginals
+    >>> from matmech.linalg.terms import marginal_workload
+    >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
+    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
+    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
+    >>> rel.rows
+    54
+    >>> pure = release_marginals(codes, W, 1.0, 0.0, rng=np.random.default_rng(1))
+    >>> pure.delta, pure.marginal((0, 1))[1].shape
+    (0.0, (3, 3))
+    """
+    check_budget(budget)
+    if eps is None or delta is None:
+        target = privacy_target(eps, delta, budget)
+        eps, delta = target.eps, target.delta
+    noise.check_rng(rng)
+    source = as_source(data, name="data")
+    if search == "auto":  # an unknown search is refused by streamed_plan
+        d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
+        search = given_search(source, d, search)
+    plan = streamed_plan(
+        W,
+        eps,
+        delta,
+        neighbors=neighbors,
+        max_records=max_records,
+        objective=objective,
+        max_memory=max_memory,
+        scale_bits=scale_bits,
+        spill_dir=spill_dir,
+        search=search,
+    )
     return run_plan(plan, source, budget=budget, rng=rng)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
-
 import sys
+from collections.abc import Hashable
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -170,7 +171,7 @@ def _json_labels(labels):
     """Tree node labels as JSON (strings and numbers kept, anything else by its str)."""
     if labels is None:
         return None
-    out = []
+    out: list[str | bool | int | float | None] = []
     for v in labels:
         if isinstance(v, (str, bool)) or v is None:
             out.append(v)
@@ -191,18 +192,22 @@ def _regular_tree(n, b, root):
         s *= b
     if root or n == 1:
         levels.append(n)
-    lo, hi, parent, first, rows = [], [], [], {}, 0
+    los: list[np.ndarray] = []
+    his: list[np.ndarray] = []
+    parent: list[np.ndarray] = []
+    first: dict[int, int] = {}
+    rows = 0
     for depth, s in enumerate(reversed(levels)):
         starts = np.arange(0, n, s)
         first[depth], rows = rows, rows + starts.size
-        lo.append(starts)
-        hi.append(np.minimum(starts + s, n) - 1)
+        los.append(starts)
+        his.append(np.minimum(starts + s, n) - 1)
         if depth == 0:
             parent.append(np.full(starts.size, -1))
         else:
             up = list(reversed(levels))[depth - 1]
             parent.append(first[depth - 1] + starts // up)
-    lo, hi = np.concatenate(lo), np.concatenate(hi)
+    lo, hi = np.concatenate(los), np.concatenate(his)
     uniform = n % levels[-2 if (root and n > 1) else -1] == 0 if len(levels) > 1 else True
     sizes = tuple(levels) if uniform else None
     return lo, hi, np.concatenate(parent), sizes
@@ -228,7 +233,8 @@ def _tree_from_graph(tree):
     (root,) = [v for v, d in tree.in_degree() if d == 0]
     # leaves in depth-first order (children in insertion order) are the cells 0..n-1
     order = list(nx.dfs_preorder_nodes(tree, root))
-    cell, span = {}, {}
+    cell: dict[Hashable, int] = {}
+    span: dict[Hashable, tuple[int, int]] = {}
     for v in order:
         if tree.out_degree(v) == 0:
             cell[v] = len(cell)

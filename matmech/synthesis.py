@@ -185,8 +185,8 @@ def synthesize(
 ) -> Synthetic:
     """Consistent tables and ``n`` synthetic records from released measurements → :class:`Synthetic`.
 
-    ``measured``: a :class:`~matmech.record.Release` (or several, or their
-    :class:`~matmech.record.MeasurementRecord` s) whose records act on marginals: the
+    ``measured``: a :class:`~matmech.results.release.Release` (or several, or their
+    :class:`~matmech.measurements.record.MeasurementRecord` s) whose records act on marginals: the
     factored releases (residual, marginal tables, Kronecker) and histogram releases over a
     product ``domain``. ``domain``: a :class:`~matmech.io.domain.Domain` (its labels go into
     ``records``), a {name: size} mapping or the sizes; None takes the records' own sizes.
@@ -360,7 +360,7 @@ def synthesize_adaptive(
     (1, True)
     """
     from matmech import workloads as W
-    from matmech.pipeline.source import as_source
+    from matmech.sources.source import as_source
     from matmech.release import release
     from matmech.privacy.params import check_privacy_params
     from matmech.svt.topc import em_calibration, exponential_top_c

@@ -174,7 +174,7 @@ def all_range(n: int) -> LinOp:
     return AllRange(n)
 
 
-def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> LinOp:
+def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> Intervals:
     """Range queries from inclusive 0-based ``(lo, hi)`` pairs.
 
     Parameters
@@ -186,7 +186,7 @@ def ranges(n: int, intervals: Sequence[tuple[int, int]]) -> LinOp:
 
     Returns
     -------
-    LinOp
+    Intervals
         One row per interval.
 
     Raises
@@ -260,7 +260,7 @@ def check_domain(domain: Any) -> tuple[int, ...]:
     return sizes
 
 
-def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
+def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> VStack:
     """Marginal queries over a multi-attribute ``domain``.
 
     Either all ``k``-way marginals, or the marginals on the attribute subsets ``attrs``
@@ -277,7 +277,7 @@ def marginals(domain: Any, k: Any = None, *, attrs: Any = None) -> LinOp:
 
     Returns
     -------
-    LinOp
+    VStack
         The stacked marginal queries.
 
     Raises

@@ -32,7 +32,6 @@ NAMESPACES = (
     "matmech.io",
     "matmech.linalg",
     "matmech.optimizers",
-    "matmech.factored",
 )
 SECTIONS = ("Parameters", "Returns", "Raises", "Examples")
 

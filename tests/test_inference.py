@@ -1,15 +1,16 @@
-"""Tests for matmech.inference: every fast path against the dense (weighted) pseudo-inverse."""
+"""Tests for matmech.estimators.gls: every fast path against the dense (weighted) pseudo-inverse."""
 
 import networkx as nx
 import numpy as np
 import pytest
 
-from matmech import inference
+from matmech.estimators import gls as inference
 from matmech.linalg import structured
 from matmech import strategies as S
-from matmech.inference import least_squares, solve, tree_plan
+from matmech.estimators.gls import least_squares, solve, tree_plan
 from matmech.linalg.linop import Dense, Identity, Kron, RowSubset, Scaled, Sparse, VStack
-from matmech.privacy.measure import Measurement, measure
+from matmech.privacy.measure import Measurement
+from matmech.run.measure import measure
 from matmech.strategies import Tree
 
 
@@ -274,7 +275,7 @@ def test_gram_inverse_cholesky_and_singular():
 
 import oracle_problems as op  # noqa: E402
 
-from matmech.inference import estimate  # noqa: E402
+from matmech.estimators.gls import estimate  # noqa: E402
 from matmech.linalg.answers import Answers  # noqa: E402
 
 
@@ -313,7 +314,7 @@ def test_estimate_with_iid_records_takes_the_structured_path_and_its_variances(m
     """One strategy measurement: least_squares' x̂ exactly, and the Matrix Mechanism's
     variances σ²·diag(W (AᵀA)⁺ Wᵀ) against the dense pseudo-inverse."""
     from matmech import workloads as W
-    from matmech.record import strategy_record
+    from matmech.measurements.record import strategy_record
 
     A = S.hierarchical(16)
     m = measure(np.arange(16), A, 1.0, rng=np.random.default_rng(0))
@@ -329,7 +330,7 @@ def test_estimate_with_iid_records_takes_the_structured_path_and_its_variances(m
 
 
 def test_estimate_refuses_answers_the_records_do_not_determine():
-    from matmech.record import MeasurementRecord
+    from matmech.measurements.record import MeasurementRecord
 
     rec = MeasurementRecord(query=Dense(np.eye(4)[:2]), values=[1.0, 2.0], variance=[1.0, 2.0])
     got = estimate([rec], Dense(np.eye(4)[:2]))

@@ -14,7 +14,7 @@ from matmech import workloads as wl
 from matmech.error import expected_error, noise_weights
 from matmech.privacy import confidence as C
 from matmech.privacy.noise import discrete_laplace, discrete_laplace_variance
-from matmech.record import INTERVAL_COLUMNS
+from matmech.results.release import INTERVAL_COLUMNS
 
 
 def _brute(noise, t, weights):
@@ -232,14 +232,14 @@ def test_marginal_tables_that_suffice_for_w_are_accepted_under_pure_eps():
     on the records with the same draws."""
     import itertools
 
-    from matmech.factored.tables import marginal_tables
+    from matmech.sources.tables import marginal_tables
 
     rng = np.random.default_rng(0)
     dom = (3, 4, 5)
     rec = np.stack([rng.integers(0, d, 300) for d in dom], 1)
     W = wl.marginals(dom, 2)
     tables = marginal_tables(rec, dom, list(itertools.combinations(range(3), 2)))
-    from matmech.factored.release import release_factored
+    from matmech.release import release_factored
 
     a = mm.release(dict(tables), W, 1.0, rng=np.random.default_rng(9))
     # given tables: the table weights are searched over W's lattice only (what the tables hold)

@@ -1,6 +1,6 @@
 """The release pipeline (issue 22, item 1): one runner over plans, one data-source protocol.
 
-* :func:`matmech.pipeline.run.run_plan` on the Matrix Mechanism plan equals a dense
+* :func:`matmech.run.runner.run_plan` on the Matrix Mechanism plan equals a dense
   recomputation of its own draws: the same noise redrawn from the same seed, y = A_g x + z,
   x̂ = A_g⁺ y, answers W x̂ and variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010);
 * every data form (histogram, records, marginal tables, a data engine) hands out the same
@@ -16,15 +16,10 @@ import numpy as np
 import pytest
 
 import matmech as mm
-from matmech.pipeline import (
-    EngineSource,
-    HistogramSource,
-    Plan,
-    TableSource,
-    as_source,
-    run_plan,
-    strategy_plan,
-)
+from matmech.sources.source import EngineSource, HistogramSource, TableSource, as_source
+from matmech.plans.plan import Plan
+from matmech.run.runner import run_plan
+from matmech.plans.strategy import strategy_plan
 from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget
 
@@ -91,7 +86,7 @@ def test_run_plan_on_a_hand_built_plan_is_the_release():
 def _forms(domain, x, codes):
     import pandas as pd
 
-    from matmech.factored.tables import marginal_tables
+    from matmech.sources.tables import marginal_tables
     from matmech.io.domain import Domain, integer_range
 
     full = tuple(range(len(domain)))
@@ -175,7 +170,7 @@ def test_a_checked_reader_checks_the_data_when_it_is_made():
         TableSource(bad).reader(domain, [(0,)])
     with pytest.raises(ValueError):
         HistogramSource(np.append(x, 1)).reader(domain, [(0,)])
-    from matmech.factored.tables import marginal_tables
+    from matmech.sources.tables import marginal_tables
 
     with pytest.raises(ValueError, match=r"no table given for attributes \(0, 1\)"):
         TableSource(marginal_tables(codes, domain, [(0,), (1,)])).reader(domain, [(0, 1)])
@@ -194,7 +189,7 @@ class _LazyTotal:
         return reader
 
     def draw(self, reader, *, rng):
-        from matmech.pipeline import Draws
+        from matmech.plans.plan import Draws
 
         total = int(reader([()])[()])
         return Draws((), total + int(noise.discrete_laplace(1.0, 1, rng=noise.check_rng(rng))[0]))

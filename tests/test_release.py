@@ -316,7 +316,7 @@ def test_interval_list_needs_a_declared_domain_and_x_must_match_it():
 def test_records_and_tables_take_the_factored_path():
     """The same records as codes, as marginal tables, and as their histogram give the same
     release with the same rng (the factored path restricts to the workload's support)."""
-    from matmech.factored.tables import marginal_tables
+    from matmech.sources.tables import marginal_tables
 
     rng = np.random.default_rng(5)
     codes = np.column_stack(

@@ -154,7 +154,7 @@ def test_nothing_selected_measures_nothing():
 def test_threshold_auto_is_std_over_target(monkeypatch):
     """threshold='auto' tests row i against std_i / target, std_i under the strategy and eps − select eps."""
     seen = {}
-    from matmech.pipeline import selected as selected_module  # the histogram's selection plan
+    from matmech.plans import selected as selected_module  # the histogram's selection plan
 
     real = selected_module.plan_selection
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import matmech as mm
-from matmech.factored.release import release_factored
+from matmech.release import release_factored
 from matmech.linalg.combinators import Kron
 from matmech.linalg.linop import Identity
 

@@ -71,7 +71,7 @@ class _Budget:
 
     seconds: float | None
     start: float
-    progress: object = None
+    progress: Callable[[float, str], object] | None = None
 
     def left(self):
         return None if self.seconds is None else self.seconds - (time.perf_counter() - self.start)

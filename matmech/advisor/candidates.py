@@ -14,7 +14,7 @@ from matmech import strategies as S
 from matmech.advisor.compare import family_branchings, signature, uniform_sizes
 from matmech.error import error_figures, sensitivity
 from matmech.privacy.calibration import noise_variance
-from matmech.linalg.linop import Kron, Scaled, VStack
+from matmech.linalg.linop import Kron, LinOp, Scaled, VStack
 from matmech.linalg.quadratic import quadratic_trace
 from matmech.linalg.spectral import BlockSpectral
 from matmech.privacy.calibration import measurement_variance, neighbor_sensitivity
@@ -125,7 +125,7 @@ def _best_hierarchies(n, W, delta, score=None):
 def _fixed_1d(n, W, delta):
     """[(name, params, strategy)] for the 1-D workload W on n cells: the identity, the
     hierarchy with the lowest exact error with and without its root, and Haar."""
-    out = [("identity", {}, S.identity(n))]
+    out: list[tuple[str, dict, LinOp]] = [("identity", {}, S.identity(n))]
     best = _best_hierarchies(n, W, delta)
     for root in (True, False):
         if root in best:
@@ -139,8 +139,9 @@ def _products(per):
     """[(name, params, Kron)] of the per-attribute candidates of the same name (names every attribute has)."""
     out = []
     for name, _, _ in per[0]:
-        chosen = [next(((p, a) for nm, p, a in cands if nm == name), None) for cands in per]
-        if any(c is None for c in chosen):
+        found = [next(((p, a) for nm, p, a in cands if nm == name), None) for cands in per]
+        chosen = [c for c in found if c is not None]
+        if len(chosen) != len(per):
             continue
         params = {"per_attribute": [c[0] for c in chosen]} if any(c[0] for c in chosen) else {}
         out.append((name, params, Kron(*[c[1] for c in chosen])))
@@ -194,7 +195,7 @@ def _gram_key(n, eff):
     return (n, g.tobytes())
 
 
-def workload_strategy(W):
+def workload_strategy(W: LinOp) -> LinOp:
     """W itself; a union of marginals as the equal :class:`MarginalStrategy` (same rows, with a
     structured pseudo-inverse)."""
     marg = marginal_workload(W)

@@ -4,7 +4,7 @@ Named fixed strategies (per attribute on a product domain), a caller's LinOp, or
 the one planner (:func:`matmech.advise`): ``"auto"`` is its best row, ``"optimize"`` its best
 single optimiser-family row (one family's plan, measured on the route its strategy needs),
 so the table, ``auto`` and ``optimize`` never disagree.
-:func:`matmech.pipeline.planned.choose_plan` builds the runnable plan of those rows;
+:func:`matmech.plans.planned.choose_plan` builds the runnable plan of those rows;
 :func:`choose_strategy` returns the strategy of the best row that is a single strategy on
 the histogram (what the selection paths measure).
 """

@@ -123,7 +123,7 @@ def fixed_family(n, branchings=LISTED_BRANCHINGS):
     ``branchings`` (``params`` = {"branching": b, "root": bool}; for b ≥ n these are the
     leaves with or without a total), and the Haar wavelet. Names and order do not depend
     on n, so the families of several attributes line up."""
-    out = [("identity", {}, S.identity(n))]
+    out: list[tuple[str, dict, LinOp]] = [("identity", {}, S.identity(n))]
     for b in branchings:
         for root in (True, False):
             name = f"hierarchical b={b}" + ("" if root else ", no root")
@@ -151,8 +151,9 @@ def signature(A):
     a uniform hierarchy's is its block sizes (:func:`uniform_sizes`)."""
     if isinstance(A, Kron):
         return tuple(signature(f) for f in A.factors)
-    if getattr(A, "sizes", None) is not None and isinstance(A, Intervals):
-        return ("sizes", tuple(A.sizes))
+    sizes = getattr(A, "sizes", None)
+    if sizes is not None and isinstance(A, Intervals):
+        return ("sizes", tuple(sizes))
     if isinstance(A, Intervals):
         lo, hi = A.bounds()
         return (A.n, lo.tobytes(), hi.tobytes())
@@ -224,7 +225,7 @@ class Candidate:
     family: str | None = None
     #: Why the row is what it is, in one sentence (the planner's reason).
     reason: str = ""
-    #: What a release needs to build the row's plan (:func:`matmech.pipeline.planned.build_plan`):
+    #: What a release needs to build the row's plan (:func:`matmech.plans.planned.build_plan`):
     #: the workload read for planning (``"target"``), the note, the parts of a split, ...;
     #: empty for a row only ranked (``matmech compare``).
     recipe: Mapping = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)

@@ -1,7 +1,7 @@
 """Every single plan a release can run for one workload, each scored by its exact expected
 error from W, ε, δ and the neighbour relation alone (issue 32; no data is read).
 
-A plan answers a :class:`Target`: the rows W (over the whole domain) read for planning, its
+A plan answers a :class:`PlanningTarget`: the rows W (over the whole domain) read for planning, its
 Kronecker terms, its *support* U (the attributes where some term is not a total) and the
 workload its strategies are fitted to (W itself when U is every attribute, else W restricted
 to U, :func:`matmech.linalg.terms.restrict`: the marginal on U is all a plan needs to read).
@@ -15,10 +15,10 @@ The kinds of plan (:attr:`~matmech.advisor.compare.Candidate.kind`):
 * ``"residual"`` — the tables route's residual plan for a union of marginals (Xiao et al.,
   NeurIPS 2023; pure ε: weighted marginal tables, HDMM's OPT_M, McKenna et al. VLDB 2018);
 * ``"gmarginal"`` — a generalised marginal strategy (McKenna et al. 2018, §6.3) measured
-  from marginal tables, on any domain size (:mod:`matmech.factored.gmarginal_release`).
+  from marginal tables, on any domain size (:mod:`matmech.plans.gmarginal`).
 
 Each row carries the ``recipe`` of the plan a release runs
-(:func:`matmech.pipeline.planned.build_plan`); :mod:`matmech.advisor.split` composes them
+(:func:`matmech.plans.planned.build_plan`); :mod:`matmech.advisor.split` composes them
 into split plans and :mod:`matmech.advisor.advise` ranks everything. Figures use continuous noise (2Δ₁²/ε² or
 σ²; they scale exactly as 1/ε² or 1/ρ, which the split's budget shares use); a release draws
 the exact discrete noise, whose variance is at most that (``Release.expected_error``).
@@ -54,7 +54,7 @@ from matmech.optimizers.marginals import GeneralMarginalStrategy
 from matmech.optimizers.residual import marginal_lattice_plan, residual_total
 
 __all__ = [
-    "Target",
+    "PlanningTarget",
     "Context",
     "target_of",
     "unmeasurable",
@@ -116,7 +116,7 @@ def unmeasurable(A):
 
 
 @dataclass(frozen=True, eq=False)
-class Target:
+class PlanningTarget:
     """W (the rows, over the whole domain) read for planning: ``terms`` (None: no Kronecker
     form, one attribute of W's columns), the support ``U`` and ``fit``, the workload the
     strategies are fitted to (W, or W restricted to U when U is not every attribute)."""
@@ -145,23 +145,23 @@ class Target:
         return len(self.terms.domain)
 
 
-def target_of(W) -> Target:
-    """The :class:`Target` of W (reads no data)."""
+def target_of(W) -> PlanningTarget:
+    """The :class:`PlanningTarget` of W (reads no data)."""
     try:
         wt = as_terms(W, name="W")
     except (TypeError, ValueError):
-        return Target(W, None, None, W)
+        return PlanningTarget(W, None, None, W)
     U = wt.support or (0,)
     if len(U) == len(wt.domain) or isinstance(W, MarginalWorkload):
-        return Target(W, wt, U, W)
-    return Target(W, wt, U, restrict(wt, U))
+        return PlanningTarget(W, wt, U, W)
+    return PlanningTarget(W, wt, U, restrict(wt, U))
 
 
 @dataclass(frozen=True)
 class Context:
     """The job's privacy parameters and planning options: ``bound`` the SVD lower bound of
     the workload being ranked (None inside a split's parts), ``search`` the pure-ε residual
-    table search (:func:`matmech.factored.release.release_factored`), ``part`` whether a
+    table search (:func:`matmech.release.release_factored`), ``part`` whether a
     split's part is planned."""
 
     eps: float

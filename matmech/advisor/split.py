@@ -8,7 +8,7 @@ and a share of the budget:
 * pure ε: part i's total error at ε_i is E_i·(ε/ε_i)² (E_i its error at the whole ε), so at a
   fixed Σε_i = ε the optimum has ε_i ∝ E_i^{1/3} and total (Σ E_i^{1/3})³ (Lagrange);
 * (ε, δ): every part is Gaussian, its error E_i·ρ/ρ_i, the parts' zCDP ρ_i adding up to the
-  ρ of the one calibration of (ε, δ) (:func:`matmech.pipeline.split.gaussian_shares`), so
+  ρ of the one calibration of (ε, δ) (:func:`matmech.plans.split.gaussian_shares`), so
   ρ_i ∝ √E_i and total (Σ √E_i)².
 
 The shares are rounded (pure ε to four significant digits of decimal ε) and the total
@@ -17,8 +17,8 @@ measured by one Gaussian mechanism (zCDP adds ρ exactly as the stack's L2 sensi
 answered part by part instead of jointly: so :mod:`matmech.advisor.advise` tries splits
 under (ε, δ) only when no optimiser family ranked a joint plan for the whole workload. Parts tried: the marginal blocks together and the others grouped
 by their support; the marginals apart from everything else; every block alone; at most
-:data:`MAX_PARTS` parts each. The row's recipe builds a :class:`matmech.pipeline.split.SplitPlan`
-(:func:`matmech.pipeline.planned.build_plan`).
+:data:`MAX_PARTS` parts each. The row's recipe builds a :class:`matmech.plans.split.SplitPlan`
+(:func:`matmech.plans.planned.build_plan`).
 """
 
 from __future__ import annotations

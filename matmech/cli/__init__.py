@@ -1,5 +1,5 @@
 """The ``matmech`` command line: ``compare``, ``plot``, ``advise``, ``release``, ``budget`` and ``stream``
-(:mod:`matmech.stream.cli`).
+(:mod:`matmech.cli.stream`).
 
 Every failure the user can cause (missing file, bad spec, bad ε, a bad data file) ends with
 a one-line message on stderr and exit status 2, never a traceback.
@@ -55,7 +55,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         importlib.import_module(f"matmech.cli.{name}").add_parsers(sub)
-    from matmech.stream.cli import add_stream_parser
+    from matmech.cli.stream import add_stream_parser
 
     add_stream_parser(sub)
     return parser

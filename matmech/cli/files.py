@@ -26,8 +26,8 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     decoding error names the file and the encoding, never the bytes), and the delimiter
     is sniffed from the header line unless given.
     """
-    from matmech.io.engines import csv_header, open_text
-    from matmech.io.sources import _hidden_header
+    from matmech.sources.engines import csv_header, open_text
+    from matmech.sources.files import _hidden_header
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
@@ -41,7 +41,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
                         f"{path}: no column {c!r} in the header line ({_hidden_header(len(header))})"
                     )
                 index.append(header.index(c))
-            values = [[] for _ in columns]
+            values: list[list[float]] = [[] for _ in columns]
             for row in csv.reader(handle, delimiter=delimiter):
                 if not row:
                     continue

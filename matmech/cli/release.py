@@ -7,6 +7,7 @@ data is read, and nothing is spent before the checks of the public inputs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ STAGES = (
 
 def _strategy_arg(value):
     from matmech.advisor.choice import STRATEGY_NAMES
-    from matmech.factored.release import FACTORED_STRATEGY_NAMES
+    from matmech.plans.factored import FACTORED_STRATEGY_NAMES
     from matmech.io.store import load_strategy
 
     names = STRATEGY_NAMES + FACTORED_STRATEGY_NAMES
@@ -107,7 +108,7 @@ def _select_arg(args):
 
 #: Above this many cells a spec with declared attributes is read as marginal tables of W's
 #: support, never as the full histogram (the form of the data only: the route itself follows
-#: from W and the strategy, :func:`matmech.factored.route.release_route`).
+#: from W and the strategy, :func:`matmech.plans.route.release_route`).
 FACTORED_CELLS = 2**22
 
 
@@ -119,7 +120,7 @@ class _TablesFromFile:
         self.path, self.schema, self.encoding, self.delimiter = path, schema, encoding, delimiter
 
     def marginal_counts(self, subsets):
-        from matmech.io.engines import marginal_counts
+        from matmech.sources.engines import marginal_counts
 
         return marginal_counts(
             self.path, self.schema, subsets, encoding=self.encoding, delimiter=self.delimiter
@@ -127,10 +128,10 @@ class _TablesFromFile:
 
 
 def _cmd_release(args):
-    from matmech.factored.route import release_route
-    from matmech.io.data import histogram
+    from matmech.plans.route import release_route
+    from matmech.sources.histogram import histogram
     from matmech.limits import check_memory, reserved
-    from matmech.record import iter_release_table
+    from matmech.results.release import iter_release_table
     from matmech.release import release
 
     if args.out is None and not args.json and args.synthetic is None:
@@ -156,7 +157,7 @@ def _cmd_release(args):
         )
     if args.round is not None and not (0 <= args.round <= 15):
         raise ValueError(f"--round takes a number of decimals in 0..15, got {args.round}")
-    from matmech.io.engines import source_kind
+    from matmech.sources.engines import source_kind
 
     try:
         kind = source_kind(args.data)  # a .csv/.tsv/.txt or .parquet path, before anything else
@@ -200,6 +201,7 @@ def _cmd_release(args):
         ledger = _open_ledger(args, eps, delta)
         route = release_route(spec.workload, strategy, delta=delta)
         bar.stage(STAGES, 1)
+        x: Any  # what the plan reads: marginal tables from the file, the records or x
         if schema is not None and (route.name == "tables" or schema.n > FACTORED_CELLS):
             x = _TablesFromFile(
                 args.data, schema, args.encoding, args.delimiter
@@ -217,7 +219,7 @@ def _cmd_release(args):
                 )
         else:
             from matmech.io.domain import Domain, integer_range
-            from matmech.io.engines import histogram as engine_histogram
+            from matmech.sources.engines import histogram as engine_histogram
 
             if schema is None:  # bare sizes: the columns hold integer codes 0..n-1
                 schema = Domain(
@@ -305,11 +307,11 @@ def _cmd_release(args):
     elif rel.answers.size:
         print(f"strategy: {rel.strategy_name}: {rel.strategy_note} (secure randomness){rmse}")
     print(f"route: {route.name} ({route.reason})")
-    if select is not None:
+    if select is not None and rel.selection is not None and rel.selected is not None:
         print(
             f"selection: {rel.selection.method}, eps {rel.eps_select:g}, {rel.selected.size} row(s) selected (at most {rel.selection.c})"
         )
-    if ledger is not None:
+    if ledger is not None and rel.budget_remaining is not None:
         rem = rel.budget_remaining
         print(
             f"ledger {args.ledger}: charged eps = {rel.eps:g}, delta = {rel.delta:g}; remaining eps = {rem[0]:g}, delta = {rem[1]:g}"
@@ -396,13 +398,14 @@ def _open_ledger(args, eps, delta):
     """The --ledger, opened and checked before the data is read (a refused spend reads nothing)."""
     if args.ledger is None:
         return None
+    from matmech.privacy.events import ApproxDP
     from matmech.privacy.ledger import Ledger
+    from matmech.run.runner import afford
 
     ledger = Ledger.open(args.ledger)
-    if not ledger.can_spend(eps, delta):  # release checks again, atomically, when it spends
-        ledger.spend(
-            eps, delta, what=f"release of {args.spec}"
-        )  # raises BudgetExceededError, saying what is left
+    # the runner's afford check (BudgetExceededError, saying what is left); the release's
+    # run_plan checks again and spends, atomically
+    afford(ledger, (ApproxDP(eps, delta),), what=f"release of {args.spec}")
     return ledger
 
 

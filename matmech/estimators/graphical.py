@@ -1,6 +1,6 @@
 """Measurement records -> a graphical model (private-pgm) -> consistent tables and records.
 
-The hand-off (issue 35): every :class:`~matmech.record.MeasurementRecord` whose query acts on a
+The hand-off (issue 35): every :class:`~matmech.measurements.record.MeasurementRecord` whose query acts on a
 marginal (``attributes`` set: the residual, table and Kronecker records of the factored
 paths; or, ``attributes`` None, the whole histogram of a product domain) is one
 ``mbi.LinearMeasurement``: ``y = Q·μ_T + e`` with μ_T the marginal on T, Q the record's query

@@ -313,11 +313,20 @@ class Attribute:
 
     # -- sizes ----------------------------------------------------------------------------------
 
+    def _range(self) -> tuple[int, int, int]:
+        """(lo, hi, width) of a range attribute, as ints."""
+        if self.lo is None or self.hi is None or self.width is None:
+            raise ValueError(
+                f"attribute {self.name!r}: a range needs lo, hi and width, got {self.lo!r}, {self.hi!r}, {self.width!r}"
+            )
+        return int(self.lo), int(self.hi), int(self.width)
+
     @property
     def declared_size(self) -> int:
         """Cells declared by the range, bins or categories (without the other cell)."""
         if self.kind == "range":
-            return -(-(int(self.hi) - int(self.lo) + 1) // int(self.width))  # type: ignore[arg-type]  # set for ranges
+            lo, hi, w = self._range()
+            return -(-(hi - lo + 1) // w)
         if self.kind == "bins":
             return len(self.bins)
         return len(self.categories)
@@ -345,7 +354,7 @@ class Attribute:
         """The edges of a regular attribute (:class:`RegularBins`; a range's are lo + i·width,
         the last hi + 1), which every engine compares values with."""
         if self.kind == "range":
-            lo, hi, w = int(self.lo), int(self.hi), int(self.width)  # type: ignore[arg-type]  # set for ranges
+            lo, hi, w = self._range()
             return RegularBins(lo, hi + 1, w)
         if self.width is None:
             raise ValueError(
@@ -358,8 +367,8 @@ class Attribute:
     def _span(self, code):
         """(first value, last value) of a range cell, or (a, b) of a bin."""
         if self.kind == "range":
-            lo, w = int(self.lo), int(self.width)
-            return lo + code * w, min(lo + (code + 1) * w - 1, int(self.hi))
+            lo, hi, w = self._range()
+            return lo + code * w, min(lo + (code + 1) * w - 1, hi)
         return self.bins[code]
 
     def value_label(self, code: int) -> str:
@@ -452,7 +461,7 @@ class Attribute:
         total = (f == 0) & (last == self.size - 1) & (f != last)
         name = self.name
         if self.kind == "range":
-            lo, w, hi = int(self.lo), int(self.width), int(self.hi)  # type: ignore[arg-type]  # set for ranges
+            lo, hi, w = self._range()
             a = (lo + f.astype(np.int64) * w).tolist()
             b = np.minimum(lo + (last.astype(np.int64) + 1) * w - 1, hi).tolist()
             out = [f"{name}={x}" if x == y else f"{name} {_range_text(x, y)}" for x, y in zip(a, b)]
@@ -479,9 +488,10 @@ class Attribute:
             if self.time_zone is not None:
                 out["time_zone"] = self.time_zone
         elif self.kind == "range":
-            out["range"] = [int(self.lo), int(self.hi)]  # type: ignore[arg-type]  # set for ranges
-            if self.width != 1:
-                out["width"] = int(self.width)  # type: ignore[arg-type]
+            lo, hi, w = self._range()
+            out["range"] = [lo, hi]
+            if w != 1:
+                out["width"] = w
         elif self.kind == "bins" and self.width is not None:
             out.update(lo=self.lo, hi=self.hi, width=self.width)
         elif self.kind == "bins":

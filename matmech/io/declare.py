@@ -213,7 +213,7 @@ def time_bins(
 
     ``start`` / ``end``: ISO 8601 strings, dates or datetimes, read like the values
     (:mod:`matmech.io.zones`): naive ones are wall-clock time in the zone, zoned ones are
-    moved to it. The engines compute the bins (:mod:`matmech.io.engines`): the cell of v is
+    moved to it. The engines compute the bins (:mod:`matmech.sources.engines`): the cell of v is
     ⌊(wall seconds(v) − start) / width⌋, or its local month count since ``start``'s month."""
     _check_name(name)
     choice(unit, f"attribute {name!r}: unit", TIME_UNITS)  # a non-string: TypeError

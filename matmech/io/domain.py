@@ -28,12 +28,12 @@ NaN, empty, or text that is not a number in a numeric attribute: ``"other"``, ``
 ``"error"``). A record dropped by any attribute is dropped from every count.
 
 Cells are row-major over the attributes in order, the last fastest
-(:mod:`matmech.io.data`, :class:`matmech.linalg.linop.Kron`). Labels come from the
+(:mod:`matmech.sources.histogram`, :class:`matmech.linalg.linop.Kron`). Labels come from the
 declaration: ``age 18-24``, ``sex=F, state=CA``, ``income [20k, 30k)``, and ``dep_delay -60
 to -51`` when a range has a negative end.
 
 The attribute record is :mod:`matmech.io.attribute`, its constructors :mod:`matmech.io.declare`
-(both re-exported here); this module only declares; :mod:`matmech.io.engines` applies a
+(both re-exported here); this module only declares; :mod:`matmech.sources.engines` applies a
 domain to data.
 """
 

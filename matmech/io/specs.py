@@ -26,7 +26,7 @@ from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import LinOp
 from matmech.strategies import hierarchical
 from matmech import validate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
     import os
@@ -370,6 +370,8 @@ def _one_d(source, key, part, n, *, factor=False, label=None):
                 f"a tree with {n} leaves (the domain size)",
                 f"a tree with {tree.n} leaves",
             )
+        if tree.labels is None:  # a tree built from a graph labels its nodes
+            raise AssertionError(f"{key}: the tree's node labels were not built")
         return tree, tuple(str(v) for v in tree.labels)
     allowed = [k for k in KINDS if k not in ("product", "marginals")]
     _fail(source, f"{key}.kind", f"one of {allowed} for one attribute", kind)
@@ -453,10 +455,16 @@ def parse_spec(data, *, source="<spec>"):
     for i, part in enumerate(parts):
         key = f"queries[{i}]"
         kind = part.get("kind", MISSING)
+        w: LinOp
+        lab: Sequence[str] | None
         if kind in ("product", "marginals"):
             _check_keys(source, key, part, ("kind", "weight", *KIND_KEYS[kind]))
         weight = part.get("weight", 1.0)
-        if not isinstance(weight, numbers.Real) or isinstance(weight, bool) or not weight > 0:
+        if (
+            not isinstance(weight, numbers.Real)
+            or isinstance(weight, bool)
+            or not float(weight) > 0
+        ):
             _fail(source, f"{key}.weight", "a positive number", weight)
         if kind == "marginals":
             if ("k" in part) == ("attrs" in part):
@@ -505,7 +513,8 @@ def parse_spec(data, *, source="<spec>"):
         else:
             _fail(source, f"{key}.kind", f"one of {list(KINDS)}", kind)
         if lab is None and isinstance(w, Intervals):
-            lab = IntervalLabels(*w.bounds(), label)
+            lo, hi = w.bounds()
+            lab = IntervalLabels(lo, hi, label)
         if lab is None or len(lab) != w.shape[0]:  # every kind above labels its rows
             raise AssertionError(f"{key}: labels for {w.shape[0]} rows were not built")
         blocks.append(w)
@@ -514,7 +523,7 @@ def parse_spec(data, *, source="<spec>"):
     workload = (
         blocks[0] if len(blocks) == 1 and weights[0] == 1.0 else wl.stack(*blocks, weights=weights)
     )
-    all_labels = Labels(labels)  # computed on demand; a tuple when there are few
+    all_labels: Sequence[str] = Labels(labels)  # computed on demand; a tuple when there are few
     if len(all_labels) <= MAX_LABELS:
         all_labels = tuple(all_labels)
     return Spec(

@@ -154,7 +154,7 @@ def save_strategy(path: str | os.PathLike, A: LinOp, *, overwrite: bool = True) 
         {"format": FORMAT, "version": VERSION, "shape": [int(s) for s in A.shape], "root": root}
     )
     buf = io.BytesIO()  # build fully in memory: a failure leaves no half-written file
-    np.savez_compressed(buf, **{_KEY: np.array(meta)}, **w.arrays)  # type: ignore[arg-type]
+    np.savez_compressed(buf, allow_pickle=False, **{_KEY: np.array(meta)}, **w.arrays)
     with open(path, "wb" if overwrite else "xb") as f:
         f.write(buf.getvalue())
 

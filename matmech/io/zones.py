@@ -71,8 +71,10 @@ def wall_seconds(value: dt.datetime, zone: str | None) -> int:
 def _offset(zone, u: int) -> int:
     from zoneinfo import ZoneInfo
 
-    t = dt.datetime.fromtimestamp(u, ZoneInfo(zone))
-    return int(t.utcoffset().total_seconds())  # type: ignore[union-attr]  # zoned
+    offset = dt.datetime.fromtimestamp(u, ZoneInfo(zone)).utcoffset()
+    if offset is None:  # pragma: no cover - a ZoneInfo datetime is aware
+        raise ValueError(f"time zone {zone!r} gives no UTC offset")
+    return int(offset.total_seconds())
 
 
 @lru_cache(maxsize=64)

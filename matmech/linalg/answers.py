@@ -1,9 +1,9 @@
 """The one output of every estimator: estimates with their exact error bars.
 
 Every estimator of matmech (the generalised least squares over measurement records of
-:func:`matmech.inference.estimate`, the residual closed form of
-:class:`~matmech.factored.reconstruct.MarginalReconstructor`, the factored GLS of
-:class:`~matmech.factored.gmarginal_solve.GMarginalSolver`, the answer-space GLS of
+:func:`matmech.estimators.gls.estimate`, the residual closed form of
+:class:`~matmech.estimators.reconstruct.MarginalReconstructor`, the factored GLS of
+:class:`~matmech.estimators.gmarginal_solve.GMarginalSolver`, the answer-space GLS of
 :func:`matmech.linalg.gls.gls`) returns an :class:`Answers`: the estimates, the variance of
 each, and the full covariance where it was needed (or a way to compute it on demand). For
 the GLS x̂ = J⁺ Σᵢ Qᵢᵀ Pᵢ yᵢ, J = Σᵢ Qᵢᵀ Pᵢ Qᵢ (Aitken 1935; Li et al., PODS 2010, for one

@@ -225,7 +225,7 @@ class Kron(LinOp):
         return reduce(np.kron, [f._dense() for f in self.factors])
 
     def kron_factors(self):
-        """The factors (hook of :mod:`matmech.linalg.quadratic` and :mod:`matmech.inference`)."""
+        """The factors (hook of :mod:`matmech.linalg.quadratic` and :mod:`matmech.estimators.gls`)."""
         return self.factors
 
     def gram_eigenvalues(self):
@@ -249,6 +249,22 @@ class Kron(LinOp):
     @classmethod
     def from_dict(cls, node, src):
         return cls(*src.children(node, "factors"))
+
+
+def _distinct_cells(blocks, p):
+    """Per attribute, the column p-norms of every block's factor (blocks × cells) kept at one
+    cell of each class of cells on which all of them agree, or None when the blocks' factors do
+    not line up. Every block's column norm is then equal, bit for bit, on all cells of a
+    product of classes: the stack's column norms need only one cell of each."""
+    sizes = [f.shape[1] for f in blocks[0].factors]
+    if any([f.shape[1] for f in b.factors] != sizes for b in blocks):
+        return None
+    grid = []
+    for i in range(len(sizes)):
+        V = np.array([np.asarray(b.factors[i].col_norms(p), dtype=np.float64) for b in blocks])
+        reps = np.sort(np.unique(V, axis=1, return_index=True)[1])
+        grid.append(V[:, reps])
+    return grid
 
 
 @register("VStack")
@@ -310,9 +326,7 @@ class VStack(LinOp):
 
     def col_norms(self, p=1):
         _check_p(p)
-        if p == 1:
-            return sum(w * b.col_norms(1) for w, b in zip(self.weights, self.blocks))
-        return np.sqrt(sum((w * b.col_norms(2)) ** 2 for w, b in zip(self.weights, self.blocks)))
+        return self._sum_norms([b.col_norms(p) for b in self.blocks], p)
 
     def sensitivity_details(self, p=1):
         _check_p(p)
@@ -320,7 +334,21 @@ class VStack(LinOp):
             terms = kron_terms(self)
             if terms is not None:
                 return factored_sensitivity(terms, p)
+        grid = None
+        if all(isinstance(b, Kron) for b in self.blocks):
+            grid = _distinct_cells(self.blocks, p)
+        if grid is not None:
+            # max(col_norms(p)) with the same products and sums, on one cell per class: no
+            # domain-length kron per block (0.2-0.3 s per error evaluation at 10⁵-10⁶ cells)
+            cols = [reduce(np.kron, [V[j] for V in grid]) for j in range(len(self.blocks))]
+            return SensitivityResult(float(self._sum_norms(cols, p).max()), True, "dense")
         return super().sensitivity_details(p)
+
+    def _sum_norms(self, cols, p):
+        """The stack's column p-norms from its blocks' (``cols``)."""
+        if p == 1:
+            return sum(w * c for w, c in zip(self.weights, cols))
+        return np.sqrt(sum((w * c) ** 2 for w, c in zip(self.weights, cols)))
 
     def rows(self, start, stop):
         out, o = [], self.offsets

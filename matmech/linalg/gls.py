@@ -24,6 +24,8 @@ it does not flip with BLAS threads or CPU kernels.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -201,14 +203,25 @@ def psd_solve(gram, rhs) -> np.ndarray:
     """J⁺ rhs for a symmetric positive semidefinite J (``gram``): Cholesky when J is well
     conditioned (pivots above :data:`PINV_RTOL` of the largest), else the eigen-decomposition
     with relative cut-off :data:`PINV_RTOL` (the minimum-norm solution). The one dense
-    normal-equation kernel: :func:`matmech.inference.solve`'s dense fallback and
+    normal-equation kernel: :func:`matmech.estimators.gls.solve`'s dense fallback and
     :func:`cell_gls` both use it."""
     return _psd_factor(gram)(rhs)
 
 
-def _psd_factor(gram):
-    """The solve of :func:`psd_solve` for ``gram``, with ``.range`` the orthonormal basis of
-    its range when the eigen path was taken (None: Cholesky, full rank)."""
+@dataclass(frozen=True)
+class _PsdSolve:
+    """rhs ↦ J⁺ rhs, with ``range`` the orthonormal basis of J's range when the eigen path
+    was taken (None: Cholesky, full rank)."""
+
+    solve: Callable[[np.ndarray], np.ndarray]
+    range: np.ndarray | None
+
+    def __call__(self, rhs):
+        return self.solve(rhs)
+
+
+def _psd_factor(gram) -> _PsdSolve:
+    """The solve of :func:`psd_solve` for ``gram`` (:class:`_PsdSolve`)."""
     gram = 0.5 * (gram + gram.T)
     try:
         L = sla.cholesky(gram, lower=True, check_finite=False)
@@ -218,8 +231,7 @@ def _psd_factor(gram):
             def chol(rhs):
                 return sla.cho_solve((L, True), rhs, check_finite=False)
 
-            chol.range = None  # type: ignore[attr-defined]
-            return chol
+            return _PsdSolve(chol, None)
     except sla.LinAlgError:
         pass
     lam, vec = np.linalg.eigh(gram)
@@ -228,8 +240,7 @@ def _psd_factor(gram):
     def eig(rhs):
         return vec[:, keep] @ ((vec[:, keep].T @ rhs) / lam[keep][:, None])
 
-    eig.range = vec[:, keep]  # type: ignore[attr-defined]
-    return eig
+    return _PsdSolve(eig, vec[:, keep])
 
 
 def cell_gls(parts, W=None, *, variances=True, covariance=False) -> Answers:

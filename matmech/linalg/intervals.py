@@ -237,6 +237,10 @@ def _ramp_sums(n, s):
 class _AllOfAKind(Intervals):
     """Every interval of one kind over n cells: described by n alone, full column rank."""
 
+    def __init__(self, n):  # n rows (a kind with more rows sets its own shape)
+        self.n = check_size(n)
+        self.shape = (self.n, self.n)
+
     def rank(self):
         return self.n
 
@@ -297,10 +301,6 @@ class Prefix(_AllOfAKind):
     """The n prefix queries [0, k]."""
 
     kind = "prefix"
-
-    def __init__(self, n):
-        self.n = check_size(n)
-        self.shape = (self.n, self.n)
 
     def bounds(self, start=0, stop=None):
         stop = self.shape[0] if stop is None else stop

@@ -19,7 +19,7 @@ def lazy_module(name):
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.find_spec(name)
-    if spec is None:  # pragma: no cover - scipy is a hard dependency
+    if spec is None or spec.loader is None:  # pragma: no cover - scipy is a hard dependency
         raise ImportError(f"no module named {name!r}")
     loader = importlib.util.LazyLoader(spec.loader)
     spec.loader = loader

@@ -121,6 +121,14 @@ class LinOp:
     __array_ufunc__ = None  # let ``ndarray @ LinOp`` reach __rmatmul__
 
     # -- application -------------------------------------------------------------------
+    def _matmat(self, x: np.ndarray) -> np.ndarray:
+        """A @ x for an n×k block x (every subclass implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _matmat")
+
+    def _rmatmat(self, y: np.ndarray) -> np.ndarray:
+        """Aᵀ @ y for an m×k block y (every subclass implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _rmatmat")
+
     def _apply(self, x, fn, inner, outer, side):
         x = np.asarray(x, dtype=np.float64)
         if x.ndim not in (1, 2) or x.shape[0] != inner:
@@ -449,9 +457,8 @@ class Scaled(LinOp):
     """c · A."""
 
     def __init__(self, base, c):
-        if not isinstance(c, numbers.Real) or not np.isfinite(c):
-            raise ValueError(f"a scale factor must be a finite real number, got {c!r}")
-        self.base, self.c = as_linop(base), float(c)
+        c = validate.finite_real(c, "a scale factor")  # Fractions too (np.isfinite refuses them)
+        self.base, self.c = as_linop(base), c
         self.shape = self.base.shape
 
     def _matmat(self, x):

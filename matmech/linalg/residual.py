@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matmech.linalg.linop import Dense, Kron, Ones, check_size
+from matmech.linalg.linop import Dense, Kron, LinOp, Ones, check_size
 from matmech.validate import vector
 
 __all__ = [
@@ -156,7 +156,7 @@ def check_lattice(domain, subsets, weights=None):
     for s in subsets:
         s = tuple(s) if isinstance(s, (tuple, list)) else (s,)
         for a in s:
-            if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= a < d:
+            if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not 0 <= int(a) < d:
                 raise ValueError(
                     f"attribute {a!r} in subset {s} is not an index in [0, {d - 1}] of the domain"
                 )
@@ -242,12 +242,14 @@ def lattice(domain, subsets, weights=None):
         raise ValueError(
             f"{d} attributes with subsets of up to {kmax} attributes are too many for the lattice keys"
         )
-    keys, ps, rests = [], [], []
-    by_size = {}
+    key_parts: list[np.ndarray] = []
+    ps: list[np.ndarray] = []
+    rests: list[np.ndarray] = []
+    by_size: dict[int, list[int]] = {}
     for i, s in enumerate(subsets):
         by_size.setdefault(len(s), []).append(i)
-    for k, idx in by_size.items():
-        idx = np.array(idx, dtype=np.int64)
+    for k, members in by_size.items():
+        idx = np.array(members, dtype=np.int64)
         S = np.array([subsets[i] for i in idx], dtype=np.int64).reshape(len(idx), k)
         nS = dom[S]
         for mask in range(1 << k):
@@ -259,22 +261,22 @@ def lattice(domain, subsets, weights=None):
                 key = key * base + S[:, j] + 1
                 ok &= nS[:, j] > 1
             rest = np.prod(nS[:, other].astype(np.float64), axis=1) if other else np.ones(len(idx))
-            keys.append(key[ok])
+            key_parts.append(key[ok])
             ps.append(idx[ok])
             rests.append(rest[ok])
-    keys = np.concatenate(keys)
+    keys = np.concatenate(key_parts)
     uniq, inv = np.unique(keys, return_inverse=True)
-    residuals = []
+    decoded = []
     for key in uniq.tolist():
         t = []
         while key:
             key, r = divmod(key, base)
             t.append(r - 1)
-        residuals.append(tuple(reversed(t)))
-    order = sorted(range(len(residuals)), key=lambda j: (len(residuals[j]), residuals[j]))
+        decoded.append(tuple(reversed(t)))
+    order = sorted(range(len(decoded)), key=lambda j: (len(decoded[j]), decoded[j]))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    residuals = tuple(residuals[j] for j in order)
+    residuals = tuple(decoded[j] for j in order)
     sizes = np.array([residual_size(domain, t) for t in residuals], dtype=np.float64)
     norm2 = np.array([column_norm2(domain, t) for t in residuals])
     cells = np.array([math.prod(domain[i] for i in s) for s in subsets], dtype=np.float64)
@@ -340,7 +342,7 @@ def svd_bound(lat):
 def residual_operator(domain, T, *, integer=True):
     """R_T as a :class:`~matmech.linalg.linop.Kron` over the whole domain (integer Haar
     contrasts, or the orthonormal ones): for small domains, tests and explicit checks."""
-    factors = []
+    factors: list[LinOp] = []
     for i, n in enumerate(domain):
         if i in T:
             factors.append(Dense(haar_contrasts(n)[0] if integer else orthonormal_contrasts(n)))
@@ -452,7 +454,7 @@ def lift_row_variances(sizes, row_variances):
     non-contiguous view.
 
     Exact noise variances depend on a row only through its squared norm (the σ of a row is
-    set by λ_j, :mod:`matmech.factored.measure`), i.e. v[j] = g[k₁(j₁), …] for the
+    set by λ_j, :mod:`matmech.measurements.residual`), i.e. v[j] = g[k₁(j₁), …] for the
     per-attribute norm classes k_i (a few per attribute). When v has that form (checked
     entry by entry), each axis is lifted on the class grid and expanded only as it is
     applied: every output number is the same sequence of products and sums as the full

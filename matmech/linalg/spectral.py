@@ -313,11 +313,11 @@ class NestedCovariance(LinOp):
         else:
             order = np.lexsort((lo, depth))
         by_depth = np.split(order, np.searchsorted(depth[order], np.arange(1, D + 1)))
-        members = [None] * (D + 1)
+        members: list[np.ndarray] = []
         carried = np.zeros(0, dtype=np.int64)
         for d in range(D + 1):
             here = by_depth[d]
-            members[d] = (
+            members.append(
                 here
                 if carried.size == 0
                 else (lambda m: m[np.argsort(lo[m], kind="stable")])(

@@ -21,6 +21,8 @@ where the structure allows, used by the error analysis and by least squares alik
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from matmech.linalg.lazy import sla
 import scipy.sparse as sp
@@ -223,7 +225,7 @@ def _spectral_pinv(domain, lam, mult, tol=1e-12):
     return Sum(pos), (Sum(null) if null else None)
 
 
-def split_diagonal(A, max_rows=None):
+def split_diagonal(A, max_rows=None) -> tuple[np.ndarray, np.ndarray] | None:
     """(d, R) with AᵀA = diag(d) + RᵀR when A's single-entry rows give a positive diagonal d
     and at most ``max_rows`` (default n/4) rows remain (R dense, r×n); else None."""
     m = A.explicit_matrix()
@@ -273,7 +275,7 @@ def woodbury_solve(d, R, V):
     u = dinv[:, None] * V
     x = u - RD.T @ sla.cho_solve(cf, R @ u, check_finite=False)
     res = d[:, None] * x + R.T @ (R @ x) - V
-    if np.linalg.norm(res) > 1e-8 * max(np.linalg.norm(V), 1e-300):
+    if np.linalg.norm(res) > 1e-8 * max(float(np.linalg.norm(V)), 1e-300):
         return None
     return x
 
@@ -306,6 +308,8 @@ def gram_inverse(A):
 class _GramPinv:
     """(AᵀA)⁺ through Woodbury or Cholesky (:func:`gram_inverse`), falling back to the
     eigen-decomposition of :func:`pinv_gram` when those do not apply."""
+
+    matrix: Any  # the ndarray of a Dense, the scipy matrix of a Sparse
 
     def gram_pinv(self):
         out = gram_inverse(self)

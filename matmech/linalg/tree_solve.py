@@ -1,5 +1,5 @@
 """Least squares on trees and on the Haar matrix in O(nodes): the fast paths of
-:func:`matmech.inference.solve` for :class:`matmech.strategies.Tree` and
+:func:`matmech.estimators.gls.solve` for :class:`matmech.strategies.Tree` and
 :class:`matmech.strategies.Haar` (duck-typed: ``parent``/``bounds()`` and ``n``/``levels``).
 
 * trees: two passes (Hay, Rastogi, Miklau, Suciu, VLDB 2010, Thm. 3, in the form of exact

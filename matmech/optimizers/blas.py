@@ -17,11 +17,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 __all__ = ["blas_threads", "capped", "default_threads"]
 
-F = TypeVar("F", bound=Callable)
+P = ParamSpec("P")
+R = TypeVar("R")
 #: (threadpoolctl controller, _blas_modules() when it was built, len(sys.modules) when checked)
 _CONTROLLER: list = [None, -1, -1]
 _LOCAL = threading.local()
@@ -69,11 +70,11 @@ def blas_threads(k: int):
         yield
 
 
-def capped(fn: F) -> F:
+def capped(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` under :func:`blas_threads` (:func:`default_threads`); nested calls cap once."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if getattr(_LOCAL, "inside", False):
             return fn(*args, **kwargs)
         _LOCAL.inside = True
@@ -83,4 +84,4 @@ def capped(fn: F) -> F:
         finally:
             _LOCAL.inside = False
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -545,7 +545,7 @@ def general_marginal_sensitivity2(theta, col2):
     of non-negative per-attribute numbers, non-decreasing in each; so its maximum over the product
     domain is attained jointly at every attribute's largest column. The one function used by the
     L2 weight optimiser here and by the (ε, δ) measurement
-    (:func:`matmech.factored.gmarginal_measure.plan_gmarginal`), so the two agree."""
+    (:func:`matmech.measurements.gmarginal.plan_gmarginal`), so the two agree."""
     th = np.asarray(theta, dtype=np.float64)
     c = [float(v) for v in col2]
     if th.shape != (1 << len(c),):

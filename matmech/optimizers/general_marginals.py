@@ -166,7 +166,8 @@ def optimize_general_marginals(
     idx = np.flatnonzero(closure)
 
     def theta_only(th0, name, minvs):
-        obj = _LatticeObjective(*prob.theta_objective(minvs), k, p=1)
+        mu, mult, out_prod = prob.theta_objective(minvs)
+        obj = _LatticeObjective(mu, mult, out_prod, k, p=1)
 
         def fun(x):
             th = np.zeros(1 << k)
@@ -199,12 +200,8 @@ def optimize_general_marginals(
     if rng is not None:
         for r in range(max(0, restarts - 1)):
             starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k)))
-    best = None
-    for name, th0 in starts:
-        th, f = theta_only(th0, name, minvs)
-        if best is None or f < best[1]:
-            best = (th, f)
-    th, f = best
+    # the first of equals wins, as a running best would keep it
+    th, f = min((theta_only(th0, name, minvs) for name, th0 in starts), key=lambda r: r[1])
     if prob.free and np.isfinite(f):
         th, thetas, f = _joint_descent(prob, th, thetas, maxiter, records, idx)
         minvs = [np.eye(d) for d in domain]

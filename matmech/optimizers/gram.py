@@ -197,7 +197,9 @@ class GramOperator:
             work -= total
         # star Laplacian (prefix) rooted at node 0 with u_0 = 0: v_k = u_k
         np.add.accumulate(work, axis=1, out=out)
-        np.subtract(out[:, -1:], out, out=out)
+        # the last column copied first: an operand overlapping ``out`` makes numpy buffer the
+        # whole block (7× slower), with the same differences
+        np.subtract(out[:, -1:].copy(), out, out=out)
         out += work
         if self.scale != 1.0:
             out *= self.scale

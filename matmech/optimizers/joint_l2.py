@@ -33,7 +33,8 @@ def start_factors(prob, domain, split=False):
     """Per attribute: the certified L2 optimum of its weighted factor gram G (dense, unit column
     norms), or None (the identity) for identity/total grams; ``split``: of the gram with its
     cross terms between 1 and 1^⊥ dropped, P₁GP₁ + PGP (the residual plan's view of G)."""
-    out, fitted = [], {}
+    out: list[np.ndarray | None] = []
+    fitted: dict[tuple, np.ndarray] = {}
     for i, d in enumerate(domain):
         live = gm_error._live_grams(prob, i)
         if not live or all(gm_error._identity_total_gram(c) for c, _ in live):

@@ -197,7 +197,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
         [[float(np.trace(g)) for g in row] for row in grams]
     )  # start: identity factors
     factors = [Identity(grams[0][i].shape[0]) for i in range(d)]
-    best, history = (math.inf, None), []
+    best, history = (math.inf, list(factors)), []
     steps, step = KRON_ROUNDS * d, 0
     for rnd in range(KRON_ROUNDS):
         for i in range(d):

@@ -75,7 +75,10 @@ class KronStackFit:
 def _parts(f):
     """[(weight², 1-D block)] of a 1-D factor: the blocks of a weighted stack, else f
     (:func:`matmech.linalg.products.product_terms` with ``leaf=True``)."""
-    return [(t.weight2, t.factors[0]) for t in product_terms(f, leaf=True)]
+    terms = product_terms(f, leaf=True)
+    if terms is None:  # a stack of blocks of different sizes: not one attribute's factor
+        raise ValueError(f"a 1-D factor must be one operator or a stack of them, got {f!r}")
+    return [(t.weight2, t.factors[0]) for t in terms]
 
 
 def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
@@ -87,9 +90,9 @@ def expand_terms(W, *, max_terms=MAX_TERMS, expand=True):
         raise ValueError(
             "a union of Kronecker products strategy needs a Kronecker workload or a union of them over the same attributes"
         )
-    out = []
+    out: list[tuple[float, list]] = []
     for t in terms:
-        combos = [(t.weight2, [])]
+        combos: list[tuple[float, list]] = [(t.weight2, [])]
         for f in t.factors:
             parts = _parts(f) if expand else [(1.0, f)]
             combos = [(c * v, lst + [b]) for c, lst in combos for v, b in parts]
@@ -165,16 +168,14 @@ def optimize_kron_stack(W, *, single=None, prefit=None, norm=1):
     if norm not in (1, 2):
         raise ValueError(f"norm must be 1 (pure eps) or 2 (Gaussian), got {norm!r}")
     fits = _FactorFits(prefit, norm)
-    best = None
     # the workload's own terms, and (when different) its stacked factors expanded: HDMM's
     # grouping keeps [I; T] factors whole, the expansion gives each part its own budget
-    for terms in (expand_terms(W, expand=False), expand_terms(W)):
-        if best is not None and len(terms) == best[3]:
-            continue
-        cand = _union(terms, fits, norm)
-        if best is None or cand[1] < best[1]:
-            best = cand + (len(terms),)
-    strategy, bound, weights, _ = best
+    grouped, expanded = expand_terms(W, expand=False), expand_terms(W)
+    strategy, bound, weights = _union(grouped, fits, norm)
+    if len(expanded) != len(grouped):
+        cand = _union(expanded, fits, norm)
+        if cand[1] < bound:
+            strategy, bound, weights = cand
     value, exact = bound, len(weights) == 1  # one term answers everything: the bound is exact
     W = as_linop(W)
     if not exact and W.shape[1] <= EXACT_N:
@@ -218,7 +219,7 @@ def value_lower_bound(W, *, norm=1):
 def _union(terms, fits, norm=1, build=True):
     """(strategy, upper bound, weights) of one term per distinct fitted factor signature
     (``build=False``: no strategy, None)."""
-    groups = {}
+    groups: dict[tuple, list] = {}
     for v2, fs in terms:
         parts = [fits(f) for f in fs]
         key = tuple(p[1] for p in parts)

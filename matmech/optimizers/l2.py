@@ -43,6 +43,7 @@ from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, as_linop
 from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
 from matmech.linalg.linop import register
+from matmech.validate import integer
 
 __all__ = [
     "L2Fit",
@@ -278,10 +279,12 @@ def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=
     """
     if not (isinstance(tol, (int, float)) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
+    maxiter = integer(maxiter, "maxiter", min=1)
     n, support, scale, g, state = _dual_problem(gram, inverse)
     t0 = time.perf_counter()
     w = 0.5 * np.log(np.diag(g))
-    best_primal, best_dual, best_state, it = math.inf, -math.inf, None, 0
+    best_primal, best_dual, it = math.inf, -math.inf, 0
+    best_state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     mixer = _Anderson(memory)
     plain_mode, stall = False, 0
     for it in range(1, maxiter + 1):
@@ -305,11 +308,13 @@ def dual_l2(gram, *, tol=1e-8, maxiter=500, time_limit=None, memory=8, callback=
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             break
         stall = 0 if improved else stall + 1
-        if stall >= 5 and not plain_mode:
+        if stall >= 5 and not plain_mode and best_state is not None:
             plain_mode = True
             w, x = np.log(best_state[2]), best_state[3]
         r = np.log(x) * (1.0 if plain_mode else 2.0)
         w = w + r if plain_mode else mixer.step(w, r)
+    if best_state is None:  # no iterate had a finite trace
+        raise np.linalg.LinAlgError("the dual iteration produced no finite trace; is the gram PSD?")
     sig, q, v, x = best_state
     strategy = _strategy(sig, q, v, x, support, n)
     value, dual = best_primal * scale, best_dual * scale
@@ -342,7 +347,7 @@ def sdp_l2(gram, *, solver=None, max_n=MAX_SDP_N):
     diag_con = cp.diag(X) <= 1
     problem = cp.Problem(cp.Minimize(cp.matrix_frac(L, X)), [diag_con])
     solvers = [solver] if solver is not None else ["CLARABEL", "SCS"]
-    last_error = None
+    last_error: Exception | None = None
     for name in solvers:
         try:
             kwargs = {"eps": 1e-9, "max_iters": 200_000} if name == "SCS" else {}

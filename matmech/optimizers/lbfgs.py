@@ -46,11 +46,9 @@ def projected_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10, deadline=None
     s_rows, y_rows = list(S), list(Y)
     rho, alpha = [0.0] * memory, [0.0] * memory
     q, xn, step, metric = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
-    pos, neg, free = (
-        np.empty(size, dtype=bool),
-        np.empty(size, dtype=bool),
-        np.empty(size, dtype=bool),
-    )
+    # the free set as 0.0 / 1.0: multiplying by a float mask is 2-4× faster than by a bool
+    # one (whose cast runs per element), with the same products
+    pos, neg, free = np.empty(size, dtype=bool), np.empty(size, dtype=bool), np.empty(size)
     stored, head, evaluations, it, trail = 0, 0, 1, 0, [f]
     for it in range(1, maxiter + 1):
         np.greater(x, 0.0, out=pos)

@@ -285,11 +285,9 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
         records.append((name, f0, f))
         return th, f
 
-    best, records = None, []
-    for name, th0 in starts:
-        th, f = run(name, th0)
-        if best is None or f < best[1]:
-            best = (th, f)
+    records: list[tuple[str, float, float]] = []
+    # the first of equals wins, as a running best would keep it
+    best = min((run(name, th0) for name, th0 in starts), key=lambda r: r[1])
     # greedy rounds: let one more unused larger marginal replace the positive-weight
     # marginals it contains, keep the re-optimised result when it is better
     for _ in range(MAX_GREEDY_ROUNDS):

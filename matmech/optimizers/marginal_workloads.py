@@ -64,17 +64,19 @@ def expand_marginals(W, *, max_terms=MAX_EXPANDED_TERMS):
     if blocks is None:
         return None
     domain = tuple(f.shape[1] for f in blocks[0][1])
-    acc, count = {}, 0
+    acc: dict[tuple[int, ...], float] = {}
+    count = 0
     for w2, fs in blocks:
-        opts = [_factor_options(f) for f in fs]
-        if any(o is None for o in opts):
+        found = [_factor_options(f) for f in fs]
+        opts = [o for o in found if o is not None]
+        if len(opts) != len(found):
             return None
         count += math.prod(len(o) for o in opts)
         if count > max_terms:
             return None
-        terms = {(): w2}
+        terms: dict[tuple[bool, ...], float] = {(): w2}
         for o in opts:
-            nxt = {}
+            nxt: dict[tuple[bool, ...], float] = {}
             for key, v in terms.items():
                 for w, inside in o:
                     k2 = key + (inside,)

@@ -119,7 +119,7 @@ def lockstep_lbfgs(fun, X0, *, maxiter=300, memory=6, ftol=1e-10):
         raise ValueError(f"X0 must be a (starts, size) array, got shape {X0.shape}")
     total, size = X0.shape
     axpy = sla.blas.daxpy
-    results = [None] * total
+    results: list[tuple[np.ndarray, float, int, int] | None] = [None] * total
     ids = np.arange(total)  # original index of each live row
     x = X0.copy()
     f, g, ok = fun(x)
@@ -272,7 +272,7 @@ def lockstep_starts(gram, starts, *, maxiter, ftol, min_starts=MIN_LOCKSTEP):
     ``min_starts`` starts of at most :data:`MAX_LOCKSTEP_SIZE` entries, run by
     :func:`pidentity_multistart`; otherwise {}. Starts that broke down are left out, so that
     the caller's sequential run of them reproduces the breakdown."""
-    groups = {}
+    groups: dict[tuple[int, ...], list[int]] = {}
     for i, (_, th) in enumerate(starts):
         groups.setdefault(np.shape(th), []).append(i)
     group = max(groups.values(), key=len, default=[])

@@ -60,18 +60,19 @@ def hat_theta(n, branching, root=True, weights=None):
         if m > 1 and m not in counts:
             counts.append(m)
         size *= b
-    rows, depth = [], []
+    rows: list[np.ndarray] = []
+    depths: list[np.ndarray] = []
     for k, m in enumerate(counts):  # finest first
         h = n / m
         c = (np.arange(m) + 0.5) * h
         rows.append(np.clip(1.0 - np.abs(x[None, :] - c[:, None]) / h, 0.0, None))
-        depth.append(np.full(m, len(counts) - k, dtype=int))
+        depths.append(np.full(m, len(counts) - k, dtype=int))
     if root:
         rows.append(np.clip(1.0 - np.abs(x - n / 2.0) / n, 0.0, None)[None, :])
-        depth.append(np.zeros(1, dtype=int))
+        depths.append(np.zeros(1, dtype=int))
     if not rows:
         return np.zeros((0, n)), np.zeros(0, dtype=int)
-    th, depth = np.vstack(rows[::-1]), np.concatenate(depth[::-1])
+    th, depth = np.vstack(rows[::-1]), np.concatenate(depths[::-1])
     if not root:
         depth = depth - 1
     if weights is not None:

@@ -181,7 +181,7 @@ def _level_weights(gram, b):
         s *= b
     levels = [*sizes, n]
     if all(levels[i + 1] % levels[i] == 0 for i in range(len(levels) - 1)):
-        energies = {}
+        energies: dict = {}
         fun = lambda w: weighted_tree_value(gram, levels, w, energies)  # noqa: E731
         w0 = np.ones(len(levels))
         # every level below the root keeps a little weight (a zero row never revives in
@@ -464,7 +464,8 @@ def fit_pidentity(
             fill_starts=fill_starts,
             quad_fills=quad_fills,
         )
-        best, records, evals = None, [], 0
+        best: tuple[float, str, np.ndarray] | None = None
+        records, evals = [], 0
         # a large group of same-shape starts (the quadratic-fill multistart) runs in lockstep:
         # the same results per start, without the per-call overhead (matmech.optimizers.multistart)
         lockstep = (
@@ -495,6 +496,8 @@ def fit_pidentity(
                 best = (f, name, th)
             if deadline is not None and time.perf_counter() > deadline:
                 break
+        if best is None:  # only fill starts may break down, and the starts hold others
+            raise ValueError("every start of the p-Identity optimiser broke down")
         if polish and (deadline is None or time.perf_counter() < deadline):
             f0, name, th0 = best
             try:

@@ -56,11 +56,11 @@ from matmech.linalg.residual import (
 from matmech.validate import choice
 
 __all__ = [
-    "ResidualPlan",
+    "ResidualAllocation",
     "plan_residuals",
     "OBJECTIVES",
     "MAX_RESIDUALS_CVX",
-    "LaplaceResidualPlan",
+    "LaplaceResidualAllocation",
     "plan_residuals_laplace",
     "laplace_residual_variances",
     "PRUNE_RELATIVE",
@@ -84,6 +84,10 @@ PRUNE_RELATIVE = 1e-6
 class _OnLattice:
     """What a plan on a marginal lattice reads off its ``lattice``, ``total`` and ``queries``."""
 
+    lattice: Lattice
+    total: float
+    queries: int
+
     @property
     def domain(self):
         return self.lattice.domain
@@ -103,7 +107,7 @@ class _OnLattice:
 
 
 @dataclass(frozen=True, eq=False)
-class ResidualPlan(_OnLattice):
+class ResidualAllocation(_OnLattice):
     """Per-residual noise variances for a marginal workload, at unit L2 sensitivity.
 
     ``lattice`` (:class:`~matmech.linalg.residual.Lattice`) holds the domain, the marginals
@@ -127,7 +131,7 @@ class ResidualPlan(_OnLattice):
 
     def __repr__(self):
         return (
-            f"ResidualPlan({len(self.subsets)} marginals, {len(self.residuals)} residuals, objective={self.objective!r}, "
+            f"ResidualAllocation({len(self.subsets)} marginals, {len(self.residuals)} residuals, objective={self.objective!r}, "
             f"rmse/σ={self.rmse:.6g}, weighted total/bound={self.weighted_total / self.svd_bound:.6f})"
         )
 
@@ -205,7 +209,7 @@ def _lattice_coefficients(domain, subsets, weights):
 
 
 def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=None):
-    """The residual plan for the marginals on ``subsets`` of ``domain`` → :class:`ResidualPlan`.
+    """The residual plan for the marginals on ``subsets`` of ``domain`` → :class:`ResidualAllocation`.
 
     ``weights`` (one per subset, default 1) weight each marginal's variance. ``objective``:
     ``"sum"`` (closed form, the SVD bound) or ``"max"`` (the largest weighted per-cell
@@ -225,7 +229,7 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
     u.setflags(write=False)
     cellv = marginal_cell_variances(lat, u)
     cellv.setflags(write=False)
-    return ResidualPlan(
+    return ResidualAllocation(
         lattice=lat,
         variances=u,
         objective=objective,
@@ -239,7 +243,7 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
 
 
 @dataclass(frozen=True, eq=False)
-class LaplaceResidualPlan(_OnLattice):
+class LaplaceResidualAllocation(_OnLattice):
     """Table weights for a marginal workload under pure ε (Laplace), at ε = 1.
 
     The marginal table on ``tables[j]`` (the lattice's residuals unless tables were given)
@@ -247,7 +251,7 @@ class LaplaceResidualPlan(_OnLattice):
     (Σθ = 1 = the L1 sensitivity; continuous Laplace scale 1/θ_j per cell at ε = 1);
     ``variances[j]`` is the per-coordinate variance of residual j after the inverse-variance
     combination (2/Σ θ²/rest), ``cell_variances``/``total``/``weighted_total``/``queries`` as in
-    :class:`ResidualPlan` (per unit ε⁻²; the exact discrete variances are the measurement's).
+    :class:`ResidualAllocation` (per unit ε⁻²; the exact discrete variances are the measurement's).
     """
 
     lattice: Lattice
@@ -258,12 +262,12 @@ class LaplaceResidualPlan(_OnLattice):
     weighted_total: float
     queries: int
     start: str
+    tables: tuple
     solver: str = "L-BFGS-B"
-    tables: tuple | None = None
 
     def __repr__(self):
         return (
-            f"LaplaceResidualPlan({len(self.subsets)} marginals, {len(self.tables)} tables, "
+            f"LaplaceResidualAllocation({len(self.subsets)} marginals, {len(self.tables)} tables, "
             f"rmse·ε={self.rmse:.6g}, start {self.start!r})"
         )
 
@@ -351,7 +355,7 @@ SEARCHES = ("lattice", "all")
 def plan_residuals_laplace(
     domain, subsets, *, weights=None, tables=None, theta=None, search="lattice", maxiter=500
 ):
-    """The pure-ε table plan for the marginals on ``subsets`` → :class:`LaplaceResidualPlan`
+    """The pure-ε table plan for the marginals on ``subsets`` → :class:`LaplaceResidualAllocation`
     (data-independent; see the module notes). ``search``: ``"lattice"`` (tables on the
     lattice's subsets, L-BFGS, fast at any number of attributes) or ``"all"`` (HDMM's
     optimiser over all 2^d subsets, :func:`matmech.optimizers.marginals.optimize_marginals_pure`:
@@ -389,7 +393,7 @@ def plan_residuals_laplace(
         t = tuple(i for i in s if lat.domain[i] > 1)
         own[index[t]] += math.sqrt(w)
     starts = [("c^(1/3)", np.cbrt(np.maximum(c, 1e-300))), ("workload marginals", own)]
-    best = None
+    tried = []
     for name, th0 in starts:
         z0 = np.log(th0 / th0.sum())
         res = minimize(
@@ -401,9 +405,8 @@ def plan_residuals_laplace(
         )
         f0 = fun(z0)[0]
         z, f = (res.x, float(res.fun)) if res.fun <= f0 else (z0, f0)
-        if best is None or f < best[1]:
-            best = (z, f, name)
-    z, _, name = best
+        tried.append((z, f, name))
+    z, _, name = min(tried, key=lambda t: t[1])  # the first of equals, as a running best
     theta = np.exp(z - z.max())
     # tables the optimum all but drops are not measured (their noise scale would leave the
     # sampler's range); a residual left uncovered keeps its own table at the floor weight
@@ -418,13 +421,13 @@ def plan_residuals_laplace(
 
 
 def _laplace_plan(lat, c, theta, tables, *, start, solver="L-BFGS-B"):
-    """The :class:`LaplaceResidualPlan` of table weights ``theta`` on ``tables`` (frozen
+    """The :class:`LaplaceResidualAllocation` of table weights ``theta`` on ``tables`` (frozen
     arrays: residual and per-cell variances, totals)."""
     u = laplace_residual_variances(lat, theta, tables=tables)
     cellv = marginal_cell_variances(lat, u)
     for a in (theta, u, cellv):
         a.setflags(write=False)
-    return LaplaceResidualPlan(
+    return LaplaceResidualAllocation(
         lattice=lat,
         theta=theta,
         variances=u,

@@ -110,7 +110,7 @@ class ResidualProductStrategy(VStack):
             )
         if len(factors) != k:
             raise ValueError(f"need one residual factor per attribute ({k}), got {len(factors)}")
-        fs = []
+        fs: list[np.ndarray | None] = []
         for i, (f, d) in enumerate(zip(factors, domain)):
             if f is None:
                 fs.append(None)
@@ -124,8 +124,8 @@ class ResidualProductStrategy(VStack):
                 )
             fs.append(m)
         masks = np.flatnonzero(w > 0)
-        for m in masks:
-            bad = [i for i in range(k) if (m >> i) & 1 and fs[i] is None]
+        for mask in masks:
+            bad = [i for i in range(k) if (mask >> i) & 1 and fs[i] is None]
             if bad:
                 raise ValueError(
                     f"weight on a subset with attribute {bad[0]} of size 1 (no residual)"
@@ -346,14 +346,13 @@ def _max_variance_plan(blocks, domain, factors):
             cp.Minimize(t), [sub @ u <= t, cp.sum(cp.multiply(p, cp.inv_pos(u))) <= 1]
         )
         prob.solve()
-        if u.value is None:
+        if u.value is None or t.value is None:
             raise ValueError(f"the max-variance weight program failed ({prob.status})")
         cur = np.maximum(np.asarray(u.value, dtype=np.float64), 1e-300)
         var = F @ cur
         worst = np.argsort(-var)[:64]
-        new = [
-            int(j) for j in worst if var[j] > float(t.value) * (1 + 1e-7) and int(j) not in active
-        ]
+        top = float(t.value)
+        new = [int(j) for j in worst if var[j] > top * (1 + 1e-7) and int(j) not in active]
         if not new:
             break
         active.update(new)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
+from typing import Literal, overload
 
 import numpy as np
 
@@ -367,9 +368,21 @@ _LAPLACE_LIMIT_BITS = 46  # scale/grid stays below 2**46 (the sampler allows 2**
 _GAUSS_LIMIT_BITS = 22  # sigma/grid stays below 2**22 (the sampler allows 2**24)
 
 
+@overload
 def neighbor_sensitivity(
-    norm: float, neighbors: str = "add_remove", *, margin: bool = False
-) -> float:
+    norm: float, neighbors: str = ..., *, margin: bool = ...
+) -> float: ...  # pragma: no cover
+
+
+@overload
+def neighbor_sensitivity(
+    norm: Fraction, neighbors: str = ..., *, margin: Literal[False] = ...
+) -> Fraction: ...  # pragma: no cover
+
+
+def neighbor_sensitivity(
+    norm: float | Fraction, neighbors: str = "add_remove", *, margin: bool = False
+) -> float | Fraction:
     """The sensitivity of a query whose largest column L_p norm is ``norm``, under ``neighbors``.
 
     Add/remove one record moves one cell of x by 1, so Δ_p = ``norm``; substitution moves two
@@ -378,8 +391,9 @@ def neighbor_sensitivity(
 
     Parameters
     ----------
-    norm : float
-        The largest column L_p norm of the measured operator.
+    norm : float or Fraction
+        The largest column L_p norm of the measured operator (a Fraction stays exact
+        without ``margin``).
     neighbors : {"add_remove", "substitute"}, default "add_remove"
         The neighbouring relation.
     margin : bool, default False
@@ -387,7 +401,7 @@ def neighbor_sensitivity(
 
     Returns
     -------
-    float
+    float or Fraction
         factor · norm (· SENS_MARGIN).
 
     Raises

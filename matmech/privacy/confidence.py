@@ -24,12 +24,12 @@ first (:func:`law_intervals`):
   quantile removes that term), never a NaN; the method says it is an estimate.
 * ``"chebyshev"`` (:func:`chebyshev_intervals`): std/√(1 − level), coverage ≥ level for any
   law; where no law is computed and the normal one is not justified (large (ε, δ)
-  residual releases with draws of σ below 3, :mod:`matmech.factored.answer_noise`).
+  residual releases with draws of σ below 3, :mod:`matmech.estimators.answer_noise`).
 
 A row of weights may also stand for a weight profile: ``counts`` says how many independent
 draws carry each weight and ``scale`` may differ per term (κ₄ = Σ count·c⁴·κ₄(z) adds over
 the terms; the lattice pmf multiplies each scale's φ). The pure-ε residual answers use
-this (:mod:`matmech.factored.answer_noise`: a few weight classes, thousands of draws).
+this (:mod:`matmech.estimators.answer_noise`: a few weight classes, thousands of draws).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def cached_law(key: Hashable, compute: Callable[[], IntervalLaw]) -> IntervalLaw
 
     An interval law depends only on the answers' noise weights (the workload rows and the
     strategy) and the noise's kind, scale, grid and level, never on the data: the key must
-    say all of them (:meth:`matmech.record.Release.interval_law` keys on fingerprints of the
+    say all of them (:meth:`matmech.results.release.Release.interval_law` keys on fingerprints of the
     rows and the strategy, :func:`matmech.linalg.storage.fingerprint`). A law larger than the
     whole budget is computed and not kept. Laws are read-only, so callers share them."""
     with _LAWS_LOCK:
@@ -388,7 +388,7 @@ def law_intervals(
     Keyword-only: ``counts`` (m×p, default ones) says how many independent draws carry
     weight ``weights[i, j]``, and ``scale`` may be an array broadcastable to m×p (each
     term's own scale), so a row can stand for a weight profile with multiplicities — the
-    pure-ε residual answers (:mod:`matmech.factored.answer_noise`).
+    pure-ε residual answers (:mod:`matmech.estimators.answer_noise`).
     """
     level = _check_level(level)
     C = np.asarray(weights, dtype=np.float64)

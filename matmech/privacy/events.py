@@ -139,6 +139,7 @@ def _shifts(v) -> int | None:
     return None if v is None else integer(v, "unit_shifts", min=1, max=2**53)
 
 
+@dataclass(frozen=True)
 class Event:
     """The base of every privacy event (frozen dataclasses; see the module docstring)."""
 
@@ -160,7 +161,7 @@ class Event:
     def to_dict(self) -> dict:
         """A JSON-ready dict (``kind`` and the fields; floats round-trip exactly)."""
         out: dict[str, Any] = {"kind": self.kind}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, Event):
                 v = v.to_dict()
@@ -172,7 +173,7 @@ class Event:
         return out
 
 
-def _pure_rho(eps: float) -> Fraction:
+def _pure_rho(eps: float | Fraction) -> Fraction:
     q = exact(eps) ** 2 / 2
     return Fraction(float_up(q)) if q <= _FLOAT_MAX else q  # exact beyond the float range
 
@@ -215,7 +216,7 @@ class Laplace(Event):
         return exact(self.eps), Fraction(0)
 
     def zcdp(self):
-        return _pure_rho(self.eps)
+        return _pure_rho(exact(self.eps))
 
 
 @dataclass(frozen=True)
@@ -481,8 +482,8 @@ class Composition(Event):
         return sum((p[0] for p in pairs), Fraction(0)), sum((p[1] for p in pairs), Fraction(0))
 
     def zcdp(self):
-        rs = [e.zcdp() for e in self.events]
-        return None if any(r is None for r in rs) else sum(rs, Fraction(0))  # type: ignore[arg-type]
+        rs = [r for e in self.events if (r := e.zcdp()) is not None]
+        return sum(rs, Fraction(0)) if len(rs) == len(self.events) else None
 
     def leaves(self):
         return tuple(leaf for e in self.events for leaf in e.leaves())

@@ -272,7 +272,7 @@ def gaussian_grid(tau, *, bits, shared=True):
     if t.size and not (np.all(np.isfinite(t)) and t.min() > 0 and t.max() <= MAX_SIGMA):
         raise ValueError(f"tau must be positive, finite and at most 2**24, got {tau!r}")
     if bits is not None and (
-        isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 2 <= bits <= 40
+        isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 2 <= int(bits) <= 40
     ):
         raise ValueError(f"bits must be None or an integer in [2, 40], got {bits!r}")
     if bits is None or not shared:

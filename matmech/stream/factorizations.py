@@ -134,8 +134,7 @@ class StreamFactorization:
                     f"windows must be n={self.n} integers with 1 <= w_t <= t + 1 (0-based t)"
                 )
             return
-        arr = self.c if self.c is not None else self.matrix
-        if not np.all(np.isfinite(arr)):
+        if any(a is not None and not np.all(np.isfinite(a)) for a in (self.c, self.matrix)):
             raise ValueError(f"factorization {self.name!r} has non-finite entries")
         if self.c is not None and (self.c.shape != (self.n,) or self.c[0] == 0):
             raise ValueError(f"Toeplitz column must have length n={self.n} and c[0] != 0")

@@ -235,9 +235,9 @@ class StreamPlan:
     def k_row(self, t: int) -> np.ndarray:
         """K[t, 0..t] (int64, contiguous: a strided row would make the product 10x slower)."""
         f = self.factorization
-        if f.form == "windows":  # ones over the window (measured on grid 1)
+        if f.windows is not None:  # ones over the window (measured on grid 1)
             row = np.zeros(t + 1, dtype=np.int64)
-            row[t + 1 - int(f.windows[t]) :] = 1  # type: ignore[index]
+            row[t + 1 - int(f.windows[t]) :] = 1
             return row
         k = self.integer_factor
         return k[self.spec.horizon - 1 - t :] if self.factorization.toeplitz else k[t, : t + 1]

@@ -30,11 +30,13 @@ import json
 import math
 import secrets
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from matmech import validate
 from matmech.privacy import noise
+from matmech.plans.plan import Draws
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
 from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace, Event, Stream
 from matmech.privacy.measure import lattice_noise
@@ -42,9 +44,17 @@ from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
 from matmech.privacy.calibration import lattice_std
 from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
+from matmech.run.runner import run_plan
 from matmech.stream.state import StreamStore
 
-__all__ = ["VARIANCE_UNITS", "StreamRelease", "StreamStep", "stream_events"]
+__all__ = [
+    "VARIANCE_UNITS",
+    "StreamRelease",
+    "StreamStep",
+    "StreamChargePlan",
+    "StreamStepPlan",
+    "stream_events",
+]
 
 #: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
 VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"
@@ -125,7 +135,7 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
 def _add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)`` (Python 3.11+), or the same ``__notes__`` list on 3.10."""
     notes = getattr(exc, "__notes__", None)
-    exc.__notes__ = [*(notes or []), note]  # type: ignore[attr-defined]
+    vars(exc)["__notes__"] = [*(notes or []), note]  # an attribute 3.10's stubs do not declare
 
 
 def stream_events(plan: StreamPlan) -> tuple:
@@ -139,6 +149,105 @@ def stream_events(plan: StreamPlan) -> tuple:
     else:
         ev = DiscreteGaussian(plan.scale, plan.sensitivity, eps=eps, delta=delta, grid=plan.grid)
     return (Stream(plan.factorization.name, plan.spec.horizon, ev),)
+
+
+@dataclass(frozen=True, eq=False)
+class StreamChargePlan:
+    """The stream's one charge as a plan (:class:`~matmech.plans.plan.Plan`, run by
+    :func:`~matmech.run.runner.run_plan`, issue 34): it reads nothing and draws nothing; its
+    events (:func:`stream_events`) pay for every step of the stream, before the first draw."""
+
+    stream: StreamPlan
+    what: str
+    workload: None = None
+    sizes: tuple = ()
+    subsets: tuple = ()
+
+    @property
+    def eps(self) -> float:
+        return self.stream.spec.charge[0]
+
+    @property
+    def delta(self) -> float:
+        return self.stream.spec.charge[1]
+
+    @property
+    def neighbors(self) -> str:
+        return "add_remove"
+
+    @property
+    def events(self) -> tuple:
+        return stream_events(self.stream)
+
+    def read(self, data) -> None:
+        return None
+
+    def check(self, tables) -> None:
+        return None
+
+    def draw(self, data, *, rng) -> Draws:
+        return Draws()
+
+    def estimate(self, draws: Draws) -> None:
+        return None
+
+    def result(self, est, *, budget_remaining) -> None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class StreamStepPlan:
+    """Step ``t`` of an open ``release`` as a plan (:class:`~matmech.plans.plan.Plan`, run by
+    :func:`~matmech.run.runner.run_plan` without a budget: the stream paid for every step
+    when it was charged, :class:`StreamChargePlan`). It reads the step's counts (checked and
+    clamped, :func:`~matmech.stream.exact.clamp_counts`); its draw takes z_t from the file or
+    draws and commits it, then commits x_t, y_t and r_t; its result is the
+    :class:`StreamStep`, returned only after those commits (module notes)."""
+
+    release: StreamRelease
+    t: int
+    workload: None = None
+    sizes: tuple = ()
+    subsets: tuple = ()
+
+    @property
+    def what(self) -> str:
+        return f"stream {self.release.stream_id}: step {self.t}"
+
+    @property
+    def eps(self) -> float:
+        return self.release.plan.spec.charge[0]
+
+    @property
+    def delta(self) -> float:
+        return self.release.plan.spec.charge[1]
+
+    @property
+    def neighbors(self) -> str:
+        return "add_remove"
+
+    @property
+    def events(self) -> tuple:
+        return stream_events(self.release.plan)
+
+    def read(self, counts) -> np.ndarray:
+        spec = self.release.plan.spec
+        return clamp_counts(counts, len(spec.categories), spec.max_records)
+
+    def check(self, tables: Any) -> np.ndarray:
+        return (
+            tables  # the counts, clamped on reading: every count vector is released (module notes)
+        )
+
+    def draw(self, x: np.ndarray, *, rng) -> Draws:
+        self.release._take(self.t, x, noise.check_rng(rng))
+        return Draws()
+
+    def estimate(self, draws: Draws) -> None:
+        return None
+
+    def result(self, est, *, budget_remaining) -> StreamStep:
+        return self.release._result(self.t, False)
 
 
 class StreamRelease:
@@ -234,8 +343,8 @@ class StreamRelease:
         if not any(
             e.what == what or e.what.endswith(": " + what) for e in check_budget(budget).ledger
         ):
-            budget.spend_events(stream_events(self.plan), what=what)
-        self._store.mark_charged()
+            run_plan(StreamChargePlan(self.plan, what), None, budget=budget, rng=self._src)
+        self._store.mark_charged()  # committed after the charge, before any step draws
 
     # -- the stream ----------------------------------------------------------------------
 
@@ -275,11 +384,15 @@ class StreamRelease:
             return self._result(t, True)
         if t > self._done:
             raise ValueError(f"step {t} is ahead of the stream: the next step is {self._done}")
-        spec, g = self.plan.spec, self.plan.grid
-        x = clamp_counts(counts, len(spec.categories), spec.max_records)
+        return run_plan(StreamStepPlan(self, t), counts, budget=None, rng=self._src)
+
+    def _take(self, t: int, x: np.ndarray, rng) -> None:
+        """Step t on its checked counts x: z_t from the file or drawn and committed, y_t and
+        r_t computed exactly, then x_t, y_t, r_t committed (:class:`StreamStepPlan`'s draw)."""
+        g = self.plan.grid
         z = self._pending.get(t)
         if z is None:
-            z = self._draw()
+            z = self._draw(rng)
             self._store.put_noise(t, z)
             self._pending[t] = z
         self._limbs[:, t] = limbs_of(x, self._layout)
@@ -291,7 +404,6 @@ class StreamRelease:
         self._r[t] = r
         self._done = t + 1
         del self._pending[t]
-        return self._result(t, False)
 
     def step_many(self, rows, *, t: int = 0, on_step=None) -> list[StreamStep]:
         """Feed consecutive steps: ``rows[i]`` (one count per category) is step ``t + i``
@@ -351,9 +463,9 @@ class StreamRelease:
                 on_step(res)
         return out
 
-    def _draw(self) -> np.ndarray:
+    def _draw(self, rng) -> np.ndarray:
         p, k = self.plan, len(self.plan.spec.categories)
-        return lattice_noise(p.noise, p.scale, p.grid, k, rng=self._src)
+        return lattice_noise(p.noise, p.scale, p.grid, k, rng=rng)
 
     def released(self) -> list[StreamStep]:
         """Every released step so far."""

@@ -72,7 +72,8 @@ from matmech.svt.variants import sparse_vector_dpbook, sparse_vector_retraversal
 from matmech.svt.topc import TopCResult, exponential_top_c
 from matmech.svt.calibration import GapCalibration, gap_calibration
 from matmech.svt.gap import GapResult, adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
-from matmech.svt.combine import GapMeasurement, advise_split, combine_gaps, gap_measurement
+from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
+from matmech.svt.measurement import GapMeasurement
 from matmech.svt.vector import (
     VectorResult,
     joint_sensitivity,

@@ -28,13 +28,13 @@ from typing import Optional
 from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
-from matmech.svt.gap_calibration import GAP_METHODS, GapCalibration, gap_calibration
+from matmech.svt.gap_calibration import GapCalibration, gap_calibration
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
     MAX_SNAP_SHARE,
     DeclarationError,
-    _binary_rest,
-    _snapped_sensitivity,
+    binary_rest,
+    snapped_sensitivity,
     declared_grid,
     optimal_ratio,
     split_eps,
@@ -52,7 +52,6 @@ __all__ = [
     "DeclarationError",
     "declared_grid",
     "GapCalibration",
-    "GAP_METHODS",
     "gap_calibration",
 ]
 
@@ -145,7 +144,7 @@ def make_budget(
             f"(eps={eps!r}, sensitivity={sensitivity!r}, split eps1={e1:.3g}, eps2={e2:.3g}); "
             f"use a larger eps or rescale the values"
         )
-    sens = _snapped_sensitivity(sensitivity, g, exact_on_grid)
+    sens = snapped_sensitivity(sensitivity, g, exact_on_grid)
     return SVTCalibration(
         eps=eps,
         eps_threshold=e1,
@@ -224,7 +223,7 @@ def svt_budget(
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
     # calibrated for the decimal eps the budget charges (issue 21): parts add up to at most it
-    e1, e2 = split_eps(_binary_rest(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
+    e1, e2 = split_eps(binary_rest(calibrated_eps(eps), eps_answer), ratio, c, monotonic)
     return make_budget(
         c=c,
         eps=eps,

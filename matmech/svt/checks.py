@@ -152,6 +152,26 @@ def check_threshold(threshold, n: Optional[int]) -> np.ndarray:
     return t
 
 
+def check_candidates(n: int, c: int, rule: str) -> None:
+    """The candidates a mechanism needs for ``c`` picks: ``"any"`` (a threshold scan),
+    ``"pick"`` (c <= n: the exponential mechanism) or ``"runner-up"`` (c < n, n >= 2: the
+    last gap is to the unselected runner-up, [DWZK19] Noisy Top-c with Gap)."""
+    if rule == "pick":
+        if n == 0:
+            raise ValueError("values must hold at least one candidate, got an empty sequence")
+        if c > n:
+            raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
+    elif rule == "runner-up":
+        if n < 2:
+            raise ValueError(
+                f"values must hold at least two candidates (a selection and its runner-up), got {n}"
+            )
+        if c >= n:
+            raise ValueError(
+                f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}"
+            )
+
+
 def check_flag(name: str, value) -> bool:
     """A real boolean: ``"False"`` or ``1`` must not switch on a noise-halving option."""
     if not isinstance(value, (bool, np.bool_)):

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,21 +51,19 @@ from matmech import validate
 from matmech.linalg.gls import (
     RANK_RTOL,
     gls_answers,
-    precision,
     precision_on,
     row_space_basis,
 )
 from matmech.linalg.linop import as_linop
 from matmech.linalg.structured import pinv_gram
 from matmech.privacy.params import check_noise_eps
-from matmech.svt.checks import check_c, check_threshold
-from matmech.svt.gap_calibration import gap_calibration
-from matmech.svt.methods import GAP_METHODS
-from matmech.svt.vector import VECTOR_METHODS, VectorResult, prefer_vector, vector_calibration
+from matmech.svt.checks import check_c
+from matmech.svt.measurement import GapMeasurement
+from matmech.svt.methods import SELECTION_METHODS, mechanism_named
+from matmech.svt.vector import prefer_vector
 from typing import Any
 
 __all__ = [
-    "GapMeasurement",
     "gap_measurement",
     "combine_gaps",
     "answer_covariance",
@@ -83,50 +80,6 @@ SPLIT_GRID = tuple(round(0.05 * i, 2) for i in range(2, 17))
 #: floor="auto" never advises a larger selection share than this (the even split): the
 #: answers rest on the measurement's share alone.
 AUTO_FLOOR_MAX = 0.5
-
-
-@dataclass(frozen=True)
-class GapMeasurement:
-    """z = q_S + e over the selected ``positions`` (selection order), Cov(e) = diag(var) + common_var 1 1ᵀ
-    (``common_var`` inf: an unknown common offset; 0: none, the entries are independent).
-
-    Parameters
-    ----------
-    positions : numpy.ndarray
-        The selected indices.
-    z : numpy.ndarray
-        The measured values.
-    var : numpy.ndarray
-        Independent noise variances.
-    common_var : float
-        Variance of a common offset (inf: unknown offset; 0: none).
-
-    Returns
-    -------
-    GapMeasurement
-        A frozen record, made by :func:`gap_measurement`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
-
-    Examples
-    --------
-    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
-    >>> gap_measurement(r, 100).positions.tolist()
-    [1, 3]
-    """
-
-    positions: np.ndarray
-    z: np.ndarray
-    var: np.ndarray
-    common_var: float
-
-    def precision(self) -> np.ndarray:
-        """G = D⁻¹ − D⁻¹11ᵀD⁻¹ / (1/s + 1ᵀD⁻¹1); exactly D⁻¹ when s = 0 (no common offset):
-        :func:`matmech.linalg.gls.precision`."""
-        return precision(self.var, self.common_var)
 
 
 def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
@@ -159,33 +112,10 @@ def gap_measurement(result: Any, threshold: Any = None) -> GapMeasurement:
     >>> gap_measurement(r, 100).z.shape
     (2,)
     """
-    cal = result.calibration
-    pos = np.asarray(result.positions, dtype=np.int64)
-    gaps = np.asarray(result.gaps, dtype=np.float64)
-    if isinstance(
-        result, VectorResult
-    ):  # the noisy values themselves: direct measurements, no offset
-        return GapMeasurement(
-            pos, np.asarray(result.values, dtype=np.float64), np.full(pos.size, cal.variance()), 0.0
-        )
-    if cal.method == "topc-gap":
-        z = -np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if pos.size else np.zeros(0)
-        var = np.full(pos.size, cal.gap_variance("middle"))
-        return GapMeasurement(pos, z, var, math.inf)
-    if threshold is None:
-        raise ValueError(f"{cal.method} gaps are relative to the threshold: pass threshold=")
-    validate.rectangular(threshold, "threshold")
-    t = check_threshold(threshold, None if np.ndim(threshold) == 0 else len(threshold)).astype(
-        np.float64
-    )
-    if t.ndim and pos.size and t.shape[0] <= int(pos.max()):
-        raise ValueError(
-            f"threshold must be a scalar or one threshold per candidate; it has {t.shape[0]} entries "
-            f"but position {int(pos.max())} was selected"
-        )
-    tv = t[pos] if t.ndim else np.full(pos.size, float(t))
-    var = np.array([cal.gap_variance(b) for b in result.branches], dtype=np.float64)
-    return GapMeasurement(pos, gaps + tv, var, cal.gap_variance("threshold"))
+    mech = mechanism_named(getattr(result, "mechanism", ""))
+    if mech.law is None:
+        raise TypeError(f"result of {mech.name!r} releases no gaps to measure with")
+    return mech.law(result, threshold)
 
 
 def combine_gaps(y, cov, gap: GapMeasurement, order=None, *, basis=None):
@@ -384,7 +314,8 @@ def advise_split(
             f"row_variance must be a function of eps (the variance of one answer), "
             f"got {type(row_variance).__name__}: {row_variance!r}"
         )
-    validate.choice(method, "method", GAP_METHODS)
+    validate.choice(method, "method", tuple(n for n, m in SELECTION_METHODS.items() if m.gap))
+    entry = SELECTION_METHODS[method]
     eps = check_noise_eps(eps)
     c = check_c(c)
     if not (isinstance(floor, str) and floor == "auto"):
@@ -400,7 +331,6 @@ def advise_split(
             raise ValueError(
                 f"joint_sensitivity must be positive (the L1 sensitivity of W x), got {joint_sensitivity!r}"
             )
-    kw = {} if method == "topc-gap" else {"ratio": ratio}
     table, finer = {}, []
     for f in SPLIT_GRID:
         if not isinstance(floor, str) and f < floor:
@@ -410,7 +340,7 @@ def advise_split(
         if (
             isinstance(vm, (bool, np.bool_))
             or not isinstance(vm, (numbers.Real, np.ndarray))
-            or np.ndim(vm) != 0
+            or np.ndim(np.asarray(vm)) != 0
             or not (math.isfinite(float(vm)) and float(vm) > 0)
         ):
             raise ValueError(
@@ -422,7 +352,7 @@ def advise_split(
         vec = (
             joint_sensitivity is not None
             and vector is not False
-            and method in VECTOR_METHODS
+            and entry.vector is not None
             and (
                 vector is True
                 or prefer_vector(
@@ -438,21 +368,21 @@ def advise_split(
                 )
             )
         )
-        if vec:
-            score = vector_calibration(
-                VECTOR_METHODS[method],
-                c=c,
-                eps=e_s,
-                sensitivity=joint_sensitivity,
-                n_values=n_values,
-                integer_values=integer_values,
-            ).variance()
-        else:
-            cal = gap_calibration(
-                method, c=c, eps=e_s, sensitivity=sensitivity, monotonic=monotonic, **kw
+        mech = entry.mechanism if not vec or entry.vector is None else entry.vector
+        cal = mech.calibrate(
+            c=c,
+            eps=e_s,
+            sensitivity=joint_sensitivity if vec else sensitivity,
+            monotonic=monotonic,
+            ratio=ratio,
+            integer_values=integer_values if vec else False,
+            n_candidates=n_values,
+        )
+        if mech.score_variance is None:  # registration requires it of a free-gap method
+            raise TypeError(
+                f"selection method {method!r} has no score_variance hook to advise a split"
             )
-            score = cal.gap_variance("top" if method == "adaptive-svt" else "middle")
-            score += 0.0 if method == "topc-gap" else cal.gap_variance("threshold")
+        score = mech.score_variance(cal)
         if score <= vm:
             finer.append(f)
     start = min(table) if not isinstance(floor, str) else min(finer + [AUTO_FLOOR_MAX])

@@ -15,23 +15,14 @@ from __future__ import annotations
 
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from matmech.privacy import noise
 from matmech.svt.calibration import SVTCalibration, svt_budget
-from matmech.svt.checks import Ratio, check_threshold, check_values
-from matmech.svt.grid import (
-    checked_or_declared,
-    chunk_bounds,
-    draw,
-    noise_chunks,
-    threshold_units,
-    to_units,
-    worker_sources,
-)
-from typing import TYPE_CHECKING, Any
+from matmech.svt.checks import Ratio
+from matmech.svt.grid import chunk_bounds, noise_chunks, to_units, worker_sources
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -41,7 +32,6 @@ __all__ = [
     "SVTResult",
     "sparse_vector",
     "above_threshold",
-    "prepare",
     "scan",
     "noisy_answers",
 ]
@@ -97,13 +87,28 @@ class SVTResult:
     budget: SVTCalibration
 
 
-def prepare(values, threshold) -> tuple[np.ndarray, np.ndarray]:
-    """Checked values (1-D, finite) and thresholds (scalar or one per value)."""
-    arr = check_values(values)
-    return arr, check_threshold(threshold, arr.shape[0])
+#: The registry's calibration hook of [LSL17] Alg. 7 (:func:`~matmech.svt.calibration.svt_budget`).
+calibrate = taking(svt_budget, *COMMON, "ratio", "eps_answer")
 
 
-def scan(values, index, t_units, rho, need, budget, src, rng):
+def run(op: Opening) -> SVTResult:
+    """[LSL17] Alg. 7 from its opening: one threshold noise rho, then the scan to the c-th
+    positive, then the numeric answers (eps3 > 0)."""
+    budget = op.calibration
+    rho = int(op.draw(budget.threshold_scale, 1)[0])
+    hits, processed = scan(op, None, op.threshold_units(), rho, budget.c)
+    positions = tuple(int(i) for i in hits)
+    return SVTResult(
+        positions=positions,
+        answers=noisy_answers(op, positions),
+        eps=budget.eps,
+        stopped=len(positions) >= budget.c,
+        n_processed=int(processed),
+        budget=budget,
+    )
+
+
+def scan(op: Opening, index, t_units, rho, need):
     """The first ``need`` indices i (in the order of ``index``, or 0..n-1) with
     V_i + nu_i >= T_i + rho, drawing nu chunk by chunk ([LSL17] Alg. 7 lines 4-6).
 
@@ -111,13 +116,13 @@ def scan(values, index, t_units, rho, need, budget, src, rng):
     (hits, n_processed): the hit indices (into ``values``) and how many
     candidates were compared (all of them, or up to and including the last hit).
     """
+    values, g = op.values, op.grid
     n = values.shape[0] if index is None else index.shape[0]
-    g = budget.grid
     bounds = list(chunk_bounds(n))
-    q_units = int(round(budget.query_scale / g))
+    q_units = int(round(op.calibration.query_scale / g))
     t_scalar = t_units.shape[0] == 1  # one threshold for all (exact also when n == 1)
     hits: list[int] = []
-    with closing(noise_chunks(q_units, bounds, src, worker_sources(rng, n))) as chunks:
+    with closing(noise_chunks(q_units, bounds, op.src, worker_sources(op.rng, n))) as chunks:
         for (pos, end), nu in zip(bounds, chunks):
             idx = None if index is None else index[pos:end]
             margin = to_units(values[pos:end] if idx is None else values[idx], g) + nu
@@ -133,15 +138,16 @@ def scan(values, index, t_units, rho, need, budget, src, rng):
     return hits, n
 
 
-def noisy_answers(arr, positions, budget, src) -> Optional[tuple[float, ...]]:
+def noisy_answers(op: Opening, positions) -> Optional[tuple[float, ...]]:
     """q_i + Lap(cD/eps3) for the reported positions ([LSL17] Alg. 7 line 8), or None."""
+    budget = op.calibration
     if budget.answer_scale is None:
         return None
     if not positions:
         return ()
     pos = np.asarray(positions, dtype=np.int64)
-    a = to_units(arr[pos], budget.grid) + draw(budget.answer_scale, pos.size, budget.grid, src)
-    return tuple(float(x) * budget.grid for x in a)
+    a = to_units(op.values[pos], op.grid) + op.draw(budget.answer_scale, pos.size)
+    return tuple(float(x) * op.grid for x in a)
 
 
 def sparse_vector(
@@ -222,32 +228,20 @@ def sparse_vector(
     >>> r.positions, r.stopped, r.eps
     ((1, 3), True, 1.0)
     """
-    arr, t = prepare(values, threshold)
-    budget = svt_budget(
+    op = open_selection(
+        values,
+        threshold,
         c=c,
+        calibrate=calibrate,
+        rng=rng,
+        value_bound=value_bound,
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
         ratio=ratio,
         eps_answer=eps_answer,
-        integer_values=arr.dtype.kind in "biu",
-        value_bound=value_bound or 0.0,
     )
-    arr = checked_or_declared(arr, t, budget.grid, value_bound)
-    src = noise.check_rng(rng)
-    g = budget.grid
-    t_units = threshold_units(t, g)
-    rho = int(draw(budget.threshold_scale, 1, g, src)[0])
-    hits, processed = scan(arr, None, t_units, rho, budget.c, budget, src, rng)
-    positions = tuple(int(i) for i in hits)
-    return SVTResult(
-        positions=positions,
-        answers=noisy_answers(arr, positions, budget, src),
-        eps=budget.eps,
-        stopped=len(positions) >= budget.c,
-        n_processed=int(processed),
-        budget=budget,
-    )
+    return run(op)
 
 
 def above_threshold(

@@ -37,28 +37,28 @@ audit in ``tests/svt`` covers the tie outputs).  These functions take no budget:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from matmech.privacy import noise
+from matmech.svt.checks import Ratio
 from matmech.svt.gap_calibration import GapCalibration, gap_calibration
-from matmech.svt.checks import Ratio, check_c, check_threshold, check_values
-from matmech.svt.grid import (
-    check_public_units,
-    checked_or_declared,
-    chunk_bounds,
-    draw,
-    threshold_units,
-    to_units,
-)
-from typing import TYPE_CHECKING, Any
+from matmech.svt.grid import chunk_bounds
+from matmech.svt.measurement import GapMeasurement, selected_thresholds
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = ["GapResult", "noisy_top_c_gap", "sparse_vector_gap", "adaptive_sparse_vector"]
+__all__ = [
+    "GapResult",
+    "noisy_top_c_gap",
+    "sparse_vector_gap",
+    "adaptive_sparse_vector",
+]
 
 
 @dataclass(frozen=True)
@@ -115,25 +115,20 @@ class GapResult:
     stopped: bool
     n_processed: int
     calibration: GapCalibration
+    mechanism: str = ""  # which mechanism ran (the registry, :mod:`matmech.svt.methods`)
 
 
-def _top_c_input(values, c):
-    """(values as an array, c, n) for a top-c selection with a gap to the runner-up: c < n."""
-    arr = check_values(values)
-    c = check_c(c)
-    n = arr.shape[0]
-    if n < 2:
-        raise ValueError(
-            f"values must hold at least two candidates (a selection and its runner-up), got {n}"
-        )
-    if c >= n:
-        raise ValueError(
-            f"c must be less than the number of candidates ({n}) for the gap to the runner-up, got c={c}"
-        )
-    return arr, c, n
+#: The registry's calibration hooks of the free-gap selections
+#: (:func:`~matmech.svt.gap_calibration.gap_calibration`): Noisy Top-c takes no ratio or sigma,
+#: only adaptive SVT takes sigma and the number of candidates (its automatic margin).
+calibrate_top_c = taking(gap_calibration, *COMMON, method="topc-gap")
+calibrate_svt_gap = taking(gap_calibration, *COMMON, "ratio", method="svt-gap")
+calibrate_adaptive = taking(
+    gap_calibration, *COMMON, "ratio", "sigma", "n_candidates", method="adaptive-svt"
+)
 
 
-def _top_c_order(noisy, c):
+def top_c_order(noisy, c):
     """The c + 1 best of ``noisy`` by (value descending, index ascending): a fixed tie rule."""
     kth = -np.partition(-noisy, c)[c]
     cand = np.flatnonzero(noisy >= kth)
@@ -194,69 +189,68 @@ def noisy_top_c_gap(
     >>> r.positions, len(r.gaps)
     ((3, 1), 2)
     """
-    arr, c, n = _top_c_input(values, c)
-    cal = gap_calibration(
-        "topc-gap",
+    op = open_selection(
+        values,
+        None,
         c=c,
+        calibrate=calibrate_top_c,
+        rng=rng,
+        value_bound=value_bound,
+        candidates="runner-up",
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
-        integer_values=arr.dtype.kind in "biu",
-        value_bound=value_bound or 0.0,
     )
-    g = cal.grid
-    arr = checked_or_declared(arr, None, g, value_bound)
-    src = noise.check_rng(rng)
-    noisy = to_units(arr, g) + draw(cal.query_scale, n, g, src)
-    order = _top_c_order(noisy, c)
+    return run_top_c_gap(op)
+
+
+def run_top_c_gap(op: Opening) -> GapResult:
+    """[DWZK19] Noisy Top-K with Gap from its opening: one draw per score, the c + 1 best."""
+    cal, c, n = op.calibration, op.c, op.n
+    noisy = op.units() + op.draw(cal.query_scale, n)
+    order = top_c_order(noisy, c)
     gaps = noisy[order[:-1]] - noisy[order[1:]]
     return GapResult(
         tuple(int(i) for i in order[:-1]),
-        tuple(float(v) * g for v in gaps),
+        tuple(float(v) * op.grid for v in gaps),
         ("rank",) * c,
         cal.eps,
         cal.eps,
         True,
         n,
         cal,
+        "noisy-top-c-gap",
     )
 
 
-def _svt_gap_run(
-    method,
-    values,
-    threshold,
-    *,
-    c,
-    eps,
-    sensitivity,
-    monotonic,
-    ratio,
-    sigma,
-    rng,
-    value_bound=None,
-) -> GapResult:
-    arr = check_values(values)
-    t = check_threshold(threshold, arr.shape[0])
-    cal = gap_calibration(
-        method,
-        c=check_c(c),
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
-        sigma=sigma,
-        integer_values=arr.dtype.kind in "biu",
-        n_candidates=arr.shape[0] if method == "adaptive-svt" else 0,
-        value_bound=value_bound or 0.0,
-    )
-    g = cal.grid
-    arr = checked_or_declared(arr, t, g, value_bound)
-    if cal.sigma is not None:
-        check_public_units(cal.sigma, g, "sigma")
-    src = noise.check_rng(rng)
-    t_units = threshold_units(t, g)
-    rho = int(draw(cal.threshold_scale, 1, g, src)[0])  # type: ignore[arg-type]  # set for SVT methods
+def top_c_law(result: Any, threshold: Any = None) -> GapMeasurement:
+    """Noisy Top-c's gaps as a measurement: z_t = -(g_1 + ... + g_{t-1}), the noisy score of
+    j_t minus that of j_1; d_t = Var(eta), an unknown common offset (s = inf)."""
+    pos = np.asarray(result.positions, dtype=np.int64)
+    gaps = np.asarray(result.gaps, dtype=np.float64)
+    z = -np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if pos.size else np.zeros(0)
+    var = np.full(pos.size, result.calibration.gap_variance("middle"))
+    return GapMeasurement(pos, z, var, math.inf)
+
+
+def threshold_law(result: Any, threshold: Any = None) -> GapMeasurement:
+    """SVT with gap's (and adaptive SVT's) gaps as a measurement: z_i = gap_i + T_i =
+    q_i + nu_i - rho, d_i = Var(nu_i) of the branch that fired, s = Var(rho)."""
+    cal = result.calibration
+    pos = np.asarray(result.positions, dtype=np.int64)
+    tv = selected_thresholds(threshold, pos, cal.method)
+    var = np.array([cal.gap_variance(b) for b in result.branches], dtype=np.float64)
+    gaps = np.asarray(result.gaps, dtype=np.float64)
+    return GapMeasurement(pos, gaps + tv, var, cal.gap_variance("threshold"))
+
+
+def run_svt_gap(op: Opening) -> GapResult:
+    """[DWZK19] Sparse Vector with Gap, and its adaptive form when the calibration has a top
+    branch, from its opening: one threshold noise, then the scan until the budget of
+    positives is used up."""
+    cal, g, n = op.calibration, op.grid, op.n
+    t_units = op.threshold_units()
+    rho = int(op.draw(cal.threshold_scale, 1)[0])
     adaptive = cal.top_scale is not None
     sigma_u = int(round(cal.sigma / g)) if adaptive else 0  # type: ignore[operator]
     limit = cal.units - 2  # stop once the units used exceed this: a middle positive would not fit
@@ -264,13 +258,12 @@ def _svt_gap_run(
     pos_out: list = []
     gap_out: list = []
     br_out: list = []
-    n = arr.shape[0]
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
-        base = to_units(arr[a:b], g) - (t_units[0] if t_units.shape[0] == 1 else t_units[a:b]) - rho
-        mid = base + draw(cal.query_scale, b - a, g, src)
+        base = op.units(a, b) - (t_units[0] if t_units.shape[0] == 1 else t_units[a:b]) - rho
+        mid = base + op.draw(cal.query_scale, b - a)
         if adaptive:
-            top_m = base + draw(cal.top_scale, b - a, g, src)  # type: ignore[arg-type]
+            top_m = base + op.draw(cal.top_scale, b - a)
             top = top_m >= sigma_u
             hit = top | (mid >= 0)
             margin = np.where(top, top_m, mid)
@@ -302,6 +295,7 @@ def _svt_gap_run(
         stopped,
         processed,
         cal,
+        "adaptive-sparse-vector" if adaptive else "sparse-vector-gap",
     )
 
 
@@ -364,19 +358,19 @@ def sparse_vector_gap(
     ...                   rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    return _svt_gap_run(
-        "svt-gap",
+    op = open_selection(
         values,
         threshold,
         c=c,
+        calibrate=calibrate_svt_gap,
+        rng=rng,
+        value_bound=value_bound,
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
         ratio=ratio,
-        sigma="auto",
-        rng=rng,
-        value_bound=value_bound,
     )
+    return run_svt_gap(op)
 
 
 def adaptive_sparse_vector(
@@ -444,16 +438,17 @@ def adaptive_sparse_vector(
     >>> r.positions, r.branches
     ((1, 3), ('top', 'top'))
     """
-    return _svt_gap_run(
-        "adaptive-svt",
+    op = open_selection(
         values,
         threshold,
         c=c,
+        calibrate=calibrate_adaptive,
+        rng=rng,
+        value_bound=value_bound,
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
         ratio=ratio,
         sigma=sigma,
-        rng=rng,
-        value_bound=value_bound,
     )
+    return run_svt_gap(op)

@@ -27,19 +27,21 @@ from matmech.svt.checks import (
     check_real,
     check_sensitivity,
 )
-from matmech.svt.methods import GAP_METHODS
 from matmech.validate import choice
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
-    _binary_rest,
-    _check_value_bound,
-    _floor_div,
-    _snapped_sensitivity,
+    binary_rest,
+    check_value_bound,
+    floor_div,
+    snapped_sensitivity,
     declared_grid,
     optimal_ratio,
 )
 
-__all__ = ["GapCalibration", "GAP_METHODS", "gap_calibration"]
+__all__ = ["GapCalibration", "gap_calibration"]
+
+#: The free-gap selections :func:`gap_calibration` calibrates ([DWZK19]).
+GAP_CALIBRATIONS = ("topc-gap", "svt-gap", "adaptive-svt")
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def gap_calibration(
     >>> gap_calibration("topc-gap", c=2, eps=1.0).method
     'topc-gap'
     """
-    choice(method, "method", GAP_METHODS)
+    choice(method, "method", GAP_CALIBRATIONS)
     c = check_c(c)
     eps, _ = check_eps(eps)
     sensitivity = check_sensitivity(sensitivity)
@@ -207,7 +209,7 @@ def gap_calibration(
     n_candidates = check_int(
         "n_candidates", n_candidates, what="the number of candidate rows", minimum=0
     )
-    value_bound = _check_value_bound(value_bound)
+    value_bound = check_value_bound(value_bound)
     return _gap_calibration(
         method,
         c=c,
@@ -251,13 +253,13 @@ def _gap_calibration(
                 f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
                 f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
             )
-        sens = _snapped_sensitivity(sensitivity, g, integer_values)
+        sens = snapped_sensitivity(sensitivity, g, integer_values)
         return GapCalibration(
             method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
         )
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
-    e1 = _floor_div(_binary_rest(ec, e0), c)
+    e1 = floor_div(binary_rest(ec, e0), c)
     e_top = e1 / 2.0  # exact: a power-of-two division
     scales = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
@@ -268,7 +270,7 @@ def _gap_calibration(
             f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
             f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
         )
-    sens = _snapped_sensitivity(sensitivity, g, integer_values)
+    sens = snapped_sensitivity(sensitivity, g, integer_values)
     q_scale = scale_on_grid(k, sens, e1, g)
     top = sig = None
     if method == "adaptive-svt":

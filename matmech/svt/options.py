@@ -1,7 +1,7 @@
 """The options of ``release(..., select=...)``: their names, defaults and checks.
 
-One place for both release paths (the histogram's :mod:`matmech.pipeline.selected` and the
-factored :mod:`matmech.factored.select`): :func:`check_select_options` validates and fills
+One place for both release paths (the histogram's :mod:`matmech.plans.selected` and the
+factored :mod:`matmech.plans.factored_selected`): :func:`check_select_options` validates and fills
 in the defaults, :func:`selection_arguments` turns them into the keyword arguments of
 :func:`matmech.svt.select.check_selection`, :func:`shown_select_options` into what a
 release records. Nothing here reads data.
@@ -10,11 +10,12 @@ release records. Nothing here reads data.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from matmech.privacy.params import positive_real
-from matmech.svt.methods import GAP_METHODS, SELECTION_METHODS
+from matmech.svt.methods import SELECTION_METHODS
 
 __all__ = [
     "SELECT_OPTIONS",
@@ -57,11 +58,13 @@ def check_select_options(select, eps):
             f"unknown select option(s) {unknown}: expected keys from {list(SELECT_OPTIONS)} "
             "(neighbors, budget and rng are release's own arguments)"
         )
-    gap_method = select.get("method") in GAP_METHODS
+    method = select.get("method")
+    entry = SELECTION_METHODS.get(method) if isinstance(method, str) else None
+    gap_method = entry is not None and entry.gap
     for key in ("c",) if gap_method else ("eps", "c"):
         if key not in select:
             raise ValueError(f"select needs {key!r} (got keys {sorted(map(str, select))})")
-    opts = dict(
+    opts: dict[str, Any] = dict(
         method="svt",
         threshold=None,
         target_rel_error=None,

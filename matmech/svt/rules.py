@@ -17,18 +17,10 @@ import numpy as np
 
 from matmech.linalg.linop import as_linop
 from matmech.privacy.calibration import row_sensitivity
-from matmech.svt import svt_budget
-from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.split import DeclarationError
 from matmech.svt.grid import check_public_units
 from matmech.svt.methods import SELECTION_METHODS
-from matmech.svt.topc import em_calibration
-from matmech.svt.vector import (
-    VECTOR_METHODS,
-    joint_sensitivity,
-    prefer_vector,
-    vector_calibration,
-)
+from matmech.svt.vector import joint_sensitivity, prefer_vector
 
 __all__ = [
     "entry_range",
@@ -54,6 +46,7 @@ def take_rows(W, rows):
 
 
 def check_vector(vector, method):
+    """``vector`` checked: "auto", True (only for a method with a vector selection) or False."""
     if isinstance(vector, str):
         if vector != "auto":
             raise ValueError(f"vector must be 'auto', True or False, got {vector!r}")
@@ -61,7 +54,7 @@ def check_vector(vector, method):
         raise TypeError(
             f"vector must be 'auto', True or False, got {type(vector).__name__}: {vector!r}"
         )
-    elif vector is True and method not in VECTOR_METHODS:
+    elif vector is True and SELECTION_METHODS[method].vector is None:
         raise ValueError(
             f"vector=True (the Laplace mechanism on the whole vector) replaces 'topc-gap' or 'svt-gap', "
             f"not method={method!r}"
@@ -92,8 +85,9 @@ def selection_mechanism(
     its grid can hold the declared bound). Delta_W is 0 when the vector selection does not run.
     """
     check_vector(vector, method)
-    if method not in VECTOR_METHODS or vector is False:
-        return SELECTION_METHODS[method].mechanism, 0.0
+    entry = SELECTION_METHODS[method]
+    if entry.vector is None or vector is False:
+        return entry.mechanism.name, 0.0
     joint = joint_sensitivity(W, neighbors)
     if vector is True or prefer_vector(
         method,
@@ -109,8 +103,8 @@ def selection_mechanism(
     ):
         # a scale too large for exact sampling, or a declaration too large for the grid, is
         # refused by declared_calibration before anything is read or spent
-        return VECTOR_METHODS[method], joint
-    return SELECTION_METHODS[method].mechanism, 0.0
+        return entry.vector.name, joint
+    return entry.mechanism.name, 0.0
 
 
 def declared_calibration(
@@ -135,66 +129,34 @@ def declared_calibration(
     Every magnitude check of the run happens here, from the declaration and the public
     inputs, before anything is read or spent: a declaration no exact grid can hold is refused
     naming max_records and the largest that fits; so is a threshold or sigma beyond the grid
-    (:func:`~matmech.svt.grid.check_public_units`). A registered method has no grid
-    (calibration None). Data independent.
+    (:func:`~matmech.svt.grid.check_public_units`). The calibration is the method's own hook
+    (:mod:`matmech.svt.methods`). Data independent.
     """
     lo, hi = entry_range(W)
     entry = max(abs(lo), abs(hi))
     bound = float(max_records) * entry
-    if SELECTION_METHODS[method].run is not None:
-        return None, bound  # a registered method brings its own mechanism
+    mech = SELECTION_METHODS[method].runs(mechanism)
     try:
-        if method == "em":
-            cal = em_calibration(
-                c=c,
-                eps=eps,
-                sensitivity=sensitivity,
-                monotonic=monotonic,
-                integer_values=integer_values,
-                value_bound=bound,
-            )
-        elif mechanism in VECTOR_METHODS.values():
-            cal = vector_calibration(
-                mechanism,
-                c=c,
-                eps=eps,
-                sensitivity=joint,
-                n_values=W.shape[0],
-                integer_values=integer_values,
-                value_bound=bound,
-            )
-        elif method == "svt":
-            cal = svt_budget(
-                c=c,
-                eps=eps,
-                sensitivity=sensitivity,
-                monotonic=monotonic,
-                ratio=ratio,
-                integer_values=integer_values,
-                value_bound=bound,
-            )
-        else:
-            kw = {} if method == "topc-gap" else dict(ratio=ratio, sigma=sigma)
-            cal = gap_calibration(
-                method,
-                c=c,
-                eps=eps,
-                sensitivity=sensitivity,
-                monotonic=monotonic,
-                integer_values=integer_values,
-                value_bound=bound,
-                n_candidates=W.shape[0] if method == "adaptive-svt" else 0,
-                **kw,
-            )
+        cal = mech.calibrate(
+            c=c,
+            eps=eps,
+            sensitivity=joint if mech.joint else sensitivity,
+            monotonic=monotonic,
+            ratio=ratio,
+            sigma=sigma,
+            integer_values=integer_values,
+            value_bound=bound,
+            n_candidates=W.shape[0],
+        )
     except DeclarationError as exc:
         raise ValueError(
             f"max_records={max_records:,} times the workload's largest |entry| {entry:g} is more than exact grid "
-            f"arithmetic can hold for method={method!r} ({mechanism or SELECTION_METHODS[method].mechanism}); at most "
+            f"arithmetic can hold for method={method!r} ({mech.name}); at most "
             f"max_records={max(int(exc.fits // entry), 0):,} fits: declare a smaller max_records"
         ) from None
     if thr is not None:
         check_public_units(thr, cal.grid, "threshold")
-    if getattr(cal, "sigma", None) is not None:
+    if getattr(cal, "sigma", None) is not None:  # a margin the user gave: named before any spend
         check_public_units(cal.sigma, cal.grid, "sigma (the top-branch margin)")
     return cal, bound
 
@@ -233,7 +195,7 @@ def advised_select_eps(W, eps, opts, row_variance, *, neighbors, integer_values)
     from matmech.svt.combine import advise_split
 
     sens, mono = row_noise_rule(W, opts["monotonic"], neighbors)
-    vec = opts["vector"] is not False and opts["method"] in VECTOR_METHODS
+    vec = opts["vector"] is not False and SELECTION_METHODS[opts["method"]].vector is not None
     f, _ = advise_split(
         row_variance,
         method=opts["method"],

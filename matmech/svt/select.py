@@ -18,18 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from matmech.privacy.params import check_neighbors, check_privacy_params
+from matmech.privacy.params import check_neighbors
 from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
 from matmech.privacy.events import ExponentialMechanism, SparseVector
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
-from matmech.svt import exponential_top_c, sparse_vector, svt_budget
-from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.checks import check_threshold
-from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
-from matmech.svt.vector import VECTOR_METHODS, noisy_vector_threshold, noisy_vector_top_c
+from matmech.svt.opening import opening
 from matmech.svt import methods as _methods
 from matmech.svt.methods import (
     GAP_METHODS,
@@ -238,26 +235,20 @@ def check_selection(
                 f"values' units), got {sigma!r}"
             )
         sigma = float(sigma)
-    if method == "topc-gap" and c >= W.shape[0]:
+    if entry.runner_up and c >= W.shape[0]:
         raise ValueError(
-            f"method='topc-gap' needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}"
+            f"method={method!r} needs c below the {W.shape[0]} rows (the last gap is to the runner-up), got c={c}"
         )
-    if entry.run is not None:  # a registered method: its own checks of the public inputs
-        check_privacy_params(eps, 0.0)
-        if entry.calibrate is not None:
-            entry.calibrate(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
-    elif method == "svt":  # validates eps, ratio and sensitivity without drawing anything
-        svt_budget(c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
-    elif method == "topc-gap":
-        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic)
-    elif method == "adaptive-svt":
-        gap_calibration(
-            method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio, sigma=sigma
-        )
-    elif method in GAP_METHODS:
-        gap_calibration(method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio)
-    else:
-        check_privacy_params(eps, 0.0)
+    # the method's calibration validates eps, ratio, sigma and the sensitivity, drawing nothing
+    entry.mechanism.calibrate(
+        c=c,
+        eps=eps,
+        sensitivity=sens,
+        monotonic=monotonic,
+        ratio=ratio,
+        sigma=sigma,
+        n_candidates=W.shape[0],
+    )
     return c, float(sens), bool(monotonic), thr
 
 
@@ -355,98 +346,31 @@ def plan_selection(
 
 
 def run_selection(plan, *, rng=None):
-    """Run a checked selection (the budget already charged) → :class:`Selection`."""
-    if plan.method in GAP_METHODS:
-        mech = plan.mechanism or SELECTION_METHODS[plan.method].mechanism
-        if mech in VECTOR_METHODS.values():
-            kw = dict(
-                eps=plan.eps,
-                sensitivity=plan.joint_sensitivity,
-                rng=rng,
-                value_bound=plan.value_bound,
-            )
-            if mech == "vector-top-c":
-                res = noisy_vector_top_c(plan.values, plan.c, **kw)
-            else:
-                res = noisy_vector_threshold(plan.values, plan.thr, c=plan.c, **kw)
-        else:
-            kw = dict(
-                eps=plan.eps,
-                sensitivity=plan.sensitivity,
-                monotonic=plan.monotonic,
-                rng=rng,
-                value_bound=plan.value_bound,
-            )
-            if plan.method == "topc-gap":
-                res = noisy_top_c_gap(plan.values, plan.c, **kw)
-            elif plan.method == "svt-gap":
-                res = sparse_vector_gap(plan.values, plan.thr, c=plan.c, ratio=plan.ratio, **kw)
-            else:
-                res = adaptive_sparse_vector(
-                    plan.values, plan.thr, c=plan.c, ratio=plan.ratio, sigma=plan.sigma, **kw
-                )
-        rows = np.asarray(res.positions, dtype=np.int64)
-        rows.setflags(write=False)
-        return Selection(
-            rows,
-            plan.method,
-            plan.eps,
-            plan.c,
-            plan.threshold,
-            plan.sensitivity,
-            plan.monotonic,
-            bool(res.stopped),
-            plan.n_rows,
-            res,
-            mech,
-        )
+    """Run a checked selection (the budget already charged) → :class:`Selection`: the opening
+    of the mechanism the plan chose (:mod:`matmech.svt.opening`; the input was checked when
+    the plan was made), then the mechanism's own run, both through the registry."""
     entry = SELECTION_METHODS[plan.method]
-    if entry.run is not None:  # a registered method (matmech.svt.methods.register_method)
-        positions, stopped = entry.run(
-            plan.values,
-            c=plan.c,
-            eps=plan.eps,
-            sensitivity=plan.sensitivity,
-            monotonic=plan.monotonic,
-            threshold=plan.thr,
-            ratio=plan.ratio,
-            rng=rng,
-            value_bound=plan.value_bound,
+    mech = entry.runs(plan.mechanism)
+    op = opening(
+        plan.values,
+        plan.thr if entry.threshold else None,
+        c=plan.c,
+        calibrate=mech.calibrate,
+        rng=rng,
+        value_bound=plan.value_bound,
+        eps=plan.eps,
+        sensitivity=plan.joint_sensitivity if mech.joint else plan.sensitivity,
+        monotonic=plan.monotonic,
+        ratio=plan.ratio,
+        sigma=plan.sigma,
+    )
+    res = mech.run(op)
+    rows = np.asarray(res.positions, dtype=np.int64)
+    if rows.ndim != 1 or np.unique(rows).size != rows.size or rows.size > entry.max_rows(plan.c):
+        raise RuntimeError(
+            f"selection method {plan.method!r} returned positions that are not at most "
+            f"{entry.max_rows(plan.c)} distinct row indices"
         )
-        rows, stopped = np.asarray(positions, dtype=np.int64), bool(stopped)
-        if (
-            rows.ndim != 1
-            or np.unique(rows).size != rows.size
-            or rows.size > entry.max_rows(plan.c)
-        ):
-            raise RuntimeError(
-                f"selection method {plan.method!r} returned positions that are not at most "
-                f"{entry.max_rows(plan.c)} distinct row indices"
-            )
-    elif plan.method == "svt":
-        res = sparse_vector(
-            plan.values,
-            plan.thr,
-            c=plan.c,
-            eps=plan.eps,
-            sensitivity=plan.sensitivity,
-            monotonic=plan.monotonic,
-            ratio=plan.ratio,
-            rng=rng,
-            value_bound=plan.value_bound,
-        )
-        rows, stopped = np.asarray(res.positions, dtype=np.int64), res.stopped
-    else:
-        res = exponential_top_c(
-            plan.values,
-            plan.c,
-            plan.eps,
-            sensitivity=plan.sensitivity,
-            monotonic=plan.monotonic,
-            rng=rng,
-            value_bound=plan.value_bound,
-        )
-        rows, stopped = np.asarray(res.positions, dtype=np.int64), True
     rows.setflags(write=False)
     return Selection(
         rows,
@@ -456,10 +380,10 @@ def run_selection(plan, *, rng=None):
         plan.threshold,
         plan.sensitivity,
         plan.monotonic,
-        bool(stopped),
+        bool(res.stopped),
         plan.n_rows,
-        None,
-        SELECTION_METHODS[plan.method].mechanism,
+        res if mech.gap else None,
+        mech.name,
     )
 
 

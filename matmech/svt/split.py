@@ -70,10 +70,10 @@ def split_eps(eps12: float, ratio: Ratio, c: int, monotonic: bool) -> tuple[floa
     """(eps1, eps2) with eps1:eps2 = 1:r and eps1 + eps2 <= eps12 exactly."""
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e1 = eps12 / (1.0 + r)
-    return e1, _binary_rest(eps12, e1)
+    return e1, binary_rest(eps12, e1)
 
 
-def _binary_rest(total: float, part: float) -> float:
+def binary_rest(total: float, part: float) -> float:
     """The largest float r >= 0 with r + part <= total exactly in binary: the split of a total
     that is already the calibrated (decimal) eps (:func:`~matmech.privacy.params.calibrated_eps`),
     so only the binary values the noise uses must add up (1:1 splits stay exact halves)."""
@@ -83,7 +83,7 @@ def _binary_rest(total: float, part: float) -> float:
     return max(r, 0.0)
 
 
-def _floor_div(total: float, c: int) -> float:
+def floor_div(total: float, c: int) -> float:
     """The largest float e with c * e <= total exactly."""
     f = Fraction(total) / c
     e = float(f)
@@ -121,7 +121,7 @@ def declared_grid(
         return g
     cap = 1.0 if exact_on_grid else sensitivity * MAX_SNAP_SHARE / coords
     if need > cap:
-        fits = DECLARED_UNITS * _pow2_floor_of(cap)
+        fits = DECLARED_UNITS * pow2_floor_of(cap)
         raise DeclarationError(
             fits,
             f"the declared bound on |values| {value_bound:.6g} (max_records times the workload's largest |entry|) "
@@ -131,13 +131,13 @@ def declared_grid(
     return need
 
 
-def _pow2_floor_of(v: float) -> float:
+def pow2_floor_of(v: float) -> float:
     """The largest power of two <= v (v > 0)."""
     m, e = math.frexp(v)  # v = m * 2**e, 0.5 <= m < 1
     return math.ldexp(1.0, e - 1)
 
 
-def _snapped_sensitivity(
+def snapped_sensitivity(
     sensitivity: float, g: float, exact_on_grid: bool, *, coords: int = 1
 ) -> float:
     """The sensitivity the noise is calibrated to: ``sensitivity`` when the values are exact
@@ -146,7 +146,7 @@ def _snapped_sensitivity(
     return sensitivity if exact_on_grid else noise.snap_sensitivity(sensitivity, g, coords=coords)
 
 
-def _check_value_bound(value_bound) -> float:
+def check_value_bound(value_bound) -> float:
     """A declared bound on abs(values) (0 = none) as a float, or a TypeError/ValueError."""
     if isinstance(value_bound, bool) or not isinstance(
         value_bound, (int, float, np.integer, np.floating)

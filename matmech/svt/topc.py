@@ -42,16 +42,10 @@ import numpy as np
 from matmech.privacy import noise
 from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
-from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity, check_values
-from matmech.svt.grid import (
-    chunk_bounds,
-    checked_or_declared,
-    grid_for_bound,
-    noise_chunks,
-    to_units,
-    worker_sources,
-)
-from matmech.svt.split import MAX_SCALE_UNITS, declared_grid
+from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity
+from matmech.svt.grid import chunk_bounds, grid_for_bound, noise_chunks, worker_sources
+from matmech.svt.opening import COMMON, Opening, open_selection, taking
+from matmech.svt.split import MAX_SCALE_UNITS, declared_grid, snapped_sensitivity
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -186,7 +180,7 @@ def _em_calibration(c, eps, sensitivity, monotonic, integer_values, value_bound)
             f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
             f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
         )
-    sens = sensitivity if integer_values else noise.snap_sensitivity(sensitivity, g)
+    sens = snapped_sensitivity(sensitivity, g, integer_values)
     scale = scale_on_grid(k * c, sens, calibrated_eps(eps), g)  # the decimal eps charged
     return EMCalibration(eps, c, monotonic, sens, g, scale)
 
@@ -235,6 +229,15 @@ class TopCResult:
     n_candidates: int
     score_scale: float
     calibration: EMCalibration | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Always True: the c rounds always pick c candidates."""
+        return True
+
+
+#: The registry's calibration hook of :func:`exponential_top_c` (:func:`em_calibration`).
+calibrate = taking(em_calibration, *COMMON)
 
 
 def geometric(t: int, size: int, *, rng: Rng = None) -> np.ndarray:
@@ -307,34 +310,35 @@ def exponential_top_c(
     >>> sorted(t.positions)
     [1, 3]
     """
-    arr = check_values(values)
-    c = check_c(c)
-    n = arr.shape[0]
-    if n == 0:
-        raise ValueError("values must hold at least one candidate, got an empty sequence")
-    if c > n:
-        raise ValueError(f"c must be at most the number of candidates ({n}), got c={c}")
-    cal = em_calibration(
+    op = open_selection(
+        values,
+        None,
         c=c,
+        calibrate=calibrate,
+        rng=rng,
+        value_bound=value_bound,
+        candidates="pick",
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
-        integer_values=arr.dtype.kind in "biu",
-        value_bound=value_bound or 0.0,
     )
-    arr = checked_or_declared(arr, None, cal.grid, value_bound)
-    src = noise.check_rng(rng)
-    units = to_units(arr, cal.grid)
-    workers = worker_sources(rng, n)
+    return run(op)
+
+
+def run(op: Opening) -> TopCResult:
+    """c rounds of permute-and-flip without replacement from the opening (module docstring)."""
+    cal, n = op.calibration, op.n
+    units = op.units()
+    workers = worker_sources(op.rng, n)
     picks: list[int] = []
-    for _ in range(c):
+    for _ in range(op.c):
         if picks:
             units[picks[-1]] = _TAKEN
-        picks.append(_round(units, cal.units, src, workers))
+        picks.append(_round(units, cal.units, op.src, workers))
     return TopCResult(
         positions=tuple(picks),
         eps=cal.eps,
-        c=c,
+        c=op.c,
         n_candidates=n,
         score_scale=1.0 / cal.scale,
         calibration=cal,

@@ -14,27 +14,25 @@ from __future__ import annotations
 
 import math
 from contextlib import closing
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from matmech.privacy import noise
 from matmech.privacy.params import calibrated_eps
-from matmech.svt.calibration import make_budget, svt_budget
-from matmech.svt.checks import Ratio, check_c, check_eps, check_int, check_real, check_sensitivity
-from matmech.svt.core import SVTResult, prepare, scan
+from matmech.svt import core
+from matmech.svt.calibration import SVTCalibration, make_budget
+from matmech.svt.checks import Ratio, check_eps, check_int, check_real, check_sensitivity
+from matmech.svt.core import SVTResult, scan
 from matmech.svt.grid import (
     CHUNK_FIRST,
     NoiseBuffer,
     chunk_bounds,
-    draw,
     noise_chunks,
     range_check,
-    range_checks,
-    threshold_units,
     to_units,
     worker_sources,
 )
-from typing import TYPE_CHECKING, Any
+from matmech.svt.opening import Opening, open_selection
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -96,42 +94,30 @@ def sparse_vector_dpbook(
     ...                      rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    arr, t = prepare(values, threshold)
-    c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    e1 = calibrated_eps(eps) / 2.0  # the decimal eps a caller charges (issue 21)
-    e2 = calibrated_eps(eps) - e1  # exact: e1 is eps with the exponent lowered by one
-    budget = make_budget(
+    op = open_selection(
+        values,
+        threshold,
         c=c,
+        calibrate=dpbook_calibration,
+        rng=rng,
         eps=eps,
-        eps_answer=0.0,
-        e1=e1,
-        e2=e2,
         sensitivity=sensitivity,
-        monotonic=False,
-        exact_on_grid=arr.dtype.kind in "biu",
-        threshold_mult=float(c),
-        query_mult=2.0 * c,  # e1 == e2, so 2cD/e2 == 2cD/e1
     )
-    range_checks(arr, t, budget.grid)
-    src = noise.check_rng(rng)
-
-    g = budget.grid
-    t_units = threshold_units(t, g)
+    budget, g, n = op.calibration, op.grid, op.n
+    c = budget.c
+    t_units = op.threshold_units()
     t_scalar = t_units.shape[0] == 1
-    n = arr.shape[0]
     # The initial threshold noise and every re-draw have the same scale
     # (cD/eps1 = cD/eps2): draw all that can be used (at most one per positive
     # except the last, plus the first) in one call.  Unused draws are never seen.
-    rhos = draw(budget.threshold_scale, min(c, n + 1), g, src)
+    rhos = op.draw(budget.threshold_scale, min(c, n + 1))
     hits: list[int] = []
     processed = n
     bounds = list(chunk_bounds(n))
     q_units = int(round(budget.query_scale / g))
-    with closing(noise_chunks(q_units, bounds, src, worker_sources(rng, n))) as chunks:
+    with closing(noise_chunks(q_units, bounds, op.src, worker_sources(op.rng, n))) as chunks:
         for (pos, end), nu in zip(bounds, chunks):
-            margin = to_units(arr[pos:end], g) + nu
+            margin = op.units(pos, end) + nu
             margin -= t_units[0] if t_scalar else t_units[pos:end]
             start = 0
             while len(hits) < c:
@@ -151,10 +137,33 @@ def sparse_vector_dpbook(
     return SVTResult(
         positions=tuple(hits),
         answers=None,
-        eps=eps,
+        eps=budget.eps,
         stopped=len(hits) >= c,
         n_processed=int(processed),
         budget=budget,
+    )
+
+
+def dpbook_calibration(
+    *, c: int, eps: float, sensitivity: float = 1.0, integer_values: bool = False, **_: Any
+) -> SVTCalibration:
+    """[DR14] Alg. 2's calibration: eps1 = eps2 = eps/2, threshold noise Lap(cD/eps1) (also
+    every re-draw), query noise Lap(2cD/eps1); ``c`` already checked."""
+    eps = check_eps(eps)[0]
+    sensitivity = check_sensitivity(sensitivity)
+    e1 = calibrated_eps(eps) / 2.0  # the decimal eps a caller charges (issue 21)
+    e2 = calibrated_eps(eps) - e1  # exact: e1 is eps with the exponent lowered by one
+    return make_budget(
+        c=c,
+        eps=eps,
+        eps_answer=0.0,
+        e1=e1,
+        e2=e2,
+        sensitivity=sensitivity,
+        monotonic=False,
+        exact_on_grid=integer_values,
+        threshold_mult=float(c),
+        query_mult=2.0 * c,  # e1 == e2, so 2cD/e2 == 2cD/e1
     )
 
 
@@ -227,38 +236,34 @@ def sparse_vector_retraversal(
     ...                           rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    arr, t = prepare(values, threshold)
     boost = check_real("boost", boost, positive=False)
     max_passes = check_int("max_passes", max_passes, what="the most passes over the candidates")
-    budget = svt_budget(
+    op = open_selection(
+        values,
+        threshold,
         c=c,
+        calibrate=core.calibrate,
+        rng=rng,
         eps=eps,
         sensitivity=sensitivity,
         monotonic=monotonic,
         ratio=ratio,
-        integer_values=arr.dtype.kind in "biu",
     )
-    range_checks(arr, t, budget.grid)
+    budget, g, n = op.calibration, op.grid, op.n
     shift = boost * math.sqrt(2.0) * budget.query_scale  # boost standard deviations of nu
-    tt = np.atleast_1d(t).astype(np.float64)
+    tt = np.atleast_1d(np.asarray(op.thresholds, dtype=np.float64))
     if tt.size:
         range_check(
             max(abs(float(tt.min()) + shift), abs(float(tt.max()) + shift)),
-            budget.grid,
+            g,
             "threshold + boost * noise std",
         )
-    src = noise.check_rng(rng)
-
-    g = budget.grid
-    t_units = threshold_units(t, g) + int(round(shift / g))
-    n = arr.shape[0]
-    rho = int(draw(budget.threshold_scale, 1, g, src)[0])
-    hits, total = scan(arr, None, t_units, rho, budget.c, budget, src, rng)
+    t_units = op.threshold_units() + int(round(shift / g))
+    rho = int(op.draw(budget.threshold_scale, 1)[0])
+    hits, total = scan(op, None, t_units, rho, budget.c)
     passes = 1
     if len(hits) < budget.c and passes < max_passes and len(hits) < n:
-        more, processed = _retraverse(
-            arr, t_units, rho, hits, budget, src, rng, max_passes - passes
-        )
+        more, processed = _retraverse(op, t_units, rho, hits, max_passes - passes)
         hits.extend(more)
         total += processed
     positions = tuple(int(i) for i in hits)
@@ -272,7 +277,7 @@ def sparse_vector_retraversal(
     )
 
 
-def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
+def _retraverse(op: Opening, t_units, rho, hits, passes_left):
     """Further passes over the unselected candidates, in index order, with fresh
     query noise and the same noisy threshold ([LSL17] Sec. 5).
 
@@ -281,8 +286,7 @@ def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
     :class:`~matmech.svt.grid.NoiseBuffer`, so that many short passes share
     a few sampler calls.
     """
-    n = arr.shape[0]
-    g = budget.grid
+    arr, n, g, budget = op.values, op.n, op.grid, op.calibration
     need = budget.c - len(hits)
     remaining = np.setdiff1d(
         np.arange(n, dtype=np.int64), np.asarray(hits, dtype=np.int64), assume_unique=True
@@ -293,15 +297,15 @@ def _retraverse(arr, t_units, rho, hits, budget, src, rng, passes_left):
     buf = None
     while passes_left > 0 and need > 0 and remaining.size:
         if remaining.size > CHUNK_FIRST:
-            more, processed = scan(arr, remaining, t_units, rho, need, budget, src, rng)
+            more, processed = scan(op, remaining, t_units, rho, need)
             more = np.asarray(more, dtype=np.int64)
             keep = ~np.isin(remaining, more, assume_unique=True)
         else:
-            if base is None:
+            if base is None or buf is None:
                 t_rem = t_units if t_units.shape[0] == 1 else t_units[remaining]
                 base = to_units(arr[remaining], g) - t_rem
                 buf = NoiseBuffer(
-                    budget.query_scale, g, src, first=min(4 * remaining.size, CHUNK_FIRST)
+                    budget.query_scale, g, op.src, first=min(4 * remaining.size, CHUNK_FIRST)
                 )
             nu = buf.take(remaining.size)
             sel = np.flatnonzero(base + nu >= rho)[:need]

@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,26 +56,20 @@ from matmech.privacy.calibration import (
     scale_on_grid,
 )
 from matmech.privacy.params import calibrated_eps, check_neighbors
+from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity
 from matmech.svt.gap_calibration import gap_calibration
-from matmech.validate import linear
+from matmech.svt.grid import chunk_bounds
+from matmech.svt.measurement import GapMeasurement
+from matmech.svt.opening import Opening, open_selection
+from matmech.svt.gap import top_c_order
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
-    _check_value_bound,
-    _pow2_floor_of,
-    _snapped_sensitivity,
+    check_value_bound,
     declared_grid,
+    pow2_floor_of,
+    snapped_sensitivity,
 )
-from matmech.svt.gap import _top_c_input, _top_c_order
-from matmech.svt.checks import (
-    check_c,
-    check_eps,
-    check_flag,
-    check_sensitivity,
-    check_threshold,
-    check_values,
-)
-from matmech.svt.grid import checked_or_declared, chunk_bounds, draw, threshold_units, to_units
-from typing import TYPE_CHECKING, Any
+from matmech.validate import linear
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -178,6 +173,11 @@ class VectorResult:
     n_processed: int
     calibration: VectorCalibration
 
+    @property
+    def mechanism(self) -> str:
+        """Which vector selection ran (the registry, :mod:`matmech.svt.methods`)."""
+        return self.calibration.method
+
 
 def joint_sensitivity(W: LinOp | npt.ArrayLike, neighbors: str = "add_remove") -> float:
     """Delta_W: the L1 sensitivity of the whole vector W x (see the module docstring).
@@ -246,7 +246,7 @@ def vector_calibration(
             f"n_values must be a positive integer (the number of candidate values), got {n_values!r}"
         )
     integer_values = check_flag("integer_values", integer_values)
-    value_bound = _check_value_bound(value_bound)
+    value_bound = check_value_bound(value_bound)
     return _vector_calibration(
         method,
         c=c,
@@ -273,23 +273,15 @@ def _vector_calibration(
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
     large for exact sampling on the grid, or when the declared bound on abs(values)
     ``value_bound`` (0 = none) needs a grid too coarse for the m values
-    (:func:`~matmech.svt.calibration.declared_grid`)."""
-    if method not in VECTOR_METHODS.values():
-        raise ValueError(f"method must be one of {tuple(VECTOR_METHODS.values())}, got {method!r}")
-    c = check_c(c)
-    eps, _ = check_eps(eps)
-    sensitivity = check_sensitivity(sensitivity)
-    if isinstance(n_values, bool) or not isinstance(n_values, int) or n_values < 1:
-        raise ValueError(
-            f"n_values must be a positive integer (the number of candidate values), got {n_values!r}"
-        )
+    (:func:`~matmech.svt.calibration.declared_grid`). Every option was checked by
+    :func:`vector_calibration`."""
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     nominal = laplace_scale(
         eps, sensitivity
     )  # the grid's scale (validates eps); exact scale below uses ec
     g = run_grid(nominal)
     if not integer_values:  # snapping: + m*g of L1 sensitivity, kept below 2**-20 of Delta_W
-        g = min(g, _pow2_floor_of(sensitivity * 2.0**-20 / n_values))
+        g = min(g, pow2_floor_of(sensitivity * 2.0**-20 / n_values))
     g = declared_grid(g, value_bound, sensitivity, integer_values, coords=n_values)
     if nominal / g > MAX_SCALE_UNITS:
         raise ValueError(
@@ -297,7 +289,7 @@ def _vector_calibration(
             f"{n_values:,} values (eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or "
             "rescale the values"
         )
-    sens = _snapped_sensitivity(sensitivity, g, integer_values, coords=n_values)
+    sens = snapped_sensitivity(sensitivity, g, integer_values, coords=n_values)
     return VectorCalibration(method, eps, c, float(sens), g, scale_on_grid(1.0, sens, ec, g))
 
 
@@ -355,8 +347,40 @@ def prefer_vector(
     return vec.variance() <= gap.gap_variance("middle")
 
 
-def _noisy_units(arr, cal, src, lo=0, hi=None):
-    return to_units(arr[lo:hi], cal.grid) + draw(cal.scale, arr[lo:hi].shape[0], cal.grid, src)
+def calibrate(
+    *,
+    method: str,
+    c: int,
+    eps: float,
+    sensitivity: float,
+    integer_values: bool = False,
+    value_bound: float = 0.0,
+    n_candidates: int = 1,
+    **_: Any,
+) -> VectorCalibration:
+    """The registry's calibration hook of a vector selection (:func:`vector_calibration`;
+    ``sensitivity`` is Delta_W, the L1 sensitivity of the whole vector)."""
+    return vector_calibration(
+        method,
+        c=c,
+        eps=eps,
+        sensitivity=sensitivity,
+        n_values=max(n_candidates, 1),
+        integer_values=integer_values,
+        value_bound=value_bound,
+    )
+
+
+def _noisy_units(op: Opening, lo=0, hi=None):
+    return op.units(lo, hi) + op.draw(op.calibration.scale, op.values[lo:hi].shape[0])
+
+
+def value_law(result: Any, threshold: Any = None) -> GapMeasurement:
+    """A vector selection's noisy values as a measurement: direct measurements of the selected
+    rows, d_i = Var(DLap), no common offset (s = 0)."""
+    pos = np.asarray(result.positions, dtype=np.int64)
+    var = np.full(pos.size, result.calibration.variance())
+    return GapMeasurement(pos, np.asarray(result.values, dtype=np.float64), var, 0.0)
 
 
 def noisy_vector_top_c(
@@ -411,21 +435,26 @@ def noisy_vector_top_c(
     >>> r.positions, len(r.values)
     ((3, 1), 2)
     """
-    arr, c, n = _top_c_input(values, c)
-    cal = vector_calibration(
-        "vector-top-c",
+    op = open_selection(
+        values,
+        None,
         c=c,
+        calibrate=calibrate,
+        rng=rng,
+        value_bound=value_bound,
+        candidates="runner-up",
+        method="vector-top-c",
         eps=eps,
         sensitivity=sensitivity,
-        n_values=n,
-        integer_values=arr.dtype.kind in "biu",
-        value_bound=value_bound or 0.0,
     )
-    g = cal.grid
-    arr = checked_or_declared(arr, None, g, value_bound)
-    src = noise.check_rng(rng)
-    noisy = _noisy_units(arr, cal, src)
-    order = _top_c_order(noisy, c)  # the tie rule of Noisy Top-c with Gap
+    return run_top_c(op)
+
+
+def run_top_c(op: Opening) -> VectorResult:
+    """The c largest noisy values from the opening (the tie rule of Noisy Top-c with Gap)."""
+    cal, c, n, g = op.calibration, op.c, op.n, op.grid
+    noisy = _noisy_units(op)
+    order = top_c_order(noisy, c)
     gaps = noisy[order[:-1]] - noisy[order[1:]]
     return VectorResult(
         tuple(int(i) for i in order[:-1]),
@@ -493,30 +522,32 @@ def noisy_vector_threshold(
     ...                        rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    arr = check_values(values)
-    t = check_threshold(threshold, arr.shape[0])
-    c = check_c(c)
-    n = arr.shape[0]
-    cal = vector_calibration(
-        "vector-threshold",
+    op = open_selection(
+        values,
+        threshold,
         c=c,
+        calibrate=calibrate,
+        rng=rng,
+        value_bound=value_bound,
+        method="vector-threshold",
         eps=eps,
         sensitivity=sensitivity,
-        n_values=max(n, 1),
-        integer_values=arr.dtype.kind in "biu",
-        value_bound=value_bound or 0.0,
     )
-    g = cal.grid
-    arr = checked_or_declared(arr, t, g, value_bound)
-    src = noise.check_rng(rng)
-    t_units = threshold_units(t, g)
+    return run_threshold(op)
+
+
+def run_threshold(op: Opening) -> VectorResult:
+    """The first c rows whose noisy value reaches the threshold, from the opening (the noise of
+    rows after the c-th positive is never drawn)."""
+    cal, c, n, g = op.calibration, op.c, op.n, op.grid
+    t_units = op.threshold_units()
     pos: list = []
     val: list = []
     gap: list = []
     processed, stopped = n, False
     for a, b in chunk_bounds(n):
         tu = t_units[0] if t_units.shape[0] == 1 else t_units[a:b]
-        margin = _noisy_units(arr, cal, src, a, b) - tu
+        margin = _noisy_units(op, a, b) - tu
         idx = np.flatnonzero(margin >= 0)[: c - len(pos)]
         pos.extend((idx + a).tolist())
         gap.extend((margin[idx].astype(np.float64) * g).tolist())

@@ -16,9 +16,10 @@ from matmech.linalg.terms import restrict
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.marginals import GeneralMarginalStrategy
 from matmech.optimizers.residual import marginal_lattice_plan, residual_total
-from matmech.factored.residual_plan import residual_error
-from matmech.pipeline import HistogramSource, run_plan
-from matmech.pipeline.planned import build_plan
+from matmech.plans.residual import residual_error
+from matmech.sources.source import HistogramSource
+from matmech.run.runner import run_plan
+from matmech.plans.planned import build_plan
 
 JOBS = {
     "ranges": wl.all_range(24),

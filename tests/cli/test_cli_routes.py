@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from matmech.cli import main
-from matmech.factored.release import release_factored
-from matmech.io.engines import marginal_counts
+from matmech.release import release_factored
+from matmech.sources.engines import marginal_counts
 from matmech.io.specs import load_spec
 
 SPEC = """

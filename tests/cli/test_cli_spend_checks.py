@@ -293,7 +293,7 @@ def test_every_command_line_the_docs_show_is_accepted():
 
 
 def test_counts_errors_name_no_position_and_no_value():
-    from matmech.stream.cli import _parse_counts
+    from matmech.cli.stream import _parse_counts
 
     assert _parse_counts("3, 0,12") == [3, 0, 12]
     for bad in ("1,x", "7,,2", "1.5,2", "5,-"):

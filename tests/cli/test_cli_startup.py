@@ -144,8 +144,8 @@ def test_unknown_names_and_submodules():
 
 def test_every_subpackage_and_top_level_module_imports_first():
     """With nothing imported eagerly, any subpackage or module may be the first one a
-    program imports; an import cycle that the old eager order hid (``matmech.pipeline`` →
-    ``matmech.factored`` → ``matmech.pipeline.run``) fails here. One interpreter, its
+    program imports; an import cycle that the old eager order hid (``matmech.plans`` →
+    ``matmech.results`` → ``matmech.run.runner``) fails here. One interpreter, its
     ``matmech`` modules dropped before each import."""
     pkg = ROOT / "matmech"
     names = sorted(
@@ -163,5 +163,5 @@ def test_every_subpackage_and_top_level_module_imports_first():
         "print(bad)"
     )
     _, printed = _loaded_after(code)
-    assert len(names) >= 15 and "matmech.pipeline" in names and "matmech.release" in names
+    assert len(names) >= 15 and "matmech.plans" in names and "matmech.release" in names
     assert printed == ["[]"], printed

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import measure as fmeasure
-from matmech.factored.measure import combine_tables, plan_residual_laplace
-from matmech.factored.release import release_factored
+from matmech.measurements import residual as fmeasure
+from matmech.measurements.residual import combine_tables, plan_residual_laplace
+from matmech.release import release_factored
 from matmech.linalg.linop import Dense, Identity, Kron, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.linalg.residual import haar_contrasts, orthonormal_contrasts, table_sensitivity1
@@ -170,7 +170,7 @@ def test_rounded_scales_spend_at_most_eps_exactly():
             )
     with pytest.raises(ValueError, match="too small"):
         plan_residual_laplace(plan, 1e-15)
-    with pytest.raises(TypeError, match="LaplaceResidualPlan"):
+    with pytest.raises(TypeError, match="LaplaceResidualAllocation"):
         plan_residual_laplace(object(), 1.0)
 
 
@@ -218,7 +218,7 @@ def test_combine_tables_is_exact_without_noise():
     mp = plan_residual_laplace(plan, 1.0)
     x = _hist(_codes(DOM, 700), DOM).reshape(DOM)
     tables = {t: x.sum(axis=tuple(i for i in range(4) if i not in t)) for t in plan.tables}
-    from matmech.factored.reconstruct import MarginalReconstructor
+    from matmech.estimators.reconstruct import MarginalReconstructor
 
     rec = MarginalReconstructor(combine_tables(mp, tables))
     for s in subsets:
@@ -228,9 +228,9 @@ def test_combine_tables_is_exact_without_noise():
 
 
 def test_monte_carlo_pure_residual():
-    from matmech.factored.measure import measure_residuals_laplace
-    from matmech.factored.reconstruct import MarginalReconstructor
-    from matmech.factored.tables import marginal_tables
+    from matmech.measurements.residual import measure_residuals_laplace
+    from matmech.estimators.reconstruct import MarginalReconstructor
+    from matmech.sources.tables import marginal_tables
 
     domain = (3, 4, 2)
     codes = _codes(domain, 400)
@@ -322,7 +322,7 @@ def test_pure_release_on_a_domain_too_big_for_the_histogram():
 
 
 def test_release_labels_with_and_without_a_domain():
-    from matmech.factored.labels import release_labels
+    from matmech.results.labels import release_labels
     from matmech.linalg.terms import marginal_workload
     from matmech.io.domain import Domain, categories, integer_range
     from matmech.release import release_table
@@ -366,16 +366,16 @@ def test_release_labels_with_and_without_a_domain():
 
 @pytest.mark.parametrize("gaussian", [False, True])
 def test_reconstructor_answers_equal_the_gls_of_the_records(gaussian):
-    """MarginalReconstructor.answers → Answers equal to matmech.inference.estimate over the
+    """MarginalReconstructor.answers → Answers equal to matmech.estimators.gls.estimate over the
     same measurement's records (the cell-space GLS), answers and variances (issue 22)."""
-    from matmech.factored.measure import (
+    from matmech.measurements.residual import (
         measure_residuals,
         measure_residuals_laplace,
         plan_residual_measurement,
     )
-    from matmech.factored.reconstruct import MarginalReconstructor
-    from matmech.factored.tables import marginal_tables
-    from matmech.inference import estimate
+    from matmech.estimators.reconstruct import MarginalReconstructor
+    from matmech.sources.tables import marginal_tables
+    from matmech.estimators.gls import estimate
 
     domain = (3, 4, 2)
     subsets = list(itertools.combinations(range(3), 2))

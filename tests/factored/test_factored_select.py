@@ -10,14 +10,14 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import select as fsel
-from matmech.factored import select_rows
-from matmech.factored.release import release_factored
-from matmech.factored.tables import marginal_tables
+from matmech.plans import factored_selected as fsel
+from matmech.plans import factored_rows as select_rows
+from matmech.release import release_factored
+from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.privacy.budget import BudgetExceededError
-from matmech.record import release_table
+from matmech.results.release import release_table
 
 from factored_data import DOM
 from factored_data import codes as _codes
@@ -140,7 +140,7 @@ def test_pure_eps_selection_equals_the_explicit_release(W, sel, data):
     a = mm.release(x, W, 1.0, select=sel, rng=np.random.default_rng(11))
     b = mm.release(codes, W, 1.0, select=sel, rng=np.random.default_rng(11))
     if a.selected.size:  # the explicit advisor measures the selected rows themselves; a union of
-        # marginals takes the tables route from a histogram too (matmech.factored.route, issue 22)
+        # marginals takes the tables route from a histogram too (matmech.plans.route, issue 22)
         assert (
             "(workload)" if W.shape[0] != Wl.marginals(DOM, 2).shape[0] else "measured themselves"
         ) in a.strategy_note

@@ -12,11 +12,12 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import gmarginal_release as grel
-from matmech.factored.gmarginal_measure import measure_gmarginal, plan_gmarginal
-from matmech.factored.gmarginal_solve import GMarginalSolver
-from matmech.factored.release import plan_path, release_factored
-from matmech.factored.tables import marginal_tables
+from matmech.plans import gmarginal as grel
+from matmech.measurements.gmarginal import measure_gmarginal, plan_gmarginal
+from matmech.estimators.gmarginal_solve import GMarginalSolver
+from matmech.plans.factored import plan_path
+from matmech.release import release_factored
+from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Dense, Kron, VStack
 from matmech.optimizers.marginals import GeneralMarginalStrategy
@@ -373,3 +374,21 @@ def test_solver_over_the_release_records_gives_its_answers(case, delta):
     np.testing.assert_allclose(got.std, rel.std, rtol=1e-12)
     with pytest.raises(ValueError, match="one record per measured subset"):
         GMarginalSolver(plan.gls_strategy(), plan.subsets).solve(as_terms(W), rel.measurements[1:])
+
+
+def test_a_gaussian_plan_without_its_sigma_index_is_refused_before_any_draw(monkeypatch):
+    """A discrete-Gaussian plan names block j's σ by ``which[j]``; a plan stripped of it is a
+    clear ValueError, raised before the sampler runs (not a NumPy error from np.repeat(None))."""
+    import dataclasses
+
+    W, A = _prefix_identity()
+    tables = marginal_tables(_codes(DOM, 50), DOM, list(A.attribute_subsets))
+    plan = plan_gmarginal(A, 1.0, 1e-6)
+    assert plan.which is not None
+    calls = []
+    monkeypatch.setattr(noise, "discrete_gaussian_mixed", lambda *a, **k: calls.append(1) or 1 / 0)
+    with pytest.raises(ValueError, match="needs which"):
+        measure_gmarginal(
+            dataclasses.replace(plan, which=None), tables, rng=np.random.default_rng(0)
+        )
+    assert calls == []

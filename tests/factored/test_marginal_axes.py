@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from matmech.factored import release_marginals
+from matmech import release_marginals
 from matmech.linalg.terms import marginal_workload
 
 DOMAIN = (3, 2, 4)

@@ -6,9 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
-from matmech.factored import measure as fmeasure
-from matmech.factored.reconstruct import MarginalReconstructor
-from matmech.factored.release import release_factored
+from matmech.measurements import residual as fmeasure
+from matmech.estimators.reconstruct import MarginalReconstructor
+from matmech.release import release_factored
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg import residual
 from matmech.linalg.residual import orthonormal_contrasts
@@ -17,7 +17,7 @@ from factored_data import codes as _codes
 
 
 def _measured(monkeypatch, codes, W):
-    import matmech.factored.residual_plan as frel
+    import matmech.plans.residual as frel
 
     seen = {}
     orig = fmeasure.measure_residuals
@@ -84,9 +84,10 @@ def test_the_largest_marginal_equals_a_dense_lift_of_its_residuals(monkeypatch):
 def test_the_residual_draw_reads_each_table_once_and_leaves_the_given_tables(delta):
     """(ε, δ): the checked tables are handed out once each (then released), from the plan's
     own references; pure ε (its draw reads a table twice): the tables as they are."""
-    from matmech.factored.release import plan_path
-    from matmech.factored.residual_plan import MAX_MEMORY, residual_plan
-    from matmech.factored.tables import marginal_tables
+    from matmech.plans.factored import plan_path
+    from matmech.measurements.residual import MAX_MEMORY
+    from matmech.plans.residual import residual_plan
+    from matmech.sources.tables import marginal_tables
 
     domain = (3, 4, 2)
     W = marginal_workload(domain, [(0, 1), (1, 2)])

@@ -13,9 +13,10 @@ from matmech import workloads as wl
 from matmech.advisor import advise as advise_module
 from matmech.advisor.advise import advise, unmeasurable
 from matmech.advisor.choice import choose_strategy
-from matmech.factored.release import plan_path, release_factored
-from matmech.factored.residual_plan import SEARCH_ALL_MAX_ATTRIBUTES, residual_error
-from matmech.factored.route import release_route
+from matmech.plans.factored import plan_path
+from matmech.release import release_factored
+from matmech.plans.residual import SEARCH_ALL_MAX_ATTRIBUTES, residual_error
+from matmech.plans.route import release_route
 from matmech.io.domain import Domain, integer_range
 from matmech.linalg.linop import Dense
 from matmech.linalg.structured import MAX_DENSE_N, pinv_gram

@@ -10,7 +10,7 @@ from matmech.cli import main
 
 
 def test_cli_selection_on_a_large_declared_domain(tmp_path, capsys, monkeypatch):
-    import matmech.io.engines as engines
+    import matmech.sources.engines as engines
 
     def no_histogram(*a, **k):
         raise AssertionError("the histogram must not be built")

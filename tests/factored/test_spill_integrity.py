@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from matmech.factored import release_marginals
-from matmech.factored.store import BLOCK, ResidualStore, SealedFile
+from matmech import release_marginals
+from matmech.results.store import BLOCK, ResidualStore, SealedFile
 from matmech.linalg.terms import marginal_workload
 from matmech.privacy.integrity import IntegrityError
 

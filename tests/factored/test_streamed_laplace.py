@@ -14,11 +14,12 @@ from matmech.privacy.events import ApproxDP
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import store, table_batches
-from matmech.factored.measure import combine_tables
-from matmech.factored.release import release_factored
-from matmech.factored.streamed import release_marginals
-from matmech.factored.tables import marginal_tables
+from matmech.results import store
+from matmech.measurements import table_batches
+from matmech.measurements.residual import combine_tables
+from matmech.release import release_factored
+from matmech.release import release_marginals
+from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import orthonormal_contrasts
 from matmech.privacy import noise

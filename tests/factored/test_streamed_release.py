@@ -10,11 +10,13 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as Wl
-from matmech.factored import measure, store, streamed
-from matmech.factored.measure import residual_batches, row_noise
-from matmech.factored.release import release_factored
-from matmech.factored.streamed import release_marginals
-from matmech.factored.tables import marginal_tables
+from matmech.measurements import residual as measure
+from matmech.results import store
+from matmech.plans import streamed
+from matmech.measurements.residual import residual_batches, row_noise
+from matmech.release import release_factored
+from matmech.release import release_marginals
+from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.residual import haar_contrasts
 
@@ -260,19 +262,19 @@ def test_given_tables_or_a_histogram_release_like_the_records(records, seed, wor
 def test_release_refuses_a_union_too_large_and_says_how_to_stream_it(monkeypatch):
     """mm.release returns a Release or refuses: above max_memory it names the exact call of
     the streamed release, nothing read or spent; that call then releases the union."""
-    from matmech.factored import MarginalRelease
-    from matmech.factored import release as frel
+    from matmech import MarginalRelease
+    from matmech.release import release_factored
 
     codes = _codes(DOMAIN, 300, seed=7)
     W = marginal_workload(DOMAIN, SUBSETS)
-    monkeypatch.setitem(frel.release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
+    monkeypatch.setitem(release_factored.__kwdefaults__, "max_memory", 16 * W.shape[0] - 1)
     budget = mm.PrivacyBudget(2.0, 1e-5)
     with pytest.raises(ValueError) as e:
         mm.release(codes, W, 1.0, 1e-6, budget=budget, rng=np.random.default_rng(0))
     msg = str(e.value)
     assert "nothing was spent" in msg and "(pure eps or delta > 0)" in msg
     assert (
-        "from matmech.factored import release_marginals; rel = release_marginals(data, W, eps, "
+        "from matmech import release_marginals; rel = release_marginals(data, W, eps, "
         "delta, budget=budget, rng=rng)" in msg
     )
     assert "MarginalRelease" in msg and "300" not in msg

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matmech.factored.tables import marginal_tables, maximal_subsets
+from matmech.sources.tables import marginal_tables, maximal_subsets
 
 
 def _pairwise(subsets):

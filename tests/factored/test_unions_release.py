@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from matmech import workloads as Wl
-from matmech.factored.release import plan_path, release_factored
+from matmech.plans.factored import plan_path
+from matmech.release import release_factored
 from matmech.linalg.linop import Kron, VStack
 from matmech.optimizers.marginals import GeneralMarginalStrategy
 from matmech.optimizers.unions import (

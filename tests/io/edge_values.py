@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 
 from matmech.io.domain import Domain, integer_range
-from matmech.io.engines import ENGINE_REGISTRY
+from matmech.sources.engines import ENGINE_REGISTRY
 
 #: (engine, source kind) pairs of the test extras (Spark is tested in test_spark.py).
 ENGINE_SOURCES = [

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from matmech.io.attribute import RegularBins, declared_fraction
 from matmech.io.domain import Domain, numeric_bins
-from matmech.io.engines import histogram
+from matmech.sources.engines import histogram
 
 #: Widths as a user means them: typed decimals and computed fractions.
 WIDTHS = [Fraction(1, 10), Fraction(1, 100), Fraction(1, 3), Fraction(5, 2), Fraction(1, 1000)]

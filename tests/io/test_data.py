@@ -1,11 +1,11 @@
-"""Tests for matmech.io.data.histogram: 1-D and multi-dimensional counts, clear errors."""
+"""Tests for matmech.sources.histogram.histogram: 1-D and multi-dimensional counts, clear errors."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from matmech import workloads as Wk
-from matmech.io.data import cell_index, histogram
+from matmech.sources.histogram import cell_index, histogram
 from matmech.linalg.linop import Kron
 
 

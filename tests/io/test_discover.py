@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from matmech.io.discover import _scale, discover_categories, release_probability, threshold
+from matmech.run.discover import _scale, discover_categories, release_probability, threshold
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.privacy.randomness import RandomSource, check_rng
 
@@ -165,7 +165,7 @@ def test_values_ending_in_white_space_are_trimmed_alike_on_every_engine_before_t
 @pytest.mark.parametrize("engine", ["numpy", "duckdb"])
 def test_the_white_space_rule_is_the_same_for_numbers_times_and_categories(engine):
     from matmech.io.domain import Domain, categories, numeric_bins, time_bins
-    from matmech.io.engines import histogram
+    from matmech.sources.engines import histogram
 
     text = [" 1.5\t", "\n2.5\r", "\x0b3.5\x0c", "\u00a04.5", "4.5\u00a0", "\x1c1.5", "\t"]
     want_num = [1, 1, 1, 0, 0, 0]  # bins [1, 2), [2, 3), [3, 4), [4, 5) then the other cell

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from matmech.io.domain import Domain, categories, integer_range, numeric_bins
+from matmech.io.domain import Attribute, Domain, categories, integer_range, numeric_bins
 from matmech.io.specs import SpecError, parse_spec
 
 
@@ -104,6 +104,17 @@ def test_labels():
 def test_bad_declarations_are_refused(make, exc, text):
     with pytest.raises(exc, match=text.replace("(", r"\(")):
         make()
+
+
+def test_a_range_attribute_without_its_bounds_is_refused_by_name():
+    # Attribute read lo/hi/width with int() and failed with "int() argument must be ... not
+    # 'NoneType'" when built directly without them
+    with pytest.raises(ValueError, match="attribute 'age': a range needs lo, hi and width"):
+        Attribute(name="age", kind="range", column="age", policy="error", missing="error", lo=0)
+    a = Attribute(
+        name="age", kind="range", column="age", policy="error", missing="error", lo=0, hi=9, width=5
+    )
+    assert a.size == 2 and a.value_label(1) == "5-9" and a.to_dict()["width"] == 5
 
 
 def test_spec_attribute_tables_round_trip_and_label_queries():

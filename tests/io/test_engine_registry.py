@@ -4,10 +4,10 @@ through ENGINE_REGISTRY, so a new engine is one entry, and every entry counts li
 import numpy as np
 import pytest
 
-from matmech.io import engines
+from matmech.sources import engines
 from matmech.io.domain import Domain, categories, integer_range
-from matmech.io.engine_numpy import NUMPY
-from matmech.io.grouping import Engine
+from matmech.sources.engine_numpy import NUMPY
+from matmech.sources.grouping import Engine
 
 
 def _domain():

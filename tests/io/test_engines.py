@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from matmech.io.data import histogram as data_histogram
+from matmech.sources.histogram import histogram as data_histogram
 from matmech.io.domain import Domain, categories, integer_range, numeric_bins
-from matmech.io.engines import histogram, marginal_counts
+from matmech.sources.engines import histogram, marginal_counts
 
 
 def raw_table(n=700, seed=0):
@@ -360,7 +360,7 @@ def test_a_gzip_csv_is_counted_like_the_plain_file(tmp_path):
     import numpy as np
 
     from matmech.io.domain import Domain, categories, integer_range
-    from matmech.io.engines import histogram as engine_histogram
+    from matmech.sources.engines import histogram as engine_histogram
 
     dom = Domain(
         (

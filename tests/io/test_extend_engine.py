@@ -9,9 +9,9 @@ import pytest
 
 import matmech as mm
 from matmech import workloads as wl
-from matmech.io import engines
+from matmech.sources import engines
 from matmech.io.domain import Domain, integer_range
-from matmech.io.grouping import DROP, OOD, Engine
+from matmech.sources.grouping import DROP, OOD, Engine
 
 
 def toy_groups(source, kind, domain, sets, *, where, encoding, delimiter):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from matmech.io.domain import Domain, categories, integer_range, numeric_bins
-from matmech.io.engines import compile_query, histogram, marginal_counts
+from matmech.sources.engines import compile_query, histogram, marginal_counts
 
 pyspark = pytest.importorskip(
     "pyspark", reason="the spark extra (pip install 'matmech-dp[spark]') is not installed"
@@ -118,7 +118,7 @@ def test_spark_bins_values_on_and_around_every_edge_like_exact_arithmetic(spark)
 
     from edge_values import around, exact_codes
 
-    from matmech.io.engines import ENGINE_REGISTRY
+    from matmech.sources.engines import ENGINE_REGISTRY
 
     attrs = [
         numeric_bins("w1", lo=0, hi=5, width=0.1, policy="other", other="o"),

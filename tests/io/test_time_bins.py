@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from matmech.io.domain import Domain, time_bins
-from matmech.io.engines import histogram
+from matmech.sources.engines import histogram
 from matmech.io.specs import parse_spec
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from matmech import validate
-from matmech.inference import estimate
+from matmech.estimators.gls import estimate
 from matmech.linalg import gls
 from matmech.linalg.gls import cell_gls, cell_gls_bytes, precision
 from matmech.linalg.linop import Dense
-from matmech.record import MeasurementRecord
+from matmech.measurements.record import MeasurementRecord
 
 
 def _records(rng, n, *, rank):

@@ -122,6 +122,22 @@ def test_stack_scale_subset_match_dense(op, seed, w):
     check_against_dense(sub, rng)
 
 
+def test_scale_factors_are_any_finite_real():
+    # a Fraction is a numbers.Real, but np.isfinite refused it with an opaque ufunc TypeError
+    from fractions import Fraction
+
+    A = wl.prefix(4)
+    for c in (Fraction(1, 3), np.float32(0.5), 3):
+        np.testing.assert_allclose((A * c).dense(), float(c) * A.dense())
+        np.testing.assert_allclose(Scaled(A, c).dense(), float(c) * A.dense())
+    with pytest.raises(ValueError, match="a scale factor must be a finite number"):
+        Scaled(A, float("inf"))
+    with pytest.raises(ValueError, match="a scale factor must be a real number a float can hold"):
+        Scaled(A, 10**400)
+    with pytest.raises(TypeError, match="a scale factor must be a real number, got str"):
+        Scaled(A, "2")
+
+
 def test_three_factor_kron_and_sum():
     rng = np.random.default_rng(0)
     a, b, c = wl.prefix(3), haar(4), Dense(rng.normal(size=(2, 2)))
@@ -229,3 +245,26 @@ def test_as_linop_names_ragged_rows_and_non_numbers():
         as_linop([["1", "2"]])
     a = as_linop([[1, 2], [3, 4]])
     assert a.matrix.dtype == np.float64 and np.array_equal(a.dense(), [[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_stack_of_krons_sensitivity_is_the_max_of_its_column_norms_to_the_bit(p):
+    """A stack of Kronecker products takes its sensitivity from one cell per class of cells on
+    which every factor's column norms agree: the same number, bit for bit, as the largest entry
+    of the full column-norm vector, and as the dense matrix's largest column norm."""
+    rng = np.random.default_rng(3)
+    contrast = Dense(np.linalg.qr(rng.normal(size=(5, 5)))[0][:4])  # norms equal up to rounding
+    blocks = [
+        Kron(contrast, Ones(1, 3), Identity(2)),
+        Kron(Identity(5), Dense(rng.uniform(size=(2, 3))), Ones(2, 2)),
+        Kron(Ones(1, 5), Identity(3), Dense(np.array([[1.0, 0.0], [1.0, 1.0]]))),
+    ]
+    V = VStack(blocks, weights=[0.7, 1.3, 0.2])
+    full = V.col_norms(p)
+    assert V.sensitivity(p) == float(full.max())
+    dense = V.dense()
+    want = np.abs(dense).sum(0).max() if p == 1 else np.sqrt((dense**2).sum(0)).max()
+    assert V.sensitivity(p) == pytest.approx(want, rel=1e-12)
+    # blocks whose factors do not line up keep the generic path
+    odd = VStack([Kron(Identity(6), Ones(1, 5)), Kron(Identity(5), Identity(6))])
+    assert odd.sensitivity(p) == float(odd.col_norms(p).max())

@@ -12,7 +12,7 @@ import pytest
 import matmech as mm
 from matmech import strategies as S
 from matmech import workloads as W
-from matmech.inference import solve
+from matmech.estimators.gls import solve
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.spectral import NestedCovariance
 from matmech.linalg.structured import pinv_gram

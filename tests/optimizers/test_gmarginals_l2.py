@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from matmech import workloads as wl
-from matmech.factored.gmarginal_measure import plan_gmarginal
-from matmech.factored.gmarginal_release import gmarginal_strategy
-from matmech.factored.gmarginal_solve import GMarginalSolver
+from matmech.measurements.gmarginal import plan_gmarginal
+from matmech.plans.gmarginal import gmarginal_strategy
+from matmech.estimators.gmarginal_solve import GMarginalSolver
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Kron, VStack
 from matmech.optimizers import marginals as M

@@ -589,6 +589,18 @@ def test_non_psd_and_nan_grams_are_refused():
         check_gram(np.zeros((3, 3)))
 
 
+def test_dual_l2_refuses_a_maxiter_below_one():
+    # it used to run no iteration and fail unpacking its (None) best iterate with a TypeError
+    gram = wl.prefix(4).gram().dense()
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=f"maxiter must be an integer >= 1, got {bad}"):
+            dual_l2(gram, maxiter=bad)
+    with pytest.raises(TypeError, match="maxiter must be an integer"):
+        dual_l2(gram, maxiter=2.0)
+    fit = dual_l2(gram, maxiter=1)  # one step: a strategy with a (loose) certified bound
+    assert fit.iterations == 1 and fit.dual <= fit.value
+
+
 def test_workloads_too_large_for_the_method():
     with pytest.raises(ValueError, match="method='l2'"):
         optimize(wl.prefix(100), delta=DELTA, method="sdp")

@@ -1,6 +1,6 @@
 """One way to build an estimate: :meth:`Estimate.of_variances` (std, total error, checks) and
 the one least-squares estimator of the strategy and selected plans
-(:func:`matmech.pipeline.strategy.measured_estimate`).
+(:func:`matmech.plans.strategy.measured_estimate`).
 
 The estimator is checked against an independent dense least squares of the measurement it
 reads (numpy's pinv of the measured matrix, y from the Release), and bit for bit against the
@@ -13,9 +13,9 @@ import pytest
 
 import matmech as mm
 from matmech.error import measured_variances
-from matmech.inference import least_squares
+from matmech.estimators.gls import least_squares
 from matmech.linalg.linop import Dense
-from matmech.pipeline.plan import Estimate
+from matmech.plans.plan import Estimate
 from matmech.svt.rules import take_rows
 
 from oracle_problems import problem

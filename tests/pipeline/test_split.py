@@ -24,10 +24,10 @@ from matmech.advisor.split import (
     rho_of,
     shares_for,
 )
-from matmech.pipeline.planned import build_plan
-from matmech.pipeline.run import run_plan
-from matmech.pipeline.source import HistogramSource, TableSource
-from matmech.pipeline.split import SplitPlan
+from matmech.plans.planned import build_plan
+from matmech.run.runner import run_plan
+from matmech.sources.source import HistogramSource, TableSource
+from matmech.plans.split import SplitPlan
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.privacy.params import exact

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import matmech as mm
 from matmech import workloads as W
-from matmech.factored import release_marginals
-from matmech.io.discover import discover_categories
+from matmech import release_marginals
+from matmech.run.discover import discover_categories
 from matmech.linalg.terms import marginal_workload
 from matmech.privacy.accountant import accountant_for, zcdp_capacity
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
@@ -57,7 +57,7 @@ def test_the_residual_release_charges_its_discrete_gaussian_and_its_rho_gives_th
 def test_the_generalised_marginal_release_charges_its_discrete_gaussian():
     """σ₁ per unit θ and Δ₂ of the gmarginal plan (every block's σ is rounded up from
     σ₁/θ_S): the Gaussian calibration of (1, 1e-6) at Δ₂, whose ρ gives the declared pair."""
-    from matmech.factored.release import release_factored
+    from matmech.release import release_factored
     from matmech.privacy.calibration import gaussian_sigma
 
     b = PrivacyBudget(5.0, 1e-5)
@@ -81,7 +81,7 @@ def test_the_generalised_marginal_release_charges_its_discrete_gaussian():
 def test_the_factored_selected_release_charges_its_selection_and_measurement(delta):
     """The selection's pure ε and the measurement's calibration (ρ of a Gaussian at (ε_m, δ),
     or ε_m): together the declared (ε, δ) under basic, less under zcdp when δ > 0."""
-    from matmech.factored.release import release_factored
+    from matmech.release import release_factored
     from matmech.privacy.calibration import gaussian_rho
 
     b = PrivacyBudget(5.0, 1e-5)

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 import matmech as mm
-from matmech.io.discover import discover_categories
+from matmech.run.discover import discover_categories
 from matmech.io.domain import Domain, integer_range, numeric_bins, time_bins
-from matmech.io.engines import csv_header, histogram as engine_histogram
+from matmech.sources.engines import csv_header, histogram as engine_histogram
 
 #: A record whose values must never be echoed back (a CSV file written without a header line).
 SECRET = ("alice-smith", "4711")

@@ -1,4 +1,4 @@
-"""Tests for matmech.privacy.measure.measure: exact lattices, calibration, budget before noise."""
+"""Tests for matmech.run.measure.measure: exact lattices, calibration, budget before noise."""
 
 import ast
 import dataclasses
@@ -14,13 +14,8 @@ from matmech import strategies as S
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.privacy.calibration import gaussian_sigma
 from matmech.linalg.linop import Dense, Identity, Kron, Scaled, Sparse, VStack
-from matmech.privacy.measure import (
-    Measurement,
-    check_counts,
-    integer_valued,
-    measure,
-    plan_measurement,
-)
+from matmech.privacy.measure import Measurement, check_counts, integer_valued, plan_measurement
+from matmech.run.measure import measure
 
 X = np.array([3, 0, 7, 1, 0, 0, 2, 9])
 
@@ -215,7 +210,18 @@ def test_check_counts_accepts_integral_floats_and_bools():
 
 # -- no floating-point noise anywhere on the release path -----------------------------------
 
-MODULES = ["io/data.py", "privacy/measure.py", "inference.py", "release.py", "svt/select.py"]
+MODULES = [
+    "sources/histogram.py",
+    "privacy/measure.py",
+    "run/measure.py",
+    "run/runner.py",
+    "measurements/residual.py",
+    "measurements/gmarginal.py",
+    "measurements/table_batches.py",
+    "estimators/gls.py",
+    "release.py",
+    "svt/select.py",
+]
 FLOAT_SAMPLERS = {
     "laplace",
     "normal",

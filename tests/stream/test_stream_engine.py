@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from matmech.io.domain import categories, integer_range
-from matmech.stream.engine import period_counts
+from matmech.sources.periods import period_counts
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 

@@ -804,20 +804,25 @@ def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Cas
         )
 
     def build(factor):
-        seen = {}
-        target = "exponential_top_c" if method == "em" else "sparse_vector"
-        real = getattr(selection, target)
+        import dataclasses
 
-        def spy(*a, **kw):
-            res = real(*a, **kw)
+        from matmech.svt.methods import SELECTION_METHODS
+
+        seen = {}
+        entry = SELECTION_METHODS[method]  # the mechanism select_rows runs, from the registry
+
+        def spy(opening):
+            res = entry.mechanism.run(opening)
             seen["res"] = res
             return res
 
-        setattr(selection, target, spy)
+        SELECTION_METHODS[method] = dataclasses.replace(
+            entry, mechanism=dataclasses.replace(entry.mechanism, run=spy)
+        )
         try:
             sel = _first_run(lambda r: run((2, tuple(base)), r))
         finally:
-            setattr(selection, target, real)
+            SELECTION_METHODS[method] = entry
         res = seen["res"]
         answers = lambda x: (W @ np.asarray(x, dtype=np.float64)).astype(np.int64).tolist()  # noqa: E731
         sample = lambda key, rng: tuple(int(i) for i in run(key, rng).rows)  # noqa: E731

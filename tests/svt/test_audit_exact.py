@@ -124,9 +124,9 @@ def test_noise_halved_mutant_is_rejected(case, models):
 def test_mutant_through_patched_calibration_is_rejected_and_matches_samples(monkeypatch):
     """Halve the scales inside the shipped calibration (as a calibration bug would) and
     audit the model built from what sparse_vector then reports and samples."""
-    real = svt_core.svt_budget
+    real = svt_core.calibrate  # Alg. 7's calibration hook, as sparse_vector opens its run
     case = next(c for c in CASES if c.name == "sparse_vector c=2")
-    correct = real(c=2, eps=1.0, integer_values=True)
+    correct = svt_core.svt_budget(c=2, eps=1.0, integer_values=True)
 
     def halved(**kw):
         b = real(**kw)
@@ -138,7 +138,7 @@ def test_mutant_through_patched_calibration_is_rejected_and_matches_samples(monk
             }
         )
 
-    monkeypatch.setattr(svt_core, "svt_budget", halved)
+    monkeypatch.setattr(svt_core, "calibrate", halved)
     model = case.build(1.0)  # reads the (now halved) budget from a shipped run
     assert pe.Scales.of(svt.sparse_vector([0], 0, c=2, eps=1.0).budget) == pe.Scales.of(
         correct, 0.5

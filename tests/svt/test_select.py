@@ -126,16 +126,19 @@ def test_entry_range_and_take_rows_against_dense():
 
 
 def test_integer_workloads_reach_svt_as_exact_integers(monkeypatch):
-    import matmech.svt.select as S
+    import dataclasses
+
+    from matmech.svt.methods import SELECTION_METHODS
 
     seen = {}
-    real = S.sparse_vector
+    entry = SELECTION_METHODS["svt"]  # the mechanism select_rows runs, from the registry
 
-    def spy(values, *args, **kw):
-        seen["dtype"] = values.dtype
-        return real(values, *args, **kw)
+    def spy(opening):
+        seen["dtype"] = opening.values.dtype
+        return entry.mechanism.run(opening)
 
-    monkeypatch.setattr(S, "sparse_vector", spy)
+    run = dataclasses.replace(entry.mechanism, run=spy)
+    monkeypatch.setitem(SELECTION_METHODS, "svt", dataclasses.replace(entry, mechanism=run))
     select_rows(
         W.all_range(16), counts(16), c=2, eps=1.0, threshold=40, rng=np.random.default_rng(0)
     )
