@@ -49,7 +49,8 @@ import numpy as np
 from matmech.estimators.graphical import GraphicalModel, fit_model, load_mbi
 from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget, check_budget
-from matmech.privacy.events import ExponentialMechanism
+from matmech.plans.marginal_pick import MarginalPickPlan
+from matmech.run.runner import run_plan
 
 __all__ = ["Synthetic", "synthesize", "synthesize_adaptive", "SCORE_BOUND"]
 
@@ -363,7 +364,7 @@ def synthesize_adaptive(
     from matmech.sources.source import as_source
     from matmech.release import release
     from matmech.privacy.params import check_privacy_params
-    from matmech.svt.topc import em_calibration, exponential_top_c
+    from matmech.svt.topc import em_calibration
 
     load_mbi()  # the extra is there before anything is spent
     check_budget(budget)
@@ -475,20 +476,15 @@ def synthesize_adaptive(
                 ok.append(c)
             if not ok:
                 break
-            est = {
-                c: tables[c] if c in tables else tables.setdefault(c, model.table(c)) for c in ok
-            }
-            scores = [
-                float(np.abs(truth[c] - est[c]).sum())
-                - math.sqrt(2 / math.pi) * sigma * truth[c].size
-                for c in ok
-            ]
-            ev = ExponentialMechanism(eps_pick)
-            shares[1].spend_events([ev], what="synthesize_adaptive: pick a marginal")
-            events.append(ev)
-            clipped = np.clip(scores, -SCORE_BOUND, SCORE_BOUND)  # the declared bound: no check
-            drawn = exponential_top_c(clipped, 1, eps_pick, rng=rng, value_bound=SCORE_BOUND)
-            pick = ok[int(drawn.positions[0])]
+            plan = MarginalPickPlan(
+                tuple(ok),
+                {c: tables[c] if c in tables else tables.setdefault(c, model.table(c)) for c in ok},
+                tuple(math.sqrt(2 / math.pi) * sigma * truth[c].size for c in ok),
+                eps_pick,
+                SCORE_BOUND,
+            )
+            pick = run_plan(plan, truth, budget=shares[1], rng=rng)  # charged, then drawn
+            events.extend(plan.events)
             round_picks.append(pick)
         if not round_picks:  # every candidate is measured or too large: no more rounds
             break

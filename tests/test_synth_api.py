@@ -80,13 +80,13 @@ class _Spy(matmech.PrivacyBudget):
 
 
 def test_adaptive_spends_exactly_the_budget_charging_each_round_first(monkeypatch):
-    import matmech.svt.topc as topc
+    import matmech.plans.marginal_pick as pick_plan
 
     X = _records(400)
     budget = _Spy(1.0, 1e-6, accountant="zcdp")
     rho = budget.total_rho
     charged_picks = []
-    real = topc.exponential_top_c
+    real = pick_plan.exponential_top_c
 
     def spy(values, c, eps, **kw):  # a pick's ε must be charged before its draw
         charged = [e for evs, _ in budget.log for e in evs if isinstance(e, ExponentialMechanism)]
@@ -94,7 +94,7 @@ def test_adaptive_spends_exactly_the_budget_charging_each_round_first(monkeypatc
         charged_picks.append(eps)
         return real(values, c, eps, **kw)
 
-    monkeypatch.setattr(topc, "exponential_top_c", spy)
+    monkeypatch.setattr(pick_plan, "exponential_top_c", spy)
     s = matmech.synthesize_adaptive(
         X,
         {"a": 2, "b": 3, "c": 4},
@@ -106,6 +106,9 @@ def test_adaptive_spends_exactly_the_budget_charging_each_round_first(monkeypatc
         rng=np.random.default_rng(0),
     )
     assert len(charged_picks) == 2 and len(s.picks) == 2
+    # each pick is a plan run by the runner: its spend carries the plan's line
+    picks_charged = [w for evs, w in budget.log if isinstance(evs[0], ExponentialMechanism)]
+    assert len(picks_charged) == 2 and all("pick one of" in w for w in picks_charged)
     # the whole ρ is spent, and no more: the shares add up to the budget
     assert budget.remaining_rho == pytest.approx(0.0, abs=1e-9 * rho)
     spent = sum(e.zcdp() for e in s.events)
