@@ -31,6 +31,7 @@ up and large ones down) and their error depends on the unknown data; no interval
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import warnings
 from collections.abc import Sequence
@@ -84,11 +85,24 @@ class MarginalQuery:
     """A record's query as mbi calls it: ``f`` (an mbi Factor on the clique, axes in the
     clique's order) → ``weights · (⊗ factors) vec(f)``; ``factors`` one matrix per axis (a
     Kronecker query) or a single matrix over the flattened marginal (``kron`` False).
-    Hashed by identity (mbi keeps the query as static JIT metadata)."""
+    Hashed and compared by value (mbi keeps the query as static JIT metadata: equal queries
+    reuse one compiled fit, e.g. refitting the same release; the maps are constants of it)."""
 
     factors: tuple
     kron: bool
     weights: np.ndarray | None = field(default=None, repr=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self):
+        h = hashlib.blake2b(repr((self.kron, len(self.factors))).encode(), digest_size=20)
+        for a in (*self.factors, self.weights):
+            if a is None:
+                h.update(b"none")
+                continue
+            a = np.ascontiguousarray(a, dtype=np.float64)
+            h.update(repr(a.shape).encode())
+            h.update(a.tobytes())
+        object.__setattr__(self, "key", h.digest())
 
     def __call__(self, f):
         import jax.numpy as jnp
@@ -119,10 +133,10 @@ class MarginalQuery:
         return w * math.prod(float(np.linalg.norm(M, 2)) ** 2 for M in self.factors)
 
     def __hash__(self) -> int:
-        return id(self)
+        return hash(self.key)
 
     def __eq__(self, other: object) -> bool:
-        return self is other
+        return isinstance(other, MarginalQuery) and self.key == other.key
 
 
 def _attributes(record, d: int) -> tuple[int, ...]:
