@@ -46,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from matmech import validate
 from matmech.estimators.graphical import GraphicalModel, fit_model, load_mbi
+from matmech.measurements.record import MeasurementRecord
 from matmech.privacy import noise
 from matmech.privacy.budget import PrivacyBudget, check_budget
 from matmech.plans.marginal_pick import MarginalPickPlan
@@ -58,6 +60,11 @@ __all__ = ["Synthetic", "synthesize", "synthesize_adaptive", "SCORE_BOUND"]
 #: most matmech's default declared record bound 2**32; the noise penalty is subtracted): scores
 #: are clipped to it, so nothing after the pick's spend checks a data-dependent magnitude.
 SCORE_BOUND = 2.0**34
+
+#: The most mirror-descent iterations of one fit (mbi), and the most rounds (or picks a
+#: round) of the adaptive loop: beyond them a call would run for hours.
+MAX_ITERS = 10**6
+MAX_ROUNDS = 1000
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,33 +152,42 @@ def _names_sizes(domain, records) -> tuple[tuple, tuple, Any]:
     if hasattr(domain, "names") and hasattr(domain, "sizes"):
         return tuple(domain.names), tuple(int(s) for s in domain.sizes), domain
     if isinstance(domain, Mapping):
-        return tuple(domain), tuple(int(s) for s in domain.values()), None
-    try:
-        sizes = tuple(int(s) for s in domain)
-    except TypeError:
+        names = tuple(validate.text(k, "domain's attribute name") for k in domain)
+        values = tuple(domain.values())
+    elif isinstance(domain, (str, bytes)) or not hasattr(domain, "__iter__"):
         raise TypeError(
-            f"domain must be a matmech Domain, a {{name: size}} mapping or a sequence of sizes, "
+            "domain must be a matmech Domain, a {name: size} mapping or a sequence of sizes, "
             f"got {type(domain).__name__}"
-        ) from None
-    if not sizes or any(s < 1 for s in sizes):
-        raise ValueError(f"attribute sizes must be positive integers, got {sizes}")
-    return tuple(f"a{i}" for i in range(len(sizes))), sizes, None
+        )
+    else:
+        values = validate.sequence(domain, "domain")
+        names = tuple(f"a{i}" for i in range(len(values)))
+    sizes = tuple(validate.integer(v, "domain's attribute size", min=1) for v in values)
+    if not sizes:
+        raise ValueError("domain must name at least one attribute, got none")
+    return names, sizes, None
 
 
 def _records_of(measured) -> tuple:
     if hasattr(measured, "measurements"):
         return tuple(measured.measurements)
     out: list = []
-    for m in measured:
-        out.extend(m.measurements if hasattr(m, "measurements") else (m,))
+    for m in validate.sequence(measured, "measured"):
+        if hasattr(m, "measurements"):
+            out.extend(m.measurements)
+        elif isinstance(m, MeasurementRecord):
+            out.append(m)
+        else:
+            raise TypeError(
+                "measured must be a Release, several, or their MeasurementRecords; got an item "
+                f"of type {type(m).__name__}"
+            )
     return tuple(out)
 
 
 def _n_records(n, model) -> int:
     if n is None:
         return max(0, int(round(model.total)))
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n must be a non-negative integer number of records, got {n!r}")
     return int(n)
 
 
@@ -241,7 +257,18 @@ def synthesize(
     if not records:
         raise ValueError("nothing was measured: no records to fit a model to")
     noise.check_rng(rng)
+    n = None if n is None else validate.integer(n, "n", min=0)
+    total = None if total is None else validate.positive_real(total, "total")
+    if total is not None and total < 1:
+        raise ValueError(f"total must be a number of records of at least 1, got {total!r}")
+    iters = validate.integer(iters, "iters", min=1, max=MAX_ITERS)
     names, sizes, dom = _names_sizes(domain, records)
+    for r in records:
+        if r.domain is not None and tuple(int(k) for k in r.domain) != sizes:
+            raise ValueError(
+                f"domain has attribute sizes {sizes}, but the records were measured over "
+                f"{tuple(r.domain)}"
+            )
     model = fit_model(records, names=names, sizes=sizes, total=total, iters=iters)
     codes = model.sample(_n_records(n, model), rng=rng)
     return Synthetic(model, codes, dom, records)
@@ -271,12 +298,10 @@ def _tree(names, sizes, cliques) -> tuple[int, list]:
 
 def _check_workload(workload, d) -> list[tuple[int, ...]]:
     out = []
-    for c in workload:
-        t = tuple(sorted(int(i) for i in c))
-        if not t or len(set(t)) != len(t) or not all(0 <= i < d for i in t):
-            raise ValueError(
-                f"a workload marginal is a non-empty set of attribute indices in 0..{d - 1}, got {c!r}"
-            )
+    for c in validate.sequence(workload, "workload"):
+        t = tuple(sorted(validate.subset(c, "a workload marginal", d)))
+        if not t:
+            raise ValueError("a workload marginal is a non-empty set of attribute indices, got ()")
         out.append(t)
     if not out:
         raise ValueError("the workload has no marginals")
@@ -369,11 +394,15 @@ def synthesize_adaptive(
     load_mbi()  # the extra is there before anything is spent
     check_budget(budget)
     noise.check_rng(rng)
+    eps = None if eps is None else validate.positive_real(eps, "eps")
+    delta = None if delta is None else validate.nonnegative_real(delta, "delta")
     if budget is None:
         if eps is None or delta is None or not delta > 0:
             raise ValueError(
-                "give eps and delta > 0 (Gaussian noise under zCDP), or a zCDP budget= to spend"
+                f"give eps and delta > 0 (Gaussian noise under zCDP), or a zCDP budget= to "
+                f"spend; got eps={eps!r}, delta={delta!r}"
             )
+        check_privacy_params(eps, delta)  # the documented range, naming the value
         budget = PrivacyBudget(eps, delta, accountant="zcdp")
     elif eps is not None or delta is not None:
         raise ValueError("give either eps and delta or budget=, not both")
@@ -385,17 +414,17 @@ def synthesize_adaptive(
         )
     names, sizes, dom = _names_sizes(domain, ())
     d = len(sizes)
+    init, select = (validate.real(v, what) for v, what in ((init, "init"), (select, "select")))
     for what, v in (("init", init), ("select", select)):
-        if not (isinstance(v, (int, float)) and 0 < v < 1):
+        if not 0 < v < 1:
             raise ValueError(f"{what} must be a share of the budget in (0, 1), got {v!r}")
     if not init + select < 1:
         raise ValueError(f"init + select must leave a share to measure, got {init} + {select}")
-    for what, v in (("rounds", rounds), ("iters", iters), ("max_model_cells", max_model_cells)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{what} must be a positive integer, got {v!r}")
-    picks = d if picks is None else picks
-    if isinstance(picks, bool) or not isinstance(picks, int) or picks < 1:
-        raise ValueError(f"picks must be a positive integer, got {picks!r}")
+    rounds = validate.integer(rounds, "rounds", min=1, max=MAX_ROUNDS)
+    iters = validate.integer(iters, "iters", min=1, max=MAX_ITERS)
+    max_model_cells = validate.integer(max_model_cells, "max_model_cells", min=1)
+    picks = d if picks is None else validate.integer(picks, "picks", min=1, max=MAX_ROUNDS)
+    n = None if n is None else validate.integer(n, "n", min=0)
     if workload is None:
         k = 3 if d >= 3 else min(2, d)
         workload = [
@@ -406,11 +435,13 @@ def synthesize_adaptive(
     cliques = _check_workload(workload, d)
     candidates = [c for c in _subsets_of(cliques) if len(c) >= 2]
 
-    # the true marginals of every candidate: read once, before any spend
-    source = as_source(data, dom)
-    truth = {c: np.asarray(t, dtype=float) for c, t in source.marginals(sizes, candidates).items()}
-
-    shares = budget.split([init, select] + [(1 - init - select) / rounds] * rounds)
+    try:
+        shares = budget.split([init, select] + [(1 - init - select) / rounds] * rounds)
+    except ValueError as e:
+        raise ValueError(
+            f"init={init!r}, select={select!r} and rounds={rounds} do not split the budget into "
+            f"usable shares: {e}"
+        ) from None
     records: list = []
     events: list = []
 
@@ -429,11 +460,20 @@ def synthesize_adaptive(
     n_picks = rounds * picks
     rho_pick = (shares[1].remaining_rho or 0.0) / n_picks
     eps_pick = math.sqrt(2 * rho_pick) * (1 - 1e-9)  # ρ = ε²/2 rounded up must fit
-    # every share must make a valid mechanism: refused here, before the first spend
-    em_calibration(c=1, eps=eps_pick, value_bound=SCORE_BOUND)
-    for share in shares[:1] + shares[2:]:
-        target = share.target()
-        check_privacy_params(target.eps, target.delta)
+    # every share must make a valid mechanism: refused here, before the data is read
+    try:
+        em_calibration(c=1, eps=eps_pick, value_bound=SCORE_BOUND)
+        for share in shares[:1] + shares[2:]:
+            target = share.target()
+            check_privacy_params(target.eps, target.delta)
+    except ValueError as e:
+        raise ValueError(
+            f"the budget split over init={init!r}, select={select!r}, rounds={rounds} and "
+            f"picks={picks} leaves a share too small to measure or pick with: {e}"
+        ) from None
+    # the true marginals of every candidate: read once, before any spend
+    source = as_source(data, dom, name="data")
+    truth = {c: np.asarray(t, dtype=float) for c, t in source.marginals(sizes, candidates).items()}
 
     measure([(i,) for i in range(d)], shares[0])
     model = fit_model(records, names=names, sizes=sizes, iters=iters)
