@@ -18,7 +18,7 @@ synth_peers.py on the same machine; shown with their own date and load), or run 
 
     python benchmarks/synth.py --data-dir /path/to/hd-datasets/clean            # the grid
     python benchmarks/synth.py --data-dir ... --datasets titanic --eps 1 --trials 1
-    python benchmarks/synth.py --smoke   # a small generated table, ε = 1, one trial
+    python benchmarks/synth.py --smoke   # a small generated table, ε = 1, one trial, one pick
 
 ``--smoke`` needs no data: a generated 4-attribute table of 2,000 records stands in for the
 datasets, and its JSON/MD go to a temporary directory. Without mbi (the ``synth`` extra) it
@@ -213,7 +213,10 @@ def main(argv=None) -> int:
         _smoke_data(results)
         args.data_dir, args.datasets, args.eps, args.trials = str(results), ["titanic"], [1.0], 1
         args.methods, args.timeout = ["matmech"], min(args.timeout, 600.0)
-        args.matmech_iters = args.matmech_iters or 50
+        # one round, one pick, few iterations: three fits (seconds, most of it mbi's compile)
+        args.matmech_iters = args.matmech_iters or 20
+        args.matmech_rounds = args.matmech_rounds or 1
+        args.matmech_picks = args.matmech_picks or 1
     path = results / "synth.json"
     peers_json = None if args.smoke else sp.RESULTS / "synth_peers.json"
     if args.render:

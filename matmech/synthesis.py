@@ -278,7 +278,7 @@ def synthesize(
 
 
 def _subsets_of(cliques):
-    out = set()
+    out: set[tuple[int, ...]] = set()
     for c in cliques:
         for k in range(1, len(c) + 1):
             out.update(itertools.combinations(c, k))
