@@ -334,13 +334,16 @@ def child(spec: dict) -> None:
 # ------------------------------------------------------------------ the grid (parent)
 
 
-def run_one(method: Method, spec: dict, timeout: float, peers: Path | None) -> dict:
-    """One child process; its result, or status timeout / error, with seconds and load."""
+def run_one(
+    method: Method, spec: dict, timeout: float, peers: Path | None, *, script: str | None = None
+) -> dict:
+    """One child process (``script --child``, default this one); its result, or status
+    timeout / error, with seconds and load."""
     env = dict(os.environ)
     if method.venv is not None:  # a peer: none of this checkout on its path
         env.pop("PYTHONPATH", None)
         env["JAX_PLATFORMS"] = "cpu"
-    argv = [str(method.python(peers)), __file__, "--child", json.dumps(spec)]
+    argv = [str(method.python(peers)), script or __file__, "--child", json.dumps(spec)]
     row = {k: spec[k] for k in ("method", "dataset", "eps", "delta", "rho", "trial", "seed")}
     row["load_before"] = round(os.getloadavg()[0], 2)
     row["timeout_s"] = timeout

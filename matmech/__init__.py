@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.release import Release, release, release_marginals, release_table
     from matmech.results.store import MarginalRelease
     from matmech.svt.select import Selection, select_rows
+    from matmech.synthesis import Synthetic, synthesize, synthesize_adaptive
 
 __all__ = [
     "workloads",
@@ -90,6 +91,9 @@ __all__ = [
     "SpecError",
     "load_spec",
     "Domain",
+    "synthesize",
+    "synthesize_adaptive",
+    "Synthetic",
 ]
 
 #: The selection primitives live in :mod:`matmech.svt` (issue 22: ``matmech`` exports the data
@@ -144,6 +148,9 @@ _LAZY = {
     "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
     "select_rows": "matmech.svt.select",
+    "Synthetic": "matmech.synthesis",
+    "synthesize": "matmech.synthesis",
+    "synthesize_adaptive": "matmech.synthesis",
 }
 
 

@@ -33,6 +33,7 @@ LAYERS = [
     ["plans"],
     ["run"],
     ["release"],
+    ["synthesis"],  # composes release + the graphical estimator (issue 35)
     ["stream"],
     ["cli", "__main__"],
 ]
@@ -48,6 +49,7 @@ READS_DATA = [
     "plans",
     "run",
     "release",
+    "synthesis",
     "cli",
     "stream.exact",
     "stream.state",

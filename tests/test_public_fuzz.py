@@ -1292,7 +1292,79 @@ NEW_ENTRIES = [
     ),
 ]
 
-ENTRIES = ENTRIES + NEW_ENTRIES
+# consistent tables and synthetic records (issue 35; docs/guide/synthetic-data.md): a tiny
+# domain and few iterations, so a call that is accepted fits in a fraction of a second once
+# mbi's step is compiled (equal measurements reuse it)
+_SYN_CODES = np.random.default_rng(1).integers(0, 2, size=(200, 3))
+_SYN_REL = mm.release(_SYN_CODES, W.marginals((2, 2, 2), 2), 1.0, 1e-6, rng=_rng())
+
+
+def _synthetic(r):
+    t = r.table((0, 1))
+    _expect(isinstance(r, mm.Synthetic) and r.codes.shape[1:] == (3,), r)
+    _expect(_finite(t) and t.min() >= 0, r)
+
+
+SYNTH_ENTRIES = [
+    Entry(
+        "synthesize",
+        mm.synthesize,
+        dict(measured=_SYN_REL, domain=None, n=50, total=None, iters=5, rng=_rng()),
+        _synthetic,
+        loose=("domain", "measured"),
+        none_ok=("domain", "n", "total"),
+        bad=dict(
+            measured=([], [_SYN_REL, 3]),
+            domain=((2, 2), (2, 2, 3), {"a": 2}, (0, 2, 2)),
+            n=(-1,),
+            total=(0.0, -5.0, NAN, INF),
+            iters=(0,),
+        ),
+        examples=15,
+        **_NEW,
+    ),
+    Entry(
+        "synthesize_adaptive",
+        mm.synthesize_adaptive,
+        dict(
+            data=_SYN_CODES,
+            domain=(2, 2, 2),
+            eps=1.0,
+            delta=1e-6,
+            budget=None,
+            workload=[(0, 1)],
+            rounds=1,
+            picks=1,
+            init=0.1,
+            select=0.1,
+            max_model_cells=1 << 22,
+            iters=5,
+            n=50,
+            rng=_rng(),
+        ),
+        _synthetic,
+        loose=("domain", "data", "workload"),
+        none_ok=("eps", "delta", "n", "picks"),
+        bad=dict(
+            data=(_SYN_CODES + 1, -_SYN_CODES, _SYN_CODES[:, :2]),
+            domain=((2, 2), (0, 2, 2)),
+            workload=([(0, 5)], [()], [], [(0, 0)]),
+            eps=(0.0, -1.0),
+            delta=(0.0,),
+            init=(0.0, 1.0, 0.95),
+            select=(0.0, 1.0),
+            rounds=(0,),
+            picks=(0,),
+            max_model_cells=(0,),
+            iters=(0,),
+            n=(-1,),
+        ),
+        examples=10,
+        **_NEW,
+    ),
+]
+
+ENTRIES = ENTRIES + NEW_ENTRIES + SYNTH_ENTRIES
 
 
 #: Public names that are records or exceptions, covered through the entries that return or
@@ -1304,6 +1376,7 @@ RECORDS = {
     "Measurement",
     "Release",
     "MarginalRelease",
+    "Synthetic",
     "OptimizeResult",
     "Advice",
     "Selection",

@@ -134,8 +134,11 @@ def _cmd_release(args):
     from matmech.results.release import iter_release_table
     from matmech.release import release
 
-    if args.out is None and not args.json:
-        raise ValueError("give --out FILE.csv for the answers (and/or --json to print them)")
+    if args.out is None and not args.json and args.synthetic is None:
+        raise ValueError(
+            "give --out FILE.csv for the answers (and/or --json to print them, --synthetic "
+            "FILE.csv for synthetic records)"
+        )
     bar = progress(args)
     bar.stage(STAGES, 0)
     spec = load_spec(args.spec)
@@ -167,6 +170,16 @@ def _cmd_release(args):
     select = _select_arg(args)
     labels, m = spec.labels, spec.workload.shape[0]
     pending = None
+    if args.synthetic is not None:  # checked, and mbi loaded, before anything is spent
+        from matmech.estimators.graphical import load_mbi
+
+        _check_writable(
+            args.synthetic,
+            "--synthetic",
+            inputs={"--data": args.data, "--ledger": args.ledger, "--out": args.out},
+            overwrite=args.overwrite,
+        )
+        load_mbi()
     if args.out is not None:  # never draw noise for answers that cannot be saved
         inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
         if not isinstance(strategy, str):
@@ -255,6 +268,8 @@ def _cmd_release(args):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(pending[0].name)
     bar.close()
+    if args.synthetic is not None:
+        _write_synthetic(args, rel, spec)
     if args.json:
         out = {"spec": spec.name, "source": spec.source, "data": args.data, "out": args.out}
         out["strategy_file"] = None if isinstance(strategy, str) else args.strategy
@@ -304,6 +319,24 @@ def _cmd_release(args):
     if args.out is not None:
         print(f"wrote {m:,} rows to {args.out}")
     return 0
+
+
+def _write_synthetic(args, rel, spec):
+    """Synthetic records from the release's measurements (post-processing: no data, no
+    spend) to ``--synthetic``, labelled by the spec's declared domain."""
+    from matmech.synthesis import synthesize
+
+    domain = spec.schema if spec.schema is not None else dict(zip(spec.attributes, spec.domain))
+    synth = synthesize(rel, domain=domain, n=args.synthetic_rows)
+    tmp = f"{args.synthetic}.tmp"
+    synth.records.to_csv(tmp, index=False)
+    import os
+
+    os.replace(tmp, args.synthetic)
+    print(
+        f"wrote synthetic records to {args.synthetic} (sampled from a graphical model fitted "
+        "to the release's measurements: post-processing, no further privacy cost, no error bars)"
+    )
 
 
 #: Memory that writing the answers holds besides the release: one chunk of 65,536 row dicts
@@ -471,6 +504,19 @@ def add_parsers(sub):
         "--ledger",
         metavar="FILE",
         help="charge (eps, delta) to this privacy ledger ('matmech budget init') before any noise",
+    )
+    p.add_argument(
+        "--synthetic",
+        metavar="OUT.csv",
+        help="also write synthetic records sampled from a graphical model fitted to the release's "
+        "measurements (a marginal workload; needs the synth extra: pip install 'matmech-dp[synth]'); "
+        "post-processing, no further privacy cost",
+    )
+    p.add_argument(
+        "--synthetic-rows",
+        type=int,
+        metavar="N",
+        help="how many synthetic records (default: the model's noisy record count)",
     )
     _overwrite_arg(p)
     progress_arg(p)

@@ -73,6 +73,9 @@ CALLS = {
     "matmech.run.discover.discover_categories": lambda b, rng: discover_categories(
         {"v": ["a", "b"]}, "v", 1.0, 1e-6, budget=b, rng=rng
     ),
+    "matmech.synthesis.synthesize_adaptive": lambda b, rng: mm.synthesize_adaptive(
+        Untouchable(), (3,) * 4, budget=b, rng=rng
+    ),
     "matmech.stream.release.StreamRelease.create": lambda b, rng: StreamRelease.create(
         None, StreamSpec(4, eps=1.0), budget=b, rng=rng
     ),
