@@ -42,17 +42,7 @@ import numpy as np
 
 from matmech.privacy.randomness import check_rng
 
-__all__ = [
-    "MarginalQuery",
-    "GraphicalModel",
-    "linear_measurements",
-    "total_estimate",
-    "fit_model",
-    "MBI_MISSING",
-    "MAX_MODEL_CELLS",
-    "model_cells",
-    "load_mbi",
-]
+__all__ = ["GraphicalModel", "fit_model", "load_mbi", "linear_measurements", "total_estimate"]
 
 #: What to do when mbi is not installed.
 MBI_MISSING = (
