@@ -17,8 +17,6 @@ from matmech.cli.progress import progress, progress_arg
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["add_parsers"]
-
 
 def _cmd_plot(args):
     """The strategies of ``matmech advise`` (the optimiser included: the best bar is advise's

@@ -4,14 +4,6 @@ the one-line error text (:func:`matmech.cli.main`); the progress bar is
 
 from __future__ import annotations
 
-__all__ = [
-    "CONVENTIONS",
-    "_check_readable",
-    "_check_writable",
-    "_one_line",
-    "_overwrite_arg",
-    "_privacy_args",
-]
 
 CONVENTIONS = (
     "Conventions: add/remove neighbours; delta = 0 is pure eps-DP (Laplace noise, L1 sensitivity), "

@@ -10,8 +10,6 @@ from matmech.error import lower_bound
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["add_parsers"]
-
 
 def _scored(args):
     """(spec, eps, delta, rows, skipped, bound): the spec's fixed candidates and SVD bound."""

@@ -7,16 +7,6 @@ import csv
 
 import numpy as np
 
-__all__ = [
-    "FIELDS",
-    "answers_bytes",
-    "_codes",
-    "_postprocess",
-    "_print_json",
-    "_read_columns",
-    "_write_answers",
-]
-
 
 def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     """The named CSV columns as float arrays; errors name the file and column, never a line
@@ -26,7 +16,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     decoding error names the file and the encoding, never the bytes), and the delimiter
     is sniffed from the header line unless given.
     """
-    from matmech.sources.engines import csv_header, open_text
+    from matmech.sources.files import csv_header, open_text
     from matmech.sources.files import _hidden_header
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)

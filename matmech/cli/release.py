@@ -24,7 +24,6 @@ from matmech.cli.files import (
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["FACTORED_CELLS", "OUTPUT_BYTES", "OUTPUT_BYTES_PER_ROW", "STAGES", "add_parsers"]
 
 #: The stages of ``matmech release`` its progress bar names (fixed names: never a value of
 #: the data); the bar's fraction is the share of stages begun.

@@ -43,17 +43,6 @@ from matmech.privacy.confidence import (
     normal_intervals,
 )
 
-__all__ = [
-    "MAX_GAUSSIAN_WEIGHTS",
-    "MAX_PAIRS",
-    "MIN_NORMAL_SIGMA",
-    "GaussianResidualLaw",
-    "ResidualNoiseLaw",
-    "gaussian_law",
-    "gaussian_weights",
-    "marginal_terms",
-]
-
 
 #: Most (marginal, table) pairs :meth:`ResidualNoiseLaw.intervals` evaluates for one
 #: release (a few seconds); beyond it every answer gets the normal quantile, named "normal"

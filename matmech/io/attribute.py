@@ -18,17 +18,6 @@ from typing import Any
 
 from matmech.validate import choice
 
-__all__ = [
-    "Attribute",
-    "MAX_ATTRIBUTE_CELLS",
-    "MISSING_POLICIES",
-    "POLICIES",
-    "RegularBins",
-    "TIME_UNITS",
-    "declared_fraction",
-    "WHITESPACE",
-    "trim_text",
-]
 
 #: The white space trimmed from both ends of every text value, on every engine (SQL's plain
 #: ``trim`` removes spaces only, Python's ``strip()`` any Unicode white space: issue 31).

@@ -25,8 +25,6 @@ from matmech.io.attribute import (
 from matmech.io.attribute import trim_text
 from matmech.validate import choice, sequence
 
-__all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
-
 
 def _policies(name, policy, missing, other):
     if missing is None:

@@ -30,18 +30,6 @@ from matmech.linalg.operator import (
 )
 from matmech import validate
 
-__all__ = [
-    "Identity",
-    "Ones",
-    "Kron",
-    "VStack",
-    "Sum",
-    "check_size",
-    "kron_terms",
-    "ProductTerm",
-    "product_terms",
-]
-
 
 def check_size(n, name="n"):
     """Return ``n`` as an int if it is a positive integer of at most 2**62

@@ -17,8 +17,6 @@ import scipy.sparse as sp
 from matmech.linalg.linop import LinOp, check_size, register
 from matmech.linalg.normmax import check_p as _check_p
 
-__all__ = ["MAX_OVERLAP_BYTES", "Intervals", "AllRange", "Prefix", "IntervalGram"]
-
 
 def _prefix_apply(x):
     """P̃ x: row k is the sum of the first k cells (k = 0..n)."""

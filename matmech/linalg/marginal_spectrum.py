@@ -23,8 +23,6 @@ from matmech.linalg.structured import (
     _workload_spectrum,
 )
 
-__all__ = ["lattice_pair", "lattice_diag", "marginal_spectrum", "nuclear_norm"]
-
 
 def _lattice_eigenvalues(A, domain):
     """λ_T of AᵀA on the classes of :func:`marginal_spectrum` when A is a marginal-lattice

@@ -23,26 +23,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p
-from matmech.linalg.storage import REGISTRY, register
+from matmech.linalg.storage import register
 from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
     import numpy.typing as npt
 
-__all__ = [
-    "LinOp",
-    "Dense",
-    "Sparse",
-    "RowSubset",
-    "Scaled",
-    "as_linop",
-    "register",
-    "REGISTRY",
-    "DEFAULT_MAX_ENTRIES",
-    "MAX_DENSE_ROUNDING",
-    "FACTORED_SENSITIVITY_N",
-]
 
 #: Largest number of entries ``dense()`` builds by default (8·10⁷ doubles = 640 MB).
 DEFAULT_MAX_ENTRIES = 80_000_000

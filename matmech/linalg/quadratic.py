@@ -27,15 +27,6 @@ from matmech.linalg.lazy import sla
 from matmech.linalg.linop import Identity, as_linop
 from matmech.linalg.structured import MAX_DENSE_N, pinv_gram, split_diagonal, woodbury_factor
 
-__all__ = [
-    "MAX_VARIANCE_ROWS",
-    "quadratic_trace",
-    "quadratic_diag",
-    "quadratic_max",
-    "covariance",
-    "rowspace_residual",
-    "woodbury_diag",
-]
 
 #: Largest number of per-query variances returned as a vector.
 MAX_VARIANCE_ROWS = 50_000_000

@@ -6,7 +6,7 @@ where the structure allows, used by the error analysis and by least squares alik
   products and scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
   closed form (trees and Haar on any n through their own ``gram_pinv``,
   :class:`~matmech.linalg.spectral.NestedCovariance`); a plain union of marginals beyond :data:`MAX_DENSE_N` cells by its lattice
-  spectrum (as :class:`~matmech.optimizers.marginals.MarginalStrategy`); anything else by a
+  spectrum (as :class:`~matmech.optimizers.marginal_lattice.MarginalStrategy`); anything else by a
   dense eigen-decomposition up to :data:`MAX_DENSE_N`.
 * The marginal lattice: ``_marginal_terms`` (a weighted union of marginals as (weight²,
   subset) terms, :func:`matmech.linalg.products.marginal_terms`), ``_workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
@@ -41,18 +41,6 @@ from matmech.linalg.linop import (
 from matmech.linalg.products import marginal_terms as _marginal_terms
 from matmech.linalg.spectral import BlockSpectral
 
-__all__ = [
-    "pinv_gram",
-    "GramFactor",
-    "gram_inverse",
-    "split_diagonal",
-    "woodbury_factor",
-    "woodbury_solve",
-    "RoundedDense",
-    "RoundedSparse",
-    "MAX_DENSE_N",
-    "CHOLESKY_N",
-]
 
 #: Largest domain for which a general (unstructured) strategy gram is inverted densely.
 MAX_DENSE_N = 8192
@@ -127,7 +115,7 @@ class GramFactor(Dense):
 
 def _marginal_union_pinv(A):
     """A plain weighted union of marginals inverts like the equal MarginalStrategy: the
-    spectral form Σ_T λ_T⁻¹ P_T (:mod:`matmech.optimizers.marginals`), or None."""
+    spectral form Σ_T λ_T⁻¹ P_T (:mod:`matmech.optimizers.marginal_lattice`), or None."""
     marg = _marginal_terms(A)
     if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
         return None
@@ -135,7 +123,7 @@ def _marginal_union_pinv(A):
     return _spectral_pinv(marg[1], lam, _masks(marg[1])[1])
 
 
-# -- the marginal lattice (McKenna et al. 2018 §6.3; :mod:`matmech.optimizers.marginals`) ---------------
+# -- the marginal lattice (McKenna et al. 2018 §6.3; :mod:`matmech.optimizers.marginal_lattice`) ---------------
 
 #: Largest number of attributes whose 2^k lattice classes the structured paths enumerate.
 MAX_LATTICE_ATTRIBUTES = 20

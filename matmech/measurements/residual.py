@@ -69,27 +69,6 @@ from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 from matmech.measurements.record import MeasurementRecord
 
-__all__ = [
-    "MAX_MEMORY",
-    "ResidualMeasurementPlan",
-    "ResidualMeasurement",
-    "plan_residual_measurement",
-    "measure_residuals",
-    "ResidualBatch",
-    "residual_batches",
-    "measure_batch",
-    "residual_event",
-    "bucket_up",
-    "row_noise",
-    "least_sigma",
-    "MAX_SIGMA",
-    "DEFAULT_SCALE_BITS",
-    "LaplaceMeasurementPlan",
-    "plan_residual_laplace",
-    "measure_residuals_laplace",
-    "combine_tables",
-    "MAX_LAPLACE_SCALE",
-]
 
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits of 1/(2σ²) when the per-row σ are rounded up (shared sampler tables;

@@ -16,7 +16,7 @@ Methods (see the modules for the maths and the papers):
   attribute subsets measured through per-attribute factor strategies (p-Identity on
   attributes queried by prefixes, ranges or custom predicates), lattice weights and factors
   optimised jointly for the pure-ε error, scored exactly from the factors
-  (:func:`matmech.optimizers.marginals.optimize_general_marginals`); under (ε, δ) the
+  (:func:`matmech.optimizers.general_marginals.optimize_general_marginals`); under (ε, δ) the
   lattice weights are then re-optimised for the L2 error with the factors fixed;
 * ``"kronstack"`` — pure ε (p-Identity factors) or (ε, δ) (certified L2 factor optima, square-root weights), a union of Kronecker products with one term per group of
   workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
@@ -71,26 +71,10 @@ from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
 from matmech.optimizers.families import FAMILIES, _check_method, auto_families
-from matmech.optimizers.kronfit import (
-    KRON_FILL_STARTS,
-    KRON_ROUNDS,
-    check_kron_memory,
-)
-from matmech.optimizers.result import OptimizeResult, _result
+from matmech.optimizers.result import _result
 from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params
 
-__all__ = [
-    "CERTIFIED_GAP",
-    "FamilyResult",
-    "fit_families",
-    "KRON_FILL_STARTS",
-    "KRON_ROUNDS",
-    "METHODS",
-    "OptimizeResult",
-    "check_kron_memory",
-    "optimize",
-]
 
 #: ``"auto"`` and the built-in families (registered later ones: ``families.method_names()``).
 METHODS = ("auto", *FAMILIES)

@@ -35,14 +35,6 @@ from matmech.linalg.linop import (
 from matmech.optimizers.gram import FactorGrams, distinct_by_id
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
 
-__all__ = [
-    "GeneralMarginalStrategy",
-    "general_marginal_error",
-    "factor_col_norm2",
-    "general_marginal_sensitivity2",
-    "MAX_GENERAL_ATTRIBUTES",
-    "MAX_FACTOR_N",
-]
 
 #
 # A generalised marginal strategy measures, for every attribute subset S with θ_S > 0, the rows
@@ -305,7 +297,7 @@ class GeneralMarginalStrategy(VStack):
     """Weighted union of generalised marginals: rows θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ) for θ_S > 0.
 
     ``factors[i]`` is attribute i's factor strategy Qᵢ (an Identity or a
-    :class:`~matmech.optimizers.pure.PIdentity`; every column of L1 norm 1, so sens₁ = Σθ_S).
+    :class:`~matmech.optimizers.pidentity.PIdentity`; every column of L1 norm 1, so sens₁ = Σθ_S).
     ``gram_pinv()`` is the factored generalised inverse Σ_T λ_T⁻¹ ⊗ᵢ Nᵢ^{[i∈T]} (see the
     comment above; the Moore–Penrose inverse when every λ_T > 0, otherwise a symmetric
     generalised inverse giving the same W(AᵀA)⁻Wᵀ for every W in the row space), and

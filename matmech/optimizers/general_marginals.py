@@ -27,13 +27,6 @@ from matmech.optimizers.marginal_lattice import _WEYL_STEP, _LatticeObjective
 from matmech.optimizers.gram import structure_key
 from matmech.optimizers.marginal_workloads import _total_like
 
-__all__ = [
-    "GeneralMarginalFit",
-    "optimize_general_marginals",
-    "general_marginal_l2_objective",
-    "reweight_general_marginals_l2",
-]
-
 
 @dataclass(frozen=True)
 class GeneralMarginalFit:

@@ -15,15 +15,6 @@ from matmech.linalg.lazy import sla
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Identity, LinOp, Ones, Scaled, as_linop
 
-__all__ = [
-    "FACTOR_GRAM_CACHE_BYTES",
-    "FactorGrams",
-    "GramOperator",
-    "MAX_GRAM_N",
-    "check_gram",
-    "factor_gram",
-    "structure_key",
-]
 
 #: Largest n for which :func:`check_gram` makes a LinOp gram dense (the optimisers' limit).
 MAX_GRAM_N = 8192

@@ -21,7 +21,6 @@ from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.lbfgs import armijo_lbfgs_steps, stalled
 from matmech.optimizers.pidentity import _spd_inverse
 
-__all__ = ["FREE_IDENTITY_MAX_N", "MAX_JOINT_VARIABLES", "JointDescent", "start_factors"]
 
 #: Rows of a factor gram up to which the joint L2 descent also frees identity-gram attributes.
 FREE_IDENTITY_MAX_N = 128

@@ -15,20 +15,12 @@ from matmech.linalg.structured import pinv_gram
 from matmech.optimizers import (
     general_marginal_error as gm_error,
     l2 as opt_l2,
-    marginals as opt_marginals,
+    marginal_workloads,
     pure as opt_pure,
 )
 from matmech.optimizers.gram import GramOperator, distinct_by_id, factor_gram
+from matmech.optimizers.pidentity import PIdentity
 
-__all__ = [
-    "KRON_CUTOFF_RATIO",
-    "KRON_FILL_STARTS",
-    "KRON_ROUNDS",
-    "KRON_SKIP_QUAD_FILLS_IT",
-    "MAX_KRON_GRAM_BYTES",
-    "SHARE_FIT_MAX_N",
-    "check_kron_memory",
-]
 
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
@@ -105,7 +97,7 @@ def _fit_1d(
         "evaluations": fit.evaluations,
         "starts": fit.starts,
     }
-    return opt_pure.PIdentity(fit.theta), fit.value, params
+    return PIdentity(fit.theta), fit.value, params
 
 
 def _traces_with(grams_dense, strategy):
@@ -134,7 +126,7 @@ def check_kron_memory(blocks, limit=None):
 
 
 def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
-    blocks = opt_marginals.kron_blocks(W)
+    blocks = marginal_workloads.kron_blocks(W)
     d = len(blocks[0][1])
     if len(blocks) == 1:
         factors, values, params, done = [], [], [], {}

@@ -41,16 +41,9 @@ from matmech.optimizers.gram import GramOperator, structure_key
 from matmech.optimizers.l2 import dual_l2
 from matmech.linalg.products import product_terms
 from matmech.optimizers.marginal_workloads import _identity_like, _total_like
-from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
+from matmech.optimizers.pure import MAX_PIDENTITY_N, fit_pidentity
+from matmech.optimizers.pidentity import PIdentity
 
-__all__ = [
-    "EXACT_N",
-    "MAX_TERMS",
-    "KronStackFit",
-    "expand_terms",
-    "optimize_kron_stack",
-    "value_lower_bound",
-]
 
 #: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
 EXACT_N = 2048

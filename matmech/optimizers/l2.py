@@ -45,16 +45,6 @@ from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
 from matmech.linalg.linop import register
 from matmech.validate import integer
 
-__all__ = [
-    "L2Fit",
-    "L2Strategy",
-    "dual_l2",
-    "sdp_l2",
-    "dual_value",
-    "tridiagonal_inverse",
-    "MAX_SDP_N",
-    "MAX_L2_N",
-]
 
 #: Largest domain the cvxpy SDP accepts (interior-point cost grows like n⁶).
 MAX_SDP_N = 64

@@ -6,7 +6,7 @@ strategy measure the marginal on every attribute subset S with weight θ_S. Its 
 Σ_S θ_S² ⊗ᵢ(I if i ∈ S else 11ᵀ) is diagonal in the basis that is constant or mean-zero
 per attribute: on the class T (mean-zero exactly on the attributes in T, multiplicity
 Πᵢ∈T(dᵢ−1)) it has the eigenvalue λ_T = Σ_{S ⊇ T} θ_S² Πᵢ∉S dᵢ
-(:func:`matmech.error.marginal_spectrum`). A marginal workload has eigenvalues μ_T of the
+(:func:`matmech.linalg.marginal_spectrum.marginal_spectrum`). A marginal workload has eigenvalues μ_T of the
 same form, so the error is Σ_T m_T μ_T / λ_T times the squared sensitivity:
 
 * pure ε: sens₁ = Σ_S θ_S (every marginal has column L1 norm 1) — minimised over θ ≥ 0
@@ -37,15 +37,6 @@ from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, VStack, reg
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
 from matmech.optimizers.marginal_workloads import marginal_workload
 
-__all__ = [
-    "MarginalStrategy",
-    "ResidualStrategy",
-    "MarginalFit",
-    "optimize_marginals_pure",
-    "optimize_marginals_l2",
-    "marginal_objective",
-    "MAX_ATTRIBUTES",
-]
 
 #: Largest number of attributes for the lattice optimiser (2^k subsets).
 MAX_ATTRIBUTES = 16

@@ -18,7 +18,6 @@ import numpy as np
 from matmech.linalg.linop import Identity, Kron, Ones, Scaled, VStack, as_linop
 from matmech.linalg.products import interval_kind, marginal_terms, product_terms
 
-__all__ = ["marginal_workload", "expand_marginals", "kron_blocks", "MAX_EXPANDED_TERMS"]
 
 #: Largest number of marginals a product of [identity; total]-type factors is expanded into.
 MAX_EXPANDED_TERMS = 1 << 14

@@ -24,14 +24,6 @@ from matmech.linalg.lazy import sla
 
 from matmech.optimizers.lbfgs import WINDOW
 
-__all__ = [
-    "stack_objective",
-    "lockstep_lbfgs",
-    "pidentity_multistart",
-    "lockstep_starts",
-    "MIN_LOCKSTEP",
-    "MAX_LOCKSTEP_SIZE",
-]
 
 #: Halvings of the step before a line search gives up (as in projected_lbfgs).
 MAX_HALVINGS = 40

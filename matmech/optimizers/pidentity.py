@@ -18,7 +18,6 @@ from matmech.linalg.lazy import sla
 from matmech.optimizers.blas import blas_threads
 from matmech.linalg.linop import LinOp, register
 
-__all__ = ["PIdentity", "objective"]
 
 # -- objective ---------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import numpy as np
 from matmech.linalg.linop import check_size
 from matmech.strategies import hierarchical
 
-__all__ = ["tree_theta", "hat_theta", "hdmm_theta", "quadratic_fill", "QUADRATIC_FILL_MAX_N"]
 
 # -- starting points --------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from matmech.error import expected_error
 from matmech.validate import memory as check_memory
 from matmech.strategies import hierarchical
 
-from matmech.optimizers.pidentity import PIdentity, _Objective, objective
+from matmech.optimizers.pidentity import _Objective, objective
 from matmech.optimizers.pidentity_starts import (
     _WEYL_STEP,
     QUADRATIC_FILL_MAX_N,
@@ -49,31 +49,6 @@ from matmech.optimizers.pidentity_starts import (
     tree_theta,
 )
 
-__all__ = [
-    "PIdentity",
-    "PIdentityFit",
-    "objective",
-    "tree_theta",
-    "weighted_tree_value",
-    "block_energy",
-    "fit_pidentity",
-    "default_maxiter",
-    "default_polish",
-    "hdmm_theta",
-    "MAX_PIDENTITY_N",
-    "HDMM_START_MAX_N",
-    "best_hierarchy",
-    "HIERARCHY_BRANCHINGS",
-    "quadratic_fill",
-    "QUAD_FILL_STARTS",
-    "QUAD_FILL_MAX_N",
-    "ONE_D_POLISH",
-    "ONE_D_POLISH_MAX_N",
-    "WIDE_HAT_BRANCHING",
-    "WIDE_HAT_MIN_N",
-    "hat_theta",
-    "QUADRATIC_FILL_MAX_N",
-]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
 MAX_PIDENTITY_N = MAX_GRAM_N

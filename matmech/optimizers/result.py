@@ -10,8 +10,6 @@ from matmech.error import lower_bound
 from matmech.linalg.linop import LinOp
 from matmech.privacy.calibration import noise_variance
 
-__all__ = ["OptimizeResult"]
-
 
 @dataclass(frozen=True)
 class OptimizeResult:

@@ -29,9 +29,9 @@ the factors stay those of the total fit, a heuristic for this objective).
 
 **Generalised marginals under L2** (:func:`refine_general_l2`). Rows θ_S ⊗_{i∈S} Qᵢ ⊗_{i∉S} 1ᵀ
 with full-rank factors Qᵢ of unit column norms (so Δ₂² = Σθ_S²), scored exactly from the
-factors (:func:`matmech.optimizers.marginals.general_marginal_error`). Starting from the
+factors (:func:`matmech.optimizers.general_marginal_error.general_marginal_error`). Starting from the
 certified L2 optimum of every factor gram and the L2-optimal lattice weights
-(:func:`matmech.optimizers.marginals.reweight_general_marginals_l2`), θ and every Qᵢ
+(:func:`matmech.optimizers.general_marginals.reweight_general_marginals_l2`), θ and every Qᵢ
 (parametrised by columns normalised to norm one) descend jointly by L-BFGS on the exact
 error (:class:`matmech.optimizers.joint_l2.JointDescent`). Non-convex: a heuristic without
 certificate, never worse than its start. Two starts run in lockstep; after :data:`DECIDE_AT`
@@ -52,15 +52,6 @@ from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.joint_l2 import JointDescent
 from matmech.validate import choice, integer, linear, nonnegative_real, texts
 
-__all__ = [
-    "OBJECTIVES",
-    "ResidualProductStrategy",
-    "UnionFit",
-    "optimize_unions",
-    "plan_residual_products",
-    "refine_general_l2",
-    "residual_factor",
-]
 
 #: Objectives of :func:`plan_residual_products`: the total (sum of the query variances) and the
 #: largest query variance.
@@ -381,8 +372,8 @@ def refine_general_l2(
     W, *, maxiter=JOINT_ITER, starts=DEFAULT_STARTS, decide_at=DECIDE_AT, ftol=JOINT_FTOL
 ):
     """Generalised marginals fitted for the (ε, δ) error (module docstring) → :class:`UnionFit`
-    whose strategy is a :class:`matmech.optimizers.marginals.GeneralMarginalStrategy` and value
-    :func:`matmech.optimizers.marginals.general_marginal_error` with p = 2 (``bound`` None).
+    whose strategy is a :class:`matmech.optimizers.general_marginal_error.GeneralMarginalStrategy` and value
+    :func:`matmech.optimizers.general_marginal_error.general_marginal_error` with p = 2 (``bound`` None).
 
     One descent per start in ``starts`` (a subset of :data:`START_KINDS`, default
     :data:`DEFAULT_STARTS`), advanced in lockstep for ``decide_at`` iterations (or until each

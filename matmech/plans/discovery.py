@@ -23,8 +23,6 @@ from matmech.plans.plan import Draws
 from matmech.privacy import noise
 from matmech.privacy.events import Threshold
 
-__all__ = ["Discovery", "DiscoveryPlan"]
-
 
 @dataclass(frozen=True)
 class Discovery:

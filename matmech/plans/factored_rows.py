@@ -22,8 +22,6 @@ from matmech.linalg.gls import row_space_basis
 from matmech.linalg.linop import Dense, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
 
-__all__ = ["rows_sensitivity", "row_basis", "CLIQUE_NODE_CAP"]
-
 
 #: Branch-and-bound nodes of the exact sensitivity of selected marginal cells (a maximum
 #: clique) before the certified colouring bound is used instead.

@@ -34,13 +34,6 @@ from matmech.svt.options import check_select_options, selection_arguments
 from matmech.svt.rules import advised_select_eps, declared_calibration, selection_mechanism
 from matmech.svt.select import check_selection
 
-__all__ = [
-    "FactoredSelectionPlan",
-    "plan_factored_selection",
-    "MEASURE_STRATEGIES",
-    "measurement_noise",
-]
-
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
 #: measured themselves (the choice the advisor makes for selected marginal cells).

@@ -35,26 +35,11 @@ from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import total_variance_coefficients
 from matmech.linalg.terms import as_terms
 from matmech.optimizers.residual import (
-    SEARCH_ALL_MAX_ATTRIBUTES,
     marginal_lattice_plan,
     table_search,
 )
 from matmech.plans.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.privacy.params import check_neighbors, check_privacy_params
-
-__all__ = [
-    "ResidualPlan",
-    "residual_plan",
-    "residual_error",
-    "lattice_plan",
-    "noise_plan",
-    "check_search",
-    "given_search",
-    "covers_attributes",
-    "MARGINAL_BY_MARGINAL",
-    "residual_memory",
-    "SEARCH_ALL_MAX_ATTRIBUTES",
-]
 
 
 def _cells(domain, U):

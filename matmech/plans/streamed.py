@@ -52,11 +52,6 @@ from matmech.privacy.params import check_neighbors, check_privacy_params
 if TYPE_CHECKING:
     pass
 
-__all__ = [
-    "StreamedPlan",
-    "streamed_plan",
-    "streamed_memory",
-]
 
 #: Bytes the plan holds per residual and per (marginal, residual) pair (measured at 200
 #: attributes: 1.3·10⁶ residuals, 1.1·10⁷ pairs, 1.2 GiB).

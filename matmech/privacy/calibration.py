@@ -47,28 +47,6 @@ from matmech.privacy.params import (
     real,
 )
 
-__all__ = [
-    "laplace_scale",
-    "gaussian_sigma",
-    "gaussian_rho",
-    "sigma_for_rho",
-    "minimise_over_alpha",
-    "analytic_gaussian_sigma",
-    "zcdp_to_approx_dp",
-    "approx_dp_delta",
-    "noise_variance",
-    "SENS_MARGIN",
-    "neighbor_sensitivity",
-    "row_sensitivity",
-    "laplace_scale_up",
-    "noise_for",
-    "measurement_variance",
-    "sampler_grid",
-    "lattice_std",
-    "lattice_variance",
-    "run_grid",
-    "scale_on_grid",
-]
 
 _SAFETY = 1.0 + 1e-12  # relative margin for float rounding in the safe direction
 

@@ -52,7 +52,6 @@ import numpy as np
 from matmech.privacy.randomness import RandomSource
 from matmech.privacy.thresholds import (
     _TBITS,
-    TABLES,
     _GaussTable,
     _LaplaceTable,
     _bernoulli,
@@ -62,7 +61,6 @@ from matmech.privacy.thresholds import (
     stack,
 )
 
-__all__ = ["GaussParams", "dlaplace", "dgauss", "dgauss_mixed", "TABLES"]
 
 _INT64_MAX = (1 << 63) - 1
 _BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)

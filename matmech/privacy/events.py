@@ -50,28 +50,6 @@ from typing import Any, ClassVar
 from matmech.privacy.params import exact
 from matmech.validate import integer, real
 
-__all__ = [
-    "Event",
-    "Laplace",
-    "DiscreteLaplace",
-    "Gaussian",
-    "DiscreteGaussian",
-    "SparseVector",
-    "ExponentialMechanism",
-    "Threshold",
-    "Concentrated",
-    "ApproxDP",
-    "Stream",
-    "Composition",
-    "EVENT_KINDS",
-    "event_from_dict",
-    "events_from_json",
-    "events_to_json",
-    "float_up",
-    "float_down",
-    "decimal_up",
-]
-
 
 #: The largest float, exactly.
 _FLOAT_MAX = Fraction(sys.float_info.max)

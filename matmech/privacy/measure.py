@@ -52,7 +52,6 @@ from matmech.privacy.calibration import (
     _pow2_at_least,
     gaussian_sigma,
     laplace_scale,
-    laplace_scale_up,
     lattice_std,
     neighbor_sensitivity,
     noise_for,
@@ -60,7 +59,7 @@ from matmech.privacy.calibration import (
 )
 from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.linalg.linop import MAX_DENSE_ROUNDING, Dense, Kron, LinOp, Scaled, Sparse, as_linop
+from matmech.linalg.linop import Dense, Kron, LinOp, Scaled, Sparse, as_linop
 from matmech.linalg.operator import _rint
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
@@ -69,21 +68,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
 
-__all__ = [
-    "Measurement",
-    "plan_measurement",
-    "check_counts",
-    "integer_valued",
-    "MAX_DENSE_ROUNDING",
-    "MAX_RECORDS",
-    "MeasurementPlan",
-    "SENS_MARGIN",
-    "laplace_scale_up",
-    "check_max_records",
-    "check_records",
-    "execute",
-    "lattice_noise",
-]
 
 #: The declared bound on the number of records (Σx) when the caller gives none: the grid of
 #: every measurement keeps A_g x exact in float64 for any histogram with at most this total.

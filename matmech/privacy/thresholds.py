@@ -20,7 +20,6 @@ import numpy as np
 
 from matmech.privacy.randomness import RandomSource
 
-__all__ = ["TABLES", "Stack", "stack"]
 
 # ------------- Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
 # Every decision below is "U < v" or "v <= U" for a uniform real U in [0, 1) read lazily

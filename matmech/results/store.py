@@ -55,14 +55,6 @@ from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift
 from matmech.privacy.integrity import IntegrityError
 from matmech.results.release import Release
 
-__all__ = [
-    "ResidualStore",
-    "SealedFile",
-    "ResidualIndex",
-    "MarginalRelease",
-    "CACHE_BYTES",
-    "BLOCK",
-]
 
 #: Cells of marginals reconstructed as one stack (bounds the temporaries).
 _CHUNK = 1 << 21

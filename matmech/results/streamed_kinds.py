@@ -39,8 +39,6 @@ from matmech.measurements.residual import (
 )
 from matmech.measurements.table_batches import TableBatches
 
-__all__ = ["GaussianResiduals", "LaplaceTables", "KINDS", "kind_of"]
-
 
 class GaussianResiduals:
     """(ε, δ): residuals on their integer contrasts, exact discrete Gaussian noise (Xiao et

@@ -15,8 +15,6 @@ from matmech.io.attribute import WHITESPACE, trim_text
 from matmech.sources.grouping import DROP, Engine, _actions, _not_spark
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
-__all__ = ["NUMPY", "grid_codes"]
-
 
 def _object_missing(obj):
     """None / NaN / pandas NA entries of an object array."""

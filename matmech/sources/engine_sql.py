@@ -20,7 +20,6 @@ from matmech.sources.grouping import DROP, Engine, _actions, _needs_drop_flag, _
 from matmech.sources.files import ENGINES_HINT, _check_columns, csv_header
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
-__all__ = ["compile_query", "DUCKDB", "SPARK", "INTEGER_TYPES", "TEXT_TYPES"]
 
 NONE = -9  # a column that is not in a grouping set
 

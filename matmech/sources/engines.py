@@ -38,7 +38,7 @@ from matmech.validate import SizeError, choice
 
 from matmech.io.domain import Domain
 from matmech.sources.engine_numpy import NUMPY
-from matmech.sources.engine_sql import DUCKDB, SPARK, compile_query
+from matmech.sources.engine_sql import DUCKDB, SPARK
 from matmech.sources.grouping import Engine, _grouping_sets, _tables
 from matmech.sources.files import (
     ENGINES_HINT,
@@ -46,22 +46,9 @@ from matmech.sources.files import (
     _check_csv_options,
     _check_file,
     _columns_of,
-    csv_header,
-    open_text,
     source_kind,
 )
 
-__all__ = [
-    "histogram",
-    "marginal_counts",
-    "compile_query",
-    "csv_header",
-    "open_text",
-    "ENGINES",
-    "ENGINE_REGISTRY",
-    "register_engine",
-    "source_kind",
-]
 
 _ENGINES: dict[str, Engine] = {e.name: e for e in (NUMPY, DUCKDB, SPARK)}
 #: Engine name → its entry (how it counts, which sources it takes), in the order registered;

@@ -15,14 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = [
-    "source_kind",
-    "csv_header",
-    "open_text",
-    "CSV_SUFFIXES",
-    "PARQUET_SUFFIXES",
-    "ENGINES_HINT",
-]
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")

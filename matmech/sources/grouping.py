@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Engine", "DROP", "OOD", "MISS"]
-
 
 @dataclass(frozen=True)
 class Engine:

@@ -27,7 +27,6 @@ import numpy as np
 
 from matmech.validate import sequence, size, subset
 
-__all__ = ["marginal_tables", "table_reader", "check_codes", "maximal_subsets", "MAX_TABLE_CELLS"]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30

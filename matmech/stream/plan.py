@@ -7,7 +7,7 @@ adds 1 to one cell x_{t,c} (add/remove neighbours; ``substitute`` doubles the se
 so the sensitivity is the largest column norm of C_g, computed on the rounded matrix.
 
 Calibration is the library's one rule (:mod:`matmech.privacy.calibration`,
-:func:`matmech.privacy.measure.laplace_scale_up`): δ = 0 → discrete Laplace, scale Δ₁/ε
+:func:`matmech.privacy.calibration.laplace_scale_up`): δ = 0 → discrete Laplace, scale Δ₁/ε
 rounded up; δ > 0 → discrete Gaussian with σ = ``gaussian_sigma(ε, δ, Δ₂)`` (zCDP, CKS 2020);
 ρ given → charged as ε = ``zcdp_to_approx_dp(ρ, δ)`` at that δ and calibrated the same way.
 Sensitivities carry :data:`~matmech.privacy.measure.SENS_MARGIN`.
@@ -65,17 +65,6 @@ from matmech.stream.factorizations import (
 )
 from matmech.validate import choice
 
-__all__ = [
-    "AUTO",
-    "AUTO_DENSE_N",
-    "AUTO_SCAN_N",
-    "MAX_CATEGORIES",
-    "StreamPlan",
-    "StreamSpec",
-    "auto_candidates",
-    "best_plan",
-    "plan_stream",
-]
 
 #: Largest number of categories per step.
 MAX_CATEGORIES = 2**16

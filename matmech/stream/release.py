@@ -47,14 +47,6 @@ from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale,
 from matmech.run.runner import run_plan
 from matmech.stream.state import StreamStore
 
-__all__ = [
-    "VARIANCE_UNITS",
-    "StreamRelease",
-    "StreamStep",
-    "StreamChargePlan",
-    "StreamStepPlan",
-    "stream_events",
-]
 
 #: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
 VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"

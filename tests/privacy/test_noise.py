@@ -13,7 +13,6 @@ from scipy import stats
 
 from matmech.privacy import discrete, noise, thresholds
 from matmech.privacy.noise import (
-    RandomSource,
     check_rng,
     discrete_gaussian,
     discrete_gaussian_variance,
@@ -26,6 +25,7 @@ from matmech.privacy.noise import (
     snap_sensitivity,
     uniform,
 )
+from matmech.privacy.randomness import RandomSource
 
 N = 100_000
 
