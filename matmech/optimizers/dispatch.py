@@ -70,8 +70,8 @@ from matmech.limits import steady
 from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
-from matmech.optimizers.families import FAMILIES, _check_method, auto_families
-from matmech.optimizers.result import _result
+from matmech.optimizers.families import FAMILIES, check_method, auto_families
+from matmech.optimizers.result import optimize_result
 from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params
 
@@ -199,7 +199,7 @@ def optimize(
         maxiter = check_size(maxiter, "maxiter")
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    _check_method(method, delta, W)
+    check_method(method, delta, W)
     if families is not None and method != "auto":
         raise ValueError(f"families= restricts method='auto', not method={method!r}")
     wanted = families
@@ -235,7 +235,7 @@ def optimize(
                 time_limit=time_limit,
                 report=report,
             )
-            return _result(W, eps, delta, families[0], *fit, bound=bound)
+            return optimize_result(W, eps, delta, families[0], *fit, bound=bound)
         # auto over several families: a family's failure is recorded and the next one tried
         best, failed, tried, spent = None, {}, {}, 0.0
         for fam in fit_families(
@@ -269,7 +269,7 @@ def optimize(
         params["tried"] = MappingProxyType(tried)
         if failed:
             params["failed"] = MappingProxyType(failed)
-        return _result(
+        return optimize_result(
             W,
             eps,
             delta,

@@ -32,7 +32,7 @@ from matmech.optimizers import (
 )
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.pidentity import PIdentity
-from matmech.optimizers.kronfit import _fit_1d, _kron
+from matmech.optimizers.kronfit import fit_1d, fit_kron
 from matmech.privacy.calibration import noise_variance
 
 
@@ -211,7 +211,7 @@ def _kronstack_bound(W, eps, delta):
 def _fit_kron(
     W, eps, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None
 ):
-    strategy, params = _kron(
+    strategy, params = fit_kron(
         W,
         delta,
         restarts=restarts,
@@ -287,7 +287,7 @@ def _fit_pidentity(W, eps, delta, *, restarts, rng, maxiter, time_limit, report,
         if count[0] % 10 == 0:
             report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
 
-    strategy, _, params = _fit_1d(
+    strategy, _, params = fit_1d(
         op,
         0.0,
         restarts=restarts,
@@ -392,7 +392,7 @@ def auto_families(W, delta):
     ]
 
 
-def _check_method(method, delta, W):
+def check_method(method, delta, W):
     if not isinstance(method, str):
         raise TypeError(
             f"method must be one of {method_names()}, got {type(method).__name__}: {method!r}"

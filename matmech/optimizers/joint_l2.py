@@ -19,7 +19,7 @@ from matmech.linalg.linop import Dense
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.lbfgs import armijo_lbfgs_steps, stalled
-from matmech.optimizers.pidentity import _spd_inverse
+from matmech.optimizers.pidentity import spd_inverse
 
 
 #: Rows of a factor gram up to which the joint L2 descent also frees identity-gram attributes.
@@ -63,7 +63,7 @@ class JointDescent:
 
     def __init__(self, W, *, split):
         self.W = W
-        prob0, domain, _ = gm_error._problem(W, free=())
+        prob0, domain, _ = gm_error.general_marginal_problem(W, free=())
         k = len(domain)
         qs = start_factors(prob0, domain, split=split)
         # the workload's own subsets as A0's weights (reweighting also starts from uniform
@@ -82,9 +82,9 @@ class JointDescent:
         ]
         while free and sum(domain[i] ** 2 for i in free) > MAX_JOINT_VARIABLES:
             free.pop()
-        prob, _, _ = gm_error._problem(W, free=free)
+        prob, _, _ = gm_error.general_marginal_problem(W, free=free)
         th0 = np.asarray(start.theta, dtype=np.float64)
-        col = gm_error._inside_products(
+        col = gm_error.inside_products(
             [gm_error.factor_col_norm2(f) for f in start.strategy.factors]
         )
         th0 = th0 * np.sqrt(col)  # unit column norms below: θ absorbs the factors' scale
@@ -139,7 +139,7 @@ class JointDescent:
                 return math.inf, None
             q = z / nz[None, :]
             try:
-                mi = _spd_inverse(q.T @ q, lower=0)
+                mi = spd_inverse(q.T @ q, lower=0)
             except np.linalg.LinAlgError:
                 return math.inf, None
             minvs[i] = mi

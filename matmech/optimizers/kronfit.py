@@ -49,7 +49,7 @@ KRON_SKIP_QUAD_FILLS_IT = True
 SHARE_FIT_MAX_N = 1024
 
 
-def _fit_1d(
+def fit_1d(
     gram_op,
     delta,
     *,
@@ -125,7 +125,7 @@ def check_kron_memory(blocks, limit=None):
     return need
 
 
-def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
+def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
     blocks = marginal_workloads.kron_blocks(W)
     d = len(blocks[0][1])
     if len(blocks) == 1:
@@ -147,7 +147,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
                 if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error._identity_total_gram(op.dense()):
                     quad = 0
-                fa, fv, fp = _fit_1d(
+                fa, fv, fp = fit_1d(
                     op,
                     delta,
                     restarts=restarts,
@@ -201,7 +201,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 float(c) * g for c, g in zip(np.bincount(uniq[i], weights=others), distinct[i])
             )
             op = GramOperator.from_gram(g_eff)
-            a, _, _ = _fit_1d(
+            a, _, _ = fit_1d(
                 op,
                 delta,
                 restarts=restarts,

@@ -41,7 +41,7 @@ from matmech.linalg.lazy import sla
 
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, as_linop
-from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
+from matmech.optimizers.gram import GramOperator, unwrap, check_gram
 from matmech.linalg.linop import register
 from matmech.validate import integer
 
@@ -132,7 +132,7 @@ def tridiagonal_inverse(W):
     diagonal entry."""
     if isinstance(W, GramOperator):
         op = W
-    elif isinstance(_unwrap(as_linop(W))[0], (AllRange, Prefix)):
+    elif isinstance(unwrap(as_linop(W))[0], (AllRange, Prefix)):
         op = GramOperator.from_workload(W)
     else:
         return None

@@ -106,17 +106,17 @@ def kron_blocks(W):
     return None if terms is None else [(t.weight2, list(t.factors)) for t in terms]
 
 
-def _identity_like(f):
+def identity_like(f):
     """True if the 1-D workload factor f is the identity (as Intervals or Identity)."""
     return isinstance(f, Identity) or interval_kind(f) == "I"
 
 
-def _total_like(f):
+def total_like(f):
     """True if the 1-D workload factor f is (a multiple of) the total query 1ᵀ (rank one, all ones)."""
     from matmech.linalg.intervals import Intervals
 
     if isinstance(f, Scaled):
-        return _total_like(f.base)
+        return total_like(f.base)
     if isinstance(f, Ones):
         return True
     if isinstance(f, Intervals):

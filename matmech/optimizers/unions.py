@@ -129,7 +129,7 @@ class ResidualProductStrategy(VStack):
     def sensitivity2(self):
         """Δ₂² = Σ_S w_S Π_{i∈S} sᵢ (exact: every term is maximal at the cell of per-attribute maxima)."""
         s = [1.0 if f is None else float((f * f).sum(0).max()) for f in self.residual_factors]
-        return float(np.dot(self.weights_by_mask, gm_error._inside_products(s)))
+        return float(np.dot(self.weights_by_mask, gm_error.inside_products(s)))
 
     def to_dict(self, out):
         return {
@@ -208,7 +208,7 @@ def plan_residual_products(W, *, objective="total"):
     heuristic for this objective; ``bound`` None); ``value`` is that largest variance."""
     W = linear(W, "W")
     choice(objective, "objective", OBJECTIVES)
-    prob, domain, blocks = gm_error._problem(W, free=())
+    prob, domain, blocks = gm_error.general_marginal_problem(W, free=())
     factors, values, duals, certified, fitted = [], [], [], True, {}
     for i, d in enumerate(domain):
         live = gm_error._live_grams(prob, i)
@@ -233,7 +233,7 @@ def plan_residual_products(W, *, objective="total"):
     _, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = gm_error._inside_products(s)
+    p = gm_error.inside_products(s)
     root = np.sqrt(np.clip(eta, 0.0, None) * p)
     value = float(root.sum()) ** 2
     w = np.where(root > 0, np.sqrt(np.clip(eta, 0.0, None) / p), 0.0)
@@ -242,7 +242,7 @@ def plan_residual_products(W, *, objective="total"):
     bound = None
     if certified:
         ratio = [dv / v if v > 0 else 1.0 for v, dv in zip(values, duals)]
-        bound = float((root * np.sqrt(gm_error._inside_products(ratio))).sum()) ** 2
+        bound = float((root * np.sqrt(gm_error.inside_products(ratio))).sum()) ** 2
     params = {
         "subsets": int((w > 0).sum()),
         "factor_gaps": tuple(
@@ -323,7 +323,7 @@ def _max_variance_plan(blocks, domain, factors):
     live = np.flatnonzero(np.asarray(abs(F).sum(0)).ravel() > 0)
     F = F[:, live].tocsr()
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = gm_error._inside_products(s)[live]
+    p = gm_error.inside_products(s)[live]
     scale = float(F.max())
     F = F / scale
     u0 = np.ones(live.size) * float(p.sum())  # uniform: Σ p/u = 1

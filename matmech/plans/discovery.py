@@ -62,7 +62,7 @@ def _key_counts(source, column, *, encoding, delimiter):
     kind = sources.source_kind(source)
     where = f"column {column!r}"
     if kind in ("columns", "pandas", "polars", "arrow"):
-        available = sources._columns_of(source, kind)
+        available = sources.columns_of(source, kind)
         if column not in available:
             raise ValueError(f"{where}: no such column; the columns are {available}")
         values = _strings(engine_numpy._column_values(source, kind, 0, column))
@@ -74,9 +74,9 @@ def _key_counts(source, column, *, encoding, delimiter):
     if kind in ("csv", "parquet"):
         import duckdb
 
-        sources._check_file(source)
+        sources.check_file(source)
         if kind == "csv":
-            sources._check_csv_options(encoding, delimiter)
+            sources.check_csv_options(encoding, delimiter)
         d = engine_sql._Dialect("duckdb")
         con = duckdb.connect()
         try:
@@ -87,7 +87,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                     shown = (
                         f"the columns are {cols}"
                         if kind != "csv"
-                        else f"the header line has {sources._hidden_header(len(cols))}"
+                        else f"the header line has {sources.hidden_header(len(cols))}"
                     )
                     raise ValueError(f"{where}: no such column; {shown}")
                 ref = d.trim(f"CAST({d.ident(column)} AS VARCHAR)")

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from matmech.io.attribute import WHITESPACE, trim_text
-from matmech.sources.grouping import DROP, Engine, _actions, _not_spark
+from matmech.sources.grouping import DROP, Engine, actions, not_spark
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
 
@@ -138,7 +138,7 @@ def grid_codes(grid, v):
 
 
 def _np_codes(a, values):
-    miss, low, high, ood = _actions(a)
+    miss, low, high, ood = actions(a)
     if a.kind == "categories":
         s, missing = _np_strings(values)
         code = np.full(s.shape, ood, dtype=np.int64)
@@ -232,7 +232,7 @@ def _numpy_groups(source, kind, domain, sets, where):
 
 
 def _check_kind(kind: str) -> None:
-    _not_spark(kind, "numpy")
+    not_spark(kind, "numpy")
     if kind in ("csv", "parquet"):
         raise TypeError(
             f"the numpy engine counts in-memory columns; read {kind.upper()} files with engine='duckdb'"

@@ -16,8 +16,8 @@ import uuid
 import numpy as np
 
 from matmech.io.attribute import WHITESPACE
-from matmech.sources.grouping import DROP, Engine, _actions, _needs_drop_flag, _not_spark
-from matmech.sources.files import ENGINES_HINT, _check_columns, csv_header
+from matmech.sources.grouping import DROP, Engine, actions, needs_drop_flag, not_spark
+from matmech.sources.files import ENGINES_HINT, check_columns, csv_header
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 
 
@@ -60,8 +60,8 @@ class _Dialect:
 def _sql_code(a, ref, d):
     """The CASE expression giving attribute ``a``'s code from ``ref`` (a parsed double, or a
     trimmed string for categories; for a regular attribute the column ``g_<ref>`` holds
-    :func:`_sql_guess`), with the sentinels of :func:`_actions`."""
-    miss, low, high, ood = _actions(a)
+    :func:`_sql_guess`), with the sentinels of :func:`actions`."""
+    miss, low, high, ood = actions(a)
     if a.kind == "categories":
         whens = " ".join(f"WHEN {ref} = {d.text(c)} THEN {i}" for i, c in enumerate(a.categories))
         return f"CASE WHEN {ref} IS NULL OR {ref} = '' THEN {miss} {whens} ELSE {ood} END"
@@ -163,7 +163,7 @@ def _key_dims(domain, s):
 def _sql_int_code(a, ref, d):
     """A range attribute on an integer-typed column: integer arithmetic, no parsing (the same
     cells as ⌊(v − lo) / width⌋ for every integer v)."""
-    miss, low, high, _ = _actions(a)
+    miss, low, high, _ = actions(a)
     w = int(a.width)
     div = "//" if d.name == "duckdb" else "div"
     inner = f"({ref} - {int(a.lo)})" if w == 1 else f"(({ref} - {int(a.lo)}) {div} {w})"
@@ -234,7 +234,7 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
         if a.regular:
             guesses.append(f"{_sql_guess(a.grid, f'v{j}', d)} AS g_v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
-    if _needs_drop_flag(domain):
+    if needs_drop_flag(domain):
         dropped = (
             "CASE WHEN "
             + " OR ".join(f"c{j} = {DROP}" for j in range(len(domain)))
@@ -344,7 +344,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
             types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
         except duckdb.Error as exc:
             raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
-        _check_columns(domain, list(types), where, show=kind != "csv")
+        check_columns(domain, list(types), where, show=kind != "csv")
         query, dims = compile_query(domain, sets, src, "duckdb", types=types)
         try:
             res = con.execute(query).fetchnumpy()
@@ -380,7 +380,7 @@ def _spark_groups(source, domain, sets):
 
 
 def _duckdb_check(kind: str) -> None:
-    _not_spark(kind, "duckdb")
+    not_spark(kind, "duckdb")
     if kind == "array":
         raise TypeError("a 2-D numpy array is counted by the numpy engine (or pass a DataFrame)")
 

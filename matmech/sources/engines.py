@@ -39,13 +39,13 @@ from matmech.validate import SizeError, choice
 from matmech.io.domain import Domain
 from matmech.sources.engine_numpy import NUMPY
 from matmech.sources.engine_sql import DUCKDB, SPARK
-from matmech.sources.grouping import Engine, _grouping_sets, _tables
+from matmech.sources.grouping import Engine, grouping_sets, grouped_tables
 from matmech.sources.files import (
     ENGINES_HINT,
-    _check_columns,
-    _check_csv_options,
-    _check_file,
-    _columns_of,
+    check_columns,
+    check_csv_options,
+    check_file,
+    columns_of,
     source_kind,
 )
 
@@ -133,15 +133,15 @@ def marginal_counts(
     engine = _check_engine(engine, kind)
     where = str(source) if kind in ("csv", "parquet") else f"the {kind} source"
     if kind in ("csv", "parquet"):
-        _check_file(source)
+        check_file(source)
     if kind == "csv" and engine == "duckdb":
-        _check_csv_options(encoding, delimiter)
-    _check_columns(domain, _columns_of(source, kind), where)
-    sets = _grouping_sets(domain, wanted)
+        check_csv_options(encoding, delimiter)
+    check_columns(domain, columns_of(source, kind), where)
+    sets = grouping_sets(domain, wanted)
     groups = ENGINE_REGISTRY[engine].groups(
         source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter
     )
-    return _tables(domain, sets, groups, wanted)
+    return grouped_tables(domain, sets, groups, wanted)
 
 
 def histogram(source, domain, *, engine="auto", encoding="utf-8", delimiter=None) -> np.ndarray:

@@ -23,7 +23,7 @@ from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
-from matmech.privacy.events import ExponentialMechanism, SparseVector
+from matmech.privacy.events import ExponentialMechanism, SparseVectorEvent
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt.checks import check_threshold
 from matmech.svt.opening import opening
@@ -476,5 +476,5 @@ def selection_event(method: str, eps: float):
     """The privacy event of a selection run (:mod:`matmech.privacy.events`): a sparse vector
     run for a method that tests rows against a threshold, an exponential mechanism / noisy
     top-c run otherwise; pure ``eps`` either way."""
-    cls = SparseVector if SELECTION_METHODS[method].threshold else ExponentialMechanism
+    cls = SparseVectorEvent if SELECTION_METHODS[method].threshold else ExponentialMechanism
     return cls(eps)

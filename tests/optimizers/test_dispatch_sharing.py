@@ -20,7 +20,7 @@ from matmech.optimizers import (
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.lbfgs import projected_lbfgs
-from matmech.optimizers.pidentity import _spd_inverse
+from matmech.optimizers.pidentity import spd_inverse
 from matmech.optimizers.pure import fit_pidentity
 from matmech.optimizers.pidentity import PIdentity
 
@@ -190,7 +190,7 @@ def test_lattice_objective_is_bitwise_the_reference(seed):
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 7))
     domain = tuple(int(d) for d in rng.integers(1, 6, k))
-    out_prod, mult = ML._masks(domain)
+    out_prod, mult = ML.lattice_masks(domain)
     mu = rng.random(1 << k) * (rng.random(1 << k) < 0.7)
     for p in (1, 2):
         theta = rng.random(1 << k) * (rng.random(1 << k) < 0.8)
@@ -202,8 +202,8 @@ def test_lattice_objective_is_bitwise_the_reference(seed):
             theta, mu, mult, out_prod, k, p=p, gradient=False
         ) == f or math.isinf(f)
     c = rng.standard_normal(1 << k)
-    np.testing.assert_array_equal(ML._superset_inplace(c.copy(), k), _superset_sum(c, k))
-    np.testing.assert_array_equal(ML._subset_inplace(c.copy(), k), _subset_sum(c, k))
+    np.testing.assert_array_equal(ML.superset_inplace(c.copy(), k), _superset_sum(c, k))
+    np.testing.assert_array_equal(ML.subset_inplace(c.copy(), k), _subset_sum(c, k))
 
 
 def _reference_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10):
@@ -294,6 +294,6 @@ def test_spd_inverse_is_bitwise_the_triangle_mirror(p):
     c, _ = lapack.dpotrf(r, lower=1)
     inv, _ = lapack.dpotri(c, lower=1)
     ref = np.tril(inv) + np.tril(inv, -1).T
-    out = _spd_inverse(r)
+    out = spd_inverse(r)
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_allclose(out @ r, np.eye(p), atol=1e-10)

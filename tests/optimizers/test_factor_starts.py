@@ -94,22 +94,22 @@ def test_auto_does_not_stop_a_competitive_kron_union():
 
 def test_singular_steps_in_level_weights_and_polish_fall_back(monkeypatch):
     from matmech.optimizers import pure
-    from matmech.optimizers.pidentity import _Objective
+    from matmech.optimizers.pidentity import Objective
 
     op = GramOperator.from_workload(wl.prefix(40))
     th, depth = pure.tree_theta(40, 3, True)
-    real_call = _Objective.__call__
+    real_call = Objective.__call__
 
     def singular_with_gradient(self, x, gradient=True):
         if gradient:
             raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
         return real_call(self, x, gradient=False)
 
-    monkeypatch.setattr(_Objective, "__call__", singular_with_gradient)
+    monkeypatch.setattr(Objective, "__call__", singular_with_gradient)
     w, f = pure._fit_level_weights(op, th, depth)
     np.testing.assert_array_equal(w, np.ones(int(depth.max()) + 1))  # the unweighted tree
     assert f == pytest.approx(pure.objective(th, op, gradient=False))
-    monkeypatch.setattr(_Objective, "__call__", real_call)
+    monkeypatch.setattr(Objective, "__call__", real_call)
 
     ref = fit_pidentity(op, polish=0)
     real_lbfgs = pure._lbfgs

@@ -82,7 +82,7 @@ def test_gradient_equals_finite_differences(seed):
         ],
         weights=[1.0, 2.0, 0.5, 1.3],
     )
-    prob, _, _ = GE._problem(W)
+    prob, _, _ = GE.general_marginal_problem(W)
     assert prob.free == (0, 2)
     th = rng.uniform(0.1, 1, 8)
     thetas = {0: rng.uniform(0, 1, (2, 5)), 2: rng.uniform(0, 1, (2, 4))}
@@ -90,7 +90,7 @@ def test_gradient_equals_finite_differences(seed):
     def full(th, thetas):
         minvs = [np.eye(d) for d in dom]
         for i, t in thetas.items():
-            minvs[i] = GE._pidentity_minv(t)
+            minvs[i] = GE.pidentity_minv(t)
         return prob.full(th, minvs)
 
     f, dth, grads = full(th, thetas)

@@ -14,7 +14,7 @@ from matmech.error import lower_bound
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, Kron, Scaled, VStack
 from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
-from matmech.linalg.structured import _workload_spectrum
+from matmech.linalg.structured import workload_spectrum
 from matmech.optimizers.marginal_lattice import (
     MarginalStrategy,
     ResidualStrategy,
@@ -473,7 +473,7 @@ def test_marginal_objective_gradient(p):
     from matmech.optimizers.marginal_workloads import marginal_workload
 
     terms, domain = marginal_workload(W)
-    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    mu, mult, out_prod = workload_spectrum(terms, domain)
     rng = np.random.default_rng(11)
     theta = rng.uniform(0.2, 1.0, 8)
     f, g = marginal_objective(theta, mu, mult, out_prod, 3, p=p)
