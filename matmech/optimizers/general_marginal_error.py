@@ -78,16 +78,16 @@ def _factor_inverse(Q, n):
     return np.linalg.inv(b)
 
 
-def _live_grams(prob, i):
+def live_grams(prob, i):
     """(gram, weight) of attribute ``i``'s distinct non-total factor grams in ``prob``
     (a :class:`_GeneralProblem`), each weighted by the squared row weights of the terms
     using it: what a per-attribute fit of the union sees."""
     lst, idx = prob.uniq[i]
     weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-    return [(c, wt) for c, wt in zip(lst, weight) if not _total_gram(c)]
+    return [(c, wt) for c, wt in zip(lst, weight) if not total_gram(c)]
 
 
-def _total_gram(c):
+def total_gram(c):
     """True if the dense gram c is a multiple of 11ᵀ (a total query, or copies of it)."""
     return bool(np.all(c == c.flat[0]))
 
@@ -121,7 +121,7 @@ class _GeneralProblem:
         # the classes a term reaches: T ⊆ Z_k, Z_k = the attributes where C_ik is not ∝ 11ᵀ
         # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
         # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
-        total = [[_total_gram(c) for c in lst] for lst, _ in self.uniq]  # per distinct gram
+        total = [[total_gram(c) for c in lst] for lst, _ in self.uniq]  # per distinct gram
         term_idx, masks = [], []
         support = []  # per term: the mask of Z_k
         for kk in range(self.v2.size):
@@ -409,7 +409,7 @@ class GeneralMarginalStrategy(VStack):
         )
 
 
-def _identity_total_gram(c):
+def identity_total_gram(c):
     """True if the dense gram c is a·I + b·11ᵀ (identities, totals and stacks of them)."""
     n = c.shape[0]
     if n == 1:
@@ -490,7 +490,7 @@ def general_marginal_problem(W, free=None):
     if free is None:
         # the terms share a few gram arrays (FactorGrams): each distinct one is checked once
         grams = [distinct_by_id([cs[i] for _, cs in terms])[0] for i in range(len(domain))]
-        free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
+        free = [i for i, gs in enumerate(grams) if not all(identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks
 
 

@@ -35,8 +35,8 @@ def start_factors(prob, domain, split=False):
     out: list[np.ndarray | None] = []
     fitted: dict[tuple, np.ndarray] = {}
     for i, d in enumerate(domain):
-        live = gm_error._live_grams(prob, i)
-        if not live or all(gm_error._identity_total_gram(c) for c, _ in live):
+        live = gm_error.live_grams(prob, i)
+        if not live or all(gm_error.identity_total_gram(c) for c, _ in live):
             out.append(None)
             continue
         g = sum(wt * c for c, wt in live)

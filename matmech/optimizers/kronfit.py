@@ -145,7 +145,7 @@ def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=Non
                 # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS), except identity-total
                 # grams a·I + b·11ᵀ (KRON_SKIP_QUAD_FILLS_IT)
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
-                if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error._identity_total_gram(op.dense()):
+                if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error.identity_total_gram(op.dense()):
                     quad = 0
                 fa, fv, fp = fit_1d(
                     op,

@@ -171,7 +171,7 @@ def residual_factor(gram):
     n = g.shape[0]
     if n == 1:
         return None, 0.0, 0.0
-    if gm_error._identity_total_gram(g):
+    if gm_error.identity_total_gram(g):
         from matmech.linalg.residual import orthonormal_contrasts
 
         a = float(g[0, 0] - g[0, 1])
@@ -211,7 +211,7 @@ def plan_residual_products(W, *, objective="total"):
     prob, domain, blocks = gm_error.general_marginal_problem(W, free=())
     factors, values, duals, certified, fitted = [], [], [], True, {}
     for i, d in enumerate(domain):
-        live = gm_error._live_grams(prob, i)
+        live = gm_error.live_grams(prob, i)
         if not live:  # only totals on this attribute: no residual needed
             factors.append(None if d == 1 else residual_factor(np.eye(d))[0])
             values.append(0.0)
@@ -287,7 +287,7 @@ def _max_variance_plan(blocks, domain, factors):
         z = [
             i
             for i, f in enumerate(fs)
-            if not gm_error._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))
+            if not gm_error.total_gram(np.atleast_2d(np.asarray(f.gram().dense())))
         ]
         const = v2
         for i in range(k):

@@ -65,7 +65,7 @@ def _key_counts(source, column, *, encoding, delimiter):
         available = sources.columns_of(source, kind)
         if column not in available:
             raise ValueError(f"{where}: no such column; the columns are {available}")
-        values = _strings(engine_numpy._column_values(source, kind, 0, column))
+        values = _strings(engine_numpy.column_values(source, kind, 0, column))
         keys = [v for v in values if v is not None]
         if not keys:
             return [], np.zeros(0, dtype=np.int64)
@@ -77,10 +77,10 @@ def _key_counts(source, column, *, encoding, delimiter):
         sources.check_file(source)
         if kind == "csv":
             sources.check_csv_options(encoding, delimiter)
-        d = engine_sql._Dialect("duckdb")
+        d = engine_sql.Dialect("duckdb")
         con = duckdb.connect()
         try:
-            src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)
+            src = engine_sql.duckdb_source(con, source, kind, d, encoding, delimiter)
             try:
                 cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
                 if column not in cols:  # a CSV header may be a record: its names are not shown
@@ -96,7 +96,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                     "GROUP BY 1"
                 ).fetchall()
             except duckdb.Error as exc:
-                raise engine_sql._engine_error(
+                raise engine_sql.engine_error(
                     where, exc, encoding if kind == "csv" else None
                 ) from None
         finally:

@@ -166,7 +166,7 @@ def _np_codes(a, values):
     return code
 
 
-def _column_values(source, kind, j, column, *, zoned=False):
+def column_values(source, kind, j, column, *, zoned=False):
     """One column's values; ``zoned``: as a pandas Series where the source has one, so that a
     zoned timestamp column keeps its zone (``to_numpy`` of an Arrow or Polars column drops it)."""
     if kind == "array":
@@ -193,7 +193,7 @@ def _numpy_groups(source, kind, domain, sets, where):
             f"the array has {source.shape[1]} columns but the domain has {len(domain)} attributes {list(domain.names)}"
         )
     codes = [
-        _np_codes(a, _column_values(source, kind, j, a.column, zoned=a.time is not None))
+        _np_codes(a, column_values(source, kind, j, a.column, zoned=a.time is not None))
         for j, a in enumerate(domain.attributes)
     ]
     lengths = {c.size for c in codes}

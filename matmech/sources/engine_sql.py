@@ -24,7 +24,7 @@ from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 NONE = -9  # a column that is not in a grouping set
 
 
-class _Dialect:
+class Dialect:
     def __init__(self, name):
         self.name = name
         self.string = "VARCHAR" if name == "duckdb" else "STRING"
@@ -201,7 +201,7 @@ def compile_query(domain, sets, source_sql, dialect="duckdb", *, types=None):
     skip parsing). Returns the SQL text and the key dimensions of each set."""
     if dialect not in ("duckdb", "spark"):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
-    d = _Dialect(dialect)
+    d = Dialect(dialect)
     types = {k: str(v).lower() for k, v in (types or {}).items()}
     parsed, walls, guesses, codes = [], [], [], []
     for j, a in enumerate(domain.attributes):
@@ -283,7 +283,7 @@ def _split_groups(sets, dims, keys, counts):
     return groups
 
 
-def _duckdb_source(con, source, kind, d, encoding, delimiter):
+def duckdb_source(con, source, kind, d, encoding, delimiter):
     if kind == "csv":
         enc = encoding.lower().replace("_", "-")
         enc = {
@@ -313,7 +313,7 @@ def _duckdb_source(con, source, kind, d, encoding, delimiter):
     return d.ident(name)
 
 
-def _engine_error(where, exc, encoding=None):
+def engine_error(where, exc, encoding=None):
     msg = str(exc).lower()
     if encoding is not None and ("unicode" in msg or "encod" in msg):
         return ValueError(
@@ -331,7 +331,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
         import duckdb
     except ImportError:
         raise ImportError(f"the duckdb engine needs DuckDB: {ENGINES_HINT}") from None
-    d = _Dialect("duckdb")
+    d = Dialect("duckdb")
     con = duckdb.connect()
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -339,17 +339,17 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
             Exception
         ):  # zoned timestamps → UTC (needs DuckDB's ICU extension)
             con.execute("SET TimeZone = 'UTC'")
-        src = _duckdb_source(con, source, kind, d, encoding, delimiter)
+        src = duckdb_source(con, source, kind, d, encoding, delimiter)
         try:
             types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
         except duckdb.Error as exc:
-            raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+            raise engine_error(where, exc, encoding if kind == "csv" else None) from None
         check_columns(domain, list(types), where, show=kind != "csv")
         query, dims = compile_query(domain, sets, src, "duckdb", types=types)
         try:
             res = con.execute(query).fetchnumpy()
         except duckdb.Error as exc:
-            raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+            raise engine_error(where, exc, encoding if kind == "csv" else None) from None
     finally:
         con.close()
     counts = np.asarray(res["n"], dtype=np.int64)
@@ -357,7 +357,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
 
 
 def _spark_groups(source, domain, sets):
-    d = _Dialect("spark")
+    d = Dialect("spark")
     spark = source.sparkSession
     name = "matmech_src_" + uuid.uuid4().hex
     source.createOrReplaceTempView(name)
@@ -372,7 +372,7 @@ def _spark_groups(source, domain, sets):
                 rows = result.collect()
                 cols = {c: np.array([r[c] for r in rows]) for c in result.columns}
         except Exception as exc:  # noqa: BLE001 - Spark raises many types; none may leak records
-            raise _engine_error("the spark source", exc) from None
+            raise engine_error("the spark source", exc) from None
     finally:
         spark.catalog.dropTempView(name)
     counts = np.asarray(cols["n"], dtype=np.int64)
