@@ -196,7 +196,7 @@ def _case_gmarginal(name, workload, records, eps, delta, seed, out):
     from matmech.estimators.gmarginal_solve import GMarginalSolver
     from matmech.sources.tables import marginal_tables
     from matmech.linalg.terms import as_terms
-    from matmech.optimizers.marginals import GeneralMarginalStrategy
+    from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
     from matmech.privacy.budget import PrivacyBudget
 
     W, meta = load(workload)
@@ -270,7 +270,8 @@ def _case_select(name, domain, records, k, select, eps, delta, seed, out):
     """Private selection over every cell of the k-way marginals, then only the selected cells
     measured (matmech.plans.factored_selected), never the histogram."""
     from matmech.release import release_factored
-    from matmech.plans.factored_selected import plan_factored_selection, row_values
+    from matmech.plans.factored_selected import row_values
+    from matmech.plans.factored_selection import plan_factored_selection
     from matmech.sources.tables import marginal_tables
     from matmech.linalg.terms import marginal_workload
     from matmech.privacy.budget import PrivacyBudget

@@ -44,7 +44,7 @@ def stages(m: int, repeats: int, n: int = 4096) -> dict:
     from matmech.error import lower_bound
     from matmech.linalg.marginal_spectrum import _singular_value_sum
     from matmech.io.domain import Domain, integer_range
-    from matmech.release import release_table
+    from matmech.results.release import release_table
 
     rng = np.random.default_rng(0)
     lo = rng.integers(0, n, m)

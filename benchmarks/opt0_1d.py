@@ -7,7 +7,7 @@ sensitivity) of
 * ``OPT₀ as released``: HDMM's OPT₀ as its code runs it (McKenna et al., VLDB 2018;
   ``hdmm.templates.PIdentity`` + ``TemplateStrategy.optimize``): p = n/16 extra rows,
   Θ ~ U[0, 1), scipy's L-BFGS-B with bounds Θ ≥ 0 and HDMM's options ``{'ftol': 1e-4}``, on
-  the same objective (:class:`matmech.optimizers.pidentity._Objective`; a non-positive-definite
+  the same objective (:class:`matmech.optimizers.pidentity.Objective`; a non-positive-definite
   I + ΘΘᵀ or a negative value is +inf, as HDMM returns), Θ from
   ``numpy.random.default_rng(s)`` (:func:`matmech.optimizers.pure.hdmm_theta`), best of the
   seeds ``--released-seeds`` (fewer above ``--released-max-n-all``: one L-BFGS-B run costs
@@ -102,7 +102,7 @@ def opt0_released(op, n, seeds):
         for s in seeds:
             th0 = pure.hdmm_theta(n, rng=np.random.default_rng(s))
             shape = th0.shape
-            obj = pidentity._Objective(op, shape[0])
+            obj = pidentity.Objective(op, shape[0])
 
             def fun(x):
                 try:

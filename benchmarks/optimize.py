@@ -41,7 +41,7 @@ from matmech import strategies as S
 from matmech import workloads as wl
 from matmech.advisor.advise import advise
 from matmech.error import expected_error, lower_bound
-from matmech.optimizers.marginals import MarginalStrategy
+from matmech.optimizers.marginal_lattice import MarginalStrategy
 from matmech.optimizers.dispatch import optimize
 
 RESULTS = Path(__file__).resolve().parent / "results"

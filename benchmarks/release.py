@@ -178,7 +178,7 @@ def part_optimized(repeats, n=4096, m=10**5):
             )
         )
         try:  # the optimiser's strategy class, if it is already in the tree
-            from matmech.optimizers.pure import PIdentity
+            from matmech.optimizers.pidentity import PIdentity
         except ImportError:
             PIdentity = None
         if PIdentity is not None:

@@ -82,7 +82,7 @@ if kind == "release":
     _, rss, vm, sec = measure(lambda: release_factored(codes, W, 1.0, delta, rng=np.random.default_rng(1)))
 else:
     import os
-    from matmech.cli.files import _postprocess, _print_json, _write_answers
+    from matmech.cli.files import postprocess, print_json, write_answers
     from matmech.cli.release import OUTPUT_BYTES, OUTPUT_BYTES_PER_ROW
     from matmech.io.labels import Labels, ProductLabels
     from matmech.results.release import iter_release_table
@@ -92,10 +92,10 @@ else:
     est = OUTPUT_BYTES + OUTPUT_BYTES_PER_ROW * W.shape[0]
     path = f"/tmp/matmech_release_memory_{os.getpid()}.csv"
     def write():
-        rows = _postprocess(iter_release_table(rel, labels), decimals=None, nonnegative=True)
-        _write_answers(path, rows, selection=False)
+        rows = postprocess(iter_release_table(rel, labels), decimals=None, nonnegative=True)
+        write_answers(path, rows, selection=False)
         with open(os.devnull, "w") as null:
-            _print_json({"queries": None}, iter_release_table(rel, labels), write=null.write)
+            print_json({"queries": None}, iter_release_table(rel, labels), write=null.write)
         os.unlink(path)
     _, rss, vm, sec = measure(write)
 print(json.dumps({"rows": int(W.shape[0]), "estimate": int(est), "rss": int(rss), "vm": int(vm), "seconds": sec}))

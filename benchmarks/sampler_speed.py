@@ -152,19 +152,19 @@ def many_sigmas(count: int, per: int, repeats: int) -> dict:
     rounded = np.ldexp(np.ceil(np.ldexp(f, 9)), e - 9)
     per_call, mixed, tables = [], [], {}
     for r in range(repeats):
-        discrete.TABLES.clear()
+        thresholds.TABLES.clear()
         t0 = time.perf_counter()
         for sigma in rounded.tolist():
             noise.discrete_gaussian(sigma, per, rng=np.random.default_rng(r))
         per_call.append(time.perf_counter() - t0)
-        tables["per_call"] = len(discrete.TABLES)
-        discrete.TABLES.clear()
+        tables["per_call"] = len(thresholds.TABLES)
+        thresholds.TABLES.clear()
         t0 = time.perf_counter()
         params, index = noise.gaussian_grid(tau, bits=9)
         which = np.repeat(index, per)
         noise.discrete_gaussian_mixed(params, which, rng=np.random.default_rng(r))
         mixed.append(time.perf_counter() - t0)
-        tables["mixed"] = len(discrete.TABLES)
+        tables["mixed"] = len(thresholds.TABLES)
     row = {
         "count": count,
         "per": per,

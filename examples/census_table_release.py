@@ -24,7 +24,7 @@ from matmech import release
 from matmech.sources.engines import histogram
 from matmech.io.specs import load_spec
 from matmech.privacy.ledger import Ledger
-from matmech.release import release_table
+from matmech import release_table
 
 DATA = (
     Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()

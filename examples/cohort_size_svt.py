@@ -9,9 +9,9 @@ few cohorts are that large, so SVT pays for the c "yes" answers instead of for e
 question (the slides' "Cohort Size Estimation Problem" and "Sparse Vector Technique").
 
 Part 1 asks the slides' three questions (and one more) one at a time
-(``matmech.SparseVector``, the interactive form). Part 2 screens 1,008 overlapping cohorts
+(``matmech.svt.SparseVector``, the interactive form). Part 2 screens 1,008 overlapping cohorts
 (sex x any run of consecutive age bands x diagnosis x admission) in one pass
-(``matmech.sparse_vector``) and checks the (alpha, beta) accuracy statement of the slides
+(``matmech.svt.sparse_vector``) and checks the (alpha, beta) accuracy statement of the slides
 ("Sparse Vector Technique: Accuracy"). Both use Lyu, Su, Li (VLDB 2017) Alg. 7: the slides' version
 returns the *same* noisy value it compared with the threshold, which Lyu et al. show is not
 private (their Alg. 3); here the counts of the "yes" cohorts are fresh Laplace answers

@@ -13,8 +13,7 @@ rows are worth answering, by the sparse vector technique), :func:`measure` and
 runs the whole flow and returns answers with error bars. :func:`save_strategy` /
 :func:`load_strategy` keep an optimised strategy for reuse.
 
-The selection primitives (``sparse_vector``, ``SparseVector``, …) are in :mod:`matmech.svt`;
-their old top-level names still work, with a DeprecationWarning.
+The selection primitives (``sparse_vector``, ``SparseVector``, …) are in :mod:`matmech.svt`.
 
 Note: the functions ``release``, ``optimize`` and ``advise`` are exported under the names
 of their modules, so ``matmech.release`` is the function; import module-level names with
@@ -45,13 +44,15 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.io.specs import Spec, SpecError, load_spec
     from matmech.io.store import load_strategy, save_strategy
     from matmech.linalg.linop import LinOp, as_linop
-    from matmech.optimizers.dispatch import OptimizeResult, optimize
+    from matmech.optimizers.dispatch import optimize
+    from matmech.optimizers.result import OptimizeResult
     from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
     from matmech.privacy.calibration import gaussian_sigma
     from matmech.privacy.ledger import Ledger
     from matmech.privacy.measure import Measurement
     from matmech.run.measure import measure
-    from matmech.release import Release, release, release_marginals, release_table
+    from matmech.release import Release, release, release_marginals
+    from matmech.results.release import release_table
     from matmech.results.store import MarginalRelease
     from matmech.svt.select import Selection, select_rows
     from matmech.synthesis import Synthetic, synthesize, synthesize_adaptive
@@ -96,21 +97,6 @@ __all__ = [
     "Synthetic",
 ]
 
-#: The selection primitives live in :mod:`matmech.svt` (issue 22: ``matmech`` exports the data
-#: flow); ``matmech.<name>`` still works for these, with a DeprecationWarning.
-_MOVED_TO_SVT = (
-    "sparse_vector",
-    "SparseVector",
-    "SparseVectorExhausted",
-    "above_threshold",
-    "sparse_vector_dpbook",
-    "sparse_vector_retraversal",
-    "exponential_top_c",
-    "SVTResult",
-    "TopCResult",
-)
-
-
 #: Where each public name lives: ``import matmech`` loads none of them (issue 32: the package
 #: import costs about what numpy does; solvers, graphs and data engines load on first use).
 _LAZY = {
@@ -133,7 +119,7 @@ _LAZY = {
     "save_strategy": "matmech.io.store",
     "LinOp": "matmech.linalg.linop",
     "as_linop": "matmech.linalg.linop",
-    "OptimizeResult": "matmech.optimizers.dispatch",
+    "OptimizeResult": "matmech.optimizers.result",
     "optimize": "matmech.optimizers.dispatch",
     "BudgetExceededError": "matmech.privacy.budget",
     "PrivacyBudget": "matmech.privacy.budget",
@@ -143,7 +129,7 @@ _LAZY = {
     "measure": "matmech.run.measure",
     "Release": "matmech.release",
     "release": "matmech.release",
-    "release_table": "matmech.release",
+    "release_table": "matmech.results.release",
     "release_marginals": "matmech.release",
     "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
@@ -164,17 +150,6 @@ def __getattr__(name):
         value = getattr(importlib.import_module(where), name)
         globals()[name] = value
         return value
-    if name in _MOVED_TO_SVT:
-        import warnings
-
-        from matmech import svt
-
-        warnings.warn(
-            f"matmech.{name} is deprecated; use matmech.svt.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(svt, name)
     if not name.startswith("__") and importlib.util.find_spec(f"matmech.{name}") is not None:
         return importlib.import_module(f"matmech.{name}")
     raise AttributeError(f"module 'matmech' has no attribute {name!r}")

@@ -4,7 +4,6 @@ import sys
 
 from matmech.cli import main
 
-__all__: list = []
 
 if __name__ == "__main__":
     sys.exit(main())

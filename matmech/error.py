@@ -37,7 +37,6 @@ from matmech.linalg.linop import as_linop
 from matmech.linalg.marginal_spectrum import (
     lattice_diag as _lattice_diag,
     lattice_pair as _lattice_pair,
-    marginal_spectrum,
     nuclear_norm as _nuclear_norm,
 )
 from matmech.linalg.quadratic import (
@@ -56,19 +55,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
-__all__ = [
-    "sensitivity",
-    "expected_error",
-    "error_figures",
-    "per_query_variance",
-    "measured_variances",
-    "lower_bound",
-    "MAX_DENSE_N",
-    "MAX_VARIANCE_ROWS",
-    "marginal_spectrum",
-    "noise_weights",
-    "NOISE_MODELS",
-]
 
 #: Above this many cells, the largest per-query variance of a rank-deficient interval workload
 #: used as its own strategy (a dense n×n pseudo-inverse) is left out of :func:`error_figures`

@@ -33,20 +33,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "SizeError",
-    "Room",
-    "memory_room",
-    "check_memory",
-    "reserved",
-    "steady_room",
-    "steady",
-    "disk_room",
-    "check_disk",
-    "preallocate",
-    "format_bytes",
-]
-
 
 class SizeError(ValueError):
     """A request is too large for this machine; raised before anything is allocated."""

@@ -33,15 +33,6 @@ from matmech.error import MAX_VARIANCE_ROWS, expected_error, per_query_variance
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Kron
 
-__all__ = [
-    "plot_rows",
-    "plot_release",
-    "plot_advice",
-    "figure_path",
-    "require_matplotlib",
-    "MAX_BARS",
-    "OUTLIER_FACTOR",
-]
 
 #: Per-query standard deviations drawn per curve (quantiles of the full vector).
 CURVE_POINTS = 400

@@ -77,10 +77,10 @@ from matmech.sources.source import (
 )
 from matmech.plans.strategy import plan_variances as _answer_variances  # noqa: F401 (tests)
 from matmech.plans.strategy import strategy_plan
-from matmech.svt.options import DEFAULT_TARGET_REL_ERROR, SELECT_OPTIONS, check_select_options
+from matmech.svt.options import check_select_options
 from matmech.workloads import ranges
 from matmech.optimizers.blas import capped
-from matmech.results.release import Z95, Release, release_table
+from matmech.results.release import Release
 from matmech.results.store import MarginalRelease
 from matmech.limits import check_memory
 from matmech.linalg.terms import MarginalWorkload, restrict
@@ -105,18 +105,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
-
-__all__ = [
-    "Release",
-    "release",
-    "release_table",
-    "release_factored",
-    "release_marginals",
-    "choose_strategy",
-    "Z95",
-    "SELECT_OPTIONS",
-    "DEFAULT_TARGET_REL_ERROR",
-]
 
 
 # -- the release ------------------------------------------------------------------------------

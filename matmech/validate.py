@@ -22,37 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from matmech.limits import SizeError, check_memory, format_bytes, memory_room
+from matmech.limits import SizeError, check_memory, memory_room
 
-__all__ = [
-    "MAX_INDEX",
-    "MAX_CELLS",
-    "SizeError",
-    "real",
-    "finite_real",
-    "positive_real",
-    "nonnegative_real",
-    "integer",
-    "size",
-    "flag",
-    "choice",
-    "text",
-    "texts",
-    "path",
-    "subset",
-    "memory_limit",
-    "memory",
-    "format_bytes",
-    "sequence",
-    "vector",
-    "matrix",
-    "operator",
-    "named_operators",
-    "rectangular",
-    "linear",
-    "factors",
-    "check_labels",
-]
 
 #: Largest count of rows or entries any operator may index (int64 with headroom: sums of
 #: two indices must not overflow).

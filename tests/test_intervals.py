@@ -172,7 +172,7 @@ def test_marginal_strategy_stays_structured_and_matches_dense_gls():
     dom = (2, 3, 4)
     W = wl.marginals(dom, 2)
     x = np.random.default_rng(2).poisson(4, 24)
-    from matmech.optimizers.marginals import MarginalStrategy
+    from matmech.optimizers.marginal_lattice import MarginalStrategy
 
     given = MarginalStrategy(dom, np.linspace(0.1, 1.0, 8))  # explicit: the histogram route
     r = mm.release(x, W, 1.0, strategy=given, rng=np.random.default_rng(5), domain=24)
@@ -183,7 +183,7 @@ def test_marginal_strategy_stays_structured_and_matches_dense_gls():
         "ij,jk,ik->i", W.dense(), np.linalg.pinv(A.T @ A), W.dense()
     )
     np.testing.assert_allclose(r.std**2, var, rtol=1e-8)
-    from matmech.optimizers.marginals import MarginalStrategy
+    from matmech.optimizers.marginal_lattice import MarginalStrategy
 
     m = MarginalStrategy(dom, np.linspace(0.1, 1.0, 8))
     g = 2.0**-10

@@ -31,7 +31,8 @@ import functools
 
 from matmech.error import expected_error
 from matmech.linalg.linop import Dense, Kron, RowSubset
-from matmech.release import Release, choose_strategy, release, release_table
+from matmech.release import Release, choose_strategy, release
+from matmech.results.release import release_table
 
 continuous_expected_error = functools.partial(expected_error, noise="continuous")
 
@@ -50,7 +51,7 @@ def optimised_strategy(delta):
     """matmech.optimize's strategy for all ranges over N_OPT cells: p-Identity (pure eps) or
     the certified L2 optimum (delta > 0); real-valued, so release rounds it to a grid."""
     from matmech.optimizers.l2 import L2Strategy
-    from matmech.optimizers.pure import PIdentity
+    from matmech.optimizers.pidentity import PIdentity
 
     A = mm.optimize(Wk.all_range(N_OPT), 1.0, delta).strategy
     assert isinstance(A, L2Strategy if delta > 0 else PIdentity), type(

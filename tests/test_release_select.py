@@ -12,7 +12,9 @@ from matmech import strategies as S
 from matmech import workloads as Wk
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.linalg.linop import Dense, RowSubset
-from matmech.release import DEFAULT_TARGET_REL_ERROR, _answer_variances, release_table
+from matmech.release import _answer_variances
+from matmech.svt.options import DEFAULT_TARGET_REL_ERROR
+from matmech.results.release import release_table
 from matmech.privacy.measure import plan_measurement
 
 choice_module = sys.modules["matmech.advisor.choice"]

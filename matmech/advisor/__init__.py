@@ -3,5 +3,3 @@ its table printer (:mod:`~matmech.advisor.compare`), the ranked advice over ever
 (:mod:`~matmech.advisor.advise`) and the release's strategy choice
 (:mod:`~matmech.advisor.choice`). Data-independent.
 """
-
-__all__: list[str] = []

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from matmech.advisor.compare import format_table
 
-__all__ = ["Advice"]
 
 #: ``Advice.to_dict()`` names of the record's fields that it renames.
 _ADVICE_KEYS = {"total": "total_error", "ratio_to_bound": "ratio_to_lower_bound"}

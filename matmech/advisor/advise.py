@@ -21,11 +21,9 @@ from dataclasses import dataclass, replace
 from matmech.advisor.advice import Advice
 from matmech.advisor.compare import Candidate
 from matmech.advisor.planner import (
-    DEFAULT_PIDENTITY_N,
     Context,
     single_rows,
     target_of,
-    unmeasurable,
 )
 from matmech.advisor.split import split_rows
 from matmech.error import lower_bound
@@ -41,14 +39,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = [
-    "advise",
-    "Advice",
-    "Candidate",
-    "CANDIDATES",
-    "DEFAULT_PIDENTITY_N",
-    "unmeasurable",
-]
 
 #: Candidate families, in the order they are evaluated: the fixed strategies, W itself, the
 #: optimiser families, the tables route's residual plan, and split plans.

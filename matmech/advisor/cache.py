@@ -17,7 +17,6 @@ from typing import Any
 from matmech.linalg.linop import LinOp
 from matmech.linalg.storage import fingerprint
 
-__all__ = ["MAX_ENTRIES", "cached_choice", "clear", "fingerprint"]
 
 #: Choices kept (least recently used first out).
 MAX_ENTRIES = 32

@@ -18,9 +18,9 @@ from matmech.linalg.linop import Kron, LinOp, Scaled, VStack
 from matmech.linalg.quadratic import quadratic_trace
 from matmech.linalg.spectral import BlockSpectral
 from matmech.privacy.calibration import measurement_variance, neighbor_sensitivity
-from matmech.optimizers.marginals import MarginalStrategy, kron_blocks, marginal_workload
+from matmech.optimizers.marginal_lattice import MarginalStrategy
+from matmech.optimizers.marginal_workloads import kron_blocks, marginal_workload
 
-__all__ = ["attributes", "searched_fixed", "workload_strategy"]
 
 # -- candidate construction ---------------------------------------------------------------------
 

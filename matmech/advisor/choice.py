@@ -23,16 +23,6 @@ from matmech.error import expected_error
 from matmech.linalg.linop import LinOp, as_linop
 from matmech.validate import linear
 
-__all__ = [
-    "choose_strategy",
-    "planned",
-    "view",
-    "refusal",
-    "fixed_choice",
-    "per_attribute",
-    "STRATEGY_NAMES",
-    "PLANNED",
-]
 
 STRATEGY_NAMES = ("auto", "identity", "hierarchical", "haar", "optimize")
 #: The strategy names the planner decides (every other name or a LinOp is measured as given).

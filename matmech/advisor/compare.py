@@ -33,25 +33,6 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:  # names used only in annotations
     import numpy.typing as npt
 
-__all__ = [
-    "Candidate",
-    "Row",
-    "LISTED_BRANCHINGS",
-    "SEARCHED_BRANCHINGS",
-    "DEFAULT_BRANCHING",
-    "DENSE_TREE_LIMIT",
-    "FALLBACK_BRANCHINGS",
-    "family_branchings",
-    "domain_of",
-    "fixed_family",
-    "distinct",
-    "signature",
-    "uniform_sizes",
-    "fixed_candidates",
-    "evaluate",
-    "compare",
-    "format_table",
-]
 
 # -- the fixed candidate family ---------------------------------------------------------------
 

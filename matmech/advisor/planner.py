@@ -50,23 +50,9 @@ from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.dispatch import fit_families
 from matmech.optimizers.families import auto_families, histogram_refusal
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
 from matmech.optimizers.residual import marginal_lattice_plan, residual_total
 
-__all__ = [
-    "PlanningTarget",
-    "Context",
-    "target_of",
-    "unmeasurable",
-    "single_rows",
-    "skipped",
-    "lift",
-    "rank_lower_bound",
-    "DEFAULT_PIDENTITY_N",
-    "TABLE_FAMILIES",
-    "BOUND_ATTAINED",
-    "FIXED",
-]
 
 #: The fixed families among :data:`matmech.advisor.advise.CANDIDATES`.
 FIXED = ("identity", "hierarchical", "haar")

@@ -34,17 +34,6 @@ from matmech.linalg.linop import VStack
 from matmech.privacy.calibration import gaussian_sigma, zcdp_to_approx_dp
 from matmech.privacy.params import rest_of
 
-__all__ = [
-    "MAX_PARTS",
-    "RHO_SLACK",
-    "partitions",
-    "split_rows",
-    "shares_for",
-    "part_workload",
-    "laplace_shares",
-    "gaussian_shares",
-    "rho_of",
-]
 
 #: The most parts a split is made of (each is planned on its own).
 MAX_PARTS = 6

@@ -30,7 +30,7 @@ import importlib
 import sys
 
 from matmech import __version__
-from matmech.cli.common import _one_line
+from matmech.cli.common import one_line
 from matmech.cli.progress import close_all
 
 __all__ = ["build_parser", "main"]
@@ -77,7 +77,7 @@ def main(argv=None):
         return 1
     except (ValueError, TypeError, OSError, ImportError, csv.Error, MemoryError) as exc:
         close_all()  # end a progress bar's line before the message
-        msg = _one_line(exc)
+        msg = one_line(exc)
         print(f"matmech: error: {msg}", file=sys.stderr)
         return 2
     finally:

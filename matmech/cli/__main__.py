@@ -4,6 +4,5 @@ import sys
 
 from matmech.cli import main
 
-__all__: list = []
 
 sys.exit(main())

@@ -9,15 +9,13 @@ import math
 
 from matmech.cli.common import (
     CONVENTIONS,
-    _check_writable,
-    _overwrite_arg,
-    _privacy_args,
+    check_writable,
+    overwrite_arg,
+    privacy_args,
 )
 from matmech.cli.progress import progress, progress_arg
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
-
-__all__ = ["add_parsers"]
 
 
 def _cmd_plot(args):
@@ -33,7 +31,7 @@ def _cmd_plot(args):
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     path, fmt = figure_path(args.out, name=f"{Path(args.spec).stem}-error")
-    _check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
+    check_writable(path, "--out", inputs={"spec": args.spec}, overwrite=args.overwrite)
     with progress(args) as bar:
         advice = advise(
             spec.workload,
@@ -80,7 +78,7 @@ def _cmd_advise(args):
     spec = load_spec(args.spec)
     eps, delta = check_privacy_params(args.eps, args.delta)
     if args.save_strategy:
-        _check_writable(args.save_strategy, "--save-strategy", overwrite=args.overwrite)
+        check_writable(args.save_strategy, "--save-strategy", overwrite=args.overwrite)
     if args.time_budget is not None and not (
         math.isfinite(args.time_budget) and args.time_budget > 0
     ):
@@ -160,7 +158,7 @@ def add_parsers(sub):
         help="the image to write: error.png (or .pdf, .svg), a directory (writes DIR/<spec>-error.png), "
         "or a name without suffix (.png is added); the exact path is printed",
     )
-    _privacy_args(p)
+    privacy_args(p)
     p.add_argument(
         "--time-budget",
         type=float,
@@ -168,7 +166,7 @@ def add_parsers(sub):
         help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic",
     )
     progress_arg(p)
-    _overwrite_arg(p)
+    overwrite_arg(p)
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser(
         "advise",
@@ -176,7 +174,7 @@ def add_parsers(sub):
         "ones, the tables route, split plans): row 1 is what --strategy auto runs",
     )
     p.add_argument("spec", help="a workload spec file (TOML)")
-    _privacy_args(p)
+    privacy_args(p)
     p.add_argument(
         "--save-strategy",
         metavar="FILE.npz",
@@ -189,5 +187,5 @@ def add_parsers(sub):
         help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic",
     )
     progress_arg(p)
-    _overwrite_arg(p)
+    overwrite_arg(p)
     p.set_defaults(func=_cmd_advise)

@@ -7,8 +7,6 @@ import json
 from matmech.privacy.accountant import ACCOUNTANTS
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["add_parsers"]
-
 
 def _open(args):
     from matmech.privacy.ledger import Ledger

@@ -4,14 +4,6 @@ the one-line error text (:func:`matmech.cli.main`); the progress bar is
 
 from __future__ import annotations
 
-__all__ = [
-    "CONVENTIONS",
-    "_check_readable",
-    "_check_writable",
-    "_one_line",
-    "_overwrite_arg",
-    "_privacy_args",
-]
 
 CONVENTIONS = (
     "Conventions: add/remove neighbours; delta = 0 is pure eps-DP (Laplace noise, L1 sensitivity), "
@@ -20,7 +12,7 @@ CONVENTIONS = (
 )
 
 
-def _privacy_args(p, *, eps_required=False):
+def privacy_args(p, *, eps_required=False):
     if eps_required:  # a release spends privacy: never on a silent default
         p.add_argument(
             "--eps",
@@ -41,7 +33,7 @@ def _privacy_args(p, *, eps_required=False):
     )
 
 
-def _overwrite_arg(p):
+def overwrite_arg(p):
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -49,7 +41,7 @@ def _overwrite_arg(p):
     )
 
 
-def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
+def check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     """Fail before any work (and before a release spends privacy) if ``path`` cannot be written.
 
     Refused: an existing file unless ``overwrite`` (the user's ``--overwrite``: no command
@@ -104,7 +96,7 @@ def _check_writable(path, flag, *, inputs=(), open_it=False, overwrite=False):
     return handle, str(path)
 
 
-def _check_readable(path, flag, what="file"):
+def check_readable(path, flag, what="file"):
     """Fail with a clear message (before any work) if ``path`` is not a readable file: it
     does not exist, is a directory, or cannot be read."""
     import os
@@ -119,7 +111,7 @@ def _check_readable(path, flag, what="file"):
         raise ValueError(f"{flag} {path}: the {what} cannot be read (permission denied)")
 
 
-def _one_line(exc):
+def one_line(exc):
     text = str(exc).splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.filename}: {exc.strerror}"  # e.g. an output directory that does not exist

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 
 from matmech.advisor.compare import compare, format_table
-from matmech.cli.common import CONVENTIONS, _privacy_args
+from matmech.cli.common import CONVENTIONS, privacy_args
 from matmech.error import lower_bound
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
-
-__all__ = ["add_parsers"]
 
 
 def _scored(args):
@@ -55,5 +53,5 @@ def add_parsers(sub):
     """The ``compare`` subcommand."""
     p = sub.add_parser("compare", help="compare fixed strategies for a workload spec analytically")
     p.add_argument("spec", help="a workload spec file (TOML), e.g. workloads/all_range_1024.toml")
-    _privacy_args(p)
+    privacy_args(p)
     p.set_defaults(func=_cmd_compare)

@@ -7,18 +7,8 @@ import csv
 
 import numpy as np
 
-__all__ = [
-    "FIELDS",
-    "answers_bytes",
-    "_codes",
-    "_postprocess",
-    "_print_json",
-    "_read_columns",
-    "_write_answers",
-]
 
-
-def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
+def read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     """The named CSV columns as float arrays; errors name the file and column, never a line
     (a record's position) or a value.
 
@@ -26,8 +16,8 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     decoding error names the file and the encoding, never the bytes), and the delimiter
     is sniffed from the header line unless given.
     """
-    from matmech.sources.engines import csv_header, open_text
-    from matmech.sources.files import _hidden_header
+    from matmech.sources.files import csv_header, open_text
+    from matmech.sources.files import hidden_header
 
     header, delimiter = csv_header(path, encoding=encoding, delimiter=delimiter)
     enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
@@ -38,7 +28,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
             for c in columns:
                 if c not in header:
                     raise ValueError(
-                        f"{path}: no column {c!r} in the header line ({_hidden_header(len(header))})"
+                        f"{path}: no column {c!r} in the header line ({hidden_header(len(header))})"
                     )
                 index.append(header.index(c))
             values: list[list[float]] = [[] for _ in columns]
@@ -63,7 +53,7 @@ def _read_columns(path, columns, *, encoding="utf-8", delimiter=None):
     return [np.asarray(v) for v in values]
 
 
-def _codes(path, columns, arrays, domain):
+def cell_codes(path, columns, arrays, domain):
     """Integer cell codes per attribute, each checked against the spec's domain."""
     out = []
     for c, a, n in zip(columns, arrays, domain):
@@ -76,7 +66,7 @@ def _codes(path, columns, arrays, domain):
     return out
 
 
-def _postprocess(rows, *, decimals, nonnegative):
+def postprocess(rows, *, decimals, nonnegative):
     """Documented post-processing of published answers (free under DP, but biased): clip the
     answer and its interval at 0 (``nonnegative``), then round them to ``decimals``, row by
     row (``rows``: any iterable of dicts; a generator). The std column stays that of the
@@ -120,7 +110,7 @@ def answers_bytes(labels, *, selection) -> int:
     return header + text + quotes + m * (2 + per)
 
 
-def _write_answers(path, rows, *, selection, overwrite=True):
+def write_answers(path, rows, *, selection, overwrite=True):
     """One CSV row per query: query, answer, std, the 95% interval (and selected/status);
     ``rows`` any iterable of row dicts, written as they come.
 
@@ -163,7 +153,7 @@ def _write_answers(path, rows, *, selection, overwrite=True):
             os.unlink(handle.name)
 
 
-def _print_json(out: dict, rows, *, key: str = "queries", write=None) -> None:
+def print_json(out: dict, rows, *, key: str = "queries", write=None) -> None:
     """Print ``out`` as ``json.dumps(out, indent=2)`` would, with ``out[key]`` (a
     placeholder) replaced by the list of ``rows``, written one row at a time."""
     import json

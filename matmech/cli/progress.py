@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 
-__all__ = ["DELAY", "MODES", "TICK", "Progress", "close_all", "progress", "progress_arg"]
 
 #: The ``--progress`` choices.
 MODES = ("auto", "always", "never")

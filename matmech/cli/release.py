@@ -11,20 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from matmech.cli.common import _check_readable, _check_writable, _overwrite_arg, _privacy_args
+from matmech.cli.common import check_readable, check_writable, overwrite_arg, privacy_args
 from matmech.cli.progress import progress, progress_arg
 from matmech.cli.files import (
-    _codes,
-    _postprocess,
-    _print_json,
-    _read_columns,
-    _write_answers,
+    cell_codes,
+    postprocess,
+    print_json,
+    read_columns,
+    write_answers,
     answers_bytes,
 )
 from matmech.io.specs import load_spec
 from matmech.privacy.params import check_privacy_params
 
-__all__ = ["FACTORED_CELLS", "OUTPUT_BYTES", "OUTPUT_BYTES_PER_ROW", "STAGES", "add_parsers"]
 
 #: The stages of ``matmech release`` its progress bar names (fixed names: never a value of
 #: the data); the bar's fraction is the share of stages begun.
@@ -165,7 +164,7 @@ def _cmd_release(args):
         if schema is not None:
             raise
         kind = "csv"  # integer codes: any file name is read as CSV, as before
-    _check_readable(args.data, "--data", "data file")
+    check_readable(args.data, "--data", "data file")
     strategy = _strategy_arg(args.strategy)
     select = _select_arg(args)
     labels, m = spec.labels, spec.workload.shape[0]
@@ -173,7 +172,7 @@ def _cmd_release(args):
     if args.synthetic is not None:  # checked, and mbi loaded, before anything is spent
         from matmech.estimators.graphical import load_mbi
 
-        _check_writable(
+        check_writable(
             args.synthetic,
             "--synthetic",
             inputs={"--data": args.data, "--ledger": args.ledger, "--out": args.out},
@@ -184,7 +183,7 @@ def _cmd_release(args):
         inputs = {"--data": args.data, "--ledger": args.ledger, "spec": args.spec}
         if not isinstance(strategy, str):
             inputs["--strategy"] = args.strategy
-        pending = _check_writable(
+        pending = check_writable(
             args.out, "--out", inputs=inputs, open_it=True, overwrite=args.overwrite
         )
     try:
@@ -207,10 +206,10 @@ def _cmd_release(args):
                 args.data, schema, args.encoding, args.delimiter
             )  # marginal tables, never x
         elif schema is None and kind == "csv":
-            arrays = _read_columns(
+            arrays = read_columns(
                 args.data, args.column, encoding=args.encoding, delimiter=args.delimiter
             )
-            codes = _codes(args.data, args.column, arrays, spec.domain)
+            codes = cell_codes(args.data, args.column, arrays, spec.domain)
             if route.name == "tables":  # the records: their marginal tables, never x
                 x = np.column_stack(codes)
             else:
@@ -248,12 +247,12 @@ def _cmd_release(args):
 
         def table():  # the rows one at a time: a table of any size, never all in memory
             rows = iter_release_table(rel, labels)
-            return _postprocess(rows, decimals=args.round, nonnegative=args.nonnegative)
+            return postprocess(rows, decimals=args.round, nonnegative=args.nonnegative)
 
         bar.stage(STAGES, 3)
         if pending is not None:
             try:
-                _write_answers(
+                write_answers(
                     pending, table(), selection=select is not None, overwrite=args.overwrite
                 )
             except OSError as exc:
@@ -276,9 +275,9 @@ def _cmd_release(args):
         out["ledger"] = args.ledger
         out["route"] = route.name
         out.update(rel.to_dict(labels=labels, queries=False))
-        out["queries"] = None  # written row by row by _print_json
+        out["queries"] = None  # written row by row by print_json
         out["postprocessing"] = {"round": args.round, "nonnegative": args.nonnegative}
-        _print_json(out, table())
+        print_json(out, table())
         return 0
     m = spec.workload.shape[0]
     answered = (
@@ -420,7 +419,7 @@ def add_parsers(sub):
         "spec",
         help="a workload spec file (TOML); its [[attributes]] declare the raw columns' domains",
     )
-    _privacy_args(p, eps_required=True)
+    privacy_args(p, eps_required=True)
     p.add_argument(
         "--data",
         required=True,
@@ -518,6 +517,6 @@ def add_parsers(sub):
         metavar="N",
         help="how many synthetic records (default: the model's noisy record count)",
     )
-    _overwrite_arg(p)
+    overwrite_arg(p)
     progress_arg(p)
     p.set_defaults(func=_cmd_release)

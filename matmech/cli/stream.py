@@ -29,7 +29,6 @@ from matmech.cli.progress import progress, progress_arg
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
 
-__all__ = ["SPEC_KEYS", "add_stream_parser", "load_step_rows", "load_stream_spec"]
 
 #: Keys a stream spec may hold.
 SPEC_KEYS = (

@@ -3,5 +3,3 @@ cells, residual reconstruction, the generalised-marginal solve; or a fitted mode
 (post-processing): :mod:`matmech.estimators.graphical` hands marginal measurements to a
 graphical model (private-pgm's ``mbi``, the ``synth`` extra) for non-negative, mutually
 consistent marginal tables and synthetic records."""
-
-__all__: list[str] = []

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from matmech.measurements.residual import _row_keys, least_sigma, residual_batches, row_noise
+from matmech.measurements.residual import row_keys, least_sigma, residual_batches, row_noise
 from matmech.linalg.residual import haar_contrasts
 from matmech.privacy.confidence import (
     NORMAL_TOLERANCE,
@@ -42,17 +42,6 @@ from matmech.privacy.confidence import (
     law_intervals,
     normal_intervals,
 )
-
-__all__ = [
-    "MAX_GAUSSIAN_WEIGHTS",
-    "MAX_PAIRS",
-    "MIN_NORMAL_SIGMA",
-    "GaussianResidualLaw",
-    "ResidualNoiseLaw",
-    "gaussian_law",
-    "gaussian_weights",
-    "marginal_terms",
-]
 
 
 #: Most (marginal, table) pairs :meth:`ResidualNoiseLaw.intervals` evaluates for one
@@ -238,7 +227,7 @@ def gaussian_weights(mplan, S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             else:
                 f = np.full((d[i], 1), 1.0 / d[i])
             block = np.kron(block, f)
-        l2u, cls = _row_keys(tuple(d[i] for i in R), range(len(R)))
+        l2u, cls = row_keys(tuple(d[i] for i in R), range(len(R)))
         params, index, v = row_noise(mplan, least_sigma(mplan, [mplan.plan.variances[at[R]]], l2u))
         sd = np.array([math.sqrt(p.a / p.b) for p in params])
         blocks.append(block)

@@ -50,17 +50,8 @@ from matmech.linalg.tree_solve import tree_plan
 from matmech.linalg.tree_solve import tree_solve as _tree_solve
 from matmech.privacy.measure import Measurement
 from matmech.strategies import Haar, Tree
-from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
+from matmech.optimizers.marginal_lattice import MarginalStrategy, ResidualStrategy
 
-__all__ = [
-    "estimate",
-    "least_squares",
-    "solve",
-    "tree_plan",
-    "DENSE_SOLVE_N",
-    "LSMR_TOL",
-    "MAX_DENSE_GLS_N",
-]
 
 #: Largest number of cells for which the generic path factorises the normal equations densely.
 DENSE_SOLVE_N = 4096

@@ -2,7 +2,7 @@
 
 The measured rows are θ_S ⊗ᵢ(Q'ᵢ if i ∈ S else 1ᵀ) with independent noise of variance v_S
 per row of block S (:mod:`matmech.measurements.gmarginal`). Weighting block S by
-v_S^{-1/2} gives a :class:`~matmech.optimizers.marginals.GeneralMarginalStrategy` A with
+v_S^{-1/2} gives a :class:`~matmech.optimizers.general_marginal_error.GeneralMarginalStrategy` A with
 θ_S = v_S^{-1/2}, whose gram G = AᵀA has the factored generalised inverse (McKenna et al.,
 VLDB 2018, §6.3; :meth:`GeneralMarginalStrategy.gram_pinv`)
 
@@ -40,9 +40,8 @@ import numpy as np
 from matmech.linalg.terms import Terms
 from matmech.linalg.answers import Answers
 from matmech.linalg.linop import Identity
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
 
-__all__ = ["GMarginalSolver", "MAX_FACTOR_ENTRIES"]
 
 #: Largest dense workload factor (entries) the answers use.
 MAX_FACTOR_ENTRIES = 1 << 24

@@ -33,7 +33,6 @@ from matmech.linalg.residual import (
     lift_row_variances,
 )
 
-__all__ = ["MarginalReconstructor", "nonneg_consistent"]
 
 _CHUNK = 1 << 20  # cells of the marginals built as one stack (8 MB temporaries: under
 # glibc's 32 MB mmap ceiling they are reused from the heap instead of faulted in afresh)

@@ -18,17 +18,6 @@ from typing import Any
 
 from matmech.validate import choice
 
-__all__ = [
-    "Attribute",
-    "MAX_ATTRIBUTE_CELLS",
-    "MISSING_POLICIES",
-    "POLICIES",
-    "RegularBins",
-    "TIME_UNITS",
-    "declared_fraction",
-    "WHITESPACE",
-    "trim_text",
-]
 
 #: The white space trimmed from both ends of every text value, on every engine (SQL's plain
 #: ``trim`` removes spaces only, Python's ``strip()`` any Unicode white space: issue 31).
@@ -46,7 +35,7 @@ POLICIES = ("clip", "other", "drop", "error")
 MISSING_POLICIES = ("other", "drop", "error")
 #: Time units of :func:`time_bins`: the bin width in seconds (months: 1 month, counted in months).
 TIME_UNITS = {"hour": 3600, "day": 86400, "week": 604800, "month": 1}
-_MONDAY = 4 * 86400  # 1970-01-05, a Monday, is 4 days after the epoch
+MONDAY = 4 * 86400  # 1970-01-05, a Monday, is 4 days after the epoch
 #: Largest number of cells an attribute may declare (a dense histogram is 8 bytes per cell).
 MAX_ATTRIBUTE_CELLS = 2**31
 
@@ -104,19 +93,19 @@ def _range_text(a: int, b: int) -> str:
     return f"{a} to {b}" if a < 0 or b < 0 else f"{a}-{b}"
 
 
-def _check_name(name, what="name"):
+def check_name(name, what="name"):
     if not isinstance(name, str) or not name:
         raise TypeError(f"an attribute {what} must be a non-empty string, got {name!r}")
     return name
 
 
-def _check_int(value, what, name):
+def check_int(value, what, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"attribute {name!r}: {what} must be an integer, got {value!r}")
     return int(value)
 
 
-def _check_real(value, what, name):
+def check_real(value, what, name):
     finite = isinstance(value, numbers.Real) and not isinstance(value, bool)
     try:
         finite = finite and math.isfinite(value)
@@ -257,7 +246,7 @@ class Attribute:
     time_zone: str | None = None  # IANA name whose wall clock time bins read (None: UTC)
 
     def __post_init__(self):
-        _check_name(self.name)
+        check_name(self.name)
         if self.time is not None and (
             self.time not in TIME_UNITS or self.kind != "bins" or self.width is None
         ):
@@ -275,7 +264,7 @@ class Attribute:
                 check_zone(self.time_zone)
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"attribute {self.name!r}: {exc}") from None
-        _check_name(self.column, "column")
+        check_name(self.column, "column")
         choice(self.policy, f"attribute {self.name!r}: policy", POLICIES)
         choice(self.missing, f"attribute {self.name!r}: missing", MISSING_POLICIES)
         if self.other is not None and (not isinstance(self.other, str) or not self.other):

@@ -12,20 +12,18 @@ import math
 from typing import Any
 
 from matmech.io.attribute import (
-    _MONDAY,
+    MONDAY,
     MAX_ATTRIBUTE_CELLS,
     MISSING_POLICIES,
     TIME_UNITS,
     Attribute,
     RegularBins,
-    _check_int,
-    _check_name,
-    _check_real,
+    check_int,
+    check_name,
+    check_real,
 )
 from matmech.io.attribute import trim_text
 from matmech.validate import choice, sequence
-
-__all__ = ["categories", "integer_range", "numeric_bins", "time_bins"]
 
 
 def _policies(name, policy, missing, other):
@@ -45,11 +43,11 @@ def integer_range(
 
     ``missing`` defaults to ``policy`` (``"error"`` when policy is ``"clip"``).
     """
-    _check_name(name)
+    check_name(name)
     lo, hi, width = (
-        _check_int(lo, "lo", name),
-        _check_int(hi, "hi", name),
-        _check_int(width, "width", name),
+        check_int(lo, "lo", name),
+        check_int(hi, "hi", name),
+        check_int(width, "width", name),
     )
     if hi < lo:
         raise ValueError(f"attribute {name!r}: need lo <= hi, got lo = {lo}, hi = {hi}")
@@ -90,7 +88,7 @@ def numeric_bins(
     ``lo``/``hi``/``width`` (regular bins from lo; the last ends at hi; held as
     :class:`RegularBins`, computed on demand, so 10⁹ bins cost no memory to declare) or
     explicit ``bins`` (increasing, non-overlapping (a, b) pairs; gaps are outside the domain)."""
-    _check_name(name)
+    check_name(name)
     given = [k for k, v in (("edges", edges), ("width", width), ("bins", bins)) if v is not None]
     if len(given) != 1:
         raise ValueError(
@@ -99,7 +97,7 @@ def numeric_bins(
     reg_width = None
     if edges is not None:
         edges = sequence(edges, f"attribute {name!r}: edges")
-        e = [_check_real(v, "an edge", name) for v in edges]
+        e = [check_real(v, "an edge", name) for v in edges]
         if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
             raise ValueError(
                 f"attribute {name!r}: edges must be at least two strictly increasing numbers, got {list(edges)!r}"
@@ -109,9 +107,9 @@ def numeric_bins(
         if lo is None or hi is None:
             raise ValueError(f"attribute {name!r}: width needs lo and hi")
         lo, hi, reg_width = (
-            _check_real(lo, "lo", name),
-            _check_real(hi, "hi", name),
-            _check_real(width, "width", name),
+            check_real(lo, "lo", name),
+            check_real(hi, "hi", name),
+            check_real(width, "width", name),
         )
         if not (hi > lo and reg_width > 0):
             raise ValueError(
@@ -131,7 +129,7 @@ def numeric_bins(
     else:
         try:
             pairs = tuple(
-                (_check_real(a, "a bin bound", name), _check_real(b, "a bin bound", name))
+                (check_real(a, "a bin bound", name), check_real(b, "a bin bound", name))
                 for a, b in bins
             )
         except (TypeError, ValueError):
@@ -215,7 +213,7 @@ def time_bins(
     (:mod:`matmech.io.zones`): naive ones are wall-clock time in the zone, zoned ones are
     moved to it. The engines compute the bins (:mod:`matmech.sources.engines`): the cell of v is
     ⌊(wall seconds(v) − start) / width⌋, or its local month count since ``start``'s month."""
-    _check_name(name)
+    check_name(name)
     choice(unit, f"attribute {name!r}: unit", TIME_UNITS)  # a non-string: TypeError
     if time_zone is not None:
         from matmech.io.zones import check_zone
@@ -237,7 +235,7 @@ def time_bins(
         width = 1
     else:
         width = TIME_UNITS[unit]
-        offset = _MONDAY if unit == "week" else 0
+        offset = MONDAY if unit == "week" else 0
         lo = (s - offset) // width * width + offset
         k = -(-(e - lo) // width)
     if k > MAX_ATTRIBUTE_CELLS:
@@ -264,7 +262,7 @@ def categories(
 ) -> Attribute:
     """String categories, one cell each in the order given (values are trimmed of
     :data:`~matmech.io.attribute.WHITESPACE` before matching, on every engine)."""
-    _check_name(name)
+    check_name(name)
     if not isinstance(values, str):
         values = sequence(values, f"attribute {name!r}: categories (a list of strings)")
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):

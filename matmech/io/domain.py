@@ -44,26 +44,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from matmech.io.attribute import (
-    MISSING_POLICIES,
-    POLICIES,
-    TIME_UNITS,
     Attribute,
-    RegularBins,
 )
 from matmech.io.declare import categories, integer_range, numeric_bins, time_bins
 
-__all__ = [
-    "Attribute",
-    "Domain",
-    "RegularBins",
-    "time_bins",
-    "TIME_UNITS",
-    "integer_range",
-    "numeric_bins",
-    "categories",
-    "POLICIES",
-    "MISSING_POLICIES",
-]
+#: The domain and its attribute builders, imported together (``from matmech.io.domain import
+#: Domain, categories``); the builders live in :mod:`matmech.io.declare`.
+__all__ = ["Domain", "categories", "integer_range", "numeric_bins", "time_bins"]
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Labels", "ProductLabels", "IntervalLabels", "label_bytes"]
-
 
 class _Block(Sequence):
     """A sequence of labels computed on demand: subclasses give ``__len__`` and

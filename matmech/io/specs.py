@@ -37,8 +37,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["read_toml", "Spec", "SpecError", "load_spec", "parse_spec"]
-
 
 class SpecError(ValueError):
     """A workload spec that cannot be read; the message names the file and the key.

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # names used only in annotations
     import os
 
-__all__ = ["save_strategy", "load_strategy", "TYPES", "FORMAT", "VERSION"]
 
 FORMAT = "matmech.strategy"
 VERSION = 1

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 from functools import lru_cache
 
-__all__ = ["ISO_TEXT", "ISO_ZONED", "check_zone", "offset_table", "wall_seconds", "zone_table"]
 
 _DATE, _TIME, _OFFSET = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}",

@@ -4,5 +4,3 @@
 :mod:`~matmech.linalg.intervals` (range/prefix workloads by their bounds),
 :mod:`~matmech.linalg.spectral` (closed-form spectra).
 """
-
-__all__: list[str] = []

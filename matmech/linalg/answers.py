@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Answers"]
-
 
 def _frozen(a, what):
     arr = np.array(a, dtype=np.float64, copy=True)

@@ -24,23 +24,11 @@ from matmech.linalg.operator import (
     FACTORED_SENSITIVITY_N,
     LinOp,
     Scaled,
-    _is_int,
+    is_int,
     as_linop,
     register,
 )
 from matmech import validate
-
-__all__ = [
-    "Identity",
-    "Ones",
-    "Kron",
-    "VStack",
-    "Sum",
-    "check_size",
-    "kron_terms",
-    "ProductTerm",
-    "product_terms",
-]
 
 
 def check_size(n, name="n"):
@@ -362,9 +350,7 @@ class VStack(LinOp):
         return np.vstack([w * b._dense() for w, b in zip(self.weights, self.blocks)])
 
     def integer_valued(self):
-        return all(_is_int(w) for w in self.weights) and all(
-            b.integer_valued() for b in self.blocks
-        )
+        return all(is_int(w) for w in self.weights) and all(b.integer_valued() for b in self.blocks)
 
     def entry_range(self):
         parts = [Scaled(b, w).entry_range() for w, b in zip(self.weights, self.blocks)]

@@ -33,21 +33,6 @@ from matmech import validate
 from matmech.linalg.answers import Answers
 from matmech.linalg.lazy import sla
 
-__all__ = [
-    "EXACT_RANK_MAX",
-    "PINV_RTOL",
-    "RANK_RTOL",
-    "cell_gls",
-    "cell_gls_bytes",
-    "exact_rank",
-    "gls",
-    "gls_answers",
-    "integer_gram",
-    "precision",
-    "precision_on",
-    "psd_solve",
-    "row_space_basis",
-]
 
 #: Eigenvalues of a Gram matrix below this fraction of the largest count as zero (float path).
 RANK_RTOL = 1e-9

@@ -17,10 +17,8 @@ import scipy.sparse as sp
 from matmech.linalg.linop import LinOp, check_size, register
 from matmech.linalg.normmax import check_p as _check_p
 
-__all__ = ["MAX_OVERLAP_BYTES", "Intervals", "AllRange", "Prefix", "IntervalGram"]
 
-
-def _prefix_apply(x):
+def prefix_apply(x):
     """P̃ x: row k is the sum of the first k cells (k = 0..n)."""
     out = np.zeros((x.shape[0] + 1, x.shape[1]))
     np.cumsum(x, axis=0, out=out[1:])
@@ -70,7 +68,7 @@ class Intervals(LinOp):
             yield start, *self.bounds(start, min(self.shape[0], start + size))
 
     def _matmat(self, x):
-        s = _prefix_apply(x)
+        s = prefix_apply(x)
         return np.vstack([s[hi + 1] - s[lo] for _, lo, hi in self._chunks()])
 
     def _rmatmat(self, y):
@@ -339,7 +337,7 @@ class IntervalGram(LinOp):
         self.shape = (workload.n, workload.n)
 
     def _matmat(self, x):
-        return _prefix_rapply(self.workload.laplacian_apply(_prefix_apply(x)))
+        return _prefix_rapply(self.workload.laplacian_apply(prefix_apply(x)))
 
     _rmatmat = _matmat
 

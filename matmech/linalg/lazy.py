@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-__all__ = ["lazy_module", "sla"]
-
 
 def lazy_module(name):
     """The module ``name``, executed on its first attribute access (PEP 562-style laziness

@@ -13,7 +13,6 @@ from matmech.linalg.operator import (
     DEFAULT_MAX_ENTRIES,
     FACTORED_SENSITIVITY_N,
     MAX_DENSE_ROUNDING,
-    REGISTRY,
     Dense,
     LinOp,
     RowSubset,
@@ -22,6 +21,7 @@ from matmech.linalg.operator import (
     as_linop,
     register,
 )
+from matmech.linalg.storage import REGISTRY
 
 __all__ = [
     "LinOp",

@@ -15,15 +15,13 @@ import math
 
 import numpy as np
 
+from matmech.linalg.products import marginal_terms
 from matmech.linalg.structured import (
     MAX_DENSE_N,
     MAX_LATTICE_ATTRIBUTES,
-    _marginal_terms,
-    _subset_sum,
-    _workload_spectrum,
+    subset_sum,
+    workload_spectrum,
 )
-
-__all__ = ["lattice_pair", "lattice_diag", "marginal_spectrum", "nuclear_norm"]
 
 
 def _lattice_eigenvalues(A, domain):
@@ -36,9 +34,9 @@ def _lattice_eigenvalues(A, domain):
         and tuple(A.domain) == tuple(domain)
     ):
         return np.asarray(A.eigenvalues(), dtype=np.float64)
-    marg = _marginal_terms(A)
+    marg = marginal_terms(A)
     if marg is not None and marg[1] == tuple(domain):
-        return _workload_spectrum(*marg)[0]
+        return workload_spectrum(*marg)[0]
     return None
 
 
@@ -46,7 +44,7 @@ def lattice_pair(W, A):
     """For a union of marginals W on a marginal-lattice strategy A: per W block (weight²,
     rows, trace of the block's W M Wᵀ) with M = (AᵀA)⁺, from the eigenvalues λ_T; None
     when the pair has no such structure. Raises when W is not in A's row space."""
-    marg = _marginal_terms(W)
+    marg = marginal_terms(W)
     if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
         return None
     terms, domain = marg
@@ -54,7 +52,7 @@ def lattice_pair(W, A):
     if lam is None:
         return None
     k = len(domain)
-    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    mu, mult, out_prod = workload_spectrum(terms, domain)
     need = (mu > 0) & (mult > 0)
     zero = lam <= 1e-12 * max(float(lam.max()), 1e-300)
     null = need & zero
@@ -68,7 +66,7 @@ def lattice_pair(W, A):
     q = np.zeros_like(lam)
     ok = (mult > 0) & ~zero  # classes with λ_T = 0 are outside every W subset here
     q[ok] = mult[ok] / lam[ok]
-    per_subset = _subset_sum(q, k)  # Σ_{T ⊆ S} m_T / λ_T
+    per_subset = subset_sum(q, k)  # Σ_{T ⊆ S} m_T / λ_T
     out = []
     for w2, s in terms:
         mask = sum(1 << i for i in s)
@@ -108,9 +106,9 @@ def _singular_value_sum(W, max_n=MAX_DENSE_N):
     closed-form gram spectrum (``gram_eigenvalues``), else a dense eigendecomposition."""
     factors = getattr(W, "kron_factors", lambda: None)()
     if factors is None:
-        marg = _marginal_terms(W)
+        marg = marginal_terms(W)
         if marg is not None:
-            mu, mult, _ = _workload_spectrum(*marg)  # vectorised marginal_spectrum
+            mu, mult, _ = workload_spectrum(*marg)  # vectorised marginal_spectrum
             return float((mult * np.sqrt(np.clip(mu, 0, None))).sum())
     if factors is not None:
         return float(np.prod([_singular_value_sum(f, max_n) for f in factors]))

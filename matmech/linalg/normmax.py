@@ -15,14 +15,6 @@ from functools import reduce
 
 import numpy as np
 
-__all__ = [
-    "SensitivityResult",
-    "factored_col_norms",
-    "factored_sensitivity",
-    "check_p",
-    "SENSITIVITY_NODE_CAP",
-    "SENSITIVITY_WORK_CAP",
-]
 
 #: Largest number of branch-and-bound nodes :func:`factored_sensitivity` visits before it
 #: returns the certified upper bound Σⱼ wⱼ Πᵢ max colnorm(Aᵢⱼ) instead of the exact maximum.

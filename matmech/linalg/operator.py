@@ -23,26 +23,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from matmech.linalg.normmax import SensitivityResult, check_p as _check_p
-from matmech.linalg.storage import REGISTRY, register
+from matmech.linalg.storage import register
 from matmech import validate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # names used only in annotations
     import numpy.typing as npt
 
-__all__ = [
-    "LinOp",
-    "Dense",
-    "Sparse",
-    "RowSubset",
-    "Scaled",
-    "as_linop",
-    "register",
-    "REGISTRY",
-    "DEFAULT_MAX_ENTRIES",
-    "MAX_DENSE_ROUNDING",
-    "FACTORED_SENSITIVITY_N",
-]
 
 #: Largest number of entries ``dense()`` builds by default (8·10⁷ doubles = 640 MB).
 DEFAULT_MAX_ENTRIES = 80_000_000
@@ -56,11 +43,11 @@ MAX_DENSE_ROUNDING = 50_000_000
 FACTORED_SENSITIVITY_N = 1 << 22
 
 
-def _is_int(c):
+def is_int(c):
     return float(c) == math.floor(float(c))
 
 
-def _rint(m, g):
+def rint(m, g):
     return g * np.rint(m / g)
 
 
@@ -269,9 +256,7 @@ class LinOp:
                 "Kronecker product of small factors), or strategy='auto' for a union of marginals (marginal tables)"
             )
         step = max(1, 4_000_000 // n)
-        blocks = [
-            sp.csr_matrix(_rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)
-        ]
+        blocks = [sp.csr_matrix(rint(self.rows(i, min(m, i + step)), g)) for i in range(0, m, step)]
         return sp.vstack(blocks, format="csr")
 
     def take_rows(self, rows):
@@ -384,7 +369,7 @@ class Dense(LinOp):
         return self.matrix
 
     def rounded_matrix(self, g):
-        return _rint(self.matrix, g)
+        return rint(self.matrix, g)
 
     def to_dict(self, out):
         return {"matrix": out.array(self.matrix)}
@@ -440,7 +425,7 @@ class Sparse(LinOp):
 
     def rounded_matrix(self, g):
         m = self.matrix.copy()
-        m.data = _rint(m.data, g)
+        m.data = rint(m.data, g)
         m.eliminate_zeros()
         return m
 
@@ -488,7 +473,7 @@ class Scaled(LinOp):
         return None if lam is None else self.c**2 * lam
 
     def integer_valued(self):
-        return _is_int(self.c) and self.base.integer_valued()
+        return is_int(self.c) and self.base.integer_valued()
 
     def entry_range(self):
         lo, hi = self.base.entry_range()

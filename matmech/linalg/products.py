@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from matmech.linalg.combinators import Kron, ProductTerm, VStack, product_terms
+from matmech.linalg.combinators import Kron, VStack, product_terms
 from matmech.linalg.intervals import Intervals
-
-__all__ = ["ProductTerm", "product_terms", "interval_kind", "marginal_terms"]
 
 
 def interval_kind(f: Any) -> str | None:

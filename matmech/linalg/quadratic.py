@@ -22,20 +22,11 @@ from functools import reduce
 
 import numpy as np
 
-from matmech.linalg.intervals import _prefix_apply
+from matmech.linalg.intervals import prefix_apply
 from matmech.linalg.lazy import sla
 from matmech.linalg.linop import Identity, as_linop
 from matmech.linalg.structured import MAX_DENSE_N, pinv_gram, split_diagonal, woodbury_factor
 
-__all__ = [
-    "MAX_VARIANCE_ROWS",
-    "quadratic_trace",
-    "quadratic_diag",
-    "quadratic_max",
-    "covariance",
-    "rowspace_residual",
-    "woodbury_diag",
-]
 
 #: Largest number of per-query variances returned as a vector.
 MAX_VARIANCE_ROWS = 50_000_000
@@ -67,7 +58,7 @@ def _pairs(W, M, *, identity=False):
 
 def _prefix_cov(M):
     """C = P̃ M P̃ᵀ ((n+1)×(n+1)), so that interval rows read their variance from C."""
-    return _prefix_apply(_prefix_apply(_as_dense(M)).T)
+    return prefix_apply(prefix_apply(_as_dense(M)).T)
 
 
 def quadratic_trace(W, M) -> float:

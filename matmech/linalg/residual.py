@@ -56,31 +56,6 @@ import numpy as np
 from matmech.linalg.linop import Dense, Kron, LinOp, Ones, check_size
 from matmech.validate import vector
 
-__all__ = [
-    "haar_contrasts",
-    "orthonormal_contrasts",
-    "check_lattice",
-    "closure",
-    "Lattice",
-    "lattice",
-    "residual_size",
-    "column_norm2",
-    "total_variance_coefficients",
-    "cell_variance_coefficients",
-    "marginal_cell_variances",
-    "total_variance",
-    "sensitivity2",
-    "svd_bound",
-    "residual_operator",
-    "exact_cell_variances",
-    "lift_row_variances",
-    "apply_axes",
-    "apply_axes_batched",
-    "contrast_operators",
-    "MAX_SUBSET_SIZE",
-    "max_column_l1",
-    "table_sensitivity1",
-]
 
 #: Largest attribute subset of a lattice (2^k residuals per marginal).
 MAX_SUBSET_SIZE = 8

@@ -16,8 +16,6 @@ import numpy as np
 
 from matmech.linalg.linop import LinOp, check_size
 
-__all__ = ["BlockSpectral", "NestedCovariance", "tree_depths"]
-
 
 class BlockSpectral(LinOp):
     """The symmetric operator Σ_ℓ λ_ℓ Π_ℓ over nested aligned block partitions."""

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["REGISTRY", "OperatorWalk", "fingerprint", "register"]
 
 #: Type name → operator class, for every class a strategy file may hold (:mod:`matmech.io.store`).
 REGISTRY: dict[str, type] = {}

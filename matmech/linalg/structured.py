@@ -6,11 +6,11 @@ where the structure allows, used by the error analysis and by least squares alik
   products and scalings factor; block-spectral grams (identity, uniform hierarchies, Haar) invert in
   closed form (trees and Haar on any n through their own ``gram_pinv``,
   :class:`~matmech.linalg.spectral.NestedCovariance`); a plain union of marginals beyond :data:`MAX_DENSE_N` cells by its lattice
-  spectrum (as :class:`~matmech.optimizers.marginals.MarginalStrategy`); anything else by a
+  spectrum (as :class:`~matmech.optimizers.marginal_lattice.MarginalStrategy`); anything else by a
   dense eigen-decomposition up to :data:`MAX_DENSE_N`.
 * The marginal lattice: ``_marginal_terms`` (a weighted union of marginals as (weight²,
-  subset) terms, :func:`matmech.linalg.products.marginal_terms`), ``_workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
-  transforms and ``_spectral_pinv``, shared by the error analysis and the marginal optimiser.
+  subset) terms, :func:`matmech.linalg.products.marginal_terms`), ``workload_spectrum`` (its eigenvalues λ_T per class T), the zeta
+  transforms and ``spectral_pinv``, shared by the error analysis and the marginal optimiser.
 * :func:`split_diagonal` / :func:`woodbury_factor`: strategies made of single-entry rows
   plus r ≤ n/4 other rows, as HDMM's p-Identity [I; Θ]D (McKenna et al., VLDB 2018):
   (D + RᵀR)⁻¹ = D⁻¹ − D⁻¹Rᵀ(I + RD⁻¹Rᵀ)⁻¹RD⁻¹ (Woodbury), O(n r²).
@@ -41,18 +41,6 @@ from matmech.linalg.linop import (
 from matmech.linalg.products import marginal_terms as _marginal_terms
 from matmech.linalg.spectral import BlockSpectral
 
-__all__ = [
-    "pinv_gram",
-    "GramFactor",
-    "gram_inverse",
-    "split_diagonal",
-    "woodbury_factor",
-    "woodbury_solve",
-    "RoundedDense",
-    "RoundedSparse",
-    "MAX_DENSE_N",
-    "CHOLESKY_N",
-]
 
 #: Largest domain for which a general (unstructured) strategy gram is inverted densely.
 MAX_DENSE_N = 8192
@@ -127,21 +115,21 @@ class GramFactor(Dense):
 
 def _marginal_union_pinv(A):
     """A plain weighted union of marginals inverts like the equal MarginalStrategy: the
-    spectral form Σ_T λ_T⁻¹ P_T (:mod:`matmech.optimizers.marginals`), or None."""
+    spectral form Σ_T λ_T⁻¹ P_T (:mod:`matmech.optimizers.marginal_lattice`), or None."""
     marg = _marginal_terms(A)
     if marg is None or len(marg[1]) > MAX_LATTICE_ATTRIBUTES:
         return None
-    lam = _workload_spectrum(*marg)[0]
-    return _spectral_pinv(marg[1], lam, _masks(marg[1])[1])
+    lam = workload_spectrum(*marg)[0]
+    return spectral_pinv(marg[1], lam, lattice_masks(marg[1])[1])
 
 
-# -- the marginal lattice (McKenna et al. 2018 §6.3; :mod:`matmech.optimizers.marginals`) ---------------
+# -- the marginal lattice (McKenna et al. 2018 §6.3; :mod:`matmech.optimizers.marginal_lattice`) ---------------
 
 #: Largest number of attributes whose 2^k lattice classes the structured paths enumerate.
 MAX_LATTICE_ATTRIBUTES = 20
 
 
-def _masks(domain):
+def lattice_masks(domain):
     # Πᵢ∉S dᵢ and Πᵢ∈S (dᵢ − 1) for every mask S, built bit by bit (bit i is the high half)
     out_prod, mult = np.ones(1), np.ones(1)
     for d in domain:
@@ -150,7 +138,7 @@ def _masks(domain):
     return out_prod, mult
 
 
-def _superset_inplace(lam, k):
+def superset_inplace(lam, k):
     """λ_T = Σ_{S ⊇ T} c_S (zeta transform over supersets) in place on the C-contiguous
     length-2^k array ``lam`` holding c, O(k 2^k): level i adds each mask with bit i set to
     the same mask without it, on a strided view (no index arrays)."""
@@ -171,8 +159,8 @@ def _superset_inplace(lam, k):
 _SHORT_LEVELS = 3
 
 
-def _subset_inplace(c, k):
-    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets), in place as :func:`_superset_inplace`."""
+def subset_inplace(c, k):
+    """Σ_{T ⊆ S} c_T for every S (zeta transform over subsets), in place as :func:`superset_inplace`."""
     for i in range(k):
         if i < _SHORT_LEVELS:
             for j in range(1 << i):
@@ -183,26 +171,26 @@ def _subset_inplace(c, k):
     return c
 
 
-def _superset_sum(c, k):
+def superset_sum(c, k):
     """λ_T = Σ_{S ⊇ T} c_S on a copy of c."""
-    return _superset_inplace(np.array(c, copy=True, order="C"), k)
+    return superset_inplace(np.array(c, copy=True, order="C"), k)
 
 
-def _subset_sum(c, k):
+def subset_sum(c, k):
     """Σ_{T ⊆ S} c_T for every S, on a copy of c."""
-    return _subset_inplace(np.array(c, copy=True, order="C"), k)
+    return subset_inplace(np.array(c, copy=True, order="C"), k)
 
 
-def _workload_spectrum(terms, domain):
+def workload_spectrum(terms, domain):
     k = len(domain)
-    out_prod, mult = _masks(domain)
+    out_prod, mult = lattice_masks(domain)
     c = np.zeros(1 << k)
     for w2, s in terms:
         c[sum(1 << i for i in s)] += w2 * out_prod[sum(1 << i for i in s)]
-    return _superset_sum(c, k), mult, out_prod
+    return superset_sum(c, k), mult, out_prod
 
 
-def _class_projector_factors(domain, mask):
+def class_projector_factors(domain, mask):
     """⊗ᵢ (I − J/dᵢ if i ∈ T else J/dᵢ): the projector onto the class T."""
     out = []
     for i, d in enumerate(domain):
@@ -211,7 +199,7 @@ def _class_projector_factors(domain, mask):
     return out
 
 
-def _spectral_pinv(domain, lam, mult, tol=1e-12):
+def spectral_pinv(domain, lam, mult, tol=1e-12):
     """(Σ_T λ_T⁻¹ P_T as a Sum of Krons, the null projector Σ_{λ_T=0} P_T or None)."""
     top = float(lam.max()) if lam.size else 0.0
     pos, null = [], []
@@ -219,9 +207,9 @@ def _spectral_pinv(domain, lam, mult, tol=1e-12):
         if mult[mask] == 0:
             continue  # an attribute of size 1 is never mean-zero: the class is empty
         if lam[mask] > tol * top:
-            pos.append(Scaled(Kron(*_class_projector_factors(domain, mask)), 1.0 / lam[mask]))
+            pos.append(Scaled(Kron(*class_projector_factors(domain, mask)), 1.0 / lam[mask]))
         else:
-            null.append(Kron(*_class_projector_factors(domain, mask)))
+            null.append(Kron(*class_projector_factors(domain, mask)))
     return Sum(pos), (Sum(null) if null else None)
 
 

@@ -19,7 +19,6 @@ import numpy as np
 from matmech.linalg.linop import Identity, Kron, LinOp, Ones, VStack, as_linop
 from matmech.linalg.products import interval_kind, product_terms
 
-__all__ = ["Terms", "as_terms", "restrict", "MarginalWorkload", "marginal_workload", "MAX_CHECK_N"]
 
 #: Factors up to this size are classified from their dense form; larger ones by type.
 MAX_CHECK_N = 4096

@@ -18,8 +18,6 @@ import numpy as np
 
 from matmech.linalg.spectral import tree_depths
 
-__all__ = ["tree_plan", "tree_solve", "haar_solve"]
-
 
 # -- trees: two passes (Hay et al. 2010) ---------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Secure measurement of a generalised marginal strategy from its marginal tables.
 
-A :class:`~matmech.optimizers.marginals.GeneralMarginalStrategy` (HDMM's OPT_M with
+A :class:`~matmech.optimizers.general_marginal_error.GeneralMarginalStrategy` (HDMM's OPT_M with
 per-attribute factors, McKenna et al., VLDB 2018, §6.3) has the rows θ_S ⊗ᵢ(Qᵢ if i ∈ S
 else 1ᵀ): on x it measures, for every subset S with θ_S > 0, the marginal table t_S of x on S
 through the per-attribute factors, (⊗_{i∈S} Qᵢ) t_S. Nothing domain-sized is needed.
@@ -27,7 +27,7 @@ weighted tables of :mod:`matmech.measurements.residual`):
   checked in exact rationals after the scales are rounded up to ``scale_bits`` bits.
 * (ε, δ): Z_S discrete Gaussian of σ_S/h_S, σ_S >= σ₁/θ_S, σ₁ =
   :func:`matmech.privacy.calibration.gaussian_sigma` at Δ₂ = factor·(Σ_S θ_S² Π_{i∈S}
-  ‖Q'ᵢ‖₂²)^{1/2} (:func:`matmech.optimizers.marginals.general_marginal_sensitivity2`, exact:
+  ‖Q'ᵢ‖₂²)^{1/2} (:func:`matmech.optimizers.general_marginal_error.general_marginal_sensitivity2`, exact:
   attained at every attribute's largest column): independent coordinates,
   ρ = Σ_S ‖Q'_S Δt_S‖²/(2σ_S²) <= Δ₂²/(2σ₁²) (the argument of :mod:`matmech.measurements.residual`).
   σ_S/h_S is rounded up on the residual path's grid (1/(2σ²) to ``scale_bits`` bits,
@@ -48,20 +48,16 @@ import numpy as np
 
 from matmech.measurements.residual import DEFAULT_SCALE_BITS, bucket_up
 from matmech.linalg.linop import Dense, Identity
-from matmech.optimizers.marginals import GeneralMarginalStrategy, general_marginal_sensitivity2
+from matmech.optimizers.general_marginal_error import (
+    GeneralMarginalStrategy,
+    general_marginal_sensitivity2,
+)
 from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma, neighbor_sensitivity
 from matmech.privacy.events import ApproxDP, DiscreteGaussian
 from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 
-__all__ = [
-    "GMarginalMeasurementPlan",
-    "GMarginalMeasurement",
-    "plan_gmarginal",
-    "measure_gmarginal",
-    "MAX_BITS",
-]
 
 #: Bits of each factor's largest column norm kept by its grid (at most).
 MAX_BITS = 20

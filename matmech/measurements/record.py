@@ -12,8 +12,6 @@ import numpy as np
 
 from matmech.linalg.linop import LinOp
 
-__all__ = ["MeasurementRecord", "strategy_record"]
-
 
 @dataclass(frozen=True, eq=False)
 class MeasurementRecord:

@@ -69,27 +69,6 @@ from matmech.privacy.measure import check_max_records
 from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
 from matmech.measurements.record import MeasurementRecord
 
-__all__ = [
-    "MAX_MEMORY",
-    "ResidualMeasurementPlan",
-    "ResidualMeasurement",
-    "plan_residual_measurement",
-    "measure_residuals",
-    "ResidualBatch",
-    "residual_batches",
-    "measure_batch",
-    "residual_event",
-    "bucket_up",
-    "row_noise",
-    "least_sigma",
-    "MAX_SIGMA",
-    "DEFAULT_SCALE_BITS",
-    "LaplaceMeasurementPlan",
-    "plan_residual_laplace",
-    "measure_residuals_laplace",
-    "combine_tables",
-    "MAX_LAPLACE_SCALE",
-]
 
 _SCALE_MARGIN = 1.0 + 1e-12  # τ_j = σ_T·λ_j computed in floats, rounded up
 #: Significant bits of 1/(2σ²) when the per-row σ are rounded up (shared sampler tables;
@@ -218,7 +197,7 @@ def _share_tables(variances, members) -> bool:
     v = np.asarray(variances, dtype=np.float64)
     draws = sigmas = 0
     for shape, js in members.items():
-        l2, cls = _row_keys(shape, range(len(shape)))
+        l2, cls = row_keys(shape, range(len(shape)))
         draws += len(js) * cls.size
         sigmas += np.unique(v[js]).size * l2.size
     return draws < _OWN_TABLES_DRAWS * sigmas
@@ -240,7 +219,7 @@ def _contrast(tables, domain, T, max_records):
     return arr
 
 
-def _row_keys(domain, T):
+def row_keys(domain, T):
     """(λ² per distinct row class, class index of every row): the classes are the
     combinations of per-attribute distinct norms, so no large array is sorted."""
     uniq, inv = [np.ones(1)], np.zeros((), dtype=np.int64)
@@ -282,7 +261,7 @@ def residual_batches(mplan):
     same noise for the same ``rng``."""
     variances = np.asarray(mplan.plan.variances, dtype=np.float64)
     for shape, members in _by_shape(mplan.plan.lattice).items():  # one stack per shape
-        l2, cls = _row_keys(shape, range(len(shape)))
+        l2, cls = row_keys(shape, range(len(shape)))
         step = max(1, _CHUNK // cls.size)
         for at in range(0, len(members), step):  # chunks bound the temporary arrays
             J = np.array(members[at : at + step], dtype=np.int64)
@@ -390,7 +369,7 @@ class _Scaled(Mapping):
     def __getitem__(self, T):
         j = self._at[T]
         shape = tuple(self._lat.domain[i] for i in T)
-        l2, cls = _row_keys(shape, range(len(shape)))  # per access: no residual-size cache
+        l2, cls = row_keys(shape, range(len(shape)))  # per access: no residual-size cache
         lam = np.sqrt(l2)[cls] if self._field == "values" else l2[cls]
         out = (getattr(self._records[j], self._field) / lam).reshape(tuple(n - 1 for n in shape))
         out.setflags(write=False)

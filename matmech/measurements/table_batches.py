@@ -33,7 +33,6 @@ import numpy as np
 from matmech.linalg.residual import apply_axes_batched, contrast_operators
 from matmech.privacy import noise
 
-__all__ = ["TableBatch", "TableBatches", "accumulate"]
 
 #: Noisy table cells drawn and combined as one batch (bounds the temporaries).
 _CHUNK = 1 << 22

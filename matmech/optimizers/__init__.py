@@ -5,5 +5,3 @@ algebra on W: no data, no privacy budget.
 
 :mod:`~matmech.optimizers.dispatch` holds the entry point :func:`matmech.optimize`.
 """
-
-__all__: list[str] = []

@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-__all__ = ["blas_threads", "capped", "default_threads"]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -16,7 +16,7 @@ Methods (see the modules for the maths and the papers):
   attribute subsets measured through per-attribute factor strategies (p-Identity on
   attributes queried by prefixes, ranges or custom predicates), lattice weights and factors
   optimised jointly for the pure-ε error, scored exactly from the factors
-  (:func:`matmech.optimizers.marginals.optimize_general_marginals`); under (ε, δ) the
+  (:func:`matmech.optimizers.general_marginals.optimize_general_marginals`); under (ε, δ) the
   lattice weights are then re-optimised for the L2 error with the factors fixed;
 * ``"kronstack"`` — pure ε (p-Identity factors) or (ε, δ) (certified L2 factor optima, square-root weights), a union of Kronecker products with one term per group of
   workload terms (HDMM's OPT₊, :mod:`matmech.optimizers.kronstack`); its error is exact on
@@ -70,27 +70,11 @@ from matmech.limits import steady
 from matmech.linalg.linop import as_linop, check_size
 from matmech.optimizers import kronfit
 from matmech.optimizers.blas import blas_threads, capped
-from matmech.optimizers.families import FAMILIES, _check_method, auto_families
-from matmech.optimizers.kronfit import (
-    KRON_FILL_STARTS,
-    KRON_ROUNDS,
-    check_kron_memory,
-)
-from matmech.optimizers.result import OptimizeResult, _result
+from matmech.optimizers.families import FAMILIES, check_method, auto_families
+from matmech.optimizers.result import optimize_result
 from matmech.privacy.calibration import noise_variance
 from matmech.privacy.params import check_privacy_params
 
-__all__ = [
-    "CERTIFIED_GAP",
-    "FamilyResult",
-    "fit_families",
-    "KRON_FILL_STARTS",
-    "KRON_ROUNDS",
-    "METHODS",
-    "OptimizeResult",
-    "check_kron_memory",
-    "optimize",
-]
 
 #: ``"auto"`` and the built-in families (registered later ones: ``families.method_names()``).
 METHODS = ("auto", *FAMILIES)
@@ -215,7 +199,7 @@ def optimize(
         maxiter = check_size(maxiter, "maxiter")
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    _check_method(method, delta, W)
+    check_method(method, delta, W)
     if families is not None and method != "auto":
         raise ValueError(f"families= restricts method='auto', not method={method!r}")
     wanted = families
@@ -251,7 +235,7 @@ def optimize(
                 time_limit=time_limit,
                 report=report,
             )
-            return _result(W, eps, delta, families[0], *fit, bound=bound)
+            return optimize_result(W, eps, delta, families[0], *fit, bound=bound)
         # auto over several families: a family's failure is recorded and the next one tried
         best, failed, tried, spent = None, {}, {}, 0.0
         for fam in fit_families(
@@ -285,7 +269,7 @@ def optimize(
         params["tried"] = MappingProxyType(tried)
         if failed:
             params["failed"] = MappingProxyType(failed)
-        return _result(
+        return optimize_result(
             W,
             eps,
             delta,

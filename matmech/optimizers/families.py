@@ -21,24 +21,20 @@ from typing import Any
 from matmech.linalg.linop import LinOp, VStack
 from matmech.linalg.structured import MAX_DENSE_N
 from matmech.optimizers import (
+    general_marginal_error,
+    general_marginals,
+    marginal_lattice,
+    marginal_workloads,
     kronstack as opt_kronstack,
     l2 as opt_l2,
-    marginals as opt_marginals,
     pure as opt_pure,
     unions as opt_unions,
 )
 from matmech.optimizers.gram import GramOperator
-from matmech.optimizers.kronfit import _fit_1d, _kron
+from matmech.optimizers.pidentity import PIdentity
+from matmech.optimizers.kronfit import fit_1d, fit_kron
 from matmech.privacy.calibration import noise_variance
 
-__all__ = [
-    "FAMILIES",
-    "Family",
-    "FamilyFit",
-    "auto_families",
-    "histogram_refusal",
-    "register_family",
-]
 
 #: The privacy models: pure ε (Laplace noise, L1 sensitivity) and (ε, δ) (Gaussian, L2).
 MODELS = ("pure", "l2")
@@ -107,7 +103,7 @@ def register_family(family: Family, *, replace: bool = False) -> Family:
 
 def _needs_kron(method):
     def check(W):
-        if opt_marginals.kron_blocks(W) is None:
+        if marginal_workloads.kron_blocks(W) is None:
             return f"method={method!r} needs a Kronecker workload or a union of Kronecker products over the same attributes"
         return None
 
@@ -115,7 +111,7 @@ def _needs_kron(method):
 
 
 def _needs_marginals(W):
-    if opt_marginals.expand_marginals(W) is None:
+    if marginal_workloads.expand_marginals(W) is None:
         return "method='marginals' needs a union of marginals (workloads.marginals); this workload is not one"
     return None
 
@@ -133,13 +129,13 @@ def _theta_by_subset(theta, k):
 def _fit_marginals(W, eps, delta, *, restarts, rng, report, **_):
     report(0.0, "marginal lattice")
     params: dict = {}
-    Wm = opt_marginals.expand_marginals(W)
+    Wm = marginal_workloads.expand_marginals(W)
     if Wm is not W:
         params["expanded_marginals"] = len(Wm.blocks)
     fit = (
-        opt_marginals.optimize_marginals_pure(Wm, restarts=restarts, rng=rng)
+        marginal_lattice.optimize_marginals_pure(Wm, restarts=restarts, rng=rng)
         if delta == 0
-        else opt_marginals.optimize_marginals_l2(Wm)
+        else marginal_lattice.optimize_marginals_l2(Wm)
     )
     params["theta"] = _theta_by_subset(fit.theta, len(fit.strategy.domain))
     # W_err: a workload with the same gram, on which the error has a cheap form
@@ -151,10 +147,8 @@ def _fit_gmarginals(W, eps, delta, *, restarts, rng, report, shared=None, **_):
     kron_factors = None if shared is None else shared.get("kron_factors")
     given = None
     if kron_factors is not None:  # a single Kronecker workload: the kron family's factor fits
-        given = {
-            i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, opt_pure.PIdentity)
-        }
-    fit = opt_marginals.optimize_general_marginals(
+        given = {i: f.theta for i, f in enumerate(kron_factors) if isinstance(f, PIdentity)}
+    fit = general_marginals.optimize_general_marginals(
         W, restarts=restarts, rng=rng, factor_thetas=given or None, norm=2 if delta > 0 else 1
     )
     strategy = fit.strategy
@@ -170,7 +164,9 @@ def _fit_gmarginals(W, eps, delta, *, restarts, rng, report, shared=None, **_):
         )
 
     def error():  # run after the fit is timed
-        return unit * opt_marginals.general_marginal_error(W, strategy, p=2 if delta > 0 else 1)
+        return unit * general_marginal_error.general_marginal_error(
+            W, strategy, p=2 if delta > 0 else 1
+        )
 
     return FamilyFit(strategy, None, params, error=error)
 
@@ -215,7 +211,7 @@ def _kronstack_bound(W, eps, delta):
 def _fit_kron(
     W, eps, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None
 ):
-    strategy, params = _kron(
+    strategy, params = fit_kron(
         W,
         delta,
         restarts=restarts,
@@ -291,7 +287,7 @@ def _fit_pidentity(W, eps, delta, *, restarts, rng, maxiter, time_limit, report,
         if count[0] % 10 == 0:
             report(count[0] / cap, f"iteration {count[0]}, objective {f:.6g}")
 
-    strategy, _, params = _fit_1d(
+    strategy, _, params = fit_1d(
         op,
         0.0,
         restarts=restarts,
@@ -353,10 +349,10 @@ def _builtin_candidates(W, delta):
     """The built-in families ``method="auto"`` tries, in order (the first is the one reported when
     the results tie). Every applicable multi-attribute family runs and the lowest error is
     kept (HDMM's "best template"); a certified optimum (gap ≤ CERTIFIED_GAP) ends the search."""
-    blocks = opt_marginals.kron_blocks(W)
+    blocks = marginal_workloads.kron_blocks(W)
     multi = blocks is not None and len(blocks[0][1]) > 1
     out = []
-    if opt_marginals.expand_marginals(W) is not None:
+    if marginal_workloads.expand_marginals(W) is not None:
         out.append("marginals")
     if delta > 0:
         if multi and len(blocks) == 1:
@@ -396,7 +392,7 @@ def auto_families(W, delta):
     ]
 
 
-def _check_method(method, delta, W):
+def check_method(method, delta, W):
     if not isinstance(method, str):
         raise TypeError(
             f"method must be one of {method_names()}, got {type(method).__name__}: {method!r}"

@@ -16,10 +16,10 @@ import weakref
 import numpy as np
 
 from matmech.linalg.structured import (
-    _class_projector_factors,
-    _subset_inplace,
-    _superset_inplace,
-    _superset_sum,
+    class_projector_factors,
+    subset_inplace,
+    superset_inplace,
+    superset_sum,
 )
 from matmech.linalg.linop import (
     Dense,
@@ -33,16 +33,8 @@ from matmech.linalg.linop import (
     register,
 )
 from matmech.optimizers.gram import FactorGrams, distinct_by_id
-from matmech.optimizers.marginal_workloads import _identity_like, _total_like, kron_blocks
+from matmech.optimizers.marginal_workloads import identity_like, total_like, kron_blocks
 
-__all__ = [
-    "GeneralMarginalStrategy",
-    "general_marginal_error",
-    "factor_col_norm2",
-    "general_marginal_sensitivity2",
-    "MAX_GENERAL_ATTRIBUTES",
-    "MAX_FACTOR_N",
-]
 
 #
 # A generalised marginal strategy measures, for every attribute subset S with θ_S > 0, the rows
@@ -86,16 +78,16 @@ def _factor_inverse(Q, n):
     return np.linalg.inv(b)
 
 
-def _live_grams(prob, i):
+def live_grams(prob, i):
     """(gram, weight) of attribute ``i``'s distinct non-total factor grams in ``prob``
     (a :class:`_GeneralProblem`), each weighted by the squared row weights of the terms
     using it: what a per-attribute fit of the union sees."""
     lst, idx = prob.uniq[i]
     weight = np.bincount(idx, weights=prob.v2, minlength=len(lst))
-    return [(c, wt) for c, wt in zip(lst, weight) if not _total_gram(c)]
+    return [(c, wt) for c, wt in zip(lst, weight) if not total_gram(c)]
 
 
-def _total_gram(c):
+def total_gram(c):
     """True if the dense gram c is a multiple of 11ᵀ (a total query, or copies of it)."""
     return bool(np.all(c == c.flat[0]))
 
@@ -129,7 +121,7 @@ class _GeneralProblem:
         # the classes a term reaches: T ⊆ Z_k, Z_k = the attributes where C_ik is not ∝ 11ᵀ
         # (a_in = trace(C N_in) = 0 exactly when C ∝ 11ᵀ, since N_in 1 = 0): η and its
         # gradient are sums over these Σ_k 2^|Z_k| entries, not over K × 2^k
-        total = [[_total_gram(c) for c in lst] for lst, _ in self.uniq]  # per distinct gram
+        total = [[total_gram(c) for c in lst] for lst, _ in self.uniq]  # per distinct gram
         term_idx, masks = [], []
         support = []  # per term: the mask of Z_k
         for kk in range(self.v2.size):
@@ -209,7 +201,7 @@ class _GeneralProblem:
         """F = (Σθ)² Σ_T η_T/λ_T (inf when a class with workload mass has λ_T = 0)."""
         g, a_out, a_in, _ = self.numbers(minvs)
         eta = self.eta(a_out, a_in)
-        lam = _superset_sum(np.asarray(theta) ** 2 * _outer_products(g), self.k)
+        lam = superset_sum(np.asarray(theta) ** 2 * _outer_products(g), self.k)
         need = eta > 0
         if np.any(lam[need] <= 1e-300):
             return math.inf
@@ -229,7 +221,7 @@ class _GeneralProblem:
         eta = np.bincount(self.masks, weights=self.v2[self.term_idx] * E, minlength=1 << k)
         outg = _outer_products(g)
         th = np.asarray(theta, dtype=np.float64)
-        lam = _superset_inplace(th * th * outg, k)
+        lam = superset_inplace(th * th * outg, k)
         need = eta > 0
         if np.any(lam[need] <= 1e-300):
             return math.inf, np.zeros_like(th), {}
@@ -239,7 +231,7 @@ class _GeneralProblem:
         err = float((eta * R).sum())
         F = s * s * err
         # θ: as marginal_objective with μ = η, out_prod = Π_{i∉S} gᵢ
-        sub = _subset_inplace(eta * R * R, k)
+        sub = subset_inplace(eta * R * R, k)
         dth = 2.0 * s * err - s * s * 2.0 * th * outg * sub
         grads = {}
         if self.free:
@@ -290,7 +282,7 @@ class _GeneralProblem:
         return F, dth, grads
 
 
-def _pidentity_minv(theta):
+def pidentity_minv(theta):
     """(B⁻¹, s) of the p-Identity [I; Θ]D: D⁻¹(I + ΘᵀΘ)⁻¹D⁻¹ with D⁻¹ = diag(1 + 1ᵀΘ)."""
     s = 1.0 + theta.sum(0)
     p = theta.shape[0]
@@ -305,7 +297,7 @@ class GeneralMarginalStrategy(VStack):
     """Weighted union of generalised marginals: rows θ_S ⊗ᵢ(Qᵢ if i ∈ S else 1ᵀ) for θ_S > 0.
 
     ``factors[i]`` is attribute i's factor strategy Qᵢ (an Identity or a
-    :class:`~matmech.optimizers.pure.PIdentity`; every column of L1 norm 1, so sens₁ = Σθ_S).
+    :class:`~matmech.optimizers.pidentity.PIdentity`; every column of L1 norm 1, so sens₁ = Σθ_S).
     ``gram_pinv()`` is the factored generalised inverse Σ_T λ_T⁻¹ ⊗ᵢ Nᵢ^{[i∈T]} (see the
     comment above; the Moore–Penrose inverse when every λ_T > 0, otherwise a symmetric
     generalised inverse giving the same W(AᵀA)⁻Wᵀ for every W in the row space), and
@@ -350,7 +342,7 @@ class GeneralMarginalStrategy(VStack):
         """λ_T for every class mask T (bit i: attribute i in the complement of uᵢ)."""
         minvs = self.factor_inverses()
         g = [float(m.sum()) for m in minvs]
-        return _superset_sum(self.theta**2 * _outer_products(g), len(self.domain_sizes))
+        return superset_sum(self.theta**2 * _outer_products(g), len(self.domain_sizes))
 
     def sensitivity_details(self, p=1):
         from matmech.linalg.normmax import factored_sensitivity
@@ -366,7 +358,7 @@ class GeneralMarginalStrategy(VStack):
             y = m.sum(1)
             out = np.outer(y, y) / float(y.sum())
             parts.append((Dense(out), Dense(m - out) if m.shape[0] > 1 else None))
-        lam = _superset_sum(self.theta**2 * _outer_products([float(m.sum()) for m in minvs]), k)
+        lam = superset_sum(self.theta**2 * _outer_products([float(m.sum()) for m in minvs]), k)
         top = float(lam.max())
         pos, null = [], []
         for mask in range(1 << k):
@@ -380,7 +372,7 @@ class GeneralMarginalStrategy(VStack):
                 # a PSD operator whose range is the class's share of null(A): yᵢ on attributes
                 # outside T, the mean-zero vectors on T (its range, not an orthogonal projector)
                 null.append(
-                    Kron(*_class_projector_factors(domain, mask))
+                    Kron(*class_projector_factors(domain, mask))
                     if all(isinstance(f, Identity) for f in self.factors)
                     else Kron(
                         *[
@@ -417,7 +409,7 @@ class GeneralMarginalStrategy(VStack):
         )
 
 
-def _identity_total_gram(c):
+def identity_total_gram(c):
     """True if the dense gram c is a·I + b·11ᵀ (identities, totals and stacks of them)."""
     n = c.shape[0]
     if n == 1:
@@ -472,7 +464,7 @@ def _read_terms(W):
         d
         for i, d in enumerate(domain)
         if d > MAX_FACTOR_N
-        and not all(_identity_like(fs[i]) or _total_like(fs[i]) for _, fs in blocks)
+        and not all(identity_like(fs[i]) or total_like(fs[i]) for _, fs in blocks)
     ]
     if big:
         raise ValueError(
@@ -490,7 +482,7 @@ def _read_terms(W):
     return terms, domain, blocks
 
 
-def _problem(W, free=None):
+def general_marginal_problem(W, free=None):
     """(problem, domain, blocks) of the generalised marginal error for a union of Kronecker
     products W; ``free``: the attributes with a free factor (None: those queried by more than
     identities and totals, grams aI + b11ᵀ)."""
@@ -498,7 +490,7 @@ def _problem(W, free=None):
     if free is None:
         # the terms share a few gram arrays (FactorGrams): each distinct one is checked once
         grams = [distinct_by_id([cs[i] for _, cs in terms])[0] for i in range(len(domain))]
-        free = [i for i, gs in enumerate(grams) if not all(_identity_total_gram(c) for c in gs)]
+        free = [i for i, gs in enumerate(grams) if not all(identity_total_gram(c) for c in gs)]
     return _GeneralProblem(terms, domain, free), domain, blocks
 
 
@@ -527,7 +519,7 @@ def factor_col_norm2(Q):
     return float(np.max(np.asarray(Q.col_norms(2), dtype=np.float64))) ** 2
 
 
-def _inside_products(c):
+def inside_products(c):
     """Π_{i∈S} cᵢ for every mask S (bit i = attribute i in S)."""
     out = np.ones(1)
     for ci in c:
@@ -552,12 +544,12 @@ def general_marginal_sensitivity2(theta, col2):
         raise ValueError(
             f"need {1 << len(c)} lattice weights for {len(c)} attributes, got shape {th.shape}"
         )
-    return float(np.dot(th * th, _inside_products(c)))
+    return float(np.dot(th * th, inside_products(c)))
 
 
 def _general_trace(W, A):
     """trace(WᵀW (AᵀA)⁻) of :func:`general_marginal_error` (no sensitivity)."""
-    prob, domain, _ = _problem(W, free=())
+    prob, domain, _ = general_marginal_problem(W, free=())
     if domain != A.domain_sizes:
         raise ValueError(
             f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
@@ -565,7 +557,7 @@ def _general_trace(W, A):
     minvs = A.factor_inverses()
     g, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)
-    lam = _superset_sum(A.theta**2 * _outer_products(g), prob.k)
+    lam = superset_sum(A.theta**2 * _outer_products(g), prob.k)
     need = eta > 0
     zero = lam <= 1e-12 * float(lam.max())
     if np.any(need & zero):

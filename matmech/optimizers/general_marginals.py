@@ -17,22 +17,15 @@ import numpy as np
 
 from matmech.optimizers.general_marginal_error import (
     GeneralMarginalStrategy,
-    _inside_products,
-    _pidentity_minv,
-    _problem,
+    inside_products,
+    pidentity_minv,
+    general_marginal_problem,
     factor_col_norm2,
 )
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
-from matmech.optimizers.marginal_lattice import _WEYL_STEP, _LatticeObjective
+from matmech.optimizers.marginal_lattice import WEYL_STEP, LatticeObjective
 from matmech.optimizers.gram import structure_key
-from matmech.optimizers.marginal_workloads import _total_like
-
-__all__ = [
-    "GeneralMarginalFit",
-    "optimize_general_marginals",
-    "general_marginal_l2_objective",
-    "reweight_general_marginals_l2",
-]
+from matmech.optimizers.marginal_workloads import total_like
 
 
 @dataclass(frozen=True)
@@ -113,14 +106,14 @@ def optimize_general_marginals(
     ``value`` is then Δ₂² · trace(G_W (AᵀA)⁻)."""
     if isinstance(norm, bool) or norm not in (1, 2):
         raise ValueError(f"norm must be 1 (pure eps) or 2 (Gaussian, delta > 0), got {norm!r}")
-    prob, domain, blocks = _problem(W)
+    prob, domain, blocks = general_marginal_problem(W)
     k = prob.k
-    total = {}  # _total_like per factor structure (structure_key), else per factor
+    total = {}  # total_like per factor structure (structure_key), else per factor
 
     def is_total(f):
         key = structure_key(f) or id(f)
         if key not in total:
-            total[key] = _total_like(f)
+            total[key] = total_like(f)
         return total[key]
 
     supports = [frozenset(i for i, f in enumerate(fs) if not is_total(f)) for _, fs in blocks]
@@ -151,7 +144,7 @@ def optimize_general_marginals(
     }
     minvs = [np.eye(d) for d in domain]
     for i, th in thetas.items():
-        minvs[i] = _pidentity_minv(th)
+        minvs[i] = pidentity_minv(th)
     records = []
 
     sizes = np.array([bin(m).count("1") for m in range(1 << k)])
@@ -167,7 +160,7 @@ def optimize_general_marginals(
 
     def theta_only(th0, name, minvs):
         mu, mult, out_prod = prob.theta_objective(minvs)
-        obj = _LatticeObjective(mu, mult, out_prod, k, p=1)
+        obj = LatticeObjective(mu, mult, out_prod, k, p=1)
 
         def fun(x):
             th = np.zeros(1 << k)
@@ -196,7 +189,7 @@ def optimize_general_marginals(
         starts.append((f"all {level}-way subsets", (sizes == level).astype(np.float64)))
     for r in range(GENERAL_FILL_STARTS):
         j = np.arange(r * (1 << k) + 1, (r + 1) * (1 << k) + 1, dtype=np.float64)
-        starts.append((f"fixed random {r + 1}", np.mod(0.5 + j * _WEYL_STEP, 1.0)))
+        starts.append((f"fixed random {r + 1}", np.mod(0.5 + j * WEYL_STEP, 1.0)))
     if rng is not None:
         for r in range(max(0, restarts - 1)):
             starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k)))
@@ -206,7 +199,7 @@ def optimize_general_marginals(
         th, thetas, f = _joint_descent(prob, th, thetas, maxiter, records, idx)
         minvs = [np.eye(d) for d in domain]
         for i, t in thetas.items():
-            minvs[i] = _pidentity_minv(t)
+            minvs[i] = pidentity_minv(t)
         th2, f2 = theta_only(th, "θ polish", minvs)
         if f2 < f:
             th, f = th2, f2
@@ -251,7 +244,7 @@ def _joint_descent(prob, th0, thetas0, maxiter, records, idx):
     def minv_list(ths):
         m = [eyes.get(i) for i in range(prob.k)]
         for i, t in ths.items():
-            m[i] = _pidentity_minv(t)
+            m[i] = pidentity_minv(t)
         return m
 
     def fun(x):
@@ -280,7 +273,7 @@ def _joint_descent(prob, th0, thetas0, maxiter, records, idx):
 # Under Gaussian noise the error of θ with fixed factors is Δ₂(θ)² · Σ_T η_T/λ_T(θ) with
 # Δ₂² = Σ_S θ_S² c_S, c_S = Π_{i∈S} cᵢ (:func:`general_marginal_sensitivity2`). With
 # φ_S = θ_S √c_S it is ‖φ‖² · Σ_T η_T/λ_T, λ_T = Σ_{S ⊇ T} φ_S² (Π_{i∉S} gᵢ)/c_S: the p=2 lattice
-# objective of :class:`_LatticeObjective` with out_prod divided by c_S.
+# objective of :class:`LatticeObjective` with out_prod divided by c_S.
 
 
 class _L2Weights:
@@ -288,9 +281,9 @@ class _L2Weights:
 
     def __init__(self, prob, A):
         eta, mult, outg = prob.theta_objective(A.factor_inverses())
-        c = _inside_products([factor_col_norm2(f) for f in A.factors])
+        c = inside_products([factor_col_norm2(f) for f in A.factors])
         self.root = np.sqrt(c)
-        self.phi = _LatticeObjective(eta, mult, outg / c, prob.k, p=2)  # the objective in φ = θ√c
+        self.phi = LatticeObjective(eta, mult, outg / c, prob.k, p=2)  # the objective in φ = θ√c
 
     def __call__(self, theta, gradient=True):
         r = self.phi(np.asarray(theta, dtype=np.float64) * self.root, gradient=gradient)
@@ -304,7 +297,7 @@ def general_marginal_l2_objective(W, A, theta=None):
     The value is +inf (gradient zero) when θ cannot answer W."""
     if not isinstance(A, GeneralMarginalStrategy):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
-    prob, domain, _ = _problem(W, free=())
+    prob, domain, _ = general_marginal_problem(W, free=())
     if domain != A.domain_sizes:
         raise ValueError(
             f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
@@ -328,7 +321,7 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
     attributes, plus A's own subsets)."""
     if not isinstance(A, GeneralMarginalStrategy):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
-    prob, domain, _ = _problem(W, free=())
+    prob, domain, _ = general_marginal_problem(W, free=())
     if domain != A.domain_sizes:
         raise ValueError(
             f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"

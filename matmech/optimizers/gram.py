@@ -15,15 +15,6 @@ from matmech.linalg.lazy import sla
 from matmech.linalg.intervals import AllRange, Intervals, Prefix
 from matmech.linalg.linop import Identity, LinOp, Ones, Scaled, as_linop
 
-__all__ = [
-    "FACTOR_GRAM_CACHE_BYTES",
-    "FactorGrams",
-    "GramOperator",
-    "MAX_GRAM_N",
-    "check_gram",
-    "factor_gram",
-    "structure_key",
-]
 
 #: Largest n for which :func:`check_gram` makes a LinOp gram dense (the optimisers' limit).
 MAX_GRAM_N = 8192
@@ -98,7 +89,7 @@ def distinct_by_id(seq) -> tuple[list, np.ndarray]:
     return items, np.array(at, dtype=np.intp)
 
 
-def _unwrap(W):
+def unwrap(W):
     """(base workload, scale²) through single-block stacks and scalings."""
     c2 = 1.0
     while True:
@@ -122,16 +113,16 @@ class FactorGrams:
         self.by_content: dict = {}
 
     def __call__(self, f: LinOp) -> np.ndarray:
-        from matmech.optimizers.marginal_workloads import _identity_like, _total_like
+        from matmech.optimizers.marginal_workloads import identity_like, total_like
 
         key = id(f)
         if key not in self.cache:
             n = f.shape[1]
-            if _total_like(f):
+            if total_like(f):
                 c2 = f.c**2 if isinstance(f, Scaled) else 1.0
                 base = f.base if isinstance(f, Scaled) else f
                 g = np.full((n, n), c2 * float(base.shape[0]))
-            elif _identity_like(f):
+            elif identity_like(f):
                 g = np.eye(n)
             else:
                 g = factor_gram(f, self.max_entries)
@@ -154,7 +145,7 @@ class GramOperator:
     @classmethod
     def from_workload(cls, W):
         W = as_linop(W)
-        base, c2 = _unwrap(W)
+        base, c2 = unwrap(W)
         n = W.shape[1]
         if isinstance(base, AllRange):
             j = np.arange(1, n + 1, dtype=np.float64)

@@ -19,9 +19,8 @@ from matmech.linalg.linop import Dense
 from matmech.optimizers import general_marginal_error as gm_error, general_marginals as gm_opt
 from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.lbfgs import armijo_lbfgs_steps, stalled
-from matmech.optimizers.pidentity import _spd_inverse
+from matmech.optimizers.pidentity import spd_inverse
 
-__all__ = ["FREE_IDENTITY_MAX_N", "MAX_JOINT_VARIABLES", "JointDescent", "start_factors"]
 
 #: Rows of a factor gram up to which the joint L2 descent also frees identity-gram attributes.
 FREE_IDENTITY_MAX_N = 128
@@ -36,8 +35,8 @@ def start_factors(prob, domain, split=False):
     out: list[np.ndarray | None] = []
     fitted: dict[tuple, np.ndarray] = {}
     for i, d in enumerate(domain):
-        live = gm_error._live_grams(prob, i)
-        if not live or all(gm_error._identity_total_gram(c) for c, _ in live):
+        live = gm_error.live_grams(prob, i)
+        if not live or all(gm_error.identity_total_gram(c) for c, _ in live):
             out.append(None)
             continue
         g = sum(wt * c for c, wt in live)
@@ -64,7 +63,7 @@ class JointDescent:
 
     def __init__(self, W, *, split):
         self.W = W
-        prob0, domain, _ = gm_error._problem(W, free=())
+        prob0, domain, _ = gm_error.general_marginal_problem(W, free=())
         k = len(domain)
         qs = start_factors(prob0, domain, split=split)
         # the workload's own subsets as A0's weights (reweighting also starts from uniform
@@ -83,9 +82,9 @@ class JointDescent:
         ]
         while free and sum(domain[i] ** 2 for i in free) > MAX_JOINT_VARIABLES:
             free.pop()
-        prob, _, _ = gm_error._problem(W, free=free)
+        prob, _, _ = gm_error.general_marginal_problem(W, free=free)
         th0 = np.asarray(start.theta, dtype=np.float64)
-        col = gm_error._inside_products(
+        col = gm_error.inside_products(
             [gm_error.factor_col_norm2(f) for f in start.strategy.factors]
         )
         th0 = th0 * np.sqrt(col)  # unit column norms below: θ absorbs the factors' scale
@@ -140,7 +139,7 @@ class JointDescent:
                 return math.inf, None
             q = z / nz[None, :]
             try:
-                mi = _spd_inverse(q.T @ q, lower=0)
+                mi = spd_inverse(q.T @ q, lower=0)
             except np.linalg.LinAlgError:
                 return math.inf, None
             minvs[i] = mi

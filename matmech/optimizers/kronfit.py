@@ -15,20 +15,12 @@ from matmech.linalg.structured import pinv_gram
 from matmech.optimizers import (
     general_marginal_error as gm_error,
     l2 as opt_l2,
-    marginals as opt_marginals,
+    marginal_workloads,
     pure as opt_pure,
 )
 from matmech.optimizers.gram import GramOperator, distinct_by_id, factor_gram
+from matmech.optimizers.pidentity import PIdentity
 
-__all__ = [
-    "KRON_CUTOFF_RATIO",
-    "KRON_FILL_STARTS",
-    "KRON_ROUNDS",
-    "KRON_SKIP_QUAD_FILLS_IT",
-    "MAX_KRON_GRAM_BYTES",
-    "SHARE_FIT_MAX_N",
-    "check_kron_memory",
-]
 
 #: Rounds of block coordinate descent over the factors of a union of Kronecker products.
 KRON_ROUNDS = 3
@@ -57,7 +49,7 @@ KRON_SKIP_QUAD_FILLS_IT = True
 SHARE_FIT_MAX_N = 1024
 
 
-def _fit_1d(
+def fit_1d(
     gram_op,
     delta,
     *,
@@ -105,7 +97,7 @@ def _fit_1d(
         "evaluations": fit.evaluations,
         "starts": fit.starts,
     }
-    return opt_pure.PIdentity(fit.theta), fit.value, params
+    return PIdentity(fit.theta), fit.value, params
 
 
 def _traces_with(grams_dense, strategy):
@@ -133,8 +125,8 @@ def check_kron_memory(blocks, limit=None):
     return need
 
 
-def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
-    blocks = opt_marginals.kron_blocks(W)
+def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
+    blocks = marginal_workloads.kron_blocks(W)
     d = len(blocks[0][1])
     if len(blocks) == 1:
         factors, values, params, done = [], [], [], {}
@@ -153,9 +145,9 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 # quadratic-fill multistart (opt_pure.QUAD_FILL_STARTS), except identity-total
                 # grams a·I + b·11ᵀ (KRON_SKIP_QUAD_FILLS_IT)
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
-                if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error._identity_total_gram(op.dense()):
+                if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error.identity_total_gram(op.dense()):
                     quad = 0
-                fa, fv, fp = _fit_1d(
+                fa, fv, fp = fit_1d(
                     op,
                     delta,
                     restarts=restarts,
@@ -209,7 +201,7 @@ def _kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, 
                 float(c) * g for c, g in zip(np.bincount(uniq[i], weights=others), distinct[i])
             )
             op = GramOperator.from_gram(g_eff)
-            a, _, _ = _fit_1d(
+            a, _, _ = fit_1d(
                 op,
                 delta,
                 restarts=restarts,

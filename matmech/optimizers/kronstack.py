@@ -40,17 +40,10 @@ from matmech.linalg.linop import (
 from matmech.optimizers.gram import GramOperator, structure_key
 from matmech.optimizers.l2 import dual_l2
 from matmech.linalg.products import product_terms
-from matmech.optimizers.marginal_workloads import _identity_like, _total_like
-from matmech.optimizers.pure import MAX_PIDENTITY_N, PIdentity, fit_pidentity
+from matmech.optimizers.marginal_workloads import identity_like, total_like
+from matmech.optimizers.pure import MAX_PIDENTITY_N, fit_pidentity
+from matmech.optimizers.pidentity import PIdentity
 
-__all__ = [
-    "EXACT_N",
-    "MAX_TERMS",
-    "KronStackFit",
-    "expand_terms",
-    "optimize_kron_stack",
-    "value_lower_bound",
-]
 
 #: Largest domain on which the union's error is evaluated exactly (dense n×n pseudo-inverse).
 EXACT_N = 2048
@@ -127,10 +120,10 @@ class _FactorFits:
 
     def _fit(self, f):
         n = f.shape[1]
-        if _total_like(f):
+        if total_like(f):
             g = f.gram().dense(max_entries=max(n * n, 1))
             return Ones(1, n), ("T", n), float(g[0, 0])  # G = m·11ᵀ, (11ᵀ)⁺ = 11ᵀ/n²
-        if _identity_like(f):
+        if identity_like(f):
             return Identity(n), ("I", n), float(n)
         if n > MAX_PIDENTITY_N:
             raise ValueError(
@@ -196,7 +189,7 @@ class _FactorBounds(_FactorFits):
 
     def _fit(self, f):
         n = f.shape[1]
-        if _total_like(f) or _identity_like(f) or n > MAX_PIDENTITY_N:
+        if total_like(f) or identity_like(f) or n > MAX_PIDENTITY_N:
             return super()._fit(f)  # exact, or the same refusal
         g = GramOperator.from_workload(f).dense()
         eig = np.clip(np.linalg.eigvalsh(g), 0.0, None)

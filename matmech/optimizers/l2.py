@@ -41,20 +41,10 @@ from matmech.linalg.lazy import sla
 
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, as_linop
-from matmech.optimizers.gram import GramOperator, _unwrap, check_gram
+from matmech.optimizers.gram import GramOperator, unwrap, check_gram
 from matmech.linalg.linop import register
 from matmech.validate import integer
 
-__all__ = [
-    "L2Fit",
-    "L2Strategy",
-    "dual_l2",
-    "sdp_l2",
-    "dual_value",
-    "tridiagonal_inverse",
-    "MAX_SDP_N",
-    "MAX_L2_N",
-]
 
 #: Largest domain the cvxpy SDP accepts (interior-point cost grows like n⁶).
 MAX_SDP_N = 64
@@ -142,7 +132,7 @@ def tridiagonal_inverse(W):
     diagonal entry."""
     if isinstance(W, GramOperator):
         op = W
-    elif isinstance(_unwrap(as_linop(W))[0], (AllRange, Prefix)):
+    elif isinstance(unwrap(as_linop(W))[0], (AllRange, Prefix)):
         op = GramOperator.from_workload(W)
     else:
         return None

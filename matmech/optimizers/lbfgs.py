@@ -3,7 +3,7 @@
 :func:`projected_lbfgs` is used by the p-Identity optimiser (:mod:`matmech.optimizers.pure`),
 whose variables are Θ ≥ 0; :func:`lbfgsb_nonneg` is scipy's L-BFGS-B (Byrd, Lu, Nocedal & Zhu,
 SIAM J. Sci. Comput. 1995) on x ≥ 0, used by the marginal-lattice optimisers
-(:mod:`matmech.optimizers.marginals`); :func:`armijo_lbfgs` is plain unconstrained L-BFGS
+(:mod:`matmech.optimizers.general_marginals`); :func:`armijo_lbfgs` is plain unconstrained L-BFGS
 for the joint L2 descent of :mod:`matmech.optimizers.unions`.
 """
 
@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from matmech.linalg.lazy import sla
 
-__all__ = ["armijo_lbfgs", "armijo_lbfgs_steps", "projected_lbfgs", "lbfgsb_nonneg", "stalled"]
 
 #: Iterations over which the relative decrease is measured for the stopping rule.
 WINDOW = 10

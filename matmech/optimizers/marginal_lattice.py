@@ -6,7 +6,7 @@ strategy measure the marginal on every attribute subset S with weight θ_S. Its 
 Σ_S θ_S² ⊗ᵢ(I if i ∈ S else 11ᵀ) is diagonal in the basis that is constant or mean-zero
 per attribute: on the class T (mean-zero exactly on the attributes in T, multiplicity
 Πᵢ∈T(dᵢ−1)) it has the eigenvalue λ_T = Σ_{S ⊇ T} θ_S² Πᵢ∉S dᵢ
-(:func:`matmech.error.marginal_spectrum`). A marginal workload has eigenvalues μ_T of the
+(:func:`matmech.linalg.marginal_spectrum.marginal_spectrum`). A marginal workload has eigenvalues μ_T of the
 same form, so the error is Σ_T m_T μ_T / λ_T times the squared sensitivity:
 
 * pure ε: sens₁ = Σ_S θ_S (every marginal has column L1 norm 1) — minimised over θ ≥ 0
@@ -26,26 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.linalg.structured import (  # the lattice spectrum, shared with the error analysis
-    _masks,
-    _spectral_pinv,
-    _subset_inplace,
-    _superset_inplace,
-    _superset_sum,
-    _workload_spectrum,
+    lattice_masks,
+    spectral_pinv,
+    subset_inplace,
+    superset_inplace,
+    superset_sum,
+    workload_spectrum,
 )
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, VStack, register
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
 from matmech.optimizers.marginal_workloads import marginal_workload
 
-__all__ = [
-    "MarginalStrategy",
-    "ResidualStrategy",
-    "MarginalFit",
-    "optimize_marginals_pure",
-    "optimize_marginals_l2",
-    "marginal_objective",
-    "MAX_ATTRIBUTES",
-]
 
 #: Largest number of attributes for the lattice optimiser (2^k subsets).
 MAX_ATTRIBUTES = 16
@@ -58,7 +49,7 @@ MAX_GREEDY_ROUNDS = 4
 #: HDMM's Kron[IT, …, IT] workloads, the structured starts stop at 5.00 (cps_W1) where
 #: uniform random starts reach 4.77-4.84.
 FIXED_RANDOM_STARTS = 16
-_WEYL_STEP = (math.sqrt(5.0) - 1.0) / 2.0
+WEYL_STEP = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
@@ -66,10 +57,10 @@ def marginal_objective(theta, mu, mult, out_prod, k, *, p=1, gradient=True):
 
     Classes with μ_T = 0 are ignored; a class with μ_T > 0 and λ_T = 0 gives +inf.
     """
-    return _LatticeObjective(mu, mult, out_prod, k, p=p)(theta, gradient=gradient)
+    return LatticeObjective(mu, mult, out_prod, k, p=p)(theta, gradient=gradient)
 
 
-class _LatticeObjective:
+class LatticeObjective:
     """:func:`marginal_objective` for fixed (μ, mult, out_prod): the class mask and m_T μ_T are
     computed once (the optimisers call it hundreds of times on 2^k ≤ 65536 entries, where the
     per-call overhead dominated). The same floating-point operations as before."""
@@ -82,7 +73,7 @@ class _LatticeObjective:
     def __call__(self, theta, gradient=True):
         need, out_prod, k, p = self.need, self.out_prod, self.k, self.p
         th = np.asarray(theta, dtype=np.float64)
-        lam = _superset_inplace(th * th * out_prod, k)
+        lam = superset_inplace(th * th * out_prod, k)
         lam_need = lam[need]
         if np.any(lam_need <= 0):
             return (math.inf, np.zeros_like(th)) if gradient else math.inf
@@ -98,7 +89,7 @@ class _LatticeObjective:
         # ∂err/∂θ_S = −2 θ_S Πᵢ∉S dᵢ Σ_{T ⊆ S} m_T μ_T / λ_T²
         q = np.zeros_like(lam)
         q[need] = r_need / lam_need
-        derr = -2.0 * th * out_prod * _subset_inplace(q, k)
+        derr = -2.0 * th * out_prod * subset_inplace(q, k)
         if p == 1:
             return f, (2.0 * s) * err + sens2 * derr
         return f, 2.0 * th * err + sens2 * derr
@@ -132,12 +123,12 @@ class MarginalStrategy(VStack):
         super().__init__(blocks, weights=w[masks], domain=domain, subsets=subsets)
 
     def eigenvalues(self):
-        out_prod, _ = _masks(self.domain)
-        return _superset_sum(self.theta**2 * out_prod, len(self.domain))
+        out_prod, _ = lattice_masks(self.domain)
+        return superset_sum(self.theta**2 * out_prod, len(self.domain))
 
     def gram_pinv(self):
-        _, mult = _masks(self.domain)
-        return _spectral_pinv(self.domain, self.eigenvalues(), mult)
+        _, mult = lattice_masks(self.domain)
+        return spectral_pinv(self.domain, self.eigenvalues(), mult)
 
     def rounded_operator(self, g):
         """The strategy with every entry on the grid g: its entries are the weights θ_S, so
@@ -162,7 +153,7 @@ class ResidualStrategy(VStack):
     def __init__(self, domain, lam):
         domain = tuple(int(d) for d in domain)
         lam = np.asarray(lam, dtype=np.float64)
-        _, mult = _masks(domain)
+        _, mult = lattice_masks(domain)
         self.lam = np.where(mult > 0, lam, 0.0)
         bases = {}
         for d in set(domain):
@@ -186,8 +177,8 @@ class ResidualStrategy(VStack):
         return self.lam
 
     def gram_pinv(self):
-        _, mult = _masks(self.domain)
-        return _spectral_pinv(self.domain, self.lam, mult)
+        _, mult = lattice_masks(self.domain)
+        return spectral_pinv(self.domain, self.lam, mult)
 
     def to_dict(self, out):
         return {"domain": list(self.domain), "lam": out.array(self.lam)}
@@ -229,7 +220,7 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
     fill, the same on every call), and ``restarts``−1 random θ from ``rng`` (none when ``rng`` is None)."""
     terms, domain = _check_marginals(W)
     k = len(domain)
-    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    mu, mult, out_prod = workload_spectrum(terms, domain)
     wanted = [sum(1 << i for i in s) for _, s in terms]
     # every subset is a variable: under L1 a larger marginal can serve several workload
     # marginals at the sensitivity cost of one (e.g. 4-way marginals for 3-way queries)
@@ -262,12 +253,12 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
         starts.append((name, th))
     for r in range(FIXED_RANDOM_STARTS):
         j = np.arange(r * (1 << k) + 1, (r + 1) * (1 << k) + 1, dtype=np.float64)
-        starts.append((f"fixed random {r + 1}", np.mod(0.5 + j * _WEYL_STEP, 1.0) * closure))
+        starts.append((f"fixed random {r + 1}", np.mod(0.5 + j * WEYL_STEP, 1.0) * closure))
     if rng is not None:
         for r in range(max(0, restarts - 1)):
             starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k) * closure))
     idx = np.flatnonzero(closure)
-    obj = _LatticeObjective(mu, mult, out_prod, k, p=1)
+    obj = LatticeObjective(mu, mult, out_prod, k, p=1)
 
     def fun(x):
         th = np.zeros(1 << k)
@@ -318,7 +309,7 @@ def optimize_marginals_l2(W):
     """The L2-optimal strategy for a marginal workload, in closed form: λ_T ∝ √μ_T, scaled to
     max column norm 1. Its error equals the SVD lower bound, so the gap is 0."""
     terms, domain = _check_marginals(W)
-    mu, mult, _ = _workload_spectrum(terms, domain)
+    mu, mult, _ = workload_spectrum(terms, domain)
     n_cells = math.prod(domain)
     need = (mu > 0) & (mult > 0)
     root = np.where(need, np.sqrt(np.clip(mu, 0, None)), 0.0)

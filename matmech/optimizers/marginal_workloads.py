@@ -18,7 +18,6 @@ import numpy as np
 from matmech.linalg.linop import Identity, Kron, Ones, Scaled, VStack, as_linop
 from matmech.linalg.products import interval_kind, marginal_terms, product_terms
 
-__all__ = ["marginal_workload", "expand_marginals", "kron_blocks", "MAX_EXPANDED_TERMS"]
 
 #: Largest number of marginals a product of [identity; total]-type factors is expanded into.
 MAX_EXPANDED_TERMS = 1 << 14
@@ -107,17 +106,17 @@ def kron_blocks(W):
     return None if terms is None else [(t.weight2, list(t.factors)) for t in terms]
 
 
-def _identity_like(f):
+def identity_like(f):
     """True if the 1-D workload factor f is the identity (as Intervals or Identity)."""
     return isinstance(f, Identity) or interval_kind(f) == "I"
 
 
-def _total_like(f):
+def total_like(f):
     """True if the 1-D workload factor f is (a multiple of) the total query 1ᵀ (rank one, all ones)."""
     from matmech.linalg.intervals import Intervals
 
     if isinstance(f, Scaled):
-        return _total_like(f.base)
+        return total_like(f.base)
     if isinstance(f, Ones):
         return True
     if isinstance(f, Intervals):

@@ -24,14 +24,6 @@ from matmech.linalg.lazy import sla
 
 from matmech.optimizers.lbfgs import WINDOW
 
-__all__ = [
-    "stack_objective",
-    "lockstep_lbfgs",
-    "pidentity_multistart",
-    "lockstep_starts",
-    "MIN_LOCKSTEP",
-    "MAX_LOCKSTEP_SIZE",
-]
 
 #: Halvings of the step before a line search gives up (as in projected_lbfgs).
 MAX_HALVINGS = 40
@@ -82,7 +74,7 @@ def stack_objective(gram, p):
 
 def _spd_inverses(r, lower):
     """(R⁻¹ per matrix of the stack, ok) by LAPACK dpotrf + dpotri on each, as
-    ``pidentity._spd_inverse`` (ok false where R is not positive definite; there R⁻¹ = I);
+    ``pidentity.spd_inverse`` (ok false where R is not positive definite; there R⁻¹ = I);
     ``lower``: the strict lower triangle's indices (the upper one is mirrored from it)."""
     potrf, potri = sla.lapack.dpotrf, sla.lapack.dpotri
     k, p, _ = r.shape

@@ -18,7 +18,6 @@ from matmech.linalg.lazy import sla
 from matmech.optimizers.blas import blas_threads
 from matmech.linalg.linop import LinOp, register
 
-__all__ = ["PIdentity", "objective"]
 
 # -- objective ---------------------------------------------------------------------------------
 
@@ -31,10 +30,10 @@ def objective(theta, gram, *, gradient=True):
     ∂f/∂s_j = 2(s_j G_jj − Σ_k Y_kj B_kj / s_j), which enters every entry of column j.
     """
     th = np.ascontiguousarray(theta, dtype=np.float64)
-    return _Objective(gram, th.shape[0])(th, gradient=gradient)
+    return Objective(gram, th.shape[0])(th, gradient=gradient)
 
 
-class _Objective:
+class Objective:
     """:func:`objective` with its p×n work arrays allocated once (fresh large arrays cost
     page faults that dominate the O(p²n) arithmetic at p ≈ n/16).
 
@@ -59,7 +58,7 @@ class _Objective:
         y *= s  # Y = Θ G̃
         r = th @ th.T
         r.flat[:: r.shape[0] + 1] += 1.0  # the diagonal (a strided view: no index arrays)
-        ri = _spd_inverse(r)
+        ri = spd_inverse(r)
         np.matmul(ri, y, out=u)
         np.multiply(u, th, out=w)
         ybs = w.sum(0)
@@ -77,7 +76,7 @@ class _Objective:
         return f, g
 
 
-def _spd_inverse(r, *, lower=1):
+def spd_inverse(r, *, lower=1):
     """Inverse of a symmetric positive definite matrix through its Cholesky factor (half the
     work of LU); ``lower``: which triangle LAPACK fills (the other one is mirrored from it).
 
@@ -101,7 +100,7 @@ def _spd_inverse(r, *, lower=1):
     return inv
 
 
-_UNFILLED: dict = {}  # (p, lower) -> the unfilled strict triangle's indices, for _spd_inverse
+_UNFILLED: dict = {}  # (p, lower) -> the unfilled strict triangle's indices, for spd_inverse
 
 
 # -- the strategy --------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ class _PIdentityPinv(LinOp):
     def __init__(self, theta, s):
         self.theta, self.s = theta, s
         with blas_threads(1):
-            self.b = _spd_inverse(theta @ theta.T + np.eye(theta.shape[0])) @ theta
+            self.b = spd_inverse(theta @ theta.T + np.eye(theta.shape[0])) @ theta
         self.shape = (theta.shape[1], theta.shape[1])
 
     def _matmat(self, x):

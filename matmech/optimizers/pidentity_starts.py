@@ -14,7 +14,6 @@ import numpy as np
 from matmech.linalg.linop import check_size
 from matmech.strategies import hierarchical
 
-__all__ = ["tree_theta", "hat_theta", "hdmm_theta", "quadratic_fill", "QUADRATIC_FILL_MAX_N"]
 
 # -- starting points --------------------------------------------------------------------------
 
@@ -82,7 +81,7 @@ def hat_theta(n, branching, root=True, weights=None):
 
 #: Additive-recurrence step of :func:`hdmm_theta` without an rng: (√5 − 1)/2, the golden
 #: ratio's fractional part (the Weyl sequence frac(½ + kα) is equidistributed on [0, 1)).
-_WEYL_STEP = (np.sqrt(5.0) - 1.0) / 2.0
+WEYL_STEP = (np.sqrt(5.0) - 1.0) / 2.0
 
 
 def hdmm_theta(n, p=None, rng=None):
@@ -97,7 +96,7 @@ def hdmm_theta(n, p=None, rng=None):
     if rng is not None:
         return rng.random((p, n))
     k = np.arange(1, p * n + 1, dtype=np.float64)
-    return np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p, n)
+    return np.mod(0.5 + k * WEYL_STEP, 1.0).reshape(p, n)
 
 
 #: Up to this many cells a second deterministic HDMM-like start (:func:`quadratic_fill`) joins
@@ -117,7 +116,7 @@ def quadratic_fill(n, p=None, block=0):
     if block < 0:
         raise ValueError(f"block must be >= 0, got {block}")
     k = np.arange(block * p * n + 1, (block + 1) * p * n + 1, dtype=np.float64)
-    return np.mod(0.5 + np.mod(k * k * np.sqrt(2.0), 1.0) + k * _WEYL_STEP, 1.0).reshape(p, n)
+    return np.mod(0.5 + np.mod(k * k * np.sqrt(2.0), 1.0) + k * WEYL_STEP, 1.0).reshape(p, n)
 
 
 def _depths(tree, rows):

@@ -39,9 +39,9 @@ from matmech.error import expected_error
 from matmech.validate import memory as check_memory
 from matmech.strategies import hierarchical
 
-from matmech.optimizers.pidentity import PIdentity, _Objective, objective
+from matmech.optimizers.pidentity import Objective, objective
 from matmech.optimizers.pidentity_starts import (
-    _WEYL_STEP,
+    WEYL_STEP,
     QUADRATIC_FILL_MAX_N,
     hat_theta,
     hdmm_theta,
@@ -49,31 +49,6 @@ from matmech.optimizers.pidentity_starts import (
     tree_theta,
 )
 
-__all__ = [
-    "PIdentity",
-    "PIdentityFit",
-    "objective",
-    "tree_theta",
-    "weighted_tree_value",
-    "block_energy",
-    "fit_pidentity",
-    "default_maxiter",
-    "default_polish",
-    "hdmm_theta",
-    "MAX_PIDENTITY_N",
-    "HDMM_START_MAX_N",
-    "best_hierarchy",
-    "HIERARCHY_BRANCHINGS",
-    "quadratic_fill",
-    "QUAD_FILL_STARTS",
-    "QUAD_FILL_MAX_N",
-    "ONE_D_POLISH",
-    "ONE_D_POLISH_MAX_N",
-    "WIDE_HAT_BRANCHING",
-    "WIDE_HAT_MIN_N",
-    "hat_theta",
-    "QUADRATIC_FILL_MAX_N",
-]
 
 #: Largest domain for which the p-Identity optimiser runs (dense Θ is p×n, G products p·n²).
 MAX_PIDENTITY_N = MAX_GRAM_N
@@ -95,7 +70,7 @@ def _fit_level_weights(gram, th, depth, iters=60):
     from scipy.optimize import Bounds, minimize  # imported when needed (import time)
 
     levels = int(depth.max()) + 1
-    obj = _Objective(gram, th.shape[0])
+    obj = Objective(gram, th.shape[0])
 
     def fun(w):
         f, g = obj(th * w[depth][:, None])
@@ -236,7 +211,7 @@ def _tree_starts(gram, branchings, max_rows):
 
 def _lbfgs(gram, th0, maxiter, ftol, deadline, callback):
     shape = th0.shape
-    obj = _Objective(gram, shape[0])
+    obj = Objective(gram, shape[0])
 
     def fun(x):
         f, g = obj(x.reshape(shape))
@@ -377,7 +352,7 @@ def _starts(
         starts.append(
             (
                 f"fill p={p_rand} #{r + 1}",
-                np.mod(0.5 + k * _WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand),
+                np.mod(0.5 + k * WEYL_STEP, 1.0).reshape(p_rand, n) * (4.0 / p_rand),
             )
         )
     for r in range(int(quad_fills)):

@@ -55,22 +55,6 @@ from matmech.linalg.residual import (
 )
 from matmech.validate import choice
 
-__all__ = [
-    "ResidualAllocation",
-    "plan_residuals",
-    "OBJECTIVES",
-    "MAX_RESIDUALS_CVX",
-    "LaplaceResidualAllocation",
-    "plan_residuals_laplace",
-    "laplace_residual_variances",
-    "PRUNE_RELATIVE",
-    "table_pairs",
-    "SEARCHES",
-    "SEARCH_ALL_MAX_ATTRIBUTES",
-    "table_search",
-    "marginal_lattice_plan",
-    "residual_total",
-]
 
 OBJECTIVES = ("sum", "max")
 #: Largest number of residuals for the cvxpy max-variance program.
@@ -329,7 +313,7 @@ def _given_tables(lat, tables, theta):
 def _all_subsets_theta(lat):
     """HDMM's OPT_M over every attribute subset (:func:`optimize_marginals_pure`) → (tables, θ)."""
     from matmech.linalg.linop import Kron, VStack
-    from matmech.optimizers.marginals import MAX_ATTRIBUTES, optimize_marginals_pure
+    from matmech.optimizers.marginal_lattice import MAX_ATTRIBUTES, optimize_marginals_pure
     from matmech.workloads import identity, total
 
     d = len(lat.domain)
@@ -358,7 +342,7 @@ def plan_residuals_laplace(
     """The pure-ε table plan for the marginals on ``subsets`` → :class:`LaplaceResidualAllocation`
     (data-independent; see the module notes). ``search``: ``"lattice"`` (tables on the
     lattice's subsets, L-BFGS, fast at any number of attributes) or ``"all"`` (HDMM's
-    optimiser over all 2^d subsets, :func:`matmech.optimizers.marginals.optimize_marginals_pure`:
+    optimiser over all 2^d subsets, :func:`matmech.optimizers.marginal_lattice.optimize_marginals_pure`:
     better, e.g. 95.7 instead of 104.9 on loans_W1, but minutes for 12+ attributes).
     ``tables`` and ``theta`` (both or neither): measure these attribute subsets with these
     weights instead."""

@@ -10,8 +10,6 @@ from matmech.error import lower_bound
 from matmech.linalg.linop import LinOp
 from matmech.privacy.calibration import noise_variance
 
-__all__ = ["OptimizeResult"]
-
 
 @dataclass(frozen=True)
 class OptimizeResult:
@@ -85,7 +83,7 @@ class OptimizeResult:
         return f"{self.method}: total {self.error:.6g}, RMSE/query {self.rmse:.4f}, error/bound {bound}, gap {gap}, {self.seconds:.2f} s"
 
 
-def _result(W, eps, delta, chosen, strategy, gap, params, err, seconds, *, bound):
+def optimize_result(W, eps, delta, chosen, strategy, gap, params, err, seconds, *, bound):
     lb = None
     if bound:
         try:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EquitablePartition", "equitable_partition", "MAX_REFINEMENT_ROUNDS"]
 
 #: Colour-refinement rounds before giving up (:func:`equitable_partition` then returns None).
 MAX_REFINEMENT_ROUNDS = 64

@@ -29,9 +29,9 @@ the factors stay those of the total fit, a heuristic for this objective).
 
 **Generalised marginals under L2** (:func:`refine_general_l2`). Rows θ_S ⊗_{i∈S} Qᵢ ⊗_{i∉S} 1ᵀ
 with full-rank factors Qᵢ of unit column norms (so Δ₂² = Σθ_S²), scored exactly from the
-factors (:func:`matmech.optimizers.marginals.general_marginal_error`). Starting from the
+factors (:func:`matmech.optimizers.general_marginal_error.general_marginal_error`). Starting from the
 certified L2 optimum of every factor gram and the L2-optimal lattice weights
-(:func:`matmech.optimizers.marginals.reweight_general_marginals_l2`), θ and every Qᵢ
+(:func:`matmech.optimizers.general_marginals.reweight_general_marginals_l2`), θ and every Qᵢ
 (parametrised by columns normalised to norm one) descend jointly by L-BFGS on the exact
 error (:class:`matmech.optimizers.joint_l2.JointDescent`). Non-convex: a heuristic without
 certificate, never worse than its start. Two starts run in lockstep; after :data:`DECIDE_AT`
@@ -52,15 +52,6 @@ from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.joint_l2 import JointDescent
 from matmech.validate import choice, integer, linear, nonnegative_real, texts
 
-__all__ = [
-    "OBJECTIVES",
-    "ResidualProductStrategy",
-    "UnionFit",
-    "optimize_unions",
-    "plan_residual_products",
-    "refine_general_l2",
-    "residual_factor",
-]
 
 #: Objectives of :func:`plan_residual_products`: the total (sum of the query variances) and the
 #: largest query variance.
@@ -138,7 +129,7 @@ class ResidualProductStrategy(VStack):
     def sensitivity2(self):
         """Δ₂² = Σ_S w_S Π_{i∈S} sᵢ (exact: every term is maximal at the cell of per-attribute maxima)."""
         s = [1.0 if f is None else float((f * f).sum(0).max()) for f in self.residual_factors]
-        return float(np.dot(self.weights_by_mask, gm_error._inside_products(s)))
+        return float(np.dot(self.weights_by_mask, gm_error.inside_products(s)))
 
     def to_dict(self, out):
         return {
@@ -180,7 +171,7 @@ def residual_factor(gram):
     n = g.shape[0]
     if n == 1:
         return None, 0.0, 0.0
-    if gm_error._identity_total_gram(g):
+    if gm_error.identity_total_gram(g):
         from matmech.linalg.residual import orthonormal_contrasts
 
         a = float(g[0, 0] - g[0, 1])
@@ -217,10 +208,10 @@ def plan_residual_products(W, *, objective="total"):
     heuristic for this objective; ``bound`` None); ``value`` is that largest variance."""
     W = linear(W, "W")
     choice(objective, "objective", OBJECTIVES)
-    prob, domain, blocks = gm_error._problem(W, free=())
+    prob, domain, blocks = gm_error.general_marginal_problem(W, free=())
     factors, values, duals, certified, fitted = [], [], [], True, {}
     for i, d in enumerate(domain):
-        live = gm_error._live_grams(prob, i)
+        live = gm_error.live_grams(prob, i)
         if not live:  # only totals on this attribute: no residual needed
             factors.append(None if d == 1 else residual_factor(np.eye(d))[0])
             values.append(0.0)
@@ -242,7 +233,7 @@ def plan_residual_products(W, *, objective="total"):
     _, a_out, a_in, _ = prob.numbers(minvs)
     eta = prob.eta(a_out, a_in)
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = gm_error._inside_products(s)
+    p = gm_error.inside_products(s)
     root = np.sqrt(np.clip(eta, 0.0, None) * p)
     value = float(root.sum()) ** 2
     w = np.where(root > 0, np.sqrt(np.clip(eta, 0.0, None) / p), 0.0)
@@ -251,7 +242,7 @@ def plan_residual_products(W, *, objective="total"):
     bound = None
     if certified:
         ratio = [dv / v if v > 0 else 1.0 for v, dv in zip(values, duals)]
-        bound = float((root * np.sqrt(gm_error._inside_products(ratio))).sum()) ** 2
+        bound = float((root * np.sqrt(gm_error.inside_products(ratio))).sum()) ** 2
     params = {
         "subsets": int((w > 0).sum()),
         "factor_gaps": tuple(
@@ -296,7 +287,7 @@ def _max_variance_plan(blocks, domain, factors):
         z = [
             i
             for i, f in enumerate(fs)
-            if not gm_error._total_gram(np.atleast_2d(np.asarray(f.gram().dense())))
+            if not gm_error.total_gram(np.atleast_2d(np.asarray(f.gram().dense())))
         ]
         const = v2
         for i in range(k):
@@ -332,7 +323,7 @@ def _max_variance_plan(blocks, domain, factors):
     live = np.flatnonzero(np.asarray(abs(F).sum(0)).ravel() > 0)
     F = F[:, live].tocsr()
     s = [1.0 if r is None else float((r * r).sum(0).max()) for r in factors]
-    p = gm_error._inside_products(s)[live]
+    p = gm_error.inside_products(s)[live]
     scale = float(F.max())
     F = F / scale
     u0 = np.ones(live.size) * float(p.sum())  # uniform: Σ p/u = 1
@@ -381,8 +372,8 @@ def refine_general_l2(
     W, *, maxiter=JOINT_ITER, starts=DEFAULT_STARTS, decide_at=DECIDE_AT, ftol=JOINT_FTOL
 ):
     """Generalised marginals fitted for the (ε, δ) error (module docstring) → :class:`UnionFit`
-    whose strategy is a :class:`matmech.optimizers.marginals.GeneralMarginalStrategy` and value
-    :func:`matmech.optimizers.marginals.general_marginal_error` with p = 2 (``bound`` None).
+    whose strategy is a :class:`matmech.optimizers.general_marginal_error.GeneralMarginalStrategy` and value
+    :func:`matmech.optimizers.general_marginal_error.general_marginal_error` with p = 2 (``bound`` None).
 
     One descent per start in ``starts`` (a subset of :data:`START_KINDS`, default
     :data:`DEFAULT_STARTS`), advanced in lockstep for ``decide_at`` iterations (or until each

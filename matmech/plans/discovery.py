@@ -23,8 +23,6 @@ from matmech.plans.plan import Draws
 from matmech.privacy import noise
 from matmech.privacy.events import Threshold
 
-__all__ = ["Discovery", "DiscoveryPlan"]
-
 
 @dataclass(frozen=True)
 class Discovery:
@@ -64,10 +62,10 @@ def _key_counts(source, column, *, encoding, delimiter):
     kind = sources.source_kind(source)
     where = f"column {column!r}"
     if kind in ("columns", "pandas", "polars", "arrow"):
-        available = sources._columns_of(source, kind)
+        available = sources.columns_of(source, kind)
         if column not in available:
             raise ValueError(f"{where}: no such column; the columns are {available}")
-        values = _strings(engine_numpy._column_values(source, kind, 0, column))
+        values = _strings(engine_numpy.column_values(source, kind, 0, column))
         keys = [v for v in values if v is not None]
         if not keys:
             return [], np.zeros(0, dtype=np.int64)
@@ -76,20 +74,20 @@ def _key_counts(source, column, *, encoding, delimiter):
     if kind in ("csv", "parquet"):
         import duckdb
 
-        sources._check_file(source)
+        sources.check_file(source)
         if kind == "csv":
-            sources._check_csv_options(encoding, delimiter)
+            sources.check_csv_options(encoding, delimiter)
         d = engine_sql.Dialect("duckdb")
         con = duckdb.connect()
         try:
-            src = engine_sql._duckdb_source(con, source, kind, d, encoding, delimiter)
+            src = engine_sql.duckdb_source(con, source, kind, d, encoding, delimiter)
             try:
                 cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()]
                 if column not in cols:  # a CSV header may be a record: its names are not shown
                     shown = (
                         f"the columns are {cols}"
                         if kind != "csv"
-                        else f"the header line has {sources._hidden_header(len(cols))}"
+                        else f"the header line has {sources.hidden_header(len(cols))}"
                     )
                     raise ValueError(f"{where}: no such column; {shown}")
                 ref = d.trim(f"CAST({d.ident(column)} AS VARCHAR)")
@@ -98,7 +96,7 @@ def _key_counts(source, column, *, encoding, delimiter):
                     "GROUP BY 1"
                 ).fetchall()
             except duckdb.Error as exc:
-                raise engine_sql._engine_error(
+                raise engine_sql.engine_error(
                     where, exc, encoding if kind == "csv" else None
                 ) from None
         finally:

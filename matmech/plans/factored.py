@@ -37,10 +37,12 @@ import math
 from matmech.plans.route import release_route
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import LinOp
-from matmech.optimizers.marginals import MAX_GENERAL_ATTRIBUTES, GeneralMarginalStrategy
+from matmech.optimizers.general_marginal_error import (
+    MAX_GENERAL_ATTRIBUTES,
+    GeneralMarginalStrategy,
+)
 from matmech.optimizers.unions import ResidualProductStrategy
 
-__all__ = ["plan_path", "MAX_KRON_CELLS", "FACTORED_STRATEGY_NAMES"]
 
 #: Strategy names the factored release takes besides matmech.advisor.choice.STRATEGY_NAMES:
 #: the residual basis (a union of marginals) and generalised marginals (plan_path).

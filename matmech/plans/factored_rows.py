@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from matmech.plans.factored_selection import _factor, _term_shape
+from matmech.plans.factored_selection import term_factor, term_shape
 from matmech.linalg.gls import row_space_basis
 from matmech.linalg.linop import Dense, LinOp, Ones
 from matmech.linalg.normmax import factored_sensitivity
-
-__all__ = ["rows_sensitivity", "row_basis", "CLIQUE_NODE_CAP"]
 
 
 #: Branch-and-bound nodes of the exact sensitivity of selected marginal cells (a maximum
@@ -35,7 +33,7 @@ def _locate(plan, rows):
     terms = np.searchsorted(plan.offsets, rows, side="right") - 1
     out = []
     for r, j in zip(rows.tolist(), terms.tolist()):
-        shape = _term_shape(plan.terms, j, plan.subsets[j])
+        shape = term_shape(plan.terms, j, plan.subsets[j])
         out.append(
             (
                 j,
@@ -141,7 +139,7 @@ def rows_sensitivity(plan, rows, p):
                     row[0, r] = 1.0
                 else:
                     row[:] = np.rint(
-                        np.asarray(_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64)
+                        np.asarray(term_factor(terms, j, i).dense()[r : r + 1], dtype=np.float64)
                     )
                 cache[key] = Dense(row)
             fs[i] = cache[key]
@@ -149,7 +147,7 @@ def rows_sensitivity(plan, rows, p):
     by_rows = factored_sensitivity(stack, p)
     hit = sorted({j for j, _ in loc})
     by_terms = factored_sensitivity(
-        [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in hit], p
+        [(1.0, [term_factor(terms, j, i) for i in range(d)]) for j in hit], p
     )
     if by_rows.exact or by_rows.value <= by_terms.value:
         return by_rows.value, by_rows.exact, by_rows.method
@@ -168,7 +166,7 @@ def _row_vectors(plan, rows):
                 V[i][a] = 0.0
                 V[i][a, r] = 1.0
             else:
-                V[i][a] = np.rint(np.asarray(_factor(terms, j, i).dense()[r], dtype=np.float64))
+                V[i][a] = np.rint(np.asarray(term_factor(terms, j, i).dense()[r], dtype=np.float64))
     return V
 
 

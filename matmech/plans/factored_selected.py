@@ -67,30 +67,16 @@ from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_rho, neighbor_sensitivity
 from matmech.privacy.events import ApproxDP, Concentrated
 from matmech.plans.factored_selection import (
-    MEASURE_STRATEGIES,
     FactoredSelectionPlan,
     measurement_noise,
-    plan_factored_selection,
 )
-from matmech.plans.factored_rows import CLIQUE_NODE_CAP, row_basis, rows_sensitivity
+from matmech.plans.factored_rows import row_basis, rows_sensitivity
 from matmech.plans.plan import Draws, Estimate, check_record_count
 from matmech.plans.selected import gaps_note, nothing_selected, selection_fields
 from matmech.privacy.confidence import IntervalLaw, law_intervals
 from matmech.measurements.record import MeasurementRecord
 from matmech.svt.rules import take_rows
 from matmech.svt.select import SelectionPlan, run_selection, selection_event
-
-__all__ = [
-    "FactoredSelectionPlan",
-    "SelectedRowsPlan",
-    "SelectedRowsLaw",
-    "plan_factored_selection",
-    "row_values",
-    "rows_sensitivity",
-    "row_basis",
-    "MEASURE_STRATEGIES",
-    "CLIQUE_NODE_CAP",
-]
 
 
 # -- the data-independent plan ---------------------------------------------------------------

@@ -34,13 +34,6 @@ from matmech.svt.options import check_select_options, selection_arguments
 from matmech.svt.rules import advised_select_eps, declared_calibration, selection_mechanism
 from matmech.svt.select import check_selection
 
-__all__ = [
-    "FactoredSelectionPlan",
-    "plan_factored_selection",
-    "MEASURE_STRATEGIES",
-    "measurement_noise",
-]
-
 
 #: The ``strategy`` values a factored release with selection accepts: the selected rows are
 #: measured themselves (the choice the advisor makes for selected marginal cells).
@@ -69,7 +62,7 @@ class _RowRange(LinOp):
             return float(np.sum(np.abs(t.weights) ** p)) ** (1 / p)
         d = len(t.domain)
         return factored_sensitivity(
-            [(abs(w), [_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)], p
+            [(abs(w), [term_factor(t, j, i) for i in range(d)]) for j, w in enumerate(t.weights)], p
         ).value
 
     def _matmat(self, x):
@@ -121,7 +114,7 @@ class FactoredSelectionPlan:
         return int(self.offsets[-1])
 
 
-def _factor(terms, j, i):
+def term_factor(terms, j, i):
     """Factor i of term j (a marginal workload's terms are identity/total by kind)."""
     fs = terms.factors[j]
     if fs is not None:
@@ -134,7 +127,7 @@ def _marginal_factor(n, kind):
     return Identity(n) if kind == "I" else Ones(1, n)
 
 
-def _term_shape(terms, j, S):
+def term_shape(terms, j, S):
     fs = terms.factors[j]
     return tuple(terms.domain[i] if fs is None else int(fs[i].shape[0]) for i in S)
 
@@ -163,7 +156,7 @@ def _worst_case(terms, offsets, c, p):
         maxima = np.ones(k)
     else:
         maxima = np.array(
-            [math.prod(_max_abs(_factor(terms, j, i)) for i in range(d)) for j in range(k)]
+            [math.prod(_max_abs(term_factor(terms, j, i)) for i in range(d)) for j in range(k)]
         )
     counts = np.diff(offsets)
     order = np.argsort(-maxima, kind="stable")
@@ -179,7 +172,7 @@ def _worst_case(terms, offsets, c, p):
     else:
         whole = (
             factored_sensitivity(
-                [(1.0, [_factor(terms, j, i) for i in range(d)]) for j in range(k)], p
+                [(1.0, [term_factor(terms, j, i) for i in range(d)]) for j in range(k)], p
             ).value
             ** p
         )
@@ -208,7 +201,7 @@ def plan_factored_selection(
     for j, ks in enumerate(terms.kinds):
         S = tuple(i for i, k in enumerate(ks) if k != "T")
         for i in S:
-            f = _factor(terms, j, i)
+            f = term_factor(terms, j, i)
             if not f.integer_valued():
                 raise ValueError(
                     f"term {j} has a non-integer factor on attribute {i} ({type(f).__name__}); the "
@@ -216,7 +209,7 @@ def plan_factored_selection(
                     "integer factors (identity, total, prefix, 0/1)"
                 )
         subsets.append(S)
-        shapes.append(_term_shape(terms, j, S))
+        shapes.append(term_shape(terms, j, S))
     counts = [math.prod(s) for s in shapes]
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
     rows = int(offsets[-1])
@@ -255,7 +248,7 @@ def plan_factored_selection(
             (0.0, 1.0) if terms.factors[j] is None else (1.0, 1.0)
         )  # a marginal's entries are 0/1
         for i in range(d if terms.factors[j] is not None else 0):
-            fl, fh = _factor(terms, j, i).entry_range()
+            fl, fh = term_factor(terms, j, i).entry_range()
             prods = (a * fl, a * fh, b * fl, b * fh)
             a, b = min(prods), max(prods)
         a, b = min(a, 0.0), max(b, 0.0)

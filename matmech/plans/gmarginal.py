@@ -2,7 +2,7 @@
 
 A union of Kronecker products W over many attributes (prefix factors on numeric attributes
 inside 2-way products: the adult_W2 / loans_W2 workloads of the HDMM suite) is answered by
-a :class:`~matmech.optimizers.marginals.GeneralMarginalStrategy` (given, or optimised by
+a :class:`~matmech.optimizers.general_marginal_error.GeneralMarginalStrategy` (given, or optimised by
 ``optimize(method="gmarginals")``, McKenna et al., VLDB 2018, §6.3) without the histogram:
 
     plan (grids, per-block noise: :mod:`matmech.measurements.gmarginal`), the GLS
@@ -28,20 +28,19 @@ import numpy as np
 from matmech.measurements.gmarginal import measure_gmarginal, plan_gmarginal
 from matmech.estimators.gmarginal_solve import GMarginalSolver
 from matmech.limits import check_memory
-from matmech.optimizers.marginals import GeneralMarginalStrategy, reweight_general_marginals_l2
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
+from matmech.optimizers.general_marginals import reweight_general_marginals_l2
 from matmech.plans.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.linalg.linop import Dense, Kron, LinOp, as_linop
 from matmech.measurements.record import MeasurementRecord
-
-__all__ = ["gmarginal_strategy", "GMarginalPlan", "gmarginal_plan"]
 
 
 def gmarginal_strategy(W, eps, delta, strategy):
     """(A, name, note): the caller's GeneralMarginalStrategy, or (``strategy`` None) the one
     ``optimize(W, eps, method="gmarginals")`` finds; under δ > 0 its lattice weights are then
     re-optimised for the Gaussian (L2) error with its factors fixed
-    (:func:`~matmech.optimizers.marginals.reweight_general_marginals_l2`, the L2 sensitivity of
-    :func:`~matmech.optimizers.marginals.general_marginal_sensitivity2` that the measurement uses)."""
+    (:func:`~matmech.optimizers.general_marginals.reweight_general_marginals_l2`, the L2 sensitivity of
+    :func:`~matmech.optimizers.general_marginal_error.general_marginal_sensitivity2` that the measurement uses)."""
     if strategy is not None:
         if not isinstance(strategy, GeneralMarginalStrategy):
             raise TypeError(

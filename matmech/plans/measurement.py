@@ -17,8 +17,6 @@ from matmech.measurements.record import strategy_record
 from matmech.plans.plan import Draws, MeasuredPlan
 from matmech.privacy.measure import Measurement, MeasurementPlan, check_records, execute
 
-__all__ = ["PlainMeasurementPlan"]
-
 
 @dataclass(frozen=True, eq=False)
 class PlainMeasurementPlan(MeasuredPlan):

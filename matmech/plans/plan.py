@@ -48,8 +48,6 @@ import numpy as np
 
 from matmech.privacy.measure import check_counts, check_records
 
-__all__ = ["Plan", "Draws", "Estimate", "MeasuredPlan", "check_record_count"]
-
 
 @dataclass(frozen=True, eq=False)
 class Draws:

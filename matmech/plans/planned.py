@@ -23,8 +23,6 @@ from matmech.plans.residual import residual_plan
 from matmech.plans.split import Part, split_plan
 from matmech.plans.strategy import strategy_plan
 
-__all__ = ["PLANNED", "BUILDERS", "build_plan", "choose_plan"]
-
 
 def _strategy(row, eps, delta, *, neighbors, max_records):
     t, note = row.recipe["target"], row.recipe["note"]

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import LinOp
 
-__all__ = ["ROUTES", "Route", "release_route"]
 
 #: The two routes, in the order the rule checks them.
 ROUTES = ("tables", "histogram")

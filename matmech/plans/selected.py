@@ -49,14 +49,6 @@ from matmech.svt.rules import advised_select_eps, take_rows
 from matmech.svt.select import check_selection, plan_selection, run_selection, selection_event
 from matmech.svt.vector import VECTOR_METHODS
 
-__all__ = [
-    "SelectedPlan",
-    "selected_plan",
-    "NOTHING_SELECTED",
-    "selection_fields",
-    "nothing_selected",
-    "gaps_note",
-]
 
 #: The note of a release whose selection found no row.
 NOTHING_SELECTED = (

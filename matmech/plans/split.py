@@ -35,8 +35,6 @@ from matmech.privacy.confidence import IntervalLaw
 from matmech.privacy.events import ApproxDP, Concentrated
 from matmech.privacy.params import exact
 
-__all__ = ["SplitPlan", "Part", "split_plan"]
-
 
 @dataclass(frozen=True, eq=False)
 class Part:

@@ -30,8 +30,6 @@ from matmech.privacy.measure import (
 )
 from matmech.measurements.record import strategy_record
 
-__all__ = ["StrategyPlan", "strategy_plan", "plan_variances", "measured_estimate"]
-
 
 def plan_variances(W, mplan):
     """Exact per-answer variances of W from a measurement plan's strategy and the discrete

@@ -37,7 +37,7 @@ from matmech.measurements.residual import (
 )
 from matmech.measurements.residual import MAX_MEMORY
 from matmech.plans.residual import check_search, lattice_plan, noise_plan
-from matmech.results.store import _CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
+from matmech.results.store import CHUNK, CACHE_BYTES, MarginalRelease, ResidualStore
 from matmech.results.streamed_kinds import kind_of
 from matmech.linalg.terms import MarginalWorkload, as_terms
 from matmech.limits import check_disk, check_memory, memory_room
@@ -52,11 +52,6 @@ from matmech.privacy.params import check_neighbors, check_privacy_params
 if TYPE_CHECKING:
     pass
 
-__all__ = [
-    "StreamedPlan",
-    "streamed_plan",
-    "streamed_memory",
-]
 
 #: Bytes the plan holds per residual and per (marginal, residual) pair (measured at 200
 #: attributes: 1.3·10⁶ residuals, 1.1·10⁷ pairs, 1.2 GiB).
@@ -80,7 +75,7 @@ def streamed_memory(plan, *, in_ram: bool, extra: int = 0) -> int:
     table = max((math.prod(d[i] for i in t) for t in tables), default=1) if tables else largest
     # a batch or a reconstruction chunk is at least one table or one marginal, however large
     batch = _BATCH_BYTES * max(min(1 << 22, coords), table) + 64 * max(
-        min(_CHUNK, int(plan.queries)), largest
+        min(CHUNK, int(plan.queries)), largest
     )
     return int(fixed + batch + min(CACHE_BYTES, 16 * coords) + (8 * coords if in_ram else 0))
 

@@ -5,5 +5,3 @@ private histogram x. The rule it keeps: only noisy outputs leave; every check on
 before any spend and reveals only the kind of defect; the budget is charged once, before
 the first noise draw; nothing after a spend branches on x.
 """
-
-__all__: list[str] = []

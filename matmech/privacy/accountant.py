@@ -57,15 +57,6 @@ from matmech.privacy.events import (
     float_up,
 )
 
-__all__ = [
-    "Total",
-    "Accountant",
-    "ACCOUNTANTS",
-    "accountant_for",
-    "zcdp_epsilon",
-    "zcdp_capacity",
-    "pld_available",
-]
 
 #: The PLD bound's outward rounding, relative.
 _PLD_MARGIN = 1e-9

@@ -35,21 +35,6 @@ from matmech.privacy.events import ApproxDP, Composition, Event, float_down
 from matmech.privacy.params import check_delta, check_eps, exact, real
 from matmech.validate import integer
 
-__all__ = [
-    "PrivacyBudget",
-    "Share",
-    "Target",
-    "BudgetExceededError",
-    "LedgerEntry",
-    "default_accountant",
-    "entry_amounts",
-    "plan_events",
-    "privacy_target",
-    "check_budget",
-    "check_affordable",
-    "check_events_affordable",
-]
-
 
 class BudgetExceededError(ValueError):
     """A spend would exceed the privacy budget; nothing was recorded.

@@ -47,28 +47,6 @@ from matmech.privacy.params import (
     real,
 )
 
-__all__ = [
-    "laplace_scale",
-    "gaussian_sigma",
-    "gaussian_rho",
-    "sigma_for_rho",
-    "minimise_over_alpha",
-    "analytic_gaussian_sigma",
-    "zcdp_to_approx_dp",
-    "approx_dp_delta",
-    "noise_variance",
-    "SENS_MARGIN",
-    "neighbor_sensitivity",
-    "row_sensitivity",
-    "laplace_scale_up",
-    "noise_for",
-    "measurement_variance",
-    "sampler_grid",
-    "lattice_std",
-    "lattice_variance",
-    "run_grid",
-    "scale_on_grid",
-]
 
 _SAFETY = 1.0 + 1e-12  # relative margin for float rounding in the safe direction
 
@@ -98,7 +76,7 @@ def _usable_scale(scale: float, what: str) -> float:
     return scale
 
 
-def _check_rho(rho) -> float:
+def check_rho(rho) -> float:
     r = real(rho, "rho")
     if not math.isfinite(r) or r < 0:
         raise ValueError(f"rho must be a non-negative finite number, got {rho!r}")
@@ -142,7 +120,7 @@ def approx_dp_delta(rho, eps) -> float:
     """δ such that ρ-zCDP implies (ε, δ)-DP, by the tight conversion of CKS Cor. 13:
     δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1) · (1−1/α)^α, capped at 1 and, for ρ > 0, at
     least 5e-324 (never rounded down to 0). ε is 0 or in [1e-4, 100]."""
-    r = _check_rho(rho)
+    r = check_rho(rho)
     e = check_eps(eps, allow_zero=True)
     if e > 0:
         e = check_noise_eps(e)
@@ -156,7 +134,7 @@ def approx_dp_delta(rho, eps) -> float:
 def zcdp_to_approx_dp(rho, delta) -> float:
     """ε such that ρ-zCDP implies (ε, δ)-DP (CKS Cor. 13, solved for ε):
     ε = inf_{α>1} αρ + (ln(1/δ) + (α−1) ln(1−1/α) − ln α)/(α−1)."""
-    r = _check_rho(rho)
+    r = check_rho(rho)
     d = check_delta(delta, positive=True)
     if r == 0:
         return 0.0
@@ -265,7 +243,7 @@ def sigma_for_rho(rho: float, sensitivity: float) -> float:
     """σ of the discrete Gaussian that is ρ-zCDP at L2 sensitivity Δ₂: Δ₂/sqrt(2ρ) (CKS 2020,
     Thm. 14), up by the same 1e-12 relative margin as :func:`gaussian_sigma`, so that the
     charged Δ₂²/(2σ²) never exceeds ``rho``."""
-    r = _check_rho(rho)
+    r = check_rho(rho)
     if r == 0:
         raise ValueError("rho must be positive to calibrate noise, got 0")
     s = _check_sensitivity(sensitivity)
@@ -362,8 +340,8 @@ def noise_variance(eps, delta=0.0, *, sensitivity) -> float:
 #: integer L1 norms, which are summed exactly.
 SENS_MARGIN = 1.0 + 1e-9
 
-_PRECISION_BITS = 20  # bits of the largest column norm kept when rounding A to a grid
-_EXACT_BITS = 52  # |A_g x| / grid stays at most 2**52: exact in float64
+PRECISION_BITS = 20  # bits of the largest column norm kept when rounding A to a grid
+EXACT_BITS = 52  # |A_g x| / grid stays at most 2**52: exact in float64
 _LAPLACE_LIMIT_BITS = 46  # scale/grid stays below 2**46 (the sampler allows 2**48)
 _GAUSS_LIMIT_BITS = 22  # sigma/grid stays below 2**22 (the sampler allows 2**24)
 
@@ -499,7 +477,7 @@ def measurement_variance(
     return _noise.discrete_gaussian_variance(math.sqrt(cont))
 
 
-def _pow2_at_least(v: float) -> float:
+def pow2_at_least(v: float) -> float:
     """The smallest power of two >= v (v > 0)."""
     m, e = math.frexp(v)
     return math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
@@ -517,8 +495,8 @@ def sampler_grid(
     limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
     g = scale0 * 2.0**-limit
     if not integer_exact:
-        g = max(sens1 * 2.0**-_PRECISION_BITS, g, sens1 * max_records * 2.0**-_EXACT_BITS)
-    return _pow2_at_least(g)
+        g = max(sens1 * 2.0**-PRECISION_BITS, g, sens1 * max_records * 2.0**-EXACT_BITS)
+    return pow2_at_least(g)
 
 
 def lattice_std(noise: str, scale: float, grid: float, *, remedy: str) -> float:
@@ -546,7 +524,7 @@ def lattice_variance(noise: str, scale: float, grid: float, *, remedy: str) -> f
     return var(ratio) * grid * grid
 
 
-def _lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_records: int) -> int:
+def lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_records: int) -> int:
     """The bits B a Kronecker strategy's real factors may keep between them (data independent).
 
     Factor i is rounded to the grid 2^(Eᵢ − bᵢ), 2^Eᵢ the power of two at or above the bound
@@ -560,8 +538,8 @@ def _lattice_bits(top: float, reach: float, scale0: float, gaussian: bool, max_r
     limit = _GAUSS_LIMIT_BITS if gaussian else _LAPLACE_LIMIT_BITS
     b = 0
     while (
-        b < 64 * _PRECISION_BITS
-        and float(max_records) * reach * 2.0 ** (b + 1) <= 2.0**_EXACT_BITS
+        b < 64 * PRECISION_BITS
+        and float(max_records) * reach * 2.0 ** (b + 1) <= 2.0**EXACT_BITS
         and math.ldexp(top, -(b + 1)) >= scale0 * 2.0**-limit
     ):
         b += 1

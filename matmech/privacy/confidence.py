@@ -45,26 +45,6 @@ from scipy.special import ndtr, ndtri
 
 from matmech.privacy.noise import discrete_gaussian_variance, discrete_laplace_variance
 
-__all__ = [
-    "MAX_ROWS",
-    "MAX_TERMS",
-    "METHODS",
-    "NORMAL_TOLERANCE",
-    "IntervalLaw",
-    "MAX_CACHED_BYTES",
-    "cached_bytes",
-    "cached_law",
-    "chebyshev_intervals",
-    "clear_laws",
-    "edgeworth_coverage",
-    "edgeworth_error",
-    "excess_kurtosis",
-    "law_intervals",
-    "noise_cdf",
-    "noise_pmf",
-    "normal_intervals",
-    "sum_pmf",
-]
 
 #: Largest estimated coverage error (absolute) for which the normal quantile is used; above
 #: it the Cornish–Fisher quantile. 0.0005: at 0.005 the "normal" pure-ε residual answers

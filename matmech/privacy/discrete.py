@@ -51,18 +51,16 @@ import numpy as np
 
 from matmech.privacy.randomness import RandomSource
 from matmech.privacy.thresholds import (
-    _TBITS,
-    TABLES,
-    _GaussTable,
-    _LaplaceTable,
-    _bernoulli,
-    _gauss_table,
-    _laplace_table,
-    _resolve,
+    TBITS,
+    GaussTable,
+    LaplaceTable,
+    bernoulli,
+    gauss_table,
+    laplace_table,
+    resolve,
     stack,
 )
 
-__all__ = ["GaussParams", "dlaplace", "dgauss", "dgauss_mixed", "TABLES"]
 
 _INT64_MAX = (1 << 63) - 1
 _BLOCK = 1 << 15  # samples per vectorised block (bounds memory; public)
@@ -107,12 +105,12 @@ class GaussParams:
 
 
 def dlaplace(t: int, s: int, n: int, src: RandomSource) -> np.ndarray:
-    """n samples with P[k] ∝ exp(-|k| s / t), fixed work per sample (see _LaplaceTable).
+    """n samples with P[k] ∝ exp(-|k| s / t), fixed work per sample (see LaplaceTable).
 
     Replaces the loops of CKS Alg. 2 (and Alg. 1 inside it) by inversion of
     exactly-computed CDFs; same distribution.
     """
-    return _dlaplace(_laplace_table(t, s), n, src)
+    return _dlaplace(laplace_table(t, s), n, src)
 
 
 def _dlaplace(tabs, n: int, src: RandomSource, *, j=None) -> np.ndarray:
@@ -209,10 +207,10 @@ def _dlaplace_block(tabs, n: int, src: RandomSource, *, j=None) -> np.ndarray:
 
 def _count(vals, keys, u: int, nbits: int, src: RandomSource) -> int:
     """#{thresholds <= U}: ``vals`` their first 128 bits, ``u`` the first ``nbits`` of U."""
-    sh = _TBITS - nbits
+    sh = TBITS - nbits
     below = sum(1 for v in vals if v >> sh < u)
     tied = [key for v, key in zip(vals, keys) if v >> sh == u]
-    return below + (_resolve(tied, u, nbits, src) if tied else 0)
+    return below + (resolve(tied, u, nbits, src) if tied else 0)
 
 
 def _prefixes(rows, spare: int) -> list[tuple[int, int]]:
@@ -221,14 +219,14 @@ def _prefixes(rows, spare: int) -> list[tuple[int, int]]:
     out, used = [], False
     for w, vals in rows:
         if not used and any(v >> 64 == w for v in vals):
-            out.append(((w << 64) | spare, _TBITS))
+            out.append(((w << 64) | spare, TBITS))
             used = True
         else:
             out.append((w, 64))
     return out
 
 
-def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) -> int:
+def _laplace_exact(tab: LaplaceTable, wh: list, spare: int, src: RandomSource) -> int:
     """One sample from its fixed-path words, resolving ties and the tail exactly."""
     t, s, D = tab.t, tab.s, tab.digits
     tail_key = ("exp", s << (8 * D), t)
@@ -244,7 +242,7 @@ def _laplace_exact(tab: _LaplaceTable, wh: list, spare: int, src: RandomSource) 
     sgn = _count(tab.sign, [("neg", s, t), ("nonpos", s, t)], *pre[D], src) - 1
     if _count((tab.ovf,), [tail_key], *pre[D + 1], src) == 0:  # U < q**256**D: tail >= 1
         h = 1
-        while _bernoulli(tail_key, src):  # memoryless: the tail is 1 + the same geometric
+        while bernoulli(tail_key, src):  # memoryless: the tail is 1 + the same geometric
             h += 1
         y += h << (8 * D)
     if sgn and y >= _INT64_MAX:  # probability below exp(-2**14)
@@ -272,7 +270,7 @@ def _parts(params: tuple, alone=()) -> tuple[tuple, np.ndarray, np.ndarray]:
     (single tables: no per-draw table offsets)."""
     groups: dict = {}
     for i, p in enumerate(params):
-        lap, acc = _laplace_table(p.lap_t, p.lap_s), _gauss_table(p.S)
+        lap, acc = laplace_table(p.lap_t, p.lap_s), gauss_table(p.S)
         key = ("alone", i) if i in alone else (lap.digits, acc.positions, acc.high)
         groups.setdefault(key, []).append((i, lap, acc))
     parts, part_of, local = [], np.empty(len(params), np.int64), np.empty(len(params), np.int64)
@@ -319,7 +317,7 @@ def _accept(part: _Part, ay: np.ndarray, w, src: RandomSource) -> np.ndarray:
 
 
 def _exp_accept(num: np.ndarray, tabs, src: RandomSource, *, j=None, huge=None) -> np.ndarray:
-    """Bernoulli(exp(-num/S)) for each int64 ``num``, fixed work (see _GaussTable): one
+    """Bernoulli(exp(-num/S)) for each int64 ``num``, fixed work (see GaussTable): one
     high word per factor and a shared spare word, as in _dlaplace_block. ``tabs``: an
     acceptance table, or a stack of tables of one layout with ``j`` the table (hence S) of
     each numerator. ``huge`` maps positions to exact Python-int numerators that did not
@@ -351,13 +349,13 @@ def _exp_accept(num: np.ndarray, tabs, src: RandomSource, *, j=None, huge=None) 
         for i in np.flatnonzero(rare).tolist():
             tab = tabs.tabs[0 if j is None else int(j[i])]
             if i in huge:  # the fixed-path words never looked at: a fresh exact draw
-                ok[i] = _bernoulli(("exp", huge[i], tab.S), src)
+                ok[i] = bernoulli(("exp", huge[i], tab.S), src)
             else:
                 ok[i] = _exp_accept_exact(int(num[i]), tab, wh[:, i].tolist(), int(spare[i]), src)
     return ok
 
 
-def _exp_accept_exact(num: int, tab: _GaussTable, wh: list, spare: int, src: RandomSource) -> bool:
+def _exp_accept_exact(num: int, tab: GaussTable, wh: list, spare: int, src: RandomSource) -> bool:
     """The acceptance test for one numerator from its fixed-path words, ties resolved
     exactly with further words."""
     L = tab.positions

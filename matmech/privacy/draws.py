@@ -12,7 +12,7 @@ traced memory (``tracemalloc``) measured at 10⁵, 10⁶ and 4·10⁶ draws: dis
 drawn in blocks of 2¹⁶ (:mod:`matmech.privacy.discrete`), 16.5 / 23.7 / 47.7 MB (σ = 10³;
 11.1 / 18.4 / 42.4 at σ = 2.5: ≈ 16 MB of tables and blocks plus 8 bytes a draw); uniform
 16 bytes a draw. Not counted: the tables kept across calls in
-:data:`matmech.privacy.discrete.TABLES` (at most 64 MiB, least recently used dropped).
+:data:`matmech.privacy.thresholds.TABLES` (at most 64 MiB, least recently used dropped).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from matmech.validate import SizeError, format_bytes, memory, memory_limit
+from matmech.validate import SizeError, memory, memory_limit
+from matmech.limits import format_bytes
 
-__all__ = ["BYTES_PER_DRAW", "FIXED_BYTES", "check_draws", "check_shape_draws"]
 
 #: Peak bytes per draw of each sampler (output included), rounded up from measurements.
 BYTES_PER_DRAW = {"laplace": 16, "gaussian": 16, "uniform": 16}

@@ -13,7 +13,7 @@ mechanism, never about the data:
                          (Bun and Steinke, TCC 2016, Prop. 1.6)
 :class:`DiscreteGaussian` the discrete Gaussian drawn on grid·ℤ: ρ = Δ₂²/(2σ²)-zCDP (CKS 2020,
                          Thm. 14, for independent coordinates)
-:class:`SparseVector`    a sparse vector technique run of total ε (Lyu, Su, Li, VLDB 2017)
+:class:`SparseVectorEvent` a sparse vector technique run of total ε (Lyu, Su, Li, VLDB 2017)
 :class:`ExponentialMechanism` an exponential mechanism / noisy top-c run of total ε
 :class:`Threshold`       the threshold mechanism of partition selection, (ε, δ)
 :class:`Concentrated`    a ρ-zCDP mechanism whose noise is fixed later (its plan calibrated
@@ -49,28 +49,6 @@ from typing import Any, ClassVar
 
 from matmech.privacy.params import exact
 from matmech.validate import integer, real
-
-__all__ = [
-    "Event",
-    "Laplace",
-    "DiscreteLaplace",
-    "Gaussian",
-    "DiscreteGaussian",
-    "SparseVector",
-    "ExponentialMechanism",
-    "Threshold",
-    "Concentrated",
-    "ApproxDP",
-    "Stream",
-    "Composition",
-    "EVENT_KINDS",
-    "event_from_dict",
-    "events_from_json",
-    "events_to_json",
-    "float_up",
-    "float_down",
-    "decimal_up",
-]
 
 
 #: The largest float, exactly.
@@ -329,7 +307,7 @@ class _Pure(Event):
 
 
 @dataclass(frozen=True)
-class SparseVector(_Pure):
+class SparseVectorEvent(_Pure):
     """A sparse vector technique run (any variant matmech ships, free gaps included) of total
     ``eps`` (Lyu, Su, Li, VLDB 2017; Ding et al., PVLDB 2019): pure ε-DP."""
 
@@ -497,7 +475,7 @@ EVENT_KINDS: dict[str, type[Event]] = {
         DiscreteLaplace,
         Gaussian,
         DiscreteGaussian,
-        SparseVector,
+        SparseVectorEvent,
         ExponentialMechanism,
         Threshold,
         Concentrated,

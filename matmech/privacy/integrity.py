@@ -29,7 +29,6 @@ import re
 import secrets
 from pathlib import Path
 
-__all__ = ["IntegrityError", "HeadRecord", "config_dir", "link_mac"]
 
 #: The ``format`` of a head record.
 RECORD_FORMAT = "matmech-head-record-1"

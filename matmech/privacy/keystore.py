@@ -29,7 +29,6 @@ from pathlib import Path
 
 from matmech import validate
 
-__all__ = ["KeyRecord", "KeyStore", "default_key_dir", "KEYS_ENV"]
 
 #: The environment variable naming the key directory.
 KEYS_ENV = "MATMECH_LEDGER_KEYS"

@@ -80,7 +80,6 @@ from matmech.privacy.events import ApproxDP, Event, event_from_dict, events_to_j
 from matmech.privacy.keystore import KeyRecord, KeyStore
 from matmech.privacy.params import check_delta, check_eps, exact, real
 
-__all__ = ["Ledger", "LEDGER_FORMAT", "LedgerIntegrityError"]
 
 #: The value of the ``format`` key in a ledger's ``meta`` table.
 LEDGER_FORMAT = "matmech-privacy-ledger-3"

@@ -45,14 +45,13 @@ import scipy.sparse as sp
 
 from matmech.privacy import noise
 from matmech.privacy.calibration import (
-    _EXACT_BITS,
-    _PRECISION_BITS,
+    EXACT_BITS,
+    PRECISION_BITS,
     SENS_MARGIN,
-    _lattice_bits,
-    _pow2_at_least,
+    lattice_bits,
+    pow2_at_least,
     gaussian_sigma,
     laplace_scale,
-    laplace_scale_up,
     lattice_std,
     neighbor_sensitivity,
     noise_for,
@@ -60,8 +59,8 @@ from matmech.privacy.calibration import (
 )
 from matmech.privacy.events import DiscreteGaussian, DiscreteLaplace
 from matmech.privacy.params import check_neighbors, check_privacy_params
-from matmech.linalg.linop import MAX_DENSE_ROUNDING, Dense, Kron, LinOp, Scaled, Sparse, as_linop
-from matmech.linalg.operator import _rint
+from matmech.linalg.linop import Dense, Kron, LinOp, Scaled, Sparse, as_linop
+from matmech.linalg.operator import rint
 from matmech.linalg.structured import RoundedDense, RoundedSparse
 from matmech.validate import linear, operator, rectangular
 from typing import TYPE_CHECKING
@@ -69,21 +68,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
 
-__all__ = [
-    "Measurement",
-    "plan_measurement",
-    "check_counts",
-    "integer_valued",
-    "MAX_DENSE_ROUNDING",
-    "MAX_RECORDS",
-    "MeasurementPlan",
-    "SENS_MARGIN",
-    "laplace_scale_up",
-    "check_max_records",
-    "check_records",
-    "execute",
-    "lattice_noise",
-]
 
 #: The declared bound on the number of records (Σx) when the caller gives none: the grid of
 #: every measurement keeps A_g x exact in float64 for any histogram with at most this total.
@@ -234,7 +218,7 @@ def _round_to_grid(A, g):
     if A.integer_valued() and g <= 1.0:
         return A
     if isinstance(A, Scaled) and A.base.integer_valued():
-        return Scaled(A.base, float(_rint(A.c, g)))  # keeps the base's structure (trees, Haar)
+        return Scaled(A.base, float(rint(A.c, g)))  # keeps the base's structure (trees, Haar)
     structured = getattr(
         A, "rounded_operator", None
     )  # e.g. a weighted union of marginals: round the weights
@@ -279,13 +263,13 @@ def _entry_bound(f):
 
 def _quantise_kron(A, scale0, gaussian, max_records):
     """Round a Kronecker strategy factor by factor (module docstring; issue 22): the bits
-    :func:`~matmech.privacy.calibration._lattice_bits` allows go one at a time to the factor
+    :func:`~matmech.privacy.calibration.lattice_bits` allows go one at a time to the factor
     whose ‖Fᵢ − Rᵢ‖_F over its smallest non-zero singular value is largest (≤ 20 each)."""
     factors = list(A.factors)
     real = [i for i, f in enumerate(factors) if not f.integer_valued()]
     reach = math.prod(factors[i].sensitivity(1) for i in range(len(factors)) if i not in real)
-    tops = [_pow2_at_least(_entry_bound(factors[i])) for i in real]
-    B = _lattice_bits(math.prod(tops), reach, scale0, gaussian, max_records)
+    tops = [pow2_at_least(_entry_bound(factors[i])) for i in real]
+    B = lattice_bits(math.prod(tops), reach, scale0, gaussian, max_records)
     dense = [
         factors[i].dense() if factors[i].shape[0] * factors[i].shape[1] <= _DENSE_FACTOR else None
         for i in real
@@ -310,7 +294,7 @@ def _quantise_kron(A, scale0, gaussian, max_records):
     out = [rounded(j) for j in range(len(real))]
     bad = [badness(j, out[j]) for j in range(len(real))]
     for _ in range(B):
-        open_ = [j for j in range(len(real)) if bits[j] < _PRECISION_BITS and bad[j] > 0]
+        open_ = [j for j in range(len(real)) if bits[j] < PRECISION_BITS and bad[j] > 0]
         if not open_:
             break
         top = max(bad[j] for j in open_)  # within 1e-9 of the worst: the first such factor,
@@ -473,15 +457,15 @@ def plan_measurement(A, eps, delta=0.0, *, neighbors="add_remove", max_records=N
     # |A_g x| / grid <= Σx·Δ₁/grid must be an exact float64 integer (below 2**53); the grid
     # aims at 2**52, leaving a factor 2 for the sensitivity margin and float rounding
     if reach is not None:  # a Kronecker product rounded per factor: its own exactness bound
-        if max_records * reach > 2.0**_EXACT_BITS:
+        if max_records * reach > 2.0**EXACT_BITS:
             raise ValueError(
                 f"max_records={max_records:,} is too many for exact arithmetic with this Kronecker "
-                f"strategy (|A_g x| / (grid·Σx) <= {reach:.6g}; need max_records times that <= 2**{_EXACT_BITS})"
+                f"strategy (|A_g x| / (grid·Σx) <= {reach:.6g}; need max_records times that <= 2**{EXACT_BITS})"
             )
-    elif max_records * (sens1 / grid) >= 2.0 ** (_EXACT_BITS + 1):
+    elif max_records * (sens1 / grid) >= 2.0 ** (EXACT_BITS + 1):
         raise ValueError(
             f"max_records={max_records:,} is too many for exact arithmetic with this strategy "
-            f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{_EXACT_BITS + 1})"
+            f"(Δ₁/grid = {sens1 / grid:.6g}; need max_records·Δ₁/grid < 2**{EXACT_BITS + 1})"
         )
     if rho is not None and delta == 0:
         raise ValueError("a measurement calibrated to rho draws Gaussian noise: delta must be > 0")

@@ -48,27 +48,8 @@ import numpy as np
 
 from matmech.privacy.discrete import GaussParams, dgauss, dgauss_mixed, dlaplace
 from matmech.privacy.draws import check_shape_draws
-from matmech.privacy.randomness import RandomSource, check_rng
+from matmech.privacy.randomness import check_rng
 
-__all__ = [
-    "RandomSource",
-    "check_rng",
-    "discrete_laplace",
-    "discrete_gaussian",
-    "discrete_gaussian_mixed",
-    "gaussian_grid",
-    "gaussian_variances",
-    "laplace",
-    "gaussian",
-    "grid_for",
-    "snap",
-    "snap_sensitivity",
-    "uniform",
-    "discrete_laplace_variance",
-    "discrete_gaussian_variance",
-    "MAX_LAPLACE_SCALE",
-    "MAX_SIGMA",
-]
 
 _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1

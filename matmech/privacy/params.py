@@ -34,26 +34,8 @@ import math
 import numbers
 from fractions import Fraction
 
-from matmech.validate import positive_real, real
+from matmech.validate import real
 
-__all__ = [
-    "NEIGHBORS",
-    "EPS_MIN",
-    "EPS_MAX",
-    "DELTA_MIN",
-    "real",
-    "positive_real",
-    "check_eps",
-    "calibrated_eps",
-    "check_delta",
-    "check_privacy_params",
-    "check_noise_eps",
-    "check_noise_delta",
-    "check_neighbors",
-    "neighbor_factor",
-    "exact",
-    "rest_of",
-]
 
 #: The neighbouring relations and their sensitivity factor on the histogram: add/remove one
 #: record changes one cell by 1; substituting one record changes two cells by 1.

@@ -34,7 +34,6 @@ from typing import NoReturn
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-__all__ = ["RandomSource", "check_rng", "os_source"]
 
 _TWO32 = 1 << 32
 _INT64_MAX = (1 << 63) - 1

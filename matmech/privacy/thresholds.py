@@ -5,7 +5,7 @@ Every decision of the fixed-work samplers (:mod:`matmech.privacy.discrete`) is "
 exp(-a/b), a truncated-geometric CDF (1 - r**c) / (1 - r**256), q / (1 + q) or 1 / (1 + q)
 (Canonne, Kamath & Steinke, NeurIPS 2020, Alg. 1-3). Thresholds are exact integers
 floor(v 2**128) computed with interval arithmetic on Python ints (no floating-point number
-enters a decision); further bits are computed only on a 128-bit tie (:func:`_resolve`).
+enters a decision); further bits are computed only on a 128-bit tie (:func:`resolve`).
 Tables of a scale are built once and kept in :data:`TABLES`.
 """
 
@@ -20,18 +20,17 @@ import numpy as np
 
 from matmech.privacy.randomness import RandomSource
 
-__all__ = ["TABLES", "Stack", "stack"]
 
 # ------------- Exact thresholds: binary expansions of exp(-a/b) and simple functions of it
 # Every decision below is "U < v" or "v <= U" for a uniform real U in [0, 1) read lazily
 # from random words and a computable irrational threshold v. U's first word is compared
 # with the first 64 bits of v; if they are equal the sample's spare word gives U's next 64
 # bits and floor(v * 2**128) decides; only on a 128-bit tie (probability 2**-128) are
-# further words read and compared with further bits of v (:func:`_resolve`). Thresholds
+# further words read and compared with further bits of v (:func:`resolve`). Thresholds
 # are exact integers computed with interval arithmetic on Python ints; no floating-point
 # number enters a decision.
 
-_TBITS = 128  # bits of U compared on the fixed-work path (word + spare)
+TBITS = 128  # bits of U compared on the fixed-work path (word + spare)
 _WORK = 192  # working precision of the table builder (bits)
 _LAP_TAIL = 70  # Laplace digits cover Y until P[Y >= 2**(8D)] <= e**-70 < 2**-100
 _GAUSS_TAIL = 89  # exp(-89) < 2**-128: such factors have threshold 0
@@ -100,7 +99,7 @@ def _floor_bits(key: tuple, nbits: int) -> int:
         prec += prec // 2
 
 
-def _resolve(keys, prefix: int, nbits: int, src: RandomSource) -> int:
+def resolve(keys, prefix: int, nbits: int, src: RandomSource) -> int:
     """How many thresholds in ``keys`` are <= U, where U's first ``nbits`` bits are
     ``prefix`` and equal each threshold's first bits: further words of U are read until
     every comparison is decided (the rare fallback; exact, variable time)."""
@@ -120,8 +119,8 @@ def _resolve(keys, prefix: int, nbits: int, src: RandomSource) -> int:
     return count
 
 
-def _bernoulli(key: tuple, src: RandomSource) -> bool:  # Bernoulli(v) from fresh words, exact
-    return _resolve([key], 0, 0, src) == 0
+def bernoulli(key: tuple, src: RandomSource) -> bool:  # Bernoulli(v) from fresh words, exact
+    return resolve([key], 0, 0, src) == 0
 
 
 # ---------------------------------------- Tables: a whole row of thresholds at once
@@ -163,8 +162,8 @@ def _words(lo: np.ndarray, hi: np.ndarray, fill: int, key) -> np.ndarray:
     """(255, 2) words (high, low) of floor(v_c 2**128), c = 1..255, from object arrays
     lo_c <= v_c 2**128 <= hi_c for c = 1..n (v_c < 1), ``fill`` for the rest; where the
     bounds disagree, exactly (``key(c)`` names v_c for _floor_bits)."""
-    for i in np.flatnonzero(lo != np.minimum(hi, (1 << _TBITS) - 1)).tolist():
-        lo[i] = _floor_bits(key(i + 1), _TBITS)
+    for i in np.flatnonzero(lo != np.minimum(hi, (1 << TBITS) - 1)).tolist():
+        lo[i] = _floor_bits(key(i + 1), TBITS)
     out = np.full((255, 2), fill, dtype=np.uint64)
     out[: lo.size, 0] = (lo >> 64).astype(np.uint64)
     out[: lo.size, 1] = (lo & _M64).astype(np.uint64)
@@ -175,7 +174,7 @@ def _exp_row(a: int, S: int) -> np.ndarray:
     """floor(exp(-c a/S) 2**128), c = 1..255."""
     n = min(255, (89 * S - 1) // a)  # c a < 89 S
     lo, hi = _products(a, S, n)
-    sh = 2 * _WORK - _TBITS
+    sh = 2 * _WORK - TBITS
     return _words(lo >> sh, hi >> sh, 0, lambda c: ("exp", c * a, S))
 
 
@@ -193,12 +192,12 @@ def _cdf_row(a: int, t: int, r256: tuple[int, int]) -> np.ndarray:
         return _words(np.zeros(n, dtype=object), np.ones(n, dtype=object) << 128, _M64, key)
     inv_lo = (1 << (_WORK + _E)) // den_hi
     inv_hi = -(-(1 << (_WORK + _E)) // den_lo)
-    one, sh = 1 << (2 * _WORK), 2 * _WORK + _E - _TBITS
+    one, sh = 1 << (2 * _WORK), 2 * _WORK + _E - TBITS
     return _words(((one - hi) * inv_lo) >> sh, ((one - lo) * inv_hi) >> sh, _M64, key)
 
 
 def _floor_of(lo: int, hi: int, key: tuple) -> int:  # from bounds on it; exact if they differ
-    return lo if lo == min(hi, (1 << _TBITS) - 1) else _floor_bits(key, _TBITS)
+    return lo if lo == min(hi, (1 << TBITS) - 1) else _floor_bits(key, TBITS)
 
 
 def _stack(rows: list) -> tuple[np.ndarray, np.ndarray]:
@@ -269,7 +268,7 @@ TABLES = _TableCache(64 << 20)
 
 
 @dataclass(frozen=True, eq=False)
-class _LaplaceTable(_Rows):
+class LaplaceTable(_Rows):
     """Thresholds of the fixed-work discrete Laplace sampler at scale t/s (q = exp(-s/t)).
 
     Y = |Z| - 1 >= 0 is geometric, P[Y = y] ∝ q**y. Its base-256 digits are independent
@@ -294,28 +293,28 @@ class _LaplaceTable(_Rows):
         return _sign_words((self,))
 
 
-def _laplace_table(t: int, s: int) -> _LaplaceTable:
+def laplace_table(t: int, s: int) -> LaplaceTable:
     """The table of scale t/s (built once, then from :data:`TABLES`)."""
     return TABLES.get(("laplace", t, s), lambda: _build_laplace(t, s))
 
 
-def _build_laplace(t: int, s: int) -> _LaplaceTable:
+def _build_laplace(t: int, s: int) -> LaplaceTable:
     digits = 1
     while (s << (8 * digits)) < _LAP_TAIL * t:
         digits += 1
     r = [_exp_neg(s << (8 * d), t, _WORK) for d in range(digits + 1)]  # q**(256**d)
     th, tl = _stack([_cdf_row(s << (8 * d), t, r[d + 1]) for d in range(digits)])
-    (ql, qh), one, sh = r[0], 1 << _WORK, _WORK - _TBITS
+    (ql, qh), one, sh = r[0], 1 << _WORK, _WORK - TBITS
     sign = (  # q / (1 + q), 1 / (1 + q)
-        _floor_of((ql << _TBITS) // (one + qh), (qh << _TBITS) // (one + ql), ("neg", s, t)),
-        _floor_of((one << _TBITS) // (one + qh), (one << _TBITS) // (one + ql), ("nonpos", s, t)),
+        _floor_of((ql << TBITS) // (one + qh), (qh << TBITS) // (one + ql), ("neg", s, t)),
+        _floor_of((one << TBITS) // (one + qh), (one << TBITS) // (one + ql), ("nonpos", s, t)),
     )
     ovf = _floor_of(r[digits][0] >> sh, r[digits][1] >> sh, ("exp", s << (8 * digits), t))
-    return _LaplaceTable(t, s, digits, th, tl, sign, ovf)
+    return LaplaceTable(t, s, digits, th, tl, sign, ovf)
 
 
 @dataclass(frozen=True, eq=False)
-class _GaussTable(_Rows):
+class GaussTable(_Rows):
     """Thresholds of the fixed-work acceptance test exp(-N/S) of CKS Alg. 3.
 
     exp(-N/S) = prod_d exp(-N_d 256**d / S) over the base-256 digits N_d of N, so the
@@ -332,17 +331,17 @@ class _GaussTable(_Rows):
     tl: np.ndarray
 
 
-def _gauss_table(S: int) -> _GaussTable:
+def gauss_table(S: int) -> GaussTable:
     """The acceptance table of exp(-N/S) (built once, then from :data:`TABLES`)."""
     return TABLES.get(("gauss", S), lambda: _build_gauss(S))
 
 
-def _build_gauss(S: int) -> _GaussTable:
+def _build_gauss(S: int) -> GaussTable:
     L = 1
     while L < 8 and (1 << (8 * L)) < _GAUSS_TAIL * S:
         L += 1
     th, tl = _stack([_exp_row(1 << (8 * d), S) for d in range(L)])
-    return _GaussTable(S, L, L < 8, th, tl)
+    return GaussTable(S, L, L < 8, th, tl)
 
 
 def _sign_words(tabs) -> tuple:

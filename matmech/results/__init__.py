@@ -1,4 +1,2 @@
 """What a release returns: :class:`~matmech.results.release.Release`, the streamed
 :class:`~matmech.results.store.MarginalRelease` with its spill store, answer labels."""
-
-__all__: list[str] = []

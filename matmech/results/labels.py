@@ -18,7 +18,6 @@ from matmech.linalg.terms import as_terms
 from matmech.io.domain import Domain
 from matmech.validate import texts
 
-__all__ = ["release_labels", "MAX_LABELS"]
 
 #: Largest number of labels built at once (strings cost ~100 bytes each).
 MAX_LABELS = 50_000_000

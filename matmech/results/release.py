@@ -41,13 +41,6 @@ if TYPE_CHECKING:
     from matmech.svt.gap import GapResult
     from matmech.svt.vector import VectorResult
 
-__all__ = [
-    "Release",
-    "release_table",
-    "iter_release_table",
-    "Z95",
-    "INTERVAL_COLUMNS",
-]
 
 #: The interval columns of every table of answers (Python, JSON and the CLI's CSV).
 INTERVAL_COLUMNS = ("lower", "upper", "interval", "coverage")

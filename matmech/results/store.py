@@ -55,17 +55,9 @@ from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift
 from matmech.privacy.integrity import IntegrityError
 from matmech.results.release import Release
 
-__all__ = [
-    "ResidualStore",
-    "SealedFile",
-    "ResidualIndex",
-    "MarginalRelease",
-    "CACHE_BYTES",
-    "BLOCK",
-]
 
 #: Cells of marginals reconstructed as one stack (bounds the temporaries).
-_CHUNK = 1 << 21
+CHUNK = 1 << 21
 #: Lifted lower-order residuals kept for reuse by the reconstruction (bytes).
 CACHE_BYTES = 256 << 20
 #: Values per authenticated block of a spill file (64 KiB).
@@ -474,11 +466,11 @@ class MarginalRelease:
 
     def _chunks(self):
         """(first, end, subsets as a (K × k) array, attribute sizes): consecutive terms of W
-        with equal attribute sizes, at most :data:`_CHUNK` cells a chunk."""
+        with equal attribute sizes, at most :data:`CHUNK` cells a chunk."""
         d, k = self.domain, 0
         while k < len(self.subsets):
             shape = tuple(d[i] for i in self.subsets[k])
-            step = max(1, _CHUNK // max(1, math.prod(shape)))
+            step = max(1, CHUNK // max(1, math.prod(shape)))
             end = k + 1
             while (
                 end < len(self.subsets)

@@ -31,15 +31,13 @@ from matmech.estimators.answer_noise import GaussianResidualLaw, ResidualNoiseLa
 from matmech.measurements.residual import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
-    _row_keys,
+    row_keys,
     least_sigma,
     measure_batch,
     residual_batches,
     row_noise,
 )
 from matmech.measurements.table_batches import TableBatches
-
-__all__ = ["GaussianResiduals", "LaplaceTables", "KINDS", "kind_of"]
 
 
 class GaussianResiduals:
@@ -85,13 +83,13 @@ class GaussianResiduals:
     def row_variances(self, mplan, sub, v) -> np.ndarray:
         """Exact variance of each orthonormal coordinate of a residual with attribute sizes
         ``sub`` and plan variance ``v``: Var(Z_j)/λ_j², τ_j as :func:`residual_batches`."""
-        l2, cls = _row_keys(sub, range(len(sub)))
+        l2, cls = row_keys(sub, range(len(sub)))
         _, index, var = row_noise(mplan, least_sigma(mplan, [v], l2))
         return (var[index[0]] / l2)[cls]
 
     def stored_variances(self, mplan, sub, v) -> np.ndarray:
         """Exact noise variance of each stored value (the integers: Var(Z_j))."""
-        l2, cls = _row_keys(sub, range(len(sub)))
+        l2, cls = row_keys(sub, range(len(sub)))
         return self.row_variances(mplan, sub, v) * l2[cls]
 
     def summary(self, mplan, secure) -> tuple[dict, dict]:
@@ -116,7 +114,7 @@ class GaussianResiduals:
 @functools.lru_cache(maxsize=64)
 def _row_norms(sub):
     """λ_j of every row of ⊗_{i} Hᵢ for attribute sizes ``sub`` (read-only)."""
-    l2, cls = _row_keys(sub, range(len(sub)))
+    l2, cls = row_keys(sub, range(len(sub)))
     out = np.sqrt(l2[cls])
     out.setflags(write=False)
     return out

@@ -41,7 +41,6 @@ from matmech.privacy.budget import check_budget, privacy_target
 from matmech.privacy.params import check_privacy_params
 from matmech.run.runner import run_plan
 
-__all__ = ["Discovery", "discover_categories", "threshold", "release_probability"]
 
 #: Denominator of the noise scale: t = ⌈2¹⁶/ε⌉ / 2¹⁶ is used exactly by the sampler.
 _SCALE_BITS = 16

@@ -26,8 +26,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.budget import PrivacyBudget
     from matmech.privacy.randomness import Rng
 
-__all__ = ["measure"]
-
 
 def measure(
     x: npt.ArrayLike,

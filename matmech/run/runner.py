@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from matmech.privacy.budget import PrivacyBudget
     from matmech.privacy.randomness import Rng
 
-__all__ = ["run_plan", "afford"]
 
 #: The Release fields a plan's estimator may leave out.
 _DEFAULTS = dict(strategy=None, strategy_name="", strategy_note="", measurement=None, estimate=None)

@@ -12,10 +12,8 @@ import math
 import numpy as np
 
 from matmech.io.attribute import WHITESPACE, trim_text
-from matmech.sources.grouping import DROP, Engine, _actions, _not_spark
+from matmech.sources.grouping import DROP, Engine, actions, not_spark
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
-
-__all__ = ["NUMPY", "grid_codes"]
 
 
 def _object_missing(obj):
@@ -140,7 +138,7 @@ def grid_codes(grid, v):
 
 
 def _np_codes(a, values):
-    miss, low, high, ood = _actions(a)
+    miss, low, high, ood = actions(a)
     if a.kind == "categories":
         s, missing = _np_strings(values)
         code = np.full(s.shape, ood, dtype=np.int64)
@@ -168,7 +166,7 @@ def _np_codes(a, values):
     return code
 
 
-def _column_values(source, kind, j, column, *, zoned=False):
+def column_values(source, kind, j, column, *, zoned=False):
     """One column's values; ``zoned``: as a pandas Series where the source has one, so that a
     zoned timestamp column keeps its zone (``to_numpy`` of an Arrow or Polars column drops it)."""
     if kind == "array":
@@ -195,7 +193,7 @@ def _numpy_groups(source, kind, domain, sets, where):
             f"the array has {source.shape[1]} columns but the domain has {len(domain)} attributes {list(domain.names)}"
         )
     codes = [
-        _np_codes(a, _column_values(source, kind, j, a.column, zoned=a.time is not None))
+        _np_codes(a, column_values(source, kind, j, a.column, zoned=a.time is not None))
         for j, a in enumerate(domain.attributes)
     ]
     lengths = {c.size for c in codes}
@@ -234,7 +232,7 @@ def _numpy_groups(source, kind, domain, sets, where):
 
 
 def _check_kind(kind: str) -> None:
-    _not_spark(kind, "numpy")
+    not_spark(kind, "numpy")
     if kind in ("csv", "parquet"):
         raise TypeError(
             f"the numpy engine counts in-memory columns; read {kind.upper()} files with engine='duckdb'"

@@ -23,27 +23,16 @@ from matmech.sources.grouping import (
     MISS,
     OOD,
     Engine,
-    _actions,
-    _needs_drop_flag,
-    _not_spark,
+    actions,
+    needs_drop_flag,
+    not_spark,
     refuse_defects,
 )
-from matmech.sources.files import ENGINES_HINT, _check_columns, csv_header
+from matmech.sources.files import ENGINES_HINT, check_columns, csv_header
 from matmech.sources.table_scan import SCAN_ROWS, TableCounter
 from matmech.io.zones import ISO_TEXT, ISO_ZONED, zone_table
 from matmech.limits import memory_room
 
-__all__ = [
-    "Dialect",
-    "compile_query",
-    "code_query",
-    "duckdb_tables",
-    "spark_tables",
-    "DUCKDB",
-    "SPARK",
-    "INTEGER_TYPES",
-    "TEXT_TYPES",
-]
 
 NONE = -9  # a column that is not in a grouping set
 
@@ -86,8 +75,8 @@ class Dialect:
 def _sql_code(a, ref, d):
     """The CASE expression giving attribute ``a``'s code from ``ref`` (a parsed double, or a
     trimmed string for categories; for a regular attribute the column ``g_<ref>`` holds
-    :func:`_sql_guess`), with the sentinels of :func:`_actions`."""
-    miss, low, high, ood = _actions(a)
+    :func:`_sql_guess`), with the sentinels of :func:`actions`."""
+    miss, low, high, ood = actions(a)
     if a.kind == "categories":
         whens = " ".join(f"WHEN {ref} = {d.text(c)} THEN {i}" for i, c in enumerate(a.categories))
         return f"CASE WHEN {ref} IS NULL OR {ref} = '' THEN {miss} {whens} ELSE {ood} END"
@@ -189,7 +178,7 @@ def _key_dims(domain, s):
 def _sql_int_code(a, ref, d):
     """A range attribute on an integer-typed column: integer arithmetic, no parsing (the same
     cells as ⌊(v − lo) / width⌋ for every integer v)."""
-    miss, low, high, _ = _actions(a)
+    miss, low, high, _ = actions(a)
     w = int(a.width)
     div = "//" if d.name == "duckdb" else "div"
     inner = f"({ref} - {int(a.lo)})" if w == 1 else f"(({ref} - {int(a.lo)}) {div} {w})"
@@ -222,7 +211,7 @@ TEXT_TYPES = ("varchar", "string", "text")
 
 def code_query(domain, source_sql, dialect="duckdb", *, types=None):
     """The records' codes: parse → codes, one row per record with columns ``c0`` … ``c{d-1}``
-    (a cell, or a sentinel of :func:`~matmech.sources.grouping._actions`) and ``dropped`` (1 when
+    (a cell, or a sentinel of :func:`~matmech.sources.grouping.actions`) and ``dropped`` (1 when
     an attribute drops the record). Arguments as :func:`compile_query`."""
     if dialect not in ("duckdb", "spark"):
         raise ValueError(f"dialect must be 'duckdb' or 'spark', got {dialect!r}")
@@ -259,7 +248,7 @@ def code_query(domain, source_sql, dialect="duckdb", *, types=None):
         if a.regular:
             guesses.append(f"{_sql_guess(a.grid, f'v{j}', d)} AS g_v{j}")
         codes.append(f"CAST({_sql_code(a, f'v{j}', d)} AS BIGINT) AS c{j}")
-    if _needs_drop_flag(domain):
+    if needs_drop_flag(domain):
         dropped = (
             "CASE WHEN "
             + " OR ".join(f"c{j} = {DROP}" for j in range(len(domain)))
@@ -315,7 +304,7 @@ def _split_groups(sets, dims, keys, counts):
     return groups
 
 
-def _duckdb_source(con, source, kind, d, encoding, delimiter):
+def duckdb_source(con, source, kind, d, encoding, delimiter):
     if kind == "csv":
         enc = encoding.lower().replace("_", "-")
         enc = {
@@ -345,7 +334,7 @@ def _duckdb_source(con, source, kind, d, encoding, delimiter):
     return d.ident(name)
 
 
-def _engine_error(where, exc, encoding=None):
+def engine_error(where, exc, encoding=None):
     msg = str(exc).lower()
     if encoding is not None and ("unicode" in msg or "encod" in msg):
         return ValueError(
@@ -387,12 +376,12 @@ def _duckdb_close(con, spill):
 def _duckdb_prepare(duckdb, con, source, kind, domain, where, encoding, delimiter):
     """(FROM item, column types) of the source, its columns checked against the domain."""
     d = Dialect("duckdb")
-    src = _duckdb_source(con, source, kind, d, encoding, delimiter)
+    src = duckdb_source(con, source, kind, d, encoding, delimiter)
     try:
         types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
     except duckdb.Error as exc:
-        raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
-    _check_columns(domain, list(types), where, show=kind != "csv")
+        raise engine_error(where, exc, encoding if kind == "csv" else None) from None
+    check_columns(domain, list(types), where, show=kind != "csv")
     return src, types
 
 
@@ -440,14 +429,14 @@ def duckdb_tables(source, kind, domain, subsets, *, where, encoding, delimiter, 
                 else rel.fetch_arrow_reader(SCAN_ROWS)
             )
         except duckdb.Error as exc:
-            raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+            raise engine_error(where, exc, encoding if kind == "csv" else None) from None
         while True:
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
                 break
             except Exception as exc:  # noqa: BLE001 - DuckDB or Arrow; none may leak records
-                raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+                raise engine_error(where, exc, encoding if kind == "csv" else None) from None
             counter.add(*_batch_codes(batch, domain))
     finally:
         _duckdb_close(con, spill)
@@ -512,7 +501,7 @@ def spark_tables(
             cells = totals.column(0).to_numpy()
             counts = totals.column(1).to_numpy()
         except Exception as exc:  # noqa: BLE001 - Spark raises many types; none may leak records
-            raise _engine_error("the spark source", exc) from None
+            raise engine_error("the spark source", exc) from None
     finally:
         spark.catalog.dropTempView(name)
     for cell in cells[cells < 0].tolist():  # the flags: (attribute, defect), no value
@@ -535,7 +524,7 @@ def _duckdb_groups(source, kind, domain, sets, where, encoding, delimiter):
         try:
             res = con.execute(query).fetchnumpy()
         except duckdb.Error as exc:
-            raise _engine_error(where, exc, encoding if kind == "csv" else None) from None
+            raise engine_error(where, exc, encoding if kind == "csv" else None) from None
     finally:
         con.close()
     counts = np.asarray(res["n"], dtype=np.int64)
@@ -558,7 +547,7 @@ def _spark_groups(source, domain, sets):
                 rows = result.collect()
                 cols = {c: np.array([r[c] for r in rows]) for c in result.columns}
         except Exception as exc:  # noqa: BLE001 - Spark raises many types; none may leak records
-            raise _engine_error("the spark source", exc) from None
+            raise engine_error("the spark source", exc) from None
     finally:
         spark.catalog.dropTempView(name)
     counts = np.asarray(cols["n"], dtype=np.int64)
@@ -566,7 +555,7 @@ def _spark_groups(source, domain, sets):
 
 
 def _duckdb_check(kind: str) -> None:
-    _not_spark(kind, "duckdb")
+    not_spark(kind, "duckdb")
     if kind == "array":
         raise TypeError("a 2-D numpy array is counted by the numpy engine (or pass a DataFrame)")
 

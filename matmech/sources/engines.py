@@ -38,30 +38,17 @@ from matmech.validate import SizeError, choice
 
 from matmech.io.domain import Domain
 from matmech.sources.engine_numpy import NUMPY
-from matmech.sources.engine_sql import DUCKDB, SPARK, compile_query
-from matmech.sources.grouping import Engine, _tables, grouping_sets
+from matmech.sources.engine_sql import DUCKDB, SPARK
+from matmech.sources.grouping import Engine, grouped_tables, grouping_sets
 from matmech.sources.files import (
     ENGINES_HINT,
-    _check_columns,
-    _check_csv_options,
-    _check_file,
-    _columns_of,
-    csv_header,
-    open_text,
+    check_columns,
+    check_csv_options,
+    check_file,
+    columns_of,
     source_kind,
 )
 
-__all__ = [
-    "histogram",
-    "marginal_counts",
-    "compile_query",
-    "csv_header",
-    "open_text",
-    "ENGINES",
-    "ENGINE_REGISTRY",
-    "register_engine",
-    "source_kind",
-]
 
 _ENGINES: dict[str, Engine] = {e.name: e for e in (NUMPY, DUCKDB, SPARK)}
 #: Engine name → its entry (how it counts, which sources it takes), in the order registered;
@@ -148,10 +135,10 @@ def marginal_counts(
     engine = _check_engine(engine, kind)
     where = str(source) if kind in ("csv", "parquet") else f"the {kind} source"
     if kind in ("csv", "parquet"):
-        _check_file(source)
+        check_file(source)
     if kind == "csv" and engine == "duckdb":
-        _check_csv_options(encoding, delimiter)
-    _check_columns(domain, _columns_of(source, kind), where)
+        check_csv_options(encoding, delimiter)
+    check_columns(domain, columns_of(source, kind), where)
     entry = ENGINE_REGISTRY[engine]
     if entry.tables is not None and len(set(wanted)) > 1:
         # several tables: one scan streams the codes into all of them (the engine's GROUPING
@@ -172,7 +159,7 @@ def marginal_counts(
     groups = entry.groups(
         source, kind, domain, sets, where=where, encoding=encoding, delimiter=delimiter
     )
-    return _tables(domain, sets, groups, wanted)
+    return grouped_tables(domain, sets, groups, wanted)
 
 
 def histogram(source, domain, *, engine="auto", encoding="utf-8", delimiter=None) -> np.ndarray:

@@ -15,14 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = [
-    "source_kind",
-    "csv_header",
-    "open_text",
-    "CSV_SUFFIXES",
-    "PARQUET_SUFFIXES",
-    "ENGINES_HINT",
-]
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -61,7 +53,7 @@ def source_kind(source) -> str:
     )
 
 
-def _columns_of(source, kind):
+def columns_of(source, kind):
     if kind in ("pandas", "polars", "arrow"):
         names = (
             source.column_names
@@ -80,7 +72,7 @@ def _columns_of(source, kind):
     return None
 
 
-def _hidden_header(n: int) -> str:
+def hidden_header(n: int) -> str:
     """How an error counts a CSV header's ``n`` names without quoting them: in a file without
     a header line the "names" are the first record's values."""
     return (
@@ -88,7 +80,7 @@ def _hidden_header(n: int) -> str:
     )
 
 
-def _check_columns(domain, available, where, *, show=True):
+def check_columns(domain, available, where, *, show=True):
     """Refuse a source without the domain's columns, naming the missing ones (declared, public).
 
     ``show=False`` (a CSV header): the available names are not quoted, only counted; in a file
@@ -101,12 +93,12 @@ def _check_columns(domain, available, where, *, show=True):
         have = (
             f"the columns are {available}"
             if show
-            else f"its header line has {_hidden_header(len(available))}"
+            else f"its header line has {hidden_header(len(available))}"
         )
         raise ValueError(f"{where}: no column(s) {missing} for the domain's attributes; {have}")
 
 
-def _check_file(path):
+def check_file(path):
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{path}: no such data file")
@@ -114,7 +106,7 @@ def _check_file(path):
         pass
 
 
-def _check_csv_options(encoding, delimiter):
+def check_csv_options(encoding, delimiter):
     if encoding.lower().replace("_", "-") not in (
         "utf-8",
         "utf8",

@@ -4,7 +4,7 @@ A marginal is x summed over the other attributes (Li et al., "The matrix mechani
 high-dimensional statistical queries under differential privacy", PVLDB 2018, §3). Every
 engine maps each record to one code per attribute (a cell, or a sentinel: drop, out of
 domain, missing), groups by the requested subsets and hands back (codes, dropped, counts);
-:func:`_tables` turns those into the marginal tables, applying the "error" policies in one
+:func:`grouped_tables` turns those into the marginal tables, applying the "error" policies in one
 place so every engine refuses the same data.
 """
 
@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Engine", "DROP", "OOD", "MISS", "refuse_defects", "grouping_sets"]
-
 
 @dataclass(frozen=True)
 class Engine:
@@ -25,7 +23,7 @@ class Engine:
 
     ``groups(source, kind, domain, sets, *, where, encoding, delimiter)`` counts the records
     per code of every grouping set → {set: (codes (rows × |set|) int64, dropped bool rows,
-    counts int64 rows)}, read by :func:`_tables`; ``check(kind)`` raises TypeError when the
+    counts int64 rows)}, read by :func:`grouped_tables`; ``check(kind)`` raises TypeError when the
     engine cannot count a source of that kind (:func:`matmech.sources.files.source_kind`).
     """
 
@@ -38,7 +36,7 @@ class Engine:
     tables: Callable[..., dict] | None = None
 
 
-def _not_spark(kind: str, engine: str) -> None:
+def not_spark(kind: str, engine: str) -> None:
     """The rule every engine but spark shares: a Spark DataFrame stays in Spark."""
     if kind == "spark":
         raise TypeError(f"a Spark DataFrame is counted by the spark engine, not {engine!r}")
@@ -59,7 +57,7 @@ def grouping_sets(domain, wanted):
     return sets
 
 
-def _needs_drop_flag(domain):
+def needs_drop_flag(domain):
     return any(_may(a, "drop") for a in domain.attributes)
 
 
@@ -78,7 +76,7 @@ def refuse_defects(a, col):
         )
 
 
-def _tables(domain, sets, groups, wanted):
+def grouped_tables(domain, sets, groups, wanted):
     """``groups``: {set: (codes (rows × |set|) int64, dropped bool rows, counts int64 rows)}."""
     for s in sets:  # an "error" attribute refuses the data if any record needs it, dropped or not
         codes = groups[s][0]
@@ -99,7 +97,7 @@ def _tables(domain, sets, groups, wanted):
     return out
 
 
-def _actions(a):
+def actions(a):
     """(code for a missing value, for one below / above / between the declared cells)."""
     other = {"other": a.other_code, "drop": DROP, "error": MISS}
     miss = other[a.missing]

@@ -27,8 +27,6 @@ import numpy as np
 from matmech.validate import memory, size, vector
 from typing import Any
 
-__all__ = ["histogram", "cell_index"]
-
 
 def _is_pandas(obj, kind):
     mod = type(obj).__module__

@@ -16,8 +16,6 @@ import numpy as np
 from matmech.io.domain import Attribute, Domain
 from matmech.sources.engines import histogram
 
-__all__ = ["period_counts"]
-
 
 def period_counts(
     source,

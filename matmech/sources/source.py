@@ -38,17 +38,6 @@ from matmech.sources.tables import marginal_tables, table_reader
 from matmech.privacy.measure import check_counts
 from matmech.validate import rectangular
 
-__all__ = [
-    "DataSource",
-    "HistogramSource",
-    "TableSource",
-    "EngineSource",
-    "as_source",
-    "as_table_source",
-    "histogram_cells",
-    "declared_cells",
-]
-
 
 @runtime_checkable
 class DataSource(Protocol):

@@ -143,7 +143,7 @@ class TableCounter:
     added: ``add(codes, dropped)`` with ``codes`` (records × attributes, any signed integer
     type, the sentinels of :mod:`matmech.sources.grouping` included) and ``dropped`` (bool per
     record, or None); ``tables()`` → {subset: int64 table}. The "error" policies refuse a
-    chunk as :func:`matmech.sources.grouping._tables` does (same messages, never a value)."""
+    chunk as :func:`matmech.sources.grouping.grouped_tables` does (same messages, never a value)."""
 
     def __init__(self, domain, subsets):
         self.domain, self.subsets = domain, [tuple(s) for s in subsets]

@@ -25,16 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from matmech.sources.table_scan import MAX_TABLE_CELLS, count_tables
+from matmech.sources.table_scan import count_tables
 from matmech.validate import sequence, size, subset
 
-__all__ = [
-    "marginal_tables",
-    "table_reader",
-    "check_codes",
-    "maximal_subsets",
-    "MAX_TABLE_CELLS",
-]
 
 #: Record codes are copied as intp (no conversion per table) up to this many bytes.
 _INTP_COPY_BYTES = 1 << 30

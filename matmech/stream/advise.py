@@ -24,8 +24,6 @@ from matmech.stream.factorizations import MAX_DENSE_N, OBJECTIVES, build, check_
 from matmech.stream.plan import StreamSpec, plan_stream
 from matmech.validate import choice, flag, texts
 
-__all__ = ["StreamAdvice", "StreamChoice", "advise_stream"]
-
 
 @dataclass(frozen=True)
 class StreamChoice:

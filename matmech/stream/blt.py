@@ -21,7 +21,6 @@ import math
 
 import numpy as np
 
-__all__ = ["BLT_OBJECTIVES", "blt_coefs", "blt_errors", "blt_prefix_coefs", "optimize_blt"]
 
 #: The objectives a BLT can be optimised for.
 BLT_OBJECTIVES = ("mean", "max")

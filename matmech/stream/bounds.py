@@ -25,7 +25,6 @@ import math
 
 import numpy as np
 
-__all__ = ["gamma2_bound", "prefix_singular_values", "svd_bound", "tree_errors"]
 
 _GAMMA2_N = 1024
 _EXPONENTS = (0.0, 0.1, 0.2)

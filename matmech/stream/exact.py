@@ -31,14 +31,6 @@ from matmech.privacy.measure import check_counts
 from matmech.stream.factorizations import StreamFactorization
 from matmech.validate import rectangular
 
-__all__ = [
-    "LimbLayout",
-    "clamp_counts",
-    "exact_measurement",
-    "integer_factor",
-    "limb_layout",
-    "limbs_of",
-]
 
 _WORD_BITS = 62  # ‖K_t‖₁·2^w ≤ 2^62: every partial sum of a limb's dot product fits in int64
 

@@ -53,22 +53,6 @@ from matmech.stream.series import prefix_coefs, toeplitz_dense
 from matmech.validate import choice
 from matmech.workloads import prefix
 
-__all__ = [
-    "FACTORIZATIONS",
-    "MAX_DENSE_N",
-    "MAX_N",
-    "NORMS",
-    "OBJECTIVES",
-    "StreamFactorization",
-    "build",
-    "check_horizon",
-    "check_norm",
-    "hierarchical_block_lengths",
-    "hierarchical_branchings",
-    "hierarchical_errors",
-    "hierarchical_score",
-    "square_root_coefs",
-]
 
 #: Objectives a factorization is chosen for.
 OBJECTIVES = ("mean", "max")

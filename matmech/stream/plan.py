@@ -7,7 +7,7 @@ adds 1 to one cell x_{t,c} (add/remove neighbours; ``substitute`` doubles the se
 so the sensitivity is the largest column norm of C_g, computed on the rounded matrix.
 
 Calibration is the library's one rule (:mod:`matmech.privacy.calibration`,
-:func:`matmech.privacy.measure.laplace_scale_up`): δ = 0 → discrete Laplace, scale Δ₁/ε
+:func:`matmech.privacy.calibration.laplace_scale_up`): δ = 0 → discrete Laplace, scale Δ₁/ε
 rounded up; δ > 0 → discrete Gaussian with σ = ``gaussian_sigma(ε, δ, Δ₂)`` (zCDP, CKS 2020);
 ρ given → charged as ε = ``zcdp_to_approx_dp(ρ, δ)`` at that δ and calibrated the same way.
 Sensitivities carry :data:`~matmech.privacy.measure.SENS_MARGIN`.
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.privacy.calibration import (
-    _check_rho,
+    check_rho,
     lattice_std,
     neighbor_sensitivity,
     noise_for,
@@ -65,17 +65,6 @@ from matmech.stream.factorizations import (
 )
 from matmech.validate import choice
 
-__all__ = [
-    "AUTO",
-    "AUTO_DENSE_N",
-    "AUTO_SCAN_N",
-    "MAX_CATEGORIES",
-    "StreamPlan",
-    "StreamSpec",
-    "auto_candidates",
-    "best_plan",
-    "plan_stream",
-]
 
 #: Largest number of categories per step.
 MAX_CATEGORIES = 2**16
@@ -174,7 +163,7 @@ class StreamSpec:
             check_delta(
                 self.delta, positive=True, name="delta (needed with rho to charge the ledger)"
             )
-            if _check_rho(self.rho) == 0:  # the privacy layer's rule (a real, finite, >= 0)
+            if check_rho(self.rho) == 0:  # the privacy layer's rule (a real, finite, >= 0)
                 raise ValueError(f"rho must be a positive finite number, got {self.rho!r}")
         check_neighbors(self.neighbors)
         object.__setattr__(self, "max_records", check_max_records(self.max_records))
@@ -252,7 +241,7 @@ class StreamPlan:
         return limb_layout(self.factorization, self.grid, self.spec.max_records, k=k)
 
 
-def _scale(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:
+def stream_noise(spec: StreamSpec, f: StreamFactorization) -> tuple[str, float, float]:
     """(noise, scale, sensitivity) for factorization f under spec."""
     eps, delta = spec.charge
     norm = f.sensitivity(1 if delta == 0 else 2)
@@ -295,7 +284,7 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
         raise ValueError(
             f"the factorization has horizon {f.n} but the spec declares {spec.horizon}"
         )
-    kind, scale, sens = _scale(spec, f)
+    kind, scale, sens = stream_noise(spec, f)
     if f.integer_valued():  # integer C: measured as it is, on the integers
         g = 1.0
     else:  # the sampler's range alone bounds g: K·x is exact in integers (sens is not used)
@@ -303,6 +292,6 @@ def plan_stream(spec: StreamSpec, factorization: StreamFactorization | None = No
             sens, scale, kind == "discrete_gaussian", spec.max_records, integer_exact=True
         )
         f = f.rounded(g)
-        kind, scale, sens = _scale(spec, f)  # calibrated on the C_g actually measured
+        kind, scale, sens = stream_noise(spec, f)  # calibrated on the C_g actually measured
     std = lattice_std(kind, scale, g, remedy="raise eps")
     return StreamPlan(spec, f, g, kind, float(scale), float(std), float(sens))

@@ -43,18 +43,10 @@ from matmech.privacy.measure import lattice_noise
 from matmech.stream.exact import clamp_counts, exact_measurement, limbs_of
 from matmech.stream.factorizations import StreamFactorization
 from matmech.privacy.calibration import lattice_std
-from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, _scale, plan_stream
+from matmech.stream.plan import MAX_STATE_BYTES, StreamPlan, StreamSpec, stream_noise, plan_stream
 from matmech.run.runner import run_plan
 from matmech.stream.state import StreamStore
 
-__all__ = [
-    "VARIANCE_UNITS",
-    "StreamRelease",
-    "StreamStep",
-    "StreamChargePlan",
-    "StreamStepPlan",
-    "stream_events",
-]
 
 #: The units of a stream's ``mean_variance`` / ``max_variance`` (status, advice).
 VARIANCE_UNITS = "counts^2 (variance of one released running total, noise as drawn)"
@@ -123,7 +115,7 @@ def _plan_from_meta(meta: dict) -> StreamPlan:
     }[form]
     f = StreamFactorization(p["name"], n, params=params, objective=p["objective"], **data)
     stored = (p["noise"], p["scale"], p["sensitivity"], p["std"])
-    kind, scale, sens = _scale(spec, f)  # the calibration of the C_g the file measures
+    kind, scale, sens = stream_noise(spec, f)  # the calibration of the C_g the file measures
     if stored != (kind, scale, sens, lattice_std(kind, scale, p["grid"], remedy="raise eps")):
         raise ValueError(
             "the stream file's noise calibration does not follow from its spec and factorization "

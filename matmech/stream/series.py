@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["prefix_coefs", "series_inverse", "toeplitz_dense"]
-
 
 def _product(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     """The first m coefficients of a(x)·b(x)."""

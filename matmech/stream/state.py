@@ -40,7 +40,6 @@ import numpy as np
 
 from matmech.privacy.integrity import HeadRecord, IntegrityError, link_mac
 
-__all__ = ["STREAM_FORMAT", "StreamStore"]
 
 #: The ``format`` value in a stream file's meta table.
 STREAM_FORMAT = "matmech-stream-2"

@@ -65,12 +65,13 @@ of ``g``.
 from __future__ import annotations
 
 from matmech.svt.accuracy import above_threshold_alpha, exponential_alpha, sparse_alpha
-from matmech.svt.calibration import SVTBudget, SVTCalibration, optimal_ratio, svt_budget
+from matmech.svt.calibration import SVTBudget, SVTCalibration, svt_budget
+from matmech.svt.split import optimal_ratio
 from matmech.svt.core import SVTResult, above_threshold, sparse_vector
 from matmech.svt.interactive import SparseVector, SparseVectorExhausted
 from matmech.svt.variants import sparse_vector_dpbook, sparse_vector_retraversal
 from matmech.svt.topc import TopCResult, exponential_top_c
-from matmech.svt.calibration import GapCalibration, gap_calibration
+from matmech.svt.gap_calibration import GapCalibration, gap_calibration
 from matmech.svt.gap import GapResult, adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
 from matmech.svt.combine import advise_split, combine_gaps, gap_measurement
 from matmech.svt.measurement import GapMeasurement

@@ -28,8 +28,6 @@ from matmech.svt.checks import (
 )
 from matmech.svt.calibration import split_eps
 
-__all__ = ["above_threshold_alpha", "sparse_alpha", "exponential_alpha"]
-
 
 def _check_k(k) -> int:
     return check_int("k", k, what="the number of queries")

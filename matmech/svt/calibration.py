@@ -28,32 +28,13 @@ from typing import Optional
 from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
-from matmech.svt.gap_calibration import GapCalibration, gap_calibration
 from matmech.svt.split import (
     MAX_SCALE_UNITS,
-    MAX_SNAP_SHARE,
-    DeclarationError,
     binary_rest,
     snapped_sensitivity,
     declared_grid,
-    optimal_ratio,
     split_eps,
 )
-
-__all__ = [
-    "SVTCalibration",
-    "SVTBudget",
-    "optimal_ratio",
-    "split_eps",
-    "svt_budget",
-    "make_budget",
-    "MAX_SCALE_UNITS",
-    "MAX_SNAP_SHARE",
-    "DeclarationError",
-    "declared_grid",
-    "GapCalibration",
-    "gap_calibration",
-]
 
 
 @dataclass(frozen=True)

@@ -19,19 +19,6 @@ import numpy as np
 
 from matmech.validate import MAX_INDEX, integer, real, rectangular
 
-__all__ = [
-    "Ratio",
-    "check_real",
-    "check_int",
-    "check_c",
-    "check_eps",
-    "check_ratio",
-    "check_sensitivity",
-    "check_values",
-    "check_threshold",
-    "check_beta",
-    "check_flag",
-]
 
 Ratio = Union[str, float]
 

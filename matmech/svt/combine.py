@@ -63,15 +63,6 @@ from matmech.svt.methods import SELECTION_METHODS, mechanism_named
 from matmech.svt.vector import prefer_vector
 from typing import Any
 
-__all__ = [
-    "gap_measurement",
-    "combine_gaps",
-    "answer_covariance",
-    "advise_split",
-    "MAX_COVARIANCE_ENTRIES",
-    "SPLIT_GRID",
-    "AUTO_FLOOR_MAX",
-]
 
 #: answer_covariance refuses n * k above this (two n x k float64 blocks).
 MAX_COVARIANCE_ENTRIES = 1 << 24

@@ -28,14 +28,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = [
-    "SVTResult",
-    "sparse_vector",
-    "above_threshold",
-    "scan",
-    "noisy_answers",
-]
-
 
 @dataclass(frozen=True)
 class SVTResult:

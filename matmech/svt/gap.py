@@ -53,13 +53,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = [
-    "GapResult",
-    "noisy_top_c_gap",
-    "sparse_vector_gap",
-    "adaptive_sparse_vector",
-]
-
 
 @dataclass(frozen=True)
 class GapResult:
@@ -392,7 +385,7 @@ def adaptive_sparse_vector(
     Lap(4D/eps1), Lap(2D/eps1) monotonic; positive when the gap is >= ``sigma``, cost
     eps1/2), then the middle branch (Lap(2D/eps1), gap >= 0, cost eps1).  The run stops
     when what is left of eps - eps0 is less than eps1.  ``sigma="auto"``: top-branch scale
-    times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.calibration.gap_calibration`;
+    times max(2*sqrt(2), ln n) for n candidates (see :func:`~matmech.svt.gap_calibration.gap_calibration`;
     our default, [DWZK19] leave sigma to the user).  ``value_bound``: as in :func:`noisy_top_c_gap`.
 
     Parameters

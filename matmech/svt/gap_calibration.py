@@ -38,7 +38,6 @@ from matmech.svt.split import (
     optimal_ratio,
 )
 
-__all__ = ["GapCalibration", "gap_calibration"]
 
 #: The free-gap selections :func:`gap_calibration` calibrates ([DWZK19]).
 GAP_CALIBRATIONS = ("topc-gap", "svt-gap", "adaptive-svt")

@@ -22,27 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.randomness import RandomSource
 
-__all__ = [
-    "CHUNK_FIRST",
-    "CHUNK_MAX",
-    "PARALLEL_MIN",
-    "MAX_UNITS",
-    "DECLARED_UNITS",
-    "grid_for_bound",
-    "declared_values",
-    "check_public_units",
-    "checked_or_declared",
-    "range_check",
-    "range_checks",
-    "to_units",
-    "threshold_units",
-    "draw",
-    "chunk_bounds",
-    "worker_sources",
-    "noise_chunks",
-    "NoiseBuffer",
-]
 
 # Chunking of the vectorised scan: start small (c positives are often found
 # early, and unused noise is wasted work), grow geometrically to bound memory.
@@ -193,7 +174,7 @@ def worker_sources(rng, n: int):
     """
     if n < PARALLEL_MIN:
         return None
-    if rng is None or (isinstance(rng, noise.RandomSource) and rng.secure):
+    if rng is None or (isinstance(rng, RandomSource) and rng.secure):
         return [noise.check_rng(None), noise.check_rng(None)]
     if isinstance(rng, np.random.Generator):
         try:

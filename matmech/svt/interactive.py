@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
 
-__all__ = ["SparseVector", "SparseVectorExhausted"]
-
 
 class SparseVectorExhausted(RuntimeError):
     """Raised when a :class:`SparseVector` is asked a query after its c-th positive.

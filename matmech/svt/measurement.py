@@ -18,8 +18,6 @@ from matmech import validate
 from matmech.linalg.gls import precision
 from matmech.svt.checks import check_threshold
 
-__all__ = ["GapMeasurement"]
-
 
 @dataclass(frozen=True)
 class GapMeasurement:

@@ -36,17 +36,6 @@ from typing import Any
 
 from matmech.svt import core, gap, topc, vector
 
-__all__ = [
-    "Mechanism",
-    "SelectionMethod",
-    "SELECTION_METHODS",
-    "register_method",
-    "METHODS",
-    "GAP_METHODS",
-    "THRESHOLD_METHODS",
-    "MECHANISMS",
-]
-
 
 @dataclass(frozen=True)
 class Mechanism:

@@ -45,8 +45,6 @@ from matmech.svt.grid import (
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import RandomSource, Rng
 
-__all__ = ["Opening", "open_selection", "opening"]
-
 
 @dataclass(frozen=True, eq=False)
 class Opening:

@@ -14,16 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from matmech.privacy.params import positive_real
+from matmech.validate import positive_real
 from matmech.svt.methods import SELECTION_METHODS
-
-__all__ = [
-    "SELECT_OPTIONS",
-    "DEFAULT_TARGET_REL_ERROR",
-    "check_select_options",
-    "selection_arguments",
-    "shown_select_options",
-]
 
 
 #: Keys of ``release(..., select=...)`` (the rest of select_rows' options come from release).

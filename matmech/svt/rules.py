@@ -22,16 +22,6 @@ from matmech.svt.grid import check_public_units
 from matmech.svt.methods import SELECTION_METHODS
 from matmech.svt.vector import joint_sensitivity, prefer_vector
 
-__all__ = [
-    "entry_range",
-    "take_rows",
-    "row_noise_rule",
-    "selection_mechanism",
-    "declared_calibration",
-    "advised_select_eps",
-    "check_vector",
-]
-
 
 def entry_range(W):
     """(min, max) over the entries of W and 0, through the structure where there is one

@@ -23,33 +23,20 @@ from matmech import validate
 from matmech.linalg.linop import as_linop
 from matmech.privacy import noise
 from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
-from matmech.privacy.events import ExponentialMechanism, SparseVector
+from matmech.privacy.events import ExponentialMechanism, SparseVectorEvent
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt.checks import check_threshold
 from matmech.svt.opening import opening
 from matmech.svt import methods as _methods
 from matmech.svt.methods import (
-    GAP_METHODS,
-    METHODS,
     SELECTION_METHODS,
-    THRESHOLD_METHODS,
-    SelectionMethod,
-)
-from matmech.svt.options import (
-    DEFAULT_TARGET_REL_ERROR,
-    SELECT_OPTIONS,
-    check_select_options,
-    selection_arguments,
-    shown_select_options,
 )
 from matmech.svt.rules import (
-    advised_select_eps,
     check_vector,
     declared_calibration,
     entry_range,
     row_noise_rule,
     selection_mechanism,
-    take_rows,
 )
 from typing import TYPE_CHECKING, Any
 
@@ -59,31 +46,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.budget import PrivacyBudget
     import numpy.typing as npt
 
-__all__ = [
-    "SelectionMethod",
-    "SELECTION_METHODS",
-    "GAP_METHODS",
-    "THRESHOLD_METHODS",
-    "Selection",
-    "SelectionPlan",
-    "select_rows",
-    "plan_selection",
-    "run_selection",
-    "check_selection",
-    "take_rows",
-    "entry_range",
-    "METHODS",
-    "SELECT_OPTIONS",
-    "DEFAULT_TARGET_REL_ERROR",
-    "check_select_options",
-    "shown_select_options",
-    "selection_arguments",
-    "row_noise_rule",
-    "advised_select_eps",
-    "declared_calibration",
-    "selection_mechanism",
-    "MECHANISMS",
-]
 
 MECHANISMS: dict[str, str]  # re-exported as read: :data:`matmech.svt.methods.MECHANISMS`
 
@@ -514,5 +476,5 @@ def selection_event(method: str, eps: float):
     """The privacy event of a selection run (:mod:`matmech.privacy.events`): a sparse vector
     run for a method that tests rows against a threshold, an exponential mechanism / noisy
     top-c run otherwise; pure ``eps`` either way."""
-    cls = SparseVector if SELECTION_METHODS[method].threshold else ExponentialMechanism
+    cls = SparseVectorEvent if SELECTION_METHODS[method].threshold else ExponentialMechanism
     return cls(eps)

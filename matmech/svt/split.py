@@ -20,14 +20,6 @@ from matmech.svt.checks import Ratio, check_c
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 from matmech.validate import flag
 
-__all__ = [
-    "MAX_SCALE_UNITS",
-    "MAX_SNAP_SHARE",
-    "DeclarationError",
-    "declared_grid",
-    "optimal_ratio",
-    "split_eps",
-]
 
 # matmech.privacy.noise samples discrete Laplace scales up to 2**48 grid units; keep a margin.
 MAX_SCALE_UNITS = float(2**47)

@@ -52,14 +52,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = [
-    "EMCalibration",
-    "em_calibration",
-    "TopCResult",
-    "exponential_top_c",
-    "geometric",
-    "report_noisy_max",
-]
 
 _TAKEN = np.iinfo(np.int64).min  # below every score in units (|units| < 2**60)
 

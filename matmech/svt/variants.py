@@ -38,8 +38,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
     import numpy.typing as npt
 
-__all__ = ["sparse_vector_dpbook", "sparse_vector_retraversal"]
-
 
 def sparse_vector_dpbook(
     values: npt.ArrayLike,

@@ -76,16 +76,6 @@ if TYPE_CHECKING:  # names used only in annotations
     from matmech.linalg.linop import LinOp
     import numpy.typing as npt
 
-__all__ = [
-    "VECTOR_METHODS",
-    "VectorCalibration",
-    "VectorResult",
-    "joint_sensitivity",
-    "vector_calibration",
-    "prefer_vector",
-    "noisy_vector_top_c",
-    "noisy_vector_threshold",
-]
 
 #: The vector selections, by the free-gap method whose outputs each one reproduces.
 VECTOR_METHODS = {"topc-gap": "vector-top-c", "svt-gap": "vector-threshold"}
@@ -111,7 +101,7 @@ class VectorCalibration:
         return noise.discrete_laplace_variance(int(round(self.scale / self.grid))) * self.grid**2
 
     def gap_variance(self, branch: str = "value") -> float:
-        """The variance of one released value (the interface of :class:`~matmech.svt.calibration.GapCalibration`)."""
+        """The variance of one released value (the interface of :class:`~matmech.svt.gap_calibration.GapCalibration`)."""
         if branch not in ("value", "middle"):
             raise ValueError(f"a vector selection has only 'value' noise, got branch={branch!r}")
         return self.variance()

@@ -14,7 +14,7 @@ from matmech.advisor.planner import lift, rank_lower_bound, target_of
 from matmech.error import expected_error
 from matmech.linalg.terms import restrict
 from matmech.optimizers.dispatch import optimize
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
 from matmech.optimizers.residual import marginal_lattice_plan, residual_total
 from matmech.plans.residual import residual_error
 from matmech.sources.source import HistogramSource

@@ -571,7 +571,7 @@ def test_a_release_that_cannot_write_its_answers_says_the_budget_was_spent(
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cli, "_write_answers", disk_full)
+    monkeypatch.setattr(cli, "write_answers", disk_full)
     out = d / "o.csv"
     args = release_args(d, data, "--eps", "0.5", "--strategy", "identity", "--out", str(out))
     err = _main_error(capsys, *args, "--ledger", led)

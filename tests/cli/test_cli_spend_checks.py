@@ -26,7 +26,7 @@ import cli_cases
 from cli_cases import _main_error, _spends, read_csv, release_args
 from matmech import limits
 from matmech.cli import build_parser, main
-from matmech.cli.files import _print_json, answers_bytes
+from matmech.cli.files import print_json, answers_bytes
 
 files = cli_cases.files  # the fixture, bound by name
 people = cli_cases.people
@@ -200,7 +200,7 @@ def test_streamed_json_is_the_json_of_the_whole_table(people, capsys):
     assert len(res["queries"]) > 10 and list(res)[-2:] == ["queries", "postprocessing"]
     for rows in ([], [{"a": 1}], [{"a": 1, "b": [1, 2]}, {"a": None}]):
         buf = io.StringIO()
-        _print_json({"x": 1, "queries": None, "z": {"y": 2}}, iter(rows), write=buf.write)
+        print_json({"x": 1, "queries": None, "z": {"y": 2}}, iter(rows), write=buf.write)
         assert (
             buf.getvalue() == json.dumps({"x": 1, "queries": rows, "z": {"y": 2}}, indent=2) + "\n"
         )

@@ -9,7 +9,6 @@ never here (a loaded machine would make a time limit flaky).
 import json
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -136,10 +135,8 @@ def test_unknown_names_and_submodules():
         _ = matmech.no_such_name
     assert not hasattr(matmech, "no_such_name")
     assert matmech.svt.__name__ == "matmech.svt"  # a submodule, imported on first use
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert matmech.sparse_vector is matmech.svt.sparse_vector
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    with pytest.raises(AttributeError, match="no attribute 'sparse_vector'"):
+        _ = matmech.sparse_vector  # the 0.1 alias is gone (0.2.0): matmech.svt.sparse_vector
 
 
 def test_every_subpackage_and_top_level_module_imports_first():

@@ -18,7 +18,7 @@ from matmech.release import release_factored
 from matmech.linalg.linop import Dense, Identity, Kron, Ones
 from matmech.linalg.normmax import factored_sensitivity
 from matmech.linalg.residual import haar_contrasts, orthonormal_contrasts, table_sensitivity1
-from matmech.optimizers.marginals import optimize_marginals_pure
+from matmech.optimizers.marginal_lattice import optimize_marginals_pure
 from matmech.optimizers.residual import laplace_residual_variances, plan_residuals_laplace
 
 from factored_data import DOM
@@ -325,7 +325,7 @@ def test_release_labels_with_and_without_a_domain():
     from matmech.results.labels import release_labels
     from matmech.linalg.terms import marginal_workload
     from matmech.io.domain import Domain, categories, integer_range
-    from matmech.release import release_table
+    from matmech.results.release import release_table
 
     dom = Domain(
         (

@@ -11,6 +11,7 @@ import pytest
 import matmech as mm
 from matmech import workloads as Wl
 from matmech.plans import factored_selected as fsel
+from matmech.plans.factored_selection import plan_factored_selection
 from matmech.plans import factored_rows as select_rows
 from matmech.release import release_factored
 from matmech.sources.tables import marginal_tables
@@ -61,7 +62,7 @@ class _Engine:
 @pytest.mark.parametrize("W", [Wl.marginals(DOM, 2), _census()], ids=["2-way", "census"])
 def test_row_values_and_sensitivities_match_the_dense_workload(W, data):
     codes, x = data
-    plan = fsel.plan_factored_selection(
+    plan = plan_factored_selection(
         W, 1.0, 0.0, select=dict(method="em", c=5, eps=0.2), max_records=2**32, max_memory=1 << 30
     )
     tables = marginal_tables(codes, DOM, list(plan.subsets))
@@ -97,7 +98,7 @@ def test_cell_sensitivity_is_the_exact_clique_or_a_certified_bound(monkeypatch):
         W = marginal_workload(
             dom, [s for k in (1, 2, 3) for s in itertools.combinations(range(5), k)]
         )
-        plan = fsel.plan_factored_selection(
+        plan = plan_factored_selection(
             W,
             1.0,
             0.0,
@@ -209,9 +210,7 @@ def test_gaussian_selection_equals_select_rows_then_measuring_the_rows(W, data):
     rng = np.random.default_rng(3)
     s = mm.select_rows(W, x, rng=rng, c=5, eps=0.25, method="em")
     rows = np.sort(s.rows)
-    plan = fsel.plan_factored_selection(
-        W, eps, delta, select=sel, max_records=2**32, max_memory=1 << 30
-    )
+    plan = plan_factored_selection(W, eps, delta, select=sel, max_records=2**32, max_memory=1 << 30)
     weights = np.repeat(np.asarray(plan.terms.weights), np.diff(plan.offsets))
     Wd = W.dense()
     R = Wd[rows] / weights[rows, None]
@@ -418,9 +417,7 @@ def test_threshold_auto_tests_each_row_against_a_bound_on_its_std(data):
     codes, _ = data
     W = _census()
     sel = dict(method="svt", c=6, eps=0.3, threshold="auto", target_rel_error=0.05)
-    plan = fsel.plan_factored_selection(
-        W, 1.0, 0.0, select=sel, max_records=2**32, max_memory=1 << 30
-    )
+    plan = plan_factored_selection(W, 1.0, 0.0, select=sel, max_records=2**32, max_memory=1 << 30)
     w = np.abs(np.repeat(plan.terms.weights, np.diff(plan.offsets)))
     np.testing.assert_allclose(plan.select["threshold"], w * math.sqrt(plan.worst_variance) / 0.05)
     rel = release_factored(codes, W, 1.0, select=sel, rng=np.random.default_rng(4))

@@ -20,8 +20,8 @@ from matmech.release import release_factored
 from matmech.sources.tables import marginal_tables
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Dense, Kron, VStack
-from matmech.optimizers.marginals import GeneralMarginalStrategy
-from matmech.optimizers.pure import PIdentity
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
+from matmech.optimizers.pidentity import PIdentity
 from matmech.privacy import noise
 
 from factored_data import DOM

@@ -11,11 +11,13 @@ import pytest
 import matmech as mm
 from matmech import workloads as wl
 from matmech.advisor import advise as advise_module
-from matmech.advisor.advise import advise, unmeasurable
+from matmech.advisor.advise import advise
+from matmech.advisor.planner import unmeasurable
 from matmech.advisor.choice import choose_strategy
 from matmech.plans.factored import plan_path
 from matmech.release import release_factored
-from matmech.plans.residual import SEARCH_ALL_MAX_ATTRIBUTES, residual_error
+from matmech.plans.residual import residual_error
+from matmech.optimizers.residual import SEARCH_ALL_MAX_ATTRIBUTES
 from matmech.plans.route import release_route
 from matmech.io.domain import Domain, integer_range
 from matmech.linalg.linop import Dense
@@ -213,7 +215,7 @@ def test_an_unmeasurable_strategy_is_refused_before_the_spend():
     so before the spend (issue 22: 'Unable to allocate 153 GiB' after the whole ε was
     charged). The marginal optimiser's weighted lattice now rounds to a structured operator
     (``MarginalStrategy.rounded_operator``) and is measurable."""
-    from matmech.optimizers.marginals import MarginalStrategy
+    from matmech.optimizers.marginal_lattice import MarginalStrategy
 
     dom = (10,) * 5
     assert unmeasurable(MarginalStrategy(dom, np.linspace(0.1, 1.0, 32))) is None

@@ -176,7 +176,7 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     stacks of a few cells, the lift cache emptied at every lift: still the in-memory release
     (the same batches) and dense GLS."""
     monkeypatch.setattr(table_batches, "_CHUNK", 20)
-    monkeypatch.setattr(store, "_CHUNK", 7)
+    monkeypatch.setattr(store, "CHUNK", 7)
     monkeypatch.setattr(store, "CACHE_BYTES", 0)
     domain = (3, 3, 3, 3, 2)
     codes = _codes(domain, RECORDS, seed=6)

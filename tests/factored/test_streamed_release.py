@@ -122,7 +122,7 @@ def test_many_batches_small_stacks_and_an_emptied_cache_change_nothing(tmp_path,
     a few cells and a cache emptied at every lift: still equal to the in-memory release
     (same batches) and to dense GLS."""
     monkeypatch.setattr(measure, "_CHUNK", 20)
-    monkeypatch.setattr(store, "_CHUNK", 7)
+    monkeypatch.setattr(store, "CHUNK", 7)
     monkeypatch.setattr(store, "CACHE_BYTES", 0)
     codes, W, rel = _release(str(tmp_path))
     assert sum(1 for _ in residual_batches(rel.measurement_plan)) > 5

@@ -16,7 +16,7 @@ from matmech import workloads as Wl
 from matmech.plans.factored import plan_path
 from matmech.release import release_factored
 from matmech.linalg.linop import Kron, VStack
-from matmech.optimizers.marginals import GeneralMarginalStrategy
+from matmech.optimizers.general_marginal_error import GeneralMarginalStrategy
 from matmech.optimizers.unions import (
     ResidualProductStrategy,
     plan_residual_products,

@@ -204,7 +204,8 @@ def test_regular_bins_are_lazy_and_equal_the_materialised_ones():
     """issue 23: numeric_bins(lo, hi, width) built one tuple per bin (> 60 s at 3·10⁷, MemoryError at 10⁹)."""
     import sys
 
-    from matmech.io.domain import RegularBins, numeric_bins
+    from matmech.io.domain import numeric_bins
+    from matmech.io.attribute import RegularBins
 
     a = numeric_bins("x", lo=-1.5, hi=10.0, width=0.75)
     want = [(-1.5 + i * 0.75, min(-1.5 + (i + 1) * 0.75, 10.0)) for i in range(16)]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from matmech.io.domain import Domain, categories, integer_range, numeric_bins
-from matmech.sources.engines import compile_query, histogram, marginal_counts
+from matmech.sources.engines import histogram, marginal_counts
+from matmech.sources.engine_sql import compile_query
 
 pyspark = pytest.importorskip(
     "pyspark", reason="the spark extra (pip install 'matmech-dp[spark]') is not installed"

@@ -12,8 +12,8 @@ from matmech import workloads as Wk
 from matmech.linalg.linop import Dense, Identity, Kron, Ones, RowSubset, Scaled, Sparse, VStack
 from matmech.privacy.measure import plan_measurement
 from matmech.optimizers.l2 import L2Strategy
-from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
-from matmech.optimizers.pure import PIdentity
+from matmech.optimizers.marginal_lattice import MarginalStrategy, ResidualStrategy
+from matmech.optimizers.pidentity import PIdentity
 from matmech.io.store import load_strategy, save_strategy
 
 

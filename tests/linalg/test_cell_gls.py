@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from matmech import validate
+from matmech import limits, validate
 from matmech.estimators.gls import estimate
 from matmech.linalg import gls
 from matmech.linalg.gls import cell_gls, cell_gls_bytes, precision
@@ -81,8 +81,8 @@ def test_memory_is_refused_up_front_with_m_the_bytes_and_the_limit(monkeypatch):
     monkeypatch.setattr(gls, "_psd_factor", lambda J: pytest.fail("J factorised before the check"))
     msg = (
         f"the dense GLS of m={m} answers over {n} cells needs about "
-        f"{validate.format_bytes(need)} of memory, more than the "
-        f"{validate.format_bytes(need - 1)}"
+        f"{limits.format_bytes(need)} of memory, more than the "
+        f"{limits.format_bytes(need - 1)}"
     )
     with pytest.raises(ValueError, match=re.escape(msg)) as err:
         cell_gls(parts, W)

@@ -22,7 +22,7 @@ from matmech.linalg.linop import (
     kron_terms,
 )
 from matmech.linalg.normmax import factored_col_norms, factored_sensitivity
-from matmech.optimizers.marginals import MarginalStrategy
+from matmech.optimizers.marginal_lattice import MarginalStrategy
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -22,8 +22,8 @@ from matmech.linalg.linop import (
 )
 from matmech.linalg.structured import RoundedDense, RoundedSparse, pinv_gram
 from matmech.optimizers.l2 import L2Strategy
-from matmech.optimizers.marginals import MarginalStrategy, ResidualStrategy
-from matmech.optimizers.pure import PIdentity
+from matmech.optimizers.marginal_lattice import MarginalStrategy, ResidualStrategy
+from matmech.optimizers.pidentity import PIdentity
 
 R = np.random.default_rng(11)
 

@@ -7,8 +7,8 @@ import numpy as np
 
 from matmech import workloads as wl
 from matmech.linalg.linop import Dense, Kron, VStack
-from matmech.optimizers import marginals as M
-from matmech.optimizers.pure import PIdentity
+from matmech.optimizers import general_marginal_error
+from matmech.optimizers.pidentity import PIdentity
 
 
 def factor(kind, n, rng):
@@ -41,7 +41,7 @@ def random_case(seed, zero_frac=0.0):
         PIdentity(rng.uniform(0, 1, (int(rng.integers(1, 3)), d))) if rng.uniform() < 0.6 else None
         for d in dom
     ]
-    return W, M.GeneralMarginalStrategy(dom, th, factors)
+    return W, general_marginal_error.GeneralMarginalStrategy(dom, th, factors)
 
 
 def kron_union(domain, kinds, orders, *, fresh=True, weights=None):

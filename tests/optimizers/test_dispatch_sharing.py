@@ -10,12 +10,19 @@ import pytest
 
 from matmech import workloads as wl
 from matmech.linalg.linop import Dense, Identity, Kron, VStack
-from matmech.optimizers import dispatch, kronstack as KS, marginal_lattice as ML, marginals as M
+from matmech.optimizers import (
+    dispatch,
+    kronfit,
+    kronstack as KS,
+    general_marginals,
+    marginal_lattice as ML,
+)
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.lbfgs import projected_lbfgs
-from matmech.optimizers.pidentity import _spd_inverse
-from matmech.optimizers.pure import PIdentity, fit_pidentity
+from matmech.optimizers.pidentity import spd_inverse
+from matmech.optimizers.pure import fit_pidentity
+from matmech.optimizers.pidentity import PIdentity
 
 
 def _superset_sum(c, k):
@@ -97,7 +104,7 @@ def test_gmarginals_in_auto_starts_from_the_kron_factors():
     kron = optimize(W, method="kron", bound=False)
     thetas = {i: f.theta for i, f in enumerate(kron.strategy.factors) if isinstance(f, PIdentity)}
     assert thetas  # the prefix factor is a p-Identity
-    ref = M.optimize_general_marginals(W, factor_thetas=thetas)
+    ref = general_marginals.optimize_general_marginals(W, factor_thetas=thetas)
     tried = dict(optimize(W, bound=False).params["tried"])
     assert tried["gmarginals"]["error"] == pytest.approx(2.0 * ref.value, rel=1e-12)
     assert 2.0 * _dense_error(W, ref.strategy) == pytest.approx(2.0 * ref.value, rel=1e-7)
@@ -108,14 +115,14 @@ def test_gmarginals_in_auto_starts_from_the_kron_factors():
 def test_factor_thetas_are_validated_and_non_free_attributes_ignored():
     W = Kron(wl.prefix(6), wl.identity(3))
     with pytest.raises(ValueError, match="attribute indices"):
-        M.optimize_general_marginals(W, factor_thetas={5: np.ones((1, 6))})
+        general_marginals.optimize_general_marginals(W, factor_thetas={5: np.ones((1, 6))})
     with pytest.raises(ValueError, match="p×6"):
-        M.optimize_general_marginals(W, factor_thetas={0: np.ones((1, 5))})
+        general_marginals.optimize_general_marginals(W, factor_thetas={0: np.ones((1, 5))})
     with pytest.raises(ValueError, match="non-negative"):
-        M.optimize_general_marginals(W, factor_thetas={0: -np.ones((1, 6))})
-    plain = M.optimize_general_marginals(W)
+        general_marginals.optimize_general_marginals(W, factor_thetas={0: -np.ones((1, 6))})
+    plain = general_marginals.optimize_general_marginals(W)
     # attribute 1 (identity queries) has no free factor: a Θ given for it changes nothing
-    same = M.optimize_general_marginals(W, factor_thetas={1: np.ones((1, 3))})
+    same = general_marginals.optimize_general_marginals(W, factor_thetas={1: np.ones((1, 3))})
     assert same.value == plain.value
     assert isinstance(same.strategy.factors[1], Identity)
 
@@ -132,7 +139,7 @@ def test_kronstack_reuses_given_factor_fits():
     blocks = given.strategy.blocks if isinstance(given.strategy, VStack) else [given.strategy]
     assert all(isinstance(b.factors[0], Identity) for b in blocks)
     # the fit kron makes (a superset of kronstack's starts) gives a value at most its own
-    fit = fit_pidentity(op, fill_starts=dispatch.KRON_FILL_STARTS, quad_fills=0)
+    fit = fit_pidentity(op, fill_starts=kronfit.KRON_FILL_STARTS, quad_fills=0)
     better = KS.optimize_kron_stack(W, prefit={key: (PIdentity(fit.theta), fit.value)})
     assert better.value <= own.value * (1 + 1e-9)
 
@@ -183,7 +190,7 @@ def test_lattice_objective_is_bitwise_the_reference(seed):
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 7))
     domain = tuple(int(d) for d in rng.integers(1, 6, k))
-    out_prod, mult = ML._masks(domain)
+    out_prod, mult = ML.lattice_masks(domain)
     mu = rng.random(1 << k) * (rng.random(1 << k) < 0.7)
     for p in (1, 2):
         theta = rng.random(1 << k) * (rng.random(1 << k) < 0.8)
@@ -195,8 +202,8 @@ def test_lattice_objective_is_bitwise_the_reference(seed):
             theta, mu, mult, out_prod, k, p=p, gradient=False
         ) == f or math.isinf(f)
     c = rng.standard_normal(1 << k)
-    np.testing.assert_array_equal(ML._superset_inplace(c.copy(), k), _superset_sum(c, k))
-    np.testing.assert_array_equal(ML._subset_inplace(c.copy(), k), _subset_sum(c, k))
+    np.testing.assert_array_equal(ML.superset_inplace(c.copy(), k), _superset_sum(c, k))
+    np.testing.assert_array_equal(ML.subset_inplace(c.copy(), k), _subset_sum(c, k))
 
 
 def _reference_lbfgs(fun, x0, *, maxiter=300, memory=6, ftol=1e-10):
@@ -287,6 +294,6 @@ def test_spd_inverse_is_bitwise_the_triangle_mirror(p):
     c, _ = lapack.dpotrf(r, lower=1)
     inv, _ = lapack.dpotri(c, lower=1)
     ref = np.tril(inv) + np.tril(inv, -1).T
-    out = _spd_inverse(r)
+    out = spd_inverse(r)
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_allclose(out @ r, np.eye(p), atol=1e-10)

@@ -6,7 +6,7 @@ import pytest
 
 from matmech import workloads as wl
 from matmech.error import expected_error
-from matmech.optimizers import dispatch, kronfit
+from matmech.optimizers import kronfit
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.gram import GramOperator
 from matmech.optimizers.pure import QUAD_FILL_STARTS, fit_pidentity, quadratic_fill
@@ -78,7 +78,7 @@ def test_auto_stops_a_far_behind_kron_union_after_one_round(monkeypatch):
     full = optimize(
         W, method="kron", bound=False
     )  # alone: all rounds, never worse than the stopped run
-    assert "stopped" not in full.params and full.params["rounds"] == dispatch.KRON_ROUNDS
+    assert "stopped" not in full.params and full.params["rounds"] == kronfit.KRON_ROUNDS
     assert full.error <= tried["kron"]["error"] * (1 + 1e-12)
     assert res.error <= full.error
 
@@ -94,22 +94,22 @@ def test_auto_does_not_stop_a_competitive_kron_union():
 
 def test_singular_steps_in_level_weights_and_polish_fall_back(monkeypatch):
     from matmech.optimizers import pure
-    from matmech.optimizers.pidentity import _Objective
+    from matmech.optimizers.pidentity import Objective
 
     op = GramOperator.from_workload(wl.prefix(40))
     th, depth = pure.tree_theta(40, 3, True)
-    real_call = _Objective.__call__
+    real_call = Objective.__call__
 
     def singular_with_gradient(self, x, gradient=True):
         if gradient:
             raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
         return real_call(self, x, gradient=False)
 
-    monkeypatch.setattr(_Objective, "__call__", singular_with_gradient)
+    monkeypatch.setattr(Objective, "__call__", singular_with_gradient)
     w, f = pure._fit_level_weights(op, th, depth)
     np.testing.assert_array_equal(w, np.ones(int(depth.max()) + 1))  # the unweighted tree
     assert f == pytest.approx(pure.objective(th, op, gradient=False))
-    monkeypatch.setattr(_Objective, "__call__", real_call)
+    monkeypatch.setattr(Objective, "__call__", real_call)
 
     ref = fit_pidentity(op, polish=0)
     real_lbfgs = pure._lbfgs

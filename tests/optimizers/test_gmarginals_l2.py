@@ -15,7 +15,7 @@ from matmech.plans.gmarginal import gmarginal_strategy
 from matmech.estimators.gmarginal_solve import GMarginalSolver
 from matmech.linalg.terms import as_terms
 from matmech.linalg.linop import Kron, VStack
-from matmech.optimizers import marginals as M
+from matmech.optimizers import general_marginal_error, general_marginals
 from matmech.optimizers.dispatch import optimize
 
 from gmarginal_cases import random_case as _random_case
@@ -47,11 +47,17 @@ def _prefix_union():
 def test_l2_objective_equals_dense(seed, zero_frac):
     W, A = _random_case(seed, zero_frac)
     dense = _dense_l2(W, A)
-    assert M.general_marginal_l2_objective(W, A)[0] == pytest.approx(dense, rel=1e-7)
-    assert M.general_marginal_error(W, A, p=2) == pytest.approx(dense, rel=1e-7)
+    assert general_marginals.general_marginal_l2_objective(W, A)[0] == pytest.approx(
+        dense, rel=1e-7
+    )
+    assert general_marginal_error.general_marginal_error(W, A, p=2) == pytest.approx(
+        dense, rel=1e-7
+    )
     # the closed-form sensitivity is the exact largest column norm (not only a bound): the dense
     # column norms and the branch and bound of linalg.normmax agree with it
-    s2 = M.general_marginal_sensitivity2(A.theta, [M.factor_col_norm2(f) for f in A.factors])
+    s2 = general_marginal_error.general_marginal_sensitivity2(
+        A.theta, [general_marginal_error.factor_col_norm2(f) for f in A.factors]
+    )
     a = A.dense()
     assert s2 == pytest.approx(float((a * a).sum(0).max()), rel=1e-12)
     assert s2 == pytest.approx(float(A.sensitivity(2)) ** 2, rel=1e-12)
@@ -62,15 +68,15 @@ def test_l2_gradient_matches_finite_differences(seed):
     W, A = _random_case(seed)
     rng = np.random.default_rng(seed)
     th = rng.uniform(0.2, 1.0, A.theta.size)
-    f, g = M.general_marginal_l2_objective(W, A, th)
+    f, g = general_marginals.general_marginal_l2_objective(W, A, th)
     for j in range(th.size):
         h = 1e-6 * th[j]
         up, dn = th.copy(), th.copy()
         up[j] += h
         dn[j] -= h
         fd = (
-            M.general_marginal_l2_objective(W, A, up)[0]
-            - M.general_marginal_l2_objective(W, A, dn)[0]
+            general_marginals.general_marginal_l2_objective(W, A, up)[0]
+            - general_marginals.general_marginal_l2_objective(W, A, dn)[0]
         ) / (2 * h)
         assert g[j] == pytest.approx(fd, rel=1e-5, abs=1e-7 * abs(f))
 
@@ -78,17 +84,17 @@ def test_l2_gradient_matches_finite_differences(seed):
 def test_reweighted_theta_is_no_worse_and_its_value_is_dense():
     W = _prefix_union()
     A = optimize(W, 1.0, 0.0, method="gmarginals").strategy
-    before = M.general_marginal_l2_objective(W, A)[0]
-    fit = M.reweight_general_marginals_l2(W, A)
+    before = general_marginals.general_marginal_l2_objective(W, A)[0]
+    fit = general_marginals.reweight_general_marginals_l2(W, A)
     assert fit.value <= before
     assert fit.value < 0.99 * before  # the pure-ε weights are not L2-optimal here
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-7)
     # the factors are kept
     assert all(f is g for f, g in zip(fit.strategy.factors, A.factors))
     # deterministic, and the norm=2 option of the optimiser is the same re-weighting
-    again = M.reweight_general_marginals_l2(W, A)
+    again = general_marginals.reweight_general_marginals_l2(W, A)
     assert np.array_equal(again.theta, fit.theta)
-    full = M.optimize_general_marginals(W, norm=2)
+    full = general_marginals.optimize_general_marginals(W, norm=2)
     assert np.array_equal(full.theta, fit.theta) and full.value == fit.value
 
 
@@ -96,8 +102,8 @@ def test_reweighted_theta_is_no_worse_and_its_value_is_dense():
 @given(st.integers(0, 10_000))
 def test_reweighting_random_cases_never_worse(seed):
     W, A = _random_case(seed, 0.5)
-    before = M.general_marginal_l2_objective(W, A)[0]
-    fit = M.reweight_general_marginals_l2(W, A)
+    before = general_marginals.general_marginal_l2_objective(W, A)[0]
+    fit = general_marginals.reweight_general_marginals_l2(W, A)
     assert fit.value <= before * (1 + 1e-12)
     assert fit.value == pytest.approx(_dense_l2(W, fit.strategy), rel=1e-7)
 
@@ -105,19 +111,21 @@ def test_reweighting_random_cases_never_worse(seed):
 def test_bad_arguments_raise():
     W = _prefix_union()
     with pytest.raises(ValueError, match="norm"):
-        M.optimize_general_marginals(W, norm=3)
+        general_marginals.optimize_general_marginals(W, norm=3)
     with pytest.raises(ValueError, match="p must be"):
-        M.general_marginal_error(
-            W, M.GeneralMarginalStrategy((6, 3, 4), np.ones(8), [None] * 3), p=3
+        general_marginal_error.general_marginal_error(
+            W,
+            general_marginal_error.GeneralMarginalStrategy((6, 3, 4), np.ones(8), [None] * 3),
+            p=3,
         )
     with pytest.raises(TypeError):
-        M.reweight_general_marginals_l2(W, wl.identity(72))
+        general_marginals.reweight_general_marginals_l2(W, wl.identity(72))
     with pytest.raises(ValueError, match="attributes"):
-        M.reweight_general_marginals_l2(
-            W, M.GeneralMarginalStrategy((6, 3, 5), np.ones(8), [None] * 3)
+        general_marginals.reweight_general_marginals_l2(
+            W, general_marginal_error.GeneralMarginalStrategy((6, 3, 5), np.ones(8), [None] * 3)
         )
     with pytest.raises(ValueError, match="lattice weights"):
-        M.general_marginal_sensitivity2(np.ones(4), [1.0, 1.0, 1.0])
+        general_marginal_error.general_marginal_sensitivity2(np.ones(4), [1.0, 1.0, 1.0])
 
 
 def test_release_uses_the_l2_weights_and_the_same_sensitivity():
@@ -126,7 +134,7 @@ def test_release_uses_the_l2_weights_and_the_same_sensitivity():
     A_pure = optimize(W, eps, 0.0, method="gmarginals").strategy
     A, name, note = gmarginal_strategy(W, eps, delta, None)
     assert "L2 (Gaussian)" in note and name == "gmarginals"
-    assert np.array_equal(A.theta, M.reweight_general_marginals_l2(W, A_pure).theta)
+    assert np.array_equal(A.theta, general_marginals.reweight_general_marginals_l2(W, A_pure).theta)
     assert "L2" not in gmarginal_strategy(W, eps, 0.0, None)[2]  # pure ε: unchanged
     assert np.array_equal(gmarginal_strategy(W, eps, 0.0, None)[0].theta, A_pure.theta)
     wt = as_terms(W)
@@ -138,6 +146,9 @@ def test_release_uses_the_l2_weights_and_the_same_sensitivity():
         assert plan.sensitivity == pytest.approx(math.sqrt(float((m * m).sum(0).max())), rel=1e-8)
         total[key] = float(GMarginalSolver(plan.gls_strategy(), plan.subsets).variances(wt).sum())
     # the measured total variance follows the objective (grid rounding and scale buckets aside)
-    ratio = M.general_marginal_l2_objective(W, A)[0] / M.general_marginal_l2_objective(W, A_pure)[0]
+    ratio = (
+        general_marginals.general_marginal_l2_objective(W, A)[0]
+        / general_marginals.general_marginal_l2_objective(W, A_pure)[0]
+    )
     assert total["l2"] < total["pure"]
     assert total["l2"] / total["pure"] == pytest.approx(ratio, rel=0.02)

@@ -11,9 +11,15 @@ from hypothesis import given, settings, strategies as st
 from matmech import workloads as wl
 from matmech.error import expected_error
 from matmech.linalg.linop import Dense, Kron, VStack
-from matmech.optimizers import general_marginal_error as GE, marginals as M
+from matmech.optimizers import (
+    general_marginal_error as GE,
+    general_marginal_error,
+    general_marginals,
+    marginal_lattice,
+)
 from matmech.optimizers.gram import GramOperator
-from matmech.optimizers.pure import PIdentity, objective
+from matmech.optimizers.pure import objective
+from matmech.optimizers.pidentity import PIdentity
 
 from gmarginal_cases import random_case as _random_case
 
@@ -29,7 +35,7 @@ def _dense_error(W, A):
 def test_factored_error_equals_dense(seed, zero_frac):
     W, A = _random_case(seed, zero_frac)
     dense = _dense_error(W, A)
-    assert M.general_marginal_error(W, A) == pytest.approx(dense, rel=1e-7)
+    assert general_marginal_error.general_marginal_error(W, A) == pytest.approx(dense, rel=1e-7)
     assert A.factored_trace(W) * float(A.theta.sum()) ** 2 == pytest.approx(dense, rel=1e-7)
     # the matmech error analysis through the strategy's factored generalised inverse agrees
     assert expected_error(W, A, eps=math.sqrt(2.0)) == pytest.approx(dense, rel=1e-7)
@@ -41,13 +47,15 @@ def test_outside_row_space_raises():
     dom = (3, 4)
     th = np.zeros(4)
     th[1] = th[2] = 1.0  # the 1-way subsets only
-    A = M.GeneralMarginalStrategy(dom, th, [PIdentity(np.ones((1, 3))), None])
+    A = general_marginal_error.GeneralMarginalStrategy(dom, th, [PIdentity(np.ones((1, 3))), None])
     W = Kron(wl.prefix(3), wl.identity(4))  # needs the 2-way subset
     with pytest.raises(ValueError, match="row space"):
-        M.general_marginal_error(W, A)
+        general_marginal_error.general_marginal_error(W, A)
     # a workload on the measured subsets is answerable, and matches the dense figure
     W1 = VStack([Kron(wl.prefix(3), wl.total(4)), Kron(wl.total(3), wl.identity(4))])
-    assert M.general_marginal_error(W1, A) == pytest.approx(_dense_error(W1, A), rel=1e-8)
+    assert general_marginal_error.general_marginal_error(W1, A) == pytest.approx(
+        _dense_error(W1, A), rel=1e-8
+    )
 
 
 def test_identity_factors_are_the_marginal_lattice():
@@ -55,10 +63,10 @@ def test_identity_factors_are_the_marginal_lattice():
     rng = np.random.default_rng(3)
     th = rng.uniform(0, 1, 8)
     W = wl.marginals(dom, 2)
-    A = M.GeneralMarginalStrategy(dom, th, [None, None, None])
-    ref = expected_error(W, M.MarginalStrategy(dom, th), eps=math.sqrt(2.0))
-    assert M.general_marginal_error(W, A) == pytest.approx(ref, rel=1e-10)
-    assert np.allclose(A.eigenvalues(), M.MarginalStrategy(dom, th).eigenvalues())
+    A = general_marginal_error.GeneralMarginalStrategy(dom, th, [None, None, None])
+    ref = expected_error(W, marginal_lattice.MarginalStrategy(dom, th), eps=math.sqrt(2.0))
+    assert general_marginal_error.general_marginal_error(W, A) == pytest.approx(ref, rel=1e-10)
+    assert np.allclose(A.eigenvalues(), marginal_lattice.MarginalStrategy(dom, th).eigenvalues())
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -74,7 +82,7 @@ def test_gradient_equals_finite_differences(seed):
         ],
         weights=[1.0, 2.0, 0.5, 1.3],
     )
-    prob, _, _ = GE._problem(W)
+    prob, _, _ = GE.general_marginal_problem(W)
     assert prob.free == (0, 2)
     th = rng.uniform(0.1, 1, 8)
     thetas = {0: rng.uniform(0, 1, (2, 5)), 2: rng.uniform(0, 1, (2, 4))}
@@ -82,7 +90,7 @@ def test_gradient_equals_finite_differences(seed):
     def full(th, thetas):
         minvs = [np.eye(d) for d in dom]
         for i, t in thetas.items():
-            minvs[i] = GE._pidentity_minv(t)
+            minvs[i] = GE.pidentity_minv(t)
         return prob.full(th, minvs)
 
     f, dth, grads = full(th, thetas)
@@ -110,20 +118,20 @@ def test_optimiser_value_is_the_dense_error_and_beats_its_starts():
             Kron(wl.prefix(8), wl.total(3), wl.total(4)),
         ]
     )
-    fit = M.optimize_general_marginals(W)
+    fit = general_marginals.optimize_general_marginals(W)
     assert fit.value == pytest.approx(_dense_error(W, fit.strategy), rel=1e-7)
     assert any(isinstance(f, PIdentity) for f in fit.strategy.factors)  # the prefix attribute
     starts = [r for r in fit.starts if r[0] == "workload subsets"]
     assert fit.value <= starts[0][2] * (1 + 1e-12)
     # never worse than the plain marginal lattice with identity factors at the same θ
-    plain = M.GeneralMarginalStrategy((8, 3, 4), fit.theta, [None, None, None])
-    assert fit.value <= M.general_marginal_error(W, plain) * (1 + 1e-9)
+    plain = general_marginal_error.GeneralMarginalStrategy((8, 3, 4), fit.theta, [None, None, None])
+    assert fit.value <= general_marginal_error.general_marginal_error(W, plain) * (1 + 1e-9)
 
 
 def test_marginal_workload_close_to_the_lattice_optimum():
     W = wl.marginals((3, 4, 2, 3), 2)
-    fit = M.optimize_general_marginals(W)
-    ref = M.optimize_marginals_pure(W)
+    fit = general_marginals.optimize_general_marginals(W)
+    ref = marginal_lattice.optimize_marginals_pure(W)
     assert fit.value == pytest.approx(_dense_error(W, fit.strategy), rel=1e-7)
     assert fit.value <= ref.value * 1.02
 
@@ -148,11 +156,11 @@ def test_huge_domain_is_factored():
         for pair in itertools.combinations(range(8), 2)
     ]
     W = VStack(blocks)
-    fit = M.optimize_general_marginals(W)
+    fit = general_marginals.optimize_general_marginals(W)
     A = fit.strategy
     assert A.shape[1] == 10**16
     assert A.sensitivity_details(1).exact and A.sensitivity(1) == pytest.approx(1.0)
-    assert M.general_marginal_error(W, A) == pytest.approx(fit.value, rel=1e-9)
+    assert general_marginal_error.general_marginal_error(W, A) == pytest.approx(fit.value, rel=1e-9)
     # better than measuring each workload product with its own share (the first start)
     assert fit.value < fit.starts[0][1]
     assert sum(isinstance(f, PIdentity) for f in A.factors) == 4

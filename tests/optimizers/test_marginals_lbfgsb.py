@@ -35,10 +35,10 @@ def test_lattice_objective_runs_are_bitwise_scipys(seed, maxiter):
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 8))
     domain = tuple(int(d) for d in rng.integers(2, 6, k))
-    out_prod, mult = M._masks(domain)
+    out_prod, mult = M.lattice_masks(domain)
     mu = rng.random(1 << k) * (rng.random(1 << k) < 0.6)
     mu[-1] = 1.0
-    obj = M._LatticeObjective(mu, mult, out_prod, k)
+    obj = M.LatticeObjective(mu, mult, out_prod, k)
     x0 = rng.random(1 << k) * (rng.random(1 << k) < 0.8)
     x0[-1] = 1.0
     calls = []
@@ -94,8 +94,8 @@ def test_falls_back_to_minimize_on_another_step_signature(monkeypatch):
 
     rng = np.random.default_rng(11)
     k, domain = 4, (3, 2, 4, 2)
-    out_prod, mult = M._masks(domain)
-    obj = M._LatticeObjective(rng.random(1 << k), mult, out_prod, k)
+    out_prod, mult = M.lattice_masks(domain)
+    obj = M.LatticeObjective(rng.random(1 << k), mult, out_prod, k)
     x0 = rng.random(1 << k)
     direct = lbfgsb_nonneg(obj, x0, maxiter=300, ftol=1e-14, gtol=1e-12)
     monkeypatch.setattr(lbfgs, "_setulb", lambda: None)

@@ -14,8 +14,8 @@ from matmech.error import lower_bound
 from matmech.linalg.intervals import AllRange, Prefix
 from matmech.linalg.linop import Dense, Kron, Scaled, VStack
 from matmech.optimizers.l2 import L2Strategy, dual_l2, dual_value, sdp_l2, tridiagonal_inverse
-from matmech.linalg.structured import _workload_spectrum
-from matmech.optimizers.marginals import (
+from matmech.linalg.structured import workload_spectrum
+from matmech.optimizers.marginal_lattice import (
     MarginalStrategy,
     ResidualStrategy,
     marginal_objective,
@@ -24,7 +24,6 @@ from matmech.optimizers.marginals import (
 )
 from matmech.optimizers.gram import GramOperator, check_gram
 from matmech.optimizers.pure import (
-    PIdentity,
     _reliable,
     default_maxiter,
     fit_pidentity,
@@ -34,9 +33,11 @@ from matmech.optimizers.pure import (
     tree_theta,
     weighted_tree_value,
 )
+from matmech.optimizers.pidentity import PIdentity
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.lbfgs import projected_lbfgs
-from matmech.optimizers.dispatch import METHODS, OptimizeResult, optimize
+from matmech.optimizers.dispatch import METHODS, optimize
+from matmech.optimizers.result import OptimizeResult
 
 # optimize reports and optimises the continuous figure 2Δ₁²/ε² (σ²); so do these closed forms
 expected_error = functools.partial(_error.expected_error, noise="continuous")
@@ -469,10 +470,10 @@ def test_marginal_l2_optimum_attains_the_svd_bound():
 @pytest.mark.parametrize("p", [1, 2])
 def test_marginal_objective_gradient(p):
     W = wl.marginals((3, 4, 5), 2)
-    from matmech.optimizers.marginals import marginal_workload
+    from matmech.optimizers.marginal_workloads import marginal_workload
 
     terms, domain = marginal_workload(W)
-    mu, mult, out_prod = _workload_spectrum(terms, domain)
+    mu, mult, out_prod = workload_spectrum(terms, domain)
     rng = np.random.default_rng(11)
     theta = rng.uniform(0.2, 1.0, 8)
     f, g = marginal_objective(theta, mu, mult, out_prod, 3, p=p)
@@ -650,7 +651,7 @@ def _it(n, w=1.0):
 
 
 def test_products_of_identity_total_factors_expand_to_marginals_with_the_same_gram():
-    from matmech.optimizers.marginals import expand_marginals, marginal_workload
+    from matmech.optimizers.marginal_workloads import expand_marginals, marginal_workload
 
     W = wl.stack(
         wl.kron(_it(3, 2.0), wl.identity(4), wl.total(2)),
@@ -695,12 +696,12 @@ def test_marginal_lattice_has_fixed_random_starts_and_is_reproducible():
 
 
 def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
-    from matmech.optimizers import marginals as opt_marginals
+    from matmech.optimizers import general_marginals, marginal_lattice
 
     def boom(*args, **kwargs):
         raise MemoryError("lattice too large")
 
-    monkeypatch.setattr(opt_marginals, "optimize_marginals_pure", boom)
+    monkeypatch.setattr(marginal_lattice, "optimize_marginals_pure", boom)
     W = wl.marginals((3, 4, 2), 2)
     res = optimize(W)
     assert (
@@ -712,7 +713,7 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
     with pytest.raises(MemoryError):  # an explicit method is not caught
         optimize(W, method="marginals")
     # every family failing but one: that one is the result
-    monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
+    monkeypatch.setattr(general_marginals, "optimize_general_marginals", boom)
     monkeypatch.setattr("matmech.optimizers.kronfit.MAX_KRON_GRAM_BYTES", 1)
     res = optimize(W)
     assert res.method == "kronstack" and set(res.params["failed"]) == {
@@ -726,8 +727,8 @@ def test_auto_goes_on_to_the_next_family_when_one_fails(monkeypatch):
 
 
 def test_kron_union_memory_is_refused_up_front(monkeypatch):
-    from matmech.optimizers.dispatch import check_kron_memory
-    from matmech.optimizers.marginals import kron_blocks
+    from matmech.optimizers.kronfit import check_kron_memory
+    from matmech.optimizers.marginal_workloads import kron_blocks
 
     W = wl.stack(wl.kron(wl.prefix(12), wl.identity(8)), wl.kron(wl.total(12), wl.all_range(8)))
     assert check_kron_memory(kron_blocks(W)) == 8 * 2 * (144 + 64)
@@ -801,12 +802,12 @@ def test_auto_keeps_the_lowest_exact_error_over_all_families():
 
 
 def test_auto_survives_a_failing_family(monkeypatch):
-    from matmech.optimizers import marginals as opt_marginals
+    from matmech.optimizers import general_marginals
 
     def boom(*args, **kwargs):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(opt_marginals, "optimize_general_marginals", boom)
+    monkeypatch.setattr(general_marginals, "optimize_general_marginals", boom)
     res = optimize(_prefix_products(), eps=1.0)
     assert (
         "gmarginals" in res.params["failed"] and "simulated" in res.params["failed"]["gmarginals"]

@@ -13,11 +13,11 @@ from matmech import workloads as wl
 from matmech.error import expected_error
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense, Scaled
-from matmech.linalg.structured import _subset_inplace, _superset_inplace
+from matmech.linalg.structured import subset_inplace, superset_inplace
 from matmech.optimizers import general_marginal_error as gm, gram as G
 from matmech.optimizers.dispatch import optimize
 from matmech.optimizers.lbfgs import armijo_lbfgs
-from matmech.optimizers.pidentity import _spd_inverse
+from matmech.optimizers.pidentity import spd_inverse
 from matmech.privacy.calibration import noise_variance
 
 from gmarginal_cases import kron_union
@@ -207,7 +207,7 @@ def test_descent_evaluation_equals_the_reference(seed, asymmetric):
     rng = np.random.default_rng(seed)
     domain, kinds = (5, 3, 4, 2), "PIRP"
     W = kron_union(domain, kinds, (0, 1, 2))
-    prob, _, _ = gm._problem(W, free=(0, 1, 2, 3))
+    prob, _, _ = gm.general_marginal_problem(W, free=(0, 1, 2, 3))
     if asymmetric:  # a gram one ulp away from symmetric: the explicit symmetrisation runs
         lst, idx = prob.uniq[0]
         bent = [c.copy() for c in lst]
@@ -233,8 +233,8 @@ def test_descent_evaluation_equals_the_reference(seed, asymmetric):
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 5, 9, 14])
 def test_zeta_transforms_are_bitwise_their_index_definition(k):
     c = np.random.default_rng(k).standard_normal(1 << k)
-    np.testing.assert_array_equal(_superset_inplace(c.copy(), k), _index_superset(c, k))
-    np.testing.assert_array_equal(_subset_inplace(c.copy(), k), _index_subset(c, k))
+    np.testing.assert_array_equal(superset_inplace(c.copy(), k), _index_superset(c, k))
+    np.testing.assert_array_equal(subset_inplace(c.copy(), k), _index_subset(c, k))
 
 
 def _reference_lbfgs(fun, x0, *, maxiter, memory=10, ftol=1e-11):
@@ -313,22 +313,22 @@ def test_spd_inverse_mirrors_the_triangle_and_refuses_indefinite_matrices():
     for n in (1, 2, 7, 30):
         t = rng.standard_normal((n, 2 * n))
         b = t @ t.T + np.eye(n)
-        inv = _spd_inverse(b, lower=0)
+        inv = spd_inverse(b, lower=0)
         np.testing.assert_array_equal(inv, inv.T)
         np.testing.assert_allclose(inv @ b, np.eye(n), atol=1e-9)
     with pytest.raises(np.linalg.LinAlgError):
-        _spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]), lower=0)
+        spd_inverse(np.array([[1.0, 2.0], [2.0, 1.0]]), lower=0)
 
 
 def test_equal_attributes_share_one_pidentity_fit_equal_to_their_own():
     # two prefix(6) attributes queried alike: one fit serves both (the memo of
     # optimize_general_marginals), equal to the attribute's own fit
     from matmech.optimizers import general_marginals as GM
-    from matmech.optimizers.marginal_workloads import _total_like
+    from matmech.optimizers.marginal_workloads import total_like
 
     W = kron_union((6, 6, 3), "PPI", (1, 2))
-    prob, _, blocks = gm._problem(W)
-    supports = [frozenset(i for i, f in enumerate(fs) if not _total_like(f)) for _, fs in blocks]
+    prob, _, blocks = gm.general_marginal_problem(W)
+    supports = [frozenset(i for i, f in enumerate(fs) if not total_like(f)) for _, fs in blocks]
     memo: dict = {}
     first = GM._fit_factor(prob, 0, supports, memo=memo)
     shared = GM._fit_factor(prob, 1, supports, memo=memo)

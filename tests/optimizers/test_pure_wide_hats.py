@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 from matmech import workloads as wl
 from matmech.optimizers.blas import blas_threads
 from matmech.optimizers.gram import GramOperator
-from matmech.optimizers.pidentity import _Objective
+from matmech.optimizers.pidentity import Objective
 from matmech.optimizers.pure import (
     START_BRANCHINGS,
     WIDE_HAT_BRANCHING,
@@ -83,7 +83,7 @@ def _released_opt0(gram, seed):
     """HDMM's OPT₀ as its code runs it: p = n/16, Θ ~ U[0, 1), scipy L-BFGS-B with bounds
     Θ ≥ 0 and HDMM's options {'ftol': 1e-4} (hdmm.templates.TemplateStrategy.optimize)."""
     th0 = hdmm_theta(gram.n, rng=np.random.default_rng(seed))
-    obj = _Objective(gram, th0.shape[0])
+    obj = Objective(gram, th0.shape[0])
 
     def fun(x):
         try:

@@ -84,7 +84,13 @@ CALLS = {
     ),
 }
 #: internal steps whose callers validated rng (run after their own checks)
-INTERNAL = {"matmech.svt.core.scan", "matmech.stream.release.StreamRelease"}
+INTERNAL = {
+    "matmech.svt.core.scan",
+    "matmech.stream.release.StreamRelease",
+    # routes of matmech.release.release, called after it checked rng
+    "matmech.release.release_gmarginal",
+    "matmech.release.release_selected",
+}
 
 
 def _public_with_rng_and_budget():
@@ -93,8 +99,10 @@ def _public_with_rng_and_budget():
         if info.name.endswith("__main__"):
             continue
         mod = importlib.import_module(info.name)
-        for name in getattr(mod, "__all__", ()):
-            obj = getattr(mod, name, None)
+        # every public name the module defines (internal modules have no __all__)
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != info.name:
+                continue
             cands = [obj]
             if inspect.isclass(obj):
                 cands += [getattr(obj, a) for a in vars(obj) if not a.startswith("_")]

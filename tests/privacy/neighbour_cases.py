@@ -29,8 +29,10 @@ import numpy as np
 import matmech as mm
 from matmech.linalg.terms import marginal_workload
 from matmech.linalg.linop import Scaled
-from matmech.svt.calibration import gap_calibration, svt_budget
-from matmech.svt.select import METHODS, entry_range, row_noise_rule
+from matmech.svt.calibration import svt_budget
+from matmech.svt.gap_calibration import gap_calibration
+from matmech.svt.select import entry_range, row_noise_rule
+from matmech.svt.methods import METHODS
 from matmech.svt.vector import (
     VECTOR_METHODS,
     joint_sensitivity,

@@ -11,7 +11,7 @@ inputs: the helpers here *enumerate* the random input in that sense, with a scri
 source, and read off the distribution the implementation really has.
 
 A tie (W equal to a threshold on all 128 bits) reads further words and is settled exactly by
-``thresholds._resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
+``thresholds.resolve``; it has probability 2**-128 and can go either way, which the pmf bounds
 below allow for.
 """
 

@@ -30,7 +30,7 @@ from matmech.privacy.events import (
     ExponentialMechanism,
     Gaussian,
     Laplace,
-    SparseVector,
+    SparseVectorEvent,
     Stream,
     Threshold,
     event_from_dict,
@@ -73,7 +73,12 @@ def test_gaussian_rho_is_the_closed_form_rounded_up_by_at_most_one_ulp():
 
 
 def test_pure_events_enter_zcdp_as_eps_squared_over_two():
-    for ev in (SparseVector(0.1), ExponentialMechanism(0.1), ApproxDP(0.1), Laplace(10.0, 1.0)):
+    for ev in (
+        SparseVectorEvent(0.1),
+        ExponentialMechanism(0.1),
+        ApproxDP(0.1),
+        Laplace(10.0, 1.0),
+    ):
         r = ev.zcdp()
         assert Fraction(1, 200) <= r <= Fraction(1, 200) * (1 + Fraction(1, 2**51))
     assert ApproxDP(0.1, 1e-7).zcdp() is None and Threshold(0.5, 1e-6).zcdp() is None
@@ -92,7 +97,7 @@ def test_an_event_that_claims_more_than_its_noise_gives_is_refused():
     with pytest.raises(ValueError, match="power of two"):
         DiscreteGaussian(5.0, 1.0, grid=0.3)
     with pytest.raises(TypeError, match="noise"):
-        Stream("blt", 10, SparseVector(1.0))
+        Stream("blt", 10, SparseVectorEvent(1.0))
     with pytest.raises(ValueError, match="not a privacy event"):
         event_from_dict({"kind": "nope"})
 
@@ -101,7 +106,7 @@ def test_events_round_trip_through_json_exactly():
     evs = (
         DiscreteGaussian(gaussian_sigma(0.3, 1e-7, 1.7), 1.7, eps=0.3, delta=1e-7, grid=2.0**-20),
         DiscreteLaplace(3.0, 1.0, grid=1.0, unit_shifts=4),
-        Composition((SparseVector(0.1), ExponentialMechanism(0.2))),
+        Composition((SparseVectorEvent(0.1), ExponentialMechanism(0.2))),
         Stream("square-root", 365, DiscreteGaussian(20.0, 3.1)),
         Concentrated(0.01, eps=0.5, delta=1e-6),
         ApproxDP(Fraction(1, 3), Fraction(0)),

@@ -15,7 +15,8 @@ import pytest
 import matmech as mm
 from matmech.run.discover import discover_categories
 from matmech.io.domain import Domain, integer_range, numeric_bins, time_bins
-from matmech.sources.engines import csv_header, histogram as engine_histogram
+from matmech.sources.engines import histogram as engine_histogram
+from matmech.sources.files import csv_header
 
 #: A record whose values must never be echoed back (a CSV file written without a header line).
 SECRET = ("alice-smith", "4711")

@@ -18,7 +18,8 @@ import pytest
 import matmech as mm
 from matmech.linalg.linop import Scaled
 from matmech.svt import gap, vector
-from matmech.svt.calibration import DeclarationError, declared_grid
+from matmech.svt.calibration import declared_grid
+from matmech.svt.split import DeclarationError
 from matmech.svt.grid import DECLARED_UNITS, MAX_UNITS, grid_for_bound
 from matmech.workloads import identity, prefix
 
@@ -221,7 +222,8 @@ def test_noise_is_calibrated_for_the_decimal_eps_the_budget_charges(eps):
     from matmech.privacy.measure import plan_measurement
     from matmech.privacy.params import calibrated_eps, exact
     from matmech.strategies import hierarchical
-    from matmech.svt.calibration import gap_calibration, svt_budget
+    from matmech.svt.calibration import svt_budget
+    from matmech.svt.gap_calibration import gap_calibration
     from matmech.svt.vector import vector_calibration
 
     dec = exact(eps)

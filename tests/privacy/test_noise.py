@@ -13,7 +13,6 @@ from scipy import stats
 
 from matmech.privacy import discrete, noise, thresholds
 from matmech.privacy.noise import (
-    RandomSource,
     check_rng,
     discrete_gaussian,
     discrete_gaussian_variance,
@@ -26,6 +25,7 @@ from matmech.privacy.noise import (
     snap_sensitivity,
     uniform,
 )
+from matmech.privacy.randomness import RandomSource
 
 N = 100_000
 
@@ -207,7 +207,7 @@ def test_bernoulli_exp_frequencies(a, b):
     # exp(-a/b) with a/b far beyond int64 in the last case (the Gaussian's huge-|y| fallback)
     src = check_rng(np.random.default_rng(32))
     n = 20_000
-    hits = sum(thresholds._bernoulli(("exp", a, b), src) for _ in range(n))
+    hits = sum(thresholds.bernoulli(("exp", a, b), src) for _ in range(n))
     assert _freq_ok(hits, n, math.exp(-a / b))
 
 
@@ -218,7 +218,7 @@ def test_resolve_continues_a_tied_comparison_exactly():
         prefix = thresholds._floor_bits(key, 128)
         frac = (thresholds._floor_bits(key, 192) - (prefix << 64)) / 2**64
         n = 20_000
-        hits = sum(thresholds._resolve([key], prefix, 128, src) for _ in range(n))
+        hits = sum(thresholds.resolve([key], prefix, 128, src) for _ in range(n))
         assert _freq_ok(hits, n, 1 - frac)
 
 
@@ -267,7 +267,7 @@ class CountingSource(RandomSource):
 
 def _laplace_words(scale):
     f = noise._laplace_fraction(scale)
-    return discrete._laplace_table(f.numerator, f.denominator).digits + 3
+    return discrete.laplace_table(f.numerator, f.denominator).digits + 3
 
 
 @pytest.mark.parametrize("scale", [0.7, 1, 10, 2**16, 2**40])
@@ -292,7 +292,7 @@ def test_discrete_gaussian_words_depend_on_rounds_only(sigma):
     # each rejection round costs the same words whatever the proposal; the number of
     # rounds is independent of the accepted value (CKS Alg. 3 is a rejection sampler)
     p = noise._gauss_params(sigma)
-    g = discrete._gauss_table(p.S)
+    g = discrete.gauss_table(p.S)
     per_round = _laplace_words(Fraction(p.lap_t, p.lap_s)) + g.positions + g.high + 1
     src = CountingSource(52)
     one_round, more = [], []
@@ -317,7 +317,7 @@ def _script(high_words, spare):
 
 
 def test_fallback_resolves_ties_and_the_tail_exactly():
-    tab = discrete._laplace_table(10, 1)
+    tab = discrete.laplace_table(10, 1)
     D = tab.digits
     # 1) U of digit 0 ties with F_0(3) on 128 bits (high word + spare); sign "positive"
     v3 = tab.vals[0][3]
@@ -332,7 +332,7 @@ def test_fallback_resolves_ties_and_the_tail_exactly():
     frac = (thresholds._floor_bits(("cdf", 1, 10, 3), 192) - (v3 << 64)) / 2**64
     assert _freq_ok(results.count(4), len(results), 1 - frac)
     # 2) the tail uniform below q**(256**D) (> 2**-128 at scale 18/5, D = 1): |Z| > 256
-    tail = discrete._laplace_table(18, 5)
+    tail = discrete.laplace_table(18, 5)
     assert tail.digits == 1 and 0 < tail.ovf < 2**64
     src = CountingSource(7, [_script([MID, M64, 0], 0)])
     assert int(discrete_laplace(Fraction(18, 5), 1, rng=src)[0]) > 256
@@ -353,7 +353,7 @@ def test_fallback_resolves_ties_and_the_tail_exactly():
 
 def test_gaussian_fallback_on_an_acceptance_tie():
     p = noise._gauss_params(3.25)
-    g = discrete._gauss_table(p.S)
+    g = discrete.gauss_table(p.S)
     y = 12
     num = p.A * y * y - p.B * y + p.C
     v = g.vals[0][num & 255]

@@ -64,7 +64,7 @@ TOL = Fraction(TWO128, 10**90)
 
 def _table(scale):
     f = noise._laplace_fraction(scale)
-    return discrete._laplace_table(f.numerator, f.denominator)
+    return discrete.laplace_table(f.numerator, f.denominator)
 
 
 def _exact_cdf(a: int, t: int, c: int) -> Fraction:
@@ -177,7 +177,7 @@ def test_the_tail_event_is_decided_on_both_sides(scale):
 
 @pytest.mark.parametrize("p", GAUSS_PARAMS, ids=lambda p: f"{p.a}/{p.b}")
 def test_every_acceptance_factor_on_every_input_class(p):
-    tab = discrete._gauss_table(p.S)
+    tab = discrete.gauss_table(p.S)
     for d in range(tab.positions):
         nums, words, want = [], [], []
         for c in range(1, 256):
@@ -204,7 +204,7 @@ def test_every_acceptance_factor_on_every_input_class(p):
 
 def test_acceptance_of_a_zero_numerator_is_certain():
     p = noise._gauss_params(30)
-    tab = discrete._gauss_table(p.S)
+    tab = discrete.gauss_table(p.S)
     assert accept_outputs(tab, [0, 0], [0, TWO128 - 1], 0).all()
 
 
@@ -261,7 +261,7 @@ def _gauss_log_pmf(p, span):
     implemented*: the discrete Laplace proposal's digit pmfs read off its tables, times the
     acceptance probability of each |k| from the acceptance tables (floor(exp(-.) 2**128) /
     2**128)."""
-    lap = discrete._laplace_table(p.lap_t, p.lap_s)
+    lap = discrete.laplace_table(p.lap_t, p.lap_s)
     pmfs = laplace_digit_pmfs(lap)
     k = np.arange(0, span + 1, dtype=np.int64)
     y = np.maximum(k - 1, 0)
@@ -274,7 +274,7 @@ def _gauss_log_pmf(p, span):
     log_side = math.log((TWO128 - g1) / TWO128)  # P[Z > 0] = P[Z < 0] up to 2**-128
     log_zero = math.log((g1 - g0) / TWO128)
     logprop = np.where(k == 0, log_zero, log_side + logq)
-    tab = discrete._gauss_table(p.S)
+    tab = discrete.gauss_table(p.S)
     num = (k * p.A - p.B) * k + p.C
     logacc = np.zeros(k.size)
     for d in range(tab.positions):

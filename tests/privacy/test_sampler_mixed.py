@@ -23,7 +23,7 @@ from sampler_exact import (
 
 def _lap(scale):
     f = Fraction(scale)
-    return discrete._laplace_table(f.numerator, f.denominator)
+    return discrete.laplace_table(f.numerator, f.denominator)
 
 
 #: Laplace tables of one layout each (equal digits): the proposals of the dyadic grid
@@ -69,7 +69,7 @@ def test_a_stack_decides_sign_and_tail_per_table(scales):
 
 def test_a_stack_accepts_every_class_per_table():
     # acceptance tables exp(-N/2**K) of one layout (4 digits), as the dyadic grid uses them
-    tabs = [discrete._gauss_table(1 << K) for K in (19, 20, 22)]
+    tabs = [discrete.gauss_table(1 << K) for K in (19, 20, 22)]
     assert len({(t.positions, t.high) for t in tabs}) == 1
     st = thresholds.stack(tabs)
     for k, tab in enumerate(tabs):

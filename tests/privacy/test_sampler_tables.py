@@ -98,12 +98,12 @@ def test_entries_known_in_advance_are_the_exact_floors():
 
 def test_the_cache_returns_the_table_of_the_exact_scale():
     thresholds.TABLES.clear()
-    a = discrete._laplace_table(30, 1)
-    assert discrete._laplace_table(30, 1) is a
-    assert discrete._laplace_table(60, 2) is not a  # the same ratio, another exact key
-    g = discrete._gauss_table(1800)
-    assert discrete._gauss_table(1800) is g and discrete._gauss_table(1801) is not g
-    tables = [a, discrete._laplace_table(60, 2), g, discrete._gauss_table(1801)]
+    a = discrete.laplace_table(30, 1)
+    assert discrete.laplace_table(30, 1) is a
+    assert discrete.laplace_table(60, 2) is not a  # the same ratio, another exact key
+    g = discrete.gauss_table(1800)
+    assert discrete.gauss_table(1800) is g and discrete.gauss_table(1801) is not g
+    tables = [a, discrete.laplace_table(60, 2), g, discrete.gauss_table(1801)]
     assert len(thresholds.TABLES) == 4
     assert thresholds.TABLES.nbytes == sum(t.nbytes for t in tables)
 
@@ -162,7 +162,7 @@ def test_the_all_thresholds_search_gives_the_binary_searchs_digits(scale, monkey
     # a few draws compare with every threshold instead of searching: on every input class
     # (both ends of every interval between thresholds, and the thresholds) the same digit
     f = noise._laplace_fraction(scale)
-    tab = discrete._laplace_table(f.numerator, f.denominator)
+    tab = discrete.laplace_table(f.numerator, f.denominator)
     for d in range(tab.digits):
         points, ties = digit_classes(tab.vals[d][1:])
         words = [w for w, _ in points + ties]

@@ -5,7 +5,8 @@ eps=True after a valid eps=1.0 returned the cached calibration instead of a Type
 
 import pytest
 
-from matmech.svt.calibration import gap_calibration, make_budget
+from matmech.svt.calibration import make_budget
+from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.vector import vector_calibration
 
 

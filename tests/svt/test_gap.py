@@ -17,7 +17,8 @@ import pytest
 
 from matmech import strategies as S
 from matmech.error import measured_variances
-from matmech.release import release, release_table
+from matmech.release import release
+from matmech.results.release import release_table
 from matmech.svt.combine import (
     AUTO_FLOOR_MAX,
     SPLIT_GRID,

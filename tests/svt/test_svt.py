@@ -826,10 +826,9 @@ def test_public_namespace_re_exports_the_concept_modules():
         "accuracy",
     ):
         mod = importlib.import_module(f"matmech.svt.{mod_name}")
-        assert mod.__doc__ and isinstance(mod.__all__, list), mod_name
-        for name in mod.__all__:
-            assert hasattr(mod, name), (mod_name, name)
-            if name in svt.__all__:
+        assert mod.__doc__, mod_name
+        for name in svt.__all__:
+            if getattr(svt, name).__module__ == mod.__name__:
                 assert getattr(svt, name) is getattr(mod, name)
     # Everything public in matmech.svt comes from one of them (no second copy).
     assert svt.sparse_vector.__module__ == "matmech.svt.core"

@@ -17,7 +17,7 @@ import pytest
 from matmech import strategies as S
 from matmech.privacy.budget import PrivacyBudget
 from matmech.release import release
-from matmech.svt.calibration import gap_calibration
+from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.select import plan_selection, select_rows
 from matmech.svt.vector import (
     joint_sensitivity,
