@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from matmech.sources.tables import MAX_TABLE_CELLS
+from matmech.sources.table_scan import MAX_TABLE_CELLS
 from matmech.linalg.terms import as_terms
 from matmech.limits import check_memory
 from matmech.linalg.linop import Identity, LinOp, Ones
