@@ -137,13 +137,7 @@ def uniform_sizes(n, b, *, root=True):
     root=root).sizes``) when its blocks nest (bˡ divides n), else None."""
     if not _nested(n, b):
         return None
-    levels, s = [], 1
-    while s < n:
-        levels.append(s)
-        s *= b
-    if root or n == 1:
-        levels.append(n)
-    return tuple(levels)
+    return tuple(S.level_sizes(n, b, root=root))
 
 
 def signature(A):

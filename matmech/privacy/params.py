@@ -34,7 +34,7 @@ import math
 import numbers
 from fractions import Fraction
 
-from matmech.validate import positive_real, real
+from matmech.validate import choice, positive_real, real
 
 __all__ = [
     "NEIGHBORS",
@@ -123,13 +123,7 @@ def check_privacy_params(eps, delta) -> tuple[float, float]:
 
 def check_neighbors(neighbors) -> str:
     """One of :data:`NEIGHBORS` (``"add_remove"`` or ``"substitute"``)."""
-    if not isinstance(neighbors, str):
-        raise TypeError(
-            f"neighbors must be one of {sorted(NEIGHBORS)}, got {type(neighbors).__name__}: {neighbors!r}"
-        )
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
-    return neighbors
+    return choice(neighbors, "neighbors", sorted(NEIGHBORS))
 
 
 def neighbor_factor(neighbors) -> float:
