@@ -4,8 +4,11 @@
 VLDB 2017 (in ``shared/references``). Eq. (12): ε₁:ε₂ = 1:(2c)^(2/3) minimises
 Var(Lap(Δ/ε₁) − Lap(2cΔ/ε₂)); 1:c^(2/3) for monotonic queries. Splits are exact in binary
 (the parts add up to at most the calibrated ε, :func:`~matmech.privacy.params.calibrated_eps`).
-A declared bound on |values| coarsens the grid of the exact sampler (:func:`declared_grid`);
-the grid and scale rules themselves are :mod:`matmech.privacy.calibration`'s.
+A declared bound on |values| coarsens the grid of the exact sampler (:func:`declared_grid`,
+:func:`scales_grid`); the grid and scale rules themselves are
+:mod:`matmech.privacy.calibration`'s. :func:`top_c_noise` is the one noise calibration two
+mechanisms share (the exponential mechanism and Noisy Top-c with Gap).
+
 """
 
 from __future__ import annotations
