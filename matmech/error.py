@@ -365,12 +365,8 @@ def lower_bound(
 
     Parameters
     ----------
-    W : LinOp or array_like
-        The workload.
-    eps : float, default 1.0
-        ε in [1e-4, 100].
-    delta : float, default 0.0
-        0 for pure ε-DP, else in [1e-100, 1).
+    W, eps, delta : LinOp or array_like, float, float
+        The workload, ε (default 1.0) and δ (default 0.0) (as :func:`expected_error`).
     measure : {"total", "rmse", "max"}, default "total"
         As in :func:`expected_error`.
     neighbors : {"add_remove", "substitute"}, default "add_remove"

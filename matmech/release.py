@@ -99,6 +99,7 @@ from matmech.plans.residual import (
 from matmech.plans.streamed import streamed_plan
 from matmech.privacy.budget import check_affordable
 from matmech.sources.source import as_table_source
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -374,28 +375,54 @@ def release(
     return run_plan(plan, source, budget=budget, rng=rng)
 
 
-def _release_kron(data, W, wt, at, U, eps, delta, *, strategy, budget, rng, neighbors, max_records):
+@dataclass(frozen=True)
+class _Factored:
+    """The options of a factored release (:func:`release_factored`, :func:`release_marginals`),
+    checked once at that boundary and handed to every route."""
+
+    eps: float
+    delta: float
+    budget: PrivacyBudget | None
+    rng: Rng
+    neighbors: str
+    max_records: int | None
+    max_memory: int = MAX_MEMORY
+    scale_bits: int | None = DEFAULT_SCALE_BITS
+    objective: str = "sum"
+    search: str = "auto"
+
+    def options(self, *names: str) -> dict[str, Any]:
+        """The plan options ``neighbors``, ``max_records`` and those ``names``, by keyword."""
+        return {k: getattr(self, k) for k in ("neighbors", "max_records", *names)}
+
+    def run(self, plan: Plan, data: Any) -> Any:
+        """``plan`` run on ``data`` (:func:`~matmech.run.runner.run_plan`), charged to the budget."""
+        return run_plan(plan, data, budget=self.budget, rng=self.rng)
+
+
+def _release_kron(data, W, wt, at, U, o: _Factored, *, strategy):
     W_U = restrict(wt, U)
     if at is not None:
         A_U, name, note = restrict(at, U), "given", "strategy given by the caller"
     else:
-        A, name, note = choose_strategy(W_U, eps, delta, strategy=strategy, neighbors=neighbors)
+        A, name, note = choose_strategy(
+            W_U, o.eps, o.delta, strategy=strategy, neighbors=o.neighbors
+        )
         A_U = as_linop(A)
     note += f"; solved on the marginal of attributes {list(U)} ({math.prod(wt.domain[i] for i in U):,} cells)"
     plan = strategy_plan(
         W_U,
         A_U,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
+        o.eps,
+        o.delta,
+        **o.options(),
         name=name,
         note=note,
         sizes=tuple(wt.domain),
         attributes=U,
         workload=W,
     )
-    return run_plan(plan, data, budget=budget, rng=rng)
+    return o.run(plan, data)
 
 
 def release_factored(
@@ -451,20 +478,11 @@ def release_factored(
     noise.check_rng(rng)
     data = as_table_source(data)
     check_search(search)
+    o = _Factored(
+        eps, delta, budget, rng, neighbors, max_records, max_memory, scale_bits, objective
+    )
     if select is not None:
-        return release_selected(
-            data,
-            W,
-            eps,
-            delta,
-            select=select,
-            strategy=strategy,
-            budget=budget,
-            rng=rng,
-            neighbors=neighbors,
-            max_records=max_records,
-            max_memory=max_memory,
-        )
+        return release_selected(data, W, o, select=select, strategy=strategy)
     rows = W.shape[0] if isinstance(W, MarginalWorkload) else None
     if rows is not None and 16 * rows > max_memory:  # every path returns the answers and their std
         raise ValueError(
@@ -484,13 +502,12 @@ def release_factored(
             eps,
             delta,
             strategy=strategy,
-            neighbors=neighbors,
-            max_records=max_records,
+            **o.options(),
             search=given_search(data, len(as_terms(W, name="W").domain), search),
             covers=lambda S: covers_attributes(data, S),
             max_cells=max_cells,
         )
-        return run_plan(plan, data, budget=budget, rng=rng)
+        return o.run(plan, data)
     path, wt, at, U = plan_path(W, eps, delta, strategy=strategy, max_cells=max_cells)
     if (
         path == "kron"
@@ -499,115 +516,48 @@ def release_factored(
         and not covers_attributes(data, U)
     ):
         path = "residual"  # tables that suffice for W's marginals: the Kronecker path would need the table on U
-    search = given_search(data, len(wt.domain), search)
+    o = replace(o, search=given_search(data, len(wt.domain), search))
     if path == "kron":
-        return _release_kron(
-            data,
-            W,
-            wt,
-            at,
-            U,
-            eps,
-            delta,
-            strategy=strategy,
-            budget=budget,
-            rng=rng,
-            neighbors=neighbors,
-            max_records=max_records,
-        )
+        return _release_kron(data, W, wt, at, U, o, strategy=strategy)
     if path == "gmarginal":
-        return release_gmarginal(
-            data,
-            W,
-            wt,
-            at,
-            eps,
-            delta,
-            budget=budget,
-            rng=rng,
-            neighbors=neighbors,
-            max_records=max_records,
-            max_memory=max_memory,
-            scale_bits=scale_bits,
-        )
+        return release_gmarginal(data, W, wt, at, o)
     plan = residual_plan(
-        W,
-        wt,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
-        objective=objective,
-        max_memory=max_memory,
-        scale_bits=scale_bits,
-        search=search,
+        W, wt, eps, delta, **o.options("objective", "max_memory", "scale_bits", "search")
     )
-    return run_plan(plan, data, budget=budget, rng=rng)
+    return o.run(plan, data)
 
 
-def release_gmarginal(
-    data, W, wt, A, eps, delta, *, budget, rng, neighbors, max_records, max_memory, scale_bits
-):
+def release_gmarginal(data, W, wt, A, o: _Factored):
     """Answer W (its :class:`~matmech.linalg.terms.Terms` ``wt``) from the marginal tables
     of ``data`` on the subsets of the GeneralMarginalStrategy ``A`` (None: optimised) →
     :class:`~matmech.results.release.Release` (``strategy`` the measured one, with its rounded factors;
-    ``measurement`` and ``estimate`` None). Arguments as
+    ``measurement`` and ``estimate`` None). The options ``o`` of
     :func:`matmech.release.release_factored`, already validated there."""
     what = f"release {wt.rows} queries (gmarginals, factored)"
-    check_affordable(budget, eps, delta, what=what)  # before the (seconds-long) optimisation too
-    A, name, note = gmarginal_strategy(W, eps, delta, A)
-    plan = gmarginal_plan(
-        W,
-        wt,
-        A,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
-        max_memory=max_memory,
-        scale_bits=scale_bits,
-        name=name,
-        note=note,
-    )
-    return run_plan(plan, as_table_source(data), budget=budget, rng=rng)
+    # before the (seconds-long) optimisation too
+    check_affordable(o.budget, o.eps, o.delta, what=what)
+    A, name, note = gmarginal_strategy(W, o.eps, o.delta, A)
+    options = o.options("max_memory", "scale_bits")
+    plan = gmarginal_plan(W, wt, A, o.eps, o.delta, **options, name=name, note=note)
+    return o.run(plan, as_table_source(data))
 
 
-def release_selected(
-    data,
-    W,
-    eps,
-    delta,
-    *,
-    select,
-    strategy="auto",
-    budget=None,
-    rng=None,
-    neighbors="add_remove",
-    max_records,
-    max_memory,
-):
+def release_selected(data, W, o: _Factored, *, select, strategy="auto"):
     """Select rows of W privately from marginal tables of ``data``, measure only those →
     :class:`matmech.release.Release` (``selected``, ``selection``, ``eps_select`` as for
     :func:`matmech.release` with ``select=``). Called by
-    :func:`matmech.release.release_factored`; ``eps``/``delta`` are checked there.
+    :func:`matmech.release.release_factored` with its options ``o``, checked there.
+
 
     Order (:func:`matmech.run.runner.run_plan`): every data-independent check
     (:func:`plan_factored_selection`, the rng, the budget's affordability) → the marginal
     tables and the declared bound on the records → W x → one atomic spend of (ε, δ) → the
     selection's noise → the measurement's noise.
     """
-    plan = plan_factored_selection(
-        W,
-        eps,
-        delta,
-        select=select,
-        strategy=strategy,
-        neighbors=neighbors,
-        max_records=max_records,
-        max_memory=max_memory,
-    )
-    noise.check_rng(rng)
-    return run_plan(SelectedRowsPlan(plan, W), as_table_source(data), budget=budget, rng=rng)
+    options = o.options("max_memory")
+    plan = plan_factored_selection(W, o.eps, o.delta, select=select, strategy=strategy, **options)
+    noise.check_rng(o.rng)
+    return o.run(SelectedRowsPlan(plan, W), as_table_source(data))
 
 
 def release_marginals(
@@ -731,20 +681,10 @@ def release_marginals(
     if search == "auto":  # an unknown search is refused by streamed_plan
         d = len(W.domain if isinstance(W, MarginalWorkload) else as_terms(W, name="W").domain)
         search = given_search(source, d, search)
-    plan = streamed_plan(
-        W,
-        eps,
-        delta,
-        neighbors=neighbors,
-        max_records=max_records,
-        objective=objective,
-        max_memory=max_memory,
-        scale_bits=scale_bits,
-        spill_dir=spill_dir,
-        search=search,
+    o = _Factored(
+        eps, delta, budget, rng, neighbors, max_records, max_memory, scale_bits, objective
     )
-    if isinstance(source, EngineSource):  # the engine's scans get the room the plan leaves
-        source = EngineSource(
-            source.source, source.domain, memory=plan.scan_memory, spill_dir=spill_dir
-        )
-    return run_plan(plan, source, budget=budget, rng=rng)
+    options = o.options("objective", "max_memory", "scale_bits")
+    return o.run(
+        streamed_plan(W, eps, delta, **options, spill_dir=spill_dir, search=search), source
+    )

@@ -41,10 +41,8 @@ def identity(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1 or too large for memory.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1, or too large for memory.
 
     Examples
     --------
@@ -184,14 +182,21 @@ def _json_labels(labels):
     return out
 
 
-def _regular_tree(n, b, root):
-    """Aligned b-adic blocks [j·bˡ, (j+1)·bˡ) ∩ [0, n) for every bˡ < n, plus the root."""
+def level_sizes(n, b, *, root=True):
+    """The block sizes bˡ < n of the b-ary hierarchy on n cells, smallest first, then n (the
+    root; also without ``root`` when n is 1)."""
     levels, s = [], 1
     while s < n:
         levels.append(s)
         s *= b
     if root or n == 1:
         levels.append(n)
+    return levels
+
+
+def _regular_tree(n, b, root):
+    """Aligned b-adic blocks [j·bˡ, (j+1)·bˡ) ∩ [0, n) for every bˡ < n, plus the root."""
+    levels = level_sizes(n, b, root=root)
     los: list[np.ndarray] = []
     his: list[np.ndarray] = []
     parent: list[np.ndarray] = []
@@ -481,10 +486,8 @@ def haar(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1 or too large.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1, or too large.
 
     Examples
     --------

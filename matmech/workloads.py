@@ -66,10 +66,8 @@ def identity(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1 or too large for memory.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1, or too large for memory.
 
     Examples
     --------
@@ -98,10 +96,8 @@ def total(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1.
 
     Examples
     --------
@@ -127,10 +123,8 @@ def prefix(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1 or too large.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1, or too large.
 
     Examples
     --------
@@ -156,10 +150,8 @@ def all_range(n: int) -> LinOp:
 
     Raises
     ------
-    ValueError
-        n < 1 or too large.
-    TypeError
-        n not an integer.
+    ValueError, TypeError
+        n not an integer ≥ 1, or too large.
 
     Examples
     --------

@@ -172,12 +172,8 @@ def advise(
 
     Parameters
     ----------
-    W : LinOp or array_like
-        The workload.
-    eps : float, default 1.0
-        ε in [1e-4, 100].
-    delta : float, default 0.0
-        0 for pure ε-DP, else in [1e-100, 1).
+    W, eps, delta : LinOp or array_like, float, float
+        The workload, ε (default 1.0) and δ (default 0.0), as :func:`~matmech.error.expected_error`.
     candidates : "all", "fixed" or iterable of str, default "all"
         Which candidates to rank.
     search : {"auto", "lattice", "all"}, default "auto"

@@ -118,13 +118,7 @@ def uniform_sizes(n, b, *, root=True):
     root=root).sizes``) when its blocks nest (bˡ divides n), else None."""
     if not _nested(n, b):
         return None
-    levels, s = [], 1
-    while s < n:
-        levels.append(s)
-        s *= b
-    if root or n == 1:
-        levels.append(n)
-    return tuple(levels)
+    return tuple(S.level_sizes(n, b, root=root))
 
 
 def signature(A):
@@ -327,12 +321,8 @@ def compare(
 
     Parameters
     ----------
-    W : LinOp or array_like
-        The workload.
-    eps : float, default 1.0
-        ε in [1e-4, 100].
-    delta : float, default 0.0
-        0 for pure ε-DP, else in [1e-100, 1).
+    W, eps, delta : LinOp or array_like, float, float
+        The workload, ε (default 1.0) and δ (default 0.0), as :func:`~matmech.error.expected_error`.
     candidates : list or tuple of (name, LinOp), optional
         Strategies to rank instead of the fixed family (identity, hierarchies, Haar, W).
     neighbors : {"add_remove", "substitute"}, default "add_remove"

@@ -145,6 +145,20 @@ def _auto_plan(advice):
     }
 
 
+def _ranking_args(p, cap, func, share=""):
+    """The options that end the ``plot`` and ``advise`` parsers: ``--time-budget`` (its help
+    from ``cap`` and ``share``), progress, overwrite; then the command ``func``."""
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help=f"{cap} in wall-clock seconds ({share}the result then depends on load). Default: no clock, deterministic",
+    )
+    progress_arg(p)
+    overwrite_arg(p)
+    p.set_defaults(func=func)
+
+
 def add_parsers(sub):
     """The ``plot`` and ``advise`` subcommands."""
     p = sub.add_parser(
@@ -159,15 +173,7 @@ def add_parsers(sub):
         "or a name without suffix (.png is added); the exact path is printed",
     )
     privacy_args(p)
-    p.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="cap the ranking in wall-clock seconds (the result then depends on load). Default: no clock, deterministic",
-    )
-    progress_arg(p)
-    overwrite_arg(p)
-    p.set_defaults(func=_cmd_plot)
+    _ranking_args(p, "cap the ranking", _cmd_plot)
     p = sub.add_parser(
         "advise",
         help="rank every plan a release can run for a workload spec (strategies, optimised "
@@ -180,12 +186,4 @@ def add_parsers(sub):
         metavar="FILE.npz",
         help="save the best strategy for 'matmech release --strategy FILE.npz'",
     )
-    p.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="cap the whole ranking in wall-clock seconds (the optimiser gets what is left; the result then depends on load). Default: no clock, deterministic",
-    )
-    progress_arg(p)
-    overwrite_arg(p)
-    p.set_defaults(func=_cmd_advise)
+    _ranking_args(p, "cap the whole ranking", _cmd_advise, "the optimiser gets what is left; ")

@@ -161,19 +161,27 @@ class GMarginalSolver:
 
     def variances(self, terms):
         """Per-answer variances diag(W G⁻ Wᵀ) in W's row order (unit: the whitened noise)."""
+
+        def part(T, Z, parts):
+            vec = np.ones(())
+            for i in Z:
+                fy, _, fn_diag, _ = parts[i]
+                vec = np.multiply.outer(vec, fn_diag if i in T else fy * fy / self.g[i])
+            return vec / self._lam(T)
+
+        return self._by_term(terms, part, squared=True)
+
+    def _by_term(self, terms, part, *, squared):
+        """Σ over each term's classes T of ``part(T, Z, parts)``, times the term's weight
+        (squared: for variances) and its factor outside Z, the terms stacked in W's row order."""
         self._check_terms(terms)
         out = []
         for j in range(len(terms.weights)):
             w, Z, parts, classes, outside = self._term_parts(terms, j)
-            shape = tuple(len(parts[i][0]) for i in Z)
-            acc = np.zeros(shape)
+            acc = np.zeros(tuple(len(parts[i][0]) for i in Z))
             for T in classes:
-                vec = np.ones(())
-                for i in Z:
-                    fy, _, fn_diag, _ = parts[i]
-                    vec = np.multiply.outer(vec, fn_diag if i in T else fy * fy / self.g[i])
-                acc += vec / self._lam(T)
-            out.append((w * w * outside) * acc.reshape(-1))
+                acc += part(T, Z, parts)
+            out.append(((w * w if squared else w) * outside) * acc.reshape(-1))
         return np.concatenate(out) if out else np.zeros(0)
 
     # -- post-processing of the measurement --------------------------------------------------
@@ -212,26 +220,21 @@ class GMarginalSolver:
 
     def answers(self, terms, shat):
         """W x̂ in W's row order from the class tables ``shat`` of :meth:`estimate`."""
-        self._check_terms(terms)
-        out = []
-        for j in range(len(terms.weights)):
-            w, Z, parts, classes, outside = self._term_parts(terms, j)
-            shape = tuple(len(parts[i][0]) for i in Z)
-            acc = np.zeros(shape)
-            for T in classes:
-                t = shat[T]
-                for a, i in enumerate(T):
-                    F = parts[i][1]
-                    if F is not None:
-                        t = _along(t, F, a)
-                rest = [i for i in Z if i not in T]
-                for i in rest:
-                    t = np.multiply.outer(t, parts[i][0])
-                order = list(T) + rest
-                perm = [order.index(i) for i in Z]
-                acc += np.transpose(t, perm) if perm else t
-            out.append((w * outside) * acc.reshape(-1))
-        return np.concatenate(out) if out else np.zeros(0)
+
+        def part(T, Z, parts):
+            t = shat[T]
+            for a, i in enumerate(T):
+                F = parts[i][1]
+                if F is not None:
+                    t = _along(t, F, a)
+            rest = [i for i in Z if i not in T]
+            for i in rest:
+                t = np.multiply.outer(t, parts[i][0])
+            order = list(T) + rest
+            perm = [order.index(i) for i in Z]
+            return np.transpose(t, perm) if perm else t
+
+        return self._by_term(terms, part, squared=False)
 
     def solve(self, terms, records) -> Answers:
         """The answers to W (``terms``) from the measurement records, one per measured subset

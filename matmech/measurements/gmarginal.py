@@ -46,7 +46,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from matmech.measurements.residual import DEFAULT_SCALE_BITS, bucket_up
+from matmech.measurements.residual import (
+    DEFAULT_SCALE_BITS,
+    bucket_up,
+    check_laplace_loss,
+    check_scale_bits,
+)
 from matmech.linalg.linop import Dense, Identity
 from matmech.optimizers.general_marginal_error import (
     GeneralMarginalStrategy,
@@ -56,7 +61,7 @@ from matmech.privacy import noise
 from matmech.privacy.calibration import gaussian_sigma, neighbor_sensitivity
 from matmech.privacy.events import ApproxDP, DiscreteGaussian
 from matmech.privacy.measure import check_max_records
-from matmech.privacy.params import calibrated_eps, check_neighbors, check_privacy_params
+from matmech.privacy.params import check_neighbors, check_privacy_params
 
 
 #: Bits of each factor's largest column norm kept by its grid (at most).
@@ -191,10 +196,7 @@ def plan_gmarginal(
     eps, delta = check_privacy_params(eps, delta)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (
-        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
-    ):
-        raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
+    check_scale_bits(scale_bits)
     domain = A.domain_sizes
     dense = [
         None if isinstance(f, Identity) else _dense_factor(f, i) for i, f in enumerate(A.factors)
@@ -257,21 +259,15 @@ def plan_gmarginal(
     else:  # the privacy loss of the rounded scales, in exact rationals
         units = bucket_up(raw, scale_bits)
         unit_var = np.array([noise.discrete_laplace_variance(u) for u in units.tolist()])
-        loss = neighbor_sensitivity(
-            sum(
-                (
-                    math.prod((l1[i] for i in S), start=Fraction(1))
-                    / (Fraction(float(u)) * Fraction(float(h)))
-                    for S, u, h in zip(subsets, units.tolist(), lattice.tolist())
-                ),
-                Fraction(0),
+        check_laplace_loss(
+            (
+                math.prod((l1[i] for i in S), start=Fraction(1))
+                / (Fraction(float(u)) * Fraction(float(h)))
+                for S, u, h in zip(subsets, units.tolist(), lattice.tolist())
             ),
+            eps,
             neighbors,
         )
-        if loss > Fraction(
-            calibrated_eps(eps)
-        ):  # the decimal eps charged; cannot happen with the margins
-            raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     variances = unit_var * lattice * lattice
     factors = tuple(
         Identity(n)

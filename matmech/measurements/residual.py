@@ -144,10 +144,7 @@ def plan_residual_measurement(
         )
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (
-        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
-    ):
-        raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
+    check_scale_bits(scale_bits)
     lat = plan.lattice
     s2 = float(np.sum(lat.norm2 / plan.variances))
     sens = neighbor_sensitivity(math.sqrt(s2), neighbors, margin=True)
@@ -228,6 +225,23 @@ def row_keys(domain, T):
         inv = np.add.outer(inv * u.size, k)
         uniq = [np.multiply.outer(uniq[0], u.astype(np.float64)).reshape(-1)]
     return uniq[0], inv.reshape(-1)
+
+
+def check_scale_bits(scale_bits):
+    """Refuse (ValueError) a ``scale_bits`` that is neither None nor an integer in [2, 40]."""
+    if scale_bits is not None and (
+        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
+    ):
+        raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
+
+
+def check_laplace_loss(losses, eps, neighbors):
+    """Refuse (ValueError) Laplace tables whose exact privacy losses (Fractions: sensitivity
+    over scale, table by table) add up, under ``neighbors``, to more than the decimal ``eps``
+    charged; with the scales rounded up from a margin below eps this cannot happen."""
+    loss = neighbor_sensitivity(sum(losses, Fraction(0)), neighbors)
+    if loss > Fraction(calibrated_eps(eps)):
+        raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
 
 
 def bucket_up(tau, bits):
@@ -424,10 +438,7 @@ def plan_residual_laplace(
     eps, delta = check_privacy_params(eps, 0.0)
     check_neighbors(neighbors)
     max_records = check_max_records(max_records)
-    if scale_bits is not None and (
-        isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 2 <= scale_bits <= 40
-    ):
-        raise ValueError(f"scale_bits must be None or an integer in [2, 40], got {scale_bits!r}")
+    check_scale_bits(scale_bits)
     lat, theta = plan.lattice, np.asarray(plan.theta, dtype=np.float64)
     sens = neighbor_sensitivity(
         table_sensitivity1(lat.domain, plan.tables, theta), neighbors, margin=True
@@ -439,17 +450,11 @@ def plan_residual_laplace(
             f"sampler's {MAX_LAPLACE_SCALE:.4g}; eps={eps!r} is too small for this plan"
         )
     uniq, counts = np.unique(scales, return_counts=True)
-    loss = neighbor_sensitivity(
-        sum(
-            (Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
-            Fraction(0),
-        ),
+    check_laplace_loss(
+        (Fraction(int(k)) / Fraction(float(b)) for b, k in zip(uniq.tolist(), counts.tolist())),
+        eps,
         neighbors,
     )
-    if loss > Fraction(
-        calibrated_eps(eps)
-    ):  # the decimal eps charged; cannot happen with the margin
-        raise ValueError(f"the rounded Laplace scales spend more than eps={eps!r}")
     var_of = {b: noise.discrete_laplace_variance(b) for b in uniq.tolist()}
     tvar = np.array([var_of[b] for b in scales.tolist()])
     ps, pt, rest = table_pairs(lat, plan.tables)

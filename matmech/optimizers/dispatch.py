@@ -142,12 +142,8 @@ def optimize(
 
     Parameters
     ----------
-    W : LinOp or array_like
-        The workload.
-    eps : float, default 1.0
-        ε in [1e-4, 100].
-    delta : float, default 0.0
-        0 for pure ε-DP, else in [1e-100, 1).
+    W, eps, delta : LinOp or array_like, float, float
+        The workload, ε (default 1.0) and δ (default 0.0), as :func:`~matmech.error.expected_error`.
     method : str, default "auto"
         ``"auto"`` (every family that fits, lowest exact error kept), ``"pidentity"``,
         ``"l2"``, ``"sdp"``, ``"kron"``, ``"marginals"``, ``"gmarginals"``, ``"kronstack"``,

@@ -33,7 +33,12 @@ from matmech.linalg.linop import (
     register,
 )
 from matmech.optimizers.gram import FactorGrams, distinct_by_id
-from matmech.optimizers.marginal_workloads import identity_like, total_like, kron_blocks
+from matmech.optimizers.marginal_workloads import (
+    identity_like,
+    total_like,
+    kron_blocks,
+    subset_weights,
+)
 
 
 #
@@ -306,13 +311,7 @@ class GeneralMarginalStrategy(VStack):
     """
 
     def __init__(self, domain, weights, factors):
-        domain = tuple(int(d) for d in domain)
-        k = len(domain)
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(
-                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
-            )
+        domain, k, w = subset_weights(domain, weights)
         factors = tuple(Identity(d) if f is None else as_linop(f) for f, d in zip(factors, domain))
         if len(factors) != k:
             raise ValueError(f"need one factor strategy per attribute ({k}), got {len(factors)}")

@@ -23,7 +23,7 @@ from matmech.optimizers.general_marginal_error import (
     factor_col_norm2,
 )
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
-from matmech.optimizers.marginal_lattice import WEYL_STEP, LatticeObjective
+from matmech.optimizers.marginal_lattice import WEYL_STEP, LatticeObjective, on_lattice_subset
 from matmech.optimizers.gram import structure_key
 from matmech.optimizers.marginal_workloads import total_like
 
@@ -160,14 +160,7 @@ def optimize_general_marginals(
 
     def theta_only(th0, name, minvs):
         mu, mult, out_prod = prob.theta_objective(minvs)
-        obj = LatticeObjective(mu, mult, out_prod, k, p=1)
-
-        def fun(x):
-            th = np.zeros(1 << k)
-            th[idx] = x
-            f, g = obj(th)
-            return f, g[idx]
-
+        fun = on_lattice_subset(LatticeObjective(mu, mult, out_prod, k, p=1), idx, k)
         th0 = th0 * closure
         x0 = th0[idx] / max(th0.sum(), 1e-300)
         f0 = fun(x0)[0]
@@ -290,11 +283,9 @@ class _L2Weights:
         return (r[0], r[1] * self.root) if gradient else r
 
 
-def general_marginal_l2_objective(W, A, theta=None):
-    """(value, gradient) of the (ε, δ) objective Δ₂(θ)² · trace(WᵀW (AᵀA)⁻) of the lattice
-    weights ``theta`` (default A's own; one per mask, bit i = attribute i in S) with the factors
-    of the :class:`GeneralMarginalStrategy` A fixed; Δ₂² is :func:`general_marginal_sensitivity2`.
-    The value is +inf (gradient zero) when θ cannot answer W."""
+def _fixed_factors_problem(W, A):
+    """The lattice problem of W and its attribute sizes for re-weighting the GeneralMarginalStrategy A (its factors
+    fixed): TypeError for another A, ValueError when W's attributes differ from A's."""
     if not isinstance(A, GeneralMarginalStrategy):
         raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
     prob, domain, _ = general_marginal_problem(W, free=())
@@ -302,6 +293,15 @@ def general_marginal_l2_objective(W, A, theta=None):
         raise ValueError(
             f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
         )
+    return prob, domain
+
+
+def general_marginal_l2_objective(W, A, theta=None):
+    """(value, gradient) of the (ε, δ) objective Δ₂(θ)² · trace(WᵀW (AᵀA)⁻) of the lattice
+    weights ``theta`` (default A's own; one per mask, bit i = attribute i in S) with the factors
+    of the :class:`GeneralMarginalStrategy` A fixed; Δ₂² is :func:`general_marginal_sensitivity2`.
+    The value is +inf (gradient zero) when θ cannot answer W."""
+    prob, _ = _fixed_factors_problem(W, A)
     th = A.theta if theta is None else np.asarray(theta, dtype=np.float64)
     if th.shape != A.theta.shape or not np.all(np.isfinite(th)) or np.any(th < 0):
         raise ValueError(
@@ -319,13 +319,7 @@ def reweight_general_marginals_l2(W, A, *, maxiter=GENERAL_THETA_ITER):
     workload's subsets and uniform weights on the variables (every subset when k ≤
     :data:`GENERAL_FULL_LATTICE`, else those of at most workload order + :data:`GENERAL_EXTRA_ORDER`
     attributes, plus A's own subsets)."""
-    if not isinstance(A, GeneralMarginalStrategy):
-        raise TypeError(f"expected a GeneralMarginalStrategy, got {type(A).__name__}")
-    prob, domain, _ = general_marginal_problem(W, free=())
-    if domain != A.domain_sizes:
-        raise ValueError(
-            f"workload attributes {domain} differ from the strategy's {A.domain_sizes}"
-        )
+    prob, domain = _fixed_factors_problem(W, A)
     k = prob.k
     obj = _L2Weights(prob, A)
     root = obj.root

@@ -6,6 +6,7 @@ pure ε, the certified L2 dual fixed point under (ε, δ))."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -128,6 +129,15 @@ def check_kron_memory(blocks, limit=None):
 def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=None, shared=None):
     blocks = marginal_workloads.kron_blocks(W)
     d = len(blocks[0][1])
+    fit = functools.partial(  # one factor's fit, with the options of every fit here
+        fit_1d,
+        restarts=restarts,
+        rng=rng,
+        maxiter=maxiter,
+        time_limit=time_limit,
+        callback=None,
+        fill_starts=KRON_FILL_STARTS,
+    )
     if len(blocks) == 1:
         factors, values, params, done = [], [], [], {}
         prefit = {}  # pure ε: the factor fits, for the kronstack family (SHARE_FIT_MAX_N)
@@ -147,17 +157,7 @@ def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=Non
                 quad = opt_pure.QUAD_FILL_STARTS if op.n <= opt_pure.QUAD_FILL_MAX_N else 0
                 if quad and KRON_SKIP_QUAD_FILLS_IT and gm_error.identity_total_gram(op.dense()):
                     quad = 0
-                fa, fv, fp = fit_1d(
-                    op,
-                    delta,
-                    restarts=restarts,
-                    rng=rng,
-                    maxiter=maxiter,
-                    time_limit=time_limit,
-                    callback=None,
-                    fill_starts=KRON_FILL_STARTS,
-                    quad_fills=quad,
-                )
+                fa, fv, fp = fit(op, delta, quad_fills=quad)
                 done[key] = (fa, fv, {**fp, "quad_fills": quad} if delta == 0 else fp)
             a, v, p = done[key]
             if delta == 0 and op.n <= SHARE_FIT_MAX_N:
@@ -201,16 +201,7 @@ def fit_kron(W, delta, *, restarts, rng, maxiter, time_limit, report, cutoff=Non
                 float(c) * g for c, g in zip(np.bincount(uniq[i], weights=others), distinct[i])
             )
             op = GramOperator.from_gram(g_eff)
-            a, _, _ = fit_1d(
-                op,
-                delta,
-                restarts=restarts,
-                rng=rng,
-                maxiter=maxiter,
-                time_limit=time_limit,
-                callback=None,
-                fill_starts=KRON_FILL_STARTS,
-            )
+            a, _, _ = fit(op, delta)
             factors[i] = a
             costs[:, i] = np.asarray(_traces_with(distinct[i], a))[uniq[i]]
             total = float((w2 * np.prod(costs, axis=1)).sum())

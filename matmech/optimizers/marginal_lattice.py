@@ -35,7 +35,7 @@ from matmech.linalg.structured import (  # the lattice spectrum, shared with the
 )
 from matmech.linalg.linop import Dense, Identity, Kron, LinOp, Ones, VStack, register
 from matmech.optimizers.lbfgs import lbfgsb_nonneg
-from matmech.optimizers.marginal_workloads import marginal_workload
+from matmech.optimizers.marginal_workloads import subset_weights, marginal_workload
 
 
 #: Largest number of attributes for the lattice optimiser (2^k subsets).
@@ -95,6 +95,19 @@ class LatticeObjective:
         return f, 2.0 * th * err + sens2 * derr
 
 
+def on_lattice_subset(obj, idx, k):
+    """``fun(x)``: the (value, gradient) of the lattice objective ``obj`` of k attributes
+    with the weights outside the masks ``idx`` held at zero (x: the weights on ``idx``)."""
+
+    def fun(x):
+        th = np.zeros(1 << k)
+        th[idx] = x
+        f, g = obj(th)
+        return f, g[idx]
+
+    return fun
+
+
 def _factor(d, in_subset):
     return Identity(d) if in_subset else Ones(1, d)
 
@@ -109,13 +122,7 @@ class MarginalStrategy(VStack):
     """
 
     def __init__(self, domain, weights):
-        domain = tuple(int(d) for d in domain)
-        k = len(domain)
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(
-                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
-            )
+        domain, k, w = subset_weights(domain, weights)
         self.theta = w
         masks = np.flatnonzero(w > 0)
         subsets = tuple(tuple(i for i in range(k) if (m >> i) & 1) for m in masks)
@@ -259,12 +266,7 @@ def optimize_marginals_pure(W, *, restarts=1, rng=None, maxiter=2000):
             starts.append((f"random {r + 1}", rng.uniform(0, 1, 1 << k) * closure))
     idx = np.flatnonzero(closure)
     obj = LatticeObjective(mu, mult, out_prod, k, p=1)
-
-    def fun(x):
-        th = np.zeros(1 << k)
-        th[idx] = x
-        f, g = obj(th)
-        return f, g[idx]
+    fun = on_lattice_subset(obj, idx, k)
 
     def run(name, th0):
         f0 = obj(th0, gradient=False)

@@ -23,6 +23,20 @@ from matmech.linalg.products import interval_kind, marginal_terms, product_terms
 MAX_EXPANDED_TERMS = 1 << 14
 
 
+def subset_weights(domain, weights):
+    """``(domain, k, w)``: the attribute sizes as ints, their number k and the 2^k weights of a
+    union of (generalised) marginals (one per attribute subset, bit i: attribute i), checked
+    non-negative, finite and not all zero."""
+    domain = tuple(int(d) for d in domain)
+    k = len(domain)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError(
+            f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
+        )
+    return domain, k, w
+
+
 def marginal_workload(W):
     """(terms, domain) if W is a weighted union of marginals, else None.
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -210,19 +211,27 @@ def plan_residuals(domain, subsets, *, weights=None, objective="sum", solver=Non
                 f"{MAX_RESIDUALS_CVX:,} are supported (use objective='sum')"
             )
         u, solver_name = _max_optimal(lat, u, solver)
-    u.setflags(write=False)
-    cellv = marginal_cell_variances(lat, u)
-    cellv.setflags(write=False)
     return ResidualAllocation(
         lattice=lat,
-        variances=u,
         objective=objective,
+        svd_bound=svd_bound(lat),
+        solver=solver_name,
+        **_figures(lat, c, u),
+    )
+
+
+def _figures(lat, c, u) -> dict[str, Any]:
+    """The fields every allocation of residual variances ``u`` has: ``u`` and the per-cell
+    variances (frozen), the total and ``c``-weighted total variance, the number of queries."""
+    cellv = marginal_cell_variances(lat, u)
+    for a in (u, cellv):
+        a.setflags(write=False)
+    return dict(
+        variances=u,
         cell_variances=cellv,
         total=total_variance(lat, u),
         weighted_total=float(np.dot(c, u)),
         queries=int(lat.cells.sum()),
-        svd_bound=svd_bound(lat),
-        solver=solver_name,
     )
 
 
@@ -407,21 +416,10 @@ def plan_residuals_laplace(
 def _laplace_plan(lat, c, theta, tables, *, start, solver="L-BFGS-B"):
     """The :class:`LaplaceResidualAllocation` of table weights ``theta`` on ``tables`` (frozen
     arrays: residual and per-cell variances, totals)."""
+    theta.setflags(write=False)
     u = laplace_residual_variances(lat, theta, tables=tables)
-    cellv = marginal_cell_variances(lat, u)
-    for a in (theta, u, cellv):
-        a.setflags(write=False)
     return LaplaceResidualAllocation(
-        lattice=lat,
-        theta=theta,
-        variances=u,
-        cell_variances=cellv,
-        total=total_variance(lat, u),
-        weighted_total=float(np.dot(c, u)),
-        queries=int(lat.cells.sum()),
-        start=start,
-        solver=solver,
-        tables=tables,
+        lattice=lat, theta=theta, start=start, solver=solver, tables=tables, **_figures(lat, c, u)
     )
 
 

@@ -50,6 +50,7 @@ from matmech.linalg.linop import Dense, Kron, Ones, VStack, register
 from matmech.optimizers import general_marginal_error as gm_error
 from matmech.optimizers.l2 import dual_l2
 from matmech.optimizers.joint_l2 import JointDescent
+from matmech.optimizers.marginal_workloads import subset_weights
 from matmech.validate import choice, integer, linear, nonnegative_real, texts
 
 
@@ -92,13 +93,7 @@ class ResidualProductStrategy(VStack):
     Σ_S w_S Π_{i∈S} sᵢ (:meth:`sensitivity2`)."""
 
     def __init__(self, domain, weights, factors):
-        domain = tuple(int(d) for d in domain)
-        k = len(domain)
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (1 << k,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ValueError(
-                f"need {1 << k} non-negative finite weights (one per attribute subset), not all zero"
-            )
+        domain, k, w = subset_weights(domain, weights)
         if len(factors) != k:
             raise ValueError(f"need one residual factor per attribute ({k}), got {len(factors)}")
         fs: list[np.ndarray | None] = []

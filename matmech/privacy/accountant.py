@@ -46,6 +46,7 @@ from typing import Sequence
 
 from matmech.privacy.calibration import minimise_over_alpha
 from matmech.privacy.params import exact
+from matmech.validate import choice
 from matmech.privacy.events import (
     Concentrated,
     DiscreteGaussian,
@@ -377,13 +378,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
 
 def accountant_for(name) -> Accountant:
     """The registered accountant called ``name`` (ValueError naming the choices)."""
-    if not isinstance(name, str):
-        raise TypeError(
-            f"accountant must be one of {sorted(ACCOUNTANTS)}, got {type(name).__name__}: {name!r}"
-        )
-    if name not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
-    return ACCOUNTANTS[name]
+    return ACCOUNTANTS[choice(name, "accountant", sorted(ACCOUNTANTS))]
 
 
 # ------------------------------------------------------------------------- PLD

@@ -181,6 +181,13 @@ def _rho_for(eps: float, delta: float) -> float:
     return math.exp(root)
 
 
+def _gaussian_inputs(eps, delta, sensitivity):
+    """The checked (ε, δ > 0, sensitivity) of a Gaussian calibration."""
+    e = check_noise_eps(eps)
+    d = check_noise_delta(check_delta(delta, positive=True))
+    return e, d, _check_sensitivity(sensitivity)
+
+
 def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     """σ of the discrete Gaussian giving (ε, δ)-DP for L2 sensitivity Δ₂.
 
@@ -218,10 +225,7 @@ def gaussian_sigma(eps: float, delta: float, sensitivity: float) -> float:
     >>> round(gaussian_sigma(1.0, 1e-6, 1.0), 3)
     4.531
     """
-    e = check_noise_eps(eps)
-    d = check_delta(delta, positive=True)
-    d = check_noise_delta(d)
-    s = _check_sensitivity(sensitivity)
+    e, d, s = _gaussian_inputs(eps, delta, sensitivity)
     if s == 0:
         return 0.0
     return _usable_scale(
@@ -298,10 +302,7 @@ def analytic_gaussian_sigma(eps, delta, sensitivity) -> float:
     This is the figure for *continuous* Gaussian noise, for comparison only: the library
     samples the discrete Gaussian and calibrates it with :func:`gaussian_sigma`.
     """
-    e = check_noise_eps(eps)
-    d = check_delta(delta, positive=True)
-    d = check_noise_delta(d)
-    s = _check_sensitivity(sensitivity)
+    e, d, s = _gaussian_inputs(eps, delta, sensitivity)
     if s == 0:
         return 0.0
     return _usable_scale(s * _analytic_sigma_unit(e, d) * _SAFETY, f"sigma for sensitivity {s!r}")

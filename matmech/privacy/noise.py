@@ -127,25 +127,27 @@ def _round_up(f: Fraction, num_bits: int, max_k: int = 62) -> Fraction:
     return Fraction(_ceil_div(f.numerator << k, f.denominator), 1 << k)
 
 
-def _laplace_fraction(scale, name: str = "scale") -> Fraction:
-    f = _exact_positive(scale, name)
-    if f > MAX_LAPLACE_SCALE:
+def _exact_at_most(value, name, most, most_text, grid_sampler) -> Fraction:
+    """``value`` as an exact positive Fraction at most ``most`` (``most_text``); above it, a
+    ValueError pointing to ``grid_sampler()`` with a coarser grid."""
+    f = _exact_positive(value, name)
+    if f > most:
         raise ValueError(
-            f"{name} must be at most 2**48 for exact integer sampling, got {scale!r}; "
-            "use laplace() with a coarser grid"
+            f"{name} must be at most {most_text} for exact integer sampling, got {value!r}; "
+            f"use {grid_sampler}() with a coarser grid"
         )
+    return f
+
+
+def _laplace_fraction(scale, name: str = "scale") -> Fraction:
+    f = _exact_at_most(scale, name, MAX_LAPLACE_SCALE, "2**48", "laplace")
     if f.numerator <= _EXACT_MAX and f.denominator <= _EXACT_MAX:
         return f
     return _round_up(f, _LAPLACE_ROUND_BITS)
 
 
 def _gauss_params(sigma, name: str = "sigma") -> GaussParams:
-    s = _exact_positive(sigma, name)
-    if s > MAX_SIGMA:
-        raise ValueError(
-            f"{name} must be at most 2**24 for exact integer sampling, got {sigma!r}; "
-            "use gaussian() with a coarser grid"
-        )
+    s = _exact_at_most(sigma, name, MAX_SIGMA, "2**24", "gaussian")
     f = s * s
     if f >= 1:
         if not (f.numerator <= _EXACT_MAX and f.denominator <= 1 << _GAUSS_ROUND_BITS):
@@ -388,26 +390,23 @@ def laplace(scale, size, *, grid, rng=None) -> np.ndarray:
     ``grid`` must be a power of two so the result is exact in float64; the noise then
     satisfies the usual Laplace guarantee for values on the grid (see :func:`snap`).
     """
-    ratio = _grid_ratio(scale, grid, "scale")
-    if ratio > MAX_LAPLACE_SCALE:
-        raise ValueError(
-            f"scale/grid must be at most 2**48, got scale={scale!r}, grid={grid!r};"
-            " use a coarser grid such as grid_for(scale)"
-        )
-    k = discrete_laplace(ratio, size, rng=rng)
-    return k.astype(np.float64) * float(grid)
+    return _on_grid(discrete_laplace, "scale", scale, grid, size, rng, MAX_LAPLACE_SCALE, "2**48")
 
 
 def gaussian(sigma, size, *, grid, rng=None) -> np.ndarray:
     """Gaussian-like noise on the grid ``grid·Z``: ``grid * discrete_gaussian(sigma/grid)``."""
-    ratio = _grid_ratio(sigma, grid, "sigma")
-    if ratio > MAX_SIGMA:
+    return _on_grid(discrete_gaussian, "sigma", sigma, grid, size, rng, MAX_SIGMA, "2**24")
+
+
+def _on_grid(sampler, what, value, grid, size, rng, most, most_text) -> np.ndarray:
+    """``grid * sampler(value/grid)``, ``value/grid`` at most ``most`` (``most_text``)."""
+    ratio = _grid_ratio(value, grid, what)
+    if ratio > most:
         raise ValueError(
-            f"sigma/grid must be at most 2**24, got sigma={sigma!r}, grid={grid!r};"
-            " use a coarser grid such as grid_for(sigma)"
+            f"{what}/grid must be at most {most_text}, got {what}={value!r}, grid={grid!r};"
+            f" use a coarser grid such as grid_for({what})"
         )
-    k = discrete_gaussian(ratio, size, rng=rng)
-    return k.astype(np.float64) * float(grid)
+    return sampler(ratio, size, rng=rng).astype(np.float64) * float(grid)
 
 
 def grid_for(scale) -> float:

@@ -34,7 +34,7 @@ import math
 import numbers
 from fractions import Fraction
 
-from matmech.validate import real
+from matmech.validate import choice, real
 
 
 #: The neighbouring relations and their sensitivity factor on the histogram: add/remove one
@@ -105,13 +105,7 @@ def check_privacy_params(eps, delta) -> tuple[float, float]:
 
 def check_neighbors(neighbors) -> str:
     """One of :data:`NEIGHBORS` (``"add_remove"`` or ``"substitute"``)."""
-    if not isinstance(neighbors, str):
-        raise TypeError(
-            f"neighbors must be one of {sorted(NEIGHBORS)}, got {type(neighbors).__name__}: {neighbors!r}"
-        )
-    if neighbors not in NEIGHBORS:
-        raise ValueError(f"neighbors must be one of {sorted(NEIGHBORS)}, got {neighbors!r}")
-    return neighbors
+    return choice(neighbors, "neighbors", sorted(NEIGHBORS))
 
 
 def neighbor_factor(neighbors) -> float:

@@ -268,15 +268,7 @@ class Release:
         m = self.measurement
         n_ans = self.answers.size
         out = {
-            "eps": self.eps,
-            "delta": self.delta,
-            "neighbors": self.neighbors,
-            "budget_remaining": None
-            if self.budget_remaining is None
-            else list(self.budget_remaining),
-            "expected_error": self.expected_error,
-            "rmse": math.sqrt(self.expected_error / n_ans) if n_ans else None,
-            "answered": n_ans,
+            **spent_dict(self, self.expected_error, n_ans),
             "queries_total": self.workload.shape[0],
             "strategy": {
                 "name": self.strategy_name,
@@ -332,6 +324,22 @@ class Release:
             f"Release({m} answers{sel}, strategy={self.strategy_name!r}, eps={self.eps:g}, delta={self.delta:g}, "
             f"rmse={rmse})"
         )
+
+
+def spent_dict(release, expected_error, answered) -> dict:
+    """The head of a release's :meth:`~Release.to_dict` (a :class:`Release` or a
+    :class:`~matmech.results.store.MarginalRelease`): the privacy spent, the budget left, the
+    expected total error, its root mean square over the ``answered`` queries, their number."""
+    left = release.budget_remaining
+    return {
+        "eps": release.eps,
+        "delta": release.delta,
+        "neighbors": release.neighbors,
+        "budget_remaining": None if left is None else list(left),
+        "expected_error": expected_error,
+        "rmse": math.sqrt(expected_error / answered) if answered else None,
+        "answered": answered,
+    }
 
 
 def _z(level):

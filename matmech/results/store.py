@@ -53,7 +53,7 @@ from matmech import validate
 from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import apply_axes_batched, contrast_operators, lift_row_variances
 from matmech.privacy.integrity import IntegrityError
-from matmech.results.release import Release
+from matmech.results.release import Release, spent_dict
 
 
 #: Cells of marginals reconstructed as one stack (bounds the temporaries).
@@ -578,15 +578,7 @@ class MarginalRelease:
         err = self.expected_error
         strategy, noise_ = self._kind.summary(self.measurement_plan, self.secure)
         return {
-            "eps": self.eps,
-            "delta": self.delta,
-            "neighbors": self.neighbors,
-            "budget_remaining": None
-            if self.budget_remaining is None
-            else list(self.budget_remaining),
-            "expected_error": err,
-            "rmse": math.sqrt(err / rows) if rows else None,
-            "answered": rows,
+            **spent_dict(self, err, rows),
             "marginals": len(self.subsets),
             "strategy": {**strategy, "note": self.strategy_note},
             "noise": noise_,

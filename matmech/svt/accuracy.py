@@ -29,8 +29,15 @@ from matmech.svt.checks import (
 from matmech.svt.calibration import split_eps
 
 
-def _check_k(k) -> int:
-    return check_int("k", k, what="the number of queries")
+def _inputs(beta, k, eps, sensitivity, *, c=None, min_k=1):
+    """The checked (beta, k, c, eps, D) of an accuracy bound, in the order every bound checks
+    them (c None: the bound takes none)."""
+    beta = check_beta(beta)
+    k = check_int("k", k, what="the number of queries")
+    if k < min_k:
+        raise ValueError(f"k must be >= 2 for a selection to be wrong, got {k!r}")
+    c = None if c is None else check_c(c)
+    return beta, k, c, check_real("eps", eps), check_sensitivity(sensitivity)
 
 
 def _log_inv(beta: float, num: float = 2.0) -> float:
@@ -77,20 +84,15 @@ def above_threshold_alpha(beta: float, *, k: int, eps: float, sensitivity: float
 
     Raises
     ------
-    ValueError
-        β outside (0, 1), k < 1 or a bad ε.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        β outside (0, 1), k < 1, a bad ε, or an argument of the wrong kind.
 
     Examples
     --------
     >>> round(above_threshold_alpha(0.05, k=100, eps=1.0), 2)
     66.35
     """
-    beta = check_beta(beta)
-    k = _check_k(k)
-    eps = check_real("eps", eps)
-    d = check_sensitivity(sensitivity)
+    beta, k, _, eps, d = _inputs(beta, k, eps, sensitivity)
     return _finite_alpha(8.0 * d * (math.log(k) + _log_inv(beta)) / eps, eps, d)
 
 
@@ -127,16 +129,8 @@ def sparse_alpha(
         Failure probability in (0, 1).
     k : int
         Number of queries.
-    c : int
-        The cutoff.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic queries.
-    ratio : float or "optimal", default "optimal"
-        r in ε₁:ε₂ = 1:r.
+    c, eps, sensitivity, monotonic, ratio
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -145,21 +139,15 @@ def sparse_alpha(
 
     Raises
     ------
-    ValueError
-        β outside (0, 1), k or c < 1, or a bad ε.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        β outside (0, 1), k or c < 1, a bad ε, or an argument of the wrong kind.
 
     Examples
     --------
     >>> round(sparse_alpha(0.05, k=100, c=1, eps=1.0), 2)
     54.08
     """
-    beta = check_beta(beta)
-    k = _check_k(k)
-    c = check_c(c)
-    eps = check_real("eps", eps)
-    d = check_sensitivity(sensitivity)
+    beta, k, c, eps, d = _inputs(beta, k, eps, sensitivity, c=c)
     ratio = check_ratio(ratio)
     monotonic = check_flag("monotonic", monotonic)
     e1, e2 = split_eps(eps, ratio, c, monotonic)
@@ -203,20 +191,13 @@ def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1
 
     Raises
     ------
-    ValueError
-        β outside (0, 1), k < 2 or a bad ε.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        β outside (0, 1), k < 2, a bad ε, or an argument of the wrong kind.
 
     Examples
     --------
     >>> round(exponential_alpha(0.05, k=100, eps=1.0), 3)
     7.54
     """
-    beta = check_beta(beta)
-    k = _check_k(k)
-    if k < 2:
-        raise ValueError(f"k must be >= 2 for a selection to be wrong, got {k!r}")
-    eps = check_real("eps", eps)
-    d = check_sensitivity(sensitivity)
+    beta, k, _, eps, d = _inputs(beta, k, eps, sensitivity, min_k=2)
     return _finite_alpha(d * (math.log(k - 1) + math.log1p(-beta) - math.log(beta)) / eps, eps, d)

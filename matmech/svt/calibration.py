@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
+from matmech.privacy.calibration import laplace_scale, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c, check_eps, check_flag, check_ratio, check_sensitivity
 from matmech.svt.split import (
-    MAX_SCALE_UNITS,
     binary_rest,
     snapped_sensitivity,
-    declared_grid,
+    scales_grid,
     split_eps,
 )
 
@@ -118,13 +117,8 @@ def make_budget(
     ]
     if eps_answer > 0:
         nominal.append(laplace_scale(eps_answer, c * sensitivity))
-    g = declared_grid(run_grid(*nominal), value_bound, sensitivity, exact_on_grid)
-    if max(nominal) / g > MAX_SCALE_UNITS:
-        raise ValueError(
-            f"noise scale {max(nominal):.3g} is too large for exact sampling on the grid "
-            f"(eps={eps!r}, sensitivity={sensitivity!r}, split eps1={e1:.3g}, eps2={e2:.3g}); "
-            f"use a larger eps or rescale the values"
-        )
+    inputs = f"eps={eps!r}, sensitivity={sensitivity!r}, split eps1={e1:.3g}, eps2={e2:.3g}"
+    g = scales_grid(nominal, value_bound, sensitivity, exact_on_grid, inputs)
     sens = snapped_sensitivity(sensitivity, g, exact_on_grid)
     return SVTCalibration(
         eps=eps,

@@ -257,16 +257,9 @@ def advise_split(
     ----------
     row_variance : callable
         ``row_variance(eps_m)``: the mean variance of one answer measured with eps_m.
-    method : str
-        ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
-    eps : float
-        The total ε.
-    c : int
-        The cutoff.
-    sensitivity : float, default 1.0
-        Row sensitivity.
-    monotonic : bool, default False
-        Monotonic rows.
+    method, eps, c, sensitivity, monotonic, ratio
+        The selection, as :func:`~matmech.svt.gap_calibration` takes it (``sensitivity``:
+        the row sensitivity).
     floor : float or "auto", default "auto"
         Smallest share searched.
     joint_sensitivity : float, optional
@@ -277,8 +270,7 @@ def advise_split(
         Number of candidates.
     integer_values : bool, default True
         Values on the integer grid.
-    ratio : float or "optimal"
-        SVT's ε₁:ε₂.
+
 
     Returns
     -------

@@ -220,20 +220,11 @@ def sparse_vector(
     >>> r.positions, r.stopped, r.eps
     ((1, 3), True, 1.0)
     """
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=calibrate,
-        rng=rng,
-        value_bound=value_bound,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
-        eps_answer=eps_answer,
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio
     )
-    return run(op)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound, eps_answer=eps_answer)
+    return run(open_selection(values, threshold, c=c, calibrate=calibrate, **public, **bound))
 
 
 def above_threshold(
@@ -254,18 +245,8 @@ def above_threshold(
 
     Parameters
     ----------
-    values : array_like of float
-        The query answers.
-    threshold : float or array_like
-        The public threshold(s).
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        Sensitivity of each value.
-    monotonic : bool, default False
-        Monotonic queries.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
+    values, threshold, eps, sensitivity, monotonic, rng
+        As :func:`sparse_vector` (``c`` is 1, ``ratio`` 1).
 
     Returns
     -------
@@ -274,23 +255,13 @@ def above_threshold(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        As :func:`sparse_vector`.
 
     Examples
     --------
     >>> above_threshold([3, 500, 2], 100, eps=1.0, rng=np.random.default_rng(0)).positions
     (1,)
     """
-    return sparse_vector(
-        values,
-        threshold,
-        c=1,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=1.0,
-        rng=rng,
-    )
+    public: dict[str, Any] = dict(eps=eps, sensitivity=sensitivity, monotonic=monotonic, rng=rng)
+    return sparse_vector(values, threshold, c=1, ratio=1.0, **public)

@@ -152,17 +152,8 @@ def noisy_top_c_gap(
         The scores.
     c : int
         How many to select (c < len(values)).
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic scores.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend (see above); None: the
-        values are range-checked before any draw.
+    eps, sensitivity, monotonic, rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -171,10 +162,8 @@ def noisy_top_c_gap(
 
     Raises
     ------
-    ValueError
-        c >= len(values), bad ε or non-finite scores, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        c >= len(values), or as :func:`~matmech.svt.sparse_vector`; before any randomness.
 
     Examples
     --------
@@ -182,17 +171,11 @@ def noisy_top_c_gap(
     >>> r.positions, len(r.gaps)
     ((3, 1), 2)
     """
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, value_bound=value_bound
+    )
     op = open_selection(
-        values,
-        None,
-        c=c,
-        calibrate=calibrate_top_c,
-        rng=rng,
-        value_bound=value_bound,
-        candidates="runner-up",
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
+        values, None, c=c, calibrate=calibrate_top_c, rng=rng, **public, candidates="runner-up"
     )
     return run_top_c_gap(op)
 
@@ -313,25 +296,8 @@ def sparse_vector_gap(
 
     Parameters
     ----------
-    values : array_like of float
-        The query answers.
-    threshold : float or array_like
-        The public threshold(s).
-    c : int
-        The cutoff.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic queries.
-    ratio : float or "optimal", default "optimal"
-        r in ε₁:ε₂ = 1:r.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend (see above); None: the
-        values are range-checked before any draw.
+    values, threshold, c, eps, sensitivity, monotonic, ratio, rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -340,10 +306,8 @@ def sparse_vector_gap(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        As :func:`~matmech.svt.sparse_vector`.
 
     Examples
     --------
@@ -351,19 +315,13 @@ def sparse_vector_gap(
     ...                   rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=calibrate_svt_gap,
-        rng=rng,
-        value_bound=value_bound,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio
     )
-    return run_svt_gap(op)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
+    return run_svt_gap(
+        open_selection(values, threshold, c=c, calibrate=calibrate_svt_gap, **public, **bound)
+    )
 
 
 def adaptive_sparse_vector(
@@ -390,27 +348,12 @@ def adaptive_sparse_vector(
 
     Parameters
     ----------
-    values : array_like of float
-        The query answers.
-    threshold : float or array_like
-        The public threshold(s).
     c : int
         The cutoff at the middle-branch price.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic queries.
-    ratio : float or "optimal", default "optimal"
-        r in ε₁:ε₂ = 1:r.
     sigma : float or "auto", default "auto"
         The top-branch margin.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend (see above); None: the
-        values are range-checked before any draw.
+    values, threshold, eps, sensitivity, monotonic, ratio, rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -419,10 +362,8 @@ def adaptive_sparse_vector(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        A bad ``sigma``, or as :func:`~matmech.svt.sparse_vector`.
 
     Examples
     --------
@@ -431,17 +372,10 @@ def adaptive_sparse_vector(
     >>> r.positions, r.branches
     ((1, 3), ('top', 'top'))
     """
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=calibrate_adaptive,
-        rng=rng,
-        value_bound=value_bound,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
-        sigma=sigma,
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio, sigma=sigma
     )
-    return run_svt_gap(op)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
+    return run_svt_gap(
+        open_selection(values, threshold, c=c, calibrate=calibrate_adaptive, **public, **bound)
+    )

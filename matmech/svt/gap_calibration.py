@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Optional
 
 from matmech.privacy import noise
-from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
+from matmech.privacy.calibration import laplace_scale, scale_on_grid
 from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import (
     Ratio,
@@ -29,13 +29,13 @@ from matmech.svt.checks import (
 )
 from matmech.validate import choice
 from matmech.svt.split import (
-    MAX_SCALE_UNITS,
     binary_rest,
     check_value_bound,
     floor_div,
     snapped_sensitivity,
-    declared_grid,
     optimal_ratio,
+    scales_grid,
+    top_c_noise,
 )
 
 
@@ -156,25 +156,14 @@ def gap_calibration(
     ----------
     method : str
         ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
-    c : int
-        The cutoff.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        D.
-    monotonic : bool, default False
-        Monotonic queries.
     ratio : float or "optimal", default "optimal"
         SVT's ε₁:ε₂ (not for top-c).
     sigma : float or "auto", default "auto"
         Adaptive SVT's margin.
-    integer_values : bool, default False
-        Values already on the integer grid.
     n_candidates : int, default 0
         Number of candidates (adaptive SVT's automatic margin).
-    value_bound : float, default 0.0
-        A declared bound on abs(values) (0 = none); the grid is coarsened so that no value
-        within it can overflow (:func:`declared_grid`).
+    c, eps, sensitivity, monotonic, integer_values, value_bound
+        As :func:`~matmech.svt.svt_budget`.
 
     Returns
     -------
@@ -183,10 +172,9 @@ def gap_calibration(
 
     Raises
     ------
-    ValueError
-        An unknown method, options it does not take, or bad ε, c, sigma.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        An unknown method, options it does not take, bad ε, c, sigma, or of the wrong kind.
+
 
     Examples
     --------
@@ -211,33 +199,24 @@ def gap_calibration(
     value_bound = check_value_bound(value_bound)
     return _gap_calibration(
         method,
-        c=c,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
-        sigma=sigma,
-        integer_values=integer_values,
-        n_candidates=n_candidates,
-        value_bound=value_bound,
+        c,
+        eps,
+        sensitivity,
+        monotonic,
+        ratio,
+        sigma,
+        integer_values,
+        n_candidates,
+        value_bound,
     )
 
 
 @functools.lru_cache(maxsize=256)
 def _gap_calibration(
-    method: str,
-    *,
-    c: int,
-    eps: float,
-    sensitivity: float = 1.0,
-    monotonic: bool = False,
-    ratio: Ratio = "optimal",
-    sigma: float | str = "auto",
-    integer_values: bool = False,
-    n_candidates: int = 0,
-    value_bound: float = 0.0,
+    method, c, eps, sensitivity, monotonic, ratio, sigma, integer_values, n_candidates, value_bound
 ) -> GapCalibration:
-    """The cached body of :func:`gap_calibration` (every option already checked)."""
+    """The cached body of :func:`gap_calibration`, its options in the order of the signature
+    there (every one already checked)."""
     k = 1.0 if monotonic else 2.0
     ec = calibrated_eps(eps)  # the decimal eps the budget charges (issue 21)
     if method == "topc-gap":
@@ -245,17 +224,8 @@ def _gap_calibration(
             raise ValueError(
                 f"topc-gap takes no ratio or sigma (got ratio={ratio!r}, sigma={sigma!r})"
             )
-        nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
-        g = declared_grid(run_grid(nominal), value_bound, sensitivity, integer_values)
-        if nominal / g > MAX_SCALE_UNITS:
-            raise ValueError(
-                f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
-                f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
-            )
-        sens = snapped_sensitivity(sensitivity, g, integer_values)
-        return GapCalibration(
-            method, eps, c, bool(monotonic), sens, g, scale_on_grid(k * c, sens, ec, g)
-        )
+        sens, g, scale = top_c_noise(eps, c, sensitivity, monotonic, integer_values, value_bound)
+        return GapCalibration(method, eps, c, bool(monotonic), sens, g, scale)
     r = optimal_ratio(c, monotonic=monotonic) if ratio == "optimal" else float(ratio)
     e0 = ec / (1.0 + r)
     e1 = floor_div(binary_rest(ec, e0), c)
@@ -263,12 +233,8 @@ def _gap_calibration(
     scales = [laplace_scale(e0, sensitivity), laplace_scale(e1, k * sensitivity)]
     if method == "adaptive-svt":
         scales.append(laplace_scale(e_top, k * sensitivity))
-    g = declared_grid(run_grid(*scales), value_bound, sensitivity, integer_values)
-    if max(scales) / g > MAX_SCALE_UNITS:
-        raise ValueError(
-            f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
-            f"(eps={eps!r}, sensitivity={sensitivity!r}); use a larger eps or rescale the values"
-        )
+    inputs = f"eps={eps!r}, sensitivity={sensitivity!r}"
+    g = scales_grid(scales, value_bound, sensitivity, integer_values, inputs)
     sens = snapped_sensitivity(sensitivity, g, integer_values)
     q_scale = scale_on_grid(k, sens, e1, g)
     top = sig = None

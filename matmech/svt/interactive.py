@@ -82,18 +82,8 @@ class SparseVector:
         The default threshold T (``test`` may override it per query).
     c : int
         Positives before the object refuses further queries.
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        Sensitivity D of each query.
-    monotonic : bool, default False
-        Monotonic queries (halves the query noise).
-    ratio : float or "optimal", default "optimal"
-        r in ε₁:ε₂ = 1:r.
-    eps_answer : float, default 0.0
-        ε₃ for noisy answers.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
+    eps, sensitivity, monotonic, ratio, eps_answer, rng
+        As :func:`~matmech.svt.sparse_vector`.
     value_bound : float, optional
         A declared bound on abs(q_i(D)) (see above); None: values are range-checked as they arrive.
 
@@ -133,16 +123,11 @@ class SparseVector:
         if value_bound is not None:
             value_bound = check_real("value_bound", value_bound, allow_zero=True)
         self._value_bound = value_bound
+        public: dict[str, Any] = dict(c=c, eps=eps, sensitivity=sensitivity, monotonic=monotonic)
         self._budget = svt_budget(
-            c=c,
-            eps=eps,
-            sensitivity=sensitivity,
-            monotonic=monotonic,
-            ratio=ratio,
-            eps_answer=eps_answer,
-            integer_values=False,
-            value_bound=value_bound or 0.0,
+            **public, ratio=ratio, eps_answer=eps_answer, value_bound=value_bound or 0.0
         )
+
         g = self._budget.grid
         range_check(abs(float(t)), g, "threshold")
         self._threshold = float(t)

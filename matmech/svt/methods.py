@@ -107,7 +107,20 @@ def _vector_mechanism(name: str, run: Callable) -> Mechanism:
     )
 
 
+def _threshold_gap_mechanism(name: str, calibrate: Callable, branch: str) -> Mechanism:
+    """A sparse vector with gap ([DWZK19]): its selection scores carry the noise of
+    ``branch`` plus the threshold noise."""
+    return Mechanism(
+        name,
+        calibrate,
+        gap.run_svt_gap,
+        gap.threshold_law,
+        lambda cal: cal.gap_variance(branch) + cal.gap_variance("threshold"),
+    )
+
+
 _VECTOR_TOP_C = _vector_mechanism("vector-top-c", vector.run_top_c)
+
 _VECTOR_THRESHOLD = _vector_mechanism("vector-threshold", vector.run_threshold)
 
 #: The selection methods, by name (the built-in ones, then those :func:`register_method` adds).
@@ -133,26 +146,14 @@ SELECTION_METHODS = {
         ),
         SelectionMethod(
             "svt-gap",
-            Mechanism(
-                "sparse-vector-gap",
-                gap.calibrate_svt_gap,
-                gap.run_svt_gap,
-                gap.threshold_law,
-                lambda cal: cal.gap_variance("middle") + cal.gap_variance("threshold"),
-            ),
+            _threshold_gap_mechanism("sparse-vector-gap", gap.calibrate_svt_gap, "middle"),
             threshold=True,
             vector=_VECTOR_THRESHOLD,
         ),
         SelectionMethod(
             "adaptive-svt",
-            Mechanism(
-                "adaptive-sparse-vector",
-                gap.calibrate_adaptive,
-                gap.run_svt_gap,
-                gap.threshold_law,
-                # rows worth answering clear the threshold by a margin: the top branch's noise
-                lambda cal: cal.gap_variance("top") + cal.gap_variance("threshold"),
-            ),
+            # rows worth answering clear the threshold by a margin: the top branch's noise
+            _threshold_gap_mechanism("adaptive-sparse-vector", gap.calibrate_adaptive, "top"),
             threshold=True,
             max_rows_factor=2,
             max_rows_offset=1,

@@ -4,8 +4,11 @@
 VLDB 2017 (in ``shared/references``). Eq. (12): ε₁:ε₂ = 1:(2c)^(2/3) minimises
 Var(Lap(Δ/ε₁) − Lap(2cΔ/ε₂)); 1:c^(2/3) for monotonic queries. Splits are exact in binary
 (the parts add up to at most the calibrated ε, :func:`~matmech.privacy.params.calibrated_eps`).
-A declared bound on |values| coarsens the grid of the exact sampler (:func:`declared_grid`);
-the grid and scale rules themselves are :mod:`matmech.privacy.calibration`'s.
+A declared bound on |values| coarsens the grid of the exact sampler (:func:`declared_grid`,
+:func:`scales_grid`); the grid and scale rules themselves are
+:mod:`matmech.privacy.calibration`'s. :func:`top_c_noise` is the one noise calibration two
+mechanisms share (the exponential mechanism and Noisy Top-c with Gap).
+
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from fractions import Fraction
 import numpy as np
 
 from matmech.privacy import noise
+from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
+from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import Ratio, check_c
 from matmech.svt.grid import DECLARED_UNITS, grid_for_bound
 from matmech.validate import flag
@@ -150,3 +155,28 @@ def check_value_bound(value_bound) -> float:
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"value_bound must be a non-negative finite number, got {value_bound!r}")
     return v
+
+
+def scales_grid(scales, value_bound, sensitivity, exact_on_grid, inputs: str) -> float:
+    """The run's grid for the nominal noise ``scales``, coarsened for the declared bound
+    (:func:`declared_grid`); ValueError when a scale needs more than :data:`MAX_SCALE_UNITS`
+    grid steps (``inputs``: the public inputs, named in the message)."""
+    g = declared_grid(run_grid(*scales), value_bound, sensitivity, exact_on_grid)
+    if max(scales) / g > MAX_SCALE_UNITS:
+        raise ValueError(
+            f"noise scale {max(scales):.3g} is too large for exact sampling on the grid "
+            f"({inputs}); use a larger eps or rescale the values"
+        )
+    return g
+
+
+def top_c_noise(eps, c, sensitivity, monotonic, integer_values, value_bound):
+    """``(sensitivity, grid, scale)`` of a top-c selection's noise on every score: 2cD/ε
+    (cD/ε ``monotonic``) on its grid, for the decimal ε charged (the exponential mechanism,
+    :mod:`matmech.svt.topc`, and Noisy Top-c with Gap, :mod:`matmech.svt.gap_calibration`)."""
+    k = 1.0 if monotonic else 2.0
+    nominal = laplace_scale(eps, k * c * sensitivity)  # the grid's scale (validates eps)
+    inputs = f"eps={eps!r}, sensitivity={sensitivity!r}"
+    g = scales_grid([nominal], value_bound, sensitivity, integer_values, inputs)
+    sens = snapped_sensitivity(sensitivity, g, integer_values)
+    return sens, g, scale_on_grid(k * c, sens, calibrated_eps(eps), g)

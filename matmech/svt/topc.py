@@ -40,13 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from matmech.privacy import noise
-from matmech.privacy.calibration import laplace_scale, run_grid, scale_on_grid
-from matmech.privacy.params import calibrated_eps
 from matmech.svt.checks import check_c, check_eps, check_flag, check_sensitivity
 from matmech.svt.grid import chunk_bounds, grid_for_bound, noise_chunks, worker_sources
 from matmech.svt.opening import COMMON, Opening, open_selection, taking
-from matmech.svt.split import MAX_SCALE_UNITS, declared_grid, snapped_sensitivity
-from typing import TYPE_CHECKING
+from matmech.svt.split import MAX_SCALE_UNITS, top_c_noise
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names used only in annotations
     from matmech.privacy.randomness import Rng
@@ -164,16 +162,7 @@ def em_calibration(
 def _em_calibration(c, eps, sensitivity, monotonic, integer_values, value_bound) -> EMCalibration:
     """The cached body of :func:`em_calibration` (every option checked: a cache keyed by
     equality must not take ``eps=True`` for an earlier 1.0)."""
-    k = 1.0 if monotonic else 2.0
-    nominal = laplace_scale(eps, k * c * sensitivity)
-    g = declared_grid(run_grid(nominal), value_bound, sensitivity, integer_values)
-    if nominal / g > MAX_SCALE_UNITS:
-        raise ValueError(
-            f"noise scale {nominal:.3g} is too large for exact sampling on the grid (eps={eps!r}, "
-            f"sensitivity={sensitivity!r}); use a larger eps or rescale the values"
-        )
-    sens = snapped_sensitivity(sensitivity, g, integer_values)
-    scale = scale_on_grid(k * c, sens, calibrated_eps(eps), g)  # the decimal eps charged
+    sens, g, scale = top_c_noise(eps, c, sensitivity, monotonic, integer_values, value_bound)
     return EMCalibration(eps, c, monotonic, sens, g, scale)
 
 
@@ -272,17 +261,8 @@ def exponential_top_c(
         The scores.
     c : int
         How many to pick (c <= len(values)).
-    eps : float
-        The total ε.
-    sensitivity : float, default 1.0
-        Sensitivity of each score.
-    monotonic : bool, default False
-        Monotonic scores.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend; None: the values are
-        range-checked before any draw.
+    eps, sensitivity, monotonic, rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -291,10 +271,8 @@ def exponential_top_c(
 
     Raises
     ------
-    ValueError
-        c > len(values), bad ε or non-finite scores, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        c > len(values), or as :func:`~matmech.svt.sparse_vector`; before any randomness.
 
     Examples
     --------
@@ -302,19 +280,11 @@ def exponential_top_c(
     >>> sorted(t.positions)
     [1, 3]
     """
-    op = open_selection(
-        values,
-        None,
-        c=c,
-        calibrate=calibrate,
-        rng=rng,
-        value_bound=value_bound,
-        candidates="pick",
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, candidates="pick"
     )
-    return run(op)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
+    return run(open_selection(values, None, c=c, calibrate=calibrate, **public, **bound))
 
 
 def run(op: Opening) -> TopCResult:

@@ -61,18 +61,8 @@ def sparse_vector_dpbook(
 
     Parameters
     ----------
-    values : array_like of float
-        The query answers q_i(D) (at most ``sensitivity`` apart on neighbours).
-    threshold : float or array_like
-        The public threshold T, or one T_i per value.
-    c : int
-        Stop after c positives.
-    eps : float
-        The total ε of the run.
-    sensitivity : float, default 1.0
-        The sensitivity D of each value.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
+    values, threshold, c, eps, sensitivity, rng
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -81,10 +71,8 @@ def sparse_vector_dpbook(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        As :func:`~matmech.svt.sparse_vector`.
 
     Examples
     --------
@@ -92,15 +80,8 @@ def sparse_vector_dpbook(
     ...                      rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=dpbook_calibration,
-        rng=rng,
-        eps=eps,
-        sensitivity=sensitivity,
-    )
+    public: dict[str, Any] = dict(c=c, rng=rng, eps=eps, sensitivity=sensitivity)
+    op = open_selection(values, threshold, calibrate=dpbook_calibration, **public)
     budget, g, n = op.calibration, op.grid, op.n
     c = budget.c
     t_units = op.threshold_units()
@@ -195,26 +176,12 @@ def sparse_vector_retraversal(
 
     Parameters
     ----------
-    values : array_like of float
-        The query answers q_i(D) (at most ``sensitivity`` apart on neighbours).
-    threshold : float or array_like
-        The public threshold T, or one T_i per value.
-    c : int
-        Stop after c positives.
-    eps : float
-        The total ε of the run.
-    sensitivity : float, default 1.0
-        The sensitivity D of each value.
     boost : float
         Threshold raise, in standard deviations of the query noise.
-    monotonic : bool, default False
-        Monotonic queries.
-    ratio : float or "optimal", default "optimal"
-        r in ε₁:ε₂ = 1:r.
     max_passes : int, default 1000
         Cap on the passes over the candidates.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
+    values, threshold, c, eps, sensitivity, monotonic, ratio, rng
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -223,10 +190,8 @@ def sparse_vector_retraversal(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        A bad ``boost`` or ``max_passes``, or as :func:`~matmech.svt.sparse_vector`.
 
     Examples
     --------
@@ -236,17 +201,11 @@ def sparse_vector_retraversal(
     """
     boost = check_real("boost", boost, positive=False)
     max_passes = check_int("max_passes", max_passes, what="the most passes over the candidates")
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=core.calibrate,
-        rng=rng,
-        eps=eps,
-        sensitivity=sensitivity,
-        monotonic=monotonic,
-        ratio=ratio,
+    public: dict[str, Any] = dict(
+        eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio
     )
+    op = open_selection(values, threshold, c=c, calibrate=core.calibrate, rng=rng, **public)
+
     budget, g, n = op.calibration, op.grid, op.n
     shift = boost * math.sqrt(2.0) * budget.query_scale  # boost standard deviations of nu
     tt = np.atleast_1d(np.asarray(op.thresholds, dtype=np.float64))

@@ -238,26 +238,13 @@ def vector_calibration(
     integer_values = check_flag("integer_values", integer_values)
     value_bound = check_value_bound(value_bound)
     return _vector_calibration(
-        method,
-        c=c,
-        eps=eps,
-        sensitivity=sensitivity,
-        n_values=int(n_values),
-        integer_values=integer_values,
-        value_bound=value_bound,
+        method, c, eps, sensitivity, int(n_values), integer_values, value_bound
     )
 
 
 @functools.lru_cache(maxsize=256)
 def _vector_calibration(
-    method: str,
-    *,
-    c: int,
-    eps: float,
-    sensitivity: float,
-    n_values: int,
-    integer_values: bool,
-    value_bound: float = 0.0,
+    method, c, eps, sensitivity, n_values, integer_values, value_bound
 ) -> VectorCalibration:
     """Calibration of a vector selection over ``n_values`` values with L1 sensitivity
     ``sensitivity`` (Delta_W); data independent.  Raises ValueError when the scale is too
@@ -400,11 +387,8 @@ def noisy_vector_top_c(
         The ε of the selection.
     sensitivity : float
         Δ_W, the L1 sensitivity of the whole vector.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend (see above); None: the
-        values are range-checked before any draw.
+    rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -413,10 +397,8 @@ def noisy_vector_top_c(
 
     Raises
     ------
-    ValueError
-        c >= len(values), bad ε or sensitivity, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        c >= len(values), or as :func:`~matmech.svt.sparse_vector`; before any randomness.
 
     Examples
     --------
@@ -425,19 +407,11 @@ def noisy_vector_top_c(
     >>> r.positions, len(r.values)
     ((3, 1), 2)
     """
-    op = open_selection(
-        values,
-        None,
-        c=c,
-        calibrate=calibrate,
-        rng=rng,
-        value_bound=value_bound,
-        candidates="runner-up",
-        method="vector-top-c",
-        eps=eps,
-        sensitivity=sensitivity,
+    public: dict[str, Any] = dict(
+        method="vector-top-c", eps=eps, sensitivity=sensitivity, candidates="runner-up"
     )
-    return run_top_c(op)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
+    return run_top_c(open_selection(values, None, c=c, calibrate=calibrate, **public, **bound))
 
 
 def run_top_c(op: Opening) -> VectorResult:
@@ -478,21 +452,10 @@ def noisy_vector_threshold(
 
     Parameters
     ----------
-    values : array_like of float
-        The vector W x.
-    threshold : float or array_like
-        The public threshold(s).
-    c : int
-        The cutoff.
-    eps : float
-        The ε of the selection.
-    sensitivity : float
-        Δ_W.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is reproducible and NOT secure.
-    value_bound : float, optional
-        The declared bound on abs(values) checked before the spend (see above); None: the
-        values are range-checked before any draw.
+    values, c, eps, sensitivity
+        As :func:`noisy_vector_top_c`.
+    threshold, rng, value_bound
+        As :func:`~matmech.svt.sparse_vector`.
 
     Returns
     -------
@@ -501,10 +464,8 @@ def noisy_vector_threshold(
 
     Raises
     ------
-    ValueError
-        Bad arguments, before any randomness.
-    TypeError
-        Arguments of the wrong kind.
+    ValueError, TypeError
+        As :func:`~matmech.svt.sparse_vector`.
 
     Examples
     --------
@@ -512,18 +473,11 @@ def noisy_vector_threshold(
     ...                        rng=np.random.default_rng(0)).positions
     (1, 3)
     """
-    op = open_selection(
-        values,
-        threshold,
-        c=c,
-        calibrate=calibrate,
-        rng=rng,
-        value_bound=value_bound,
-        method="vector-threshold",
-        eps=eps,
-        sensitivity=sensitivity,
+    public: dict[str, Any] = dict(method="vector-threshold", eps=eps, sensitivity=sensitivity)
+    bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
+    return run_threshold(
+        open_selection(values, threshold, c=c, calibrate=calibrate, **public, **bound)
     )
-    return run_threshold(op)
 
 
 def run_threshold(op: Opening) -> VectorResult:
