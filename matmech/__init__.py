@@ -53,7 +53,8 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.run.measure import measure
     from matmech.release import Release, release, release_marginals, release_table
     from matmech.results.store import MarginalRelease
-    from matmech.svt.select import Selection, select_rows
+    from matmech.run.select import select_rows
+    from matmech.svt.select import Selection
 
 __all__ = [
     "workloads",
@@ -143,7 +144,7 @@ _LAZY = {
     "release_marginals": "matmech.release",
     "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
-    "select_rows": "matmech.svt.select",
+    "select_rows": "matmech.run.select",
 }
 
 
