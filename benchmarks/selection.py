@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from matmech import workloads as W  # noqa: E402
-from matmech.svt.select import select_rows  # noqa: E402
+from matmech.run.select import select_rows  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SEED = 20240507

@@ -54,7 +54,8 @@ if TYPE_CHECKING:  # the names below, for type checkers and readers; at run time
     from matmech.release import Release, release, release_marginals
     from matmech.results.release import release_table
     from matmech.results.store import MarginalRelease
-    from matmech.svt.select import Selection, select_rows
+    from matmech.run.select import select_rows
+    from matmech.svt.select import Selection
     from matmech.synthesis import Synthetic, synthesize, synthesize_adaptive
 
 __all__ = [
@@ -133,7 +134,7 @@ _LAZY = {
     "release_marginals": "matmech.release",
     "MarginalRelease": "matmech.results.store",
     "Selection": "matmech.svt.select",
-    "select_rows": "matmech.svt.select",
+    "select_rows": "matmech.run.select",
     "Synthetic": "matmech.synthesis",
     "synthesize": "matmech.synthesis",
     "synthesize_adaptive": "matmech.synthesis",

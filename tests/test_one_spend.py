@@ -18,11 +18,6 @@ SPENDS = {"spend", "spend_events", "_charge"}
 #: The budget itself: where the spend is defined and stored.
 BUDGET = {"privacy/budget.py", "privacy/ledger.py"}
 
-#: Spends not yet routed through the runner. svt/select.py (``select_rows``) is being
-#: refactored by the svt work of issue 34, which routes its spend through run_plan; remove
-#: it here then.
-KNOWN_REMAINING = {"svt/select.py"}
-
 
 def _spend_calls():
     """{module path: number of calls of a budget spend} over the library."""
@@ -40,15 +35,8 @@ def _spend_calls():
 
 def test_the_runner_is_the_one_spend_outside_the_budget():
     calls = _spend_calls()
-    outside = {p: n for p, n in calls.items() if p not in BUDGET | KNOWN_REMAINING}
+    outside = {p: n for p, n in calls.items() if p not in BUDGET}
     assert outside == {"run/runner.py": 1}, f"spend calls outside the budget: {outside}"
-
-
-def test_the_known_remaining_spend_is_still_there():
-    """When the svt work routes select_rows through the runner, this fails: drop the entry
-    from KNOWN_REMAINING (the first test then holds without it)."""
-    calls = _spend_calls()
-    assert all(calls[p] >= 1 for p in KNOWN_REMAINING), calls
 
 
 def test_the_scan_finds_spends():

@@ -12,8 +12,6 @@ from __future__ import annotations
 from matmech.io.specs import load_spec
 from matmech.sources.given_tables import tables_sql, workload_tables
 
-__all__ = ["add_parsers"]
-
 
 def _cmd_tables_sql(args):
     spec = load_spec(args.spec)

@@ -159,7 +159,7 @@ def estimate(
     iid = all(c == 0 and np.all(v == v[0]) for _, y, v, c in parts if y.size)
     if iid:
         out = _structured(
-            [(Q, y, math.sqrt(float(v[0])) if v.size else 1.0) for Q, y, v, _ in parts],
+            [(Q, y, float(v[0]) if v.size else 1.0) for Q, y, v, _ in parts],
             W,
             variances,
             tol,
@@ -191,7 +191,8 @@ def _structured(items, W, variances, tol, maxiter):
 
 
 def _structured_solve(items, tol, maxiter):
-    """(x̂, the stacked strategy's gram operator, its unit variance) of i.i.d.-noise records."""
+    """(x̂, the stacked strategy's gram operator, its unit variance) of i.i.d.-noise records
+    (``items``: (strategy, values, noise variance))."""
     groups = _merge(items)
     if len(groups) == 1:
         A, y, std = groups[0]
@@ -272,7 +273,7 @@ def least_squares(
     if not isinstance(nonneg, (bool, np.bool_)):
         raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
     _check_tol(tol, maxiter)
-    items = [(m.strategy, np.asarray(m.y, dtype=np.float64), float(m.std)) for m in measurements]
+    items = [(m.strategy, np.asarray(m.y, dtype=np.float64), m.variance) for m in measurements]
     xhat = np.array(_structured_solve(items, tol, maxiter)[0], dtype=np.float64)  # own copy
     if nonneg:
         np.clip(xhat, 0.0, None, out=xhat)
@@ -343,19 +344,20 @@ def _same(A, B):
 
 
 def _merge(items):
-    """Combine measurements of the same strategy into their inverse-variance weighted mean."""
+    """Combine measurements (strategy, values, noise variance) of the same strategy into their
+    inverse-variance weighted mean → (strategy, mean, its noise std)."""
     groups: list[tuple[LinOp, list[np.ndarray], list[float]]] = []
-    for A, y, std in items:
+    for A, y, var in items:
         for g in groups:
             if _same(g[0], A):
                 g[1].append(y)
-                g[2].append(std)
+                g[2].append(var)
                 break
         else:
-            groups.append((A, [y], [std]))
+            groups.append((A, [y], [var]))
     out = []
-    for A, ys, stds in groups:
-        w = np.array([1.0 / s**2 for s in stds])
+    for A, ys, vs in groups:
+        w = np.array([1.0 / v for v in vs])
         y = sum(wi * yi for wi, yi in zip(w, ys)) / w.sum()
         out.append((A, y, 1.0 / math.sqrt(w.sum())))
     return out

@@ -42,7 +42,6 @@ import numpy as np
 
 from matmech.privacy.randomness import check_rng
 
-__all__ = ["GraphicalModel", "fit_model", "load_mbi", "linear_measurements", "total_estimate"]
 
 #: What to do when mbi is not installed.
 MBI_MISSING = (

@@ -86,5 +86,6 @@ def strategy_record(meas, *, domain=None, attributes=None) -> MeasurementRecord:
             "scale": meas.scale,
             "sensitivity": meas.sensitivity,
             "neighbors": meas.neighbors,
+            "secure": meas.secure,
         },
     )

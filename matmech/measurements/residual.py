@@ -341,7 +341,7 @@ def measure_residuals(mplan, tables, *, rng=None):
     lat = mplan.plan.lattice
     d = lat.domain
     records: list[MeasurementRecord | None] = [None] * len(lat.residuals)
-    event = residual_event(mplan)
+    event = {**residual_event(mplan), "secure": bool(src.secure)}
     for batch in residual_batches(mplan):
         yg, vg = measure_batch(mplan, batch, tables, src)
         query = _residual_query(d, lat.residuals[int(batch.J[0])])
@@ -354,8 +354,25 @@ def measure_residuals(mplan, tables, *, rng=None):
                 domain=tuple(d),
                 attributes=tuple(lat.residuals[j]),
             )
+    return residual_measurement_of(mplan, tuple(records), secure=bool(src.secure))
+
+
+def residual_measurement_of(mplan, records, *, secure):
+    """The :class:`ResidualMeasurement` of ``mplan`` from its ``records`` (post-processing):
+    δ > 0, the residuals' orthonormal coordinates and variances read from the records on
+    access; pure ε (a :class:`LaplaceMeasurementPlan`), the noisy marginal tables combined
+    into residuals (:func:`combine_tables`). ``secure``: the randomness the noise came from."""
+    records = tuple(records)
+    lat = mplan.plan.lattice
+    if isinstance(mplan, LaplaceMeasurementPlan):
+        d = lat.domain
+        noisy = {
+            tuple(r.attributes): r.values.reshape(tuple(d[i] for i in r.attributes))
+            for r in records
+        }
+        return dataclasses.replace(combine_tables(mplan, noisy, secure=secure), records=records)
     coords, rowvar = _Scaled(lat, records, "values"), _Scaled(lat, records, "variance")
-    return ResidualMeasurement(mplan, coords, rowvar, bool(src.secure), tuple(records))
+    return ResidualMeasurement(mplan, coords, rowvar, bool(secure), records)
 
 
 def residual_event(mplan):
@@ -480,12 +497,20 @@ def plan_residual_laplace(
 
 
 def measure_residuals_laplace(mplan, tables, *, rng=None):
+    """Draw the discrete Laplace noise of ``mplan`` on the marginal ``tables``
+    (:func:`laplace_table_records`) and combine the residuals → :class:`ResidualMeasurement`."""
+    src = noise.check_rng(rng)
+    records = laplace_table_records(mplan, tables, rng=src)
+    return residual_measurement_of(mplan, records, secure=bool(src.secure))
+
+
+def laplace_table_records(mplan, tables, *, rng=None):
     """Draw the discrete Laplace noise of ``mplan`` on the marginal ``tables`` ({T: int64
-    table} for T in ``mplan.plan.tables``) and combine the residuals →
-    :class:`ResidualMeasurement`. Reads data; the caller has checked the tables and charged
-    the budget. The batches of :class:`~matmech.measurements.table_batches.TableBatches` (the
-    streamed release's): tables sharing a scale in one sampler call per batch, scales
-    ascending, tables in plan order. Nothing here branches on the data."""
+    table} for T in ``mplan.plan.tables``) → one record per noisy table. Reads data; the
+    caller has checked the tables and charged the budget. The batches of
+    :class:`~matmech.measurements.table_batches.TableBatches` (the streamed release's): tables
+    sharing a scale in one sampler call per batch, scales ascending, tables in plan order.
+    Nothing here branches on the data."""
     src = noise.check_rng(rng)
     steps = TableBatches(mplan)
     noisy = {}
@@ -499,8 +524,9 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
         "noise": "discrete_laplace",
         "sensitivity": mplan.sensitivity,
         "neighbors": mplan.neighbors,
+        "secure": bool(src.secure),
     }
-    records = tuple(
+    return tuple(
         MeasurementRecord(
             query=Identity(math.prod(d[i] for i in t)),
             values=noisy[t].reshape(-1),
@@ -510,9 +536,6 @@ def measure_residuals_laplace(mplan, tables, *, rng=None):
             event={**event, "scale": float(mplan.scales[j])},
         )
         for j, t in enumerate(mplan.plan.tables)
-    )
-    return dataclasses.replace(
-        combine_tables(mplan, noisy, secure=bool(src.secure)), records=records
     )
 
 

@@ -92,11 +92,20 @@ class GMarginalPlan(MeasuredPlan):
 
     def draw(self, tables, *, rng) -> Draws:
         meas = measure_gmarginal(self.measurement, tables, rng=rng)
-        return Draws(_records(self.measurement, meas), meas)
+        return Draws(_records(self.measurement, meas))
 
     def estimate(self, draws: Draws) -> Estimate:
+        """The generalised-marginal GLS (:mod:`matmech.estimators.gmarginal_solve`) of the
+        records: one block y[S] per measured subset S (its ``attributes``), the plan's noise
+        variances (data-independent, the records' own)."""
         plan, solver = self.measurement, self.solver
-        answers = solver.answers(self.terms, solver.estimate(draws.state.y, plan.variances))
+        y = {
+            r.attributes: r.values.reshape(
+                tuple(as_linop(plan.factors[i]).shape[0] for i in r.attributes)
+            )
+            for r in draws.records
+        }
+        answers = solver.answers(self.terms, solver.estimate(y, plan.variances))
         fields = dict(
             strategy=plan.measured_strategy(), strategy_name=self.name, strategy_note=self.note
         )

@@ -25,8 +25,6 @@ from matmech.plans.plan import Draws
 from matmech.privacy.events import ExponentialMechanism
 from matmech.svt.topc import exponential_top_c
 
-__all__ = ["MarginalPickPlan"]
-
 
 @dataclass(frozen=True, eq=False)
 class MarginalPickPlan:

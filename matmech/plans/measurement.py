@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 from matmech.measurements.record import strategy_record
 from matmech.plans.plan import Draws, MeasuredPlan
-from matmech.privacy.measure import Measurement, MeasurementPlan, check_records, execute
+from matmech.privacy.measure import (
+    Measurement,
+    MeasurementPlan,
+    check_records,
+    execute,
+    measurement_of,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,10 +52,11 @@ class PlainMeasurementPlan(MeasuredPlan):
 
     def draw(self, x, *, rng) -> Draws:
         meas = execute(self.measurement, x, rng=rng)
-        return Draws((strategy_record(meas),), meas)
+        return Draws((strategy_record(meas),))
 
     def estimate(self, draws: Draws) -> Measurement:
-        return draws.state
+        (rec,) = draws.records  # the Measurement, read back from its record
+        return measurement_of(self.measurement, rec.values, secure=rec.event["secure"])
 
     def result(self, est: Measurement, *, budget_remaining) -> Measurement:
         return est

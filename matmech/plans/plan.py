@@ -52,8 +52,9 @@ from matmech.privacy.measure import check_counts, check_records
 @dataclass(frozen=True, eq=False)
 class Draws:
     """What a plan's draws produced: the measurement ``records`` (the DP outputs a release
-    exposes) and ``state``, the plan's own view of them for its estimator (e.g. the
-    :class:`~matmech.privacy.measure.Measurement`; never data beyond the noisy outputs)."""
+    exposes, and what an estimator reads) and ``state``, left None by every plan whose
+    estimator reads the records alone; the others (a selection's result, the streamed spill
+    store, discovered categories) keep their noisy outputs there (never data beyond them)."""
 
     records: tuple = ()
     state: Any = field(default=None, repr=False)

@@ -23,8 +23,9 @@ import numpy as np
 from matmech.measurements.residual import (
     LaplaceMeasurementPlan,
     ResidualMeasurementPlan,
+    laplace_table_records,
     measure_residuals,
-    measure_residuals_laplace,
+    residual_measurement_of,
     plan_residual_laplace,
     plan_residual_measurement,
 )
@@ -35,26 +36,11 @@ from matmech.linalg.linop import LinOp
 from matmech.linalg.residual import total_variance_coefficients
 from matmech.linalg.terms import as_terms
 from matmech.optimizers.residual import (
-    SEARCH_ALL_MAX_ATTRIBUTES,
     marginal_lattice_plan,
     table_search,
 )
 from matmech.plans.plan import Draws, Estimate, MeasuredPlan, check_record_count
 from matmech.privacy.params import check_neighbors, check_privacy_params
-
-__all__ = [
-    "ResidualPlan",
-    "residual_plan",
-    "residual_error",
-    "lattice_plan",
-    "noise_plan",
-    "check_search",
-    "given_search",
-    "covers_attributes",
-    "MARGINAL_BY_MARGINAL",
-    "residual_memory",
-    "SEARCH_ALL_MAX_ATTRIBUTES",
-]
 
 
 def _cells(domain, U):
@@ -186,12 +172,15 @@ class ResidualPlan(MeasuredPlan):
         return tables if self.pure else _ReadOnce(tables)
 
     def draw(self, tables, *, rng) -> Draws:
-        measure = measure_residuals_laplace if self.pure else measure_residuals
-        meas = measure(self.measurement, tables, rng=rng)
-        return Draws(meas.records, meas)
+        if self.pure:
+            return Draws(laplace_table_records(self.measurement, tables, rng=rng))
+        return Draws(measure_residuals(self.measurement, tables, rng=rng).records)
 
     def estimate(self, draws: Draws) -> Estimate:
-        meas = draws.state
+        """The residual reconstruction (Xiao et al. 2023) of the records: the residuals'
+        coordinates read from them (δ > 0) or the noisy tables combined (pure ε)."""
+        secure = all(r.event["secure"] for r in draws.records)
+        meas = residual_measurement_of(self.measurement, draws.records, secure=secure)
         answers, var = MarginalReconstructor(meas).stacked(*self.marginals)
         fields = dict(
             strategy_name="residual",

@@ -100,11 +100,13 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records, rho=None)
 
 @dataclass(frozen=True, eq=False)
 class _Drawn:
-    """The selection and, when a row was selected, the measurement of the selected rows."""
+    """The selection and, when a row was selected, the plan of the measurement of the selected
+    rows (its strategy chosen after the selection, from the selection and W alone; the
+    measurement itself is the draws' record)."""
 
     sel: Any
     rows: np.ndarray
-    meas: Any = None
+    mplan: Any = None
     var: np.ndarray | None = None
     name: str = ""
     note: str = ""
@@ -196,16 +198,18 @@ class SelectedPlan:
             )
             var = self.var_full[rows] if self.var_full is not None else plan_variances(sub, mplan)
         meas = execute(mplan, x, rng=rng)
-        return Draws((strategy_record(meas),), _Drawn(sel, rows, meas, var, name, note))
+        return Draws((strategy_record(meas),), _Drawn(sel, rows, mplan, var, name, note))
 
     def estimate(self, draws: Draws) -> Estimate:
         d = draws.state
         fields = selection_fields(self.opts, d.rows, d.sel)
-        if d.meas is None:
+        if d.mplan is None:
             return nothing_selected(fields)
         sub = take_rows(self.workload, d.rows)
         note = d.note + gaps_note(d.sel)
-        return measured_estimate(d.meas, sub, d.var, name=d.name, note=note, **fields)
+        return measured_estimate(
+            draws.records, d.mplan, sub, d.var, name=d.name, note=note, **fields
+        )
 
 
 def selection_fields(opts: Mapping, rows: np.ndarray, sel: Any) -> dict:

@@ -111,7 +111,7 @@ class SplitPlan:
             for i, d in enumerate(draws)
             for r in d.records
         )
-        return Draws(records, draws)
+        return Draws(records)
 
     def estimate(self, draws: Draws) -> Estimate:
         from matmech.results.release import (  # post-processing: each part's own release record
@@ -121,7 +121,9 @@ class SplitPlan:
         m = self.workload.shape[0]
         answers, var = np.empty(m), np.empty(m)
         releases, parts = [], []
-        for i, (p, d) in enumerate(zip(self.parts, draws.state)):
+        for i, p in enumerate(self.parts):
+            # each part estimated from its own records (``event["part"]``), never another's
+            d = Draws(tuple(r for r in draws.records if r.event["part"] == i))
             est = p.plan.estimate(d)
             answers[p.rows], var[p.rows] = est.answers, est.std**2
             fields = {

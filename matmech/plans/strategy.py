@@ -11,24 +11,24 @@ the exact variances σ²·diag(W (A_gᵀA_g)⁺ Wᵀ) (Li et al., PODS 2010, Eq.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from matmech.error import measured_variances
-from matmech.estimators.gls import least_squares
+from matmech.estimators.gls import estimate
 from matmech.linalg.linop import LinOp
 from matmech.plans.plan import Draws, Estimate, MeasuredPlan
 from matmech.privacy.measure import (
-    Measurement,
     MeasurementPlan,
     check_counts,
     check_records,
     execute,
+    measurement_of,
     plan_measurement,
 )
-from matmech.measurements.record import strategy_record
+from matmech.measurements.record import MeasurementRecord, strategy_record
 
 
 def plan_variances(W, mplan):
@@ -70,27 +70,46 @@ class StrategyPlan(MeasuredPlan):
             rec = strategy_record(meas)
         else:
             rec = strategy_record(meas, domain=self.sizes, attributes=self.attributes)
-        return Draws((rec,), meas)
+        return Draws((rec,))
 
     def estimate(self, draws: Draws) -> Estimate:
         extra = {} if self.attributes is None else {"answered_workload": self.answered}
         return measured_estimate(
-            draws.state, self.answered, self.variances, name=self.name, note=self.note, **extra
+            draws.records,
+            self.measurement,
+            self.answered,
+            self.variances,
+            name=self.name,
+            note=self.note,
+            **extra,
         )
 
 
 def measured_estimate(
-    meas: Measurement, answered: LinOp, var: np.ndarray, *, name: str, note: str, **fields: Any
+    records: tuple[MeasurementRecord, ...],
+    mplan: MeasurementPlan,
+    answered: LinOp,
+    var: np.ndarray,
+    *,
+    name: str,
+    note: str,
+    **fields: Any,
 ) -> Estimate:
-    """The least-squares estimate of one strategy measurement: x̂ = A⁺ y (Li et al., PODS
-    2010; read-only), the answers ``answered`` x̂ with the exact variances ``var``, and
-    the Release fields ``strategy``, ``strategy_name`` (``name``), ``strategy_note``
-    (``note``, plus the grid rounding when the measurement rounded A), ``measurement`` and
-    ``estimate`` after the plan's own ``fields`` (the one estimator of
-    :class:`StrategyPlan` and :class:`~matmech.plans.selected.SelectedPlan`)."""
-    xhat = least_squares(meas)
+    """The least-squares estimate from the ``records`` of one strategy measurement (made by
+    ``mplan``): x̂ = A⁺ y (Li et al., PODS 2010; :func:`matmech.estimators.gls.estimate`
+    over the cells the records measure: the histogram, or the marginal on their
+    ``attributes``; read-only), the answers ``answered`` x̂ with the exact variances ``var``
+    (data-independent: the plan's, diag(W (AᵀA)⁺ Wᵀ)·σ²), and the Release fields
+    ``strategy``, ``strategy_name`` (``name``), ``strategy_note`` (``note``, plus the grid
+    rounding when the measurement rounded A), ``measurement`` (read back from the record) and
+    ``estimate`` after the plan's own ``fields`` (the one estimator of :class:`StrategyPlan`
+    and :class:`~matmech.plans.selected.SelectedPlan`)."""
+    own = tuple(replace(r, domain=None, attributes=None) for r in records)  # over their cells
+    xhat = np.array(estimate(own, variances=False).values, dtype=np.float64)
     answers = answered.matvec(xhat)
     xhat.setflags(write=False)
+    (rec,) = records
+    meas = measurement_of(mplan, rec.values, secure=rec.event["secure"])
     rounded = "; entries rounded to a power-of-two grid" if meas.rounded else ""
     fields.update(
         strategy=meas.strategy,

@@ -512,6 +512,12 @@ def execute(plan, x, *, rng=None):
     ax = plan.strategy.matvec(x.astype(np.float64))
     y = ax + lattice_noise(plan.noise, plan.scale, plan.grid, ax.shape[0], rng=src)
     y.setflags(write=False)
+    return measurement_of(plan, y, secure=bool(src.secure))
+
+
+def measurement_of(plan, y, *, secure):
+    """The :class:`Measurement` of ``plan`` with noisy values ``y`` (drawn by :func:`execute`,
+    or read back from its measurement record) and ``secure`` the randomness it was drawn with."""
     return Measurement(
         strategy=plan.strategy,
         y=y,
@@ -523,7 +529,7 @@ def execute(plan, x, *, rng=None):
         grid=plan.grid,
         sensitivity=plan.sensitivity,
         neighbors=plan.neighbors,
-        secure=bool(src.secure),
+        secure=secure,
         rounded=plan.rounded,
         note="strategy rounded to the grid before measuring" if plan.rounded else "",
     )

@@ -23,8 +23,6 @@ import numpy as np
 from matmech.sources.tables import maximal_subsets
 from matmech.limits import check_disk
 
-__all__ = ["SpilledTables", "spill_tables"]
-
 
 class SpilledTables:
     """Int64 tables on attribute subsets in one file, read on demand: ``reader(subsets)``

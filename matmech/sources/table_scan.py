@@ -23,14 +23,6 @@ import numpy as np
 
 from matmech.sources.grouping import refuse_defects
 
-__all__ = [
-    "TableCounter",
-    "count_tables",
-    "scan_batches",
-    "scan_cells",
-    "SCAN_ROWS",
-    "MAX_TABLE_CELLS",
-]
 
 #: Records per chunk handed from the engine to the counter.
 SCAN_ROWS = 1 << 17

@@ -1,10 +1,13 @@
 """Private row selection: which workload rows are worth answering (a sparse-vector front-end).
 
-``select_rows`` computes the true answers W x (structured, never a dense W), then either
+A selection computes the true answers W x (structured, never a dense W), then either
 runs the sparse vector technique (Lyu, Su, Li, VLDB 2017, Alg. 7: the first c rows whose
 noisy answer clears the noisy threshold) or the exponential mechanism c times without
-replacement (their recommendation when the whole workload is known in advance). Like
-measurement, it reads the private x and charges the budget before any noise is drawn.
+replacement (their recommendation when the whole workload is known in advance). This module
+is the mechanism: :func:`check_selection` and :func:`plan_selection` (every check, from the
+declared bounds; nothing drawn or spent) and :func:`run_selection` (the draws). The public
+:func:`matmech.select_rows` (:mod:`matmech.run.select`) runs it as a plan through the one
+spend protocol, which charges the budget before any noise is drawn.
 
 The method registry is :mod:`matmech.svt.methods`, the ``select=`` options of a release
 :mod:`matmech.svt.options`, the data-independent rules (row sensitivity, mechanism,
@@ -21,8 +24,6 @@ import numpy as np
 from matmech.privacy.params import check_neighbors
 from matmech import validate
 from matmech.linalg.linop import as_linop
-from matmech.privacy import noise
-from matmech.privacy.budget import check_budget, check_events_affordable, privacy_target
 from matmech.privacy.events import ExponentialMechanism, SparseVectorEvent
 from matmech.privacy.measure import check_counts, check_max_records, check_records, integer_valued
 from matmech.svt.checks import check_threshold
@@ -38,13 +39,6 @@ from matmech.svt.rules import (
     row_noise_rule,
     selection_mechanism,
 )
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # names used only in annotations
-    from matmech.privacy.randomness import Rng
-    from matmech.linalg.linop import LinOp
-    from matmech.privacy.budget import PrivacyBudget
-    import numpy.typing as npt
 
 
 MECHANISMS: dict[str, str]  # re-exported as read: :data:`matmech.svt.methods.MECHANISMS`
@@ -347,129 +341,6 @@ def run_selection(plan, *, rng=None):
         res if mech.gap else None,
         mech.name,
     )
-
-
-def select_rows(
-    W: LinOp | npt.ArrayLike,
-    x: npt.ArrayLike,
-    *,
-    c: int,
-    eps: float | None = None,
-    threshold: Any = None,
-    method: str = "svt",
-    monotonic: bool | str = "auto",
-    ratio: float | str = "optimal",
-    neighbors: str = "add_remove",
-    budget: PrivacyBudget | None = None,
-    rng: Rng = None,
-    max_records: int | None = None,
-    sigma: float | str = "auto",
-    vector: bool | str = "auto",
-) -> Selection:
-    """Choose up to ``c`` rows of W privately; spends ``eps`` (pure ε-DP).
-
-    ``method="svt"``: the first c rows (in row order) whose answer clears ``threshold`` (a
-    scalar or one value per row; data-independent) by Lyu et al. Alg. 7 with ε₁:ε₂ from
-    ``ratio``. ``method="em"``: the c rows with the largest answers by the exponential
-    mechanism (no threshold). ``monotonic="auto"`` uses monotonic noise exactly when it
-    is valid; ``True`` where it is not valid raises. ``max_records``: the declared bound
-    on Σx (see :func:`matmech.measure`). Free-gap methods (:mod:`matmech.svt.gap`):
-    "topc-gap", "svt-gap", "adaptive-svt" (``sigma``: its top-branch margin, "auto" or a
-    number). ``vector``: "auto" runs "topc-gap"/"svt-gap" as the Laplace mechanism on the
-    whole vector W x (:mod:`matmech.svt.vector`) when that has less noise per score; True
-    forces it, False never. Every check runs before ``budget`` is charged.
-
-    Parameters
-    ----------
-    W : LinOp or array_like
-        The workload whose rows are candidates.
-    x : array_like of int
-        The histogram.
-    c : int
-        At most c rows are selected.
-    eps : float, optional
-        The selection's ε; left out only with a share as ``budget`` (its pure ε: sqrt(2ρ)
-        for a share in ρ).
-    threshold : float, array_like or "auto", optional
-        SVT's threshold (not for ``"em"``).
-    method : str, default "svt"
-        ``"svt"``, ``"em"``, ``"topc-gap"``, ``"svt-gap"`` or ``"adaptive-svt"``.
-    monotonic : bool or "auto", default "auto"
-        Monotonic noise where valid.
-    ratio : float or "optimal"
-        SVT's ε₁:ε₂.
-    neighbors : {"add_remove", "substitute"}, default "add_remove"
-        The neighbouring relation.
-    budget : PrivacyBudget, optional
-        Charged before any noise.
-    rng : numpy.random.Generator, optional
-        None (default) for the secure CTR_DRBG; a Generator is NOT secure.
-    max_records : int, optional
-        The declared bound on Σx.
-    sigma : float or "auto"
-        Adaptive SVT's margin.
-    vector : bool or "auto"
-        Run the gap methods as the vector Laplace selection when less noisy.
-
-    Returns
-    -------
-    Selection
-        The selected rows and how they were chosen.
-
-    Raises
-    ------
-    ValueError
-        Bad options (unknown method, c < 1, a threshold with ``"em"``, ...) or bad counts.
-    TypeError
-        Arguments of the wrong kind.
-    BudgetExceededError
-        The budget cannot afford ``eps``.
-
-    Examples
-    --------
-    >>> from matmech import workloads as W
-    >>> x = histogram(np.repeat(np.arange(8), [50, 0, 3, 80, 1, 0, 60, 2]), 8)
-    >>> sel = select_rows(W.identity(8), x, c=2, eps=1.0, method="em",
-    ...                   rng=np.random.default_rng(0))
-    >>> sorted(sel.rows.tolist()), sel.method
-    ([3, 6], 'em')
-    """
-    W = as_linop(validate.linear(W, "W"))
-    check_budget(budget)
-    eps = privacy_target(eps, 0.0, budget).eps  # left out: a share's pure ε, sqrt(2ρ)
-    noise.check_rng(rng)
-    what = f"select up to {c} of {W.shape[0]} rows ({method})"
-    check_selection(
-        W,
-        c=c,
-        eps=eps,
-        threshold=threshold,
-        method=method,
-        monotonic=monotonic,
-        ratio=ratio,
-        neighbors=neighbors,
-        sigma=sigma,
-        vector=vector,
-    )
-    events = (selection_event(method, eps),)
-    check_events_affordable(budget, events, what=what)
-    plan = plan_selection(
-        W,
-        x,
-        c=c,
-        eps=eps,
-        threshold=threshold,
-        method=method,
-        monotonic=monotonic,
-        ratio=ratio,
-        neighbors=neighbors,
-        max_records=max_records,
-        sigma=sigma,
-        vector=vector,
-    )
-    if budget is not None:  # every check has passed: charge before any noise is drawn
-        budget.spend_events(events, what=what)
-    return run_selection(plan, rng=rng)
 
 
 def selection_event(method: str, eps: float):

@@ -26,7 +26,7 @@ from matmech.run.runner import run_plan
 from matmech.run.measure import measure
 from matmech.stream.plan import StreamSpec
 from matmech.stream.release import StreamRelease
-from matmech.svt.select import select_rows
+from matmech.run.select import select_rows
 
 
 class Untouchable:
@@ -67,7 +67,7 @@ CALLS = {
     "matmech.run.measure.measure": lambda b, rng: measure(
         X, Wl.identity(4), 1.0, budget=b, rng=rng
     ),
-    "matmech.svt.select.select_rows": lambda b, rng: select_rows(
+    "matmech.run.select.select_rows": lambda b, rng: select_rows(
         Wl.identity(4), X, c=1, eps=0.5, threshold=2.0, budget=b, rng=rng
     ),
     "matmech.run.discover.discover_categories": lambda b, rng: discover_categories(

@@ -21,7 +21,7 @@ from matmech import workloads as Wk
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.linalg.linop import Dense
 from matmech.privacy.measure import MAX_RECORDS
-from matmech.svt.select import select_rows
+from matmech.run.select import select_rows
 from matmech.svt import exponential_top_c, sparse_vector
 
 

@@ -781,7 +781,7 @@ def select_rows_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> Cas
 
     A spy on the function it calls records the calibration actually used.
     """
-    from matmech.svt import select as selection
+    from matmech.run import select as selection
 
     W = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 1], [1, 1, 1]], dtype=np.float64)
     base = [1, 0, 2]
@@ -1313,7 +1313,7 @@ def select_vector_case(name, *, method, c, eps=1.0, neighbors="add_remove") -> C
     """``select_rows`` (topc-gap / svt-gap) on a workload whose cells touch few rows, so that
     the vector selection runs with the joint sensitivity the library derives from W; x and
     its neighbours (one record added/removed, or substituted)."""
-    from matmech.svt import select as selection
+    from matmech.run import select as selection
 
     W = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]], dtype=np.float64)
     base = [1, 0, 2]

@@ -28,7 +28,7 @@ from matmech.privacy.budget import PrivacyBudget
 from matmech.svt import gap, methods
 from matmech.svt import select as svt_select
 from matmech.svt.measurement import GapMeasurement
-from matmech.svt.select import select_rows
+from matmech.run.select import select_rows
 
 # -- "bottom-c-gap": calibration, run, output law, registry line -------------------------------
 

@@ -29,7 +29,7 @@ from matmech.svt.combine import (
 )
 from matmech.svt.gap_calibration import gap_calibration
 from matmech.svt.gap import adaptive_sparse_vector, noisy_top_c_gap, sparse_vector_gap
-from matmech.svt.select import select_rows
+from matmech.run.select import select_rows
 from matmech.workloads import ranges
 
 X = np.array([800, 3, 500, 10, 0, 300, 7, 1, 12, 0, 4, 2], dtype=np.int64)

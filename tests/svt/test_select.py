@@ -5,7 +5,8 @@ from matmech import workloads as W
 from matmech.privacy.budget import BudgetExceededError, PrivacyBudget
 from matmech.linalg.intervals import Intervals
 from matmech.linalg.linop import Dense
-from matmech.svt.select import entry_range, select_rows
+from matmech.run.select import select_rows
+from matmech.svt.select import entry_range
 from matmech.svt.rules import take_rows
 
 

@@ -18,7 +18,8 @@ from matmech import strategies as S
 from matmech.privacy.budget import PrivacyBudget
 from matmech.release import release
 from matmech.svt.gap_calibration import gap_calibration
-from matmech.svt.select import plan_selection, select_rows
+from matmech.run.select import select_rows
+from matmech.svt.select import plan_selection
 from matmech.svt.vector import (
     joint_sensitivity,
     noisy_vector_threshold,
