@@ -16,8 +16,8 @@ import matmech as mm
 from matmech import workloads as wl
 from matmech.release import release_factored
 
-HISTOGRAM_LIMIT = 0
-FACTORED_LIMIT = 0
+HISTOGRAM_LIMIT = 35
+FACTORED_LIMIT = 42
 
 
 def _modules_entered(call):
