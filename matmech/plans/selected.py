@@ -44,6 +44,7 @@ from matmech.privacy.calibration import gaussian_rho
 from matmech.privacy.events import ApproxDP, Concentrated, float_down, float_up
 from matmech.privacy.params import exact, rest_of
 from matmech.measurements.record import strategy_record
+from matmech.measurements.selection import MeasuredChoice, SelectionRecord, split_selection
 from matmech.svt.options import check_select_options, selection_arguments, shown_select_options
 from matmech.svt.rules import advised_select_eps, take_rows
 from matmech.svt.select import check_selection, plan_selection, run_selection, selection_event
@@ -96,20 +97,6 @@ def _late_plan(sub, eps_m, delta, *, strategy, neighbors, max_records, rho=None)
             A, eps_m, delta, neighbors=neighbors, max_records=max_records, rho=rho
         )
         return plan, plan_variances(sub, plan), name, note
-
-
-@dataclass(frozen=True, eq=False)
-class _Drawn:
-    """The selection and, when a row was selected, the plan of the measurement of the selected
-    rows (its strategy chosen after the selection, from the selection and W alone; the
-    measurement itself is the draws' record)."""
-
-    sel: Any
-    rows: np.ndarray
-    mplan: Any = None
-    var: np.ndarray | None = None
-    name: str = ""
-    note: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,9 +163,8 @@ class SelectedPlan:
         sel_plan, x = data
         sel = run_selection(sel_plan, rng=rng)
         rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
-        rows.setflags(write=False)
         if rows.size == 0:
-            return Draws((), _Drawn(sel, rows))
+            return Draws((SelectionRecord(sel, rows),))
         sub = take_rows(self.workload, rows)
         if self.late:
             mplan, var, name, note = _late_plan(
@@ -198,17 +184,23 @@ class SelectedPlan:
             )
             var = self.var_full[rows] if self.var_full is not None else plan_variances(sub, mplan)
         meas = execute(mplan, x, rng=rng)
-        return Draws((strategy_record(meas),), _Drawn(sel, rows, mplan, var, name, note))
+        chosen = SelectionRecord(sel, rows, MeasuredChoice(mplan, var, name, note))
+        return Draws((chosen, strategy_record(meas)))
 
     def estimate(self, draws: Draws) -> Estimate:
-        d = draws.state
-        fields = selection_fields(self.opts, d.rows, d.sel)
-        if d.mplan is None:
+        """The least squares of the selected rows from the records alone: the
+        :class:`~matmech.measurements.selection.SelectionRecord` (rows, the selection, the
+        strategy chosen for its rows) and the measurement's record."""
+        chosen, measured = split_selection(draws.records)
+        fields = selection_fields(self.opts, chosen.rows, chosen.result)
+        fields["measurements"] = measured  # the selection is listed as ``selection``
+        if chosen.choice is None:
             return nothing_selected(fields)
-        sub = take_rows(self.workload, d.rows)
-        note = d.note + gaps_note(d.sel)
+        c = chosen.choice
+        sub = take_rows(self.workload, chosen.rows)
+        note = c.note + gaps_note(chosen.result)
         return measured_estimate(
-            draws.records, d.mplan, sub, d.var, name=d.name, note=note, **fields
+            measured, c.plan, sub, c.variances, name=c.name, note=note, **fields
         )
 
 
