@@ -38,10 +38,11 @@ class SelectionRecord:
 class MeasuredChoice:
     """The measurement chosen for a selection's rows (:attr:`SelectionRecord.choice`): its
     ``plan`` (:class:`~matmech.privacy.measure.MeasurementPlan`), the answers' exact
-    ``variances`` under it (data-independent), the strategy's ``name`` and ``note``."""
+    ``variances`` under it (data-independent), the strategy's ``name`` and ``note`` (the
+    factored path's rows measure themselves: no plan, the variances from the record)."""
 
     plan: Any = field(repr=False)
-    variances: np.ndarray = field(repr=False)
+    variances: np.ndarray | None = field(repr=False)
     name: str
     note: str
 

@@ -58,7 +58,7 @@ re-exported here).
 from __future__ import annotations
 
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,6 +75,8 @@ from matmech.plans.plan import Draws, Estimate, check_record_count
 from matmech.plans.selected import gaps_note, nothing_selected, selection_fields
 from matmech.privacy.confidence import IntervalLaw, law_intervals
 from matmech.measurements.record import MeasurementRecord
+from matmech.measurements.selection import MeasuredChoice, SelectionRecord, split_selection
+from matmech.linalg.terms import restrict
 from matmech.svt.rules import take_rows
 from matmech.svt.select import SelectionPlan, run_selection, selection_event
 
@@ -112,19 +114,14 @@ def _weighted(plan, parts):
 # -- the measurement of the selected rows -----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class _Drawn:
-    """The selection and, when a row was selected, the noisy measurement of the selected rows."""
-
-    sel: object
-    rows: np.ndarray
-    y: np.ndarray | None = None
-    nvar: float = 0.0
-    note: str = ""
-    kind: str = ""
-    scale: float = 0.0
-    sens: float = 0.0
-    secure: bool = False
+def unit_rows(plan, W, rows):
+    """U_S: the selected rows of W without their term weights (the integer rows measured), a
+    LinOp over W's cells; W's own rows when every weight is 1."""
+    weights = plan.terms.weights
+    if all(float(w) == 1.0 for w in weights):
+        return take_rows(W, rows)
+    unit = replace(plan.terms, weights=tuple(1.0 for _ in weights))
+    return take_rows(restrict(unit, range(len(plan.terms.domain))), rows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,9 +204,8 @@ class SelectedRowsPlan:
         )
         del values
         rows = np.sort(np.asarray(sel.rows, dtype=np.int64))
-        rows.setflags(write=False)
         if rows.size == 0:
-            return Draws((), _Drawn(sel, rows))
+            return Draws((SelectionRecord(sel, rows),))
         # -- measure the selected rows: depends on the selection (a DP output) and W only ------
         p = 1 if plan.delta == 0 else 2
         value, exact, how = rows_sensitivity(plan, rows, p)
@@ -228,7 +224,6 @@ class SelectedRowsPlan:
         else:
             z = noise.discrete_gaussian(scale, rows.size, rng=rng)
         y = (u + z).astype(np.float64)  # the released integers; below: post-processing
-        w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
         norm = "L1" if p == 1 else "L2"
         note = (
             f"the {rows.size} selected rows measured themselves, answers by least squares on them "
@@ -236,11 +231,12 @@ class SelectedRowsPlan:
             f"selected rows, {'exact' if exact else 'certified upper bound'} ({how}) from the "
             f"factors); measurement eps {plan.eps_measure:.6g}"
         )
-        # the record in W's rows (row i of U_S scaled by its known weight wᵢ): nothing domain-sized
+        secure = rng is None or bool(getattr(rng, "secure", False))  # as check_rng reads it
+        # the record of the integer rows U_S measured (their weights are W's, known): y itself
         record = MeasurementRecord(
-            query=take_rows(W, rows),
-            values=w * y,
-            variance=nvar * w * w,
+            query=unit_rows(plan, W, rows),
+            values=y,
+            variance=nvar,
             event={
                 "mechanism": "selected rows",
                 "eps": plan.eps_measure,
@@ -249,35 +245,43 @@ class SelectedRowsPlan:
                 "scale": scale,
                 "sensitivity": sens,
                 "neighbors": plan.neighbors,
+                "secure": secure,
             },
         )
-        secure = rng is None or bool(getattr(rng, "secure", False))  # as check_rng reads it
-        return Draws((record,), _Drawn(sel, rows, y, nvar, note, kind, scale, sens, secure))
+        choice = MeasuredChoice(None, None, "selected rows", note)
+        return Draws((SelectionRecord(sel, rows, choice), record))
 
     def estimate(self, draws: Draws) -> Estimate:
-        plan, d = self.plan, draws.state
-        fields = selection_fields(plan.opts, d.rows, d.sel)
-        if d.y is None:
+        """The least squares of the selected rows from the records alone: the
+        :class:`~matmech.measurements.selection.SelectionRecord` and the record of U_S's
+        measurement (y, its variance, its noise)."""
+        plan = self.plan
+        chosen, measured = split_selection(draws.records)
+        fields = selection_fields(plan.opts, chosen.rows, chosen.result)
+        fields["measurements"] = measured  # the selection is listed as ``selection``
+        if chosen.choice is None:
             return nothing_selected(fields)
-        rows = d.rows
+        rows, (rec,) = chosen.rows, measured
+        y, ev = rec.values, rec.event
+        nvar = float(rec.variance[0])
         terms = np.searchsorted(plan.offsets, rows, side="right") - 1
         w = np.asarray(plan.terms.weights, dtype=np.float64)[terms]
         B = row_basis(plan, rows)
         P = B @ B.T  # least squares: y projected on the range of U_S
-        answers, cov = w * (P @ d.y), d.nvar * np.outer(w, w) * P
+        answers, cov = w * (P @ y), nvar * np.outer(w, w) * P
         fields.update(
             strategy_name="selected rows",
-            strategy_note=d.note + gaps_note(d.sel),
-            noise_law=SelectedRowsLaw(w[:, None] * P, d.kind, d.scale),
+            strategy_note=chosen.choice.note + gaps_note(chosen.result),
+            noise_law=SelectedRowsLaw(w[:, None] * P, ev["noise"], ev["scale"]),
             measured={  # what was measured, for to_dict: no data in it
                 "strategy": {"type": "selected rows", "rows": int(rows.size)},
                 "noise": {
-                    "distribution": d.kind,
-                    "scale": d.scale,
-                    "std": float(np.sqrt(d.nvar)),
+                    "distribution": ev["noise"],
+                    "scale": ev["scale"],
+                    "std": float(np.sqrt(nvar)),
                     "grid": 1.0,
-                    "sensitivity": d.sens,
-                    "secure_randomness": d.secure,
+                    "sensitivity": ev["sensitivity"],
+                    "secure_randomness": ev["secure"],
                 },
             },
         )
