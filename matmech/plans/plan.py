@@ -51,10 +51,12 @@ from matmech.privacy.measure import check_counts, check_records
 
 @dataclass(frozen=True, eq=False)
 class Draws:
-    """What a plan's draws produced: the measurement ``records`` (the DP outputs a release
-    exposes, and what an estimator reads) and ``state``, left None by every plan whose
-    estimator reads the records alone; the others (a selection's result, the streamed spill
-    store, discovered categories) keep their noisy outputs there (never data beyond them)."""
+    """What a plan's draws produced: the typed ``records`` (measurement records, the DP outputs
+    a release exposes, and a selection's
+    :class:`~matmech.measurements.selection.SelectionRecord`: what an estimator reads) and
+    ``state``, left None by every plan whose estimator reads the records alone; the others
+    (the streamed spill store, discovered categories, a picked marginal) keep their noisy
+    outputs there (never data beyond them)."""
 
     records: tuple = ()
     state: Any = field(default=None, repr=False)

@@ -8,8 +8,9 @@ data-independent refusal); it reads the histogram, checks it against the declare
 bounds (:func:`matmech.svt.select.plan_selection`), all before the one spend; its draw is the
 selection mechanism (:func:`matmech.svt.select.run_selection`: the sparse vector technique,
 Lyu, Su, Li, VLDB 2017, Alg. 7; the exponential mechanism; the free-gap methods of Ding et
-al., PVLDB 2019). The result is the :class:`~matmech.svt.select.Selection` itself: no
-measurement is made, so the draws carry no measurement record.
+al., PVLDB 2019). The draws are one
+:class:`~matmech.measurements.selection.SelectionRecord` (no measurement is made) and the result
+is its :class:`~matmech.svt.select.Selection`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matmech.linalg.linop import LinOp
+from matmech.measurements.selection import SelectionRecord, split_selection
 from matmech.plans.plan import Draws
 from matmech.svt.select import Selection, plan_selection, run_selection, selection_event
 
@@ -67,10 +69,13 @@ class RowSelectionPlan:
         )
 
     def draw(self, checked, *, rng) -> Draws:
-        return Draws((), run_selection(checked, rng=rng))
+        sel = run_selection(checked, rng=rng)
+        return Draws((SelectionRecord(sel, sel.rows),))
 
     def estimate(self, draws: Draws) -> Selection:
-        return draws.state
+        """The selection, read off its record."""
+        chosen, _ = split_selection(draws.records)
+        return chosen.result
 
     def result(self, est: Selection, *, budget_remaining) -> Selection:
         return est
