@@ -73,6 +73,8 @@ class SpecError(ValueError):
 class Spec:
     """A parsed workload spec.
 
+    A frozen record; :func:`load_spec` makes it.
+
     Parameters
     ----------
     name, description : str
@@ -91,16 +93,6 @@ class Spec:
         The file read.
     schema : Domain or None
         The declared attributes (``[[attributes]]``), when the spec has them.
-
-    Returns
-    -------
-    Spec
-        A frozen record; :func:`load_spec` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

@@ -80,6 +80,8 @@ MAX_RECORDS = 2**32
 class Measurement:
     """A noisy measurement y = A x + z of the histogram x (Li et al., PODS 2010).
 
+    A frozen record; :func:`measure` makes it.
+
     ``strategy`` is the matrix actually measured (for real-valued strategies, the rounded
     A_g). ``noise`` is ``"discrete_laplace"`` (δ = 0) or ``"discrete_gaussian"`` (δ > 0),
     ``scale`` its parameter in the units of y (Laplace scale b, or σ), ``std`` the exact
@@ -109,16 +111,6 @@ class Measurement:
         True when a real-valued strategy was rounded to a grid.
     note : str
         How the measurement was made.
-
-    Returns
-    -------
-    Measurement
-        A frozen record; :func:`measure` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

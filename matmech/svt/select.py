@@ -54,6 +54,8 @@ def __getattr__(name: str) -> dict[str, str]:
 class Selection:
     """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM).
 
+    A frozen record; :func:`select_rows` makes it.
+
     Parameters
     ----------
     rows : numpy.ndarray
@@ -76,16 +78,6 @@ class Selection:
         The free-gap result, for the gap methods.
     mechanism : str
         The mechanism that ran (e.g. ``"vector-top-c"``).
-
-    Returns
-    -------
-    Selection
-        A frozen record; :func:`select_rows` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
