@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -241,29 +242,17 @@ def plan_selection(
     exact = integer_valued(W) and max_records * sens < 2.0**53
     lo, hi = entry_range(W)
     bound = float(max_records) * max(abs(lo), abs(hi))
+    public: dict[str, Any] = dict(
+        method=method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio
+    )
     mech, joint = selection_mechanism(
-        W,
-        method=method,
-        c=c,
-        eps=eps,
-        sensitivity=sens,
-        monotonic=monotonic,
-        ratio=ratio,
-        neighbors=neighbors,
-        vector=vector,
-        integer_values=exact,
-        value_bound=bound,
+        W, **public, neighbors=neighbors, vector=vector, integer_values=exact, value_bound=bound
     )
     # every magnitude check of the run, from the declaration: before x is read or anything spent
     _, bound = declared_calibration(
         W,
-        method=method,
+        **public,
         mechanism=mech,
-        c=c,
-        eps=eps,
-        sensitivity=sens,
-        monotonic=monotonic,
-        ratio=ratio,
         sigma=sigma,
         joint=joint,
         thr=thr,
