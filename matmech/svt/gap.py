@@ -303,9 +303,9 @@ def sparse_vector_gap(
 
     Examples
     --------
-    >>> sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0,
-    ...                   rng=np.random.default_rng(0)).positions
-    (1, 3)
+    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> r.positions, min(r.gaps) >= 0, r.branches
+    ((1, 3), True, ('middle', 'middle'))
     """
     public: dict[str, Any] = dict(
         eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio

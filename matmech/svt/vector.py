@@ -461,9 +461,9 @@ def noisy_vector_threshold(
 
     Examples
     --------
-    >>> noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0,
-    ...                        rng=np.random.default_rng(0)).positions
-    (1, 3)
+    >>> r = noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0)
+    >>> r.positions, r.calibration.method
+    ((1, 3), 'vector-threshold')
     """
     public: dict[str, Any] = dict(method="vector-threshold", eps=eps, sensitivity=sensitivity)
     bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)
