@@ -231,6 +231,16 @@ def _check_declared_gaussian(ev) -> None:
         )
 
 
+def _declared_dp(ev, what: str):
+    """The (ε, δ) a zCDP event ``ev`` declares it was calibrated to; ``what`` names it."""
+    if ev.eps is None:
+        raise ValueError(
+            f"{what} declares no (eps, delta): it can be charged under the 'zcdp' or 'pld' "
+            "accountant only"
+        )
+    return exact(ev.eps), exact(ev.delta)
+
+
 @dataclass(frozen=True)
 class Gaussian(Event):
     """Continuous Gaussian noise ``sigma`` at L2 ``sensitivity`` Δ₂: ρ = Δ₂²/(2σ²)-zCDP.
@@ -254,12 +264,7 @@ class Gaussian(Event):
         pass
 
     def approx_dp(self):
-        if self.eps is None:
-            raise ValueError(
-                f"{type(self).__name__}(sigma={self.sigma!r}) declares no (eps, delta): it can be "
-                "charged under the 'zcdp' or 'pld' accountant only"
-            )
-        return exact(self.eps), exact(self.delta)
+        return _declared_dp(self, f"{type(self).__name__}(sigma={self.sigma!r})")
 
     def zcdp(self):
         return _gauss_rho(self.sigma, self.sensitivity)
@@ -356,12 +361,7 @@ class Concentrated(Event):
             object.__setattr__(self, "delta", _delta(self.delta))
 
     def approx_dp(self):
-        if self.eps is None:
-            raise ValueError(
-                f"Concentrated(rho={self.rho!r}) declares no (eps, delta): it can be charged "
-                "under the 'zcdp' or 'pld' accountant only"
-            )
-        return exact(self.eps), exact(self.delta)
+        return _declared_dp(self, f"Concentrated(rho={self.rho!r})")
 
     def zcdp(self):
         return Fraction(self.rho)
