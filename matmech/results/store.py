@@ -502,21 +502,17 @@ class MarginalRelease:
             answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
         for a in (answers, std):
             a.setflags(write=False)
+        kept = ("workload", "strategy_note", "eps", "delta", "neighbors", "budget_remaining")
         return Release(
             answers=answers,
             std=std,
             expected_error=float(np.dot(std, std)),
-            workload=self.workload,
             strategy=None,
             strategy_name="residual",
-            strategy_note=self.strategy_note,
-            eps=self.eps,
-            delta=self.delta,
-            neighbors=self.neighbors,
-            budget_remaining=self.budget_remaining,
             measurement=None,
             estimate=None,
             noise_law=self._noise_law,
+            **{k: getattr(self, k) for k in kept},
         )
 
     def save(self, path) -> Path:
