@@ -339,20 +339,12 @@ def release(
     declared_cells(domain, n)
     W = _as_workload(W, n, domain)
     plan: Plan
+    declared: dict[str, Any] = dict(neighbors=neighbors, max_records=max_records)
     if planned:  # the planner's best plan of any kind (auto) or of one optimiser family
-        plan = choose_plan(
-            W, eps, delta, strategy=strategy, neighbors=neighbors, max_records=max_records
-        )
+        plan = choose_plan(W, eps, delta, strategy=strategy, **declared)
     elif select is not None:
         plan = selected_plan(
-            W,
-            eps,
-            delta,
-            strategy=strategy,
-            neighbors=neighbors,
-            select=select,
-            max_records=max_records,
-            rho=target.rho,
+            W, eps, delta, strategy=strategy, select=select, rho=target.rho, **declared
         )
     else:
         A, name, note = choose_strategy(W, eps, delta, strategy=strategy, neighbors=neighbors)
@@ -361,17 +353,7 @@ def release(
             raise ValueError(
                 f"shape mismatch: the strategy has {A.shape[1]} columns but x has {n} cells"
             )
-        plan = strategy_plan(
-            W,
-            A,
-            eps,
-            delta,
-            neighbors=neighbors,
-            max_records=max_records,
-            name=name,
-            note=note,
-            rho=target.rho,
-        )
+        plan = strategy_plan(W, A, eps, delta, name=name, note=note, rho=target.rho, **declared)
     return run_plan(plan, source, budget=budget, rng=rng)
 
 

@@ -71,6 +71,8 @@ MAX_ROUNDS = 1000
 class Synthetic:
     """Consistent tables and synthetic records.
 
+    A frozen record, made by :func:`synthesize` or :func:`synthesize_adaptive`.
+
     ``model``: the fitted :class:`~matmech.estimators.graphical.GraphicalModel`
     (``table(attributes)``: its marginal in counts, non-negative, consistent, summing to
     ``model.total``); ``codes``: the synthetic records (records × attributes int64 codes, the
@@ -89,16 +91,6 @@ class Synthetic:
         The declared domain (labels), if one was given.
     measurements, events, picks : tuple
         The records fitted, the privacy events charged, the marginals picked.
-
-    Returns
-    -------
-    Synthetic
-        A frozen record, made by :func:`synthesize` or :func:`synthesize_adaptive`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

@@ -5,13 +5,15 @@ modules that export names (``matmech.workloads``, ``matmech.strategies``, ``matm
 the other subpackages export none). Each needs, in numpydoc form: a one-line summary, and
 ``Parameters``, ``Returns``, ``Raises`` and ``Examples`` sections (a record documents its
 fields under ``Parameters``, as numpydoc does for classes; an exception class documents the
-conditions that raise it under ``Raises``). The API reference page must list every name, and
+conditions that raise it under ``Raises``). A record that is a frozen dataclass needs no
+``Returns``/``Raises`` saying so: the test checks it is frozen instead. The API reference page must list every name, and
 every ``Examples`` section must run (its ``>>>`` lines are executed as a doctest, outputs
 checked where they are shown).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import importlib
 import inspect
@@ -76,7 +78,13 @@ def test_docstring_has_every_section(name, obj):
     doc = inspect.getdoc(obj) or ""
     summary = doc.split("\n\n", 1)[0]
     assert summary.strip() and len(summary) <= 300, f"{name}: no one-paragraph summary"
-    missing = [s for s in SECTIONS if s not in sections(doc)]
+    required = SECTIONS
+    if dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        required = ("Parameters", "Examples")  # FrozenInstanceError on assignment, checked below
+        field = dataclasses.fields(obj)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            object.__new__(obj).__setattr__(field, None)
+    missing = [s for s in SECTIONS if s in required and s not in sections(doc)]
     assert not missing, f"{name}: docstring lacks {missing}"
 
 

@@ -18,6 +18,9 @@ _ADVICE_KEYS = {"total": "total_error", "ratio_to_bound": "ratio_to_lower_bound"
 class Advice:
     """Ranked candidates (best first), the skipped ones with reasons, and the context.
 
+    A frozen record; :func:`advise` makes it. ``best``, ``best_row``, ``table()``,
+    ``to_json()`` and ``plot()`` read it.
+
     Parameters
     ----------
     rows : tuple
@@ -33,17 +36,6 @@ class Advice:
         The workload's shape.
     neighbors : str
         The neighbouring relation.
-
-    Returns
-    -------
-    Advice
-        A frozen record; :func:`advise` makes it. ``best``, ``best_row``, ``table()``,
-        ``to_json()`` and ``plot()`` read it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

@@ -341,32 +341,11 @@ def family_rows(ctx, t, *, rng=None, time_limit=None, report=None, only=None):
                 continue
             params = optimizer_params(fam)
             A = fam.strategy
+            fit = dict(family=fam.family, seconds=fam.seconds)
             if unmeasurable(A) is not None and isinstance(A, GeneralMarginalStrategy):
-                rows.append(
-                    gmarginal_row(
-                        ctx,
-                        t,
-                        A,
-                        name,
-                        params,
-                        family=fam.family,
-                        error=fam.error,
-                        seconds=fam.seconds,
-                    )
-                )
+                rows.append(gmarginal_row(ctx, t, A, name, params, error=fam.error, **fit))
             else:
-                rows.append(
-                    strategy_row(
-                        ctx,
-                        t,
-                        name,
-                        params,
-                        A,
-                        family=fam.family,
-                        seconds=fam.seconds,
-                        total=fam.error,
-                    )
-                )
+                rows.append(strategy_row(ctx, t, name, params, A, total=fam.error, **fit))
     return rows
 
 

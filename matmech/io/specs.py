@@ -73,6 +73,8 @@ class SpecError(ValueError):
 class Spec:
     """A parsed workload spec.
 
+    A frozen record; :func:`load_spec` makes it.
+
     Parameters
     ----------
     name, description : str
@@ -91,16 +93,6 @@ class Spec:
         The file read.
     schema : Domain or None
         The declared attributes (``[[attributes]]``), when the spec has them.
-
-    Returns
-    -------
-    Spec
-        A frozen record; :func:`load_spec` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -309,6 +301,18 @@ def _kind_of(part):
     return part if isinstance(part, str) else part.get("kind") if isinstance(part, dict) else None
 
 
+def _pair_list(source, key, part, name, what):
+    """``part[name]``, checked to be a non-empty list of two-element lists (``what``)."""
+    pairs = part.get(name, MISSING)
+    if not (
+        isinstance(pairs, list)
+        and pairs
+        and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+    ):
+        _fail(source, f"{key}.{name}", f"a non-empty list of {what}", pairs)
+    return pairs
+
+
 def _one_d(source, key, part, n, *, factor=False, label=None):
     """A 1-D workload over n cells from a kind name or a table (``factor``: inside a product,
     where a part has no weight of its own)."""
@@ -324,18 +328,7 @@ def _one_d(source, key, part, n, *, factor=False, label=None):
     if kind in ONE_D:
         return ONE_D[kind](n), None
     if kind == "ranges":
-        pairs = part.get("intervals", MISSING)
-        if (
-            not isinstance(pairs, list)
-            or not pairs
-            or not all(isinstance(p, list) and len(p) == 2 for p in pairs)
-        ):
-            _fail(
-                source,
-                f"{key}.intervals",
-                "a non-empty list of [lo, hi] pairs (inclusive, 0-based)",
-                pairs,
-            )
+        pairs = _pair_list(source, key, part, "intervals", "[lo, hi] pairs (inclusive, 0-based)")
         try:
             w = wl.ranges(n, pairs)
         except (TypeError, ValueError) as exc:
@@ -348,13 +341,7 @@ def _one_d(source, key, part, n, *, factor=False, label=None):
         label = label or _interval_labeller(None)
         return w, tuple(labels) if labels else tuple(label(*w.bounds()))
     if kind == "tree":
-        edges = part.get("edges", MISSING)
-        if (
-            not isinstance(edges, list)
-            or not edges
-            or not all(isinstance(e, list) and len(e) == 2 for e in edges)
-        ):
-            _fail(source, f"{key}.edges", "a non-empty list of [parent, child] pairs", edges)
+        edges = _pair_list(source, key, part, "edges", "[parent, child] pairs")
         try:
             import networkx as nx
 

@@ -15,6 +15,8 @@ from matmech.privacy.calibration import noise_variance
 class OptimizeResult:
     """An optimised strategy and its analytic figures (errors in squared counts, RMSE in counts).
 
+    A frozen record; :func:`optimize` makes it. ``summary()`` prints it.
+
     ``error`` is :func:`matmech.expected_error` of the strategy (total over the queries) with
     ``noise="continuous"``, the figure the optimisers minimise (a release draws discrete noise:
     ``expected_error``'s default gives its exact error),
@@ -42,16 +44,6 @@ class OptimizeResult:
         The privacy parameters optimised for.
     params : mapping
         Method details (``tried``, ``failed``, ...).
-
-    Returns
-    -------
-    OptimizeResult
-        A frozen record; :func:`optimize` makes it. ``summary()`` prints it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

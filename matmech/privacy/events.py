@@ -48,7 +48,7 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 from matmech.privacy.params import exact
-from matmech.validate import integer, real
+from matmech.validate import integer, positive_real, real
 
 
 #: The largest float, exactly.
@@ -84,13 +84,6 @@ def decimal_up(q: Fraction) -> float:
 # ------------------------------------------------------------------------- validation
 
 
-def _positive(v, name: str) -> float:
-    x = real(v, name)
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-    return x
-
-
 def _eps(v, name: str = "eps", *, allow_zero: bool = False) -> float:
     x = real(v, name)
     if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
@@ -106,7 +99,7 @@ def _delta(v, name: str = "delta", *, positive: bool = False) -> float:
 
 
 def _grid(v) -> float:
-    x = _positive(v, "grid")
+    x = positive_real(v, "grid")
     m, _ = math.frexp(x)
     if m != 0.5:
         raise ValueError(f"grid must be a power of two (the sampler's lattice), got {v!r}")
@@ -186,8 +179,8 @@ class Laplace(Event):
     kind: ClassVar[str] = "laplace"
 
     def __post_init__(self):
-        object.__setattr__(self, "scale", _positive(self.scale, "scale"))
-        object.__setattr__(self, "sensitivity", _positive(self.sensitivity, "sensitivity"))
+        object.__setattr__(self, "scale", positive_real(self.scale, "scale"))
+        object.__setattr__(self, "sensitivity", positive_real(self.sensitivity, "sensitivity"))
         object.__setattr__(self, "eps", _declared_eps(self.eps, self.scale, self.sensitivity))
 
     def approx_dp(self):
@@ -238,6 +231,16 @@ def _check_declared_gaussian(ev) -> None:
         )
 
 
+def _declared_dp(ev, what: str):
+    """The (ε, δ) a zCDP event ``ev`` declares it was calibrated to; ``what`` names it."""
+    if ev.eps is None:
+        raise ValueError(
+            f"{what} declares no (eps, delta): it can be charged under the 'zcdp' or 'pld' "
+            "accountant only"
+        )
+    return exact(ev.eps), exact(ev.delta)
+
+
 @dataclass(frozen=True)
 class Gaussian(Event):
     """Continuous Gaussian noise ``sigma`` at L2 ``sensitivity`` Δ₂: ρ = Δ₂²/(2σ²)-zCDP.
@@ -252,8 +255,8 @@ class Gaussian(Event):
     kind: ClassVar[str] = "gaussian"
 
     def __post_init__(self):
-        object.__setattr__(self, "sigma", _positive(self.sigma, "sigma"))
-        object.__setattr__(self, "sensitivity", _positive(self.sensitivity, "sensitivity"))
+        object.__setattr__(self, "sigma", positive_real(self.sigma, "sigma"))
+        object.__setattr__(self, "sensitivity", positive_real(self.sensitivity, "sensitivity"))
         self._extra()
         _check_declared_gaussian(self)
 
@@ -261,12 +264,7 @@ class Gaussian(Event):
         pass
 
     def approx_dp(self):
-        if self.eps is None:
-            raise ValueError(
-                f"{type(self).__name__}(sigma={self.sigma!r}) declares no (eps, delta): it can be "
-                "charged under the 'zcdp' or 'pld' accountant only"
-            )
-        return exact(self.eps), exact(self.delta)
+        return _declared_dp(self, f"{type(self).__name__}(sigma={self.sigma!r})")
 
     def zcdp(self):
         return _gauss_rho(self.sigma, self.sensitivity)
@@ -355,7 +353,7 @@ class Concentrated(Event):
     kind: ClassVar[str] = "concentrated"
 
     def __post_init__(self):
-        object.__setattr__(self, "rho", _positive(self.rho, "rho"))
+        object.__setattr__(self, "rho", positive_real(self.rho, "rho"))
         if (self.eps is None) != (self.delta is None):
             raise ValueError("a Concentrated event declares both eps and delta, or neither")
         if self.eps is not None:
@@ -363,12 +361,7 @@ class Concentrated(Event):
             object.__setattr__(self, "delta", _delta(self.delta))
 
     def approx_dp(self):
-        if self.eps is None:
-            raise ValueError(
-                f"Concentrated(rho={self.rho!r}) declares no (eps, delta): it can be charged "
-                "under the 'zcdp' or 'pld' accountant only"
-            )
-        return exact(self.eps), exact(self.delta)
+        return _declared_dp(self, f"Concentrated(rho={self.rho!r})")
 
     def zcdp(self):
         return Fraction(self.rho)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import scipy.sparse as sp
@@ -80,6 +80,8 @@ MAX_RECORDS = 2**32
 class Measurement:
     """A noisy measurement y = A x + z of the histogram x (Li et al., PODS 2010).
 
+    A frozen record; :func:`measure` makes it.
+
     ``strategy`` is the matrix actually measured (for real-valued strategies, the rounded
     A_g). ``noise`` is ``"discrete_laplace"`` (δ = 0) or ``"discrete_gaussian"`` (δ > 0),
     ``scale`` its parameter in the units of y (Laplace scale b, or σ), ``std`` the exact
@@ -109,16 +111,6 @@ class Measurement:
         True when a real-valued strategy was rounded to a grid.
     note : str
         How the measurement was made.
-
-    Returns
-    -------
-    Measurement
-        A frozen record; :func:`measure` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -515,21 +507,14 @@ def execute(plan, x, *, rng=None):
     return measurement_of(plan, y, secure=bool(src.secure))
 
 
+#: The fields a :class:`Measurement` takes from its :class:`MeasurementPlan` as they are: all
+#: but the draw's own (the noisy values, the randomness, the note).
+_PLANNED = tuple(f.name for f in fields(Measurement) if f.name not in ("y", "secure", "note"))
+
+
 def measurement_of(plan, y, *, secure):
     """The :class:`Measurement` of ``plan`` with noisy values ``y`` (drawn by :func:`execute`,
     or read back from its measurement record) and ``secure`` the randomness it was drawn with."""
-    return Measurement(
-        strategy=plan.strategy,
-        y=y,
-        eps=plan.eps,
-        delta=plan.delta,
-        noise=plan.noise,
-        scale=plan.scale,
-        std=plan.std,
-        grid=plan.grid,
-        sensitivity=plan.sensitivity,
-        neighbors=plan.neighbors,
-        secure=secure,
-        rounded=plan.rounded,
-        note="strategy rounded to the grid before measuring" if plan.rounded else "",
-    )
+    planned = {k: getattr(plan, k) for k in _PLANNED}
+    note = "strategy rounded to the grid before measuring" if plan.rounded else ""
+    return Measurement(y=y, secure=secure, note=note, **planned)

@@ -53,6 +53,9 @@ Z95 = 1.959963984540054
 class Release:
     """Noisy answers to a workload with their analytic error bars.
 
+    A frozen record; :func:`release` makes it. ``interval()``, ``full()``,
+    ``to_dict()``, ``to_json()`` and ``plot()`` read it.
+
     ``answers`` = W x̂ for the answered rows; ``std`` the standard deviation of each answer;
     ``expected_error`` their total variance Σ std² (squared counts); ``strategy`` the
     matrix actually measured, chosen as ``strategy_name`` (``strategy_note`` says how);
@@ -98,17 +101,6 @@ class Release:
         The reconstructed histogram (explicit path).
     selected, selection, eps_select, select_options
         The selection, when ``release(..., select=...)`` was used.
-
-    Returns
-    -------
-    Release
-        A frozen record; :func:`release` makes it. ``interval()``, ``full()``,
-        ``to_dict()``, ``to_json()`` and ``plot()`` read it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

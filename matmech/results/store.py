@@ -365,15 +365,11 @@ class MarginalRelease:
 
     Examples
     --------
-    >>> import itertools, numpy as np
-    >>> from matmech import release_marginals
-    >>> from matmech.linalg.terms import marginal_workload
+    >>> from matmech import release_marginals, workloads
     >>> codes = np.random.default_rng(0).integers(0, 3, size=(500, 4))
-    >>> W = marginal_workload((3,) * 4, list(itertools.combinations(range(4), 2)))
-    >>> rel = release_marginals(codes, W, 1.0, 1e-6, rng=np.random.default_rng(1))
-    >>> values, std = rel.marginal((0, 1))
-    >>> values.shape, std.shape
-    ((3, 3), (3, 3))
+    >>> rel = release_marginals(codes, workloads.marginals([3] * 4, 2), 1.0, 1e-6)
+    >>> [a.shape for a in rel.marginal((0, 1))]
+    [(3, 3), (3, 3)]
     """
 
     workload: LinOp = field(repr=False)
@@ -506,21 +502,17 @@ class MarginalRelease:
             answers[lo:hi], std[lo:hi] = v.reshape(-1), s.reshape(-1)
         for a in (answers, std):
             a.setflags(write=False)
+        kept = ("workload", "strategy_note", "eps", "delta", "neighbors", "budget_remaining")
         return Release(
             answers=answers,
             std=std,
             expected_error=float(np.dot(std, std)),
-            workload=self.workload,
             strategy=None,
             strategy_name="residual",
-            strategy_note=self.strategy_note,
-            eps=self.eps,
-            delta=self.delta,
-            neighbors=self.neighbors,
-            budget_remaining=self.budget_remaining,
             measurement=None,
             estimate=None,
             noise_law=self._noise_law,
+            **{k: getattr(self, k) for k in kept},
         )
 
     def save(self, path) -> Path:

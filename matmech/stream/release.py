@@ -143,8 +143,35 @@ def stream_events(plan: StreamPlan) -> tuple:
     return (Stream(plan.factorization.name, plan.spec.horizon, ev),)
 
 
+class _StreamCharged:
+    """What the stream's two plans share: the charge of the stream plan :meth:`charged` (its
+    privacy events, :func:`stream_events`), and no estimate (the draws are the result)."""
+
+    def charged(self) -> StreamPlan:
+        raise NotImplementedError
+
+    @property
+    def eps(self) -> float:
+        return self.charged().spec.charge[0]
+
+    @property
+    def delta(self) -> float:
+        return self.charged().spec.charge[1]
+
+    @property
+    def neighbors(self) -> str:
+        return "add_remove"
+
+    @property
+    def events(self) -> tuple:
+        return stream_events(self.charged())
+
+    def estimate(self, draws: Draws) -> None:
+        return None
+
+
 @dataclass(frozen=True, eq=False)
-class StreamChargePlan:
+class StreamChargePlan(_StreamCharged):
     """The stream's one charge as a plan (:class:`~matmech.plans.plan.Plan`, run by
     :func:`~matmech.run.runner.run_plan`, issue 34): it reads nothing and draws nothing; its
     events (:func:`stream_events`) pay for every step of the stream, before the first draw."""
@@ -155,21 +182,8 @@ class StreamChargePlan:
     sizes: tuple = ()
     subsets: tuple = ()
 
-    @property
-    def eps(self) -> float:
-        return self.stream.spec.charge[0]
-
-    @property
-    def delta(self) -> float:
-        return self.stream.spec.charge[1]
-
-    @property
-    def neighbors(self) -> str:
-        return "add_remove"
-
-    @property
-    def events(self) -> tuple:
-        return stream_events(self.stream)
+    def charged(self) -> StreamPlan:
+        return self.stream
 
     def read(self, data) -> None:
         return None
@@ -180,15 +194,12 @@ class StreamChargePlan:
     def draw(self, data, *, rng) -> Draws:
         return Draws()
 
-    def estimate(self, draws: Draws) -> None:
-        return None
-
     def result(self, est, *, budget_remaining) -> None:
         return None
 
 
 @dataclass(frozen=True, eq=False)
-class StreamStepPlan:
+class StreamStepPlan(_StreamCharged):
     """Step ``t`` of an open ``release`` as a plan (:class:`~matmech.plans.plan.Plan`, run by
     :func:`~matmech.run.runner.run_plan` without a budget: the stream paid for every step
     when it was charged, :class:`StreamChargePlan`). It reads the step's counts (checked and
@@ -206,21 +217,8 @@ class StreamStepPlan:
     def what(self) -> str:
         return f"stream {self.release.stream_id}: step {self.t}"
 
-    @property
-    def eps(self) -> float:
-        return self.release.plan.spec.charge[0]
-
-    @property
-    def delta(self) -> float:
-        return self.release.plan.spec.charge[1]
-
-    @property
-    def neighbors(self) -> str:
-        return "add_remove"
-
-    @property
-    def events(self) -> tuple:
-        return stream_events(self.release.plan)
+    def charged(self) -> StreamPlan:
+        return self.release.plan
 
     def read(self, counts) -> np.ndarray:
         spec = self.release.plan.spec
@@ -234,9 +232,6 @@ class StreamStepPlan:
     def draw(self, x: np.ndarray, *, rng) -> Draws:
         self.release._take(self.t, x, noise.check_rng(rng))
         return Draws()
-
-    def estimate(self, draws: Draws) -> None:
-        return None
 
     def result(self, est, *, budget_remaining) -> StreamStep:
         return self.release._result(self.t, False)

@@ -192,7 +192,7 @@ def exponential_alpha(beta: float, *, k: int, eps: float, sensitivity: float = 1
     Raises
     ------
     ValueError, TypeError
-        β outside (0, 1), k < 2, a bad ε, or an argument of the wrong kind.
+        As :func:`above_threshold_alpha`, with k < 2 the bad k.
 
     Examples
     --------

@@ -40,6 +40,8 @@ from matmech.svt.split import (
 class SVTCalibration:
     """How an SVT run spends its budget (data independent; [LSL17] Alg. 7).
 
+    A frozen record, made by :func:`svt_budget` (``SVTBudget`` is the same class).
+
     ``eps_threshold`` (eps1) buys the threshold noise ``Lap(threshold_scale)``,
     ``eps_queries`` (eps2) the per-query noise ``Lap(query_scale)``,
     ``eps_answer`` (eps3) the numeric answers ``Lap(answer_scale)``
@@ -55,16 +57,6 @@ class SVTCalibration:
         The Laplace scales (``answer_scale`` None when ε₃ = 0).
     sensitivity, grid : float
         The sensitivity used and the grid step.
-
-    Returns
-    -------
-    SVTCalibration
-        A frozen record, made by :func:`svt_budget` (``SVTBudget`` is the same class).
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # names used only in annotations
 class SVTResult:
     """Output of an SVT run.
 
+    A frozen record, made by the SVT functions.
+
     positions
         Indices (into the input, in the order they were found) judged above
         the threshold.  This and ``answers`` are the only data-dependent fields
@@ -53,16 +55,6 @@ class SVTResult:
     ----------
     positions, answers, eps, stopped, n_processed, budget
         The fields above.
-
-    Returns
-    -------
-    SVTResult
-        A frozen record, made by the SVT functions.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

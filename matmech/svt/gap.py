@@ -58,6 +58,8 @@ if TYPE_CHECKING:  # names used only in annotations
 class GapResult:
     """Output of a free-gap selection.
 
+    A frozen record, made by the free-gap functions.
+
     ``positions``: the selected indices (Noisy Top-c: best first; SVT: in the order found).
     ``gaps``: one per position, in value units - Top-c: noisy score minus the next noisy
     score (the last one minus the unreleased runner-up); SVT: noisy value minus the noisy
@@ -82,16 +84,6 @@ class GapResult:
         Comparisons made.
     calibration : GapCalibration
         The public calibration.
-
-    Returns
-    -------
-    GapResult
-        A frozen record, made by the free-gap functions.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -311,9 +303,9 @@ def sparse_vector_gap(
 
     Examples
     --------
-    >>> sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0,
-    ...                   rng=np.random.default_rng(0)).positions
-    (1, 3)
+    >>> r = sparse_vector_gap([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> r.positions, min(r.gaps) >= 0, r.branches
+    ((1, 3), True, ('middle', 'middle'))
     """
     public: dict[str, Any] = dict(
         eps=eps, sensitivity=sensitivity, monotonic=monotonic, ratio=ratio

@@ -47,6 +47,8 @@ GAP_CALIBRATIONS = ("topc-gap", "svt-gap", "adaptive-svt")
 class GapCalibration:
     """How a free-gap selection spends its budget (data independent; :mod:`matmech.svt.gap`).
 
+    A frozen record, made by :func:`gap_calibration`.
+
     ``method``: ``"topc-gap"`` (Noisy Top-K with Gap: every score gets Lap(query_scale),
     2cD/eps, cD/eps for monotonic scores), ``"svt-gap"`` (Sparse Vector with Gap) or
     ``"adaptive-svt"`` (Adaptive Sparse Vector with Gap).  For the two SVTs:
@@ -77,16 +79,6 @@ class GapCalibration:
         The budget split.
     units : int
         Query budget in multiples of ``eps_top``.
-
-    Returns
-    -------
-    GapCalibration
-        A frozen record, made by :func:`gap_calibration`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

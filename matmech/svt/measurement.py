@@ -24,6 +24,8 @@ class GapMeasurement:
     """z = q_S + e over the selected ``positions`` (selection order), Cov(e) = diag(var) + common_var 1 1ᵀ
     (``common_var`` inf: an unknown common offset; 0: none, the entries are independent).
 
+    A frozen record, made by :func:`matmech.svt.combine.gap_measurement`.
+
     Parameters
     ----------
     positions : numpy.ndarray
@@ -34,16 +36,6 @@ class GapMeasurement:
         Independent noise variances.
     common_var : float
         Variance of a common offset (inf: unknown offset; 0: none).
-
-    Returns
-    -------
-    GapMeasurement
-        A frozen record, made by :func:`matmech.svt.combine.gap_measurement`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

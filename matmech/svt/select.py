@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,8 @@ def __getattr__(name: str) -> dict[str, str]:
 class Selection:
     """The rows of W chosen privately, in the order they were found (SVT) or ranked (EM).
 
+    A frozen record; :func:`select_rows` makes it.
+
     Parameters
     ----------
     rows : numpy.ndarray
@@ -76,16 +79,6 @@ class Selection:
         The free-gap result, for the gap methods.
     mechanism : str
         The mechanism that ran (e.g. ``"vector-top-c"``).
-
-    Returns
-    -------
-    Selection
-        A frozen record; :func:`select_rows` makes it.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -249,29 +242,17 @@ def plan_selection(
     exact = integer_valued(W) and max_records * sens < 2.0**53
     lo, hi = entry_range(W)
     bound = float(max_records) * max(abs(lo), abs(hi))
+    public: dict[str, Any] = dict(
+        method=method, c=c, eps=eps, sensitivity=sens, monotonic=monotonic, ratio=ratio
+    )
     mech, joint = selection_mechanism(
-        W,
-        method=method,
-        c=c,
-        eps=eps,
-        sensitivity=sens,
-        monotonic=monotonic,
-        ratio=ratio,
-        neighbors=neighbors,
-        vector=vector,
-        integer_values=exact,
-        value_bound=bound,
+        W, **public, neighbors=neighbors, vector=vector, integer_values=exact, value_bound=bound
     )
     # every magnitude check of the run, from the declaration: before x is read or anything spent
     _, bound = declared_calibration(
         W,
-        method=method,
+        **public,
         mechanism=mech,
-        c=c,
-        eps=eps,
-        sensitivity=sens,
-        monotonic=monotonic,
-        ratio=ratio,
         sigma=sigma,
         joint=joint,
         thr=thr,

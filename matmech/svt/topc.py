@@ -61,6 +61,8 @@ class EMCalibration:
     power-of-two ``grid``) to every score: β = 2cD/ε (cD/ε for ``monotonic`` scores), D the
     ``sensitivity`` (plus the grid step when values are snapped to it).
 
+    A frozen record, made by :func:`em_calibration`.
+
     Parameters
     ----------
     eps : float
@@ -71,16 +73,6 @@ class EMCalibration:
         Monotonic scores.
     sensitivity, grid, scale : float
         Sensitivity used, grid step, exponential noise scale β.
-
-    Returns
-    -------
-    EMCalibration
-        A frozen record, made by :func:`em_calibration`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -170,6 +162,8 @@ def _em_calibration(c, eps, sensitivity, monotonic, integer_values, value_bound)
 class TopCResult:
     """Output of :func:`exponential_top_c`.
 
+    A frozen record, made by :func:`exponential_top_c`.
+
     ``positions`` are the selected indices in selection order (round by round);
     ``score_scale`` is 1/β, the rate of the exponential noise per value unit;
     ``calibration`` the public :class:`EMCalibration`.
@@ -186,16 +180,6 @@ class TopCResult:
         1/β.
     calibration : EMCalibration
         The grid and the noise scale.
-
-    Returns
-    -------
-    TopCResult
-        A frozen record, made by :func:`exponential_top_c`.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------

@@ -76,9 +76,9 @@ def sparse_vector_dpbook(
 
     Examples
     --------
-    >>> sparse_vector_dpbook([3, 500, 2, 700], 100, c=2, eps=1.0,
-    ...                      rng=np.random.default_rng(0)).positions
-    (1, 3)
+    >>> r = sparse_vector_dpbook([3, 500, 2, 700], 100, c=2, eps=1.0, rng=np.random.default_rng(0))
+    >>> r.positions, r.budget.eps_threshold == r.budget.eps_queries  # eps1 = eps2
+    ((1, 3), True)
     """
     public: dict[str, Any] = dict(c=c, rng=rng, eps=eps, sensitivity=sensitivity)
     op = open_selection(values, threshold, calibrate=dpbook_calibration, **public)

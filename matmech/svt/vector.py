@@ -111,6 +111,8 @@ class VectorCalibration:
 class VectorResult:
     """Output of a vector selection, in the shape of :class:`~matmech.svt.gap.GapResult`.
 
+    A frozen record, made by the vector selections.
+
     ``positions``: top-c best first / threshold in row order; ``values``: their noisy values;
     ``gaps``: top-c: value minus the next noisy value (the last minus the unselected
     runner-up); threshold: value minus the (grid-rounded) threshold, >= 0.  ``branches``
@@ -134,16 +136,6 @@ class VectorResult:
         Rows examined.
     calibration : VectorCalibration
         The public calibration.
-
-    Returns
-    -------
-    VectorResult
-        A frozen record, made by the vector selections.
-
-    Raises
-    ------
-    dataclasses.FrozenInstanceError
-        On any attempt to change a field.
 
     Examples
     --------
@@ -469,9 +461,9 @@ def noisy_vector_threshold(
 
     Examples
     --------
-    >>> noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0,
-    ...                        rng=np.random.default_rng(0)).positions
-    (1, 3)
+    >>> r = noisy_vector_threshold([3, 500, 2, 700], 100, c=2, eps=1.0, sensitivity=1.0)
+    >>> r.positions, r.calibration.method
+    ((1, 3), 'vector-threshold')
     """
     public: dict[str, Any] = dict(method="vector-threshold", eps=eps, sensitivity=sensitivity)
     bound: dict[str, Any] = dict(rng=rng, value_bound=value_bound)

@@ -18,7 +18,7 @@ import pytest
 import matmech as mm
 from matmech.linalg.linop import Scaled
 from matmech.svt import gap, vector
-from matmech.svt.calibration import declared_grid
+from matmech.svt.split import declared_grid
 from matmech.svt.split import DeclarationError
 from matmech.svt.grid import DECLARED_UNITS, MAX_UNITS, grid_for_bound
 from matmech.workloads import identity, prefix
